@@ -1,0 +1,99 @@
+"""torchstrata.core: the IR, prims, text form, verifier, interpreter, hooks and plugins.
+
+Every stage depends on this package and on nothing else of torchstrata.
+"""
+
+from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
+from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
+from torchstrata.core.fx import FxImportError, from_fx, to_fx
+from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
+from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
+from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
+from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef, aten, aten_from_overload, parse_op, prim, torch_op
+from torchstrata.core.options import CODEGENS, CompileOptions, current_options, override_options
+from torchstrata.core.passes import GraphPass, PassManager, PassOrderError, PassRecord, PassValidationError
+from torchstrata.core.plugins import ENTRY_POINT_GROUP, DuplicatePluginError, create_plugin_manager, register
+from torchstrata.core.prims import PRIMS_VERSION, PrimDef, PrimError, PrimFamily, all_prims, get_prim
+from torchstrata.core.results import (
+    AotResult,
+    CaptureResult,
+    CompiledGraph,
+    Guard,
+    GuardKind,
+    GraphBreak,
+    KernelInfo,
+    Program,
+)
+from torchstrata.core.testing import assert_close_to_eager
+from torchstrata.core.text import ParseError, parse
+from torchstrata.core.transform import Transformer, eliminate_dead_code
+from torchstrata.core.verify import VerificationError, verify
+
+__all__ = [
+    "CODEGENS",
+    "ENTRY_POINT_GROUP",
+    "GETITEM",
+    "PASS_STAGES",
+    "PRIMS_VERSION",
+    "AotResult",
+    "CaptureResult",
+    "CompileOptions",
+    "CompiledGraph",
+    "DuplicatePluginError",
+    "FxImportError",
+    "Graph",
+    "GraphBreak",
+    "GraphBuilder",
+    "GraphPass",
+    "Guard",
+    "GuardKind",
+    "InterpreterError",
+    "KernelInfo",
+    "Level",
+    "MetaInferenceError",
+    "Node",
+    "NodeMeta",
+    "OpKind",
+    "OpRef",
+    "ParseError",
+    "PassManager",
+    "PassOrderError",
+    "PassRecord",
+    "PassValidationError",
+    "PrimDef",
+    "PrimError",
+    "PrimFamily",
+    "Program",
+    "TensorMeta",
+    "Transformer",
+    "VerificationError",
+    "all_prims",
+    "assert_close_to_eager",
+    "aten",
+    "aten_from_overload",
+    "contiguous_strides",
+    "create_plugin_manager",
+    "current_options",
+    "dtype_from_short_name",
+    "dtype_short_name",
+    "eliminate_dead_code",
+    "format_graph",
+    "from_fx",
+    "get_prim",
+    "hookimpl",
+    "hookspec",
+    "infer_meta",
+    "interpret",
+    "iter_nodes",
+    "map_nodes",
+    "override_options",
+    "parse",
+    "parse_op",
+    "prim",
+    "random_inputs",
+    "register",
+    "to_fx",
+    "torch_op",
+    "verify",
+]

@@ -1,0 +1,131 @@
+"""Building graphs: :class:`GraphBuilder` and metadata inference for every op kind."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from torchstrata.core.graph import Graph, Node, NodeMeta, iter_nodes, map_nodes
+from torchstrata.core.meta import TensorMeta
+from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
+from torchstrata.core.prims import get_prim
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class MetaInferenceError(RuntimeError):
+    """An op could not be run on meta tensors to find its output metadata."""
+
+
+def _device_of(args: Any, kwargs: Mapping[str, Any]) -> torch.device:
+    device = kwargs.get("device")
+    if device is not None:
+        return torch.device(device)
+    for node in iter_nodes((args, tuple(kwargs.values()))):
+        if isinstance(node.meta, TensorMeta):
+            return node.meta.device
+    return torch.device("cpu")
+
+
+def _to_meta_tensor(node: Node) -> Any:
+    meta = node.meta
+    if isinstance(meta, TensorMeta):
+        tensor = meta.to_meta_tensor()
+        if meta.requires_grad and (meta.dtype.is_floating_point or meta.dtype.is_complex):
+            tensor.requires_grad_(True)
+        return tensor
+    if isinstance(meta, tuple):
+        return tuple(item.to_meta_tensor() if item is not None else None for item in meta)
+    raise MetaInferenceError(f"%{node.name} has no tensor metadata to run an op on")
+
+
+def _from_meta_result(value: Any, device: torch.device) -> NodeMeta:
+    if isinstance(value, torch.Tensor):
+        meta = TensorMeta.from_tensor(value)
+        return TensorMeta(meta.shape, meta.dtype, device, meta.strides, meta.requires_grad)
+    if isinstance(value, tuple | list) and all(isinstance(v, torch.Tensor) or v is None for v in value):
+        return tuple(_from_meta_result(v, device) if v is not None else None for v in value)  # type: ignore[misc]
+    return None
+
+
+def _meta_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    converted = dict(map_nodes(dict(kwargs), _to_meta_tensor))
+    if "device" in converted:
+        converted["device"] = "meta"
+    return converted
+
+
+def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NodeMeta:
+    """The metadata of ``op(*args, **kwargs)`` where args may hold nodes.
+
+    Prims use their meta function; ATen and torch ops run on ``meta`` tensors and the
+    result is moved back to the inputs' device.
+    """
+    if op.kind is OpKind.BUILTIN:
+        source, index = args
+        if not isinstance(source.meta, tuple):
+            raise MetaInferenceError(f"getitem on %{source.name}, which is not a tuple of tensors")
+        return source.meta[index]  # type: ignore[no-any-return]
+    if op.kind is OpKind.PRIMS:
+        to_meta = map_nodes(args, lambda node: node.meta)
+        return get_prim(op.name).meta(*to_meta, **map_nodes(dict(kwargs), lambda node: node.meta))
+    device = _device_of(args, kwargs)
+    try:
+        result = op.resolve()(*map_nodes(args, _to_meta_tensor), **_meta_kwargs(kwargs))
+    except Exception as error:  # noqa: BLE001 - any failure means "cannot infer"
+        raise MetaInferenceError(f"cannot infer the output of {op.name} on meta tensors: {error}") from error
+    return _from_meta_result(result, device)
+
+
+class GraphBuilder:
+    """Builds a :class:`Graph` node by node.
+
+    >>> b = GraphBuilder(Level.PRIMS)
+    >>> x = b.input("x", TensorMeta((4,), torch.float32))
+    >>> y = b.call(prim("exp"), x)
+    >>> graph = b.build([y])
+    """
+
+    def __init__(self, level: Level) -> None:
+        self.level = level
+        self._inputs: list[Node] = []
+        self._nodes: list[Node] = []
+        self._names: set[str] = set()
+
+    def _unique_name(self, base: str) -> str:
+        base = base if _NAME.fullmatch(base) else "v"
+        if base not in self._names:
+            self._names.add(base)
+            return base
+        counter = 1
+        while f"{base}_{counter}" in self._names:
+            counter += 1
+        name = f"{base}_{counter}"
+        self._names.add(name)
+        return name
+
+    def input(self, name: str, meta: TensorMeta) -> Node:
+        """Add a graph input called ``name`` (made unique if taken)."""
+        node = Node(self._unique_name(name), None, meta=meta)
+        self._inputs.append(node)
+        return node
+
+    def call(self, op: OpRef, *args: Any, meta: NodeMeta = None, name: str | None = None,
+             **kwargs: Any) -> Node:
+        """Append ``op(*args, **kwargs)``; its metadata is inferred unless given."""
+        if meta is None:
+            meta = infer_meta(op, args, kwargs)
+        node = Node(self._unique_name(name or op.short_name), op, tuple(args), dict(kwargs), meta)
+        self._nodes.append(node)
+        return node
+
+    def getitem(self, source: Node, index: int) -> Node:
+        """The ``index``-th tensor of a multi-output node."""
+        return self.call(GETITEM, source, index, name=f"{source.name}_{index}")
+
+    def build(self, outputs: list[Node] | tuple[Node, ...]) -> Graph:
+        """Finish the graph with these outputs."""
+        return Graph(self.level, tuple(self._inputs), tuple(self._nodes), tuple(outputs))

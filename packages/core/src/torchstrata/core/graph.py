@@ -1,0 +1,195 @@
+"""Nodes and graphs: the SSA IR shared by every stage.
+
+A :class:`Graph` is immutable: passes build a new graph (see :mod:`.builder` and
+:mod:`.transform`) rather than patching one in place. Nodes compare by identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core.dtypes import dtype_short_name
+from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.ops import Level, OpRef
+
+#: What a node produces: one tensor, several (then read with ``builtin.getitem``), or
+#: ``None`` for a value that is not a tensor.
+NodeMeta = TensorMeta | tuple[TensorMeta | None, ...] | None
+
+#: Constants allowed as node arguments besides other nodes.
+Constant = (
+    int | float | bool | str | None | torch.dtype | torch.device | torch.memory_format | torch.layout
+)
+
+
+@attrs.frozen(eq=False)
+class Node:
+    """One SSA value: ``name = op(*args, **kwargs)`` with its metadata.
+
+    Graph inputs are nodes with ``op=None``. ``args`` hold other nodes, constants, and
+    lists/tuples of those; ``kwargs`` likewise.
+    """
+
+    name: str
+    op: OpRef | None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    meta: NodeMeta = None
+
+    @property
+    def is_input(self) -> bool:
+        """True for graph inputs (placeholders)."""
+        return self.op is None
+
+    @property
+    def tensor_meta(self) -> TensorMeta:
+        """The metadata of a single-tensor node (raises for other nodes)."""
+        if not isinstance(self.meta, TensorMeta):
+            raise TypeError(f"node %{self.name} does not produce a single tensor (meta={self.meta!r})")
+        return self.meta
+
+    def input_nodes(self) -> list[Node]:
+        """Nodes this node reads, in argument order, with repeats."""
+        return [value for value in iter_nodes((self.args, tuple(self.kwargs.values())))]
+
+    def __repr__(self) -> str:
+        return f"Node(%{self.name} = {self.op})"
+
+
+def iter_nodes(value: Any) -> Iterator[Node]:
+    """Every :class:`Node` inside a (nested) argument structure."""
+    if isinstance(value, Node):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from iter_nodes(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_nodes(item)
+
+
+def map_nodes(value: Any, fn: Any) -> Any:
+    """Rebuild a (nested) argument structure with each :class:`Node` replaced by ``fn(node)``."""
+    if isinstance(value, Node):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_nodes(item, fn) for item in value]
+    if isinstance(value, tuple):
+        return tuple(map_nodes(item, fn) for item in value)
+    if isinstance(value, dict):
+        return {key: map_nodes(item, fn) for key, item in value.items()}
+    return value
+
+
+@attrs.frozen(eq=False)
+class Graph:
+    """A function in SSA form at one :class:`Level`.
+
+    ``inputs`` are placeholder nodes, ``nodes`` the computation in topological order
+    and ``outputs`` the nodes returned, in order. Build with
+    :class:`torchstrata.core.GraphBuilder`.
+    """
+
+    level: Level
+    inputs: tuple[Node, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Node, ...]
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+    def all_nodes(self) -> tuple[Node, ...]:
+        """Inputs, then computation nodes."""
+        return self.inputs + self.nodes
+
+    def users(self) -> dict[Node, list[Node]]:
+        """For every node, the nodes that read it (outputs are not counted)."""
+        result: dict[Node, list[Node]] = {node: [] for node in self.all_nodes()}
+        for node in self.nodes:
+            for arg in dict.fromkeys(node.input_nodes()):
+                result[arg].append(node)
+        return result
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``."""
+        for candidate in self.all_nodes():
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"no node %{name} in graph")
+
+    def ops(self) -> list[OpRef]:
+        """The op of every computation node, in order."""
+        return [node.op for node in self.nodes if node.op is not None]
+
+    @property
+    def input_metas(self) -> tuple[TensorMeta, ...]:
+        """The metadata of every input (inputs are always tensors)."""
+        return tuple(node.tensor_meta for node in self.inputs)
+
+
+# ------------------------------------------------------------------------ text form
+# The parser lives in torchstrata.core.text; the grammar is documented there.
+
+
+def format_meta(meta: NodeMeta) -> str:
+    """``f32[4, 8]``, ``f32[4, 8]{1, 4} cuda:0 grad``, ``(f32[4], i64[4])`` or ``_``."""
+    if meta is None:
+        return "_"
+    if isinstance(meta, tuple):
+        return "(" + ", ".join(format_meta(item) for item in meta) + ")"
+    text = f"{dtype_short_name(meta.dtype)}[{', '.join(map(str, meta.shape))}]"
+    if meta.strides != contiguous_strides(meta.shape):
+        text += "{" + ", ".join(map(str, meta.strides)) + "}"
+    if meta.device.type != "cpu":
+        text += f" {meta.device}"
+    if meta.requires_grad:
+        text += " grad"
+    return text
+
+
+def format_value(value: Any) -> str:
+    """The text form of one argument: ``%node``, a constant, or a list/tuple of those."""
+    if isinstance(value, Node):
+        return f"%{value.name}"
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"device({str(value)!r})"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(format_value(item) for item in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    raise TypeError(f"cannot print argument {value!r} of type {type(value).__name__}")
+
+
+def format_node(node: Node) -> str:
+    """One line of the listing: ``%name: META = op(args, key=value)``."""
+    head = f"%{node.name}: {format_meta(node.meta)} = "
+    if node.op is None:
+        return head + "input"
+    args = [format_value(arg) for arg in node.args]
+    args += [f"{key}={format_value(value)}" for key, value in node.kwargs.items()]
+    return head + f"{node.op.name}({', '.join(args)})"
+
+
+def format_graph(graph: Graph) -> str:
+    """The whole listing; :func:`torchstrata.core.parse` reads it back."""
+    lines = [f"graph {graph.level.value} {{"]
+    lines += [f"  {format_node(node)}" for node in graph.all_nodes()]
+    lines.append("  return " + ", ".join(f"%{node.name}" for node in graph.outputs))
+    lines.append("}")
+    return "\n".join(lines)

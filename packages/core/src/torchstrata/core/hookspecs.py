@@ -1,0 +1,116 @@
+"""Pipeline hook specifications (pluggy project ``torchstrata``).
+
+Every stage is a plugin that implements one of these hooks; the runtime calls them in
+pipeline order. A third-party plugin can implement the same hooks (``tryfirst=True``
+to take precedence over a built-in stage) or contribute graph passes.
+
+Stages that have hooks of their own add them through :func:`torchstrata_addhooks`
+from their own ``hookspecs.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+import torch
+
+if TYPE_CHECKING:  # hookspecs document types only; nothing here runs at import
+    from torchstrata.core.graph import Graph
+    from torchstrata.core.options import CompileOptions
+    from torchstrata.core.passes import GraphPass
+    from torchstrata.core.results import AotResult, CaptureResult, CompiledGraph
+
+PROJECT = "torchstrata"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: The stages at which graph passes run, in pipeline order.
+PASS_STAGES = ("post_capture", "post_aot", "post_decomp")
+
+
+# ------------------------------------------------------------------------- setup
+
+
+@hookspec(historic=True)
+def torchstrata_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Add hookspecs of a stage's own (``pluginmanager.add_hookspecs(module)``).
+
+    Historic: a plugin registered later still receives the call.
+    """
+
+
+# ----------------------------------------------------------------------- capture
+
+
+@hookspec(firstresult=True)
+def torchstrata_capture(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: CompileOptions
+) -> CaptureResult | None:
+    """Capture ``fn`` as called with ``args``/``kwargs`` into torch-level graphs.
+
+    :param fn: the user's function (a bound ``forward`` for modules).
+    :param args: positional arguments of this call (real tensors).
+    :param kwargs: keyword arguments of this call.
+    :param options: the compile options.
+    :return: graphs, guards, graph breaks and the program that runs them; None to let
+        another plugin try. firstresult.
+    """
+
+
+# ---------------------------------------------------------------------- autograd
+
+
+@hookspec(firstresult=True)
+def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
+    """Turn a torch-level graph into functional ATen forward (and backward) graphs.
+
+    :param graph: a torch-level graph; input metadata says which inputs require grad.
+    :param options: the compile options.
+    :return: the ATen graphs; None to let another plugin try. firstresult.
+    """
+
+
+# ------------------------------------------------------------------------ decomp
+
+
+@hookspec(firstresult=True)
+def torchstrata_decompose(graph: Graph, options: CompileOptions) -> Graph | None:
+    """Lower an ATen graph to prims, keeping ATen nodes it chooses not to lower (extern).
+
+    :param graph: an ATen-level graph.
+    :param options: the compile options.
+    :return: a prims-level graph; None to let another plugin try. firstresult.
+    """
+
+
+# ----------------------------------------------------------------------- codegen
+
+
+@hookspec(firstresult=True)
+def torchstrata_codegen(graph: Graph, device: torch.device, options: CompileOptions) -> CompiledGraph | None:
+    """Generate code for a prims-level graph on ``device``.
+
+    :param graph: a prims-level graph (may hold extern ATen nodes).
+    :param device: where the inputs live.
+    :param options: the compile options (``options.codegen`` picks the backend).
+    :return: the compiled callable with its kernels; None to let another plugin try
+        (for example a backend that does not handle this device). firstresult.
+    """
+
+
+# ------------------------------------------------------------------------ passes
+
+
+@hookspec
+def torchstrata_graph_passes(stage: str, options: CompileOptions) -> Sequence[GraphPass] | None:
+    """Contribute graph passes for ``stage`` (one of :data:`PASS_STAGES`).
+
+    :param stage: ``post_capture`` (torch level), ``post_aot`` (ATen) or
+        ``post_decomp`` (prims).
+    :param options: the compile options.
+    :return: passes to run at that stage (ordered by their ``before``/``after``
+        declarations, then by plugin order), or None. Not firstresult: every plugin's
+        passes are collected.
+    """

@@ -1,0 +1,48 @@
+"""``interpret(graph, *args)``: run any graph eagerly through torch. The oracle of every test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchstrata.core.graph import Graph, Node, map_nodes
+
+
+class InterpreterError(RuntimeError):
+    """A node failed while interpreting; the message names it."""
+
+
+def interpret(graph: Graph, *args: Any) -> tuple[Any, ...]:
+    """Evaluate ``graph`` on real tensors and return its outputs as a tuple."""
+    if len(args) != len(graph.inputs):
+        raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
+    env: dict[Node, Any] = dict(zip(graph.inputs, args, strict=True))
+    for node in graph.nodes:
+        assert node.op is not None
+        fn = node.op.resolve()
+        call_args = map_nodes(node.args, env.__getitem__)
+        call_kwargs = map_nodes(dict(node.kwargs), env.__getitem__)
+        try:
+            env[node] = fn(*call_args, **call_kwargs)
+        except Exception as error:
+            raise InterpreterError(f"%{node.name} = {node.op.name}(...) failed: {error}") from error
+    return tuple(env[output] for output in graph.outputs)
+
+
+def random_inputs(graph: Graph, *, seed: int = 0) -> list[torch.Tensor]:
+    """Random tensors matching ``graph``'s input metadata (sizes, strides, dtype, device)."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = []
+    for meta in graph.input_metas:
+        storage_size = 1 + sum((size - 1) * stride for size, stride in zip(meta.shape, meta.strides, strict=True)
+                               if size > 0) if meta.numel else 0
+        if meta.dtype.is_floating_point:
+            flat = torch.randn(storage_size, generator=generator, dtype=torch.float64).to(meta.dtype)
+        elif meta.dtype is torch.bool:
+            flat = torch.randint(0, 2, (storage_size,), generator=generator).bool()
+        else:
+            flat = torch.randint(-8, 9, (storage_size,), generator=generator).to(meta.dtype)
+        tensor = flat.to(meta.device).as_strided(meta.shape, meta.strides)
+        tensors.append(tensor.requires_grad_(meta.requires_grad) if meta.requires_grad else tensor)
+    return tensors

@@ -1,0 +1,102 @@
+"""Tensor metadata: what the compiler knows about a value without its data."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides of ``shape`` (size-0 and size-1 dims get the usual torch strides)."""
+    strides: list[int] = []
+    running = 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _as_int_tuple(values: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _as_device(value: torch.device | str) -> torch.device:
+    device = torch.device(value)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", 0)
+    return device
+
+
+@attrs.frozen
+class TensorMeta:
+    """Shape, strides, dtype, device and ``requires_grad`` of one tensor value.
+
+    Sizes are plain ints for now; symbolic sizes will be a separate type that these
+    fields also accept once dynamic shapes land.
+    """
+
+    shape: tuple[int, ...] = attrs.field(converter=_as_int_tuple)
+    dtype: torch.dtype
+    device: torch.device = attrs.field(default=torch.device("cpu"), converter=_as_device)
+    strides: tuple[int, ...] = attrs.field(default=None, converter=attrs.converters.optional(_as_int_tuple))
+    requires_grad: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.strides is None:
+            object.__setattr__(self, "strides", contiguous_strides(self.shape))
+        if len(self.strides) != len(self.shape):
+            raise ValueError(f"strides {self.strides} do not match the rank of shape {self.shape}")
+        if any(size < 0 for size in self.shape):
+            raise ValueError(f"negative size in shape {self.shape}")
+
+    @classmethod
+    def from_tensor(cls, tensor: torch.Tensor) -> TensorMeta:
+        """Describe a real, fake or meta tensor."""
+        return cls(
+            shape=tuple(tensor.shape),
+            dtype=tensor.dtype,
+            device=tensor.device,
+            strides=tuple(tensor.stride()),
+            requires_grad=tensor.requires_grad,
+        )
+
+    @property
+    def ndim(self) -> int:
+        """Rank of the tensor."""
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the logical elements (not of the underlying storage)."""
+        return self.numel * self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        """True when the strides are row-major (ignoring dims of size 1 like torch does)."""
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
+            if size == 1:
+                continue
+            if stride != expected:
+                return False
+            expected *= size
+        return True
+
+    def with_device(self, device: torch.device | str) -> TensorMeta:
+        """The same metadata on another device."""
+        return attrs.evolve(self, device=device)
+
+    def to_meta_tensor(self) -> torch.Tensor:
+        """An empty ``meta``-device tensor with these sizes, strides and dtype."""
+        return torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device="meta")
+
+    def to_empty(self) -> torch.Tensor:
+        """An uninitialised real tensor with these sizes, strides, dtype and device."""
+        return torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device=self.device)

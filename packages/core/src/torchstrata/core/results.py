@@ -1,0 +1,117 @@
+"""The objects that stages hand to each other (all frozen attrs classes)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core.graph import Graph
+
+
+class GuardKind(enum.Enum):
+    """What a guard compares."""
+
+    TENSOR_MATCH = "tensor_match"  # shape, strides, dtype, device, requires_grad
+    CONSTANT_MATCH = "constant_match"  # a Python value equal to the one traced
+    ID_MATCH = "id_match"  # the very same object (functions, modules, globals)
+    TYPE_MATCH = "type_match"  # an object of the same type
+
+
+@attrs.frozen
+class Guard:
+    """One assumption of a trace, re-checked before its compiled code runs.
+
+    ``source`` is a Python expression over ``L`` (the frame's arguments by parameter
+    name) and ``G`` (the function's globals), e.g. ``L['x']`` or ``G['torch'].nn``.
+    ``expected`` is a :class:`~torchstrata.core.TensorMeta` for tensor guards, the
+    value for constant guards, an ``id()`` for identity guards, a type for type guards.
+    """
+
+    kind: GuardKind
+    source: str
+    expected: Any
+    description: str = ""
+
+
+@attrs.frozen
+class GraphBreak:
+    """A place where capture stopped: why, and where in the user's source."""
+
+    reason: str
+    filename: str
+    lineno: int
+    instruction: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}: {self.reason}"
+
+
+#: ``program(compiled_graphs, args, kwargs)`` runs the captured frame: it fetches each
+#: graph's inputs, calls the compiled graphs, runs any eager pieces between them and
+#: returns what the original function returns.
+Program = Callable[[Sequence[Callable[..., Any]], tuple[Any, ...], dict[str, Any]], Any]
+
+
+@attrs.frozen
+class CaptureResult:
+    """What capture found in one call of a function.
+
+    ``graphs`` are torch-level graphs; ``program`` stitches their compiled forms back
+    into the function's behaviour. With no graphs and no program the function is
+    to run eagerly (``graph_breaks`` say why).
+    """
+
+    graphs: tuple[Graph, ...]
+    guards: tuple[Guard, ...]
+    graph_breaks: tuple[GraphBreak, ...] = ()
+    program: Program | None = None
+
+
+@attrs.frozen
+class AotResult:
+    """Functional ATen graphs made from one torch-level graph.
+
+    ``forward`` returns the user's outputs first, then ``num_mutations`` values to copy
+    into the inputs listed in ``mutated_inputs``, then ``num_saved`` tensors kept for
+    ``backward``. ``backward`` is None for inference.
+    """
+
+    forward: Graph
+    backward: Graph | None = None
+    num_user_outputs: int = 0
+    mutated_inputs: tuple[int, ...] = ()
+    num_saved: int = 0
+
+    @property
+    def num_mutations(self) -> int:
+        """How many forward outputs are write-backs to inputs."""
+        return len(self.mutated_inputs)
+
+
+@attrs.frozen
+class KernelInfo:
+    """One generated (or extern) kernel of a compiled graph."""
+
+    name: str
+    backend: str  # "triton", "cpp" or "extern"
+    source: str
+    path: str | None = None
+    ops: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class CompiledGraph:
+    """A graph turned into a callable: ``compiled(*tensors) -> tuple of tensors``."""
+
+    fn: Callable[..., tuple[torch.Tensor, ...]]
+    kernels: tuple[KernelInfo, ...] = ()
+    eager_ops: tuple[str, ...] = ()
+    stats: Mapping[str, Any] = attrs.field(factory=dict)
+    launcher_source: str = ""
+
+    def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.fn(*args)

@@ -1,0 +1,170 @@
+"""Parsing the text form of a graph (``str(graph)``) back into a :class:`Graph`.
+
+Grammar, one statement per line::
+
+    graph <level> {
+      %<name>: <meta> = input
+      %<name>: <meta> = <op>(<arg>, ..., <key>=<arg>)
+      return %<name>, ...
+    }
+
+``<meta>`` is ``_`` (no tensor), ``f32[4, 8]`` with optional ``{strides}``, device
+(``cuda:0``) and ``grad`` suffixes, or a parenthesised tuple of those. Arguments are
+``%node`` references, Python literals, ``inf``/``nan``, ``torch.<dtype>``,
+``torch.<memory_format>``, ``device('cuda:0')``, and lists/tuples of those. Node metadata
+is taken from the text as written, not re-inferred, so a golden file is checked exactly.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import torch
+
+from torchstrata.core.dtypes import dtype_from_short_name
+from torchstrata.core.graph import Graph, Node, NodeMeta
+from torchstrata.core.meta import TensorMeta
+from torchstrata.core.ops import Level, parse_op
+
+
+class ParseError(ValueError):
+    """The text is not a valid graph listing; the message names the line."""
+
+
+_TENSOR_META = re.compile(
+    r"(?P<dtype>[a-z]+\d*)\[(?P<shape>[\d,\s]*)\]"
+    r"(?:\{(?P<strides>[-\d,\s]*)\})?"
+    r"(?:\s+(?P<device>(?:cpu|cuda|meta|xpu|mps)(?::\d+)?))?"
+    r"(?:\s+(?P<grad>grad))?"
+)
+_NODE_LINE = re.compile(r"%(?P<name>\w+)\s*:\s*(?P<meta>.+?)\s*=\s*(?P<rhs>.+)")
+_CALL = re.compile(r"(?P<op>[\w.]+)\((?P<args>.*)\)")
+_REF = re.compile(r"%(\w+)")
+_REF_PREFIX = "__node_ref_"
+
+
+def _ints(text: str | None) -> tuple[int, ...]:
+    return tuple(int(part) for part in (text or "").split(",") if part.strip())
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        depth += char in "([{"
+        depth -= char in ")]}"
+        current.append(char)
+    if "".join(current).strip():
+        parts.append("".join(current))
+    return [part.strip() for part in parts]
+
+
+def parse_meta(text: str) -> NodeMeta:
+    """Parse the metadata part of a node line."""
+    text = text.strip()
+    if text == "_":
+        return None
+    if text.startswith("(") and text.endswith(")"):
+        return tuple(parse_meta(part) for part in _split_top_level(text[1:-1]))  # type: ignore[misc]
+    match = _TENSOR_META.fullmatch(text)
+    if not match:
+        raise ParseError(f"cannot read tensor metadata {text!r}")
+    shape = _ints(match["shape"])
+    strides = _ints(match["strides"]) if match["strides"] is not None else None
+    return TensorMeta(shape, dtype_from_short_name(match["dtype"]), match["device"] or "cpu", strides,
+                      requires_grad=match["grad"] is not None)
+
+
+class _ArgReader:
+    def __init__(self, env: dict[str, Node]) -> None:
+        self.env = env
+
+    def read(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.List):
+            return [self.read(item) for item in node.elts]
+        if isinstance(node, ast.Tuple):
+            return tuple(self.read(item) for item in node.elts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -self.read(node.operand)
+        if isinstance(node, ast.Name):
+            return self._name(node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            value = getattr(torch, node.attr, None)
+            if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
+                return value
+            raise ParseError(f"torch.{node.attr} is not a dtype, memory format or layout")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "device"
+                and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
+            return torch.device(node.args[0].value)
+        raise ParseError(f"unsupported argument syntax: {ast.unparse(node)}")
+
+    def _name(self, name: str) -> Any:
+        if name.startswith(_REF_PREFIX):
+            ref = name.removeprefix(_REF_PREFIX)
+            if ref not in self.env:
+                raise ParseError(f"%{ref} is used before it is defined")
+            return self.env[ref]
+        special = {"inf": float("inf"), "nan": float("nan"), "True": True, "False": False, "None": None}
+        if name in special:
+            return special[name]
+        raise ParseError(f"unknown name {name!r} in arguments")
+
+
+def parse(text: str) -> Graph:
+    """Read a graph listing produced by ``str(graph)``."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("graph ") or lines[-1] != "}":
+        raise ParseError("a graph listing starts with 'graph <level> {' and ends with '}'")
+    header = lines[0].removeprefix("graph ").removesuffix("{").strip()
+    try:
+        level = Level(header)
+    except ValueError:
+        raise ParseError(f"unknown level {header!r}; expected torch, aten or prims") from None
+    env: dict[str, Node] = {}
+    inputs: list[Node] = []
+    nodes: list[Node] = []
+    outputs: list[Node] | None = None
+    reader = _ArgReader(env)
+    for number, line in enumerate(lines[1:-1], start=2):
+        try:
+            if line.startswith("return"):
+                names = [part.strip() for part in line.removeprefix("return").split(",") if part.strip()]
+                outputs = [reader.read(ast.parse(_REF.sub(_REF_PREFIX + r"\1", name), mode="eval").body)
+                           for name in names]
+                continue
+            node = _parse_node_line(line, reader)
+        except (ParseError, SyntaxError, ValueError, TypeError) as error:
+            raise ParseError(f"line {number}: {error}: {line}") from None
+        if node.name in env:
+            raise ParseError(f"line {number}: %{node.name} is defined twice")
+        env[node.name] = node
+        (inputs if node.is_input else nodes).append(node)
+    if outputs is None:
+        raise ParseError("the listing has no return line")
+    return Graph(level, tuple(inputs), tuple(nodes), tuple(outputs))
+
+
+def _parse_node_line(line: str, reader: _ArgReader) -> Node:
+    match = _NODE_LINE.fullmatch(line)
+    if not match:
+        raise ParseError("expected '%name: meta = rhs'")
+    meta = parse_meta(match["meta"])
+    rhs = match["rhs"].strip()
+    if rhs == "input":
+        return Node(match["name"], None, meta=meta)
+    call = _CALL.fullmatch(rhs)
+    if not call:
+        raise ParseError(f"expected op(args) but found {rhs!r}")
+    arg_source = _REF.sub(_REF_PREFIX + r"\1", call["args"])
+    expr = ast.parse(f"f({arg_source})", mode="eval").body
+    assert isinstance(expr, ast.Call)
+    args = tuple(reader.read(arg) for arg in expr.args)
+    kwargs = {kw.arg: reader.read(kw.value) for kw in expr.keywords if kw.arg is not None}
+    return Node(match["name"], parse_op(call["op"]), args, kwargs, meta)
