@@ -1,0 +1,103 @@
+"""In-place torch ops, constants, and the errors that name what is not supported yet."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+
+from torchstrata.autograd import TRAINING_NOT_SUPPORTED, AotTraceError, aot_forward
+from torchstrata.core import GraphBuilder, Level, TensorMeta, parse
+
+
+def test_inplace_ops_on_intermediates_become_functional(aot):
+    b, (x, y) = aot.builder(x=((4, 5), torch.float32), y=((5,), torch.float32))
+    t = aot.call(b, operator.add, x, 1)
+    aot.call(b, torch.Tensor.add_, t, y)
+    aot.call(b, torch.Tensor.mul_, t, 2)
+    forward = aot.check(b.build([t]))
+    names = [op.name for op in forward.ops()]
+    assert names == ["aten.add.Tensor", "aten.add.Tensor", "aten.mul.Tensor"]
+    assert not any(name.endswith("_.Tensor") for name in names)
+
+
+def test_inplace_result_keeps_self_dtype(aot):
+    b, (x, d) = aot.builder(x=((3,), torch.float32), d=((3,), torch.float64))
+    t = aot.call(b, torch.Tensor.clone, x)
+    out = aot.call(b, torch.Tensor.add_, t, d)
+    forward = aot.check(b.build([out, t]))
+    assert forward.outputs[0].tensor_meta.dtype is torch.float32
+    assert "aten._to_copy.default" in [op.name for op in forward.ops()]
+
+
+def test_fill_copy_and_zero_on_intermediates(aot):
+    b, (x, y) = aot.builder(x=((2, 3), torch.float32), y=((3,), torch.float32))
+    t = aot.call(b, torch.Tensor.clone, x)
+    aot.call(b, torch.Tensor.copy_, t, y)
+    u = aot.call(b, torch.Tensor.clone, x)
+    aot.call(b, torch.Tensor.fill_, u, 1.5)
+    z = aot.call(b, torch.Tensor.clone, x)
+    aot.call(b, torch.Tensor.zero_, z)
+    aot.check(b.build([t, u, z]))
+
+
+def test_inplace_on_a_view_then_output_the_view(aot):
+    b, (x,) = aot.builder(x=((2, 3), torch.float32))
+    t = aot.call(b, torch.Tensor.transpose, aot.call(b, operator.mul, x, 3), 0, 1)
+    aot.call(b, torch.Tensor.sub_, t, 1)
+    aot.check(b.build([t]))
+
+
+@pytest.mark.parametrize("on_view", [False, True])
+def test_mutating_a_graph_input_names_the_op(aot, on_view):
+    b, (x,) = aot.builder(x=((4,), torch.float32))
+    target = aot.call(b, torch.Tensor.view, x, 2, 2) if on_view else x
+    aot.call(b, torch.Tensor.add_, target, 1)
+    with pytest.raises(NotImplementedError, match=r"aten::add_\.Tensor.*graph input %x"):
+        aot_forward(b.build([x]))
+
+
+def test_reading_a_base_after_its_view_was_mutated_is_refused(aot):
+    b, (x,) = aot.builder(x=((2, 3), torch.float32))
+    base = aot.call(b, operator.add, x, 1)
+    view = aot.call(b, torch.Tensor.view, base, 6)
+    aot.call(b, torch.Tensor.mul_, view, 2)
+    with pytest.raises(NotImplementedError, match="functionalization"):
+        aot_forward(b.build([base]))
+
+
+def test_zero_dim_constant_tensor_becomes_scalar_tensor_node(aot):
+    b, (x,) = aot.builder(x=((3,), torch.float32))
+    c = aot.call(b, torch.tensor, 2.5)
+    forward = aot.check(b.build([aot.call(b, operator.mul, x, c)]))
+    assert forward.ops()[0].name == "aten.scalar_tensor.default"
+
+
+def test_inputs_requiring_grad_are_refused_for_now():
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((3,), torch.float32, requires_grad=True))
+    with pytest.raises(NotImplementedError, match=TRAINING_NOT_SUPPORTED):
+        aot_forward(b.build([x]))
+
+
+def test_failing_torch_node_is_named():
+    graph = parse(
+        """
+        graph torch {
+          %x: f32[3] = input
+          %y: f32[4] = input
+          %bad: f32[3] = operator.add(%x, %y)
+          return %bad
+        }
+        """
+    )
+    with pytest.raises(AotTraceError, match=r"%bad = operator.add"):
+        aot_forward(graph)
+
+
+def test_only_torch_level_graphs_are_accepted():
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((3,), torch.float32))
+    with pytest.raises(ValueError, match="torch-level"):
+        aot_forward(b.build([x]))
