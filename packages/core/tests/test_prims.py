@@ -85,3 +85,8 @@ def test_broadcast_in_dim_meta_gives_zero_strides():
     assert meta.strides == (0, 1)
     with pytest.raises(PrimError, match="cannot broadcast"):
         get_prim("broadcast_in_dim").meta(TensorMeta((4,), FLOAT), [3, 5], [1])
+
+
+def test_where_scalar_takes_value_dtype_not_predicate_dtype():
+    out = get_prim("where").impl(torch.tensor([True, False]), float("-inf"), torch.tensor([1.0, 2.0]))
+    assert out.tolist() == [float("-inf"), 2.0]

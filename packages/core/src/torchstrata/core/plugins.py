@@ -56,6 +56,8 @@ def create_plugin_manager(
     for name, plugin in plugins:
         if not manager.is_blocked(name):
             register(manager, name, plugin)
+    # Historic: stages registered above (and any registered later) add their own hookspecs.
+    manager.hook.torchstrata_addhooks.call_historic(kwargs={"pluginmanager": manager})
     return manager
 
 

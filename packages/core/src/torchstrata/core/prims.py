@@ -238,11 +238,15 @@ def _iota_meta(length: int, start: int, step: int, dtype: torch.dtype, device: t
 # ------------------------------------------------------------------- implementations
 
 
-def _elementwise_impl(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Wrap a torch function so that scalar operands take the tensor operand's dtype."""
+def _elementwise_impl(fn: Callable[..., torch.Tensor], first_value: int = 0) -> Callable[..., torch.Tensor]:
+    """Wrap a torch function so that scalar operands take the tensor operand's dtype.
+
+    ``first_value`` skips leading operands that do not carry the value dtype (the
+    predicate of ``where``).
+    """
 
     def impl(*operands: Any) -> torch.Tensor:
-        like = next(op for op in operands if isinstance(op, torch.Tensor))
+        like = next(op for op in operands[first_value:] if isinstance(op, torch.Tensor))
         tensors = [op if isinstance(op, torch.Tensor) else torch.tensor(op, dtype=like.dtype, device=like.device)
                    for op in operands]
         return fn(*tensors)
@@ -350,7 +354,7 @@ for _name, _fn, _doc in _REDUCTIONS:
             _reduce_impl(_fn), _doc)
 
 _define("where", PrimFamily.TERNARY, "(pred: Tensor[bool], a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
-        _where_meta, _elementwise_impl(torch.where), "a where pred else b")
+        _where_meta, _elementwise_impl(torch.where, first_value=1), "a where pred else b")
 _define("convert_element_type", PrimFamily.CAST, "(a: Tensor, dtype: dtype) -> Tensor", _convert_meta,
         lambda a, dtype: a.to(dtype), "cast to dtype (float->int truncates, like torch)")
 _define("broadcast_in_dim", PrimFamily.VIEW, "(a: Tensor, shape: int[], broadcast_dims: int[]) -> Tensor",

@@ -75,9 +75,19 @@ class CaptureResult:
 class AotResult:
     """Functional ATen graphs made from one torch-level graph.
 
-    ``forward`` returns the user's outputs first, then ``num_mutations`` values to copy
-    into the inputs listed in ``mutated_inputs``, then ``num_saved`` tensors kept for
-    ``backward``. ``backward`` is None for inference.
+    ``forward`` takes the torch graph's inputs and returns the user's outputs first, then
+    ``num_mutations`` values to copy into the inputs listed in ``mutated_inputs``, then
+    ``num_saved`` tensors kept for ``backward``. ``backward`` is None for inference.
+
+    ``backward`` takes the ``num_saved`` saved tensors, then one tangent (the incoming
+    gradient, contiguous) for each user output listed in ``tangent_outputs``, and
+    returns one gradient for each input listed in ``grad_inputs`` (the other inputs get
+    no gradient).
+
+    ``output_aliases`` has one entry per user output: None, or ``(input index, size,
+    stride, storage_offset)`` when the output is a view of (or is) that input; the
+    caller returns ``inputs[index].as_strided(size, stride, storage_offset)`` (after the
+    write-backs) instead of the computed value.
     """
 
     forward: Graph
@@ -85,6 +95,9 @@ class AotResult:
     num_user_outputs: int = 0
     mutated_inputs: tuple[int, ...] = ()
     num_saved: int = 0
+    output_aliases: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
+    tangent_outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
 
     @property
     def num_mutations(self) -> int:

@@ -1,0 +1,170 @@
+"""``decompose(graph)``: one driver that applies a rule table to an ATen graph."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from torchstrata.core import (
+    GETITEM,
+    CompileOptions,
+    Graph,
+    GraphBuilder,
+    Level,
+    MetaInferenceError,
+    Node,
+    OpKind,
+    eliminate_dead_code,
+    infer_meta,
+    map_nodes,
+)
+from torchstrata.decomp.context import DecompContext
+from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
+from torchstrata.decomp.table import NotDecomposable, Rule, RuleFn, RuleTable
+
+#: Key of this stage in ``CompileOptions.stage_options``.
+STAGE = "decomp"
+
+
+@attrs.frozen
+class DecompStats:
+    """What :func:`decompose_with_stats` did, counted per ATen overload.
+
+    ``decomposed``: nodes lowered to prims. ``extern``: ATen nodes kept (by policy, by
+    request, because no rule exists, or because the rule declined these arguments).
+    """
+
+    decomposed: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    extern: collections.Counter[str] = attrs.field(factory=collections.Counter)
+
+    def missing(self) -> collections.Counter[str]:
+        """Extern ops that are not extern by policy (candidates for new rules)."""
+        return collections.Counter(
+            {op: n for op, n in self.extern.items() if not is_extern_by_policy(op)}
+        )
+
+
+def _as_table(rules: Mapping[str, RuleFn | Rule] | None) -> RuleTable:
+    if rules is None:
+        return DEFAULT_RULES
+    return rules if isinstance(rules, RuleTable) else RuleTable(rules, source="explicit")
+
+
+def _keep_extern(options: CompileOptions | None) -> frozenset[str]:
+    if options is None:
+        return frozenset()
+    return frozenset(options.stage(STAGE).get("keep_extern", ()))
+
+
+class _Renames:
+    """Gives the value a rule produced the name of the ATen node it replaces.
+
+    Prims a rule builds are named ``<node>_<prim>``; its result takes ``<node>`` back so a
+    decomposed listing keeps the names of its source (unless that name is taken).
+    """
+
+    def __init__(self) -> None:
+        self.wanted: dict[Node, str] = {}
+
+    def claim(self, node: Node, name: str) -> None:
+        if node.op is not None and node.name.startswith(f"{name}_") and node not in self.wanted:
+            self.wanted[node] = name
+
+    def apply(self, graph: Graph) -> Graph:
+        taken = {node.name for node in graph.all_nodes()}
+        renamed: dict[Node, Node] = {}
+        nodes = []
+        for node in graph.nodes:
+            name = self.wanted.get(node)
+            if name is not None and name not in taken:
+                taken.add(name)
+            else:
+                name = node.name
+            args = map_nodes(node.args, lambda n: renamed.get(n, n))
+            kwargs = map_nodes(dict(node.kwargs), lambda n: renamed.get(n, n))
+            renamed[node] = Node(name, node.op, args, kwargs, node.meta)
+            nodes.append(renamed[node])
+        outputs = tuple(renamed.get(node, node) for node in graph.outputs)
+        return Graph(graph.level, graph.inputs, tuple(nodes), outputs)
+
+
+def _copy_extern(
+    builder: GraphBuilder, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Node:
+    assert node.op is not None
+    try:  # inputs may now have other strides: re-derive, fall back to the ATen answer
+        meta = infer_meta(node.op, args, kwargs)
+    except MetaInferenceError:
+        meta = node.meta
+    return builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
+
+
+def decompose_with_stats(
+    graph: Graph,
+    options: CompileOptions | None = None,
+    *,
+    rules: Mapping[str, RuleFn | Rule] | None = None,
+) -> tuple[Graph, DecompStats]:
+    """Lower an ATen-level ``graph`` to a prims-level graph and count what happened.
+
+    :param graph: an ATen graph (a prims graph is returned unchanged).
+    :param options: compile options; ``options.stage_options["decomp"]["keep_extern"]``
+        lists overloads (``"aten.gelu.default"``) to keep as ATen even if a rule exists.
+    :param rules: the rule table (default :data:`DEFAULT_RULES`; the plugin passes the
+        table merged from every plugin's ``torchstrata_decompositions``).
+    :return: the prims graph (extern ATen nodes allowed) and :class:`DecompStats`.
+    """
+    if graph.level is Level.PRIMS:
+        return graph, DecompStats()
+    if graph.level is not Level.ATEN:
+        raise ValueError(f"decompose takes an aten graph, got a {graph.level.value} graph")
+    table, keep = _as_table(rules), _keep_extern(options)
+    stats = DecompStats()
+    builder = GraphBuilder(Level.PRIMS)
+    env: dict[Node, Any] = {}
+    input_aliases: set[Node] = set()
+    names = _Renames()
+    for node in graph.inputs:
+        env[node] = builder.input(node.name, node.tensor_meta)
+        input_aliases.add(env[node])
+    for node in graph.nodes:
+        assert node.op is not None
+        args = map_nodes(node.args, env.__getitem__)
+        kwargs = map_nodes(dict(node.kwargs), env.__getitem__)
+        if node.op == GETITEM and isinstance(args[0], tuple):
+            env[node] = args[0][args[1]]
+            names.claim(env[node], node.name)
+            continue
+        if node.op.kind is not OpKind.ATEN:
+            env[node] = builder.call(node.op, *args, meta=node.meta, name=node.name, **kwargs)
+            continue
+        name = node.op.name
+        result = None
+        if name in table and name not in keep:
+            try:
+                result = table[name](DecompContext(builder, node, input_aliases), *args, **kwargs)
+            except NotDecomposable:
+                result = None
+        if result is None:
+            env[node] = _copy_extern(builder, node, args, kwargs)
+            stats.extern[name] += 1
+        else:
+            env[node] = result
+            stats.decomposed[name] += 1
+            if isinstance(result, Node):
+                names.claim(result, node.name)
+    outputs = [env[node] for node in graph.outputs]
+    return names.apply(eliminate_dead_code(builder.build(outputs))), stats
+
+
+def decompose(
+    graph: Graph,
+    options: CompileOptions | None = None,
+    *,
+    rules: Mapping[str, RuleFn | Rule] | None = None,
+) -> Graph:
+    """Lower an ATen-level ``graph`` to prims (see :func:`decompose_with_stats`)."""
+    return decompose_with_stats(graph, options, rules=rules)[0]

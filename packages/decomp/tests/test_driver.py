@@ -1,0 +1,178 @@
+"""The driver, the extern policy, stats, options, rule tables and the plugin API."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchstrata.core import (
+    CompileOptions,
+    GraphBuilder,
+    Level,
+    OpKind,
+    TensorMeta,
+    aten,
+    create_plugin_manager,
+    hookimpl,
+    interpret,
+    prim,
+    random_inputs,
+    verify,
+)
+from torchstrata.decomp import (
+    DEFAULT_RULES,
+    DuplicateRuleError,
+    RuleTable,
+    collect_rules,
+    decompose,
+    decompose_with_stats,
+    override,
+)
+from torchstrata.decomp import plugin as decomp_plugin
+
+
+def demo_graph():
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((64, 128), torch.float32))
+    b = builder.input("b", TensorMeta((128,), torch.float32))
+    added = builder.call(aten("add.Tensor"), x, b)
+    gelu = builder.call(aten("gelu.default"), added)
+    return builder.build([builder.call(aten("_softmax.default"), gelu, -1, False)])
+
+
+def mlp_graph():
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((8, 16), torch.float32))
+    w = builder.input("w", TensorMeta((32, 16), torch.float32))
+    bias = builder.input("bias", TensorMeta((32,), torch.float32))
+    hidden = builder.call(aten("addmm.default"), bias, x, builder.call(aten("t.default"), w))
+    act = builder.call(aten("gelu.default"), hidden)
+    out = builder.call(aten("mm.default"), act, builder.call(aten("permute.default"), w, [0, 1]))
+    return builder.build([builder.call(aten("_softmax.default"), out, -1, False)])
+
+
+def test_demo_becomes_pure_prims_and_matches_eager() -> None:
+    prims, stats = decompose_with_stats(demo_graph())
+    verify(prims)
+    assert all(op.kind is OpKind.PRIMS for op in prims.ops())
+    assert prim("erf") in prims.ops() and prim("amax") in prims.ops()
+    assert sum(stats.decomposed.values()) == 3 and not stats.extern
+    x, b = random_inputs(prims)
+    expected = torch.softmax(F.gelu(x + b), -1)
+    torch.testing.assert_close(interpret(prims, x, b)[0], expected)
+
+
+def test_matmuls_stay_extern_and_are_counted() -> None:
+    graph = mlp_graph()
+    prims, stats = decompose_with_stats(graph)
+    verify(prims)
+    assert stats.extern == {"aten.addmm.default": 1, "aten.mm.default": 1}
+    assert not stats.missing()
+    assert [op.name for op in prims.ops() if op.kind is OpKind.ATEN] == [
+        "aten.addmm.default",
+        "aten.mm.default",
+    ]
+    inputs = random_inputs(graph)
+    torch.testing.assert_close(interpret(prims, *inputs)[0], interpret(graph, *inputs)[0])
+
+
+def test_op_without_rule_stays_extern_with_its_metadata() -> None:
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((4, 5), torch.float32, strides=(1, 4)))
+    cumsum = builder.call(aten("cumsum.default"), builder.call(aten("exp.default"), x), 1)
+    graph = builder.build([cumsum])
+    prims, stats = decompose_with_stats(graph)
+    verify(prims)
+    assert stats.missing() == {"aten.cumsum.default": 1}
+    assert prims.outputs[0].meta == cumsum.meta
+    inputs = random_inputs(graph)
+    torch.testing.assert_close(interpret(prims, *inputs)[0], interpret(graph, *inputs)[0])
+
+
+def test_keep_extern_option_and_explicit_rules() -> None:
+    options = CompileOptions(stage_options={"decomp": {"keep_extern": ["aten.gelu.default"]}})
+    _, stats = decompose_with_stats(demo_graph(), options)
+    assert stats.extern == {"aten.gelu.default": 1}
+    only_add = RuleTable({"add.Tensor": DEFAULT_RULES["aten.add.Tensor"]})
+    _, stats = decompose_with_stats(demo_graph(), rules=only_add)
+    assert set(stats.extern) == {"aten.gelu.default", "aten._softmax.default"}
+
+
+def test_prims_graph_passes_through_and_torch_graph_is_refused() -> None:
+    prims = decompose(demo_graph())
+    assert decompose(prims) is prims
+    with pytest.raises(ValueError, match="aten graph"):
+        decompose(GraphBuilder(Level.TORCH).build([]))
+
+
+def _relu_as_clamp(ctx, x):
+    return ctx.prim("maximum", x, 0.0)
+
+
+def test_rule_tables_compose_and_refuse_duplicates() -> None:
+    mine = RuleTable({"aten.relu.default": _relu_as_clamp}, source="mine")
+    with pytest.raises(DuplicateRuleError, match="mine"):
+        DEFAULT_RULES + mine
+    merged = DEFAULT_RULES + {"relu": override(_relu_as_clamp)}
+    assert merged["aten.relu.default"].fn is _relu_as_clamp
+    assert len(merged) == len(DEFAULT_RULES)
+    with pytest.raises(DuplicateRuleError):
+        merged + {"relu": override(_relu_as_clamp)}
+
+
+class HardswishPlugin:
+    """A third-party plugin adding a rule for an op decomp does not cover."""
+
+    @hookimpl
+    def torchstrata_decompositions(self):
+        def hardswish(ctx, x):
+            gate = ctx.prim("minimum", ctx.prim("maximum", ctx.prim("add", x, 3.0), 0.0), 6.0)
+            return ctx.prim("div", ctx.prim("mul", x, gate), 6.0)
+
+        return {"aten.hardswish.default": hardswish}
+
+
+def _manager(*plugins, addhooks: bool = True):
+    manager = create_plugin_manager(
+        load_entrypoints=False, plugins=[("decomp", decomp_plugin), *plugins]
+    )
+    if addhooks:
+        manager.hook.torchstrata_addhooks.call_historic(kwargs={"pluginmanager": manager})
+    return manager
+
+
+def test_plugin_rules_reach_the_decompose_hook() -> None:
+    manager = _manager(("hardswish", HardswishPlugin()))
+    assert "aten.hardswish.default" in collect_rules(manager)
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((3, 4), torch.float32))
+    graph = builder.build([builder.call(aten("hardswish.default"), x)])
+    prims = manager.hook.torchstrata_decompose(graph=graph, options=CompileOptions())
+    verify(prims)
+    assert all(op.kind is OpKind.PRIMS for op in prims.ops())
+    inputs = random_inputs(graph)
+    torch.testing.assert_close(interpret(prims, *inputs)[0], interpret(graph, *inputs)[0])
+
+
+def test_conflicting_plugins_are_an_error_and_override_wins() -> None:
+    class Conflict:
+        @hookimpl
+        def torchstrata_decompositions(self):
+            return {"aten.relu.default": _relu_as_clamp}
+
+    with pytest.raises(DuplicateRuleError, match="decomp and conflict"):
+        collect_rules(_manager(("conflict", Conflict())))
+
+    class Override:
+        @hookimpl
+        def torchstrata_decompositions(self):
+            return {"aten.relu.default": override(_relu_as_clamp)}
+
+    assert collect_rules(_manager(("o", Override())))["aten.relu.default"].fn is _relu_as_clamp
+
+
+def test_decompose_hook_works_without_addhooks() -> None:
+    manager = _manager(addhooks=False)
+    prims = manager.hook.torchstrata_decompose(graph=demo_graph(), options=CompileOptions())
+    assert all(op.kind is OpKind.PRIMS for op in prims.ops())
