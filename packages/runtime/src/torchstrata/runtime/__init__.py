@@ -1,0 +1,24 @@
+"""torchstrata.runtime: ``compile()``, ``explain()``, ``reset()``, guards, caches, eager
+fallback and the Dynamo backend."""
+
+from torchstrata.runtime.api import compile, explain, reset
+from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
+from torchstrata.runtime.explain import ExplainReport
+from torchstrata.runtime.guards import GuardFailure, GuardSet, bind_frame
+from torchstrata.runtime.pipeline import Pipeline
+
+__all__ = [
+    "CompilationError",
+    "CompiledFunction",
+    "CompiledModule",
+    "ExplainReport",
+    "GuardFailure",
+    "GuardSet",
+    "Pipeline",
+    "TorchstrataFallbackWarning",
+    "bind_frame",
+    "compile",
+    "explain",
+    "reset",
+]

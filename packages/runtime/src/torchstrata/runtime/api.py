@@ -1,0 +1,125 @@
+"""The user-facing functions: ``compile``, ``explain`` and ``reset``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import CompileOptions, current_options
+from torchstrata.runtime.cache import clear_all_caches
+from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.explain import ExplainReport, explain_call
+from torchstrata.runtime.fallback import clear_warnings
+from torchstrata.runtime.pipeline import Pipeline
+
+_DEFAULT_PIPELINE = Pipeline()
+
+
+def resolve_options(
+    options: CompileOptions | Mapping[str, Any] | None, **explicit: Any
+) -> CompileOptions:
+    """``options`` (or a dict of its fields) over ``current_options()``; explicit keyword
+    arguments that are set (not None / not False) win."""
+    base = current_options()
+    if options is None:
+        resolved = base
+    elif isinstance(options, CompileOptions):
+        resolved = options
+    elif isinstance(options, Mapping):
+        known = attrs.fields_dict(CompileOptions)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"unknown compile option(s) {unknown}; known: {sorted(known)}")
+        resolved = attrs.evolve(base, **options)
+    else:
+        raise TypeError(f"options must be a CompileOptions or a dict, not {type(options).__name__}")
+    changes = {
+        name: value for name, value in explicit.items() if value is not None and value is not False
+    }
+    return attrs.evolve(resolved, **changes) if changes else resolved
+
+
+def compile(
+    fn_or_module: Callable[..., Any] | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    codegen: str | None = None,
+    mode: str | None = None,
+    options: CompileOptions | Mapping[str, Any] | None = None,
+    pipeline: Pipeline | None = None,
+) -> Any:
+    """Compile a function or ``nn.Module``; the result behaves like the original.
+
+    A function gives a :class:`CompiledFunction`; a module gives a
+    :class:`CompiledModule` whose ``forward`` is compiled (the original module stays
+    usable and its parameters may change between calls). Without ``fn_or_module``,
+    returns a decorator. Compilation happens on the first call for each guard set.
+
+    :param fullgraph: raise :class:`CompilationError` on a graph break or stage failure
+        instead of falling back to eager.
+    :param dynamic: reserved for dynamic shapes (passed to the stages).
+    :param codegen: ``None`` (by device), ``"triton"``, ``"cpp"`` or ``"eager"`` (stop
+        at ATen graphs, run them in the reference interpreter).
+    :param mode: ``None``, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``.
+    :param options: a :class:`~torchstrata.core.CompileOptions` or a dict of its fields;
+        defaults come from :func:`torchstrata.core.current_options`.
+    :param pipeline: the :class:`Pipeline` to use (tests inject fake stages this way).
+    :raises TypeError: ``fn_or_module`` is not callable, or ``options`` is malformed.
+    :raises ValueError: a bad ``codegen`` or ``mode`` value.
+    """
+    try:
+        resolved = resolve_options(
+            options, fullgraph=fullgraph, dynamic=dynamic, codegen=codegen, mode=mode
+        )
+    except ValueError as error:
+        raise ValueError(f"torchstrata.runtime.compile: {error}") from None
+    if pipeline is not None and not isinstance(pipeline, Pipeline):
+        raise TypeError(f"pipeline must be a Pipeline, not {type(pipeline).__name__}")
+    if fn_or_module is None:
+        return functools.partial(compile, options=resolved, pipeline=pipeline)
+    if not callable(fn_or_module):
+        raise TypeError(
+            f"torchstrata.runtime.compile expects a function or nn.Module, got "
+            f"{type(fn_or_module).__name__}"
+        )
+    chosen = pipeline or _DEFAULT_PIPELINE
+    if isinstance(fn_or_module, CompiledModule):
+        fn_or_module = fn_or_module._orig_mod
+    if isinstance(fn_or_module, torch.nn.Module):
+        return CompiledModule(
+            fn_or_module, CompiledFunction(fn_or_module.forward, resolved, chosen)
+        )
+    if isinstance(fn_or_module, CompiledFunction):
+        fn_or_module = fn_or_module.fn
+    return CompiledFunction(fn_or_module, resolved, chosen)
+
+
+def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
+    """Compile ``fn`` for this call afresh and report graphs, graph breaks (reason and
+    source location), guards, ops per graph, kernels and ops left to eager.
+
+    ``fn`` may be a plain function, an ``nn.Module`` or what :func:`compile` returned
+    (then its options and pipeline are used). The caches are neither read nor written;
+    the function is not run.
+    """
+    options, pipeline = current_options(), _DEFAULT_PIPELINE
+    if isinstance(fn, CompiledModule):
+        fn = fn.compiled_forward
+    if isinstance(fn, CompiledFunction):
+        options, pipeline, fn = fn.options, fn.pipeline, fn.fn
+    elif isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    if not callable(fn):
+        raise TypeError(f"explain expects a function or nn.Module, got {type(fn).__name__}")
+    return explain_call(pipeline, options, fn, args, kwargs)
+
+
+def reset() -> None:
+    """Clear every in-memory cache (compiled entries, warn-once memory)."""
+    clear_all_caches()
+    clear_warnings()

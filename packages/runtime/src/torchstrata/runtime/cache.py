@@ -1,0 +1,74 @@
+"""In-memory cache of compiled frames: a list of guarded entries per compiled function."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from torchstrata.runtime.guards import GuardFailure, GuardSet
+
+#: Runs a cached frame: ``run(args, kwargs)`` returns what the function returns.
+FrameRunner = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+
+
+@attrs.define
+class CacheEntry:
+    """Compiled code (or the decision to run eagerly) valid while ``guards`` hold.
+
+    ``run`` is None for an eager entry; ``reason`` then says why. ``checked`` turns
+    True once the compiled code has run successfully (the first run may still fall
+    back to eager when it raises).
+    """
+
+    guards: GuardSet
+    run: FrameRunner | None
+    reason: str = ""
+    checked: bool = False
+
+
+class FrameCache:
+    """The entries of one compiled function, tried in insertion order."""
+
+    def __init__(self) -> None:
+        self.entries: list[CacheEntry] = []
+        self.lock = threading.RLock()
+        self.limit_warned = False
+        _ALL_CACHES.add(self)
+
+    def lookup(
+        self, frame: dict[str, Any], globals_: dict[str, Any]
+    ) -> tuple[CacheEntry | None, list[GuardFailure]]:
+        """The first entry whose guards hold, and the failures of those tried before it."""
+        failures: list[GuardFailure] = []
+        for entry in self.entries:
+            failure = entry.guards.failure(frame, globals_)
+            if failure is None:
+                return entry, failures
+            failures.append(failure)
+        return None, failures
+
+    def add(self, entry: CacheEntry) -> None:
+        """Append an entry (checked after the existing ones)."""
+        self.entries.append(entry)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self.lock:
+            self.entries.clear()
+            self.limit_warned = False
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+_ALL_CACHES: weakref.WeakSet[FrameCache] = weakref.WeakSet()
+
+
+def clear_all_caches() -> None:
+    """Drop the entries of every live :class:`FrameCache`."""
+    for cache in list(_ALL_CACHES):
+        cache.clear()

@@ -1,0 +1,210 @@
+"""The callables ``compile()`` returns: guarded dispatch to cached compiled frames."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
+from torchstrata.runtime.cache import CacheEntry, FrameCache
+from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
+from torchstrata.runtime.fallback import warn_once
+from torchstrata.runtime.guards import FrameBinder, GuardFailure, GuardSet, frame_globals
+from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
+
+logger = logging.getLogger("torchstrata.runtime")
+
+_ALWAYS = GuardSet(())
+
+
+def _grad_mode_guard() -> Guard:
+    """Compiled forwards do not record autograd history, so grad mode is part of the key."""
+    return Guard(
+        GuardKind.CONSTANT_MATCH, "torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode"
+    )
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """``qualname (file:line)`` of a function, for messages."""
+    plain = getattr(fn, "__func__", fn)
+    name = getattr(plain, "__qualname__", type(plain).__name__)
+    code = getattr(plain, "__code__", None)
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code else name
+
+
+class CompiledFunction:
+    """``fn`` compiled on first call per guard set; calls it with the same results.
+
+    :param fn: the user's function (or a bound ``forward``).
+    :param options: resolved compile options.
+    :param pipeline: drives the stages (found through the plugin manager).
+    """
+
+    def __init__(self, fn: Callable[..., Any], options: CompileOptions, pipeline: Pipeline) -> None:
+        self.fn = fn
+        self.options = options
+        self.pipeline = pipeline
+        self.cache = FrameCache()
+        self._globals = frame_globals(fn)
+        self._bind = FrameBinder(fn)
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            frame = self._bind(args, kwargs)
+        except TypeError:
+            return self.fn(*args, **kwargs)  # let the function report its own bad call
+        entry, _ = self.cache.lookup(frame, self._globals)
+        if entry is None:
+            entry = self._miss(args, kwargs, frame)
+        if entry.run is None:
+            return self.fn(*args, **kwargs)
+        if entry.checked:
+            return entry.run(args, kwargs)
+        return self._first_run(entry, args, kwargs)
+
+    # ------------------------------------------------------------------ misses
+
+    def _miss(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], frame: dict[str, Any]
+    ) -> CacheEntry:
+        with self.cache.lock:
+            entry, failures = self.cache.lookup(frame, self._globals)
+            if entry is not None:
+                return entry
+            if len(self.cache) >= self.options.recompile_limit:
+                return self._limit_reached(failures)
+            if failures:
+                logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
+            entry = self._compile(args, kwargs)
+            self.cache.add(entry)
+            return entry
+
+    def _limit_reached(self, failures: list[GuardFailure]) -> CacheEntry:
+        failed = f"; last guard failed: {failures[-1]}" if failures else ""
+        if not self.cache.limit_warned:
+            self.cache.limit_warned = True
+            warnings.warn(
+                f"torchstrata: {describe(self.fn)}: recompile limit reached "
+                f"({self.options.recompile_limit}); running eagerly{failed}",
+                TorchstrataFallbackWarning,
+                stacklevel=4,
+            )
+        logger.info("recompile limit reached for %s%s", describe(self.fn), failed)
+        return CacheEntry(_ALWAYS, None, "recompile limit reached")
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
+        logger.debug("compiling %s", describe(self.fn))
+        try:
+            artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
+        except StageFailure as failure:
+            return self._stage_failed(failure)
+        capture = artifacts.capture
+        if capture is None:
+            if self.options.fullgraph:
+                raise CompilationError(
+                    "fullgraph=True but torchstrata-capture is not installed", stage="capture"
+                )
+            warn_once(
+                ("missing-stage", "capture"),
+                f"torchstrata-capture is not installed; running {describe(self.fn)} eagerly",
+                stacklevel=5,
+            )
+            return CacheEntry(_ALWAYS, None, artifacts.eager_reason)
+        self._check_graph_breaks(capture, artifacts)
+        guards = GuardSet(capture.guards)
+        if artifacts.run is None:
+            return CacheEntry(guards, None, artifacts.eager_reason)
+        return CacheEntry(GuardSet((_grad_mode_guard(), *capture.guards)), artifacts.run)
+
+    def _check_graph_breaks(self, capture: CaptureResult, artifacts: FrameArtifacts) -> None:
+        if not capture.graph_breaks:
+            return
+        if self.options.fullgraph:
+            first = capture.graph_breaks[0]
+            raise CompilationError(
+                f"fullgraph=True but {describe(self.fn)} has a graph break at {first}",
+                stage="graph-break",
+            )
+        for graph_break in capture.graph_breaks:
+            logger.info("graph break in %s: %s", describe(self.fn), graph_break)
+        if artifacts.run is None:
+            for graph_break in capture.graph_breaks:
+                warn_once(
+                    ("graph-break", graph_break.filename, graph_break.lineno),
+                    f"torchstrata: graph break at {graph_break}; running {describe(self.fn)} "
+                    "eagerly",
+                    stacklevel=6,
+                )
+
+    def _stage_failed(self, failure: StageFailure) -> CacheEntry:
+        if self.options.fullgraph:
+            raise CompilationError(
+                f"torchstrata stage {failure.stage!r} failed while compiling "
+                f"{describe(self.fn)}: {type(failure.error).__name__}: "
+                f"{failure.error}",
+                stage=failure.stage,
+            ) from failure.error
+        warnings.warn(
+            f"torchstrata: stage {failure.stage!r} failed while compiling "
+            f"{describe(self.fn)} ({type(failure.error).__name__}: {failure.error}); "
+            "running eagerly for these inputs",
+            TorchstrataFallbackWarning,
+            stacklevel=5,
+        )
+        logger.info(
+            "stage %s failed for %s", failure.stage, describe(self.fn), exc_info=failure.error
+        )
+        capture = failure.capture
+        guards = GuardSet(capture.guards) if capture is not None else _ALWAYS
+        return CacheEntry(guards, None, str(failure))
+
+    def _first_run(self, entry: CacheEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run fresh compiled code; if it raises, fall back to eager for this entry."""
+        assert entry.run is not None
+        try:
+            result = entry.run(args, kwargs)
+        except Exception as error:  # noqa: BLE001 - compiled code failing must not be fatal
+            failure = StageFailure("program", error)
+            self._stage_failed(failure)
+            entry.run, entry.reason = None, str(failure)
+            return self.fn(*args, **kwargs)
+        entry.checked = True
+        return result
+
+
+class CompiledModule(torch.nn.Module):
+    """Wraps a module whose ``forward`` is compiled; the original stays usable.
+
+    Parameters and buffers are the original's (as submodule ``_orig_mod``, like
+    ``torch.compile``); attributes not found here are looked up on the original.
+    """
+
+    def __init__(self, module: torch.nn.Module, forward: CompiledFunction) -> None:
+        super().__init__()
+        self._orig_mod = module
+        self.compiled_forward = forward
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the compiled ``forward`` (eagerly when the original module has hooks)."""
+        module = self._orig_mod
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
+            warn_once(
+                ("module-hooks", id(module)),
+                f"torchstrata: {type(module).__name__} has hooks; running it eagerly",
+            )
+            return module(*args, **kwargs)
+        return self.compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "_orig_mod":
+                raise
+            return getattr(self._orig_mod, name)

@@ -1,0 +1,125 @@
+"""``explain()``: what the compiler makes of one call, without touching the caches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from torchstrata.core import CompileOptions, Graph, GraphBreak, Guard, KernelInfo
+from torchstrata.runtime.errors import StageFailure
+from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
+
+
+@attrs.frozen
+class ExplainReport:
+    """What compiling one call produced.
+
+    ``graphs`` are the torch-level graphs (after ``post_capture`` passes);
+    ``aten_graphs`` and ``prims_graphs`` hold, per graph, the ATen forward and the prims
+    graph (None where the pipeline stopped earlier). ``kernels`` are the generated and
+    extern kernels, each with its ``source``; ``eager_ops`` the ops that run eagerly
+    (extern calls the backend left to ATen, and every op of a graph run by the
+    reference interpreter). ``fallback`` says why the whole call runs eagerly ("" if
+    it does not).
+    """
+
+    graphs: tuple[Graph, ...] = ()
+    aten_graphs: tuple[Graph | None, ...] = ()
+    prims_graphs: tuple[Graph | None, ...] = ()
+    graph_breaks: tuple[GraphBreak, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    kernels: tuple[KernelInfo, ...] = ()
+    eager_ops: tuple[str, ...] = ()
+    ops_per_graph: tuple[tuple[str, ...], ...] = ()
+    missing_stages: tuple[str, ...] = ()
+    fallback: str = ""
+
+    @property
+    def graph_count(self) -> int:
+        """Number of captured graphs."""
+        return len(self.graphs)
+
+    @property
+    def graph_break_count(self) -> int:
+        """Number of graph breaks."""
+        return len(self.graph_breaks)
+
+    def __str__(self) -> str:
+        lines = [
+            f"torchstrata explain: {self.graph_count} graph(s), "
+            f"{self.graph_break_count} graph break(s), {len(self.kernels)} kernel(s)"
+        ]
+        if self.fallback:
+            lines.append(f"runs eagerly: {self.fallback}")
+        if self.missing_stages:
+            lines.append(f"missing stages: {', '.join(self.missing_stages)}")
+        for graph_break in self.graph_breaks:
+            lines.append(f"  break: {graph_break}")
+        for index, ops in enumerate(self.ops_per_graph):
+            lines.append(f"graph {index}: {len(ops)} op(s): {', '.join(ops)}")
+        for kernel in self.kernels:
+            where = f" at {kernel.path}" if kernel.path else ""
+            lines.append(
+                f"  kernel {kernel.name} [{kernel.backend}]{where}: {', '.join(kernel.ops)}"
+            )
+        if self.eager_ops:
+            lines.append(f"eager ops: {', '.join(self.eager_ops)}")
+        lines.append(f"{len(self.guards)} guard(s):")
+        lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
+        return "\n".join(lines)
+
+
+def _eager_ops(artifacts: GraphArtifacts) -> list[str]:
+    if artifacts.compiled is not None and not artifacts.interpreted:
+        return list(artifacts.compiled.eager_ops)
+    graph = artifacts.prims_graph or artifacts.aten_graph or artifacts.torch_graph
+    if artifacts.interpreted and artifacts.compiled is not None:
+        graph = artifacts.torch_graph  # autograd-recording graphs run their torch form
+    return [op.name for op in graph.ops()]
+
+
+def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
+    """Summarise a compiled frame."""
+    capture = frame.capture
+    graphs = frame.graphs
+    return ExplainReport(
+        graphs=tuple(g.torch_graph for g in graphs),
+        aten_graphs=tuple(g.aten_graph for g in graphs),
+        prims_graphs=tuple(g.prims_graph for g in graphs),
+        graph_breaks=capture.graph_breaks if capture else (),
+        guards=capture.guards if capture else (),
+        kernels=tuple(
+            kernel
+            for g in graphs
+            for compiled in (g.compiled, g.backward_compiled)
+            if compiled is not None
+            for kernel in compiled.kernels
+        ),
+        eager_ops=tuple(op for g in graphs for op in _eager_ops(g)),
+        ops_per_graph=tuple(tuple(op.name for op in g.torch_graph.ops()) for g in graphs),
+        missing_stages=frame.missing_stages,
+        fallback=frame.eager_reason if frame.run is None else "",
+    )
+
+
+def explain_call(
+    pipeline: Pipeline,
+    options: CompileOptions,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> ExplainReport:
+    """Compile ``fn`` for this call afresh and report; stage failures go in ``fallback``."""
+    try:
+        frame = pipeline.compile_frame(fn, args, kwargs, options)
+    except StageFailure as failure:
+        capture = failure.capture
+        return ExplainReport(
+            graphs=capture.graphs if capture else (),
+            graph_breaks=capture.graph_breaks if capture else (),
+            guards=capture.guards if capture else (),
+            fallback=str(failure),
+        )
+    return report_from_artifacts(frame)

@@ -1,0 +1,327 @@
+"""The stage pipeline for one frame: capture, passes, aot, decompose, codegen.
+
+Stages are found only through the plugin manager. A stage that is not installed (its
+hook answers None) leaves the best graph reached so far to the reference interpreter;
+a stage that raises is reported as :class:`~torchstrata.runtime.errors.StageFailure`
+for the caller to fall back or re-raise.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pluggy
+import torch
+
+from torchstrata.core import (
+    ENTRY_POINT_GROUP,
+    AotResult,
+    CaptureResult,
+    CompiledGraph,
+    CompileOptions,
+    Graph,
+    GraphPass,
+    Level,
+    PassManager,
+    PassRecord,
+    create_plugin_manager,
+    interpret,
+    register,
+)
+from torchstrata.runtime.cache import FrameRunner
+from torchstrata.runtime.errors import StageFailure
+from torchstrata.runtime.fallback import warn_once
+from torchstrata.runtime.inference import without_requires_grad
+from torchstrata.runtime.runners import GraphFn, GraphRunner, inference_runner, training_runner
+
+#: Pipeline stage -> (hook name, distribution that provides it).
+STAGE_PROVIDERS = {
+    "capture": ("torchstrata_capture", "torchstrata-capture"),
+    "autograd": ("torchstrata_aot", "torchstrata-autograd"),
+    "decomp": ("torchstrata_decompose", "torchstrata-decomp"),
+    "codegen": ("torchstrata_codegen", "torchstrata-inductor"),
+}
+
+
+@attrs.frozen
+class GraphArtifacts:
+    """Everything made from one captured graph.
+
+    ``torch_graph`` is after the ``post_capture`` passes; ``aten_graph`` the AOT
+    forward after ``post_aot``; ``prims_graph`` after ``post_decomp``. A graph is None
+    when the pipeline did not reach it. ``runner`` is what the program calls.
+    """
+
+    torch_graph: Graph
+    aten_graph: Graph | None
+    prims_graph: Graph | None
+    aot: AotResult | None
+    compiled: CompiledGraph | None
+    runner: GraphRunner
+    missing_stages: tuple[str, ...] = ()
+    pass_records: tuple[PassRecord, ...] = ()
+    interpreted: bool = False
+    backward_compiled: CompiledGraph | None = None
+
+
+@attrs.frozen
+class Lowered:
+    """One ATen graph after decomp and codegen: ``fn`` runs it (compiled, or in the
+    interpreter when ``interpreted``)."""
+
+    fn: GraphFn
+    prims_graph: Graph | None = None
+    compiled: CompiledGraph | None = None
+    missing_stages: tuple[str, ...] = ()
+    interpreted: bool = True
+
+
+@attrs.frozen
+class FrameArtifacts:
+    """The compiled form of one call: ``run`` is None when it is to run eagerly
+    (``eager_reason`` says why)."""
+
+    capture: CaptureResult | None
+    graphs: tuple[GraphArtifacts, ...]
+    run: FrameRunner | None
+    eager_reason: str = ""
+    missing_stages: tuple[str, ...] = ()
+
+
+def missing_stage_message(stage: str, manager: pluggy.PluginManager, fallback: str) -> str:
+    """Why ``stage`` gave no answer, and what runs instead."""
+    hook_name, package = STAGE_PROVIDERS[stage]
+    if getattr(manager.hook, hook_name).get_hookimpls():
+        return f"no plugin answered {hook_name} ({package} declined this graph); {fallback}"
+    return f"{package} is not installed (nothing implements {hook_name}); {fallback}"
+
+
+def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        return interpret(graph, *inputs)
+
+    return run
+
+
+def _first_device(graph: Graph) -> torch.device:
+    for meta in graph.input_metas:
+        return meta.device
+    return torch.device("cpu")
+
+
+def _load_plugins_one_by_one(blocked: frozenset[str]) -> pluggy.PluginManager:
+    """A manager with every installed plugin that loads; each that fails is named in a
+    warning and left out (its stage then counts as not installed)."""
+    manager = create_plugin_manager(blocked=blocked, load_entrypoints=False)
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if manager.is_blocked(point.name) or manager.get_plugin(point.name) is not None:
+            continue
+        try:
+            register(manager, point.name, point.load())
+        except Exception as error:  # noqa: BLE001 - skip the broken plugin, keep the rest
+            warn_once(
+                ("broken-plugin", point.name, point.value),
+                f"torchstrata plugin {point.name!r} ({point.value}) failed to load and is "
+                f"skipped: {type(error).__name__}: {error}",
+                stacklevel=7,
+            )
+    return manager
+
+
+class Pipeline:
+    """Drives the stages found through a plugin manager.
+
+    :param plugin_manager: use this manager (tests, embedders); by default one is made
+        per set of ``options.blocked_plugins`` from the installed entry points.
+    """
+
+    def __init__(self, plugin_manager: pluggy.PluginManager | None = None) -> None:
+        self._fixed = plugin_manager
+        self._managers: dict[frozenset[str], pluggy.PluginManager] = {}
+
+    def plugin_manager(self, options: CompileOptions) -> pluggy.PluginManager:
+        """The manager for these options (blocked plugins are never registered)."""
+        if self._fixed is not None:
+            return self._fixed
+        blocked = frozenset(options.blocked_plugins)
+        if blocked not in self._managers:
+            try:
+                manager = create_plugin_manager(blocked=blocked)
+            except Exception:  # noqa: BLE001 - one broken plugin must not break compile()
+                manager = _load_plugins_one_by_one(blocked)
+            self._managers[blocked] = manager
+        return self._managers[blocked]
+
+    # ------------------------------------------------------------------ stages
+
+    def capture(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CompileOptions,
+    ) -> CaptureResult | None:
+        """Run the capture hook; None when no capture plugin is installed."""
+        manager = self.plugin_manager(options)
+        try:
+            result = manager.hook.torchstrata_capture(
+                fn=fn, args=args, kwargs=kwargs, options=options
+            )
+        except Exception as error:
+            raise StageFailure("capture", error) from error
+        if result is not None and not isinstance(result, CaptureResult):
+            raise StageFailure(
+                "capture", TypeError(f"returned {type(result).__name__}, not CaptureResult")
+            )
+        return result
+
+    def run_passes(
+        self, stage: str, graph: Graph, options: CompileOptions, records: list[PassRecord]
+    ) -> Graph:
+        """Collect every plugin's passes for ``stage`` and run them through a PassManager."""
+        manager = self.plugin_manager(options)
+        try:
+            contributed = manager.hook.torchstrata_graph_passes(stage=stage, options=options)
+            passes: list[GraphPass] = [p for group in contributed if group for p in group]
+            if not passes:
+                return graph
+            pass_manager = PassManager(
+                passes,
+                debug=options.debug,
+                validate=options.validate_passes,
+                blocked=options.blocked_plugins,
+            )
+            result = pass_manager.run(graph, stage)
+        except Exception as error:
+            raise StageFailure(stage, error) from error
+        records.extend(pass_manager.records)
+        return result
+
+    def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
+        hook_name, _ = STAGE_PROVIDERS[stage]
+        hook = getattr(self.plugin_manager(options).hook, hook_name)
+        try:
+            return hook(options=options, **kwargs)
+        except Exception as error:
+            raise StageFailure(stage, error) from error
+
+    def _missing(self, stage: str, options: CompileOptions, fallback: str) -> None:
+        message = missing_stage_message(stage, self.plugin_manager(options), fallback)
+        warn_once(("missing-stage", stage), message, stacklevel=6)
+
+    def lower(
+        self, aten_graph: Graph, options: CompileOptions, records: list[PassRecord]
+    ) -> Lowered:
+        """Decompose and generate code for one ATen graph, as far as the stages go."""
+        if options.codegen == "eager":
+            return Lowered(_interpreter(aten_graph))
+        prims = self._call_stage("decomp", options, graph=aten_graph)
+        if prims is None:
+            self._missing("decomp", options, "running ATen graphs in the reference interpreter")
+            return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
+        prims_graph = self.run_passes("post_decomp", prims, options, records)
+        device = _first_device(prims_graph)
+        compiled = self._call_stage("codegen", options, graph=prims_graph, device=device)
+        if compiled is None:
+            self._missing("codegen", options, "running prims graphs in the reference interpreter")
+            return Lowered(_interpreter(prims_graph), prims_graph, missing_stages=("codegen",))
+        if not isinstance(compiled, CompiledGraph):
+            error = TypeError(f"returned {type(compiled).__name__}, not CompiledGraph")
+            raise StageFailure("codegen", error)
+        return Lowered(compiled, prims_graph, compiled, interpreted=False)
+
+    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+        """Take one torch-level graph as far down the pipeline as the installed stages go
+        (an ATen-level graph skips the capture passes and the autograd stage)."""
+        records: list[PassRecord] = []
+        if not torch.is_grad_enabled():
+            graph = without_requires_grad(graph)
+        if graph.level is Level.ATEN:  # already functional ATen (e.g. from Dynamo via from_fx)
+            torch_graph = graph
+            aot: AotResult | None = AotResult(forward=graph)
+        else:
+            torch_graph = self.run_passes("post_capture", graph, options, records)
+            aot = self._call_stage("autograd", options, graph=torch_graph)
+        if aot is None:
+            fallback = "running torch-level graphs in the reference interpreter"
+            self._missing("autograd", options, fallback)
+            return GraphArtifacts(
+                torch_graph,
+                None,
+                None,
+                None,
+                None,
+                _interpreter(torch_graph),
+                ("autograd",),
+                tuple(records),
+                interpreted=True,
+            )
+        if not isinstance(aot, AotResult):
+            raise StageFailure(
+                "autograd", TypeError(f"returned {type(aot).__name__}, not AotResult")
+            )
+        aten_graph = self.run_passes("post_aot", aot.forward, options, records)
+        forward = self.lower(aten_graph, options, records)
+        missing = forward.missing_stages
+        needs_grad = torch.is_grad_enabled() and any(
+            m.requires_grad for m in torch_graph.input_metas
+        )
+        backward: Lowered | None = None
+        if not needs_grad:
+            runner, interpreted = inference_runner(forward.fn, aot), forward.interpreted
+        elif aot.backward is None:
+            # No backward from the autograd stage: the torch-level graph keeps gradients right.
+            runner, interpreted = _interpreter(torch_graph), True
+        else:
+            backward_aten = self.run_passes("post_aot", aot.backward, options, records)
+            backward = self.lower(backward_aten, options, records)
+            runner = training_runner(forward.fn, backward.fn, aot)
+            interpreted = forward.interpreted
+            missing = tuple(dict.fromkeys(missing + backward.missing_stages))
+        return GraphArtifacts(
+            torch_graph,
+            aten_graph,
+            forward.prims_graph,
+            aot,
+            forward.compiled,
+            runner,
+            missing,
+            tuple(records),
+            interpreted,
+            backward_compiled=backward.compiled if backward is not None else None,
+        )
+
+    def compile_frame(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CompileOptions,
+    ) -> FrameArtifacts:
+        """Capture ``fn`` for this call and compile every graph it holds."""
+        capture = self.capture(fn, args, kwargs, options)
+        if capture is None:
+            return FrameArtifacts(
+                None, (), None, "torchstrata-capture is not installed", ("capture",)
+            )
+        if not capture.graphs and capture.program is None:
+            reasons = "; ".join(str(b) for b in capture.graph_breaks) or "capture found no graph"
+            return FrameArtifacts(capture, (), None, reasons)
+        if capture.program is None:
+            raise StageFailure("capture", ValueError("capture returned graphs but no program"))
+        try:
+            graphs = tuple(self.compile_graph(graph, options) for graph in capture.graphs)
+        except StageFailure as failure:
+            failure.capture = capture
+            raise
+        runners = [artifacts.runner for artifacts in graphs]
+        program = capture.program
+        missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
+
+        def run(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:
+            return program(runners, call_args, call_kwargs)
+
+        return FrameArtifacts(capture, graphs, run, missing_stages=missing)
