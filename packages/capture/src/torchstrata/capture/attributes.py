@@ -1,0 +1,148 @@
+"""Attribute reads (``LOAD_ATTR``/``LOAD_METHOD``/``LOAD_SUPER_ATTR``) on symbolic values.
+
+Tensor metadata (``.shape``, ``.dtype``, ``.ndim``...) specialises to constants; tensor
+methods stay symbolic until called. Attributes of ``nn.Module`` and other objects are
+read for real and guarded by their source: parameters and buffers become graph inputs,
+plain values constants.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import torch
+
+from torchstrata.capture.operators import fold
+from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.variables import (
+    BoundMethodVar,
+    ConstVar,
+    DictVar,
+    MethodVar,
+    ObjectVar,
+    SequenceVar,
+    SuperVar,
+    TensorMethodVar,
+    TensorVar,
+    Var,
+    describe,
+)
+from torchstrata.core import torch_op
+
+#: Methods of tuple, list and dict variables that capture understands.
+SEQUENCE_METHODS = frozenset(
+    {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear"}
+)
+DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy", "update", "pop", "setdefault"})
+_DATA_ATTRIBUTES = frozenset({"data", "grad", "_base", "grad_fn", "storage"})
+
+
+class AttributeMissing(Unsupported):
+    """The object has no such attribute (``getattr`` with a default may recover)."""
+
+
+def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
+    """``var.name``."""
+    if isinstance(var, TensorVar):
+        return _tensor_attribute(tracer, var, name)
+    if isinstance(var, SequenceVar):
+        if var.field_names and name in var.field_names:
+            return var.items[var.field_names.index(name)]
+        if name in SEQUENCE_METHODS:
+            return MethodVar(var, name)
+    if isinstance(var, DictVar) and name in DICT_METHODS:
+        return MethodVar(var, name)
+    if isinstance(var, SuperVar):
+        return _super_attribute(tracer, var, name)
+    if isinstance(var, ConstVar):
+        if not hasattr(var.value, name):
+            raise AttributeMissing(f"{describe(var)} has no attribute {name!r}")
+        result = fold(getattr, var.value, name)
+        if isinstance(result, ConstVar) and callable(result.value):
+            return ObjectVar(result.value)
+        return result
+    if isinstance(var, ObjectVar):
+        return _object_attribute(tracer, var, name)
+    raise Unsupported(f"attribute {name!r} of {describe(var)} is not supported")
+
+
+def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
+    meta = var.meta
+    simple: dict[str, Any] = {
+        "shape": torch.Size(meta.shape),
+        "dtype": meta.dtype,
+        "device": meta.device,
+        "ndim": meta.ndim,
+        "requires_grad": meta.requires_grad,
+        "is_cuda": meta.device.type == "cuda",
+        "is_cpu": meta.device.type == "cpu",
+        "layout": torch.strided,
+        "is_sparse": False,
+        "is_quantized": False,
+        "is_meta": meta.device.type == "meta",
+        "is_nested": False,
+        "is_mkldnn": False,
+        "is_sparse_csr": False,
+        "is_mps": meta.device.type == "mps",
+        "itemsize": meta.dtype.itemsize,
+        "nbytes": meta.nbytes,
+    }
+    if name in simple:
+        return ConstVar(simple[name])
+    if name == "T":
+        dims = ConstVar(tuple(reversed(range(meta.ndim))))
+        return tracer.call_op(_method_ref("permute"), (var, dims), {})
+    if name == "mT":
+        return tracer.call_op(_method_ref("transpose"), (var, ConstVar(-2), ConstVar(-1)), {})
+    if name in _DATA_ATTRIBUTES:
+        raise Unsupported(f"Tensor.{name} is not supported")
+    static = inspect.getattr_static(torch.Tensor, name, None)
+    if static is not None and callable(static):
+        return TensorMethodVar(var, name)
+    raise Unsupported(f"Tensor.{name} is not supported")
+
+
+def _method_ref(name: str) -> Any:
+    op = torch_op(getattr(torch.Tensor, name))
+    assert op is not None, name
+    return op
+
+
+def _bound(tracer: Tracer, owner: Var, value: Any) -> Var | None:
+    """A :class:`BoundMethodVar` for a Python method read from ``owner`` (else None)."""
+    if not inspect.ismethod(value) or not isinstance(value.__func__, types.FunctionType):
+        return None
+    owner_value = owner.value if isinstance(owner, ObjectVar) else None
+    self_var = owner if value.__self__ is owner_value else tracer.wrap(value.__self__, None)
+    return BoundMethodVar(ObjectVar(value.__func__), self_var)
+
+
+def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
+    obj = var.value
+    try:
+        value = getattr(obj, name)
+    except AttributeError:
+        raise AttributeMissing(f"{describe(var)} has no attribute {name!r}") from None
+    except Exception as error:  # noqa: BLE001 - a property raised: let eager raise it
+        raise Unsupported(
+            f"reading {name!r} of {describe(var)} raised {type(error).__name__}"
+        ) from None
+    bound = _bound(tracer, var, value)
+    if bound is not None:
+        return bound
+    source = f"{var.source}.{name}" if var.source else None
+    # Library modules (torch, torch.nn.functional, math) are trusted not to change.
+    return tracer.wrap(value, source, guard=not isinstance(obj, types.ModuleType))
+
+
+def _super_attribute(tracer: Tracer, var: SuperVar, name: str) -> Var:
+    try:
+        value = getattr(super(var.cls, var.self_var.value), name)
+    except AttributeError:
+        raise AttributeMissing(f"super() has no attribute {name!r}") from None
+    bound = _bound(tracer, var.self_var, value)
+    if bound is not None:
+        return bound
+    return tracer.wrap(value, None, guard=False)

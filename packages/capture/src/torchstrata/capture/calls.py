@@ -1,0 +1,368 @@
+"""Calls: torch ops become graph nodes, Python functions and module forwards are inlined.
+
+``call_function`` is the one place that decides what a call means at capture time.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from torchstrata.capture.binding import bind_arguments
+from torchstrata.capture.operators import apply_operator, fold
+from torchstrata.capture.python_builtins import FrameState, call_builtin
+from torchstrata.capture.tracer import CONSTANT_TYPES, Unsupported
+from torchstrata.capture.variables import (
+    BoundMethodVar,
+    Cell,
+    ConstVar,
+    DictVar,
+    FunctionVar,
+    MethodVar,
+    NotConstant,
+    ObjectVar,
+    SequenceVar,
+    TensorMethodVar,
+    TensorVar,
+    Var,
+    describe,
+    python_value,
+)
+from torchstrata.core import GuardKind, OpKind, OpRef, torch_op
+
+#: Tensor methods that read tensor data into Python: the result would depend on values.
+DATA_DEPENDENT_METHODS = frozenset(
+    {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr"}
+)
+
+#: Tensor methods that only read metadata: evaluated now on a meta tensor.
+METADATA_METHODS = frozenset(
+    {"size", "dim", "ndimension", "numel", "nelement", "stride", "element_size",
+     "is_contiguous", "is_floating_point", "is_complex", "is_signed", "storage_offset",
+     "get_device", "__len__"}
+)  # fmt: skip
+
+#: Global state that code may branch on: read at capture time and guarded by value.
+GLOBAL_STATE_QUERIES = {
+    torch.is_grad_enabled: "is_grad_enabled",
+    torch.is_autocast_enabled: "is_autocast_enabled",
+    torch.is_inference_mode_enabled: "is_inference_mode_enabled",
+    torch.get_default_dtype: "get_default_dtype",
+    torch.are_deterministic_algorithms_enabled: "are_deterministic_algorithms_enabled",
+}
+
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+class CallingFrame(FrameState, Protocol):
+    """A frame that can inline a function call into a nested frame."""
+
+    def inline(
+        self,
+        code: types.CodeType,
+        globals_: dict[str, Any],
+        globals_source: str | None,
+        bound: dict[str, Var],
+        closure: Sequence[Cell],
+    ) -> Var:
+        """Interpret ``code`` with these arguments and return its result."""
+        ...
+
+
+def call_function(
+    frame: CallingFrame, fn: Var, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    """``fn(*args, **kwargs)`` at capture time."""
+    if isinstance(fn, TensorMethodVar):
+        return call_tensor_method(frame, fn.tensor, fn.name, args, kwargs)
+    if isinstance(fn, MethodVar):
+        return _call_container_method(fn, args, kwargs)
+    if isinstance(fn, BoundMethodVar):
+        return call_function(frame, fn.function, [fn.self_var, *args], kwargs)
+    if isinstance(fn, FunctionVar):
+        return _inline(
+            frame,
+            fn.code,
+            fn.globals,
+            fn.globals_source,
+            args,
+            kwargs,
+            fn.defaults,
+            fn.kwdefaults,
+            fn.closure,
+        )
+    if isinstance(fn, ObjectVar):
+        return _call_object(frame, fn, args, kwargs)
+    raise Unsupported(f"calling {describe(fn)} is not supported")
+
+
+def _call_object(
+    frame: CallingFrame, fn: ObjectVar, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    value = fn.value
+    tracer = frame.tracer
+    if isinstance(value, torch.nn.Module):
+        _check_module_call(value)
+        forward = type(value).forward
+        return call_function(frame, BoundMethodVar(ObjectVar(forward), fn), args, kwargs)
+    op = torch_op(value) if not isinstance(value, types.FunctionType) or _is_torch(value) else None
+    if op is not None:
+        return _call_torch(frame, op, value, args, kwargs)
+    if isinstance(value, types.FunctionType):
+        return _inline_real_function(frame, value, fn.source, args, kwargs)
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        self_source = f"{fn.source}.__self__" if fn.source else None
+        self_var = tracer.wrap(value.__self__, self_source, guard=False)
+        return call_function(frame, ObjectVar(value.__func__), [self_var, *args], kwargs)
+    result = call_builtin(frame, value, args, kwargs)
+    if result is not None:
+        return result
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(owner, CONSTANT_TYPES):
+        try:
+            values = [python_value(arg) for arg in args]
+            keywords = {key: python_value(item) for key, item in kwargs.items()}
+        except NotConstant:
+            raise Unsupported(f"{value.__qualname__}() on non-constants is not supported") from None
+        return fold(functools.partial(value, **keywords), *values)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
+    raise Unsupported(f"call to {name} ({type(value).__name__}) is not supported")
+
+
+def _is_torch(fn: types.FunctionType) -> bool:
+    """Public Python functions of torch (``F.softmax``) are recorded as ops, not inlined;
+    private helpers (``F._none_or_dtype``) are inlined like user code."""
+    return (fn.__module__ or "").startswith("torch.") and not fn.__name__.startswith("_")
+
+
+def _check_module_call(module: torch.nn.Module) -> None:
+    hooks = torch.nn.modules.module
+    if (
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+        or hooks._global_forward_hooks
+        or hooks._global_forward_pre_hooks
+        or hooks._global_backward_hooks
+        or hooks._global_backward_pre_hooks
+    ):
+        raise Unsupported(f"hooks on {type(module).__name__} are not supported yet")
+    if type(module).__call__ is not torch.nn.Module.__call__:
+        raise Unsupported(f"{type(module).__name__} overrides __call__, which is not supported")
+
+
+def _call_torch(
+    frame: CallingFrame, op: OpRef, value: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    tracer = frame.tracer
+    if op.name.startswith("operator."):
+        if kwargs:
+            raise Unsupported(f"{op.name} with keyword arguments is not supported")
+        return apply_operator(tracer, value, *args)
+    if op.name.startswith("torch.Tensor.") and args and isinstance(args[0], TensorVar):
+        return call_tensor_method(
+            frame, args[0], op.name.removeprefix("torch.Tensor."), args[1:], kwargs
+        )
+    has_tensor = any(isinstance(arg, TensorVar) for arg in (*args, *kwargs.values()))
+    if op.name.startswith("math."):
+        if has_tensor:
+            raise Unsupported(f"{op.name} on a tensor makes the result depend on tensor values")
+        try:
+            return fold(value, *[python_value(arg) for arg in args])
+        except NotConstant:
+            raise Unsupported(f"{op.name} on non-constants is not supported") from None
+    if value in GLOBAL_STATE_QUERIES:
+        return _global_state(frame, value, args, kwargs)
+    if op.name == "torch.is_tensor" and len(args) == 1:
+        return ConstVar(isinstance(args[0], TensorVar))
+    short = op.name.rsplit(".", 1)[-1]
+    if (
+        short in METADATA_METHODS | {"is_floating_point", "is_complex", "numel"}
+        and args
+        and isinstance(args[0], TensorVar)
+    ):
+        return call_tensor_method(frame, args[0], short, args[1:], kwargs)
+    return tracer.call_op(op, tuple(args), dict(kwargs))
+
+
+def _global_state(
+    frame: CallingFrame, fn: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    """Read global torch state now and guard on it (``torch.is_grad_enabled()``)."""
+    try:
+        values = [python_value(arg) for arg in args]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported(f"{fn.__name__}() with non-constant arguments is not supported") from None
+    call = ", ".join([*map(repr, values), *(f"{k}={v!r}" for k, v in keywords.items())])
+    source = f"__import__('torch').{GLOBAL_STATE_QUERIES[fn]}({call})"
+    result = fn(*values, **keywords)
+    frame.tracer.guard(GuardKind.CONSTANT_MATCH, source, result, "global torch state")
+    return ConstVar(result)
+
+
+def call_tensor_method(
+    frame: FrameState, tensor: TensorVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    """``tensor.name(*args, **kwargs)``."""
+    if name in DATA_DEPENDENT_METHODS:
+        raise Unsupported(f"Tensor.{name}() makes the result depend on tensor values")
+    if name in METADATA_METHODS:
+        try:
+            values = [python_value(arg) for arg in args]
+            keywords = {key: python_value(item) for key, item in kwargs.items()}
+        except NotConstant:
+            raise Unsupported(
+                f"Tensor.{name}() with non-constant arguments is not supported"
+            ) from None
+        if name == "get_device":
+            device = tensor.meta.device
+            return ConstVar(device.index if device.type == "cuda" else -1)
+        meta_tensor = tensor.meta.to_meta_tensor()
+        return fold(functools.partial(getattr(meta_tensor, name), **keywords), *values)
+    if not callable(getattr(torch.Tensor, name, None)):
+        raise Unsupported(f"Tensor.{name}() is not supported")
+    op = OpRef(OpKind.TORCH, f"torch.Tensor.{name}")
+    return frame.tracer.call_op(op, (tensor, *args), dict(kwargs))
+
+
+def _inline_real_function(
+    frame: CallingFrame,
+    fn: types.FunctionType,
+    source: str | None,
+    args: Sequence[Var],
+    kwargs: Mapping[str, Var],
+) -> Var:
+    tracer = frame.tracer
+    defaults = tuple(
+        tracer.wrap(value, f"{source}.__defaults__[{index}]" if source else None, guard=False)
+        for index, value in enumerate(fn.__defaults__ or ())
+    )
+    kwdefaults = {
+        key: tracer.wrap(
+            value, f"{source}.__kwdefaults__[{key!r}]" if source else None, guard=False
+        )
+        for key, value in (fn.__kwdefaults__ or {}).items()
+    }
+    closure = tuple(
+        Cell(
+            pending=(
+                cell.cell_contents,
+                f"{source}.__closure__[{index}].cell_contents" if source else None,
+                False,
+            )
+        )
+        for index, cell in enumerate(fn.__closure__ or ())
+    )
+    globals_source = "G" if fn.__globals__ is tracer.globals else None
+    return _inline(
+        frame,
+        fn.__code__,
+        fn.__globals__,
+        globals_source,
+        args,
+        kwargs,
+        defaults,
+        kwdefaults,
+        closure,
+    )
+
+
+def _inline(
+    frame: CallingFrame,
+    code: types.CodeType,
+    globals_: dict[str, Any],
+    globals_source: str | None,
+    args: Sequence[Var],
+    kwargs: Mapping[str, Var],
+    defaults: Sequence[Var],
+    kwdefaults: Mapping[str, Var],
+    closure: Sequence[Cell],
+) -> Var:
+    if code.co_flags & _ASYNC_FLAGS:
+        raise Unsupported(f"calling coroutine function {code.co_name} is not supported")
+    bound = bind_arguments(code, args, kwargs, defaults, kwdefaults)
+    return frame.inline(code, globals_, globals_source, bound, closure)
+
+
+def _call_container_method(
+    method: MethodVar, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    owner, name = method.owner, method.name
+    mutating = name in {
+        "append",
+        "extend",
+        "pop",
+        "insert",
+        "reverse",
+        "clear",
+        "update",
+        "setdefault",
+    }
+    if mutating and owner.source is not None:
+        raise Unsupported(f"mutating an argument with {name}() is not supported")
+    if isinstance(owner, SequenceVar):
+        return _sequence_method(owner, name, args)
+    assert isinstance(owner, DictVar)
+    return _dict_method(owner, name, args, kwargs)
+
+
+def _sequence_method(owner: SequenceVar, name: str, args: Sequence[Var]) -> Var:
+    items = owner.items
+    if name == "append":
+        items.append(args[0])
+    elif name == "extend":
+        if not isinstance(args[0], SequenceVar):
+            raise Unsupported(f"list.extend with {describe(args[0])} is not supported")
+        items.extend(args[0].items)
+    elif name == "insert":
+        items.insert(python_value(args[0]), args[1])
+    elif name == "pop":
+        return items.pop(python_value(args[0]) if args else -1)
+    elif name == "reverse":
+        items.reverse()
+    elif name == "clear":
+        items.clear()
+    elif name == "copy":
+        return SequenceVar(list(items), is_list=True)
+    else:  # index, count: constants only
+        return fold(getattr(python_value(owner), name), *[python_value(arg) for arg in args])
+    return ConstVar(None)
+
+
+def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    items = owner.items
+    if name == "items":
+        return SequenceVar([SequenceVar([ConstVar(k), v]) for k, v in items.items()])
+    if name == "keys":
+        return SequenceVar([ConstVar(k) for k in items])
+    if name == "values":
+        return SequenceVar(list(items.values()))
+    if name == "copy":
+        return DictVar(dict(items))
+    key = python_value(args[0]) if args else None
+    if name == "get":
+        return items.get(key, args[1] if len(args) > 1 else ConstVar(None))
+    if name == "setdefault":
+        return items.setdefault(key, args[1] if len(args) > 1 else ConstVar(None))
+    if name == "pop":
+        if key in items:
+            return items.pop(key)
+        if len(args) > 1:
+            return args[1]
+        raise Unsupported(f"dict.pop raised KeyError: {key!r}")
+    if name == "update":
+        if args:
+            update = args[0]
+            if not isinstance(update, DictVar):
+                raise Unsupported(f"dict.update with {describe(update)} is not supported")
+            items.update(update.items)
+        items.update(kwargs)
+        return ConstVar(None)
+    raise Unsupported(f"dict.{name}() is not supported")

@@ -1,0 +1,159 @@
+"""The bytecode interpreter: one :class:`Frame` per function being captured or inlined.
+
+A frame walks its code object's instructions (``dis.get_instructions``) with a value
+stack of symbolic variables. Opcode handlers live in :mod:`.opcodes_data` and
+:mod:`.opcodes_flow`; they cover the CPython 3.11 and 3.12 instruction sets.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from torchstrata.capture.opcodes_data import DATA_HANDLERS
+from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return
+from torchstrata.capture.tracer import MAX_INSTRUCTIONS, Tracer, Unsupported
+from torchstrata.capture.variables import Cell, IteratorVar, NotConstant, Var, _Null, describe
+
+#: Every opcode capture interprets, by ``dis`` name.
+HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS}
+
+#: The ``dis`` names of every instruction capture interprets (some raise a graph break
+#: that names the construct: generators, ``with``, ``raise``...).
+SUPPORTED_OPCODES = frozenset(HANDLERS)
+
+#: How deep calls may be inlined before capture gives up (recursion).
+MAX_INLINE_DEPTH = 48
+
+
+class Frame:
+    """Interprets one code object.
+
+    :param tracer: the capture's shared state (graph, inputs, guards).
+    :param code: the code object to run.
+    :param globals_: its globals; ``globals_source`` names them in guards (``"G"``) or is
+        None when they are not the user function's globals (values are then not guarded).
+    :param bound: the arguments, by parameter name.
+    :param closure: the cells of its free variables, in ``co_freevars`` order.
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        code: types.CodeType,
+        globals_: dict[str, Any],
+        globals_source: str | None,
+        bound: dict[str, Var],
+        closure: Sequence[Cell],
+        depth: int = 0,
+    ) -> None:
+        self.tracer = tracer
+        self.code = code
+        self.globals = globals_
+        self.globals_source = globals_source
+        self.locals: dict[str, Var] = dict(bound)
+        self.cells: dict[str, Cell] = dict(zip(code.co_freevars, closure))
+        self.stack: list[Var | _Null] = []
+        self.kw_names: tuple[str, ...] = ()
+        self.depth = depth
+        self.instructions = list(dis.get_instructions(code))
+        self._index_of = {inst.offset: index for index, inst in enumerate(self.instructions)}
+        self.lineno = code.co_firstlineno
+        # A generator's frame runs to completion at once, collecting what it yields.
+        self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        self.yielded: list[Var] = []
+
+    # ------------------------------------------------------------------ stack
+    def push(self, value: Var | _Null) -> None:
+        """Push onto the value stack."""
+        self.stack.append(value)
+
+    def pop(self) -> Var:
+        """Pop a variable (never NULL) off the value stack."""
+        value = self.stack.pop()
+        assert not isinstance(value, _Null), "popped NULL where a value was expected"
+        return value
+
+    def pop_any(self) -> Var | _Null:
+        """Pop a variable or NULL."""
+        return self.stack.pop()
+
+    def pop_n(self, count: int) -> list[Var]:
+        """Pop ``count`` variables, returned in push order."""
+        if count == 0:
+            return []
+        values = self.stack[-count:]
+        del self.stack[-count:]
+        assert not any(isinstance(value, _Null) for value in values)
+        return values  # type: ignore[return-value]
+
+    def read_cell(self, name: str) -> Var:
+        """The value of cell or free variable ``name`` (real values are wrapped on first read)."""
+        cell = self.cells.get(name)
+        if cell is not None and cell.var is None and cell.pending is not None:
+            value, source, guard = cell.pending
+            cell.var, cell.pending = self.tracer.wrap(value, source, guard=guard), None
+        if cell is None or cell.var is None:
+            raise Unsupported(f"free variable {name!r} referenced before assignment")
+        return cell.var
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> Var:
+        """Interpret the code to its ``return`` and give back the returned variable."""
+        index = 0
+        while True:
+            inst = self.instructions[index]
+            self.tracer.instructions_run += 1
+            if inst.positions is not None and inst.positions.lineno is not None:
+                self.lineno = inst.positions.lineno
+            try:
+                if self.tracer.instructions_run > MAX_INSTRUCTIONS:
+                    raise Unsupported(
+                        f"capture stopped after {MAX_INSTRUCTIONS} instructions (a runaway loop?)"
+                    )
+                handler = HANDLERS.get(inst.opname)
+                if handler is None:
+                    raise Unsupported(f"bytecode instruction {inst.opname} is not supported")
+                try:
+                    outcome = handler(self, inst)
+                except NotConstant as error:
+                    value = error.args[0] if error.args else None
+                    what = describe(value) if isinstance(value, Var | _Null) else "a value"
+                    raise Unsupported(f"{inst.opname} needs a constant, got {what}") from None
+            except Unsupported as error:
+                if error.location is None:
+                    text = f"{inst.opname} {inst.argrepr}".strip()
+                    error.location = (self.code.co_filename, self.lineno, text)
+                raise
+            if outcome is None:
+                index += 1
+            elif isinstance(outcome, Jump):
+                index = self._index_of[outcome.offset]
+            else:
+                assert isinstance(outcome, Return)
+                return IteratorVar(self.yielded) if self.is_generator else outcome.value
+
+    def inline(
+        self,
+        code: types.CodeType,
+        globals_: dict[str, Any],
+        globals_source: str | None,
+        bound: dict[str, Var],
+        closure: Sequence[Cell],
+    ) -> Var:
+        """Interpret a called function in a nested frame and return its result."""
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
+        child = Frame(self.tracer, code, globals_, globals_source, bound, closure, self.depth + 1)
+        return child.run()
+
+    def next_offset_after(self, offset: int) -> int:
+        """The offset of the instruction after the one at ``offset``."""
+        return self.instructions[self._index_of[offset] + 1].offset
+
+    def instruction_at(self, offset: int) -> dis.Instruction:
+        """The instruction at ``offset``."""
+        return self.instructions[self._index_of[offset]]

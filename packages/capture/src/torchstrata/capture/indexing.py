@@ -1,0 +1,165 @@
+"""Subscripts: ``container[index]`` on tuples, lists, dicts, module containers and tensors.
+
+Basic tensor indexing is lowered to view ops that print and parse in the graph text
+form (``torch.select``, ``torch.narrow``, ``torch.unsqueeze``; a stepped slice uses
+``torch.ops.aten.slice.Tensor``); a single tensor index is ``operator.getitem``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from torchstrata.capture.operators import fold, operator_ref
+from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.variables import (
+    ConstVar,
+    DictVar,
+    NotConstant,
+    ObjectVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+    describe,
+    python_value,
+)
+from torchstrata.core import OpKind, OpRef, torch_op
+
+_SELECT = torch_op(torch.select)
+_NARROW = torch_op(torch.narrow)
+_UNSQUEEZE = torch_op(torch.unsqueeze)
+_STEPPED_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
+
+
+def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
+    """``container[index]``."""
+    if isinstance(container, TensorVar):
+        return _index_tensor(tracer, container, index)
+    try:
+        key = python_value(index)
+    except NotConstant:
+        raise Unsupported(
+            f"indexing {describe(container)} with {describe(index)} is not supported"
+        ) from None
+    if isinstance(container, SequenceVar):
+        try:
+            picked = container.items[key]
+        except (IndexError, TypeError) as error:
+            raise Unsupported(
+                f"indexing a sequence raised {type(error).__name__}: {error}"
+            ) from None
+        if isinstance(key, slice):
+            return SequenceVar(list(picked), is_list=container.is_list)
+        return picked
+    if isinstance(container, DictVar):
+        if key not in container.items:
+            raise Unsupported(f"dict lookup raised KeyError: {key!r}")
+        return container.items[key]
+    if isinstance(container, ConstVar):
+        return fold(operator.getitem, container.value, key)
+    if isinstance(container, ObjectVar):
+        try:
+            value = container.value[key]
+        except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it
+            raise Unsupported(
+                f"indexing {describe(container)} raised {type(error).__name__}"
+            ) from None
+        sliced = isinstance(key, slice)
+        source = f"{container.source}[{key!r}]" if container.source else None
+        # A slice of a module container is a new object on every call: no identity guard.
+        return tracer.wrap(value, source, guard=not sliced)
+    raise Unsupported(f"indexing {describe(container)} is not supported")
+
+
+def store_subscript(container: Var, index: Var, value: Var) -> None:
+    """``container[index] = value`` for lists and dicts built during capture."""
+    if isinstance(container, TensorVar):
+        raise Unsupported("assigning into a tensor (x[...] = value) is not supported yet")
+    key = python_value(index) if not isinstance(index, TensorVar) else None
+    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int):
+        container.items[key] = value
+        return
+    if isinstance(container, DictVar) and container.source is None and key is not None:
+        container.items[key] = value
+        return
+    raise Unsupported(f"item assignment on {describe(container)} is not supported")
+
+
+def _index_elements(index: Var) -> list[Var]:
+    if isinstance(index, SequenceVar) and not index.is_list:
+        return list(index.items)
+    if isinstance(index, ConstVar) and type(index.value) is tuple:
+        return [ConstVar(item) for item in index.value]
+    return [index]
+
+
+def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
+    elements = _index_elements(index)
+    if any(isinstance(element, TensorVar) for element in elements):
+        if len(elements) == 1:
+            return tracer.call_op(operator_ref(operator.getitem), (tensor, elements[0]), {})
+        raise Unsupported(
+            "advanced (tensor) indexing mixed with other indices is not supported yet"
+        )
+    values: list[Any] = []
+    for element in elements:
+        if not isinstance(element, ConstVar):
+            raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
+        if isinstance(element.value, bool) or not isinstance(
+            element.value, int | slice | type(None) | type(Ellipsis)
+        ):
+            raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
+        values.append(element.value)
+    return _basic_index(tracer, tensor, values)
+
+
+def _basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
+    consuming = sum(1 for value in values if isinstance(value, int | slice))
+    if sum(1 for value in values if value is Ellipsis) > 1:
+        raise Unsupported("an index can only have a single ellipsis")
+    expanded: list[Any] = []
+    for value in values:
+        if value is Ellipsis:
+            expanded += [slice(None)] * max(tensor.meta.ndim - consuming, 0)
+        else:
+            expanded.append(value)
+    result: Var = tensor
+    dim = 0
+    for value in expanded:
+        current = result
+        assert isinstance(current, TensorVar)
+        if value is None:
+            result = tracer.call_op(_UNSQUEEZE, (current, ConstVar(dim)), {})  # type: ignore[arg-type]
+            dim += 1
+            continue
+        if dim >= current.meta.ndim:
+            raise Unsupported(f"too many indices for a tensor of dimension {tensor.meta.ndim}")
+        size = current.meta.shape[dim]
+        if isinstance(value, int):
+            if not -size <= value < size:
+                raise Unsupported(
+                    f"index {value} is out of bounds for dimension {dim} with size {size}"
+                )
+            result = tracer.call_op(_SELECT, (current, ConstVar(dim), ConstVar(value % size)), {})  # type: ignore[arg-type]
+            continue
+        start, stop, step = value.indices(size)
+        if step <= 0:
+            raise Unsupported("tensor slices with a non-positive step are not supported")
+        if (start, stop, step) != (0, size, 1):
+            length = max(0, stop - start)
+            if step == 1:
+                narrow_args = (current, ConstVar(dim), ConstVar(start), ConstVar(length))
+                result = tracer.call_op(_NARROW, narrow_args, {})  # type: ignore[arg-type]
+            else:
+                args = (
+                    current,
+                    ConstVar(dim),
+                    ConstVar(start),
+                    ConstVar(max(stop, start)),
+                    ConstVar(step),
+                )
+                result = tracer.call_op(_STEPPED_SLICE, args, {})
+        dim += 1
+    return result

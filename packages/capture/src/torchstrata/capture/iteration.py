@@ -1,0 +1,54 @@
+"""Iteration at capture time: every loop is unrolled over items known in full."""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.capture.indexing import subscript
+from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.variables import (
+    ConstVar,
+    DictVar,
+    IteratorVar,
+    ObjectVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+    describe,
+)
+
+#: Longest sequence capture unrolls a loop over.
+MAX_UNROLL = 10_000
+
+_MODULE_SEQUENCES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)
+_MODULE_MAPPINGS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
+
+
+def iterate(tracer: Tracer, var: Var) -> list[Var]:
+    """The items ``for item in var`` would produce (iterators are consumed)."""
+    if isinstance(var, IteratorVar):
+        items = var.items[var.position :]
+        var.position = len(var.items)
+        return items
+    if isinstance(var, SequenceVar):
+        return list(var.items)
+    if isinstance(var, DictVar):
+        return [ConstVar(key) for key in var.items]
+    if isinstance(var, ConstVar) and isinstance(var.value, tuple | range | str | bytes):
+        if len(var.value) > MAX_UNROLL:
+            raise Unsupported(f"a loop over {len(var.value)} items is too long to unroll")
+        return [ConstVar(item) for item in var.value]
+    if isinstance(var, TensorVar):
+        if var.meta.ndim == 0:
+            raise Unsupported("iteration over a 0-d tensor")
+        if var.meta.shape[0] > MAX_UNROLL:
+            raise Unsupported("a loop over a tensor's rows is too long to unroll")
+        return [subscript(tracer, var, ConstVar(index)) for index in range(var.meta.shape[0])]
+    if isinstance(var, ObjectVar) and isinstance(var.value, _MODULE_SEQUENCES):
+        return [
+            tracer.wrap(item, f"{var.source}[{index}]" if var.source else None)
+            for index, item in enumerate(var.value)
+        ]
+    if isinstance(var, ObjectVar) and isinstance(var.value, _MODULE_MAPPINGS):
+        return [ConstVar(key) for key in var.value]
+    raise Unsupported(f"iteration over {describe(var)} is not supported")

@@ -1,0 +1,333 @@
+"""Per-capture state: the graph being built, lifted inputs, guards, and graph breaks.
+
+One :class:`Tracer` serves every frame of a capture (the user's function and all the
+functions inlined into it); each frame interprets its own bytecode against it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.capture.variables import (
+    ConstVar,
+    DictVar,
+    ObjectVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+    describe,
+)
+from torchstrata.core import (
+    GraphBuilder,
+    Guard,
+    GuardKind,
+    Level,
+    MetaInferenceError,
+    Node,
+    NodeMeta,
+    OpRef,
+    TensorMeta,
+    infer_meta,
+    iter_nodes,
+)
+
+#: Python values that are constants of the trace (specialised on, guarded by value).
+CONSTANT_TYPES = (
+    int, float, bool, complex, str, bytes, type(None), type(Ellipsis), slice, range,
+    torch.dtype, torch.device, torch.memory_format, torch.layout, torch.Size,
+)  # fmt: skip
+
+#: Constants a graph node may take as an argument (see ``torchstrata.core.graph.Constant``).
+GRAPH_CONSTANT_TYPES = (
+    int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+    torch.layout,
+)  # fmt: skip
+
+#: Ops whose output aliases their first input; an in-place update after one of these
+#: would also change the other tensor, which a functional graph cannot express yet.
+VIEW_OPS = frozenset(
+    [
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "t",
+        "transpose",
+        "swapaxes",
+        "swapdims",
+        "permute",
+        "select",
+        "narrow",
+        "slice",
+        "getitem",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "flatten",
+        "unflatten",
+        "split",
+        "chunk",
+        "unbind",
+        "diagonal",
+        "movedim",
+        "moveaxis",
+        "detach",
+        "alias",
+        "real",
+        "imag",
+        "unfold",
+        "tensor_split",
+        "contiguous",
+    ]
+)
+
+#: Python's augmented assignments on tensors (``x += y``) update ``x`` in place.
+INPLACE_OPERATORS = frozenset(
+    f"operator.i{name}"
+    for name in [
+        "add",
+        "sub",
+        "mul",
+        "truediv",
+        "floordiv",
+        "mod",
+        "pow",
+        "matmul",
+        "and",
+        "or",
+        "xor",
+        "lshift",
+        "rshift",
+    ]
+)
+
+#: Largest number of bytecode instructions one capture may interpret (runaway loops).
+MAX_INSTRUCTIONS = 200_000
+
+
+class Unsupported(Exception):
+    """A construct capture does not handle; the whole call runs eagerly.
+
+    The frame that raises it adds the source position (see :class:`GraphBreak`).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.location: tuple[str, int, str] | None = None
+
+
+def input_name(source: str) -> str:
+    """A graph input name for a source: ``L['self'].fc1.weight`` -> ``self_fc1_weight``."""
+    name = re.sub(r"^[LG]\[", "", source)
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
+    if not name or name[0].isdigit():
+        name = f"arg_{name}"
+    return name
+
+
+class Tracer:
+    """Builds one torch-level graph while frames interpret bytecode.
+
+    :param globals_: the user function's globals; guards read them as ``G``.
+    """
+
+    def __init__(self, globals_: Mapping[str, Any]) -> None:
+        self.builder = GraphBuilder(Level.TORCH)
+        self.globals = globals_
+        self.input_sources: list[str] = []
+        self._inputs: dict[str, TensorVar] = {}
+        self._guards: dict[tuple[GuardKind, str], Guard] = {}
+        self._viewed: set[Node] = set()
+        self.instructions_run = 0
+
+    # ------------------------------------------------------------------ guards
+    @property
+    def guards(self) -> tuple[Guard, ...]:
+        """Every guard recorded so far, in the order first recorded."""
+        return tuple(self._guards.values())
+
+    def guard(self, kind: GuardKind, source: str, expected: Any, description: str = "") -> None:
+        """Record a guard (once per kind and source)."""
+        self._guards.setdefault((kind, source), Guard(kind, source, expected, description))
+
+    # ------------------------------------------------------------------ wrapping
+    def wrap(self, value: Any, source: str | None, *, guard: bool = True) -> Var:
+        """A variable for a real Python ``value`` read from ``source``.
+
+        Tensors become graph inputs (always guarded); constants, containers and other
+        objects are guarded by value, structure or identity when ``guard`` is set.
+        """
+        if isinstance(value, torch.Tensor):
+            return self._lift_tensor(value, source)
+        guarded = guard and source is not None
+        if isinstance(value, CONSTANT_TYPES):
+            if guarded and source is not None:
+                self.guard(GuardKind.CONSTANT_MATCH, source, value)
+            return ConstVar(value, source)
+        if type(value) in (tuple, list):
+            if guarded and source is not None:
+                self.guard(GuardKind.TYPE_MATCH, source, type(value))
+                self.guard(GuardKind.CONSTANT_MATCH, f"len({source})", len(value))
+            items = [
+                self.wrap(item, f"{source}[{index}]" if source else None, guard=guard)
+                for index, item in enumerate(value)
+            ]
+            return SequenceVar(items, is_list=type(value) is list, source=source)
+        if type(value) is dict and all(isinstance(key, str | int) for key in value):
+            if guarded and source is not None:
+                self.guard(GuardKind.TYPE_MATCH, source, dict)
+                self.guard(GuardKind.CONSTANT_MATCH, f"tuple({source}.keys())", tuple(value))
+            entries = {
+                key: self.wrap(item, f"{source}[{key!r}]" if source else None, guard=guard)
+                for key, item in value.items()
+            }
+            return DictVar(entries, source=source)
+        if guarded and source is not None:
+            self.guard(GuardKind.ID_MATCH, source, id(value), describe(ObjectVar(value)))
+        return ObjectVar(value, source)
+
+    def _lift_tensor(self, value: torch.Tensor, source: str | None) -> TensorVar:
+        if source is None:
+            raise Unsupported("a tensor that capture cannot fetch at call time (it has no source)")
+        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+            raise Unsupported(f"tensor subclass {type(value).__name__} is not supported")
+        if source in self._inputs:
+            return self._inputs[source]
+        meta = TensorMeta.from_tensor(value)
+        self.guard(GuardKind.TENSOR_MATCH, source, meta)
+        node = self.builder.input(input_name(source), meta)
+        var = TensorVar(node, type(value), source)
+        self._inputs[source] = var
+        self.input_sources.append(source)
+        return var
+
+    # ------------------------------------------------------------------ graph ops
+    def call_op(self, op: OpRef, args: tuple[Var, ...], kwargs: Mapping[str, Var]) -> Var:
+        """Record ``op(*args, **kwargs)`` in the graph and return its result variable(s)."""
+        if "meta" in kwargs or "name" in kwargs:
+            raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
+        graph_args = tuple(self.graph_value(arg, op) for arg in args)
+        graph_kwargs = {key: self.graph_value(value, op) for key, value in kwargs.items()}
+        if "out" in kwargs:
+            raise Unsupported(f"{op.name}(..., out=...) is not supported")
+        short = op.name.rsplit(".", 1)[-1]
+        inplace = op.name in INPLACE_OPERATORS or (
+            op.name.startswith("torch.Tensor.") and short.endswith("_") and not short.endswith("__")
+        )
+        inplace = inplace or graph_kwargs.get("inplace") is True
+        target = args[0] if args and isinstance(args[0], TensorVar) else None
+        if inplace and target is not None:
+            self._check_inplace(op, target)
+        meta: NodeMeta
+        try:
+            if inplace and target is not None:
+                meta = self._inplace_meta(op, target, graph_args, graph_kwargs)
+            else:
+                meta = infer_meta(op, graph_args, graph_kwargs)
+        except MetaInferenceError as error:
+            detail = str(error.__cause__ or error).strip().splitlines()[0][:300]
+            raise Unsupported(f"{op.name} cannot run on meta tensors: {detail}") from None
+        if meta is None:
+            raise Unsupported(f"{op.name} returns a non-tensor value")
+        node = self.builder.call(op, *graph_args, meta=meta, **graph_kwargs)
+        if short in VIEW_OPS:
+            self._viewed.add(node)
+            self._viewed.update(arg for arg in graph_args[:1] if isinstance(arg, Node))
+        if isinstance(meta, TensorMeta):
+            if inplace and target is not None:
+                target.node = node  # later reads of this variable see the update
+                return target
+            return TensorVar(node)
+        items: list[Var] = []
+        for index, item_meta in enumerate(meta):
+            if item_meta is None:
+                items.append(ConstVar(None))
+                continue
+            item = self.builder.getitem(node, index)
+            if short in VIEW_OPS:
+                self._viewed.add(item)
+            items.append(TensorVar(item))
+        return SequenceVar(items, field_names=self._field_names(op, graph_args, graph_kwargs))
+
+    @staticmethod
+    def _inplace_meta(
+        op: OpRef, target: TensorVar, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TensorMeta:
+        """An in-place op leaves shape, strides and dtype of its target as they were.
+
+        Meta inference would rebuild the target as a leaf that requires grad, which
+        in-place ops reject; run it without grad instead, just to check the arguments.
+        """
+        with torch.no_grad():
+            infer_meta(op, args, kwargs)
+        requires_grad = any(
+            isinstance(node.meta, TensorMeta) and node.meta.requires_grad
+            for node in iter_nodes((args, tuple(kwargs.values())))
+        )
+        return attrs.evolve(target.meta, requires_grad=requires_grad)
+
+    def _check_inplace(self, op: OpRef, target: TensorVar) -> None:
+        if target.source is not None:
+            raise Unsupported(f"in-place {op.name} on an input tensor is not supported yet")
+        if target.node in self._viewed:
+            raise Unsupported(f"in-place {op.name} on a tensor that has views is not supported yet")
+
+    @staticmethod
+    def _field_names(
+        op: OpRef, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, ...] | None:
+        def to_meta(value: Any) -> Any:
+            if isinstance(value, Node) and isinstance(value.meta, TensorMeta):
+                return value.meta.to_meta_tensor()
+            if isinstance(value, list | tuple):
+                return type(value)(to_meta(item) for item in value)
+            return value
+
+        try:
+            result = op.resolve()(*to_meta(args), **{k: to_meta(v) for k, v in kwargs.items()})
+        except Exception:  # noqa: BLE001 - names are a nicety; infer_meta already succeeded
+            return None
+        if not isinstance(result, tuple):
+            return None
+        fields = getattr(result, "_fields", None)
+        if fields is not None:  # a namedtuple
+            return tuple(fields)
+        # A structseq (torch.return_types.max): match member descriptors by identity.
+        names = [
+            name
+            for name, member in vars(type(result)).items()
+            if type(member).__name__ == "member_descriptor"
+        ]
+        by_index = {}
+        for name in names:
+            value = getattr(result, name)
+            for index, item in enumerate(result):
+                if item is value:
+                    by_index[index] = name
+        if len(by_index) != len(result):
+            return None
+        return tuple(by_index[index] for index in range(len(result)))
+
+    def graph_value(self, var: Var, op: OpRef) -> Any:
+        """The graph-node argument for ``var``: a node, a constant, or a list/tuple of them."""
+        if isinstance(var, TensorVar):
+            return var.node
+        if isinstance(var, ConstVar) and isinstance(var.value, torch.Size):
+            return tuple(var.value)
+        if isinstance(var, ConstVar) and isinstance(var.value, GRAPH_CONSTANT_TYPES):
+            return var.value
+        if isinstance(var, ConstVar) and type(var.value) in (tuple, list):
+            items = [self.graph_value(ConstVar(item), op) for item in var.value]
+            return items if type(var.value) is list else tuple(items)
+        if isinstance(var, SequenceVar):
+            items = [self.graph_value(item, op) for item in var.items]
+            return items if var.is_list else tuple(items)
+        raise Unsupported(f"passing {describe(var)} to {op.name} is not supported")

@@ -1,0 +1,76 @@
+"""Every instruction of the test corpus has a handler, under CPython 3.11 and 3.12.
+
+The corpus is the functions in this test directory; each interpreter compiles the
+sources itself (torch is not needed for that), so 3.12's instruction set is checked
+even where torch for 3.12 is not installed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchstrata.capture import SUPPORTED_OPCODES
+
+_LIST_OPCODES = r"""
+import dis, inspect, json, sys
+
+def walk(code):
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            yield from walk(const)
+
+names = set()
+for path in sys.argv[1:]:
+    module = compile(open(path).read(), path, "exec")
+    for code in walk(module):
+        if not code.co_flags & inspect.CO_OPTIMIZED:  # module and class bodies
+            continue
+        bytecode = dis.Bytecode(code)
+        # Exception handlers sit after the normal path; capture never raises into them.
+        handlers = [entry.target for entry in bytecode.exception_entries]
+        end = min(handlers, default=float("inf"))
+        names.update(inst.opname for inst in bytecode if inst.offset < end)
+print(json.dumps(sorted(names)))
+"""
+
+_CORPUS = sorted(str(path) for path in Path(__file__).parent.glob("test_*.py"))
+
+
+def _python_312() -> str | None:
+    pattern = os.path.expanduser("~/.pyenv/versions/3.12*/bin/python")
+    for candidate in [*sorted(glob.glob(pattern)), shutil.which("python3.12")]:
+        if (
+            candidate
+            and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0
+        ):
+            return candidate
+    return None
+
+
+def _opcodes(python: str) -> set[str]:
+    output = subprocess.run(
+        [python, "-c", _LIST_OPCODES, *_CORPUS], check=True, capture_output=True, text=True
+    ).stdout
+    return set(json.loads(output))
+
+
+def test_running_interpreter_instruction_set_is_covered():
+    assert _opcodes(sys.executable) - SUPPORTED_OPCODES == set()
+
+
+def test_python_312_instruction_set_is_covered():
+    python = _python_312()
+    if python is None:
+        pytest.skip("no CPython 3.12 interpreter found")
+    names = _opcodes(python)
+    assert {"RETURN_CONST", "LOAD_FAST_AND_CLEAR", "END_FOR"} & names  # really 3.12 bytecode
+    assert names - SUPPORTED_OPCODES == set()

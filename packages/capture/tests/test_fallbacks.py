@@ -1,0 +1,99 @@
+"""Unsupported constructs: the whole call falls back to eager with a reason and a line."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from torchstrata.capture import capture
+
+
+def _line_of(fn, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(index for index, line in enumerate(lines) if text in line)
+
+
+def uses_print(x):
+    y = x + 1
+    print(y)
+    return y
+
+
+def uses_item(x):
+    scale = x.sum().item()
+    return x * scale
+
+
+def branches_on_tensor(x):
+    y = x * 2
+    if y.sum() > 0:
+        return y
+    return -y
+
+
+def is_generator(x):
+    yield x
+
+
+def uses_with(x):
+    with torch.no_grad():
+        return x + 1
+
+
+def sets_attribute(x):
+    x.foo = 1
+    return x
+
+
+def calls_helper_that_prints(x):
+    return uses_print(x) * 2
+
+
+def converts_to_int(x):
+    return x * int(x.max())
+
+
+@pytest.mark.parametrize(
+    ("fn", "reason", "line_text"),
+    [
+        (uses_print, "call to print (builtin_function_or_method) is not supported", "print(y)"),
+        (uses_item, "Tensor.item() makes the result depend on tensor values", ".item()"),
+        (branches_on_tensor, "data-dependent control flow", "if y.sum() > 0"),
+        (uses_with, "call to no_grad (type) is not supported", "with torch.no_grad()"),
+        (sets_attribute, "assigning attribute 'foo'", "x.foo = 1"),
+        (converts_to_int, "int(tensor) makes the result depend on tensor values", "int(x.max())"),
+    ],
+)
+def test_fallback_reason_and_line(fn, reason, line_text):
+    result = capture(fn, (torch.randn(3),), {})
+    assert result.graphs == () and result.program is None
+    (graph_break,) = result.graph_breaks
+    assert reason in graph_break.reason
+    assert graph_break.filename == __file__
+    assert graph_break.lineno == _line_of(fn, line_text)
+    assert graph_break.instruction
+
+
+def test_break_in_inlined_function_points_into_it():
+    result = capture(calls_helper_that_prints, (torch.randn(3),), {})
+    (graph_break,) = result.graph_breaks
+    assert graph_break.lineno == _line_of(uses_print, "print(y)")
+
+
+def test_generator_function_falls_back():
+    result = capture(is_generator, (torch.randn(3),), {})
+    assert "generators" in result.graph_breaks[0].reason
+
+
+def test_builtin_callable_and_bad_call_fall_back():
+    result = capture(torch.relu, (torch.randn(3),), {})
+    assert "has no Python bytecode" in result.graph_breaks[0].reason
+    result = capture(uses_print, (torch.randn(3), 1), {})
+    assert "does not match the signature" in result.graph_breaks[0].reason
+
+
+def test_shape_error_in_user_code_falls_back():
+    result = capture(lambda x, y: x @ y, (torch.randn(2, 3), torch.randn(4, 5)), {})
+    assert "operator.matmul cannot run on meta tensors" in result.graph_breaks[0].reason
