@@ -35,7 +35,8 @@ def _to_meta_tensor(node: Node) -> Any:
     if isinstance(meta, TensorMeta):
         tensor = meta.to_meta_tensor()
         if meta.requires_grad and (meta.dtype.is_floating_point or meta.dtype.is_complex):
-            tensor.requires_grad_(True)
+            # A clone is a non-leaf, so in-place ops on it infer like on intermediates.
+            tensor = tensor.requires_grad_(True).clone()
         return tensor
     if isinstance(meta, tuple):
         return tuple(item.to_meta_tensor() if item is not None else None for item in meta)

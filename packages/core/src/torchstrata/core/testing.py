@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +23,13 @@ def assert_close_to_eager(actual: Any, expected: Any, *, reference: Any = None, 
     With ``reference`` (eager run in float64), a low-precision result passes when its
     error against the reference is at most three times eager's own (plus 1e-5).
     """
+    if isinstance(expected, Mapping):
+        assert isinstance(actual, Mapping) and actual.keys() == expected.keys(), (
+            f"{what}: expected a mapping with keys {list(expected)}, got {actual!r}")
+        for key in expected:
+            ref = reference[key] if reference is not None else None
+            assert_close_to_eager(actual[key], expected[key], reference=ref, what=f"{what}[{key!r}]")
+        return
     if isinstance(expected, Sequence) and not isinstance(expected, torch.Tensor | str):
         assert isinstance(actual, Sequence) and len(actual) == len(expected), (
             f"{what}: expected a sequence of {len(expected)} values, got {actual!r}")
