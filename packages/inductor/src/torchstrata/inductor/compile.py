@@ -1,0 +1,84 @@
+"""``compile_graph``: a prims graph to a :class:`~torchstrata.core.CompiledGraph`."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from torchstrata.core import (
+    CompiledGraph,
+    CompileOptions,
+    Graph,
+    Level,
+    current_options,
+    eliminate_dead_code,
+)
+from torchstrata.inductor.backend import Backend, CppBackend
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.launcher import build_launcher, generate_launcher
+from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.scheduler import ExternStep
+from torchstrata.inductor.triton_backend import TritonBackend
+
+
+class CodegenError(RuntimeError):
+    """The graph cannot be compiled for this device with the requested backend."""
+
+
+def choose_backend(device: torch.device | str, options: CompileOptions) -> Backend:
+    """``options.codegen`` None: Triton on CUDA, C++ on CPU; "triton" on CPU: the interpreter."""
+    device = torch.device(device)
+    codegen = options.codegen
+    if codegen is None:
+        codegen = "triton" if device.type == "cuda" else "cpp"
+    if codegen == "cpp":
+        if device.type != "cpu":
+            raise CodegenError(f"the C++ backend generates CPU code; the graph lives on {device}")
+        return CppBackend()
+    if codegen == "triton":
+        if device.type not in ("cuda", "cpu"):
+            raise CodegenError(f"Triton codegen does not target {device}")
+        return TritonBackend(interpret=device.type == "cpu")
+    raise CodegenError(f"codegen={codegen!r} is not a code generator (eager runs without codegen)")
+
+
+def compile_graph(
+    graph: Graph, device: torch.device | str | None = None, options: CompileOptions | None = None
+) -> CompiledGraph:
+    """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device``.
+
+    Returns a :class:`CompiledGraph` whose ``fn(*inputs)`` returns a tuple of tensors, with
+    one :class:`KernelInfo` per generated kernel, the extern ops run eagerly, and the
+    generated launcher's source.
+    """
+    if graph.level is not Level.PRIMS:
+        raise CodegenError(
+            f"compile_graph takes a prims-level graph, got level {graph.level.value}"
+        )
+    options = options if options is not None else current_options()
+    if device is None:
+        device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
+    backend = choose_backend(device, options)
+    start = time.perf_counter()
+    graph = eliminate_dead_code(graph)
+    lowered = lower_graph(graph, backend.supports)
+    plan = plan_graph(graph, lowered)
+    launches, infos, compile_seconds = {}, [], 0.0
+    for step in plan.steps:
+        if isinstance(step, Kernel) and step.rows > 0:
+            built = backend.build(step, options)
+            launches[step.name] = built.launch
+            infos.append(built.info)
+            compile_seconds += built.compile_seconds
+    source, env = generate_launcher(graph, plan, launches)
+    fn = build_launcher(source, env)
+    eager_ops = tuple(str(step.node.op) for step in plan.steps if isinstance(step, ExternStep))
+    stats = {
+        "backend": backend.name,
+        "kernels": len(infos),
+        "compile_seconds": compile_seconds,
+        "codegen_seconds": time.perf_counter() - start,
+    }
+    return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)

@@ -1,0 +1,136 @@
+"""Compiling generated C++ to shared objects, cached by content, and loading them with ctypes.
+
+One ``g++ -O3 -march=native -fopenmp -shared -fPIC`` per kernel file (plus ``-lmvec`` when
+the kernel declares glibc's vector math functions, so ``omp simd`` loops over ``exp``/``erf``
+vectorise). The shared object is
+named by the SHA-256 of the source and the compiler command, stored in ``cache_dir``
+(default ``~/.cache/torchstrata/cpp``) and written atomically (temporary file, then
+``os.replace``), so concurrent processes never see a half-written library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+COMPILER_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+#: Math functions glibc's libmvec may vectorise: name -> number of arguments.
+SIMD_MATH_CANDIDATES = {
+    "exp": 1,
+    "log": 1,
+    "sin": 1,
+    "cos": 1,
+    "pow": 2,
+    "acos": 1,
+    "asin": 1,
+    "atan": 1,
+    "atan2": 2,
+    "cosh": 1,
+    "erf": 1,
+    "exp2": 1,
+    "expm1": 1,
+    "log1p": 1,
+    "log2": 1,
+    "sinh": 1,
+    "tan": 1,
+    "tanh": 1,
+}
+
+
+class CppCompileError(RuntimeError):
+    """The system compiler rejected a generated kernel (the message holds its output)."""
+
+
+@attrs.frozen
+class BuiltKernel:
+    """A compiled kernel: its entry point, where it lives, and how long compiling took."""
+
+    fn: Callable[..., None]
+    path: str
+    compile_seconds: float
+    cached: bool
+
+
+def default_cache_dir() -> Path:
+    """``~/.cache/torchstrata/cpp``."""
+    return Path.home() / ".cache" / "torchstrata" / "cpp"
+
+
+def find_compiler() -> str:
+    """The C++ compiler to use (``g++``, else ``c++``)."""
+    for name in ("g++", "c++"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise CppCompileError("no C++ compiler (g++ or c++) found on PATH")
+
+
+_LOADED: dict[str, ctypes.CDLL] = {}
+
+
+@functools.cache
+def simd_math_functions() -> frozenset[str]:
+    """The candidates for which this machine's libmvec has float and double vector variants."""
+    try:
+        libmvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return frozenset()
+    found = set()
+    for name, arity in SIMD_MATH_CANDIDATES.items():
+        v = "v" * arity
+        if hasattr(libmvec, f"_ZGVdN8{v}_{name}f") and hasattr(libmvec, f"_ZGVdN4{v}_{name}"):
+            found.add(name)
+    return frozenset(found)
+
+
+def build_kernel(
+    source: str, name: str, num_args: int, cache_dir: str | Path | None = None
+) -> BuiltKernel:
+    """Compile ``source`` (cached) and return its ``extern "C"`` function ``name``."""
+    compiler = find_compiler()
+    directory = Path(cache_dir) if cache_dir else default_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256("\0".join((compiler, *COMPILER_FLAGS, source)).encode()).hexdigest()
+    library = directory / f"{name}_{digest[:24]}.so"
+    cached = library.exists()
+    seconds = 0.0
+    if not cached:
+        seconds = _compile(compiler, source, library)
+    handle = _LOADED.get(str(library))
+    if handle is None:
+        handle = _LOADED[str(library)] = ctypes.CDLL(str(library))
+    fn = getattr(handle, name)
+    fn.argtypes = [ctypes.c_void_p] * num_args
+    fn.restype = None
+    return BuiltKernel(fn, str(library), seconds, cached)
+
+
+def _compile(compiler: str, source: str, library: Path) -> float:
+    with tempfile.TemporaryDirectory(prefix="torchstrata_cpp_") as work:
+        source_path = Path(work) / "kernel.cpp"
+        source_path.write_text(source)
+        output = Path(work) / "kernel.so"
+        command = [compiler, *COMPILER_FLAGS, str(source_path), "-o", str(output)]
+        if "omp declare simd" in source:
+            command.append("-lmvec")
+        start = time.perf_counter()
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        if result.returncode != 0:
+            raise CppCompileError(f"{' '.join(command)} failed:\n{result.stderr}")
+        fd, temporary = tempfile.mkstemp(dir=library.parent, suffix=".so.tmp")
+        os.close(fd)
+        shutil.copyfile(output, temporary)
+        os.replace(temporary, library)
+        library.with_suffix(".cpp").write_text(source)
+    return seconds

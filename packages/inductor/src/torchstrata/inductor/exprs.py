@@ -1,0 +1,101 @@
+"""Value expressions: what a kernel computes for one element, as a hashable tree.
+
+Expressions are frozen and hash by structure, so equal subexpressions are the same
+key and each backend emits them once (common-subexpression elimination for free).
+``dtype`` is always the dtype of the value in the graph (``float16`` stays ``float16``);
+backends pick the compute type (``float32`` for 16-bit floats).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import torch
+
+from torchstrata.inductor.indexing import Index
+
+
+@attrs.frozen(cache_hash=True)
+class Load:
+    """Element ``index`` (an element offset from the buffer's first element) of a buffer."""
+
+    buffer: str
+    index: Index
+    dtype: torch.dtype
+
+
+@attrs.frozen(cache_hash=True)
+class Constant:
+    """A scalar constant of ``dtype``."""
+
+    value: int | float | bool
+    dtype: torch.dtype
+
+
+@attrs.frozen(cache_hash=True)
+class IndexValue:
+    """An index expression used as a value (``prims.iota``)."""
+
+    index: Index
+    dtype: torch.dtype
+
+
+@attrs.frozen(cache_hash=True)
+class Op:
+    """An elementwise prim applied to ``args``; ``convert_element_type`` casts to ``dtype``."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: torch.dtype
+
+
+@attrs.frozen(cache_hash=True)
+class ReduceRef:
+    """The result of the reduction ``name`` for the current row of a fused kernel."""
+
+    name: str
+    dtype: torch.dtype
+
+
+Expr = Load | Constant | IndexValue | Op | ReduceRef
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """Direct operands of an expression."""
+    return expr.args if isinstance(expr, Op) else ()
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every distinct subexpression, operands before users."""
+    seen: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in seen:
+            continue
+        if expanded:
+            seen.add(node)
+            yield node
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(children(node)) if child not in seen)
+
+
+def variables(expr: Expr) -> frozenset[str]:
+    """Loop variables an expression depends on."""
+    names: set[str] = set()
+    for node in walk(expr):
+        if isinstance(node, Load | IndexValue):
+            names |= node.index.variables()
+    return frozenset(names)
+
+
+def reductions_used(expr: Expr) -> frozenset[str]:
+    """Names of the fused reductions an expression reads."""
+    return frozenset(node.name for node in walk(expr) if isinstance(node, ReduceRef))
+
+
+def buffers_loaded(expr: Expr) -> frozenset[str]:
+    """Names of the buffers an expression loads from."""
+    return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load))

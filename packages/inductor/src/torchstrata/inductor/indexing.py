@@ -1,0 +1,191 @@
+"""Index expressions: affine forms over loop variables, with floor-division and modulo atoms.
+
+Every index that a kernel computes (which element of an input to load, where to store a
+result) is an :class:`Index`: ``sum(coeff * atom) + const`` where an atom is a loop
+variable, ``floor(index / d)`` or ``index % m``. Loop variables know their range, so
+reshapes of contiguous dims simplify away (``(128*x0 + x1) // 128`` is ``x0``). All
+values are non-negative, so C-style and floor division agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+
+@attrs.frozen(cache_hash=True)
+class Var:
+    """A loop variable ranging over ``[0, size)``."""
+
+    name: str
+    size: int
+
+
+@attrs.frozen(cache_hash=True)
+class FloorDiv:
+    """``floor(base / divisor)`` for a non-negative base."""
+
+    base: Index
+    divisor: int
+
+
+@attrs.frozen(cache_hash=True)
+class Mod:
+    """``base % modulus`` for a non-negative base."""
+
+    base: Index
+    modulus: int
+
+
+Atom = Var | FloorDiv | Mod
+
+
+def _atom_key(atom: Atom) -> str:
+    return repr(atom)
+
+
+@attrs.frozen(cache_hash=True)
+class Index:
+    """``const + sum(coeff * atom)``, terms sorted so that equal indices compare equal."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    # -- construction -----------------------------------------------------------------
+    @staticmethod
+    def constant(value: int) -> Index:
+        """The constant index ``value``."""
+        return Index((), int(value))
+
+    @staticmethod
+    def of(atom: Atom) -> Index:
+        """The index ``atom``; a variable of size 1 is the constant 0."""
+        if isinstance(atom, Var) and atom.size <= 1:
+            return Index()
+        return Index(((atom, 1),), 0)
+
+    def __add__(self, other: Index | int) -> Index:
+        if isinstance(other, int):
+            return Index(self.terms, self.const + other)
+        merged: dict[Atom, int] = dict(self.terms)
+        for atom, coeff in other.terms:
+            merged[atom] = merged.get(atom, 0) + coeff
+        terms = tuple(
+            sorted(((a, c) for a, c in merged.items() if c), key=lambda t: _atom_key(t[0]))
+        )
+        return Index(terms, self.const + other.const)
+
+    def __mul__(self, factor: int) -> Index:
+        if factor == 0:
+            return Index()
+        return Index(tuple((a, c * factor) for a, c in self.terms), self.const * factor)
+
+    def floordiv(self, divisor: int) -> Index:
+        """``floor(self / divisor)``, simplified using the ranges of the atoms."""
+        if divisor == 1:
+            return self
+        quotient = Index((), self.const // divisor)
+        rest = Index((), self.const % divisor)
+        for atom, coeff in self.terms:
+            if coeff % divisor == 0:
+                quotient = quotient + Index(((atom, coeff // divisor),), 0)
+            else:
+                rest = rest + Index(((atom, coeff),), 0)
+        low, high = rest.bounds()
+        if low >= 0 and high < divisor:
+            return quotient
+        return quotient + Index.of(FloorDiv(rest, divisor))
+
+    def mod(self, modulus: int) -> Index:
+        """``self % modulus``, simplified using the ranges of the atoms."""
+        if modulus == 1:
+            return Index()
+        rest = Index((), self.const % modulus)
+        for atom, coeff in self.terms:
+            if coeff % modulus:
+                rest = rest + Index(((atom, coeff),), 0)
+        low, high = rest.bounds()
+        if low >= 0 and high < modulus:
+            return rest
+        return Index.of(Mod(rest, modulus))
+
+    # -- queries ----------------------------------------------------------------------
+    def bounds(self) -> tuple[int, int]:
+        """Inclusive lower and upper bounds of the value."""
+        low = high = self.const
+        for atom, coeff in self.terms:
+            atom_low, atom_high = atom_bounds(atom)
+            if coeff >= 0:
+                low, high = low + coeff * atom_low, high + coeff * atom_high
+            else:
+                low, high = low + coeff * atom_high, high + coeff * atom_low
+        return low, high
+
+    def variables(self) -> frozenset[str]:
+        """Names of the loop variables this index depends on."""
+        names: set[str] = set()
+        for atom, _ in self.terms:
+            if isinstance(atom, Var):
+                names.add(atom.name)
+            else:
+                names |= atom.base.variables()
+        return frozenset(names)
+
+    def render(self, var: Callable[[str], str], div: str = "//") -> str:
+        """Source text: ``var(name)`` prints a variable, ``div`` is the division operator."""
+        parts = []
+        for atom, coeff in self.terms:
+            text = render_atom(atom, var, div)
+            parts.append(text if coeff == 1 else f"{coeff}*{text}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+def atom_bounds(atom: Atom) -> tuple[int, int]:
+    """Inclusive bounds of one atom."""
+    if isinstance(atom, Var):
+        return 0, max(atom.size - 1, 0)
+    low, high = atom.base.bounds()
+    if isinstance(atom, FloorDiv):
+        return low // atom.divisor, high // atom.divisor
+    return (low, high) if low >= 0 and high < atom.modulus else (0, atom.modulus - 1)
+
+
+def render_atom(atom: Atom, var: Callable[[str], str], div: str) -> str:
+    """Source text of one atom."""
+    if isinstance(atom, Var):
+        return var(atom.name)
+    if isinstance(atom, FloorDiv):
+        return f"(({atom.base.render(var, div)}) {div} {atom.divisor})"
+    return f"(({atom.base.render(var, div)}) % {atom.modulus})"
+
+
+def linear_offset(index: Sequence[Index], strides: Sequence[int], offset: int = 0) -> Index:
+    """``offset + sum(index[d] * strides[d])``: the element offset of a strided access."""
+    result = Index.constant(offset)
+    for item, stride in zip(index, strides, strict=True):
+        result = result + item * stride
+    return result
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides of ``shape`` (size-0 dims count as 1)."""
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def delinearize(linear: Index, shape: Sequence[int]) -> list[Index]:
+    """The row-major multi-index of ``shape`` whose linear position is ``linear``."""
+    strides = row_major_strides(shape)
+    result = []
+    for dim, (size, stride) in enumerate(zip(shape, strides, strict=True)):
+        part = linear.floordiv(stride)
+        result.append(part if dim == 0 else part.mod(size) if size > 1 else Index())
+        if size <= 1:
+            result[-1] = Index()
+    return result

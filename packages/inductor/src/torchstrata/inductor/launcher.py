@@ -1,0 +1,120 @@
+"""The generated Python launcher: one function per graph that allocates, launches, returns.
+
+Everything is decided at compile time: shapes, strides, dtypes, grids and kernel handles
+are constants in the launcher's globals, so a call is a straight run of allocations,
+kernel launches and extern ATen calls with no lookups beyond local names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import Graph, Node
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.lowering import Extern
+from torchstrata.inductor.plan import Plan
+from torchstrata.inductor.scheduler import ExternStep, buffer_name, buffer_strides
+
+
+@attrs.frozen
+class KernelLaunch:
+    """How the launcher calls one compiled kernel: ``call(handle, arg names) -> statement``."""
+
+    kernel: Kernel
+    handle: Any
+    call: Callable[[str, Sequence[str]], str]
+
+
+def _restride(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``tensor`` copied into the strides that the kernels were generated for."""
+    out = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    return out.copy_(tensor)
+
+
+class _Globals:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {"empty_strided": torch.empty_strided, "_restride": _restride}
+        self._ids: dict[int, str] = {}
+
+    def name(self, value: Any, prefix: str) -> str:
+        key = id(value)
+        if key not in self._ids:
+            name = f"{prefix}{len(self.values)}"
+            self.values[name] = value
+            self._ids[key] = name
+        return self._ids[key]
+
+
+def _render_arg(value: Any, env: _Globals) -> str:
+    if isinstance(value, Node):
+        return buffer_name(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_render_arg(v, env) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(_render_arg(v, env) + ", " for v in value) + ")"
+    if isinstance(value, bool | int | str) or value is None:
+        return repr(value)
+    return env.name(value, "const")
+
+
+def generate_launcher(
+    graph: Graph, plan: Plan, launches: dict[str, KernelLaunch]
+) -> tuple[str, dict[str, Any]]:
+    """The launcher's source and globals; the function is called ``launch``."""
+    env = _Globals()
+    params = [buffer_name(node) for node in graph.inputs]
+    lines = [f"def launch({', '.join(params)}):"]
+    kernel_loads = _nodes_loaded_by_kernels(plan)
+    for step in plan.steps:
+        if isinstance(step, ExternStep):
+            lines += _extern_lines(step.node, plan, env, buffer_name(step.node) in kernel_loads)
+            continue
+        launch = launches.get(step.name)
+        for store in step.row_stores + step.full_stores:
+            node = graph.node(store.buffer.removeprefix("buf_"))
+            meta = node.tensor_meta
+            strides = buffer_strides(node, plan.lowered[node])
+            dtype = env.name(meta.dtype, "dtype")
+            device = env.name(meta.device, "device")
+            lines.append(
+                f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
+                f"device={device})"
+            )
+        if launch is not None:
+            handle = env.name(launch.handle, step.name + "_")
+            lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
+    outputs = "".join(f"{buffer_name(node)}, " for node in graph.outputs)
+    lines.append(f"    return ({outputs})")
+    return "\n".join(lines) + "\n", env.values
+
+
+def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
+    return {arg.name for step in plan.steps if isinstance(step, Kernel) for arg in step.args}
+
+
+def _extern_lines(node: Node, plan: Plan, env: _Globals, read_by_kernel: bool) -> list[str]:
+    assert node.op is not None
+    lowered = plan.lowered[node]
+    assert isinstance(lowered, Extern)
+    fn = env.name(node.op.resolve(), "extern")
+    args = [_render_arg(arg, env) for arg in node.args]
+    args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
+    name = buffer_name(node)
+    lines = [f"    {name} = {fn}({', '.join(args)})  # {node.op.name}: {lowered.reason}"]
+    if read_by_kernel:
+        # Kernels index this buffer with the strides its metadata promised.
+        strides = node.tensor_meta.strides
+        lines.append(f"    if {name}.stride() != {strides!r}:")
+        lines.append(f"        {name} = _restride({name}, {strides!r})")
+    return lines
+
+
+def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Execute the launcher source and return its ``launch`` function."""
+    namespace = dict(env)
+    exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
+    return namespace["launch"]

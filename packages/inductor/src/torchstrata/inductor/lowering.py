@@ -1,0 +1,263 @@
+"""Lowering: every node of a prims graph becomes an index function over its output.
+
+* graph inputs and extern results are buffers: element ``idx`` is a strided load;
+* elementwise prims, ``full`` and ``iota`` are :class:`Pointwise`: an expression built
+  from the values of their operands at the same index;
+* views (``broadcast_in_dim``, ``permute``, ``slice``, ``reshape``, ``as_strided``) are
+  :class:`Pointwise` too: they only rewrite the index before asking their operand, so a
+  chain of views over an input becomes one strided load, never a copy;
+* reductions are :class:`Reduction`: a body evaluated at (row index, reduced index);
+* anything else (ATen ops, ``getitem``, prims a backend cannot generate) is
+  :class:`Extern` and runs through ATen between kernels.
+
+An index function asks a :class:`ValueContext` for the values of its operands; the
+scheduler's context decides whether an operand is inlined, loaded from memory, or read
+as a reduction result of the current kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+import torch
+
+from torchstrata.core import Graph, Node, OpKind, TensorMeta, get_prim
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Op
+from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
+
+IndexTuple = tuple[Index, ...]
+
+REDUCTION_KINDS = ("sum", "prod", "amax", "amin")
+VIEW_PRIMS = ("broadcast_in_dim", "permute", "slice", "reshape", "as_strided")
+
+
+class ValueContext(Protocol):
+    """What an index function may ask: the value of ``node`` at ``index``."""
+
+    def value(self, node: Node, index: IndexTuple) -> Expr:
+        """The expression for element ``index`` of ``node``."""
+        ...
+
+
+IndexFn = Callable[[ValueContext, IndexTuple], Expr]
+
+
+@attrs.frozen(eq=False)
+class Pointwise:
+    """A value computed per element: ``fn(ctx, index)``."""
+
+    node: Node
+    fn: IndexFn
+
+
+@attrs.frozen(eq=False)
+class Reduction:
+    """``kind`` (sum/prod/amax/amin) of ``source`` over ``dims``.
+
+    ``row_shape`` is the output shape, ``red_shape`` the sizes of the reduced dims.
+    """
+
+    node: Node
+    kind: str
+    source: Node
+    dims: tuple[int, ...]
+    row_shape: tuple[int, ...]
+    red_shape: tuple[int, ...]
+
+    def body(self, ctx: ValueContext, row: IndexTuple, red: IndexTuple) -> Expr:
+        """The element of ``source`` that row ``row``, reduced position ``red`` reads."""
+        rows, reds = iter(row), iter(red)
+        ndim = len(self.row_shape) + len(self.red_shape)
+        index = tuple(next(reds) if dim in self.dims else next(rows) for dim in range(ndim))
+        return ctx.value(self.source, index)
+
+
+@attrs.frozen(eq=False)
+class Extern:
+    """A node run eagerly between kernels; ``reason`` says why it was not generated."""
+
+    node: Node
+    reason: str
+
+
+@attrs.frozen(eq=False)
+class InputBuffer:
+    """A graph input."""
+
+    node: Node
+
+
+Lowered = Pointwise | Reduction | Extern | InputBuffer
+
+#: ``supports(prim_name, operand dtype) -> bool``: can the backend generate this prim?
+Supports = Callable[[str, torch.dtype], bool]
+
+
+def lower_graph(graph: Graph, supports: Supports) -> dict[Node, Lowered]:
+    """Lower every node of a prims graph (see the module docstring)."""
+    lowered: dict[Node, Lowered] = {node: InputBuffer(node) for node in graph.inputs}
+    for node in graph.nodes:
+        lowered[node] = lower_node(node, lowered, supports)
+    return lowered
+
+
+def _is_buffer(lowered: Lowered) -> bool:
+    return isinstance(lowered, InputBuffer | Extern)
+
+
+def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    """Lower one node whose operands are already lowered."""
+    assert node.op is not None
+    if node.op.kind is not OpKind.PRIMS:
+        return Extern(node, f"{node.op.name} has no lowering")
+    meta = node.meta
+    if not isinstance(meta, TensorMeta) or node.kwargs:
+        return Extern(node, "unexpected keyword arguments or metadata")
+    name = node.op.name.removeprefix("prims.")
+    prim = get_prim(name)
+    if meta.dtype.is_complex or any(
+        isinstance(arg, Node) and arg.tensor_meta.dtype.is_complex for arg in node.args
+    ):
+        return Extern(node, "complex dtypes are not generated")
+    if prim.is_elementwise:
+        operand_dtype = next(arg.tensor_meta.dtype for arg in node.args if isinstance(arg, Node))
+        if name == "where":
+            operand_dtype = meta.dtype
+        if not supports(name, operand_dtype):
+            return Extern(node, f"the backend does not generate prims.{name} for {operand_dtype}")
+        return Pointwise(node, _elementwise_fn(name, node))
+    if name in REDUCTION_KINDS:
+        source, dims = node.args
+        dims = tuple(sorted(dims))
+        if not dims:
+            return Pointwise(node, lambda ctx, index: ctx.value(source, index))
+        if not supports(name, source.tensor_meta.dtype):
+            return Extern(node, f"the backend does not reduce {source.tensor_meta.dtype}")
+        shape = source.tensor_meta.shape
+        return Reduction(
+            node, name, source, dims, node.tensor_meta.shape, tuple(shape[d] for d in dims)
+        )
+    if name == "as_strided" and _is_buffer(lowered[node.args[0]]):
+        # torch.as_strided addresses the storage, not the tensor: let ATen make the view.
+        return Extern(node, "as_strided of a buffer is made by torch (a view, no copy)")
+    if name in VIEW_PRIMS:
+        return Pointwise(node, _view_fn(name, node))
+    if name == "full":
+        shape, value, dtype, _device = node.args
+        return Pointwise(node, lambda ctx, index: Constant(value, dtype))
+    if name == "iota":
+        _length, start, step, dtype, _device = node.args
+        return Pointwise(node, lambda ctx, index: IndexValue(index[0] * step + start, dtype))
+    return Extern(node, f"prims.{name} has no lowering")
+
+
+def _operand(ctx: ValueContext, arg: Any, index: IndexTuple, dtype: torch.dtype) -> Expr:
+    if isinstance(arg, Node):
+        return ctx.value(arg, index)
+    return Constant(arg, dtype)
+
+
+def _elementwise_fn(name: str, node: Node) -> IndexFn:
+    meta = node.tensor_meta
+    args = node.args
+    tensor_dtype = next(arg.tensor_meta.dtype for arg in args if isinstance(arg, Node))
+    if name == "convert_element_type":
+        source = args[0]
+        return lambda ctx, index: Op(name, (ctx.value(source, index),), meta.dtype)
+    if name == "where":
+        value_dtype = meta.dtype
+
+        def where_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
+            pred = _operand(ctx, args[0], index, torch.bool)
+            return Op(
+                name,
+                (
+                    pred,
+                    _operand(ctx, args[1], index, value_dtype),
+                    _operand(ctx, args[2], index, value_dtype),
+                ),
+                value_dtype,
+            )
+
+        return where_fn
+    return lambda ctx, index: Op(
+        name, tuple(_operand(ctx, arg, index, tensor_dtype) for arg in args), meta.dtype
+    )
+
+
+def _view_fn(name: str, node: Node) -> IndexFn:
+    source: Node = node.args[0]
+    in_shape = source.tensor_meta.shape
+    transform = _VIEW_INDEX[name](in_shape, node.tensor_meta.shape, *node.args[1:])
+    return lambda ctx, index: ctx.value(source, transform(index))
+
+
+def _broadcast_index(
+    in_shape: Sequence[int], out_shape: Sequence[int], shape: Any, broadcast_dims: Sequence[int]
+) -> Callable[[IndexTuple], IndexTuple]:
+    pairs = [
+        (out_dim, in_shape[i] == out_shape[out_dim]) for i, out_dim in enumerate(broadcast_dims)
+    ]
+    return lambda index: tuple(index[out_dim] if same else Index() for out_dim, same in pairs)
+
+
+def _permute_index(
+    in_shape: Sequence[int], out_shape: Sequence[int], dims: Sequence[int]
+) -> Callable[[IndexTuple], IndexTuple]:
+    inverse = [0] * len(dims)
+    for out_dim, in_dim in enumerate(dims):
+        inverse[in_dim] = out_dim
+    return lambda index: tuple(index[inverse[d]] for d in range(len(dims)))
+
+
+def _slice_index(
+    in_shape: Sequence[int],
+    out_shape: Sequence[int],
+    starts: Sequence[int],
+    limits: Sequence[int],
+    steps: Sequence[int],
+) -> Callable[[IndexTuple], IndexTuple]:
+    return lambda index: tuple(
+        i * step + start for i, start, step in zip(index, starts, steps, strict=True)
+    )
+
+
+def _reshape_index(
+    in_shape: Sequence[int], out_shape: Sequence[int], shape: Any
+) -> Callable[[IndexTuple], IndexTuple]:
+    out_strides = row_major_strides(out_shape)
+    return lambda index: tuple(delinearize(linear_offset(index, out_strides), in_shape))
+
+
+def _as_strided_index(
+    in_shape: Sequence[int],
+    out_shape: Sequence[int],
+    shape: Any,
+    strides: Sequence[int],
+    offset: int,
+) -> Callable[[IndexTuple], IndexTuple]:
+    # The operand is a computed value, hence contiguous: its storage is its row-major order.
+    return lambda index: tuple(delinearize(linear_offset(index, strides, offset), in_shape))
+
+
+_VIEW_INDEX: dict[str, Callable[..., Callable[[IndexTuple], IndexTuple]]] = {
+    "broadcast_in_dim": _broadcast_index,
+    "permute": _permute_index,
+    "slice": _slice_index,
+    "reshape": _reshape_index,
+    "as_strided": _as_strided_index,
+}
+
+
+def dense_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """``strides`` if they describe a dense, non-overlapping layout of ``shape``, else row-major."""
+    order = sorted((stride, size) for size, stride in zip(shape, strides, strict=True) if size > 1)
+    expected = 1
+    for stride, size in order:
+        if stride != expected:
+            return row_major_strides(shape)
+        expected *= size
+    return tuple(strides) if math.prod(shape) > 0 else row_major_strides(shape)

@@ -1,0 +1,221 @@
+"""The scheduler: decide which values are materialised and fuse them into kernels.
+
+Rules (applied in topological order):
+
+1. Pointwise values and views are inlined into their users; only graph outputs,
+   operands of extern calls and reductions are *realised* (need a kernel).
+2. A realised value joins the latest kernel group it fits, else starts a new group:
+   a reduction fits a group over the same rows and reduced sizes (several reductions
+   over the same rows share one kernel: softmax's max and sum); a pointwise value fits
+   a group whose whole domain or whose rows have its shape (reduction prologues and
+   epilogues), or a pointwise group of its shape. A pointwise group becomes a reduction
+   group when a reduction over its shape joins it.
+3. Joining is legal when the value, built in the group's loop variables, reads each
+   fused reduction at the current row only, and every other realised value it reads
+   comes from an earlier step (values read across steps are stored to memory).
+4. Extern ATen calls are steps of their own, in graph order.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from torchstrata.core import Graph, Node
+from torchstrata.inductor.exprs import Expr, Load, ReduceRef
+from torchstrata.inductor.indexing import Index, linear_offset
+from torchstrata.inductor.kernel import red_vars, row_vars
+from torchstrata.inductor.lowering import (
+    Extern,
+    IndexTuple,
+    InputBuffer,
+    Lowered,
+    Pointwise,
+    Reduction,
+    dense_strides,
+)
+
+
+class NotFusable(Exception):
+    """A value cannot be computed inside a given kernel group."""
+
+
+@attrs.define(eq=False)
+class Group:
+    """Realised values computed by one kernel, over ``row_shape + red_shape``."""
+
+    position: int
+    row_shape: tuple[int, ...]
+    red_shape: tuple[int, ...] = ()
+    members: list[Node] = attrs.field(factory=list)
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        """The shape of the whole iteration domain."""
+        return self.row_shape + self.red_shape
+
+
+@attrs.define(eq=False)
+class ExternStep:
+    """One node run eagerly through ATen."""
+
+    position: int
+    node: Node
+
+
+Step = Group | ExternStep
+
+
+def buffer_name(node: Node) -> str:
+    """The name of the memory buffer that holds ``node``."""
+    return f"buf_{node.name}"
+
+
+def buffer_strides(node: Node, lowered: Lowered) -> tuple[int, ...]:
+    """The strides a realised value is stored with (its own if dense, else row-major)."""
+    meta = node.tensor_meta
+    if isinstance(lowered, InputBuffer | Extern):
+        return meta.strides
+    return dense_strides(meta.shape, meta.strides)
+
+
+class GroupContext:
+    """Builds expressions of values inside ``group``: inlines, loads or reads reductions."""
+
+    def __init__(self, schedule: Scheduler, group: Group, members: set[Node]) -> None:
+        self.schedule = schedule
+        self.group = group
+        self.members = members
+        self.row_index: IndexTuple = tuple(Index.of(v) for v in row_vars(group.row_shape))
+        self.red_index: IndexTuple = tuple(Index.of(v) for v in red_vars(group.red_shape))
+        self.loaded: set[Node] = set()
+        self.computed: dict[Node, None] = {}
+        self._memo: dict[tuple[Node, IndexTuple], Expr] = {}
+
+    def value(self, node: Node, index: IndexTuple) -> Expr:
+        """The expression of ``node`` at ``index`` (see :class:`ValueContext`)."""
+        key = (node, index)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._value(node, index)
+        return cached
+
+    def _value(self, node: Node, index: IndexTuple) -> Expr:
+        lowered = self.schedule.lowered[node]
+        if node in self.members:
+            self.computed[node] = None
+            if isinstance(lowered, Reduction):
+                if index != self.row_index:
+                    raise NotFusable(f"%{node.name} is read at another row")
+                return ReduceRef(node.name, node.tensor_meta.dtype)
+            assert isinstance(lowered, Pointwise)
+            return lowered.fn(self, index)
+        step = self.schedule.step_of.get(node)
+        if step is not None or isinstance(lowered, InputBuffer):
+            if step is not None and step.position >= self.group.position:
+                raise NotFusable(f"%{node.name} is computed by a later step")
+            self.loaded.add(node)
+            strides = buffer_strides(node, lowered)
+            return Load(buffer_name(node), linear_offset(index, strides), node.tensor_meta.dtype)
+        assert isinstance(lowered, Pointwise), f"%{node.name} is neither realised nor inlinable"
+        self.computed[node] = None
+        return lowered.fn(self, index)
+
+    def member_expr(self, node: Node) -> Expr:
+        """The expression of a member: a reduction's body, or the value at its own index."""
+        lowered = self.schedule.lowered[node]
+        self.computed[node] = None
+        if isinstance(lowered, Reduction):
+            return lowered.body(self, self.row_index, self.red_index)
+        assert isinstance(lowered, Pointwise)
+        shape = node.tensor_meta.shape
+        index = (
+            self.row_index + self.red_index if shape == self.group.full_shape else self.row_index
+        )
+        return lowered.fn(self, index)
+
+
+class Scheduler:
+    """Runs the rules of the module docstring over a lowered graph."""
+
+    def __init__(self, graph: Graph, lowered: dict[Node, Lowered]) -> None:
+        self.graph = graph
+        self.lowered = lowered
+        self.steps: list[Step] = []
+        self.step_of: dict[Node, Step] = {}
+
+    def realised(self) -> set[Node]:
+        """Values that need a kernel: outputs, extern operands, reductions."""
+        result: set[Node] = set()
+        for node in self.graph.nodes:
+            lowered = self.lowered[node]
+            if isinstance(lowered, Reduction):
+                result.add(node)
+            elif isinstance(lowered, Extern):
+                result.update(node.input_nodes())
+        result.update(self.graph.outputs)
+        return {node for node in result if isinstance(self.lowered[node], Pointwise | Reduction)}
+
+    def run(self) -> list[Step]:
+        """Form the steps, in execution order."""
+        realised = self.realised()
+        for node in self.graph.nodes:
+            lowered = self.lowered[node]
+            if isinstance(lowered, Extern):
+                self._append(ExternStep(len(self.steps), node), node)
+            elif node in realised:
+                self._place(node, lowered)
+        return self.steps
+
+    def _append(self, step: Step, node: Node) -> None:
+        self.steps.append(step)
+        self.step_of[node] = step
+
+    def _place(self, node: Node, lowered: Lowered) -> None:
+        for step in reversed(self.steps):
+            if isinstance(step, Group):
+                shape = self._fit(step, node, lowered)
+                if shape is not None and self._try_join(step, node, shape):
+                    return
+        if isinstance(lowered, Reduction):
+            group = Group(len(self.steps), lowered.row_shape, lowered.red_shape, [node])
+        else:
+            group = Group(len(self.steps), node.tensor_meta.shape, (), [node])
+        self._append(group, node)
+
+    def _fit(
+        self, group: Group, node: Node, lowered: Lowered
+    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The (row, red) shapes of ``group`` with ``node`` in it, or None if they do not fit."""
+        if isinstance(lowered, Reduction):
+            key = (lowered.row_shape, lowered.red_shape)
+            if group.red_shape:
+                return key if (group.row_shape, group.red_shape) == key else None
+            fits = group.row_shape in (key[0] + key[1], key[0])
+            return key if fits else None
+        shape = node.tensor_meta.shape
+        if shape in (group.full_shape, group.row_shape):
+            return group.row_shape, group.red_shape
+        return None
+
+    def _try_join(
+        self, group: Group, node: Node, shape: tuple[tuple[int, ...], tuple[int, ...]]
+    ) -> bool:
+        trial = Group(group.position, shape[0], shape[1], [*group.members, node])
+        context = GroupContext(self, trial, set(trial.members))
+        try:
+            for member in trial.members:
+                context.member_expr(member)
+        except NotFusable:
+            return False
+        group.row_shape, group.red_shape, group.members = (
+            trial.row_shape,
+            trial.red_shape,
+            trial.members,
+        )
+        self.step_of[node] = group
+        return True
+
+
+def schedule(graph: Graph, lowered: dict[Node, Lowered]) -> list[Step]:
+    """The steps (kernel groups and extern calls) that compute ``graph``, in order."""
+    return Scheduler(graph, lowered).run()

@@ -1,0 +1,100 @@
+"""The Triton backend: generate a module per kernel, load it, launch it from the launcher.
+
+On a CPU device the kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` is set
+before the generated module is executed (``@triton.jit`` reads it at decoration time, in
+Triton 3.6 and 3.9 alike) and stays set: Triton consults it again at launch time (its lazily
+imported helpers check it). For GPU kernels it is cleared while the module executes and
+restored afterwards. Triton itself is imported with this module, so its own library
+functions are always decorated as compiled functions, never as a side effect of our setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
+
+from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.inductor.backend import BuiltLaunch
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.launcher import KernelLaunch
+from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.triton_codegen import supports as triton_supports
+
+GPU_TILE_BUDGET = 4096  # elements per program on a GPU
+INTERPRETER_TILE_BUDGET = 65536  # the interpreter runs programs one by one: fewer, larger tiles
+
+
+@contextlib.contextmanager
+def triton_interpret(enabled: bool) -> Iterator[None]:
+    """``TRITON_INTERPRET`` for the block; enabling it is permanent (see the module docstring)."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if not enabled:
+            if previous is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = previous
+
+
+def default_cache_dir() -> Path:
+    """``~/.cache/torchstrata/triton``."""
+    return Path.home() / ".cache" / "torchstrata" / "triton"
+
+
+def load_module(
+    source: str, name: str, cache_dir: str | None, interpret: bool
+) -> tuple[ModuleType, str]:
+    """Write ``source`` to a content-addressed file (Triton needs real source files) and import it."""
+    directory = Path(cache_dir) / "triton" if cache_dir else default_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    path = directory / f"{name}_{digest}.py"
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=directory, suffix=".py.tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+        os.replace(temporary, path)
+    spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{digest}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with triton_interpret(interpret):
+        spec.loader.exec_module(module)
+    return module, str(path)
+
+
+class TritonBackend:
+    """``@triton.jit`` kernels; ``interpret=True`` runs them on CPU tensors under the interpreter."""
+
+    name = "triton"
+
+    def __init__(self, interpret: bool) -> None:
+        self.interpret = interpret
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """See :class:`~torchstrata.inductor.backend.Backend`."""
+        return triton_supports(prim, dtype, interpret=self.interpret)
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`~torchstrata.inductor.backend.Backend`."""
+        budget = INTERPRETER_TILE_BUDGET if self.interpret else GPU_TILE_BUDGET
+        source, grid, blocks = generate_triton(kernel, interpret=self.interpret, budget=budget)
+        module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
+        constants = ", ".join(f"{key}={value}" for key, value in blocks.items())
+
+        def call(handle: str, args: Sequence[str]) -> str:
+            return f"{handle}[{grid!r}]({', '.join(args)}, {constants})"
+
+        info = KernelInfo(kernel.name, self.name, source, path, kernel.ops)
+        return BuiltLaunch(KernelLaunch(kernel, getattr(module, kernel.name), call), info)

@@ -1,0 +1,437 @@
+"""Triton backend: a :class:`Kernel` as one ``@triton.jit`` function.
+
+* pointwise kernels: a 1-D block of ``XBLOCK`` elements per program, masked at the end;
+* reduction kernels: a 2-D ``[XBLOCK, RBLOCK]`` tile, ``XBLOCK`` rows per program.
+  Rows up to :data:`PERSISTENT_LIMIT` elements are *persistent* (the whole row in one
+  tile, ``RBLOCK = next_power_of_2(row)``, every value computed once); longer rows are
+  *looped* (one loop over the row per group of reductions, accumulators per lane).
+
+16-bit floats are loaded into ``float32`` and rounded only when stored; max/min are
+NaN-propagating (``_ts_max``/``_ts_min``). Under the interpreter only ``tl``/``tl.math``
+functions exist, so prims that need ``libdevice`` are left to ATen there. Kernels use only
+Triton's builtins, never its ``@triton.jit`` standard library (``tl.zeros``, ``tl.sum``...):
+those are decorated when Triton is imported, and the interpreter cannot call them unless
+``TRITON_INTERPRET`` was already set at that moment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torchstrata.inductor.emitter import ExprEmitter
+from torchstrata.inductor.exprs import (
+    Constant,
+    Expr,
+    IndexValue,
+    Load,
+    Op,
+    ReduceRef,
+    reductions_used,
+)
+from torchstrata.inductor.indexing import Index, Var, row_major_strides
+from torchstrata.inductor.kernel import (
+    Kernel,
+    ReductionSpec,
+    Store,
+    red_vars,
+    reduction_identity,
+    row_vars,
+)
+
+PERSISTENT_LIMIT = 4096
+TL_TYPES = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.bool: "tl.int1",
+}
+HALF_TYPES = (torch.float16, torch.bfloat16)
+
+HEADER = """import triton
+import triton.language as tl
+from triton.language.standard import _elementwise_max, _elementwise_min, _sum_combine
+{libdevice}
+
+@triton.jit
+def _ts_max(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _ts_min(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _ts_sum(a, b):
+    return a + b
+
+
+@triton.jit
+def _ts_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def _ts_nan_if_any(values, reduced):
+    nans = tl.reduce(tl.where(values != values, 1, 0), 1, _sum_combine, keep_dims=True)
+    return tl.where(nans > 0, float("nan"), reduced)
+
+"""
+
+_TL_UNARY = {
+    "exp": "tl.exp({})",
+    "exp2": "tl.exp2({})",
+    "log": "tl.log({})",
+    "log2": "tl.log2({})",
+    "sqrt": "tl.sqrt({})",
+    "rsqrt": "tl.rsqrt({})",
+    "sin": "tl.sin({})",
+    "cos": "tl.cos({})",
+    "erf": "tl.erf({})",
+    "floor": "tl.floor({})",
+    "ceil": "tl.ceil({})",
+    "abs": "tl.abs({})",
+    "neg": "-{}",
+    "reciprocal": "1.0 / {}",
+    "isnan": "{0} != {0}",
+}
+_LIBDEVICE_UNARY = {
+    "expm1": "libdevice.expm1({})",
+    "log1p": "libdevice.log1p({})",
+    "tan": "libdevice.tan({})",
+    "tanh": "libdevice.tanh({})",
+    "asin": "libdevice.asin({})",
+    "acos": "libdevice.acos({})",
+    "atan": "libdevice.atan({})",
+    "sinh": "libdevice.sinh({})",
+    "cosh": "libdevice.cosh({})",
+    "trunc": "libdevice.trunc({})",
+    "round": "libdevice.rint({})",
+    "isinf": "libdevice.isinf({}) != 0",
+}
+_BINARY = {
+    "add": "{} + {}",
+    "sub": "{} - {}",
+    "mul": "{} * {}",
+    "maximum": "_ts_max({}, {})",
+    "minimum": "_ts_min({}, {})",
+    "bitwise_and": "{} & {}",
+    "bitwise_or": "{} | {}",
+    "bitwise_xor": "{} ^ {}",
+    "eq": "{} == {}",
+    "ne": "{} != {}",
+    "lt": "{} < {}",
+    "le": "{} <= {}",
+    "gt": "{} > {}",
+    "ge": "{} >= {}",
+}
+_LIBDEVICE_BINARY = {"atan2": "libdevice.atan2({}, {})", "pow": "libdevice.pow({}, {})"}
+_FLOAT_ONLY = frozenset(
+    {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "isnan"}
+    | set(_LIBDEVICE_UNARY)
+    | set(_LIBDEVICE_BINARY)
+)
+_OTHER = frozenset(
+    {
+        "div",
+        "where",
+        "convert_element_type",
+        "bitwise_not",
+        "broadcast_in_dim",
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+    }
+)
+
+
+def supports(name: str, dtype: torch.dtype, *, interpret: bool) -> bool:
+    """Can this backend generate prims.``name`` on ``dtype`` operands (libdevice only on GPUs)?"""
+    if dtype not in TL_TYPES or (interpret and dtype is torch.float64 and name in ("erf",)):
+        return False
+    known = set(_TL_UNARY) | set(_BINARY) | _OTHER
+    if not interpret:
+        known |= set(_LIBDEVICE_UNARY) | set(_LIBDEVICE_BINARY)
+    if name not in known or (name in _FLOAT_ONLY and not dtype.is_floating_point):
+        return False
+    arithmetic = (
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "neg",
+        "abs",
+        "maximum",
+        "minimum",
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+    )
+    return not (dtype is torch.bool and name in arithmetic)
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    """The Triton type values of ``dtype`` are computed in."""
+    return "tl.float32" if dtype in HALF_TYPES else TL_TYPES[dtype]
+
+
+def literal(value: int | float | bool, dtype: torch.dtype) -> str:
+    """A typed scalar constant (shape ``[1]``, broadcasts against any tile)."""
+    if dtype is torch.bool:
+        return f"tl.full([1], {1 if value else 0}, tl.int1)"
+    if dtype.is_floating_point:
+        value = float(value)
+        text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
+    else:
+        text = str(int(value))
+    return f"tl.full([1], {text}, {compute_type(dtype)})"
+
+
+def render_index(index: Index) -> str:
+    """An index as Triton integer arithmetic."""
+    return index.render(lambda name: name, "//")
+
+
+class TritonPrinter:
+    """Spells expressions in Triton; ``masks`` picks a load's mask from its variables."""
+
+    def __init__(self, kernel: Kernel, reduction: bool) -> None:
+        self.reduction = reduction
+        self.red_names = frozenset(v.name for v in red_vars(kernel.red_shape))
+
+    def offset(self, index: Index) -> tuple[str, str]:
+        """The offset text (shaped like the tile it belongs to) and its mask."""
+        text = render_index(index)
+        if self.reduction and index.variables() & self.red_names:
+            return f"{text} + xzero", "xmask & rmask"
+        return f"{text} + xzero", "xmask"
+
+    def render(self, expr: Expr, operands: Sequence[str]) -> str:
+        """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
+        if isinstance(expr, Constant):
+            return literal(expr.value, expr.dtype)
+        if isinstance(expr, Load):
+            offset, mask = self.offset(expr.index)
+            text = f"tl.load({expr.buffer} + ({offset}), {mask}, other=0)"
+            return f"{text}.to(tl.float32)" if expr.dtype in HALF_TYPES else text
+        if isinstance(expr, IndexValue):
+            return f"({render_index(expr.index)} + xzero).to({compute_type(expr.dtype)})"
+        if isinstance(expr, ReduceRef):
+            return f"red_{expr.name}"
+        assert isinstance(expr, Op)
+        return self._op(expr, operands)
+
+    def _op(self, expr: Op, args: Sequence[str]) -> str:
+        name = expr.name
+        operand_dtype = expr.args[0].dtype
+        if name == "convert_element_type":
+            if expr.dtype is torch.bool:
+                return f"{args[0]} != 0"
+            if expr.dtype in HALF_TYPES:
+                return f"{args[0]}.to({TL_TYPES[expr.dtype]}).to(tl.float32)"
+            return f"{args[0]}.to({compute_type(expr.dtype)})"
+        if name == "where":
+            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        if name == "div":
+            if operand_dtype.is_floating_point:
+                return f"{args[0]} / {args[1]}"
+            return (
+                f"tl.where({args[1]} == 0, 0, {args[0]} // tl.where({args[1]} == 0, 1, {args[1]}))"
+            )
+        if name == "bitwise_not":
+            return f"{args[0]} == 0" if operand_dtype is torch.bool else f"~{args[0]}"
+        for table in (_TL_UNARY, _LIBDEVICE_UNARY, _BINARY, _LIBDEVICE_BINARY):
+            if name in table:
+                return table[name].format(*args)
+        raise NotImplementedError(f"prims.{name} in Triton")
+
+    def define(self, name: str, expr: Expr, text: str) -> str:
+        """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
+        return f"{name} = {text}"
+
+
+def _derive(vars_: Sequence[Var], flat: str) -> list[str]:
+    strides = row_major_strides([v.size for v in vars_])
+    lines = []
+    for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
+        text = f"{flat} // {stride}" if stride != 1 else flat
+        lines.append(f"{var.name} = {f'({text}) % {var.size}' if dim > 0 else text}")
+    return lines
+
+
+def _store(store: Store, value: str, printer: TritonPrinter, full: bool) -> str:
+    offset = render_index(store.index) + " + xzero"
+    mask = "xmask & rmask" if full else "xmask"
+    if full:
+        offset += " + rzero"
+    return f"tl.store({store.buffer} + ({offset}), ({value}).to({TL_TYPES[store.dtype]}), {mask})"
+
+
+_COMBINE_FN = {"sum": "_sum_combine", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
+# The interpreter reduces Triton's own combine functions with numpy and any other one
+# element by element in Python; its numpy max ignores NaN, hence the fix-up.
+_INTERPRETER_COMBINE_FN = {"amax": "_elementwise_max", "amin": "_elementwise_min"}
+
+
+def reduce_text(spec: ReductionSpec, values: str, interpret: bool) -> str:
+    """Reduce the ``[XBLOCK, RBLOCK]`` tile ``values`` along the row, keeping dims."""
+    if interpret and spec.kind in _INTERPRETER_COMBINE_FN:
+        text = f"tl.reduce({values}, 1, {_INTERPRETER_COMBINE_FN[spec.kind]}, keep_dims=True)"
+        return f"_ts_nan_if_any({values}, {text})" if spec.dtype.is_floating_point else text
+    return f"tl.reduce({values}, 1, {_COMBINE_FN[spec.kind]}, keep_dims=True)"
+
+
+_COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
+
+
+def _phases(reductions: Sequence[ReductionSpec]) -> list[list[ReductionSpec]]:
+    phases: list[list[ReductionSpec]] = []
+    for spec in reductions:
+        if phases and not reductions_used(spec.body) & {s.name for s in phases[-1]}:
+            phases[-1].append(spec)
+        else:
+            phases.append([spec])
+    return phases
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def block_sizes(kernel: Kernel, budget: int) -> tuple[int, int, bool]:
+    """(XBLOCK, RBLOCK, persistent) for ``kernel`` with ``budget`` elements per tile."""
+    if not kernel.red_shape:
+        return min(next_power_of_2(kernel.rows), budget), 1, True
+    length = kernel.row_length
+    persistent = length <= PERSISTENT_LIMIT
+    rblock = next_power_of_2(length) if persistent else min(PERSISTENT_LIMIT, budget)
+    xblock = max(1, min(next_power_of_2(kernel.rows), budget // rblock))
+    return xblock, rblock, persistent
+
+
+def generate_triton(
+    kernel: Kernel, *, interpret: bool, budget: int
+) -> tuple[str, tuple[int, ...], dict[str, int]]:
+    """The module source of ``kernel``, its launch grid and its block-size arguments."""
+    xblock, rblock, persistent = block_sizes(kernel, budget)
+    reduction = bool(kernel.red_shape)
+    printer = TritonPrinter(kernel, reduction)
+    rv = red_vars(kernel.red_shape)
+    emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
+    wide = kernel.rows * kernel.row_length >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    lines = []
+    if reduction:
+        lines += [
+            f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+            f"xmask = xindex < {kernel.rows}",
+            "xzero = xindex * 0",
+            f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        ]
+    else:
+        lines += [
+            f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)",
+            f"xmask = xindex < {kernel.rows}",
+            "xzero = xindex * 0",
+        ]
+    lines += _derive(row_vars(kernel.row_shape), "xindex")
+    rindex_lines = [
+        "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
+        f"rmask = rindex < {kernel.row_length}",
+        *_derive(rv, "rindex"),
+    ]
+    if reduction and persistent:
+        lines += [line.format(start="") for line in rindex_lines]
+    for phase in _phases(kernel.reductions):
+        lines += _reduction_phase(
+            emitter, phase, persistent, rindex_lines, kernel.row_length, interpret
+        )
+    row_stores = [_store(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
+    lines += emitter.take_outer() + row_stores
+    if kernel.full_stores:
+        if persistent:
+            full_stores = [
+                _store(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
+            ]
+            lines += emitter.take_outer() + full_stores
+        else:
+            emitter.open_inner()
+            stores = [_store(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
+            body = (
+                [line.format(start="roffset + ") for line in rindex_lines]
+                + emitter.close_inner()
+                + stores
+            )
+            lines += emitter.take_outer() + _loop(kernel.row_length, body)
+    params = ", ".join(
+        [arg.name for arg in kernel.args] + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+    )
+    source = HEADER.format(
+        libdevice="" if interpret else "from triton.language.extra import libdevice"
+    )
+    source += f"\n@triton.jit\ndef {kernel.name}({params}):\n" + "".join(
+        f"    {line}\n" for line in lines
+    )
+    grid = (math.ceil(kernel.rows / xblock),)
+    return source, grid, {"XBLOCK": xblock, "RBLOCK": rblock}
+
+
+def _loop(length: int, body: list[str]) -> list[str]:
+    return [f"for roffset in range(0, {length}, RBLOCK):"] + ["    " + line for line in body]
+
+
+def _reduction_phase(
+    emitter: ExprEmitter,
+    phase: Sequence[ReductionSpec],
+    persistent: bool,
+    rindex_lines: list[str],
+    length: int,
+    interpret: bool,
+) -> list[str]:
+    if persistent:
+        lines = []
+        for spec in phase:
+            value = emitter.emit(spec.body)
+            identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+            lines += emitter.take_outer()
+            lines.append(f"masked_{spec.name} = tl.where(xmask & rmask, {value}, {identity})")
+            lines.append(f"red_{spec.name} = {reduce_text(spec, f'masked_{spec.name}', interpret)}")
+        return lines
+    emitter.open_inner()
+    inits, updates, finals = [], [], []
+    for spec in phase:
+        identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        ctype = compute_type(spec.dtype)
+        inits.append(
+            f"acc_{spec.name} = tl.full([XBLOCK, RBLOCK], {_identity_text(spec)}, {ctype})"
+        )
+        value = emitter.emit(spec.body)
+        updates.append(
+            f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, "
+            f"tl.where(xmask & rmask, {value}, {identity}))"
+        )
+        finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
+    body = (
+        [line.format(start="roffset + ") for line in rindex_lines] + emitter.close_inner() + updates
+    )
+    return emitter.take_outer() + inits + _loop(length, body) + finals
+
+
+def _identity_text(spec: ReductionSpec) -> str:
+    value = reduction_identity(spec.kind, spec.dtype)
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return f'float("{value}")'
+    return repr(value)

@@ -1,0 +1,102 @@
+"""Shared helpers (the ``ind`` fixture): build prims graphs, compile them, check against the oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from torchstrata.core import (
+    CompiledGraph,
+    CompileOptions,
+    Graph,
+    GraphBuilder,
+    Level,
+    Node,
+    TensorMeta,
+    interpret,
+    prim,
+    random_inputs,
+)
+from torchstrata.inductor import compile_graph
+
+BACKENDS = ["cpp", pytest.param("triton", marks=pytest.mark.triton)]
+
+
+def gelu(b: GraphBuilder, x: Node) -> Node:
+    """0.5 * x * (1 + erf(x / sqrt(2))) in prims."""
+    inner = b.call(prim("erf"), b.call(prim("mul"), x, 0.7071067811865476))
+    return b.call(prim("mul"), b.call(prim("mul"), x, 0.5), b.call(prim("add"), inner, 1.0))
+
+
+def softmax_last(b: GraphBuilder, x: Node) -> Node:
+    """softmax over the last dim: amax, sub(broadcast), exp, sum, div."""
+    shape = x.tensor_meta.shape
+    keep = tuple(range(len(shape) - 1))
+    last = (len(shape) - 1,)
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, last), shape, keep)
+    e = b.call(prim("exp"), b.call(prim("sub"), x, peak))
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), e, last), shape, keep)
+    return b.call(prim("div"), e, total)
+
+
+def demo_graph(
+    m: int, n: int, dtype: torch.dtype = torch.float32, x_strides: Sequence[int] | None = None
+) -> Graph:
+    """The prims graph of ``torch.softmax(F.gelu(x + b), -1)``, x[m, n], b[n]."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((m, n), dtype, strides=x_strides))
+    bias = b.input("b", TensorMeta((n,), dtype))
+    added = b.call(prim("add"), x, b.call(prim("broadcast_in_dim"), bias, (m, n), (1,)))
+    return b.build([softmax_last(b, gelu(b, added))])
+
+
+class InductorHelpers:
+    """Compile-and-compare helpers handed to tests by the ``ind`` fixture."""
+
+    gelu = staticmethod(gelu)
+    softmax_last = staticmethod(softmax_last)
+    demo_graph = staticmethod(demo_graph)
+
+    def __init__(self, cache_dir: str) -> None:
+        self.cache_dir = cache_dir
+
+    def compile(self, graph: Graph, codegen: str) -> CompiledGraph:
+        """Compile ``graph`` for the CPU with ``codegen``."""
+        return compile_graph(
+            graph, "cpu", CompileOptions(codegen=codegen, cache_dir=self.cache_dir)
+        )
+
+    def check(
+        self,
+        graph: Graph,
+        codegen: str,
+        *,
+        seeds: Sequence[int] = (0,),
+        inputs: Sequence[torch.Tensor] | None = None,
+        **tolerances: float,
+    ) -> CompiledGraph:
+        """Compile ``graph`` and compare it with the reference interpreter on random inputs."""
+        compiled = self.compile(graph, codegen)
+        for seed in seeds:
+            args = list(inputs) if inputs is not None else random_inputs(graph, seed=seed)
+            expected = interpret(graph, *args)
+            actual = compiled(*args)
+            assert isinstance(actual, tuple) and len(actual) == len(expected)
+            for got, want in zip(actual, expected, strict=True):
+                assert got.shape == want.shape and got.dtype == want.dtype
+                torch.testing.assert_close(got, want, equal_nan=True, **tolerances)
+        return compiled
+
+
+@pytest.fixture
+def ind(tmp_path_factory: pytest.TempPathFactory) -> InductorHelpers:
+    """Helpers with a per-session kernel cache directory."""
+    return InductorHelpers(str(tmp_path_factory.getbasetemp() / "kernel_cache"))
+
+
+@pytest.fixture(params=BACKENDS)
+def codegen(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn ("triton" runs under the interpreter, marked ``triton``)."""
+    return request.param
