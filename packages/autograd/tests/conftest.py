@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchstrata.autograd import aot as aot_graphs
 from torchstrata.autograd import aot_forward
 from torchstrata.core import (
     Graph,
@@ -55,6 +56,75 @@ class AotHelpers:
             assert got.dtype == want.dtype
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         return forward
+
+    @staticmethod
+    def check_training(
+        graph: Graph,
+        inputs: list[torch.Tensor],
+        *,
+        seed: int = 0,
+        rtol: float = 1e-7,
+        atol: float = 1e-9,
+    ):
+        """Run ``aot(graph)``'s forward and backward with ``interpret`` and compare user
+        outputs, mutated inputs and gradients with eager autograd; return the result."""
+        result = aot_graphs(graph)
+        verify(result.forward)
+        if result.backward is not None:
+            verify(result.backward)
+        metas = graph.input_metas
+        leaves = [t.detach().clone().requires_grad_(m.requires_grad) for t, m in zip(inputs, metas)]
+        torch.manual_seed(seed)
+        expected = interpret(graph, *leaves)
+        ours = [t.detach().clone() for t in inputs]
+        before = [t.clone() for t in ours]
+        torch.manual_seed(seed)
+        outputs = interpret(result.forward, *ours)
+        for got, want in zip(ours, before, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)  # the forward is functional
+        n, m = result.num_user_outputs, result.num_mutations
+        assert n == len(graph.outputs)
+        assert len(outputs) == n + m + result.num_saved
+        for index, value in zip(result.mutated_inputs, outputs[n : n + m], strict=True):
+            ours[index].copy_(value)
+        for got, want in zip(outputs[:n], expected, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got, want.detach(), rtol=rtol, atol=atol)
+        for got, want in zip(ours, leaves, strict=True):
+            torch.testing.assert_close(got, want.detach(), rtol=rtol, atol=atol)
+        assert len(result.output_aliases) == n
+        for alias, want in zip(result.output_aliases, expected, strict=True):
+            if alias is not None:
+                index, size, stride, offset = alias
+                view = ours[index].as_strided(size, stride, offset)
+                torch.testing.assert_close(view, want.detach(), rtol=rtol, atol=atol)
+        differentiable = [i for i, out in enumerate(expected) if out.requires_grad]
+        wanted = [i for i, leaf in enumerate(leaves) if leaf.requires_grad]
+        if not differentiable or not wanted:
+            assert result.backward is None
+            return result
+        generator = torch.Generator().manual_seed(seed + 1)
+        tangents = [
+            torch.randn(expected[i].shape, generator=generator, dtype=torch.float64).to(
+                expected[i].dtype
+            )
+            for i in differentiable
+        ]
+        grads = torch.autograd.grad(
+            [expected[i] for i in differentiable],
+            [leaves[i] for i in wanted],
+            tangents,
+            allow_unused=True,
+        )
+        assert result.tangent_outputs == tuple(differentiable)
+        assert result.grad_inputs == tuple(i for i, g in zip(wanted, grads) if g is not None)
+        assert result.backward is not None
+        ours_grads = interpret(result.backward, *outputs[n + m :], *tangents)
+        want_grads = [g for g in grads if g is not None]
+        assert len(ours_grads) == len(want_grads)
+        for got, want in zip(ours_grads, want_grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+        return result
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import operator
 
-import pytest
 import torch
 
 from torchstrata.core import (
@@ -46,7 +45,12 @@ def test_entry_point_registers_the_hook():
     assert [op.name for op in result.forward.ops()] == ["aten.add.Tensor", "aten._softmax.default"]
 
 
-def test_hook_lets_the_training_refusal_propagate():
+def test_hook_traces_training_graphs_with_a_backward():
     manager = _manager()
-    with pytest.raises(NotImplementedError, match="training graphs"):
-        manager.hook.torchstrata_aot(graph=_graph(requires_grad=True), options=CompileOptions())
+    result = manager.hook.torchstrata_aot(
+        graph=_graph(requires_grad=True), options=CompileOptions(debug=True)
+    )
+    assert result.backward is not None
+    assert result.grad_inputs == (0,)
+    assert result.tangent_outputs == (0,)
+    assert "aten._softmax_backward_data.default" in [op.name for op in result.backward.ops()]

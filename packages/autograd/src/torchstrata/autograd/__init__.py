@@ -1,6 +1,30 @@
-"""torchstrata.autograd: torch-level graphs to functional ATen graphs (inference for now)."""
+"""torchstrata.autograd: torch-level graphs to functional ATen forward and backward graphs."""
 
-from torchstrata.autograd.forward import TRAINING_NOT_SUPPORTED, aot_forward
+from torchstrata.autograd.aot import aot, aot_forward
+from torchstrata.autograd.partition import Partition, choose_saved, is_recomputable, partition
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
+from torchstrata.autograd.saved import (
+    SavedActivationReport,
+    compiled_saved_bytes,
+    eager_saved_bytes,
+    saved_activation_report,
+)
+from torchstrata.autograd.trace import JointTrace, OutputAlias, trace_graph
 
-__all__ = ["TRAINING_NOT_SUPPORTED", "AotTraceError", "AtenRecorder", "aot_forward"]
+__all__ = [
+    "AotTraceError",
+    "AtenRecorder",
+    "JointTrace",
+    "OutputAlias",
+    "Partition",
+    "SavedActivationReport",
+    "aot",
+    "aot_forward",
+    "choose_saved",
+    "compiled_saved_bytes",
+    "eager_saved_bytes",
+    "is_recomputable",
+    "partition",
+    "saved_activation_report",
+    "trace_graph",
+]

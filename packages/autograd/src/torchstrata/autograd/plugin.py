@@ -1,16 +1,12 @@
-"""The ``torchstrata_aot`` hook of the autograd stage: a thin adapter over :func:`aot_forward`.
-
-Graphs with inputs that require grad raise ``NotImplementedError`` (training needs the
-AOT autograd issue); the runtime turns a stage exception into an eager fallback.
-"""
+"""The ``torchstrata_aot`` hook of the autograd stage: a thin adapter over :func:`aot`."""
 
 from __future__ import annotations
 
-from torchstrata.autograd.forward import aot_forward
+from torchstrata.autograd.aot import aot
 from torchstrata.core import AotResult, CompileOptions, Graph, hookimpl
 
 
 @hookimpl
 def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
-    """Trace ``graph`` into a functional ATen forward graph (inference only for now)."""
-    return aot_forward(graph, options)
+    """Trace ``graph`` into functional ATen forward (and, for training, backward) graphs."""
+    return aot(graph, options)

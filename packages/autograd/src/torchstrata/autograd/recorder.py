@@ -1,15 +1,17 @@
-"""``AtenRecorder``: a dispatch mode that records every ATen call into an ATen-level graph.
+"""``AtenRecorder``: a dispatch mode that records ATen calls into a functional ATen graph.
 
 It sits above a :class:`~torch._subclasses.fake_tensor.FakeTensorMode`: each ATen call
 is forwarded to the fake mode (which computes the output metadata) and appended to a
 :class:`~torchstrata.core.GraphBuilder` at :attr:`~torchstrata.core.Level.ATEN`.
 Tensors map to nodes by identity; everything else is kept as a constant.
 
-In-place calls on intermediates are recorded functionally (``add_`` becomes ``add``)
-and the mutated tensor is rebound to the new node. Other tensors sharing its storage
-(views and bases) become *stale*: using one later raises ``NotImplementedError``,
-since only full functionalization can express that. Mutating a graph input, or a view
-of one, raises at once.
+Functionalization: every tensor belongs to a *base* (the tensor that owns its storage:
+a graph input or a fresh op result); a view also records the chain of view calls that
+made it from its base (:class:`~torchstrata.autograd.views.ViewStep`). An in-place call
+is recorded as its functional form; the new value is scattered back into the base,
+whose version goes up. A tensor read after its base's version changed is regenerated
+by replaying its view chain on the base's new value. :meth:`AtenRecorder.mutated_inputs`
+then gives the final value of every graph input that was written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from torchstrata.autograd.functional import functional_counterpart, written_arguments
+from torchstrata.autograd.functional import (
+    HIDDEN_WRITERS,
+    bind_arguments,
+    functional_form,
+    hidden_writes,
+    written_arguments,
+)
+from torchstrata.autograd.views import Value, ViewStep
 from torchstrata.core import GraphBuilder, Level, Node, TensorMeta, aten, aten_from_overload
 
 _CONSTANT_TYPES = (
@@ -44,16 +53,31 @@ class AotTraceError(RuntimeError):
     """Tracing a torch-level graph to ATen failed; the message names the node or op."""
 
 
+class _Base:
+    """The owner of one storage: its current functional value and a write counter."""
+
+    __slots__ = ("input_index", "tensor", "value", "version")
+
+    def __init__(self, tensor: torch.Tensor, node: Node, input_index: int | None) -> None:
+        self.tensor = tensor
+        self.value = Value(tensor, node)
+        self.version = 0
+        self.input_index = input_index
+
+
 class _Entry:
     """What the recorder knows about one live tensor."""
 
-    __slots__ = ("node", "stale", "storage", "tensor")
+    __slots__ = ("base", "chain", "node", "tensor", "version")
 
-    def __init__(self, tensor: torch.Tensor, node: Node) -> None:
+    def __init__(
+        self, tensor: torch.Tensor, node: Node, base: _Base, chain: tuple[ViewStep, ...]
+    ) -> None:
         self.tensor = tensor  # kept alive so that its id() is not reused
         self.node = node
-        self.storage = StorageWeakRef(tensor.untyped_storage())
-        self.stale: str | None = None
+        self.base = base
+        self.chain = chain
+        self.version = base.version
 
 
 class AtenRecorder(TorchDispatchMode):
@@ -63,32 +87,46 @@ class AtenRecorder(TorchDispatchMode):
         super().__init__()
         self.builder = GraphBuilder(Level.ATEN)
         self._entries: dict[int, _Entry] = {}
-        self._input_storages: dict[StorageWeakRef, str] = {}
+        self._inputs: list[_Base] = []
 
     # ------------------------------------------------------------ tensors <-> nodes
 
     def add_input(self, name: str, tensor: torch.Tensor) -> Node:
         """Make ``tensor`` (a fake tensor) a graph input called ``name``."""
         node = self.builder.input(name, TensorMeta.from_tensor(tensor))
-        entry = _Entry(tensor, node)
-        self._entries[id(tensor)] = entry
-        self._input_storages[entry.storage] = node.name
+        base = _Base(tensor, node, len(self._inputs))
+        self._inputs.append(base)
+        self._entries[id(tensor)] = _Entry(tensor, node, base, ())
         return node
 
     def node_of(self, tensor: torch.Tensor) -> Node:
-        """The node that computes ``tensor``; constants become ``aten.scalar_tensor`` nodes."""
+        """The node computing ``tensor``'s current value; constants become nodes too.
+
+        A tensor whose base was written since its node was recorded is regenerated from
+        the base's new value (this may record view nodes).
+        """
         entry = self._entries.get(id(tensor))
         if entry is None:
             return self._constant_tensor(tensor)
-        if entry.stale is not None:
-            raise NotImplementedError(
-                f"%{entry.node.name} is read after {entry.stale} wrote to memory it shares "
-                "(a view or base of it); this needs functionalization"
-            )
+        base = entry.base
+        if entry.version != base.version:
+            value = base.value
+            for step in entry.chain:
+                value = step.replay(self.emit, value)
+            entry.node, entry.version = value.node, base.version
         return entry.node
 
-    def _bind(self, tensor: torch.Tensor, node: Node) -> None:
-        self._entries[id(tensor)] = _Entry(tensor, node)
+    def input_alias(self, tensor: torch.Tensor) -> int | None:
+        """The index of the graph input whose storage ``tensor`` shares, if any."""
+        entry = self._entries.get(id(tensor))
+        return None if entry is None else entry.base.input_index
+
+    def mutated_inputs(self) -> list[tuple[int, Node]]:
+        """``(input index, node of its final value)`` for every graph input written so far."""
+        return [(base.input_index, base.value.node) for base in self._inputs if base.version]  # type: ignore[misc]
+
+    def _fresh(self, tensor: torch.Tensor, node: Node) -> None:
+        self._entries[id(tensor)] = _Entry(tensor, node, _Base(tensor, node, None), ())
 
     def _constant_tensor(self, tensor: torch.Tensor) -> Node:
         if isinstance(tensor, torch._subclasses.fake_tensor.FakeTensor) or tensor.dim() != 0:
@@ -106,7 +144,7 @@ class AtenRecorder(TorchDispatchMode):
             meta=TensorMeta((), tensor.dtype, tensor.device),
             name="constant",
         )
-        self._bind(tensor, node)
+        self._fresh(tensor, node)
         return node
 
     def _to_argument(self, value: Any) -> Any:
@@ -122,6 +160,74 @@ class AtenRecorder(TorchDispatchMode):
             return value
         raise NotImplementedError(f"cannot record an argument of type {type(value).__name__}")
 
+    # ----------------------------------------------------------------- recording
+
+    def emit(
+        self, func: torch._ops.OpOverload, *args: Any, index: int | None = None, **kwargs: Any
+    ) -> Value:
+        """Run ``func`` on the fake tensors of the :class:`Value` arguments and record it.
+
+        The call runs first, so a failing call records nothing. ``index`` picks one
+        tensor of a tuple result (through a ``builtin.getitem`` node).
+        """
+        fake_args = [arg.fake if isinstance(arg, Value) else arg for arg in args]
+        node_args = [arg.node if isinstance(arg, Value) else arg for arg in args]
+        with torch.no_grad():
+            result = func(*fake_args, **kwargs)
+        node = self.builder.call(aten_from_overload(func), *node_args, meta=_meta(result), **kwargs)
+        if index is None:
+            return Value(result, node)
+        return Value(result[index], self.builder.getitem(node, index))
+
+    def _record(
+        self,
+        func: torch._ops.OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+    ) -> Node:
+        """Append the call that produced ``result`` (already run) and bind its tensors."""
+        op = aten_from_overload(func)
+        if not op.name.startswith("aten."):
+            raise NotImplementedError(f"{func.name()} is not an ATen op; it cannot be recorded")
+        node = self.builder.call(
+            op, *self._to_argument(args), meta=_meta(result), **self._to_argument(kwargs)
+        )
+        if isinstance(result, torch.Tensor):
+            self._bind_result(func, args, kwargs, result, node, None)
+            return node
+        for index, item in enumerate(result):
+            if isinstance(item, torch.Tensor):
+                item_node = self.builder.getitem(node, index)
+                self._bind_result(func, args, kwargs, item, item_node, index)
+        return node
+
+    def _bind_result(
+        self,
+        func: torch._ops.OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        tensor: torch.Tensor,
+        node: Node,
+        index: int | None,
+    ) -> None:
+        if any(tensor is arg for arg in args):
+            return  # the op handed an argument back: it keeps its entry
+        storage = StorageWeakRef(tensor.untyped_storage())
+        for position, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor) or id(arg) not in self._entries:
+                continue
+            if StorageWeakRef(arg.untyped_storage()) != storage:
+                continue
+            if position != 0:
+                raise NotImplementedError(f"{func.name()} returns a view of argument {position}")
+            parent = self._entries[id(arg)]
+            step = ViewStep(func, tuple(args), dict(kwargs), index)
+            entry = _Entry(tensor, node, parent.base, (*parent.chain, step))
+            self._entries[id(tensor)] = entry
+            return
+        self._fresh(tensor, node)
+
     # -------------------------------------------------------------------- dispatch
 
     def __torch_dispatch__(
@@ -134,68 +240,101 @@ class AtenRecorder(TorchDispatchMode):
         kwargs = dict(kwargs or {})
         if func._overloadpacket._qualified_op_name in _LIFT_OPS:
             result = func(*args, **kwargs)
-            self._bind(result, self.node_of(args[0]))
+            self.node_of(args[0])
+            entry = self._entries[id(args[0])]
+            self._entries[id(result)] = _Entry(result, entry.node, entry.base, entry.chain)
             return result
-        if written_arguments(func):
-            return self._record_inplace(func, args, kwargs)
+        written = written_arguments(func)
+        if written or func.name() in HIDDEN_WRITERS:
+            bound = bind_arguments(func, args, kwargs)
+            written = written or hidden_writes(func, bound)
+            if any(bound[name] is not None for name in written):
+                return self._record_mutation(func, args, kwargs, written)
         result = func(*args, **kwargs)
         if not _holds_tensor(result):
             return result  # sizes, devices...: static facts of the trace, not graph values
         self._record(func, args, kwargs, result)
         return result
 
-    def _record(
+    def _record_mutation(
         self,
         func: torch._ops.OpOverload,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        result: Any,
-    ) -> Node:
-        op = aten_from_overload(func)
-        if not op.name.startswith("aten."):
-            raise NotImplementedError(f"{func.name()} is not an ATen op; it cannot be recorded")
-        node_args = self._to_argument(args)
-        node_kwargs: dict[str, Any] = self._to_argument(kwargs)
-        if isinstance(result, torch.Tensor):
-            node = self.builder.call(
-                op, *node_args, meta=TensorMeta.from_tensor(result), **node_kwargs
-            )
-            self._bind(result, node)
-            return node
-        metas = tuple(
-            TensorMeta.from_tensor(item) if isinstance(item, torch.Tensor) else None
-            for item in result
-        )
-        node = self.builder.call(op, *node_args, meta=metas, **node_kwargs)
-        for index, item in enumerate(result):
-            if isinstance(item, torch.Tensor):
-                self._bind(item, self.builder.getitem(node, index))
-        return node
-
-    def _record_inplace(
-        self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+        written: list[str],
     ) -> Any:
-        functional = functional_counterpart(func)
-        target = args[0]
-        storage = StorageWeakRef(target.untyped_storage())
-        if storage in self._input_storages:
-            raise NotImplementedError(
-                f"in-place op {func.name()} mutates graph input %{self._input_storages[storage]} "
-                "(or a view of it); input mutation needs the functionalization issue"
-            )
-        new_value = functional(*args, **kwargs)
-        node = self._record(functional, args, kwargs, new_value)
-        if new_value.dtype != target.dtype:
-            # In-place ops keep self's dtype where the functional op would promote.
-            cast = torch.ops.aten._to_copy.default
-            converted = cast(new_value, dtype=target.dtype)
-            node = self._record(cast, (new_value,), {"dtype": target.dtype}, converted)
-        result = func(*args, **kwargs)  # keep the fake tensor's own state in step
-        for entry in self._entries.values():
-            if entry.storage == storage and entry.tensor is not target:
-                entry.stale = entry.stale or f"{func.name()} on %{node.name}"
-        self._entries[id(target)] = _Entry(target, node)
+        form = functional_form(func, written)
+        bound = bind_arguments(func, args, kwargs)
+        call_args, call_kwargs = _call_arguments(form.op, bound)
+        node_args = self._to_argument(call_args)
+        node_kwargs = self._to_argument(call_kwargs)
+        with torch.no_grad():
+            new = form.op(*call_args, **call_kwargs)
+        node = self.builder.call(
+            aten_from_overload(form.op), *node_args, meta=_meta(new), **node_kwargs
+        )
+        result = func(*args, **kwargs)  # keep the fake tensors' own state in step
+        if form.returns_self:
+            target = bound[form.written[0]]
+            self._write(target, Value(new, node))
+            return result
+        originals = result if isinstance(result, tuple | list) else (result,)
+        for index, item in enumerate(originals):
+            if isinstance(item, torch.Tensor) and not any(item is arg for arg in args):
+                self._fresh(item, self.builder.getitem(node, index))
+        offset = len(new) - len(form.written)
+        for position, name in enumerate(form.written):
+            target = bound[name]
+            if target is not None:
+                index = offset + position
+                self._write(target, Value(new[index], self.builder.getitem(node, index)))
         return result
+
+    def _write(self, target: torch.Tensor, new: Value) -> None:
+        """Record that ``target`` now holds ``new``: update its base and bump its version."""
+        entry = self._entries.get(id(target))
+        if entry is None:
+            raise NotImplementedError("in-place write to a tensor made outside the graph")
+        if new.fake.dtype != target.dtype:
+            # In-place ops keep self's dtype where the functional op would promote.
+            new = self.emit(torch.ops.aten._to_copy.default, new, dtype=target.dtype)
+        base = entry.base
+        if entry.chain:
+            parents = [base.value]
+            for step in entry.chain[:-1]:
+                parents.append(step.replay(self.emit, parents[-1]))
+            value = new
+            for step, parent in zip(reversed(entry.chain), reversed(parents), strict=True):
+                value = step.scatter(self.emit, parent, value)
+            base.value = value
+        else:
+            base.value = new
+        base.version += 1
+        entry.node, entry.version = new.node, base.version
+
+
+def _call_arguments(
+    func: torch._ops.OpOverload, bound: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Positional and keyword arguments for ``func`` from values bound by name."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for argument in func._schema.arguments:
+        value = bound.get(argument.name)
+        if argument.kwarg_only:
+            if value is not None:
+                kwargs[argument.name] = value
+        else:
+            args.append(value)
+    return tuple(args), kwargs
+
+
+def _meta(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return TensorMeta.from_tensor(result)
+    return tuple(
+        TensorMeta.from_tensor(item) if isinstance(item, torch.Tensor) else None for item in result
+    )
 
 
 def _holds_tensor(value: Any) -> bool:

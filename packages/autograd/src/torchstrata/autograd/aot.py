@@ -1,0 +1,75 @@
+"""``aot``: a torch-level graph to functional ATen forward (and backward) graphs."""
+
+from __future__ import annotations
+
+from torchstrata.autograd.partition import partition
+from torchstrata.autograd.trace import JointTrace, trace_graph
+from torchstrata.core import AotResult, CompileOptions, Graph, verify
+
+
+def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
+    """Trace ``graph`` (torch level) into functional ATen graphs.
+
+    When no input requires grad (or no output depends on one), the result is the
+    inference forward graph alone. Otherwise forward and backward are traced together
+    through PyTorch's derivative formulas and split by a min-cut partitioner that
+    recomputes cheap ops in the backward rather than saving their outputs. In-place
+    ops are functionalized; writes to graph inputs come back as extra forward outputs
+    (see :class:`~torchstrata.core.AotResult` for the calling convention).
+
+    :param graph: a torch-level graph whose inputs describe the call's tensors
+        (``requires_grad`` marks the inputs to differentiate).
+    :param options: compile options (only ``debug`` is read: verify the graphs).
+    :raises AotTraceError: if a torch node fails on fake tensors; the message names it.
+    :raises NotImplementedError: for what the package README lists as unsupported.
+    """
+    training = any(node.tensor_meta.requires_grad for node in graph.inputs)
+    trace = trace_graph(graph, training=training)
+    if not trace.grad_inputs:
+        result = _inference(trace)
+    else:
+        parts = partition(trace)
+        result = AotResult(
+            forward=parts.forward,
+            backward=parts.backward,
+            num_user_outputs=trace.num_user_outputs,
+            mutated_inputs=trace.mutated_inputs,
+            num_saved=len(parts.saved),
+            output_aliases=trace.output_aliases,
+            tangent_outputs=trace.tangent_outputs,
+            grad_inputs=trace.grad_inputs,
+        )
+    if options is not None and options.debug:
+        verify(result.forward)
+        if result.backward is not None:
+            verify(result.backward)
+    return result
+
+
+def aot_forward(graph: Graph, options: CompileOptions | None = None) -> AotResult:
+    """The inference graph of ``graph`` (``requires_grad`` on inputs is ignored).
+
+    Runs under ``torch.no_grad()``, so composite ops decompose as they do at dispatch
+    in inference (``torch.softmax`` records ``aten._softmax``).
+    """
+    result = _inference(trace_graph(graph, training=False))
+    if options is not None and options.debug:
+        verify(result.forward)
+    return result
+
+
+def _inference(trace: JointTrace) -> AotResult:
+    joint = trace.graph
+    forward = type(joint)(
+        joint.level,
+        joint.inputs[: trace.num_primals],
+        joint.nodes,
+        joint.outputs[: trace.num_forward_outputs],
+    )
+    return AotResult(
+        forward=forward,
+        backward=None,
+        num_user_outputs=trace.num_user_outputs,
+        mutated_inputs=trace.mutated_inputs,
+        output_aliases=trace.output_aliases,
+    )

@@ -1,0 +1,84 @@
+"""Tracing graphs for a device this machine lacks (a ``cuda:0`` graph on a CPU-only host).
+
+Fake tensors carry any device, but the autograd engine needs a device guard for the
+tensors it differentiates, so a joint trace of a ``cuda`` graph without CUDA runs on
+``cpu`` fake tensors; :func:`move_graph` then puts the real device back into every
+node's metadata and ``device`` argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import Graph, Node, TensorMeta
+
+_CPU = torch.device("cpu")
+
+
+def is_available(device: torch.device) -> bool:
+    """True when tensors on ``device`` can be differentiated on this machine."""
+    if device.type in ("cpu", "meta"):
+        return True
+    module = getattr(torch, device.type, None)
+    available = getattr(module, "is_available", None)
+    return bool(available()) if callable(available) else False
+
+
+def trace_device(metas: tuple[TensorMeta, ...], training: bool) -> torch.device | None:
+    """The device to put back after tracing on ``cpu``, or None to trace as described.
+
+    :raises NotImplementedError: for a training graph mixing an unavailable device with
+        other devices (the ``cpu`` stand-in would be ambiguous).
+    """
+    devices = {meta.device for meta in metas}
+    if not training or all(is_available(device) for device in devices):
+        return None
+    if len(devices) != 1:
+        names = ", ".join(sorted(str(device) for device in devices))
+        raise NotImplementedError(
+            f"cannot trace a training graph over devices {names} without all of them here"
+        )
+    return devices.pop()
+
+
+def move_graph(graph: Graph, device: torch.device) -> Graph:
+    """``graph`` with ``cpu`` replaced by ``device`` in metadata and device arguments."""
+    env: dict[Node, Node] = {}
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, Node):
+            return env[value]
+        if isinstance(value, torch.device) and value == _CPU:
+            return device
+        if isinstance(value, list | tuple):
+            items = [convert(item) for item in value]
+            return items if isinstance(value, list) else tuple(items)
+        if isinstance(value, dict):
+            return {key: convert(item) for key, item in value.items()}
+        return value
+
+    for node in graph.all_nodes():
+        env[node] = Node(
+            node.name,
+            node.op,
+            convert(node.args),
+            convert(dict(node.kwargs)),
+            _move_meta(node.meta, device),
+        )
+    return Graph(
+        graph.level,
+        tuple(env[node] for node in graph.inputs),
+        tuple(env[node] for node in graph.nodes),
+        tuple(env[node] for node in graph.outputs),
+    )
+
+
+def _move_meta(meta: Any, device: torch.device) -> Any:
+    if isinstance(meta, TensorMeta):
+        return attrs.evolve(meta, device=device) if meta.device == _CPU else meta
+    if isinstance(meta, tuple):
+        return tuple(_move_meta(item, device) for item in meta)
+    return meta

@@ -1,0 +1,240 @@
+"""Splitting a joint forward+backward graph into a forward and a backward graph.
+
+The choice of what the forward saves for the backward is a minimum cut (the idea of
+AOTAutograd's rematerialising partitioner). Each joint node ``v`` becomes two flow
+vertices ``v.in → v.out`` joined by an edge whose capacity is the bytes of ``v``'s value;
+reading ``v`` is an infinite edge ``v.out → u.in``. The source feeds the primal inputs
+and every node that must run in the forward but may not be recomputed (matmuls,
+reductions, RNG...); tangent-dependent nodes drain into the sink. A minimum cut then
+picks the cheapest set of values to save: cheap ops (pointwise, views, copies) on the
+sink side of the cut are recomputed in the backward instead of being saved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import attrs
+import networkx as nx  # type: ignore[import-untyped]
+import torch
+from networkx.algorithms.flow import edmonds_karp  # type: ignore[import-untyped]
+
+from torchstrata.autograd.trace import JointTrace
+from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes
+
+#: Cheap non-pointwise ops that the backward may recompute rather than load.
+_CHEAP_OPS = frozenset(
+    {
+        "clone",
+        "_to_copy",
+        "copy",
+        "expand",
+        "full",
+        "full_like",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "empty_like",
+        "scalar_tensor",
+        "fill",
+        "select_scatter",
+        "slice_scatter",
+        "diagonal_scatter",
+        "cat",
+        "constant_pad_nd",
+    }
+)
+
+
+@attrs.frozen
+class Partition:
+    """The two graphs and the joint nodes the forward saves (in backward input order)."""
+
+    forward: Graph
+    backward: Graph
+    saved: tuple[Node, ...]
+
+
+def _overload(node: Node) -> torch._ops.OpOverload:
+    assert node.op is not None
+    overload: torch._ops.OpOverload = node.op.resolve()  # type: ignore[assignment]
+    return overload
+
+
+def is_random(node: Node) -> bool:
+    """True for ops that draw random numbers (their results must be computed once)."""
+    if node.op is None or node.op == GETITEM:
+        return False
+    return torch.Tag.nondeterministic_seeded in _overload(node).tags
+
+
+def is_recomputable(node: Node) -> bool:
+    """True for ops cheap enough to recompute in the backward: pointwise ops, views,
+    ``getitem``, copies and factories. Matmuls, reductions and RNG ops are not."""
+    if node.op is None:
+        return False
+    if node.op == GETITEM:
+        return True
+    func = _overload(node)
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return False
+    if torch.Tag.pointwise in func.tags:
+        return True
+    if any(ret.alias_info is not None for ret in func._schema.returns):
+        return True  # a view
+    return func._overloadpacket.__name__ in _CHEAP_OPS
+
+
+def _weight(node: Node) -> float:
+    meta = node.meta
+    if hasattr(meta, "nbytes") and not isinstance(meta, tuple):
+        return float(meta.nbytes)  # type: ignore[union-attr]
+    return math.inf
+
+
+def _ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
+    seen: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            stack.extend(node.input_nodes())
+    return seen
+
+
+def choose_saved(trace: JointTrace) -> list[Node]:
+    """The joint nodes the forward saves, chosen by a minimum cut (in joint order)."""
+    joint = trace.graph
+    primals = set(joint.inputs[: trace.num_primals])
+    tangents = set(joint.inputs[trace.num_primals :])
+    grads = joint.outputs[trace.num_forward_outputs :]
+    required_fw = _ancestors(joint.outputs[: trace.num_forward_outputs], set())
+    tangent_dependent = set(tangents)
+    for node in joint.nodes:
+        if any(arg in tangent_dependent for arg in node.input_nodes()):
+            tangent_dependent.add(node)
+    users = joint.users()
+    flow = nx.DiGraph()
+    flow.add_nodes_from(["source", "sink"])
+    for node in joint.all_nodes():
+        vin, vout = (node.name, "in"), (node.name, "out")
+        if node in tangent_dependent:
+            flow.add_edge(vin, "sink")
+            continue
+        forced = node in primals or is_random(node)
+        forced = forced or (node in required_fw and not is_recomputable(node))
+        if forced:
+            flow.add_edge("source", vin)
+        if node in grads:
+            flow.add_edge(vout, "sink")
+        weight = _weight(node)
+        if math.isinf(weight):
+            flow.add_edge(vin, vout)
+        else:
+            flow.add_edge(vin, vout, capacity=weight)
+        for user in users[node]:
+            flow.add_edge(vout, (user.name, "in"))
+    reachable = _source_side(flow)
+    return [
+        node
+        for node in joint.all_nodes()
+        if (node.name, "in") in reachable and (node.name, "out") not in reachable
+    ]
+
+
+def _source_side(flow: nx.DiGraph) -> set[object]:
+    """Vertices reachable from the source in the residual network of a maximum flow.
+
+    Of all minimum cuts this is the one nearest the source, so ties go to saving
+    earlier values (a primal input rather than a view of it) and recomputing more.
+    """
+    residual = edmonds_karp(flow, "source", "sink")
+    reachable: set[object] = {"source"}
+    stack: list[object] = ["source"]
+    while stack:
+        vertex = stack.pop()
+        for successor, data in residual[vertex].items():
+            if successor not in reachable and data["flow"] < data["capacity"]:
+                reachable.add(successor)
+                stack.append(successor)
+    return reachable
+
+
+def partition(trace: JointTrace, saved: list[Node] | None = None) -> Partition:
+    """Split ``trace.graph`` into forward and backward graphs around the saved values.
+
+    Forward: the primal inputs → user outputs, write-backs, saved values. Backward:
+    saved values, then tangents → gradients. A saved primal input that the forward also
+    writes back to is saved as a clone (the write-back would change it otherwise).
+    """
+    joint = trace.graph
+    saved = choose_saved(trace) if saved is None else saved
+    primals = joint.inputs[: trace.num_primals]
+    tangents = joint.inputs[trace.num_primals :]
+    names = {node.name for node in joint.all_nodes()}
+    mutated = {primals[index] for index in trace.mutated_inputs}
+    forward_saved: list[Node] = []
+    clones: list[Node] = []
+    for node in saved:
+        if node in mutated:
+            name = _fresh_name(f"{node.name}_saved", names)
+            clone = Node(name, aten("clone.default"), (node,), {}, node.meta)
+            clones.append(clone)
+            forward_saved.append(clone)
+        else:
+            forward_saved.append(node)
+    forward_outputs = (*joint.outputs[: trace.num_forward_outputs], *forward_saved)
+    forward_live = _ancestors(forward_outputs, set(primals))
+    if forward_live & set(tangents):
+        raise AssertionError("partition: the forward graph reads a tangent")
+    forward_nodes = tuple(node for node in joint.nodes if node in forward_live) + tuple(clones)
+    forward = Graph(Level.ATEN, primals, forward_nodes, forward_outputs)
+    backward = _backward_graph(joint, saved, tangents, joint.outputs[trace.num_forward_outputs :])
+    return Partition(forward=forward, backward=backward, saved=tuple(saved))
+
+
+def _backward_graph(
+    joint: Graph, saved: list[Node], tangents: tuple[Node, ...], grads: tuple[Node, ...]
+) -> Graph:
+    stop = set(saved) | set(tangents)
+    live = _ancestors(grads, stop)
+    leaked = [node for node in live if node.is_input and node not in stop]
+    if leaked:
+        names = ", ".join(f"%{node.name}" for node in leaked)
+        raise AssertionError(f"partition: the backward reads primal inputs {names} unsaved")
+    env: dict[Node, Node] = {}
+    inputs: list[Node] = []
+    for node in saved:
+        meta = attrs.evolve(node.tensor_meta, requires_grad=False)
+        placeholder = Node(node.name, None, meta=meta)
+        env[node] = placeholder
+        inputs.append(placeholder)
+    for node in tangents:
+        env[node] = node
+        inputs.append(node)
+    nodes: list[Node] = []
+    for node in joint.nodes:
+        if node in live and node not in stop:
+            copy = Node(
+                node.name,
+                node.op,
+                map_nodes(node.args, env.__getitem__),
+                map_nodes(dict(node.kwargs), env.__getitem__),
+                node.meta,
+            )
+            env[node] = copy
+            nodes.append(copy)
+    return Graph(Level.ATEN, tuple(inputs), tuple(nodes), tuple(env[grad] for grad in grads))
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, counter = base, 1
+    while name in taken:
+        name, counter = f"{base}_{counter}", counter + 1
+    taken.add(name)
+    return name

@@ -1,0 +1,196 @@
+"""Tracing a torch-level graph into one functional ATen graph, optionally with its backward.
+
+The torch graph runs node by node on fake tensors under :class:`AtenRecorder`. For a
+*joint* trace the inputs that require grad are fake leaves with ``requires_grad``, the
+graph runs with autograd on, and ``torch.autograd.grad(outputs, inputs, tangents)`` is
+called under the same recorder, so PyTorch's own derivative formulas record the
+backward ATen ops into the same graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from torchstrata.autograd.devices import move_graph, trace_device
+from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
+from torchstrata.core import (
+    Graph,
+    Level,
+    Node,
+    TensorMeta,
+    aten,
+    eliminate_dead_code,
+    map_nodes,
+)
+
+_DETACH = aten("detach.default")
+
+#: ``(input index, size, stride, storage_offset)``: a user output that is a view of an
+#: input; the runtime returns ``inputs[index].as_strided(size, stride, storage_offset)``.
+OutputAlias = tuple[int, tuple[int, ...], tuple[int, ...], int]
+
+
+@attrs.frozen
+class JointTrace:
+    """A traced graph before partitioning.
+
+    ``graph`` inputs: the torch graph's inputs (primals), then one tangent per entry of
+    ``tangent_outputs``. Outputs: ``num_user_outputs`` user outputs, one write-back per
+    entry of ``mutated_inputs``, then one gradient per entry of ``grad_inputs``.
+    """
+
+    graph: Graph
+    num_primals: int
+    num_user_outputs: int
+    mutated_inputs: tuple[int, ...] = ()
+    output_aliases: tuple[OutputAlias | None, ...] = ()
+    tangent_outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
+
+    @property
+    def num_forward_outputs(self) -> int:
+        """User outputs plus write-backs."""
+        return self.num_user_outputs + len(self.mutated_inputs)
+
+
+def trace_graph(graph: Graph, *, training: bool) -> JointTrace:
+    """Trace ``graph`` (torch level); with ``training``, trace its backward as well.
+
+    :raises AotTraceError: if a torch node fails on fake tensors (the message names it).
+    :raises NotImplementedError: for outputs that are not tensors and unsupported
+        mutations (see the package README).
+    """
+    if graph.level is not Level.TORCH:
+        raise ValueError(f"aot takes a torch-level graph, not {graph.level.value}")
+    stand_in = trace_device(graph.input_metas, training)
+    recorder = AtenRecorder()
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        primals = [_fake_input(node.tensor_meta, training, stand_in) for node in graph.inputs]
+    for node, tensor in zip(graph.inputs, primals, strict=True):
+        recorder.add_input(node.name, tensor)
+    grad_mode = torch.enable_grad() if training else torch.no_grad()
+    # cuDNN batch norm writes running stats with no functional variant: trace natively.
+    with fake_mode, recorder, grad_mode, torch.backends.cudnn.flags(enabled=False):
+        values = _run(graph, primals)
+    results = [_tensor_output(output, values[output]) for output in graph.outputs]
+    with fake_mode, torch.no_grad():
+        user_nodes = [
+            _output_node(recorder, out, value)
+            for out, value in zip(graph.outputs, results, strict=True)
+        ]
+        mutations = recorder.mutated_inputs()
+    aliases = tuple(_alias(recorder, value) for value in results)
+    tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
+    wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
+    grad_nodes: list[Node] = []
+    grad_inputs: list[int] = []
+    if tangent_outputs and wanted:
+        with fake_mode:
+            tangents = [
+                torch.empty(results[i].shape, dtype=results[i].dtype, device=results[i].device)
+                for i in tangent_outputs
+            ]
+        for i, tangent in zip(tangent_outputs, tangents, strict=True):
+            recorder.add_input(f"tangent_{i}", tangent)
+        with fake_mode, recorder, torch.backends.cudnn.flags(enabled=False):
+            grads = torch.autograd.grad(
+                [results[i] for i in tangent_outputs],
+                [primals[i] for i in wanted],
+                grad_outputs=tangents,
+                allow_unused=True,
+            )
+        with fake_mode, torch.no_grad():
+            for index, grad in zip(wanted, grads, strict=True):
+                if grad is not None:
+                    grad_inputs.append(index)
+                    grad_nodes.append(recorder.node_of(grad))
+        primal_writes = [item for item in recorder.mutated_inputs() if item[0] < len(primals)]
+        if primal_writes != mutations:
+            raise NotImplementedError("the backward pass mutates a graph input")
+    else:
+        tangent_outputs = ()
+    outputs = [*user_nodes, *(node for _, node in mutations), *grad_nodes]
+    joint = eliminate_dead_code(_drop_detach(recorder.builder.build(outputs)))
+    if stand_in is not None:
+        joint = move_graph(joint, stand_in)
+    return JointTrace(
+        graph=joint,
+        num_primals=len(graph.inputs),
+        num_user_outputs=len(user_nodes),
+        mutated_inputs=tuple(index for index, _ in mutations),
+        output_aliases=aliases,
+        tangent_outputs=tangent_outputs,
+        grad_inputs=tuple(grad_inputs),
+    )
+
+
+def _drop_detach(graph: Graph) -> Graph:
+    """Replace ``aten.detach`` nodes by their input (a no-op on functional values).
+
+    Autograd records them when it saves tensors for the backward.
+    """
+    env: dict[Node, Node] = {node: node for node in graph.inputs}
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.op == _DETACH:
+            env[node] = env[node.args[0]]
+            continue
+        args = map_nodes(node.args, env.__getitem__)
+        kwargs = map_nodes(dict(node.kwargs), env.__getitem__)
+        env[node] = Node(node.name, node.op, args, kwargs, node.meta)
+        nodes.append(env[node])
+    outputs = tuple(env[node] for node in graph.outputs)
+    return Graph(graph.level, graph.inputs, tuple(nodes), outputs)
+
+
+def _fake_input(meta: TensorMeta, training: bool, stand_in: torch.device | None) -> torch.Tensor:
+    device = "cpu" if stand_in is not None else meta.device
+    tensor = torch.empty_strided(meta.shape, meta.strides, dtype=meta.dtype, device=device)
+    differentiable = meta.dtype.is_floating_point or meta.dtype.is_complex
+    if training and meta.requires_grad and differentiable:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _run(graph: Graph, inputs: list[torch.Tensor]) -> dict[Node, Any]:
+    """Evaluate the torch graph node by node (like ``interpret``, naming the failing node)."""
+    env: dict[Node, Any] = dict(zip(graph.inputs, inputs, strict=True))
+    for node in graph.nodes:
+        assert node.op is not None
+        call_args = map_nodes(node.args, env.__getitem__)
+        call_kwargs = map_nodes(dict(node.kwargs), env.__getitem__)
+        try:
+            env[node] = node.op.resolve()(*call_args, **call_kwargs)
+        except NotImplementedError as error:
+            raise NotImplementedError(f"%{node.name} = {node.op.name}(...): {error}") from error
+        except Exception as error:
+            raise AotTraceError(f"%{node.name} = {node.op.name}(...) failed: {error}") from error
+    return env
+
+
+def _tensor_output(output: Node, value: Any) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise NotImplementedError(
+            f"output %{output.name} is a {type(value).__name__}, not a tensor; "
+            "graph outputs must be tensors"
+        )
+    return value
+
+
+def _output_node(recorder: AtenRecorder, output: Node, value: torch.Tensor) -> Node:
+    try:
+        return recorder.node_of(value)
+    except NotImplementedError as error:
+        raise NotImplementedError(f"output %{output.name}: {error}") from error
+
+
+def _alias(recorder: AtenRecorder, value: torch.Tensor) -> OutputAlias | None:
+    index = recorder.input_alias(value)
+    if index is None:
+        return None
+    return (index, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
