@@ -1,0 +1,4 @@
+"""torchstrata benchmark suite: eager vs torch.compile vs torchstrata, side by side.
+
+Run it as ``python -m bench --help``; see ``bench/README.md`` for the columns.
+"""

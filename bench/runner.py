@@ -1,0 +1,183 @@
+"""Measure one workload with every compiler: check against eager first, then time.
+
+Order per workload: eager runs once (its outputs and its error against the fp64
+reference are the yardstick), then each compiler compiles, runs once, is judged,
+and only if correct is timed. A compiler that raises gets an ``error: ...`` status.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.compilers import (
+    CompilerUnavailable,
+    compile_with,
+    describe_error,
+    fallback_note,
+    reset,
+)
+from bench.execution import clear_grads, grad_leaves, grad_mode, run_step, synchronize
+from bench.progress import Progress
+from bench.reference import fp64_reference, judge, max_errors
+from bench.rows import Row, fill_relative
+from bench.timing import TimingBudget, host_us_per_call, median_ms, peak_memory_mb
+from bench.workloads import Case, DeviceProfile, Workload
+from bench.workloads.spec import WrongResult
+
+
+@dataclass
+class Yardstick:
+    """What every compiler is judged against: eager's tensors, the reference, eager's error."""
+
+    eager: list[torch.Tensor | None]
+    reference: list[torch.Tensor | None] | None
+    eager_errors: list[float]
+    longest_dim: int
+
+
+def minimal_bytes(case: Case, produced: Sequence[torch.Tensor | None], train: bool) -> int:
+    """Bytes a perfect kernel moves: inputs read once, outputs (and grads) written once."""
+    tensors: list[Any] = [a for a in case.args if isinstance(a, torch.Tensor)]
+    tensors += list(produced)
+    if train and case.grad_outputs is not None:
+        tensors += list(case.grad_outputs)
+    return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _reference_for(
+    workload: Workload, case: Case, produced: list[torch.Tensor | None], fixed: Any
+) -> list[torch.Tensor | None]:
+    if workload.reference is None:
+        return fixed
+    tensors = [t for t in produced if t is not None]
+    return list(workload.reference(case.args, tensors, case.grad_outputs))
+
+
+def _first_call(
+    name: str, case: Case, workload: Workload, leaves: list[torch.Tensor], device: torch.device
+) -> tuple[Any, list[torch.Tensor | None], float, str | None]:
+    """Compile and call once, recording warnings. Returns (callable, tensors, seconds, note)."""
+    with warnings.catch_warnings(record=True) as records, grad_mode(workload.train):
+        warnings.simplefilter("always")
+        synchronize(device)
+        start = time.perf_counter()
+        compiled = compile_with(name, case.fn)
+        produced = run_step(compiled, case, workload.train, leaves)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    return compiled, produced, seconds, fallback_note(records)
+
+
+def _measure(
+    name: str,
+    workload: Workload,
+    case: Case,
+    leaves: list[torch.Tensor],
+    yardstick: Yardstick,
+    profile: DeviceProfile,
+    budget: TimingBudget,
+) -> Row:
+    row = Row(workload.id, workload.name, name)
+    device = profile.device
+    try:
+        compiled, produced, row.first_call_s, note = _first_call(
+            name, case, workload, leaves, device
+        )
+    except CompilerUnavailable as exc:
+        row.status = str(exc)
+        return row
+    except Exception as exc:  # noqa: BLE001 - any compiler failure is a result to report
+        row.status = describe_error(exc)
+        return row
+    if note:
+        row.status, row.note = "falls back to eager", note
+    if name != "eager":
+        try:
+            reference = _reference_for(workload, case, produced, yardstick.reference)
+        except WrongResult as exc:
+            row.status = f"WRONG: {exc}"
+            return row
+        verdict = judge(
+            produced, yardstick.eager, reference, yardstick.eager_errors, yardstick.longest_dim
+        )
+        row.max_error = verdict.max_error
+        if not verdict.ok:
+            row.status = f"WRONG: {verdict.reason}"
+            return row
+    else:
+        row.max_error = max(yardstick.eager_errors, default=0.0)
+    del produced
+
+    def step() -> Any:
+        return run_step(compiled, case, workload.train, leaves)
+
+    try:
+        with grad_mode(workload.train):
+            row.time_ms = median_ms(step, device, budget)
+            if workload.overhead:
+                row.overhead_us = host_us_per_call(step, device, budget, row.time_ms)
+            clear_grads(leaves)
+            row.peak_mem_mb = peak_memory_mb(step, device)
+    except Exception as exc:  # noqa: BLE001
+        row.status, row.time_ms = describe_error(exc), None
+    return row
+
+
+def _yardstick(workload: Workload, case: Case, leaves: list[torch.Tensor]) -> Yardstick:
+    with grad_mode(workload.train):
+        eager = run_step(case.fn, case, workload.train, leaves)
+    fixed = None if workload.reference else fp64_reference(case, workload.train)
+    reference = _reference_for(workload, case, eager, fixed)
+    return Yardstick(eager, fixed, max_errors(eager, reference), longest_dim(case))
+
+
+def longest_dim(case: Case) -> int:
+    """The longest dimension of any tensor argument or parameter of ``case``."""
+    tensors = [a for a in case.args if isinstance(a, torch.Tensor)]
+    if isinstance(case.fn, torch.nn.Module):
+        tensors += list(case.fn.parameters())
+    return max((max(t.shape, default=1) for t in tensors), default=1)
+
+
+def run_workload(
+    workload: Workload,
+    profile: DeviceProfile,
+    compilers: Sequence[str],
+    budget: TimingBudget,
+    copy_gbps: float | None,
+    progress: Progress,
+) -> list[Row]:
+    """Measure ``workload`` with each compiler; rows come back in ``compilers`` order."""
+    progress.now(f"{workload.id}: eager + fp64 reference")
+    try:
+        case = workload.make()
+        leaves = grad_leaves(case)
+        yardstick = _yardstick(workload, case, leaves)
+    except Exception as exc:  # noqa: BLE001 - a broken workload must not stop the suite
+        for _ in compilers:
+            progress.advance()
+        status = f"eager failed: {describe_error(exc)}"
+        return [Row(workload.id, workload.name, c, status=status) for c in compilers]
+    rows = []
+    for name in compilers:
+        progress.now(f"{workload.id}: {name}")
+        rows.append(_measure(name, workload, case, leaves, yardstick, profile, budget))
+        reset(name)
+        progress.advance()
+    if workload.memory_bound:
+        nbytes = minimal_bytes(case, yardstick.eager, workload.train)
+        fill_relative(rows, nbytes, copy_gbps)
+    else:
+        fill_relative(rows, None, None)
+    del case, yardstick
+    gc.collect()
+    if profile.kind == "cuda":
+        torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,1 @@
+"""Model definitions (random init, nothing downloaded) used by the M workloads."""
