@@ -51,8 +51,11 @@ class DecompStage:
 
 @hookimpl
 def torchstrata_addhooks(pluginmanager: pluggy.PluginManager) -> None:
-    """Add decomp's hookspecs and the manager-bound stage."""
-    pluginmanager.add_hookspecs(hookspecs)
+    """Add decomp's hookspecs and the manager-bound stage (idempotent: the historic call
+    may reach this plugin more than once)."""
+    caller = getattr(pluginmanager.hook, "torchstrata_decompositions", None)
+    if caller is None or not caller.has_spec():
+        pluginmanager.add_hookspecs(hookspecs)
     if pluginmanager.get_plugin(STAGE_PLUGIN_NAME) is None:
         pluginmanager.register(DecompStage(pluginmanager), name=STAGE_PLUGIN_NAME)
 
