@@ -46,18 +46,28 @@ def test_plugins_register_and_block_by_name():
     manager = create_plugin_manager(load_entrypoints=False, plugins=[("mine", plugin)])
     results = manager.hook.torchstrata_graph_passes(stage="post_decomp", options=CompileOptions())
     assert [p.name for group in results for p in group] == ["a"]
-    blocked = create_plugin_manager(load_entrypoints=False, blocked=["mine"], plugins=[("mine", plugin)])
-    assert blocked.hook.torchstrata_graph_passes(stage="post_decomp", options=CompileOptions()) == []
+    blocked = create_plugin_manager(
+        load_entrypoints=False, blocked=["mine"], plugins=[("mine", plugin)]
+    )
+    assert (
+        blocked.hook.torchstrata_graph_passes(stage="post_decomp", options=CompileOptions()) == []
+    )
 
 
 def test_duplicate_plugin_names_are_refused():
     with pytest.raises(DuplicatePluginError, match="'twice'"):
-        create_plugin_manager(load_entrypoints=False, plugins=[("twice", _PassPlugin()), ("twice", _PassPlugin())])
+        create_plugin_manager(
+            load_entrypoints=False, plugins=[("twice", _PassPlugin()), ("twice", _PassPlugin())]
+        )
 
 
 def test_passes_follow_declared_order_and_blocking():
     log: list[str] = []
-    passes = [_Named("late", log, after=("early",)), _Named("early", log), _Named("first", log, before=("early",))]
+    passes = [
+        _Named("late", log, after=("early",)),
+        _Named("early", log),
+        _Named("first", log, before=("early",)),
+    ]
     PassManager(passes).run(GRAPH)
     assert log == ["first", "early", "late"]
     log.clear()

@@ -22,6 +22,8 @@ def _sample_args(prim_name: str, family: PrimFamily) -> tuple:
         return (x > 0, x, 2.0)
     if family is PrimFamily.CAST:
         return (x, torch.float16)
+    if prim_name in ("argmax", "argmin", "cumsum"):
+        return (x, 1)
     if family is PrimFamily.REDUCTION:
         return (x, [1])
     return {
@@ -32,10 +34,17 @@ def _sample_args(prim_name: str, family: PrimFamily) -> tuple:
         "as_strided": (x, [2, 2], [5, 1], 1),
         "full": ([2, 3], 1.5, FLOAT, torch.device("cpu")),
         "iota": (4, 2, 3, torch.int64, torch.device("cpu")),
+        "cat": ([x, torch.randn(2, 5)], 0),
+        "gather": (x, 1, torch.randint(0, 5, (3, 2))),
+        "scatter": (x, 0, torch.randint(0, 3, (2, 5)), torch.randn(2, 5)),
+        "scatter_add": (x, 0, torch.randint(0, 3, (2, 5)), torch.randn(2, 5)),
+        "rand": ([3, 4], 7, 5, FLOAT, torch.device("cpu")),
     }[prim_name]
 
 
 def _meta_of(value):
+    if isinstance(value, list):
+        return [_meta_of(v) for v in value]
     return TensorMeta.from_tensor(value) if isinstance(value, torch.Tensor) else value
 
 
@@ -88,5 +97,39 @@ def test_broadcast_in_dim_meta_gives_zero_strides():
 
 
 def test_where_scalar_takes_value_dtype_not_predicate_dtype():
-    out = get_prim("where").impl(torch.tensor([True, False]), float("-inf"), torch.tensor([1.0, 2.0]))
+    out = get_prim("where").impl(
+        torch.tensor([True, False]), float("-inf"), torch.tensor([1.0, 2.0])
+    )
     assert out.tolist() == [float("-inf"), 2.0]
+
+
+def test_gather_scatter_cat_cumsum_argmax_semantics():
+    x = torch.tensor([[1.0, 5.0, 3.0], [4.0, float("nan"), 0.0]])
+    index = torch.tensor([[2, 0], [1, 1]])
+    assert get_prim("gather").impl(x, 1, index).tolist()[0] == [3.0, 1.0]
+    zeros = torch.zeros(2, 3)
+    added = get_prim("scatter_add").impl(zeros, 1, index, torch.ones(2, 2))
+    assert added.tolist() == [[1.0, 0.0, 1.0], [0.0, 2.0, 0.0]]
+    written = get_prim("scatter").impl(zeros, 1, index[:1], torch.full((1, 2), 7.0))
+    assert written.tolist()[0] == [7.0, 0.0, 7.0] and zeros.sum() == 0  # functional
+    assert get_prim("cat").impl([x, x], 1).shape == (2, 6)
+    assert get_prim("cumsum").impl(torch.tensor([1, 2, 3]), 0).tolist() == [1, 3, 6]
+    assert get_prim("argmax").impl(x, 1).tolist() == [1, 1]  # NaN is the maximum
+    assert get_prim("argmin").impl(torch.tensor([2, 1, 1]), 0).item() == 1  # first one
+    with pytest.raises(PrimError, match="int64"):
+        get_prim("gather").meta(TensorMeta((2, 3), FLOAT), 1, TensorMeta((2, 2), torch.int32))
+    with pytest.raises(PrimError, match="differ outside"):
+        get_prim("cat").meta([TensorMeta((2, 3), FLOAT), TensorMeta((2, 4), FLOAT)], 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_rand_is_deterministic_uniform_and_offset_shifts_the_stream(dtype):
+    rand = get_prim("rand").impl
+    cpu = torch.device("cpu")
+    a = rand([64, 64], 3, 0, dtype, cpu)
+    assert a.dtype == dtype and torch.equal(a, rand([64, 64], 3, 0, dtype, cpu))
+    assert float(a.min()) >= 0.0 and float(a.max()) < 1.0
+    assert abs(float(a.double().mean()) - 0.5) < 0.02
+    assert not torch.equal(a, rand([64, 64], 4, 0, dtype, cpu))
+    shifted = rand([10], torch.tensor(3), 5, dtype, cpu)
+    assert torch.equal(shifted, a.flatten()[5:15])

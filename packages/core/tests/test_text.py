@@ -58,8 +58,11 @@ def test_built_graphs_round_trip(level):
     else:
         b = GraphBuilder(level)
         x = b.input("x", TensorMeta((2, 3), torch.float16, strides=(1, 2)))
-        y = b.call(aten("_softmax.default") if level is Level.ATEN else prim("exp"), x,
-                   *((-1, False) if level is Level.ATEN else ()))
+        y = b.call(
+            aten("_softmax.default") if level is Level.ATEN else prim("exp"),
+            x,
+            *((-1, False) if level is Level.ATEN else ()),
+        )
         graph = b.build([y, x])
     again = parse(str(graph))
     assert str(again) == str(graph)
@@ -72,7 +75,10 @@ def test_built_graphs_round_trip(level):
         ("graph prims {\n  return %x\n}", "unknown name|not a node|before it is defined"),
         ("graph nowhere {\n}", "unknown level"),
         ("graph prims {\n  %x: f99[3] = input\n  return %x\n}", "dtype"),
-        ("graph prims {\n  %x: f32[3] = input\n  %x: f32[3] = prims.exp(%x)\n  return %x\n}", "twice"),
+        (
+            "graph prims {\n  %x: f32[3] = input\n  %x: f32[3] = prims.exp(%x)\n  return %x\n}",
+            "twice",
+        ),
         ("graph prims {\n  %y: f32[3] = prims.exp(%x)\n  return %y\n}", "before it is defined"),
         ("graph prims {\n  %x: f32[3] = input\n}", "no return"),
     ],

@@ -47,13 +47,19 @@ def test_interpret_prims_softmax_matches_torch():
 
 
 def test_verify_rejects_wrong_metadata_and_level():
-    bad_meta = parse("graph prims {\n  %x: f32[3] = input\n  %y: f64[3] = prims.exp(%x)\n  return %y\n}")
+    bad_meta = parse(
+        "graph prims {\n  %x: f32[3] = input\n  %y: f64[3] = prims.exp(%x)\n  return %y\n}"
+    )
     with pytest.raises(VerificationError, match="differs from the inferred"):
         verify(bad_meta)
-    wrong_level = parse("graph aten {\n  %x: f32[3] = input\n  %y: f32[3] = prims.exp(%x)\n  return %y\n}")
-    with pytest.raises(VerificationError, match="prims op prims.exp in a aten graph"):
+    wrong_level = parse(
+        "graph aten {\n  %x: f32[3] = input\n  %y: f32[3] = prims.exp(%x)\n  return %y\n}"
+    )
+    with pytest.raises(VerificationError, match=r"prims op prims\.exp in a aten graph"):
         verify(wrong_level)
-    unknown = parse("graph aten {\n  %x: f32[3] = input\n  %y: f32[3] = aten.nope.default(%x)\n  return %y\n}")
+    unknown = parse(
+        "graph aten {\n  %x: f32[3] = input\n  %y: f32[3] = aten.nope.default(%x)\n  return %y\n}"
+    )
     with pytest.raises(VerificationError, match="no ATen overload"):
         verify(unknown)
 
@@ -103,7 +109,9 @@ def test_transformer_rewrites_and_dce_drops_dead_nodes():
 
 
 def test_random_inputs_respect_strides_and_dtypes():
-    graph = parse("graph prims {\n  %x: f16[3, 4]{1, 3} = input\n  %i: i64[0] = input\n  return %x\n}")
+    graph = parse(
+        "graph prims {\n  %x: f16[3, 4]{1, 3} = input\n  %i: i64[0] = input\n  return %x\n}"
+    )
     x, i = random_inputs(graph)
     assert x.stride() == (1, 3) and x.dtype == torch.float16
     assert i.shape == (0,) and i.dtype == torch.int64

@@ -10,18 +10,46 @@ from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nod
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.meta import TensorMeta, contiguous_strides
-from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef, aten, aten_from_overload, parse_op, prim, torch_op
+from torchstrata.core.ops import (
+    GETITEM,
+    Level,
+    OpKind,
+    OpRef,
+    aten,
+    aten_from_overload,
+    parse_op,
+    prim,
+    torch_op,
+)
 from torchstrata.core.options import CODEGENS, CompileOptions, current_options, override_options
-from torchstrata.core.passes import GraphPass, PassManager, PassOrderError, PassRecord, PassValidationError
-from torchstrata.core.plugins import ENTRY_POINT_GROUP, DuplicatePluginError, create_plugin_manager, register
-from torchstrata.core.prims import PRIMS_VERSION, PrimDef, PrimError, PrimFamily, all_prims, get_prim
+from torchstrata.core.passes import (
+    GraphPass,
+    PassManager,
+    PassOrderError,
+    PassRecord,
+    PassValidationError,
+)
+from torchstrata.core.plugins import (
+    ENTRY_POINT_GROUP,
+    DuplicatePluginError,
+    create_plugin_manager,
+    register,
+)
+from torchstrata.core.prims import (
+    PRIMS_VERSION,
+    PrimDef,
+    PrimError,
+    PrimFamily,
+    all_prims,
+    get_prim,
+)
 from torchstrata.core.results import (
     AotResult,
     CaptureResult,
     CompiledGraph,
+    GraphBreak,
     Guard,
     GuardKind,
-    GraphBreak,
     KernelInfo,
     Program,
 )

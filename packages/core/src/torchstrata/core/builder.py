@@ -47,7 +47,9 @@ def _from_meta_result(value: Any, device: torch.device) -> NodeMeta:
     if isinstance(value, torch.Tensor):
         meta = TensorMeta.from_tensor(value)
         return TensorMeta(meta.shape, meta.dtype, device, meta.strides, meta.requires_grad)
-    if isinstance(value, tuple | list) and all(isinstance(v, torch.Tensor) or v is None for v in value):
+    if isinstance(value, tuple | list) and all(
+        isinstance(v, torch.Tensor) or v is None for v in value
+    ):
         return tuple(_from_meta_result(v, device) if v is not None else None for v in value)  # type: ignore[misc]
     return None
 
@@ -69,15 +71,17 @@ def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> N
         source, index = args
         if not isinstance(source.meta, tuple):
             raise MetaInferenceError(f"getitem on %{source.name}, which is not a tuple of tensors")
-        return source.meta[index]  # type: ignore[no-any-return]
+        return source.meta[index]
     if op.kind is OpKind.PRIMS:
         to_meta = map_nodes(args, lambda node: node.meta)
         return get_prim(op.name).meta(*to_meta, **map_nodes(dict(kwargs), lambda node: node.meta))
     device = _device_of(args, kwargs)
     try:
         result = op.resolve()(*map_nodes(args, _to_meta_tensor), **_meta_kwargs(kwargs))
-    except Exception as error:  # noqa: BLE001 - any failure means "cannot infer"
-        raise MetaInferenceError(f"cannot infer the output of {op.name} on meta tensors: {error}") from error
+    except Exception as error:
+        raise MetaInferenceError(
+            f"cannot infer the output of {op.name} on meta tensors: {error}"
+        ) from error
     return _from_meta_result(result, device)
 
 
@@ -114,8 +118,9 @@ class GraphBuilder:
         self._inputs.append(node)
         return node
 
-    def call(self, op: OpRef, *args: Any, meta: NodeMeta = None, name: str | None = None,
-             **kwargs: Any) -> Node:
+    def call(
+        self, op: OpRef, *args: Any, meta: NodeMeta = None, name: str | None = None, **kwargs: Any
+    ) -> Node:
         """Append ``op(*args, **kwargs)``; its metadata is inferred unless given."""
         if meta is None:
             meta = infer_meta(op, args, kwargs)

@@ -55,9 +55,13 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
     fx_nodes = list(module.graph.nodes)
     calls = [n for n in fx_nodes if n.op in ("call_function", "call_method")]
     ops = {n: _op_for_target(n) for n in calls}
-    level = Level.ATEN if all(op.kind in (OpKind.ATEN, OpKind.BUILTIN) for op in ops.values()) else Level.TORCH
+    level = (
+        Level.ATEN
+        if all(op.kind in (OpKind.ATEN, OpKind.BUILTIN) for op in ops.values())
+        else Level.TORCH
+    )
     builder = GraphBuilder(level)
-    env: dict[torch.fx.Node, Node] = {}
+    env: dict[torch.fx.Node, Any] = {}
     placeholders = [n for n in fx_nodes if n.op == "placeholder"]
     examples = list(example_inputs) if example_inputs is not None else [None] * len(placeholders)
     if len(examples) != len(placeholders):
@@ -74,8 +78,10 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
             flat = torch.fx.node.map_arg(fx_node.args[0], env.__getitem__)
             outputs = list(flat) if isinstance(flat, list | tuple) else [flat]
         else:
-            raise FxImportError(f"FX node {fx_node.name}: {fx_node.op} is not supported (lift attributes "
-                                "to inputs first)")
+            raise FxImportError(
+                f"FX node {fx_node.name}: {fx_node.op} is not supported (lift attributes "
+                "to inputs first)"
+            )
     if not all(isinstance(out, Node) for out in outputs):
         raise FxImportError("FX graph returns something other than tensors")
     return builder.build(outputs)

@@ -23,7 +23,15 @@ NodeMeta = TensorMeta | tuple[TensorMeta | None, ...] | None
 
 #: Constants allowed as node arguments besides other nodes.
 Constant = (
-    int | float | bool | str | None | torch.dtype | torch.device | torch.memory_format | torch.layout
+    int
+    | float
+    | bool
+    | str
+    | None
+    | torch.dtype
+    | torch.device
+    | torch.memory_format
+    | torch.layout
 )
 
 
@@ -50,7 +58,9 @@ class Node:
     def tensor_meta(self) -> TensorMeta:
         """The metadata of a single-tensor node (raises for other nodes)."""
         if not isinstance(self.meta, TensorMeta):
-            raise TypeError(f"node %{self.name} does not produce a single tensor (meta={self.meta!r})")
+            raise TypeError(
+                f"node %{self.name} does not produce a single tensor (meta={self.meta!r})"
+            )
         return self.meta
 
     def input_nodes(self) -> list[Node]:

@@ -89,7 +89,9 @@ def torchstrata_decompose(graph: Graph, options: CompileOptions) -> Graph | None
 
 
 @hookspec(firstresult=True)
-def torchstrata_codegen(graph: Graph, device: torch.device, options: CompileOptions) -> CompiledGraph | None:
+def torchstrata_codegen(
+    graph: Graph, device: torch.device, options: CompileOptions
+) -> CompiledGraph | None:
     """Generate code for a prims-level graph on ``device``.
 
     :param graph: a prims-level graph (may hold extern ATen nodes).

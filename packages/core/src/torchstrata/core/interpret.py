@@ -35,10 +35,20 @@ def random_inputs(graph: Graph, *, seed: int = 0) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     tensors = []
     for meta in graph.input_metas:
-        storage_size = 1 + sum((size - 1) * stride for size, stride in zip(meta.shape, meta.strides, strict=True)
-                               if size > 0) if meta.numel else 0
+        storage_size = (
+            1
+            + sum(
+                (size - 1) * stride
+                for size, stride in zip(meta.shape, meta.strides, strict=True)
+                if size > 0
+            )
+            if meta.numel
+            else 0
+        )
         if meta.dtype.is_floating_point:
-            flat = torch.randn(storage_size, generator=generator, dtype=torch.float64).to(meta.dtype)
+            flat = torch.randn(storage_size, generator=generator, dtype=torch.float64).to(
+                meta.dtype
+            )
         elif meta.dtype is torch.bool:
             flat = torch.randint(0, 2, (storage_size,), generator=generator).bool()
         else:

@@ -41,7 +41,9 @@ class TensorMeta:
     shape: tuple[int, ...] = attrs.field(converter=_as_int_tuple)
     dtype: torch.dtype
     device: torch.device = attrs.field(default=torch.device("cpu"), converter=_as_device)
-    strides: tuple[int, ...] = attrs.field(default=None, converter=attrs.converters.optional(_as_int_tuple))
+    strides: tuple[int, ...] = attrs.field(
+        default=None, converter=attrs.converters.optional(_as_int_tuple)
+    )
     requires_grad: bool = False
 
     def __attrs_post_init__(self) -> None:

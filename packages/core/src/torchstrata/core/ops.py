@@ -173,7 +173,7 @@ def _resolve(op: OpRef) -> Callable[..., Any]:
     if op.kind is OpKind.ATEN:
         _, packet, overload = op.name.split(".")
         try:
-            return getattr(getattr(torch.ops.aten, packet), overload)  # type: ignore[no-any-return]
+            return getattr(getattr(torch.ops.aten, packet), overload)
         except AttributeError:
             raise LookupError(f"no ATen overload {op.name}") from None
     if op.kind is OpKind.PRIMS:
@@ -183,4 +183,4 @@ def _resolve(op: OpRef) -> Callable[..., Any]:
     target = _resolve_dotted(op.name)
     if not callable(target):
         raise LookupError(f"{op.name} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target

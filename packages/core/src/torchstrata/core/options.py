@@ -62,7 +62,8 @@ class CompileOptions:
 
 
 _CURRENT: contextvars.ContextVar[CompileOptions] = contextvars.ContextVar(
-    "torchstrata_options", default=CompileOptions()
+    "torchstrata_options",
+    default=CompileOptions(),  # noqa: B039 - frozen attrs instance, immutable
 )
 
 

@@ -79,8 +79,14 @@ class PassManager:
     """Runs passes in order; verifies between them (``debug``) and checks each one by
     executing its input and output graphs on random inputs (``validate``)."""
 
-    def __init__(self, passes: Iterable[GraphPass], *, debug: bool = False, validate: bool = False,
-                 blocked: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        passes: Iterable[GraphPass],
+        *,
+        debug: bool = False,
+        validate: bool = False,
+        blocked: Iterable[str] = (),
+    ) -> None:
         blocked = set(blocked)
         self.passes = order_passes([p for p in passes if p.name not in blocked])
         self.debug = debug
@@ -94,12 +100,16 @@ class PassManager:
             result = graph_pass(graph)
             seconds = time.perf_counter() - start
             if not isinstance(result, Graph):
-                raise TypeError(f"pass {graph_pass.name!r} returned {type(result).__name__}, not a Graph")
+                raise TypeError(
+                    f"pass {graph_pass.name!r} returned {type(result).__name__}, not a Graph"
+                )
             if self.debug:
                 verify(result)
             if self.validate:
                 validate_pass(graph_pass.name, graph, result)
-            self.records.append(PassRecord(graph_pass.name, stage, seconds, len(graph.nodes), len(result.nodes)))
+            self.records.append(
+                PassRecord(graph_pass.name, stage, seconds, len(graph.nodes), len(result.nodes))
+            )
             graph = result
         return graph
 
@@ -116,4 +126,6 @@ def validate_pass(name: str, before: Graph, after: Graph, *, trials: int = 2) ->
             try:
                 torch.testing.assert_close(got, want, equal_nan=True)
             except AssertionError as error:
-                raise PassValidationError(f"pass {name!r} changed output {index}: {error}") from None
+                raise PassValidationError(
+                    f"pass {name!r} changed output {index}: {error}"
+                ) from None

@@ -25,9 +25,11 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.core import prims_indexing as _ix
 from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.prim_errors import PrimError
 
-PRIMS_VERSION = (1, 0)
+PRIMS_VERSION = (1, 1)
 
 
 class PrimFamily(enum.Enum):
@@ -41,10 +43,19 @@ class PrimFamily(enum.Enum):
     VIEW = "view"
     REDUCTION = "reduction"
     CREATION = "creation"
+    INDEXING = "indexing"
+    SCAN = "scan"
+    RANDOM = "random"
 
 
 ELEMENTWISE_FAMILIES = frozenset(
-    {PrimFamily.UNARY, PrimFamily.BINARY, PrimFamily.TERNARY, PrimFamily.COMPARISON, PrimFamily.CAST}
+    {
+        PrimFamily.UNARY,
+        PrimFamily.BINARY,
+        PrimFamily.TERNARY,
+        PrimFamily.COMPARISON,
+        PrimFamily.CAST,
+    }
 )
 
 
@@ -65,10 +76,6 @@ class PrimDef:
         return self.family in ELEMENTWISE_FAMILIES
 
 
-class PrimError(TypeError):
-    """Arguments that a prim does not accept."""
-
-
 _PRIMS: dict[str, PrimDef] = {}
 
 
@@ -86,8 +93,14 @@ def all_prims() -> tuple[PrimDef, ...]:
     return tuple(_PRIMS.values())
 
 
-def _define(name: str, family: PrimFamily, schema: str, meta: Callable[..., TensorMeta],
-            impl: Callable[..., torch.Tensor], doc: str) -> None:
+def _define(
+    name: str,
+    family: PrimFamily,
+    schema: str,
+    meta: Callable[..., TensorMeta],
+    impl: Callable[..., torch.Tensor],
+    doc: str,
+) -> None:
     if name in _PRIMS:
         raise ValueError(f"prim {name} defined twice")
     _PRIMS[name] = PrimDef(name, family, f"{name}{schema}", meta, impl, doc)
@@ -105,11 +118,15 @@ def _tensor_operands(name: str, operands: Sequence[Any]) -> list[TensorMeta]:
     first = tensors[0]
     for other in tensors[1:]:
         if other.shape != first.shape:
-            raise PrimError(f"prims.{name}: shapes {first.shape} and {other.shape} differ "
-                            "(broadcast explicitly with prims.broadcast_in_dim)")
+            raise PrimError(
+                f"prims.{name}: shapes {first.shape} and {other.shape} differ "
+                "(broadcast explicitly with prims.broadcast_in_dim)"
+            )
         if other.dtype != first.dtype:
-            raise PrimError(f"prims.{name}: dtypes {first.dtype} and {other.dtype} differ "
-                            "(cast explicitly with prims.convert_element_type)")
+            raise PrimError(
+                f"prims.{name}: dtypes {first.dtype} and {other.dtype} differ "
+                "(cast explicitly with prims.convert_element_type)"
+            )
         if other.device != first.device:
             raise PrimError(f"prims.{name}: devices {first.device} and {other.device} differ")
     for op in operands:
@@ -134,7 +151,11 @@ def _elementwise_meta(name: str, dtype_rule: str) -> Callable[..., TensorMeta]:
 def _where_meta(pred: Any, a: Any, b: Any) -> TensorMeta:
     if not isinstance(pred, TensorMeta) or pred.dtype is not torch.bool:
         raise PrimError("prims.where needs a bool tensor predicate")
-    values = _tensor_operands("where", [a, b]) if isinstance(a, TensorMeta) or isinstance(b, TensorMeta) else []
+    values = (
+        _tensor_operands("where", [a, b])
+        if isinstance(a, TensorMeta) or isinstance(b, TensorMeta)
+        else []
+    )
     if values and values[0].shape != pred.shape:
         raise PrimError(f"prims.where: predicate shape {pred.shape} differs from {values[0].shape}")
     if not values:
@@ -151,7 +172,9 @@ def _convert_meta(a: TensorMeta, dtype: torch.dtype) -> TensorMeta:
 def _check_dims(name: str, a: TensorMeta, dims: Sequence[int]) -> tuple[int, ...]:
     dims = tuple(dims)
     if any(not 0 <= d < a.ndim for d in dims) or len(set(dims)) != len(dims):
-        raise PrimError(f"prims.{name}: dims {dims} invalid for rank {a.ndim} (use non-negative, distinct dims)")
+        raise PrimError(
+            f"prims.{name}: dims {dims} invalid for rank {a.ndim} (use non-negative, distinct dims)"
+        )
     return dims
 
 
@@ -166,22 +189,34 @@ def _reduction_meta(name: str) -> Callable[..., TensorMeta]:
     return meta
 
 
-def _broadcast_in_dim_meta(a: TensorMeta, shape: Sequence[int], broadcast_dims: Sequence[int]) -> TensorMeta:
+def _broadcast_in_dim_meta(
+    a: TensorMeta, shape: Sequence[int], broadcast_dims: Sequence[int]
+) -> TensorMeta:
     shape, broadcast_dims = tuple(shape), tuple(broadcast_dims)
     if len(broadcast_dims) != a.ndim:
-        raise PrimError(f"prims.broadcast_in_dim: {len(broadcast_dims)} broadcast dims for rank {a.ndim}")
-    if list(broadcast_dims) != sorted(set(broadcast_dims)) or any(not 0 <= d < len(shape) for d in broadcast_dims):
-        raise PrimError(f"prims.broadcast_in_dim: broadcast dims {broadcast_dims} must increase within rank {len(shape)}")
+        raise PrimError(
+            f"prims.broadcast_in_dim: {len(broadcast_dims)} broadcast dims for rank {a.ndim}"
+        )
+    if list(broadcast_dims) != sorted(set(broadcast_dims)) or any(
+        not 0 <= d < len(shape) for d in broadcast_dims
+    ):
+        raise PrimError(
+            f"prims.broadcast_in_dim: broadcast dims {broadcast_dims} must increase within rank {len(shape)}"
+        )
     strides = [0] * len(shape)
     for in_dim, out_dim in enumerate(broadcast_dims):
         if a.shape[in_dim] == shape[out_dim]:
             strides[out_dim] = a.strides[in_dim]
         elif a.shape[in_dim] != 1:
-            raise PrimError(f"prims.broadcast_in_dim: cannot broadcast size {a.shape[in_dim]} to {shape[out_dim]}")
+            raise PrimError(
+                f"prims.broadcast_in_dim: cannot broadcast size {a.shape[in_dim]} to {shape[out_dim]}"
+            )
     return TensorMeta(shape, a.dtype, a.device, strides)
 
 
-def _broadcast_in_dim(a: torch.Tensor, shape: Sequence[int], broadcast_dims: Sequence[int]) -> torch.Tensor:
+def _broadcast_in_dim(
+    a: torch.Tensor, shape: Sequence[int], broadcast_dims: Sequence[int]
+) -> torch.Tensor:
     view_shape = [1] * len(shape)
     for in_dim, out_dim in enumerate(broadcast_dims):
         view_shape[out_dim] = a.shape[in_dim]
@@ -199,14 +234,20 @@ def _permute_meta(a: TensorMeta, dims: Sequence[int]) -> TensorMeta:
     dims = tuple(dims)
     if sorted(dims) != list(range(a.ndim)):
         raise PrimError(f"prims.permute: {dims} is not a permutation of rank {a.ndim}")
-    return TensorMeta(tuple(a.shape[d] for d in dims), a.dtype, a.device, tuple(a.strides[d] for d in dims))
+    return TensorMeta(
+        tuple(a.shape[d] for d in dims), a.dtype, a.device, tuple(a.strides[d] for d in dims)
+    )
 
 
-def _slice_meta(a: TensorMeta, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]) -> TensorMeta:
+def _slice_meta(
+    a: TensorMeta, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]
+) -> TensorMeta:
     if not len(starts) == len(limits) == len(steps) == a.ndim:
         raise PrimError("prims.slice needs one start, limit and step per dim")
     shape, strides = [], []
-    for size, stride, start, limit, step in zip(a.shape, a.strides, starts, limits, steps, strict=True):
+    for size, stride, start, limit, step in zip(
+        a.shape, a.strides, starts, limits, steps, strict=True
+    ):
         if not (0 <= start <= limit <= size) or step < 1:
             raise PrimError(f"prims.slice: [{start}:{limit}:{step}] out of range for size {size}")
         shape.append(max(0, (limit - start + step - 1) // step))
@@ -214,22 +255,30 @@ def _slice_meta(a: TensorMeta, starts: Sequence[int], limits: Sequence[int], ste
     return TensorMeta(tuple(shape), a.dtype, a.device, tuple(strides))
 
 
-def _slice(a: torch.Tensor, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]) -> torch.Tensor:
+def _slice(
+    a: torch.Tensor, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]
+) -> torch.Tensor:
     index = tuple(slice(s, e, k) for s, e, k in zip(starts, limits, steps, strict=True))
     return a[index]
 
 
-def _as_strided_meta(a: TensorMeta, shape: Sequence[int], strides: Sequence[int], offset: int) -> TensorMeta:
+def _as_strided_meta(
+    a: TensorMeta, shape: Sequence[int], strides: Sequence[int], offset: int
+) -> TensorMeta:
     if len(shape) != len(strides) or offset < 0:
         raise PrimError("prims.as_strided: shape and strides differ in length, or offset < 0")
     return TensorMeta(tuple(shape), a.dtype, a.device, tuple(strides))
 
 
-def _full_meta(shape: Sequence[int], value: Any, dtype: torch.dtype, device: torch.device) -> TensorMeta:
+def _full_meta(
+    shape: Sequence[int], value: Any, dtype: torch.dtype, device: torch.device
+) -> TensorMeta:
     return TensorMeta(tuple(shape), dtype, device)
 
 
-def _iota_meta(length: int, start: int, step: int, dtype: torch.dtype, device: torch.device) -> TensorMeta:
+def _iota_meta(
+    length: int, start: int, step: int, dtype: torch.dtype, device: torch.device
+) -> TensorMeta:
     if length < 0:
         raise PrimError("prims.iota: negative length")
     return TensorMeta((length,), dtype, device)
@@ -238,7 +287,9 @@ def _iota_meta(length: int, start: int, step: int, dtype: torch.dtype, device: t
 # ------------------------------------------------------------------- implementations
 
 
-def _elementwise_impl(fn: Callable[..., torch.Tensor], first_value: int = 0) -> Callable[..., torch.Tensor]:
+def _elementwise_impl(
+    fn: Callable[..., torch.Tensor], first_value: int = 0
+) -> Callable[..., torch.Tensor]:
     """Wrap a torch function so that scalar operands take the tensor operand's dtype.
 
     ``first_value`` skips leading operands that do not carry the value dtype (the
@@ -247,8 +298,12 @@ def _elementwise_impl(fn: Callable[..., torch.Tensor], first_value: int = 0) -> 
 
     def impl(*operands: Any) -> torch.Tensor:
         like = next(op for op in operands[first_value:] if isinstance(op, torch.Tensor))
-        tensors = [op if isinstance(op, torch.Tensor) else torch.tensor(op, dtype=like.dtype, device=like.device)
-                   for op in operands]
+        tensors = [
+            op
+            if isinstance(op, torch.Tensor)
+            else torch.tensor(op, dtype=like.dtype, device=like.device)
+            for op in operands
+        ]
         return fn(*tensors)
 
     return impl
@@ -334,49 +389,193 @@ _COMPARISON: tuple[tuple[str, Callable[..., torch.Tensor], str], ...] = (
 )
 
 _REDUCTIONS: tuple[tuple[str, Callable[..., torch.Tensor], str], ...] = (
-    ("sum", lambda a, dims: torch.sum(a, dims, dtype=a.dtype), "sum over dims (accumulates in the input dtype)"),
+    (
+        "sum",
+        lambda a, dims: torch.sum(a, dims, dtype=a.dtype),
+        "sum over dims (accumulates in the input dtype)",
+    ),
     ("prod", _prod, "product over dims"),
     ("amax", torch.amax, "maximum over dims, NaN-propagating"),
     ("amin", torch.amin, "minimum over dims, NaN-propagating"),
 )
 
 for _name, _rule, _fn, _doc in _UNARY:
-    _define(_name, PrimFamily.UNARY, "(a: Tensor) -> Tensor", _elementwise_meta(_name, _rule),
-            _elementwise_impl(_fn), _doc)
+    _define(
+        _name,
+        PrimFamily.UNARY,
+        "(a: Tensor) -> Tensor",
+        _elementwise_meta(_name, _rule),
+        _elementwise_impl(_fn),
+        _doc,
+    )
 for _name, _rule, _fn, _doc in _BINARY:
-    _define(_name, PrimFamily.BINARY, "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
-            _elementwise_meta(_name, _rule), _elementwise_impl(_fn), _doc)
+    _define(
+        _name,
+        PrimFamily.BINARY,
+        "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
+        _elementwise_meta(_name, _rule),
+        _elementwise_impl(_fn),
+        _doc,
+    )
 for _name, _fn, _doc in _COMPARISON:
-    _define(_name, PrimFamily.COMPARISON, "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor[bool]",
-            _elementwise_meta(_name, "bool"), _elementwise_impl(_fn), _doc)
+    _define(
+        _name,
+        PrimFamily.COMPARISON,
+        "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor[bool]",
+        _elementwise_meta(_name, "bool"),
+        _elementwise_impl(_fn),
+        _doc,
+    )
 for _name, _fn, _doc in _REDUCTIONS:
-    _define(_name, PrimFamily.REDUCTION, "(a: Tensor, dims: int[]) -> Tensor", _reduction_meta(_name),
-            _reduce_impl(_fn), _doc)
+    _define(
+        _name,
+        PrimFamily.REDUCTION,
+        "(a: Tensor, dims: int[]) -> Tensor",
+        _reduction_meta(_name),
+        _reduce_impl(_fn),
+        _doc,
+    )
 
-_define("where", PrimFamily.TERNARY, "(pred: Tensor[bool], a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
-        _where_meta, _elementwise_impl(torch.where, first_value=1), "a where pred else b")
-_define("convert_element_type", PrimFamily.CAST, "(a: Tensor, dtype: dtype) -> Tensor", _convert_meta,
-        lambda a, dtype: a.to(dtype), "cast to dtype (float->int truncates, like torch)")
-_define("broadcast_in_dim", PrimFamily.VIEW, "(a: Tensor, shape: int[], broadcast_dims: int[]) -> Tensor",
-        _broadcast_in_dim_meta, _broadcast_in_dim,
-        "view of a with shape; input dim i maps to output dim broadcast_dims[i]; size-1 dims expand")
-_define("reshape", PrimFamily.VIEW, "(a: Tensor, shape: int[]) -> Tensor", _reshape_meta,
-        lambda a, shape: a.reshape(tuple(shape)), "the elements of a in row-major order, in a new shape")
-_define("permute", PrimFamily.VIEW, "(a: Tensor, dims: int[]) -> Tensor", _permute_meta,
-        lambda a, dims: a.permute(tuple(dims)), "output dim i is input dim dims[i]")
-_define("slice", PrimFamily.VIEW, "(a: Tensor, starts: int[], limits: int[], steps: int[]) -> Tensor",
-        _slice_meta, _slice, "a[starts:limits:steps] per dim (steps >= 1)")
-_define("as_strided", PrimFamily.VIEW, "(a: Tensor, shape: int[], strides: int[], offset: int) -> Tensor",
-        _as_strided_meta, lambda a, shape, strides, offset: torch.as_strided(a, tuple(shape), tuple(strides), offset),
-        "raw view of a's storage (a must be contiguous)")
-_define("full", PrimFamily.CREATION, "(shape: int[], value: Scalar, dtype: dtype, device: Device) -> Tensor",
-        _full_meta, lambda shape, value, dtype, device: torch.full(tuple(shape), value, dtype=dtype, device=device),
-        "a new tensor filled with value")
-_define("iota", PrimFamily.CREATION, "(length: int, start: int, step: int, dtype: dtype, device: Device) -> Tensor",
-        _iota_meta,
-        lambda length, start, step, dtype, device: torch.arange(start, start + length * step, step, dtype=dtype,
-                                                                device=device)[:length],
-        "start + step * arange(length)")
+_define(
+    "where",
+    PrimFamily.TERNARY,
+    "(pred: Tensor[bool], a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
+    _where_meta,
+    _elementwise_impl(torch.where, first_value=1),
+    "a where pred else b",
+)
+_define(
+    "convert_element_type",
+    PrimFamily.CAST,
+    "(a: Tensor, dtype: dtype) -> Tensor",
+    _convert_meta,
+    lambda a, dtype: a.to(dtype),
+    "cast to dtype (float->int truncates, like torch)",
+)
+_define(
+    "broadcast_in_dim",
+    PrimFamily.VIEW,
+    "(a: Tensor, shape: int[], broadcast_dims: int[]) -> Tensor",
+    _broadcast_in_dim_meta,
+    _broadcast_in_dim,
+    "view of a with shape; input dim i maps to output dim broadcast_dims[i]; size-1 dims expand",
+)
+_define(
+    "reshape",
+    PrimFamily.VIEW,
+    "(a: Tensor, shape: int[]) -> Tensor",
+    _reshape_meta,
+    lambda a, shape: a.reshape(tuple(shape)),
+    "the elements of a in row-major order, in a new shape",
+)
+_define(
+    "permute",
+    PrimFamily.VIEW,
+    "(a: Tensor, dims: int[]) -> Tensor",
+    _permute_meta,
+    lambda a, dims: a.permute(tuple(dims)),
+    "output dim i is input dim dims[i]",
+)
+_define(
+    "slice",
+    PrimFamily.VIEW,
+    "(a: Tensor, starts: int[], limits: int[], steps: int[]) -> Tensor",
+    _slice_meta,
+    _slice,
+    "a[starts:limits:steps] per dim (steps >= 1)",
+)
+_define(
+    "as_strided",
+    PrimFamily.VIEW,
+    "(a: Tensor, shape: int[], strides: int[], offset: int) -> Tensor",
+    _as_strided_meta,
+    lambda a, shape, strides, offset: torch.as_strided(a, tuple(shape), tuple(strides), offset),
+    "raw view of a's storage (a must be contiguous)",
+)
+_define(
+    "full",
+    PrimFamily.CREATION,
+    "(shape: int[], value: Scalar, dtype: dtype, device: Device) -> Tensor",
+    _full_meta,
+    lambda shape, value, dtype, device: torch.full(tuple(shape), value, dtype=dtype, device=device),
+    "a new tensor filled with value",
+)
+_define(
+    "iota",
+    PrimFamily.CREATION,
+    "(length: int, start: int, step: int, dtype: dtype, device: Device) -> Tensor",
+    _iota_meta,
+    lambda length, start, step, dtype, device: torch.arange(
+        start, start + length * step, step, dtype=dtype, device=device
+    )[:length],
+    "start + step * arange(length)",
+)
+
+# Version 1.1: indexing, scans, arg-reductions, counter-based random numbers.
+_define(
+    "argmax",
+    PrimFamily.REDUCTION,
+    "(a: Tensor, dim: int) -> Tensor[int64]",
+    _ix.argmax_meta,
+    _ix.argmax,
+    "index of the first maximum along dim (dim dropped; NaN is the maximum)",
+)
+_define(
+    "argmin",
+    PrimFamily.REDUCTION,
+    "(a: Tensor, dim: int) -> Tensor[int64]",
+    _ix.argmin_meta,
+    _ix.argmin,
+    "index of the first minimum along dim (dim dropped; NaN is the minimum)",
+)
+_define(
+    "cumsum",
+    PrimFamily.SCAN,
+    "(a: Tensor, dim: int) -> Tensor",
+    _ix.cumsum_meta,
+    _ix.cumsum,
+    "inclusive prefix sum along dim, accumulated in the input dtype",
+)
+_define(
+    "cat",
+    PrimFamily.INDEXING,
+    "(tensors: Tensor[], dim: int) -> Tensor",
+    _ix.cat_meta,
+    _ix.cat,
+    "tensors of one dtype concatenated along dim",
+)
+_define(
+    "gather",
+    PrimFamily.INDEXING,
+    "(a: Tensor, dim: int, index: Tensor[int64]) -> Tensor",
+    _ix.gather_meta,
+    _ix.gather,
+    "out[i][j] = a[index[i][j]][j] for dim 0 (index: a's rank, in range); shape of index",
+)
+_define(
+    "scatter",
+    PrimFamily.INDEXING,
+    "(a: Tensor, dim: int, index: Tensor[int64], src: Tensor) -> Tensor",
+    _ix.scatter_meta,
+    _ix.scatter,
+    "copy of a with out[index[i][j]][j] = src[i][j] (dim 0); duplicate indices: any one wins",
+)
+_define(
+    "scatter_add",
+    PrimFamily.INDEXING,
+    "(a: Tensor, dim: int, index: Tensor[int64], src: Tensor) -> Tensor",
+    _ix.scatter_add_meta,
+    _ix.scatter_add,
+    "copy of a with src added at index along dim (like scatter, accumulating)",
+)
+_define(
+    "rand",
+    PrimFamily.RANDOM,
+    "(shape: int[], seed: int|Tensor[int64], offset: int, dtype: dtype, device: Device) -> Tensor",
+    _ix.rand_meta,
+    _ix.rand,
+    "uniform [0, 1): a pure integer hash of (seed, offset + row-major index); see prims_indexing.rand",
+)
 
 del _name, _rule, _fn, _doc
 

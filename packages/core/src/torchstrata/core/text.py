@@ -50,7 +50,9 @@ def _ints(text: str | None) -> tuple[int, ...]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "," and depth == 0:
             parts.append("".join(current))
@@ -76,8 +78,13 @@ def parse_meta(text: str) -> NodeMeta:
         raise ParseError(f"cannot read tensor metadata {text!r}")
     shape = _ints(match["shape"])
     strides = _ints(match["strides"]) if match["strides"] is not None else None
-    return TensorMeta(shape, dtype_from_short_name(match["dtype"]), match["device"] or "cpu", strides,
-                      requires_grad=match["grad"] is not None)
+    return TensorMeta(
+        shape,
+        dtype_from_short_name(match["dtype"]),
+        match["device"] or "cpu",
+        strides,
+        requires_grad=match["grad"] is not None,
+    )
 
 
 class _ArgReader:
@@ -95,14 +102,23 @@ class _ArgReader:
             return -self.read(node.operand)
         if isinstance(node, ast.Name):
             return self._name(node.id)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+        ):
             value = getattr(torch, node.attr, None)
             if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
                 return value
             raise ParseError(f"torch.{node.attr} is not a dtype, memory format or layout")
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "device"
-                and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
-            return torch.device(node.args[0].value)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "device"
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            return torch.device(str(node.args[0].value))
         raise ParseError(f"unsupported argument syntax: {ast.unparse(node)}")
 
     def _name(self, name: str) -> Any:
@@ -111,7 +127,13 @@ class _ArgReader:
             if ref not in self.env:
                 raise ParseError(f"%{ref} is used before it is defined")
             return self.env[ref]
-        special = {"inf": float("inf"), "nan": float("nan"), "True": True, "False": False, "None": None}
+        special = {
+            "inf": float("inf"),
+            "nan": float("nan"),
+            "True": True,
+            "False": False,
+            "None": None,
+        }
         if name in special:
             return special[name]
         raise ParseError(f"unknown name {name!r} in arguments")
@@ -135,9 +157,13 @@ def parse(text: str) -> Graph:
     for number, line in enumerate(lines[1:-1], start=2):
         try:
             if line.startswith("return"):
-                names = [part.strip() for part in line.removeprefix("return").split(",") if part.strip()]
-                outputs = [reader.read(ast.parse(_REF.sub(_REF_PREFIX + r"\1", name), mode="eval").body)
-                           for name in names]
+                names = [
+                    part.strip() for part in line.removeprefix("return").split(",") if part.strip()
+                ]
+                outputs = [
+                    reader.read(ast.parse(_REF.sub(_REF_PREFIX + r"\1", name), mode="eval").body)
+                    for name in names
+                ]
                 continue
             node = _parse_node_line(line, reader)
         except (ParseError, SyntaxError, ValueError, TypeError) as error:

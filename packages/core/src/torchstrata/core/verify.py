@@ -30,7 +30,11 @@ class VerificationError(ValueError):
 
 def _same_meta(expected: object, actual: object, check_strides: bool) -> bool:
     if isinstance(expected, TensorMeta) and isinstance(actual, TensorMeta):
-        same = (expected.shape, expected.dtype, expected.device) == (actual.shape, actual.dtype, actual.device)
+        same = (expected.shape, expected.dtype, expected.device) == (
+            actual.shape,
+            actual.dtype,
+            actual.device,
+        )
         return same and (not check_strides or expected.strides == actual.strides)
     if isinstance(expected, tuple) and isinstance(actual, tuple) and len(expected) == len(actual):
         return all(_same_meta(e, a, check_strides) for e, a in zip(expected, actual, strict=True))
@@ -75,9 +79,13 @@ def _check_node(graph: Graph, node: Node, defined: set[int], check_meta: bool) -
     problems = []
     for arg in node.input_nodes():
         if id(arg) not in defined:
-            problems.append(f"%{node.name} reads %{arg.name} before it is defined (or from another graph)")
+            problems.append(
+                f"%{node.name} reads %{arg.name} before it is defined (or from another graph)"
+            )
     if node.op.kind not in ALLOWED_KINDS[graph.level]:
-        problems.append(f"%{node.name}: {node.op.kind.value} op {node.op.name} in a {graph.level.value} graph")
+        problems.append(
+            f"%{node.name}: {node.op.kind.value} op {node.op.name} in a {graph.level.value} graph"
+        )
     try:
         node.op.resolve()
     except (LookupError, AttributeError) as error:
