@@ -25,10 +25,11 @@ from torchstrata.core import Node, TensorMeta
 #: Dtypes whose elementwise math eager computes in float32 ("opmath") and rounds once.
 LOW_PRECISION = frozenset({torch.float16, torch.bfloat16})
 
+#: The complex dtype each float dtype pairs with. Asked of torch itself because it changes
+#: between releases (torch 2.14 pairs bfloat16 with its new ``bcomplex32``).
 _TO_COMPLEX = {
-    torch.float16: torch.complex32,
-    torch.float32: torch.complex64,
-    torch.float64: torch.complex128,
+    dtype: torch.result_type(torch.empty(1, dtype=dtype, device="meta"), 1j)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 }
 
 
