@@ -36,7 +36,7 @@ PACKAGES = ["core", *STAGES]
 # paths in the same pip call, so pip never looks for torchstrata-core on an index;
 # everything else (attrs, pluggy, triton, ...) comes from the package's own metadata.
 LOCAL_DEPS = {"core": [], **{stage: ["core"] for stage in STAGES}}
-TEST_TOOLS = ["pytest", "hypothesis"]
+TEST_TOOLS = ["pytest", "hypothesis", "expecttest"]  # expecttest: torch.testing._internal (OpInfo)
 LINT_PATHS = ["packages", "integration_tests", "examples", "bench", "noxfile.py"]
 # Tests opt in to the Triton interpreter themselves; an outer TRITON_INTERPRET=1
 # would silently change what every other test exercises.
@@ -122,3 +122,13 @@ def bench(session: nox.Session) -> None:
     """Run the benchmark suite: `nox -s bench -- --device cpu`."""
     _install_everything(session, DEFAULT_TORCH, "rich")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def opinfo(session: nox.Session) -> None:
+    """The OpInfo sweep through aot, decomp and the reference interpreter; prints the table.
+
+    `nox -s opinfo -- --ops add,cat --max-samples 3 --jobs 2` (posargs go to the script).
+    """
+    _install_everything(session, DEFAULT_TORCH, "expecttest")
+    session.run("python", "-m", "integration_tests.opinfo.sweep", *session.posargs, env=TEST_ENV)

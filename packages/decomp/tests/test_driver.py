@@ -80,11 +80,11 @@ def test_matmuls_stay_extern_and_are_counted() -> None:
 def test_op_without_rule_stays_extern_with_its_metadata() -> None:
     builder = GraphBuilder(Level.ATEN)
     x = builder.input("x", TensorMeta((4, 5), torch.float32, strides=(1, 4)))
-    cumsum = builder.call(aten("cumsum.default"), builder.call(aten("exp.default"), x), 1)
+    cumsum = builder.call(aten("cumprod.default"), builder.call(aten("exp.default"), x), 1)
     graph = builder.build([cumsum])
     prims, stats = decompose_with_stats(graph)
     verify(prims)
-    assert stats.missing() == {"aten.cumsum.default": 1}
+    assert stats.missing() == {"aten.cumprod.default": 1}
     assert prims.outputs[0].meta == cumsum.meta
     inputs = random_inputs(graph)
     torch.testing.assert_close(interpret(prims, *inputs)[0], interpret(graph, *inputs)[0])
@@ -121,16 +121,16 @@ def test_rule_tables_compose_and_refuse_duplicates() -> None:
         merged + {"relu": override(_relu_as_clamp)}
 
 
-class HardswishPlugin:
+class HardshrinkPlugin:
     """A third-party plugin adding a rule for an op decomp does not cover."""
 
     @hookimpl
     def torchstrata_decompositions(self):
-        def hardswish(ctx, x):
-            gate = ctx.prim("minimum", ctx.prim("maximum", ctx.prim("add", x, 3.0), 0.0), 6.0)
-            return ctx.prim("div", ctx.prim("mul", x, gate), 6.0)
+        def hardshrink(ctx, x, lambd=0.5):
+            keep = ctx.prim("gt", ctx.prim("abs", x), lambd)
+            return ctx.where(keep, x, 0.0)
 
-        return {"aten.hardswish.default": hardswish}
+        return {"aten.hardshrink.default": hardshrink}
 
 
 def _manager(*plugins, addhooks: bool = True):
@@ -143,11 +143,12 @@ def _manager(*plugins, addhooks: bool = True):
 
 
 def test_plugin_rules_reach_the_decompose_hook() -> None:
-    manager = _manager(("hardswish", HardswishPlugin()))
-    assert "aten.hardswish.default" in collect_rules(manager)
+    assert "aten.hardshrink.default" not in DEFAULT_RULES
+    manager = _manager(("hardshrink", HardshrinkPlugin()))
+    assert "aten.hardshrink.default" in collect_rules(manager)
     builder = GraphBuilder(Level.ATEN)
     x = builder.input("x", TensorMeta((3, 4), torch.float32))
-    graph = builder.build([builder.call(aten("hardswish.default"), x)])
+    graph = builder.build([builder.call(aten("hardshrink.default"), x)])
     prims = manager.hook.torchstrata_decompose(graph=graph, options=CompileOptions())
     verify(prims)
     assert all(op.kind is OpKind.PRIMS for op in prims.ops())

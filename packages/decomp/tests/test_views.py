@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, interpret, random_inputs
 from torchstrata.decomp import decompose_with_stats
 
 DTYPES = (torch.float32, torch.float16, torch.int64, torch.bool)
@@ -64,7 +64,7 @@ def test_views_chain_on_non_contiguous_input(dh) -> None:
 def test_casts(dh, dtype: torch.dtype) -> None:
     for target in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
         copy = dh.one_op("_to_copy.default", dh.transposed(3, 4, dtype), dtype=target)
-        dh.check(copy, allow_extern=target == dtype)  # a same-dtype copy of an input stays
+        dh.check(copy)  # a same-dtype copy of an input is an explicit prims copy
         dh.check(dh.one_op("to.dtype", dh.T(3, 4, dtype=dtype), target))
 
 
@@ -75,10 +75,20 @@ def test_copies_of_inputs_stay_copies(dh) -> None:
     inner = builder.call(aten("clone.default"), builder.call(aten("exp.default"), x))
     same = builder.call(aten("_to_copy.default"), x, dtype=torch.float32)
     graph = builder.build([copied, inner, same])
-    _, stats = decompose_with_stats(graph)
-    assert stats.extern == {"aten.clone.default": 1, "aten._to_copy.default": 1}
-    assert stats.decomposed["aten.clone.default"] == 1  # the copy of a fresh value vanishes
-    dh.check(graph, allow_extern=True)
+    prims, stats = decompose_with_stats(graph)
+    assert not stats.extern
+    assert stats.decomposed == {
+        "aten.clone.default": 2,
+        "aten._to_copy.default": 1,
+        "aten.t.default": 1,
+        "aten.exp.default": 1,
+    }
+    copies = [n for n in prims.nodes if n.op.name == "prims.mul"]
+    assert len(copies) == 2  # the copy of a fresh value vanishes; copies of inputs stay
+    (x_value,) = random_inputs(graph)
+    outputs = interpret(prims, x_value)
+    assert all(out.data_ptr() != x_value.data_ptr() for out in outputs)
+    dh.check(graph)
 
 
 def test_creation(dh) -> None:

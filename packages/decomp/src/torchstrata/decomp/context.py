@@ -8,7 +8,16 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import GraphBuilder, Node, OpRef, PrimFamily, TensorMeta, get_prim, prim
+from torchstrata.core import (
+    GraphBuilder,
+    Node,
+    OpRef,
+    PrimFamily,
+    TensorMeta,
+    aten,
+    get_prim,
+    prim,
+)
 from torchstrata.decomp.promotion import Promotion, computation_dtype, promoted_dtypes
 from torchstrata.decomp.table import NotDecomposable
 
@@ -69,6 +78,23 @@ class DecompContext:
     def out_meta(self) -> TensorMeta:
         """The ATen node's (single-tensor) metadata."""
         return self.node.tensor_meta
+
+    @property
+    def out_metas(self) -> tuple[TensorMeta, ...]:
+        """The ATen node's metadata as a tuple (one entry per output; None for absent ones)."""
+        meta = self.node.meta
+        return meta if isinstance(meta, tuple) else (meta,)  # type: ignore[return-value]
+
+    def aten(self, name: str, *args: Any, **kwargs: Any) -> Node:
+        """Append an ATen call (kept extern inside the prims graph), e.g. a seed draw."""
+        return self.builder.call(aten(name), *args, name=f"{self.node.name}_seed", **kwargs)
+
+    def iota(
+        self, length: int, dtype: torch.dtype = torch.int64, start: int = 0, step: int = 1
+    ) -> Node:
+        """``start + step * arange(length)`` on the node's device."""
+        device = self.out_metas[0].device if self.out_metas[0] is not None else None
+        return self.prim("iota", length, start, step, dtype, device or torch.device("cpu"))
 
     def prim(self, name: str, *args: Any) -> Node:
         """Append ``prims.<name>(*args)`` (metadata from the prim's meta function)."""
@@ -153,7 +179,9 @@ class DecompContext:
         device: torch.device | None = None,
     ) -> Node:
         """A new tensor filled with ``value``."""
-        device = device if device is not None else self.out_meta.device
+        if device is None:
+            first = self.out_metas[0]
+            device = first.device if first is not None else torch.device("cpu")
         return self.prim("full", list(shape), value, dtype, device)
 
     def as_tensor(self, x: Any, dtype: torch.dtype) -> Node:

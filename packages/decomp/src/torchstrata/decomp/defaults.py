@@ -3,15 +3,48 @@
 from __future__ import annotations
 
 from torchstrata.decomp.rules import (
+    ACTIVATION_RULES,
+    BATCH_NORM_RULES,
+    CREATION_RULES,
     ELEMENTWISE_RULES,
+    INDEXING_RULES,
+    LOSS_RULES,
+    MATH_RULES,
+    NORM_BACKWARD_RULES,
+    NORM_RULES,
     NORMALIZATION_RULES,
+    PADDING_RULES,
     REDUCTION_RULES,
+    SCATTER_VIEW_RULES,
+    SELECTION_RULES,
+    SHAPE_RULES,
+    SOFTMAX_BACKWARD_RULES,
     VIEW_RULES,
 )
-from torchstrata.decomp.table import RuleTable
+from torchstrata.decomp.table import RuleTable, merge_tables
 
 #: Every built-in rule.
-DEFAULT_RULES: RuleTable = ELEMENTWISE_RULES + REDUCTION_RULES + NORMALIZATION_RULES + VIEW_RULES
+DEFAULT_RULES: RuleTable = merge_tables(
+    [
+        ELEMENTWISE_RULES,
+        MATH_RULES,
+        ACTIVATION_RULES,
+        REDUCTION_RULES,
+        SELECTION_RULES,
+        NORM_RULES,
+        NORMALIZATION_RULES,
+        SOFTMAX_BACKWARD_RULES,
+        NORM_BACKWARD_RULES,
+        BATCH_NORM_RULES,
+        LOSS_RULES,
+        INDEXING_RULES,
+        SHAPE_RULES,
+        PADDING_RULES,
+        SCATTER_VIEW_RULES,
+        VIEW_RULES,
+        CREATION_RULES,
+    ]
+)
 
 #: ATen ops deliberately left to vendor libraries (no built-in rule; kept as extern
 #: ATen nodes). Matched on the op packet, so every overload counts.

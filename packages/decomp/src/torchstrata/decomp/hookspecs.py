@@ -9,7 +9,7 @@ entry-point group::
 
     @hookimpl
     def torchstrata_decompositions():
-        return {"aten.hardswish.default": my_hardswish,
+        return {"aten.hardshrink.default": my_hardshrink,
                 "aten.gelu.default": override(my_faster_gelu)}
 """
 

@@ -99,12 +99,24 @@ def native_layer_norm(
     return ctx.cast(out, dtype), ctx.cast(avg, stats_dtype), ctx.cast(rstd, stats_dtype)
 
 
+def safe_softmax(ctx: DecompContext, x: Node, dim: int, dtype: torch.dtype | None = None) -> Node:
+    """:func:`softmax`, but 0 (not NaN) on slices that are all ``-inf``."""
+    x = ctx.cast(x, dtype) if dtype else x
+    out = softmax(ctx, x, dim)
+    shape = x.tensor_meta.shape
+    dims = [canonical_dim(dim, len(shape))] if shape else []
+    masked = ctx.cast(ctx.prim("eq", x, float("-inf")), torch.uint8)
+    all_masked = ctx.prim("ne", ctx.prim("amin", masked, dims), 0)
+    return ctx.where(ctx.broadcast_reduced(all_masked, dims, shape), 0.0, out)
+
+
 RULES = RuleTable(
     {
         "aten._softmax.default": softmax,
         "aten._log_softmax.default": log_softmax,
         "aten.softmax.int": softmax_int,
         "aten.log_softmax.int": log_softmax_int,
+        "aten._safe_softmax.default": safe_softmax,
         "aten.native_layer_norm.default": native_layer_norm,
     }
 )

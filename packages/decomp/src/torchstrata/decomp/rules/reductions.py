@@ -151,6 +151,20 @@ def std(
     return ctx.cast(ctx.prim("sqrt", ctx.cast(variance, computation_dtype(dtype))), dtype)
 
 
+def std_mean(
+    ctx: DecompContext,
+    x: Node,
+    dim: Dims = None,
+    *,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> tuple[Node, Node]:
+    """``(sqrt(var), mean)``."""
+    variance, avg = moments(ctx, x, dim, correction, keepdim)
+    dtype = variance.tensor_meta.dtype
+    return ctx.cast(ctx.prim("sqrt", ctx.cast(variance, computation_dtype(dtype))), dtype), avg
+
+
 RULES = RuleTable(
     {
         "aten.sum.dim_IntList": sum_,
@@ -163,5 +177,6 @@ RULES = RuleTable(
         "aten.var.dim": var_dim,
         "aten.var_mean.correction": var_mean,
         "aten.std.correction": std,
+        "aten.std_mean.correction": std_mean,
     }
 )

@@ -4,8 +4,8 @@ ATen views carry strides that depend on their input's layout; prims views descri
 same *logical* tensor (``prims.reshape`` of a non-contiguous input is still its
 elements in row-major order), which is all a functional graph can observe. A copy
 (``clone``, same-dtype ``_to_copy``) becomes the identity unless its source is a graph
-input or a view of one: then it stays an extern ATen call, so an output never aliases an
-input that eager would have copied.
+input or a view of one: then it is an explicit copy (``prims.mul(x, 1)``), so an output
+never aliases an input that eager would have copied.
 """
 
 from __future__ import annotations
@@ -125,8 +125,10 @@ def alias(ctx: DecompContext, x: Node) -> Node:
 
 
 def clone(ctx: DecompContext, x: Node, *, memory_format: Any = None) -> Node | None:
-    """The identity, except for copies of graph inputs (kept extern)."""
-    return None if ctx.aliases_input(x) else x
+    """The identity, except for copies of graph inputs (or views of them): those become
+    ``prims.mul(x, 1)``, an exact copy for every dtype (-0.0, NaN and inf included), so
+    an output never aliases an input that eager would have copied."""
+    return ctx.prim("mul", x, 1) if ctx.aliases_input(x) else x
 
 
 def to_copy(

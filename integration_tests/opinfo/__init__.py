@@ -1,0 +1,1 @@
+"""OpInfo sweep: PyTorch's OpInfo samples through aot -> decompose -> the reference interpreter."""

@@ -1,0 +1,220 @@
+"""One OpInfo sample through the pipeline: torch graph -> aot_forward -> decompose -> interpret.
+
+Every sample ends in exactly one :class:`Outcome` status:
+
+* ``decomposed``: lowered to prims (extern-by-policy ATen calls such as ``mm`` allowed),
+  results equal to eager's;
+* ``extern``: correct, but some ATen op had no rule (``Outcome.extern`` names them);
+* ``mismatch``: the prims graph ran but disagreed with eager (value, dtype or shape), or
+  the pipeline raised after tracing succeeded (decompose/verify/interpret errors);
+* ``skip``: not a question for decomposition (eager itself fails, random op, non-tensor
+  output, tracing failed); ``Outcome.reason`` says which, and the sweep counts reasons.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from torchstrata.autograd import aot_forward
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    OpKind,
+    OpRef,
+    TensorMeta,
+    interpret,
+    verify,
+)
+from torchstrata.decomp import decompose_with_stats
+
+from . import calls
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+#: OpInfo name prefixes whose values are uninitialised memory or random draws (a
+#: functionalized trace consumes the RNG differently from eager, and dropout's mask comes
+#: from ``prims.rand``): only their dtype and shape are compared.
+UNCHECKED_PREFIXES = (
+    "empty",
+    "new_empty",
+    "rand",
+    "normal",
+    "bernoulli",
+    "multinomial",
+    "uniform",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "nn.functional.dropout",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu",
+    "nn.functional.fractional_max_pool",
+    "nn.functional.multi_head_attention_forward",  # dropout inside (training=True)
+)
+
+#: The RNG seed set before the eager run and before the interpreter run.
+SEED = 1234
+
+
+@attrs.frozen
+class Outcome:
+    """What happened to one sample."""
+
+    status: str
+    reason: str = ""
+    extern: tuple[str, ...] = ()
+
+
+def _skip(reason: str) -> Outcome:
+    return Outcome("skip", reason)
+
+
+_NODE_PREFIX = re.compile(r"%\w+ = [\w.]+\(\.\.\.\)( failed)?:\s*")
+
+
+def _first_line(error: BaseException) -> str:
+    """``Type: first line`` without the per-sample node prefix, so reasons group."""
+    text = str(error).strip().splitlines()
+    line = _NODE_PREFIX.sub("", text[0]) if text else ""
+    return f"{type(error).__name__}: {line[:100]}"
+
+
+def _flat_outputs(value: Any) -> list[torch.Tensor] | None:
+    leaves, _ = tree_flatten(value)
+    if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return None
+    return leaves
+
+
+def build_graph(
+    fn: Callable[..., Any], tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]
+):
+    """A torch-level graph with one node calling ``fn(*tensors)`` (registered in ``calls``)."""
+    path = calls.register(fn)
+    builder = GraphBuilder(Level.TORCH)
+    inputs = [builder.input(f"x{i}", TensorMeta.from_tensor(t)) for i, t in enumerate(tensors)]
+    metas = tuple(TensorMeta.from_tensor(t) for t in outputs)
+    op = OpRef(OpKind.TORCH, path)
+    if len(outputs) == 1:
+        node = builder.call(op, *inputs, meta=metas[0], name="op")
+        return builder.build([node]), path
+    node = builder.call(op, *inputs, meta=metas, name="op")
+    return builder.build([builder.getitem(node, i) for i in range(len(outputs))]), path
+
+
+def sample_callable(op: Any, sample: Any) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+    """``(fn, tensors)``: ``fn(*tensors)`` calls ``op`` on the sample; non-tensors are constants."""
+    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    tensors = [leaves[i] for i in slots]
+    target = op.op
+
+    def fn(*values: torch.Tensor) -> Any:
+        filled = list(leaves)
+        for slot, value in zip(slots, values, strict=True):
+            filled[slot] = value
+        inp, args, kwargs = tree_unflatten(filled, spec)
+        result = target(inp, *args, **kwargs)
+        flat = _flat_outputs(result)
+        return flat[0] if flat is not None and len(flat) == 1 else tuple(flat or ())
+
+    return fn, tensors
+
+
+def compare(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    reference: torch.Tensor | None,
+    check_values: bool = True,
+) -> str | None:
+    """None if ``actual`` matches eager's ``expected``, else what differs.
+
+    float16/bfloat16 with a float64 ``reference``: elements that differ from eager must
+    be at most 3x as far from the float64 answer as eager is (plus a small atol).
+    """
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if not check_values or actual.numel() == 0:
+        return None
+    if expected.dtype in LOW_PRECISION and reference is not None:
+        same = (actual == expected) | (actual.isnan() & expected.isnan())
+        if bool(same.all()):
+            return None
+        ref = reference.double()[~same]
+        ours = (actual.double()[~same] - ref).abs()
+        eagers = (expected.double()[~same] - ref).abs()
+        bad = ~(ours <= 3 * eagers + 1e-3 * (1 + ref.abs())) & ~(ours.isnan() & eagers.isnan())
+        if bool(bad.any()):
+            return (
+                f"low-precision error {ours.max().item():.3g} vs eager's {eagers.max().item():.3g}"
+            )
+        return None
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True, check_stride=False)
+    except AssertionError as error:
+        return " ".join(str(error).split())[:200]
+    return None
+
+
+def _float64_reference(fn: Callable[..., Any], tensors: list[torch.Tensor]) -> list[Any] | None:
+    if not any(t.dtype in LOW_PRECISION for t in tensors):
+        return None
+    wide = [t.double() if t.dtype in LOW_PRECISION else t for t in tensors]
+    try:
+        result = fn(*wide)
+    except Exception:  # noqa: BLE001 - no reference: compare with plain tolerances
+        return None
+    return _flat_outputs(result)
+
+
+def run_sample(op: Any, sample: Any) -> Outcome:
+    """Run one OpInfo sample through aot_forward, decompose and the interpreter."""
+    fn, tensors = sample_callable(op, sample)
+    try:
+        torch.manual_seed(SEED)
+        expected = fn(*tensors)
+    except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
+        return _skip(f"eager fails: {type(error).__name__}")
+    outputs = _flat_outputs(expected)
+    if outputs is None:
+        return _skip("non-tensor output")
+    if any(
+        t.is_complex() or t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)
+    ):
+        return _skip("complex or non-strided tensor")
+    graph, path = build_graph(fn, tensors, outputs)
+    try:
+        try:
+            aten_graph = aot_forward(graph).forward
+        except Exception as error:  # noqa: BLE001 - counted as "failed to trace"
+            return _skip(f"trace: {_first_line(error)}")
+        try:
+            prims, stats = decompose_with_stats(aten_graph)
+            verify(prims)
+            torch.manual_seed(SEED)
+            actual = interpret(prims, *tensors)[: len(outputs)]
+        except Exception as error:  # noqa: BLE001 - a decomposition bug: a mismatch
+            return Outcome("mismatch", f"decompose: {_first_line(error)}")
+    finally:
+        calls.release(path)
+    reference = _float64_reference(fn, tensors)
+    check_values = not op.name.startswith(UNCHECKED_PREFIXES)
+    for index, (got, want) in enumerate(zip(actual, outputs, strict=True)):
+        ref = reference[index] if reference is not None and index < len(reference) else None
+        if not isinstance(got, torch.Tensor):
+            return Outcome("mismatch", f"output {index} is {type(got).__name__}")
+        problem = compare(got, want, ref if isinstance(ref, torch.Tensor) else None, check_values)
+        if problem is not None:
+            return Outcome("mismatch", f"output {index}: {problem}")
+    missing = tuple(sorted(stats.missing()))
+    return Outcome("extern", extern=missing) if missing else Outcome("decomposed")

@@ -1,0 +1,82 @@
+"""arange and the uninitialised/``new_*`` creation ops (``prims.iota`` / ``prims.full``).
+
+``empty*`` become zeros: any value is correct for uninitialised memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchstrata.core import Node
+from torchstrata.decomp.context import DecompContext
+from torchstrata.decomp.promotion import is_integral
+from torchstrata.decomp.table import NotDecomposable, RuleTable
+
+
+def _arange(ctx: DecompContext, start: Any, end: Any, step: Any) -> Node:
+    meta = ctx.out_meta
+    length = meta.shape[0]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (start, step)) and is_integral(
+        meta.dtype
+    ):
+        return ctx.prim("iota", length, start, step, meta.dtype, meta.device)
+    if not meta.dtype.is_floating_point and not is_integral(meta.dtype):
+        raise NotDecomposable(f"arange of {meta.dtype}")
+    wide = ctx.prim("convert_element_type", ctx.iota(length), torch.float64)
+    values = ctx.prim("add", ctx.prim("mul", wide, float(step)), float(start))
+    return ctx.cast(values, meta.dtype)
+
+
+def arange(ctx: DecompContext, end: Any, **_: Any) -> Node:
+    """``arange(end)``."""
+    return _arange(ctx, 0, end, 1)
+
+
+def arange_start(ctx: DecompContext, start: Any, end: Any, **_: Any) -> Node:
+    """``arange(start, end)``."""
+    return _arange(ctx, start, end, 1)
+
+
+def arange_start_step(ctx: DecompContext, start: Any, end: Any, step: Any = 1, **_: Any) -> Node:
+    """``start + step * i`` computed in float64 for float dtypes, like eager."""
+    return _arange(ctx, start, end, step)
+
+
+def _filled(value_of: Any) -> Any:
+    def rule(ctx: DecompContext, *args: Any, **kwargs: Any) -> Node:
+        meta = ctx.out_meta
+        return ctx.full(list(meta.shape), value_of(args), meta.dtype, meta.device)
+
+    rule.__doc__ = "``prims.full`` with the shape, dtype and device of the ATen node."
+    return rule
+
+
+def eye(ctx: DecompContext, n: int, m: int | None = None, **_: object) -> Node:
+    r"""``row == col`` from two ``iota``\s, cast to the dtype."""
+    meta = ctx.out_meta
+    rows, cols = meta.shape
+    r = ctx.prim("broadcast_in_dim", ctx.iota(rows), [rows, cols], [0])
+    c = ctx.prim("broadcast_in_dim", ctx.iota(cols), [rows, cols], [1])
+    return ctx.cast(ctx.prim("eq", r, c), meta.dtype)
+
+
+RULES = RuleTable(
+    {
+        "aten.arange.default": arange,
+        "aten.eye.default": eye,
+        "aten.eye.m": eye,
+        "aten.arange.start": arange_start,
+        "aten.arange.start_step": arange_start_step,
+        "aten.empty_like.default": _filled(lambda args: 0),
+        "aten.empty.memory_format": _filled(lambda args: 0),
+        "aten.empty_strided.default": _filled(lambda args: 0),
+        "aten.empty_permuted.default": _filled(lambda args: 0),
+        "aten.new_empty.default": _filled(lambda args: 0),
+        "aten.new_empty_strided.default": _filled(lambda args: 0),
+        "aten.new_zeros.default": _filled(lambda args: 0),
+        "aten.new_ones.default": _filled(lambda args: 1),
+        "aten.new_full.default": _filled(lambda args: args[2]),
+    }
+)

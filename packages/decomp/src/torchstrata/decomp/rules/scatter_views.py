@@ -1,0 +1,113 @@
+"""Odds and ends between views and indexing: ``copy``, ``fill``, ``slice_scatter``,
+``diagonal``, ``dot``, tensor-bound ``clamp_min``/``clamp_max``, ``norm``, ``unsafe_split``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchstrata.core import Node
+from torchstrata.decomp.context import DecompContext, canonical_dim
+from torchstrata.decomp.promotion import computation_dtype
+from torchstrata.decomp.rules.elementwise import clamp
+from torchstrata.decomp.rules.norms import vector_norm
+from torchstrata.decomp.rules.shapes import split, split_with_sizes
+from torchstrata.decomp.table import NotDecomposable, RuleTable
+
+
+def copy(ctx: DecompContext, x: Node, src: Node, non_blocking: bool = False) -> Node:
+    """``src`` cast to ``x``'s dtype and broadcast to its shape."""
+    meta = x.tensor_meta
+    if src.tensor_meta.device != meta.device:
+        raise NotDecomposable("copy across devices")
+    return ctx.broadcast_to(ctx.cast(src, meta.dtype), meta.shape)
+
+
+def fill(ctx: DecompContext, x: Node, value: Any) -> Node:
+    """A tensor like ``x`` filled with ``value`` (a number or a 0-dim tensor)."""
+    meta = x.tensor_meta
+    if isinstance(value, Node):
+        return ctx.broadcast_to(ctx.cast(value, meta.dtype), meta.shape)
+    return ctx.full(list(meta.shape), value, meta.dtype)
+
+
+def slice_scatter(
+    ctx: DecompContext,
+    x: Node,
+    src: Node,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> Node:
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src`` (``prims.scatter``)."""
+    shape = list(x.tensor_meta.shape)
+    if not shape:
+        raise NotDecomposable("slice_scatter of a 0-dim tensor")
+    d = canonical_dim(dim, len(shape))
+    lo, _, _ = slice(start, end, step).indices(shape[d])
+    src_shape = list(src.tensor_meta.shape)
+    if src.tensor_meta.numel == 0:
+        return x
+    index = ctx.iota(src_shape[d], start=lo, step=step)
+    index = ctx.prim("broadcast_in_dim", index, src_shape, [d])
+    return ctx.prim("scatter", x, d, index, ctx.cast(src, x.tensor_meta.dtype))
+
+
+def diagonal(ctx: DecompContext, x: Node, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Node:
+    """The diagonal of dims ``dim1``/``dim2`` as a new last dim: a strided slice of their
+    flattened product."""
+    shape = list(x.tensor_meta.shape)
+    a, b = canonical_dim(dim1, len(shape)), canonical_dim(dim2, len(shape))
+    if a == b:
+        raise NotDecomposable("diagonal of one dim")
+    rest = [d for d in range(len(shape)) if d not in (a, b)]
+    rows, cols = shape[a], shape[b]
+    length = max(min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols), 0)
+    moved = ctx.prim("permute", x, [*rest, a, b]) if [*rest, a, b] != list(range(len(shape))) else x
+    flat = ctx.reshape(moved, [*(shape[d] for d in rest), rows * cols])
+    if length == 0:
+        return ctx.full([*(shape[d] for d in rest), 0], 0, x.tensor_meta.dtype)
+    first = offset if offset >= 0 else -offset * cols
+    last = first + (length - 1) * (cols + 1) + 1
+    lead = len(rest)
+    starts = [0] * lead + [first]
+    limits = [shape[d] for d in rest] + [last]
+    steps = [1] * lead + [cols + 1]
+    return ctx.prim("slice", flat, starts, limits, steps)
+
+
+def dot(ctx: DecompContext, a: Node, b: Node) -> Node:
+    """``sum(a * b)`` of two vectors of one dtype, accumulated like eager."""
+    dtype = a.tensor_meta.dtype
+    if b.tensor_meta.dtype != dtype or a.tensor_meta.ndim != 1 or dtype is torch.bool:
+        raise NotDecomposable("dot of mixed dtypes or non-vectors")
+    compute = computation_dtype(dtype)
+    product = ctx.prim("mul", ctx.cast(a, compute), ctx.cast(b, compute))
+    return ctx.cast(ctx.prim("sum", product, [0]), dtype)
+
+
+def norm_scalar_opt_dim(
+    ctx: DecompContext, x: Node, p: Any = 2, dim: Any = None, keepdim: bool = False
+) -> Node:
+    """``aten.norm.ScalarOpt_dim``: :func:`vector_norm` (``p=None`` is 2)."""
+    return vector_norm(ctx, x, 2 if p is None else p, dim, keepdim)
+
+
+RULES = RuleTable(
+    {
+        "aten.copy.default": copy,
+        "aten.fill.Scalar": fill,
+        "aten.fill.Tensor": fill,
+        "aten.slice_scatter.default": slice_scatter,
+        "aten.diagonal.default": diagonal,
+        "aten.dot.default": dot,
+        "aten.vdot.default": dot,
+        "aten.clamp_min.Tensor": lambda ctx, x, bound: clamp(ctx, x, min=bound),
+        "aten.clamp_max.Tensor": lambda ctx, x, bound: clamp(ctx, x, max=bound),
+        "aten.norm.ScalarOpt_dim": norm_scalar_opt_dim,
+        "aten.unsafe_split.Tensor": split,
+        "aten.unsafe_split_with_sizes.default": split_with_sizes,
+    }
+)
