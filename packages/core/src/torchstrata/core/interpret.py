@@ -18,6 +18,7 @@ def interpret(graph: Graph, *args: Any) -> tuple[Any, ...]:
     if len(args) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
     env: dict[Node, Any] = dict(zip(graph.inputs, args, strict=True))
+    release = _last_uses(graph)
     for node in graph.nodes:
         assert node.op is not None
         fn = node.op.resolve()
@@ -27,7 +28,28 @@ def interpret(graph: Graph, *args: Any) -> tuple[Any, ...]:
             env[node] = fn(*call_args, **call_kwargs)
         except Exception as error:
             raise InterpreterError(f"%{node.name} = {node.op.name}(...) failed: {error}") from error
+        del call_args, call_kwargs
+        for dead in release.get(node, ()):
+            del env[dead]  # free intermediates at their last use: peak memory like eager's
     return tuple(env[output] for output in graph.outputs)
+
+
+def _last_uses(graph: Graph) -> dict[Node, list[Node]]:
+    """For each node, the intermediate values whose last reader it is (outputs and inputs
+    stay alive: the caller owns them)."""
+    keep = set(graph.outputs) | set(graph.inputs)
+    last: dict[Node, Node] = {}
+    for node in graph.nodes:
+        for arg in node.input_nodes():
+            last[arg] = node
+    release: dict[Node, list[Node]] = {}
+    for value, reader in last.items():
+        if value not in keep:
+            release.setdefault(reader, []).append(value)
+    for node in graph.nodes:  # values nobody reads die at once
+        if node not in last and node not in keep:
+            release.setdefault(node, []).append(node)
+    return release
 
 
 def random_inputs(graph: Graph, *, seed: int = 0) -> list[torch.Tensor]:

@@ -35,7 +35,13 @@ from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
-from torchstrata.runtime.runners import GraphFn, GraphRunner, inference_runner, training_runner
+from torchstrata.runtime.runners import (
+    GraphFn,
+    GraphRunner,
+    LazyGraphFn,
+    inference_runner,
+    training_runner,
+)
 
 #: Pipeline stage -> (hook name, distribution that provides it).
 STAGE_PROVIDERS = {
@@ -64,7 +70,16 @@ class GraphArtifacts:
     missing_stages: tuple[str, ...] = ()
     pass_records: tuple[PassRecord, ...] = ()
     interpreted: bool = False
-    backward_compiled: CompiledGraph | None = None
+    #: the backward, decomposed and compiled on its first call (None for inference)
+    backward_fn: LazyGraphFn | None = None
+
+    @property
+    def backward_compiled(self) -> CompiledGraph | None:
+        """The compiled backward graph (compiling it now if no backward ran yet)."""
+        if self.backward_fn is None:
+            return None
+        fn = self.backward_fn.get()
+        return fn if isinstance(fn, CompiledGraph) else None
 
 
 @attrs.frozen
@@ -269,18 +284,16 @@ class Pipeline:
         needs_grad = torch.is_grad_enabled() and any(
             m.requires_grad for m in torch_graph.input_metas
         )
-        backward: Lowered | None = None
+        backward: LazyGraphFn | None = None
         if not needs_grad:
             runner, interpreted = inference_runner(forward.fn, aot), forward.interpreted
         elif aot.backward is None:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True
         else:
-            backward_aten = self.run_passes("post_aot", aot.backward, options, records)
-            backward = self.lower(backward_aten, options, records)
-            runner = training_runner(forward.fn, backward.fn, aot)
+            backward = self._lazy_backward(aot.backward, options)
+            runner = training_runner(forward.fn, backward, aot)
             interpreted = forward.interpreted
-            missing = tuple(dict.fromkeys(missing + backward.missing_stages))
         return GraphArtifacts(
             torch_graph,
             aten_graph,
@@ -291,8 +304,21 @@ class Pipeline:
             missing,
             tuple(records),
             interpreted,
-            backward_compiled=backward.compiled if backward is not None else None,
+            backward_fn=backward,
         )
+
+    def _lazy_backward(self, graph: Graph, options: CompileOptions) -> LazyGraphFn:
+        """The backward graph through ``post_aot``, decomp and codegen on its first call;
+        if that fails, it runs in the interpreter with a warning (raises under
+        ``fullgraph=True``)."""
+
+        def build() -> GraphFn:
+            records: list[PassRecord] = []
+            aten_graph = self.run_passes("post_aot", graph, options, records)
+            return self.lower(aten_graph, options, records).fn
+
+        fallback = None if options.fullgraph else _interpreter(graph)
+        return LazyGraphFn(build, fallback, what="backward graph")
 
     def compile_frame(
         self,

@@ -6,21 +6,88 @@ The conventions are those of :class:`torchstrata.core.AotResult`: forward output
 user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved values;
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
 and returns one gradient per ``grad_inputs`` entry.
+
+The backward may be a :class:`LazyGraphFn`: it is then compiled on the first backward
+call, not when the forward is compiled (a graph only ever run for inference, or whose
+backward never runs, costs no backward compilation). Backward graphs are
+once-differentiable: a double backward raises :data:`DOUBLE_BACKWARD_MESSAGE`.
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from torchstrata.core import AotResult, TensorMeta
+from torchstrata.runtime.errors import TorchstrataFallbackWarning
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
 #: A compiled (or interpreted) graph: tensors in, all graph outputs out.
 GraphFn = Callable[..., Sequence[Any]]
+
+#: What a second differentiation through a compiled backward raises.
+DOUBLE_BACKWARD_MESSAGE = (
+    "torchstrata: double backward through a compiled graph is not supported (its backward "
+    "graph is compiled once-differentiable); run this function eagerly to take "
+    "higher-order gradients"
+)
+
+
+class LazyGraphFn:
+    """A graph function built on its first call (thread-safe, built at most once).
+
+    :param build: makes the function (e.g. decompose and generate code for a backward).
+    :param fallback: used instead, with a :class:`TorchstrataFallbackWarning`, when
+        ``build`` raises; None re-raises the error.
+    :param what: names the graph in that warning.
+    """
+
+    def __init__(
+        self, build: Callable[[], GraphFn], fallback: GraphFn | None = None, what: str = "graph"
+    ) -> None:
+        self._build: Callable[[], GraphFn] | None = build
+        self._fallback = fallback
+        self._what = what
+        self._fn: GraphFn | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        """Whether the function has been built (the first call happened)."""
+        return self._fn is not None
+
+    def get(self) -> GraphFn:
+        """The built function, building it now if needed."""
+        if self._fn is None:
+            with self._lock:
+                if self._fn is None:
+                    self._fn = self._make()
+        return self._fn
+
+    def _make(self) -> GraphFn:
+        assert self._build is not None
+        try:
+            fn = self._build()
+        except Exception as error:
+            if self._fallback is None:
+                raise
+            warnings.warn(
+                f"torchstrata: compiling the {self._what} failed ({type(error).__name__}: "
+                f"{error}); running it in the reference interpreter",
+                TorchstrataFallbackWarning,
+                stacklevel=4,
+            )
+            fn = self._fallback
+        self._build = None
+        return fn
+
+    def __call__(self, *inputs: Any) -> Sequence[Any]:
+        return self.get()(*inputs)
 
 
 def _layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
@@ -61,6 +128,19 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     return run
 
 
+def _once_differentiable(grads: Sequence[Any]) -> Sequence[Any]:
+    """Under ``create_graph=True``: gradients that require grad but raise
+    :data:`DOUBLE_BACKWARD_MESSAGE` when differentiated (as ``@once_differentiable``
+    does, but also when the incoming gradients do not require grad, so the error is
+    ours rather than "does not require grad")."""
+    tensors = [g for g in grads if isinstance(g, torch.Tensor)]
+    if not tensors:
+        return grads
+    delayed = torch._C._functions.DelayedError(DOUBLE_BACKWARD_MESSAGE, len(tensors))
+    wrapped = iter(delayed(*(g.detach().requires_grad_() for g in tensors)))
+    return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
+
+
 def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``."""
@@ -97,7 +177,11 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
                 (grads[i] if grads[i] is not None else zeros_like_output(i)).contiguous()
                 for i in tangent_outputs
             ]
-            computed = backward(*ctx.saved_tensors, *tangents)
+            create_graph = torch.is_grad_enabled()
+            with torch.no_grad():
+                computed = backward(*ctx.saved_tensors, *tangents)
+            if create_graph:
+                computed = _once_differentiable(computed)
             result: list[Any] = [None] * ctx.num_inputs
             for index, grad in zip(grad_inputs, computed):
                 result[index] = grad

@@ -1,0 +1,1 @@
+"""Training through the whole pipeline: autograd, decomp and codegen against eager."""

