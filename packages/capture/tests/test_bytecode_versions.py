@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from torchstrata.capture import SUPPORTED_OPCODES
+from torchstrata.capture import RUNNABLE_OPCODES, SUPPORTED_OPCODES
 
 _LIST_OPCODES = r"""
 import dis, inspect, json, sys
@@ -42,7 +42,13 @@ for path in sys.argv[1:]:
 print(json.dumps(sorted(names)))
 """
 
-_CORPUS = sorted(str(path) for path in Path(__file__).parent.glob("test_*.py"))
+_HERE = Path(__file__).parent
+_CORPUS = sorted(str(path) for path in [*_HERE.glob("test_*.py"), *_HERE.glob("corpus/*.py")])
+
+
+#: Only generator bodies use these; those never run for real (they are not captured at
+#: the top level, and inlined ones run to completion at capture time).
+_GENERATOR_ONLY = {"RETURN_GENERATOR", "YIELD_VALUE", "SEND", "END_SEND", "CLEANUP_THROW"}
 
 
 def _python_312() -> str | None:
@@ -67,6 +73,13 @@ def test_running_interpreter_instruction_set_is_covered():
     assert _opcodes(sys.executable) - SUPPORTED_OPCODES == set()
 
 
+def test_every_instruction_can_also_run_for_real():
+    """After a graph break the rest of a function may run instruction by instruction."""
+    handlers = {"PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "WITH_EXCEPT_START"}
+    needed = (_opcodes(sys.executable) | handlers) - _GENERATOR_ONLY
+    assert needed - RUNNABLE_OPCODES == set()
+
+
 def test_python_312_instruction_set_is_covered():
     python = _python_312()
     if python is None:
@@ -74,3 +87,4 @@ def test_python_312_instruction_set_is_covered():
     names = _opcodes(python)
     assert {"RETURN_CONST", "LOAD_FAST_AND_CLEAR", "END_FOR"} & names  # really 3.12 bytecode
     assert names - SUPPORTED_OPCODES == set()
+    assert names - _GENERATOR_ONLY - RUNNABLE_OPCODES == set()

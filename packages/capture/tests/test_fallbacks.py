@@ -1,4 +1,5 @@
-"""Unsupported constructs: the whole call falls back to eager with a reason and a line."""
+"""Graph breaks: each is reported with a reason and a line; the call is split around it
+(or runs eagerly when it cannot be split)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,13 @@ def converts_to_int(x):
         (uses_print, "call to print (builtin_function_or_method) is not supported", "print(y)"),
         (uses_item, "Tensor.item() makes the result depend on tensor values", ".item()"),
         (branches_on_tensor, "data-dependent control flow", "if y.sum() > 0"),
-        (uses_with, "call to no_grad (type) is not supported", "with torch.no_grad()"),
         (sets_attribute, "assigning attribute 'foo'", "x.foo = 1"),
         (converts_to_int, "int(tensor) makes the result depend on tensor values", "int(x.max())"),
     ],
 )
 def test_fallback_reason_and_line(fn, reason, line_text):
     result = capture(fn, (torch.randn(3),), {})
-    assert result.graphs == () and result.program is None
+    assert result.program is not None
     (graph_break,) = result.graph_breaks
     assert reason in graph_break.reason
     assert graph_break.filename == __file__
@@ -80,6 +80,20 @@ def test_break_in_inlined_function_points_into_it():
     result = capture(calls_helper_that_prints, (torch.randn(3),), {})
     (graph_break,) = result.graph_breaks
     assert graph_break.lineno == _line_of(uses_print, "print(y)")
+
+
+def breaks_inside_with(x):
+    with torch.no_grad():
+        print(x)
+    return x + 1
+
+
+def test_break_inside_with_block_is_split(capsys):
+    x = torch.randn(3, requires_grad=True)
+    result = capture(breaks_inside_with, (x,), {})
+    assert result.program is not None and "print" in result.graph_breaks[0].reason
+    out = result.program([], (x,), {})
+    assert out.requires_grad and capsys.readouterr().out == f"{x}\n"
 
 
 def test_generator_function_falls_back():

@@ -1,7 +1,16 @@
 """torchstrata.capture: Python bytecode (3.11 and 3.12) to torch-level graphs and guards."""
 
 from torchstrata.capture.api import capture
+from torchstrata.capture.concrete import RUNNABLE_OPCODES
 from torchstrata.capture.frame import SUPPORTED_OPCODES
-from torchstrata.capture.program import OutputSpec, frame_locals
+from torchstrata.capture.guard_check import guard_failure
+from torchstrata.capture.program import CaptureProgram, frame_locals
 
-__all__ = ["SUPPORTED_OPCODES", "OutputSpec", "capture", "frame_locals"]
+__all__ = [
+    "RUNNABLE_OPCODES",
+    "SUPPORTED_OPCODES",
+    "CaptureProgram",
+    "capture",
+    "frame_locals",
+    "guard_failure",
+]

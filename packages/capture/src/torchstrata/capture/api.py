@@ -1,4 +1,4 @@
-"""``capture(fn, args, kwargs)``: one call of a Python function into a torch-level graph."""
+"""``capture(fn, args, kwargs)``: one call of a Python function into torch-level graphs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from typing import Any
 
 import torch
 
+from torchstrata.capture.closures import cell_source
+from torchstrata.capture.concrete import can_resume
 from torchstrata.capture.frame import Frame
-from torchstrata.capture.program import entry_function, flatten_result, frame_locals, make_program
+from torchstrata.capture.lookahead import find_later_breaks
+from torchstrata.capture.program import CaptureProgram, entry_function, frame_locals
+from torchstrata.capture.segments import trace_segment
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import Cell
 from torchstrata.core import CaptureResult, CompileOptions, GraphBreak
@@ -23,16 +27,18 @@ def capture(
     kwargs: Mapping[str, Any] | None = None,
     options: CompileOptions | None = None,
 ) -> CaptureResult:
-    """Capture one call ``fn(*args, **kwargs)`` into a torch-level graph.
+    """Capture one call ``fn(*args, **kwargs)`` into torch-level graphs.
 
     ``fn`` is a Python function, a bound method (``model.forward``) or an ``nn.Module``.
     Its bytecode is interpreted symbolically (nothing of it runs): torch calls become
     graph nodes, Python functions and submodule forwards are inlined, parameters and
-    buffers become graph inputs. On a construct capture does not support, the result
-    has no graphs and no program, and one :class:`~torchstrata.core.GraphBreak` saying
-    why and where: the caller runs the function eagerly.
+    buffers become graph inputs. At a construct capture does not support (a graph
+    break) the graph ends; the program runs that instruction for real and captures what
+    follows when first reached. When the function cannot be split (it has ``try`` or
+    ``with`` blocks), the result has no graphs and no program: the caller runs it
+    eagerly. Either way ``graph_breaks`` say why and where.
 
-    :return: ``CaptureResult(graphs=(graph,), guards, (), program)`` where
+    :return: ``CaptureResult(graphs, guards, graph_breaks, program)`` where
         ``program(compiled_graphs, args, kwargs)`` returns what ``fn`` returns.
     """
     kwargs = dict(kwargs or {})
@@ -52,31 +58,45 @@ def capture(
         frame_values = frame_locals(target, args, kwargs)
     except TypeError as error:
         return _fallback(f"the call does not match the signature: {error}", target)
-    tracer = Tracer(plain.__globals__)
     parameter_names = code.co_varnames[: _parameter_count(code)]
-    try:
+    closure_cells = dict(zip(code.co_freevars, plain.__closure__ or ()))
+
+    def start(tracer: Tracer) -> tuple[Frame, int]:
         bound = {name: tracer.wrap(frame_values[name], f"L[{name!r}]") for name in parameter_names}
-        # Closure values are specialised on without guards (the runtime's L has no free
-        # variables); tensors in closures are still fetched and guarded as L['name'].
-        closure = [
-            Cell(pending=(frame_values[name], f"L[{name!r}]", False))
-            if name in frame_values
-            else Cell()
-            for name in code.co_freevars
-        ]
-        frame = Frame(tracer, code, plain.__globals__, "G", bound, closure)
-        spec, outputs = flatten_result(frame.run())
+        closure = [_closure_cell(closure_cells[name]) for name in code.co_freevars]
+        return Frame(tracer, code, plain.__globals__, "G", bound, closure), 0
+
+    resumable = can_resume(code)
+    try:
+        first = trace_segment(plain.__globals__, start, resumable)
     except Unsupported as error:
         filename, lineno, instruction = error.location or (
             code.co_filename,
             code.co_firstlineno,
             "",
         )
-        graph_break = GraphBreak(error.reason, filename, lineno, instruction)
-        return CaptureResult((), tracer.guards, (graph_break,), None)
-    graph = tracer.builder.build(outputs)
-    program = make_program(target, plain.__globals__, tracer.input_sources, spec)
-    return CaptureResult((graph,), tracer.guards, (), program)
+        reason = error.reason
+        if not resumable and error.top_step is not None:
+            reason += " (the function has try/with blocks, so it cannot be split: it runs eagerly)"
+        return CaptureResult((), (), (GraphBreak(reason, filename, lineno, instruction),), None)
+    program = CaptureProgram(target, code, plain.__globals__, first)
+    if first.graph_break is not None:
+        for graph_break in find_later_breaks(plain.__globals__, start, first.steps):
+            if graph_break not in program.graph_breaks:
+                program.graph_breaks.append(graph_break)
+    graphs = (first.graph,) if first.graph is not None else ()
+    return CaptureResult(graphs, first.guards, tuple(program.graph_breaks), program)
+
+
+def _closure_cell(cell: Any) -> Cell:
+    def origin(namespace: dict[str, Any]) -> Any:
+        return cell
+
+    try:
+        contents = cell.cell_contents
+    except ValueError:  # an empty cell: the name is not bound yet
+        return Cell(origin=origin)
+    return Cell(pending=(contents, cell_source(cell), True), origin=origin)
 
 
 def _parameter_count(code: Any) -> int:

@@ -33,9 +33,13 @@ from torchstrata.core import torch_op
 
 #: Methods of tuple, list and dict variables that capture understands.
 SEQUENCE_METHODS = frozenset(
-    {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear"}
+    {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear", "sort"}
 )
 DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy", "update", "pop", "setdefault"})
+_SET_MUTATORS = frozenset(
+    {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
+     "intersection_update", "symmetric_difference_update"}
+)  # fmt: skip
 _DATA_ATTRIBUTES = frozenset({"data", "grad", "_base", "grad_fn", "storage"})
 
 
@@ -57,6 +61,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
     if isinstance(var, SuperVar):
         return _super_attribute(tracer, var, name)
     if isinstance(var, ConstVar):
+        if isinstance(var.value, set) and name in _SET_MUTATORS and var.source is not None:
+            raise Unsupported(f"mutating an argument with set.{name}() is not supported")
         if not hasattr(var.value, name):
             raise AttributeMissing(f"{describe(var)} has no attribute {name!r}")
         result = fold(getattr, var.value, name)

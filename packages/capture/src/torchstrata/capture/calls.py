@@ -5,15 +5,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import operator
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import attrs
 import torch
 
 from torchstrata.capture.binding import bind_arguments
+from torchstrata.capture.closures import cell_source
+from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
+from torchstrata.capture.higher_order import call_higher_order
+from torchstrata.capture.indexing import subscript
+from torchstrata.capture.modes import grad_enabled
+from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
 from torchstrata.capture.tracer import CONSTANT_TYPES, Unsupported
@@ -21,11 +30,13 @@ from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
     ConstVar,
+    ContextExitVar,
     DictVar,
     FunctionVar,
     MethodVar,
     NotConstant,
     ObjectVar,
+    PartialVar,
     SequenceVar,
     TensorMethodVar,
     TensorVar,
@@ -78,6 +89,8 @@ def call_function(
     frame: CallingFrame, fn: Var, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     """``fn(*args, **kwargs)`` at capture time."""
+    if isinstance(fn, ConstVar) and callable(fn.value):
+        fn = ObjectVar(fn.value)
     if isinstance(fn, TensorMethodVar):
         return call_tensor_method(frame, fn.tensor, fn.name, args, kwargs)
     if isinstance(fn, MethodVar):
@@ -98,6 +111,10 @@ def call_function(
         )
     if isinstance(fn, ObjectVar):
         return _call_object(frame, fn, args, kwargs)
+    if isinstance(fn, PartialVar):
+        return call_function(frame, fn.function, [*fn.args, *args], {**fn.kwargs, **kwargs})
+    if isinstance(fn, ContextExitVar):
+        return exit_context(frame.tracer, fn)
     raise Unsupported(f"calling {describe(fn)} is not supported")
 
 
@@ -110,20 +127,49 @@ def _call_object(
         _check_module_call(value)
         forward = type(value).forward
         return call_function(frame, BoundMethodVar(ObjectVar(forward), fn), args, kwargs)
+    if _hashable(value) and value in CONTEXT_MANAGERS:
+        return make_context(value, args, kwargs)
+    if value is functools.partial and args:
+        return PartialVar(args[0], list(args[1:]), dict(kwargs))
+    if isinstance(value, functools.partial):
+        source = fn.source
+        function = tracer.wrap(value.func, f"{source}.func" if source else None)
+        bound = [
+            tracer.wrap(item, f"{source}.args[{index}]" if source else None)
+            for index, item in enumerate(value.args)
+        ]
+        keywords = {
+            key: tracer.wrap(item, f"{source}.keywords[{key!r}]" if source else None)
+            for key, item in value.keywords.items()
+        }
+        return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
+    if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
+        return _construct_config(value, args, kwargs)
     op = torch_op(value) if not isinstance(value, types.FunctionType) or _is_torch(value) else None
     if op is not None:
         return _call_torch(frame, op, value, args, kwargs)
+    if _hashable(value) and value in MEMBER_METHODS:
+        members = call_member_method(tracer, value, args, kwargs)
+        if members is not None:
+            return members
     if isinstance(value, types.FunctionType):
         return _inline_real_function(frame, value, fn.source, args, kwargs)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         self_source = f"{fn.source}.__self__" if fn.source else None
         self_var = tracer.wrap(value.__self__, self_source, guard=False)
         return call_function(frame, ObjectVar(value.__func__), [self_var, *args], kwargs)
+    result = call_higher_order(
+        tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs
+    )
+    if result is not None:
+        return result
     result = call_builtin(frame, value, args, kwargs)
     if result is not None:
         return result
     owner = getattr(value, "__self__", None)
-    if isinstance(value, types.BuiltinMethodType) and isinstance(owner, CONSTANT_TYPES):
+    if isinstance(value, types.BuiltinMethodType) and isinstance(
+        owner, (*CONSTANT_TYPES, set, frozenset)
+    ):
         try:
             values = [python_value(arg) for arg in args]
             keywords = {key: python_value(item) for key, item in kwargs.items()}
@@ -132,6 +178,31 @@ def _call_object(
         return fold(functools.partial(value, **keywords), *values)
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
     raise Unsupported(f"call to {name} ({type(value).__name__}) is not supported")
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _construct_config(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """A dataclass or attrs instance built from constants, for real, at capture time
+    (their generated ``__init__`` only stores fields); each call gets its own copy."""
+    try:
+        values = [python_value(arg) for arg in args]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported(
+            f"{cls.__name__}(...) with non-constant fields is not supported"
+        ) from None
+    try:
+        instance = cls(*values, **keywords)
+    except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it
+        raise Unsupported(f"{cls.__name__}(...) raised {type(error).__name__}: {error}") from None
+    return ObjectVar(instance, fresh=True)
 
 
 def _is_torch(fn: types.FunctionType) -> bool:
@@ -161,6 +232,8 @@ def _call_torch(
     frame: CallingFrame, op: OpRef, value: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     tracer = frame.tracer
+    if value is operator.getitem and len(args) == 2 and not kwargs:
+        return subscript(tracer, args[0], args[1])
     if op.name.startswith("operator."):
         if kwargs:
             raise Unsupported(f"{op.name} with keyword arguments is not supported")
@@ -194,7 +267,10 @@ def _call_torch(
 def _global_state(
     frame: CallingFrame, fn: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
-    """Read global torch state now and guard on it (``torch.is_grad_enabled()``)."""
+    """Read global torch state now and guard on it (``torch.is_grad_enabled()``); inside
+    a traced ``with torch.no_grad()`` grad mode is the region's."""
+    if fn is torch.is_grad_enabled and any(kind == "grad" for kind, _ in frame.tracer.modes):
+        return ConstVar(grad_enabled(frame.tracer))
     try:
         values = [python_value(arg) for arg in args]
         keywords = {key: python_value(item) for key, item in kwargs.items()}
@@ -251,13 +327,7 @@ def _inline_real_function(
         for key, value in (fn.__kwdefaults__ or {}).items()
     }
     closure = tuple(
-        Cell(
-            pending=(
-                cell.cell_contents,
-                f"{source}.__closure__[{index}].cell_contents" if source else None,
-                False,
-            )
-        )
+        _inlined_cell(cell, f"{source}.__closure__[{index}]" if source else None)
         for index, cell in enumerate(fn.__closure__ or ())
     )
     globals_source = "G" if fn.__globals__ is tracer.globals else None
@@ -272,6 +342,17 @@ def _inline_real_function(
         kwdefaults,
         closure,
     )
+
+
+def _inlined_cell(cell: types.CellType, source: str | None) -> Cell:
+    """A cell of an inlined function: guarded through the function's source, or through
+    the cell registry when the function has none."""
+    try:
+        contents = cell.cell_contents
+    except ValueError:  # not bound yet
+        return Cell(origin=lambda namespace: cell)
+    guard_source = f"{source}.cell_contents" if source else cell_source(cell)
+    return Cell(pending=(contents, guard_source, True), origin=lambda namespace: cell)
 
 
 def _inline(
@@ -304,18 +385,28 @@ def _call_container_method(
         "clear",
         "update",
         "setdefault",
+        "sort",
     }
     if mutating and owner.source is not None:
         raise Unsupported(f"mutating an argument with {name}() is not supported")
     if isinstance(owner, SequenceVar):
-        return _sequence_method(owner, name, args)
+        return _sequence_method(owner, name, args, kwargs)
     assert isinstance(owner, DictVar)
     return _dict_method(owner, name, args, kwargs)
 
 
-def _sequence_method(owner: SequenceVar, name: str, args: Sequence[Var]) -> Var:
+def _sequence_method(
+    owner: SequenceVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
     items = owner.items
-    if name == "append":
+    if name == "sort":
+        if set(kwargs) - {"reverse"}:
+            raise Unsupported("list.sort(key=...) is not supported")
+        reverse = bool(python_value(kwargs["reverse"])) if "reverse" in kwargs else False
+        keys = [python_value(item) for item in items]
+        order = sorted(range(len(items)), key=keys.__getitem__, reverse=reverse)
+        items[:] = [items[i] for i in order]
+    elif name == "append":
         items.append(args[0])
     elif name == "extend":
         if not isinstance(args[0], SequenceVar):

@@ -8,10 +8,13 @@ stack of symbolic variables. Opcode handlers live in :mod:`.opcodes_data` and
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import types
 from collections.abc import Sequence
 from typing import Any
+
+import attrs
 
 from torchstrata.capture.opcodes_data import DATA_HANDLERS
 from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return
@@ -25,8 +28,23 @@ HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS}
 #: that names the construct: generators, ``with``, ``raise``...).
 SUPPORTED_OPCODES = frozenset(HANDLERS)
 
+
+@functools.lru_cache(maxsize=1024)
+def instructions_of(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int]]:
+    """The instructions of ``code`` and the index of each offset."""
+    instructions = list(dis.get_instructions(code))
+    return instructions, {inst.offset: index for index, inst in enumerate(instructions)}
+
+
 #: How deep calls may be inlined before capture gives up (recursion).
 MAX_INLINE_DEPTH = 48
+
+
+@attrs.frozen
+class Paused:
+    """A top-level frame stopped before the instruction at ``index`` (a graph break)."""
+
+    index: int
 
 
 class Frame:
@@ -59,8 +77,7 @@ class Frame:
         self.stack: list[Var | _Null] = []
         self.kw_names: tuple[str, ...] = ()
         self.depth = depth
-        self.instructions = list(dis.get_instructions(code))
-        self._index_of = {inst.offset: index for index, inst in enumerate(self.instructions)}
+        self.instructions, self._index_of = instructions_of(code)
         self.lineno = code.co_firstlineno
         # A generator's frame runs to completion at once, collecting what it yields.
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
@@ -101,10 +118,16 @@ class Frame:
         return cell.var
 
     # ------------------------------------------------------------------ running
-    def run(self) -> Var:
-        """Interpret the code to its ``return`` and give back the returned variable."""
-        index = 0
+    def run(self, start_index: int = 0, stop_step: int | None = None) -> Var | Paused:
+        """Interpret the code from instruction ``start_index`` to its ``return`` and give
+        back the returned variable; or stop before running the ``stop_step``-th
+        instruction (counted from 0) and return :class:`Paused`."""
+        index = start_index
+        steps = 0
         while True:
+            if steps == stop_step:
+                return Paused(index)
+            steps += 1
             inst = self.instructions[index]
             self.tracer.instructions_run += 1
             if inst.positions is not None and inst.positions.lineno is not None:
@@ -127,6 +150,8 @@ class Frame:
                 if error.location is None:
                     text = f"{inst.opname} {inst.argrepr}".strip()
                     error.location = (self.code.co_filename, self.lineno, text)
+                if self.depth == 0:
+                    error.top_step, error.top_index = steps - 1, index
                 raise
             if outcome is None:
                 index += 1
@@ -148,7 +173,9 @@ class Frame:
         if self.depth >= MAX_INLINE_DEPTH:
             raise Unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
         child = Frame(self.tracer, code, globals_, globals_source, bound, closure, self.depth + 1)
-        return child.run()
+        result = child.run()
+        assert not isinstance(result, Paused), "only the top-level frame pauses"
+        return result
 
     def next_offset_after(self, offset: int) -> int:
         """The offset of the instruction after the one at ``offset``."""

@@ -30,6 +30,8 @@ from torchstrata.core import OpKind, OpRef, torch_op
 _SELECT = torch_op(torch.select)
 _NARROW = torch_op(torch.narrow)
 _UNSQUEEZE = torch_op(torch.unsqueeze)
+_INDEX = OpRef(OpKind.TORCH, "torch.ops.aten.index.Tensor")
+_MASKED_FILL = OpRef(OpKind.TORCH, "torch.Tensor.masked_fill_")
 _STEPPED_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
 
 
@@ -73,10 +75,17 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
     raise Unsupported(f"indexing {describe(container)} is not supported")
 
 
-def store_subscript(container: Var, index: Var, value: Var) -> None:
-    """``container[index] = value`` for lists and dicts built during capture."""
+def store_subscript(tracer: Tracer, container: Var, index: Var, value: Var) -> None:
+    """``container[index] = value`` for lists and dicts built during capture, and
+    ``tensor[mask] = number`` (``masked_fill_``)."""
     if isinstance(container, TensorVar):
+        is_mask = isinstance(index, TensorVar) and index.meta.dtype == torch.bool
+        if is_mask and isinstance(value, ConstVar) and isinstance(value.value, int | float):
+            tracer.call_op(_MASKED_FILL, (container, index, value), {})
+            return
         raise Unsupported("assigning into a tensor (x[...] = value) is not supported yet")
+    if container.source is not None:
+        raise Unsupported(f"item assignment on an argument ({describe(container)})")
     key = python_value(index) if not isinstance(index, TensorVar) else None
     if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int):
         container.items[key] = value
@@ -100,9 +109,7 @@ def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
     if any(isinstance(element, TensorVar) for element in elements):
         if len(elements) == 1:
             return tracer.call_op(operator_ref(operator.getitem), (tensor, elements[0]), {})
-        raise Unsupported(
-            "advanced (tensor) indexing mixed with other indices is not supported yet"
-        )
+        return _advanced_index(tracer, tensor, elements)
     values: list[Any] = []
     for element in elements:
         if not isinstance(element, ConstVar):
@@ -113,6 +120,31 @@ def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
             raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
         values.append(element.value)
     return _basic_index(tracer, tensor, values)
+
+
+def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> Var:
+    """Tensors mixed with slices and ``...``: slice first, then ``aten.index.Tensor``
+    with None for every sliced dimension (what Python indexing does)."""
+    for element in elements:
+        if isinstance(element, ConstVar) and not isinstance(element.value, slice | type(Ellipsis)):
+            raise Unsupported(
+                f"tensor indices mixed with {describe(element)} are not supported yet"
+            )
+        if not isinstance(element, ConstVar | TensorVar):
+            raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
+    ellipses = [i for i, e in enumerate(elements) if isinstance(e, ConstVar) and e.value is ...]
+    if len(ellipses) > 1:
+        raise Unsupported("an index can only have a single ellipsis")
+    if ellipses:
+        fill = [ConstVar(slice(None))] * (tensor.meta.ndim - len(elements) + 1)
+        elements = [*elements[: ellipses[0]], *fill, *elements[ellipses[0] + 1 :]]
+    slices = [e.value if isinstance(e, ConstVar) else slice(None) for e in elements]
+    sliced = _basic_index(tracer, tensor, slices)
+    indices = [None if isinstance(e, ConstVar) else e for e in elements]
+    while indices and indices[-1] is None:
+        indices.pop()
+    items: list[Var] = [ConstVar(None) if i is None else i for i in indices]
+    return tracer.call_op(_INDEX, (sliced, SequenceVar(items, is_list=True)), {})
 
 
 def _basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:

@@ -34,7 +34,9 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
         return list(var.items)
     if isinstance(var, DictVar):
         return [ConstVar(key) for key in var.items]
-    if isinstance(var, ConstVar) and isinstance(var.value, tuple | range | str | bytes):
+    if isinstance(var, ConstVar) and isinstance(
+        var.value, tuple | range | str | bytes | set | frozenset
+    ):
         if len(var.value) > MAX_UNROLL:
             raise Unsupported(f"a loop over {len(var.value)} items is too long to unroll")
         return [ConstVar(item) for item in var.value]

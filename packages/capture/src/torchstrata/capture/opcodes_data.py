@@ -282,7 +282,7 @@ def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
 @handles("STORE_SUBSCR")
 def _store_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index, container, value = frame.pop(), frame.pop(), frame.pop()
-    store_subscript(container, index, value)
+    store_subscript(frame.tracer, container, index, value)
 
 
 # ---------------------------------------------------------------------- containers
@@ -389,3 +389,23 @@ def _format_value(frame: Frame, inst: dis.Instruction) -> None:
 def _build_string(frame: Frame, inst: dis.Instruction) -> None:
     parts = frame.pop_n(_arg(inst))
     frame.push(ConstVar("".join(python_value(part) for part in parts)))
+
+
+# ---------------------------------------------------------------------- sets
+@handles("BUILD_SET")
+def _build_set(frame: Frame, inst: dis.Instruction) -> None:
+    items = frame.pop_n(_arg(inst))
+    if any(isinstance(item, TensorVar) for item in items):
+        raise Unsupported("sets of tensors are not supported")
+    frame.push(ConstVar({python_value(item) for item in items}))
+
+
+@handles("SET_ADD", "SET_UPDATE")
+def _set_add(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    target = frame.stack[-_arg(inst)]
+    assert isinstance(target, ConstVar) and isinstance(target.value, set)
+    if inst.opname == "SET_ADD":
+        target.value.add(python_value(value))
+    else:
+        target.value.update(python_value(SequenceVar(iterate(frame.tracer, value))))

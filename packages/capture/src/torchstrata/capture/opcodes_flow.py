@@ -11,12 +11,15 @@ import attrs
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.calls import call_function
+from torchstrata.capture.contexts import enter
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import identical, truth
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     CellVar,
     ConstVar,
+    ContextExitVar,
+    ContextVar,
     DictVar,
     FunctionVar,
     IteratorVar,
@@ -203,6 +206,16 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
     )
 
 
+# ---------------------------------------------------------------------- with
+@handles("BEFORE_WITH")
+def _before_with(frame: Frame, inst: dis.Instruction) -> None:
+    context = frame.pop()
+    if not isinstance(context, ContextVar):
+        raise Unsupported(f"with {describe(context)} is not supported")
+    frame.push(ContextExitVar(context))
+    frame.push(enter(frame.tracer, context))
+
+
 # ---------------------------------------------------------------------- generators
 # A generator called from captured code (a generator expression, mostly) is run to
 # completion at once; its yields become the items of an iterator. The first resume
@@ -256,10 +269,6 @@ _UNSUPPORTED = {
     "RAISE_VARARGS": "raising an exception is not supported",
     "RERAISE": "raising an exception is not supported",
     "LOAD_ASSERTION_ERROR": "a failing assert (AssertionError) is not supported",
-    "BEFORE_WITH": "with statements (context managers) are not supported yet",
-    "BUILD_SET": "sets are not supported",
-    "SET_ADD": "sets are not supported",
-    "SET_UPDATE": "sets are not supported",
     "STORE_GLOBAL": "assigning a global variable is not supported",
     "DELETE_SUBSCR": "del on a subscript is not supported",
     "STORE_SLICE": "slice assignment is not supported yet",

@@ -74,6 +74,8 @@ def apply_operator(tracer: Tracer, fn: Callable[..., Any], *operands: Var) -> Va
         left, right = operands
         assert isinstance(left, SequenceVar) and isinstance(right, SequenceVar)
         if fn is operator.iadd and left.is_list:
+            if left.source is not None:
+                raise Unsupported("mutating an argument with += is not supported")
             left.items.extend(right.items)
             return left
         return SequenceVar([*left.items, *right.items], is_list=left.is_list)

@@ -1,30 +1,40 @@
-"""The program of a capture: fetch graph inputs, run the compiled graph, rebuild the result.
+"""The program of a capture: run the segments of a call in order.
 
-Inputs are fetched by their guard sources (``L['x']``, ``L['self'].fc1.weight``),
-compiled once into one function over ``L`` and ``G``.
+The first segment was captured with the call's arguments and its graph is compiled by
+the caller (``compiled_graphs[0]``). After each graph break the breaking instruction
+runs for real (:mod:`.concrete`), and the next segment is looked up by the instruction
+it starts at and its guards, or captured then from the real state. Later segments'
+graphs run through ``compile_graph`` when the caller sets it, else the reference
+interpreter. Which branch a value-dependent ``if`` takes is decided on every call.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
 import torch
 
-from torchstrata.capture.tracer import Unsupported
-from torchstrata.capture.variables import (
-    ConstVar,
-    DictVar,
-    ObjectVar,
-    SequenceVar,
-    TensorVar,
-    Var,
-    describe,
-)
-from torchstrata.core import Node, Program
+from torchstrata.capture.concrete import Returned, State, step
+from torchstrata.capture.frame import Frame
+from torchstrata.capture.rebuild import NullValue, ResumeIterator
+from torchstrata.capture.segments import Segment, trace_segment, with_check
+from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.variables import NULL, Cell, IteratorVar, ObjectVar, Var
+from torchstrata.core import Graph, GraphBreak, GuardKind, interpret
+
+logger = logging.getLogger("torchstrata.capture")
+
+#: Most segments one program captures after graph breaks; past it, code after a break
+#: runs for real instruction by instruction.
+MAX_SEGMENTS = 64
+
+#: Most segments captured at one instruction (one per value an ``.item()`` gave, say).
+MAX_SEGMENTS_AT = 8
 
 
 def entry_function(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,85 +90,130 @@ def frame_locals(
     return frame
 
 
-@attrs.frozen
-class OutputSpec:
-    """How to rebuild one part of the return value.
+class CaptureProgram:
+    """The :data:`~torchstrata.core.Program` of a capture (see the module docstring).
 
-    ``kind`` is ``tensor`` (``value`` indexes the graph outputs), ``const``, ``source``
-    (re-read ``value`` over L and G at call time), ``tuple``, ``list`` or ``dict``
-    (``children``, with ``keys`` for dicts).
+    :param fn: the captured callable (``L`` is bound for it).
+    :param code: the top-level code object; ``globals_`` its globals.
+    :param first: the segment captured with the call's arguments.
     """
 
-    kind: str
-    value: Any = None
-    children: tuple[OutputSpec, ...] = ()
-    keys: tuple[Any, ...] = ()
+    def __init__(
+        self, fn: Callable[..., Any], code: Any, globals_: dict[str, Any], first: Segment
+    ) -> None:
+        self.fn = fn
+        self.code = code
+        self.globals = globals_
+        self.first = first
+        self.input_sources = first.input_sources
+        #: Every graph break seen: the first segment's, then those found while running.
+        self.graph_breaks: list[GraphBreak] = [first.graph_break] if first.graph_break else []
+        #: Compiles a later segment's graph into a callable; None: the reference interpreter.
+        self.compile_graph: Callable[[Graph], Callable[..., Any]] | None = None
+        self.segments: dict[int, list[Segment]] = {}
+        self._runners: dict[int, Callable[..., Any]] = {}
+        self._failed: set[int] = set()
+        self._count = 0
 
-
-def flatten_result(var: Var) -> tuple[OutputSpec, list[Node]]:
-    """The output spec of a returned variable and the graph outputs it reads."""
-    outputs: list[Node] = []
-
-    def visit(item: Var) -> OutputSpec:
-        if isinstance(item, TensorVar):
-            for index, node in enumerate(outputs):
-                if node is item.node:
-                    return OutputSpec("tensor", index)
-            outputs.append(item.node)
-            return OutputSpec("tensor", len(outputs) - 1)
-        if isinstance(item, ConstVar):
-            return OutputSpec("const", item.value)
-        if isinstance(item, SequenceVar):
-            kind = "list" if item.is_list else "tuple"
-            return OutputSpec(kind, children=tuple(visit(child) for child in item.items))
-        if isinstance(item, DictVar):
-            return OutputSpec(
-                "dict",
-                children=tuple(visit(v) for v in item.items.values()),
-                keys=tuple(item.items),
-            )
-        if isinstance(item, ObjectVar):
-            return (
-                OutputSpec("source", item.source)
-                if item.source
-                else OutputSpec("const", item.value)
-            )
-        raise Unsupported(f"returning {describe(item)} is not supported")
-
-    return visit(var), outputs
-
-
-def rebuild(
-    spec: OutputSpec, outputs: Sequence[Any], frame: dict[str, Any], globals_: dict[str, Any]
-) -> Any:
-    """The return value described by ``spec``, from the compiled graph's outputs."""
-    if spec.kind == "tensor":
-        return outputs[spec.value]
-    if spec.kind == "const":
-        return spec.value
-    if spec.kind == "source":
-        return eval(spec.value, {"L": frame, "G": globals_})
-    children = [rebuild(child, outputs, frame, globals_) for child in spec.children]
-    if spec.kind == "tuple":
-        return tuple(children)
-    if spec.kind == "list":
-        return children
-    return dict(zip(spec.keys, children))
-
-
-def make_program(
-    fn: Callable[..., Any], globals_: dict[str, Any], input_sources: Sequence[str], spec: OutputSpec
-) -> Program:
-    """The :data:`~torchstrata.core.Program` of a single-graph capture of ``fn``."""
-    text = "lambda L, G: (" + "".join(f"{source}, " for source in input_sources) + ")"
-    fetch_inputs = eval(compile(text, "<torchstrata capture inputs>", "eval"), {})
-
-    def program(
-        compiled_graphs: Sequence[Callable[..., Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+    def __call__(
+        self, compiled_graphs: Sequence[Callable[..., Any]], args: tuple[Any, ...], kwargs: Any
     ) -> Any:
-        frame = frame_locals(fn, args, kwargs)
-        outputs = compiled_graphs[0](*fetch_inputs(frame, globals_))
-        return rebuild(spec, outputs, frame, globals_)
+        frame = frame_locals(self.fn, args, dict(kwargs))
+        namespace = {"L": frame, "S": [], "C": {}, "G": self.globals}
+        graph_fn = compiled_graphs[0] if self.first.graph is not None else None
+        outcome = self.first.run(graph_fn, namespace)
+        while not isinstance(outcome, Returned):
+            outcome = self._resume(outcome)
+        return outcome.value
 
-    program.input_sources = tuple(input_sources)  # type: ignore[attr-defined]
-    return program
+    def _resume(self, state: State) -> Returned | State:
+        returned = step(self.code, state, self.globals)
+        if returned is not None:
+            return returned
+        namespace = state.namespace(self.globals)
+        segment = self._segment(state, namespace)
+        if segment is None:
+            return state
+        outcome = segment.run(self._runner(segment), namespace)
+        if isinstance(outcome, State):
+            outcome.exception = state.exception
+        return outcome
+
+    def _segment(self, state: State, namespace: dict[str, Any]) -> Segment | None:
+        for segment in self.segments.get(state.index, ()):
+            assert segment.check is not None
+            if segment.check(namespace["L"], namespace["S"], namespace["C"], self.globals) < 0:
+                return None if segment.is_empty else segment
+        crowded = len(self.segments.get(state.index, ())) >= MAX_SEGMENTS_AT
+        if crowded or state.index in self._failed or self._count >= MAX_SEGMENTS:
+            return None
+        try:
+            segment = with_check(trace_segment(self.globals, _starter(self.code, state), True))
+        except Unsupported:
+            self._failed.add(state.index)
+            return None
+        self._count += 1
+        self.segments.setdefault(state.index, []).append(segment)
+        if segment.graph_break is not None and segment.graph_break not in self.graph_breaks:
+            self.graph_breaks.append(segment.graph_break)
+        return None if segment.is_empty else segment
+
+    def _runner(self, segment: Segment) -> Callable[..., Any] | None:
+        graph = segment.graph
+        if graph is None:
+            return None
+        if id(segment) not in self._runners:
+            runner: Callable[..., Any] = functools.partial(interpret, graph)
+            if self.compile_graph is not None:
+                try:
+                    runner = self.compile_graph(graph)
+                except Exception:
+                    logger.warning("compiling a segment after a graph break failed", exc_info=True)
+            self._runners[id(segment)] = runner
+        return self._runners[id(segment)]
+
+
+def _starter(code: Any, state: State) -> Callable[[Tracer], tuple[Frame, int]]:
+    """Sets up a frame over the real ``state`` (sources ``L[...]``, ``S[i]``, ``C[...]``)."""
+
+    def start(tracer: Tracer) -> tuple[Frame, int]:
+        bound = {name: tracer.wrap(value, f"L[{name!r}]") for name, value in state.locals.items()}
+        frame = Frame(tracer, code, tracer.globals, "G", bound, ())  # type: ignore[arg-type]
+        frame.cells = {name: _cell(name, cell) for name, cell in state.cells.items()}
+        frame.stack = [wrap_stack(tracer, value, index) for index, value in enumerate(state.stack)]
+        frame.kw_names = state.kw_names
+        return frame, state.index
+
+    return start
+
+
+def _cell(name: str, cell: Any) -> Cell:
+    def origin(namespace: dict[str, Any]) -> Any:
+        return namespace["C"][name]
+
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        return Cell(origin=origin)
+    return Cell(pending=(contents, f"C[{name!r}].cell_contents", True), origin=origin)
+
+
+def wrap_stack(tracer: Tracer, value: Any, index: int) -> Var | Any:
+    """A variable for a real value on the value stack (NULL, iterators, the rest)."""
+    source = f"S[{index}]"
+    if isinstance(value, NullValue):
+        return NULL
+    if isinstance(value, ResumeIterator):
+        rest = value.rest()
+        tracer.guard(GuardKind.TYPE_MATCH, source, ResumeIterator)
+        tracer.guard(GuardKind.CONSTANT_MATCH, f"len({source}.rest())", len(rest))
+        return IteratorVar(
+            [tracer.wrap(item, f"{source}.rest()[{i}]") for i, item in enumerate(rest)]
+        )
+    per_call = isinstance(value, BaseException) or hasattr(type(value), "__next__")
+    if isinstance(value, types.MethodType) and value.__name__ == "__exit__":
+        per_call = True
+    if per_call:  # made anew on every call (an exception, a generator, a with's exit)
+        tracer.guard(GuardKind.TYPE_MATCH, source, type(value))
+        return ObjectVar(value, source)
+    return tracer.wrap(value, source)

@@ -65,7 +65,7 @@ def python_type(var: Var) -> type:
     if isinstance(var, TensorVar):
         return var.python_type
     if isinstance(var, SequenceVar):
-        return list if var.is_list else tuple
+        return var.tuple_type or (list if var.is_list else tuple)
     if isinstance(var, DictVar):
         return dict
     if isinstance(var, ConstVar | ObjectVar):
@@ -255,4 +255,8 @@ def _hashable(value: Any) -> bool:
 
 
 def _constant_class(fn: Any) -> bool:
-    return fn in (torch.Size, torch.device, torch.finfo, torch.iinfo) if _hashable(fn) else False
+    constant_classes = (
+        torch.Size, torch.device, torch.finfo, torch.iinfo, operator.itemgetter,
+        operator.attrgetter,
+    )  # fmt: skip
+    return fn in constant_classes if _hashable(fn) else False

@@ -13,6 +13,8 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.meta_cache import cached, cached_infer_meta
+from torchstrata.capture.modes import CAST, DETACH, apply_modes
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -122,6 +124,10 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.location: tuple[str, int, str] | None = None
+        #: Where in the top-level frame it happened: instructions run there before the
+        #: one that broke (``top_step``) and that instruction's index (``top_index``).
+        self.top_step: int | None = None
+        self.top_index: int | None = None
 
 
 def input_name(source: str) -> str:
@@ -147,6 +153,10 @@ class Tracer:
         self._guards: dict[tuple[GuardKind, str], Guard] = {}
         self._viewed: set[Node] = set()
         self.instructions_run = 0
+        #: Input tensors updated in place, by source (their graph must run).
+        self.mutated: dict[str, TensorVar] = {}
+        #: Active ``with`` regions, innermost last: ("grad", bool), ("autocast", dtype).
+        self.modes: list[tuple[str, Any]] = []
 
     # ------------------------------------------------------------------ guards
     @property
@@ -172,6 +182,11 @@ class Tracer:
             if guarded and source is not None:
                 self.guard(GuardKind.CONSTANT_MATCH, source, value)
             return ConstVar(value, source)
+        if type(value) in (set, frozenset) and all(isinstance(v, CONSTANT_TYPES) for v in value):
+            if guarded and source is not None:
+                self.guard(GuardKind.TYPE_MATCH, source, type(value))
+                self.guard(GuardKind.CONSTANT_MATCH, source, value)
+            return ConstVar(type(value)(value), source)
         if type(value) in (tuple, list):
             if guarded and source is not None:
                 self.guard(GuardKind.TYPE_MATCH, source, type(value))
@@ -214,6 +229,8 @@ class Tracer:
         """Record ``op(*args, **kwargs)`` in the graph and return its result variable(s)."""
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
+        if self.modes and op not in (DETACH, CAST):
+            args = apply_modes(self, op, args)
         graph_args = tuple(self.graph_value(arg, op) for arg in args)
         graph_kwargs = {key: self.graph_value(value, op) for key, value in kwargs.items()}
         if "out" in kwargs:
@@ -231,7 +248,7 @@ class Tracer:
             if inplace and target is not None:
                 meta = self._inplace_meta(op, target, graph_args, graph_kwargs)
             else:
-                meta = infer_meta(op, graph_args, graph_kwargs)
+                meta = cached_infer_meta(op, graph_args, graph_kwargs)
         except MetaInferenceError as error:
             detail = str(error.__cause__ or error).strip().splitlines()[0][:300]
             raise Unsupported(f"{op.name} cannot run on meta tensors: {detail}") from None
@@ -244,6 +261,8 @@ class Tracer:
         if isinstance(meta, TensorMeta):
             if inplace and target is not None:
                 target.node = node  # later reads of this variable see the update
+                if target.source is not None:
+                    self.mutated[target.source] = target
                 return target
             return TensorVar(node)
         items: list[Var] = []
@@ -255,7 +274,11 @@ class Tracer:
             if short in VIEW_OPS:
                 self._viewed.add(item)
             items.append(TensorVar(item))
-        return SequenceVar(items, field_names=self._field_names(op, graph_args, graph_kwargs))
+        names = cached(
+            "fields", op, graph_args, graph_kwargs,
+            lambda: self._field_names(op, graph_args, graph_kwargs),
+        )  # fmt: skip
+        return SequenceVar(items, field_names=names)
 
     @staticmethod
     def _inplace_meta(
@@ -275,8 +298,6 @@ class Tracer:
         return attrs.evolve(target.meta, requires_grad=requires_grad)
 
     def _check_inplace(self, op: OpRef, target: TensorVar) -> None:
-        if target.source is not None:
-            raise Unsupported(f"in-place {op.name} on an input tensor is not supported yet")
         if target.node in self._viewed:
             raise Unsupported(f"in-place {op.name} on a tensor that has views is not supported yet")
 

@@ -60,13 +60,15 @@ class TensorVar(Var):
 class SequenceVar(Var):
     """A tuple or list of variables. Lists are mutated in place, like Python lists.
 
-    ``field_names`` are set for named tuples returned by torch ops (``values``, ``indices``).
+    ``field_names`` are set for named tuples (those torch ops return: ``values``,
+    ``indices``; and user ones, whose class is ``tuple_type``).
     """
 
     items: list[Var]
     is_list: bool = False
     field_names: tuple[str, ...] | None = None
     source: str | None = None
+    tuple_type: type | None = None
 
 
 @attrs.define(eq=False)
@@ -79,10 +81,24 @@ class DictVar(Var):
 
 @attrs.define(eq=False)
 class ObjectVar(Var):
-    """A real Python object used as is: module, function, class, ``nn.Module``, builtin."""
+    """A real Python object used as is: module, function, class, ``nn.Module``, builtin.
+
+    ``fresh`` objects were created during capture (a dataclass config): every call gets
+    its own copy.
+    """
 
     value: Any
     source: str | None = None
+    fresh: bool = False
+
+
+@attrs.define(eq=False)
+class PartialVar(Var):
+    """``functools.partial(function, *args, **kwargs)`` made during capture."""
+
+    function: Var
+    args: list[Var]
+    kwargs: dict[str, Var]
 
 
 @attrs.define(eq=False)
@@ -108,6 +124,9 @@ class Cell:
 
     var: Var | None = None
     pending: tuple[Any, str | None, bool] | None = None
+    #: The real cell at call time (``origin(namespace)``) for cells that exist before the
+    #: captured region starts; None for cells the captured code creates itself.
+    origin: Any = None
 
 
 @attrs.define(eq=False)
@@ -153,6 +172,32 @@ class IteratorVar(Var):
     position: int = 0
 
 
+@attrs.define(eq=False)
+class ContextVar(Var):
+    """A context manager for ``with`` (``torch.no_grad()``): ``manager`` says what it
+    does to traced ops, ``factory`` makes the real one (when a graph break needs it)."""
+
+    manager: Any
+    factory: Any = None
+    entered: bool = False
+
+
+@attrs.define(eq=False)
+class ContextExitVar(Var):
+    """The ``__exit__`` of an entered :class:`ContextVar`."""
+
+    context: ContextVar
+
+
+class UnknownVar(Var):
+    """The result of a graph break, when looking ahead for later breaks at capture time:
+    known only when the program runs."""
+
+
+#: How :func:`describe` names an :class:`UnknownVar` (lookahead stops at its uses).
+UNKNOWN = "a value known only at run time"
+
+
 class NotConstant(Exception):
     """A variable has no Python value known at capture time."""
 
@@ -182,6 +227,8 @@ def describe(var: Var | _Null) -> str:
     """A short human description for graph-break messages."""
     if isinstance(var, TensorVar):
         return "a tensor"
+    if isinstance(var, UnknownVar):
+        return UNKNOWN
     if isinstance(var, ConstVar):
         return f"{type(var.value).__name__} {var.value!r}"
     if isinstance(var, ObjectVar):
