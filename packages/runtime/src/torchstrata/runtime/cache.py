@@ -28,6 +28,9 @@ class CacheEntry:
     run: FrameRunner | None
     reason: str = ""
     checked: bool = False
+    #: True when the compiled code runs user Python between graphs (graph breaks): its
+    #: side effects may have happened before a failure, so it must not be re-run eagerly.
+    has_side_effects: bool = False
 
 
 class FrameCache:

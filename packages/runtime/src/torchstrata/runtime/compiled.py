@@ -120,7 +120,11 @@ class CompiledFunction:
         guards = GuardSet(capture.guards)
         if artifacts.run is None:
             return CacheEntry(guards, None, artifacts.eager_reason)
-        return CacheEntry(GuardSet((_grad_mode_guard(), *capture.guards)), artifacts.run)
+        return CacheEntry(
+            GuardSet((_grad_mode_guard(), *capture.guards)),
+            artifacts.run,
+            has_side_effects=bool(capture.graph_breaks),
+        )
 
     def _check_graph_breaks(self, capture: CaptureResult, artifacts: FrameArtifacts) -> None:
         if not capture.graph_breaks:
@@ -170,6 +174,9 @@ class CompiledFunction:
         try:
             result = entry.run(args, kwargs)
         except Exception as error:  # noqa: BLE001 - compiled code failing must not be fatal
+            if entry.has_side_effects:
+                # Code between graphs already ran (prints, mutations): a re-run would repeat it.
+                raise
             failure = StageFailure("program", error)
             self._stage_failed(failure)
             entry.run, entry.reason = None, str(failure)

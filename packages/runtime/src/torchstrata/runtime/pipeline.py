@@ -345,6 +345,9 @@ class Pipeline:
             raise
         runners = [artifacts.runner for artifacts in graphs]
         program = capture.program
+        if hasattr(program, "compile_graph"):
+            # Segments after a graph break are traced on first use: compile them too.
+            program.compile_graph = lambda graph: self.compile_graph(graph, options).runner
         missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
 
         def run(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:
