@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import attrs
 import pytest
 import torch
 
@@ -15,13 +17,57 @@ from torchstrata.core import (
     Level,
     Node,
     TensorMeta,
+    Transformer,
     interpret,
     prim,
     random_inputs,
 )
 from torchstrata.inductor import compile_graph
 
-BACKENDS = ["cpp", pytest.param("triton", marks=pytest.mark.triton)]
+#: "cpp" and "triton" (its interpreter) run on the CPU; "cuda" is Triton on a GPU, when present.
+BACKENDS = [
+    "cpp",
+    pytest.param("triton", marks=pytest.mark.triton),
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ],
+    ),
+]
+
+
+class _ToDevice(Transformer):
+    """The same graph with every tensor (and every device argument) on ``device``."""
+
+    def __init__(self, graph: Graph, device: torch.device) -> None:
+        super().__init__(graph)
+        self.device = device
+
+    def transform_input(self, node: Node) -> Node:
+        return self.builder.input(node.name, attrs.evolve(node.tensor_meta, device=self.device))
+
+    def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
+        assert node.op is not None
+        args = tuple(self.device if isinstance(a, torch.device) else a for a in args)
+        return self.builder.call(node.op, *args, name=node.name, **kwargs)
+
+
+def to_device(graph: Graph, device: str) -> Graph:
+    """``graph`` with its tensors on ``device`` (metadata re-inferred)."""
+    return _ToDevice(graph, torch.device(device)).run() if device != "cpu" else graph
+
+
+def _on_device(compiled: CompiledGraph, device: str) -> CompiledGraph:
+    """Takes CPU tensors, runs on ``device``, returns CPU tensors (tests stay device-blind)."""
+
+    def fn(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        results = compiled.fn(*(arg.to(device) for arg in args))
+        torch.cuda.synchronize()
+        return tuple(result.cpu() for result in results)
+
+    return attrs.evolve(compiled, fn=fn)
 
 
 def gelu(b: GraphBuilder, x: Node) -> Node:
@@ -62,11 +108,18 @@ class InductorHelpers:
     def __init__(self, cache_dir: str) -> None:
         self.cache_dir = cache_dir
 
+    @staticmethod
+    def backend(codegen: str) -> str:
+        """The backend name a kernel compiled for the ``codegen`` parameter reports."""
+        return "triton" if codegen == "cuda" else codegen
+
     def compile(self, graph: Graph, codegen: str) -> CompiledGraph:
-        """Compile ``graph`` for the CPU with ``codegen``."""
-        return compile_graph(
-            graph, "cpu", CompileOptions(codegen=codegen, cache_dir=self.cache_dir)
-        )
+        """Compile ``graph`` with ``codegen``; "cuda" compiles a CUDA copy of ``graph``
+        and wraps it to take and return CPU tensors."""
+        options = CompileOptions(codegen=self.backend(codegen), cache_dir=self.cache_dir)
+        if codegen != "cuda":
+            return compile_graph(graph, "cpu", options)
+        return _on_device(compile_graph(to_device(graph, "cuda"), "cuda", options), "cuda")
 
     def check(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
 
 
 def _reduce(kind, shape, dims, dtype=torch.float32, strides=None):
@@ -59,17 +59,19 @@ def test_reduction_with_prologue_and_epilogue_outputs(ind, codegen):
     assert len(compiled.kernels) == 1
 
 
-def test_layer_norm_like_is_one_kernel(ind, codegen):
+@pytest.mark.parametrize("rows, n", [(5, 33), (2, 70001)])
+def test_layer_norm_like_is_one_kernel(ind, codegen, rows, n):
+    # (2, 70001): beyond the interpreter's persistent tile, so two looped phases.
     b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((5, 33), torch.float32))
-    mean = b.call(prim("div"), b.call(prim("sum"), x, (1,)), 33.0)
-    centered = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (5, 33), (0,)))
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    mean = b.call(prim("div"), b.call(prim("sum"), x, (1,)), float(n))
+    centered = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (rows, n), (0,)))
     var = b.call(
-        prim("div"), b.call(prim("sum"), b.call(prim("mul"), centered, centered), (1,)), 33.0
+        prim("div"), b.call(prim("sum"), b.call(prim("mul"), centered, centered), (1,)), float(n)
     )
     rstd = b.call(prim("rsqrt"), b.call(prim("add"), var, 1e-5))
-    out = b.call(prim("mul"), centered, b.call(prim("broadcast_in_dim"), rstd, (5, 33), (0,)))
-    compiled = ind.check(b.build([out]), codegen)
+    out = b.call(prim("mul"), centered, b.call(prim("broadcast_in_dim"), rstd, (rows, n), (0,)))
+    compiled = ind.check(b.build([out]), codegen, atol=1e-4, rtol=1e-4)
     assert len(compiled.kernels) == 1
 
 
@@ -82,3 +84,80 @@ def test_reduction_read_at_another_row_is_materialised(ind, codegen):
     out = b.call(prim("mul"), other, b.call(prim("broadcast_in_dim"), flipped, (3, 8), (0,)))
     compiled = ind.check(b.build([out]), codegen)
     assert len(compiled.kernels) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_huge_rows_use_an_online_softmax(ind, codegen, dtype):
+    # Rows beyond the persistent limit of the interpreter: max and sum of exp(x - max)
+    # share one online loop (running sums rescaled), then one loop writes the output.
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3, 70001), dtype))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    out = b.call(prim("convert_element_type"), ind.softmax_last(b, xf), dtype)
+    graph = b.build([out])
+    compiled = ind.compile(graph, codegen)
+    assert len(compiled.kernels) == 1
+    inputs = random_inputs(graph, seed=0)
+    inputs[0][1, 7] = float("-inf")
+    inputs[0][2, :] = float("-inf")
+    expected = torch.softmax(inputs[0].double(), -1)
+    actual = compiled(*inputs)[0]
+    torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
+    if codegen == "triton":
+        assert "scale_" in compiled.kernels[0].source
+
+
+def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):
+    # The shape of cross-entropy's saved values: max kept as [M, 1], an iota output that
+    # the picked-logit sum also reads (recomputed, not loaded from a later kernel).
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((6, 10), torch.float32))
+    t = b.input("t", TensorMeta((6,), torch.int64))
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, (1,)), (6, 1), (0,))
+    shifted = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), peak, (6, 10), (0, 1)))
+    total = b.call(prim("sum"), b.call(prim("exp"), shifted), (1,))
+    iota = b.call(prim("iota"), 10, 0, 1, torch.int64, torch.device("cpu"))
+    hit = b.call(
+        prim("eq"),
+        b.call(prim("broadcast_in_dim"), iota, (6, 10), (1,)),
+        b.call(prim("broadcast_in_dim"), t, (6, 10), (0,)),
+    )
+    zero = b.call(
+        prim("broadcast_in_dim"),
+        b.call(prim("full"), (), 0.0, torch.float32, torch.device("cpu")),
+        (6, 10),
+        (),
+    )
+    picked = b.call(prim("sum"), b.call(prim("where"), hit, x, zero), (1,))
+    graph = b.build([peak, total, picked, iota])
+    inputs = [torch.randn(6, 10), torch.randint(0, 10, (6,))]
+    compiled = ind.check(graph, codegen, inputs=inputs)
+    assert len(compiled.kernels) == 2  # the row kernel, and the iota output of its own
+
+
+def test_gather_of_one_index_per_row_fuses(ind, codegen):
+    # Cross-entropy's picked log-probability: gather(log_softmax(x), 1, t[:, None]) is a
+    # where-sum over the row in the softmax kernel, not a materialised [M, V] tensor.
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((7, 33), torch.float32))
+    t = b.input("t", TensorMeta((7, 1), torch.int64))
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, (1,)), (7, 33), (0,))
+    shifted = b.call(prim("sub"), x, peak)
+    total = b.call(prim("sum"), b.call(prim("exp"), shifted), (1,))
+    logp = b.call(
+        prim("sub"),
+        shifted,
+        b.call(prim("broadcast_in_dim"), b.call(prim("log"), total), (7, 33), (0,)),
+    )
+    picked = b.call(prim("gather"), logp, 1, t)
+    graph = b.build([b.call(prim("neg"), picked)])
+    inputs = [torch.randn(7, 33), torch.randint(0, 33, (7, 1))]
+    compiled = ind.check(graph, codegen, inputs=inputs, atol=1e-5, rtol=1e-5)
+    assert compiled.eager_ops == () and len(compiled.kernels) == 1
+
+
+@pytest.mark.parametrize("kind", ["sum", "prod"])
+def test_reduction_over_an_empty_dim(ind, codegen, kind):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4, 0), torch.float32))
+    ind.check(b.build([b.call(prim(kind), x, (1,))]), codegen)

@@ -19,6 +19,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
 from torchstrata.inductor.triton_backend import TritonBackend
 
@@ -62,7 +63,7 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
-    graph = eliminate_dead_code(graph)
+    graph = eliminate_dead_code(gather_as_reduction(graph))
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
     launches, infos, compile_seconds = {}, [], 0.0

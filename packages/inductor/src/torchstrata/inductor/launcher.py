@@ -15,7 +15,7 @@ import torch
 
 from torchstrata.core import Graph, Node
 from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import Extern
+from torchstrata.inductor.lowering import Extern, Pointwise, StridedView
 from torchstrata.inductor.plan import Plan
 from torchstrata.inductor.scheduler import ExternStep, buffer_name, buffer_strides
 
@@ -37,7 +37,11 @@ def _restride(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
 
 class _Globals:
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {"empty_strided": torch.empty_strided, "_restride": _restride}
+        self.values: dict[str, Any] = {
+            "empty_strided": torch.empty_strided,
+            "as_strided": torch.as_strided,
+            "_restride": _restride,
+        }
         self._ids: dict[int, str] = {}
 
     def name(self, value: Any, prefix: str) -> str:
@@ -69,8 +73,15 @@ def generate_launcher(
     params = [buffer_name(node) for node in graph.inputs]
     lines = [f"def launch({', '.join(params)}):"]
     kernel_loads = _nodes_loaded_by_kernels(plan)
+    views = _extern_views(plan)
+    kernel_loads |= {buffer_name(view.base) for view in views.values()}
+    made: set[Node] = set()
     for step in plan.steps:
         if isinstance(step, ExternStep):
+            for operand in step.node.input_nodes():
+                if operand in views and operand not in made:
+                    made.add(operand)
+                    lines.append(_view_line(operand, views[operand]))
             lines += _extern_lines(step.node, plan, env, buffer_name(step.node) in kernel_loads)
             continue
         launch = launches.get(step.name)
@@ -90,6 +101,26 @@ def generate_launcher(
     outputs = "".join(f"{buffer_name(node)}, " for node in graph.outputs)
     lines.append(f"    return ({outputs})")
     return "\n".join(lines) + "\n", env.values
+
+
+def _extern_views(plan: Plan) -> dict[Node, StridedView]:
+    """Extern operands that are views of buffers: made with ``as_strided``, never copied."""
+    views: dict[Node, StridedView] = {}
+    for step in plan.steps:
+        if isinstance(step, ExternStep):
+            for operand in step.node.input_nodes():
+                lowered = plan.lowered[operand]
+                if isinstance(lowered, Pointwise) and lowered.view and operand not in plan.stored:
+                    views[operand] = lowered.view
+    return views
+
+
+def _view_line(node: Node, view: StridedView) -> str:
+    base = buffer_name(view.base)
+    return (
+        f"    {buffer_name(node)} = as_strided({base}, {view.shape!r}, {view.strides!r}, "
+        f"{base}.storage_offset() + {view.offset})  # a view, no copy"
+    )
 
 
 def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:

@@ -27,6 +27,7 @@ import torch
 from torchstrata.core import Graph, Node, OpKind, TensorMeta, get_prim
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
+from torchstrata.inductor.kernel import reduction_identity
 
 IndexTuple = tuple[Index, ...]
 
@@ -45,12 +46,31 @@ class ValueContext(Protocol):
 IndexFn = Callable[[ValueContext, IndexTuple], Expr]
 
 
+@attrs.frozen
+class StridedView:
+    """A view of a buffer ``base`` that torch can make without a copy (``as_strided``).
+
+    ``offset`` counts elements from ``base``'s first element, so the launcher makes it as
+    ``as_strided(base, shape, strides, base.storage_offset() + offset)``.
+    """
+
+    base: Node
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+
 @attrs.frozen(eq=False)
 class Pointwise:
-    """A value computed per element: ``fn(ctx, index)``."""
+    """A value computed per element: ``fn(ctx, index)``.
+
+    ``view`` is set for views (chains of them) of a buffer: an extern call that reads the
+    value gets a torch view of the buffer instead of a materialised copy.
+    """
 
     node: Node
     fn: IndexFn
+    view: StridedView | None = None
 
 
 @attrs.frozen(eq=False)
@@ -122,6 +142,8 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
         isinstance(arg, Node) and arg.tensor_meta.dtype.is_complex for arg in node.args
     ):
         return Extern(node, "complex dtypes are not generated")
+    if name == "pow" and _small_power(node) is not None:
+        return Pointwise(node, _power_fn(node))
     if prim.is_elementwise:
         operand_dtype = next(arg.tensor_meta.dtype for arg in node.args if isinstance(arg, Node))
         if name == "where":
@@ -137,6 +159,9 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
         if not supports(name, source.tensor_meta.dtype):
             return Extern(node, f"the backend does not reduce {source.tensor_meta.dtype}")
         shape = source.tensor_meta.shape
+        if any(shape[d] == 0 for d in dims):  # nothing to reduce: the identity, no loads
+            identity = Constant(reduction_identity(name, meta.dtype), meta.dtype)
+            return Pointwise(node, lambda ctx, index: identity)
         return Reduction(
             node, name, source, dims, node.tensor_meta.shape, tuple(shape[d] for d in dims)
         )
@@ -144,7 +169,9 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
         # torch.as_strided addresses the storage, not the tensor: let ATen make the view.
         return Extern(node, "as_strided of a buffer is made by torch (a view, no copy)")
     if name in VIEW_PRIMS:
-        return Pointwise(node, _view_fn(name, node))
+        return Pointwise(node, _view_fn(name, node), buffer_view(node, lowered))
+    if name == "cat" and all(supports("where", arg.tensor_meta.dtype) for arg in node.args[0]):
+        return Pointwise(node, _cat_fn(node))
     if name == "full":
         shape, value, dtype, _device = node.args
         return Pointwise(node, lambda ctx, index: Constant(value, dtype))
@@ -186,6 +213,78 @@ def _elementwise_fn(name: str, node: Node) -> IndexFn:
     return lambda ctx, index: Op(
         name, tuple(_operand(ctx, arg, index, tensor_dtype) for arg in args), meta.dtype
     )
+
+
+_POWERS = (1, 2, 3, 4, 0.5, -1)
+
+
+def _small_power(node: Node) -> int | float | None:
+    """The exponent of ``pow(tensor, c)`` for ``c`` in :data:`_POWERS` on floats, else None."""
+    base, exponent = node.args
+    if (
+        not isinstance(base, Node)
+        or isinstance(exponent, bool)
+        or not node.tensor_meta.dtype.is_floating_point
+    ):
+        return None
+    if isinstance(exponent, int | float) and exponent in _POWERS:
+        return exponent
+    return None
+
+
+def _power_fn(node: Node) -> IndexFn:
+    """``x ** c`` for a small constant ``c``: products, ``sqrt`` or ``reciprocal`` (no libdevice)."""
+    base = node.args[0]
+    exponent = _small_power(node)
+    assert exponent is not None
+    dtype = node.tensor_meta.dtype
+
+    def power_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
+        value = ctx.value(base, index)
+        if base.tensor_meta.dtype != dtype:
+            value = Op("convert_element_type", (value,), dtype)
+        if exponent == 0.5:
+            return Op("sqrt", (value,), dtype)
+        if exponent == -1:
+            return Op("reciprocal", (value,), dtype)
+        result = value
+        for _ in range(int(exponent) - 1):
+            result = Op("mul", (result, value), dtype)
+        return result
+
+    return power_fn
+
+
+def _cat_fn(node: Node) -> IndexFn:
+    """Concatenation as a chain of ``where`` over the position along ``dim`` (no copies).
+
+    Every piece is read at ``(i - start) mod size`` (made non-negative by adding a multiple
+    of ``size``): in bounds for any ``i``, so the loads ``where`` does not select are harmless.
+    """
+    pieces, dim = node.args
+    dtype = node.tensor_meta.dtype
+    spans, start = [], 0
+    for piece in pieces:
+        size = piece.tensor_meta.shape[dim]
+        if size:
+            spans.append((piece, start, size))
+        start += size
+
+    def cat_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
+        position = IndexValue(index[dim], torch.int64)
+        result: Expr | None = None
+        for piece, begin, size in reversed(spans):
+            shift = -(-begin // size) * size - begin  # the smallest k*size - begin >= 0
+            inner = (index[dim] + shift).mod(size)
+            value = ctx.value(piece, (*index[:dim], inner, *index[dim + 1 :]))
+            if result is None:
+                result = value
+            else:
+                before = Op("lt", (position, Constant(begin + size, torch.int64)), torch.bool)
+                result = Op("where", (before, value, result), dtype)
+        return result if result is not None else Constant(0, dtype)
+
+    return cat_fn
 
 
 def _view_fn(name: str, node: Node) -> IndexFn:
@@ -250,6 +349,43 @@ _VIEW_INDEX: dict[str, Callable[..., Callable[[IndexTuple], IndexTuple]]] = {
     "reshape": _reshape_index,
     "as_strided": _as_strided_index,
 }
+
+
+def buffer_view(node: Node, lowered: dict[Node, Lowered]) -> StridedView | None:
+    """The :class:`StridedView` of a view prim whose operand is a buffer or a view of one."""
+    source: Node = node.args[0]
+    operand = lowered[source]
+    if _is_buffer(operand):
+        base = StridedView(source, source.tensor_meta.shape, source.tensor_meta.strides, 0)
+    elif isinstance(operand, Pointwise) and operand.view is not None:
+        base = operand.view
+    else:
+        return None
+    name = node.op.name.removeprefix("prims.") if node.op is not None else ""
+    out_shape = node.tensor_meta.shape
+    strides = base.strides
+    offset = base.offset
+    if name == "permute":
+        strides = tuple(strides[d] for d in node.args[1])
+    elif name == "slice":
+        starts, _limits, steps = node.args[1:4]
+        offset += sum(start * stride for start, stride in zip(starts, strides, strict=True))
+        strides = tuple(stride * step for stride, step in zip(strides, steps, strict=True))
+    elif name == "broadcast_in_dim":
+        new = [0] * len(out_shape)
+        for i, out_dim in enumerate(node.args[2]):
+            if base.shape[i] == out_shape[out_dim]:
+                new[out_dim] = strides[i]
+        strides = tuple(new)
+    elif name == "reshape":
+        try:
+            probe = torch.empty_strided(base.shape, strides, device="meta")
+            strides = tuple(probe.view(out_shape).stride())
+        except RuntimeError:
+            return None
+    else:
+        return None
+    return StridedView(base.base, tuple(out_shape), strides, offset)
 
 
 def dense_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:

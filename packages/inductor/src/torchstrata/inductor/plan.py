@@ -17,6 +17,7 @@ from torchstrata.inductor.scheduler import (
     Scheduler,
     buffer_name,
     buffer_strides,
+    member_index,
 )
 
 
@@ -73,8 +74,9 @@ def _kernel(
             expr = context.value(member, context.row_index)
         elif member not in stored:
             continue
-        is_full = bool(group.red_shape) and meta.shape == group.full_shape
-        index = context.row_index + context.red_index if is_full else context.row_index
+        placed = member_index(meta.shape, group, context.row_index, context.red_index)
+        assert placed is not None, f"%{member.name} does not fit its kernel"
+        index, is_full = placed
         offset = linear_offset(index, buffer_strides(member, lowered[member]))
         store = Store(buffer_name(member), offset, expr, meta.dtype)
         (full_stores if is_full else row_stores).append(store)

@@ -11,8 +11,10 @@ Rules (applied in topological order):
    epilogues), or a pointwise group of its shape. A pointwise group becomes a reduction
    group when a reduction over its shape joins it.
 3. Joining is legal when the value, built in the group's loop variables, reads each
-   fused reduction at the current row only, and every other realised value it reads
-   comes from an earlier step (values read across steps are stored to memory).
+   fused reduction at the current row only, and every other realised reduction it reads
+   comes from an earlier step (values read across steps are stored to memory). A
+   realised pointwise value of a later step (an output) is recomputed instead.
+   Shapes match exactly or up to size-1 dims (a keep-dim ``[M, 1]`` max joins rows ``[M]``).
 4. Extern ATen calls are steps of their own, in graph order.
 """
 
@@ -65,6 +67,32 @@ class ExternStep:
 Step = Group | ExternStep
 
 
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
+
+
+def member_index(
+    shape: tuple[int, ...], group: Group, row: IndexTuple, red: IndexTuple
+) -> tuple[IndexTuple, bool] | None:
+    """The index of a member of ``shape`` in ``group``'s loop variables and whether it
+    spans the whole domain (a full store) or only the rows; None if it fits neither.
+
+    Shapes match exactly or up to size-1 dims (a keep-dim ``[M, 1]`` joins rows ``[M]``).
+    """
+    if shape == group.full_shape and group.red_shape:
+        return row + red, True
+    if shape == group.row_shape:
+        return row, False
+    candidates = [(group.row_shape, row, False)]
+    if group.red_shape:
+        candidates.append((group.full_shape, row + red, True))
+    for source, base, full in candidates:
+        if _squeezed(shape) == _squeezed(source):
+            kept = iter([index for index, size in zip(base, source, strict=True) if size != 1])
+            return tuple(Index() if size == 1 else next(kept) for size in shape), full
+    return None
+
+
 def buffer_name(node: Node) -> str:
     """The name of the memory buffer that holds ``node``."""
     return f"buf_{node.name}"
@@ -112,7 +140,11 @@ class GroupContext:
         step = self.schedule.step_of.get(node)
         if step is not None or isinstance(lowered, InputBuffer):
             if step is not None and step.position >= self.group.position:
-                raise NotFusable(f"%{node.name} is computed by a later step")
+                if not isinstance(lowered, Pointwise):
+                    raise NotFusable(f"%{node.name} is computed by a later step")
+                # A pointwise value stored by a later kernel (an output) is recomputed here.
+                self.computed[node] = None
+                return lowered.fn(self, index)
             self.loaded.add(node)
             strides = buffer_strides(node, lowered)
             return Load(buffer_name(node), linear_offset(index, strides), node.tensor_meta.dtype)
@@ -127,11 +159,10 @@ class GroupContext:
         if isinstance(lowered, Reduction):
             return lowered.body(self, self.row_index, self.red_index)
         assert isinstance(lowered, Pointwise)
-        shape = node.tensor_meta.shape
-        index = (
-            self.row_index + self.red_index if shape == self.group.full_shape else self.row_index
-        )
-        return lowered.fn(self, index)
+        placed = member_index(node.tensor_meta.shape, self.group, self.row_index, self.red_index)
+        if placed is None:
+            raise NotFusable(f"%{node.name} has another shape")
+        return lowered.fn(self, placed[0])
 
 
 class Scheduler:
@@ -151,9 +182,14 @@ class Scheduler:
             if isinstance(lowered, Reduction):
                 result.add(node)
             elif isinstance(lowered, Extern):
-                result.update(node.input_nodes())
+                # Views of buffers reach extern calls as torch views, not copies.
+                result.update(o for o in node.input_nodes() if not self._is_view(o))
         result.update(self.graph.outputs)
         return {node for node in result if isinstance(self.lowered[node], Pointwise | Reduction)}
+
+    def _is_view(self, node: Node) -> bool:
+        lowered = self.lowered[node]
+        return isinstance(lowered, Pointwise) and lowered.view is not None
 
     def run(self) -> list[Step]:
         """Form the steps, in execution order."""
@@ -192,8 +228,8 @@ class Scheduler:
                 return key if (group.row_shape, group.red_shape) == key else None
             fits = group.row_shape in (key[0] + key[1], key[0])
             return key if fits else None
-        shape = node.tensor_meta.shape
-        if shape in (group.full_shape, group.row_shape):
+        shape = _squeezed(node.tensor_meta.shape)
+        if shape in (_squeezed(group.row_shape), _squeezed(group.full_shape)):
             return group.row_shape, group.red_shape
         return None
 

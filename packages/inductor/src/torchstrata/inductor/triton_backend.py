@@ -28,9 +28,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.triton_codegen import generate_triton
 from torchstrata.inductor.triton_codegen import supports as triton_supports
-
-GPU_TILE_BUDGET = 4096  # elements per program on a GPU
-INTERPRETER_TILE_BUDGET = 65536  # the interpreter runs programs one by one: fewer, larger tiles
+from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
 
 
 @contextlib.contextmanager
@@ -53,11 +51,16 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "torchstrata" / "triton"
 
 
+def cache_directory(cache_dir: str | None) -> Path:
+    """``<cache_dir>/triton``, or the default."""
+    return Path(cache_dir) / "triton" if cache_dir else default_cache_dir()
+
+
 def load_module(
     source: str, name: str, cache_dir: str | None, interpret: bool
 ) -> tuple[ModuleType, str]:
     """Write ``source`` to a content-addressed file (Triton needs real source files) and import it."""
-    directory = Path(cache_dir) / "triton" if cache_dir else default_cache_dir()
+    directory = cache_directory(cache_dir)
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     path = directory / f"{name}_{digest}.py"
@@ -87,14 +90,23 @@ class TritonBackend:
         return triton_supports(prim, dtype, interpret=self.interpret)
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`~torchstrata.inductor.backend.Backend`."""
-        budget = INTERPRETER_TILE_BUDGET if self.interpret else GPU_TILE_BUDGET
-        source, grid, blocks = generate_triton(kernel, interpret=self.interpret, budget=budget)
-        module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
-        constants = ", ".join(f"{key}={value}" for key, value in blocks.items())
+        """See :class:`Backend`: one module per code variant, the launch config tuned later."""
+        configs = candidate_configs(kernel, self.interpret)
+        variants, sources, paths = {}, [], []
+        for persistent in sorted({config.persistent for config in configs}, reverse=True):
+            source = generate_triton(kernel, interpret=self.interpret, persistent=persistent)
+            module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
+            variants[persistent] = getattr(module, kernel.name)
+            sources.append(source)
+            paths.append(path)
+        cache_path = None
+        if not self.interpret:
+            key = tuning_key(sources, torch.cuda.get_device_name())
+            cache_path = cache_directory(options.cache_dir) / "tuning" / f"{key}.json"
+        tuned = TunedKernel(variants, configs, kernel.rows, cache_path, not self.interpret)
 
         def call(handle: str, args: Sequence[str]) -> str:
-            return f"{handle}[{grid!r}]({', '.join(args)}, {constants})"
+            return f"{handle}({', '.join(args)})"
 
-        info = KernelInfo(kernel.name, self.name, source, path, kernel.ops)
-        return BuiltLaunch(KernelLaunch(kernel, getattr(module, kernel.name), call), info)
+        info = KernelInfo(kernel.name, self.name, "\n".join(sources), paths[0], kernel.ops)
+        return BuiltLaunch(KernelLaunch(kernel, tuned, call), info)

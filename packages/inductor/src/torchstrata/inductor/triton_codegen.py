@@ -2,9 +2,11 @@
 
 * pointwise kernels: a 1-D block of ``XBLOCK`` elements per program, masked at the end;
 * reduction kernels: a 2-D ``[XBLOCK, RBLOCK]`` tile, ``XBLOCK`` rows per program.
-  Rows up to :data:`PERSISTENT_LIMIT` elements are *persistent* (the whole row in one
-  tile, ``RBLOCK = next_power_of_2(row)``, every value computed once); longer rows are
-  *looped* (one loop over the row per group of reductions, accumulators per lane).
+  *Persistent*: the whole row in one tile (``RBLOCK = next_power_of_2(row)``, every value
+  computed and every input read once). *Looped*: one loop over the row per group of
+  reductions, accumulators per lane; a max followed by a sum of ``exp(v - max)`` (softmax,
+  log-softmax, cross-entropy) is one *online* loop that rescales the running sums when
+  the max grows. Which variant and which block sizes run is chosen by ``triton_tuning``.
 
 16-bit floats are loaded into ``float32`` and rounded only when stored; max/min are
 NaN-propagating (``_ts_max``/``_ts_min``). Under the interpreter only ``tl``/``tl.math``
@@ -29,7 +31,6 @@ from torchstrata.inductor.exprs import (
     Load,
     Op,
     ReduceRef,
-    reductions_used,
 )
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.kernel import (
@@ -40,8 +41,8 @@ from torchstrata.inductor.kernel import (
     reduction_identity,
     row_vars,
 )
+from torchstrata.inductor.online import online_pairs, reduction_phases
 
-PERSISTENT_LIMIT = 4096
 TL_TYPES = {
     torch.float32: "tl.float32",
     torch.float64: "tl.float64",
@@ -79,6 +80,15 @@ def _ts_sum(a, b):
 @triton.jit
 def _ts_prod(a, b):
     return a * b
+
+
+@triton.jit
+def _ts_round_bf16(v):
+    # float32 -> the nearest bfloat16 value (ties to even), still float32; the interpreter's
+    # own conversion truncates.
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
 
 
 @triton.jit
@@ -207,8 +217,9 @@ def render_index(index: Index) -> str:
 class TritonPrinter:
     """Spells expressions in Triton; ``masks`` picks a load's mask from its variables."""
 
-    def __init__(self, kernel: Kernel, reduction: bool) -> None:
+    def __init__(self, kernel: Kernel, reduction: bool, interpret: bool = False) -> None:
         self.reduction = reduction
+        self.interpret = interpret
         self.red_names = frozenset(v.name for v in red_vars(kernel.red_shape))
 
     def offset(self, index: Index) -> tuple[str, str]:
@@ -239,6 +250,8 @@ class TritonPrinter:
         if name == "convert_element_type":
             if expr.dtype is torch.bool:
                 return f"{args[0]} != 0"
+            if expr.dtype is torch.bfloat16 and self.interpret:
+                return f"_ts_round_bf16({args[0]}.to(tl.float32))"
             if expr.dtype in HALF_TYPES:
                 return f"{args[0]}.to({TL_TYPES[expr.dtype]}).to(tl.float32)"
             return f"{args[0]}.to({compute_type(expr.dtype)})"
@@ -272,6 +285,8 @@ def _derive(vars_: Sequence[Var], flat: str) -> list[str]:
 
 
 def _store(store: Store, value: str, printer: TritonPrinter, full: bool) -> str:
+    if store.dtype is torch.bfloat16 and printer.interpret:
+        value = f"_ts_round_bf16(({value}).to(tl.float32))"
     offset = render_index(store.index) + " + xzero"
     mask = "xmask & rmask" if full else "xmask"
     if full:
@@ -296,39 +311,20 @@ def reduce_text(spec: ReductionSpec, values: str, interpret: bool) -> str:
 _COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
 
 
-def _phases(reductions: Sequence[ReductionSpec]) -> list[list[ReductionSpec]]:
-    phases: list[list[ReductionSpec]] = []
-    for spec in reductions:
-        if phases and not reductions_used(spec.body) & {s.name for s in phases[-1]}:
-            phases[-1].append(spec)
-        else:
-            phases.append([spec])
-    return phases
-
-
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def block_sizes(kernel: Kernel, budget: int) -> tuple[int, int, bool]:
-    """(XBLOCK, RBLOCK, persistent) for ``kernel`` with ``budget`` elements per tile."""
-    if not kernel.red_shape:
-        return min(next_power_of_2(kernel.rows), budget), 1, True
-    length = kernel.row_length
-    persistent = length <= PERSISTENT_LIMIT
-    rblock = next_power_of_2(length) if persistent else min(PERSISTENT_LIMIT, budget)
-    xblock = max(1, min(next_power_of_2(kernel.rows), budget // rblock))
-    return xblock, rblock, persistent
+def generate_triton(kernel: Kernel, *, interpret: bool, persistent: bool) -> str:
+    """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
-
-def generate_triton(
-    kernel: Kernel, *, interpret: bool, budget: int
-) -> tuple[str, tuple[int, ...], dict[str, int]]:
-    """The module source of ``kernel``, its launch grid and its block-size arguments."""
-    xblock, rblock, persistent = block_sizes(kernel, budget)
+    ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
+    looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
+    """
+    persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
-    printer = TritonPrinter(kernel, reduction)
+    printer = TritonPrinter(kernel, reduction, interpret)
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     wide = kernel.rows * kernel.row_length >= 2**31
@@ -355,10 +351,13 @@ def generate_triton(
     ]
     if reduction and persistent:
         lines += [line.format(start="") for line in rindex_lines]
-    for phase in _phases(kernel.reductions):
-        lines += _reduction_phase(
-            emitter, phase, persistent, rindex_lines, kernel.row_length, interpret
-        )
+    phases = reduction_phases(kernel.reductions)
+    pairs = {} if persistent else online_pairs(kernel.reductions)
+    for phase in phases:
+        if persistent:
+            lines += _persistent_phase(emitter, phase, interpret)
+        else:
+            lines += _looped_phase(emitter, phase, pairs, rindex_lines, kernel, interpret)
     row_stores = [_store(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
     if kernel.full_stores:
@@ -382,34 +381,39 @@ def generate_triton(
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice"
     )
-    source += f"\n@triton.jit\ndef {kernel.name}({params}):\n" + "".join(
-        f"    {line}\n" for line in lines
+    return (
+        source
+        + f"\n@triton.jit\ndef {kernel.name}({params}):\n"
+        + "".join(f"    {line}\n" for line in lines)
     )
-    grid = (math.ceil(kernel.rows / xblock),)
-    return source, grid, {"XBLOCK": xblock, "RBLOCK": rblock}
 
 
-def _loop(length: int, body: list[str]) -> list[str]:
-    return [f"for roffset in range(0, {length}, RBLOCK):"] + ["    " + line for line in body]
+def _persistent_phase(
+    emitter: ExprEmitter, phase: Sequence[ReductionSpec], interpret: bool
+) -> list[str]:
+    lines = []
+    for spec in phase:
+        value = emitter.emit(spec.body)
+        identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        lines += emitter.take_outer()
+        lines.append(f"masked_{spec.name} = tl.where(xmask & rmask, {value}, {identity})")
+        lines.append(f"red_{spec.name} = {reduce_text(spec, f'masked_{spec.name}', interpret)}")
+    return lines
 
 
-def _reduction_phase(
+def _looped_phase(
     emitter: ExprEmitter,
     phase: Sequence[ReductionSpec],
-    persistent: bool,
+    pairs: dict[str, ReductionSpec],
     rindex_lines: list[str],
-    length: int,
+    kernel: Kernel,
     interpret: bool,
 ) -> list[str]:
-    if persistent:
-        lines = []
-        for spec in phase:
-            value = emitter.emit(spec.body)
-            identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
-            lines += emitter.take_outer()
-            lines.append(f"masked_{spec.name} = tl.where(xmask & rmask, {value}, {identity})")
-            lines.append(f"red_{spec.name} = {reduce_text(spec, f'masked_{spec.name}', interpret)}")
-        return lines
+    """One loop over the row for ``phase``; a phase whose sums are online partners of an
+    earlier max is folded into that max's loop, so it emits nothing itself."""
+    if all(spec.name in pairs for spec in phase):
+        return []
+    partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
     emitter.open_inner()
     inits, updates, finals = [], [], []
     for spec in phase:
@@ -419,15 +423,38 @@ def _reduction_phase(
             f"acc_{spec.name} = tl.full([XBLOCK, RBLOCK], {_identity_text(spec)}, {ctype})"
         )
         value = emitter.emit(spec.body)
-        updates.append(
-            f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, "
-            f"tl.where(xmask & rmask, {value}, {identity}))"
-        )
-        finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
+        masked = f"tl.where(xmask & rmask, {value}, {identity})"
+        mine = [p for p in partners if pairs[p.name] is spec]
+        if not mine:
+            updates.append(f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, {masked})")
+            finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
+            continue
+        # Online max and sum of exp(v - max): rescale the running sums when the max grows.
+        m = spec.name
+        updates += [
+            f"val_{m} = {masked}",
+            f"new_{m} = _ts_max(acc_{m}, val_{m})",
+            f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+            f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
+            f"term_{m} = tl.exp(val_{m} - safe_{m})",
+        ]
+        finals.append(f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}")
+        finals.append(f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})")
+        for partner in mine:
+            s = partner.name
+            inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
+            updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
+            rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
+            finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+        updates.append(f"acc_{m} = new_{m}")
     body = (
         [line.format(start="roffset + ") for line in rindex_lines] + emitter.close_inner() + updates
     )
-    return emitter.take_outer() + inits + _loop(length, body) + finals
+    return emitter.take_outer() + inits + _loop(kernel.row_length, body) + finals
+
+
+def _loop(length: int, body: list[str]) -> list[str]:
+    return [f"for roffset in range(0, {length}, RBLOCK):"] + ["    " + line for line in body]
 
 
 def _identity_text(spec: ReductionSpec) -> str:

@@ -1,0 +1,178 @@
+"""Launch configurations for Triton kernels: candidates, first-call autotuning, a disk cache.
+
+A :class:`Config` picks the code variant (persistent or looped) and the launch constants
+(``XBLOCK`` rows per program, ``RBLOCK`` reduced elements per tile, ``num_warps``).
+
+* Pointwise kernels: 1-D blocks of 1024-4096 elements, 4 or 8 warps.
+* Rows that fit (``next_power_of_2(row) <= PERSISTENT_MAX``) are persistent: every input is
+  read once. Short rows put several rows in one program (a tile of 2048-8192 elements), and
+  ``num_warps`` grows with the tile (about 16 elements per thread).
+* Rows over ``LOOPED_MIN`` elements also get looped candidates (RBLOCK 1024-4096, one
+  row per program, online max+sum where the kernel allows); huge rows only looped ones.
+
+On a GPU every candidate is timed on the first call (``triton.testing.do_bench``, median)
+with the real arguments (kernels only write their own fresh outputs, so reruns are
+harmless) and the winner is stored in ``<cache>/tuning/<key>.json``, the key hashing the
+kernel sources, the device name and the Triton version (temporary file, then
+``os.replace``). Under the interpreter the first candidate is used without timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+import triton
+from triton.testing import do_bench
+
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.triton_codegen import next_power_of_2
+
+PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
+LOOPED_MIN = 8192  # rows longer than this also try looped variants
+INTERPRETER_TILE = 65536  # the interpreter runs programs one by one: few, large tiles
+INTERPRETER_LOOP_BLOCK = 4096
+
+
+@attrs.frozen
+class Config:
+    """One launch configuration of a kernel."""
+
+    xblock: int
+    rblock: int
+    num_warps: int
+    persistent: bool
+
+    def grid(self, rows: int) -> tuple[int]:
+        """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
+        return (max(1, math.ceil(rows / self.xblock)),)
+
+
+def _warps_for(tile: int) -> int:
+    return max(1, min(16, next_power_of_2(tile // 512)))
+
+
+def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
+    """The configurations worth trying for ``kernel``; the first is the default."""
+    rows = next_power_of_2(kernel.rows)
+    if not kernel.red_shape:
+        if interpret:
+            return [Config(min(rows, INTERPRETER_TILE), 1, 1, True)]
+        shapes = [(1024, 4), (2048, 4), (2048, 8), (4096, 8)]
+        return list(dict.fromkeys(Config(min(rows, x), 1, w, True) for x, w in shapes))
+    length = kernel.row_length
+    rblock = next_power_of_2(length)
+    if interpret:
+        if rblock <= INTERPRETER_TILE:
+            return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
+        return [Config(1, INTERPRETER_LOOP_BLOCK, 1, False)]
+    configs: list[Config] = []
+    if rblock <= PERSISTENT_MAX:
+        for tile in (2048, 4096, 8192):
+            xblock = max(1, min(rows, tile // rblock))
+            warps = _warps_for(xblock * rblock)
+            configs += [Config(xblock, rblock, warps, True)]
+            if warps < 16:
+                configs.append(Config(xblock, rblock, warps * 2, True))
+    if length > LOOPED_MIN or not configs:
+        for block, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
+            configs.append(Config(1, min(block, rblock), warps, False))
+    return list(dict.fromkeys(configs))
+
+
+def tuning_key(sources: Sequence[str], device: str) -> str:
+    """Hash of the kernel sources, the device name and the Triton version."""
+    text = "\0".join([*sources, device, triton.__version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def read_choice(path: Path) -> Config | None:
+    """The cached configuration at ``path``, or None."""
+    try:
+        return Config(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_choice(path: Path, config: Config) -> None:
+    """Store ``config`` atomically (temporary file, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(attrs.asdict(config), handle)
+    os.replace(temporary, path)
+
+
+class TunedKernel:
+    """A kernel's variants (``{persistent: jit function}``) behind one call.
+
+    The first call picks a configuration (cache, benchmark, or the default), then every call
+    is a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``.
+    """
+
+    def __init__(
+        self,
+        variants: dict[bool, Any],
+        configs: list[Config],
+        rows: int,
+        cache_path: Path | None,
+        compiled: bool,
+    ) -> None:
+        self.variants = variants
+        self.configs = configs
+        self.rows = rows
+        self.cache_path = cache_path
+        self.compiled = compiled
+        self.chosen: Config | None = None
+        self._run: Callable[..., Any] = self._first_call
+
+    def __call__(self, *args: Any) -> None:
+        """Launch the kernel on ``args`` (tensors)."""
+        self._run(*args)
+
+    def bind(self, config: Config) -> Callable[..., Any]:
+        """A launcher of ``config``."""
+        launch = self.variants[config.persistent][config.grid(self.rows)]
+        constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
+        if self.compiled:
+            constants["num_warps"] = config.num_warps
+
+        def run(*args: Any) -> None:
+            launch(*args, **constants)
+
+        return run
+
+    def _first_call(self, *args: Any) -> None:
+        config = self.configs[0]
+        if self.compiled and self.cache_path is not None and len(self.configs) > 1:
+            cached = read_choice(self.cache_path)
+            config = cached if cached in self.configs else self._benchmark(args)
+            if cached != config:
+                write_choice(self.cache_path, config)
+        self.chosen = config
+        self._run = self.bind(config)
+        self._run(*args)
+
+    def _benchmark(self, args: Sequence[Any]) -> Config:
+        best, best_time = self.configs[0], math.inf
+        for config in self.configs:
+            run = self.bind(config)
+            try:
+                run(*args)
+                elapsed = do_bench(
+                    lambda run=run: run(*args), warmup=5, rep=25, return_mode="median"
+                )
+            except Exception:  # noqa: BLE001 - a config out of resources is skipped
+                continue
+            if elapsed < best_time:
+                best, best_time = config, elapsed
+        torch.cuda.synchronize()
+        return best

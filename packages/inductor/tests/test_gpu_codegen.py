@@ -1,0 +1,67 @@
+"""GPU Triton source compiled ahead of time for sm_90 (no GPU needed): every variant the
+autotuner may pick compiles, and bf16 rows are read and written with 128-bit accesses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.triton_backend import load_module
+from torchstrata.inductor.triton_codegen import generate_triton, supports
+from torchstrata.inductor.triton_tuning import Config, candidate_configs
+
+triton = pytest.importorskip("triton")
+backends = pytest.importorskip("triton.backends.compiler")
+compiler = pytest.importorskip("triton.compiler")
+
+POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16"}
+
+
+def _kernel(graph) -> Kernel:
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
+    (kernel,) = [step for step in plan_graph(graph, lowered).steps if isinstance(step, Kernel)]
+    return kernel
+
+
+def _ptx(kernel: Kernel, config: Config, cache_dir: str) -> str:
+    source = generate_triton(kernel, interpret=False, persistent=config.persistent)
+    module, _ = load_module(source, kernel.name, cache_dir, False)
+    signature = {arg.name: POINTER[arg.dtype] for arg in kernel.args}
+    signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
+    # Triton specialises 16-byte aligned pointers at launch; torch allocations are aligned.
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(kernel.args))}
+    constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
+    source = compiler.ASTSource(getattr(module, kernel.name), signature, constants, attrs)
+    target = backends.GPUTarget("cuda", 90, 32)
+    return triton.compile(source, target=target, options={"num_warps": config.num_warps}).asm["ptx"]
+
+
+def _softmax_bf16(ind, rows: int, length: int):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, length), torch.bfloat16))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    return b.build([b.call(prim("convert_element_type"), ind.softmax_last(b, xf), torch.bfloat16)])
+
+
+@pytest.mark.parametrize("length", [16384, 40000])
+def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
+    kernel = _kernel(_softmax_bf16(ind, 64, length))
+    configs = candidate_configs(kernel, interpret=False)
+    assert any(not c.persistent for c in configs)
+    assert any(c.persistent for c in configs) == (length <= 32768)
+    for config in (configs[0], configs[-1]):
+        ptx = _ptx(kernel, config, str(tmp_path))
+        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), config
+        assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), config
+        assert not re.search(r"ld\.global(\.\w+)*\.b16", ptx), config
+
+
+def test_short_rows_share_a_program(ind):
+    kernel = _kernel(_softmax_bf16(ind, 4096, 128))
+    assert all(c.persistent and c.xblock >= 16 for c in candidate_configs(kernel, False))
