@@ -60,3 +60,15 @@ def test_explain_reports_stage_failure(stages):
         rt.compile(demo_fn, pipeline=stages.pipeline), torch.randn(2, 4), torch.randn(4)
     )
     assert "autograd failed" in report.fallback and report.graph_count == 1
+
+
+def test_explain_names_the_guard_that_failed(stages):
+    compiled = stages.compile(demo_fn)
+    compiled(torch.randn(4, 8), torch.randn(8))
+    compiled(torch.randn(5, 8), torch.randn(8))  # recompiles: x's shape changed
+    report = rt.explain(compiled, torch.randn(6, 8), torch.randn(8))
+    assert len(report.recompile_reasons) == 1
+    assert "L['x']" in report.recompile_reasons[0] and "[4, 8]" in report.recompile_reasons[0]
+    assert len(report.guard_failures) == 2  # this call fails both cached entries, on x
+    assert all("L['x']" in failure for failure in report.guard_failures)
+    assert "guard failed" in str(report)

@@ -52,6 +52,8 @@ class CompiledFunction:
         self.cache = FrameCache()
         self._globals = frame_globals(fn)
         self._bind = FrameBinder(fn)
+        #: Why each recompile happened: the first guard that failed, in order.
+        self.recompile_reasons: list[str] = []
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -68,6 +70,15 @@ class CompiledFunction:
             return entry.run(args, kwargs)
         return self._first_run(entry, args, kwargs)
 
+    def guard_failures(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        """For a call with these arguments, the guard that fails in each cached entry tried
+        before one that holds (all of them on a miss)."""
+        try:
+            frame = self._bind(args, kwargs)
+        except TypeError:
+            return []
+        return [str(failure) for failure in self.cache.lookup(frame, self._globals)[1]]
+
     # ------------------------------------------------------------------ misses
 
     def _miss(
@@ -80,6 +91,7 @@ class CompiledFunction:
             if len(self.cache) >= self.options.recompile_limit:
                 return self._limit_reached(failures)
             if failures:
+                self.recompile_reasons.append(str(failures[0]))
                 logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
             entry = self._compile(args, kwargs)
             self.cache.add(entry)

@@ -35,6 +35,10 @@ class ExplainReport:
     ops_per_graph: tuple[tuple[str, ...], ...] = ()
     missing_stages: tuple[str, ...] = ()
     fallback: str = ""
+    #: For a compiled function: the guard each cached entry fails for this call.
+    guard_failures: tuple[str, ...] = ()
+    #: For a compiled function: why each earlier recompile happened (first failed guard).
+    recompile_reasons: tuple[str, ...] = ()
 
     @property
     def graph_count(self) -> int:
@@ -57,6 +61,10 @@ class ExplainReport:
             lines.append(f"missing stages: {', '.join(self.missing_stages)}")
         for graph_break in self.graph_breaks:
             lines.append(f"  break: {graph_break}")
+        for reason in self.recompile_reasons:
+            lines.append(f"  recompiled: guard failed: {reason}")
+        for failure in self.guard_failures:
+            lines.append(f"  this call: guard failed: {failure}")
         for index, ops in enumerate(self.ops_per_graph):
             lines.append(f"graph {index}: {len(ops)} op(s): {', '.join(ops)}")
         for kernel in self.kernels:
