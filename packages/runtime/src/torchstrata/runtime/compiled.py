@@ -185,7 +185,7 @@ class CompiledFunction:
         assert entry.run is not None
         try:
             result = entry.run(args, kwargs)
-        except Exception as error:  # noqa: BLE001 - compiled code failing must not be fatal
+        except Exception as error:  # compiled code failing must not be fatal
             if entry.has_side_effects:
                 # Code between graphs already ran (prints, mutations): a re-run would repeat it.
                 raise
