@@ -108,21 +108,24 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
     the function is not run.
     """
     options, pipeline = current_options(), _DEFAULT_PIPELINE
-    history: dict[str, tuple[str, ...]] = {}
+    compiled: CompiledFunction | None = None
     if isinstance(fn, CompiledModule):
         fn = fn.compiled_forward
     if isinstance(fn, CompiledFunction):
-        history = {
-            "guard_failures": tuple(fn.guard_failures(args, kwargs)),
-            "recompile_reasons": tuple(fn.recompile_reasons),
-        }
+        compiled = fn
         options, pipeline, fn = fn.options, fn.pipeline, fn.fn
     elif isinstance(fn, torch.nn.Module):
         fn = fn.forward
     if not callable(fn):
         raise TypeError(f"explain expects a function or nn.Module, got {type(fn).__name__}")
     report = explain_call(pipeline, options, fn, args, kwargs)
-    return attrs.evolve(report, **history) if history else report
+    if compiled is None:
+        return report
+    return attrs.evolve(
+        report,
+        guard_failures=tuple(compiled.guard_failures(args, kwargs)),
+        recompile_reasons=tuple(compiled.recompile_reasons),
+    )
 
 
 def reset() -> None:
