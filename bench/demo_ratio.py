@@ -59,7 +59,9 @@ def main() -> None:
     copy_ms = median_ms(lambda: copy_dst.copy_(copy_src), device)
     ceiling = 2 * copy_src.numel() / copy_ms / 1e6
     moved = (x.numel() * 2 + b.numel()) * x.element_size()
-    print(f"{device} {torch.cuda.get_device_name() if device == 'cuda' else ''} torch {torch.__version__}")
+    print(
+        f"{device} {torch.cuda.get_device_name() if device == 'cuda' else ''} torch {torch.__version__}"
+    )
     print(f"shape {tuple(x.shape)} {dtype}; copy ceiling {ceiling:.0f} GB/s")
     contenders: dict[str, Callable[..., torch.Tensor]] = {"eager": demo}
     contenders["torch.compile"] = torch.compile(demo)  # comparator
@@ -76,12 +78,18 @@ def main() -> None:
         ok = out.dtype == x.dtype and error <= 3 * eager_error + 1e-5
         times[name] = median_ms(lambda fn=fn: fn(x, b), device)
         gbs = moved / times[name] / 1e6
-        print(f"{name:14s} {times[name]:8.4f} ms  {gbs:7.0f} GB/s  {100 * gbs / ceiling:5.1f}% of copy"
-              f"  first call {first_call:6.2f} s  max err {error:.2e} ({'ok' if ok else 'WRONG'})")
+        print(
+            f"{name:14s} {times[name]:8.4f} ms  {gbs:7.0f} GB/s  {100 * gbs / ceiling:5.1f}% of copy"
+            f"  first call {first_call:6.2f} s  max err {error:.2e} ({'ok' if ok else 'WRONG'})"
+        )
     report = tsr.explain(demo, x, b)
-    print(f"torchstrata kernels: {len(report.kernels)} ({', '.join(k.backend for k in report.kernels)})")
-    print(f"speedup vs eager {times['eager'] / times['torchstrata']:.2f}x, "
-          f"vs torch.compile {times['torch.compile'] / times['torchstrata']:.2f}x")
+    print(
+        f"torchstrata kernels: {len(report.kernels)} ({', '.join(k.backend for k in report.kernels)})"
+    )
+    print(
+        f"speedup vs eager {times['eager'] / times['torchstrata']:.2f}x, "
+        f"vs torch.compile {times['torch.compile'] / times['torchstrata']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Render the headline markdown table of a results JSON file (for bench/README.md).
 
-    python -m bench.headline bench/results/2026-11-30-h200.json
+python -m bench.headline bench/results/2026-11-30-h200.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def headline(results: dict[str, Any]) -> str:
         ours, theirs = by_compiler.get("torchstrata"), by_compiler.get("inductor", {})
         if ours is None:
             continue
-        copy = f"{_fmt(ours.get('pct_copy'), '{:.0f}%')} / {_fmt(theirs.get('pct_copy'), '{:.0f}%')}"
+        copy = (
+            f"{_fmt(ours.get('pct_copy'), '{:.0f}%')} / {_fmt(theirs.get('pct_copy'), '{:.0f}%')}"
+        )
         lines.append(
             f"| {workload} | {ours['status']} | {ours['time_ms']:.3f} ms | {copy} | "
             f"{_fmt(ours.get('speedup_vs_eager'), '{:.2f}x')} | "
