@@ -120,7 +120,11 @@ def functional_form(
     packet, _, overload = rest.partition(".")
     written_names = tuple(written_arguments(func) if written is None else written)
     # torch.Tag.out does not exist before torch 2.12; the argument names catch those ops too.
-    if namespace != "aten" or getattr(torch.Tag, "out", None) in func.tags or "out" in written_names:
+    if (
+        namespace != "aten"
+        or getattr(torch.Tag, "out", None) in func.tags
+        or "out" in written_names
+    ):
         raise NotImplementedError(
             f"mutating op {qualified} (writes {', '.join(written_names) or 'nothing'}) has no "
             "functional form here; out= overloads are not supported"
