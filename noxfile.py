@@ -126,7 +126,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def opinfo(session: nox.Session) -> None:
-    """The OpInfo sweep through aot, decomp and the reference interpreter; prints the table.
+    """The OpInfo sweep through capture, aot, decomp and the reference interpreter; prints
+    the table (samples captured / declined / errors; decomposed / extern / mismatched).
 
     `nox -s opinfo -- --ops add,cat --max-samples 3 --jobs 2` (posargs go to the script).
     """

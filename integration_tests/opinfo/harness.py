@@ -1,4 +1,7 @@
-"""One OpInfo sample through the pipeline: torch graph -> aot_forward -> decompose -> interpret.
+"""The closure path: one OpInfo sample as a one-node torch graph -> aot_forward -> decompose.
+
+The sweep runs samples through capture (:mod:`.captured`); this path is its fallback
+when capture declines or fails, and holds the comparison helpers both use.
 
 Every sample ends in exactly one :class:`Outcome` status:
 
@@ -71,6 +74,10 @@ class Outcome:
     status: str
     reason: str = ""
     extern: tuple[str, ...] = ()
+    #: What capture did (``full``, ``breaks``, ``declined``, ``error``); empty when the
+    #: sample never reached capture (eager fails, complex, ...) or for the closure path.
+    capture: str = ""
+    capture_reason: str = ""
 
 
 def _skip(reason: str) -> Outcome:
@@ -80,14 +87,14 @@ def _skip(reason: str) -> Outcome:
 _NODE_PREFIX = re.compile(r"%\w+ = [\w.]+\(\.\.\.\)( failed)?:\s*")
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     """``Type: first line`` without the per-sample node prefix, so reasons group."""
     text = str(error).strip().splitlines()
     line = _NODE_PREFIX.sub("", text[0]) if text else ""
     return f"{type(error).__name__}: {line[:100]}"
 
 
-def _flat_outputs(value: Any) -> list[torch.Tensor] | None:
+def flat_outputs(value: Any) -> list[torch.Tensor] | None:
     leaves, _ = tree_flatten(value)
     if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
         return None
@@ -123,7 +130,7 @@ def sample_callable(op: Any, sample: Any) -> tuple[Callable[..., Any], list[torc
             filled[slot] = value
         inp, args, kwargs = tree_unflatten(filled, spec)
         result = target(inp, *args, **kwargs)
-        flat = _flat_outputs(result)
+        flat = flat_outputs(result)
         return flat[0] if flat is not None and len(flat) == 1 else tuple(flat or ())
 
     return fn, tensors
@@ -166,7 +173,7 @@ def compare(
     return None
 
 
-def _float64_reference(fn: Callable[..., Any], tensors: list[torch.Tensor]) -> list[Any] | None:
+def float64_reference(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> list[Any] | None:
     if not any(t.dtype in LOW_PRECISION for t in tensors):
         return None
     wide = [t.double() if t.dtype in LOW_PRECISION else t for t in tensors]
@@ -174,7 +181,7 @@ def _float64_reference(fn: Callable[..., Any], tensors: list[torch.Tensor]) -> l
         result = fn(*wide)
     except Exception:  # noqa: BLE001 - no reference: compare with plain tolerances
         return None
-    return _flat_outputs(result)
+    return flat_outputs(result)
 
 
 def run_sample(op: Any, sample: Any) -> Outcome:
@@ -185,7 +192,7 @@ def run_sample(op: Any, sample: Any) -> Outcome:
         expected = fn(*tensors)
     except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
         return _skip(f"eager fails: {type(error).__name__}")
-    outputs = _flat_outputs(expected)
+    outputs = flat_outputs(expected)
     if outputs is None:
         return _skip("non-tensor output")
     if any(
@@ -197,17 +204,17 @@ def run_sample(op: Any, sample: Any) -> Outcome:
         try:
             aten_graph = aot_forward(graph).forward
         except Exception as error:  # noqa: BLE001 - counted as "failed to trace"
-            return _skip(f"trace: {_first_line(error)}")
+            return _skip(f"trace: {first_line(error)}")
         try:
             prims, stats = decompose_with_stats(aten_graph)
             verify(prims)
             torch.manual_seed(SEED)
             actual = interpret(prims, *tensors)[: len(outputs)]
         except Exception as error:  # noqa: BLE001 - a decomposition bug: a mismatch
-            return Outcome("mismatch", f"decompose: {_first_line(error)}")
+            return Outcome("mismatch", f"decompose: {first_line(error)}")
     finally:
         calls.release(path)
-    reference = _float64_reference(fn, tensors)
+    reference = float64_reference(fn, tensors)
     check_values = not op.name.startswith(UNCHECKED_PREFIXES)
     for index, (got, want) in enumerate(zip(actual, outputs, strict=True)):
         ref = reference[index] if reference is not None and index < len(reference) else None

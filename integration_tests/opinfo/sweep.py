@@ -2,17 +2,22 @@
 
 For every OpInfo in ``op_db`` and every dtype among float32, float64, float16, bfloat16,
 int64 and bool that the op supports on CPU, the first ``--max-samples`` samples and their
-non-contiguous variants run through :func:`~.harness.run_sample`. Prints a table: samples
-decomposed / left extern / mismatched / skipped per op, then the totals, the ATen ops
-left extern most often, the skip reasons and every mismatch.
+non-contiguous variants run through capture and the pipeline
+(:func:`~.captured.run_captured_sample`). Prints a table per op: samples, what capture
+did (full graph / graph breaks / declined / error) and, for captured samples, how many
+were decomposed / left extern / mismatched / skipped; then the totals (the closure
+fallback's apart), the ATen ops left extern, capture's decline and error reasons, the
+skip reasons and every mismatch.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import multiprocessing
 import os
+import re
 import sys
 import time
 import warnings
@@ -21,7 +26,8 @@ from typing import Any
 
 import torch
 
-from .harness import Outcome, run_sample
+from .captured import run_captured_sample
+from .harness import Outcome
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 STATUSES = ("decomposed", "extern", "mismatch", "skip")
@@ -56,7 +62,7 @@ def run_op(op: Any, dtypes: Iterable[torch.dtype], max_samples: int) -> list[tup
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    outcome = run_sample(op, sample)
+                    outcome = run_captured_sample(op, sample)
                 except Exception as error:  # noqa: BLE001 - the harness itself must not stop
                     outcome = Outcome("mismatch", f"harness: {type(error).__name__}: {error}")
             results.append((where, outcome))
@@ -68,57 +74,106 @@ def op_label(op: Any) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) -> dict[str, int]:
-    """Print the table; return the totals."""
-    totals: collections.Counter[str] = collections.Counter()
-    extern_ops: collections.Counter[str] = collections.Counter()
-    skips: collections.Counter[str] = collections.Counter()
-    mismatches, untraced = [], []
-    print(f"{'op':40} {'samples':>8} " + " ".join(f"{s:>10}" for s in STATUSES), file=out)
+#: Where a mismatch reason's cause ends and the comparison's details begin.
+_CAUSE = re.compile(r": (?:output \d+|mutated input|\d+ outputs)")
+CAPTURE_KINDS = ("full", "breaks", "eager", "declined", "error")
+FALLBACK_KINDS = ("eager", "declined", "error")
+
+
+def _counts(results: Iterable[Outcome]) -> collections.Counter[str]:
+    return collections.Counter(outcome.status for outcome in results)
+
+
+def _line(label: str, counts: collections.Counter[str]) -> str:
+    return f"{label}: {sum(counts.values())}  " + "  ".join(f"{s}: {counts[s]}" for s in STATUSES)
+
+
+def _top(title: str, counter: collections.Counter[str], out: Any, limit: int = 15) -> None:
+    print(f"\n{title} ({sum(counter.values())} samples):", file=out)
+    for reason, count in counter.most_common(limit):
+        print(f"  {count:6}  {reason}", file=out)
+
+
+def _reasons(
+    title: str, per_op: dict[str, list[tuple[str, Outcome]]], kinds: tuple[str, ...], out: Any
+) -> None:
+    """The ``capture_reason`` counts of samples whose capture was one of ``kinds``, each
+    with up to three OpInfos it came from."""
+    counter: collections.Counter[str] = collections.Counter()
+    examples: dict[str, list[str]] = collections.defaultdict(list)
     for name, results in per_op.items():
-        counts = collections.Counter(outcome.status for _, outcome in results)
-        totals.update(counts)
-        print(
-            f"{name:40} {len(results):8} " + " ".join(f"{counts[s]:10}" for s in STATUSES), file=out
-        )
+        for _, outcome in results:
+            if outcome.capture in kinds:
+                counter[outcome.capture_reason] += 1
+                if name not in examples[outcome.capture_reason]:
+                    examples[outcome.capture_reason].append(name)
+    print(f"\n{title} ({sum(counter.values())} samples):", file=out)
+    for reason, count in counter.most_common(15):
+        ops = examples[reason]
+        more = f", +{len(ops) - 3} ops" if len(ops) > 3 else ""
+        print(f"  {count:6}  {reason}  [{', '.join(ops[:3])}{more}]", file=out)
+
+
+def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) -> dict[str, int]:
+    """Print the table; return the totals (statuses, and ``capture:<kind>`` counts)."""
+    outcomes = [o for results in per_op.values() for _, o in results]
+    heads = ("samples", *CAPTURE_KINDS, *STATUSES)
+    print(f"{'op':40} " + " ".join(f"{h:>8}" for h in heads), file=out)
+    extern_ops: collections.Counter[str] = collections.Counter()
+    mismatches, untraced = [], []
+    for name, results in per_op.items():
+        counts = _counts(o for _, o in results if o.capture in ("full", "breaks"))
+        kinds = collections.Counter(o.capture for _, o in results)
+        row = [len(results), *(kinds[k] for k in CAPTURE_KINDS), *(counts[s] for s in STATUSES)]
+        print(f"{name:40} " + " ".join(f"{n:8}" for n in row), file=out)
         for where, outcome in results:
             extern_ops.update(outcome.extern)
-            if outcome.status == "skip":
-                skips[outcome.reason] += 1
             if outcome.status == "mismatch":
-                mismatches.append(f"{name} [{where}]: {outcome.reason}")
-        if results and all(o.status == "skip" and o.reason.startswith("trace") for _, o in results):
+                via = "closure fallback, " if outcome.capture in FALLBACK_KINDS else ""
+                mismatches.append(f"{name} [{where}] ({via}{outcome.capture}): {outcome.reason}")
+        if results and all(o.status == "skip" and o.capture == "" for _, o in results):
             untraced.append(name)
-    ops_with_samples = sum(1 for results in per_op.values() if results)
+    captured = [o for o in outcomes if o.capture in ("full", "breaks")]
+    fallback = [o for o in outcomes if o.capture in FALLBACK_KINDS]
+    kinds = collections.Counter(o.capture for o in outcomes)
     fully = sum(
         1
         for results in per_op.values()
-        if results
-        and all(o.status == "decomposed" for _, o in results if o.status != "skip")
-        and any(o.status == "decomposed" for _, o in results)
+        if any(o.status == "decomposed" and o.capture == "full" for _, o in results)
+        and all(o.status == "decomposed" and o.capture == "full" for _, o in results if o.capture)
     )
     print("", file=out)
-    print(
-        f"ops: {len(per_op)} ({ops_with_samples} with samples, {fully} fully decomposed)", file=out
+    print(f"ops: {len(per_op)} ({sum(1 for r in per_op.values() if r)} with samples, "
+          f"{fully} fully captured and decomposed)", file=out)  # fmt: skip
+    print(_line("samples", _counts(outcomes)), file=out)
+    print(f"capture: full graph {kinds['full']}  with graph breaks {kinds['breaks']}  "
+          f"all ops eager {kinds['eager']}  declined {kinds['declined']}  errors {kinds['error']}  "
+          f"not reached (skipped before capture) {kinds['']}", file=out)  # fmt: skip
+    print(_line("  captured (full + breaks)", _counts(captured)), file=out)
+    print(_line("  closure fallback (eager + declined + errors)", _counts(fallback)), file=out)
+    _top("ATen ops left extern", extern_ops, out, 40)
+    _reasons("capture errors (capture or its program raised)", per_op, ("error",), out)
+    _reasons("capture declined (no program)", per_op, ("declined",), out)
+    _reasons("first graph break, before any op (all ops eager)", per_op, ("eager",), out)
+    _reasons("first graph break (captured with breaks)", per_op, ("breaks",), out)
+    _top(
+        "skip reasons",
+        collections.Counter(f"{o.reason}" for o in outcomes if o.status == "skip"),
+        out,
+        40,
     )
-    print(
-        f"samples: {sum(totals.values())}  " + "  ".join(f"{s}: {totals[s]}" for s in STATUSES),
-        file=out,
+    print(f"\nops skipped before capture on every sample ({len(untraced)}): {', '.join(untraced)}",
+          file=out)  # fmt: skip
+    causes = collections.Counter(
+        _CAUSE.split(o.reason)[0][:100] for o in outcomes if o.status == "mismatch"
     )
-    print("\nATen ops left extern (samples):", file=out)
-    for name, count in extern_ops.most_common(40):
-        print(f"  {count:6}  {name}", file=out)
-    print("\nskip reasons (samples):", file=out)
-    for reason, count in skips.most_common():
-        print(f"  {count:6}  {reason}", file=out)
-    print(
-        f"\nops that failed to trace on every sample ({len(untraced)}): {', '.join(untraced)}",
-        file=out,
-    )
+    _top("mismatch causes (the stage whose own result is already wrong)", causes, out)
     print(f"\nmismatches ({len(mismatches)}):", file=out)
     for line in mismatches:
         print(f"  {line}", file=out)
-    return dict(totals)
+    totals = dict(_counts(outcomes))
+    totals.update({f"capture:{k}": kinds[k] for k in CAPTURE_KINDS})
+    return totals
 
 
 _SWEEP_OPS: list[Any] = []
@@ -136,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=2, help="samples per op and dtype")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = parser.parse_args(argv)
+    logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
     from torch.testing._internal.common_methods_invocations import op_db
 
     wanted = set(args.ops.split(",")) if args.ops else None

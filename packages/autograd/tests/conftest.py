@@ -96,7 +96,7 @@ class AotHelpers:
         for alias, want in zip(result.output_aliases, expected, strict=True):
             if alias is not None:
                 index, size, stride, offset = alias
-                view = ours[index].as_strided(size, stride, offset)
+                view = ours[index].as_strided(size, stride, ours[index].storage_offset() + offset)
                 torch.testing.assert_close(view, want.detach(), rtol=rtol, atol=atol)
         differentiable = [i for i, out in enumerate(expected) if out.requires_grad]
         wanted = [i for i, leaf in enumerate(leaves) if leaf.requires_grad]

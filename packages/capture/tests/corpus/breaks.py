@@ -315,6 +315,22 @@ def print_in_comprehension(x):
 
 
 @case(one)
+def print_in_dict_comprehension(x):
+    return {i: print(i) or x * i for i in range(2)}
+
+
+@case(one)
+def print_in_list_display(x):
+    # the list is on the value stack at the break; LIST_APPEND adds to it after resuming
+    return [x * 1, *[x + 1], print("last") or x * 2]
+
+
+@case(one)
+def print_in_dict_merge(x):
+    return {"a": x * 1, **{"b": print("merge") or x * 2}}
+
+
+@case(one)
 def closure_mutated_by_break(x):
     seen = []
 

@@ -30,7 +30,8 @@ from torchstrata.core import (
 _DETACH = aten("detach.default")
 
 #: ``(input index, size, stride, storage_offset)``: a user output that is a view of an
-#: input; the runtime returns ``inputs[index].as_strided(size, stride, storage_offset)``.
+#: input (offset relative to the input's start); the runtime returns
+#: ``inputs[index].as_strided(size, stride, inputs[index].storage_offset() + storage_offset)``.
 OutputAlias = tuple[int, tuple[int, ...], tuple[int, ...], int]
 
 

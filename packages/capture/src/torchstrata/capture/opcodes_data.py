@@ -297,10 +297,22 @@ def _list_to_tuple(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(SequenceVar(iterate(frame.tracer, frame.pop())))
 
 
+def _building(frame: Frame, inst: dis.Instruction) -> Any:
+    """The container a ``LIST_APPEND``/``MAP_ADD``/... adds to: one this frame's
+    ``BUILD_*`` made and that has not escaped (a display, a 3.12 inlined comprehension).
+    After a graph break it was re-read from the value stack (source ``S[i]``): drop that
+    source, so rebuilding it at a later break or return uses its items, added ones included,
+    instead of re-reading the real container, which the added items never reached."""
+    target = frame.stack[-_arg(inst)]
+    if isinstance(target, SequenceVar | DictVar):
+        target.source = None
+    return target
+
+
 @handles("LIST_APPEND")
 def _list_append(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.pop()
-    target = frame.stack[-_arg(inst)]
+    target = _building(frame, inst)
     assert isinstance(target, SequenceVar)
     target.items.append(value)
 
@@ -308,7 +320,7 @@ def _list_append(frame: Frame, inst: dis.Instruction) -> None:
 @handles("LIST_EXTEND")
 def _list_extend(frame: Frame, inst: dis.Instruction) -> None:
     values = iterate(frame.tracer, frame.pop())
-    target = frame.stack[-_arg(inst)]
+    target = _building(frame, inst)
     assert isinstance(target, SequenceVar)
     target.items.extend(values)
 
@@ -329,7 +341,7 @@ def _build_const_key_map(frame: Frame, inst: dis.Instruction) -> None:
 @handles("MAP_ADD")
 def _map_add(frame: Frame, inst: dis.Instruction) -> None:
     value, key = frame.pop(), frame.pop()
-    target = frame.stack[-_arg(inst)]
+    target = _building(frame, inst)
     assert isinstance(target, DictVar)
     target.items[python_value(key)] = value
 
@@ -337,12 +349,11 @@ def _map_add(frame: Frame, inst: dis.Instruction) -> None:
 @handles("DICT_UPDATE", "DICT_MERGE")
 def _dict_update(frame: Frame, inst: dis.Instruction) -> None:
     update = frame.pop()
-    target = frame.stack[-_arg(inst)]
-    assert isinstance(target, DictVar)
-    if isinstance(update, DictVar):
-        target.items.update(update.items)
-    else:
+    if not isinstance(update, DictVar):
         raise Unsupported(f"** with {describe(update)} is not supported")
+    target = _building(frame, inst)
+    assert isinstance(target, DictVar)
+    target.items.update(update.items)
 
 
 @handles("UNPACK_SEQUENCE")

@@ -85,9 +85,11 @@ class AotResult:
     no gradient).
 
     ``output_aliases`` has one entry per user output: None, or ``(input index, size,
-    stride, storage_offset)`` when the output is a view of (or is) that input; the
-    caller returns ``inputs[index].as_strided(size, stride, storage_offset)`` (after the
-    write-backs) instead of the computed value.
+    stride, storage_offset)`` when the output is a view of (or is) that input. The
+    offset is relative to the input's own first element (inputs are traced from their
+    metadata, which has no storage offset): the caller returns
+    ``inputs[index].as_strided(size, stride, inputs[index].storage_offset() + offset)``
+    (after the write-backs) instead of the computed value.
     """
 
     forward: Graph

@@ -7,6 +7,7 @@ kernel launches and extern ATen calls with no lookups beyond local names.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -98,9 +99,44 @@ def generate_launcher(
         if launch is not None:
             handle = env.name(launch.handle, step.name + "_")
             lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
+    lines = _release_at_last_use(lines, set(params) | {buffer_name(n) for n in graph.outputs})
     outputs = "".join(f"{buffer_name(node)}, " for node in graph.outputs)
     lines.append(f"    return ({outputs})")
     return "\n".join(lines) + "\n", env.values
+
+
+def _release_at_last_use(lines: list[str], keep: set[str]) -> list[str]:
+    """``lines`` (a ``def`` and its body) with ``del`` of each local right after its last use.
+
+    Intermediates (kernel buffers, extern results, views) are freed as soon as no later
+    statement reads them, instead of living until the launcher returns. Names in ``keep``
+    (the parameters and the outputs) are never released. Deleting a name that aliases
+    another tensor (a view) only drops that reference: torch keeps shared storage alive.
+    """
+    lines = "\n".join(lines).split("\n")  # one entry per physical line, as ast counts them
+    body = ast.parse("\n".join(lines) + "\n    pass\n").body[0]
+    assert isinstance(body, ast.FunctionDef)
+    statements = body.body[:-1]
+    assigned = {
+        node.id
+        for stmt in statements
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
+    last_use: dict[str, int] = {}
+    for index, stmt in enumerate(statements):
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id in assigned and node.id not in keep:
+                last_use[node.id] = index
+    dead_after: dict[int, list[str]] = {}
+    for name, index in last_use.items():
+        dead_after.setdefault(statements[index].end_lineno or 0, []).append(name)
+    out: list[str] = []
+    for lineno, line in enumerate(lines, start=1):
+        out.append(line)
+        if lineno in dead_after:
+            out.append(f"    del {', '.join(sorted(dead_after[lineno]))}")
+    return out
 
 
 def _extern_views(plan: Plan) -> dict[Node, StridedView]:

@@ -109,7 +109,8 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
     for position, alias in enumerate(aliases):
         if alias is not None:
             index, size, stride, offset = alias
-            outputs[position] = inputs[index].as_strided(size, stride, offset)
+            base = inputs[index]  # the traced offset is relative to this input's start
+            outputs[position] = base.as_strided(size, stride, base.storage_offset() + offset)
 
 
 def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
