@@ -117,9 +117,16 @@ class AtenRecorder(TorchDispatchMode):
         return entry.node
 
     def input_alias(self, tensor: torch.Tensor) -> int | None:
-        """The index of the graph input whose storage ``tensor`` shares, if any."""
+        """The index of the graph input whose storage ``tensor`` shares, if any.
+
+        None too for a view made through ``as_strided``: its offset is absolute, not
+        relative to the input's (see ``AotResult.output_aliases``), so the caller returns
+        the computed value (the same elements, not a view) rather than a wrong view.
+        """
         entry = self._entries.get(id(tensor))
-        return None if entry is None else entry.base.input_index
+        if entry is None or any(step.name == "as_strided" for step in entry.chain):
+            return None
+        return entry.base.input_index
 
     def mutated_inputs(self) -> list[tuple[int, Node]]:
         """``(input index, node of its final value)`` for every graph input written so far."""
