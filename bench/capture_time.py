@@ -1,6 +1,6 @@
 """Capture time of a 20-layer transformer forward (d=256, 4 heads).
 
-Run: ``python packages/capture/benchmarks/capture_time.py [--layers 20] [--manual]``.
+Run: ``python bench/capture_time.py [--layers 20] [--manual]``.
 Prints three figures for ``capture(model, (x,), {})``:
 
 - the first capture in a fresh process, which includes torch's own one-time work (its
