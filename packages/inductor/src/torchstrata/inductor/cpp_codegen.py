@@ -23,6 +23,7 @@ from torchstrata.inductor.exprs import (
     reductions_used,
 )
 from torchstrata.inductor.indexing import Index, Var, linear_offset, row_major_strides
+from torchstrata.inductor.infix import INFIX_BINARY
 from torchstrata.inductor.kernel import (
     Kernel,
     ReductionSpec,
@@ -104,22 +105,11 @@ _UNARY = {
     "sign": "ts_sign({})",
 }
 _BINARY = {
-    "add": "{} + {}",
-    "sub": "{} - {}",
-    "mul": "{} * {}",
+    **INFIX_BINARY,
     "maximum": "ts_max({}, {})",
     "minimum": "ts_min({}, {})",
     "atan2": "std::atan2({}, {})",
     "pow": "std::pow({}, {})",
-    "bitwise_and": "{} & {}",
-    "bitwise_or": "{} | {}",
-    "bitwise_xor": "{} ^ {}",
-    "eq": "{} == {}",
-    "ne": "{} != {}",
-    "lt": "{} < {}",
-    "le": "{} <= {}",
-    "gt": "{} > {}",
-    "ge": "{} >= {}",
 }
 _FLOAT_ONLY = frozenset(
     {

@@ -33,6 +33,7 @@ from torchstrata.inductor.exprs import (
     ReduceRef,
 )
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
+from torchstrata.inductor.infix import INFIX_BINARY
 from torchstrata.inductor.kernel import (
     Kernel,
     ReductionSpec,
@@ -130,20 +131,9 @@ _LIBDEVICE_UNARY = {
     "isinf": "libdevice.isinf({}) != 0",
 }
 _BINARY = {
-    "add": "{} + {}",
-    "sub": "{} - {}",
-    "mul": "{} * {}",
+    **INFIX_BINARY,
     "maximum": "_ts_max({}, {})",
     "minimum": "_ts_min({}, {})",
-    "bitwise_and": "{} & {}",
-    "bitwise_or": "{} | {}",
-    "bitwise_xor": "{} ^ {}",
-    "eq": "{} == {}",
-    "ne": "{} != {}",
-    "lt": "{} < {}",
-    "le": "{} <= {}",
-    "gt": "{} > {}",
-    "ge": "{} >= {}",
 }
 _LIBDEVICE_BINARY = {"atan2": "libdevice.atan2({}, {})", "pow": "libdevice.pow({}, {})"}
 _FLOAT_ONLY = frozenset(
