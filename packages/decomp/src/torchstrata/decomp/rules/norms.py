@@ -10,7 +10,7 @@ import torch
 from torchstrata.core import Node
 from torchstrata.decomp.context import DecompContext, canonical_dim, canonical_dims
 from torchstrata.decomp.promotion import computation_dtype, is_integral
-from torchstrata.decomp.rules.reductions import Dims, reduce, sum_
+from torchstrata.decomp.rules.reductions import Dims, reduce, sum_, widened_dtype
 from torchstrata.decomp.table import NotDecomposable, RuleTable
 
 
@@ -79,8 +79,7 @@ def prod(
     dtype: torch.dtype | None = None,
 ) -> Node:
     """Product over ``dim``; integers and bool multiply in int64."""
-    if dtype is None:
-        dtype = torch.int64 if is_integral(x.tensor_meta.dtype) else x.tensor_meta.dtype
+    dtype = widened_dtype(x, dtype)
     x = ctx.cast(x, dtype)
     dims = None if dim is None else [canonical_dim(dim, x.tensor_meta.ndim)]
     return ctx.cast(reduce(ctx, "prod", x, dims, keepdim, computation_dtype(dtype)), dtype)
@@ -93,8 +92,7 @@ def prod_default(ctx: DecompContext, x: Node, *, dtype: torch.dtype | None = Non
 
 def cumsum(ctx: DecompContext, x: Node, dim: int, *, dtype: torch.dtype | None = None) -> Node:
     """``prims.cumsum``; integers and bool accumulate in int64, half types in float32."""
-    if dtype is None:
-        dtype = torch.int64 if is_integral(x.tensor_meta.dtype) else x.tensor_meta.dtype
+    dtype = widened_dtype(x, dtype)
     shape = x.tensor_meta.shape
     xc = ctx.cast(ctx.cast(x, dtype), computation_dtype(dtype))
     if not shape:

@@ -30,6 +30,14 @@ def reduce(
     return ctx.keepdim(out, reduced, shape) if keepdim else out
 
 
+def widened_dtype(x: Node, dtype: torch.dtype | None) -> torch.dtype:
+    """The result dtype of sum/prod/cumsum: ``dtype`` if given, else int64 for integer and
+    bool inputs (like eager), else the input's."""
+    if dtype is not None:
+        return dtype
+    return torch.int64 if is_integral(x.tensor_meta.dtype) else x.tensor_meta.dtype
+
+
 def sum_(
     ctx: DecompContext,
     x: Node,
@@ -39,8 +47,7 @@ def sum_(
     dtype: torch.dtype | None = None,
 ) -> Node:
     """Sum over ``dim`` (all dims when None or empty); integers and bool sum to int64."""
-    if dtype is None:
-        dtype = torch.int64 if is_integral(x.tensor_meta.dtype) else x.tensor_meta.dtype
+    dtype = widened_dtype(x, dtype)
     x = ctx.cast(x, dtype)
     out = reduce(ctx, "sum", x, dim, keepdim, computation_dtype(dtype))
     return ctx.cast(out, dtype)
