@@ -61,3 +61,19 @@ def test_backward_inputs_are_saved_values_then_tangents():
     names = [node.name for node in parts.backward.inputs]
     assert names == [*(node.name for node in parts.saved), "tangent_0"]
     assert len(parts.backward.outputs) == 2
+
+
+def test_cross_entropy_saves_bf16_logits_not_float_log_softmax():
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    logits = b.input("logits", TensorMeta((8, 64), torch.bfloat16, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    upcast = b.call(torch_op(torch.Tensor.float), logits)
+    graph = b.build([_call(b, F.cross_entropy, upcast, target)])
+    parts = partition(trace_graph(graph, training=True))
+    assert {node.name for node in parts.saved} >= {"logits", "target"}
+    saved_full = [n for n in parts.saved if n.meta.shape == (8, 64) and n.name != "logits"]
+    assert saved_full == []  # the float32 log-softmax is recomputed, not saved
+    names = [op.name for op in parts.backward.ops()]
+    assert "aten._log_softmax.default" in names

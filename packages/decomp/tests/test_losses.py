@@ -46,6 +46,12 @@ def test_nll_loss_of_one_sample(dh) -> None:
         dh.one_op("nll_loss_forward.default", dh.T(5), dh.T(dtype=LONG), None, 1, -100, outputs=2),
         prepare=_targets(5),
     )
+    dh.check(
+        dh.one_op(
+            "nll_loss_backward.default", dh.T(), dh.T(5), dh.T(dtype=LONG), None, 1, -100, dh.T()
+        ),
+        prepare=_targets(5),
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

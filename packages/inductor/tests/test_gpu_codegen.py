@@ -14,7 +14,7 @@ from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.triton_backend import load_module
 from torchstrata.inductor.triton_codegen import generate_triton, supports
-from torchstrata.inductor.triton_tuning import Config, candidate_configs
+from torchstrata.inductor.triton_tuning import Config, candidate_configs, is_outer_reduction
 
 triton = pytest.importorskip("triton")
 backends = pytest.importorskip("triton.backends.compiler")
@@ -57,11 +57,30 @@ def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     assert any(c.persistent for c in configs) == (length <= 32768)
     for config in (configs[0], configs[-1]):
         ptx = _ptx(kernel, config, str(tmp_path))
-        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), config
+        assert re.search(r"ld\.global(\.[\w:]+)*\.v4\.b32", ptx), config
         assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), config
-        assert not re.search(r"ld\.global(\.\w+)*\.b16", ptx), config
+        assert not re.search(r"ld\.global(\.[\w:]+)*\.b16", ptx), config
 
 
 def test_short_rows_share_a_program(ind):
     kernel = _kernel(_softmax_bf16(ind, 4096, 128))
     assert all(c.persistent and c.xblock >= 16 for c in candidate_configs(kernel, False))
+
+
+def test_column_sums_get_wide_row_tiles_and_vector_loads(tmp_path):
+    # A weight-gradient-like sum over the rows of a [512, 4096] bf16 value: the loads are
+    # contiguous along the kernel's rows, so tiles are wide in rows and the loads vectorise.
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((512, 4096), torch.bfloat16))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    kernel = _kernel(b.build([b.call(prim("sum"), xf, (0,))]))
+    configs = candidate_configs(kernel, interpret=False)
+    assert is_outer_reduction(kernel)
+    assert all(not c.persistent and c.xblock >= 32 and c.rblock <= 32 for c in configs)
+    ptx = _ptx(kernel, configs[0], str(tmp_path))
+    assert re.search(r"ld\.global(\.\w+)*\.v[24]\.b32", ptx)
+
+
+def test_row_sums_are_not_outer(ind):
+    kernel = _kernel(_softmax_bf16(ind, 64, 1024))
+    assert not is_outer_reduction(kernel)

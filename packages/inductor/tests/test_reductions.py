@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
+from torchstrata.inductor.split_sums import parts_for
 
 
 def _reduce(kind, shape, dims, dtype=torch.float32, strides=None):
@@ -161,3 +162,54 @@ def test_reduction_over_an_empty_dim(ind, codegen, kind):
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((4, 0), torch.float32))
     ind.check(b.build([b.call(prim(kind), x, (1,))]), codegen)
+
+
+def test_cross_entropy_of_huge_rows_reads_the_row_once(ind, codegen):
+    # gather(log_softmax(x)) is pushed through the subtractions down to x, so the picked
+    # logit, the max and the sum of exponentials share ONE online loop over the row.
+    rows, n = 3, 70001
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.bfloat16))
+    t = b.input("t", TensorMeta((rows, 1), torch.int64))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), xf, (1,)), (rows, n), (0,))
+    shifted = b.call(prim("sub"), xf, peak)
+    total = b.call(prim("sum"), b.call(prim("exp"), shifted), (1,))
+    lse = b.call(prim("broadcast_in_dim"), b.call(prim("log"), total), (rows, n), (0,))
+    picked = b.call(prim("gather"), b.call(prim("sub"), shifted, lse), 1, t)
+    graph = b.build([b.call(prim("neg"), picked)])
+    x_value = torch.randn(rows, n).to(torch.bfloat16)
+    x_value[1, 5] = float("-inf")
+    target = torch.tensor([[0], [n - 1], [12345]])
+    compiled = ind.compile(graph, codegen)
+    actual = compiled(x_value, target)[0]
+    expected = -torch.log_softmax(x_value.double(), -1).gather(1, target)
+    torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
+    assert compiled.eager_ops == () and len(compiled.kernels) == 1
+    if codegen == "triton":
+        assert compiled.kernels[0].source.count("for roffset") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape, dims", [((4096, 3), (0,)), ((2, 2048, 5), (0, 1))])
+def test_long_column_sums_are_exact_in_two_levels(ind, codegen, dtype, shape, dims):
+    # Triton splits sums over >= 2048 leading rows into partial sums (float32 for bf16).
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta(shape, dtype))
+    y = b.input("y", TensorMeta(shape, dtype))
+    graph = b.build([b.call(prim("sum"), b.call(prim("mul"), x, y), dims)])
+    compiled = ind.compile(graph, codegen)
+    inputs = random_inputs(graph, seed=1)
+    expected = (inputs[0].double() * inputs[1].double()).sum(dims)
+    actual = compiled(*inputs)[0]
+    assert actual.dtype == dtype
+    tolerance = 1e-2 if dtype is torch.bfloat16 else 1e-4
+    torch.testing.assert_close(actual.double(), expected, atol=tolerance, rtol=tolerance)
+    if codegen != "cpp":
+        assert len(compiled.kernels) == 2
+
+
+def test_parts_of_a_split_sum_divide_the_length():
+    assert parts_for(16384) == 16 and parts_for(4096) == 4 and parts_for(2047) == 1
+    assert parts_for(3001) == 1  # a prime: no even split
+    assert parts_for(6000) == 5  # the largest divisor of 6000 up to 6000 // 1024

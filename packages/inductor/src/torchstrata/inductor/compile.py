@@ -21,6 +21,7 @@ from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
+from torchstrata.inductor.split_sums import split_long_sums
 from torchstrata.inductor.triton_backend import TritonBackend
 
 
@@ -63,7 +64,10 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
-    graph = eliminate_dead_code(gather_as_reduction(graph))
+    graph = gather_as_reduction(graph)
+    if isinstance(backend, TritonBackend):
+        graph = split_long_sums(graph)  # the C++ backend walks long columns itself
+    graph = eliminate_dead_code(graph)
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
     launches, infos, compile_seconds = {}, [], 0.0

@@ -1,7 +1,7 @@
 """Reduction phases, and the max/sum-of-exp pairs that one online loop can compute.
 
-A *phase* is a run of consecutive reductions none of which reads another of the same run;
-a looped kernel makes one pass over the row per phase. A sum of ``exp(v - max(v))`` right
+A *phase* is a set of reductions none of which reads another of the same set (grouped by
+depth); a looped kernel makes one pass over the row per phase. A sum of ``exp(v - max(v))`` right
 after the max of ``v`` needs no pass of its own: an online loop keeps the running max and
 rescales the running sum whenever the max grows (softmax, log-softmax, logsumexp).
 """
@@ -16,13 +16,18 @@ from torchstrata.inductor.kernel import ReductionSpec
 
 
 def reduction_phases(reductions: Sequence[ReductionSpec]) -> list[list[ReductionSpec]]:
-    """Consecutive reductions grouped so that none reads another of its own group."""
+    """The reductions grouped by depth: a reduction joins the phase after the last phase
+    holding a reduction it reads, so none reads another of its own phase and independent
+    reductions share the earliest pass (cross-entropy's picked logit joins the max)."""
     phases: list[list[ReductionSpec]] = []
+    level: dict[str, int] = {}
     for spec in reductions:
-        if phases and not reductions_used(spec.body) & {s.name for s in phases[-1]}:
-            phases[-1].append(spec)
-        else:
-            phases.append([spec])
+        reads = reductions_used(spec.body)
+        depth = max((level[name] + 1 for name in reads if name in level), default=0)
+        level[spec.name] = depth
+        if depth == len(phases):
+            phases.append([])
+        phases[depth].append(spec)
     return phases
 
 

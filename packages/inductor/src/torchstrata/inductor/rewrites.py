@@ -6,6 +6,11 @@ equal to the input's: cross-entropy's picked logit) becomes
 ``a`` (log-softmax), instead of materialising ``a`` for an ATen gather. Exactly one term is
 non-zero, so the sum is exact. Unlike ``torch.gather``, an out-of-range index gives 0
 rather than an error.
+
+The gather is first pushed through pointwise prims (``gather(x - m - log(s))`` is
+``gather(x) - m - log(s)`` when ``m`` and ``s`` are broadcast along ``dim``), so the sum
+reads the leaves (cross-entropy's logits), not a value that the reductions of its own row
+define: the picked logit joins the max and the sum of exponentials in one pass.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Graph, Node, Transformer, prim
+from torchstrata.core import Graph, GraphBuilder, Node, OpKind, Transformer, get_prim, prim
 
 _GATHER = prim("gather")
+_BROADCAST = prim("broadcast_in_dim")
 
 
 def _one_per_row(node: Node) -> bool:
@@ -41,19 +47,57 @@ class _GatherAsReduction(Transformer):
         b = self.builder
         a, dim, index = args
         meta = a.tensor_meta
-        ndim = len(meta.shape)
-        dim %= ndim
-        iota = b.call(prim("iota"), meta.shape[dim], 0, 1, torch.int64, meta.device)
-        positions = b.call(prim("broadcast_in_dim"), iota, meta.shape, (dim,))
+        dim %= len(meta.shape)
         if index.tensor_meta.dtype is not torch.int64:
             index = b.call(prim("convert_element_type"), index, torch.int64)
-        wanted = b.call(prim("broadcast_in_dim"), index, meta.shape, tuple(range(ndim)))
-        hit = b.call(prim("eq"), positions, wanted)
+        iota = b.call(prim("iota"), meta.shape[dim], 0, 1, torch.int64, meta.device)
+        positions = b.call(_BROADCAST, iota, meta.shape, (dim,))
+        wanted = b.call(_BROADCAST, index, meta.shape, tuple(range(len(meta.shape))))
+        picker = _Picker(b, dim, node.tensor_meta.shape, b.call(prim("eq"), positions, wanted))
+        return picker.pick(a)
+
+
+class _Picker:
+    """Builds ``gather(value, dim, index)`` for one index per row, pushed through pointwise
+    prims down to the leaves, where it becomes ``sum(where(hit, leaf, 0), dim)``."""
+
+    def __init__(self, builder: GraphBuilder, dim: int, shape: tuple[int, ...], hit: Node) -> None:
+        self.builder = builder
+        self.dim = dim
+        self.shape = shape
+        self.hit = hit
+        self.memo: dict[Node, Node] = {}
+
+    def pick(self, value: Node) -> Node:
+        """``value`` at the picked position of every row, shaped like the index."""
+        picked = self.memo.get(value)
+        if picked is None:
+            picked = self.memo[value] = self._pick(value)
+        return picked
+
+    def _pick(self, value: Node) -> Node:
+        b, meta = self.builder, value.tensor_meta
+        if value.op == _BROADCAST:
+            operand, _, dims = value.args
+            dims = tuple(dims)
+            if self.dim not in dims or operand.tensor_meta.shape[dims.index(self.dim)] == 1:
+                return b.call(_BROADCAST, operand, self.shape, dims)  # constant along dim
+        elif _is_elementwise(value) and all(
+            arg.tensor_meta.shape == meta.shape for arg in value.args if isinstance(arg, Node)
+        ):
+            operands = [self.pick(arg) if isinstance(arg, Node) else arg for arg in value.args]
+            assert value.op is not None
+            return b.call(value.op, *operands, **dict(value.kwargs))
         zero = b.call(prim("full"), (), 0, meta.dtype, meta.device)
-        zeros = b.call(prim("broadcast_in_dim"), zero, meta.shape, ())
-        total = b.call(prim("sum"), b.call(prim("where"), hit, a, zeros), (dim,))
-        kept = tuple(d for d in range(ndim) if d != dim)
-        return b.call(prim("broadcast_in_dim"), total, node.tensor_meta.shape, kept, name=node.name)
+        zeros = b.call(_BROADCAST, zero, meta.shape, ())
+        total = b.call(prim("sum"), b.call(prim("where"), self.hit, value, zeros), (self.dim,))
+        kept = tuple(d for d in range(len(meta.shape)) if d != self.dim)
+        return b.call(_BROADCAST, total, self.shape, kept)
+
+
+def _is_elementwise(node: Node) -> bool:
+    op = node.op
+    return op is not None and op.kind is OpKind.PRIMS and get_prim(op.name).is_elementwise
 
 
 def gather_as_reduction(graph: Graph) -> Graph:

@@ -211,6 +211,9 @@ class TritonPrinter:
         self.reduction = reduction
         self.interpret = interpret
         self.red_names = frozenset(v.name for v in red_vars(kernel.red_shape))
+        #: Triton's eviction policy for loads along the row (looped kernels keep the row
+        #: in L2 for the loop that reads it again, then evict it in the last loop).
+        self.eviction: str | None = None
 
     def offset(self, index: Index) -> tuple[str, str]:
         """The offset text (shaped like the tile it belongs to) and its mask."""
@@ -225,7 +228,10 @@ class TritonPrinter:
             return literal(expr.value, expr.dtype)
         if isinstance(expr, Load):
             offset, mask = self.offset(expr.index)
-            text = f"tl.load({expr.buffer} + ({offset}), {mask}, other=0)"
+            hint = ""
+            if self.eviction and mask != "xmask":
+                hint = f", eviction_policy={self.eviction!r}"
+            text = f"tl.load({expr.buffer} + ({offset}), {mask}, other=0{hint})"
             return f"{text}.to(tl.float32)" if expr.dtype in HALF_TYPES else text
         if isinstance(expr, IndexValue):
             return f"({render_index(expr.index)} + xzero).to({compute_type(expr.dtype)})"
@@ -343,6 +349,8 @@ def generate_triton(kernel: Kernel, *, interpret: bool, persistent: bool) -> str
         lines += [line.format(start="") for line in rindex_lines]
     phases = reduction_phases(kernel.reductions)
     pairs = {} if persistent else online_pairs(kernel.reductions)
+    if not (persistent or interpret) and kernel.full_stores:
+        printer.eviction = "evict_last"
     for phase in phases:
         if persistent:
             lines += _persistent_phase(emitter, phase, interpret)
@@ -358,6 +366,8 @@ def generate_triton(kernel: Kernel, *, interpret: bool, persistent: bool) -> str
             lines += emitter.take_outer() + full_stores
         else:
             emitter.open_inner()
+            if not interpret:
+                printer.eviction = "evict_first"
             stores = [_store(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
             body = (
                 [line.format(start="roffset + ") for line in rindex_lines]
@@ -419,23 +429,24 @@ def _looped_phase(
             updates.append(f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, {masked})")
             finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
             continue
-        # Online max and sum of exp(v - max): rescale the running sums when the max grows.
+        # Online max and sum of exp(v - max): the max is kept per row (one reduction of the
+        # tile per iteration), the sums per lane; when the row's max grows the sums are
+        # rescaled by one exp per row, so each element costs one exp.
         m = spec.name
+        inits[-1] = f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"
         updates += [
             f"val_{m} = {masked}",
-            f"new_{m} = _ts_max(acc_{m}, val_{m})",
+            f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret)})",
             f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
             f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
             f"term_{m} = tl.exp(val_{m} - safe_{m})",
         ]
-        finals.append(f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}")
-        finals.append(f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})")
+        finals.append(f"red_{m} = acc_{m}")
         for partner in mine:
             s = partner.name
             inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
             updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
-            rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
-            finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+            finals.append(f"red_{s} = {reduce_text(partner, f'acc_{s}', interpret)}")
         updates.append(f"acc_{m} = new_{m}")
     body = (
         [line.format(start="roffset + ") for line in rindex_lines] + emitter.close_inner() + updates

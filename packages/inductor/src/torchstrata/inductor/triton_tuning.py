@@ -7,6 +7,8 @@ A :class:`Config` picks the code variant (persistent or looped) and the launch c
 * Rows that fit (``next_power_of_2(row) <= PERSISTENT_MAX``) are persistent: every input is
   read once. Short rows put several rows in one program (a tile of 2048-8192 elements), and
   ``num_warps`` grows with the tile (about 16 elements per thread).
+* Column sums (loads contiguous along the rows, not the reduced dims) get looped tiles
+  of 32-256 rows by 8-32 reduced elements, so that a warp reads consecutive addresses.
 * Rows over ``LOOPED_MIN`` elements also get looped candidates (RBLOCK 1024-4096, one
   row per program, online max+sum where the kernel allows); huge rows only looped ones.
 
@@ -33,13 +35,17 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.exprs import Load, walk
+from torchstrata.inductor.indexing import Var
+from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
 from torchstrata.inductor.triton_codegen import next_power_of_2
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
 INTERPRETER_TILE = 65536  # the interpreter runs programs one by one: few, large tiles
 INTERPRETER_LOOP_BLOCK = 4096
+#: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
+OUTER_SHAPES = ((64, 8, 4), (64, 16, 4), (128, 8, 4), (128, 16, 8), (32, 32, 4), (256, 8, 8))
 
 
 @attrs.frozen
@@ -60,6 +66,29 @@ def _warps_for(tile: int) -> int:
     return max(1, min(16, next_power_of_2(tile // 512)))
 
 
+def unit_stride_vars(kernel: Kernel) -> frozenset[str]:
+    """Loop variables along which some load of a reduction body is contiguous."""
+    found: set[str] = set()
+    for spec in kernel.reductions:
+        for expr in walk(spec.body):
+            if isinstance(expr, Load):
+                found.update(
+                    atom.name for atom, c in expr.index.terms if isinstance(atom, Var) and c == 1
+                )
+    return frozenset(found)
+
+
+def is_outer_reduction(kernel: Kernel) -> bool:
+    """True when the reduction bodies read memory contiguously along rows, never along the
+    reduced dims (a column sum): tiles must then be wide in rows and short in the row."""
+    if not kernel.red_shape:
+        return False
+    contiguous = unit_stride_vars(kernel)
+    red = {v.name for v in red_vars(kernel.red_shape)}
+    row = {v.name for v in row_vars(kernel.row_shape)}
+    return bool(contiguous & row) and not contiguous & red
+
+
 def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
     """The configurations worth trying for ``kernel``; the first is the default."""
     rows = next_power_of_2(kernel.rows)
@@ -75,6 +104,10 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
         return [Config(1, INTERPRETER_LOOP_BLOCK, 1, False)]
     configs: list[Config] = []
+    if is_outer_reduction(kernel):
+        for xblock, rblock_, warps in OUTER_SHAPES:
+            configs.append(Config(min(rows, xblock), min(rblock, rblock_), warps, False))
+        return list(dict.fromkeys(configs))
     if rblock <= PERSISTENT_MAX:
         for tile in (2048, 4096, 8192):
             xblock = max(1, min(rows, tile // rblock))
@@ -82,6 +115,8 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
             configs += [Config(xblock, rblock, warps, True)]
             if warps < 16:
                 configs.append(Config(xblock, rblock, warps * 2, True))
+            if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
+                configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
     if length > LOOPED_MIN or not configs:
         for block, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
             configs.append(Config(1, min(block, rblock), warps, False))

@@ -92,7 +92,12 @@ def nll_loss_backward(
     ignore_index: int,
     total_weight: Node,
 ) -> Node:
-    """``d input``: ``-weight[t] * grad`` at ``[n, target[n]]`` (scaled for mean), 0 elsewhere."""
+    """``d input``: ``-weight[t] * grad`` at ``[n, target[n]]`` (scaled for mean), 0 elsewhere.
+
+    Written as ``where(iota == target, value, 0)`` rather than a scatter into zeros: a
+    pointwise expression that fuses with ``log_softmax_backward`` (no zero-filled buffer,
+    no extern scatter).
+    """
     _check(x, target)
     compute = computation_dtype(x.tensor_meta.dtype)
     safe, keep = _targets(ctx, target, ignore_index)
@@ -104,12 +109,13 @@ def nll_loss_backward(
         raise NotDecomposable(f"nll_loss reduction {reduction}")
     g = ctx.broadcast_to(g, w.tensor_meta.shape)
     values = ctx.prim("neg", ctx.prim("mul", w, g))
-    zeros = ctx.full(list(x.tensor_meta.shape), 0.0, compute)
-    if x.tensor_meta.ndim == 1:
-        out = ctx.prim("scatter", zeros, 0, ctx.reshape(safe, [1]), ctx.reshape(values, [1]))
-    else:
-        n = safe.tensor_meta.numel
-        out = ctx.prim("scatter", zeros, 1, ctx.reshape(safe, [n, 1]), ctx.reshape(values, [n, 1]))
+    shape = list(x.tensor_meta.shape)
+    classes = ctx.iota(shape[-1])
+    row_dims = list(range(len(shape) - 1))
+    positions = ctx.prim("broadcast_in_dim", classes, shape, [len(shape) - 1])
+    wanted = ctx.prim("broadcast_in_dim", safe, shape, row_dims)
+    hit = ctx.prim("eq", positions, wanted)
+    out = ctx.where(hit, ctx.prim("broadcast_in_dim", values, shape, row_dims), 0.0)
     return ctx.cast(out, ctx.out_meta.dtype)
 
 
