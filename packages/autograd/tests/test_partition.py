@@ -7,6 +7,7 @@ import operator
 import torch
 
 from torchstrata.autograd import choose_saved, is_recomputable, partition, trace_graph
+from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.core import GraphBuilder, Level, TensorMeta, torch_op
 
 
@@ -63,7 +64,7 @@ def test_backward_inputs_are_saved_values_then_tangents():
     assert len(parts.backward.outputs) == 2
 
 
-def test_cross_entropy_saves_bf16_logits_not_float_log_softmax():
+def test_cross_entropy_saves_row_statistics_not_the_float_log_softmax():
     import torch.nn.functional as F
 
     b = GraphBuilder(Level.TORCH)
@@ -71,9 +72,19 @@ def test_cross_entropy_saves_bf16_logits_not_float_log_softmax():
     target = b.input("target", TensorMeta((8,), torch.int64))
     upcast = b.call(torch_op(torch.Tensor.float), logits)
     graph = b.build([_call(b, F.cross_entropy, upcast, target)])
-    parts = partition(trace_graph(graph, training=True))
-    assert {node.name for node in parts.saved} >= {"logits", "target"}
-    saved_full = [n for n in parts.saved if n.meta.shape == (8, 64) and n.name != "logits"]
-    assert saved_full == []  # the float32 log-softmax is recomputed, not saved
-    names = [op.name for op in parts.backward.ops()]
-    assert "aten._log_softmax.default" in names
+    parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
+    shapes = {node.name: tuple(node.meta.shape) for node in parts.saved}
+    assert "logits" in shapes
+    # Besides the logits, only row statistics ([8, 1]) and scalars are saved.
+    assert all(shape in ((8, 1), (8,), ()) for name, shape in shapes.items() if name != "logits")
+    ops = [op.name for op in parts.backward.ops()]
+    assert "aten._log_softmax.default" not in ops and "aten.amax.default" not in ops
+    assert "aten.log.default" in ops  # the log-softmax is rebuilt pointwise from the stats
+
+
+def test_softmax_of_an_empty_row_is_left_whole():
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((3, 0), torch.float32, requires_grad=True))
+    graph = b.build([_call(b, torch.softmax, x, -1)])
+    trace = spell_out_softmax(trace_graph(graph, training=True))
+    assert "aten._softmax.default" in [op.name for op in trace.graph.ops()]

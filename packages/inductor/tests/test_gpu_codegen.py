@@ -30,7 +30,9 @@ def _kernel(graph) -> Kernel:
 
 
 def _ptx(kernel: Kernel, config: Config, cache_dir: str) -> str:
-    source = generate_triton(kernel, interpret=False, persistent=config.persistent)
+    source = generate_triton(
+        kernel, interpret=False, persistent=config.persistent, lane_max=config.lane_max
+    )
     module, _ = load_module(source, kernel.name, cache_dir, False)
     signature = {arg.name: POINTER[arg.dtype] for arg in kernel.args}
     signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
@@ -55,7 +57,8 @@ def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     configs = candidate_configs(kernel, interpret=False)
     assert any(not c.persistent for c in configs)
     assert any(c.persistent for c in configs) == (length <= 32768)
-    for config in (configs[0], configs[-1]):
+    assert any(c.lane_max for c in configs) == (length > 8192)  # online pairs when looped
+    for config in {configs[0], configs[-1], *(c for c in configs if c.lane_max)}:
         ptx = _ptx(kernel, config, str(tmp_path))
         assert re.search(r"ld\.global(\.[\w:]+)*\.v4\.b32", ptx), config
         assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), config

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
+from torchstrata.inductor import triton_backend
 from torchstrata.inductor.split_sums import parts_for
+from torchstrata.inductor.triton_tuning import Config
 
 
 def _reduce(kind, shape, dims, dtype=torch.float32, strides=None):
@@ -87,10 +89,17 @@ def test_reduction_read_at_another_row_is_materialised(ind, codegen):
     assert len(compiled.kernels) == 2
 
 
+@pytest.mark.parametrize("lane_max", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_huge_rows_use_an_online_softmax(ind, codegen, dtype):
+def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, lane_max, monkeypatch):
     # Rows beyond the persistent limit of the interpreter: max and sum of exp(x - max)
     # share one online loop (running sums rescaled), then one loop writes the output.
+    # lane_max: the variant with a running max per lane (the autotuner may pick either).
+    if lane_max and codegen != "triton":
+        pytest.skip("a Triton code variant")
+    if lane_max:
+        looped = Config(1, 4096, 1, persistent=False, lane_max=True)
+        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((3, 70001), dtype))
     xf = b.call(prim("convert_element_type"), x, torch.float32)
@@ -105,7 +114,8 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype):
     actual = compiled(*inputs)[0]
     torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
     if codegen == "triton":
-        assert "scale_" in compiled.kernels[0].source
+        source = compiled.kernels[0].source
+        assert "scale_" in source and ("rsafe_" in source) == lane_max
 
 
 def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):

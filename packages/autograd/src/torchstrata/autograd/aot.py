@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.autograd.partition import partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
 from torchstrata.core import AotResult, CompileOptions, Graph, verify
@@ -28,6 +29,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     if not trace.grad_inputs:
         result = _inference(trace)
     else:
+        trace = spell_out_softmax(trace)
         parts = partition(trace)
         result = AotResult(
             forward=parts.forward,

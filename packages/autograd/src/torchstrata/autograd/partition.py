@@ -47,12 +47,6 @@ _CHEAP_OPS = frozenset(
     }
 )
 
-#: Row reductions whose output is as large as their input: recomputing them in the
-#: backward costs one more read of the (smaller or already saved) input, saving them costs
-#: a write and a read of a full-size value (cross-entropy's float32 log-softmax of bf16
-#: logits is twice the logits' bytes).
-_ROW_RECOMPUTABLE = frozenset({"_softmax", "_log_softmax"})
-
 
 @attrs.frozen
 class Partition:
@@ -78,8 +72,8 @@ def is_random(node: Node) -> bool:
 
 def is_recomputable(node: Node) -> bool:
     """True for ops cheap enough to recompute in the backward: pointwise ops, views,
-    ``getitem``, copies, factories and softmax/log-softmax. Matmuls, other reductions and
-    RNG ops are not."""
+    ``getitem``, copies and factories. Matmuls, reductions and RNG ops are not (softmax is
+    spelled out before partitioning, see :mod:`torchstrata.autograd.expand`)."""
     if node.op is None:
         return False
     if node.op == GETITEM:
@@ -91,8 +85,7 @@ def is_recomputable(node: Node) -> bool:
         return True
     if any(ret.alias_info is not None for ret in func._schema.returns):
         return True  # a view
-    name = func._overloadpacket.__name__
-    return name in _CHEAP_OPS or name in _ROW_RECOMPUTABLE
+    return func._overloadpacket.__name__ in _CHEAP_OPS
 
 
 def _weight(node: Node) -> float:

@@ -47,7 +47,11 @@ def triton_interpret(enabled: bool) -> Iterator[None]:
 
 
 def default_cache_dir() -> Path:
-    """``~/.cache/torchstrata/triton``."""
+    """``$TORCHSTRATA_CACHE_DIR/triton`` when that is set (read at each call), else
+    ``~/.cache/torchstrata/triton``."""
+    root = os.environ.get("TORCHSTRATA_CACHE_DIR")
+    if root:
+        return Path(root) / "triton"
     return Path.home() / ".cache" / "torchstrata" / "triton"
 
 
@@ -93,10 +97,13 @@ class TritonBackend:
         """See :class:`Backend`: one module per code variant, the launch config tuned later."""
         configs = candidate_configs(kernel, self.interpret)
         variants, sources, paths = {}, [], []
-        for persistent in sorted({config.persistent for config in configs}, reverse=True):
-            source = generate_triton(kernel, interpret=self.interpret, persistent=persistent)
+        for variant in sorted({config.variant for config in configs}, reverse=True):
+            persistent, lane_max = variant
+            source = generate_triton(
+                kernel, interpret=self.interpret, persistent=persistent, lane_max=lane_max
+            )
             module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
-            variants[persistent] = getattr(module, kernel.name)
+            variants[variant] = getattr(module, kernel.name)
             sources.append(source)
             paths.append(path)
         cache_path = None

@@ -312,11 +312,15 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def generate_triton(kernel: Kernel, *, interpret: bool, persistent: bool) -> str:
+def generate_triton(
+    kernel: Kernel, *, interpret: bool, persistent: bool, lane_max: bool = False
+) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
     ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
     looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
+    ``lane_max``: the online max is kept per lane (no reduction across the tile in the
+    loop, but one more exp per element) instead of per row.
     """
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
@@ -355,7 +359,7 @@ def generate_triton(kernel: Kernel, *, interpret: bool, persistent: bool) -> str
         if persistent:
             lines += _persistent_phase(emitter, phase, interpret)
         else:
-            lines += _looped_phase(emitter, phase, pairs, rindex_lines, kernel, interpret)
+            lines += _looped_phase(emitter, phase, pairs, rindex_lines, kernel, interpret, lane_max)
     row_stores = [_store(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
     if kernel.full_stores:
@@ -408,6 +412,7 @@ def _looped_phase(
     rindex_lines: list[str],
     kernel: Kernel,
     interpret: bool,
+    lane_max: bool,
 ) -> list[str]:
     """One loop over the row for ``phase``; a phase whose sums are online partners of an
     earlier max is folded into that max's loop, so it emits nothing itself."""
@@ -429,29 +434,69 @@ def _looped_phase(
             updates.append(f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, {masked})")
             finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
             continue
-        # Online max and sum of exp(v - max): the max is kept per row (one reduction of the
-        # tile per iteration), the sums per lane; when the row's max grows the sums are
-        # rescaled by one exp per row, so each element costs one exp.
-        m = spec.name
-        inits[-1] = f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"
-        updates += [
-            f"val_{m} = {masked}",
-            f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret)})",
-            f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
-            f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
-            f"term_{m} = tl.exp(val_{m} - safe_{m})",
-        ]
-        finals.append(f"red_{m} = acc_{m}")
-        for partner in mine:
-            s = partner.name
-            inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
-            updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
-            finals.append(f"red_{s} = {reduce_text(partner, f'acc_{s}', interpret)}")
-        updates.append(f"acc_{m} = new_{m}")
+        online = _lane_online if lane_max else _row_online
+        new_inits, new_updates, new_finals = online(spec, masked, mine, interpret)
+        inits[-1:] = new_inits
+        updates += new_updates
+        finals += new_finals
     body = (
         [line.format(start="roffset + ") for line in rindex_lines] + emitter.close_inner() + updates
     )
     return emitter.take_outer() + inits + _loop(kernel.row_length, body) + finals
+
+
+Lines = list[str]
+
+
+def _row_online(
+    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool
+) -> tuple[Lines, Lines, Lines]:
+    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals): the max is kept
+    per row (one reduction of the tile per iteration), the sums per lane; when the row's
+    max grows the sums are rescaled by one exp per row, so each element costs one exp."""
+    m, ctype = spec.name, compute_type(spec.dtype)
+    inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
+    updates = [
+        f"val_{m} = {masked}",
+        f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret)})",
+        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
+        f"term_{m} = tl.exp(val_{m} - safe_{m})",
+    ]
+    finals = [f"red_{m} = acc_{m}"]
+    for partner in sums:
+        s = partner.name
+        inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
+        finals.append(f"red_{s} = {reduce_text(partner, f'acc_{s}', interpret)}")
+    return inits, [*updates, f"acc_{m} = new_{m}"], finals
+
+
+def _lane_online(
+    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool
+) -> tuple[Lines, Lines, Lines]:
+    """Online max and sums with the max kept per lane: no reduction across the tile inside
+    the loop, but two exps per element; the lanes' sums are rescaled to the row's max."""
+    m, ctype = spec.name, compute_type(spec.dtype)
+    inits = [f"acc_{m} = tl.full([XBLOCK, RBLOCK], {_identity_text(spec)}, {ctype})"]
+    updates = [
+        f"val_{m} = {masked}",
+        f"new_{m} = _ts_max(acc_{m}, val_{m})",
+        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
+        f"term_{m} = tl.exp(val_{m} - safe_{m})",
+    ]
+    finals = [
+        f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
+        f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
+    ]
+    for partner in sums:
+        s = partner.name
+        inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
+        rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
+        finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+    return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
 def _loop(length: int, body: list[str]) -> list[str]:

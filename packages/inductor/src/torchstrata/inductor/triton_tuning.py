@@ -9,8 +9,9 @@ A :class:`Config` picks the code variant (persistent or looped) and the launch c
   ``num_warps`` grows with the tile (about 16 elements per thread).
 * Column sums (loads contiguous along the rows, not the reduced dims) get looped tiles
   of 32-256 rows by 8-32 reduced elements, so that a warp reads consecutive addresses.
-* Rows over ``LOOPED_MIN`` elements also get looped candidates (RBLOCK 1024-4096, one
-  row per program, online max+sum where the kernel allows); huge rows only looped ones.
+* Rows over ``LOOPED_MIN`` elements also get looped candidates (RBLOCK 1024-4096, one to
+  four rows per program, online max+sum where the kernel allows, with the running max
+  kept per row or per lane); huge rows only looped ones.
 
 On a GPU every candidate is timed on the first call (``triton.testing.do_bench``, median)
 with the real arguments (kernels only write their own fresh outputs, so reruns are
@@ -38,12 +39,22 @@ from triton.testing import do_bench
 from torchstrata.inductor.exprs import Load, walk
 from torchstrata.inductor.indexing import Var
 from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
+from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
 INTERPRETER_TILE = 65536  # the interpreter runs programs one by one: few, large tiles
 INTERPRETER_LOOP_BLOCK = 4096
+#: (XBLOCK, RBLOCK, num_warps) of looped rows.
+LOOPED_SHAPES = (
+    (1, 1024, 4),
+    (1, 2048, 8),
+    (1, 4096, 8),
+    (1, 4096, 16),
+    (2, 2048, 8),
+    (4, 1024, 8),
+)
 #: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
 OUTER_SHAPES = ((64, 8, 4), (64, 16, 4), (128, 8, 4), (128, 16, 8), (32, 32, 4), (256, 8, 8))
 
@@ -56,6 +67,12 @@ class Config:
     rblock: int
     num_warps: int
     persistent: bool
+    lane_max: bool = False  # looped online softmax with a per-lane max (see generate_triton)
+
+    @property
+    def variant(self) -> tuple[bool, bool]:
+        """The code variant this configuration launches: ``(persistent, lane_max)``."""
+        return self.persistent, self.lane_max
 
     def grid(self, rows: int) -> tuple[int]:
         """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
@@ -118,8 +135,12 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
     if length > LOOPED_MIN or not configs:
-        for block, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
-            configs.append(Config(1, min(block, rblock), warps, False))
+        online = bool(online_pairs(kernel.reductions))
+        for xblock, block, warps in LOOPED_SHAPES:
+            config = Config(min(xblock, rows), min(block, rblock), warps, False)
+            configs.append(config)
+            if online:
+                configs.append(attrs.evolve(config, lane_max=True))
     return list(dict.fromkeys(configs))
 
 
@@ -147,7 +168,7 @@ def write_choice(path: Path, config: Config) -> None:
 
 
 class TunedKernel:
-    """A kernel's variants (``{persistent: jit function}``) behind one call.
+    """A kernel's variants (``{(persistent, lane_max): jit function}``) behind one call.
 
     The first call picks a configuration (cache, benchmark, or the default), then every call
     is a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``.
@@ -175,7 +196,7 @@ class TunedKernel:
 
     def bind(self, config: Config) -> Callable[..., Any]:
         """A launcher of ``config``."""
-        launch = self.variants[config.persistent][config.grid(self.rows)]
+        launch = self.variants[config.variant][config.grid(self.rows)]
         constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
         if self.compiled:
             constants["num_warps"] = config.num_warps
