@@ -11,7 +11,7 @@ import torch
 from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.cpp_build import build_kernel, simd_math_functions
 from torchstrata.inductor.cpp_codegen import generate_cpp
-from torchstrata.inductor.cpp_codegen import supports as cpp_supports
+from torchstrata.inductor.cpp_exprs import supports as cpp_supports
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 

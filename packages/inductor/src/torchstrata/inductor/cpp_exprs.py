@@ -1,0 +1,324 @@
+"""C++ spelling shared by the C++ kernel generators: types, literals, expressions, stores.
+
+16-bit floats are stored as ``uint16_t`` and computed in ``float``; max/min are
+NaN-propagating like torch. ``where``, max and min are bitwise selects, so that loops that
+also call vectorisable math functions stay branch-free (GCC 12 does not if-convert a
+conditional in a loop that calls a function which may set ``errno``, such as ``expf``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, ReduceRef
+from torchstrata.inductor.indexing import Index, Var, row_major_strides
+from torchstrata.inductor.infix import INFIX_BINARY
+from torchstrata.inductor.kernel import Kernel, Store
+
+STORAGE_TYPES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "uint16_t",
+    torch.bfloat16: "uint16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+    torch.int16: "int16_t",
+    torch.int32: "int32_t",
+    torch.int64: "int64_t",
+    torch.bool: "bool",
+}
+HALF_TYPES = (torch.float16, torch.bfloat16)
+PARALLEL_THRESHOLD = 32768  # elements below which OpenMP's fork costs more than it saves
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+static inline float ts_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t ts_f32_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
+}
+static inline float ts_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t ts_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
+template <typename T> static inline T ts_where(bool c, T a, T b) {
+  const T m = static_cast<T>(-static_cast<int64_t>(c)); return static_cast<T>((a & m) | (b & static_cast<T>(~m)));
+}
+template <> inline bool ts_where<bool>(bool c, bool a, bool b) { return (c & a) | (!c & b); }
+template <> inline float ts_where<float>(bool c, float a, float b) {
+  uint32_t x, y; std::memcpy(&x, &a, 4); std::memcpy(&y, &b, 4);
+  const uint32_t m = -static_cast<uint32_t>(c); x = (x & m) | (y & ~m); std::memcpy(&a, &x, 4); return a;
+}
+template <> inline double ts_where<double>(bool c, double a, double b) {
+  uint64_t x, y; std::memcpy(&x, &a, 8); std::memcpy(&y, &b, 8);
+  const uint64_t m = -static_cast<uint64_t>(c); x = (x & m) | (y & ~m); std::memcpy(&a, &x, 8); return a;
+}
+template <typename T> static inline T ts_max(T a, T b) { return ts_where<T>((a != a) | (a > b), a, b); }
+template <typename T> static inline T ts_min(T a, T b) { return ts_where<T>((a != a) | (a < b), a, b); }
+template <typename T> static inline T ts_div_int(T a, T b) { return b == 0 ? T(0) : T(a / b); }
+template <typename T> static inline T ts_fmod_int(T a, T b) { return b == 0 ? T(0) : T(a % b); }
+template <typename T> static inline T ts_rem_int(T a, T b) {
+  if (b == 0) return T(0); T r = T(a % b); return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
+}
+template <typename T> static inline T ts_rem_float(T a, T b) {
+  T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T ts_sign(T a) { return a != a ? a : T((a > T(0)) - (a < T(0))); }
+"""
+
+_UNARY = {
+    "exp": "std::exp({})",
+    "exp2": "std::exp2({})",
+    "expm1": "std::expm1({})",
+    "log": "std::log({})",
+    "log2": "std::log2({})",
+    "log1p": "std::log1p({})",
+    "sqrt": "std::sqrt({})",
+    "sin": "std::sin({})",
+    "cos": "std::cos({})",
+    "tan": "std::tan({})",
+    "tanh": "std::tanh({})",
+    "asin": "std::asin({})",
+    "acos": "std::acos({})",
+    "atan": "std::atan({})",
+    "sinh": "std::sinh({})",
+    "cosh": "std::cosh({})",
+    "erf": "std::erf({})",
+    "floor": "std::floor({})",
+    "ceil": "std::ceil({})",
+    "trunc": "std::trunc({})",
+    "round": "std::nearbyint({})",
+    "rsqrt": "1 / std::sqrt({})",
+    "reciprocal": "1 / ({})",
+    "neg": "-({})",
+    "isnan": "({0} != {0})",
+    "isinf": "std::isinf({})",
+    "sign": "ts_sign({})",
+}
+_BINARY = {
+    **INFIX_BINARY,
+    "maximum": "ts_max({}, {})",
+    "minimum": "ts_min({}, {})",
+    "atan2": "std::atan2({}, {})",
+    "pow": "std::pow({}, {})",
+}
+_FLOAT_ONLY = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log1p",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "tanh",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "erf",
+        "rsqrt",
+        "reciprocal",
+        "atan2",
+        "pow",
+        "isinf",
+    }
+)
+
+
+_BOOL_UNSUPPORTED = frozenset(
+    {
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "remainder",
+        "fmod",
+        "neg",
+        "abs",
+        "sign",
+        "maximum",
+        "minimum",
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+        "pow",
+    }
+)
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    """The C++ type values of ``dtype`` are computed in."""
+    return "float" if dtype in HALF_TYPES else STORAGE_TYPES[dtype]
+
+
+def supports(name: str, dtype: torch.dtype) -> bool:
+    """Can this backend generate prims.``name`` on operands of ``dtype``?"""
+    if dtype not in STORAGE_TYPES:
+        return False
+    if name in _FLOAT_ONLY and not dtype.is_floating_point:
+        return False
+    return not (dtype is torch.bool and name in _BOOL_UNSUPPORTED)
+
+
+def literal(value: int | float | bool, dtype: torch.dtype) -> str:
+    """A C++ literal of ``value`` in the compute type of ``dtype``."""
+    ctype = compute_type(dtype)
+    if dtype is torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return f"static_cast<{ctype}>(NAN)"
+        if math.isinf(value):
+            return f"static_cast<{ctype}>({'' if value > 0 else '-'}INFINITY)"
+        return f"static_cast<{ctype}>({value!r})"
+    value = int(value)
+    if value == -(2**63):
+        return "static_cast<int64_t>(-9223372036854775807LL - 1)"
+    return f"static_cast<{ctype}>({value}LL)"
+
+
+def render_index(index: Index) -> str:
+    """An index as C++ (int64 arithmetic)."""
+    return index.render(lambda name: name, "/")
+
+
+class CppPrinter:
+    """Spells expressions in C++."""
+
+    def render(self, expr: Expr, operands: Sequence[str]) -> str:
+        """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
+        if isinstance(expr, Constant):
+            return literal(expr.value, expr.dtype)
+        if isinstance(expr, Load):
+            text = f"{expr.buffer}[{render_index(expr.index)}]"
+            if expr.dtype is torch.float16:
+                return f"ts_f16_to_f32({text})"
+            if expr.dtype is torch.bfloat16:
+                return f"ts_bf16_to_f32({text})"
+            return text
+        if isinstance(expr, IndexValue):
+            return f"static_cast<{compute_type(expr.dtype)}>({render_index(expr.index)})"
+        if isinstance(expr, ReduceRef):
+            return f"red_{expr.name}"
+        assert isinstance(expr, Op)
+        return self._op(expr, operands)
+
+    def _op(self, expr: Op, args: Sequence[str]) -> str:
+        name, ctype = expr.name, compute_type(expr.dtype)
+        operand_dtype = expr.args[0].dtype
+        is_float = operand_dtype.is_floating_point
+        if name == "convert_element_type":
+            if expr.dtype is torch.bool:
+                return f"({args[0]} != 0)"
+            if expr.dtype is torch.float16:
+                return f"ts_f16_to_f32(ts_f32_to_f16(static_cast<float>({args[0]})))"
+            if expr.dtype is torch.bfloat16:
+                return f"ts_bf16_to_f32(ts_f32_to_bf16(static_cast<float>({args[0]})))"
+            return f"static_cast<{ctype}>({args[0]})"
+        if name == "where":
+            return f"ts_where<{ctype}>({args[0]}, {args[1]}, {args[2]})"
+        if name == "div":
+            text = f"{args[0]} / {args[1]}" if is_float else f"ts_div_int({args[0]}, {args[1]})"
+        elif name == "remainder":
+            text = f"ts_rem_{'float' if is_float else 'int'}({args[0]}, {args[1]})"
+        elif name == "fmod":
+            text = (
+                f"std::fmod({args[0]}, {args[1]})"
+                if is_float
+                else f"ts_fmod_int({args[0]}, {args[1]})"
+            )
+        elif name == "abs":
+            text = f"std::abs({args[0]})"
+        elif name == "bitwise_not":
+            text = f"!({args[0]})" if operand_dtype is torch.bool else f"~({args[0]})"
+        elif name in _UNARY:
+            text = _UNARY[name].format(*args)
+        else:
+            text = _BINARY[name].format(*args)
+        return f"static_cast<{ctype}>({text})"
+
+    def define(self, name: str, expr: Expr, text: str) -> str:
+        """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
+        return f"const {compute_type(expr.dtype)} {name} = {text};"
+
+
+def store_line(store: Store, value: str) -> str:
+    target = f"{store.buffer}[{render_index(store.index)}]"
+    if store.dtype is torch.float16:
+        return f"{target} = ts_f32_to_f16({value});"
+    if store.dtype is torch.bfloat16:
+        return f"{target} = ts_f32_to_bf16({value});"
+    return f"{target} = static_cast<{STORAGE_TYPES[store.dtype]}>({value});"
+
+
+def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
+    strides = row_major_strides([v.size for v in vars_])
+    lines = []
+    for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
+        text = f"{flat} / {stride}" if stride != 1 else flat
+        if dim > 0:
+            text = f"({text}) % {var.size}"
+        lines.append(f"const int64_t {var.name} = {text};")
+    return lines
+
+
+def nested_loops(vars_: Sequence[Var], body: list[str], pragma: str) -> list[str]:
+    lines: list[str] = []
+    for depth, var in enumerate(vars_):
+        if depth == len(vars_) - 1 and pragma:
+            lines.append(pragma)
+        lines.append(f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
+    lines += ["  " + line for line in body]
+    lines += ["}"] * len(vars_)
+    return lines
+
+
+COMBINE = {
+    "sum": "{acc} + {v}",
+    "prod": "{acc} * {v}",
+    "amax": "ts_max({acc}, {v})",
+    "amin": "ts_min({acc}, {v})",
+}
+
+
+def simd_declarations(functions: frozenset[str]) -> str:
+    """``omp declare simd`` declarations of libmvec functions, so that SIMD loops call them."""
+    lines = ['extern "C" {']
+    for name in sorted(functions):
+        arity = SIMD_ARITY.get(name, 1)
+        for ctype, suffix in (("float", "f"), ("double", "")):
+            params = ", ".join([ctype] * arity)
+            lines += ["#pragma omp declare simd notinbranch", f"{ctype} {name}{suffix}({params});"]
+    return "\n".join([*lines, "}"]) if functions else ""
+
+
+SIMD_ARITY = {"pow": 2, "atan2": 2}
+
+
+def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset[str]) -> str:
+    """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
+
+    ``body`` holds the function's statements; buffers the kernel stores to are the only
+    non-``const`` pointers.
+    """
+    stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
+    params = ", ".join(
+        f"{'' if arg.name in stored else 'const '}{STORAGE_TYPES[arg.dtype]}* __restrict__ {arg.name}"
+        for arg in kernel.args
+    )
+    text = "\n".join(body)
+    used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
+    head = [PRELUDE, simd_declarations(used), f'extern "C" void {kernel.name}({params}) {{']
+    return "\n".join([*head, *("  " + line for line in body), "}", ""])
