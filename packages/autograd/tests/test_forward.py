@@ -179,3 +179,25 @@ def test_cuda_metadata_is_kept_without_a_gpu():
     verify(forward)
     assert {node.tensor_meta.device for node in forward.nodes} == {torch.device("cuda", 0)}
     assert _op_names(forward) == ["aten.add.Tensor", "aten.gelu.default", "aten._softmax.default"]
+
+
+def test_cpu_inference_traces_on_meta_tensors_like_on_fake_ones(aot):
+    # traced on meta tensors (no FakeTensorMode): the metadata still says cpu
+    b, (x, bias) = aot.builder(x=((4, 8), torch.float32), b=((8,), torch.float32))
+    out = aot.call(b, torch.softmax, aot.call(b, operator.add, x, bias), -1)
+    forward = aot.check(b.build([out]))
+    assert {node.tensor_meta.device.type for node in forward.nodes} == {"cpu"}
+
+
+def test_device_dispatched_ops_are_traced_on_fake_tensors(aot):
+    # batch_norm's ATen form differs between cpu and meta: saved stats are empty on cpu
+    b, (x, w, rm, rv) = aot.builder(
+        x=((2, 3, 4, 4), torch.float32),
+        w=((3,), torch.float32),
+        rm=((3,), torch.float32),
+        rv=((3,), torch.float32),
+    )
+    out = aot.call(b, F.batch_norm, x, rm, rv, w, None, False)
+    forward = aot_forward(b.build([out])).forward
+    [node] = [n for n in forward.nodes if n.op.name == "aten.native_batch_norm.default"]
+    assert [meta.shape for meta in node.meta] == [(2, 3, 4, 4), (0,), (0,)]

@@ -16,6 +16,20 @@ import torch
 from torchstrata.core import Graph, Node, TensorMeta
 
 _CPU = torch.device("cpu")
+#: Words in torch-level op names whose ATen decomposition depends on the device.
+DEVICE_DISPATCHED = (
+    "attention",
+    "batch_norm",
+    "instance_norm",
+    "group_norm",
+    "dropout",
+    "lstm",
+    "gru",
+    "rnn",
+    "ctc_loss",
+    "embedding_bag",
+    "stft",
+)
 
 
 def is_available(device: torch.device) -> bool:
@@ -44,14 +58,37 @@ def trace_device(metas: tuple[TensorMeta, ...], training: bool) -> torch.device 
     return devices.pop()
 
 
-def move_graph(graph: Graph, device: torch.device) -> Graph:
-    """``graph`` with ``cpu`` replaced by ``device`` in metadata and device arguments."""
+def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
+    """The device of an inference graph that may be traced on ``meta`` tensors, or None.
+
+    Fake tensors need a ``FakeTensorMode``, whose construction imports ``torch._dynamo``
+    (seconds, most of a cold compile); meta tensors need nothing. That is sound for an
+    inference graph whose inputs all live on the CPU (``cpu`` then stands for ``meta``
+    in the traced graph, see :func:`move_graph`) and that calls no op in
+    :data:`DEVICE_DISPATCHED`, whose ATen form depends on the device (attention picks
+    a CPU kernel, batch norm saves nothing on the CPU...). A graph that mixes devices,
+    creates tensors on another device, or reads data fails on meta tensors and is
+    traced again on fake ones (the caller's job).
+    """
+    devices = {meta.device for meta in graph.input_metas}
+    if training or devices != {_CPU}:
+        return None
+    for node in graph.nodes:
+        name = node.op.name if node.op is not None else ""
+        if any(word in name for word in DEVICE_DISPATCHED):
+            return None
+    return _CPU
+
+
+def move_graph(graph: Graph, device: torch.device, traced_on: torch.device = _CPU) -> Graph:
+    """``graph`` with ``traced_on`` (``cpu`` by default) replaced by ``device`` in metadata
+    and device arguments."""
     env: dict[Node, Node] = {}
 
     def convert(value: Any) -> Any:
         if isinstance(value, Node):
             return env[value]
-        if isinstance(value, torch.device) and value == _CPU:
+        if isinstance(value, torch.device) and value == traced_on:
             return device
         if isinstance(value, list | tuple):
             items = [convert(item) for item in value]
@@ -66,7 +103,7 @@ def move_graph(graph: Graph, device: torch.device) -> Graph:
             node.op,
             convert(node.args),
             convert(dict(node.kwargs)),
-            _move_meta(node.meta, device),
+            _move_meta(node.meta, device, traced_on),
         )
     return Graph(
         graph.level,
@@ -76,9 +113,9 @@ def move_graph(graph: Graph, device: torch.device) -> Graph:
     )
 
 
-def _move_meta(meta: Any, device: torch.device) -> Any:
+def _move_meta(meta: Any, device: torch.device, traced_on: torch.device) -> Any:
     if isinstance(meta, TensorMeta):
-        return attrs.evolve(meta, device=device) if meta.device == _CPU else meta
+        return attrs.evolve(meta, device=device) if meta.device == traced_on else meta
     if isinstance(meta, tuple):
-        return tuple(_move_meta(item, device) for item in meta)
+        return tuple(_move_meta(item, device, traced_on) for item in meta)
     return meta

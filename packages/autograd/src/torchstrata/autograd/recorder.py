@@ -1,7 +1,8 @@
 """``AtenRecorder``: a dispatch mode that records ATen calls into a functional ATen graph.
 
-It sits above a :class:`~torch._subclasses.fake_tensor.FakeTensorMode`: each ATen call
-is forwarded to the fake mode (which computes the output metadata) and appended to a
+It sits above a :class:`~torch._subclasses.fake_tensor.FakeTensorMode` (or runs on
+``meta`` tensors): each ATen call is forwarded to the fake mode or the meta kernel
+(which computes the output metadata) and appended to a
 :class:`~torchstrata.core.GraphBuilder` at :attr:`~torchstrata.core.Level.ATEN`.
 Tensors map to nodes by identity; everything else is kept as a constant.
 
@@ -136,7 +137,8 @@ class AtenRecorder(TorchDispatchMode):
         self._entries[id(tensor)] = _Entry(tensor, node, _Base(tensor, node, None), ())
 
     def _constant_tensor(self, tensor: torch.Tensor) -> Node:
-        if isinstance(tensor, torch._subclasses.fake_tensor.FakeTensor) or tensor.dim() != 0:
+        traced = isinstance(tensor, torch._subclasses.fake_tensor.FakeTensor) or tensor.is_meta
+        if traced or tensor.dim() != 0:
             raise NotImplementedError(
                 f"tensor {tuple(tensor.shape)} {tensor.dtype} was not produced inside the "
                 "traced graph; only 0-dim constant tensors can be embedded"

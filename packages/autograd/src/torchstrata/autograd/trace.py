@@ -9,13 +9,14 @@ backward ATen ops into the same graph.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import attrs
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchstrata.autograd.devices import move_graph, trace_device
+from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.core import (
     Graph,
@@ -28,6 +29,8 @@ from torchstrata.core import (
 )
 
 _DETACH = aten("detach.default")
+_CPU = torch.device("cpu")
+_META = torch.device("meta")
 
 #: ``(input index, size, stride, storage_offset)``: a user output that is a view of an
 #: input (offset relative to the input's start); the runtime returns
@@ -61,17 +64,37 @@ class JointTrace:
 def trace_graph(graph: Graph, *, training: bool) -> JointTrace:
     """Trace ``graph`` (torch level); with ``training``, trace its backward as well.
 
+    An inference trace of a graph on one device first runs on ``meta`` tensors (see
+    :func:`~torchstrata.autograd.devices.meta_trace_device`); if that fails, and for
+    every other graph, it runs on fake tensors.
+
     :raises AotTraceError: if a torch node fails on fake tensors (the message names it).
     :raises NotImplementedError: for outputs that are not tensors and unsupported
         mutations (see the package README).
     """
     if graph.level is not Level.TORCH:
         raise ValueError(f"aot takes a torch-level graph, not {graph.level.value}")
-    stand_in = trace_device(graph.input_metas, training)
+    device = meta_trace_device(graph, training)
+    if device is not None:
+        try:
+            return _trace(graph, training, contextlib.nullcontext(), device)
+        except Exception:  # noqa: BLE001 - any failure on meta tensors: retry on fake ones
+            pass
+    return _trace(graph, training, FakeTensorMode(), None)
+
+
+def _trace(
+    graph: Graph,
+    training: bool,
+    fake_mode: contextlib.AbstractContextManager[Any],
+    meta_for: torch.device | None,
+) -> JointTrace:
+    """The trace under ``fake_mode``; with ``meta_for``, on meta tensors standing for it."""
+    stand_in = meta_for if meta_for is not None else trace_device(graph.input_metas, training)
+    tracing_on = _META if meta_for is not None else _CPU if stand_in is not None else None
     recorder = AtenRecorder()
-    fake_mode = FakeTensorMode()
     with fake_mode:
-        primals = [_fake_input(node.tensor_meta, training, stand_in) for node in graph.inputs]
+        primals = [_fake_input(node.tensor_meta, training, tracing_on) for node in graph.inputs]
     for node, tensor in zip(graph.inputs, primals, strict=True):
         recorder.add_input(node.name, tensor)
     grad_mode = torch.enable_grad() if training else torch.no_grad()
@@ -118,7 +141,7 @@ def trace_graph(graph: Graph, *, training: bool) -> JointTrace:
     outputs = [*user_nodes, *(node for _, node in mutations), *grad_nodes]
     joint = eliminate_dead_code(_drop_detach(recorder.builder.build(outputs)))
     if stand_in is not None:
-        joint = move_graph(joint, stand_in)
+        joint = move_graph(joint, stand_in, tracing_on or _CPU)
     return JointTrace(
         graph=joint,
         num_primals=len(graph.inputs),
@@ -149,8 +172,8 @@ def _drop_detach(graph: Graph) -> Graph:
     return Graph(graph.level, graph.inputs, tuple(nodes), outputs)
 
 
-def _fake_input(meta: TensorMeta, training: bool, stand_in: torch.device | None) -> torch.Tensor:
-    device = "cpu" if stand_in is not None else meta.device
+def _fake_input(meta: TensorMeta, training: bool, tracing_on: torch.device | None) -> torch.Tensor:
+    device = tracing_on if tracing_on is not None else meta.device
     tensor = torch.empty_strided(meta.shape, meta.strides, dtype=meta.dtype, device=device)
     differentiable = meta.dtype.is_floating_point or meta.dtype.is_complex
     if training and meta.requires_grad and differentiable:

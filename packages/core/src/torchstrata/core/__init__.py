@@ -5,6 +5,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
+from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
@@ -105,6 +106,7 @@ __all__ = [
     "current_options",
     "dtype_from_short_name",
     "dtype_short_name",
+    "dynamo_import_deferred",
     "eliminate_dead_code",
     "format_graph",
     "from_fx",

@@ -1,13 +1,15 @@
 """Compiling generated C++ to shared objects, cached by content, and loading them with ctypes.
 
-One ``g++ -O3 -march=native -fopenmp -shared -fPIC`` per kernel file, with the standard
-headers from a precompiled header (``pch_<hash>/ts_prelude.h.gch``: ~0.13 s instead of
-~0.4-0.9 s per kernel on a loaded 2-core box) (plus ``-lmvec`` when
-the kernel declares glibc's vector math functions, so ``omp simd`` loops over ``exp``/``erf``
-vectorise). The shared object is
-named by the SHA-256 of the source and the compiler command, stored in ``cache_dir``
-(default ``~/.cache/torchstrata/cpp``) and written atomically (temporary file, then
-``os.replace``), so concurrent processes never see a half-written library.
+One ``g++ -O3 -march=native -fopenmp -shared -fPIC`` per kernel file (plus ``-lmvec``
+when the kernel declares glibc's vector math functions, so ``omp simd`` loops over
+``exp``/``erf`` vectorise). The standard headers a kernel includes are swapped for the
+few declarations it needs (:mod:`torchstrata.inductor.cpp_prelude`: half the compile
+time, with no precompiled header to build on a cold start); a kernel that does not
+compile that way is compiled again as written. The shared object is named by the
+SHA-256 of the source and the compiler command, stored in ``cache_dir`` (default
+``$TORCHSTRATA_CACHE_DIR/cpp``, else ``~/.cache/torchstrata/cpp``) and written
+atomically (temporary file, then ``os.replace``), so concurrent processes never see a
+half-written library.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from pathlib import Path
 import attrs
 import torch
 
+from torchstrata.inductor.cpp_prelude import lighten
+
+#: Overrides the root of the default cache directory (read when compiling, not at import).
+CACHE_DIR_VARIABLE = "TORCHSTRATA_CACHE_DIR"
+#: Changes whenever the prelude that replaces the standard headers changes.
+PRELUDE_VERSION = "light-prelude-1"
 COMPILER_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 #: Math functions glibc's libmvec may vectorise: name -> number of arguments.
 SIMD_MATH_CANDIDATES = {
@@ -90,7 +98,11 @@ class BuiltKernel:
 
 
 def default_cache_dir() -> Path:
-    """``~/.cache/torchstrata/cpp``."""
+    """``$TORCHSTRATA_CACHE_DIR/cpp`` when that is set (read at each call), else
+    ``~/.cache/torchstrata/cpp``."""
+    root = os.environ.get(CACHE_DIR_VARIABLE)
+    if root:
+        return Path(root) / "cpp"
     return Path.home() / ".cache" / "torchstrata" / "cpp"
 
 
@@ -121,6 +133,12 @@ def simd_math_functions() -> frozenset[str]:
     return frozenset(found)
 
 
+def cache_key(compiler: str, flags: tuple[str, ...], source: str) -> str:
+    """The SHA-256 naming a kernel's library: compiler, flags, prelude version and source."""
+    parts = (compiler, *flags, PRELUDE_VERSION, source)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def build_kernel(
     source: str, name: str, num_args: int, cache_dir: str | Path | None = None
 ) -> BuiltKernel:
@@ -129,7 +147,7 @@ def build_kernel(
     directory = Path(cache_dir) if cache_dir else default_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     flags = (*COMPILER_FLAGS, *link_flags())
-    digest = hashlib.sha256("\0".join((compiler, *flags, source)).encode()).hexdigest()
+    digest = cache_key(compiler, flags, source)
     library = directory / f"{name}_{digest[:24]}.so"
     cached = library.exists()
     seconds = 0.0
@@ -144,63 +162,32 @@ def build_kernel(
     return BuiltKernel(fn, str(library), seconds, cached)
 
 
-#: The standard headers every kernel starts with; parsing them is most of a compile, so
-#: they come from a precompiled header (built once per compiler and flags).
-PRELUDE = "#include <cmath>\n#include <cstdint>\n#include <cstring>\n"
-PRELUDE_NAME = "ts_prelude.h"
-
-
-def precompiled_prelude(compiler: str, cache: Path) -> Path | None:
-    """The directory holding ``ts_prelude.h`` and its ``.gch`` (built on first use,
-    atomically), or None when the compiler cannot build it (kernels then parse the headers)."""
-    key = hashlib.sha256("\0".join((compiler, *COMPILER_FLAGS, PRELUDE)).encode()).hexdigest()
-    directory = cache / f"pch_{key[:16]}"
-    if (directory / f"{PRELUDE_NAME}.gch").exists():
-        return directory
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / PRELUDE_NAME).write_text(PRELUDE)
-    fd, temporary = tempfile.mkstemp(dir=directory, suffix=".gch.tmp")
-    os.close(fd)
-    flags = [flag for flag in COMPILER_FLAGS if flag != "-shared"]
-    command = [compiler, *flags, "-x", "c++-header", str(directory / PRELUDE_NAME)]
-    result = subprocess.run([*command, "-o", temporary], capture_output=True, check=False)
-    if result.returncode != 0:
-        os.unlink(temporary)
-        return None
-    os.replace(temporary, directory / f"{PRELUDE_NAME}.gch")
-    return directory
+def compile_command(compiler: str, source_path: Path, output: Path, source: str) -> list[str]:
+    """The compiler invocation that builds ``source`` (saved at ``source_path``)."""
+    command = [compiler, *COMPILER_FLAGS, str(source_path), "-o", str(output), *link_flags()]
+    if "omp declare simd" in source:
+        command.append("-lmvec")
+    return command
 
 
 def _compile(compiler: str, source: str, library: Path) -> float:
+    """Build ``library`` from ``source``: with the light prelude, else as written."""
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="torchstrata_cpp_") as work:
         source_path = Path(work) / "kernel.cpp"
         output = Path(work) / "kernel.so"
-        prelude = precompiled_prelude(compiler, library.parent) if PRELUDE in source else None
-        include: list[str] = []
-        if prelude is not None:
-            source_path.write_text(source.replace(PRELUDE, f'#include "{PRELUDE_NAME}"\n', 1))
-            include = [f"-I{prelude}"]
+        attempts = [text for text in (lighten(source), source) if text is not None]
+        for text in attempts:
+            source_path.write_text(text)
+            command = compile_command(compiler, source_path, output, source)
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode == 0:
+                break
         else:
-            source_path.write_text(source)
-        command = [
-            compiler,
-            *COMPILER_FLAGS,
-            *include,
-            str(source_path),
-            "-o",
-            str(output),
-            *link_flags(),
-        ]
-        if "omp declare simd" in source:
-            command.append("-lmvec")
-        start = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        seconds = time.perf_counter() - start
-        if result.returncode != 0:
             raise CppCompileError(f"{' '.join(command)} failed:\n{result.stderr}")
         fd, temporary = tempfile.mkstemp(dir=library.parent, suffix=".so.tmp")
         os.close(fd)
         shutil.copyfile(output, temporary)
         os.replace(temporary, library)
         library.with_suffix(".cpp").write_text(source)
-    return seconds
+    return time.perf_counter() - start

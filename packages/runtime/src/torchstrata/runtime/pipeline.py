@@ -28,6 +28,7 @@ from torchstrata.core import (
     PassManager,
     PassRecord,
     create_plugin_manager,
+    dynamo_import_deferred,
     interpret,
     register,
 )
@@ -314,11 +315,17 @@ class Pipeline:
 
         def build() -> GraphFn:
             records: list[PassRecord] = []
-            aten_graph = self.run_passes("post_aot", graph, options, records)
-            return self.lower(aten_graph, options, records).fn
+            with dynamo_import_deferred():
+                aten_graph = self.run_passes("post_aot", graph, options, records)
+                return self.lower(aten_graph, options, records).fn
 
         fallback = None if options.fullgraph else _interpreter(graph)
         return LazyGraphFn(build, fallback, what="backward graph")
+
+    def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
+        """The runner of a graph compiled after the frame (a segment after a break)."""
+        with dynamo_import_deferred():
+            return self.compile_graph(graph, options).runner
 
     def compile_frame(
         self,
@@ -327,7 +334,22 @@ class Pipeline:
         kwargs: dict[str, Any],
         options: CompileOptions,
     ) -> FrameArtifacts:
-        """Capture ``fn`` for this call and compile every graph it holds."""
+        """Capture ``fn`` for this call and compile every graph it holds.
+
+        Runs under :func:`~torchstrata.core.dynamo_import_deferred`, as do the graphs
+        compiled later (segments after a graph break, backward graphs): meta and fake
+        tensor calls would otherwise import ``torch._dynamo``, seconds of a cold start.
+        """
+        with dynamo_import_deferred():
+            return self._compile_frame(fn, args, kwargs, options)
+
+    def _compile_frame(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CompileOptions,
+    ) -> FrameArtifacts:
         capture = self.capture(fn, args, kwargs, options)
         if capture is None:
             return FrameArtifacts(
@@ -347,7 +369,7 @@ class Pipeline:
         program = capture.program
         if hasattr(program, "compile_graph"):
             # Segments after a graph break are traced on first use: compile them too.
-            program.compile_graph = lambda graph: self.compile_graph(graph, options).runner
+            program.compile_graph = lambda graph: self._deferred_compile(graph, options)
         missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
 
         def run(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:

@@ -1,0 +1,80 @@
+"""The C++ build: cache keys, the cache directory, and the light header prelude."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from torchstrata.inductor.cpp_build import (
+    PRELUDE_VERSION,
+    build_kernel,
+    cache_key,
+    default_cache_dir,
+)
+from torchstrata.inductor.cpp_prelude import STANDARD_INCLUDES, lighten
+
+_KERNEL = (
+    STANDARD_INCLUDES
+    + """
+extern "C" void {name}(const float* __restrict__ x, float* __restrict__ y) {{
+  for (int i = 0; i < 8; ++i) {{
+    float v = x[i];
+    uint32_t bits; std::memcpy(&bits, &v, 4);
+    y[i] = std::erf(v) + std::pow(v, 2) + std::fmod(v, 0.75f) + std::abs(v) + (bits ? 0.f : NAN);
+    {extra}
+  }}
+}}
+"""
+)
+
+
+def _run(built) -> torch.Tensor:
+    x = torch.linspace(-2, 2, 8)
+    y = torch.empty(8)
+    built.fn(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()))
+    return x, y
+
+
+def _expected(x: torch.Tensor) -> torch.Tensor:
+    return torch.erf(x) + x**2 + torch.fmod(x, 0.75) + x.abs()
+
+
+def test_cache_key_covers_compiler_flags_prelude_and_source():
+    base = cache_key("g++", ("-O3",), "int f();")
+    assert cache_key("g++", ("-O2",), "int f();") != base
+    assert cache_key("clang++", ("-O3",), "int f();") != base
+    assert cache_key("g++", ("-O3",), "int g();") != base
+    assert PRELUDE_VERSION in "\0".join(("g++", "-O3", PRELUDE_VERSION))
+    assert cache_key("g++", ("-O3",), "int f();") == base
+
+
+def test_cache_directory_follows_the_environment_at_call_time(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHSTRATA_CACHE_DIR", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "cpp"
+    monkeypatch.delenv("TORCHSTRATA_CACHE_DIR")
+    assert default_cache_dir().parts[-3:] == (".cache", "torchstrata", "cpp")
+
+
+def test_light_prelude_replaces_only_the_standard_includes():
+    source = _KERNEL.format(name="k", extra="")
+    light = lighten(source)
+    assert light is not None and "#include <cmath>" not in light
+    assert light.endswith(source[len(STANDARD_INCLUDES) :])
+    assert lighten("int f();") is None
+
+
+def test_kernel_builds_against_the_light_prelude(tmp_path):
+    built = build_kernel(_KERNEL.format(name="light_k", extra=""), "light_k", 2, tmp_path)
+    x, y = _run(built)
+    torch.testing.assert_close(y, _expected(x))
+    again = build_kernel(_KERNEL.format(name="light_k", extra=""), "light_k", 2, tmp_path)
+    assert again.cached and again.path == built.path
+
+
+def test_kernel_needing_more_than_the_light_prelude_falls_back_to_the_headers(tmp_path):
+    # std::signbit is not in the light prelude: the build retries with <cmath>.
+    extra = "if (std::signbit(v)) y[i] += 0.0f;"
+    built = build_kernel(_KERNEL.format(name="full_k", extra=extra), "full_k", 2, tmp_path)
+    x, y = _run(built)
+    torch.testing.assert_close(y, _expected(x))
