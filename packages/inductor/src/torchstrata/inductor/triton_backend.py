@@ -99,8 +99,14 @@ class TritonBackend:
         variants, sources, paths = {}, [], []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, lane_max = variant
+            launches = [config for config in configs if config.variant == variant]
             source = generate_triton(
-                kernel, interpret=self.interpret, persistent=persistent, lane_max=lane_max
+                kernel,
+                interpret=self.interpret,
+                persistent=persistent,
+                lane_max=lane_max,
+                even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
+                even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
             )
             module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
             variants[variant] = getattr(module, kernel.name)

@@ -313,14 +313,22 @@ def next_power_of_2(n: int) -> int:
 
 
 def generate_triton(
-    kernel: Kernel, *, interpret: bool, persistent: bool, lane_max: bool = False
+    kernel: Kernel,
+    *,
+    interpret: bool,
+    persistent: bool,
+    lane_max: bool = False,
+    even_rows: bool = False,
+    even_row: bool = False,
 ) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
     ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
     looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
     ``lane_max``: the online max is kept per lane (no reduction across the tile in the
-    loop, but one more exp per element) instead of per row.
+    loop, but one more exp per element) instead of per row. ``even_rows``/``even_row``:
+    every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
+    are constant ``True`` (Triton then drops them from loads and stores).
     """
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
@@ -333,20 +341,26 @@ def generate_triton(
     if reduction:
         lines += [
             f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
-            f"xmask = xindex < {kernel.rows}",
+            "xmask = tl.full([XBLOCK, 1], 1, tl.int1)"
+            if even_rows
+            else f"xmask = xindex < {kernel.rows}",
             "xzero = xindex * 0",
             f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
         ]
     else:
         lines += [
             f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)",
-            f"xmask = xindex < {kernel.rows}",
+            "xmask = tl.full([XBLOCK], 1, tl.int1)"
+            if even_rows
+            else f"xmask = xindex < {kernel.rows}",
             "xzero = xindex * 0",
         ]
     lines += _derive(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
-        f"rmask = rindex < {kernel.row_length}",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
+        if even_row
+        else f"rmask = rindex < {kernel.row_length}",
         *_derive(rv, "rindex"),
     ]
     if reduction and persistent:

@@ -83,27 +83,27 @@ def _warps_for(tile: int) -> int:
     return max(1, min(16, next_power_of_2(tile // 512)))
 
 
-def unit_stride_vars(kernel: Kernel) -> frozenset[str]:
-    """Loop variables along which some load of a reduction body is contiguous."""
-    found: set[str] = set()
-    for spec in kernel.reductions:
-        for expr in walk(spec.body):
-            if isinstance(expr, Load):
-                found.update(
-                    atom.name for atom, c in expr.index.terms if isinstance(atom, Var) and c == 1
-                )
-    return frozenset(found)
+def _loads(kernel: Kernel) -> list[Load]:
+    roots = [spec.body for spec in kernel.reductions] + [s.value for s in kernel.full_stores]
+    return [expr for root in roots for expr in walk(root) if isinstance(expr, Load)]
+
+
+def _unit_stride(load: Load, names: set[str]) -> bool:
+    return any(isinstance(a, Var) and a.name in names and c == 1 for a, c in load.index.terms)
 
 
 def is_outer_reduction(kernel: Kernel) -> bool:
-    """True when the reduction bodies read memory contiguously along rows, never along the
-    reduced dims (a column sum): tiles must then be wide in rows and short in the row."""
+    """True when the loads along the reduced dims (a column sum's) are all strided and
+    some of them are contiguous along the rows: tiles must then be wide in rows and
+    short in the row. Loads that stay within a row (a row's target index) do not count."""
     if not kernel.red_shape:
         return False
-    contiguous = unit_stride_vars(kernel)
     red = {v.name for v in red_vars(kernel.red_shape)}
     row = {v.name for v in row_vars(kernel.row_shape)}
-    return bool(contiguous & row) and not contiguous & red
+    along = [load for load in _loads(kernel) if load.index.variables() & red]
+    if not along or any(_unit_stride(load, red) for load in along):
+        return False
+    return any(_unit_stride(load, row) for load in along)
 
 
 def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
@@ -126,7 +126,7 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
             configs.append(Config(min(rows, xblock), min(rblock, rblock_), warps, False))
         return list(dict.fromkeys(configs))
     if rblock <= PERSISTENT_MAX:
-        for tile in (2048, 4096, 8192):
+        for tile in (1024, 2048, 4096, 8192):
             xblock = max(1, min(rows, tile // rblock))
             warps = _warps_for(xblock * rblock)
             configs += [Config(xblock, rblock, warps, True)]
