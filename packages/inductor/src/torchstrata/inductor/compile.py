@@ -22,7 +22,6 @@ from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
 from torchstrata.inductor.split_sums import split_long_sums
-from torchstrata.inductor.triton_backend import TritonBackend
 
 
 class CodegenError(RuntimeError):
@@ -42,6 +41,10 @@ def choose_backend(device: torch.device | str, options: CompileOptions) -> Backe
     if codegen == "triton":
         if device.type not in ("cuda", "cpu"):
             raise CodegenError(f"Triton codegen does not target {device}")
+        # Importing Triton costs 0.2 s, so a C++ compile never does; the module still imports
+        # Triton before it sets TRITON_INTERPRET (see its docstring).
+        from torchstrata.inductor.triton_backend import TritonBackend
+
         return TritonBackend(interpret=device.type == "cpu")
     raise CodegenError(f"codegen={codegen!r} is not a code generator (eager runs without codegen)")
 
@@ -65,7 +68,7 @@ def compile_graph(
     backend = choose_backend(device, options)
     start = time.perf_counter()
     graph = gather_as_reduction(graph)
-    if isinstance(backend, TritonBackend):
+    if backend.name == "triton":
         graph = split_long_sums(graph)  # the C++ backend walks long columns itself
     graph = eliminate_dead_code(graph)
     lowered = lower_graph(graph, backend.supports)

@@ -63,15 +63,7 @@ import triton.language as tl
 from triton.language.standard import _elementwise_max, _elementwise_min, _sum_combine
 {libdevice}
 
-@triton.jit
-def _ts_max(a, b):
-    return tl.where((a > b) | (a != a), a, b)
-
-
-@triton.jit
-def _ts_min(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-
+{extrema}
 
 @triton.jit
 def _ts_sum(a, b):
@@ -97,6 +89,27 @@ def _ts_nan_if_any(values, reduced):
     nans = tl.reduce(tl.where(values != values, 1, 0), 1, _sum_combine, keep_dims=True)
     return tl.where(nans > 0, float("nan"), reduced)
 
+"""
+
+# NaN-propagating max/min: one max.NaN/min.NaN instruction on a GPU; a select under the
+# interpreter (which has no such instruction to emulate).
+_GPU_EXTREMA = """@triton.jit
+def _ts_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _ts_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+"""
+_INTERPRETER_EXTREMA = """@triton.jit
+def _ts_max(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _ts_min(a, b):
+    return tl.where((a < b) | (a != a), a, b)
 """
 
 _TL_UNARY = {
@@ -397,7 +410,8 @@ def generate_triton(
         [arg.name for arg in kernel.args] + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
-        libdevice="" if interpret else "from triton.language.extra import libdevice"
+        libdevice="" if interpret else "from triton.language.extra import libdevice",
+        extrema=_INTERPRETER_EXTREMA if interpret else _GPU_EXTREMA,
     )
     return (
         source
