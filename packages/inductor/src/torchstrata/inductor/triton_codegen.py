@@ -447,20 +447,28 @@ def _looped_phase(
     if all(spec.name in pairs for spec in phase):
         return []
     partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
+    # With an online max kept per row, every accumulator of the loop is kept per row too
+    # (one reduction of the tile per iteration, few registers); otherwise per lane.
+    per_row = bool(partners) and not lane_max
     emitter.open_inner()
     inits, updates, finals = [], [], []
     for spec in phase:
         identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
         ctype = compute_type(spec.dtype)
+        width = "1" if per_row else "RBLOCK"
         inits.append(
-            f"acc_{spec.name} = tl.full([XBLOCK, RBLOCK], {_identity_text(spec)}, {ctype})"
+            f"acc_{spec.name} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"
         )
         value = emitter.emit(spec.body)
         masked = f"tl.where(xmask & rmask, {value}, {identity})"
         mine = [p for p in partners if pairs[p.name] is spec]
         if not mine:
-            updates.append(f"acc_{spec.name} = {_COMBINE[spec.kind]}(acc_{spec.name}, {masked})")
-            finals.append(f"red_{spec.name} = {reduce_text(spec, f'acc_{spec.name}', interpret)}")
+            acc = f"acc_{spec.name}"
+            tile = reduce_text(spec, masked, interpret) if per_row else masked
+            updates.append(f"{acc} = {_COMBINE[spec.kind]}({acc}, {tile})")
+            finals.append(
+                f"red_{spec.name} = {acc if per_row else reduce_text(spec, acc, interpret)}"
+            )
             continue
         online = _lane_online if lane_max else _row_online
         new_inits, new_updates, new_finals = online(spec, masked, mine, interpret)
@@ -479,9 +487,9 @@ Lines = list[str]
 def _row_online(
     spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool
 ) -> tuple[Lines, Lines, Lines]:
-    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals): the max is kept
-    per row (one reduction of the tile per iteration), the sums per lane; when the row's
-    max grows the sums are rescaled by one exp per row, so each element costs one exp."""
+    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals), all kept per
+    row: each iteration reduces the tile's max and its sums of exponentials, and the
+    running sums are rescaled by one exp per row when the max grows (one exp per element)."""
     m, ctype = spec.name, compute_type(spec.dtype)
     inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
     updates = [
@@ -494,9 +502,10 @@ def _row_online(
     finals = [f"red_{m} = acc_{m}"]
     for partner in sums:
         s = partner.name
-        inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
-        updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
-        finals.append(f"red_{s} = {reduce_text(partner, f'acc_{s}', interpret)}")
+        inits.append(f"acc_{s} = tl.full([XBLOCK, 1], 0, {compute_type(partner.dtype)})")
+        tile = reduce_text(partner, f"term_{m}", interpret)
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
+        finals.append(f"red_{s} = acc_{s}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
