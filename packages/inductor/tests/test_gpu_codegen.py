@@ -121,3 +121,16 @@ def test_masks_vanish_when_every_block_divides_the_sizes(ind, tmp_path):
     target = backends.GPUTarget("cuda", 90, 32)
     ptx = triton.compile(source, target=target, options={"num_warps": 4}).asm["ptx"]
     assert not re.search(r"@%p\d+ ld\.global", ptx)  # unpredicated loads
+
+
+def test_a_column_sum_with_a_per_row_statistic_is_outer():
+    # RMSNorm's weight gradient, split in parts: sum over r of dy * x * rsqrt(ms[s, r])
+    # over [16, 1024, 256]; the statistic is contiguous along r but is 1/256 of the data.
+    b = GraphBuilder(Level.PRIMS)
+    dy = b.input("dy", TensorMeta((16, 1024, 256), torch.float32))
+    x = b.input("x", TensorMeta((16, 1024, 256), torch.float32))
+    ms = b.input("ms", TensorMeta((16, 1024), torch.float32))
+    scale = b.call(prim("broadcast_in_dim"), b.call(prim("rsqrt"), ms), (16, 1024, 256), (0, 1))
+    body = b.call(prim("mul"), b.call(prim("mul"), dy, x), scale)
+    kernel = _kernel(b.build([b.call(prim("sum"), body, (1,))]))
+    assert kernel.row_shape == (16, 256) and is_outer_reduction(kernel)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
-
 from torchstrata.inductor.cpp_exprs import COMBINE, compute_type, literal
 from torchstrata.inductor.emitter import ExprEmitter
 from torchstrata.inductor.indexing import Var
@@ -61,7 +59,8 @@ def online_phase(
     reductions of ``phase`` accumulate in the first inner loop of each chunk. Defines
     ``red_<name>`` for every reduction of the phase and every partner.
     """
-    chunk = max(CHUNK_BYTES // torch.empty((), dtype=_dtype(phase)).element_size(), 64)
+    wide = any(compute_type(spec.dtype) == "double" for spec in phase)
+    chunk = CHUNK_BYTES // (8 if wide else 4)
     length, r = var.size, var.name
     inits: list[str] = []
     first_updates: list[str] = []
@@ -148,12 +147,3 @@ def online_phase(
     loop = [f"for (int64_t {start} = 0; {start} < {length}; {start} += {chunk}) {{"]
     loop += ["  " + line for line in body] + ["}"]
     return emitter.take_outer() + inits + loop + finals
-
-
-def _dtype(phase: Sequence[ReductionSpec]) -> torch.dtype:
-    """The widest compute dtype of the phase's maxima (float for half types)."""
-    widest = torch.float32
-    for spec in phase:
-        if spec.dtype is torch.float64:
-            widest = torch.float64
-    return widest

@@ -99,17 +99,23 @@ def _unit_stride(load: Load, names: set[str]) -> bool:
 
 
 def is_outer_reduction(kernel: Kernel) -> bool:
-    """True when the loads along the reduced dims (a column sum's) are all strided and
-    some of them are contiguous along the rows: tiles must then be wide in rows and
-    short in the row. Loads that stay within a row (a row's target index) do not count."""
-    if not kernel.red_shape:
-        return False
+    """True for a column sum: the loads that vary along both the reduced dims and the
+    innermost row dim (the bulk of the data) are contiguous along that row dim, never
+    along a reduced dim; tiles must then be wide in rows and short in the row. Loads
+    that do not vary along the innermost row dim (a per-row statistic broadcast across
+    the columns, a row's target index) do not count."""
     red = {v.name for v in red_vars(kernel.red_shape)}
-    row = {v.name for v in row_vars(kernel.row_shape)}
-    along = [load for load in _loads(kernel) if load.index.variables() & red]
-    if not along or any(_unit_stride(load, red) for load in along):
+    inner = [v.name for v in row_vars(kernel.row_shape) if v.size > 1][-1:]
+    if not red or not inner:
         return False
-    return any(_unit_stride(load, row) for load in along)
+    bulk = [
+        load
+        for load in _loads(kernel)
+        if load.index.variables() & red and inner[0] in load.index.variables()
+    ]
+    if not bulk or any(_unit_stride(load, red) for load in bulk):
+        return False
+    return any(_unit_stride(load, set(inner)) for load in bulk)
 
 
 def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
