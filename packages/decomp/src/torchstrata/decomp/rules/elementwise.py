@@ -199,13 +199,14 @@ def gelu(ctx: DecompContext, x: Any, approximate: str = "none") -> Any:
         return ctx.prim("mul", ctx.prim("mul", v, 0.5), cdf)
 
     def tanh(v: Any) -> Any:
+        # 0.5 * (1 + tanh(u)) is sigmoid(2u): x / (1 + exp(-2u)) is the same function with
+        # one exp and one division instead of a tanh (and without the cancellation of
+        # 1 + tanh(u) for negative u).
         cube = ctx.prim("mul", ctx.prim("mul", v, v), v)
         inner = ctx.prim(
-            "mul", ctx.prim("add", v, ctx.prim("mul", cube, 0.044715)), math.sqrt(2 / math.pi)
+            "mul", ctx.prim("add", v, ctx.prim("mul", cube, 0.044715)), -2 * math.sqrt(2 / math.pi)
         )
-        return ctx.prim(
-            "mul", ctx.prim("mul", v, 0.5), ctx.prim("add", ctx.prim("tanh", inner), 1.0)
-        )
+        return ctx.prim("div", v, ctx.prim("add", ctx.prim("exp", inner), 1.0))
 
     if approximate not in ("none", "tanh"):
         raise NotDecomposable(f"gelu approximate={approximate!r}")
