@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import attrs
-import networkx as nx  # type: ignore[import-untyped]
 import torch
-from networkx.algorithms.flow import edmonds_karp  # type: ignore[import-untyped]
 
 from torchstrata.autograd.trace import JointTrace
 from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes
+
+if TYPE_CHECKING:
+    import networkx as nx  # type: ignore[import-untyped]
 
 #: Cheap non-pointwise ops that the backward may recompute rather than load.
 _CHEAP_OPS = frozenset(
@@ -120,6 +122,10 @@ def choose_saved(trace: JointTrace) -> list[Node]:
         if any(arg in tangent_dependent for arg in node.input_nodes()):
             tangent_dependent.add(node)
     users = joint.users()
+    # networkx costs 0.2 s to import; only training graphs reach the min cut, so inference
+    # compiles never pay for it.
+    import networkx as nx
+
     flow = nx.DiGraph()
     flow.add_nodes_from(["source", "sink"])
     for node in joint.all_nodes():
@@ -154,6 +160,8 @@ def _source_side(flow: nx.DiGraph) -> set[object]:
     Of all minimum cuts this is the one nearest the source, so ties go to saving
     earlier values (a primal input rather than a view of it) and recomputing more.
     """
+    from networkx.algorithms.flow import edmonds_karp  # type: ignore[import-untyped]
+
     residual = edmonds_karp(flow, "source", "sink")
     reachable: set[object] = {"source"}
     stack: list[object] = ["source"]

@@ -32,7 +32,15 @@ from torchstrata.autograd.functional import (
     written_arguments,
 )
 from torchstrata.autograd.views import Value, ViewStep
-from torchstrata.core import GraphBuilder, Level, Node, TensorMeta, aten, aten_from_overload
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    Node,
+    TensorMeta,
+    aten,
+    aten_from_overload,
+    direct_meta,
+)
 
 _CONSTANT_TYPES = (
     int,
@@ -259,7 +267,9 @@ class AtenRecorder(TorchDispatchMode):
             written = written or hidden_writes(func, bound)
             if any(bound[name] is not None for name in written):
                 return self._record_mutation(func, args, kwargs, written)
-        result = func(*args, **kwargs)
+        result = _direct_result(func, args, kwargs)
+        if result is None:
+            result = func(*args, **kwargs)
         if not _holds_tensor(result):
             return result  # sizes, devices...: static facts of the trace, not graph values
         self._record(func, args, kwargs, result)
@@ -320,6 +330,32 @@ class AtenRecorder(TorchDispatchMode):
             base.value = new
         base.version += 1
         entry.node, entry.version = new.node, base.version
+
+
+def _plain_meta(value: Any) -> Any:
+    """A plain meta tensor's (or a 0-dim CPU constant's) :class:`TensorMeta`; else the value."""
+    if type(value) is torch.Tensor and (value.is_meta or (value.ndim == 0 and value.is_cpu)):
+        return TensorMeta.from_tensor(value)
+    return value
+
+
+def _direct_result(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Fresh meta tensors for a call that :func:`~torchstrata.core.direct_meta` can answer.
+
+    On plain meta tensors only (not fake ones); it spares running torch's Python meta
+    kernels, which import sympy. None when the call must run.
+    """
+    metas = [_plain_meta(arg) for arg in args]
+    if not any(isinstance(meta, TensorMeta) and meta.device.type == "meta" for meta in metas):
+        return None
+    answer = direct_meta(str(func), metas, {key: _plain_meta(v) for key, v in kwargs.items()})
+    if isinstance(answer, TensorMeta):
+        return answer.to_meta_tensor()
+    if isinstance(answer, tuple) and all(meta is not None for meta in answer):
+        return tuple(meta.to_meta_tensor() for meta in answer if meta is not None)
+    return None
 
 
 def _call_arguments(

@@ -4,6 +4,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 """
 
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
+from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
@@ -104,6 +105,7 @@ __all__ = [
     "contiguous_strides",
     "create_plugin_manager",
     "current_options",
+    "direct_meta",
     "dtype_from_short_name",
     "dtype_short_name",
     "dynamo_import_deferred",

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.graph import Graph, Node, NodeMeta, iter_nodes, map_nodes
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
@@ -54,6 +55,10 @@ def _from_meta_result(value: Any, device: torch.device) -> NodeMeta:
     return None
 
 
+def _tensor_meta(node: Node) -> Any:
+    return node.meta if isinstance(node.meta, TensorMeta) else node
+
+
 def _meta_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     converted = dict(map_nodes(dict(kwargs), _to_meta_tensor))
     if "device" in converted:
@@ -64,8 +69,9 @@ def _meta_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NodeMeta:
     """The metadata of ``op(*args, **kwargs)`` where args may hold nodes.
 
-    Prims use their meta function; ATen and torch ops run on ``meta`` tensors and the
-    result is moved back to the inputs' device.
+    Prims use their meta function; common pointwise ops and layer norm are answered by
+    :func:`~torchstrata.core.direct_meta.direct_meta` (no sympy import); other ATen and
+    torch ops run on ``meta`` tensors and the result is moved back to the inputs' device.
     """
     if op.kind is OpKind.BUILTIN:
         source, index = args
@@ -75,6 +81,9 @@ def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> N
     if op.kind is OpKind.PRIMS:
         to_meta = map_nodes(args, lambda node: node.meta)
         return get_prim(op.name).meta(*to_meta, **map_nodes(dict(kwargs), lambda node: node.meta))
+    direct = direct_meta(op.name, map_nodes(args, _tensor_meta), map_nodes(kwargs, _tensor_meta))
+    if direct is not None:
+        return direct
     device = _device_of(args, kwargs)
     try:
         result = op.resolve()(*map_nodes(args, _to_meta_tensor), **_meta_kwargs(kwargs))
