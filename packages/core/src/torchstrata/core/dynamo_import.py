@@ -95,7 +95,7 @@ class _Deferral:
             self.depth -= 1
             if self.depth:
                 return
-            if builtins.__import__ == self.hooked_import:
+            if builtins.__import__ == self.hooked_import and self.original_import is not None:
                 builtins.__import__ = self.original_import
             self.original_import = None
             primed, self.primed = self.primed, []

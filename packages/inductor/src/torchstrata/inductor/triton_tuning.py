@@ -189,7 +189,7 @@ class TunedKernel:
 
     def __init__(
         self,
-        variants: dict[bool, Any],
+        variants: dict[tuple[bool, bool], Any],
         configs: list[Config],
         rows: int,
         cache_path: Path | None,
