@@ -88,3 +88,15 @@ def test_softmax_of_an_empty_row_is_left_whole():
     graph = b.build([_call(b, torch.softmax, x, -1)])
     trace = spell_out_softmax(trace_graph(graph, training=True))
     assert "aten._softmax.default" in [op.name for op in trace.graph.ops()]
+
+
+def test_float32_cross_entropy_recomputes_from_its_input():
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    logits = b.input("logits", TensorMeta((8, 64), torch.float32, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    graph = b.build([_call(b, F.cross_entropy, logits, target)])
+    parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
+    full = [node.name for node in parts.saved if tuple(node.meta.shape) == (8, 64)]
+    assert full == ["logits"]  # not the same-size float32 log-softmax

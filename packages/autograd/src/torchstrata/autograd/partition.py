@@ -50,6 +50,10 @@ _CHEAP_OPS = frozenset(
 )
 
 
+#: The cut counts a saved primal input at this fraction of its bytes (see choose_saved).
+PRIMAL_DISCOUNT = 0.5
+
+
 @attrs.frozen
 class Partition:
     """The two graphs and the joint nodes the forward saves (in backward input order)."""
@@ -140,6 +144,11 @@ def choose_saved(trace: JointTrace) -> list[Node]:
         if node in grads:
             flow.add_edge(vout, "sink")
         weight = _weight(node)
+        if node in primals:
+            # Saving an input writes nothing in the forward and usually keeps nothing alive
+            # that the caller does not hold anyway: half the price of saving a value of
+            # the same size (an fp32 log-softmax is recomputed from its fp32 logits).
+            weight *= PRIMAL_DISCOUNT
         if math.isinf(weight):
             flow.add_edge(vin, vout)
         else:
