@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import attrs
 import torch
 
 from torchstrata.core import (
@@ -15,6 +16,7 @@ from torchstrata.core import (
     eliminate_dead_code,
 )
 from torchstrata.inductor.backend import Backend, CppBackend
+from torchstrata.inductor.horizontal import fuse_horizontally
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.lowering import lower_graph
@@ -73,6 +75,8 @@ def compile_graph(
     graph = eliminate_dead_code(graph)
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
+    if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
+        plan = attrs.evolve(plan, steps=fuse_horizontally(plan.steps))
     launches, infos, compile_seconds = {}, [], 0.0
     for step in plan.steps:
         if isinstance(step, Kernel) and step.rows > 0:

@@ -58,6 +58,9 @@ class Kernel:
     full_stores: tuple[Store, ...]
     args: tuple[BufferArg, ...]
     ops: tuple[str, ...] = ()
+    #: A horizontal kernel: independent pointwise kernels run by one launch over the
+    #: concatenation of their elements (its stores and args are theirs together).
+    parts: tuple[Kernel, ...] = ()
 
     @property
     def rows(self) -> int:

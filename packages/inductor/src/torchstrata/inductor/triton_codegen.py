@@ -343,6 +343,8 @@ def generate_triton(
     every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
     are constant ``True`` (Triton then drops them from loads and stores).
     """
+    if kernel.parts:
+        return _module(kernel, _horizontal_lines(kernel, interpret), interpret)
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
@@ -406,6 +408,10 @@ def generate_triton(
                 + stores
             )
             lines += emitter.take_outer() + _loop(kernel.row_length, body)
+    return _module(kernel, lines, interpret)
+
+
+def _module(kernel: Kernel, lines: Sequence[str], interpret: bool) -> str:
     params = ", ".join(
         [arg.name for arg in kernel.args] + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
@@ -418,6 +424,28 @@ def generate_triton(
         + f"\n@triton.jit\ndef {kernel.name}({params}):\n"
         + "".join(f"    {line}\n" for line in lines)
     )
+
+
+def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
+    """A horizontal kernel's body: each part over its slice of the launch's elements,
+    masked to it (a program's block may straddle two parts)."""
+    wide = kernel.rows >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    lines = [f"gindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)"]
+    offset = 0
+    for part in kernel.parts:
+        printer = TritonPrinter(part, False, interpret)
+        emitter = ExprEmitter(printer, frozenset())
+        lines += [
+            f"xindex = gindex - {offset}",
+            f"xmask = (xindex >= 0) & (xindex < {part.rows})",
+            "xzero = xindex * 0",
+            *_derive(row_vars(part.row_shape), "xindex"),
+        ]
+        stores = [_store(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
+        lines += emitter.take_outer() + stores
+        offset += part.rows
+    return lines
 
 
 def _persistent_phase(
