@@ -164,7 +164,24 @@ def test_gather_of_one_index_per_row_fuses(ind, codegen):
     graph = b.build([b.call(prim("neg"), picked)])
     inputs = [torch.randn(7, 33), torch.randint(0, 33, (7, 1))]
     compiled = ind.check(graph, codegen, inputs=inputs, atol=1e-5, rtol=1e-5)
-    assert compiled.eager_ops == () and len(compiled.kernels) == 1
+    # gather(x - m - log(s)) is gather(x) - m - log(s): the input's one element per row
+    # comes from an ATen gather, then the row statistics are combined with it (a second,
+    # [7]-sized kernel); no [7, 33] value is materialised.
+    assert compiled.eager_ops == ("prims.gather",) and len(compiled.kernels) == 2
+
+
+def test_gather_of_a_computed_leaf_is_a_where_sum(ind, codegen):
+    # Pushed through exp and mul, the gather meets a slice of the input: a computed leaf
+    # (index arithmetic), picked by a where-sum over the row inside the kernel.
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((7, 40), torch.float32))
+    t = b.input("t", TensorMeta((7, 1), torch.int64))
+    window = b.call(prim("slice"), x, (0, 5), (7, 38), (1, 1))
+    picked = b.call(prim("gather"), b.call(prim("exp"), b.call(prim("mul"), window, 3.0)), 1, t)
+    graph = b.build([picked])
+    inputs = [torch.randn(7, 40), torch.randint(0, 33, (7, 1))]
+    compiled = ind.check(graph, codegen, inputs=inputs, atol=1e-5, rtol=1e-5)
+    assert "prims.gather" not in compiled.eager_ops
 
 
 @pytest.mark.parametrize("kind", ["sum", "prod"])
@@ -175,8 +192,9 @@ def test_reduction_over_an_empty_dim(ind, codegen, kind):
 
 
 def test_cross_entropy_of_huge_rows_reads_the_row_once(ind, codegen):
-    # gather(log_softmax(x)) is pushed through the subtractions down to x, so the picked
-    # logit, the max and the sum of exponentials share ONE online loop over the row.
+    # gather(log_softmax(x)) is pushed through the subtractions down to x: the picked logit
+    # is one element read by an ATen gather, the max and the sum of exponentials share ONE
+    # online loop over the row.
     rows, n = 3, 70001
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((rows, n), torch.bfloat16))
@@ -195,7 +213,8 @@ def test_cross_entropy_of_huge_rows_reads_the_row_once(ind, codegen):
     actual = compiled(x_value, target)[0]
     expected = -torch.log_softmax(x_value.double(), -1).gather(1, target)
     torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
-    assert compiled.eager_ops == () and len(compiled.kernels) == 1
+    # The row kernel, then the [3]-sized combination with the gathered logit.
+    assert compiled.eager_ops == ("prims.gather",) and len(compiled.kernels) == 2
     if codegen == "triton":
         assert compiled.kernels[0].source.count("for roffset") == 1
 
@@ -223,3 +242,31 @@ def test_parts_of_a_split_sum_divide_the_length():
     assert parts_for(16384) == 16 and parts_for(4096) == 4 and parts_for(2047) == 1
     assert parts_for(3001) == 1  # a prime: no even split
     assert parts_for(6000) == 5  # the largest divisor of 6000 up to 6000 // 1024
+
+
+def _one_hot_sum(picked_varies: bool):
+    b = GraphBuilder(Level.PRIMS)
+    index = b.input("index", TensorMeta((6,), torch.int64))
+    v = b.input("v", TensorMeta((6,), torch.float32))
+    x = b.input("x", TensorMeta((6, 9), torch.float32))
+    iota = b.call(prim("iota"), 9, 0, 1, torch.int64, torch.device("cpu"))
+    hit = b.call(
+        prim("eq"),
+        b.call(prim("broadcast_in_dim"), iota, (6, 9), (1,)),
+        b.call(prim("broadcast_in_dim"), index, (6, 9), (0,)),
+    )
+    picked = x if picked_varies else b.call(prim("broadcast_in_dim"), v, (6, 9), (0,))
+    zero = b.call(prim("full"), (6, 9), 0.0, torch.float32, torch.device("cpu"))
+    return b.build([b.call(prim("sum"), b.call(prim("where"), hit, picked, zero), (1,))])
+
+
+@pytest.mark.parametrize("picked_varies", [False, True])
+def test_a_sum_of_one_hot_rows_needs_no_loop(ind, codegen, picked_varies):
+    # Cross-entropy backward's sum of its one-hot gradient: where(0 <= i < 9, v, 0).
+    graph = _one_hot_sum(picked_varies)
+    index = torch.tensor([0, 8, 3, -1, 9, -100])  # out of range on both sides: 0
+    inputs = [index, torch.randn(6), torch.randn(6, 9)]
+    compiled = ind.check(graph, codegen, inputs=inputs)
+    if codegen == "triton":
+        body = compiled.kernels[0].source.split("def kernel")[-1]
+        assert ("tl.reduce" in body) == picked_varies

@@ -20,6 +20,7 @@ from torchstrata.inductor.horizontal import fuse_horizontally
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.one_hot import one_hot_sums
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
@@ -69,7 +70,7 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
-    graph = gather_as_reduction(graph)
+    graph = one_hot_sums(gather_as_reduction(graph))
     if backend.name == "triton":
         graph = split_long_sums(graph)  # the C++ backend walks long columns itself
     graph = eliminate_dead_code(graph)

@@ -53,19 +53,23 @@ class _GatherAsReduction(Transformer):
         iota = b.call(prim("iota"), meta.shape[dim], 0, 1, torch.int64, meta.device)
         positions = b.call(_BROADCAST, iota, meta.shape, (dim,))
         wanted = b.call(_BROADCAST, index, meta.shape, tuple(range(len(meta.shape))))
-        picker = _Picker(b, dim, node.tensor_meta.shape, b.call(prim("eq"), positions, wanted))
-        return picker.pick(a)
+        hit = b.call(prim("eq"), positions, wanted)
+        return _Picker(b, dim, node.tensor_meta.shape, hit, index).pick(a)
 
 
 class _Picker:
     """Builds ``gather(value, dim, index)`` for one index per row, pushed through pointwise
-    prims down to the leaves, where it becomes ``sum(where(hit, leaf, 0), dim)``."""
+    prims down to the leaves: a leaf in memory (an input, an extern result) keeps an ATen
+    gather of one element per row; a computed leaf becomes ``sum(where(hit, leaf, 0), dim)``."""
 
-    def __init__(self, builder: GraphBuilder, dim: int, shape: tuple[int, ...], hit: Node) -> None:
+    def __init__(
+        self, builder: GraphBuilder, dim: int, shape: tuple[int, ...], hit: Node, index: Node
+    ) -> None:
         self.builder = builder
         self.dim = dim
         self.shape = shape
         self.hit = hit
+        self.index = index
         self.memo: dict[Node, Node] = {}
 
     def pick(self, value: Node) -> Node:
@@ -88,6 +92,10 @@ class _Picker:
             operands = [self.pick(arg) if isinstance(arg, Node) else arg for arg in value.args]
             assert value.op is not None
             return b.call(value.op, *operands, **dict(value.kwargs))
+        if value.op is None or value.op.kind is OpKind.ATEN:
+            # A leaf already in memory (an input, an extern result): one element per row is
+            # read by an ATen gather, not a compare-and-add over the whole row in the kernel.
+            return b.call(_GATHER, value, self.dim, self.index)
         zero = b.call(prim("full"), (), 0, meta.dtype, meta.device)
         zeros = b.call(_BROADCAST, zero, meta.shape, ())
         total = b.call(prim("sum"), b.call(prim("where"), self.hit, value, zeros), (self.dim,))
