@@ -129,3 +129,34 @@ def test_as_strided_of_an_offset_input_view_reads_eagers_elements(codegen):
 
     x = torch.randn(12)[3:].view(3, 3)
     torch.testing.assert_close(rt.compile(fn, codegen=codegen)(x), fn(x))
+
+
+def test_a_module_container_that_grows_after_compiling_recompiles():
+    # Silent-wrong-result regression: the loops over a Sequential, a ModuleList and a
+    # ModuleDict were unrolled without guarding their length, so an appended module was
+    # ignored by the compiled code.
+    torch.manual_seed(0)
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+    named = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4)})
+
+    def through_list(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    def through_dict(x):
+        for key in named:
+            x = named[key](x)
+        return x
+
+    x = torch.randn(2, 4)
+    compiled = [rt.compile(fn) for fn in (seq, through_list, through_dict)]
+    with torch.no_grad():
+        for fn, eager in zip(compiled, (seq, through_list, through_dict), strict=True):
+            torch.testing.assert_close(fn(x), eager(x))
+        seq.append(torch.nn.Linear(4, 3))
+        layers.append(torch.nn.Linear(4, 2))
+        named["b"] = torch.nn.Linear(4, 5)
+        for fn, eager in zip(compiled, (seq, through_list, through_dict), strict=True):
+            torch.testing.assert_close(fn(x), eager(x))

@@ -16,6 +16,7 @@ from torchstrata.capture.variables import (
     Var,
     describe,
 )
+from torchstrata.core import GuardKind
 
 #: Longest sequence capture unrolls a loop over.
 MAX_UNROLL = 10_000
@@ -47,10 +48,15 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
             raise Unsupported("a loop over a tensor's rows is too long to unroll")
         return [subscript(tracer, var, ConstVar(index)) for index in range(var.meta.shape[0])]
     if isinstance(var, ObjectVar) and isinstance(var.value, _MODULE_SEQUENCES):
+        if var.source:  # the loop ran over this many items: appending one must recompile
+            tracer.guard(GuardKind.CONSTANT_MATCH, f"len({var.source})", len(var.value))
         return [
             tracer.wrap(item, f"{var.source}[{index}]" if var.source else None)
             for index, item in enumerate(var.value)
         ]
     if isinstance(var, ObjectVar) and isinstance(var.value, _MODULE_MAPPINGS):
+        if var.source:
+            keys = tuple(var.value.keys())
+            tracer.guard(GuardKind.CONSTANT_MATCH, f"tuple({var.source}.keys())", keys)
         return [ConstVar(key) for key in var.value]
     raise Unsupported(f"iteration over {describe(var)} is not supported")
