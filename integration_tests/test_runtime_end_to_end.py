@@ -160,3 +160,20 @@ def test_a_module_container_that_grows_after_compiling_recompiles():
         named["b"] = torch.nn.Linear(4, 5)
         for fn, eager in zip(compiled, (seq, through_list, through_dict), strict=True):
             torch.testing.assert_close(fn(x), eager(x))
+
+
+def test_a_parameter_added_after_compiling_is_seen():
+    module = torch.nn.Module()
+    module.a = torch.nn.Parameter(torch.ones(3))
+
+    def total(x):
+        for parameter in module.parameters():
+            x = x + parameter.sum()
+        return x
+
+    compiled = rt.compile(total)
+    x = torch.zeros(())
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), total(x))
+        module.b = torch.nn.Parameter(torch.full((2,), 10.0))
+        torch.testing.assert_close(compiled(x), total(x))

@@ -22,6 +22,7 @@ from torchstrata.capture.variables import (
     Var,
     python_value,
 )
+from torchstrata.core import GuardKind
 
 Module = nn.Module
 
@@ -67,7 +68,12 @@ def call_member_method(
         if method is Module.modules:
             keywords = {}
     items: list[Var] = []
+    names = []
     for name, member in named(module, *values, **keywords):
         wrapped = tracer.wrap(member, member_source(args[0].source, name))
         items.append(SequenceVar([ConstVar(name), wrapped]) if with_names else wrapped)
+        names.append(name)
+    # The loop saw these members: one added or removed later must recompile.
+    listing = f"{args[0].source}.{named.__name__}(*{values!r}, **{keywords!r})"
+    tracer.guard(GuardKind.CONSTANT_MATCH, f"tuple(n for n, _ in {listing})", tuple(names))
     return IteratorVar(items)
