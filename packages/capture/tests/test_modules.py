@@ -84,7 +84,8 @@ def test_module_list_sequential_buffers_and_optional_argument(captured, against_
     assert "self_shift" in [node.name for node in graph.inputs]
     guards = {(guard.kind, guard.source): guard.expected for guard in result.guards}
     assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].scale")] == 2.0
-    assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].head[2].training")] is False
+    assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].head._modules['2'].training")] is False
+    assert guards[(GuardKind.CONSTANT_MATCH, "tuple(L['self'].head._modules)")] == ("0", "1", "2")
     against_eager(result, model.forward, torch.randn(2, 8))
     result, _ = captured(model.forward, torch.randn(2, 8), torch.ones(8))
     against_eager(result, model.forward, torch.randn(2, 8), torch.rand(8))

@@ -76,3 +76,24 @@ def test_module_parameter_sources():
     module.train()
     module[0].weight = torch.nn.Parameter(torch.randn(4, 4).half())
     assert guards.failure(frame, {}).guard.source == "L['self'][0].weight"
+
+
+def test_a_fetched_source_is_reused_by_longer_ones():
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    guards = rt.GuardSet(
+        [
+            Guard(GuardKind.ID_MATCH, "L['self'][0]", id(module[0])),
+            Guard(
+                GuardKind.TENSOR_MATCH,
+                "L['self'][0].weight",
+                TensorMeta.from_tensor(module[0].weight),
+            ),
+            Guard(GuardKind.CONSTANT_MATCH, "len(L['self'])", 1),
+        ]
+    )
+    assert "_v1 = _v0.weight" in guards.source
+    assert "len(L['self'])" in guards.source  # not a prefix: evaluated as written
+    frame = rt.bind_frame(module.forward, (torch.ones(4),), {})
+    assert guards.failure(frame, {}) is None
+    module[0] = torch.nn.Linear(4, 4)
+    assert guards.failure(frame, {}).guard.source == "L['self'][0]"

@@ -25,6 +25,14 @@ _MODULE_SEQUENCES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.Paramete
 _MODULE_MAPPINGS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
 
 
+def _iterates_its_modules(value: object) -> bool:
+    """A Sequential or ModuleList whose iteration is the stock one (its ``_modules`` values)."""
+    for base in (torch.nn.Sequential, torch.nn.ModuleList):
+        if isinstance(value, base):
+            return type(value).__iter__ is base.__iter__ and None not in value._modules.values()
+    return False
+
+
 def iterate(tracer: Tracer, var: Var) -> list[Var]:
     """The items ``for item in var`` would produce (iterators are consumed)."""
     if isinstance(var, IteratorVar):
@@ -47,6 +55,14 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
         if var.meta.shape[0] > MAX_UNROLL:
             raise Unsupported("a loop over a tensor's rows is too long to unroll")
         return [subscript(tracer, var, ConstVar(index)) for index in range(var.meta.shape[0])]
+    if isinstance(var, ObjectVar) and _iterates_its_modules(var.value) and var.source:
+        # Items by key (a dict lookup per call, not Sequential.__getitem__'s walk), under a
+        # guard on the keys in order: adding, removing or reordering modules recompiles.
+        keys = tuple(var.value._modules)
+        tracer.guard(GuardKind.CONSTANT_MATCH, f"tuple({var.source}._modules)", keys)
+        return [
+            tracer.wrap(var.value._modules[key], f"{var.source}._modules[{key!r}]") for key in keys
+        ]
     if isinstance(var, ObjectVar) and isinstance(var.value, _MODULE_SEQUENCES):
         if var.source:  # the loop ran over this many items: appending one must recompile
             tracer.guard(GuardKind.CONSTANT_MATCH, f"len({var.source})", len(var.value))

@@ -136,11 +136,19 @@ class _SourceWriter:
         self.value_of_source[source] = var
         self.lines += [
             "    try:",
-            f"        {var} = {source}",
+            f"        {var} = {self._reuse(source)}",
             "    except Exception:",
             f"        return {index}",
         ]
         return var
+
+    def _reuse(self, source: str) -> str:
+        """``source`` with its longest already-fetched prefix read from that variable
+        (``L['self'][0].weight`` after ``L['self'][0]``: one container lookup, not two)."""
+        for end in range(len(source) - 1, 0, -1):
+            if source[end] in ".[" and source[:end] in self.value_of_source:
+                return self.value_of_source[source[:end]] + source[end:]
+        return source
 
     def check(self, condition: str, index: int) -> None:
         self.lines += [f"    if not ({condition}):", f"        return {index}"]
