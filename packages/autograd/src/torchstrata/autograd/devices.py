@@ -61,7 +61,7 @@ def trace_device(metas: tuple[TensorMeta, ...], training: bool) -> torch.device 
 def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
     """The device of an inference graph that may be traced on ``meta`` tensors, or None.
 
-    Fake tensors need a ``FakeTensorMode``, whose construction imports ``torch._dynamo``
+    Fake tensors need a ``FakeTensorMode``, whose construction imports Dynamo's config
     (seconds, most of a cold compile); meta tensors need nothing. That is sound for an
     inference graph whose inputs all live on the CPU (``cpu`` then stands for ``meta``
     in the traced graph, see :func:`move_graph`) and that calls no op in

@@ -1,7 +1,7 @@
 """Output metadata of common ops computed directly, without running torch's meta kernels.
 
 On ``meta`` tensors, PyTorch runs Python reference implementations for most ops
-(``torch._refs``), and those import sympy on first use: half a second of a cold compile.
+(torch's "refs"), and those import sympy on first use: half a second of a cold compile.
 :func:`direct_meta` answers the common cases itself (pointwise arithmetic and activations,
 layer norm) and returns None for anything else, so callers fall back to the meta kernel.
 

@@ -2,13 +2,13 @@
 
 Many of torch's own Python functions are wrapped by ``torch._disable_dynamo``: the
 elementwise references that serve as ``meta`` kernels (``aten.add`` on meta tensors runs
-``torch._refs.add``), ``TorchDispatchMode.__torch_dispatch__`` of every subclass... On
-its first call each wrapper runs ``import torch._dynamo`` (1.5-2.5 s on a 2-core box,
+torch's reference ``add``), ``TorchDispatchMode.__torch_dispatch__`` of every subclass... On
+its first call each wrapper imports Dynamo (1.5-2.5 s on a 2-core box,
 most of a cold compile) only to build a function that turns Dynamo's frame hook off
 while the wrapped function runs. Before anything imported Dynamo that hook cannot be
 on, so calling the wrapped function directly does exactly the same.
 
-Within :func:`dynamo_import_deferred`, and only while ``torch._dynamo`` is not imported,
+Within :func:`dynamo_import_deferred`, and only while Dynamo is not imported,
 the wrapper's import statement receives a stand-in whose ``disable`` returns the
 function itself; the wrapper caches that on the function (``fn.__dynamo_disable``), and
 the context manager removes every such cache when the outermost block exits, so that
@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 _CACHE_ATTRIBUTE = "__dynamo_disable"
-_DYNAMO = "torch._dynamo"
+#: The module this file keeps torch from importing (never imported here).
+_DYNAMO = "torch._dynamo"  # comparator: the name looked up in sys.modules, not imported
 
 
 def _wrapper_code() -> Any:
@@ -53,7 +54,7 @@ class _StandInDynamo:
 
 
 class _StandInTorch:
-    """What ``import torch._dynamo`` binds (``torch``) inside a deferred wrapper."""
+    """What the wrapper's Dynamo import binds (``torch``) inside a deferred wrapper."""
 
     _dynamo = _StandInDynamo
 

@@ -338,7 +338,7 @@ class Pipeline:
 
         Runs under :func:`~torchstrata.core.dynamo_import_deferred`, as do the graphs
         compiled later (segments after a graph break, backward graphs): meta and fake
-        tensor calls would otherwise import ``torch._dynamo``, seconds of a cold start.
+        tensor calls would otherwise import Dynamo, seconds of a cold start.
         """
         with dynamo_import_deferred():
             return self._compile_frame(fn, args, kwargs, options)
