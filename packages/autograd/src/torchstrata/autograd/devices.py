@@ -22,7 +22,6 @@ DEVICE_DISPATCHED = (
     "batch_norm",
     "instance_norm",
     "group_norm",
-    "dropout",
     "lstm",
     "gru",
     "rnn",
@@ -59,11 +58,12 @@ def trace_device(metas: tuple[TensorMeta, ...], training: bool) -> torch.device 
 
 
 def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
-    """The device of an inference graph that may be traced on ``meta`` tensors, or None.
+    """The device of a graph that may be traced on ``meta`` tensors, or None.
 
     Fake tensors need a ``FakeTensorMode``, whose construction imports Dynamo's config
-    (seconds, most of a cold compile); meta tensors need nothing. That is sound for an
-    inference graph whose inputs all live on the CPU (``cpu`` then stands for ``meta``
+    (seconds, most of a cold compile); meta tensors need nothing. That is sound for a
+    graph (inference, or forward and backward: derivative formulas do not depend on the
+    device) whose inputs all live on the CPU (``cpu`` then stands for ``meta``
     in the traced graph, see :func:`move_graph`) and that calls no op in
     :data:`DEVICE_DISPATCHED`, whose ATen form depends on the device (attention picks
     a CPU kernel, batch norm saves nothing on the CPU...). A graph that mixes devices,
@@ -71,7 +71,7 @@ def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
     traced again on fake ones (the caller's job).
     """
     devices = {meta.device for meta in graph.input_metas}
-    if training or devices != {_CPU}:
+    if devices != {_CPU}:
         return None
     for node in graph.nodes:
         name = node.op.name if node.op is not None else ""
