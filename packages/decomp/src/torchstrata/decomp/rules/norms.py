@@ -1,4 +1,4 @@
-"""logsumexp, vector norms, prod and cumsum (accumulating like eager)."""
+"""logsumexp, vector norms and nansum (accumulating like eager)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from torchstrata.core import Node
-from torchstrata.decomp.context import DecompContext, canonical_dim, canonical_dims
+from torchstrata.decomp.context import DecompContext, canonical_dims
 from torchstrata.decomp.promotion import computation_dtype, is_integral
-from torchstrata.decomp.rules.reductions import Dims, reduce, sum_, widened_dtype
+from torchstrata.decomp.rules.reductions import Dims, sum_
 from torchstrata.decomp.table import NotDecomposable, RuleTable
 
 
@@ -70,36 +70,6 @@ def vector_norm(
     return ctx.cast(ctx.keepdim(out, dims, shape) if keepdim else out, out_dtype)
 
 
-def prod(
-    ctx: DecompContext,
-    x: Node,
-    dim: Any = None,
-    keepdim: bool = False,
-    *,
-    dtype: torch.dtype | None = None,
-) -> Node:
-    """Product over ``dim``; integers and bool multiply in int64."""
-    dtype = widened_dtype(x, dtype)
-    x = ctx.cast(x, dtype)
-    dims = None if dim is None else [canonical_dim(dim, x.tensor_meta.ndim)]
-    return ctx.cast(reduce(ctx, "prod", x, dims, keepdim, computation_dtype(dtype)), dtype)
-
-
-def prod_default(ctx: DecompContext, x: Node, *, dtype: torch.dtype | None = None) -> Node:
-    """Product of every element."""
-    return prod(ctx, x, None, False, dtype=dtype)
-
-
-def cumsum(ctx: DecompContext, x: Node, dim: int, *, dtype: torch.dtype | None = None) -> Node:
-    """``prims.cumsum``; integers and bool accumulate in int64, half types in float32."""
-    dtype = widened_dtype(x, dtype)
-    shape = x.tensor_meta.shape
-    xc = ctx.cast(ctx.cast(x, dtype), computation_dtype(dtype))
-    if not shape:
-        return ctx.cast(xc, dtype)
-    return ctx.cast(ctx.prim("cumsum", xc, canonical_dim(dim, len(shape))), dtype)
-
-
 def nansum(
     ctx: DecompContext,
     x: Node,
@@ -118,9 +88,6 @@ RULES = RuleTable(
     {
         "aten.logsumexp.default": logsumexp,
         "aten.linalg_vector_norm.default": vector_norm,
-        "aten.prod.default": prod_default,
-        "aten.prod.dim_int": prod,
-        "aten.cumsum.default": cumsum,
         "aten.nansum.default": nansum,
     }
 )

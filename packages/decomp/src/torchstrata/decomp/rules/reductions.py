@@ -1,4 +1,4 @@
-"""Reduction rules: sum, mean, amax/amin, var/var_mean/std.
+"""Reduction rules: sum, prod, cumsum, mean, amax/amin, var/var_mean/std.
 
 prims reductions drop the reduced dims and keep the input dtype, so these rules pick
 the accumulation dtype (float32 for float16/bfloat16, int64 for integer sums, like
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from torchstrata.core import Node
-from torchstrata.decomp.context import DecompContext, canonical_dims
+from torchstrata.decomp.context import DecompContext, canonical_dim, canonical_dims
 from torchstrata.decomp.promotion import computation_dtype, is_integral
 from torchstrata.decomp.table import NotDecomposable, RuleTable
 
@@ -56,6 +56,36 @@ def sum_(
 def sum_default(ctx: DecompContext, x: Node, *, dtype: torch.dtype | None = None) -> Node:
     """Sum of every element."""
     return sum_(ctx, x, None, False, dtype=dtype)
+
+
+def prod(
+    ctx: DecompContext,
+    x: Node,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Node:
+    """Product over ``dim``; integers and bool multiply in int64."""
+    dtype = widened_dtype(x, dtype)
+    x = ctx.cast(x, dtype)
+    dims = None if dim is None else [canonical_dim(dim, x.tensor_meta.ndim)]
+    return ctx.cast(reduce(ctx, "prod", x, dims, keepdim, computation_dtype(dtype)), dtype)
+
+
+def prod_default(ctx: DecompContext, x: Node, *, dtype: torch.dtype | None = None) -> Node:
+    """Product of every element."""
+    return prod(ctx, x, None, False, dtype=dtype)
+
+
+def cumsum(ctx: DecompContext, x: Node, dim: int, *, dtype: torch.dtype | None = None) -> Node:
+    """``prims.cumsum``; integers and bool accumulate in int64, half types in float32."""
+    dtype = widened_dtype(x, dtype)
+    shape = x.tensor_meta.shape
+    xc = ctx.cast(ctx.cast(x, dtype), computation_dtype(dtype))
+    if not shape:
+        return ctx.cast(xc, dtype)
+    return ctx.cast(ctx.prim("cumsum", xc, canonical_dim(dim, len(shape))), dtype)
 
 
 def mean(
@@ -176,6 +206,9 @@ RULES = RuleTable(
     {
         "aten.sum.dim_IntList": sum_,
         "aten.sum.default": sum_default,
+        "aten.prod.default": prod_default,
+        "aten.prod.dim_int": prod,
+        "aten.cumsum.default": cumsum,
         "aten.mean.dim": mean,
         "aten.mean.default": mean_default,
         "aten.amax.default": _extremum("amax"),
