@@ -29,9 +29,10 @@ def _kernel(graph) -> Kernel:
     return kernel
 
 
-def _ptx(kernel: Kernel, config: Config, cache_dir: str) -> str:
+def _ptx(kernel: Kernel, config: Config, cache_dir: str, **flags: bool) -> str:
+    """PTX for sm_90 of ``kernel`` under ``config`` (``flags``: more generate_triton flags)."""
     source = generate_triton(
-        kernel, interpret=False, persistent=config.persistent, lane_max=config.lane_max
+        kernel, interpret=False, persistent=config.persistent, lane_max=config.lane_max, **flags
     )
     module, _ = load_module(source, kernel.name, cache_dir, False)
     signature = {arg.name: POINTER[arg.dtype] for arg in kernel.args}
@@ -112,14 +113,7 @@ def test_masks_vanish_when_every_block_divides_the_sizes(ind, tmp_path):
     assert "xindex < 64" not in even and "rindex < 1024" not in even
     odd = generate_triton(kernel, interpret=False, persistent=True)
     assert "xindex < 64" in odd and "rindex < 1024" in odd
-    module, _ = load_module(even, kernel.name, str(tmp_path), False)
-    signature = {arg.name: POINTER[arg.dtype] for arg in kernel.args}
-    signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(kernel.args))}
-    constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
-    source = compiler.ASTSource(getattr(module, kernel.name), signature, constants, attrs)
-    target = backends.GPUTarget("cuda", 90, 32)
-    ptx = triton.compile(source, target=target, options={"num_warps": 4}).asm["ptx"]
+    ptx = _ptx(kernel, config, str(tmp_path), even_rows=True, even_row=True)
     assert not re.search(r"@%p\d+ ld\.global", ptx)  # unpredicated loads
 
 

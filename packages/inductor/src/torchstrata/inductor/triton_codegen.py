@@ -498,8 +498,7 @@ def _looped_phase(
                 f"red_{spec.name} = {acc if per_row else reduce_text(spec, acc, interpret)}"
             )
             continue
-        online = _lane_online if lane_max else _row_online
-        new_inits, new_updates, new_finals = online(spec, masked, mine, interpret)
+        new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, lane_max)
         inits[-1:] = new_inits
         updates += new_updates
         finals += new_finals
@@ -512,55 +511,49 @@ def _looped_phase(
 Lines = list[str]
 
 
-def _row_online(
-    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool
+def _online(
+    spec: ReductionSpec,
+    masked: str,
+    sums: Sequence[ReductionSpec],
+    interpret: bool,
+    lane_max: bool,
 ) -> tuple[Lines, Lines, Lines]:
-    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals), all kept per
-    row: each iteration reduces the tile's max and its sums of exponentials, and the
-    running sums are rescaled by one exp per row when the max grows (one exp per element)."""
+    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
+
+    Per row (``lane_max`` False): each iteration reduces the tile's max and its sums of
+    exponentials, the running sums are rescaled by one exp per row when the max grows (one
+    exp per element). Per lane: no reduction across the tile inside the loop, but two exps
+    per element; the lanes' sums are rescaled to the row's max at the end.
+    """
     m, ctype = spec.name, compute_type(spec.dtype)
-    inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
+    width = "RBLOCK" if lane_max else "1"
+    tile_max = f"val_{m}" if lane_max else reduce_text(spec, f"val_{m}", interpret)
+    inits = [f"acc_{m} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"]
     updates = [
         f"val_{m} = {masked}",
-        f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret)})",
+        f"new_{m} = _ts_max(acc_{m}, {tile_max})",
         f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
         f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
         f"term_{m} = tl.exp(val_{m} - safe_{m})",
     ]
-    finals = [f"red_{m} = acc_{m}"]
+    if lane_max:
+        finals = [
+            f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
+            f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
+        ]
+    else:
+        finals = [f"red_{m} = acc_{m}"]
     for partner in sums:
         s = partner.name
-        inits.append(f"acc_{s} = tl.full([XBLOCK, 1], 0, {compute_type(partner.dtype)})")
-        tile = reduce_text(partner, f"term_{m}", interpret)
-        updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
-        finals.append(f"red_{s} = acc_{s}")
-    return inits, [*updates, f"acc_{m} = new_{m}"], finals
-
-
-def _lane_online(
-    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool
-) -> tuple[Lines, Lines, Lines]:
-    """Online max and sums with the max kept per lane: no reduction across the tile inside
-    the loop, but two exps per element; the lanes' sums are rescaled to the row's max."""
-    m, ctype = spec.name, compute_type(spec.dtype)
-    inits = [f"acc_{m} = tl.full([XBLOCK, RBLOCK], {_identity_text(spec)}, {ctype})"]
-    updates = [
-        f"val_{m} = {masked}",
-        f"new_{m} = _ts_max(acc_{m}, val_{m})",
-        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
-        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
-        f"term_{m} = tl.exp(val_{m} - safe_{m})",
-    ]
-    finals = [
-        f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
-        f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
-    ]
-    for partner in sums:
-        s = partner.name
-        inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
-        updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
-        rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
-        finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+        inits.append(f"acc_{s} = tl.full([XBLOCK, {width}], 0, {compute_type(partner.dtype)})")
+        if lane_max:
+            updates.append(f"acc_{s} = acc_{s} * scale_{m} + term_{m}")
+            rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
+            finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+        else:
+            tile = reduce_text(partner, f"term_{m}", interpret)
+            updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
+            finals.append(f"red_{s} = acc_{s}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
