@@ -17,6 +17,10 @@ entry points the tests rely on are the ones a user would get.
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -41,6 +45,27 @@ LINT_PATHS = ["packages", "integration_tests", "examples", "bench", "noxfile.py"
 # Tests opt in to the Triton interpreter themselves; an outer TRITON_INTERPRET=1
 # would silently change what every other test exercises.
 TEST_ENV: dict[str, str | None] = {"TRITON_INTERPRET": None}
+
+
+# CI sets this: a session's virtualenv (torch alone is 1-6 GB) is deleted when the
+# session ends, so a run needs the disk of its largest session, not of all ten.
+DROP_VENVS = os.environ.get("TORCHSTRATA_NOX_DROP_VENVS") == "1"
+
+
+def _drops_venv(func: Callable[..., None]) -> Callable[..., None]:
+    """Delete the session's virtualenv after it ran (pass or fail) when DROP_VENVS is set."""
+
+    @functools.wraps(func)
+    def run(session: nox.Session, **kwargs: str) -> None:
+        try:
+            func(session, **kwargs)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if DROP_VENVS and location and Path(location).is_dir():
+                shutil.rmtree(location, ignore_errors=True)
+                session.log(f"dropped virtualenv {location}")
+
+    return run
 
 
 def _package_path(name: str) -> str:
@@ -69,6 +94,7 @@ def _existing(paths: list[str]) -> list[str]:
 
 @nox.session(python=PYTHON)
 @nox.parametrize("torch", TORCH_VERSIONS)
+@_drops_venv
 def tests(session: nox.Session, torch: str) -> None:
     """Unit tests of every package plus integration_tests/, against one torch version."""
     _install_everything(session, torch, *TEST_TOOLS)
@@ -79,6 +105,7 @@ def tests(session: nox.Session, torch: str) -> None:
 
 @nox.session(python=PYTHON)
 @nox.parametrize("package", PACKAGES)
+@_drops_venv
 def isolated(session: nox.Session, package: str) -> None:
     """Install one package with only its declared dependencies and run its tests.
 
@@ -92,6 +119,7 @@ def isolated(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
+@_drops_venv
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check; `-- --fix` is passed to ruff check."""
     session.install("ruff")
@@ -101,6 +129,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@_drops_venv
 def typecheck(session: nox.Session) -> None:
     """mypy over packages/*/src, with the packages' real dependencies installed."""
     _install_everything(session, DEFAULT_TORCH, "mypy")
