@@ -12,15 +12,11 @@ from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_backend import load_module
+from torchstrata.inductor.ptx import kernel_ptx
 from torchstrata.inductor.triton_codegen import generate_triton, supports
 from torchstrata.inductor.triton_tuning import Config, candidate_configs, is_outer_reduction
 
-triton = pytest.importorskip("triton")
-backends = pytest.importorskip("triton.backends.compiler")
-compiler = pytest.importorskip("triton.compiler")
-
-POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16"}
+pytest.importorskip("triton")
 
 
 def _kernel(graph) -> Kernel:
@@ -30,19 +26,7 @@ def _kernel(graph) -> Kernel:
 
 
 def _ptx(kernel: Kernel, config: Config, cache_dir: str, **flags: bool) -> str:
-    """PTX for sm_90 of ``kernel`` under ``config`` (``flags``: more generate_triton flags)."""
-    source = generate_triton(
-        kernel, interpret=False, persistent=config.persistent, lane_max=config.lane_max, **flags
-    )
-    module, _ = load_module(source, kernel.name, cache_dir, False)
-    signature = {arg.name: POINTER[arg.dtype] for arg in kernel.args}
-    signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
-    # Triton specialises 16-byte aligned pointers at launch; torch allocations are aligned.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(kernel.args))}
-    constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
-    source = compiler.ASTSource(getattr(module, kernel.name), signature, constants, attrs)
-    target = backends.GPUTarget("cuda", 90, 32)
-    return triton.compile(source, target=target, options={"num_warps": config.num_warps}).asm["ptx"]
+    return kernel_ptx(kernel, config, cache_dir=cache_dir, **flags)
 
 
 def _softmax_bf16(ind, rows: int, length: int):
@@ -57,9 +41,11 @@ def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     kernel = _kernel(_softmax_bf16(ind, 64, length))
     configs = candidate_configs(kernel, interpret=False)
     assert any(not c.persistent for c in configs)
-    assert any(c.persistent for c in configs) == (length <= 32768)
+    assert any(c.persistent and c.split == 1 for c in configs) == (length <= 32768)
+    assert any(c.split > 1 for c in configs)  # rows of 16384 and more: also split ones
     assert any(c.lane_max for c in configs) == (length > 8192)  # online pairs when looped
-    for config in {configs[0], configs[-1], *(c for c in configs if c.lane_max)}:
+    chosen = {configs[0], configs[-1], *(c for c in configs if c.lane_max or c.split > 1)}
+    for config in chosen:
         ptx = _ptx(kernel, config, str(tmp_path))
         assert re.search(r"ld\.global(\.[\w:]+)*\.v4\.b32", ptx), config
         assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), config

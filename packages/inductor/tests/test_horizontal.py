@@ -79,23 +79,13 @@ def test_at_most_max_parts_per_launch():
 
 
 def test_a_horizontal_kernel_compiles_for_sm90(tmp_path):
-    triton = pytest.importorskip("triton")
-    backends = pytest.importorskip("triton.backends.compiler")
-    compiler = pytest.importorskip("triton.compiler")
-    from torchstrata.inductor.triton_backend import load_module
-    from torchstrata.inductor.triton_codegen import generate_triton
+    pytest.importorskip("triton")
+    from torchstrata.inductor.ptx import kernel_ptx
+    from torchstrata.inductor.triton_tuning import Config
 
     graph = _independent_outputs(torch.bfloat16)
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
     merged = fuse_horizontally(plan_graph(graph, lowered).steps)[0]
     assert merged.parts
-    source = generate_triton(merged, interpret=False, persistent=True)
-    module, _ = load_module(source, merged.name, str(tmp_path), False)
-    signature = {arg.name: "*bf16" for arg in merged.args}
-    signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
-    src = compiler.ASTSource(
-        getattr(module, merged.name), signature, {"XBLOCK": 1024, "RBLOCK": 1}, {}
-    )
-    target = backends.GPUTarget("cuda", 90, 32)
-    ptx = triton.compile(src, target=target, options={"num_warps": 4}).asm["ptx"]
+    ptx = kernel_ptx(merged, Config(1024, 1, 4, True), cache_dir=str(tmp_path))
     assert ptx.count("st.global") >= 3  # one store per part

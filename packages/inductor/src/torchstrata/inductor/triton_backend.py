@@ -28,6 +28,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.triton_codegen import generate_triton
 from torchstrata.inductor.triton_codegen import supports as triton_supports
+from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
 
 
@@ -98,16 +99,20 @@ class TritonBackend:
         configs = candidate_configs(kernel, self.interpret)
         variants, sources, paths = {}, [], []
         for variant in sorted({config.variant for config in configs}, reverse=True):
-            persistent, lane_max = variant
+            persistent, lane_max, split = variant
             launches = [config for config in configs if config.variant == variant]
-            source = generate_triton(
-                kernel,
-                interpret=self.interpret,
-                persistent=persistent,
-                lane_max=lane_max,
-                even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
-                even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
-            )
+            if split > 1:
+                (chunk,) = {config.rblock for config in launches}
+                source = generate_split_triton(kernel, split, chunk)
+            else:
+                source = generate_triton(
+                    kernel,
+                    interpret=self.interpret,
+                    persistent=persistent,
+                    lane_max=lane_max,
+                    even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
+                    even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
+                )
             module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
             variants[variant] = getattr(module, kernel.name)
             sources.append(source)
@@ -116,7 +121,14 @@ class TritonBackend:
         if not self.interpret:
             key = tuning_key(sources, torch.cuda.get_device_name())
             cache_path = cache_directory(options.cache_dir) / "tuning" / f"{key}.json"
-        tuned = TunedKernel(variants, configs, kernel.rows, cache_path, not self.interpret)
+        tuned = TunedKernel(
+            variants,
+            configs,
+            kernel.rows,
+            cache_path,
+            not self.interpret,
+            scratch=lambda split: scratch_sizes(kernel, split),
+        )
 
         def call(handle: str, args: Sequence[str]) -> str:
             return f"{handle}({', '.join(args)})"

@@ -19,10 +19,11 @@ those are decorated when Triton is imported, and the interpreter cannot call the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
+from torchstrata.inductor.branch_loads import branch_guards
 from torchstrata.inductor.emitter import ExprEmitter
 from torchstrata.inductor.exprs import (
     Constant,
@@ -31,6 +32,7 @@ from torchstrata.inductor.exprs import (
     Load,
     Op,
     ReduceRef,
+    variables,
 )
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.infix import INFIX_BINARY
@@ -227,6 +229,15 @@ class TritonPrinter:
         #: Triton's eviction policy for loads along the row (looped kernels keep the row
         #: in L2 for the loop that reads it again, then evict it in the last loop).
         self.eviction: str | None = None
+        #: Loads one ``where`` branch alone consumes (a cat's pieces), masked by its
+        #: condition unless that reads a reduced dim the load does not (it would be out of
+        #: scope where a looped kernel loads per row); ``name_of`` emits the condition.
+        self.guards = {
+            load: guard
+            for load, guard in branch_guards(kernel_roots(kernel)).items()
+            if not (variables(guard.condition) - load.index.variables()) & self.red_names
+        }
+        self.name_of: Callable[[Expr], str] | None = None
 
     def offset(self, index: Index) -> tuple[str, str]:
         """The offset text (shaped like the tile it belongs to) and its mask."""
@@ -244,6 +255,10 @@ class TritonPrinter:
             hint = ""
             if self.eviction and mask != "xmask":
                 hint = f", eviction_policy={self.eviction!r}"
+            guard = self.guards.get(expr)
+            if guard is not None and self.name_of is not None:
+                condition = self.name_of(guard.condition)
+                mask += f" & ({condition})" if guard.taken else f" & ({condition} == 0)"
             text = f"tl.load({expr.buffer} + ({offset}), {mask}, other=0{hint})"
             return f"{text}.to(tl.float32)" if expr.dtype in HALF_TYPES else text
         if isinstance(expr, IndexValue):
@@ -284,7 +299,14 @@ class TritonPrinter:
         return f"{name} = {text}"
 
 
-def _derive(vars_: Sequence[Var], flat: str) -> list[str]:
+def kernel_roots(kernel: Kernel) -> Iterable[Expr]:
+    """Every expression a kernel computes from: reduction bodies, then stored values."""
+    yield from (spec.body for spec in kernel.reductions)
+    yield from (store.value for store in (*kernel.row_stores, *kernel.full_stores))
+
+
+def derive_lines(vars_: Sequence[Var], flat: str) -> list[str]:
+    """Assignments of the loop variables ``vars_`` from the flat (row-major) index ``flat``."""
     strides = row_major_strides([v.size for v in vars_])
     lines = []
     for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
@@ -293,11 +315,14 @@ def _derive(vars_: Sequence[Var], flat: str) -> list[str]:
     return lines
 
 
-def _store(store: Store, value: str, printer: TritonPrinter, full: bool) -> str:
+def store_line(
+    store: Store, value: str, printer: TritonPrinter, full: bool, row_mask: str = "xmask"
+) -> str:
+    """``tl.store`` of ``value`` to ``store``; ``full``: a whole-domain store (per element)."""
     if store.dtype is torch.bfloat16 and printer.interpret:
         value = f"_ts_round_bf16(({value}).to(tl.float32))"
     offset = render_index(store.index) + " + xzero"
-    mask = "xmask & rmask" if full else "xmask"
+    mask = f"{row_mask} & rmask" if full else row_mask
     if full:
         offset += " + rzero"
     return f"tl.store({store.buffer} + ({offset}), ({value}).to({TL_TYPES[store.dtype]}), {mask})"
@@ -344,12 +369,13 @@ def generate_triton(
     are constant ``True`` (Triton then drops them from loads and stores).
     """
     if kernel.parts:
-        return _module(kernel, _horizontal_lines(kernel, interpret), interpret)
+        return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
+    printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     lines = []
@@ -370,13 +396,13 @@ def generate_triton(
             else f"xmask = xindex < {kernel.rows}",
             "xzero = xindex * 0",
         ]
-    lines += _derive(row_vars(kernel.row_shape), "xindex")
+    lines += derive_lines(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
         "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
         if even_row
         else f"rmask = rindex < {kernel.row_length}",
-        *_derive(rv, "rindex"),
+        *derive_lines(rv, "rindex"),
     ]
     if reduction and persistent:
         lines += [line.format(start="") for line in rindex_lines]
@@ -389,31 +415,39 @@ def generate_triton(
             lines += _persistent_phase(emitter, phase, interpret)
         else:
             lines += _looped_phase(emitter, phase, pairs, rindex_lines, kernel, interpret, lane_max)
-    row_stores = [_store(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
+    row_stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
     if kernel.full_stores:
         if persistent:
             full_stores = [
-                _store(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
+                store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
             ]
             lines += emitter.take_outer() + full_stores
         else:
             emitter.open_inner()
             if not interpret:
                 printer.eviction = "evict_first"
-            stores = [_store(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
+            stores = [
+                store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
+            ]
             body = (
                 [line.format(start="roffset + ") for line in rindex_lines]
                 + emitter.close_inner()
                 + stores
             )
             lines += emitter.take_outer() + _loop(kernel.row_length, body)
-    return _module(kernel, lines, interpret)
+    return module_source(kernel, lines, interpret)
 
 
-def _module(kernel: Kernel, lines: Sequence[str], interpret: bool) -> str:
+def module_source(
+    kernel: Kernel, lines: Sequence[str], interpret: bool, extra_params: Sequence[str] = ()
+) -> str:
+    """The module text: the header, then ``kernel`` as a ``@triton.jit`` function of its
+    buffers, ``extra_params`` (scratch buffers) and ``XBLOCK``/``RBLOCK``, body ``lines``."""
     params = ", ".join(
-        [arg.name for arg in kernel.args] + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        [arg.name for arg in kernel.args]
+        + list(extra_params)
+        + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice",
@@ -436,13 +470,14 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
     for part in kernel.parts:
         printer = TritonPrinter(part, False, interpret)
         emitter = ExprEmitter(printer, frozenset())
+        printer.name_of = emitter.emit
         lines += [
             f"xindex = gindex - {offset}",
             f"xmask = (xindex >= 0) & (xindex < {part.rows})",
             "xzero = xindex * 0",
-            *_derive(row_vars(part.row_shape), "xindex"),
+            *derive_lines(row_vars(part.row_shape), "xindex"),
         ]
-        stores = [_store(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
+        stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         lines += emitter.take_outer() + stores
         offset += part.rows
     return lines

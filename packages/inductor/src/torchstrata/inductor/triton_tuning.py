@@ -44,6 +44,7 @@ from torchstrata.inductor.indexing import Var
 from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
+from torchstrata.inductor.triton_split import can_split
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
@@ -60,6 +61,11 @@ LOOPED_SHAPES = (
     (2, 2048, 8),
     (4, 1024, 8),
 )
+#: (RBLOCK, num_warps) of rows split across programs (``triton_split``), for rows of at
+#: least SPLIT_MIN elements: a chunk per program, about 16-32 elements per thread.
+SPLIT_SHAPES = ((4096, 8), (8192, 8), (8192, 16), (16384, 16))
+SPLIT_MIN = 16384
+SPLIT_MAX = 64  # programs per row
 #: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
 OUTER_SHAPES = ((64, 8, 4), (64, 16, 4), (128, 8, 4), (128, 16, 8), (32, 32, 4), (256, 8, 8))
 
@@ -74,14 +80,18 @@ class Config:
     persistent: bool
     lane_max: bool = False  # looped online softmax with a per-lane max (see generate_triton)
     num_stages: int = 1  # software pipelining depth of the kernel's loops
+    #: Programs per row (``triton_split``): each holds one ``RBLOCK`` chunk of the row.
+    split: int = 1
 
     @property
-    def variant(self) -> tuple[bool, bool]:
-        """The code variant this configuration launches: ``(persistent, lane_max)``."""
-        return self.persistent, self.lane_max
+    def variant(self) -> tuple[bool, bool, int]:
+        """The code variant this configuration launches: ``(persistent, lane_max, split)``."""
+        return self.persistent, self.lane_max, self.split
 
     def grid(self, rows: int) -> tuple[int]:
         """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
+        if self.split > 1:
+            return (rows * self.split,)
         return (max(1, math.ceil(rows / self.xblock)),)
 
 
@@ -147,6 +157,11 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
                 configs.append(Config(xblock, rblock, warps * 2, True))
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
+    if length >= SPLIT_MIN and can_split(kernel):
+        for chunk, warps in SPLIT_SHAPES:
+            split = math.ceil(length / chunk)
+            if 1 < split <= SPLIT_MAX:
+                configs.append(Config(1, chunk, warps, True, split=split))
     if length > LOOPED_MIN or not configs:
         online = bool(online_pairs(kernel.reductions))
         for xblock, block, warps in LOOPED_SHAPES:
@@ -181,7 +196,7 @@ def write_choice(path: Path, config: Config) -> None:
 
 
 class TunedKernel:
-    """A kernel's variants (``{(persistent, lane_max): jit function}``) behind one call.
+    """A kernel's variants (``{Config.variant: jit function}``) behind one call.
 
     The first call picks a configuration (cache, benchmark, or the default), then every call
     is a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``.
@@ -189,17 +204,20 @@ class TunedKernel:
 
     def __init__(
         self,
-        variants: dict[tuple[bool, bool], Any],
+        variants: dict[tuple[bool, bool, int], Any],
         configs: list[Config],
         rows: int,
         cache_path: Path | None,
         compiled: bool,
+        scratch: Callable[[int], tuple[int, int]] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
         self.rows = rows
         self.cache_path = cache_path
         self.compiled = compiled
+        #: Split variants' scratch sizes (float32 partials, int32 counters) per split.
+        self.scratch = scratch
         self.chosen: Config | None = None
         self._run: Callable[..., Any] = self._first_call
 
@@ -215,10 +233,24 @@ class TunedKernel:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
 
-        def run(*args: Any) -> None:
-            launch(*args, **constants)
+        if config.split == 1:
 
-        return run
+            def run(*args: Any) -> None:
+                launch(*args, **constants)
+
+            return run
+        assert self.scratch is not None, "a split variant needs its scratch sizes"
+        floats, counters = self.scratch(config.split)
+        buffers: list[torch.Tensor] = []
+
+        def run_split(*args: Any) -> None:
+            if not buffers:  # allocated on the first call, on the arguments' device
+                device = args[0].device
+                buffers.append(torch.empty(floats, dtype=torch.float32, device=device))
+                buffers.append(torch.zeros(counters, dtype=torch.int32, device=device))
+            launch(*args, *buffers, **constants)
+
+        return run_split
 
     def _first_call(self, *args: Any) -> None:
         config = self.configs[0]

@@ -1,0 +1,218 @@
+"""Split rows: one long row reduced by several cooperating programs, read once from memory.
+
+A row too long for one program's registers (softmax over 65536 or 262144 elements) is
+otherwise looped over twice: once for its statistics, once more for the output, so its
+input crosses the memory bus twice. Here the row is cut into ``split`` chunks of
+``RBLOCK`` elements, one program per chunk, each holding its chunk in registers. Per
+phase of reductions every program reduces its chunk, publishes the partial results to a
+scratch buffer, and waits until all programs of the row have done so (a counter per row);
+then each combines the row's partials and goes on (the next phase, then its part of the
+output). A max with the sums of ``exp(v - max)`` that read it (softmax) publishes both
+at once, each sum taken against the chunk's own max and rescaled when combined: one wait
+per row instead of two.
+
+Waiting on other programs is safe only if they all get to run. Programs take their work
+in the order they start (a ticket from a global counter, not their program id): the
+holders of a row's first tickets are running, and the remaining tickets go to the next
+programs to start, so a row waits only for programs that are running or about to start,
+never for one that needs a slot a waiting program holds (``split`` is far below the
+number of programs a GPU runs at once). The counters return to zero at the end of every
+launch (the last program of a row resets the row's; the last program of the launch the
+ticket counters), so the scratch buffers are allocated once and reused by every call
+(one launch at a time per compiled kernel: two streams running the same kernel at once
+would share its counters). GPU only: the interpreter runs programs one after the other.
+
+Scratch buffers (extra kernel arguments): ``ts_partials`` (float32, ``rows * stats *
+split``: stat ``k`` of chunk ``c`` of row ``r`` at ``(r * stats + k) * split + c``) and
+``ts_counters`` (int32, ``2 + 2 * rows``: tickets taken, programs finished, then each
+row's arrivals and departures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from torchstrata.inductor.emitter import ExprEmitter
+from torchstrata.inductor.kernel import (
+    Kernel,
+    ReductionSpec,
+    red_vars,
+    reduction_identity,
+    row_vars,
+)
+from torchstrata.inductor.online import online_pairs, reduction_phases
+from torchstrata.inductor.triton_codegen import (
+    TritonPrinter,
+    derive_lines,
+    literal,
+    module_source,
+    next_power_of_2,
+    reduce_text,
+    store_line,
+)
+
+SCRATCH_PARAMS = ("ts_partials", "ts_counters")
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def can_split(kernel: Kernel) -> bool:
+    """Row reductions whose partial results are float32-exact: every reduction is a
+    floating-point sum/max/min of the row (not prod: its partials could overflow early)."""
+    return (
+        bool(kernel.red_shape)
+        and not kernel.parts
+        and bool(kernel.reductions)
+        and all(spec.dtype in _FLOATS and spec.kind != "prod" for spec in kernel.reductions)
+    )
+
+
+def partial_stats(kernel: Kernel) -> int:
+    """How many float32 partial results each chunk publishes (one per reduction)."""
+    return len(kernel.reductions)
+
+
+def scratch_sizes(kernel: Kernel, split: int) -> tuple[int, int]:
+    """Elements of ``ts_partials`` (float32) and ``ts_counters`` (int32)."""
+    return kernel.rows * partial_stats(kernel) * split, 2 + 2 * kernel.rows
+
+
+def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
+    """The module of ``kernel`` with each row cut into ``split`` chunks of ``chunk``
+    (``RBLOCK``) elements, one program each (launch ``rows * split`` programs, ``XBLOCK=1``)."""
+    if not can_split(kernel):
+        raise ValueError(f"{kernel.name} cannot be split across programs")
+    if split * chunk < kernel.row_length or (split - 1) * chunk >= kernel.row_length:
+        raise ValueError(f"{split} chunks of {chunk} do not cover a row of {kernel.row_length}")
+    wide = kernel.rows * kernel.row_length >= 2**31
+    stats = {spec.name: k for k, spec in enumerate(kernel.reductions)}
+    printer = TritonPrinter(kernel, True, interpret=False)
+    emitter = ExprEmitter(printer, frozenset())
+    printer.name_of = emitter.emit
+    row = f"ticket // {split}"
+    lines = [
+        "ticket = tl.atomic_add(ts_counters, 1)",
+        f"row = ({row}).to(tl.int64)" if wide else f"row = {row}",
+        f"chunk = ticket % {split}",
+        "xindex = row + tl.arange(0, XBLOCK)[:, None]",
+        "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
+        "xzero = xindex * 0",
+        f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        "rindex = chunk * RBLOCK + tl.arange(0, RBLOCK)[None, :]",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
+        if kernel.row_length % chunk == 0
+        else f"rmask = rindex < {kernel.row_length}",
+        *derive_lines(row_vars(kernel.row_shape), "xindex"),
+        *derive_lines(red_vars(kernel.red_shape), "rindex"),
+        f"sindex = tl.arange(0, {next_power_of_2(split)})[None, :]",
+        f"smask = sindex < {split}",
+        "arrivals = ts_counters + 2 + 2 * row",
+    ]
+    pairs = online_pairs(kernel.reductions)
+    waits = 0
+    for phase in reduction_phases(kernel.reductions):
+        own = [spec for spec in phase if spec.name not in pairs]
+        if not own:
+            continue
+        partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in own]
+        body, combine = _phase(emitter, own, partners, pairs, stats, split)
+        waits += 1
+        lines += emitter.take_outer() + body + _wait(split * waits) + combine
+    first = "xmask & (chunk == 0)"
+    row_stores = [
+        store_line(s, emitter.emit(s.value), printer, False, first) for s in kernel.row_stores
+    ]
+    lines += emitter.take_outer() + row_stores
+    full_stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
+    lines += emitter.take_outer() + full_stores + _depart(split, kernel.rows * split)
+    return module_source(kernel, lines, interpret=False, extra_params=SCRATCH_PARAMS)
+
+
+def _partial_offset(stat: int, count: int, split: int) -> str:
+    return f"(xindex * {count} + {stat}) * {split}"
+
+
+def _phase(
+    emitter: ExprEmitter,
+    own: Sequence[ReductionSpec],
+    partners: Sequence[ReductionSpec],
+    pairs: dict[str, ReductionSpec],
+    stats: dict[str, int],
+    split: int,
+) -> tuple[list[str], list[str]]:
+    """Lines reducing the chunk and publishing the partials, and lines combining them."""
+    count = len(stats)
+    body: list[str] = []
+    combine: list[str] = []
+    for spec in own:
+        name = spec.name
+        identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        value = emitter.emit(spec.body)
+        body += [
+            f"masked_{name} = tl.where(xmask & rmask, {value}, {identity})",
+            f"part_{name} = {reduce_text(spec, f'masked_{name}', False)}",
+            f"tl.store(ts_partials + {_partial_offset(stats[name], count, split)} + chunk, "
+            f"part_{name})",
+        ]
+        loaded = (
+            f"tl.load(ts_partials + {_partial_offset(stats[name], count, split)} + sindex, "
+            f"smask, other={_other(spec)}, cache_modifier='.cg')"
+        )
+        combine += [
+            f"all_{name} = {loaded}",
+            f"red_{name} = {reduce_text(spec, f'all_{name}', False)}",
+        ]
+        mine = [p for p in partners if pairs[p.name] is spec]
+        if not mine:
+            continue
+        body.append(f"psafe_{name} = tl.where(part_{name} == float('-inf'), 0.0, part_{name})")
+        body.append(
+            f"term_{name} = tl.where(xmask & rmask, tl.exp(masked_{name} - psafe_{name}), 0.0)"
+        )
+        combine.append(f"rsafe_{name} = tl.where(red_{name} == float('-inf'), 0.0, red_{name})")
+        for partner in mine:
+            s = partner.name
+            offset = _partial_offset(stats[s], count, split)
+            body += [
+                f"part_{s} = {reduce_text(partner, f'term_{name}', False)}",
+                f"tl.store(ts_partials + {offset} + chunk, part_{s})",
+            ]
+            scaled = (
+                f"tl.load(ts_partials + {offset} + sindex, smask, other=0.0, "
+                f"cache_modifier='.cg') * tl.exp(all_{name} - rsafe_{name})"
+            )
+            combine.append(f"red_{s} = {reduce_text(partner, scaled, False)}")
+    return body, combine
+
+
+def _other(spec: ReductionSpec) -> str:
+    value = reduction_identity(spec.kind, spec.dtype)
+    return f"float('{value}')" if isinstance(value, float) else repr(value)
+
+
+def _wait(target: int) -> list[str]:
+    """Arrive at the row's counter, then spin until ``target`` arrivals (all chunks)."""
+    return [
+        "tl.debug_barrier()",
+        "tl.atomic_add(arrivals, 1, sem='release')",
+        "seen = tl.atomic_add(arrivals, 0, sem='acquire')",
+        f"while seen < {target}:",
+        "    seen = tl.atomic_add(arrivals, 0, sem='acquire')",
+        "tl.debug_barrier()",
+    ]
+
+
+def _depart(split: int, programs: int) -> list[str]:
+    """Leave the row (the last to leave resets its counters), then the launch (the last
+    program resets the ticket counters)."""
+    return [
+        "left = tl.atomic_add(arrivals + 1, 1, sem='acq_rel')",
+        f"if left == {split - 1}:",
+        "    tl.atomic_xchg(arrivals, 0)",
+        "    tl.atomic_xchg(arrivals + 1, 0)",
+        "finished = tl.atomic_add(ts_counters + 1, 1, sem='acq_rel')",
+        f"if finished == {programs - 1}:",
+        "    tl.atomic_xchg(ts_counters, 0)",
+        "    tl.atomic_xchg(ts_counters + 1, 0)",
+    ]
