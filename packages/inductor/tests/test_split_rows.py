@@ -59,7 +59,8 @@ def _kernel(graph) -> Kernel:
 
 
 def _splits(kernel: Kernel) -> list[Config]:
-    return [config for config in candidate_configs(kernel, interpret=False) if config.split > 1]
+    configs = candidate_configs(kernel, interpret=False, split_rows=True)
+    return [config for config in configs if config.split > 1]
 
 
 def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
@@ -74,6 +75,15 @@ def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
     assert source.count("while seen <") == 2
     # the row's statistic is stored by the row's first chunk only
     assert re.search(r"tl\.store\(buf_\w+ \+ \(x0 \+ xzero\), .*xmask & \(chunk == 0\)\)", source)
+
+
+def test_split_rows_are_opt_in(ind, monkeypatch):
+    kernel = _kernel(_softmax(ind, 4, 65536))
+    monkeypatch.delenv("TORCHSTRATA_SPLIT_ROWS", raising=False)
+    assert not any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "1")
+    assert any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+    assert not any(c.split > 1 for c in candidate_configs(kernel, interpret=True))
 
 
 def test_only_long_float_rows_are_split(ind):

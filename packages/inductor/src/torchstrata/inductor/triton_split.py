@@ -22,6 +22,10 @@ ticket counters), so the scratch buffers are allocated once and reused by every 
 (one launch at a time per compiled kernel: two streams running the same kernel at once
 would share its counters). GPU only: the interpreter runs programs one after the other.
 
+Opt-in (``TORCHSTRATA_SPLIT_ROWS=1``) until it has been run and timed on a GPU: the
+generated code compiles for sm_90 (tests check the acquire/release atomics in its PTX),
+but no GPU was available to the session that wrote it.
+
 Scratch buffers (extra kernel arguments): ``ts_partials`` (float32, ``rows * stats *
 split``: stat ``k`` of chunk ``c`` of row ``r`` at ``(r * stats + k) * split + c``) and
 ``ts_counters`` (int32, ``2 + 2 * rows``: tickets taken, programs finished, then each
@@ -30,6 +34,7 @@ row's arrivals and departures).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -55,6 +60,11 @@ from torchstrata.inductor.triton_codegen import (
 
 SCRATCH_PARAMS = ("ts_partials", "ts_counters")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def split_rows_enabled() -> bool:
+    """True when ``TORCHSTRATA_SPLIT_ROWS=1``: the autotuner then also tries split rows."""
+    return os.environ.get("TORCHSTRATA_SPLIT_ROWS") == "1"
 
 
 def can_split(kernel: Kernel) -> bool:

@@ -44,7 +44,7 @@ from torchstrata.inductor.indexing import Var
 from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
-from torchstrata.inductor.triton_split import can_split
+from torchstrata.inductor.triton_split import can_split, split_rows_enabled
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
@@ -128,8 +128,16 @@ def is_outer_reduction(kernel: Kernel) -> bool:
     return any(_unit_stride(load, set(inner)) for load in bulk)
 
 
-def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
-    """The configurations worth trying for ``kernel``; the first is the default."""
+def candidate_configs(
+    kernel: Kernel, interpret: bool, split_rows: bool | None = None
+) -> list[Config]:
+    """The configurations worth trying for ``kernel``; the first is the default.
+
+    ``split_rows``: also offer rows split across programs (default: the
+    ``TORCHSTRATA_SPLIT_ROWS`` opt-in, see :func:`~torchstrata.inductor.triton_split.split_rows_enabled`).
+    """
+    if split_rows is None:
+        split_rows = split_rows_enabled()
     rows = next_power_of_2(kernel.rows)
     if not kernel.red_shape:
         if interpret:
@@ -157,7 +165,7 @@ def candidate_configs(kernel: Kernel, interpret: bool) -> list[Config]:
                 configs.append(Config(xblock, rblock, warps * 2, True))
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
-    if length >= SPLIT_MIN and can_split(kernel):
+    if split_rows and length >= SPLIT_MIN and can_split(kernel):
         for chunk, warps in SPLIT_SHAPES:
             split = math.ceil(length / chunk)
             if 1 < split <= SPLIT_MAX:
