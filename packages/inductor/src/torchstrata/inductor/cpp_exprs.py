@@ -274,14 +274,29 @@ def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
     return lines
 
 
+def _loop_header(var: Var) -> str:
+    return f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{"
+
+
 def nested_loops(vars_: Sequence[Var], body: list[str], pragma: str) -> list[str]:
+    """Loops over ``vars_`` (outermost first) around ``body``; ``pragma`` on the innermost."""
     lines: list[str] = []
     for depth, var in enumerate(vars_):
         if depth == len(vars_) - 1 and pragma:
             lines.append(pragma)
-        lines.append(f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{")
+        lines.append(_loop_header(var))
     lines += ["  " + line for line in body]
     lines += ["}"] * len(vars_)
+    return lines
+
+
+def split_loops(outer: Sequence[Var], innermost: Sequence[tuple[Var, list[str], str]]) -> list[str]:
+    """Loops over ``outer`` around consecutive innermost loops, each a (var, body, pragma)."""
+    lines: list[str] = []
+    for var, body, pragma in innermost:
+        lines += nested_loops([var], body, pragma)
+    for var in reversed(outer):
+        lines = [_loop_header(var), *("  " + line for line in lines), "}"]
     return lines
 
 

@@ -1,0 +1,257 @@
+"""Splitting an inner loop where conditions on its variable change value (C++ backend).
+
+A cat lowers to a chain of ``where`` over the position along its dim, each piece read
+at a wrapped index: ``where(x3 < 32, -q[(x3 % 32) + 32], q[x3 % 32])``. Over the whole
+loop the loads go through a modulo and both branches are read, so the compiler emits
+gathers and blends instead of contiguous vector loads.
+
+Here the innermost loop is cut at every position where such a condition (a comparison
+of two integer index expressions that depend on the loop variable alone, such as
+``x3 < 32`` or ``x3 % 32 >= 16``) changes value. Each range ``[start, stop)`` gets its
+own loop over a fresh variable ``u`` in ``[0, stop - start)``, and every index is
+rewritten with ``x3 = u + start``: the index algebra then simplifies the modulo away
+(``(u + 32) % 32`` is ``u``), the conditions become the constants they are over the
+range and each ``where`` keeps its one live branch. Every range is a plain contiguous
+loop, and a kernel without such conditions is generated exactly as before. Where the
+changes are found is :mod:`~torchstrata.inductor.cpp_pieces`'s piecewise-affine view of
+an index.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+import torch
+
+from torchstrata.inductor.cpp_pieces import Piece, affine_pieces, substitute
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, walk
+from torchstrata.inductor.indexing import Index, Var
+from torchstrata.inductor.kernel import Store
+
+#: Most loops one loop is split into (the body is generated once per range).
+MAX_RANGES = 16
+
+_COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
+}
+
+
+class LoopRange:
+    """One range ``[start, stop)`` of a loop over ``original``, looped over :attr:`var`.
+
+    :attr:`var` runs from 0 and ``original`` is ``var + start``; :meth:`expr`,
+    :meth:`index` and :meth:`store` rewrite what the loop body computes in terms of it.
+    ``decided`` holds the conditions whose value over the range the split found; they
+    become constants, as do those that the bounds of their rewritten operands decide.
+    The one range of an unsplit loop is ``original`` itself and rewrites nothing.
+    """
+
+    def __init__(
+        self,
+        original: Var,
+        start: int,
+        stop: int,
+        name: str,
+        decided: Mapping[Expr, bool] | None = None,
+    ) -> None:
+        self.original = original
+        self.start = start
+        self.stop = stop
+        self.var = Var(name, stop - start)
+        self._identity = name == original.name and start == 0 and stop == original.size
+        self._value = Index.of(self.var) + start
+        self._exprs: dict[Expr, Expr] = {
+            condition: Constant(value, torch.bool) for condition, value in (decided or {}).items()
+        }
+        self._indices: dict[Index, Index] = {}
+
+    def index(self, index: Index) -> Index:
+        """``index`` with the loop variable replaced by ``var + start``, simplified."""
+        if self._identity:
+            return index
+        found = self._indices.get(index)
+        if found is None:
+            found = self._indices[index] = substitute(index, self.original.name, self._value)
+        return found
+
+    def expr(self, expr: Expr) -> Expr:
+        """``expr`` over this range: indices rewritten, decided conditions folded."""
+        if self._identity:
+            return expr
+        found = self._exprs.get(expr)
+        if found is not None:
+            return found
+        result: Expr = expr
+        if isinstance(expr, Load):
+            result = Load(expr.buffer, self.index(expr.index), expr.dtype)
+        elif isinstance(expr, IndexValue):
+            result = IndexValue(self.index(expr.index), expr.dtype)
+        elif isinstance(expr, Op):
+            result = fold(Op(expr.name, tuple(self.expr(a) for a in expr.args), expr.dtype))
+        self._exprs[expr] = result
+        return result
+
+    def store(self, store: Store) -> Store:
+        """``store`` over this range."""
+        if self._identity:
+            return store
+        return attrs.evolve(store, index=self.index(store.index), value=self.expr(store.value))
+
+
+def whole_loop(var: Var) -> LoopRange:
+    """The one range of a loop over ``var`` that is not split."""
+    return LoopRange(var, 0, var.size, var.name)
+
+
+def split_loop(exprs: Sequence[Expr], var: Var) -> list[LoopRange]:
+    """The ranges of a loop over ``var`` whose body computes ``exprs``.
+
+    Cut where a condition of the body changes value (see the module docstring); one
+    range (no split) when there is no such condition, or when splitting would take more
+    than :data:`MAX_RANGES` loops.
+    """
+    runs: dict[Expr, list[tuple[int, bool]]] = {}
+    for expr in exprs:
+        for node in walk(expr):
+            found = condition_runs(node, var) if isinstance(node, Op) else None
+            if found is not None and len(found) > 1:
+                runs[node] = found
+    cuts = sorted({start for found in runs.values() for start, _ in found[1:]})
+    if not cuts or len(cuts) >= MAX_RANGES:
+        return [whole_loop(var)]
+    bounds = [0, *cuts, var.size]
+    return [
+        LoopRange(var, start, stop, f"{var.name}_{k}", _values_at(runs, start))
+        for k, (start, stop) in enumerate(itertools.pairwise(bounds))
+    ]
+
+
+def _values_at(runs: Mapping[Expr, list[tuple[int, bool]]], position: int) -> dict[Expr, bool]:
+    """The value of each condition at ``position`` (of its last run starting at or before)."""
+    return {
+        condition: next(value for start, value in reversed(found) if start <= position)
+        for condition, found in runs.items()
+    }
+
+
+def condition_runs(op: Op, var: Var) -> list[tuple[int, bool]] | None:
+    """The comparison ``op`` over ``0 <= var < var.size``: (start, value) of each run of
+    positions where it keeps one value, in order.
+
+    Only comparisons of integer index values and constants whose difference depends
+    on ``var`` alone, with few enough affine pieces (:func:`~torchstrata.inductor.cpp_pieces.affine_pieces`), are analysed; None
+    for any other op.
+    """
+    compare = _COMPARISONS.get(op.name)
+    difference = _difference(op) if compare is not None else None
+    if compare is None or difference is None or difference.variables() != {var.name}:
+        return None
+    pieces = affine_pieces(difference, var)
+    if pieces is None:
+        return None
+    runs: list[tuple[int, bool]] = []
+    for piece in pieces:
+        # Within a piece the value is affine, so "value < t" flips at most once per t;
+        # every comparison with 0 is decided by "value < 0" and "value < 1".
+        starts = {piece.start} | {
+            p for t in (0, 1) if piece.start < (p := _crossing(piece, t)) < piece.stop
+        }
+        for start in sorted(starts):
+            value = compare(piece.slope * start + piece.offset, 0)
+            if not runs or runs[-1][1] != value:
+                runs.append((start, value))
+    return runs
+
+
+def _crossing(piece: Piece, threshold: int) -> int:
+    """The first ``v`` where ``slope * v + offset < threshold`` may change (or -1)."""
+    if piece.slope > 0:
+        return -((piece.offset - threshold) // piece.slope)  # ceil((t - offset) / slope)
+    if piece.slope < 0:
+        return (threshold - piece.offset) // piece.slope + 1
+    return -1
+
+
+def _as_index(expr: Expr) -> Index | None:
+    """An integer index value or constant as an :class:`Index` (None for anything else).
+
+    An index value must fit its dtype, so that the cast that computes it cannot wrap.
+    """
+    if expr.dtype is torch.bool or expr.dtype.is_floating_point or expr.dtype.is_complex:
+        return None
+    if isinstance(expr, Constant):
+        return Index.constant(int(expr.value))
+    if isinstance(expr, IndexValue):
+        low, high = expr.index.bounds()
+        info = torch.iinfo(expr.dtype)
+        return expr.index if info.min <= low and high <= info.max else None
+    return None
+
+
+def _difference(op: Op) -> Index | None:
+    """``a - b`` for a comparison ``op(a, b)`` of index values and constants."""
+    left, right = (_as_index(arg) for arg in op.args)
+    if left is None or right is None:
+        return None
+    return left + right * -1
+
+
+def _decide(op: Op) -> bool | None:
+    """The value of a comparison that the bounds of its operands decide, else None."""
+    difference = _difference(op)
+    if difference is None:
+        return None
+    compare = _COMPARISONS[op.name]
+    low, high = difference.bounds()
+    if op.name in ("eq", "ne"):
+        decided = low == high or low > 0 or high < 0
+    else:  # monotone in the difference: decided when both ends agree
+        decided = compare(low, 0) == compare(high, 0)
+    return compare(low, 0) if decided else None
+
+
+def _bool(expr: Expr) -> bool | None:
+    return bool(expr.value) if isinstance(expr, Constant) and expr.dtype is torch.bool else None
+
+
+def fold(op: Op) -> Expr:
+    """``op`` simplified when its conditions are decided (operands already folded).
+
+    Comparisons decided by bounds become constants; ``&``, ``|``, ``^`` and ``~`` of
+    decided booleans fold; a ``where`` on a constant condition is its live branch.
+    """
+    if op.name in _COMPARISONS:
+        value = _decide(op)
+        return op if value is None else Constant(value, torch.bool)
+    if op.name == "where":
+        condition = _bool(op.args[0])
+        if condition is None:
+            return op
+        branch = op.args[1] if condition else op.args[2]
+        if branch.dtype != op.dtype:
+            return Op("convert_element_type", (branch,), op.dtype)
+        return branch
+    if op.dtype is not torch.bool:
+        return op
+    values = [_bool(arg) for arg in op.args]
+    if op.name == "bitwise_not" and values[0] is not None:
+        return Constant(not values[0], torch.bool)
+    if op.name in ("bitwise_and", "bitwise_or"):
+        absorbing = op.name == "bitwise_or"  # True absorbs an "or", False an "and"
+        if absorbing in values:
+            return Constant(absorbing, torch.bool)
+        if values[0] is not None:
+            return op.args[1]
+        if values[1] is not None:
+            return op.args[0]
+    if op.name == "bitwise_xor" and None not in values:
+        return Constant(values[0] != values[1], torch.bool)
+    return op
