@@ -5,7 +5,8 @@ from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.explain import ExplainReport
-from torchstrata.runtime.guards import GuardFailure, GuardSet, bind_frame
+from torchstrata.runtime.frames import bind_frame
+from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
 
 __all__ = [

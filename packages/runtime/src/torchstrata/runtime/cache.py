@@ -42,6 +42,35 @@ class FrameCache:
         self.limit_warned = False
         _ALL_CACHES.add(self)
 
+    def find(self, frame: dict[str, Any], globals_: dict[str, Any]) -> CacheEntry | None:
+        """The first entry whose guards hold (the per-call path: no failures collected)."""
+        for entry in self.entries:
+            if entry.guards.check(frame, globals_) < 0:
+                return entry
+        return None
+
+    def find_args(
+        self,
+        args: tuple[Any, ...],
+        globals_: dict[str, Any],
+        bind: Callable[[tuple[Any, ...]], dict[str, Any]],
+    ) -> CacheEntry | None:
+        """:meth:`find` for a fast-path positional call (see
+        :class:`~torchstrata.runtime.frames.FrameBinder`): guards read ``args`` directly;
+        ``bind(args)`` makes the frame only for an entry that cannot."""
+        frame = None
+        for entry in self.entries:
+            check = entry.guards.check_args
+            if check is not None:
+                if check(args, globals_) < 0:
+                    return entry
+                continue
+            if frame is None:
+                frame = bind(args)
+            if entry.guards.check(frame, globals_) < 0:
+                return entry
+        return None
+
     def lookup(
         self, frame: dict[str, Any], globals_: dict[str, Any]
     ) -> tuple[CacheEntry | None, list[GuardFailure]]:

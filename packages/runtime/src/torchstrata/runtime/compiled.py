@@ -14,7 +14,8 @@ from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.guards import FrameBinder, GuardFailure, GuardSet, frame_globals
+from torchstrata.runtime.frames import FrameBinder, frame_globals
+from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -57,18 +58,25 @@ class CompiledFunction:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            frame = self._bind(args, kwargs)
-        except TypeError:
-            return self.fn(*args, **kwargs)  # let the function report its own bad call
-        entry, _ = self.cache.lookup(frame, self._globals)
+        if not kwargs and len(args) == self._bind.arity:
+            # The common call: guards read the arguments tuple, no frame dict is built.
+            entry = self.cache.find_args(args, self._globals, self._bind_positional)
+        else:
+            try:
+                entry = self.cache.find(self._bind(args, kwargs), self._globals)
+            except TypeError:
+                return self.fn(*args, **kwargs)  # let the function report its own bad call
         if entry is None:
-            entry = self._miss(args, kwargs, frame)
-        if entry.run is None:
+            entry = self._miss(args, kwargs, self._bind(args, kwargs))
+        run = entry.run
+        if run is None:
             return self.fn(*args, **kwargs)
         if entry.checked:
-            return entry.run(args, kwargs)
+            return run(args, kwargs)
         return self._first_run(entry, args, kwargs)
+
+    def _bind_positional(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        return self._bind(args, {})
 
     def guard_failures(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         """For a call with these arguments, the guard that fails in each cached entry tried
@@ -129,11 +137,11 @@ class CompiledFunction:
             )
             return CacheEntry(_ALWAYS, None, artifacts.eager_reason)
         self._check_graph_breaks(capture, artifacts)
-        guards = GuardSet(capture.guards)
+        guards = GuardSet(capture.guards, self._bind)
         if artifacts.run is None:
             return CacheEntry(guards, None, artifacts.eager_reason)
         return CacheEntry(
-            GuardSet((_grad_mode_guard(), *capture.guards)),
+            GuardSet((_grad_mode_guard(), *capture.guards), self._bind),
             artifacts.run,
             has_side_effects=bool(capture.graph_breaks),
         )
@@ -177,7 +185,7 @@ class CompiledFunction:
             "stage %s failed for %s", failure.stage, describe(self.fn), exc_info=failure.error
         )
         capture = failure.capture
-        guards = GuardSet(capture.guards) if capture is not None else _ALWAYS
+        guards = GuardSet(capture.guards, self._bind) if capture is not None else _ALWAYS
         return CacheEntry(guards, None, str(failure))
 
     def _first_run(self, entry: CacheEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -1,15 +1,15 @@
-"""Guards compiled into one generated Python function, and the frame they read.
+"""Guards compiled into one generated Python function.
 
 A guard's ``source`` is a Python expression over ``L`` (the call's arguments bound by
 parameter name, defaults included, plus ``self`` for a bound method) and ``G`` (the
-function's globals). All guards of one cache entry become ONE function, generated as
-source text and compiled once; each source expression is evaluated once per check.
+function's globals); see :mod:`torchstrata.runtime.frames`. All guards of one cache
+entry become ONE function, generated as source text and compiled once; each source
+expression is evaluated once per check. A second function, generated when every source
+can be rewritten so, reads the arguments of a positional call straight from their tuple.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,9 +17,14 @@ import attrs
 import torch
 
 from torchstrata.core import Guard, GuardKind, TensorMeta
+from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
+
+_CPU = torch.device("cpu")
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
+#: The same check for a positional call: ``check_args(args, G)``.
+ArgsCheck = Callable[[tuple[Any, ...], dict[str, Any]], int]
 
 
 @attrs.frozen
@@ -43,75 +48,6 @@ class GuardFailure:
 def _describe_meta(meta: TensorMeta) -> str:
     grad = ", requires_grad" if meta.requires_grad else ""
     return f"{meta.dtype} {list(meta.shape)} strides {list(meta.strides)} on {meta.device}{grad}"
-
-
-def _unwrap(fn: Callable[..., Any]) -> tuple[Any, Callable[..., Any]]:
-    """(bound ``self`` or None, the plain function)."""
-    if inspect.ismethod(fn):
-        return fn.__self__, fn.__func__
-    return None, fn
-
-
-@functools.lru_cache(maxsize=256)
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-def bind_frame(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """``L`` for a call: arguments by parameter name (defaults applied; ``self`` for a
-    bound method). Raises ``TypeError`` when the call does not match the signature."""
-    bound_self, plain = _unwrap(fn)
-    signature = _signature(plain)
-    if signature is None:
-        frame = {f"arg{index}": value for index, value in enumerate(args)}
-        frame.update(kwargs)
-        return frame
-    call_args = (bound_self, *args) if bound_self is not None else args
-    bound = signature.bind(*call_args, **kwargs)
-    bound.apply_defaults()
-    frame = dict(bound.arguments)
-    if bound_self is not None and "self" not in frame:
-        frame["self"] = bound_self
-    return frame
-
-
-class FrameBinder:
-    """:func:`bind_frame` for one function, with a fast path for the common call: only
-    positional-or-keyword parameters, called positionally."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.bound_self, plain = _unwrap(fn)
-        signature = _signature(plain)
-        parameters = list(signature.parameters.values()) if signature is not None else []
-        simple = signature is not None and all(
-            p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters
-        )
-        self.names: tuple[str, ...] | None = tuple(p.name for p in parameters) if simple else None
-        self.offset = 1 if self.bound_self is not None else 0
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        names = self.names
-        if names is not None and not kwargs and len(args) + self.offset == len(names):
-            if self.offset:
-                frame = dict(zip(names[1:], args))
-                frame[names[0]] = self.bound_self
-                if names[0] != "self":
-                    frame["self"] = self.bound_self
-                return frame
-            return dict(zip(names, args))
-        return bind_frame(self.fn, args, kwargs)
-
-
-def frame_globals(fn: Callable[..., Any]) -> dict[str, Any]:
-    """``G`` for a call: the function's module globals (empty for builtins)."""
-    _, plain = _unwrap(fn)
-    return getattr(plain, "__globals__", {})
 
 
 class _SourceWriter:
@@ -162,11 +98,14 @@ def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
         shape = writer.constant(torch.Size(expected.shape))
         strides = writer.constant(tuple(expected.strides))
         dtype = writer.constant(expected.dtype)
-        device = writer.constant(expected.device)
         grad = writer.constant(bool(expected.requires_grad))
+        if expected.device == _CPU:
+            device_check = f"{var}.is_cpu"  # the same test without making a device object
+        else:
+            device_check = f"{var}.device == {writer.constant(expected.device)}"
         return (
             f"isinstance({var}, _Tensor) and {var}.shape == {shape} and {var}.dtype is {dtype}"
-            f" and {var}.stride() == {strides} and {var}.device == {device}"
+            f" and {var}.stride() == {strides} and {device_check}"
             f" and {var}.requires_grad is {grad}"
         )
     if kind is GuardKind.CONSTANT_MATCH:
@@ -185,20 +124,25 @@ class GuardSet:
     """A cache entry's guards, compiled into one fast check.
 
     :param guards: the guards to check, in order (the first failing one is reported).
+    :param binder: binds calls of the compiled function; given, ``check_args`` is also
+        generated when every guard source can read a positional call's arguments
+        directly (see :meth:`FrameBinder.args_source`).
     """
 
-    def __init__(self, guards: Sequence[Guard]) -> None:
+    def __init__(self, guards: Sequence[Guard], binder: FrameBinder | None = None) -> None:
         self.guards = tuple(guards)
-        writer = _SourceWriter()
-        writer.lines.append("def check_guards(L, G):")
-        for index, guard in enumerate(self.guards):
-            var = writer.fetch(guard.source, index)
-            writer.check(_condition(writer, guard, var), index)
-        writer.lines.append("    return -1")
-        self.source = "\n".join(writer.lines) + "\n"
-        namespace: dict[str, Any] = {"_Tensor": torch.Tensor, "torch": torch, **writer.constants}
-        exec(compile(self.source, "<torchstrata guards>", "exec"), namespace)
-        self.check: GuardCheck = namespace["check_guards"]
+        self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
+        self.check: GuardCheck = _build(self.source, constants)
+        #: ``check`` for a fast-path positional call of ``binder``'s function (the
+        #: arguments tuple in place of ``L``); None when some source cannot read it.
+        self.check_args: ArgsCheck | None = None
+        self.args_source: str | None = None
+        args_sources = [binder.args_source(g.source) if binder else None for g in self.guards]
+        sources = [source for source in args_sources if source is not None]
+        if len(sources) == len(self.guards):
+            self.args_source, constants = _generate(self.guards, sources, ARGS_NAME)
+            constants[SELF_NAME] = binder.bound_self if binder is not None else None
+            self.check_args = _build(self.args_source, constants)
 
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
@@ -207,3 +151,22 @@ class GuardSet:
 
     def __len__(self) -> int:
         return len(self.guards)
+
+
+def _generate(
+    guards: Sequence[Guard], sources: Sequence[str], frame_name: str
+) -> tuple[str, dict[str, Any]]:
+    """The check function's text (``check_guards(<frame_name>, G)``) and its constants."""
+    writer = _SourceWriter()
+    writer.lines.append(f"def check_guards({frame_name}, G):")
+    for index, (guard, source) in enumerate(zip(guards, sources)):
+        var = writer.fetch(source, index)
+        writer.check(_condition(writer, guard, var), index)
+    writer.lines.append("    return -1")
+    return "\n".join(writer.lines) + "\n", writer.constants
+
+
+def _build(source: str, constants: dict[str, Any]) -> Any:
+    namespace: dict[str, Any] = {"_Tensor": torch.Tensor, "torch": torch, **constants}
+    exec(compile(source, "<torchstrata guards>", "exec"), namespace)
+    return namespace["check_guards"]

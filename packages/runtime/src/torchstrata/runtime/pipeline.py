@@ -8,6 +8,7 @@ for the caller to fall back or re-raise.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from collections.abc import Callable
 from typing import Any
@@ -371,8 +372,6 @@ class Pipeline:
             # Segments after a graph break are traced on first use: compile them too.
             program.compile_graph = lambda graph: self._deferred_compile(graph, options)
         missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
-
-        def run(call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> Any:
-            return program(runners, call_args, call_kwargs)
-
+        # ``run(args, kwargs)`` is ``program(runners, args, kwargs)``, without a frame of ours.
+        run: FrameRunner = functools.partial(program, runners)
         return FrameArtifacts(capture, graphs, run, missing_stages=missing)

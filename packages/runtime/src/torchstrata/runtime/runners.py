@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import AotResult, TensorMeta
+from torchstrata.core import AotResult, CompiledGraph, TensorMeta
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
@@ -113,11 +113,22 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
             outputs[position] = base.as_strided(size, stride, base.storage_offset() + offset)
 
 
+def _tuple_runner(fn: GraphFn) -> GraphRunner:
+    """``fn`` returning a tuple: a compiled graph's own launcher (which returns a fresh
+    tuple, so the call costs no wrapper frame), else ``fn`` wrapped in ``tuple()``."""
+    if type(fn) is CompiledGraph:  # a subclass may do more in __call__
+        return fn.fn
+    return lambda *inputs: tuple(fn(*inputs))
+
+
 def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     """Wrap a forward: apply write-backs and aliases, return the user's outputs only."""
     if aot is None:
-        return lambda *inputs: tuple(fn(*inputs))
+        return _tuple_runner(fn)
     num_user, mutated, aliases = _layout(aot)
+    if not mutated and num_user == len(aot.forward.outputs) and all(a is None for a in aliases):
+        # Nothing to write back, drop or rebuild: the graph's outputs are the user's.
+        return _tuple_runner(fn)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = fn(*inputs)
@@ -150,6 +161,9 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
     metas = [node.meta for node in aot.forward.outputs[:num_user]]
+    returned = num_user + num_mutations
+    differentiable = set(tangent_outputs)
+    non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
 
     def zeros_like_output(index: int) -> torch.Tensor:
         meta = metas[index]
@@ -161,16 +175,16 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
         def forward(ctx: Any, *inputs: Any) -> Any:
             outputs = forward(*inputs)
             ctx.num_inputs = len(inputs)
-            ctx.save_for_backward(*outputs[num_user + num_mutations :])
-            differentiable = set(tangent_outputs)
-            ctx.mark_non_differentiable(
-                *(
-                    out
-                    for i, out in enumerate(outputs[: num_user + num_mutations])
-                    if i not in differentiable and isinstance(out, torch.Tensor)
+            ctx.save_for_backward(*outputs[returned:])
+            if non_differentiable:
+                ctx.mark_non_differentiable(
+                    *(
+                        outputs[i]
+                        for i in non_differentiable
+                        if isinstance(outputs[i], torch.Tensor)
+                    )
                 )
-            )
-            return tuple(outputs[: num_user + num_mutations])
+            return tuple(outputs[:returned])
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
@@ -187,6 +201,10 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
             for index, grad in zip(grad_inputs, computed):
                 result[index] = grad
             return tuple(result)
+
+    if not mutated and all(alias is None for alias in aliases):
+        # Nothing to write back or rebuild: ``apply`` returns the user's outputs as they are.
+        return CompiledGraphFunction.apply
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = CompiledGraphFunction.apply(*inputs)

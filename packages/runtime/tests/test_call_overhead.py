@@ -1,0 +1,143 @@
+"""The per-call path of a compiled function: what a cache hit runs, and that its
+shortcuts (guards reading a positional call's arguments directly, graph runners that
+are the generated launcher itself) check and return exactly what the general path does."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import torchstrata.runtime as rt
+
+RUNTIME_DIR = os.path.dirname(rt.__file__)
+
+
+def scale_add(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale + y
+
+
+def _agree(guards: rt.GuardSet, fn: Callable[..., Any], args: tuple[Any, ...]) -> int:
+    """The failing index (-1: none) of both checks, which must be the same."""
+    globals_ = getattr(fn, "__func__", fn).__globals__
+    by_frame = guards.check(rt.bind_frame(fn, args, {}), globals_)
+    assert guards.check_args is not None
+    assert guards.check_args(args, globals_) == by_frame, args
+    return by_frame
+
+
+def test_positional_guards_agree_with_frame_guards():
+    compiled = rt.compile(scale_add)
+    x, y = torch.randn(4, 3), torch.randn(3)
+    with torch.no_grad():
+        compiled(x, y, 2.0)
+        (entry,) = compiled.cache.entries
+        guards = entry.guards
+        assert guards.args_source is not None and "L[" not in guards.args_source
+        assert _agree(guards, scale_add, (x, y, 2.0)) == -1
+        failing = [
+            (torch.randn(5, 3), y, 2.0),  # shape
+            (x.double(), y, 2.0),  # dtype
+            (torch.randn(3, 4).t(), y, 2.0),  # same shape, other strides
+            (x.clone().requires_grad_(), y, 2.0),
+            (x, y, 3.0),  # another constant
+            (x, y, 2),  # an int is not a float
+            ("x", y, 2.0),  # not a tensor
+            (x, torch.randn(3, device="meta"), 2.0),  # another device
+        ]
+        for args in failing:
+            assert _agree(guards, scale_add, args) >= 0
+    assert _agree(guards, scale_add, (x, y, 2.0)) == 0  # grad mode is guarded too
+
+
+def test_module_guards_read_self_and_arguments_directly():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    compiled = rt.compile(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        compiled(x)
+        (entry,) = compiled.compiled_forward.cache.entries
+        guards = entry.guards
+        assert guards.args_source is not None and "_self" in guards.args_source
+        assert _agree(guards, model.forward, (x,)) == -1
+        assert _agree(guards, model.forward, (torch.randn(3, 3),)) >= 0
+        model[0].weight = torch.nn.Parameter(torch.randn(4, 3).t().contiguous().t())
+        assert _agree(guards, model.forward, (x,)) >= 0  # the weight's strides changed
+        model[0].weight = torch.nn.Parameter(torch.randn(4, 3))
+        assert _agree(guards, model.forward, (x,)) == -1
+        model[1] = torch.nn.GELU()
+        assert _agree(guards, model.forward, (x,)) >= 0
+
+
+def test_keyword_and_positional_calls_share_an_entry_and_recompile_alike():
+    compiled = rt.compile(scale_add)
+    x, y = torch.randn(4, 3), torch.randn(3)
+    with torch.no_grad():
+        first = compiled(x, y, 2.0)
+        by_keyword = compiled(x, y=y, scale=2.0)
+        assert len(compiled.cache) == 1
+        torch.testing.assert_close(first, by_keyword)
+        torch.testing.assert_close(compiled(x, y, 3.0), scale_add(x, y, 3.0))
+        torch.testing.assert_close(compiled(x, scale=3.0, y=y), scale_add(x, y, 3.0))
+    assert len(compiled.cache) == 2
+    assert compiled.recompile_reasons == ["constant_match on L['scale'] (expected 2.0)"]
+
+
+def test_a_bad_call_still_reaches_the_function():
+    compiled = rt.compile(scale_add)
+    with pytest.raises(TypeError, match="scale"):
+        compiled(torch.randn(3), torch.randn(3))
+
+
+def _runtime_frames(call: Callable[[], Any]) -> list[str]:
+    """Names of the Python functions of this package that ``call`` runs, in order."""
+    seen: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(RUNTIME_DIR):
+            seen.append(code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_warm_call_runs_no_frame_binding_and_no_runner_wrapper():
+    compiled = rt.compile(scale_add)
+    x, y = torch.randn(4, 3), torch.randn(3)
+    with torch.no_grad():
+        compiled(x, y, 2.0)
+        frames = _runtime_frames(lambda: compiled(x, y, 2.0))
+    assert frames == ["CompiledFunction.__call__", "FrameCache.find_args"]
+
+
+def test_a_warm_training_call_runs_the_autograd_function_only():
+    compiled = rt.compile(scale_add)
+    x, y = torch.randn(4, 3, requires_grad=True), torch.randn(3)
+    compiled(x, y, 2.0)
+    frames = _runtime_frames(lambda: compiled(x, y, 2.0))
+    assert frames[:2] == ["CompiledFunction.__call__", "FrameCache.find_args"]
+    assert not any(name.endswith("run") for name in frames)
+
+
+def test_outputs_that_cannot_have_gradients_stay_non_differentiable():
+    def sine_and_sign(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.sin()
+        return y * 2, y > 0
+
+    x = torch.randn(5, requires_grad=True)
+    compiled = rt.compile(sine_and_sign)
+    for _ in range(2):  # the first run and a warm one
+        doubled, positive = compiled(x)
+        assert doubled.requires_grad and not positive.requires_grad
+        torch.testing.assert_close(positive, x.sin() > 0)
+        (grad,) = torch.autograd.grad(doubled.sum(), x)
+        torch.testing.assert_close(grad, 2 * x.cos())
