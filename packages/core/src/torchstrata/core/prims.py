@@ -357,7 +357,7 @@ _UNARY: tuple[tuple[str, str, Callable[..., torch.Tensor], str], ...] = (
     ("ceil", "same", torch.ceil, "round towards +inf"),
     ("round", "same", torch.round, "round half to even"),
     ("trunc", "same", torch.trunc, "round towards zero"),
-    ("sign", "same", torch.sign, "-1, 0 or 1 (NaN stays NaN)"),
+    ("sign", "same", torch.sign, "-1, 0 or 1 (0 for NaN, as torch.sign)"),
     ("isnan", "bool", torch.isnan, "a != a"),
     ("isinf", "bool", torch.isinf, "a is +inf or -inf"),
     ("bitwise_not", "int", torch.bitwise_not, "~a (logical not for bool)"),

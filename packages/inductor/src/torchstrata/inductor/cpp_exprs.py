@@ -68,7 +68,7 @@ template <typename T> static inline T ts_rem_int(T a, T b) {
 template <typename T> static inline T ts_rem_float(T a, T b) {
   T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-template <typename T> static inline T ts_sign(T a) { return a != a ? a : T((a > T(0)) - (a < T(0))); }
+template <typename T> static inline T ts_sign(T a) { return T((a > T(0)) - (a < T(0))); }  // NaN -> 0, as torch.sign
 """
 
 _UNARY = {

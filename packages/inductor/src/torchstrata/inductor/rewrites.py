@@ -96,9 +96,15 @@ class _Picker:
             # A leaf already in memory (an input, an extern result): one element per row is
             # read by an ATen gather, not a compare-and-add over the whole row in the kernel.
             return b.call(_GATHER, value, self.dim, self.index)
-        zero = b.call(prim("full"), (), 0, meta.dtype, meta.device)
+        # sum has no bool form: a bool leaf is summed as int32 (one hit per row: 0 or 1).
+        dtype = torch.int32 if meta.dtype is torch.bool else meta.dtype
+        if dtype is not meta.dtype:
+            value = b.call(prim("convert_element_type"), value, dtype)
+        zero = b.call(prim("full"), (), 0, dtype, meta.device)
         zeros = b.call(_BROADCAST, zero, meta.shape, ())
         total = b.call(prim("sum"), b.call(prim("where"), self.hit, value, zeros), (self.dim,))
+        if dtype is not meta.dtype:
+            total = b.call(prim("convert_element_type"), total, meta.dtype)
         kept = tuple(d for d in range(len(meta.shape)) if d != self.dim)
         return b.call(_BROADCAST, total, self.shape, kept)
 
