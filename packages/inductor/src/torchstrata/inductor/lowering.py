@@ -174,6 +174,7 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
         return Pointwise(node, _cat_fn(node))
     if name == "full":
         shape, value, dtype, _device = node.args
+        value = _selected_scalar(value, dtype)
         return Pointwise(node, lambda ctx, index: Constant(value, dtype))
     if name == "iota":
         _length, start, step, dtype, _device = node.args
@@ -185,6 +186,19 @@ def _operand(ctx: ValueContext, arg: Any, index: IndexTuple, dtype: torch.dtype)
     if isinstance(arg, Node):
         return ctx.value(arg, index)
     return Constant(arg, dtype)
+
+
+#: Prims whose result is one of their operands: a Python scalar among them is a value of
+#: the result's dtype (eager converts it, ``clamp``/``where`` alike), so a 16-bit one is
+#: rounded to that dtype here; arithmetic keeps its scalars in float32, as eager's opmath.
+_SELECTIONS = frozenset({"where", "maximum", "minimum"})
+
+
+def _selected_scalar(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` rounded to ``dtype`` when it is a float scalar and ``dtype`` 16-bit."""
+    if isinstance(value, float) and dtype in (torch.float16, torch.bfloat16):
+        return torch.tensor(value, dtype=dtype).item()
+    return value
 
 
 def _elementwise_fn(name: str, node: Node) -> IndexFn:
@@ -203,13 +217,15 @@ def _elementwise_fn(name: str, node: Node) -> IndexFn:
                 name,
                 (
                     pred,
-                    _operand(ctx, args[1], index, value_dtype),
-                    _operand(ctx, args[2], index, value_dtype),
+                    _operand(ctx, _selected_scalar(args[1], value_dtype), index, value_dtype),
+                    _operand(ctx, _selected_scalar(args[2], value_dtype), index, value_dtype),
                 ),
                 value_dtype,
             )
 
         return where_fn
+    if name in _SELECTIONS:
+        args = tuple(_selected_scalar(arg, tensor_dtype) for arg in args)
     return lambda ctx, index: Op(
         name, tuple(_operand(ctx, arg, index, tensor_dtype) for arg in args), meta.dtype
     )
