@@ -1,6 +1,7 @@
 """The per-call path of a compiled function: what a cache hit runs, and that its
 shortcuts (guards reading a positional call's arguments directly, graph runners that
-are the generated launcher itself) check and return exactly what the general path does."""
+are the generated launcher itself) check and return exactly what the general path does.
+Here, not in the runtime package: it runs the real capture stage."""
 
 from __future__ import annotations
 
