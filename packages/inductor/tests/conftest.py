@@ -51,6 +51,8 @@ class _ToDevice(Transformer):
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         assert node.op is not None
         args = tuple(self.device if isinstance(a, torch.device) else a for a in args)
+        if "device" in kwargs:
+            kwargs = {**kwargs, "device": self.device}
         return self.builder.call(node.op, *args, name=node.name, **kwargs)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.branch_loads import BranchGuard, branch_guards
+from torchstrata.inductor.branch_loads import BranchGuard, branch_guards, guarded_index
 from torchstrata.inductor.exprs import Constant, IndexValue, Load, Op
 from torchstrata.inductor.indexing import Index, Var
 
@@ -53,6 +53,38 @@ def test_nested_wheres_guard_by_the_innermost_branch():
     assert guards[a] == BranchGuard(_condition(), True)
 
 
+def _below(var: Var, bound: int) -> Op:
+    return Op(
+        "lt", (IndexValue(Index.of(var), torch.int64), Constant(bound, torch.int64)), torch.bool
+    )
+
+
+def test_the_guarded_index_drops_the_wrap_of_a_cat_piece():
+    x, row = Var("x3", 128), Var("x2", 16)
+    base = Index.of(row) * 128
+    first = Load("q", base + Index.of(x).mod(64) + 64, F32)  # -q[i + 64] for i < 64
+    second = Load("q", base + (Index.of(x) + 64).mod(64), F32)  # q[i - 64] for i >= 64
+    assert guarded_index(first, BranchGuard(_below(x, 64), True)) == base + Index.of(x) + 64
+    assert guarded_index(second, BranchGuard(_below(x, 64), False)) == base + Index.of(x) + -64
+
+
+def test_the_guarded_index_keeps_a_wrap_the_run_does_not_decide():
+    x = Var("x3", 96)
+    # the middle piece of a three-piece cat under its own (inner) condition only: the
+    # run [0, 64) spans two periods of the modulo, so the wrap stays
+    middle = Load("q", (Index.of(x) + 32).mod(32), F32)
+    assert guarded_index(middle, BranchGuard(_below(x, 64), True)) == middle.index
+    # a condition on another variable, or true on two runs, leaves the index alone
+    y = Var("x1", 8)
+    assert guarded_index(middle, BranchGuard(_below(y, 4), True)) == middle.index
+    parity = Op(
+        "eq",
+        (IndexValue(Index.of(x).mod(2), torch.int64), Constant(0, torch.int64)),
+        torch.bool,
+    )
+    assert guarded_index(middle, BranchGuard(parity, True)) == middle.index
+
+
 def _rotate_half(dtype: torch.dtype, width: int):
     """x * cos + cat(-x2, x1) * sin over the last dim (RoPE's rotate_half)."""
     b = GraphBuilder(Level.PRIMS)
@@ -81,6 +113,8 @@ def test_rotate_half_masks_each_piece_and_matches(ind, codegen, dtype, width):
         ]
         assert len(guarded) == 2
         assert sum("== 0)" in line for line in guarded) == 1
+        # on the lanes they load, the pieces are read without the cat's wrap (contiguous)
+        assert not any("%" in line for line in guarded)
 
 
 @pytest.mark.parametrize("length", [7, 5000])

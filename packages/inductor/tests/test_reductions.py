@@ -101,21 +101,25 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, lane_max, monkeypa
         looped = Config(1, 4096, 1, persistent=False, lane_max=True)
         monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
     b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((3, 70001), dtype))
+    x = b.input("x", TensorMeta((4, 70001), dtype))
     xf = b.call(prim("convert_element_type"), x, torch.float32)
     out = b.call(prim("convert_element_type"), ind.softmax_last(b, xf), dtype)
     graph = b.build([out])
     compiled = ind.compile(graph, codegen)
     assert len(compiled.kernels) == 1
     inputs = random_inputs(graph, seed=0)
+    inputs[0][0, 5000:] += 30.0  # the max grows late in the row: the sums are rescaled
     inputs[0][1, 7] = float("-inf")
     inputs[0][2, :] = float("-inf")
+    inputs[0][3, 69000] = float("nan")
     expected = torch.softmax(inputs[0].double(), -1)
     actual = compiled(*inputs)[0]
     torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
     if codegen == "triton":
         source = compiled.kernels[0].source
-        assert "scale_" in source and ("rsafe_" in source) == lane_max
+        # per lane: one exp of the smaller argument (``gap_``) stands for both exps
+        assert ("grow_" in source) == ("rsafe_" in source) == lane_max
+        assert ("scale_" in source) != lane_max
 
 
 def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):
