@@ -61,11 +61,23 @@ def to_device(graph: Graph, device: str) -> Graph:
     return _ToDevice(graph, torch.device(device)).run() if device != "cpu" else graph
 
 
+def same_layout_on(tensor: torch.Tensor, device: str) -> torch.Tensor:
+    """``tensor`` copied to ``device`` with its strides and storage offset.
+
+    ``tensor.to(device)`` makes a non-dense tensor contiguous, and a kernel compiled for
+    the graph's strides would then read the wrong elements.
+    """
+    size = tensor.untyped_storage().nbytes() // tensor.element_size()
+    storage = torch.empty(size, dtype=tensor.dtype, device=device)
+    moved = storage.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+    return moved.copy_(tensor)
+
+
 def _on_device(compiled: CompiledGraph, device: str) -> CompiledGraph:
     """Takes CPU tensors, runs on ``device``, returns CPU tensors (tests stay device-blind)."""
 
     def fn(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        results = compiled.fn(*(arg.to(device) for arg in args))
+        results = compiled.fn(*(same_layout_on(arg, device) for arg in args))
         torch.cuda.synchronize()
         return tuple(result.cpu() for result in results)
 

@@ -241,6 +241,7 @@ class GraphDraft:
         """A Python scalar for an operand of ``dtype``; a divisor is neither 0 nor -1."""
         if dtype is torch.bool:
             return self.draw(st.booleans())
+        pool: tuple[int | float, ...]
         if dtype.is_floating_point:
             pool = FLOAT_CONSTANTS
         else:
@@ -377,9 +378,8 @@ _FLOAT_UNARY: dict[str, Callable[[GraphDraft, Node], Node]] = {
 _DISCONTINUOUS_UNARY = ("floor", "ceil", "round", "trunc", "sign", "isnan", "isinf", "reciprocal")
 _INT_UNARY = ("neg", "abs", "sign", "bitwise_not")
 _FLOAT_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "remainder", "fmod", "atan2")
-_INT_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "remainder", "fmod")
-_INT_BINARY += ("bitwise_and", "bitwise_or", "bitwise_xor")
 _BOOL_BINARY = ("bitwise_and", "bitwise_or", "bitwise_xor")
+_INT_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "remainder", "fmod", *_BOOL_BINARY)
 _DIVISIONS = ("div", "remainder", "fmod")
 _DISCONTINUOUS_BINARY = ("remainder", "fmod", "atan2")
 
@@ -404,6 +404,7 @@ def binary_step(d: GraphDraft) -> None:
     a = d.pick()
     assert a is not None
     dtype = a.tensor_meta.dtype
+    names: tuple[str, ...]
     if dtype is torch.bool:
         names = _BOOL_BINARY
     elif dtype.is_floating_point:
@@ -421,9 +422,8 @@ def binary_step(d: GraphDraft) -> None:
         a, b = d.binary_operands(a, d.operand_like(a, exact=exact))
     if name in _DIVISIONS:
         b = d.safe_divisor(b)
-    if not isinstance(b, Node) and name not in _DIVISIONS and d.draw(one_in(3)):
-        a, b = b, a  # the scalar on the left
-    d.keep(d.call(name, a, b))
+    scalar_first = not isinstance(b, Node) and name not in _DIVISIONS and d.draw(one_in(3))
+    d.keep(d.call(name, *((b, a) if scalar_first else (a, b))))
 
 
 def comparison(d: GraphDraft, x: Node) -> Node:
@@ -728,7 +728,8 @@ def fuzz_cases(draw: st.DrawFn, max_steps: int = 12) -> FuzzCase:
     inputs = tuple(node for node in graph.inputs if node in used)
     graph = Graph(graph.level, inputs, graph.nodes, graph.outputs)
     specials: tuple[tuple[int, int, str], ...] = ()
-    if inputs and draw(one_in(4)):
+    # len(): with ``inputs and draw(...)`` mypy types the draw by the tuple's type
+    if len(inputs) > 0 and draw(one_in(4)):
         specials = tuple(
             draw(
                 st.lists(

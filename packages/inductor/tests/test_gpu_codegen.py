@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.ptx import kernel_ptx
 from torchstrata.inductor.triton_codegen import generate_triton, supports
-from torchstrata.inductor.triton_tuning import Config, candidate_configs, is_outer_reduction
+from torchstrata.inductor.triton_tuning import Config, candidate_configs
 
 pytest.importorskip("triton")
 
@@ -65,7 +66,7 @@ def test_column_sums_get_wide_row_tiles_and_vector_loads(tmp_path):
     xf = b.call(prim("convert_element_type"), x, torch.float32)
     kernel = _kernel(b.build([b.call(prim("sum"), xf, (0,))]))
     configs = candidate_configs(kernel, interpret=False)
-    assert is_outer_reduction(kernel)
+    assert is_column_reduction(kernel, unanimous=True)
     assert all(not c.persistent and c.xblock >= 32 and c.rblock <= 32 for c in configs)
     ptx = _ptx(kernel, configs[0], str(tmp_path))
     assert re.search(r"ld\.global(\.\w+)*\.v[24]\.b32", ptx)
@@ -73,7 +74,7 @@ def test_column_sums_get_wide_row_tiles_and_vector_loads(tmp_path):
 
 def test_row_sums_are_not_outer(ind):
     kernel = _kernel(_softmax_bf16(ind, 64, 1024))
-    assert not is_outer_reduction(kernel)
+    assert not is_column_reduction(kernel, unanimous=True)
 
 
 def test_a_row_sum_without_row_loads_is_not_outer():
@@ -89,7 +90,7 @@ def test_a_row_sum_without_row_loads_is_not_outer():
     )
     ones = b.call(prim("convert_element_type"), hit, torch.float32)
     kernel = _kernel(b.build([b.call(prim("sum"), ones, (1,))]))
-    assert not is_outer_reduction(kernel)
+    assert not is_column_reduction(kernel, unanimous=True)
 
 
 def test_masks_vanish_when_every_block_divides_the_sizes(ind, tmp_path):
@@ -113,4 +114,4 @@ def test_a_column_sum_with_a_per_row_statistic_is_outer():
     scale = b.call(prim("broadcast_in_dim"), b.call(prim("rsqrt"), ms), (16, 1024, 256), (0, 1))
     body = b.call(prim("mul"), b.call(prim("mul"), dy, x), scale)
     kernel = _kernel(b.build([b.call(prim("sum"), body, (1,))]))
-    assert kernel.row_shape == (16, 256) and is_outer_reduction(kernel)
+    assert kernel.row_shape == (16, 256) and is_column_reduction(kernel, unanimous=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -147,7 +149,9 @@ def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):
     graph = b.build([peak, total, picked, iota])
     inputs = [torch.randn(6, 10), torch.randint(0, 10, (6,))]
     compiled = ind.check(graph, codegen, inputs=inputs)
-    assert len(compiled.kernels) == 2  # the row kernel, and the iota output of its own
+    # the row kernel, the iota output of its own, and the picked logit: an ATen gather of
+    # one element per row and its [6] range check
+    assert len(compiled.kernels) == 3 and compiled.eager_ops == ("prims.gather",)
 
 
 def test_gather_of_one_index_per_row_fuses(ind, codegen):
@@ -271,6 +275,49 @@ def test_a_sum_of_one_hot_rows_needs_no_loop(ind, codegen, picked_varies):
     index = torch.tensor([0, 8, 3, -1, 9, -100])  # out of range on both sides: 0
     inputs = [index, torch.randn(6), torch.randn(6, 9)]
     compiled = ind.check(graph, codegen, inputs=inputs)
+    # varying along the row: x (in memory) is read by a gather at the clamped index
+    assert ("prims.gather" in compiled.eager_ops) == picked_varies
     if codegen == "triton":
         body = compiled.kernels[0].source.split("def kernel")[-1]
-        assert ("tl.reduce" in body) == picked_varies
+        assert "tl.reduce" not in body
+
+
+def _picked_logit(dtype: torch.dtype, leaf: str):
+    """sum(where(iota == t, f(x), 0), 1): x.float() (pushed down to x) or a sliced window of
+    x times 3 (a computed leaf, no gather possible)."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((6, 11), dtype))
+    t = b.input("t", TensorMeta((6,), torch.int64))
+    if leaf == "convert":
+        value = b.call(prim("convert_element_type"), x, torch.float32)
+    else:
+        window = b.call(prim("slice"), x, (0, 1), (6, 10), (1, 1))
+        value = b.call(
+            prim("mul"), b.call(prim("convert_element_type"), window, torch.float32), 3.0
+        )
+    width = value.tensor_meta.shape[1]
+    iota = b.call(prim("iota"), width, 0, 1, torch.int64, torch.device("cpu"))
+    hit = b.call(
+        prim("eq"),
+        b.call(prim("broadcast_in_dim"), iota, (6, width), (1,)),
+        b.call(prim("broadcast_in_dim"), t, (6, width), (0,)),
+    )
+    zero = b.call(prim("full"), (6, width), 0.0, torch.float32, torch.device("cpu"))
+    return b.build([b.call(prim("sum"), b.call(prim("where"), hit, value, zero), (1,))])
+
+
+@pytest.mark.parametrize("leaf", ["convert", "window"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_picked_logit_written_as_a_where_sum(ind, codegen, dtype, leaf):
+    # Explicit cross-entropy's picked logit: one element per row, with out-of-range targets
+    # (0), NaN and inf off the target (ignored) and -0.0 on it (the sum gives +0.0).
+    graph = _picked_logit(dtype, leaf)
+    x = torch.randn(6, 11).to(dtype)
+    x[0, 4], x[1, :] = float("nan"), float("inf")
+    x[2, 3 + (leaf == "window")] = -0.0
+    t = torch.tensor([2, 5, 3, -1, 9, 11 if leaf == "convert" else 9])
+    x[1, 5 + (leaf == "window")] = 1.5
+    compiled = ind.check(graph, codegen, inputs=[x, t])
+    actual = compiled(x, t)[0]
+    assert math.copysign(1.0, actual[2].item()) == 1.0  # +0.0, as eager's sum gives
+    assert ("prims.gather" in compiled.eager_ops) == (leaf == "convert")

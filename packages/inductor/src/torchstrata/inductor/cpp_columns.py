@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.cpp_exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -28,8 +29,7 @@ from torchstrata.inductor.cpp_exprs import (
     store_line,
 )
 from torchstrata.inductor.emitter import ExprEmitter
-from torchstrata.inductor.exprs import Expr, Load, ReduceRef, reductions_used, walk
-from torchstrata.inductor.indexing import Index, Var
+from torchstrata.inductor.exprs import Expr, ReduceRef, reductions_used
 from torchstrata.inductor.kernel import Kernel, red_vars, reduction_identity, row_vars
 
 COLUMN_BLOCK = 1024  # most columns per block: one accumulator array each, kept in L1
@@ -38,17 +38,10 @@ WORK_ITEMS = 16  # parallel work items to aim for (blocks x chunks), whatever th
 MIN_CHUNK = 32  # fewest reduced elements per chunk
 
 
-def _unit_stride(index: Index, name: str) -> bool:
-    return any(
-        isinstance(atom, Var) and atom.name == name and coeff == 1 for atom, coeff in index.terms
-    )
-
-
-def is_column_reduction(kernel: Kernel) -> bool:
-    """True when ``kernel`` reduces over strided dims into contiguous columns.
-
-    That is: the loads that vary with both the last row dim and the reduced dims are
-    mostly contiguous along the last row dim; the kernel has one phase of reductions
+def uses_column_loop(kernel: Kernel) -> bool:
+    """True when :func:`generate_column_cpp` generates ``kernel``: a column reduction by
+    the vote of :func:`~torchstrata.inductor.columns.is_column_reduction`, of a shape that
+    the column loop handles: at least ``MIN_COLUMNS`` columns, one phase of reductions
     (none reads another) and no stores over the reduced dims.
     """
     if not kernel.red_shape or not kernel.row_shape or kernel.full_stores:
@@ -57,22 +50,7 @@ def is_column_reduction(kernel: Kernel) -> bool:
         return False
     if any(reductions_used(spec.body) for spec in kernel.reductions):
         return False
-    column = row_vars(kernel.row_shape)[-1].name
-    reduced = red_vars(kernel.red_shape)
-    reduced_names = {v.name for v in reduced}
-    along_columns = along_rows = 0
-    for spec in kernel.reductions:
-        for node in walk(spec.body):
-            if not isinstance(node, Load):
-                continue
-            names = node.index.variables()
-            if column not in names or not names & reduced_names:
-                continue
-            if _unit_stride(node.index, column):
-                along_columns += 1
-            elif _unit_stride(node.index, reduced[-1].name):
-                along_rows += 1
-    return along_columns > along_rows
+    return is_column_reduction(kernel)
 
 
 class _BlockEmitter(ExprEmitter):
@@ -182,7 +160,7 @@ def _declare_accumulators(kernel: Kernel, layout: _Layout, init: str | None) -> 
 
 
 def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
-    """The C++ source of a column reduction (see :func:`is_column_reduction`)."""
+    """The C++ source of a column reduction (see :func:`uses_column_loop`)."""
     layout = _Layout(kernel)
     per_group = layout.blocks * layout.chunks
     items = layout.groups * per_group

@@ -71,24 +71,31 @@ template <typename T> static inline T ts_rem_float(T a, T b) {
 template <typename T> static inline T ts_sign(T a) { return T((a > T(0)) - (a < T(0))); }  // NaN -> 0, as torch.sign
 """
 
+#: ``std::`` math functions of one argument that kernels call under their own name; only
+#: floating-point operands are supported (see :func:`supports`). The light prelude
+#: declares each (see :mod:`~torchstrata.inductor.cpp_prelude`).
+FLOAT_MATH_FUNCTIONS = (
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log1p",
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "erf",
+)
+
 _UNARY = {
-    "exp": "std::exp({})",
-    "exp2": "std::exp2({})",
-    "expm1": "std::expm1({})",
-    "log": "std::log({})",
-    "log2": "std::log2({})",
-    "log1p": "std::log1p({})",
-    "sqrt": "std::sqrt({})",
-    "sin": "std::sin({})",
-    "cos": "std::cos({})",
-    "tan": "std::tan({})",
-    "tanh": "std::tanh({})",
-    "asin": "std::asin({})",
-    "acos": "std::acos({})",
-    "atan": "std::atan({})",
-    "sinh": "std::sinh({})",
-    "cosh": "std::cosh({})",
-    "erf": "std::erf({})",
+    **{name: f"std::{name}({{}})" for name in FLOAT_MATH_FUNCTIONS},
     "floor": "std::floor({})",
     "ceil": "std::ceil({})",
     "trunc": "std::trunc({})",
@@ -109,23 +116,7 @@ _BINARY = {
 }
 _FLOAT_ONLY = frozenset(
     {
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log1p",
-        "sqrt",
-        "sin",
-        "cos",
-        "tan",
-        "tanh",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "erf",
+        *FLOAT_MATH_FUNCTIONS,
         "rsqrt",
         "reciprocal",
         "atan2",

@@ -15,32 +15,13 @@ to the real headers (see :mod:`torchstrata.inductor.cpp_build`).
 
 from __future__ import annotations
 
+from torchstrata.inductor.cpp_exprs import FLOAT_MATH_FUNCTIONS
+
 #: The standard headers every generated kernel starts with.
 STANDARD_INCLUDES = "#include <cmath>\n#include <cstdint>\n#include <cstring>\n"
 
-_UNARY = [
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log1p",
-    "sqrt",
-    "sin",
-    "cos",
-    "tan",
-    "tanh",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "erf",
-    "floor",
-    "ceil",
-    "trunc",
-    "nearbyint",
-]
+#: The one-argument ``std::`` functions that kernels call: the math functions, then rounding.
+_UNARY = (*FLOAT_MATH_FUNCTIONS, "floor", "ceil", "trunc", "nearbyint")
 _BINARY = ("fmod", "pow", "atan2")
 _INTEGERS = ("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t")
 

@@ -5,17 +5,22 @@ Cross-entropy's backward sums its incoming gradient over the class dim, and that
 is one-hot (``nll_loss_backward``: ``-g / n`` at the target, 0 elsewhere): a loop of
 compares and adds over every row that has exactly one term. When ``index`` and ``v`` are
 constant along ``dim`` (broadcast), the sum is rewritten to the pointwise
-``where(0 <= index < size, v, 0)``.
+``where(0 <= index < size, v, 0)``. When ``v`` varies along ``dim`` (explicit
+cross-entropy's picked logit), :func:`~torchstrata.inductor.rewrites.gather_as_reduction`
+reads it with a gather instead (:func:`match_one_hot_sum` finds both forms).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from torchstrata.core import Graph, Node, Transformer, prim
+from torchstrata.inductor.zeros import is_zeros, zeros
 
 _SUM, _WHERE, _EQ = prim("sum"), prim("where"), prim("eq")
-_BROADCAST, _IOTA, _FULL = prim("broadcast_in_dim"), prim("iota"), prim("full")
+_BROADCAST, _IOTA = prim("broadcast_in_dim"), prim("iota")
 
 
 def _is_iota_along(node: Any, dim: int) -> bool:
@@ -38,28 +43,44 @@ def _constant_along(node: Any, dim: int) -> tuple[Node, tuple[int, ...]] | None:
     return source, tuple(dims)
 
 
-def _is_zero(node: Any) -> bool:
-    if isinstance(node, Node) and node.op == _BROADCAST:
-        node = node.args[0]
-    return isinstance(node, Node) and node.op == _FULL and node.args[1] == 0
+@attrs.frozen
+class OneHotSum:
+    """``sum(where(iota == index, value, 0), dim)``: ``index`` (broadcast from ``source``
+    over ``index_dims``) is constant along ``dim``; ``value`` is any operand."""
+
+    dim: int
+    size: int
+    source: Node
+    index_dims: tuple[int, ...]
+    value: Node
 
 
-def _match(node: Node) -> tuple[int, int, Node, tuple[int, ...], Node, tuple[int, ...]] | None:
+def match_one_hot_sum(node: Node) -> OneHotSum | None:
+    """The one-hot sum that ``node`` (a ``sum`` over one dim) computes, or None."""
+    if node.op != _SUM:
+        return None
     value, dims = node.args
     if len(dims) != 1 or not isinstance(value, Node) or value.op != _WHERE:
         return None
     dim = dims[0] % len(value.tensor_meta.shape)
     hit, picked, other = value.args
-    if not isinstance(hit, Node) or hit.op != _EQ or not _is_zero(other):
+    if not isinstance(hit, Node) or hit.op != _EQ or not is_zeros(other):
         return None
     left, right = hit.args
     if _is_iota_along(right, dim):
         left, right = right, left
     index = _constant_along(right, dim)
-    constant = _constant_along(picked, dim)
-    if not _is_iota_along(left, dim) or index is None or constant is None:
+    if not _is_iota_along(left, dim) or index is None or not isinstance(picked, Node):
         return None
-    return dim, value.tensor_meta.shape[dim], *index, *constant
+    return OneHotSum(dim, value.tensor_meta.shape[dim], *index, picked)
+
+
+def _match(node: Node) -> tuple[int, int, Node, tuple[int, ...], Node, tuple[int, ...]] | None:
+    found = match_one_hot_sum(node)
+    constant = None if found is None else _constant_along(found.value, found.dim)
+    if found is None or constant is None:
+        return None
+    return found.dim, found.size, found.source, found.index_dims, *constant
 
 
 class _OneHotSums(Transformer):
@@ -82,9 +103,9 @@ class _OneHotSums(Transformer):
             b.call(prim("lt"), where_index, size),
         )
         meta = node.tensor_meta
-        zeros = b.call(_BROADCAST, b.call(_FULL, (), 0, meta.dtype, meta.device), shape, ())
+        zero = zeros(b, shape, meta.dtype, meta.device)
         picked = squeezed(value, value_dims)
-        return b.call(_WHERE, in_range, picked, zeros, name=node.name)
+        return b.call(_WHERE, in_range, picked, zero, name=node.name)
 
 
 def one_hot_sums(graph: Graph) -> Graph:

@@ -11,6 +11,12 @@ The gather is first pushed through pointwise prims (``gather(x - m - log(s))`` i
 ``gather(x) - m - log(s)`` when ``m`` and ``s`` are broadcast along ``dim``), so the sum
 reads the leaves (cross-entropy's logits), not a value that the reductions of its own row
 define: the picked logit joins the max and the sum of exponentials in one pass.
+
+The same pick written out, ``sum(where(iota == t, v, 0), dim)`` with ``v`` varying along
+``dim`` (cross-entropy spelled by hand), is read the same way: ``v`` is pushed down to its
+leaves and picked at ``t`` clamped into range, then ``where(0 <= t < size, picked, 0)``.
+A leaf in memory then costs one element per row, not a compare and an add per element.
+The sum adds exact zeros to the picked value, so ``+ 0.0`` gives it the same sign of zero.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any
 import torch
 
 from torchstrata.core import Graph, GraphBuilder, Node, OpKind, Transformer, get_prim, prim
+from torchstrata.inductor.one_hot import OneHotSum, match_one_hot_sum
+from torchstrata.inductor.zeros import zeros
 
 _GATHER = prim("gather")
 _BROADCAST = prim("broadcast_in_dim")
@@ -40,8 +48,25 @@ def _one_per_row(node: Node) -> bool:
     return index_shape[dim] == 1 and shape[dim] > 0 and others
 
 
+def _varying_one_hot(node: Node) -> OneHotSum | None:
+    """The one-hot sum ``node`` computes when its picked value varies along the dim."""
+    found = match_one_hot_sum(node)
+    if found is None:
+        return None
+    dtype = found.value.tensor_meta.dtype
+    if dtype is torch.bool or dtype.is_complex or found.size == 0:
+        return None
+    value = found.value
+    if value.op == _BROADCAST and found.dim not in tuple(value.args[2]):
+        return None  # constant along the dim: one_hot_sums' pointwise form
+    return found
+
+
 class _GatherAsReduction(Transformer):
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
+        one_hot = _varying_one_hot(node)
+        if one_hot is not None:
+            return self._pick_one_hot(node, one_hot)
         if node.op != _GATHER or not _one_per_row(node):
             return super().transform_node(node, args, kwargs)
         b = self.builder
@@ -55,6 +80,28 @@ class _GatherAsReduction(Transformer):
         wanted = b.call(_BROADCAST, index, meta.shape, tuple(range(len(meta.shape))))
         hit = b.call(prim("eq"), positions, wanted)
         return _Picker(b, dim, node.tensor_meta.shape, hit, index).pick(a)
+
+    def _pick_one_hot(self, node: Node, found: OneHotSum) -> Node:
+        b, env = self.builder, self.env
+        full = found.value.tensor_meta
+        kept = tuple(1 if d == found.dim else size for d, size in enumerate(full.shape))
+        index = b.call(_BROADCAST, env[found.source], kept, found.index_dims)
+        if index.tensor_meta.dtype is not torch.int64:
+            index = b.call(prim("convert_element_type"), index, torch.int64)
+        in_range = b.call(
+            prim("bitwise_and"), b.call(prim("ge"), index, 0), b.call(prim("lt"), index, found.size)
+        )
+        safe = b.call(prim("where"), in_range, index, zeros(b, kept, torch.int64, full.device))
+        iota = b.call(prim("iota"), found.size, 0, 1, torch.int64, full.device)
+        positions = b.call(_BROADCAST, iota, full.shape, (found.dim,))
+        hit = b.call(
+            prim("eq"), positions, b.call(_BROADCAST, safe, full.shape, tuple(range(len(kept))))
+        )
+        picked = _Picker(b, found.dim, kept, hit, safe).pick(env[found.value])
+        picked = b.call(prim("where"), in_range, picked, zeros(b, kept, full.dtype, full.device))
+        if full.dtype.is_floating_point:
+            picked = b.call(prim("add"), picked, 0.0)
+        return b.call(prim("reshape"), picked, node.tensor_meta.shape, name=node.name)
 
 
 class _Picker:
@@ -100,9 +147,8 @@ class _Picker:
         dtype = torch.int32 if meta.dtype is torch.bool else meta.dtype
         if dtype is not meta.dtype:
             value = b.call(prim("convert_element_type"), value, dtype)
-        zero = b.call(prim("full"), (), 0, dtype, meta.device)
-        zeros = b.call(_BROADCAST, zero, meta.shape, ())
-        total = b.call(prim("sum"), b.call(prim("where"), self.hit, value, zeros), (self.dim,))
+        masked = b.call(prim("where"), self.hit, value, zeros(b, meta.shape, dtype, meta.device))
+        total = b.call(prim("sum"), masked, (self.dim,))
         if dtype is not meta.dtype:
             total = b.call(prim("convert_element_type"), total, meta.dtype)
         kept = tuple(d for d in range(len(meta.shape)) if d != self.dim)
@@ -116,6 +162,9 @@ def _is_elementwise(node: Node) -> bool:
 
 def gather_as_reduction(graph: Graph) -> Graph:
     """``graph`` with one-index-per-row gathers rewritten (see the module docstring)."""
-    if not any(node.op == _GATHER and _one_per_row(node) for node in graph.nodes):
+    if not any(
+        (node.op == _GATHER and _one_per_row(node)) or _varying_one_hot(node) is not None
+        for node in graph.nodes
+    ):
         return graph
     return _GatherAsReduction(graph).run()

@@ -39,9 +39,8 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from torchstrata.inductor.exprs import Load, walk
-from torchstrata.inductor.indexing import Var
-from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
+from torchstrata.inductor.columns import is_column_reduction
+from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
 from torchstrata.inductor.triton_split import can_split, split_rows_enabled
@@ -99,35 +98,6 @@ def _warps_for(tile: int) -> int:
     return max(1, min(16, next_power_of_2(tile // 512)))
 
 
-def _loads(kernel: Kernel) -> list[Load]:
-    roots = [spec.body for spec in kernel.reductions] + [s.value for s in kernel.full_stores]
-    return [expr for root in roots for expr in walk(root) if isinstance(expr, Load)]
-
-
-def _unit_stride(load: Load, names: set[str]) -> bool:
-    return any(isinstance(a, Var) and a.name in names and c == 1 for a, c in load.index.terms)
-
-
-def is_outer_reduction(kernel: Kernel) -> bool:
-    """True for a column sum: the loads that vary along both the reduced dims and the
-    innermost row dim (the bulk of the data) are contiguous along that row dim, never
-    along a reduced dim; tiles must then be wide in rows and short in the row. Loads
-    that do not vary along the innermost row dim (a per-row statistic broadcast across
-    the columns, a row's target index) do not count."""
-    red = {v.name for v in red_vars(kernel.red_shape)}
-    inner = [v.name for v in row_vars(kernel.row_shape) if v.size > 1][-1:]
-    if not red or not inner:
-        return False
-    bulk = [
-        load
-        for load in _loads(kernel)
-        if load.index.variables() & red and inner[0] in load.index.variables()
-    ]
-    if not bulk or any(_unit_stride(load, red) for load in bulk):
-        return False
-    return any(_unit_stride(load, set(inner)) for load in bulk)
-
-
 def candidate_configs(
     kernel: Kernel, interpret: bool, split_rows: bool | None = None
 ) -> list[Config]:
@@ -151,7 +121,7 @@ def candidate_configs(
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
         return [Config(1, INTERPRETER_LOOP_BLOCK, 1, False)]
     configs: list[Config] = []
-    if is_outer_reduction(kernel):
+    if is_column_reduction(kernel, unanimous=True):
         for xblock, rblock_, warps in OUTER_SHAPES:
             shape = Config(min(rows, xblock), min(rblock, rblock_), warps, False, num_stages=3)
             configs.append(shape)
