@@ -37,7 +37,7 @@ def _softmax_bf16(ind, rows: int, length: int):
     return b.build([b.call(prim("convert_element_type"), ind.softmax_last(b, xf), torch.bfloat16)])
 
 
-@pytest.mark.parametrize("length", [16384, 40000])
+@pytest.mark.parametrize("length", [16384, 40000, 65536])
 def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     kernel = _kernel(_softmax_bf16(ind, 64, length))
     configs = candidate_configs(kernel, interpret=False, split_rows=True)
@@ -45,7 +45,14 @@ def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     assert any(c.persistent and c.split == 1 for c in configs) == (length <= 32768)
     assert any(c.split > 1 for c in configs)  # rows of 16384 and more: also split ones
     assert any(c.lane_max for c in configs) == (length > 8192)  # online pairs when looped
-    chosen = {configs[0], configs[-1], *(c for c in configs if c.lane_max or c.split > 1)}
+    # rows of 65536 and more: also larger and software-pipelined tiles
+    assert any(c.num_stages > 1 for c in configs) == (length >= 65536)
+    assert any(c.rblock == 16384 and not c.persistent for c in configs) == (length >= 65536)
+    chosen = {
+        configs[0],
+        configs[-1],
+        *(c for c in configs if c.lane_max or c.split > 1 or c.num_stages > 1),
+    }
     for config in chosen:
         ptx = _ptx(kernel, config, str(tmp_path))
         assert re.search(r"ld\.global(\.[\w:]+)*\.v4\.b32", ptx), config

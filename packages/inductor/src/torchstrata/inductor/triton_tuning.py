@@ -60,6 +60,19 @@ LOOPED_SHAPES = (
     (2, 2048, 8),
     (4, 1024, 8),
 )
+#: Rows of at least LONG_ROW_MIN elements are few (a 256 MB tensor has 1024 rows of 65536
+#: bf16), so each program must keep more bytes in flight: also larger tiles, and software
+#: pipelined loops (``num_stages=3``: the next tiles' loads are issued before this one is
+#: used). (XBLOCK, RBLOCK, num_warps, num_stages).
+LONG_ROW_MIN = 65536
+LONG_ROW_SHAPES = (
+    (1, 8192, 16, 1),
+    (1, 16384, 16, 1),
+    (1, 16384, 32, 1),
+    (1, 4096, 16, 3),
+    (1, 8192, 16, 3),
+    (1, 4096, 8, 3),
+)
 #: (RBLOCK, num_warps) of rows split across programs (``triton_split``), for rows of at
 #: least SPLIT_MIN elements: a chunk per program, about 16-32 elements per thread.
 SPLIT_SHAPES = ((4096, 8), (8192, 8), (8192, 16), (16384, 16))
@@ -142,8 +155,11 @@ def candidate_configs(
                 configs.append(Config(1, chunk, warps, True, split=split))
     if length > LOOPED_MIN or not configs:
         online = bool(online_pairs(kernel.reductions))
-        for xblock, block, warps in LOOPED_SHAPES:
-            config = Config(min(xblock, rows), min(block, rblock), warps, False)
+        shapes = [(x, r, w, 1) for x, r, w in LOOPED_SHAPES]
+        if length >= LONG_ROW_MIN:
+            shapes += LONG_ROW_SHAPES
+        for xblock, block, warps, stages in shapes:
+            config = Config(min(xblock, rows), min(block, rblock), warps, False, num_stages=stages)
             configs.append(config)
             if online:
                 configs.append(attrs.evolve(config, lane_max=True))
