@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from torchstrata.core import (
@@ -21,10 +22,15 @@ def scale_and_square(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class TrainingAot:
-    """Hand-written forward/backward of ``x * 3 + y * y``: saves y, grads for x and y."""
+    """Hand-written forward/backward of ``x * 3 + y * y``: saves y, grads for x and y.
 
-    def __init__(self) -> None:
+    :param saved_dtype: the dtype the backward graph declares for the saved y (a broken
+        autograd stage: the forward saves y as it is).
+    """
+
+    def __init__(self, saved_dtype: torch.dtype | None = None) -> None:
         self.backward_runs = 0
+        self.saved_dtype = saved_dtype
 
     @hookimpl
     def torchstrata_aot(self, graph, options):
@@ -38,7 +44,7 @@ class TrainingAot:
         )
         forward = fwd.build([out, y])
         bwd = GraphBuilder(Level.ATEN)
-        saved_y = bwd.input("y", TensorMeta(y_meta.shape, y_meta.dtype))
+        saved_y = bwd.input("y", TensorMeta(y_meta.shape, self.saved_dtype or y_meta.dtype))
         tangent = bwd.input("tangent", TensorMeta(x_meta.shape, x_meta.dtype))
         grad_x = bwd.call(aten("mul.Tensor"), tangent, 3)
         grad_y = bwd.call(aten("mul.Tensor"), bwd.call(aten("mul.Tensor"), tangent, saved_y), 2)
@@ -63,6 +69,18 @@ def test_backward_runs_compiled_and_gradients_match(make_stages):
     torch.testing.assert_close(x.grad, 3 * torch.arange(5.0))
     torch.testing.assert_close(y.grad, 2 * y.detach() * torch.arange(5.0))
     assert stages.codegen.calls == 2  # forward and backward both went through codegen
+
+
+def test_a_saved_tensor_of_another_dtype_than_the_backward_expects_is_an_error(make_stages):
+    """Compiled kernels would read it through a pointer of the wrong type (garbage, or
+    reads past its end) instead of failing."""
+    aot = TrainingAot(saved_dtype=torch.float64)
+    stages = make_stages(aot=False, extra=(("training-aot", aot),))
+    x = torch.randn(5, requires_grad=True)
+    y = torch.randn(5, requires_grad=True)
+    out = stages.compile(scale_and_square)(x, y)
+    with pytest.raises(RuntimeError, match=r"saved a torch\.float32 tensor where the backward"):
+        out.sum().backward()
 
 
 class AliasingAot:

@@ -80,6 +80,32 @@ def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
     return _CPU
 
 
+#: Ops whose CPU kernel returns statistics (outputs 1 and 2: mean and rstd) in the
+#: input's dtype where the meta kernel, like the CUDA one, keeps float16/bfloat16
+#: statistics in float32. Eager CPU autograd saves them in the input dtype, and the
+#: decomposition follows the kernel of the device, so a meta trace standing for the
+#: CPU must give them the input dtype too (or forward and backward disagree on it).
+CPU_STATISTICS_IN_INPUT_DTYPE = frozenset({"aten::native_layer_norm"})
+
+
+def cpu_result(func: torch._ops.OpOverload, args: tuple[Any, ...], result: Any) -> Any:
+    """``result`` of ``func`` run on meta tensors, with the output dtypes the CPU kernel
+    gives where they differ from the meta kernel's (see
+    :data:`CPU_STATISTICS_IN_INPUT_DTYPE`); other results are returned as they are.
+
+    Runs inside a dispatch mode's handler: the casts are not recorded.
+    """
+    if func._overloadpacket._qualified_op_name not in CPU_STATISTICS_IN_INPUT_DTYPE:
+        return result
+    source = args[0]
+    if not isinstance(source, torch.Tensor) or not isinstance(result, tuple):
+        return result
+    return tuple(
+        item.to(source.dtype) if index in (1, 2) and isinstance(item, torch.Tensor) else item
+        for index, item in enumerate(result)
+    )
+
+
 def move_graph(graph: Graph, device: torch.device, traced_on: torch.device = _CPU) -> Graph:
     """``graph`` with ``traced_on`` (``cpu`` by default) replaced by ``device`` in metadata
     and device arguments."""

@@ -24,6 +24,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from torchstrata.autograd.devices import cpu_result
 from torchstrata.autograd.functional import (
     HIDDEN_WRITERS,
     bind_arguments,
@@ -90,10 +91,19 @@ class _Entry:
 
 
 class AtenRecorder(TorchDispatchMode):
-    """Records ATen overload calls on tracked (fake) tensors into ``self.builder``."""
+    """Records ATen overload calls on tracked (fake) tensors into ``self.builder``.
 
-    def __init__(self) -> None:
+    :param meta_stands_for: the device that plain ``meta`` tensors stand for (only
+        ``cpu``), or None: results then get that device's output dtypes where its
+        kernels differ from the meta kernels (see
+        :func:`~torchstrata.autograd.devices.cpu_result`).
+    """
+
+    def __init__(self, meta_stands_for: torch.device | None = None) -> None:
         super().__init__()
+        if meta_stands_for is not None and meta_stands_for.type != "cpu":
+            raise ValueError(f"meta tensors can stand for the cpu only, not {meta_stands_for}")
+        self._meta_stands_for = meta_stands_for
         self.builder = GraphBuilder(Level.ATEN)
         self._entries: dict[int, _Entry] = {}
         self._inputs: list[_Base] = []
@@ -270,6 +280,8 @@ class AtenRecorder(TorchDispatchMode):
         result = _direct_result(func, args, kwargs)
         if result is None:
             result = func(*args, **kwargs)
+        if self._meta_stands_for is not None:
+            result = cpu_result(func, args, result)
         if not _holds_tensor(result):
             return result  # sizes, devices...: static facts of the trace, not graph values
         self._record(func, args, kwargs, result)

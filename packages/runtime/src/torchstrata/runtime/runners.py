@@ -153,10 +153,40 @@ def _once_differentiable(grads: Sequence[Any]) -> Sequence[Any]:
     return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
 
 
+def _saved_dtype_checker(aot: AotResult) -> Callable[[Sequence[Any]], None]:
+    """A check, run on the first backward only, that the saved tensors have the dtypes
+    the backward graph was built for.
+
+    Compiled kernels read their inputs through typed pointers: a saved tensor of another
+    dtype (a forward and a backward graph that disagree about it) would be read out of
+    bounds, giving garbage gradients rather than an error.
+    """
+    backward = aot.backward
+    inputs = backward.inputs[: aot.num_saved] if backward is not None else ()
+    expected = [node.meta.dtype if isinstance(node.meta, TensorMeta) else None for node in inputs]
+    pending = [True]
+
+    def check(saved: Sequence[Any]) -> None:
+        if not pending:
+            return
+        for position, (tensor, dtype) in enumerate(zip(saved, expected, strict=False)):
+            known = dtype is not None and isinstance(tensor, torch.Tensor)
+            if known and tensor.dtype != dtype:
+                raise RuntimeError(
+                    f"torchstrata: the forward saved a {tensor.dtype} tensor where the "
+                    f"backward graph expects {dtype} (saved value {position}); "
+                    "the compiled forward and backward graphs disagree"
+                )
+        pending.clear()
+
+    return check
+
+
 def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``."""
     num_user, mutated, aliases = _layout(aot)
+    check_saved = _saved_dtype_checker(aot)
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
@@ -193,8 +223,10 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
                 for i in tangent_outputs
             ]
             create_graph = torch.is_grad_enabled()
+            saved = ctx.saved_tensors
+            check_saved(saved)
             with torch.no_grad():
-                computed = backward(*ctx.saved_tensors, *tangents)
+                computed = backward(*saved, *tangents)
             if create_graph:
                 computed = _once_differentiable(computed)
             result: list[Any] = [None] * ctx.num_inputs
