@@ -68,9 +68,10 @@ def same_layout_on(tensor: torch.Tensor, device: str) -> torch.Tensor:
     the graph's strides would then read the wrong elements.
     """
     size = tensor.untyped_storage().nbytes() // tensor.element_size()
-    storage = torch.empty(size, dtype=tensor.dtype, device=device)
-    moved = storage.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
-    return moved.copy_(tensor)
+    # the whole storage, element by element: a layout with stride 0 (or any overlap)
+    # cannot be the destination of a copy
+    storage = tensor.as_strided((size,), (1,), 0).to(device)
+    return storage.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
 def _on_device(compiled: CompiledGraph, device: str) -> CompiledGraph:

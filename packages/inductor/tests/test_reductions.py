@@ -297,10 +297,13 @@ def _picked_logit(dtype: torch.dtype, leaf: str):
         )
     width = value.tensor_meta.shape[1]
     iota = b.call(prim("iota"), width, 0, 1, torch.int64, torch.device("cpu"))
+    # as eager code spells it: arange(w)[None, :] == t[:, None], two broadcasts each
+    rows = b.call(prim("broadcast_in_dim"), iota, (1, width), (1,))
+    column = b.call(prim("broadcast_in_dim"), t, (6, 1), (0,))
     hit = b.call(
         prim("eq"),
-        b.call(prim("broadcast_in_dim"), iota, (6, width), (1,)),
-        b.call(prim("broadcast_in_dim"), t, (6, width), (0,)),
+        b.call(prim("broadcast_in_dim"), rows, (6, width), (0, 1)),
+        b.call(prim("broadcast_in_dim"), column, (6, width), (0, 1)),
     )
     zero = b.call(prim("full"), (6, width), 0.0, torch.float32, torch.device("cpu"))
     return b.build([b.call(prim("sum"), b.call(prim("where"), hit, value, zero), (1,))])

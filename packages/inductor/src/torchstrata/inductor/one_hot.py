@@ -23,24 +23,35 @@ _SUM, _WHERE, _EQ = prim("sum"), prim("where"), prim("eq")
 _BROADCAST, _IOTA = prim("broadcast_in_dim"), prim("iota")
 
 
-def _is_iota_along(node: Any, dim: int) -> bool:
+def _broadcast_source(node: Any) -> tuple[Node, tuple[int, ...]] | None:
+    """``(source, dims)`` of a chain of ``broadcast_in_dim`` ending at ``node``: dim ``k``
+    of ``source`` lands on dim ``dims[k]`` of ``node`` (``x[None, :]`` then an expand is
+    a chain of two)."""
     if not isinstance(node, Node) or node.op != _BROADCAST:
-        return False
+        return None
     source, _, dims = node.args
-    if not isinstance(source, Node) or source.op != _IOTA or tuple(dims) != (dim,):
+    dims = tuple(dims)
+    while isinstance(source, Node) and source.op == _BROADCAST:
+        inner, _, inner_dims = source.args
+        source, dims = inner, tuple(dims[d] for d in inner_dims)
+    return (source, dims) if isinstance(source, Node) else None
+
+
+def _is_iota_along(node: Any, dim: int) -> bool:
+    found = _broadcast_source(node)
+    if found is None or found[0].op != _IOTA or found[1] != (dim,):
         return False
-    _, start, step, *_ = source.args
+    _, start, step, *_ = found[0].args
     return start == 0 and step == 1
 
 
-def _constant_along(node: Any, dim: int) -> tuple[Node, tuple[int, ...]] | None:
-    """``(source, dims)`` of a broadcast that does not vary along ``dim``."""
-    if not isinstance(node, Node) or node.op != _BROADCAST:
+def constant_along(node: Any, dim: int) -> tuple[Node, tuple[int, ...]] | None:
+    """``(source, dims)`` of a broadcast (or chain of them) that does not vary along
+    ``dim``: ``node`` is ``broadcast_in_dim(source, shape, dims)``."""
+    found = _broadcast_source(node)
+    if found is None or dim in found[1]:
         return None
-    source, _, dims = node.args
-    if not isinstance(source, Node) or dim in tuple(dims):
-        return None
-    return source, tuple(dims)
+    return found
 
 
 @attrs.frozen
@@ -69,7 +80,7 @@ def match_one_hot_sum(node: Node) -> OneHotSum | None:
     left, right = hit.args
     if _is_iota_along(right, dim):
         left, right = right, left
-    index = _constant_along(right, dim)
+    index = constant_along(right, dim)
     if not _is_iota_along(left, dim) or index is None or not isinstance(picked, Node):
         return None
     return OneHotSum(dim, value.tensor_meta.shape[dim], *index, picked)
@@ -77,7 +88,7 @@ def match_one_hot_sum(node: Node) -> OneHotSum | None:
 
 def _match(node: Node) -> tuple[int, int, Node, tuple[int, ...], Node, tuple[int, ...]] | None:
     found = match_one_hot_sum(node)
-    constant = None if found is None else _constant_along(found.value, found.dim)
+    constant = None if found is None else constant_along(found.value, found.dim)
     if found is None or constant is None:
         return None
     return found.dim, found.size, found.source, found.index_dims, *constant

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from torchstrata.core import Graph, GraphBuilder, Node, OpKind, Transformer, get_prim, prim
-from torchstrata.inductor.one_hot import OneHotSum, match_one_hot_sum
+from torchstrata.inductor.one_hot import OneHotSum, constant_along, match_one_hot_sum
 from torchstrata.inductor.zeros import zeros
 
 _GATHER = prim("gather")
@@ -56,8 +56,7 @@ def _varying_one_hot(node: Node) -> OneHotSum | None:
     dtype = found.value.tensor_meta.dtype
     if dtype is torch.bool or dtype.is_complex or found.size == 0:
         return None
-    value = found.value
-    if value.op == _BROADCAST and found.dim not in tuple(value.args[2]):
+    if constant_along(found.value, found.dim) is not None:
         return None  # constant along the dim: one_hot_sums' pointwise form
     return found
 
