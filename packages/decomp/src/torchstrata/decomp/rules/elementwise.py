@@ -176,12 +176,11 @@ def sigmoid(ctx: DecompContext, x: Any) -> Any:
 
 
 def silu(ctx: DecompContext, x: Any) -> Any:
-    """``x * sigmoid(x)``."""
-    return pointwise(
-        ctx,
-        (x,),
-        lambda v: ctx.prim("div", v, ctx.prim("add", ctx.prim("exp", ctx.prim("neg", v)), 1.0)),
-    )
+    """``x * sigmoid(x)``: eager divides, ``x / (1 + exp(-x))`` (within an ulp of this), but
+    the product shares its one division with ``silu_backward``'s sigmoid when a training
+    kernel computes both (SwiGLU's backward on the CPU: one division per element, not
+    two)."""
+    return pointwise(ctx, (x,), lambda v: ctx.prim("mul", v, _sigmoid(ctx, v)))
 
 
 def relu(ctx: DecompContext, x: Any) -> Any:
