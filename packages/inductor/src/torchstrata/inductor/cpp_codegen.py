@@ -16,17 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import torch
-
 from torchstrata.inductor.cpp_columns import generate_column_cpp, uses_column_loop
 from torchstrata.inductor.cpp_exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
+    SUM_BLOCK,
     CppPrinter,
+    accumulator_type,
+    blocked_loop,
     compute_type,
     derive_vars,
+    enclose_loops,
     kernel_source,
     literal,
+    nested_loops,
     render_index,
     split_loops,
     store_line,
@@ -51,13 +54,12 @@ _OMP_REDUCTION = {"sum": "+", "prod": "*", "amax": "max", "amin": "min"}
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
-    """The C++ type of ``spec``'s accumulator: a float32 sum adds in double. Each SIMD lane
-    adds its elements one after another, and a float accumulator's rounding errors grow
-    with the row length (a float32 sum of 70001 equal values came out 4e-5 off, torch's
-    cascade sum 1e-7 off); a double one ends within about one float32 rounding."""
-    if spec.kind == "sum" and spec.dtype == torch.float32:
-        return "double"
-    return compute_type(spec.dtype)
+    """The C++ type of ``spec``'s row accumulator: a float32 sum adds in double. Each SIMD
+    lane adds its elements one after another, and a float accumulator's rounding errors
+    grow with the row length (a float32 sum of 70001 equal values came out 4e-5 off,
+    torch's cascade sum 1e-7 off). Such a sum is blocked (see :func:`_reduction_phase`):
+    float accumulators add each block, the double one adds the blocks."""
+    return accumulator_type(spec.dtype, spec.kind)
 
 
 def _reduction_phase(
@@ -72,15 +74,36 @@ def _reduction_phase(
     Lanes are combined by OpenMP, whose max/min may drop NaN, so float max/min also
     keep a per-lane "saw a NaN" flag (the result is NaN if any lane saw one). The
     innermost loop is split into ``ranges`` (several only when nothing is cached).
+
+    A sum whose accumulator is wider than its values (:func:`_accumulator_type`) over a
+    row longer than :data:`~torchstrata.inductor.cpp_exprs.SUM_BLOCK` is blocked: the
+    innermost loop runs in blocks of that many elements, each summed in full-width float
+    SIMD accumulators (``block_<name>``) and then added to the wide accumulator. Shorter
+    rows are one block: their sums add in the values' type.
     """
-    inits, clauses, finals = [], [], []
+    row_length = math.prod(v.size for v in loop_vars)
+    blocked = {
+        spec.name
+        for spec in reductions
+        if _accumulator_type(spec) != compute_type(spec.dtype) and row_length > SUM_BLOCK
+    }
+    inits, clauses, finals, starts, flushes = [], [], [], [], []
     for spec in reductions:
-        ctype, atype = compute_type(spec.dtype), _accumulator_type(spec)
+        ctype = compute_type(spec.dtype)
+        atype = _accumulator_type(spec) if spec.name in blocked else ctype
         acc = f"acc_{spec.name}"
         identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
         inits.append(f"{atype} {acc} = {identity};")
-        clauses.append(f"reduction({_OMP_REDUCTION[spec.kind]}:{acc})")
         result = acc if atype == ctype else f"static_cast<{ctype}>({acc})"
+        if spec.name in blocked:
+            block = f"block_{spec.name}"
+            inits.append(f"{ctype} {block};")
+            starts.append(f"{block} = {identity};")
+            clauses.append(f"reduction({_OMP_REDUCTION[spec.kind]}:{block})")
+            combined = COMBINE[spec.kind].format(acc=acc, v=f"static_cast<{atype}>({block})")
+            flushes.append(f"{acc} = {combined};")
+        else:
+            clauses.append(f"reduction({_OMP_REDUCTION[spec.kind]}:{acc})")
         if _tracks_nan(spec):
             inits.append(f"int32_t nan_{spec.name} = 0;")  # a bool flag blocks vectorisation
             clauses.append(f"reduction(|:nan_{spec.name})")
@@ -89,22 +112,26 @@ def _reduction_phase(
     assert len(ranges) == 1 or not cache.cached, "a row cache indexes the unsplit loop"
     cache_loop = cache.loop + 1
     pragma = "#pragma omp simd " + " ".join(clauses)
-    loops = []
+    loops: list[str] = []
     for loop_range in ranges:
         emitter.open_inner()
         cache.enter(emitter, cache_loop)
         updates = []
         for spec in reductions:
-            atype = _accumulator_type(spec)
-            acc = f"acc_{spec.name}"
+            ctype = compute_type(spec.dtype)
+            acc = f"block_{spec.name}" if spec.name in blocked else f"acc_{spec.name}"
             value = emitter.emit(loop_range.expr(spec.body))
             combined = COMBINE[spec.kind].format(acc=acc, v=value)
-            updates.append(f"{acc} = static_cast<{atype}>({combined});")
+            updates.append(f"{acc} = static_cast<{ctype}>({combined});")
             if _tracks_nan(spec):
                 updates.append(f"nan_{spec.name} |= static_cast<int32_t>({value} != {value});")
         updates += cache.writes(emitter)
-        loops.append((loop_range.var, emitter.close_inner() + updates, pragma))
-    return emitter.take_outer() + inits + split_loops(loop_vars[:-1], loops) + finals
+        body = emitter.close_inner() + updates
+        if blocked:
+            loops += blocked_loop(loop_range.var, body, pragma, starts, flushes)
+        else:
+            loops += nested_loops([loop_range.var], body, pragma)
+    return emitter.take_outer() + inits + enclose_loops(loop_vars[:-1], loops) + finals
 
 
 def _tracks_nan(spec: ReductionSpec) -> bool:

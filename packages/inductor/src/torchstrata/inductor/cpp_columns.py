@@ -22,6 +22,7 @@ from torchstrata.inductor.cpp_exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
     CppPrinter,
+    accumulator_type,
     compute_type,
     derive_vars,
     kernel_source,
@@ -30,12 +31,29 @@ from torchstrata.inductor.cpp_exprs import (
 )
 from torchstrata.inductor.emitter import ExprEmitter
 from torchstrata.inductor.exprs import Expr, ReduceRef, reductions_used
-from torchstrata.inductor.kernel import Kernel, red_vars, reduction_identity, row_vars
+from torchstrata.inductor.kernel import (
+    Kernel,
+    ReductionSpec,
+    red_vars,
+    reduction_identity,
+    row_vars,
+)
 
 COLUMN_BLOCK = 1024  # most columns per block: one accumulator array each, kept in L1
 MIN_COLUMNS = 8  # fewer contiguous columns than one AVX vector: reduce along rows instead
 WORK_ITEMS = 16  # parallel work items to aim for (blocks x chunks), whatever the thread count
 MIN_CHUNK = 32  # fewest reduced elements per chunk
+#: Reduced elements that a float32 sum adds in float (per column, one after another)
+#: before adding them to its double accumulator: full float SIMD width, within ~2 ulps.
+SUM_ROWS = 16
+
+
+def _wide(spec: ReductionSpec) -> bool:
+    return accumulator_type(spec.dtype, spec.kind) != compute_type(spec.dtype)
+
+
+def _acc_type(spec: ReductionSpec) -> str:
+    return accumulator_type(spec.dtype, spec.kind)
 
 
 def uses_column_loop(kernel: Kernel) -> bool:
@@ -114,8 +132,10 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
     emitter = ExprEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="a")
     emitter.open_inner()
     updates = []
+    wide = [spec for spec in kernel.reductions if _wide(spec)]
     for spec in kernel.reductions:
-        acc, ctype = f"acc_{spec.name}[c]", compute_type(spec.dtype)
+        name = f"block_{spec.name}" if _wide(spec) else f"acc_{spec.name}"
+        acc, ctype = f"{name}[c]", compute_type(spec.dtype)
         value = emitter.emit(spec.body)
         combined = COMBINE[spec.kind].format(acc=acc, v=value)
         updates.append(f"{acc} = static_cast<{ctype}>({combined});")
@@ -123,12 +143,44 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
     per_element = (
         derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
     )
-    return [
+    bounds = [
         "const int64_t r_begin = chunk * " + str(layout.chunk) + ";",
         f"const int64_t r_end = r_begin + {layout.chunk} < {layout.length} "
         f"? r_begin + {layout.chunk} : {layout.length};",
-        "for (int64_t rr = r_begin; rr < r_end; ++rr) {",
+    ]
+    if not wide:
+        return [
+            *bounds,
+            "for (int64_t rr = r_begin; rr < r_end; ++rr) {",
+            *("  " + line for line in per_element),
+            "}",
+        ]
+    # Wide sums add SUM_ROWS elements in float (block_<name>), then into their double acc.
+    starts = _column_loop(layout, [f"block_{s.name}[c] = 0;" for s in wide])
+    flushes = _column_loop(
+        layout,
+        [
+            f"acc_{s.name}[c] = acc_{s.name}[c] + static_cast<{_acc_type(s)}>(block_{s.name}[c]);"
+            for s in wide
+        ],
+    )
+    block = [
+        "const int64_t rb_end = rb + "
+        + str(SUM_ROWS)
+        + " < r_end ? rb + "
+        + str(SUM_ROWS)
+        + " : r_end;",
+        *starts,
+        "for (int64_t rr = rb; rr < rb_end; ++rr) {",
         *("  " + line for line in per_element),
+        "}",
+        *flushes,
+    ]
+    return [
+        *bounds,
+        *(f"alignas(64) {compute_type(s.dtype)} block_{s.name}[{layout.block}];" for s in wide),
+        f"for (int64_t rb = r_begin; rb < r_end; rb += {SUM_ROWS}) {{",
+        *("  " + line for line in block),
         "}",
     ]
 
@@ -138,7 +190,14 @@ def _store_block(kernel: Kernel, layout: _Layout) -> list[str]:
     emitter = _BlockEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="s")
     emitter.open_inner()
     emitter.preset_inner(
-        {ReduceRef(s.name, s.dtype): f"acc_{s.name}[c]" for s in kernel.reductions}
+        {
+            ReduceRef(s.name, s.dtype): (
+                f"static_cast<{compute_type(s.dtype)}>(acc_{s.name}[c])"
+                if _wide(s)
+                else f"acc_{s.name}[c]"
+            )
+            for s in kernel.reductions
+        }
     )
     stores = [store_line(store, emitter.emit(store.value)) for store in kernel.row_stores]
     inner = emitter.close_inner() + stores
@@ -149,8 +208,7 @@ def _declare_accumulators(kernel: Kernel, layout: _Layout, init: str | None) -> 
     """Per-reduction accumulator arrays, set to the identity (``init`` None) or partial 0."""
     lines, sets = [], []
     for spec in kernel.reductions:
-        ctype = compute_type(spec.dtype)
-        lines.append(f"alignas(64) {ctype} acc_{spec.name}[{layout.block}];")
+        lines.append(f"alignas(64) {_acc_type(spec)} acc_{spec.name}[{layout.block}];")
         if init is None:
             value = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
         else:
@@ -176,7 +234,7 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     else:
         partial = f"(xo * {layout.chunks} + chunk) * {layout.columns} + {layout.column.name}"
         for spec in kernel.reductions:
-            ctype = compute_type(spec.dtype)
+            ctype = _acc_type(spec)
             size = layout.groups * layout.chunks * layout.columns
             body.append(f"{ctype}* part_{spec.name} = new {ctype}[{size}];")
         item_body += _column_loop(
@@ -194,7 +252,7 @@ def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
     first = f"xo * {layout.chunks} * {layout.columns} + {layout.column.name}"
     folds = []
     for spec in kernel.reductions:
-        acc, ctype = f"acc_{spec.name}[c]", compute_type(spec.dtype)
+        acc, ctype = f"acc_{spec.name}[c]", _acc_type(spec)
         part = f"part_{spec.name}[(xo * {layout.chunks} + k) * {layout.columns} + c0 + c]"
         combined = COMBINE[spec.kind].format(acc=acc, v=part)
         folds.append(f"{acc} = static_cast<{ctype}>({combined});")

@@ -32,6 +32,11 @@ STORAGE_TYPES = {
 }
 HALF_TYPES = (torch.float16, torch.bfloat16)
 PARALLEL_THRESHOLD = 32768  # elements below which OpenMP's fork costs more than it saves
+#: Elements of a float32 sum that float accumulators (one per SIMD lane) add before the
+#: block's sum joins a double accumulator. Each lane then adds SUM_BLOCK / 8 (AVX2)
+#: elements one after another, and the block's rounding error stays within about two
+#: float32 ulps (at 256, equal values came out 5 ulps off; a whole row of 70001, 400).
+SUM_BLOCK = 128
 
 PRELUDE = r"""
 #include <cmath>
@@ -286,9 +291,43 @@ def split_loops(outer: Sequence[Var], innermost: Sequence[tuple[Var, list[str], 
     lines: list[str] = []
     for var, body, pragma in innermost:
         lines += nested_loops([var], body, pragma)
+    return enclose_loops(outer, lines)
+
+
+def enclose_loops(outer: Sequence[Var], lines: list[str]) -> list[str]:
+    """Loops over ``outer`` (outermost first) around ``lines``."""
     for var in reversed(outer):
         lines = [_loop_header(var), *("  " + line for line in lines), "}"]
     return lines
+
+
+def accumulator_type(dtype: torch.dtype, kind: str) -> str:
+    """The C++ type that a ``kind`` reduction of ``dtype`` values accumulates in: double for
+    a float32 sum, added to once per block (see :func:`blocked_loop`); else the values'."""
+    return "double" if kind == "sum" and dtype == torch.float32 else compute_type(dtype)
+
+
+def blocked_loop(
+    var: Var, body: Sequence[str], pragma: str, start: Sequence[str], flush: Sequence[str]
+) -> list[str]:
+    """A loop over ``var`` in blocks of :data:`SUM_BLOCK`: ``start`` before each block's
+    loop (``pragma`` on it), ``flush`` after it. One block when ``var`` is that short."""
+
+    def loop(begin: object, end: object) -> list[str]:
+        header = f"for (int64_t {var.name} = {begin}; {var.name} < {end}; ++{var.name}) {{"
+        return [*start, pragma, header, *("  " + line for line in body), "}", *flush]
+
+    if var.size <= SUM_BLOCK:
+        return loop(0, var.size)
+    full = var.size - var.size % SUM_BLOCK
+    # Whole blocks first: a constant trip count spares the vectoriser its remainder code.
+    block = f"{var.name}_block"
+    lines = [
+        f"for (int64_t {block} = 0; {block} < {full}; {block} += {SUM_BLOCK}) {{",
+        *("  " + line for line in loop(block, f"{block} + {SUM_BLOCK}")),
+        "}",
+    ]
+    return lines + (loop(full, var.size) if full < var.size else [])
 
 
 COMBINE = {

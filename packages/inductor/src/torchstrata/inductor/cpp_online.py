@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from torchstrata.inductor.cpp_exprs import COMBINE, compute_type, literal
+from torchstrata.inductor.cpp_exprs import (
+    COMBINE,
+    SUM_BLOCK,
+    accumulator_type,
+    compute_type,
+    literal,
+)
 from torchstrata.inductor.emitter import ExprEmitter
 from torchstrata.inductor.indexing import Var
 from torchstrata.inductor.kernel import ReductionSpec, reduction_identity
@@ -108,23 +114,36 @@ def online_phase(
     second_updates: list[str] = []
     rescales: list[str] = []
     sum_clauses: list[str] = []
+    blocked_sums: list[str] = []  # float32 sums added in blocks of SUM_BLOCK (float) to a double
+    block_inits: list[str] = []
+    flushes: list[str] = []
     for spec in paired:
         m, ctype = spec.name, _ctype_of(spec)
         low, _ = _limits(spec)
         value = emitter.emit(spec.body)
         for partner in partners[spec.name]:
             s, stype = partner.name, _ctype_of(partner)
-            inits.append(f"{stype} acc_{s} = static_cast<{stype}>(0);")
-            chunk_inits.append(f"{stype} chunk_{s} = static_cast<{stype}>(0);")
-            sum_clauses.append(f"reduction(+:chunk_{s})")
+            atype = accumulator_type(partner.dtype, partner.kind)
+            zero = f"static_cast<{stype}>(0)"
+            inits.append(f"{atype} acc_{s} = {zero};")
+            chunk_inits.append(f"{atype} chunk_{s} = {zero};")
             term = f"std::exp(static_cast<{ctype}>({value} - safe_{m}))"
-            second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
+            if atype == stype:
+                sum_clauses.append(f"reduction(+:chunk_{s})")
+                second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
+            else:  # blocks of float lanes, added to the chunk's wide sum
+                blocked_sums.append(s)
+                sum_clauses.append(f"reduction(+:block_{s})")
+                block_inits.append(f"{stype} block_{s} = {zero};")
+                second_updates.append(f"block_{s} = static_cast<{stype}>(block_{s} + {term});")
+                flushes.append(f"chunk_{s} = chunk_{s} + static_cast<{atype}>(block_{s});")
             scale = f"std::exp(static_cast<{ctype}>(acc_{m} - safe_{m}))"
-            rescales.append(f"acc_{s} = static_cast<{stype}>(acc_{s} * {scale} + chunk_{s});")
+            rescales.append(f"acc_{s} = static_cast<{atype}>(acc_{s} * {scale} + chunk_{s});")
             # Every element -inf: the two-pass sum is exp(-inf - -inf) = NaN, not 0.
+            result = f"acc_{s}" if atype == stype else f"static_cast<{stype}>(acc_{s})"
             finals.append(
                 f"const {stype} red_{s} = (acc_{m} == {low} && !nan_{m}) "
-                f"? static_cast<{stype}>(NAN) : acc_{s};"
+                f"? static_cast<{stype}>(NAN) : {result};"
             )
         rescales.append(f"acc_{m} = new_{m};")
     second = emitter.close_inner() + second_updates
@@ -138,12 +157,20 @@ def online_phase(
         *("  " + line for line in first),
         "}",
         *merges,
-        "#pragma omp simd " + " ".join(sum_clauses),
-        header,
-        *("  " + line for line in second),
-        "}",
-        *rescales,
     ]
+    sum_loop = ["#pragma omp simd " + " ".join(sum_clauses), header]
+    sum_loop += ["  " + line for line in second] + ["}"]
+    if blocked_sums:
+        # The chunk's sum in blocks of SUM_BLOCK, each added up in full-width float lanes.
+        block, end = f"{r}_block", f"{r}_end"
+        sum_loop[1] = f"for (int64_t {r} = {block}; {r} < {end}; ++{r}) {{"
+        sum_loop = [
+            f"for (int64_t {block} = {start}; {block} < {stop}; {block} += {SUM_BLOCK}) {{",
+            f"  const int64_t {end} = {block} + {SUM_BLOCK} < {stop} ? {block} + {SUM_BLOCK} : {stop};",
+            *("  " + line for line in [*block_inits, *sum_loop, *flushes]),
+            "}",
+        ]
+    body += [*sum_loop, *rescales]
     loop = [f"for (int64_t {start} = 0; {start} < {length}; {start} += {chunk}) {{"]
     loop += ["  " + line for line in body] + ["}"]
     return emitter.take_outer() + inits + loop + finals

@@ -155,10 +155,10 @@ def candidate_configs(
                 configs.append(Config(1, chunk, warps, True, split=split))
     if length > LOOPED_MIN or not configs:
         online = bool(online_pairs(kernel.reductions))
-        shapes = [(x, r, w, 1) for x, r, w in LOOPED_SHAPES]
+        looped = [(x, r, w, 1) for x, r, w in LOOPED_SHAPES]
         if length >= LONG_ROW_MIN:
-            shapes += LONG_ROW_SHAPES
-        for xblock, block, warps, stages in shapes:
+            looped += LONG_ROW_SHAPES
+        for xblock, block, warps, stages in looped:
             config = Config(min(xblock, rows), min(block, rblock), warps, False, num_stages=stages)
             configs.append(config)
             if online:
