@@ -142,3 +142,58 @@ def test_outputs_that_cannot_have_gradients_stay_non_differentiable():
         torch.testing.assert_close(positive, x.sin() > 0)
         (grad,) = torch.autograd.grad(doubled.sum(), x)
         torch.testing.assert_close(grad, 2 * x.cos())
+
+
+def test_guards_hand_the_graph_inputs_to_the_program():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    compiled = rt.compile(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        compiled(x)
+        function = compiled.compiled_forward
+        (entry,) = function.cache.entries
+        assert entry.run_inputs is not None and entry.guards.fetch_args is not None
+        globals_ = function._globals
+        inputs = entry.guards.fetch_args((x,), globals_)
+        assert inputs is not None and inputs[0] is x
+        assert any(value is model[0].weight for value in inputs)
+        # It fails exactly when check_args does.
+        for args in [(x,), (torch.randn(3, 3),), (x.double(),)]:
+            failed = entry.guards.fetch_args(args, globals_) is None
+            assert failed == (entry.guards.check_args(args, globals_) >= 0)
+        frames = _runtime_frames(lambda: compiled(x))
+        assert frames[-2:] == ["CompiledFunction.__call__", "FrameCache.find_args"]
+        torch.testing.assert_close(compiled(x), model(x))
+        model[0].weight = torch.nn.Parameter(torch.randn(4, 3))  # a new weight is read
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(function.cache) == 1
+
+
+def test_no_direct_run_when_the_result_reads_the_arguments():
+    def doubled_and_input(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x
+
+    compiled = rt.compile(doubled_and_input)
+    x = torch.randn(3)
+    with torch.no_grad():
+        for _ in range(2):
+            doubled, same = compiled(x)
+            assert same is x
+            torch.testing.assert_close(doubled, x * 2)
+    (entry,) = compiled.cache.entries
+    assert entry.run_inputs is None and entry.guards.fetch_args is None
+
+
+def test_a_direct_run_writes_mutations_back():
+    def add_in_place(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(y)
+        return y * 2
+
+    compiled = rt.compile(add_in_place)
+    x, y = torch.zeros(3), torch.ones(3)
+    with torch.no_grad():
+        for step in range(1, 4):
+            torch.testing.assert_close(compiled(x, y), y * 2)
+            torch.testing.assert_close(x, torch.full((3,), float(step)))
+    (entry,) = compiled.cache.entries
+    assert entry.run_inputs is not None

@@ -144,3 +144,31 @@ def test_inplace_update_of_an_input_runs_in_the_graph():
     assert result.graph_breaks == ()
     out = _run(result, x)
     assert out is x and torch.equal(x, torch.ones(3))
+
+
+def _pair_and_constant(x, y):
+    z = x * 2 + y
+    return (z, z.sum()), {"scale": 2}, [z]
+
+
+def _returns_an_input(x):
+    return x * 2, x
+
+
+def test_a_direct_program_returns_what_the_program_does():
+    x, y = torch.randn(3), torch.randn(3)
+    result = capture(_pair_and_constant, (x, y), {})
+    assert result.direct_sources == ("L['x']", "L['y']")
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    direct = result.direct_program(runners, (x, y))
+    expected = result.program(runners, (x, y), {})
+    torch.testing.assert_close(direct, expected)
+    assert direct[0][0] is direct[2][0]  # one output reached twice is one object
+    assert type(direct[2]) is list and direct[1] == {"scale": 2}
+
+
+def test_no_direct_program_when_the_return_reads_the_frame_or_breaks():
+    for fn in (_returns_an_input, branchy):
+        result = capture(fn, (torch.ones(3),), {})
+        assert result.program is not None
+        assert result.direct_sources is None and result.direct_program is None

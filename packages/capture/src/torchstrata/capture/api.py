@@ -85,7 +85,15 @@ def capture(
             if graph_break not in program.graph_breaks:
                 program.graph_breaks.append(graph_break)
     graphs = (first.graph,) if first.graph is not None else ()
-    return CaptureResult(graphs, first.guards, tuple(program.graph_breaks), program)
+    direct = program.run_direct if program.direct_sources is not None else None
+    return CaptureResult(
+        graphs,
+        first.guards,
+        tuple(program.graph_breaks),
+        program,
+        direct_sources=program.direct_sources,
+        direct_program=direct,
+    )
 
 
 def _closure_cell(cell: Any) -> Cell:

@@ -24,7 +24,17 @@ from torchstrata.capture.frame import Frame
 from torchstrata.capture.rebuild import NullValue, ResumeIterator
 from torchstrata.capture.segments import Segment, trace_segment, with_check
 from torchstrata.capture.tracer import Tracer, Unsupported
-from torchstrata.capture.variables import NULL, Cell, IteratorVar, ObjectVar, Var
+from torchstrata.capture.variables import (
+    NULL,
+    Cell,
+    ConstVar,
+    DictVar,
+    IteratorVar,
+    ObjectVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+)
 from torchstrata.core import Graph, GraphBreak, GuardKind, interpret
 
 logger = logging.getLogger("torchstrata.capture")
@@ -114,6 +124,10 @@ class CaptureProgram:
         self._runners: dict[int, Callable[..., Any]] = {}
         self._failed: set[int] = set()
         self._count = 0
+        #: The sources :meth:`run_direct` takes the values of; None: it cannot run.
+        self.direct_sources: tuple[str, ...] | None = None
+        if first.graph is not None and first.paused is None and _from_outputs(first.returned):
+            self.direct_sources = first.input_sources
 
     def __call__(
         self, compiled_graphs: Sequence[Callable[..., Any]], args: tuple[Any, ...], kwargs: Any
@@ -125,6 +139,20 @@ class CaptureProgram:
         while not isinstance(outcome, Returned):
             outcome = self._resume(outcome)
         return outcome.value
+
+    def run_direct(
+        self, compiled_graphs: Sequence[Callable[..., Any]], inputs: tuple[Any, ...]
+    ) -> Any:
+        """The :data:`~torchstrata.core.DirectProgram`: what ``self(compiled_graphs, args,
+        kwargs)`` returns, given the values of :attr:`direct_sources` for that call.
+
+        Only when those are set: the first segment then returns without a graph break,
+        and its return value is rebuilt from the graph's outputs and constants alone, so
+        no ``L`` is needed.
+        """
+        outputs = compiled_graphs[0](*inputs)
+        first = self.first
+        return first.rebuilder.build(first.returned, outputs, _NO_NAMESPACE, {})  # type: ignore[arg-type]
 
     def _resume(self, state: State) -> Returned | State:
         returned = step(self.code, state, self.globals)
@@ -171,6 +199,27 @@ class CaptureProgram:
                     logger.warning("compiling a segment after a graph break failed", exc_info=True)
             self._runners[id(segment)] = runner
         return self._runners[id(segment)]
+
+
+#: The namespace :meth:`CaptureProgram.run_direct` rebuilds in: it reads no source.
+_NO_NAMESPACE: dict[str, Any] = {}
+
+
+def _from_outputs(var: Var | None) -> bool:
+    """Whether rebuilding ``var`` reads graph outputs and constants only (no source of
+    ``L`` or ``G``, no cells): tensors computed by the graph, constants, and tuples,
+    lists and dicts of those."""
+    if isinstance(var, ConstVar):
+        return True
+    if isinstance(var, TensorVar | SequenceVar | DictVar) and var.source is not None:
+        return False
+    if isinstance(var, TensorVar):
+        return True
+    if isinstance(var, SequenceVar):
+        return all(_from_outputs(item) for item in var.items)
+    if isinstance(var, DictVar):
+        return all(_from_outputs(item) for item in var.items.values())
+    return False
 
 
 def _starter(code: Any, state: State) -> Callable[[Tracer], tuple[Frame, int]]:

@@ -55,6 +55,13 @@ class GraphBreak:
 #: returns what the original function returns.
 Program = Callable[[Sequence[Callable[..., Any]], tuple[Any, ...], dict[str, Any]], Any]
 
+#: ``direct(compiled_graphs, inputs)`` runs the captured frame for a caller that has
+#: already read the first graph's inputs: ``inputs`` are the values of the capture's
+#: ``direct_sources``, read after every guard held. It returns what ``program`` returns
+#: for the same call (a caller whose guard check read those sources passes their values
+#: on, instead of the program binding the arguments and reading them again).
+DirectProgram = Callable[[Sequence[Callable[..., Any]], tuple[Any, ...]], Any]
+
 
 @attrs.frozen
 class CaptureResult:
@@ -63,12 +70,18 @@ class CaptureResult:
     ``graphs`` are torch-level graphs; ``program`` stitches their compiled forms back
     into the function's behaviour. With no graphs and no program the function is
     to run eagerly (``graph_breaks`` say why).
+
+    ``direct_program`` (with ``direct_sources``, expressions over ``L`` and ``G`` like
+    guard sources) is an optional shortcut of ``program``; None when the frame needs more
+    than its first graph's inputs (a graph break, a return value that re-reads ``L``).
     """
 
     graphs: tuple[Graph, ...]
     guards: tuple[Guard, ...]
     graph_breaks: tuple[GraphBreak, ...] = ()
     program: Program | None = None
+    direct_sources: tuple[str, ...] | None = None
+    direct_program: DirectProgram | None = None
 
 
 @attrs.frozen

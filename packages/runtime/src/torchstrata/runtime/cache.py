@@ -13,6 +13,8 @@ from torchstrata.runtime.guards import GuardFailure, GuardSet
 
 #: Runs a cached frame: ``run(args, kwargs)`` returns what the function returns.
 FrameRunner = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+#: Runs a cached frame from the values its guard check read: ``run_inputs(inputs)``.
+InputsRunner = Callable[[tuple[Any, ...]], Any]
 
 
 @attrs.define
@@ -31,6 +33,9 @@ class CacheEntry:
     #: True when the compiled code runs user Python between graphs (graph breaks): its
     #: side effects may have happened before a failure, so it must not be re-run eagerly.
     has_side_effects: bool = False
+    #: ``run`` for a positional call whose ``guards.fetch_args`` gave the inputs (the
+    #: capture's direct program); None when there is no such shortcut.
+    run_inputs: InputsRunner | None = None
 
 
 class FrameCache:
@@ -54,22 +59,32 @@ class FrameCache:
         args: tuple[Any, ...],
         globals_: dict[str, Any],
         bind: Callable[[tuple[Any, ...]], dict[str, Any]],
-    ) -> CacheEntry | None:
+    ) -> tuple[CacheEntry | None, tuple[Any, ...] | None]:
         """:meth:`find` for a fast-path positional call (see
         :class:`~torchstrata.runtime.frames.FrameBinder`): guards read ``args`` directly;
-        ``bind(args)`` makes the frame only for an entry that cannot."""
+        ``bind(args)`` makes the frame only for an entry that cannot.
+
+        Returns the entry and, when its guards are checked by ``fetch_args``, the values
+        that check read for ``entry.run_inputs`` (else None)."""
         frame = None
         for entry in self.entries:
-            check = entry.guards.check_args
+            guards = entry.guards
+            fetch = guards.fetch_args
+            if fetch is not None:  # the same guards as check_args, in the same order
+                inputs = fetch(args, globals_)
+                if inputs is not None:
+                    return entry, inputs
+                continue
+            check = guards.check_args
             if check is not None:
                 if check(args, globals_) < 0:
-                    return entry
+                    return entry, None
                 continue
             if frame is None:
                 frame = bind(args)
-            if entry.guards.check(frame, globals_) < 0:
-                return entry
-        return None
+            if guards.check(frame, globals_) < 0:
+                return entry, None
+        return None, None
 
     def lookup(
         self, frame: dict[str, Any], globals_: dict[str, Any]

@@ -60,7 +60,10 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and len(args) == self._bind.arity:
             # The common call: guards read the arguments tuple, no frame dict is built.
-            entry = self.cache.find_args(args, self._globals, self._bind_positional)
+            entry, inputs = self.cache.find_args(args, self._globals, self._bind_positional)
+            if inputs is not None and entry.checked:  # type: ignore[union-attr]
+                # The guards read the first graph's inputs: the program need not again.
+                return entry.run_inputs(inputs)  # type: ignore[union-attr,misc]
         else:
             try:
                 entry = self.cache.find(self._bind(args, kwargs), self._globals)
@@ -140,10 +143,17 @@ class CompiledFunction:
         guards = GuardSet(capture.guards, self._bind)
         if artifacts.run is None:
             return CacheEntry(guards, None, artifacts.eager_reason)
+        run_inputs = artifacts.run_inputs
+        guards = GuardSet(
+            (_grad_mode_guard(), *capture.guards),
+            self._bind,
+            fetch_sources=capture.direct_sources if run_inputs is not None else None,
+        )
         return CacheEntry(
-            GuardSet((_grad_mode_guard(), *capture.guards), self._bind),
+            guards,
             artifacts.run,
             has_side_effects=bool(capture.graph_breaks),
+            run_inputs=run_inputs if guards.fetch_args is not None else None,
         )
 
     def _check_graph_breaks(self, capture: CaptureResult, artifacts: FrameArtifacts) -> None:
@@ -199,7 +209,7 @@ class CompiledFunction:
                 raise
             failure = StageFailure("program", error)
             self._stage_failed(failure)
-            entry.run, entry.reason = None, str(failure)
+            entry.run, entry.run_inputs, entry.reason = None, None, str(failure)
             return self.fn(*args, **kwargs)
         entry.checked = True
         return result

@@ -25,6 +25,9 @@ _CPU = torch.device("cpu")
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
 #: The same check for a positional call: ``check_args(args, G)``.
 ArgsCheck = Callable[[tuple[Any, ...], dict[str, Any]], int]
+#: ``check_args`` that also reads values for the caller: ``fetch_args(args, G)`` is None
+#: when a guard fails, else the values of the requested sources, in order.
+ArgsFetch = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...] | None]
 
 
 @attrs.frozen
@@ -53,10 +56,16 @@ def _describe_meta(meta: TensorMeta) -> str:
 class _SourceWriter:
     """Accumulates the generated check function and the constants it closes over."""
 
-    def __init__(self) -> None:
+    def __init__(self, fails_with_none: bool = False) -> None:
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self.value_of_source: dict[str, str] = {}
+        #: A failing guard returns None, not its index (the check of ``fetch_args``).
+        self.fails_with_none = fails_with_none
+
+    def fail(self, index: int) -> str:
+        """The statement that reports guard ``index`` failing."""
+        return "return None" if self.fails_with_none else f"return {index}"
 
     def constant(self, value: Any) -> str:
         name = f"_c{len(self.constants)}"
@@ -74,7 +83,7 @@ class _SourceWriter:
             "    try:",
             f"        {var} = {self._reuse(source)}",
             "    except Exception:",
-            f"        return {index}",
+            f"        {self.fail(index)}",
         ]
         return var
 
@@ -87,7 +96,7 @@ class _SourceWriter:
         return source
 
     def check(self, condition: str, index: int) -> None:
-        self.lines += [f"    if not ({condition}):", f"        return {index}"]
+        self.lines += [f"    if not ({condition}):", f"        {self.fail(index)}"]
 
 
 def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
@@ -127,9 +136,17 @@ class GuardSet:
     :param binder: binds calls of the compiled function; given, ``check_args`` is also
         generated when every guard source can read a positional call's arguments
         directly (see :meth:`FrameBinder.args_source`).
+    :param fetch_sources: sources whose values the caller wants after a positional
+        call's guards hold; ``fetch_args`` is generated when ``check_args`` is and
+        every one of them is a guard's source (so the check has read it already).
     """
 
-    def __init__(self, guards: Sequence[Guard], binder: FrameBinder | None = None) -> None:
+    def __init__(
+        self,
+        guards: Sequence[Guard],
+        binder: FrameBinder | None = None,
+        fetch_sources: Sequence[str] | None = None,
+    ) -> None:
         self.guards = tuple(guards)
         self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
         self.check: GuardCheck = _build(self.source, constants)
@@ -143,6 +160,10 @@ class GuardSet:
             self.args_source, constants = _generate(self.guards, sources, ARGS_NAME)
             constants[SELF_NAME] = binder.bound_self if binder is not None else None
             self.check_args = _build(self.args_source, constants)
+        #: ``check_args`` returning the values of ``fetch_sources`` (None: not made).
+        self.fetch_args: ArgsFetch | None = None
+        if self.check_args is not None and binder is not None and fetch_sources is not None:
+            self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
 
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
@@ -164,6 +185,31 @@ def _generate(
         writer.check(_condition(writer, guard, var), index)
     writer.lines.append("    return -1")
     return "\n".join(writer.lines) + "\n", writer.constants
+
+
+def _fetching_check(
+    guards: Sequence[Guard],
+    args_sources: Sequence[str],
+    binder: FrameBinder,
+    fetch_sources: Sequence[str],
+) -> ArgsFetch | None:
+    """The positional check that returns the values of ``fetch_sources`` when every guard
+    holds; None when one of them is not read by a guard (reading it in the check could
+    raise, or run code, where the guards alone would not)."""
+    wanted = [binder.args_source(source) for source in fetch_sources]
+    writer = _SourceWriter(fails_with_none=True)
+    writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
+    for index, (guard, source) in enumerate(zip(guards, args_sources)):
+        var = writer.fetch(source, index)
+        writer.check(_condition(writer, guard, var), index)
+    values = [writer.value_of_source.get(source) for source in wanted if source is not None]
+    if len(values) != len(wanted) or None in values:
+        return None
+    writer.lines.append("    return (" + "".join(f"{value}, " for value in values) + ")")
+    constants = writer.constants
+    constants[SELF_NAME] = binder.bound_self
+    check: ArgsFetch = _build("\n".join(writer.lines) + "\n", constants)
+    return check
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:

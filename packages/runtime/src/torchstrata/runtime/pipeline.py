@@ -33,7 +33,7 @@ from torchstrata.core import (
     interpret,
     register,
 )
-from torchstrata.runtime.cache import FrameRunner
+from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
@@ -106,6 +106,8 @@ class FrameArtifacts:
     run: FrameRunner | None
     eager_reason: str = ""
     missing_stages: tuple[str, ...] = ()
+    #: ``run`` from the values of ``capture.direct_sources`` (None: no such shortcut).
+    run_inputs: InputsRunner | None = None
 
 
 def missing_stage_message(stage: str, manager: pluggy.PluginManager, fallback: str) -> str:
@@ -374,4 +376,6 @@ class Pipeline:
         missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
         # ``run(args, kwargs)`` is ``program(runners, args, kwargs)``, without a frame of ours.
         run: FrameRunner = functools.partial(program, runners)
-        return FrameArtifacts(capture, graphs, run, missing_stages=missing)
+        direct = capture.direct_program
+        run_inputs = functools.partial(direct, runners) if direct is not None else None
+        return FrameArtifacts(capture, graphs, run, missing_stages=missing, run_inputs=run_inputs)
