@@ -140,9 +140,8 @@ class CompiledFunction:
             )
             return CacheEntry(_ALWAYS, None, artifacts.eager_reason)
         self._check_graph_breaks(capture, artifacts)
-        guards = GuardSet(capture.guards, self._bind)
         if artifacts.run is None:
-            return CacheEntry(guards, None, artifacts.eager_reason)
+            return CacheEntry(GuardSet(capture.guards, self._bind), None, artifacts.eager_reason)
         run_inputs = artifacts.run_inputs
         guards = GuardSet(
             (_grad_mode_guard(), *capture.guards),
