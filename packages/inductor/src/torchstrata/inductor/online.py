@@ -4,6 +4,11 @@ A *phase* is a set of reductions none of which reads another of the same set (gr
 depth); a looped kernel makes one pass over the row per phase. A sum of ``exp(v - max(v))`` right
 after the max of ``v`` needs no pass of its own: an online loop keeps the running max and
 rescales the running sum whenever the max grows (softmax, log-softmax, logsumexp).
+
+Likewise a sum of squares about the mean, ``sum((v - sum(v)/n)**2)`` right after ``sum(v)``
+(LayerNorm's and ``var``'s centred second moment), needs no pass of its own: a Welford loop
+keeps a running mean and second moment per lane and merges the lanes at the end, as robust
+as the two-pass form (no cancellation between large sums) with one read of the row.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from torchstrata.inductor.exprs import Op, ReduceRef, reductions_used
+from torchstrata.inductor.exprs import Constant, Op, ReduceRef, reductions_used
 from torchstrata.inductor.kernel import ReductionSpec
 
 
@@ -65,3 +70,49 @@ def _exp_of_shifted(spec: ReductionSpec, maxima: dict[str, ReductionSpec]) -> Re
     if peak is None or peak.body != inner.args[0] or not peak.dtype.is_floating_point:
         return None
     return peak if reductions_used(inner.args[0]) == frozenset() else None
+
+
+def variance_pairs(reductions: Sequence[ReductionSpec], length: int) -> dict[str, ReductionSpec]:
+    """``{square-sum name: sum spec}`` for ``sum((v - sum(v) / length) ** 2)`` over rows of
+    ``length``: one Welford pass computes both.
+
+    As with :func:`online_pairs`, the whole phase after the sum must be such partners.
+    """
+    phases = reduction_phases(reductions)
+    pairs: dict[str, ReductionSpec] = {}
+    for before, after in itertools.pairwise(phases):
+        sums = {spec.name: spec for spec in before if spec.kind == "sum"}
+        found = {}
+        for spec in after:
+            total = _centred_square(spec, sums, length)
+            if total is None:
+                found = {}
+                break
+            found[spec.name] = total
+        pairs.update(found)
+    return pairs
+
+
+def _centred_square(
+    spec: ReductionSpec, sums: dict[str, ReductionSpec], length: int
+) -> ReductionSpec | None:
+    body = spec.body
+    if spec.kind != "sum" or not spec.dtype.is_floating_point:
+        return None
+    if not (isinstance(body, Op) and body.name == "mul" and body.args[0] == body.args[1]):
+        return None
+    centred = body.args[0]
+    if not (isinstance(centred, Op) and centred.name == "sub"):
+        return None
+    value, mean = centred.args
+    if not (isinstance(mean, Op) and mean.name == "div"):
+        return None
+    total, count = mean.args
+    if not (isinstance(total, ReduceRef) and isinstance(count, Constant)):
+        return None
+    found = sums.get(total.name)
+    if found is None or found.body != value or count.value != length:
+        return None
+    if found.dtype != spec.dtype or reductions_used(value):
+        return None
+    return found

@@ -44,7 +44,7 @@ from torchstrata.inductor.kernel import (
     reduction_identity,
     row_vars,
 )
-from torchstrata.inductor.online import online_pairs, reduction_phases
+from torchstrata.inductor.online import online_pairs, reduction_phases, variance_pairs
 
 TL_TYPES = {
     torch.float32: "tl.float32",
@@ -84,6 +84,15 @@ def _ts_round_bf16(v):
     bits = v.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _ts_welford_combine(k_a, mean_a, m2_a, n_a, k_b, mean_b, m2_b, n_b):
+    # two lanes' (shift, mean - shift, centred second moment, count) as one (Chan et al.)
+    n = n_a + n_b
+    delta = (k_b - k_a) + (mean_b - mean_a)
+    frac = tl.where(n == 0, 0.0, n_b / tl.where(n == 0, 1.0, n))
+    return k_a, mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
 
 
 @triton.jit
@@ -226,8 +235,10 @@ class TritonPrinter:
         self.reduction = reduction
         self.interpret = interpret
         self.red_names = frozenset(v.name for v in red_vars(kernel.red_shape))
+        self.row_names = frozenset(v.name for v in row_vars(kernel.row_shape))
         #: Triton's eviction policy for loads along the row (looped kernels keep the row
-        #: in L2 for the loop that reads it again, then evict it in the last loop).
+        #: in L2 for the loop that reads it again, then evict it in the last loop). A load
+        #: the same for every row (LayerNorm's weight) is always kept: every row reads it.
         self.eviction: str | None = None
         #: Loads one ``where`` branch alone consumes (a cat's pieces), masked by its
         #: condition unless that reads a reduced dim the load does not (it would be out of
@@ -256,7 +267,8 @@ class TritonPrinter:
             offset, mask = self.offset(index)
             hint = ""
             if self.eviction and mask != "xmask":
-                hint = f", eviction_policy={self.eviction!r}"
+                policy = self.eviction if index.variables() & self.row_names else "evict_last"
+                hint = f", eviction_policy={policy!r}"
             if guard is not None and self.name_of is not None:
                 condition = self.name_of(guard.condition)
                 mask += f" & ({condition})" if guard.taken else f" & ({condition} == 0)"
@@ -408,14 +420,16 @@ def generate_triton(
     if reduction and persistent:
         lines += [line.format(start="") for line in rindex_lines]
     phases = reduction_phases(kernel.reductions)
-    pairs = {} if persistent else online_pairs(kernel.reductions)
+    pairs = {} if persistent else loop_pairs(kernel)
     if not (persistent or interpret) and kernel.full_stores:
         printer.eviction = "evict_last"
     for phase in phases:
         if persistent:
             lines += _persistent_phase(emitter, phase, interpret)
         else:
-            lines += _looped_phase(emitter, phase, pairs, rindex_lines, kernel, interpret, lane_max)
+            lines += _looped_phase(
+                emitter, phase, pairs, rindex_lines, kernel, interpret, lane_max, even_row
+            )
     row_stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
     if kernel.full_stores:
@@ -499,6 +513,15 @@ def _persistent_phase(
     return lines
 
 
+def loop_pairs(kernel: Kernel) -> dict[str, ReductionSpec]:
+    """Reductions a looped kernel computes in an earlier reduction's loop: ``{partner name:
+    the reduction whose loop computes it}`` (online softmax sums, Welford second moments)."""
+    return {
+        **online_pairs(kernel.reductions),
+        **variance_pairs(kernel.reductions, kernel.row_length),
+    }
+
+
 def _looped_phase(
     emitter: ExprEmitter,
     phase: Sequence[ReductionSpec],
@@ -507,15 +530,16 @@ def _looped_phase(
     kernel: Kernel,
     interpret: bool,
     lane_max: bool,
+    even_row: bool,
 ) -> list[str]:
-    """One loop over the row for ``phase``; a phase whose sums are online partners of an
-    earlier max is folded into that max's loop, so it emits nothing itself."""
+    """One loop over the row for ``phase``; a phase whose reductions are partners of an
+    earlier one (:func:`loop_pairs`) is folded into that one's loop, so it emits nothing."""
     if all(spec.name in pairs for spec in phase):
         return []
     partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
     # With an online max kept per row, every accumulator of the loop is kept per row too
     # (one reduction of the tile per iteration, few registers); otherwise per lane.
-    per_row = bool(partners) and not lane_max
+    per_row = any(pairs[p.name].kind == "amax" for p in partners) and not lane_max
     emitter.open_inner()
     inits, updates, finals = [], [], []
     for spec in phase:
@@ -536,7 +560,11 @@ def _looped_phase(
                 f"red_{spec.name} = {acc if per_row else reduce_text(spec, acc, interpret)}"
             )
             continue
-        new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, lane_max)
+        if spec.kind == "sum":
+            even = kernel.row_length if even_row else None
+            new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
+        else:
+            new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, lane_max)
         inits[-1:] = new_inits
         updates += new_updates
         finals += new_finals
@@ -584,6 +612,65 @@ def _online(
         updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
         finals.append(f"red_{s} = acc_{s}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
+
+
+def _welford(
+    spec: ReductionSpec,
+    masked: str,
+    squares: Sequence[ReductionSpec],
+    interpret: bool,
+    even_length: int | None,
+) -> tuple[Lines, Lines, Lines]:
+    """The sum ``spec`` and, in the same loop, its centred sums of squares (inits, loop
+    body, finals): a Welford running mean and second moment per lane, merged across the
+    lanes at the end (Chan's formula). The sum itself is still accumulated directly, so
+    the mean is the same as without the partner.
+
+    Each lane works on its values minus its first value (the shift): with a large mean
+    and a small spread, a running mean near the mean itself would be rounded to the
+    mean's ulp at every step, which is of the order of the spread.
+
+    When ``RBLOCK`` divides the row (of ``even_length``) every lane holds the same count,
+    so the update divides by a scalar (``1 / (k + 1)`` at the ``k``-th tile) instead of
+    per lane.
+    """
+    s, ctype = spec.name, compute_type(spec.dtype)
+    tile = "[XBLOCK, RBLOCK]"
+    inits = [
+        f"acc_{s} = tl.full({tile}, 0, {ctype})",
+        f"wk_{s} = tl.full({tile}, 0, {ctype})",
+        f"wmean_{s} = tl.full({tile}, 0, {ctype})",
+        f"wm2_{s} = tl.full({tile}, 0, {ctype})",
+    ]
+    updates = [
+        f"val_{s} = {masked}",
+        f"acc_{s} = acc_{s} + val_{s}",
+        f"wk_{s} = tl.where(roffset == 0, val_{s}, wk_{s})",
+        f"wv_{s} = val_{s} - wk_{s}",
+    ]
+    if even_length is not None:
+        updates += [f"wstep_{s} = 1.0 / (roffset // RBLOCK + 1)"]
+        count = f"tl.full({tile}, {even_length} // RBLOCK, {ctype})"
+    else:
+        inits.append(f"wn_{s} = tl.full({tile}, 0, {ctype})")
+        updates += [
+            f"wn_{s} = wn_{s} + tl.where(xmask & rmask, 1.0, 0.0)",
+            f"wstep_{s} = tl.where(xmask & rmask, 1.0 / tl.maximum(wn_{s}, 1.0), 0.0)",
+        ]
+        count = f"wn_{s}"
+    updates += [
+        f"delta_{s} = wv_{s} - wmean_{s}",
+        f"wmean_{s} = wmean_{s} + delta_{s} * wstep_{s}",
+        f"wm2_{s} = wm2_{s} + tl.where(xmask & rmask, delta_{s} * (wv_{s} - wmean_{s}), 0.0)",
+    ]
+    state = f"(wk_{s}, wmean_{s}, wm2_{s}, {count})"
+    merged = f"tl.reduce({state}, 1, _ts_welford_combine, keep_dims=True)"
+    finals = [
+        f"red_{s} = {reduce_text(spec, f'acc_{s}', interpret)}",
+        f"wk_{s}, wmean_{s}, wm2_{s}, wn_{s} = {merged}",
+    ]
+    finals += [f"red_{square.name} = wm2_{s}" for square in squares]
+    return inits, updates, finals
 
 
 def _online_per_lane(
