@@ -82,7 +82,7 @@ def variance_pairs(reductions: Sequence[ReductionSpec], length: int) -> dict[str
     pairs: dict[str, ReductionSpec] = {}
     for before, after in itertools.pairwise(phases):
         sums = {spec.name: spec for spec in before if spec.kind == "sum"}
-        found = {}
+        found: dict[str, ReductionSpec] = {}
         for spec in after:
             total = _centred_square(spec, sums, length)
             if total is None:
