@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor import triton_backend
+from torchstrata.inductor import triton_backend, triton_codegen
 from torchstrata.inductor.exprs import Constant, Load, Op, ReduceRef
 from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Kernel, ReductionSpec
@@ -47,7 +47,8 @@ def _reference(x, w, divisor=None, dtype=torch.float64):
 def looped(monkeypatch):
     """Make the Triton backend loop over rows in tiles of ``rblock``."""
 
-    def use(rblock: int) -> None:
+    def use(rblock: int, welford_min: int = 0) -> None:
+        monkeypatch.setattr(triton_codegen, "WELFORD_MIN_LENGTH", welford_min)
         config = Config(2, rblock, 4, persistent=False)
         monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [config])
 
@@ -114,6 +115,13 @@ def test_variance_pairs_need_the_whole_next_phase():
     assert variance_pairs([total, square], 65) == {}
     other = ReductionSpec("m", "amax", centred, f32)  # reads the sum in the same phase
     assert variance_pairs([total, square, other], 64) == {}
+
+
+def test_short_rows_keep_two_loops(ind, looped):
+    # below WELFORD_MIN_LENGTH the second read of a row hits L2: plain passes are faster
+    looped(512, welford_min=4096)
+    compiled = ind.check(_norm_graph(3, 3001), "triton", rtol=1e-4, atol=1e-4)
+    assert compiled.kernels[0].source.count("for r") == 3
 
 
 def test_rows_reread_evict_but_weights_stay():

@@ -329,16 +329,27 @@ def derive_lines(vars_: Sequence[Var], flat: str) -> list[str]:
 
 
 def store_line(
-    store: Store, value: str, printer: TritonPrinter, full: bool, row_mask: str = "xmask"
+    store: Store,
+    value: str,
+    printer: TritonPrinter,
+    full: bool,
+    row_mask: str = "xmask",
+    streaming: bool = False,
 ) -> str:
-    """``tl.store`` of ``value`` to ``store``; ``full``: a whole-domain store (per element)."""
+    """``tl.store`` of ``value`` to ``store``; ``full``: a whole-domain store (per element).
+
+    ``streaming``: written with the ``.cs`` cache hint, so the output does not push out
+    of L2 the input a looped kernel is still reading for the second time (on the H200,
+    softmax over rows of 65536: 88.5 -> 86.2 us)."""
     if store.dtype is torch.bfloat16 and printer.interpret:
         value = f"_ts_round_bf16(({value}).to(tl.float32))"
     offset = render_index(store.index) + " + xzero"
     mask = f"{row_mask} & rmask" if full else row_mask
     if full:
         offset += " + rzero"
-    return f"tl.store({store.buffer} + ({offset}), ({value}).to({TL_TYPES[store.dtype]}), {mask})"
+    hint = ", cache_modifier='.cs'" if streaming else ""
+    stored = f"({value}).to({TL_TYPES[store.dtype]})"
+    return f"tl.store({store.buffer} + ({offset}), {stored}, {mask}{hint})"
 
 
 _COMBINE_FN = {"sum": "_sum_combine", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
@@ -443,7 +454,8 @@ def generate_triton(
             if not interpret:
                 printer.eviction = "evict_first"
             stores = [
-                store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
+                store_line(s, emitter.emit(s.value), printer, True, streaming=not interpret)
+                for s in kernel.full_stores
             ]
             body = (
                 [line.format(start="roffset + ") for line in rindex_lines]
@@ -513,13 +525,20 @@ def _persistent_phase(
     return lines
 
 
+#: Rows at least this long compute a mean and centred second moment in one Welford loop;
+#: shorter ones in two loops (their second read hits L2). On the H200, LayerNorm over
+#: [4096, 16384] bf16 took 78.5-80.6 us with Welford against 75.8 us in two loops.
+WELFORD_MIN_LENGTH = 65536
+
+
 def loop_pairs(kernel: Kernel) -> dict[str, ReductionSpec]:
     """Reductions a looped kernel computes in an earlier reduction's loop: ``{partner name:
-    the reduction whose loop computes it}`` (online softmax sums, Welford second moments)."""
-    return {
-        **online_pairs(kernel.reductions),
-        **variance_pairs(kernel.reductions, kernel.row_length),
-    }
+    the reduction whose loop computes it}`` (online softmax sums, Welford second moments
+    on rows of at least :data:`WELFORD_MIN_LENGTH`)."""
+    pairs = online_pairs(kernel.reductions)
+    if kernel.row_length >= WELFORD_MIN_LENGTH:
+        pairs |= variance_pairs(kernel.reductions, kernel.row_length)
+    return pairs
 
 
 def _looped_phase(
