@@ -37,7 +37,8 @@ def branch_guards(roots: Iterable[Expr]) -> dict[Load, BranchGuard]:
     """The loads under ``roots`` that one ``where`` branch alone consumes, with its guard.
 
     Conservative: a load (or any op on its way up) used by two distinct parents, used
-    directly by a root, or reaching the ``where`` as its condition is not guarded.
+    directly by a root, used as the position of an indirect load, or reaching the
+    ``where`` as its condition is not guarded.
     """
     roots = list(roots)
     parents: dict[Expr, set[Expr]] = {}
@@ -68,7 +69,8 @@ def _guard_of(load: Load, parents: dict[Expr, set[Expr]], roots: set[Expr]) -> B
         if len(users) != 1:
             return None
         (user,) = users
-        assert isinstance(user, Op)
+        if not isinstance(user, Op):
+            return None  # the position of an indirect load: needed on every lane it loads
         if user.name == "where" and node is not user.args[0]:
             true_side, false_side = node == user.args[1], node == user.args[2]
             if true_side != false_side:

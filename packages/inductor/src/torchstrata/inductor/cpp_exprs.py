@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, ReduceRef
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, ReduceRef
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.infix import INFIX_BINARY
 from torchstrata.inductor.kernel import Kernel, Store
@@ -198,12 +198,9 @@ class CppPrinter:
         if isinstance(expr, Constant):
             return literal(expr.value, expr.dtype)
         if isinstance(expr, Load):
-            text = f"{expr.buffer}[{render_index(expr.index)}]"
-            if expr.dtype is torch.float16:
-                return f"ts_f16_to_f32({text})"
-            if expr.dtype is torch.bfloat16:
-                return f"ts_bf16_to_f32({text})"
-            return text
+            return _element(expr.buffer, render_index(expr.index), expr.dtype)
+        if isinstance(expr, IndirectLoad):
+            return _indirect_element(expr, operands[0])
         if isinstance(expr, IndexValue):
             return f"static_cast<{compute_type(expr.dtype)}>({render_index(expr.index)})"
         if isinstance(expr, ReduceRef):
@@ -248,6 +245,30 @@ class CppPrinter:
     def define(self, name: str, expr: Expr, text: str) -> str:
         """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
         return f"const {compute_type(expr.dtype)} {name} = {text};"
+
+
+def _element(buffer: str, offset: str, dtype: torch.dtype) -> str:
+    """Element ``offset`` of ``buffer``, in the compute type of ``dtype``."""
+    text = f"{buffer}[{offset}]"
+    if dtype is torch.float16:
+        return f"ts_f16_to_f32({text})"
+    if dtype is torch.bfloat16:
+        return f"ts_bf16_to_f32({text})"
+    return text
+
+
+def _indirect_element(expr: IndirectLoad, position: str) -> str:
+    """An indirect load whose ``position`` (a name) is the gathered index: NaN where it is
+    outside ``[0, size)``, and loaded there at position 0 instead, so that no lane of a
+    vectorised loop (which may gather every lane at once) reads outside the buffer.
+    ``0 <= p < size`` is one unsigned compare."""
+    inside = f"(static_cast<uint64_t>({position}) < {expr.size}ULL)"
+    clamped = f"ts_where<int64_t>({inside}, static_cast<int64_t>({position}), 0)"
+    step = clamped if expr.stride == 1 else f"{expr.stride}LL * {clamped}"
+    offset = f"{render_index(expr.index)} + {step}"
+    ctype = compute_type(expr.dtype)
+    element = _element(expr.buffer, offset, expr.dtype)
+    return f"ts_where<{ctype}>({inside}, {element}, static_cast<{ctype}>(NAN))"
 
 
 def store_line(store: Store, value: str) -> str:

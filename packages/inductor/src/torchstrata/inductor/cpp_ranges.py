@@ -27,7 +27,7 @@ import attrs
 import torch
 
 from torchstrata.inductor.cpp_pieces import Piece, affine_pieces, substitute
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, walk
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, walk
 from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Store
 
@@ -92,6 +92,10 @@ class LoopRange:
         result: Expr = expr
         if isinstance(expr, Load):
             result = Load(expr.buffer, self.index(expr.index), expr.dtype)
+        elif isinstance(expr, IndirectLoad):
+            result = attrs.evolve(
+                expr, index=self.index(expr.index), indirect=self.expr(expr.indirect)
+            )
         elif isinstance(expr, IndexValue):
             result = IndexValue(self.index(expr.index), expr.dtype)
         elif isinstance(expr, Op):

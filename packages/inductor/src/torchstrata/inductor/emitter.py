@@ -13,7 +13,7 @@ from typing import Protocol
 
 import attrs
 
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, children
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, children
 
 
 class ExprPrinter(Protocol):
@@ -74,10 +74,10 @@ class ExprEmitter:
         """True when ``expr`` reads an inner loop variable."""
         known = self._depends.get(expr)
         if known is None:
-            if isinstance(expr, Load | IndexValue):
-                known = bool(expr.index.variables() & self.inner_vars)
-            else:
-                known = any(self.depends_on_inner(child) for child in children(expr))
+            known = isinstance(expr, Load | IndirectLoad | IndexValue) and bool(
+                expr.index.variables() & self.inner_vars
+            )
+            known = known or any(self.depends_on_inner(child) for child in children(expr))
             self._depends[expr] = known
         return known
 
@@ -93,7 +93,7 @@ class ExprEmitter:
             found = self.outer.names.get(expr)
             if found is not None:
                 return found
-        operands = [self.emit(child) for child in children(expr)] if isinstance(expr, Op) else []
+        operands = [self.emit(child) for child in children(expr)]
         text = self.printer.render(expr, operands)
         if isinstance(expr, Constant):
             return text

@@ -26,6 +26,24 @@ class Load:
 
 
 @attrs.frozen(cache_hash=True)
+class IndirectLoad:
+    """Element ``index + stride * indirect`` of a buffer: a load at a data-dependent offset.
+
+    ``indirect`` is an integer-valued expression (a gathered position along a dim of
+    ``size`` elements and stride ``stride``); ``index`` is the offset of the rest of the
+    coordinates. Backends never read outside ``0 <= indirect < size``: there the value is
+    NaN, so a float ``dtype`` is required (``prims.gather`` lowers to this only for floats).
+    """
+
+    buffer: str
+    index: Index
+    indirect: Expr
+    stride: int
+    size: int
+    dtype: torch.dtype
+
+
+@attrs.frozen(cache_hash=True)
 class Constant:
     """A scalar constant of ``dtype``."""
 
@@ -58,12 +76,16 @@ class ReduceRef:
     dtype: torch.dtype
 
 
-Expr = Load | Constant | IndexValue | Op | ReduceRef
+Expr = Load | IndirectLoad | Constant | IndexValue | Op | ReduceRef
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
-    """Direct operands of an expression."""
-    return expr.args if isinstance(expr, Op) else ()
+    """Direct operands of an expression (an indirect load's operand is its position)."""
+    if isinstance(expr, Op):
+        return expr.args
+    if isinstance(expr, IndirectLoad):
+        return (expr.indirect,)
+    return ()
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
@@ -86,7 +108,7 @@ def variables(expr: Expr) -> frozenset[str]:
     """Loop variables an expression depends on."""
     names: set[str] = set()
     for node in walk(expr):
-        if isinstance(node, Load | IndexValue):
+        if isinstance(node, Load | IndirectLoad | IndexValue):
             names |= node.index.variables()
     return frozenset(names)
 
@@ -98,4 +120,4 @@ def reductions_used(expr: Expr) -> frozenset[str]:
 
 def buffers_loaded(expr: Expr) -> frozenset[str]:
     """Names of the buffers an expression loads from."""
-    return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load))
+    return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load | IndirectLoad))

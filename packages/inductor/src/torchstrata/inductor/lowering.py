@@ -3,6 +3,8 @@
 * graph inputs and extern results are buffers: element ``idx`` is a strided load;
 * elementwise prims, ``full`` and ``iota`` are :class:`Pointwise`: an expression built
   from the values of their operands at the same index;
+* ``gather`` of a float buffer (or of a view of one) is :class:`Pointwise` too: a load at
+  an offset read from its index operand (see :func:`_lower_gather`);
 * views (``broadcast_in_dim``, ``permute``, ``slice``, ``reshape``, ``as_strided``) are
   :class:`Pointwise` too: they only rewrite the index before asking their operand, so a
   chain of views over an input becomes one strided load, never a copy;
@@ -25,7 +27,7 @@ import attrs
 import torch
 
 from torchstrata.core import Graph, Node, OpKind, TensorMeta, get_prim
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Op
+from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
 from torchstrata.inductor.kernel import reduction_identity
 
@@ -36,10 +38,15 @@ VIEW_PRIMS = ("broadcast_in_dim", "permute", "slice", "reshape", "as_strided")
 
 
 class ValueContext(Protocol):
-    """What an index function may ask: the value of ``node`` at ``index``."""
+    """What an index function may ask: the value of ``node`` at ``index``, or an element
+    of a buffer (an input or an extern result) at a linear offset."""
 
     def value(self, node: Node, index: IndexTuple) -> Expr:
         """The expression for element ``index`` of ``node``."""
+        ...
+
+    def buffer_load(self, node: Node, offset: Index) -> Load:
+        """Element ``offset`` (counted from its first element) of the buffer ``node``."""
         ...
 
 
@@ -170,6 +177,8 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
         return Extern(node, "as_strided of a buffer is made by torch (a view, no copy)")
     if name in VIEW_PRIMS:
         return Pointwise(node, _view_fn(name, node), buffer_view(node, lowered))
+    if name == "gather":
+        return _lower_gather(node, lowered, supports)
     if name == "cat" and all(supports("where", arg.tensor_meta.dtype) for arg in node.args[0]):
         return Pointwise(node, _cat_fn(node))
     if name == "full":
@@ -301,6 +310,59 @@ def _cat_fn(node: Node) -> IndexFn:
         return result if result is not None else Constant(0, dtype)
 
     return cat_fn
+
+
+def _lower_gather(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    """``prims.gather(x, dim, index)`` as an :class:`~torchstrata.inductor.exprs.IndirectLoad`
+    when ``x`` is a float buffer (an input, an extern result) or a strided view of one.
+
+    Element ``i`` reads ``index[i]``, then ``x`` at ``i`` with coordinate ``dim`` replaced
+    by it: one load at a data-dependent offset, inlined into the kernels of its users like
+    any pointwise value (the index computed there or loaded). Generated code cannot raise,
+    so where eager raises (an index outside ``[0, x.shape[dim])``) the result is NaN, never
+    a read out of bounds. Left to an extern ATen gather:
+
+    * ``x`` computed, not in memory: the extern call materialises it (a gather of one index
+      per row of a computed value is a where-sum, see :mod:`~torchstrata.inductor.rewrites`);
+    * integer and bool ``x``: no value of the dtype can mark an out-of-range index (a 0
+      would pass as a plausible result), so ATen checks the indices and raises as eager does;
+    * an index larger than ``x`` along another dim (eager rejects it whatever the values),
+      an empty ``dim`` (every index is out of range: rather than emit a load that is always
+      masked) and a 0-dim ``x``.
+    """
+    source, dim, index = node.args
+    meta = source.tensor_meta
+    operand = lowered[source]
+    if _is_buffer(operand):
+        view: StridedView | None = StridedView(source, meta.shape, meta.strides, 0)
+    else:
+        view = operand.view if isinstance(operand, Pointwise) else None
+    if view is None:
+        return Extern(node, "gather of a computed value (not a buffer or a view of one)")
+    if not meta.dtype.is_floating_point or not supports("where", meta.dtype):
+        return Extern(node, f"gather of {meta.dtype}: no value marks an out-of-range index")
+    shape, index_shape = meta.shape, index.tensor_meta.shape
+    if (
+        not shape
+        or shape[dim] == 0
+        or any(i > s for d, (i, s) in enumerate(zip(index_shape, shape, strict=True)) if d != dim)
+    ):
+        return Extern(node, "a 0-dim source, an empty gathered dim or an index wider than x")
+    return Pointwise(node, _gather_fn(node, view))
+
+
+def _gather_fn(node: Node, view: StridedView) -> IndexFn:
+    """The index function of a gather from the strided ``view`` of a buffer."""
+    _source, dim, index_node = node.args
+    size, stride, dtype = view.shape[dim], view.strides[dim], node.tensor_meta.dtype
+
+    def gather_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
+        position = ctx.value(index_node, index)
+        rest = (*index[:dim], Index(), *index[dim + 1 :])
+        load = ctx.buffer_load(view.base, linear_offset(rest, view.strides, view.offset))
+        return IndirectLoad(load.buffer, load.index, position, stride, size, dtype)
+
+    return gather_fn
 
 
 def _view_fn(name: str, node: Node) -> IndexFn:

@@ -5,7 +5,7 @@ equal to the input's: cross-entropy's picked logit) becomes
 ``sum(where(iota == index, a, 0), dim)``: a reduction that fuses with whatever computes
 ``a`` (log-softmax), instead of materialising ``a`` for an ATen gather. Exactly one term is
 non-zero, so the sum is exact. Unlike ``torch.gather``, an out-of-range index gives 0
-rather than an error.
+rather than an error (NaN where the pick reads a leaf in memory: an indirect load).
 
 The gather is first pushed through pointwise prims (``gather(x - m - log(s))`` is
 ``gather(x) - m - log(s)`` when ``m`` and ``s`` are broadcast along ``dim``), so the sum
@@ -105,8 +105,10 @@ class _GatherAsReduction(Transformer):
 
 class _Picker:
     """Builds ``gather(value, dim, index)`` for one index per row, pushed through pointwise
-    prims down to the leaves: a leaf in memory (an input, an extern result) keeps an ATen
-    gather of one element per row; a computed leaf becomes ``sum(where(hit, leaf, 0), dim)``."""
+    prims down to the leaves: a leaf in memory (an input, an extern result) keeps a gather
+    of one element per row (an indirect load in the kernel for float leaves, an ATen gather
+    for others, see :func:`~torchstrata.inductor.lowering.lower_node`); a computed leaf
+    becomes ``sum(where(hit, leaf, 0), dim)``."""
 
     def __init__(
         self, builder: GraphBuilder, dim: int, shape: tuple[int, ...], hit: Node, index: Node
@@ -140,7 +142,7 @@ class _Picker:
             return b.call(value.op, *operands, **dict(value.kwargs))
         if value.op is None or value.op.kind is OpKind.ATEN:
             # A leaf already in memory (an input, an extern result): one element per row is
-            # read by an ATen gather, not a compare-and-add over the whole row in the kernel.
+            # read by a gather (an indirect load), not a compare-and-add over the whole row.
             return b.call(_GATHER, value, self.dim, self.index)
         # sum has no bool form: a bool leaf is summed as int32 (one hit per row: 0 or 1).
         dtype = torch.int32 if meta.dtype is torch.bool else meta.dtype

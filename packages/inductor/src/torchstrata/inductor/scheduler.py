@@ -152,6 +152,15 @@ class GroupContext:
         self.computed[node] = None
         return lowered.fn(self, index)
 
+    def buffer_load(self, node: Node, offset: Index) -> Load:
+        """Element ``offset`` of the buffer ``node`` (see :class:`ValueContext`)."""
+        assert isinstance(self.schedule.lowered[node], InputBuffer | Extern)
+        step = self.schedule.step_of.get(node)
+        if step is not None and step.position >= self.group.position:
+            raise NotFusable(f"%{node.name} is computed by a later step")
+        self.loaded.add(node)
+        return Load(buffer_name(node), offset, node.tensor_meta.dtype)
+
     def member_expr(self, node: Node) -> Expr:
         """The expression of a member: a reduction's body, or the value at its own index."""
         lowered = self.schedule.lowered[node]

@@ -29,6 +29,7 @@ from torchstrata.inductor.exprs import (
     Constant,
     Expr,
     IndexValue,
+    IndirectLoad,
     Load,
     Op,
     ReduceRef,
@@ -274,12 +275,33 @@ class TritonPrinter:
                 mask += f" & ({condition})" if guard.taken else f" & ({condition} == 0)"
             text = f"tl.load({expr.buffer} + ({offset}), {mask}, other=0{hint})"
             return f"{text}.to(tl.float32)" if expr.dtype in HALF_TYPES else text
+        if isinstance(expr, IndirectLoad):
+            return self._indirect_load(expr, operands[0])
         if isinstance(expr, IndexValue):
             return f"({render_index(expr.index)} + xzero).to({compute_type(expr.dtype)})"
         if isinstance(expr, ReduceRef):
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         return self._op(expr, operands)
+
+    def _indirect_load(self, expr: IndirectLoad, position: str) -> str:
+        """``tl.load`` of element ``index + stride * position``, masked to ``0 <= position <
+        size`` (one unsigned compare) and NaN outside. The offset is int64: the position
+        is (and is cast to be), and ``index`` is computed in int64 too when the gathered
+        buffer may pass 2**31 elements (it can be far larger than the kernel's domain)."""
+        _, high = expr.index.bounds()
+        if high + expr.stride * max(expr.size - 1, 0) >= 2**31:
+            base = expr.index.render(lambda name: f"{name}.to(tl.int64)", "//")
+        else:
+            base = render_index(expr.index)
+        wanted = f"({position}).to(tl.int64)"
+        inside = f"({wanted}.to(tl.uint64, bitcast=True) < {expr.size})"
+        reads_row = self.reduction and bool(variables(expr) & self.red_names)
+        mask = "xmask & rmask" if reads_row else "xmask"
+        step = wanted if expr.stride == 1 else f"{expr.stride} * {wanted}"
+        offset = f"{base} + xzero + {step}"
+        text = f'tl.load({expr.buffer} + ({offset}), {mask} & {inside}, other=float("nan"))'
+        return f"{text}.to(tl.float32)" if expr.dtype in HALF_TYPES else text
 
     def _op(self, expr: Op, args: Sequence[str]) -> str:
         name = expr.name
