@@ -19,10 +19,9 @@ from collections.abc import Iterable
 
 import attrs
 
-from torchstrata.inductor.cpp_pieces import substitute
-from torchstrata.inductor.cpp_ranges import condition_runs
 from torchstrata.inductor.exprs import Expr, Load, Op, children, walk
 from torchstrata.inductor.indexing import FloorDiv, Index, Mod, Var
+from torchstrata.inductor.ranges import condition_runs, substitute
 
 
 @attrs.frozen

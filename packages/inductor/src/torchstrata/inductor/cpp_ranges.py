@@ -13,35 +13,25 @@ rewritten with ``x3 = u + start``: the index algebra then simplifies the modulo 
 (``(u + 32) % 32`` is ``u``), the conditions become the constants they are over the
 range and each ``where`` keeps its one live branch. Every range is a plain contiguous
 loop, and a kernel without such conditions is generated exactly as before. Where the
-changes are found is :mod:`~torchstrata.inductor.cpp_pieces`'s piecewise-affine view of
-an index.
+conditions change value, and how indices are rewritten, is the backend-neutral analysis
+of :mod:`~torchstrata.inductor.ranges`.
 """
 
 from __future__ import annotations
 
 import itertools
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import torch
 
-from torchstrata.inductor.cpp_pieces import Piece, affine_pieces, substitute
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, walk
 from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Store
+from torchstrata.inductor.ranges import COMPARISONS, condition_runs, decide_comparison, substitute
 
 #: Most loops one loop is split into (the body is generated once per range).
 MAX_RANGES = 16
-
-_COMPARISONS: dict[str, Callable[[int, int], bool]] = {
-    "lt": operator.lt,
-    "le": operator.le,
-    "gt": operator.gt,
-    "ge": operator.ge,
-    "eq": operator.eq,
-    "ne": operator.ne,
-}
 
 
 class LoopRange:
@@ -146,82 +136,6 @@ def _values_at(runs: Mapping[Expr, list[tuple[int, bool]]], position: int) -> di
     }
 
 
-def condition_runs(op: Op, var: Var) -> list[tuple[int, bool]] | None:
-    """The comparison ``op`` over ``0 <= var < var.size``: (start, value) of each run of
-    positions where it keeps one value, in order.
-
-    Only comparisons of integer index values and constants whose difference depends
-    on ``var`` alone, with few enough affine pieces (:func:`~torchstrata.inductor.cpp_pieces.affine_pieces`), are analysed; None
-    for any other op.
-    """
-    compare = _COMPARISONS.get(op.name)
-    difference = _difference(op) if compare is not None else None
-    if compare is None or difference is None or difference.variables() != {var.name}:
-        return None
-    pieces = affine_pieces(difference, var)
-    if pieces is None:
-        return None
-    runs: list[tuple[int, bool]] = []
-    for piece in pieces:
-        # Within a piece the value is affine, so "value < t" flips at most once per t;
-        # every comparison with 0 is decided by "value < 0" and "value < 1".
-        starts = {piece.start} | {
-            p for t in (0, 1) if piece.start < (p := _crossing(piece, t)) < piece.stop
-        }
-        for start in sorted(starts):
-            value = compare(piece.slope * start + piece.offset, 0)
-            if not runs or runs[-1][1] != value:
-                runs.append((start, value))
-    return runs
-
-
-def _crossing(piece: Piece, threshold: int) -> int:
-    """The first ``v`` where ``slope * v + offset < threshold`` may change (or -1)."""
-    if piece.slope > 0:
-        return -((piece.offset - threshold) // piece.slope)  # ceil((t - offset) / slope)
-    if piece.slope < 0:
-        return (threshold - piece.offset) // piece.slope + 1
-    return -1
-
-
-def _as_index(expr: Expr) -> Index | None:
-    """An integer index value or constant as an :class:`Index` (None for anything else).
-
-    An index value must fit its dtype, so that the cast that computes it cannot wrap.
-    """
-    if expr.dtype is torch.bool or expr.dtype.is_floating_point or expr.dtype.is_complex:
-        return None
-    if isinstance(expr, Constant):
-        return Index.constant(int(expr.value))
-    if isinstance(expr, IndexValue):
-        low, high = expr.index.bounds()
-        info = torch.iinfo(expr.dtype)
-        return expr.index if info.min <= low and high <= info.max else None
-    return None
-
-
-def _difference(op: Op) -> Index | None:
-    """``a - b`` for a comparison ``op(a, b)`` of index values and constants."""
-    left, right = (_as_index(arg) for arg in op.args)
-    if left is None or right is None:
-        return None
-    return left + right * -1
-
-
-def _decide(op: Op) -> bool | None:
-    """The value of a comparison that the bounds of its operands decide, else None."""
-    difference = _difference(op)
-    if difference is None:
-        return None
-    compare = _COMPARISONS[op.name]
-    low, high = difference.bounds()
-    if op.name in ("eq", "ne"):
-        decided = low == high or low > 0 or high < 0
-    else:  # monotone in the difference: decided when both ends agree
-        decided = compare(low, 0) == compare(high, 0)
-    return compare(low, 0) if decided else None
-
-
 def _bool(expr: Expr) -> bool | None:
     return bool(expr.value) if isinstance(expr, Constant) and expr.dtype is torch.bool else None
 
@@ -232,8 +146,8 @@ def fold(op: Op) -> Expr:
     Comparisons decided by bounds become constants; ``&``, ``|``, ``^`` and ``~`` of
     decided booleans fold; a ``where`` on a constant condition is its live branch.
     """
-    if op.name in _COMPARISONS:
-        value = _decide(op)
+    if op.name in COMPARISONS:
+        value = decide_comparison(op)
         return op if value is None else Constant(value, torch.bool)
     if op.name == "where":
         condition = _bool(op.args[0])
