@@ -1,0 +1,118 @@
+"""Direct launches of a compiled Triton kernel: the first call goes through Triton's
+dispatch, later ones call the kernel's launcher, unless something it was specialised on
+changed (pointer alignment) or a launch hook is set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchstrata.inductor import triton_launch
+from torchstrata.inductor.triton_launch import DirectLaunch
+
+pytest.importorskip("triton")
+
+
+class FakeKernel:
+    """Stands for Triton's CompiledKernel: records launcher calls."""
+
+    def __init__(self) -> None:
+        self.function, self.packed_metadata = "function", "metadata"
+        self.launches: list[tuple] = []
+
+    def _init_handles(self) -> None:
+        pass
+
+    def run(self, *values) -> None:
+        self.launches.append(values)
+
+
+class FakeJit:
+    """Stands for a JITFunction of two buffers and two constexprs."""
+
+    arg_names = ("buf_x", "buf_y", "XBLOCK", "RBLOCK")
+
+    def __init__(self, fails: bool = False) -> None:
+        self.kernel, self.fails, self.warmups = FakeKernel(), fails, 0
+
+    def warmup(self, *args, grid, **constants):
+        self.warmups += 1
+        if self.fails:
+            raise RuntimeError("no warmup in this Triton")
+        return self.kernel
+
+
+@pytest.fixture
+def no_hooks(monkeypatch):
+    monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda: 7)
+
+
+def _launcher(jit, calls):
+    constants = {"XBLOCK": 4, "RBLOCK": 256, "num_warps": 8, "num_stages": 1}
+    return DirectLaunch(jit, (5,), constants, lambda *args: calls.append(args))
+
+
+def test_later_calls_use_the_kernels_launcher(no_hooks):
+    jit, calls = FakeJit(), []
+    launch = _launcher(jit, calls)
+    x, y = torch.zeros(64), torch.zeros(64)
+    launch(x, y)
+    assert len(calls) == 1 and jit.warmups == 1 and not jit.kernel.launches
+    launch(x, y)
+    launch(x, y)
+    assert len(calls) == 1
+    (grid_x, grid_y, grid_z, stream, function, metadata, *rest), _ = jit.kernel.launches
+    assert (grid_x, grid_y, grid_z, stream, function, metadata) == (
+        5,
+        1,
+        1,
+        7,
+        "function",
+        "metadata",
+    )
+    assert rest[:3] == [None, None, None] and rest[3] is x and rest[4] is y and rest[5:] == [4, 256]
+
+
+def test_a_misaligned_pointer_goes_through_triton(no_hooks):
+    jit, calls = FakeJit(), []
+    launch = _launcher(jit, calls)
+    base = torch.zeros(65)
+    launch(base[:64], base[:64])
+    launch(base[1:], base[:64])  # 4 bytes off: Triton specialised on 16-byte alignment
+    assert len(calls) == 2 and not jit.kernel.launches
+
+
+def test_a_failing_kernel_lookup_keeps_dispatching(no_hooks):
+    jit, calls = FakeJit(fails=True), []
+    launch = _launcher(jit, calls)
+    x = torch.zeros(8)
+    for _ in range(3):
+        launch(x, x)
+    assert len(calls) == 3 and jit.warmups == 1
+
+
+def test_a_launcher_of_another_signature_falls_back_for_good(no_hooks):
+    jit, calls = FakeJit(), []
+
+    def refuse(*values):
+        raise TypeError("launcher takes other arguments")
+
+    jit.kernel.run = refuse
+    launch = _launcher(jit, calls)
+    x = torch.zeros(8)
+    for _ in range(3):
+        launch(x, x)
+    assert len(calls) == 3
+
+
+def test_launch_hooks_go_through_triton(monkeypatch):
+    jit, calls = FakeJit(), []
+    launch = _launcher(jit, calls)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda: 7)
+    x = torch.zeros(8)
+    monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
+    launch(x, x)
+    monkeypatch.setattr(triton_launch, "_hooked", lambda: True)
+    launch(x, x)
+    assert len(calls) == 2 and not jit.kernel.launches
