@@ -116,3 +116,15 @@ def test_launch_hooks_go_through_triton(monkeypatch):
     monkeypatch.setattr(triton_launch, "_hooked", lambda: True)
     launch(x, x)
     assert len(calls) == 2 and not jit.kernel.launches
+
+
+def test_an_empty_hook_chain_is_no_hook():
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not triton_launch._is_set(None)
+    assert not triton_launch._is_set(Chain([]))
+    assert triton_launch._is_set(Chain([print]))
+    assert triton_launch._is_set(print)
+    assert not triton_launch._hooked()  # Triton's defaults: no hook set

@@ -103,4 +103,10 @@ def _hooked() -> bool:
     except ImportError:  # pragma: no cover - older Triton: no direct launches
         return True
     runtime = knobs.runtime
-    return runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+    return _is_set(runtime.launch_enter_hook) or _is_set(runtime.launch_exit_hook)
+
+
+def _is_set(hook: Any) -> bool:
+    """A hook is set: a function (older Triton), or a chain of hooks that is not empty
+    (newer Triton keeps an empty ``HookChain`` there by default)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
