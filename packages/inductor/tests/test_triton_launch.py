@@ -128,3 +128,10 @@ def test_an_empty_hook_chain_is_no_hook():
     assert triton_launch._is_set(Chain([print]))
     assert triton_launch._is_set(print)
     assert not triton_launch._hooked()  # Triton's defaults: no hook set
+
+
+def test_direct_launches_are_opt_in(monkeypatch):
+    monkeypatch.delenv("TORCHSTRATA_DIRECT_LAUNCH", raising=False)
+    assert not triton_launch.direct_launch_enabled()
+    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
+    assert triton_launch.direct_launch_enabled()

@@ -12,16 +12,27 @@ and constants. The compiled kernel assumed what Triton specialised it on, so eve
 checks the one thing that can change under the runtime's guards (which fix shapes,
 strides and dtypes): each pointer's 16-byte alignment. A different alignment, a launch
 hook (a profiler), or any error in taking the kernel goes through Triton's dispatch.
+
+Opt-in (``TORCHSTRATA_DIRECT_LAUNCH=1``) until its launches are checked on a GPU: on the
+H200 (Triton 3.6) the kernel is taken as described (``warmup`` returns it, with its
+``CudaLauncher`` and packed metadata), and the unit tests check the calls made, but no
+run there has yet compared a direct launch's results with eager's.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 Launch = Callable[..., None]
+
+
+def direct_launch_enabled() -> bool:
+    """True when ``TORCHSTRATA_DIRECT_LAUNCH=1`` (see the module docstring)."""
+    return os.environ.get("TORCHSTRATA_DIRECT_LAUNCH") == "1"
 
 
 def _alignment(args: Sequence[Any]) -> tuple[bool, ...] | None:

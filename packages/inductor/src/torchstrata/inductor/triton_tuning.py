@@ -43,7 +43,7 @@ from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
-from torchstrata.inductor.triton_launch import DirectLaunch
+from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
 from torchstrata.inductor.triton_split import can_split, split_rows_enabled
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
@@ -194,8 +194,9 @@ class TunedKernel:
     """A kernel's variants (``{Config.variant: jit function}``) behind one call.
 
     The first call picks a configuration (cache, benchmark, or the default), then every call
-    launches it: on a GPU through :class:`~torchstrata.inductor.triton_launch.DirectLaunch`,
-    under the interpreter as a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=...)``.
+    launches it as a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``, or
+    on a GPU with ``TORCHSTRATA_DIRECT_LAUNCH=1`` through
+    :class:`~torchstrata.inductor.triton_launch.DirectLaunch`.
     """
 
     def __init__(
@@ -234,7 +235,7 @@ class TunedKernel:
             def run(*args: Any) -> None:
                 launch(*args, **constants)
 
-            if self.compiled:
+            if self.compiled and direct_launch_enabled():
                 jit_fn = self.variants[config.variant]
                 return DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
             return run
