@@ -1,10 +1,11 @@
 """Launching a compiled Triton kernel without Triton's per-call dispatch.
 
 ``fn[grid](*args, XBLOCK=..., num_warps=...)`` binds the arguments, specialises each one
-(pointer alignment, integer values) and hashes a cache key on every call: on the H200
-machine's host that is about 40-50 us per launch, more than many kernels take to run. A
-training step of LayerNorm launches four kernels, and its time was set by this host work,
-not by the GPU.
+(pointer alignment, integer values) and hashes a cache key on every call. On the H200
+machine's host, a tiny LayerNorm training step (four launches) took 376 us against eager's
+141, and under cProfile a third of it was Triton's ``JITFunction.run``
+(docs/measurements/2026-11-30-h200-training-host-time.txt): for such steps the host, not
+the GPU, sets the time.
 
 :class:`DirectLaunch` makes the first call through Triton's dispatch, takes the compiled
 kernel it used, and from then on calls that kernel's launcher itself with the fixed grid
