@@ -14,9 +14,10 @@ def kernel_for(rows, length):
     lowered = lower_graph(g, lambda n, d: supports(n, d, interpret=False))
     (k,) = [s for s in plan_graph(g, lowered).steps if isinstance(s, Kernel)]
     return k
-for n in (65536, 262144):
+if __name__ == "__main__":
+  for n in (65536, 262144):
     k = kernel_for(2**26 // n, n)
     for lane in (False, True):
         src = generate_triton(k, interpret=False, persistent=False, lane_max=lane, even_rows=True, even_row=True)
         open(f".gpu/k3_{n}_{'lane' if lane else 'row'}.py", "w").write(src)
-print(src)
+    print(src)

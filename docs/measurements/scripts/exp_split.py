@@ -1,0 +1,72 @@
+"""Split-row softmax: where does its time go? Textual variants of our generated kernels
+(gen_split.py), timed side by side with the looped kernel's best (from tune_report.py).
+
+* base: as generated (a ticket from a global counter; every program polls its row's
+  arrival counter with an atomic add of 0 until all chunks arrived);
+* poll_load: the poll is a volatile load instead of an atomic;
+* no_wait: no poll at all (wrong results: bounds the cost of waiting);
+* pid_ticket: the work item from the program id instead of the ticket counter (unsafe in
+  general: bounds the cost of the ticket).
+"""
+
+import importlib.util
+import tempfile
+
+import torch
+from triton.testing import do_bench
+
+WAIT = """    seen = tl.atomic_add(arrivals, 0, sem='acquire')
+    while seen < {split}:
+        seen = tl.atomic_add(arrivals, 0, sem='acquire')
+"""
+POLL = """    seen = tl.load(arrivals, volatile=True)
+    while seen < {split}:
+        seen = tl.load(arrivals, volatile=True)
+"""
+
+
+def variants(text, split):
+    wait = WAIT.format(split=split)
+    assert wait in text, "the wait loop changed: update exp_split.py"
+    yield "base", text
+    yield "poll_load", text.replace(wait, POLL.format(split=split))
+    yield "no_wait", text.replace(wait, "")
+    yield "pid_ticket", text.replace(
+        "ticket = tl.atomic_add(ts_counters, 1)", "ticket = tl.program_id(0)"
+    )
+
+
+copy_src = torch.empty(2**26, dtype=torch.bfloat16, device="cuda")
+copy_dst = torch.empty_like(copy_src)
+ms = do_bench(lambda: copy_dst.copy_(copy_src), warmup=10, rep=50, return_mode="median")
+ceiling = 2 * copy_src.numel() * 2 / ms / 1e6
+print(f"copy ceiling {ceiling:.0f} GB/s", flush=True)
+for n, rows in ((262144, 256), (65536, 1024)):
+    x = torch.randn(rows, n, device="cuda").bfloat16()
+    y = torch.empty_like(x)
+    ref = torch.softmax(x.float(), -1).bfloat16()
+    for chunk in (8192, 16384):
+        split = n // chunk
+        text = open(f"../split_{n}_{chunk}.py").read()
+        for name, source in variants(text, split):
+            path = tempfile.mktemp(suffix=".py")
+            open(path, "w").write(source)
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            partials = torch.empty(rows * 2 * split, dtype=torch.float32, device="cuda")
+            counters = torch.zeros(2 + 2 * rows, dtype=torch.int32, device="cuda")
+            for warps in (8, 16):
+
+                def run():
+                    mod.kernel0[(rows * split,)](x, y, partials, counters, 1, chunk, num_warps=warps)
+
+                try:
+                    run()
+                    torch.cuda.synchronize()
+                    err = (y.float() - ref.float()).abs().max().item()
+                    t = do_bench(run, warmup=5, rep=30, return_mode="median")
+                    pct = 100 * (2 * x.numel() * 2 / t / 1e6) / ceiling
+                    print(f"N={n} chunk={chunk} {name:<10} w{warps}: {t * 1000:6.1f} us {pct:5.1f}% err {err:.4f}", flush=True)
+                except Exception as error:  # noqa: BLE001
+                    print(f"N={n} chunk={chunk} {name} w{warps}: failed {type(error).__name__}: {str(error)[:100]}", flush=True)
