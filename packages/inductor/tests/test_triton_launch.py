@@ -46,7 +46,8 @@ class FakeJit:
 @pytest.fixture
 def no_hooks(monkeypatch):
     monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
-    monkeypatch.setattr(triton_launch, "_current_stream", lambda: 7)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: 7)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
 
 
 def _launcher(jit, calls):
@@ -84,6 +85,18 @@ def test_a_misaligned_pointer_goes_through_triton(no_hooks):
     assert len(calls) == 2 and not jit.kernel.launches
 
 
+def test_another_current_device_goes_through_triton(no_hooks, monkeypatch):
+    jit, calls = FakeJit(), []
+    launch = _launcher(jit, calls)
+    x = torch.zeros(8)
+    launch(x, x)
+    launch(x, x)
+    assert len(calls) == 1 and len(jit.kernel.launches) == 1
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 1)  # loaded on device 0
+    launch(x, x)
+    assert len(calls) == 2 and len(jit.kernel.launches) == 1
+
+
 def test_a_failing_kernel_lookup_keeps_dispatching(no_hooks):
     jit, calls = FakeJit(fails=True), []
     launch = _launcher(jit, calls)
@@ -110,7 +123,8 @@ def test_a_launcher_of_another_signature_falls_back_for_good(no_hooks):
 def test_launch_hooks_go_through_triton(monkeypatch):
     jit, calls = FakeJit(), []
     launch = _launcher(jit, calls)
-    monkeypatch.setattr(triton_launch, "_current_stream", lambda: 7)
+    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: 7)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
     x = torch.zeros(8)
     monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
     launch(x, x)

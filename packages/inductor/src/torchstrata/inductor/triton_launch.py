@@ -11,8 +11,9 @@ the GPU, sets the time.
 kernel it used, and from then on calls that kernel's launcher itself with the fixed grid
 and constants. The compiled kernel assumed what Triton specialised it on, so every call
 checks the one thing that can change under the runtime's guards (which fix shapes,
-strides and dtypes): each pointer's 16-byte alignment. A different alignment, a launch
-hook (a profiler), or any error in taking the kernel goes through Triton's dispatch.
+strides and dtypes): each pointer's 16-byte alignment, and the current device (the
+kernel was loaded on one). A different alignment or device, a launch hook (a profiler),
+or any error in taking the kernel goes through Triton's dispatch.
 
 Opt-in (``TORCHSTRATA_DIRECT_LAUNCH=1``) until its launches are checked on a GPU: on the
 H200 (Triton 3.6) the kernel is taken as described (``warmup`` returns it, with its
@@ -58,12 +59,19 @@ class DirectLaunch:
         self.kernel: Any = None
         self.aligned: tuple[bool, ...] | None = None
         self.extra: tuple[int, ...] = ()
+        self.device: Any = None  # the current device when the kernel was taken
         self.usable = True
         self.proven = False  # a direct launch has succeeded
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``."""
-        if self.kernel is None or not self.usable or _hooked() or _alignment(args) != self.aligned:
+        if (
+            self.kernel is None
+            or not self.usable
+            or _hooked()
+            or _alignment(args) != self.aligned
+            or _current_device() != self.device
+        ):
             self.fallback(*args)
             if self.kernel is None and self.usable:
                 self._take_kernel(args)
@@ -82,7 +90,7 @@ class DirectLaunch:
     def _launch(self, args: Sequence[Any]) -> None:
         kernel = self.kernel
         metadata = (kernel.function, kernel.packed_metadata, None, None, None)
-        kernel.run(*self.grid, _current_stream(), *metadata, *args, *self.extra)
+        kernel.run(*self.grid, _current_stream(self.device), *metadata, *args, *self.extra)
 
     def _take_kernel(self, args: Sequence[Any]) -> None:
         """The compiled kernel Triton's dispatch used for ``args`` (a cache hit: nothing
@@ -93,19 +101,27 @@ class DirectLaunch:
             aligned = _alignment(args)
             kernel = self.jit_fn.warmup(*args, grid=self.grid, **self.constants)
             kernel._init_handles()
+            device = _current_device()
             if aligned is None or not hasattr(kernel, "packed_metadata"):
                 raise TypeError("not a launch this class knows how to repeat")
         except Exception:  # noqa: BLE001 - any Triton version difference: keep dispatching
             self.usable = False
             return
-        self.kernel, self.aligned, self.extra = kernel, aligned, extra
+        self.kernel, self.aligned, self.extra, self.device = kernel, aligned, extra, device
 
 
-def _current_stream() -> Any:
-    """The stream Triton's dispatch would launch on (the current device's)."""
+def _current_device() -> Any:
+    """The device Triton's dispatch would launch on (a kernel is loaded per device)."""
     from triton.runtime import driver
 
-    return driver.active.get_current_stream(driver.active.get_current_device())
+    return driver.active.get_current_device()
+
+
+def _current_stream(device: Any) -> Any:
+    """The current stream of ``device``, which Triton's dispatch would launch on."""
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(device)
 
 
 def _hooked() -> bool:
