@@ -14,7 +14,7 @@ as the two-pass form (no cancellation between large sums) with one read of the r
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from torchstrata.inductor.exprs import Constant, Op, ReduceRef, reductions_used
 from torchstrata.inductor.kernel import ReductionSpec
@@ -42,21 +42,11 @@ def online_pairs(reductions: Sequence[ReductionSpec]) -> dict[str, ReductionSpec
     Only the phase right after the max may hold such a sum, and nothing else in that phase
     may read the max (it is known only after the loop).
     """
-    phases = reduction_phases(reductions)
-    pairs: dict[str, ReductionSpec] = {}
-    for before, after in itertools.pairwise(phases):
-        maxima = {spec.name: spec for spec in before if spec.kind == "amax"}
-        found = {}
-        for spec in after:
-            peak = _exp_of_shifted(spec, maxima)
-            if peak is not None:
-                found[spec.name] = peak
-            elif reductions_used(spec.body) & set(maxima):
-                found = {}
-                break
-        if found and all(spec.name in found for spec in after):
-            pairs.update(found)
-    return pairs
+
+    def partner(spec: ReductionSpec, before: list[ReductionSpec]) -> ReductionSpec | None:
+        return _exp_of_shifted(spec, {s.name: s for s in before if s.kind == "amax"})
+
+    return _whole_phase_pairs(reductions, partner)
 
 
 def _exp_of_shifted(spec: ReductionSpec, maxima: dict[str, ReductionSpec]) -> ReductionSpec | None:
@@ -78,18 +68,26 @@ def variance_pairs(reductions: Sequence[ReductionSpec], length: int) -> dict[str
 
     As with :func:`online_pairs`, the whole phase after the sum must be such partners.
     """
+
+    def partner(spec: ReductionSpec, before: list[ReductionSpec]) -> ReductionSpec | None:
+        return _centred_square(spec, {s.name: s for s in before if s.kind == "sum"}, length)
+
+    return _whole_phase_pairs(reductions, partner)
+
+
+def _whole_phase_pairs(
+    reductions: Sequence[ReductionSpec],
+    partner: Callable[[ReductionSpec, list[ReductionSpec]], ReductionSpec | None],
+) -> dict[str, ReductionSpec]:
+    """``{name: earlier spec}`` where ``partner(spec, previous phase)`` finds the earlier
+    reduction whose loop can compute ``spec``, for phases all of whose reductions have one
+    (a phase left with one reduction of its own still needs its loop: nothing is gained)."""
     phases = reduction_phases(reductions)
     pairs: dict[str, ReductionSpec] = {}
     for before, after in itertools.pairwise(phases):
-        sums = {spec.name: spec for spec in before if spec.kind == "sum"}
-        found: dict[str, ReductionSpec] = {}
-        for spec in after:
-            total = _centred_square(spec, sums, length)
-            if total is None:
-                found = {}
-                break
-            found[spec.name] = total
-        pairs.update(found)
+        found = {spec.name: partner(spec, before) for spec in after}
+        if all(value is not None for value in found.values()):
+            pairs.update({name: value for name, value in found.items() if value is not None})
     return pairs
 
 

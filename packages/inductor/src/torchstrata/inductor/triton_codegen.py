@@ -548,8 +548,9 @@ def _persistent_phase(
 
 
 #: Rows at least this long compute a mean and centred second moment in one Welford loop;
-#: shorter ones in two loops (their second read hits L2). On the H200, LayerNorm over
-#: [4096, 16384] bf16 took 78.5-80.6 us with Welford against 75.8 us in two loops.
+#: shorter ones in a loop each (their second read hits L2). LayerNorm in bf16 on the H200:
+#: [4096, 16384] 73.6 us with Welford against 71.5; [256, 262144] 119.7 against 136.9
+#: (docs/measurements/2026-11-30-h200-layernorm-welford.txt).
 WELFORD_MIN_LENGTH = 65536
 
 
