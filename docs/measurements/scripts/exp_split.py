@@ -6,10 +6,17 @@
 * poll_load: the poll is a volatile load instead of an atomic;
 * no_wait: no poll at all (wrong results: bounds the cost of waiting);
 * pid_ticket: the work item from the program id instead of the ticket counter (unsafe in
-  general: bounds the cost of the ticket).
+  general: bounds the cost of the ticket);
+* lean_tail: no launch-wide finish counter (the taker of the last ticket resets the
+  ticket counter) and relaxed departures;
+* one_exp: the output's exp taken from the first pass's, rescaled by the chunk's max;
+* lean_one_exp: both.
+
+Arguments name the variants to run (all when none): run pid_ticket alone, last.
 """
 
 import importlib.util
+import sys
 import tempfile
 
 import torch
@@ -34,6 +41,35 @@ def variants(text, split):
     yield "pid_ticket", text.replace(
         "ticket = tl.atomic_add(ts_counters, 1)", "ticket = tl.program_id(0)"
     )
+    lean = lean_tail(text, split)
+    yield "lean_tail", lean
+    yield "one_exp", one_exp(text)
+    yield "lean_one_exp", one_exp(lean)
+
+
+def lean_tail(text, split):
+    """The ticket counter reset by the program that takes the last ticket (no launch-wide
+    finish counter), and the tickets and the row's departures taken with relaxed atomics
+    (Triton's default is acq_rel: a fence each)."""
+    head, finish = text.split("    finished = tl.atomic_add(ts_counters + 1, 1, sem='acq_rel')")
+    assert "ticket = tl.atomic_add(ts_counters, 1)" in head
+    programs = int(finish.split("if finished == ")[1].split(":")[0]) + 1
+    head = head.replace(
+        "ticket = tl.atomic_add(ts_counters, 1)\n",
+        "ticket = tl.atomic_add(ts_counters, 1, sem='relaxed')\n"
+        f"    if ticket == {programs - 1}:\n        tl.atomic_xchg(ts_counters, 0)\n",
+    )
+    return head.replace(
+        "left = tl.atomic_add(arrivals + 1, 1, sem='acq_rel')",
+        "left = tl.atomic_add(arrivals + 1, 1, sem='relaxed')",
+    )
+
+
+def one_exp(text):
+    """The output's exp from the chunk's first pass, rescaled: one exp per element."""
+    old = "    tmp4 = tl.exp(tmp3)\n"
+    assert old in text, "the output's exp changed: update exp_split.py"
+    return text.replace(old, "    tmp4 = term_amax * tl.exp(psafe_amax - rsafe_amax)\n")
 
 
 copy_src = torch.empty(2**26, dtype=torch.bfloat16, device="cuda")
@@ -49,6 +85,8 @@ for n, rows in ((262144, 256), (65536, 1024)):
         split = n // chunk
         text = open(f"../split_{n}_{chunk}.py").read()
         for name, source in variants(text, split):
+            if sys.argv[1:] and name not in sys.argv[1:]:
+                continue
             path = tempfile.mktemp(suffix=".py")
             open(path, "w").write(source)
             spec = importlib.util.spec_from_file_location(name, path)
@@ -56,7 +94,7 @@ for n, rows in ((262144, 256), (65536, 1024)):
             spec.loader.exec_module(mod)
             partials = torch.empty(rows * 2 * split, dtype=torch.float32, device="cuda")
             counters = torch.zeros(2 + 2 * rows, dtype=torch.int32, device="cuda")
-            for warps in (8, 16):
+            for warps in (4, 8, 16):
 
                 def run():
                     mod.kernel0[(rows * split,)](x, y, partials, counters, 1, chunk, num_warps=warps)

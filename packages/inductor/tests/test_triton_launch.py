@@ -145,8 +145,10 @@ def test_an_empty_hook_chain_is_no_hook():
     assert not triton_launch._hooked()  # Triton's defaults: no hook set
 
 
-def test_direct_launches_are_opt_in(monkeypatch):
+def test_direct_launches_are_on_unless_turned_off(monkeypatch):
     monkeypatch.delenv("TORCHSTRATA_DIRECT_LAUNCH", raising=False)
+    assert triton_launch.direct_launch_enabled()
+    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "0")
     assert not triton_launch.direct_launch_enabled()
     monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
     assert triton_launch.direct_launch_enabled()
@@ -180,8 +182,10 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     for got, want in zip(actual, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
     # an input 2 bytes off the 16-byte alignment the kernels were specialised on
-    storage = torch.empty(inputs[0].numel() + 8, dtype=torch.bfloat16)
-    shifted = storage[1:].view(shape).copy_(inputs[0])
+    numel = inputs[0].numel()
+    storage = torch.empty(numel + 8, dtype=torch.bfloat16)
+    shifted = storage[1 : 1 + numel].view(shape).copy_(inputs[0])
+    assert shifted.data_ptr() % 16 == 2
     before = len(direct)
     actual = compiled(shifted)
     assert len(direct) == before  # every kernel reads x: all through Triton's dispatch

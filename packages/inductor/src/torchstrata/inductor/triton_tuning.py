@@ -195,7 +195,7 @@ class TunedKernel:
 
     The first call picks a configuration (cache, benchmark, or the default), then every call
     launches it as a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``, or
-    on a GPU with ``TORCHSTRATA_DIRECT_LAUNCH=1`` through
+    on a GPU (unless ``TORCHSTRATA_DIRECT_LAUNCH=0``) through
     :class:`~torchstrata.inductor.triton_launch.DirectLaunch`.
     """
 
