@@ -69,6 +69,10 @@ def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
     source = generate_split_triton(softmax, first.split, first.rblock)
     assert source.count("while seen <") == 1  # the max and its sum of exp share the wait
     assert "tl.exp(all_amax - rsafe_amax)" in source  # chunk sums rescaled to the row max
+    # the output's exp(x - max) is the chunk's term rescaled: one exp per element
+    assert source.count("tl.exp(") == 3 and "rescaled_amax / " in source
+    # no fence per ticket or departure (only the arrival releases, the poll acquires)
+    assert "sem='acq_rel'" not in source and source.count("sem='relaxed'") == 5
     norm = _kernel(_layer_norm(4, 40000))
     config = _splits(norm)[0]
     source = generate_split_triton(norm, config.split, config.rblock)
@@ -77,13 +81,19 @@ def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
     assert re.search(r"tl\.store\(buf_\w+ \+ \(x0 \+ xzero\), .*xmask & \(chunk == 0\)\)", source)
 
 
-def test_split_rows_are_opt_in(ind, monkeypatch):
-    kernel = _kernel(_softmax(ind, 4, 65536))
+def test_split_rows_are_offered_for_long_rows_unless_turned_off(ind, monkeypatch):
+    def offered(length: int) -> bool:
+        kernel = _kernel(_softmax(ind, 4, length))
+        return any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+
     monkeypatch.delenv("TORCHSTRATA_SPLIT_ROWS", raising=False)
-    assert not any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+    assert offered(65536) and not offered(32768)
     monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "1")
-    assert any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+    assert offered(32768)
+    kernel = _kernel(_softmax(ind, 4, 65536))
     assert not any(c.split > 1 for c in candidate_configs(kernel, interpret=True))
+    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "0")
+    assert not offered(65536)
 
 
 def test_only_long_float_rows_are_split(ind):

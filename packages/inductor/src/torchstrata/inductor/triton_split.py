@@ -16,23 +16,26 @@ in the order they start (a ticket from a global counter, not their program id): 
 holders of a row's first tickets are running, and the remaining tickets go to the next
 programs to start, so a row waits only for programs that are running or about to start,
 never for one that needs a slot a waiting program holds (``split`` is far below the
-number of programs a GPU runs at once). The counters return to zero at the end of every
-launch (the last program of a row resets the row's; the last program of the launch the
-ticket counters), so the scratch buffers are allocated once and reused by every call
-(one launch at a time per compiled kernel: two streams running the same kernel at once
-would share its counters). GPU only: the interpreter runs programs one after the other.
+number of programs a GPU runs at once). The counters return to zero within every launch
+(the taker of the last ticket resets the ticket counter, the last program to leave a row
+the row's), so the scratch buffers are allocated once per stream and reused by every call
+on it. GPU only: the interpreter runs programs one after the other.
 
-Opt-in (``TORCHSTRATA_SPLIT_ROWS=1``): on the H200 every split configuration matches the
-reference (``test_split_rows.py``), but none beats the looped kernel it would replace
-(softmax over 256 rows of 262144 bf16: 141 us split in 32, 143 us in 16, against 131 us
-looped; not among the six fastest for rows of 65536), so the autotuner does not pay for
-timing them by default. Where the time goes (the waits, the scratch traffic, fewer rows
-in flight) is not yet known.
+On the H200 (``docs/measurements/2026-11-30-h200-split-rows.txt``) where the time went:
+not the waits (dropping them saved nothing), but the atomics' fences. Triton's default
+``acq_rel`` on the tickets, and a launch-wide finish counter, each fenced every program;
+with relaxed tickets and departures, and the output's ``exp(v - max)`` taken from the
+chunk's terms, softmax over 256 rows of 262144 bf16 takes 99.5 us against 106 for the
+best looped kernel (``2026-11-30-h200-k3-store-variants.txt``), and over 1024 rows of
+65536 93.5 us against the looped 86. So the autotuner times split configurations for
+rows of at least
+``LONG_ROW_MIN`` elements by default; ``TORCHSTRATA_SPLIT_ROWS=1`` offers them from
+``SPLIT_MIN`` on, ``=0`` never.
 
 Scratch buffers (extra kernel arguments): ``ts_partials`` (float32, ``rows * stats *
 split``: stat ``k`` of chunk ``c`` of row ``r`` at ``(r * stats + k) * split + c``) and
-``ts_counters`` (int32, ``2 + 2 * rows``: tickets taken, programs finished, then each
-row's arrivals and departures).
+``ts_counters`` (int32, ``1 + 2 * rows``: tickets taken, then each row's arrivals and
+departures).
 """
 
 from __future__ import annotations
@@ -65,9 +68,11 @@ SCRATCH_PARAMS = ("ts_partials", "ts_counters")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def split_rows_enabled() -> bool:
-    """True when ``TORCHSTRATA_SPLIT_ROWS=1``: the autotuner then also tries split rows."""
-    return os.environ.get("TORCHSTRATA_SPLIT_ROWS") == "1"
+def split_rows_setting() -> str | None:
+    """``TORCHSTRATA_SPLIT_ROWS``: "1" (offer split rows from ``SPLIT_MIN`` elements on),
+    "0" (never), or None (the default: rows of at least ``LONG_ROW_MIN``)."""
+    value = os.environ.get("TORCHSTRATA_SPLIT_ROWS")
+    return value if value in ("0", "1") else None
 
 
 def can_split(kernel: Kernel) -> bool:
@@ -88,7 +93,7 @@ def partial_stats(kernel: Kernel) -> int:
 
 def scratch_sizes(kernel: Kernel, split: int) -> tuple[int, int]:
     """Elements of ``ts_partials`` (float32) and ``ts_counters`` (int32)."""
-    return kernel.rows * partial_stats(kernel) * split, 2 + 2 * kernel.rows
+    return kernel.rows * partial_stats(kernel) * split, 1 + 2 * kernel.rows
 
 
 def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
@@ -104,8 +109,12 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
     row = f"ticket // {split}"
+    programs = kernel.rows * split
     lines = [
-        "ticket = tl.atomic_add(ts_counters, 1)",
+        # relaxed: a ticket publishes nothing (Triton's default, acq_rel, fences each take)
+        "ticket = tl.atomic_add(ts_counters, 1, sem='relaxed')",
+        f"if ticket == {programs - 1}:  # every ticket is taken: ready for the next launch",
+        "    tl.atomic_xchg(ts_counters, 0, sem='relaxed')",
         f"row = ({row}).to(tl.int64)" if wide else f"row = {row}",
         f"chunk = ticket % {split}",
         "xindex = row + tl.arange(0, XBLOCK)[:, None]",
@@ -120,7 +129,7 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
         *derive_lines(red_vars(kernel.red_shape), "rindex"),
         f"sindex = tl.arange(0, {next_power_of_2(split)})[None, :]",
         f"smask = sindex < {split}",
-        "arrivals = ts_counters + 2 + 2 * row",
+        "arrivals = ts_counters + 1 + 2 * row",
     ]
     pairs = online_pairs(kernel.reductions)
     waits = 0
@@ -138,7 +147,7 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
     ]
     lines += emitter.take_outer() + row_stores
     full_stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
-    lines += emitter.take_outer() + full_stores + _depart(split, kernel.rows * split)
+    lines += emitter.take_outer() + full_stores + _depart(split)
     return module_source(kernel, lines, interpret=False, extra_params=SCRATCH_PARAMS)
 
 
@@ -184,6 +193,10 @@ def _phase(
             f"term_{name} = tl.where(xmask & rmask, tl.exp(masked_{name} - psafe_{name}), 0.0)"
         )
         combine.append(f"rsafe_{name} = tl.where(red_{name} == float('-inf'), 0.0, red_{name})")
+        # the partners' exp(v - max) along the row, from the chunk's own terms: one exp per
+        # element instead of two (the output reads it: softmax)
+        combine.append(f"rescaled_{name} = term_{name} * tl.exp(psafe_{name} - rsafe_{name})")
+        emitter.outer.names[mine[0].body] = f"rescaled_{name}"
         for partner in mine:
             s = partner.name
             offset = _partial_offset(stats[s], count, split)
@@ -216,16 +229,18 @@ def _wait(target: int) -> list[str]:
     ]
 
 
-def _depart(split: int, programs: int) -> list[str]:
-    """Leave the row (the last to leave resets its counters), then the launch (the last
-    program resets the ticket counters)."""
+def _depart(split: int) -> list[str]:
+    """Leave the row; the last to leave resets the row's counters for the next launch.
+
+    Relaxed: a release here would wait for this program's output stores to complete (on
+    the H200, softmax over rows of 262144 took 106 us with relaxed tickets and departures
+    and no launch-wide finish counter, 125 us with acq_rel ones). The departure is still
+    ordered after the acquire poll that saw every arrival, so the reset cannot overtake a
+    program of this row that is still polling.
+    """
     return [
-        "left = tl.atomic_add(arrivals + 1, 1, sem='acq_rel')",
+        "left = tl.atomic_add(arrivals + 1, 1, sem='relaxed')",
         f"if left == {split - 1}:",
-        "    tl.atomic_xchg(arrivals, 0)",
-        "    tl.atomic_xchg(arrivals + 1, 0)",
-        "finished = tl.atomic_add(ts_counters + 1, 1, sem='acq_rel')",
-        f"if finished == {programs - 1}:",
-        "    tl.atomic_xchg(ts_counters, 0)",
-        "    tl.atomic_xchg(ts_counters + 1, 0)",
+        "    tl.atomic_xchg(arrivals, 0, sem='relaxed')",
+        "    tl.atomic_xchg(arrivals + 1, 0, sem='relaxed')",
     ]

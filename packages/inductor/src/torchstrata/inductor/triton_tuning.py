@@ -44,7 +44,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_codegen import next_power_of_2
 from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
-from torchstrata.inductor.triton_split import can_split, split_rows_enabled
+from torchstrata.inductor.triton_split import can_split, split_rows_setting
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
@@ -74,9 +74,12 @@ LONG_ROW_SHAPES = (
     (1, 8192, 16, 3),
     (1, 4096, 8, 3),
 )
-#: (RBLOCK, num_warps) of rows split across programs (``triton_split``), for rows of at
-#: least SPLIT_MIN elements: a chunk per program, about 16-32 elements per thread.
-SPLIT_SHAPES = ((4096, 8), (8192, 8), (8192, 16), (16384, 16))
+#: (RBLOCK, num_warps) of rows split across programs (``triton_split``): a chunk per
+#: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps:
+#: docs/measurements/2026-11-30-h200-split-rows.txt).
+SPLIT_SHAPES = ((8192, 4), (16384, 4), (8192, 8), (16384, 16))
+#: Rows of at least SPLIT_MIN elements may be split with ``TORCHSTRATA_SPLIT_ROWS=1``; by
+#: default from LONG_ROW_MIN on (below it a looped kernel's second read hits L2).
 SPLIT_MIN = 16384
 SPLIT_MAX = 64  # programs per row
 #: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
@@ -117,11 +120,13 @@ def candidate_configs(
 ) -> list[Config]:
     """The configurations worth trying for ``kernel``; the first is the default.
 
-    ``split_rows``: also offer rows split across programs (default: the
-    ``TORCHSTRATA_SPLIT_ROWS`` opt-in, see :func:`~torchstrata.inductor.triton_split.split_rows_enabled`).
+    ``split_rows``: True offers rows split across programs from ``SPLIT_MIN`` elements on,
+    False never; None (the default) follows ``TORCHSTRATA_SPLIT_ROWS``
+    (:func:`~torchstrata.inductor.triton_split.split_rows_setting`), and without it offers
+    them from ``LONG_ROW_MIN`` on.
     """
-    if split_rows is None:
-        split_rows = split_rows_enabled()
+    setting = split_rows_setting() if split_rows is None else "1" if split_rows else "0"
+    split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
     rows = next_power_of_2(kernel.rows)
     if not kernel.red_shape:
         if interpret:
@@ -149,7 +154,7 @@ def candidate_configs(
                 configs.append(Config(xblock, rblock, warps * 2, True))
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
-    if split_rows and length >= SPLIT_MIN and can_split(kernel):
+    if length >= split_min and can_split(kernel):
         for chunk, warps in SPLIT_SHAPES:
             split = math.ceil(length / chunk)
             if 1 < split <= SPLIT_MAX:
@@ -241,13 +246,19 @@ class TunedKernel:
             return run
         assert self.scratch is not None, "a split variant needs its scratch sizes"
         floats, counters = self.scratch(config.split)
-        buffers: list[torch.Tensor] = []
+        # per stream: two launches at once on different streams must not share counters
+        scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
         def run_split(*args: Any) -> None:
-            if not buffers:  # allocated on the first call, on the arguments' device
-                device = args[0].device
-                buffers.append(torch.empty(floats, dtype=torch.float32, device=device))
-                buffers.append(torch.zeros(counters, dtype=torch.int32, device=device))
+            device = args[0].device
+            stream = torch.cuda.current_stream(device).cuda_stream
+            buffers = scratch.get(stream)
+            if buffers is None:  # allocated on the first call on this stream
+                buffers = (
+                    torch.empty(floats, dtype=torch.float32, device=device),
+                    torch.zeros(counters, dtype=torch.int32, device=device),
+                )
+                scratch[stream] = buffers
             launch(*args, *buffers, **constants)
 
         return run_split
