@@ -160,6 +160,9 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     # Pointwise, persistent and looped row kernels; the third call runs every kernel
     # through DirectLaunch, and its results must match eager's.
     monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
+    # split rows (offered for rows of 65536+) keep Triton's dispatch: every kernel here
+    # must be one DirectLaunch serves
+    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "0")
     direct = []
     launch = DirectLaunch._launch
     monkeypatch.setattr(

@@ -75,9 +75,9 @@ LONG_ROW_SHAPES = (
     (1, 4096, 8, 3),
 )
 #: (RBLOCK, num_warps) of rows split across programs (``triton_split``): a chunk per
-#: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps:
-#: docs/measurements/2026-11-30-h200-split-rows.txt).
-SPLIT_SHAPES = ((8192, 4), (16384, 4), (8192, 8), (16384, 16))
+#: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps; chunks
+#: of 4096, or 2 or 16 warps, were slower: docs/measurements/2026-11-30-h200-split-rows.txt).
+SPLIT_SHAPES = ((8192, 4), (16384, 4), (8192, 8))
 #: Rows of at least SPLIT_MIN elements may be split with ``TORCHSTRATA_SPLIT_ROWS=1``; by
 #: default from LONG_ROW_MIN on (below it a looped kernel's second read hits L2).
 SPLIT_MIN = 16384
