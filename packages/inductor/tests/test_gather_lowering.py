@@ -235,7 +235,8 @@ def test_cross_entropy_matches_eager(ind, codegen):
     target = _indices(37, (9,))
     target[4] = -100  # ignored: weight 0, gathered at the safe index 0
     compiled = ind.check(graph, codegen, inputs=[logits, target], atol=1e-6, rtol=1e-5)
-    assert compiled.eager_ops == () and len(compiled.kernels) == 2
+    # on Triton the mean is the row kernel's tail (tails.py)
+    assert compiled.eager_ops == () and len(compiled.kernels) == (2 if codegen == "cpp" else 1)
     expected = torch.nn.functional.cross_entropy(logits.float(), target)
     torch.testing.assert_close(compiled(logits, target)[0], expected)
 

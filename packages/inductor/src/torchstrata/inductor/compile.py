@@ -25,6 +25,7 @@ from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
 from torchstrata.inductor.split_sums import split_long_sums
+from torchstrata.inductor.tails import fuse_tails
 
 
 class CodegenError(RuntimeError):
@@ -77,7 +78,7 @@ def compile_graph(
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
     if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
-        plan = attrs.evolve(plan, steps=fuse_horizontally(plan.steps))
+        plan = attrs.evolve(plan, steps=fuse_horizontally(fuse_tails(plan.steps)))
     launches, infos, compile_seconds = {}, [], 0.0
     for step in plan.steps:
         if isinstance(step, Kernel) and step.rows > 0:

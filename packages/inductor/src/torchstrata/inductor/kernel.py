@@ -47,6 +47,16 @@ class BufferArg:
 
 
 @attrs.frozen
+class Tail:
+    """A full reduction over a kernel's rows, fused into it (see ``tails.py``): each
+    program sums ``reductions`` over its own rows, and the last program to finish combines
+    the partial sums and writes ``stores`` (whose values read only the combined sums)."""
+
+    reductions: tuple[ReductionSpec, ...]
+    stores: tuple[Store, ...]
+
+
+@attrs.frozen
 class Kernel:
     """A fused kernel (see the module docstring)."""
 
@@ -61,6 +71,8 @@ class Kernel:
     #: A horizontal kernel: independent pointwise kernels run by one launch over the
     #: concatenation of their elements (its stores and args are theirs together).
     parts: tuple[Kernel, ...] = ()
+    #: A full reduction of this kernel's rows finished by its last program (Triton only).
+    tail: Tail | None = None
 
     @property
     def rows(self) -> int:

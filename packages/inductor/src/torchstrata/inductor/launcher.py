@@ -86,7 +86,8 @@ def generate_launcher(
             lines += _extern_lines(step.node, plan, env, buffer_name(step.node) in kernel_loads)
             continue
         launch = launches.get(step.name)
-        for store in step.row_stores + step.full_stores:
+        tail = step.tail.stores if step.tail is not None else ()
+        for store in step.row_stores + step.full_stores + tail:
             node = graph.node(store.buffer.removeprefix("buf_"))
             meta = node.tensor_meta
             strides = buffer_strides(node, plan.lowered[node])

@@ -26,6 +26,7 @@ from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.backend import BuiltLaunch
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
+from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_codegen import generate_triton
 from torchstrata.inductor.triton_codegen import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
@@ -128,6 +129,7 @@ class TritonBackend:
             cache_path,
             not self.interpret,
             scratch=lambda split: scratch_sizes(kernel, split),
+            tail=tail_scratch(kernel) if kernel.tail is not None else None,
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -81,6 +81,7 @@ def can_split(kernel: Kernel) -> bool:
     return (
         bool(kernel.red_shape)
         and not kernel.parts
+        and kernel.tail is None
         and bool(kernel.reductions)
         and all(spec.dtype in _FLOATS and spec.kind != "prod" for spec in kernel.reductions)
     )

@@ -195,6 +195,29 @@ def write_choice(path: Path, config: Config) -> None:
     os.replace(temporary, path)
 
 
+def _with_scratch(run: Callable[..., Any], floats: int, counters: int) -> Callable[..., Any]:
+    """``run`` with two scratch buffers appended to its arguments: ``floats`` float32
+    elements and ``counters`` int32 ones, zeroed once (kernels reset their counters).
+
+    One pair per stream: two launches at once on different streams must not share
+    counters."""
+    scratch: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def run_with_scratch(*args: Any) -> None:
+        device = args[0].device
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        buffers = scratch.get(stream)
+        if buffers is None:  # allocated on the first call on this stream
+            buffers = (
+                torch.empty(floats, dtype=torch.float32, device=device),
+                torch.zeros(counters, dtype=torch.int32, device=device),
+            )
+            scratch[stream] = buffers
+        run(*args, *buffers)
+
+    return run_with_scratch
+
+
 class TunedKernel:
     """A kernel's variants (``{Config.variant: jit function}``) behind one call.
 
@@ -212,6 +235,7 @@ class TunedKernel:
         cache_path: Path | None,
         compiled: bool,
         scratch: Callable[[int], tuple[int, int]] | None = None,
+        tail: tuple[int, int] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -220,6 +244,8 @@ class TunedKernel:
         self.compiled = compiled
         #: Split variants' scratch sizes (float32 partials, int32 counters) per split.
         self.scratch = scratch
+        #: A tail's scratch sizes (float32 partial sums, int32 ticket), see ``tails.py``.
+        self.tail = tail
         self.chosen: Config | None = None
         self._run: Callable[..., Any] = self._first_call
 
@@ -242,26 +268,12 @@ class TunedKernel:
 
             if self.compiled and direct_launch_enabled():
                 jit_fn = self.variants[config.variant]
-                return DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
-            return run
+                run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
+            if self.tail is None:
+                return run
+            return _with_scratch(run, *self.tail)
         assert self.scratch is not None, "a split variant needs its scratch sizes"
-        floats, counters = self.scratch(config.split)
-        # per stream: two launches at once on different streams must not share counters
-        scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-        def run_split(*args: Any) -> None:
-            device = args[0].device
-            stream = torch.cuda.current_stream(device).cuda_stream
-            buffers = scratch.get(stream)
-            if buffers is None:  # allocated on the first call on this stream
-                buffers = (
-                    torch.empty(floats, dtype=torch.float32, device=device),
-                    torch.zeros(counters, dtype=torch.int32, device=device),
-                )
-                scratch[stream] = buffers
-            launch(*args, *buffers, **constants)
-
-        return run_split
+        return _with_scratch(lambda *args: launch(*args, **constants), *self.scratch(config.split))
 
     def _first_call(self, *args: Any) -> None:
         config = self.configs[0]

@@ -1,0 +1,98 @@
+"""Tail fusion (``tails.py``): a full reduction over a row kernel's rows, finished by the
+row kernel's last program; checked under Triton's interpreter against the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchstrata.core import GraphBuilder, Level, TensorMeta, eliminate_dead_code, prim
+from torchstrata.inductor import triton_backend, triton_codegen
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.tails import fuse_tails
+from torchstrata.inductor.triton_codegen import supports
+from torchstrata.inductor.triton_tuning import Config
+
+pytest.importorskip("triton")
+
+
+def _mean_log_sum_exp(rows: int, n: int, kind: str = "sum"):
+    """``mean(logsumexp(x, 1) - w)`` (cross-entropy's shape): row max and sum of exp in a
+    row kernel, then a reduction (``kind``) over the rows of ``log(sum) + max - w``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    w = b.input("w", TensorMeta((rows,), torch.float32))
+    peak = b.call(prim("amax"), x, (1,))
+    wide = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
+    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1,))
+    lse = b.call(prim("add"), b.call(prim("log"), total), peak)
+    reduced = b.call(prim(kind), b.call(prim("sub"), lse, w), (0,))
+    return b.build([b.call(prim("div"), reduced, float(rows))])
+
+
+def _first_column_sum_of_softmax(rows: int, n: int):
+    """A sum over the rows of a value the row kernel stores along the row: not fusable."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, (1,)), (rows, n), (0,))
+    e = b.call(prim("exp"), b.call(prim("sub"), x, peak))
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), e, (1,)), (rows, n), (0,))
+    soft = b.call(prim("div"), e, total)
+    first = b.call(prim("slice"), soft, (0, 0), (rows, 1), (1, 1))
+    column = b.call(prim("reshape"), first, (rows,))
+    return b.build([soft, b.call(prim("sum"), column, (0,))])
+
+
+def _kernels(graph) -> list[Kernel]:
+    graph = eliminate_dead_code(graph)
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=True))
+    steps = fuse_tails(plan_graph(graph, lowered).steps)
+    return [step for step in steps if isinstance(step, Kernel)]
+
+
+def test_a_mean_over_row_statistics_becomes_the_row_kernels_tail(ind, codegen):
+    graph = _mean_log_sum_exp(13, 40)
+    compiled = ind.check(graph, codegen, seeds=(0, 1), atol=1e-5, rtol=1e-5)
+    if codegen == "cpp":  # C++ calls cost nothing like launches: two kernels there
+        assert len(compiled.kernels) == 2
+        return
+    (kernel,) = compiled.kernels
+    assert "ts_done = tl.atomic_add(ts_tail_count, 1, sem='acq_rel')" in kernel.source
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_the_tail_is_deterministic_on_a_gpu(ind):
+    # thousands of programs finishing in any order: the same bits every call
+    graph = _mean_log_sum_exp(5000, 300)
+    compiled = ind.check(graph, "cuda", atol=1e-5, rtol=1e-5)
+    x, w = torch.randn(5000, 300), torch.randn(5000)
+    results = [compiled(x, w)[0] for _ in range(5)]
+    assert all(torch.equal(results[0], result) for result in results)
+
+
+def test_the_tail_is_deterministic_and_resets_its_ticket(ind, monkeypatch):
+    # one row per program and 4 partial sums per step: 4 steps over 13 programs; the
+    # second call finds the ticket counter back at zero and adds in the same order
+    monkeypatch.setattr(triton_codegen, "TAIL_BLOCK", 4)
+    monkeypatch.setattr(
+        triton_backend, "candidate_configs", lambda kernel, _: [Config(1, 64, 1, True)]
+    )
+    graph = _mean_log_sum_exp(13, 40)
+    x, w = torch.randn(13, 40), torch.randn(13)
+    compiled = ind.compile(graph, "triton")
+    (first,) = compiled(x, w)
+    (second,) = compiled(x, w)
+    assert torch.equal(first, second)
+    ordered = sum((torch.logsumexp(x[i], 0) - w[i] for i in range(13)), torch.tensor(0.0))
+    torch.testing.assert_close(first, ordered / 13, atol=1e-5, rtol=1e-5)
+
+
+def test_only_float_sums_over_the_host_rows_of_its_row_values_are_fused(ind):
+    assert len(_kernels(_mean_log_sum_exp(13, 40))) == 1
+    assert len(_kernels(_mean_log_sum_exp(13, 40, kind="amax"))) == 2
+    # the column is a value along the row (a full store): read back, never substituted
+    kernels = _kernels(_first_column_sum_of_softmax(6, 10))
+    assert len(kernels) == 2 and all(kernel.tail is None for kernel in kernels)
+    ind.check(_first_column_sum_of_softmax(6, 10), "triton", atol=1e-5, rtol=1e-5)
