@@ -96,3 +96,8 @@ def test_only_float_sums_over_the_host_rows_of_its_row_values_are_fused(ind):
     kernels = _kernels(_first_column_sum_of_softmax(6, 10))
     assert len(kernels) == 2 and all(kernel.tail is None for kernel in kernels)
     ind.check(_first_column_sum_of_softmax(6, 10), "triton", atol=1e-5, rtol=1e-5)
+
+
+def test_tails_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("TORCHSTRATA_TAILS", "0")
+    assert len(_kernels(_mean_log_sum_exp(13, 40))) == 2

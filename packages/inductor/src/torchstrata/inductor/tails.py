@@ -25,6 +25,7 @@ Triton only: a C++ kernel call costs nothing like a GPU launch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import attrs
@@ -54,8 +55,16 @@ class _NotFusable(Exception):
     pass
 
 
+def tails_enabled() -> bool:
+    """False when ``TORCHSTRATA_TAILS=0`` (for side-by-side measurements)."""
+    return os.environ.get("TORCHSTRATA_TAILS", "1") != "0"
+
+
 def fuse_tails(steps: Sequence[Step]) -> list[Step]:
-    """``steps`` with every fusable full reduction made the tail of the kernel before it."""
+    """``steps`` with every fusable full reduction made the tail of the kernel before it
+    (unchanged when :func:`tails_enabled` is False)."""
+    if not tails_enabled():
+        return list(steps)
     out: list[Step] = []
     for step in steps:
         host = out[-1] if out else None

@@ -254,10 +254,12 @@ class TritonPrinter:
 
     def offset(self, index: Index) -> tuple[str, str]:
         """The offset text (shaped like the tile it belongs to) and its mask."""
-        text = render_index(index)
-        if self.reduction and index.variables() & self.red_names:
-            return f"{text} + xzero", "xmask & rmask"
-        return f"{text} + xzero", "xmask"
+        return f"{render_index(index)} + xzero", self.mask(index.variables())
+
+    def mask(self, names: frozenset[str]) -> str:
+        """The mask of a value of the loop variables ``names``: the row's, and the
+        reduced dims' when it reads one (its tile is then ``[XBLOCK, RBLOCK]``)."""
+        return "xmask & rmask" if self.reduction and names & self.red_names else "xmask"
 
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
@@ -297,8 +299,7 @@ class TritonPrinter:
             base = render_index(expr.index)
         wanted = f"({position}).to(tl.int64)"
         inside = f"({wanted}.to(tl.uint64, bitcast=True) < {expr.size})"
-        reads_row = self.reduction and bool(variables(expr) & self.red_names)
-        mask = "xmask & rmask" if reads_row else "xmask"
+        mask = self.mask(variables(expr))  # the position's variables count too
         step = wanted if expr.stride == 1 else f"{expr.stride} * {wanted}"
         offset = f"{base} + xzero + {step}"
         text = f'tl.load({expr.buffer} + ({offset}), {mask} & {inside}, other=float("nan"))'
