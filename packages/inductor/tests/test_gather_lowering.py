@@ -8,7 +8,15 @@ import re
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, eliminate_dead_code, prim
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    aten,
+    eliminate_dead_code,
+    interpret,
+    prim,
+)
 from torchstrata.inductor import triton_backend
 from torchstrata.inductor.backend import CppBackend
 from torchstrata.inductor.exprs import IndirectLoad, walk
@@ -168,9 +176,10 @@ def test_gather_in_a_looped_softmax(ind, codegen, monkeypatch, width):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_out_of_range_indices_give_nan_without_reading_out_of_bounds(ind, codegen, dtype):
-    # Eager raises; generated code cannot, so the result is NaN. The source is a slice of a
-    # wider input whose other columns hold 1000: a load past the slice's columns would read
+def test_out_of_range_indices_raise_or_give_nan_without_reading_out_of_bounds(ind, codegen, dtype):
+    # Eager raises; so does C++ (the kernel reports the index, the call raises), while a
+    # Triton kernel cannot: its result is NaN there. The source is a slice of a wider
+    # input whose other columns hold 1000: a load past the slice's columns would read
     # those (a plausible number), and one at 2**40 or -2**63 would fault.
     b = GraphBuilder(Level.PRIMS)
     base = b.input("base", TensorMeta((4, 10), dtype))
@@ -184,11 +193,128 @@ def test_out_of_range_indices_give_nan_without_reading_out_of_bounds(ind, codege
     )
     compiled = ind.compile(graph, codegen)
     assert compiled.eager_ops == ()
+    if codegen == "cpp":
+        with pytest.raises(IndexError, match=r"^index -1 is out of bounds .* size 6 "):
+            compiled(values, index_values)
+        return
     (actual,) = compiled(values, index_values)
     inside = (index_values >= 0) & (index_values < 6)
     assert torch.isnan(actual[~inside]).all()
     expected = values[:, :6].gather(1, index_values.clamp(0, 5))
     assert torch.equal(actual[inside], expected[inside])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (40000, "index 40000 is out of bounds for dimension with size 37"),
+        (37, "index 37 is out of bounds for dimension with size 37"),
+        (-1, "index -1 is out of bounds for dimension with size 37"),
+        (-(2**63), f"index {-(2**63)} is out of bounds for dimension with size 37"),
+    ],
+)
+def test_cpp_out_of_range_gather_raises(ind, bad, message):
+    graph = _gather((5, 37), 1, (5, 9))
+    x, index = torch.randn(5, 37), _indices(37, (5, 9))
+    compiled = ind.compile(graph, "cpp")
+    (kernel,) = compiled.kernels
+    assert "ts_gather_error" in kernel.source and "reduction(|:oob_buf_x_37)" in kernel.source
+    torch.testing.assert_close(compiled(x, index)[0], x.gather(1, index))
+    index[3, 4] = bad
+    with pytest.raises(IndexError) as raised:
+        compiled(x, index)
+    assert str(raised.value) == f"{message} (gather from 'x' in C++ kernel {kernel.name})"
+    with pytest.raises((IndexError, RuntimeError)):  # eager raises too
+        x.gather(1, index)
+    index[3, 4] = 0  # the same kernel, in range again
+    torch.testing.assert_close(compiled(x, index)[0], x.gather(1, index))
+
+
+def test_cpp_names_the_first_bad_index(ind):
+    # After its loops, the failing kernel scans the index expression in its loop order
+    # (here row-major) and names the first bad index, as eager does.
+    compiled = ind.compile(_gather((5, 37), 1, (5, 9)), "cpp")
+    x, index = torch.randn(5, 37), _indices(37, (5, 9))
+    index[3, 2], index[1, 7], index[4, 0] = -4, 50, 38
+    with pytest.raises(IndexError, match=r"^index 50 is out of bounds"):
+        compiled(x, index)
+
+
+@pytest.mark.parametrize(
+    "case", ["long_1d", "row_cache", "online", "columns", "two_sources", "from_a_reduction"]
+)
+def test_cpp_gather_checks_in_every_loop_shape(ind, case):
+    # The flag's reduction clause goes on whichever omp loops evaluate the indirect load:
+    # a 1-D `parallel for simd`, a row-cached loop, the chunked online loop, a column
+    # reduction's SIMD loop over columns. In range the results match; out of range the
+    # call raises.
+    b = GraphBuilder(Level.PRIMS)
+    if case == "long_1d":
+        x = b.input("x", TensorMeta((50000,), torch.float32))
+        t = b.input("t", TensorMeta((70000,), torch.int64))
+        outputs = [b.call(prim("neg"), b.call(prim("gather"), x, 0, t))]
+        shapes, bad = [(50000,), (70000,)], ((65432,), 50000)
+    elif case in ("row_cache", "online"):
+        width = 300 if case == "row_cache" else 9000
+        x = b.input("x", TensorMeta((3, 10007), torch.float32))
+        t = b.input("t", TensorMeta((3, width), torch.int64))
+        outputs = [ind.softmax_last(b, b.call(prim("gather"), x, 1, t))]
+        shapes, bad = [(3, 10007), (3, width)], ((2, width - 1), -5)
+    elif case == "columns":
+        x = b.input("x", TensorMeta((64, 40), torch.float32))
+        t = b.input("t", TensorMeta((64, 32), torch.int64))
+        outputs = [b.call(prim("sum"), b.call(prim("gather"), x, 1, t), (0,))]
+        shapes, bad = [(64, 40), (64, 32)], ((40, 2), 99)
+    elif case == "two_sources":
+        x = b.input("x", TensorMeta((6, 10), torch.float32))
+        t = b.input("t", TensorMeta((6, 4), torch.int64))
+        y = b.input("y", TensorMeta((6, 12), torch.float32))
+        picked = [b.call(prim("gather"), source, 1, t) for source in (x, y)]
+        outputs = [b.call(prim("add"), *picked)]
+        shapes, bad = [(6, 10), (6, 4), (6, 12)], ((1, 1), 11)  # in range for y only
+    else:  # the gathered index is computed from a reduction in the same kernel
+        x = b.input("x", TensorMeta((6, 10), torch.float32))
+        t = b.input("t", TensorMeta((6, 4), torch.int64))
+        peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), t, (1,)), (6, 4), (0,))
+        outputs = [b.call(prim("gather"), x, 1, b.call(prim("sub"), peak, t))]
+        shapes, bad = [(6, 10), (6, 4)], ((2, 1), 12)
+    graph = b.build(outputs)
+    compiled = ind.compile(graph, "cpp")
+    assert compiled.eager_ops == ()
+    gathered = shapes[0][-1]
+    inputs = [
+        _indices(gathered, shape) if len(shapes) > 1 and i == 1 else torch.randn(shape)
+        for i, shape in enumerate(shapes)
+    ]
+    if case == "from_a_reduction":  # amax(t) - t is in [0, 10) when t is
+        inputs[1] = _indices(5, (6, 4))
+    expected = interpret(graph, *inputs)
+    for got, want in zip(compiled(*inputs), expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    position, value = bad
+    inputs[1][position] = value
+    if case == "from_a_reduction":
+        inputs[1][2] = torch.tensor([0, 12, 3, 1])  # amax 12: 12 - 0 = 12 is out of range
+        # the index reads a reduction of the kernel: no scan after the loops
+        expected_message = r"^an index is out of bounds for dimension with size 10 "
+    elif case == "two_sources":
+        expected_message = (
+            r"^index 11 is out of bounds for dimension with size 10 \(gather from 'x'"
+        )
+    else:
+        expected_message = rf"^index {value} is out of bounds for dimension with size {gathered} "
+    with pytest.raises(IndexError, match=expected_message):
+        compiled(*inputs)
+
+
+def test_kernels_without_gathers_have_no_checks(ind):
+    # The code of a kernel without an indirect load is unchanged: a void function of its
+    # buffers, no flag, no error slot, no clause.
+    compiled = ind.check(ind.demo_graph(8, 300), "cpp", atol=1e-6, rtol=1e-5)
+    for kernel in compiled.kernels:
+        assert 'extern "C" void ' in kernel.source
+        assert "ts_gather_error" not in kernel.source and "oob_" not in kernel.source
+        assert "gather checks" not in kernel.source
 
 
 def _cross_entropy(rows: int, classes: int):
@@ -239,6 +365,33 @@ def test_cross_entropy_matches_eager(ind, codegen):
     assert compiled.eager_ops == () and len(compiled.kernels) == (2 if codegen == "cpp" else 1)
     expected = torch.nn.functional.cross_entropy(logits.float(), target)
     torch.testing.assert_close(compiled(logits, target)[0], expected)
+
+
+def test_cross_entropy_with_a_bad_target_raises_on_cpp(ind):
+    compiled = ind.compile(_cross_entropy(9, 37), "cpp")
+    logits, target = torch.randn(9, 37).to(torch.bfloat16), _indices(37, (9,))
+    target[4] = -100  # ignored: gathered at the safe index 0
+    target[6] = 37
+    with pytest.raises(IndexError, match=r"^index 37 is out of bounds .* size 37 .*'logits'"):
+        compiled(logits, target)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("bad", [32000, -3])
+def test_compiled_cross_entropy_with_a_bad_target_raises(requires_grad, bad):
+    # End to end through the runtime (capture, decompositions, autograd, C++ kernels):
+    # the user sees an error, as in eager, not a NaN loss.
+    runtime = pytest.importorskip("torchstrata.runtime")
+    compiled = runtime.compile(lambda x, t: torch.nn.functional.cross_entropy(x, t))
+    x = torch.randn(16, 32000, requires_grad=requires_grad)
+    target = _indices(32000, (16,))
+    expected = torch.nn.functional.cross_entropy(x, target)
+    torch.testing.assert_close(compiled(x, target), expected)
+    target[5] = bad
+    with pytest.raises(IndexError):
+        torch.nn.functional.cross_entropy(x, target)
+    with pytest.raises(IndexError, match=rf"index {bad} is out of bounds"):
+        compiled(x, target)
 
 
 def test_explicit_cross_entropy_pick_is_an_indirect_load():

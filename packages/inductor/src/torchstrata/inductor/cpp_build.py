@@ -28,6 +28,7 @@ from pathlib import Path
 import attrs
 import torch
 
+from torchstrata.inductor.cpp_checks import CheckedKernel, parse_checks
 from torchstrata.inductor.cpp_prelude import lighten
 
 #: Overrides the root of the default cache directory (read when compiling, not at import).
@@ -142,7 +143,13 @@ def cache_key(compiler: str, flags: tuple[str, ...], source: str) -> str:
 def build_kernel(
     source: str, name: str, num_args: int, cache_dir: str | Path | None = None
 ) -> BuiltKernel:
-    """Compile ``source`` (cached) and return its ``extern "C"`` function ``name``."""
+    """Compile ``source`` (cached) and return its ``extern "C"`` function ``name``.
+
+    The function takes ``num_args`` buffer addresses. A kernel that checks its gathers'
+    indices (:mod:`~torchstrata.inductor.cpp_checks`) is wrapped in a
+    :class:`~torchstrata.inductor.cpp_checks.CheckedKernel`, called the same way, which
+    raises :class:`IndexError` for an out-of-range index.
+    """
     compiler = find_compiler()
     directory = Path(cache_dir) if cache_dir else default_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
@@ -157,9 +164,15 @@ def build_kernel(
     if handle is None:
         handle = _LOADED[str(library)] = ctypes.CDLL(str(library))
     fn = getattr(handle, name)
-    fn.argtypes = [ctypes.c_void_p] * num_args
-    fn.restype = None
-    return BuiltKernel(fn, str(library), seconds, cached)
+    checks = parse_checks(source)
+    if not checks:
+        fn.argtypes = [ctypes.c_void_p] * num_args
+        fn.restype = None
+        return BuiltKernel(fn, str(library), seconds, cached)
+    # Gathers check their indices: an error slot, and the number of a failed check back.
+    fn.argtypes = [ctypes.c_void_p] * num_args + [ctypes.POINTER(ctypes.c_int64)]
+    fn.restype = ctypes.c_int64
+    return BuiltKernel(CheckedKernel(fn, name, checks), str(library), seconds, cached)
 
 
 def compile_command(compiler: str, source_path: Path, output: Path, source: str) -> list[str]:

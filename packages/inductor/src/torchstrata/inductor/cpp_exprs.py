@@ -13,6 +13,12 @@ from collections.abc import Sequence
 
 import torch
 
+from torchstrata.inductor.cpp_checks import (
+    check_update,
+    checked_function,
+    gather_checks,
+    index_in_range,
+)
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, ReduceRef
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.infix import INFIX_BINARY
@@ -191,7 +197,15 @@ def render_index(index: Index) -> str:
 
 
 class CppPrinter:
-    """Spells expressions in C++."""
+    """Spells expressions in C++.
+
+    An indirect load's definition also records whether its index is in range (see
+    :func:`~torchstrata.inductor.cpp_checks.check_update`): :meth:`render` keeps the name
+    of its index until :meth:`define`, which the emitter calls right after.
+    """
+
+    def __init__(self) -> None:
+        self._positions: dict[Expr, str] = {}
 
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
@@ -200,6 +214,7 @@ class CppPrinter:
         if isinstance(expr, Load):
             return _element(expr.buffer, render_index(expr.index), expr.dtype)
         if isinstance(expr, IndirectLoad):
+            self._positions[expr] = operands[0]
             return _indirect_element(expr, operands[0])
         if isinstance(expr, IndexValue):
             return f"static_cast<{compute_type(expr.dtype)}>({render_index(expr.index)})"
@@ -244,7 +259,11 @@ class CppPrinter:
 
     def define(self, name: str, expr: Expr, text: str) -> str:
         """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
-        return f"const {compute_type(expr.dtype)} {name} = {text};"
+        line = f"const {compute_type(expr.dtype)} {name} = {text};"
+        position = self._positions.pop(expr, None)
+        if isinstance(expr, IndirectLoad) and position is not None:
+            line += " " + check_update(expr, position)
+        return line
 
 
 def _element(buffer: str, offset: str, dtype: torch.dtype) -> str:
@@ -261,8 +280,9 @@ def _indirect_element(expr: IndirectLoad, position: str) -> str:
     """An indirect load whose ``position`` (a name) is the gathered index: NaN where it is
     outside ``[0, size)``, and loaded there at position 0 instead, so that no lane of a
     vectorised loop (which may gather every lane at once) reads outside the buffer.
-    ``0 <= p < size`` is one unsigned compare."""
-    inside = f"(static_cast<uint64_t>({position}) < {expr.size}ULL)"
+    ``0 <= p < size`` is one unsigned compare. (The kernel also reports such an index,
+    see :mod:`~torchstrata.inductor.cpp_checks`: the call raises.)"""
+    inside = index_in_range(position, expr.size)
     clamped = f"ts_where<int64_t>({inside}, static_cast<int64_t>({position}), 0)"
     step = clamped if expr.stride == 1 else f"{expr.stride}LL * {clamped}"
     offset = f"{render_index(expr.index)} + {step}"
@@ -377,7 +397,9 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
     ``body`` holds the function's statements; buffers the kernel stores to are the only
-    non-``const`` pointers.
+    non-``const`` pointers. A kernel with indirect loads also checks their indices
+    (:func:`~torchstrata.inductor.cpp_checks.checked_function`); any other is a ``void``
+    function of its buffers alone.
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -386,5 +408,9 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     )
     text = "\n".join(body)
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
-    head = [PRELUDE, simd_declarations(used), f'extern "C" void {kernel.name}({params}) {{']
-    return "\n".join([*head, *("  " + line for line in body), "}", ""])
+    head = f'extern "C" void {kernel.name}({params}'
+    if gather_checks(kernel):  # returns which check failed, if any (see cpp_checks)
+        function = checked_function(head, body, kernel, CppPrinter)
+    else:
+        function = [head + ") {", *("  " + line for line in body), "}"]
+    return "\n".join([PRELUDE, simd_declarations(used), *function, ""])

@@ -32,7 +32,8 @@ class IndirectLoad:
     ``indirect`` is an integer-valued expression (a gathered position along a dim of
     ``size`` elements and stride ``stride``); ``index`` is the offset of the rest of the
     coordinates. Backends never read outside ``0 <= indirect < size``: there the value is
-    NaN, so a float ``dtype`` is required (``prims.gather`` lowers to this only for floats).
+    NaN on Triton, so a float ``dtype`` is required (``prims.gather`` lowers to this only
+    for floats); the C++ backend also raises ``IndexError`` after the call (``cpp_checks.py``).
     """
 
     buffer: str

@@ -318,9 +318,9 @@ def _lower_gather(node: Node, lowered: dict[Node, Lowered], supports: Supports) 
 
     Element ``i`` reads ``index[i]``, then ``x`` at ``i`` with coordinate ``dim`` replaced
     by it: one load at a data-dependent offset, inlined into the kernels of its users like
-    any pointwise value (the index computed there or loaded). Generated code cannot raise,
-    so where eager raises (an index outside ``[0, x.shape[dim])``) the result is NaN, never
-    a read out of bounds. Left to an extern ATen gather:
+    any pointwise value (the index computed there or loaded). Where eager raises (an index
+    outside ``[0, x.shape[dim])``) no kernel reads out of bounds: the C++ call raises
+    ``IndexError`` (``cpp_checks.py``), a Triton kernel gives NaN. Left to an extern ATen gather:
 
     * ``x`` computed, not in memory: the extern call materialises it (a gather of one index
       per row of a computed value is a where-sum, see :mod:`~torchstrata.inductor.rewrites`);
