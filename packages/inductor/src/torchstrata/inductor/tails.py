@@ -2,8 +2,7 @@
 
 Cross-entropy's mean is a sum over the rows of values each row kernel program already
 holds (the row's log-sum-exp, its picked logit): as a kernel of its own it is one
-program reading every row again, launched after the row kernel, and on the H200 it cost
-about 11 of cross-entropy's 155 us. Here it becomes the row kernel's *tail*: every program
+program reading every row again, launched after the row kernel. Here it becomes the row kernel's *tail*: every program
 sums the reduction bodies over its own rows and stores the partial sum in a float32
 scratch buffer, takes a ticket (an acq_rel atomic: its partial is published before), and
 the program that takes the last ticket adds the partial sums in program order, a fixed
@@ -20,7 +19,9 @@ A kernel ``after`` is fused into the kernel ``host`` just before it when:
   never reads what its other threads stored).
 
 The rows of ``after``'s reduction become ``host``'s row variables (``r0`` -> ``x0``).
-Triton only: a C++ kernel call costs nothing like a GPU launch.
+Triton only: a C++ kernel call costs nothing like a GPU launch. On the H200 it saves a
+launch but no GPU time at full size (K7 [8192,32000]: 0.158 ms with, 0.156 without;
+docs/measurements/2026-11-30-h200-ce-tail.txt): the row kernel sets cross-entropy's time.
 """
 
 from __future__ import annotations
