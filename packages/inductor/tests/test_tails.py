@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, eliminate_dead_code, prim
-from torchstrata.inductor import triton_backend, triton_codegen
+from torchstrata.inductor import triton_backend, triton_tail
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
@@ -75,7 +75,7 @@ def test_the_tail_is_deterministic_on_a_gpu(ind):
 def test_the_tail_is_deterministic_and_resets_its_ticket(ind, monkeypatch):
     # one row per program and 4 partial sums per step: 4 steps over 13 programs; the
     # second call finds the ticket counter back at zero and adds in the same order
-    monkeypatch.setattr(triton_codegen, "TAIL_BLOCK", 4)
+    monkeypatch.setattr(triton_tail, "TAIL_BLOCK", 4)
     monkeypatch.setattr(
         triton_backend, "candidate_configs", lambda kernel, _: [Config(1, 64, 1, True)]
     )
