@@ -8,15 +8,14 @@ import tempfile
 import torch
 from triton.testing import do_bench
 
+from ceiling import copy_ceiling
+
 sys.path.insert(0, "..")
 from gen_k3 import kernel_for  # noqa: E402
 
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes  # noqa: E402
 
-copy_src = torch.empty(2**26, dtype=torch.bfloat16, device="cuda")
-copy_dst = torch.empty_like(copy_src)
-ms = do_bench(lambda: copy_dst.copy_(copy_src), warmup=10, rep=50, return_mode="median")
-ceiling = 2 * copy_src.numel() * 2 / ms / 1e6
+ceiling = copy_ceiling()
 print(f"copy ceiling {ceiling:.0f} GB/s", flush=True)
 for n, rows in ((262144, 256), (65536, 1024)):
     x = torch.randn(rows, n, device="cuda").bfloat16()

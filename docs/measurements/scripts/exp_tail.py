@@ -19,6 +19,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
+from ceiling import copy_ceiling  # noqa: E402
+
 import torchstrata.runtime as rt  # noqa: E402
 
 rows, vocab = 8192, 32000
@@ -27,10 +29,7 @@ t = torch.randint(0, vocab, (rows,), device="cuda")
 fn = rt.compile(lambda a, b: F.cross_entropy(a.float(), b))
 got = fn(x, t)
 print("compiled ok", (got - F.cross_entropy(x.float(), t)).abs().item(), flush=True)
-copy_src = torch.empty(2**26, dtype=torch.bfloat16, device="cuda")
-copy_dst = torch.empty_like(copy_src)
-ms = do_bench(lambda: copy_dst.copy_(copy_src), warmup=10, rep=50, return_mode="median")
-ceiling = 2 * copy_src.numel() * 2 / ms / 1e6
+ceiling = copy_ceiling()
 print(f"copy ceiling {ceiling:.0f} GB/s", flush=True)
 
 
