@@ -44,20 +44,42 @@ def test_softmax_variants_compile_with_vector_accesses(ind, length, tmp_path):
     assert any(not c.persistent for c in configs)
     assert any(c.persistent and c.split == 1 for c in configs) == (length <= 32768)
     assert any(c.split > 1 for c in configs)  # rows of 16384 and more: also split ones
-    assert any(c.lane_max for c in configs) == (length > 8192)  # online pairs when looped
-    # rows of 65536 and more: also larger and software-pipelined tiles
-    assert any(c.num_stages > 1 for c in configs) == (length >= 65536)
-    assert any(c.rblock == 16384 and not c.persistent for c in configs) == (length >= 65536)
+    assert any(c.group for c in configs) == (length > 8192)  # online pairs when looped
+    # rows of 65536 and more: also larger and software-pipelined tiles per row
+    per_row = [c for c in configs if not c.group]
+    assert any(c.num_stages > 1 for c in per_row) == (length >= 65536)
+    assert any(c.rblock == 16384 and not c.persistent for c in per_row) == (length >= 65536)
     chosen = {
         configs[0],
         configs[-1],
-        *(c for c in configs if c.lane_max or c.split > 1 or c.num_stages > 1),
+        *(c for c in configs if c.group or c.split > 1 or c.num_stages > 1),
     }
     for config in chosen:
         ptx = _ptx(kernel, config, str(tmp_path))
         assert re.search(r"ld\.global(\.[\w:]+)*\.v4\.b32", ptx), config
         assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx), config
         assert not re.search(r"ld\.global(\.[\w:]+)*\.b16", ptx), config
+
+
+def _in_loops(ptx: str, instruction: str) -> int:
+    """How often ``instruction`` occurs between a loop's label and its backward branch."""
+    count = 0
+    for match in re.finditer(r"^\$(L__BB\w+):", ptx, re.MULTILINE):
+        back = re.search(rf"\bbra(\.uni)?\s+\${match.group(1)};", ptx[match.end() :])
+        if back:
+            count += ptx[match.end() : match.end() + back.start()].count(instruction)
+    return count
+
+
+def test_grouped_online_statistics_need_no_barrier_in_the_loop(ind, tmp_path):
+    # Per row, every tile's max and sum cross the threads (shuffles, shared memory,
+    # barriers); per group of 8 a thread's own vector is the group, so the loop has none.
+    kernel = _kernel(_softmax_bf16(ind, 64, 65536))
+    per_row = _ptx(kernel, Config(1, 4096, 8, False), str(tmp_path))
+    grouped = _ptx(kernel, Config(1, 4096, 8, False, group=8), str(tmp_path))
+    assert _in_loops(per_row, "bar.sync") >= 2 and _in_loops(per_row, "shfl.sync") >= 10
+    assert _in_loops(grouped, "bar.sync") == _in_loops(grouped, "shfl.sync") == 0
+    assert _in_loops(grouped, "ex2.approx") > 0  # the loop was found
 
 
 def test_short_rows_share_a_program(ind):

@@ -91,16 +91,17 @@ def test_reduction_read_at_another_row_is_materialised(ind, codegen):
     assert len(compiled.kernels) == 2
 
 
-@pytest.mark.parametrize("lane_max", [False, True])
+@pytest.mark.parametrize("group", [0, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, lane_max, monkeypatch):
+def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, group, monkeypatch):
     # Rows beyond the persistent limit of the interpreter: max and sum of exp(x - max)
     # share one online loop (running sums rescaled), then one loop writes the output.
-    # lane_max: the variant with a running max per lane (the autotuner may pick either).
-    if lane_max and codegen != "triton":
+    # group: the variant with a running max per group of 8 elements (the autotuner may
+    # pick either).
+    if group and codegen != "triton":
         pytest.skip("a Triton code variant")
-    if lane_max:
-        looped = Config(1, 4096, 1, persistent=False, lane_max=True)
+    if group:
+        looped = Config(1, 4096, 1, persistent=False, group=group)
         monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((4, 70001), dtype))
@@ -119,9 +120,10 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, lane_max, monkeypa
     torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
     if codegen == "triton":
         source = compiled.kernels[0].source
-        # per lane: one exp of the smaller argument (``gap_``) stands for both exps
-        assert ("grow_" in source) == ("rsafe_" in source) == lane_max
-        assert ("scale_" in source) != lane_max
+        # per group: the tile reshaped to [XBLOCK, RBLOCK // 8, 8], the groups' sums
+        # rescaled to the row's max after the loop (``rsafe_``)
+        assert ("tl.reshape(" in source) == ("rsafe_" in source) == bool(group)
+        assert "scale_" in source
 
 
 def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):

@@ -55,7 +55,7 @@ def kernel_ptx(
             kernel,
             interpret=False,
             persistent=config.persistent,
-            lane_max=config.lane_max,
+            group=config.group,
             **flags,
         )
         extra = []

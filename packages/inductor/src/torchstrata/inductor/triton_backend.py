@@ -100,7 +100,7 @@ class TritonBackend:
         configs = candidate_configs(kernel, self.interpret)
         variants, sources, paths = {}, [], []
         for variant in sorted({config.variant for config in configs}, reverse=True):
-            persistent, lane_max, split = variant
+            persistent, group, split = variant
             launches = [config for config in configs if config.variant == variant]
             if split > 1:
                 (chunk,) = {config.rblock for config in launches}
@@ -110,7 +110,7 @@ class TritonBackend:
                     kernel,
                     interpret=self.interpret,
                     persistent=persistent,
-                    lane_max=lane_max,
+                    group=group,
                     even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
                     even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
                 )

@@ -6,7 +6,7 @@
   computed and every input read once). *Looped*: one loop over the row per group of
   reductions, accumulators per lane; a max followed by a sum of ``exp(v - max)`` (softmax,
   log-softmax, cross-entropy) is one *online* loop that rescales the running sums when
-  the max grows. Which variant and which block sizes run is chosen by ``triton_tuning``.
+  the max grows (kept per row, or per group of a thread's consecutive elements). Which variant and which block sizes run is chosen by ``triton_tuning``.
 
 16-bit floats are loaded into ``float32`` and rounded only when stored; max/min are
 NaN-propagating (``_ts_max``/``_ts_min``). Under the interpreter only ``tl``/``tl.math``
@@ -98,8 +98,8 @@ def _ts_welford_combine(k_a, mean_a, m2_a, n_a, k_b, mean_b, m2_b, n_b):
 
 
 @triton.jit
-def _ts_nan_if_any(values, reduced):
-    nans = tl.reduce(tl.where(values != values, 1, 0), 1, _sum_combine, keep_dims=True)
+def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
+    nans = tl.reduce(tl.where(values != values, 1, 0), AXIS, _sum_combine, keep_dims=KEEP)
     return tl.where(nans > 0, float("nan"), reduced)
 
 """
@@ -385,12 +385,18 @@ _COMBINE_FN = {"sum": "_sum_combine", "prod": "_ts_prod", "amax": "_ts_max", "am
 _INTERPRETER_COMBINE_FN = {"amax": "_elementwise_max", "amin": "_elementwise_min"}
 
 
-def reduce_text(spec: ReductionSpec, values: str, interpret: bool) -> str:
-    """Reduce the ``[XBLOCK, RBLOCK]`` tile ``values`` along the row, keeping dims."""
+def reduce_text(spec: ReductionSpec, values: str, interpret: bool, axis: int = 1) -> str:
+    """Reduce the ``[XBLOCK, RBLOCK]`` tile ``values`` along the row, keeping dims; with
+    ``axis=2``, the ``[XBLOCK, groups, group]`` tile ``values`` within each group, dropping
+    the group's dim."""
+    keep = axis == 1
     if interpret and spec.kind in _INTERPRETER_COMBINE_FN:
-        text = f"tl.reduce({values}, 1, {_INTERPRETER_COMBINE_FN[spec.kind]}, keep_dims=True)"
-        return f"_ts_nan_if_any({values}, {text})" if spec.dtype.is_floating_point else text
-    return f"tl.reduce({values}, 1, {_COMBINE_FN[spec.kind]}, keep_dims=True)"
+        combine = _INTERPRETER_COMBINE_FN[spec.kind]
+        text = f"tl.reduce({values}, {axis}, {combine}, keep_dims={keep})"
+        if spec.dtype.is_floating_point:
+            return f"_ts_nan_if_any({values}, {text}, {axis}, {keep})"
+        return text
+    return f"tl.reduce({values}, {axis}, {_COMBINE_FN[spec.kind]}, keep_dims={keep})"
 
 
 _COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
@@ -406,7 +412,7 @@ def generate_triton(
     *,
     interpret: bool,
     persistent: bool,
-    lane_max: bool = False,
+    group: int = 0,
     even_rows: bool = False,
     even_row: bool = False,
 ) -> str:
@@ -414,8 +420,8 @@ def generate_triton(
 
     ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
     looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
-    ``lane_max``: the online max is kept per lane (no reduction across the tile in the
-    loop, but one more exp per element) instead of per row. ``even_rows``/``even_row``:
+    ``group``: the online max and sums are kept per group of ``group`` consecutive
+    elements of a tile (:func:`_online_grouped`) instead of per row. ``even_rows``/``even_row``:
     every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
     are constant ``True`` (Triton then drops them from loads and stores).
     """
@@ -466,7 +472,7 @@ def generate_triton(
             lines += _persistent_phase(emitter, phase, interpret)
         else:
             lines += _looped_phase(
-                emitter, phase, pairs, rindex_lines, kernel, interpret, lane_max, even_row
+                emitter, phase, pairs, rindex_lines, kernel, interpret, group, even_row
             )
     row_stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
@@ -581,7 +587,7 @@ def _looped_phase(
     rindex_lines: list[str],
     kernel: Kernel,
     interpret: bool,
-    lane_max: bool,
+    group: int,
     even_row: bool,
 ) -> list[str]:
     """One loop over the row for ``phase``; a phase whose reductions are partners of an
@@ -591,7 +597,7 @@ def _looped_phase(
     partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
     # With an online max kept per row, every accumulator of the loop is kept per row too
     # (one reduction of the tile per iteration, few registers); otherwise per lane.
-    per_row = any(pairs[p.name].kind == "amax" for p in partners) and not lane_max
+    per_row = any(pairs[p.name].kind == "amax" for p in partners) and not group
     emitter.open_inner()
     inits, updates, finals = [], [], []
     for spec in phase:
@@ -616,7 +622,7 @@ def _looped_phase(
             even = kernel.row_length if even_row else None
             new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
         else:
-            new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, lane_max)
+            new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, group)
         inits[-1:] = new_inits
         updates += new_updates
         finals += new_finals
@@ -634,20 +640,19 @@ def _online(
     masked: str,
     sums: Sequence[ReductionSpec],
     interpret: bool,
-    lane_max: bool,
+    group: int,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
 
-    Per row (``lane_max`` False): each iteration reduces the tile's max and its sums of
+    Per row (``group`` 0): each iteration reduces the tile's max and its sums of
     exponentials, the running sums are rescaled by one exp per row when the max grows (one
-    exp per element). Per lane (:func:`_online_per_lane`): no reduction across the tile
-    inside the loop, also one exp per element.
+    exp per element). Per group (:func:`_online_grouped`): no reduction across threads
+    inside the loop.
     """
     m, ctype = spec.name, compute_type(spec.dtype)
-    width = "RBLOCK" if lane_max else "1"
-    inits = [f"acc_{m} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"]
-    if lane_max:
-        return _online_per_lane(spec, masked, sums, interpret, inits)
+    if group:
+        return _online_grouped(spec, masked, sums, interpret, group)
+    inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
     tile_max = reduce_text(spec, f"val_{m}", interpret)
     updates = [
         f"val_{m} = {masked}",
@@ -663,6 +668,42 @@ def _online(
         tile = reduce_text(partner, f"term_{m}", interpret)
         updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
         finals.append(f"red_{s} = acc_{s}")
+    return inits, [*updates, f"acc_{m} = new_{m}"], finals
+
+
+def _online_grouped(
+    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool, group: int
+) -> tuple[Lines, Lines, Lines]:
+    """Online max and sums kept per group of ``group`` consecutive elements of the tile.
+
+    The tile is reshaped to ``[XBLOCK, RBLOCK // group, group]``; a group lies within one
+    thread (loads are vectors of 8 bf16 or 4 float32), so its max and sum need no shuffle
+    and no barrier, and the loop's warps stream independently. The running sums are
+    rescaled by one exp per group; the groups are merged once, after the loop. On the
+    H200, cross-entropy's row kernel over [4096, 128256] bf16 ran at 100% of copy against
+    86% per row (docs/measurements/2026-11-30-h200-online-groups.txt).
+    """
+    m, ctype = spec.name, compute_type(spec.dtype)
+    width = f"RBLOCK // {group}"
+    inits = [f"acc_{m} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"]
+    updates = [
+        f"val_{m} = tl.reshape({masked}, [XBLOCK, {width}, {group}])",
+        f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret, axis=2)})",
+        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
+        f"term_{m} = tl.exp(val_{m} - safe_{m}[:, :, None])",
+    ]
+    finals = [
+        f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
+        f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
+    ]
+    for partner in sums:
+        s = partner.name
+        inits.append(f"acc_{s} = tl.full([XBLOCK, {width}], 0, {compute_type(partner.dtype)})")
+        tile = reduce_text(partner, f"term_{m}", interpret, axis=2)
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
+        rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
+        finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
@@ -723,38 +764,6 @@ def _welford(
     ]
     finals += [f"red_{square.name} = wm2_{s}" for square in squares]
     return inits, updates, finals
-
-
-def _online_per_lane(
-    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool, inits: Lines
-) -> tuple[Lines, Lines, Lines]:
-    """Online max and sums kept per lane, with one exp per element.
-
-    Of ``exp(old - new)`` (the rescale) and ``exp(v - new)`` (the term), one is always 1:
-    the one of the smaller argument, ``exp(min - max)``, is the only exp needed. A lane
-    whose max grows rescales its sums by it and adds 1; otherwise it adds it. Both ``-inf``
-    add 0; a NaN (in ``v`` or already in the max) reaches the max and every sum. The lanes'
-    sums are rescaled to the row's max once, at the end.
-    """
-    m = spec.name
-    updates = [
-        f"val_{m} = {masked}",
-        f"new_{m} = _ts_max(acc_{m}, val_{m})",
-        f"grow_{m} = val_{m} > acc_{m}",
-        f"gap_{m} = tl.exp(tl.where(grow_{m}, acc_{m}, val_{m}) - new_{m})",
-        f"gap_{m} = tl.where(new_{m} == float('-inf'), 0.0, gap_{m})",
-    ]
-    finals = [
-        f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
-        f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
-    ]
-    for partner in sums:
-        s = partner.name
-        inits.append(f"acc_{s} = tl.full([XBLOCK, RBLOCK], 0, {compute_type(partner.dtype)})")
-        updates.append(f"acc_{s} = tl.where(grow_{m}, acc_{s} * gap_{m} + 1.0, acc_{s} + gap_{m})")
-        rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
-        finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
-    return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
 def _loop(length: int, body: list[str], reverse: bool = False) -> list[str]:

@@ -14,7 +14,7 @@ A :class:`Config` picks the code variant (persistent or looped) and the launch c
   registers and shared memory).
 * Rows over ``LOOPED_MIN`` elements also get looped candidates (RBLOCK 1024-4096, one to
   four rows per program, online max+sum where the kernel allows, with the running max
-  kept per row or per lane); huge rows only looped ones.
+  kept per row or per group of 8 elements); huge rows only looped ones.
 
 On a GPU every candidate is timed on the first call (``triton.testing.do_bench``, median)
 with the real arguments (kernels only write their own fresh outputs, so reruns are
@@ -74,6 +74,12 @@ LONG_ROW_SHAPES = (
     (1, 8192, 16, 3),
     (1, 4096, 8, 3),
 )
+#: Online softmax statistics kept per group of ONLINE_GROUP elements (a thread's vector of
+#: bf16: no shuffles in the loop) under these (XBLOCK, RBLOCK, num_warps, num_stages); on the
+#: H200 they beat the per-row form on cross-entropy's rows by 7-14%
+#: (docs/measurements/2026-11-30-h200-online-groups.txt).
+ONLINE_GROUP = 8
+GROUPED_SHAPES = ((1, 2048, 4, 1), (1, 4096, 8, 1), (1, 8192, 8, 2), (1, 16384, 16, 2))
 #: (RBLOCK, num_warps) of rows split across programs (``triton_split``): a chunk per
 #: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps; chunks
 #: of 4096, or 2 or 16 warps, were slower: docs/measurements/2026-11-30-h200-split-rows.txt).
@@ -94,15 +100,17 @@ class Config:
     rblock: int
     num_warps: int
     persistent: bool
-    lane_max: bool = False  # looped online softmax with a per-lane max (see generate_triton)
+    #: Looped online softmax statistics kept per group of this many elements (0: per row;
+    #: see generate_triton).
+    group: int = 0
     num_stages: int = 1  # software pipelining depth of the kernel's loops
     #: Programs per row (``triton_split``): each holds one ``RBLOCK`` chunk of the row.
     split: int = 1
 
     @property
-    def variant(self) -> tuple[bool, bool, int]:
-        """The code variant this configuration launches: ``(persistent, lane_max, split)``."""
-        return self.persistent, self.lane_max, self.split
+    def variant(self) -> tuple[bool, int, int]:
+        """The code variant this configuration launches: ``(persistent, group, split)``."""
+        return self.persistent, self.group, self.split
 
     def grid(self, rows: int) -> tuple[int]:
         """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
@@ -167,8 +175,10 @@ def candidate_configs(
         for xblock, block, warps, stages in looped:
             config = Config(min(xblock, rows), min(block, rblock), warps, False, num_stages=stages)
             configs.append(config)
-            if online:
-                configs.append(attrs.evolve(config, lane_max=True))
+        if online:
+            for xblock, block, warps, stages in GROUPED_SHAPES:
+                x, r = min(xblock, rows), min(block, rblock)
+                configs.append(Config(x, r, warps, False, num_stages=stages, group=ONLINE_GROUP))
     return list(dict.fromkeys(configs))
 
 
@@ -229,7 +239,7 @@ class TunedKernel:
 
     def __init__(
         self,
-        variants: dict[tuple[bool, bool, int], Any],
+        variants: dict[tuple[bool, int, int], Any],
         configs: list[Config],
         rows: int,
         cache_path: Path | None,
