@@ -47,6 +47,7 @@ from torchstrata.inductor.kernel import (
 )
 from torchstrata.inductor.online import online_pairs, reduction_phases, variance_pairs
 from torchstrata.inductor.tails import TAIL_PARAMS
+from torchstrata.inductor.triton_loops import tile_loop
 
 TL_TYPES = {
     torch.float32: "tl.float32",
@@ -421,7 +422,8 @@ def generate_triton(
     ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
     looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
     ``group``: the online max and sums are kept per group of ``group`` consecutive
-    elements of a tile (:func:`_online_grouped`) instead of per row. ``even_rows``/``even_row``:
+    elements of a tile (:func:`_online_grouped`) instead of per row, and the loops load
+    one tile ahead (:func:`~torchstrata.inductor.triton_loops.tile_loop`). ``even_rows``/``even_row``:
     every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
     are constant ``True`` (Triton then drops them from loads and stores).
     """
@@ -490,14 +492,17 @@ def generate_triton(
                 store_line(s, emitter.emit(s.value), printer, True, streaming=not interpret)
                 for s in kernel.full_stores
             ]
-            body = (
-                [line.format(start="roffset + ") for line in rindex_lines]
-                + emitter.close_inner()
-                + stores
-            )
             # backwards: the tiles the reduction loop read last are still in L2 (on the
             # H200, softmax over rows of 65536: 110 -> 102 us)
-            lines += emitter.take_outer() + _loop(kernel.row_length, body, reverse=True)
+            loop = tile_loop(
+                kernel.row_length,
+                rindex_lines,
+                emitter.close_inner(),
+                stores,
+                prefetch=bool(group),
+                reverse=True,
+            )
+            lines += emitter.take_outer() + loop
     if kernel.tail is None:
         return module_source(kernel, lines, interpret)
     from torchstrata.inductor.triton_tail import tail_lines  # it builds on this module
@@ -626,10 +631,9 @@ def _looped_phase(
         inits[-1:] = new_inits
         updates += new_updates
         finals += new_finals
-    body = (
-        [line.format(start="roffset + ") for line in rindex_lines] + emitter.close_inner() + updates
-    )
-    return emitter.take_outer() + inits + _loop(kernel.row_length, body) + finals
+    inner = emitter.close_inner()
+    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=bool(group))
+    return emitter.take_outer() + inits + loop + finals
 
 
 Lines = list[str]
@@ -764,17 +768,6 @@ def _welford(
     ]
     finals += [f"red_{square.name} = wm2_{s}" for square in squares]
     return inits, updates, finals
-
-
-def _loop(length: int, body: list[str], reverse: bool = False) -> list[str]:
-    """A loop over the row in steps of ``RBLOCK``; ``reverse`` walks it from the end, so
-    the tiles the previous pass read last (still in cache) are read first."""
-    if not reverse:
-        return [f"for roffset in range(0, {length}, RBLOCK):"] + ["    " + line for line in body]
-    return [
-        f"for rstep in range(0, {length}, RBLOCK):",
-        f"    roffset = ({length} - 1) // RBLOCK * RBLOCK - rstep",
-    ] + ["    " + line for line in body]
 
 
 def _identity_text(spec: ReductionSpec) -> str:
