@@ -19,7 +19,7 @@ def bench(self, args):
     rows.sort(key=lambda r: r[0])
     print(f"  kernel rows={self.rows}:")
     for ms, c in rows[:6]:
-        print(f"    {ms*1000:8.1f} us  x{c.xblock} r{c.rblock} w{c.num_warps} {'P' if c.persistent else 'L'}{' lane' if c.lane_max else ''}{' split'+str(c.split) if c.split>1 else ''}")
+        print(f"    {ms*1000:8.1f} us  x{c.xblock} r{c.rblock} w{c.num_warps} {'P' if c.persistent else 'L'}{' g'+str(c.group) if c.group else ''} s{c.num_stages}{' split'+str(c.split) if c.split>1 else ''}")
     return rows[0][1]
 tt.TunedKernel._benchmark = bench
 wanted = sys.argv[1].split(";")

@@ -422,8 +422,8 @@ def generate_triton(
     ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
     looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
     ``group``: the online max and sums are kept per group of ``group`` consecutive
-    elements of a tile (:func:`_online_grouped`) instead of per row, and the loops load
-    one tile ahead (:func:`~torchstrata.inductor.triton_loops.tile_loop`). ``even_rows``/``even_row``:
+    elements of a tile (:func:`_online_grouped`) instead of per row, and the loop that
+    writes the output loads one tile ahead (:func:`~torchstrata.inductor.triton_loops.tile_loop`). ``even_rows``/``even_row``:
     every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
     are constant ``True`` (Triton then drops them from loads and stores).
     """
@@ -493,7 +493,9 @@ def generate_triton(
                 for s in kernel.full_stores
             ]
             # backwards: the tiles the reduction loop read last are still in L2 (on the
-            # H200, softmax over rows of 65536: 110 -> 102 us)
+            # H200, softmax over rows of 65536: 110 -> 102 us). Loading a tile ahead paid
+            # here (0.086 -> 0.082 ms), not in the reduction loops (cross-entropy's row
+            # kernel: 0.144 -> 0.149 ms): docs/measurements/2026-11-30-h200-prefetch.txt
             loop = tile_loop(
                 kernel.row_length,
                 rindex_lines,
@@ -632,7 +634,7 @@ def _looped_phase(
         updates += new_updates
         finals += new_finals
     inner = emitter.close_inner()
-    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=bool(group))
+    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=False)
     return emitter.take_outer() + inits + loop + finals
 
 

@@ -4,8 +4,9 @@ A *pipelined* loop issues the next tile's loads before this tile's work: the loa
 wait in registers (as loaded, 16-bit floats unconverted) while the tile is reduced, so a
 program keeps a tile's bytes in flight throughout instead of waiting a memory latency per
 iteration. On the H200, softmax over [1024, 65536] bf16 with online statistics per group
-ran 85.7 -> 78.0 us (docs/measurements/2026-11-30-h200-prefetch.txt). Triton's own
-``num_stages`` pipelining did not help these loops (they have no ``tl.dot``).
+ran 85.7 -> 78.4 us with its output loop pipelined; cross-entropy's reduction loop got
+slower (docs/measurements/2026-11-30-h200-prefetch.txt). Triton's own ``num_stages``
+pipelining did not help these loops (they have no ``tl.dot``).
 
 Only loads that read nothing the tile computes move ahead (not a gather at a computed
 position, nor a load guarded by a computed condition). The next tile's loads are masked
