@@ -18,7 +18,7 @@ def bench(self, args):
         rows.append((ms, config))
     rows.sort(key=lambda r: r[0])
     print(f"  kernel rows={self.rows}:")
-    for ms, c in rows[:6]:
+    for ms, c in rows[:8]:
         print(f"    {ms*1000:8.1f} us  x{c.xblock} r{c.rblock} w{c.num_warps} {'P' if c.persistent else 'L'}{' g'+str(c.group) if c.group else ''} s{c.num_stages}{' split'+str(c.split) if c.split>1 else ''}")
     return rows[0][1]
 tt.TunedKernel._benchmark = bench
