@@ -80,6 +80,10 @@ LONG_ROW_SHAPES = (
 #: (docs/measurements/2026-11-30-h200-online-groups.txt).
 ONLINE_GROUP = 8
 GROUPED_SHAPES = ((1, 2048, 4, 1), (1, 4096, 8, 1), (1, 8192, 8, 2), (1, 16384, 16, 2))
+#: Grouped shapes added for rows of LONG_ROW_MIN or more: 32 warps won softmax over rows of
+#: 65536 (80.2 us against 82.9) and 262144 (97.5 against 100.3 split)
+#: (docs/measurements/2026-11-30-h200-prefetch.txt).
+LONG_GROUPED_SHAPES = ((1, 16384, 32, 1), (1, 32768, 32, 1))
 #: (RBLOCK, num_warps) of rows split across programs (``triton_split``): a chunk per
 #: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps; chunks
 #: of 4096, or 2 or 16 warps, were slower: docs/measurements/2026-11-30-h200-split-rows.txt).
@@ -176,7 +180,8 @@ def candidate_configs(
             config = Config(min(xblock, rows), min(block, rblock), warps, False, num_stages=stages)
             configs.append(config)
         if online:
-            for xblock, block, warps, stages in GROUPED_SHAPES:
+            grouped = GROUPED_SHAPES + (LONG_GROUPED_SHAPES if length >= LONG_ROW_MIN else ())
+            for xblock, block, warps, stages in grouped:
                 x, r = min(xblock, rows), min(block, rblock)
                 configs.append(Config(x, r, warps, False, num_stages=stages, group=ONLINE_GROUP))
     return list(dict.fromkeys(configs))
