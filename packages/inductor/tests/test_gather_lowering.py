@@ -367,6 +367,26 @@ def test_cross_entropy_matches_eager(ind, codegen):
     torch.testing.assert_close(compiled(logits, target)[0], expected)
 
 
+@pytest.mark.parametrize("group", [0, 8])
+def test_looped_cross_entropy_matches_eager(ind, monkeypatch, group):
+    # Rows longer than a tile: the online loop (per row, or per group of 8 with the
+    # rescaled sums merged after the loop), the pick, the tail's mean.
+    looped = Config(1, 1024, 1, persistent=False, group=group)
+    monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
+    graph = _cross_entropy(5, 3001)
+    logits = torch.randn(5, 3001).to(torch.bfloat16)
+    logits[1, 2500:] += 20.0  # the max grows in a late tile
+    logits[2, :] = float("-inf")
+    logits[2, 7] = 3.0  # a single finite logit
+    target = _indices(3001, (5,))
+    target[2] = 7
+    target[3] = -100
+    compiled = ind.compile(graph, "triton")
+    assert ("tl.reshape(" in compiled.kernels[0].source) == bool(group)
+    expected = torch.nn.functional.cross_entropy(logits.double(), target)
+    torch.testing.assert_close(compiled(logits, target)[0].double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_cross_entropy_with_a_bad_target_raises_on_cpp(ind):
     compiled = ind.compile(_cross_entropy(9, 37), "cpp")
     logits, target = torch.randn(9, 37).to(torch.bfloat16), _indices(37, (9,))

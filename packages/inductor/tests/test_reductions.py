@@ -117,7 +117,8 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, group, monkeypatch
     inputs[0][3, 69000] = float("nan")
     expected = torch.softmax(inputs[0].double(), -1)
     actual = compiled(*inputs)[0]
-    torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2)
+    # softmax values of rows of 70001 are ~1e-5: an absolute tolerance would hide errors
+    torch.testing.assert_close(actual.double(), expected, equal_nan=True, atol=1e-9, rtol=1e-2)
     if codegen == "triton":
         source = compiled.kernels[0].source
         # per group: the tile reshaped to [XBLOCK, RBLOCK // 8, 8], the groups' sums
