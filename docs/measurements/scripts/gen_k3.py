@@ -4,7 +4,8 @@ from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_codegen import generate_triton, supports
+from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.triton_printer import supports
 from conftest import softmax_last
 def kernel_for(rows, length):
     b = GraphBuilder(Level.PRIMS)

@@ -467,7 +467,7 @@ def test_triton_offsets_are_int64_when_the_source_is_huge():
 
 
 def _gpu_kernels(graph) -> list[Kernel]:
-    from torchstrata.inductor.triton_codegen import supports
+    from torchstrata.inductor.triton_printer import supports
 
     graph = eliminate_dead_code(one_hot_sums(gather_as_reduction(graph)))
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))

@@ -10,7 +10,7 @@ from torchstrata.inductor.horizontal import MAX_ELEMENTS, MAX_PARTS, fuse_horizo
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_codegen import supports
+from torchstrata.inductor.triton_printer import supports
 
 
 def _independent_outputs(dtype: torch.dtype = torch.float32):

@@ -13,7 +13,7 @@ from torchstrata.inductor import triton_backend
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_codegen import supports
+from torchstrata.inductor.triton_printer import supports
 from torchstrata.inductor.triton_split import can_split, generate_split_triton
 from torchstrata.inductor.triton_tuning import Config, candidate_configs
 

@@ -12,7 +12,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.tails import fuse_tails
-from torchstrata.inductor.triton_codegen import supports
+from torchstrata.inductor.triton_printer import supports
 from torchstrata.inductor.triton_tuning import Config
 
 pytest.importorskip("triton")

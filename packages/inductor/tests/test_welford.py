@@ -14,7 +14,8 @@ from torchstrata.inductor.kernel import Kernel, ReductionSpec
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.online import variance_pairs
 from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_codegen import generate_triton, supports
+from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.triton_printer import supports
 from torchstrata.inductor.triton_tuning import Config
 
 

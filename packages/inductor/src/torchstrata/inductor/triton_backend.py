@@ -28,7 +28,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_codegen import supports as triton_supports
+from torchstrata.inductor.triton_printer import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
 

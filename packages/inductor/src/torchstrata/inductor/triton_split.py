@@ -54,7 +54,7 @@ from torchstrata.inductor.kernel import (
     row_vars,
 )
 from torchstrata.inductor.online import online_pairs, reduction_phases
-from torchstrata.inductor.triton_codegen import (
+from torchstrata.inductor.triton_printer import (
     TritonPrinter,
     derive_lines,
     literal,

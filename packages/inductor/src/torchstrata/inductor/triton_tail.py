@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchstrata.inductor.emitter import ExprEmitter
 from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.triton_codegen import TritonPrinter, store_line
+from torchstrata.inductor.triton_printer import TritonPrinter, store_line
 
 #: Partial sums the last program adds per step of its loop (a fixed order: deterministic).
 TAIL_BLOCK = 1024

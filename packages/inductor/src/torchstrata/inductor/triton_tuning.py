@@ -42,8 +42,8 @@ from triton.testing import do_bench
 from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
-from torchstrata.inductor.triton_codegen import next_power_of_2
 from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
+from torchstrata.inductor.triton_printer import next_power_of_2
 from torchstrata.inductor.triton_split import can_split, split_rows_setting
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
