@@ -250,9 +250,9 @@ def test_long_column_sums_are_exact_in_two_levels(ind, codegen, dtype, shape, di
 
 
 def test_parts_of_a_split_sum_divide_the_length():
-    assert parts_for(16384) == 16 and parts_for(4096) == 4 and parts_for(2047) == 1
+    assert parts_for(16384) == 256 and parts_for(4096) == 64 and parts_for(2047) == 1
     assert parts_for(3001) == 1  # a prime: no even split
-    assert parts_for(6000) == 5  # the largest divisor of 6000 up to 6000 // 1024
+    assert parts_for(6000) == 80  # the largest divisor of 6000 up to 6000 // 64
 
 
 def _one_hot_sum(picked_varies: bool):

@@ -21,6 +21,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.lowering import lower_graph
 from torchstrata.inductor.one_hot import one_hot_sums
+from torchstrata.inductor.partials import fuse_partials
 from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.scheduler import ExternStep
@@ -78,7 +79,8 @@ def compile_graph(
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
     if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
-        plan = attrs.evolve(plan, steps=fuse_horizontally(fuse_tails(plan.steps)))
+        steps = fuse_tails(fuse_partials(plan.steps))
+        plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
     launches, infos, compile_seconds = {}, [], 0.0
     for step in plan.steps:
         if isinstance(step, Kernel) and step.rows > 0:

@@ -162,6 +162,24 @@ def render_atom(atom: Atom, var: Callable[[str], str], div: str) -> str:
     return f"(({atom.base.render(var, div)}) % {atom.modulus})"
 
 
+def fold_div_mod(index: Index) -> Index:
+    """``index`` with ``k*d*(b // d) + k*(b % d)`` folded back into ``k*b`` (the identity
+    ``b == d*(b // d) + b % d``), where an index was rebuilt from a quotient and a
+    remainder (a row ``m`` seen as part ``m // C`` and row ``m % C`` of that part)."""
+    coeffs = dict(index.terms)
+    for atom, coeff in index.terms:
+        if not isinstance(atom, Mod):
+            continue
+        quotient = FloorDiv(atom.base, atom.modulus)
+        if coeffs.get(quotient) == coeff * atom.modulus:
+            rest = Index.constant(index.const)
+            for other, other_coeff in index.terms:
+                if other not in (atom, quotient):
+                    rest = rest + Index(((other, other_coeff),), 0)
+            return fold_div_mod(rest + atom.base * coeff)
+    return index
+
+
 def linear_offset(index: Sequence[Index], strides: Sequence[int], offset: int = 0) -> Index:
     """``offset + sum(index[d] * strides[d])``: the element offset of a strided access."""
     result = Index.constant(offset)

@@ -57,6 +57,19 @@ class Tail:
 
 
 @attrs.frozen
+class Partials:
+    """Column sums over a kernel's rows, fused into it (see ``partials.py``): program ``p``
+    computes rows ``[p * chunk, (p + 1) * chunk)`` and sums ``reductions`` (bodies over the
+    kernel's own variables) over them, then writes ``stores`` (indices over ``xp``, the
+    program, and the kernel's reduced variables; values read only those sums)."""
+
+    chunk: int
+    programs: int
+    reductions: tuple[ReductionSpec, ...]
+    stores: tuple[Store, ...]
+
+
+@attrs.frozen
 class Kernel:
     """A fused kernel (see the module docstring)."""
 
@@ -73,6 +86,8 @@ class Kernel:
     parts: tuple[Kernel, ...] = ()
     #: A full reduction of this kernel's rows finished by its last program (Triton only).
     tail: Tail | None = None
+    #: Column sums over chunks of this kernel's rows, one chunk per program (Triton only).
+    partials: Partials | None = None
 
     @property
     def rows(self) -> int:

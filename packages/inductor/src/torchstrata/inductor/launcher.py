@@ -87,7 +87,8 @@ def generate_launcher(
             continue
         launch = launches.get(step.name)
         tail = step.tail.stores if step.tail is not None else ()
-        for store in step.row_stores + step.full_stores + tail:
+        partials = step.partials.stores if step.partials is not None else ()
+        for store in step.row_stores + step.full_stores + tail + partials:
             node = graph.node(store.buffer.removeprefix("buf_"))
             meta = node.tensor_meta
             strides = buffer_strides(node, plan.lowered[node])

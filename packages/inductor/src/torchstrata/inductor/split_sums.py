@@ -18,7 +18,7 @@ import torch
 from torchstrata.core import Graph, Node, Transformer, prim
 
 MIN_LENGTH = 2048  # split sums over at least this many rows
-CHUNK = 1024  # rows per partial sum
+CHUNK = 64  # rows per partial sum (one program of a kernel with partials: partials.py)
 MAX_COLUMNS = 65536  # wider sums already have enough rows (columns) per kernel
 
 _SUM = prim("sum")

@@ -112,6 +112,8 @@ def fuse_tail(host: Kernel, after: Kernel) -> Kernel | None:
 def _shapes_fit(host: Kernel, after: Kernel) -> bool:
     if host.parts or after.parts or host.tail is not None or after.tail is not None:
         return False
+    if host.partials is not None or after.partials is not None:
+        return False
     if not host.red_shape or host.rows < 2 or after.rows != 1 or after.full_stores:
         return False
     if tuple(after.red_shape) != tuple(host.row_shape) or not after.reductions:

@@ -31,12 +31,14 @@ from torchstrata.inductor.online import online_pairs, reduction_phases, variance
 from torchstrata.inductor.tails import TAIL_PARAMS
 from torchstrata.inductor.triton_loops import tile_loop
 from torchstrata.inductor.triton_printer import (
+    TL_TYPES,
     TritonPrinter,
     compute_type,
     derive_lines,
     literal,
     module_source,
     reduce_text,
+    render_index,
     store_line,
 )
 from torchstrata.inductor.triton_tail import tail_lines
@@ -65,6 +67,8 @@ def generate_triton(
     """
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
+    if kernel.partials is not None:
+        return module_source(kernel, _partials_lines(kernel, interpret), interpret)
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
@@ -168,6 +172,54 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         lines += emitter.take_outer() + stores
         offset += part.rows
+    return lines
+
+
+def _partials_lines(kernel: Kernel, interpret: bool) -> list[str]:
+    """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
+    a time, adds the fused column sums of each block of rows into per-column accumulators,
+    and stores them once (``partials.py``). Every row is in range (chunks tile the rows)."""
+    partials = kernel.partials
+    assert partials is not None
+    printer = TritonPrinter(kernel, True, interpret)
+    emitter = ExprEmitter(printer, frozenset())
+    printer.name_of = emitter.emit
+    wide = kernel.rows * kernel.row_length >= 2**31
+    lines = [
+        "xp = tl.program_id(0).to(tl.int64)" if wide else "xp = tl.program_id(0)",
+        "rindex = tl.arange(0, RBLOCK)[None, :]",
+        f"rmask = rindex < {kernel.row_length}",
+        f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        *derive_lines(red_vars(kernel.red_shape), "rindex"),
+        *(f"part_{s.name} = tl.full([1, RBLOCK], 0, tl.float32)" for s in partials.reductions),
+    ]
+    body = [
+        f"xindex = xp * {partials.chunk} + xstep + tl.arange(0, XBLOCK)[:, None]",
+        "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
+        "xzero = xindex * 0",
+        *derive_lines(row_vars(kernel.row_shape), "xindex"),
+    ]
+    for phase in reduction_phases(kernel.reductions):
+        body += _persistent_phase(emitter, phase, interpret)
+    stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
+    body += emitter.take_outer() + stores
+    stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
+    body += emitter.take_outer() + stores
+    for spec in partials.reductions:
+        value = emitter.emit(spec.body)
+        body += emitter.take_outer()
+        masked = f"tl.where(xmask & rmask, {value}, 0.0)"
+        body.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
+    lines += [f"for xstep in range(0, {partials.chunk}, XBLOCK):"] + ["    " + b for b in body]
+    lines += [f"red_{spec.name} = part_{spec.name}" for spec in partials.reductions]
+    after = TritonPrinter(kernel, True, interpret)  # names of the loop are not visible here
+    after_emitter = ExprEmitter(after, frozenset(), prefix="ptmp")
+    after.name_of = after_emitter.emit
+    for store in partials.stores:
+        value = f"({after_emitter.emit(store.value)}).to({TL_TYPES[store.dtype]})"
+        offset = f"{render_index(store.index)} + rzero"
+        lines += after_emitter.take_outer()
+        lines.append(f"tl.store({store.buffer} + ({offset}), {value}, rmask)")
     return lines
 
 

@@ -327,6 +327,8 @@ def kernel_roots(kernel: Kernel) -> Iterable[Expr]:
     if kernel.tail is not None:
         yield from (spec.body for spec in kernel.tail.reductions)
         yield from (store.value for store in kernel.tail.stores)
+    if kernel.partials is not None:
+        yield from (spec.body for spec in kernel.partials.reductions)
 
 
 def derive_lines(vars_: Sequence[Var], flat: str) -> list[str]:
@@ -370,10 +372,10 @@ _INTERPRETER_COMBINE_FN = {"amax": "_elementwise_max", "amin": "_elementwise_min
 
 
 def reduce_text(spec: ReductionSpec, values: str, interpret: bool, axis: int = 1) -> str:
-    """Reduce the ``[XBLOCK, RBLOCK]`` tile ``values`` along the row, keeping dims; with
-    ``axis=2``, the ``[XBLOCK, groups, group]`` tile ``values`` within each group, dropping
-    the group's dim."""
-    keep = axis == 1
+    """Reduce the ``[XBLOCK, RBLOCK]`` tile ``values`` along the row, keeping dims (with
+    ``axis=0``, across its rows: a column sum); with ``axis=2``, the ``[XBLOCK, groups,
+    group]`` tile ``values`` within each group, dropping the group's dim."""
+    keep = axis != 2
     if interpret and spec.kind in _INTERPRETER_COMBINE_FN:
         combine = _INTERPRETER_COMBINE_FN[spec.kind]
         text = f"tl.reduce({values}, {axis}, {combine}, keep_dims={keep})"

@@ -110,6 +110,8 @@ class Config:
     num_stages: int = 1  # software pipelining depth of the kernel's loops
     #: Programs per row (``triton_split``): each holds one ``RBLOCK`` chunk of the row.
     split: int = 1
+    #: A fixed number of programs, each over a chunk of rows (a kernel with ``partials``).
+    programs: int = 0
 
     @property
     def variant(self) -> tuple[bool, int, int]:
@@ -118,6 +120,8 @@ class Config:
 
     def grid(self, rows: int) -> tuple[int]:
         """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
+        if self.programs:
+            return (self.programs,)
         if self.split > 1:
             return (rows * self.split,)
         return (max(1, math.ceil(rows / self.xblock)),)
@@ -137,6 +141,8 @@ def candidate_configs(
     (:func:`~torchstrata.inductor.triton_split.split_rows_setting`), and without it offers
     them from ``LONG_ROW_MIN`` on.
     """
+    if kernel.partials is not None:
+        return _partials_configs(kernel, interpret)
     setting = split_rows_setting() if split_rows is None else "1" if split_rows else "0"
     split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
     rows = next_power_of_2(kernel.rows)
@@ -185,6 +191,23 @@ def candidate_configs(
                 x, r = min(xblock, rows), min(block, rblock)
                 configs.append(Config(x, r, warps, False, num_stages=stages, group=ONLINE_GROUP))
     return list(dict.fromkeys(configs))
+
+
+def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
+    """Persistent tiles of ``XBLOCK`` rows (dividing the chunk) for a kernel with
+    column partial sums; one program per chunk."""
+    partials = kernel.partials
+    assert partials is not None
+    rblock = next_power_of_2(kernel.row_length)
+    xblocks = [x for x in (1, 2, 4) if partials.chunk % x == 0 and x * rblock <= 16384]
+    if interpret:
+        return [Config(xblocks[-1], rblock, 1, True, programs=partials.programs)]
+    return [
+        Config(x, rblock, warps, True, programs=partials.programs)
+        for x in xblocks
+        for warps in (4, 8, 16)
+        if x * rblock >= warps * 128  # at least a vector of 4 per thread
+    ]
 
 
 def tuning_key(sources: Sequence[str], device: str) -> str:
