@@ -37,6 +37,7 @@ from torchstrata.inductor.indexing import Index, Var, fold_div_mod, row_major_st
 from torchstrata.inductor.kernel import Kernel, Partials, red_vars, row_vars
 from torchstrata.inductor.ranges import substitute
 from torchstrata.inductor.scheduler import ExternStep
+from torchstrata.inductor.tails import fuse_adjacent
 
 Step = Kernel | ExternStep
 #: Longest row of a host kernel: the row is one tile, with the column accumulators.
@@ -54,18 +55,7 @@ def partials_enabled() -> bool:
 
 def fuse_partials(steps: Sequence[Step]) -> list[Step]:
     """``steps`` with every fusable column partial sum joined to the kernel before it."""
-    if not partials_enabled():
-        return list(steps)
-    out: list[Step] = []
-    for step in steps:
-        host = out[-1] if out else None
-        if isinstance(step, Kernel) and isinstance(host, Kernel):
-            fused = fuse_partial(host, step)
-            if fused is not None:
-                out[-1] = fused
-                continue
-        out.append(step)
-    return out
+    return fuse_adjacent(steps, fuse_partial) if partials_enabled() else list(steps)
 
 
 def fuse_partial(host: Kernel, after: Kernel) -> Kernel | None:

@@ -27,7 +27,7 @@ docs/measurements/2026-11-30-h200-ce-tail.txt): the row kernel sets cross-entrop
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import torch
@@ -64,13 +64,19 @@ def tails_enabled() -> bool:
 def fuse_tails(steps: Sequence[Step]) -> list[Step]:
     """``steps`` with every fusable full reduction made the tail of the kernel before it
     (unchanged when :func:`tails_enabled` is False)."""
-    if not tails_enabled():
-        return list(steps)
+    return fuse_adjacent(steps, fuse_tail) if tails_enabled() else list(steps)
+
+
+def fuse_adjacent(
+    steps: Sequence[Step], fuse: Callable[[Kernel, Kernel], Kernel | None]
+) -> list[Step]:
+    """``steps`` with each kernel that ``fuse(kernel before it, kernel)`` joins to the
+    kernel before it replaced by their fused kernel (which may take the next one too)."""
     out: list[Step] = []
     for step in steps:
         host = out[-1] if out else None
         if isinstance(step, Kernel) and isinstance(host, Kernel):
-            fused = fuse_tail(host, step)
+            fused = fuse(host, step)
             if fused is not None:
                 out[-1] = fused
                 continue
