@@ -1,6 +1,6 @@
 """Every Triton kernel of the training workloads (forward AND backward graphs) compiles
 for sm_90 ahead of time, no GPU needed: the variants the autotuner may pick on an H200
-(first, last and per-lane online candidates) go through Triton's compiler to PTX.
+(first, last, grouped online and split candidates) go through Triton's compiler to PTX.
 
 The graphs come from the real stages: a torch-level graph, ``aot`` (joint trace and
 min-cut partition), ``decompose``, then the inductor's lowering and scheduler.
@@ -24,7 +24,7 @@ from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.ptx import kernel_ptx
 from torchstrata.inductor.rewrites import gather_as_reduction
 from torchstrata.inductor.split_sums import split_long_sums
-from torchstrata.inductor.triton_codegen import supports
+from torchstrata.inductor.triton_printer import supports
 from torchstrata.inductor.triton_tuning import candidate_configs
 
 pytest.importorskip("triton")
@@ -96,7 +96,7 @@ def test_forward_and_backward_kernels_compile_for_sm90(name):
             chosen = {
                 configs[0],
                 configs[-1],
-                *(c for c in configs if c.lane_max or c.split > 1),
+                *(c for c in configs if c.group or c.split > 1),
             }
             for config in chosen:
                 assert ".entry" in kernel_ptx(kernel, config, cache_dir=directory)

@@ -18,7 +18,7 @@ def kernel_for(rows, length):
 if __name__ == "__main__":
   for n in (65536, 262144):
     k = kernel_for(2**26 // n, n)
-    for lane in (False, True):
-        src = generate_triton(k, interpret=False, persistent=False, lane_max=lane, even_rows=True, even_row=True)
-        open(f".gpu/k3_{n}_{'lane' if lane else 'row'}.py", "w").write(src)
+    for group in (0, 8):
+        src = generate_triton(k, interpret=False, persistent=False, group=group, even_rows=True, even_row=True)
+        open(f".gpu/k3_{n}_{"group" if group else "row"}.py", "w").write(src)
     print(src)
