@@ -20,5 +20,5 @@ if __name__ == "__main__":
     k = kernel_for(2**26 // n, n)
     for group in (0, 8):
         src = generate_triton(k, interpret=False, persistent=False, group=group, even_rows=True, even_row=True)
-        open(f".gpu/k3_{n}_{"group" if group else "row"}.py", "w").write(src)
+        open(f".gpu/k3_{n}_{'group' if group else 'row'}.py", "w").write(src)
     print(src)
