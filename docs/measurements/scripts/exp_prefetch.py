@@ -53,22 +53,23 @@ def softmax_k(x_ptr, y_ptr, N: tl.constexpr, RBLOCK: tl.constexpr, PRE1: tl.cons
         y = tl.exp(cur.to(tl.float32) - m) * inv
         tl.store(y_ptr + row * N + off + r0, y.to(tl.bfloat16), cache_modifier=".cs")
 
-ceiling = copy_ceiling()
-print(f"copy ceiling {ceiling:.0f} GB/s", flush=True)
-for n in (65536, 262144):
-    x = torch.randn(2**26 // n, n, device="cuda").bfloat16(); y = torch.empty_like(x)
-    ref = torch.softmax(x.float(), -1).bfloat16().float()
-    res = []
-    for group in (0, 1):
-        for pre1, pre2 in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            for R, w in ((4096, 8), (8192, 8), (8192, 16), (16384, 16), (4096, 4)):
-                try:
-                    f = lambda: softmax_k[(x.shape[0],)](x, y, n, R, pre1, pre2, group, num_warps=w)
-                    y.zero_(); f(); torch.cuda.synchronize()
-                    err = (y.float() - ref).abs().max().item()
-                    t = do_bench(f, warmup=10, rep=40, return_mode="median")
-                    res.append((t, f"N={n} group={group} pre1={pre1} pre2={pre2} R{R} w{w}: {t*1000:6.1f} us {100*4*x.numel()/t/1e6/ceiling:5.1f}% err {err:.1e}"))
-                except Exception as e:
-                    print(f"N={n} group={group} pre={pre1}{pre2} R{R} w{w}: failed {type(e).__name__}: {str(e)[:200]}", flush=True)
-    for _, line in sorted(res)[:12]:
-        print(line, flush=True)
+if __name__ == "__main__":
+    ceiling = copy_ceiling()
+    print(f"copy ceiling {ceiling:.0f} GB/s", flush=True)
+    for n in (65536, 262144):
+        x = torch.randn(2**26 // n, n, device="cuda").bfloat16(); y = torch.empty_like(x)
+        ref = torch.softmax(x.float(), -1).bfloat16().float()
+        res = []
+        for group in (0, 1):
+            for pre1, pre2 in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                for R, w in ((4096, 8), (8192, 8), (8192, 16), (16384, 16), (4096, 4)):
+                    try:
+                        f = lambda: softmax_k[(x.shape[0],)](x, y, n, R, pre1, pre2, group, num_warps=w)
+                        y.zero_(); f(); torch.cuda.synchronize()
+                        err = (y.float() - ref).abs().max().item()
+                        t = do_bench(f, warmup=10, rep=40, return_mode="median")
+                        res.append((t, f"N={n} group={group} pre1={pre1} pre2={pre2} R{R} w{w}: {t*1000:6.1f} us {100*4*x.numel()/t/1e6/ceiling:5.1f}% err {err:.1e}"))
+                    except Exception as e:
+                        print(f"N={n} group={group} pre={pre1}{pre2} R{R} w{w}: failed {type(e).__name__}: {str(e)[:200]}", flush=True)
+        for _, line in sorted(res)[:12]:
+            print(line, flush=True)
