@@ -47,6 +47,33 @@ def _norm_backward(rows: int, n: int, dtype: torch.dtype = torch.float32):
     return b.build(cast)
 
 
+def _rms_backward(rows: int, n: int, dtype: torch.dtype, dx_reads_dw: bool = False):
+    """RMSNorm's backward with ``dw`` built first: the scheduler plans its partial sums,
+    then their sum, then the ``dx`` row kernel. With ``dx_reads_dw``, ``dx`` also reads
+    ``dw`` (so it cannot move before the sum of the partials)."""
+    b = GraphBuilder(Level.PRIMS)
+    dy = b.input("dy", TensorMeta((rows, n), dtype))
+    x = b.input("x", TensorMeta((rows, n), dtype))
+    rstd = b.input("rstd", TensorMeta((rows,), torch.float32))
+    w = b.input("w", TensorMeta((n,), dtype))
+
+    def wide(value, dims):
+        return b.call(prim("broadcast_in_dim"), value, (rows, n), dims)
+
+    def f32(value):
+        return b.call(prim("convert_element_type"), value, torch.float32)
+
+    g32 = f32(dy)
+    xhat = b.call(prim("mul"), f32(x), wide(rstd, (0,)))
+    dw = b.call(prim("sum"), b.call(prim("mul"), g32, xhat), (0,))
+    scale = dw if dx_reads_dw else f32(w)
+    gw = b.call(prim("mul"), g32, wide(scale, (1,)))
+    s2 = wide(b.call(prim("sum"), b.call(prim("mul"), gw, xhat), (1,)), (0,))
+    inner = b.call(prim("sub"), gw, b.call(prim("mul"), xhat, b.call(prim("div"), s2, float(n))))
+    dx = b.call(prim("mul"), wide(rstd, (0,)), inner)
+    return b.build([b.call(prim("convert_element_type"), v, dtype) for v in (dx, dw)])
+
+
 def test_a_quotient_and_remainder_fold_back_into_the_row():
     x0, x1, r0 = Var("x0", 8), Var("x1", 2048), Var("r0", 96)
     row = Index.of(x0) * 2048 + Index.of(x1)
@@ -74,6 +101,22 @@ def test_norm_backward_partials_join_the_row_kernel(ind, monkeypatch, dtype, ena
     if enabled:
         assert fused[0].source.count("tl.load(buf_dy") == 1  # dy read once for all three
         assert fused[0].source.count("tl.load(buf_x") == 1
+
+
+@pytest.mark.parametrize("where", ["triton", "cuda"])
+def test_partials_planned_before_their_row_kernel_join_it(ind, where):
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    compiled = ind.check(_rms_backward(2048, 96, torch.bfloat16), where, seeds=(0, 1))
+    assert len(compiled.kernels) == 2  # dx with dw's partial sums, then their sum
+    (fused,) = [k for k in compiled.kernels if "part_" in k.source]
+    assert fused.source.count("tl.load(buf_dy") == 1
+    # dx reading dw cannot move before dw's sum: three kernels, still right
+    compiled = ind.check(
+        _rms_backward(2048, 96, torch.float32, dx_reads_dw=True), where, atol=1e-4, rtol=1e-4
+    )
+    assert len(compiled.kernels) == 3
+    assert not [k for k in compiled.kernels if "part_" in k.source]
 
 
 def test_partials_configs_tile_the_chunk():

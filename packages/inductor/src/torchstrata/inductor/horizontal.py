@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torchstrata.inductor.joins import stored_buffers
 from torchstrata.inductor.kernel import BufferArg, Kernel
 from torchstrata.inductor.scheduler import ExternStep
 
@@ -31,13 +32,9 @@ def _small_pointwise(step: Step) -> bool:
     )
 
 
-def _stored(kernel: Kernel) -> set[str]:
-    return {store.buffer for store in kernel.row_stores + kernel.full_stores}
-
-
 def _independent(run: Sequence[Kernel], kernel: Kernel) -> bool:
-    loaded = {arg.name for arg in kernel.args} - _stored(kernel)
-    return not any(loaded & _stored(earlier) for earlier in run)
+    loaded = {arg.name for arg in kernel.args} - stored_buffers(kernel)
+    return not any(loaded & stored_buffers(earlier) for earlier in run)
 
 
 def merge(parts: Sequence[Kernel], name: str) -> Kernel:

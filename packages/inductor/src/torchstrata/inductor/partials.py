@@ -9,7 +9,8 @@ Here the first level joins the row kernel: program ``p`` computes the row kernel
 per-column accumulators, and stores its partial sums once at the end. The rows are read
 once for both (eager's and torch.compile's norm backward kernels do the same).
 
-A kernel ``after`` joins the kernel ``host`` just before it when:
+A kernel ``after`` joins a kernel ``host`` nearby (before or after it in the plan, moved
+past independent steps by ``joins.fuse_nearby``) when:
 
 * ``host`` reduces rows of ``N`` elements (that fit one persistent tile) and ``after``
   sums float32 values over ``C`` rows for every ``(part, column)``: its rows are
@@ -34,10 +35,10 @@ import torch
 
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, ReduceRef, walk
 from torchstrata.inductor.indexing import Index, Var, fold_div_mod, row_major_strides
+from torchstrata.inductor.joins import fuse_nearby
 from torchstrata.inductor.kernel import Kernel, Partials, red_vars, row_vars
 from torchstrata.inductor.ranges import substitute
 from torchstrata.inductor.scheduler import ExternStep
-from torchstrata.inductor.tails import fuse_adjacent
 
 Step = Kernel | ExternStep
 #: Longest row of a host kernel: the row is one tile, with the column accumulators.
@@ -54,8 +55,8 @@ def partials_enabled() -> bool:
 
 
 def fuse_partials(steps: Sequence[Step]) -> list[Step]:
-    """``steps`` with every fusable column partial sum joined to the kernel before it."""
-    return fuse_adjacent(steps, fuse_partial) if partials_enabled() else list(steps)
+    """``steps`` with every fusable column partial sum joined to a row kernel nearby."""
+    return fuse_nearby(steps, fuse_partial, hosts_after=True) if partials_enabled() else list(steps)
 
 
 def fuse_partial(host: Kernel, after: Kernel) -> Kernel | None:

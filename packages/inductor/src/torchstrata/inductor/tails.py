@@ -9,7 +9,7 @@ the program that takes the last ticket adds the partial sums in program order, a
 order whichever program finishes last (deterministic), then writes the results and
 resets the ticket counter for the next launch.
 
-A kernel ``after`` is fused into the kernel ``host`` just before it when:
+A kernel ``after`` is fused into a kernel ``host`` before it (``joins.fuse_nearby``) when:
 
 * ``after`` is one row (a full reduction) over exactly ``host``'s rows (its reduced shape
   is ``host``'s row shape), with float32 sums only, one phase, and no full stores;
@@ -27,7 +27,7 @@ docs/measurements/2026-11-30-h200-ce-tail.txt): the row kernel sets cross-entrop
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 import torch
@@ -43,6 +43,7 @@ from torchstrata.inductor.exprs import (
     walk,
 )
 from torchstrata.inductor.indexing import Index, Var
+from torchstrata.inductor.joins import fuse_nearby
 from torchstrata.inductor.kernel import Kernel, Store, Tail
 from torchstrata.inductor.ranges import substitute
 from torchstrata.inductor.scheduler import ExternStep
@@ -62,26 +63,9 @@ def tails_enabled() -> bool:
 
 
 def fuse_tails(steps: Sequence[Step]) -> list[Step]:
-    """``steps`` with every fusable full reduction made the tail of the kernel before it
+    """``steps`` with every fusable full reduction made the tail of a kernel before it
     (unchanged when :func:`tails_enabled` is False)."""
-    return fuse_adjacent(steps, fuse_tail) if tails_enabled() else list(steps)
-
-
-def fuse_adjacent(
-    steps: Sequence[Step], fuse: Callable[[Kernel, Kernel], Kernel | None]
-) -> list[Step]:
-    """``steps`` with each kernel that ``fuse(kernel before it, kernel)`` joins to the
-    kernel before it replaced by their fused kernel (which may take the next one too)."""
-    out: list[Step] = []
-    for step in steps:
-        host = out[-1] if out else None
-        if isinstance(step, Kernel) and isinstance(host, Kernel):
-            fused = fuse(host, step)
-            if fused is not None:
-                out[-1] = fused
-                continue
-        out.append(step)
-    return out
+    return fuse_nearby(steps, fuse_tail) if tails_enabled() else list(steps)
 
 
 def tail_scratch(kernel: Kernel) -> tuple[int, int]:

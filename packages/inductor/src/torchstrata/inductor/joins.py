@@ -1,0 +1,88 @@
+"""Joining a kernel into another one nearby in the plan, past steps it does not touch.
+
+Tails and column partial sums join a *host* kernel that reads the same rows. The
+scheduler orders kernels by their first node, so the host is not always the kernel just
+before: RMSNorm's backward plans ``dw``'s partial sums, then the sum of the partials, then
+``dx`` (the row kernel that reads ``x`` and ``dy`` too). :func:`fuse_nearby` looks a few
+steps either way and moves a kernel past steps it shares no buffer with:
+
+* a host before ``after``: ``after`` moves back to it, past the steps between;
+* a host after ``after`` (``hosts_after=True``): the host moves back to ``after``, past
+  the steps between (``dw``'s partials join ``dx``, the sum of the partials follows).
+
+Two steps are independent when neither stores a buffer the other names (loads or stores);
+an extern ATen step is never moved past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.scheduler import ExternStep
+
+Step = Kernel | ExternStep
+Fuse = Callable[[Kernel, Kernel], Kernel | None]
+#: How many steps either way a host is looked for.
+REACH = 4
+
+
+def stored_buffers(kernel: Kernel) -> frozenset[str]:
+    """Every buffer ``kernel`` writes: its stores, its parts', its tail's and partials'."""
+    stores = kernel.row_stores + kernel.full_stores
+    for part in kernel.parts:
+        stores += part.row_stores + part.full_stores
+    if kernel.tail is not None:
+        stores += kernel.tail.stores
+    if kernel.partials is not None:
+        stores += kernel.partials.stores
+    return frozenset(store.buffer for store in stores)
+
+
+def independent(a: Kernel, b: Kernel) -> bool:
+    """True when neither kernel stores a buffer the other names."""
+    names_a = {arg.name for arg in a.args} | stored_buffers(a)
+    names_b = {arg.name for arg in b.args} | stored_buffers(b)
+    return not (stored_buffers(a) & names_b or stored_buffers(b) & names_a)
+
+
+def _movable(mover: Kernel, past: Sequence[Step]) -> bool:
+    return all(isinstance(step, Kernel) and independent(mover, step) for step in past)
+
+
+def _join(steps: list[Step], i: int, fuse: Fuse, hosts_after: bool) -> bool:
+    """Join ``steps[i]`` with a host nearby (in place); True when it did."""
+    after = steps[i]
+    assert isinstance(after, Kernel)
+    for j in range(i - 1, max(-1, i - 1 - REACH), -1):
+        host = steps[j]
+        if not isinstance(host, Kernel):
+            break
+        fused = fuse(host, after)
+        if fused is not None and _movable(after, steps[j + 1 : i]):
+            steps[j] = fused
+            del steps[i]
+            return True
+    if not hosts_after:
+        return False
+    for j in range(i + 1, min(len(steps), i + 1 + REACH)):
+        host = steps[j]
+        if not isinstance(host, Kernel):
+            break
+        fused = fuse(host, after)
+        if fused is not None and _movable(host, steps[i + 1 : j]):
+            steps[i] = fused
+            del steps[j]
+            return True
+    return False
+
+
+def fuse_nearby(steps: Sequence[Step], fuse: Fuse, *, hosts_after: bool = False) -> list[Step]:
+    """``steps`` with each kernel that ``fuse(host, kernel)`` joins to a host nearby
+    replaced, with the host, by their fused kernel (which may take another one too)."""
+    out = list(steps)
+    i = 0
+    while i < len(out):
+        if not (isinstance(out[i], Kernel) and _join(out, i, fuse, hosts_after)):
+            i += 1
+    return out
