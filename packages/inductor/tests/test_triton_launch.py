@@ -46,7 +46,7 @@ class FakeJit:
 @pytest.fixture
 def no_hooks(monkeypatch):
     monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
-    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: 7)
+    monkeypatch.setattr(triton_launch, "current_stream", lambda device: 7)
     monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
 
 
@@ -123,7 +123,7 @@ def test_a_launcher_of_another_signature_falls_back_for_good(no_hooks):
 def test_launch_hooks_go_through_triton(monkeypatch):
     jit, calls = FakeJit(), []
     launch = _launcher(jit, calls)
-    monkeypatch.setattr(triton_launch, "_current_stream", lambda device: 7)
+    monkeypatch.setattr(triton_launch, "current_stream", lambda device: 7)
     monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
     x = torch.zeros(8)
     monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
@@ -194,3 +194,29 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     assert len(direct) == before  # every kernel reads x: all through Triton's dispatch
     for got, want in zip(actual, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_scratch_buffers_are_one_pair_per_stream(where):
+    """Kernels with counters (tails, split rows) get scratch buffers allocated once per
+    stream: two streams must not share counters, one stream reuses its pair."""
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from torchstrata.inductor.triton_tuning import _with_scratch
+
+    seen: list[tuple[int, int]] = []
+    run = _with_scratch(
+        lambda x, floats, counters: seen.append((floats.data_ptr(), counters.data_ptr())), 8, 2
+    )
+    x = torch.zeros(4, device=where)
+    run(x)
+    run(x)
+    assert seen[0] == seen[1]
+    if where == "cuda":
+        other = torch.cuda.Stream()
+        with torch.cuda.stream(other):
+            run(x)
+            run(x)
+        assert seen[2] == seen[3] and seen[2] != seen[0]
+        run(x)
+        assert seen[4] == seen[0]

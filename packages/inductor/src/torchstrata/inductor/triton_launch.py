@@ -98,7 +98,7 @@ class DirectLaunch:
     def _launch(self, args: Sequence[Any]) -> None:
         kernel = self.kernel
         metadata = (kernel.function, kernel.packed_metadata, None, None, None)
-        kernel.run(*self.grid, _current_stream(self.device), *metadata, *args, *self.extra)
+        kernel.run(*self.grid, current_stream(self.device), *metadata, *args, *self.extra)
 
     def _take_kernel(self, args: Sequence[Any]) -> None:
         """The compiled kernel Triton's dispatch used for ``args`` (a cache hit: nothing
@@ -131,7 +131,7 @@ def _current_device() -> Any:
     return _driver().get_current_device()
 
 
-def _current_stream(device: Any) -> Any:
+def current_stream(device: Any) -> Any:
     """The current stream of ``device``, which Triton's dispatch would launch on."""
     return _driver().get_current_stream(device)
 

@@ -42,7 +42,7 @@ from triton.testing import do_bench
 from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
-from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
+from torchstrata.inductor.triton_launch import DirectLaunch, current_stream, direct_launch_enabled
 from torchstrata.inductor.triton_printer import next_power_of_2
 from torchstrata.inductor.triton_split import can_split, split_rows_setting
 
@@ -243,7 +243,7 @@ def _with_scratch(run: Callable[..., Any], floats: int, counters: int) -> Callab
 
     def run_with_scratch(*args: Any) -> None:
         device = args[0].device
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        stream = current_stream(device.index) if device.type == "cuda" else 0  # a raw pointer
         buffers = scratch.get(stream)
         if buffers is None:  # allocated on the first call on this stream
             buffers = (
