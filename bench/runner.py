@@ -43,11 +43,15 @@ class Yardstick:
 
 
 def minimal_bytes(case: Case, produced: Sequence[torch.Tensor | None], train: bool) -> int:
-    """Bytes a perfect kernel moves: inputs read once, outputs (and grads) written once."""
+    """Bytes a perfect kernel moves: inputs read once, outputs (and grads) written once.
+
+    A training step is two passes: the backward, whose output gradients exist only after
+    the forward, reads them and the floating inputs again."""
     tensors: list[Any] = [a for a in case.args if isinstance(a, torch.Tensor)]
     tensors += list(produced)
     if train and case.grad_outputs is not None:
         tensors += list(case.grad_outputs)
+        tensors += [a for a in case.args if isinstance(a, torch.Tensor) and a.is_floating_point()]
     return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
 
 

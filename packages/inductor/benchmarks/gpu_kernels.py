@@ -172,6 +172,9 @@ def nbytes(values) -> int:
 def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16):
     """(runner: compiled fn -> callable running it [+ backward], minimal bytes).
 
+    A training step's minimal bytes are two passes': the forward reads the inputs and
+    writes the outputs; the backward, whose output gradients exist only after the forward,
+    reads them and the floating inputs again and writes the inputs' gradients.
     Output gradients are seeded, rounded to ``grad_dtype``, so a float64 reference run
     sees the same values."""
     float_inputs = [x for x in inputs if x.is_floating_point()]
@@ -185,7 +188,8 @@ def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16):
         torch.randn(o.shape, generator=gen, device=o.device).to(grad_dtype).to(o.dtype)
         for o in outputs
     ]
-    traffic = nbytes(inputs) + nbytes(outputs) + nbytes(grads) + nbytes(float_inputs)
+    forward = nbytes(inputs) + nbytes(outputs)
+    traffic = forward + nbytes(grads) + 2 * nbytes(float_inputs)
 
     def runner(f):
         def run():

@@ -250,9 +250,27 @@ def test_long_column_sums_are_exact_in_two_levels(ind, codegen, dtype, shape, di
 
 
 def test_parts_of_a_split_sum_divide_the_length():
-    assert parts_for(16384) == 256 and parts_for(4096) == 64 and parts_for(2047) == 1
-    assert parts_for(3001) == 1  # a prime: no even split
-    assert parts_for(6000) == 80  # the largest divisor of 6000 up to 6000 // 64
+    assert parts_for(16384) == 16 and parts_for(4096) == 4 and parts_for(2047) == 1
+    assert parts_for(16384, 64) == 256 and parts_for(4096, 64) == 64
+    assert parts_for(3001, 64) == 1  # a prime: no even split
+    assert parts_for(6000, 64) == 80  # the largest divisor of 6000 up to 6000 // 64
+
+
+@pytest.mark.parametrize("hosted", [True, False])
+def test_column_sums_take_small_parts_only_with_a_row_kernel_to_join(hosted, monkeypatch):
+    from torchstrata.inductor.split_sums import CHUNK, HOSTED_CHUNK, split_long_sums
+
+    monkeypatch.setenv("TORCHSTRATA_PARTIALS", "1")
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((8192, 256), torch.float32))
+    y = b.call(prim("mul"), x, 2.0)
+    outputs = [b.call(prim("sum"), y, (0,))]
+    if hosted:  # a row sum over the same [8192, 256] domain: the parts will join its kernel
+        outputs.append(b.call(prim("sum"), y, (1,)))
+    graph = split_long_sums(b.build(outputs))
+    shapes = [n.tensor_meta.shape for n in graph.nodes if n.op == prim("reshape")]
+    chunk = HOSTED_CHUNK if hosted else CHUNK
+    assert [tuple(s) for s in shapes] == [(8192 // chunk, chunk, 256)]
 
 
 def _one_hot_sum(picked_varies: bool):

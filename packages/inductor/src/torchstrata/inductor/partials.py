@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 import attrs
 import torch
 
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, Load, Op, ReduceRef, walk
+from torchstrata.inductor.exprs import Constant, Op, ReduceRef, walk
+from torchstrata.inductor.host_bodies import HostBody, NotFusable
 from torchstrata.inductor.indexing import Index, Var, fold_div_mod, row_major_strides
 from torchstrata.inductor.joins import fuse_nearby
 from torchstrata.inductor.kernel import Kernel, Partials, red_vars, row_vars
@@ -43,10 +44,6 @@ from torchstrata.inductor.scheduler import ExternStep
 Step = Kernel | ExternStep
 #: Longest row of a host kernel: the row is one tile, with the column accumulators.
 MAX_ROW = 16384
-
-
-class _NotFusable(Exception):
-    pass
 
 
 def partials_enabled() -> bool:
@@ -72,12 +69,12 @@ def fuse_partial(host: Kernel, after: Kernel) -> Kernel | None:
     columns = {f"x{d + 1}": Index.of(var) for d, var in enumerate(red_vars(host.red_shape))}
     sizes = {var.name: var.size for var in (*row_vars(after.row_shape), *red_vars(after.red_shape))}
     body_vars = {"x0": row.floordiv(chunk), "r0": row.mod(chunk), **columns}
-    rename = _Rename(_Substitution(body_vars, sizes), host)
+    rename = HostBody(_Substitution(body_vars, sizes), host, host.full_stores)
     try:
         reductions = tuple(
             attrs.evolve(spec, body=rename.expr(spec.body)) for spec in after.reductions
         )
-    except _NotFusable:
+    except NotFusable:
         return None
     store_vars = _Substitution({"x0": Index.of(Var("xp", programs)), **columns}, sizes)
     stores = tuple(attrs.evolve(s, index=store_vars(s.index)) for s in after.row_stores)
@@ -134,39 +131,3 @@ class _Substitution:
         for name, value in self.values.items():
             index = substitute(index, f"_{name}", value)
         return fold_div_mod(index)
-
-
-class _Rename:
-    """``after``'s reduction bodies over ``host``'s variables."""
-
-    def __init__(self, index: _Substitution, host: Kernel) -> None:
-        self.index = index
-        self.stored = {store.buffer: store for store in host.full_stores}
-        self.written = {store.buffer for store in (*host.row_stores, *host.full_stores)}
-        self.done: dict[Expr, Expr] = {}
-
-    def expr(self, expr: Expr) -> Expr:
-        known = self.done.get(expr)
-        if known is None:
-            known = self.done[expr] = self._expr(expr)
-        return known
-
-    def _expr(self, expr: Expr) -> Expr:
-        if isinstance(expr, Load):
-            index = self.index(expr.index)
-            store = self.stored.get(expr.buffer)
-            if store is not None:
-                same = store.index == index and store.dtype == expr.dtype == store.value.dtype
-                if not same:  # read elsewhere, or rounded on the way to memory
-                    raise _NotFusable
-                return store.value
-            if expr.buffer in self.written:
-                raise _NotFusable
-            return Load(expr.buffer, index, expr.dtype)
-        if isinstance(expr, IndexValue):
-            return IndexValue(self.index(expr.index), expr.dtype)
-        if isinstance(expr, Op):
-            return Op(expr.name, tuple(self.expr(arg) for arg in expr.args), expr.dtype)
-        if isinstance(expr, Constant):
-            return expr
-        raise _NotFusable  # a gather or a reduction of another kernel

@@ -33,15 +33,13 @@ import attrs
 import torch
 
 from torchstrata.inductor.exprs import (
-    Constant,
-    Expr,
     IndexValue,
     IndirectLoad,
     Load,
-    Op,
     ReduceRef,
     walk,
 )
+from torchstrata.inductor.host_bodies import HostBody, NotFusable
 from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.joins import fuse_nearby
 from torchstrata.inductor.kernel import Kernel, Store, Tail
@@ -51,10 +49,6 @@ from torchstrata.inductor.scheduler import ExternStep
 Step = Kernel | ExternStep
 #: Scratch arguments of a kernel with a tail: float32 partial sums, the int32 ticket.
 TAIL_PARAMS = ("ts_tail", "ts_tail_count")
-
-
-class _NotFusable(Exception):
-    pass
 
 
 def tails_enabled() -> bool:
@@ -79,14 +73,12 @@ def fuse_tail(host: Kernel, after: Kernel) -> Kernel | None:
     """``host`` with ``after`` as its tail, or None when the rules above do not hold."""
     if not _shapes_fit(host, after):
         return None
-    stored = {store.buffer: store for store in host.row_stores}
-    written = stored.keys() | {store.buffer for store in host.full_stores}
-    rename = _Rename(host.row_shape, stored, written)
+    rename = _TailBody(host)
     try:
         reductions = tuple(
             attrs.evolve(spec, body=rename.expr(spec.body)) for spec in after.reductions
         )
-    except _NotFusable:
+    except NotFusable:
         return None
     args = {arg.name: arg for arg in host.args}
     for arg in after.args:
@@ -123,56 +115,21 @@ def _shapes_fit(host: Kernel, after: Kernel) -> bool:
     return True
 
 
-class _Rename:
-    """``after``'s reduction bodies over ``host``'s rows (see the module docstring)."""
+class _TailBody(HostBody):
+    """``after``'s bodies over ``host``'s rows (``r{d}`` -> ``x{d}``): gathers move along,
+    and a load of a row store must read float32 (see the module docstring)."""
 
-    def __init__(
-        self, row_shape: Sequence[int], stored: dict[str, Store], written: set[str]
-    ) -> None:
-        self.vars = [(f"r{d}", Index.of(Var(f"x{d}", size))) for d, size in enumerate(row_shape)]
-        self.stored = stored
-        self.written = written
-        self.done: dict[Expr, Expr] = {}
+    gathers = True
 
-    def index(self, index: Index) -> Index:
+    def __init__(self, host: Kernel) -> None:
+        self.vars = [(f"r{d}", Index.of(Var(f"x{d}", n))) for d, n in enumerate(host.row_shape)]
+        super().__init__(self._rows, host, host.row_stores)
+
+    def _rows(self, index: Index) -> Index:
         for name, value in self.vars:
             index = substitute(index, name, value)
         return index
 
-    def expr(self, expr: Expr) -> Expr:
-        known = self.done.get(expr)
-        if known is None:
-            known = self._expr(expr)
-            self.done[expr] = known
-        return known
-
-    def _expr(self, expr: Expr) -> Expr:
-        if isinstance(expr, Load):
-            index = self.index(expr.index)
-            store = self.stored.get(expr.buffer)
-            if store is not None:
-                fits = store.index == index and store.dtype == expr.dtype == torch.float32
-                if not fits or store.value.dtype != torch.float32:
-                    raise _NotFusable
-                return store.value
-            if expr.buffer in self.written:
-                raise _NotFusable
-            return Load(expr.buffer, index, expr.dtype)
-        if isinstance(expr, IndirectLoad):
-            if expr.buffer in self.written:
-                raise _NotFusable
-            return IndirectLoad(
-                expr.buffer,
-                self.index(expr.index),
-                self.expr(expr.indirect),
-                expr.stride,
-                expr.size,
-                expr.dtype,
-            )
-        if isinstance(expr, IndexValue):
-            return IndexValue(self.index(expr.index), expr.dtype)
-        if isinstance(expr, Op):
-            return Op(expr.name, tuple(self.expr(arg) for arg in expr.args), expr.dtype)
-        if isinstance(expr, Constant):
-            return expr
-        raise _NotFusable  # a ReduceRef: excluded by _shapes_fit
+    def fits(self, store: Store, load: Load, index: Index) -> bool:
+        """The stored element, float32 all the way."""
+        return super().fits(store, load, index) and load.dtype == torch.float32
