@@ -10,6 +10,7 @@ import torch
 
 from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.cpp_build import build_kernel, simd_math_functions
+from torchstrata.inductor.cpp_checks import gather_checks
 from torchstrata.inductor.cpp_codegen import generate_cpp
 from torchstrata.inductor.cpp_exprs import supports as cpp_supports
 from torchstrata.inductor.kernel import Kernel
@@ -55,7 +56,8 @@ class CppBackend:
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """See :class:`Backend`."""
         source = generate_cpp(kernel, simd_math_functions())
-        built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir)
+        checks = gather_checks(kernel)
+        built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)
         info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
         return BuiltLaunch(
             KernelLaunch(kernel, built.fn, _ctypes_call), info, built.compile_seconds

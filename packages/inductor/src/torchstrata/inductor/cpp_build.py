@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import torch
 
-from torchstrata.inductor.cpp_checks import CheckedKernel, parse_checks
+from torchstrata.inductor.cpp_checks import CheckedKernel, GatherCheck
 from torchstrata.inductor.cpp_prelude import lighten
 
 #: Overrides the root of the default cache directory (read when compiling, not at import).
@@ -141,12 +141,17 @@ def cache_key(compiler: str, flags: tuple[str, ...], source: str) -> str:
 
 
 def build_kernel(
-    source: str, name: str, num_args: int, cache_dir: str | Path | None = None
+    source: str,
+    name: str,
+    num_args: int,
+    cache_dir: str | Path | None = None,
+    checks: tuple[GatherCheck, ...] = (),
 ) -> BuiltKernel:
     """Compile ``source`` (cached) and return its ``extern "C"`` function ``name``.
 
     The function takes ``num_args`` buffer addresses. A kernel that checks its gathers'
-    indices (:mod:`~torchstrata.inductor.cpp_checks`) is wrapped in a
+    indices (``checks``, from :func:`~torchstrata.inductor.cpp_checks.gather_checks` of the
+    kernel the source was generated from) is wrapped in a
     :class:`~torchstrata.inductor.cpp_checks.CheckedKernel`, called the same way, which
     raises :class:`IndexError` for an out-of-range index.
     """
@@ -164,7 +169,6 @@ def build_kernel(
     if handle is None:
         handle = _LOADED[str(library)] = ctypes.CDLL(str(library))
     fn = getattr(handle, name)
-    checks = parse_checks(source)
     if not checks:
         fn.argtypes = [ctypes.c_void_p] * num_args
         fn.restype = None

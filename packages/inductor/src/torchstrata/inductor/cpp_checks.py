@@ -21,8 +21,9 @@ The kernel returns the 1-based number of the check that failed (0: all in range)
 :class:`CheckedKernel` raises :class:`IndexError`.
 
 A kernel without indirect loads has none of this: its source is exactly as before.
-The checks a kernel makes are listed in a comment of its source (:data:`MARKER`), which
-:func:`parse_checks` reads back when the library is loaded (cached libraries too).
+The backend passes :func:`gather_checks` of the kernel to ``cpp_build.build_kernel``,
+which wraps the loaded function; the source lists them in a comment (:data:`MARKER`)
+for a reader.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from torchstrata.inductor.emitter import ExprEmitter, ExprPrinter
 from torchstrata.inductor.exprs import IndirectLoad, reductions_used, variables, walk
 from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
 
-#: Starts the source comment listing a kernel's checks: ``<buffer> <size>`` pairs.
+#: Starts the source comment listing a kernel's checks (``<buffer> <size>`` pairs), for a reader.
 MARKER = "// torchstrata gather checks:"
 #: The kernel's extra last parameter: two int64 slots (the bad index, whether it is known).
 ERROR_PARAM = "ts_gather_error"
@@ -164,18 +165,6 @@ def _first_bad_index(
         header = f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{"
         lines = [header, *("  " + line for line in lines), "}"]
     return ["{", *("  " + line for line in emitter.take_outer() + lines), "}"]
-
-
-def parse_checks(source: str) -> tuple[GatherCheck, ...]:
-    """The checks listed in a kernel's source by :func:`checked_function` (none: ())."""
-    for line in source.splitlines():
-        if line.startswith(MARKER):
-            words = line.removeprefix(MARKER).split()
-            return tuple(
-                GatherCheck(buffer, int(size))
-                for buffer, size in zip(words[::2], words[1::2], strict=True)
-            )
-    return ()
 
 
 def gather_error(check: GatherCheck, index: int | None, kernel: str) -> IndexError:
