@@ -133,6 +133,16 @@ def _force(monkeypatch, config: Config) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("length", [40000, 65536])
 def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
+    from torchstrata.inductor import triton_launch
+
+    direct = []
+    launch = triton_launch.DirectLaunch._launch
+    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
+    monkeypatch.setattr(
+        triton_launch.DirectLaunch,
+        "_launch",
+        lambda self, args: (direct.append(1), launch(self, args)),
+    )
     graph = _softmax(ind, 37, length)
     for config in _splits(_kernel(graph)):
         _force(monkeypatch, config)
@@ -148,6 +158,7 @@ def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
             torch.testing.assert_close(
                 actual.double(), expected, equal_nan=True, atol=1e-2, rtol=1e-2
             )
+    assert direct  # the later calls took the direct path, scratch buffers appended
 
 
 @gpu

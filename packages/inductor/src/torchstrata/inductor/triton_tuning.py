@@ -299,19 +299,16 @@ class TunedKernel:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
 
-        if config.split == 1:
+        def run(*args: Any) -> None:
+            launch(*args, **constants)
 
-            def run(*args: Any) -> None:
-                launch(*args, **constants)
-
-            if self.compiled and direct_launch_enabled():
-                jit_fn = self.variants[config.variant]
-                run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
-            if self.tail is None:
-                return run
-            return _with_scratch(run, *self.tail)
-        assert self.scratch is not None, "a split variant needs its scratch sizes"
-        return _with_scratch(lambda *args: launch(*args, **constants), *self.scratch(config.split))
+        if self.compiled and direct_launch_enabled():
+            jit_fn = self.variants[config.variant]
+            run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
+        if config.split > 1:  # scratch partials and counters (see triton_split)
+            assert self.scratch is not None, "a split variant needs its scratch sizes"
+            return _with_scratch(run, *self.scratch(config.split))
+        return run if self.tail is None else _with_scratch(run, *self.tail)
 
     def _first_call(self, *args: Any) -> None:
         config = self.configs[0]
