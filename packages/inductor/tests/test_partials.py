@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
 from torchstrata.inductor.indexing import Index, Var, fold_div_mod
 from torchstrata.inductor.triton_tuning import candidate_configs
 
@@ -47,10 +47,13 @@ def _norm_backward(rows: int, n: int, dtype: torch.dtype = torch.float32):
     return b.build(cast)
 
 
-def _rms_backward(rows: int, n: int, dtype: torch.dtype, dx_reads_dw: bool = False):
+def _rms_backward(
+    rows: int, n: int, dtype: torch.dtype, dx_reads_dw: bool = False, extern: bool = False
+):
     """RMSNorm's backward with ``dw`` built first: the scheduler plans its partial sums,
     then their sum, then the ``dx`` row kernel. With ``dx_reads_dw``, ``dx`` also reads
-    ``dw`` (so it cannot move before the sum of the partials)."""
+    ``dw`` (so it cannot move before the sum of the partials); with ``extern``, an ATen
+    matmul runs between them (a step nothing moves past)."""
     b = GraphBuilder(Level.PRIMS)
     dy = b.input("dy", TensorMeta((rows, n), dtype))
     x = b.input("x", TensorMeta((rows, n), dtype))
@@ -66,12 +69,17 @@ def _rms_backward(rows: int, n: int, dtype: torch.dtype, dx_reads_dw: bool = Fal
     g32 = f32(dy)
     xhat = b.call(prim("mul"), f32(x), wide(rstd, (0,)))
     dw = b.call(prim("sum"), b.call(prim("mul"), g32, xhat), (0,))
+    outputs = []
+    if extern:
+        m = b.input("m", TensorMeta((8, 8), torch.float32))
+        outputs.append(b.call(aten("mm.default"), m, m))
     scale = dw if dx_reads_dw else f32(w)
     gw = b.call(prim("mul"), g32, wide(scale, (1,)))
     s2 = wide(b.call(prim("sum"), b.call(prim("mul"), gw, xhat), (1,)), (0,))
     inner = b.call(prim("sub"), gw, b.call(prim("mul"), xhat, b.call(prim("div"), s2, float(n))))
     dx = b.call(prim("mul"), wide(rstd, (0,)), inner)
-    return b.build([b.call(prim("convert_element_type"), v, dtype) for v in (dx, dw)])
+    casts = [b.call(prim("convert_element_type"), v, dtype) for v in (dx, dw)]
+    return b.build(casts + outputs)
 
 
 def test_a_quotient_and_remainder_fold_back_into_the_row():
@@ -117,6 +125,12 @@ def test_partials_planned_before_their_row_kernel_join_it(ind, where):
     )
     assert len(compiled.kernels) == 3
     assert not [k for k in compiled.kernels if "part_" in k.source]
+    # an extern step between them: nothing moves past it
+    compiled = ind.check(
+        _rms_backward(2048, 96, torch.float32, extern=True), where, atol=1e-4, rtol=1e-4
+    )
+    assert compiled.eager_ops == ("aten.mm.default",)
+    assert len(compiled.kernels) == 3
 
 
 def test_partials_configs_tile_the_chunk():
