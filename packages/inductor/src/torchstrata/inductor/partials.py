@@ -51,6 +51,12 @@ def partials_enabled() -> bool:
     return os.environ.get("TORCHSTRATA_PARTIALS", "1") != "0"
 
 
+def partials_prefetch() -> bool:
+    """Whether a kernel with partials loads its next block of rows before this block's
+    work (``triton_loops.block_loop``); ``TORCHSTRATA_PARTIALS_PREFETCH=0`` turns it off."""
+    return os.environ.get("TORCHSTRATA_PARTIALS_PREFETCH", "1") != "0"
+
+
 def fuse_partials(steps: Sequence[Step]) -> list[Step]:
     """``steps`` with every fusable column partial sum joined to a row kernel nearby."""
     return fuse_nearby(steps, fuse_partial, hosts_after=True) if partials_enabled() else list(steps)

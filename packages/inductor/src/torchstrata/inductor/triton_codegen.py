@@ -28,8 +28,9 @@ from torchstrata.inductor.kernel import (
     row_vars,
 )
 from torchstrata.inductor.online import online_pairs, reduction_phases, variance_pairs
+from torchstrata.inductor.partials import partials_prefetch
 from torchstrata.inductor.tails import TAIL_PARAMS
-from torchstrata.inductor.triton_loops import tile_loop
+from torchstrata.inductor.triton_loops import block_loop, tile_loop
 from torchstrata.inductor.triton_printer import (
     TL_TYPES,
     TritonPrinter,
@@ -193,24 +194,27 @@ def _partials_lines(kernel: Kernel, interpret: bool) -> list[str]:
         *derive_lines(red_vars(kernel.red_shape), "rindex"),
         *(f"part_{s.name} = tl.full([1, RBLOCK], 0, tl.float32)" for s in partials.reductions),
     ]
-    body = [
-        f"xindex = xp * {partials.chunk} + xstep + tl.arange(0, XBLOCK)[:, None]",
+    block = [
+        f"xindex = xp * {partials.chunk} + {{start}}tl.arange(0, XBLOCK)[:, None]",
         "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
         "xzero = xindex * 0",
         *derive_lines(row_vars(kernel.row_shape), "xindex"),
     ]
+    body: list[str] = []
     for phase in reduction_phases(kernel.reductions):
         body += _persistent_phase(emitter, phase, interpret)
     stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     body += emitter.take_outer() + stores
     stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
     body += emitter.take_outer() + stores
+    updates = []
     for spec in partials.reductions:
         value = emitter.emit(spec.body)
-        body += emitter.take_outer()
+        updates += emitter.take_outer()
         masked = f"tl.where(xmask & rmask, {value}, 0.0)"
-        body.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
-    lines += [f"for xstep in range(0, {partials.chunk}, XBLOCK):"] + ["    " + b for b in body]
+        updates.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
+    prefetch = partials_prefetch()
+    lines += block_loop(partials.chunk, kernel.rows, block, body, updates, prefetch=prefetch)
     lines += [f"red_{spec.name} = part_{spec.name}" for spec in partials.reductions]
     after = TritonPrinter(kernel, True, interpret)  # names of the loop are not visible here
     after_emitter = ExprEmitter(after, frozenset(), prefix="ptmp")

@@ -1,4 +1,5 @@
-"""Loops of a Triton kernel over its row, in ``RBLOCK`` tiles, plain or software-pipelined.
+"""Loops of a Triton kernel over its row in ``RBLOCK`` tiles (or over a program's rows in
+``XBLOCK`` blocks), plain or software-pipelined.
 
 A *pipelined* loop issues the next tile's loads before this tile's work: the loaded values
 wait in registers (as loaded, 16-bit floats unconverted) while the tile is reduced, so a
@@ -47,16 +48,7 @@ def tile_loop(
     ``rmask``, then the index variables), ``inner`` (the tile's values) and ``after`` (the
     accumulator updates or stores); with ``prefetch``, ``inner``'s movable loads are
     issued one tile ahead."""
-    ahead: list[re.Match[str]] = []
-    rest: list[str] = []
-    defined: set[str] = set()
-    for line in inner:
-        match = _LOAD.match(line) if prefetch else None
-        if match and not set(_NAME.findall(match["load"])) & defined:
-            ahead.append(match)
-        else:
-            rest.append(line)
-        defined.add(line.split(" = ", 1)[0])
+    ahead, rest = _movable_loads(inner) if prefetch else ([], list(inner))
     if not ahead:
         return row_loop(length, [*_tile(tile_lines, "roffset + "), *inner, *after], reverse)
     first = f"({length} - 1) // RBLOCK * RBLOCK + " if reverse else ""
@@ -68,6 +60,49 @@ def tile_loop(
     take = [f"{m['name']} = ahead_{m['name']}{m['convert'] or ''}" for m in ahead]
     body = [*take, *next_tile, *loads, *_tile(tile_lines, "roffset + "), *rest, *after]
     return [*_tile(tile_lines, first), *loads, *row_loop(length, body, reverse)]
+
+
+def block_loop(
+    chunk: int,
+    rows: int,
+    tile_lines: Sequence[str],
+    inner: Sequence[str],
+    after: Sequence[str],
+    *,
+    prefetch: bool,
+) -> list[str]:
+    """A program's loop over its ``chunk`` rows in blocks of ``XBLOCK`` (``xstep``), for
+    kernels whose program walks rows (column partial sums, ``partials.py``):
+    ``tile_lines`` are ``xindex = ...{start}tl.arange(...)``, then ``xmask``, then the row
+    variables. With ``prefetch``, ``inner``'s movable loads are issued one block ahead,
+    the look-ahead masked to the kernel's ``rows`` (the last program's reads nothing)."""
+    ahead, rest = _movable_loads(inner) if prefetch else ([], list(inner))
+    header = f"for xstep in range(0, {chunk}, XBLOCK):"
+    if not ahead:
+        body = [*_tile(tile_lines, "xstep + "), *inner, *after]
+        return [header] + ["    " + line for line in body]
+    next_block = _tile(tile_lines, "xstep + XBLOCK + ")
+    next_block[1] = f"xmask = xindex < {rows}"
+    loads = [f"ahead_{m['name']} = {m['load']}" for m in ahead]
+    take = [f"{m['name']} = ahead_{m['name']}{m['convert'] or ''}" for m in ahead]
+    body = [*take, *next_block, *loads, *_tile(tile_lines, "xstep + "), *rest, *after]
+    return [*_tile(tile_lines, ""), *loads, header] + ["    " + line for line in body]
+
+
+def _movable_loads(inner: Sequence[str]) -> tuple[list[re.Match[str]], list[str]]:
+    """``inner``'s loads that read nothing ``inner`` computes (they may move a tile
+    ahead), and the other lines."""
+    ahead: list[re.Match[str]] = []
+    rest: list[str] = []
+    defined: set[str] = set()
+    for line in inner:
+        match = _LOAD.match(line)
+        if match and not set(_NAME.findall(match["load"])) & defined:
+            ahead.append(match)
+        else:
+            rest.append(line)
+        defined.add(line.split(" = ", 1)[0])
+    return ahead, rest
 
 
 def _tile(tile_lines: Sequence[str], start: str) -> list[str]:
