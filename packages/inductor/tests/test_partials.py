@@ -14,6 +14,18 @@ from torchstrata.inductor.triton_tuning import candidate_configs
 pytest.importorskip("triton")
 
 
+def _builders(b: GraphBuilder, rows: int, n: int):
+    """``wide(value, dims)``: broadcast to ``[rows, n]``; ``f32(value)``: to float32."""
+
+    def wide(value, dims):
+        return b.call(prim("broadcast_in_dim"), value, (rows, n), dims)
+
+    def f32(value):
+        return b.call(prim("convert_element_type"), value, torch.float32)
+
+    return wide, f32
+
+
 def _norm_backward(rows: int, n: int, dtype: torch.dtype = torch.float32):
     """LayerNorm's backward from prims: ``dx`` (two row sums), ``dw = sum(dy * xhat, 0)``
     and ``db = sum(dy, 0)``; ``split_sums`` makes the column sums two levels."""
@@ -23,12 +35,7 @@ def _norm_backward(rows: int, n: int, dtype: torch.dtype = torch.float32):
     mean = b.input("mean", TensorMeta((rows,), torch.float32))
     rstd = b.input("rstd", TensorMeta((rows,), torch.float32))
     w = b.input("w", TensorMeta((n,), dtype))
-
-    def wide(value, dims):
-        return b.call(prim("broadcast_in_dim"), value, (rows, n), dims)
-
-    def f32(value):
-        return b.call(prim("convert_element_type"), value, torch.float32)
+    wide, f32 = _builders(b, rows, n)
 
     g32 = f32(dy)
     xhat = b.call(prim("mul"), b.call(prim("sub"), f32(x), wide(mean, (0,))), wide(rstd, (0,)))
@@ -59,12 +66,7 @@ def _rms_backward(
     x = b.input("x", TensorMeta((rows, n), dtype))
     rstd = b.input("rstd", TensorMeta((rows,), torch.float32))
     w = b.input("w", TensorMeta((n,), dtype))
-
-    def wide(value, dims):
-        return b.call(prim("broadcast_in_dim"), value, (rows, n), dims)
-
-    def f32(value):
-        return b.call(prim("convert_element_type"), value, torch.float32)
+    wide, f32 = _builders(b, rows, n)
 
     g32 = f32(dy)
     xhat = b.call(prim("mul"), f32(x), wide(rstd, (0,)))

@@ -51,29 +51,26 @@ def _movable(mover: Kernel, past: Sequence[Step]) -> bool:
 
 
 def _join(steps: list[Step], i: int, fuse: Fuse, hosts_after: bool) -> bool:
-    """Join ``steps[i]`` with a host nearby (in place); True when it did."""
+    """Join ``steps[i]`` with a host nearby (in place); True when it did. Of the two, the
+    later one moves back to the earlier one's place, past the steps between them."""
     after = steps[i]
     assert isinstance(after, Kernel)
-    for j in range(i - 1, max(-1, i - 1 - REACH), -1):
-        host = steps[j]
-        if not isinstance(host, Kernel):
-            break
-        fused = fuse(host, after)
-        if fused is not None and _movable(after, steps[j + 1 : i]):
-            steps[j] = fused
-            del steps[i]
-            return True
-    if not hosts_after:
-        return False
-    for j in range(i + 1, min(len(steps), i + 1 + REACH)):
-        host = steps[j]
-        if not isinstance(host, Kernel):
-            break
-        fused = fuse(host, after)
-        if fused is not None and _movable(host, steps[i + 1 : j]):
-            steps[i] = fused
-            del steps[j]
-            return True
+    searches = [range(i - 1, max(-1, i - 1 - REACH), -1)]
+    if hosts_after:
+        searches.append(range(i + 1, min(len(steps), i + 1 + REACH)))
+    for search in searches:
+        for j in search:
+            host = steps[j]
+            if not isinstance(host, Kernel):
+                break
+            fused = fuse(host, after)
+            first, last = min(i, j), max(i, j)
+            mover = steps[last]
+            assert isinstance(mover, Kernel)
+            if fused is not None and _movable(mover, steps[first + 1 : last]):
+                steps[first] = fused
+                del steps[last]
+                return True
     return False
 
 
