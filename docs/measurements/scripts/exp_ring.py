@@ -3,7 +3,9 @@ dialect): rows staged in shared memory by TMA bulk copies through a ring of S sl
 persistent program per SM, so the next row's loads are in flight while this row is reduced
 and written (the output pass reads shared memory, not HBM or L2, and leaves by TMA stores
 from the same slots). Against torch's copy of the same bytes and torch.softmax.
-Compiled locally with Triton 3.6 for sm_90a (ptxas: 39-64 registers, no spills)."""
+Compiled locally with Triton 3.6 for sm_90a (ptxas: 39-64 registers, no spills).
+``softmax_ws`` (session 8, compiled locally, not yet run: no device time was left) splits the
+same work into a 1-warp TMA loader partition and the computing default partition."""
 import os
 import sys
 
@@ -79,12 +81,90 @@ def softmax_ring(x_desc, y_desc, rows, N: gl.constexpr, S: gl.constexpr):
         mbarrier.invalidate(bars.index(i))
 
 
-def run(x, y, R, W, S, warps, programs):
+@gluon.jit
+def _loader(x_desc, smem, ready, empty, rows, N: gl.constexpr, S: gl.constexpr):
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    NC: gl.constexpr = N // (R * W)
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    total = (rows - pid + G - 1) // G * NC
+    for k in range(total):
+        slot = k % S
+        mbarrier.wait(empty.index(slot), ((k // S) & 1) ^ 1)  # a fresh barrier passes phase 1
+        mbarrier.expect(ready.index(slot), x_desc.block_type.nbytes)
+        row = pid + (k // NC) * G
+        tma.async_copy_global_to_shared(x_desc, [row * (NC * R) + (k % NC) * R, 0], ready.index(slot), smem.index(slot))
+
+
+@gluon.jit
+def _consumer(y_desc, smem, ready, empty, rows, N: gl.constexpr, S: gl.constexpr):
+    R: gl.constexpr = y_desc.block_type.shape[0]
+    W: gl.constexpr = y_desc.block_type.shape[1]
+    NC: gl.constexpr = N // (R * W)
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    mine = (rows - pid + G - 1) // G
+    for i in range(mine):
+        row = pid + i * G
+        acc = gl.full([R, W], float("-inf"), gl.float32, layout)
+        for c in range(NC):
+            k = i * NC + c
+            slot = k % S
+            mbarrier.wait(ready.index(slot), (k // S) & 1)
+            acc = gl.maximum(acc, smem.index(slot).load(layout).to(gl.float32))
+        m = gl.max(gl.max(acc, 1), 0)
+        total_e = gl.zeros([R, W], gl.float32, layout)
+        for c in range(NC):
+            slot = (i * NC + c) % S
+            total_e += gl.exp(smem.index(slot).load(layout).to(gl.float32) - m)
+        inv = 1.0 / gl.sum(gl.sum(total_e, 1), 0)
+        for c in range(NC):
+            k = i * NC + c
+            slot = k % S
+            y = gl.exp(smem.index(slot).load(layout).to(gl.float32) - m) * inv
+            smem.index(slot).store(y.to(y_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(y_desc, [row * (NC * R) + c * R, 0], smem.index(slot))
+            tma.store_wait(pendings=1)  # the previous item's store has read its slot
+            mbarrier.arrive(empty.index((k + S - 1) % S), pred=k > 0)
+    tma.store_wait(pendings=0)
+    last = mine * NC - 1
+    mbarrier.arrive(empty.index((last + S) % S), pred=last >= 0)
+
+
+@gluon.jit
+def softmax_ws(x_desc, y_desc, rows, N: gl.constexpr, S: gl.constexpr):
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    gl.static_assert(N // (R * W) <= S, "a row must fit the ring")
+    smem = gl.allocate_shared_memory(x_desc.dtype, [S, R, W], x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (_consumer, (y_desc, smem, ready, empty, rows, N, S)),
+            (_loader, (x_desc, smem, ready, empty, rows, N, S)),
+        ],
+        [1],
+        [24],
+    )
+    for i in gl.static_range(S):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+def run(x, y, R, W, S, warps, programs, kernel=None):
     layout = gl.NVMMASharedLayout.get_default_for([R, W], gl.bfloat16)
     x2, y2 = x.view(-1, W), y.view(-1, W)
     xd = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [R, W], layout)
     yd = TensorDescriptor(y2, list(y2.shape), list(y2.stride()), [R, W], layout)
-    return lambda: softmax_ring[(programs,)](xd, yd, x.shape[0], x.shape[1], S, num_warps=warps)
+    kernel = kernel or softmax_ring
+    return lambda: kernel[(programs,)](xd, yd, x.shape[0], x.shape[1], S, num_warps=warps)
 
 
 if __name__ == "__main__":
@@ -105,10 +185,11 @@ if __name__ == "__main__":
         for R, W, S, warps in configs:
             if n // (R * W) > S:
                 continue
-            for programs in (sms, 2 * sms):
-                tag = f"N={n} ring R{R} W{W} S{S} w{warps} programs {programs}"
+            for programs, kernel in ((sms, softmax_ring), (2 * sms, softmax_ring), (sms, softmax_ws)):
+                name = "ring" if kernel is softmax_ring else "ws"
+                tag = f"N={n} {name} R{R} W{W} S{S} w{warps} programs {programs}"
                 try:
-                    f = run(x, y, R, W, S, warps, programs)
+                    f = run(x, y, R, W, S, warps, programs, kernel)
                     y.zero_(); f(); torch.cuda.synchronize()
                     err = (y.float() - ref).abs().max().item()
                     t = do_bench(f, warmup=10, rep=40, return_mode="median")
