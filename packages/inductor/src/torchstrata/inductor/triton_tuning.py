@@ -200,8 +200,10 @@ def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
     assert partials is not None
     rblock = next_power_of_2(kernel.row_length)
     xblocks = [x for x in (1, 2, 4) if partials.chunk % x == 0 and x * rblock <= 16384]
-    if interpret:
-        return [Config(xblocks[-1], rblock, 1, True, programs=partials.programs)]
+    if interpret:  # few, wide blocks (the interpreter pays per operation), at least two
+        wide = [x for x in (1, 2, 4, 8, 16, 32, 64) if 2 * x <= partials.chunk]
+        x = max([w for w in wide if partials.chunk % w == 0 and w * rblock <= 16384] or [1])
+        return [Config(x, rblock, 1, True, programs=partials.programs)]
     return [
         Config(x, rblock, warps, True, programs=partials.programs)
         for x in xblocks
