@@ -41,9 +41,10 @@ def stored_buffers(kernel: Kernel) -> frozenset[str]:
 
 def independent(a: Kernel, b: Kernel) -> bool:
     """True when neither kernel stores a buffer the other names."""
-    names_a = {arg.name for arg in a.args} | stored_buffers(a)
-    names_b = {arg.name for arg in b.args} | stored_buffers(b)
-    return not (stored_buffers(a) & names_b or stored_buffers(b) & names_a)
+    stored_a, stored_b = stored_buffers(a), stored_buffers(b)
+    names_a = {arg.name for arg in a.args} | stored_a
+    names_b = {arg.name for arg in b.args} | stored_b
+    return not (stored_a & names_b or stored_b & names_a)
 
 
 def _movable(mover: Kernel, past: Sequence[Step]) -> bool:
@@ -63,11 +64,13 @@ def _join(steps: list[Step], i: int, fuse: Fuse, hosts_after: bool) -> bool:
             host = steps[j]
             if not isinstance(host, Kernel):
                 break
-            fused = fuse(host, after)
             first, last = min(i, j), max(i, j)
             mover = steps[last]
             assert isinstance(mover, Kernel)
-            if fused is not None and _movable(mover, steps[first + 1 : last]):
+            if not _movable(mover, steps[first + 1 : last]):
+                continue  # cheap; fuse rebuilds bodies
+            fused = fuse(host, after)
+            if fused is not None:
                 steps[first] = fused
                 del steps[last]
                 return True

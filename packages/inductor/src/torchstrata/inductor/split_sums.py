@@ -41,9 +41,14 @@ def _leading(node: Node) -> tuple[int, int] | None:
         return None
     shape = value.tensor_meta.shape
     count = len(dims)
-    if sorted(d % max(len(shape), 1) for d in dims) != list(range(count)) or count >= len(shape):
+    if _normalised(dims, len(shape)) != list(range(count)) or count >= len(shape):
         return None
     return math.prod(shape[:count]), math.prod(shape[count:])
+
+
+def _normalised(dims: Any, rank: int) -> list[int]:
+    """``dims`` as sorted non-negative dims of a value of ``rank`` dims."""
+    return sorted(d % max(rank, 1) for d in dims)
 
 
 def parts_for(length: int, chunk: int = CHUNK) -> int:
@@ -65,7 +70,7 @@ def _row_reduced(graph: Graph) -> set[tuple[int, ...]]:
         if node.op != _SUM or not isinstance(node.args[0], Node):
             continue
         shape = tuple(node.args[0].tensor_meta.shape)
-        dims = sorted(d % max(len(shape), 1) for d in node.args[1])
+        dims = _normalised(node.args[1], len(shape))
         trailing = list(range(len(shape) - len(dims), len(shape)))
         row = math.prod(shape[len(shape) - len(dims) :])
         if dims and dims == trailing and len(dims) < len(shape) and row <= MAX_ROW:
