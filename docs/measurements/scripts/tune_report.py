@@ -14,12 +14,13 @@ def bench(self, args):
             run(*args)
             ms = do_bench(lambda run=run: run(*args), warmup=5, rep=25, return_mode="median")
         except Exception as e:
-            ms = float("nan")
+            print(f"    failed {config}: {type(e).__name__}: {str(e)[:200]}")
+            ms = float("inf")
         rows.append((ms, config))
     rows.sort(key=lambda r: r[0])
     print(f"  kernel rows={self.rows}:")
-    for ms, c in rows[:8]:
-        print(f"    {ms*1000:8.1f} us  x{c.xblock} r{c.rblock} w{c.num_warps} {'P' if c.persistent else 'L'}{' g'+str(c.group) if c.group else ''} s{c.num_stages}{' split'+str(c.split) if c.split>1 else ''}")
+    for ms, c in rows[:int(__import__('os').environ.get('TUNE_TOP', '12'))]:
+        print(f"    {ms*1000:8.1f} us  x{c.xblock} r{c.rblock} w{c.num_warps} {'P' if c.persistent else 'L'}{' g'+str(c.group) if c.group else ''} s{c.num_stages}{' split'+str(c.split) if c.split>1 else ''}{' cluster'+str(getattr(c, 'cluster', 1)) if getattr(c, 'cluster', 1)>1 else ''}")
     return rows[0][1]
 tt.TunedKernel._benchmark = bench
 wanted = sys.argv[1].split(";")

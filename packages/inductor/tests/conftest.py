@@ -23,6 +23,10 @@ from torchstrata.core import (
     random_inputs,
 )
 from torchstrata.inductor import compile_graph
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.triton_printer import supports
 
 #: "cpp" and "triton" (its interpreter) run on the CPU; "cuda" is Triton on a GPU, when present.
 BACKENDS = [
@@ -113,12 +117,54 @@ def demo_graph(
     return b.build([softmax_last(b, gelu(b, added))])
 
 
+def softmax_rows(rows: int, length: int, dtype: torch.dtype = torch.bfloat16) -> Graph:
+    """Softmax over rows of ``dtype`` in float32, rounded back: K3's graph."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, length), dtype))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    return b.build([b.call(prim("convert_element_type"), softmax_last(b, xf), dtype)])
+
+
+def layer_norm_rows(rows: int, n: int) -> Graph:
+    """Mean, then the variance around it (two phases), the row's rstd stored too."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    mean = b.call(prim("div"), b.call(prim("sum"), x, (1,)), float(n))
+    centered = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (rows, n), (0,)))
+    square = b.call(prim("mul"), centered, centered)
+    var = b.call(prim("div"), b.call(prim("sum"), square, (1,)), float(n))
+    rstd = b.call(prim("rsqrt"), b.call(prim("add"), var, 1e-5))
+    out = b.call(prim("mul"), centered, b.call(prim("broadcast_in_dim"), rstd, (rows, n), (0,)))
+    return b.build([out, rstd])
+
+
+def logsumexp_rows(rows: int, n: int) -> Graph:
+    """A row statistic only (cross-entropy's forward): no output along the row."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    peak = b.call(prim("amax"), x, (1,))
+    shifted = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,)))
+    total = b.call(prim("sum"), b.call(prim("exp"), shifted), (1,))
+    return b.build([b.call(prim("add"), b.call(prim("log"), total), peak)])
+
+
+def only_kernel(graph: Graph) -> Kernel:
+    """The one fused kernel of ``graph``'s plan for a GPU."""
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
+    (kernel,) = [step for step in plan_graph(graph, lowered).steps if isinstance(step, Kernel)]
+    return kernel
+
+
 class InductorHelpers:
     """Compile-and-compare helpers handed to tests by the ``ind`` fixture."""
 
     gelu = staticmethod(gelu)
     softmax_last = staticmethod(softmax_last)
     demo_graph = staticmethod(demo_graph)
+    softmax_rows = staticmethod(softmax_rows)
+    layer_norm_rows = staticmethod(layer_norm_rows)
+    logsumexp_rows = staticmethod(logsumexp_rows)
+    only_kernel = staticmethod(only_kernel)
 
     def __init__(self, cache_dir: str) -> None:
         self.cache_dir = cache_dir

@@ -162,7 +162,7 @@ def test_gather_in_a_looped_softmax(ind, codegen, monkeypatch, width):
     # first loop's exps (a row cache); rows of 9000 take the chunked online loop.
     if codegen == "triton":
         looped = Config(1, 128, 1, persistent=False)
-        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
+        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, *_, **__: [looped])
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((3, 10007), torch.bfloat16))
     t = b.input("t", TensorMeta((3, width), torch.int64))
@@ -372,7 +372,7 @@ def test_looped_cross_entropy_matches_eager(ind, monkeypatch, group):
     # Rows longer than a tile: the online loop (per row, or per group of 8 with the
     # rescaled sums merged after the loop), the pick, the tail's mean.
     looped = Config(1, 1024, 1, persistent=False, group=group)
-    monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
+    monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, *_, **__: [looped])
     graph = _cross_entropy(5, 3001)
     logits = torch.randn(5, 3001).to(torch.bfloat16)
     logits[1, 2500:] += 20.0  # the max grows in a late tile

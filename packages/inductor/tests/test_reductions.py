@@ -102,7 +102,7 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, group, monkeypatch
         pytest.skip("a Triton code variant")
     if group:
         looped = Config(1, 4096, 1, persistent=False, group=group)
-        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [looped])
+        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, *_, **__: [looped])
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((4, 70001), dtype))
     xf = b.call(prim("convert_element_type"), x, torch.float32)

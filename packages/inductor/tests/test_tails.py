@@ -77,7 +77,7 @@ def test_the_tail_is_deterministic_and_resets_its_ticket(ind, monkeypatch):
     # second call finds the ticket counter back at zero and adds in the same order
     monkeypatch.setattr(triton_tail, "TAIL_BLOCK", 4)
     monkeypatch.setattr(
-        triton_backend, "candidate_configs", lambda kernel, _: [Config(1, 64, 1, True)]
+        triton_backend, "candidate_configs", lambda kernel, *_, **__: [Config(1, 64, 1, True)]
     )
     graph = _mean_log_sum_exp(13, 40)
     x, w = torch.randn(13, 40), torch.randn(13)

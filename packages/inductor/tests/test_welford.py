@@ -51,7 +51,7 @@ def looped(monkeypatch):
     def use(rblock: int, welford_min: int = 0) -> None:
         monkeypatch.setattr(triton_codegen, "WELFORD_MIN_LENGTH", welford_min)
         config = Config(2, rblock, 4, persistent=False)
-        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, _: [config])
+        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, *_, **__: [config])
 
     return use
 

@@ -15,6 +15,7 @@ import torch
 
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.triton_backend import load_module
+from torchstrata.inductor.triton_cluster import CLUSTER_PARAMS
 from torchstrata.inductor.triton_codegen import generate_triton
 from torchstrata.inductor.triton_split import SCRATCH_PARAMS, generate_split_triton
 from torchstrata.inductor.triton_tuning import Config
@@ -56,9 +57,10 @@ def kernel_ptx(
             interpret=False,
             persistent=config.persistent,
             group=config.group,
+            cluster=config.cluster,
             **flags,
         )
-        extra = []
+        extra = list(CLUSTER_PARAMS) if config.cluster > 1 else []
     module, _ = load_module(source, kernel.name, cache_dir or tempfile.mkdtemp(), False)
     signature = {arg.name: POINTER_TYPES[arg.dtype] for arg in kernel.args}
     signature |= {name: _SCRATCH_TYPES[name] for name in extra}

@@ -27,7 +27,9 @@ from torchstrata.inductor.backend import BuiltLaunch
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.tails import tail_scratch
+from torchstrata.inductor.triton_cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.triton_launch import cluster_launch_supported
 from torchstrata.inductor.triton_printer import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
@@ -97,10 +99,11 @@ class TritonBackend:
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """See :class:`Backend`: one module per code variant, the launch config tuned later."""
-        configs = candidate_configs(kernel, self.interpret)
+        clusters = not self.interpret and cluster_launch_supported()
+        configs = candidate_configs(kernel, self.interpret, clusters=clusters)
         variants, sources, paths = {}, [], []
         for variant in sorted({config.variant for config in configs}, reverse=True):
-            persistent, group, split = variant
+            persistent, group, split, cluster = variant
             launches = [config for config in configs if config.variant == variant]
             if split > 1:
                 (chunk,) = {config.rblock for config in launches}
@@ -113,6 +116,7 @@ class TritonBackend:
                     group=group,
                     even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
                     even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
+                    cluster=cluster,
                 )
             module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
             variants[variant] = getattr(module, kernel.name)
@@ -130,6 +134,7 @@ class TritonBackend:
             not self.interpret,
             scratch=lambda split: scratch_sizes(kernel, split),
             tail=tail_scratch(kernel) if kernel.tail is not None else None,
+            cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -30,6 +30,12 @@ from torchstrata.inductor.kernel import (
 from torchstrata.inductor.online import online_pairs, reduction_phases, variance_pairs
 from torchstrata.inductor.partials import partials_prefetch
 from torchstrata.inductor.tails import TAIL_PARAMS
+from torchstrata.inductor.triton_cluster import (
+    CLUSTER_PARAMS,
+    can_cluster,
+    combine_lines,
+    header_lines,
+)
 from torchstrata.inductor.triton_loops import block_loop, tile_loop
 from torchstrata.inductor.triton_printer import (
     TL_TYPES,
@@ -55,6 +61,7 @@ def generate_triton(
     group: int = 0,
     even_rows: bool = False,
     even_row: bool = False,
+    cluster: int = 1,
 ) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
@@ -64,8 +71,12 @@ def generate_triton(
     elements of a tile (:func:`_online_grouped`) instead of per row, and the loop that
     writes the output loads one tile ahead (:func:`~torchstrata.inductor.triton_loops.tile_loop`). ``even_rows``/``even_row``:
     every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
-    are constant ``True`` (Triton then drops them from loads and stores).
+    are constant ``True`` (Triton then drops them from loads and stores). ``cluster``: a
+    looped kernel whose rows are walked by clusters of this many programs, one chunk of
+    the row each (:mod:`~torchstrata.inductor.triton_cluster`; ``XBLOCK`` 1).
     """
+    if cluster > 1:
+        return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
     if kernel.partials is not None:
@@ -151,6 +162,62 @@ def generate_triton(
 
     lines += tail_lines(kernel, emitter, printer)
     return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
+
+
+def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> str:
+    """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
+    reduction phase over the program's chunk, then the cluster's partials combined
+    (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
+    length = kernel.row_length
+    if not can_cluster(kernel, size, 1) or length % size:
+        raise ValueError(f"{kernel.name} cannot be walked by clusters of {size} programs")
+    chunk = length // size
+    printer = TritonPrinter(kernel, True, interpret=False)
+    rv = red_vars(kernel.red_shape)
+    emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
+    printer.name_of = emitter.emit
+    wide = kernel.rows * length >= 2**31
+    lines = [
+        *header_lines(size, chunk, wide),
+        "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
+        "xzero = xindex * 0",
+        f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        *derive_lines(row_vars(kernel.row_shape), "xindex"),
+    ]
+    rindex_lines = [
+        "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)" if even_row else f"rmask = rindex < {length}",
+        *derive_lines(rv, "rindex"),
+    ]
+    pairs = online_pairs(kernel.reductions)  # no Welford pairs: their merge is not here
+    if kernel.full_stores:
+        printer.eviction = "evict_last"
+    for phase in reduction_phases(kernel.reductions):
+        walked = _looped_phase(
+            emitter, phase, pairs, rindex_lines, kernel, False, group, even_row, chunk
+        )
+        if walked:
+            lines += walked + combine_lines(kernel, phase, pairs, size)
+    first = "xmask & (chunk == 0)"
+    row_stores = [
+        store_line(s, emitter.emit(s.value), printer, False, first) for s in kernel.row_stores
+    ]
+    lines += emitter.take_outer() + row_stores
+    if kernel.full_stores:
+        emitter.open_inner()
+        printer.eviction = "evict_first"
+        stores = [
+            store_line(s, emitter.emit(s.value), printer, True, streaming=True)
+            for s in kernel.full_stores
+        ]
+        inner = emitter.close_inner()
+        # no look-ahead here: on the H200, rows of 262144 in clusters of 8 with 16 warps
+        # took 129 us with it, 114 without (exp_clab.py)
+        loop = tile_loop(
+            length, rindex_lines, inner, stores, prefetch=False, reverse=True, chunk=chunk
+        )
+        lines += emitter.take_outer() + loop
+    return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
 
 
 def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
@@ -266,9 +333,11 @@ def _looped_phase(
     interpret: bool,
     group: int,
     even_row: bool,
+    chunk: int | None = None,
 ) -> list[str]:
-    """One loop over the row for ``phase``; a phase whose reductions are partners of an
-    earlier one (:func:`loop_pairs`) is folded into that one's loop, so it emits nothing."""
+    """One loop over the row (or the program's ``chunk`` of it) for ``phase``; a phase
+    whose reductions are partners of an earlier one (:func:`loop_pairs`) is folded into
+    that one's loop, so it emits nothing."""
     if all(spec.name in pairs for spec in phase):
         return []
     partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
@@ -304,7 +373,10 @@ def _looped_phase(
         updates += new_updates
         finals += new_finals
     inner = emitter.close_inner()
-    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=False)
+    # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
+    # handwritten cluster kernel does, docs/measurements/scripts/exp_cls.py)
+    ahead = chunk is not None and group > 0
+    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
     return emitter.take_outer() + inits + loop + finals
 
 

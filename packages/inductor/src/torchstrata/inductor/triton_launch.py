@@ -118,6 +118,60 @@ class DirectLaunch:
         self.kernel, self.aligned, self.extra, self.device = kernel, aligned, extra, device
 
 
+def cluster_launch_supported() -> bool:
+    """The current GPU launches thread-block clusters (compute capability 9.0 or later),
+    unless ``TORCHSTRATA_CLUSTER_ROWS=0`` keeps the autotuner from offering them."""
+    if os.environ.get("TORCHSTRATA_CLUSTER_ROWS") == "0" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability() >= (9, 0)
+
+
+class ClusterLaunch:
+    """A launcher of ``jit_fn`` as ``clusters`` thread-block clusters of ``size`` programs
+    each (Hopper and later), for kernels whose programs meet at cluster barriers
+    (``triton_split`` with ``cluster=True``).
+
+    Triton compiles the kernel for one program (``num_ctas=1``: its own multi-CTA mode
+    splits tensors across the cluster, which is not wanted here) and its launcher is then
+    called with ``num_ctas=size`` in the packed metadata, so it launches ``clusters * size``
+    programs grouped as clusters of ``size`` consecutive program ids. There is no fallback
+    through Triton's dispatch: that would launch without clusters. Failures raise (the
+    autotuner skips such a configuration; the runtime falls back to eager). A kernel is
+    compiled per pointer alignment and device, as Triton's dispatch would.
+    """
+
+    def __init__(self, jit_fn: Any, clusters: int, size: int, constants: dict[str, int]) -> None:
+        self.jit_fn = jit_fn
+        self.clusters = clusters
+        self.size = size
+        self.constants = constants
+        self.kernels: dict[tuple[Any, tuple[bool, ...]], tuple[Any, tuple[Any, ...]]] = {}
+        names = list(jit_fn.arg_names)
+        self.extra = tuple(constants[name] for name in names if name in constants)
+
+    def __call__(self, *args: Any) -> None:
+        """Launch on ``args`` (tensors)."""
+        device = _current_device()
+        key = (device, _aligned(args))
+        taken = self.kernels.get(key)
+        if taken is None:
+            taken = self.kernels[key] = self._take_kernel(args)
+        kernel, metadata = taken
+        kernel.run(
+            self.clusters, 1, 1, current_stream(device), kernel.function, metadata,
+            None, None, None, *args, *self.extra,
+        )  # fmt: skip
+
+    def _take_kernel(self, args: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+        grid = (self.clusters * self.size,)
+        kernel = self.jit_fn.warmup(*args, grid=grid, **self.constants)
+        kernel._init_handles()
+        num_warps, num_ctas, shared = kernel.packed_metadata
+        if num_ctas != 1:
+            raise RuntimeError(f"{self.jit_fn.__name__} was compiled for {num_ctas} CTAs, not 1")
+        return kernel, (num_warps, self.size, shared)
+
+
 @functools.cache
 def _driver() -> Any:
     """Triton's active driver (imported once: a per-call import costs a lookup each launch)."""

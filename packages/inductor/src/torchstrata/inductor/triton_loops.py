@@ -24,15 +24,33 @@ _LOAD = re.compile(r"^(?P<name>\w+) = (?P<load>tl\.load\(.*?\))(?P<convert>\.to\
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-def row_loop(length: int, body: Sequence[str], reverse: bool = False) -> list[str]:
+def row_loop(
+    length: int, body: Sequence[str], reverse: bool = False, chunk: int | None = None
+) -> list[str]:
     """A loop over the row in steps of ``RBLOCK`` (``roffset``); ``reverse`` walks it from
-    the end, so the tiles the previous pass read last (still in cache) are read first."""
-    if not reverse:
-        return [f"for roffset in range(0, {length}, RBLOCK):"] + ["    " + line for line in body]
+    the end, so the tiles the previous pass read last (still in cache) are read first.
+    ``chunk``: only the ``chunk`` elements from ``cstart`` (a cluster's chunk of the row,
+    ``triton_cluster``)."""
+    indented = ["    " + line for line in body]
+    if chunk is None:
+        span, offset = length, ""
+        if not reverse:
+            return [f"for roffset in range(0, {length}, RBLOCK):", *indented]
+    else:
+        # the loop counts from 0, the chunk's start is added: a loop from `cstart` would
+        # leave Triton unable to prove the tiles 16-byte aligned (no vector loads)
+        span, offset = chunk, "cstart + "
+        if not reverse:
+            return [
+                f"for rstep in range(0, {chunk}, RBLOCK):",
+                "    roffset = cstart + rstep",
+                *indented,
+            ]
     return [
-        f"for rstep in range(0, {length}, RBLOCK):",
-        f"    roffset = ({length} - 1) // RBLOCK * RBLOCK - rstep",
-    ] + ["    " + line for line in body]
+        f"for rstep in range(0, {span}, RBLOCK):",
+        f"    roffset = {offset}({span} - 1) // RBLOCK * RBLOCK - rstep",
+        *indented,
+    ]
 
 
 def tile_loop(
@@ -43,23 +61,29 @@ def tile_loop(
     *,
     prefetch: bool,
     reverse: bool = False,
+    chunk: int | None = None,
 ) -> list[str]:
     """:func:`row_loop` over ``tile_lines`` (``rindex = {start}tl.arange(...)``, then
     ``rmask``, then the index variables), ``inner`` (the tile's values) and ``after`` (the
     accumulator updates or stores); with ``prefetch``, ``inner``'s movable loads are
-    issued one tile ahead."""
+    issued one tile ahead (masked to the chunk, when there is one)."""
     ahead, rest = _movable_loads(inner) if prefetch else ([], list(inner))
     if not ahead:
-        return row_loop(length, [*_tile(tile_lines, "roffset + "), *inner, *after], reverse)
-    first = f"({length} - 1) // RBLOCK * RBLOCK + " if reverse else ""
+        body = [*_tile(tile_lines, "roffset + "), *inner, *after]
+        return row_loop(length, body, reverse, chunk)
+    if chunk is None:
+        start, low, high, span = "", "0", f"{length}", length
+    else:
+        start, low, high, span = "cstart + ", "cstart", f"cstart + {chunk}", chunk
+    first = f"{start}({span} - 1) // RBLOCK * RBLOCK + " if reverse else start
     step = "roffset - RBLOCK + " if reverse else "roffset + RBLOCK + "
-    bound = f"(rindex >= 0) & (rindex < {length})" if reverse else f"rindex < {length}"
+    bound = f"(rindex >= {low}) & (rindex < {high})" if reverse else f"rindex < {high}"
     next_tile = _tile(tile_lines, step)
     next_tile[1] = f"rmask = {bound}"
     loads = [f"ahead_{m['name']} = {m['load']}" for m in ahead]
     take = [f"{m['name']} = ahead_{m['name']}{m['convert'] or ''}" for m in ahead]
     body = [*take, *next_tile, *loads, *_tile(tile_lines, "roffset + "), *rest, *after]
-    return [*_tile(tile_lines, first), *loads, *row_loop(length, body, reverse)]
+    return [*_tile(tile_lines, first), *loads, *row_loop(length, body, reverse, chunk)]
 
 
 def block_loop(

@@ -152,7 +152,8 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
     return module_source(kernel, lines, interpret=False, extra_params=SCRATCH_PARAMS)
 
 
-def _partial_offset(stat: int, count: int, split: int) -> str:
+def partial_offset(stat: int, count: int, split: int) -> str:
+    """Where stat ``stat`` (of ``count``) of row ``xindex``'s chunks starts in ``ts_partials``."""
     return f"(xindex * {count} + {stat}) * {split}"
 
 
@@ -175,12 +176,12 @@ def _phase(
         body += [
             f"masked_{name} = tl.where(xmask & rmask, {value}, {identity})",
             f"part_{name} = {reduce_text(spec, f'masked_{name}', False)}",
-            f"tl.store(ts_partials + {_partial_offset(stats[name], count, split)} + chunk, "
+            f"tl.store(ts_partials + {partial_offset(stats[name], count, split)} + chunk, "
             f"part_{name})",
         ]
         loaded = (
-            f"tl.load(ts_partials + {_partial_offset(stats[name], count, split)} + sindex, "
-            f"smask, other={_other(spec)}, cache_modifier='.cg')"
+            f"tl.load(ts_partials + {partial_offset(stats[name], count, split)} + sindex, "
+            f"smask, other={partial_identity(spec)}, cache_modifier='.cg')"
         )
         combine += [
             f"all_{name} = {loaded}",
@@ -200,7 +201,7 @@ def _phase(
         emitter.outer.names[mine[0].body] = f"rescaled_{name}"
         for partner in mine:
             s = partner.name
-            offset = _partial_offset(stats[s], count, split)
+            offset = partial_offset(stats[s], count, split)
             body += [
                 f"part_{s} = {reduce_text(partner, f'term_{name}', False)}",
                 f"tl.store(ts_partials + {offset} + chunk, part_{s})",
@@ -213,7 +214,8 @@ def _phase(
     return body, combine
 
 
-def _other(spec: ReductionSpec) -> str:
+def partial_identity(spec: ReductionSpec) -> str:
+    """The identity of ``spec``'s reduction as Triton source (masked partials load it)."""
     value = reduction_identity(spec.kind, spec.dtype)
     return f"float('{value}')" if isinstance(value, float) else repr(value)
 

@@ -42,7 +42,13 @@ from triton.testing import do_bench
 from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
-from torchstrata.inductor.triton_launch import DirectLaunch, current_stream, direct_launch_enabled
+from torchstrata.inductor.triton_cluster import can_cluster
+from torchstrata.inductor.triton_launch import (
+    ClusterLaunch,
+    DirectLaunch,
+    current_stream,
+    direct_launch_enabled,
+)
 from torchstrata.inductor.triton_printer import next_power_of_2
 from torchstrata.inductor.triton_split import can_split, split_rows_setting
 
@@ -92,6 +98,12 @@ SPLIT_SHAPES = ((8192, 4), (16384, 4), (8192, 8))
 #: default from LONG_ROW_MIN on (below it a looped kernel's second read hits L2).
 SPLIT_MIN = 16384
 SPLIT_MAX = 64  # programs per row
+#: (programs per row, RBLOCK, num_warps) of looped rows walked by clusters
+#: (``triton_cluster``), offered for rows of at least LONG_ROW_MIN on GPUs with clusters.
+#: On the H200, softmax over 256 rows of 262144 bf16: 91.4, 93.0 and 96.5 us against 97.9
+#: for the best one-program-per-row kernel; over rows of 65536 the latter still wins (80.0
+#: against 86.1) (docs/measurements/2026-12-01-h200-cluster-rows.txt).
+CLUSTER_SHAPES = ((8, 8192, 16), (16, 8192, 8), (8, 8192, 8))
 #: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
 OUTER_SHAPES = ((64, 8, 4), (64, 16, 4), (128, 8, 4), (128, 16, 8), (32, 32, 4), (256, 8, 8))
 
@@ -112,18 +124,21 @@ class Config:
     split: int = 1
     #: A fixed number of programs, each over a chunk of rows (a kernel with ``partials``).
     programs: int = 0
+    #: Programs per row of a looped kernel launched as clusters (``triton_cluster``).
+    cluster: int = 1
 
     @property
-    def variant(self) -> tuple[bool, int, int]:
-        """The code variant this configuration launches: ``(persistent, group, split)``."""
-        return self.persistent, self.group, self.split
+    def variant(self) -> tuple[bool, int, int, int]:
+        """The code variant this configuration launches: ``(persistent, group, split,
+        cluster)``."""
+        return self.persistent, self.group, self.split, self.cluster
 
     def grid(self, rows: int) -> tuple[int]:
         """Programs needed for ``rows`` rows (or elements, for pointwise kernels)."""
         if self.programs:
             return (self.programs,)
-        if self.split > 1:
-            return (rows * self.split,)
+        if self.split > 1 or self.cluster > 1:
+            return (rows * max(self.split, self.cluster),)
         return (max(1, math.ceil(rows / self.xblock)),)
 
 
@@ -132,14 +147,15 @@ def _warps_for(tile: int) -> int:
 
 
 def candidate_configs(
-    kernel: Kernel, interpret: bool, split_rows: bool | None = None
+    kernel: Kernel, interpret: bool, split_rows: bool | None = None, clusters: bool = False
 ) -> list[Config]:
     """The configurations worth trying for ``kernel``; the first is the default.
 
     ``split_rows``: True offers rows split across programs from ``SPLIT_MIN`` elements on,
     False never; None (the default) follows ``TORCHSTRATA_SPLIT_ROWS``
     (:func:`~torchstrata.inductor.triton_split.split_rows_setting`), and without it offers
-    them from ``LONG_ROW_MIN`` on.
+    them from ``LONG_ROW_MIN`` on. ``clusters``: the GPU launches thread-block clusters,
+    so rows of at least ``LONG_ROW_MIN`` may also be walked by clusters (``triton_cluster``).
     """
     if kernel.partials is not None:
         return _partials_configs(kernel, interpret)
@@ -190,6 +206,11 @@ def candidate_configs(
             for xblock, block, warps, stages in grouped:
                 x, r = min(xblock, rows), min(block, rblock)
                 configs.append(Config(x, r, warps, False, num_stages=stages, group=ONLINE_GROUP))
+        if clusters and length >= LONG_ROW_MIN:
+            group = ONLINE_GROUP if online else 0
+            for size, block, warps in CLUSTER_SHAPES:
+                if can_cluster(kernel, size, block):
+                    configs.append(Config(1, block, warps, False, group=group, cluster=size))
     return list(dict.fromkeys(configs))
 
 
@@ -235,23 +256,22 @@ def write_choice(path: Path, config: Config) -> None:
     os.replace(temporary, path)
 
 
-def _with_scratch(run: Callable[..., Any], floats: int, counters: int) -> Callable[..., Any]:
-    """``run`` with two scratch buffers appended to its arguments: ``floats`` float32
-    elements and ``counters`` int32 ones, zeroed once (kernels reset their counters).
+def _with_scratch(run: Callable[..., Any], floats: int, counters: int | None) -> Callable[..., Any]:
+    """``run`` with scratch buffers appended to its arguments: ``floats`` float32
+    elements, then (unless ``counters`` is None) ``counters`` int32 ones, zeroed once
+    (kernels reset their counters).
 
-    One pair per stream: two launches at once on different streams must not share
-    counters."""
-    scratch: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+    One set per stream: two launches at once on different streams must not share them."""
+    scratch: dict[Any, tuple[torch.Tensor, ...]] = {}
 
     def run_with_scratch(*args: Any) -> None:
         device = args[0].device
         stream = current_stream(device.index) if device.type == "cuda" else 0  # a raw pointer
         buffers = scratch.get(stream)
         if buffers is None:  # allocated on the first call on this stream
-            buffers = (
-                torch.empty(floats, dtype=torch.float32, device=device),
-                torch.zeros(counters, dtype=torch.int32, device=device),
-            )
+            buffers = (torch.empty(floats, dtype=torch.float32, device=device),)
+            if counters is not None:
+                buffers += (torch.zeros(counters, dtype=torch.int32, device=device),)
             scratch[stream] = buffers
         run(*args, *buffers)
 
@@ -269,13 +289,14 @@ class TunedKernel:
 
     def __init__(
         self,
-        variants: dict[tuple[bool, int, int], Any],
+        variants: dict[tuple[bool, int, int, int], Any],
         configs: list[Config],
         rows: int,
         cache_path: Path | None,
         compiled: bool,
         scratch: Callable[[int], tuple[int, int]] | None = None,
         tail: tuple[int, int] | None = None,
+        cluster_scratch: Callable[[int], int] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -286,6 +307,8 @@ class TunedKernel:
         self.scratch = scratch
         #: A tail's scratch sizes (float32 partial sums, int32 ticket), see ``tails.py``.
         self.tail = tail
+        #: Cluster variants' float32 partials per cluster size (``triton_cluster``).
+        self.cluster_scratch = cluster_scratch
         self.chosen: Config | None = None
         self._run: Callable[..., Any] = self._first_call
 
@@ -304,6 +327,11 @@ class TunedKernel:
         def run(*args: Any) -> None:
             launch(*args, **constants)
 
+        if config.cluster > 1:  # launched as clusters only, with its partials
+            assert self.compiled and self.cluster_scratch is not None
+            jit_fn = self.variants[config.variant]
+            clustered = ClusterLaunch(jit_fn, self.rows, config.cluster, constants)
+            return _with_scratch(clustered, self.cluster_scratch(config.cluster), None)
         if self.compiled and direct_launch_enabled():
             jit_fn = self.variants[config.variant]
             run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
