@@ -169,7 +169,7 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     reduction phase over the program's chunk, then the cluster's partials combined
     (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
     length = kernel.row_length
-    if not can_cluster(kernel, size, 1) or length % size:
+    if not can_cluster(kernel, size, 1):  # chunks of whole elements: size divides the row
         raise ValueError(f"{kernel.name} cannot be walked by clusters of {size} programs")
     chunk = length // size
     printer = TritonPrinter(kernel, True, interpret=False)
