@@ -129,7 +129,7 @@ def cluster_launch_supported() -> bool:
 class ClusterLaunch:
     """A launcher of ``jit_fn`` as ``clusters`` thread-block clusters of ``size`` programs
     each (Hopper and later), for kernels whose programs meet at cluster barriers
-    (``triton_split`` with ``cluster=True``).
+    (``generate_triton`` with ``cluster``, see ``triton_cluster``).
 
     Triton compiles the kernel for one program (``num_ctas=1``: its own multi-CTA mode
     splits tensors across the cluster, which is not wanted here) and its launcher is then
