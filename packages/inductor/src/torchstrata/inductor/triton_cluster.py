@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torchstrata.inductor.kernel import Kernel, ReductionSpec
-from torchstrata.inductor.triton_printer import next_power_of_2, reduce_text
-from torchstrata.inductor.triton_split import can_split, partial_identity
+from torchstrata.inductor.triton_printer import next_power_of_2
+from torchstrata.inductor.triton_split import can_split, combine_partials
 
 #: Programs per row that clusters may hold: at most 8 (the portable limit), or exactly 16
 #: (H100/H200; Triton's launcher asks for a non-portable cluster size only at 16).
@@ -109,22 +109,8 @@ def combine_lines(
         f"smask = sindex < {size}",
     ]
     for spec in own:
-        name = spec.name
-        loaded = f"tl.load({at[name]} + sindex, smask, other={partial_identity(spec)}, cache_modifier='.cg')"
-        lines += [
-            f"all_{name} = {loaded}",
-            f"red_{name} = {reduce_text(spec, f'all_{name}', False, axis=0)}",
-        ]
         mine = [p for p in partners if pairs[p.name] is spec]
-        if not mine:
-            continue
-        lines.append(f"rsafe_{name} = tl.where(red_{name} == float('-inf'), 0.0, red_{name})")
-        for partner in mine:
-            sums = (
-                f"tl.load({at[partner.name]} + sindex, smask, other=0.0, cache_modifier='.cg')"
-                f" * tl.exp(all_{name} - rsafe_{name})"
-            )
-            lines.append(f"red_{partner.name} = {reduce_text(partner, sums, False, axis=0)}")
+        lines += combine_partials(spec, mine, at, axis=0)
     # launched other than as clusters of `size`: NaN statistics, not wrong ones
     lines += [
         f"red_{spec.name} = tl.where(ts_cluster == {size}, red_{spec.name}, float('nan'))"

@@ -157,6 +157,32 @@ def partial_offset(stat: int, count: int, split: int) -> str:
     return f"(xindex * {count} + {stat}) * {split}"
 
 
+def combine_partials(
+    spec: ReductionSpec, sums: Sequence[ReductionSpec], at: dict[str, str], axis: int
+) -> list[str]:
+    """Lines rebinding ``red_<spec>`` (and ``red_*`` of the ``sums`` of ``exp(v - max)``
+    that ride on ``spec``, a max) to the row's, from its chunks' partials at ``at[name] +
+    sindex`` (masked by ``smask``), reduced along ``axis``. Each chunk's sum was taken
+    against its own max, so it is rescaled to the row's (``rsafe_<spec>``) when combined."""
+    name = spec.name
+    loaded = (
+        f"tl.load({at[name]} + sindex, smask, other={partial_identity(spec)}, cache_modifier='.cg')"
+    )
+    lines = [
+        f"all_{name} = {loaded}",
+        f"red_{name} = {reduce_text(spec, f'all_{name}', False, axis=axis)}",
+    ]
+    if sums:
+        lines.append(f"rsafe_{name} = tl.where(red_{name} == float('-inf'), 0.0, red_{name})")
+    for partner in sums:
+        scaled = (
+            f"tl.load({at[partner.name]} + sindex, smask, other=0.0, cache_modifier='.cg')"
+            f" * tl.exp(all_{name} - rsafe_{name})"
+        )
+        lines.append(f"red_{partner.name} = {reduce_text(partner, scaled, False, axis=axis)}")
+    return lines
+
+
 def _phase(
     emitter: ExprEmitter,
     own: Sequence[ReductionSpec],
@@ -179,38 +205,27 @@ def _phase(
             f"tl.store(ts_partials + {partial_offset(stats[name], count, split)} + chunk, "
             f"part_{name})",
         ]
-        loaded = (
-            f"tl.load(ts_partials + {partial_offset(stats[name], count, split)} + sindex, "
-            f"smask, other={partial_identity(spec)}, cache_modifier='.cg')"
-        )
-        combine += [
-            f"all_{name} = {loaded}",
-            f"red_{name} = {reduce_text(spec, f'all_{name}', False)}",
-        ]
         mine = [p for p in partners if pairs[p.name] is spec]
+        at = {
+            s.name: f"ts_partials + {partial_offset(stats[s.name], count, split)}"
+            for s in [spec, *mine]
+        }
+        combine += combine_partials(spec, mine, at, axis=1)
         if not mine:
             continue
         body.append(f"psafe_{name} = tl.where(part_{name} == float('-inf'), 0.0, part_{name})")
         body.append(
             f"term_{name} = tl.where(xmask & rmask, tl.exp(masked_{name} - psafe_{name}), 0.0)"
         )
-        combine.append(f"rsafe_{name} = tl.where(red_{name} == float('-inf'), 0.0, red_{name})")
         # the partners' exp(v - max) along the row, from the chunk's own terms: one exp per
         # element instead of two (the output reads it: softmax)
         combine.append(f"rescaled_{name} = term_{name} * tl.exp(psafe_{name} - rsafe_{name})")
         emitter.outer.names[mine[0].body] = f"rescaled_{name}"
         for partner in mine:
-            s = partner.name
-            offset = partial_offset(stats[s], count, split)
             body += [
-                f"part_{s} = {reduce_text(partner, f'term_{name}', False)}",
-                f"tl.store(ts_partials + {offset} + chunk, part_{s})",
+                f"part_{partner.name} = {reduce_text(partner, f'term_{name}', False)}",
+                f"tl.store({at[partner.name]} + chunk, part_{partner.name})",
             ]
-            scaled = (
-                f"tl.load(ts_partials + {offset} + sindex, smask, other=0.0, "
-                f"cache_modifier='.cg') * tl.exp(all_{name} - rsafe_{name})"
-            )
-            combine.append(f"red_{s} = {reduce_text(partner, scaled, False)}")
     return body, combine
 
 

@@ -318,20 +318,20 @@ class TunedKernel:
 
     def bind(self, config: Config) -> Callable[..., Any]:
         """A launcher of ``config``."""
-        launch = self.variants[config.variant][config.grid(self.rows)]
         constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
-
-        def run(*args: Any) -> None:
-            launch(*args, **constants)
-
         if config.cluster > 1:  # launched as clusters only, with its partials
             assert self.compiled and self.cluster_scratch is not None
             jit_fn = self.variants[config.variant]
             clustered = ClusterLaunch(jit_fn, self.rows, config.cluster, constants)
             return _with_scratch(clustered, self.cluster_scratch(config.cluster), None)
+        launch = self.variants[config.variant][config.grid(self.rows)]
+
+        def run(*args: Any) -> None:
+            launch(*args, **constants)
+
         if self.compiled and direct_launch_enabled():
             jit_fn = self.variants[config.variant]
             run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
