@@ -26,6 +26,7 @@ from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.backend import BuiltLaunch
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
+from torchstrata.inductor.row_tiles import as_row_kernel
 from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.triton_codegen import generate_triton
@@ -98,7 +99,10 @@ class TritonBackend:
         return triton_supports(prim, dtype, interpret=self.interpret)
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`Backend`: one module per code variant, the launch config tuned later."""
+        """See :class:`Backend`: one module per code variant, the launch config tuned later.
+
+        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``)."""
+        kernel = as_row_kernel(kernel) or kernel
         clusters = not self.interpret and cluster_launch_supported()
         configs = candidate_configs(kernel, self.interpret, clusters=clusters)
         variants, sources, paths = {}, [], []

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from torchstrata.inductor.kernel import Kernel, ReductionSpec
 from torchstrata.inductor.triton_printer import next_power_of_2
-from torchstrata.inductor.triton_split import can_split, combine_partials
+from torchstrata.inductor.triton_split import can_split, combine_partials, partial_offset
 
 #: Programs per row that clusters may hold: at most 8 (the portable limit), or exactly 16
 #: (H100/H200; Triton's launcher asks for a non-portable cluster size only at 16).
@@ -96,7 +96,7 @@ def combine_lines(
     # per thread (a [1, size] tile had every thread load them all: on the H200 the
     # generated kernel took 113 us against the handwritten 85, exp_clab.py)
     at = {
-        spec.name: f"ts_partials + (row * {count} + {stats[spec.name]}) * {size}"
+        spec.name: f"ts_partials + {partial_offset(stats[spec.name], count, size)}"
         for spec in [*own, *partners]
     }
     lines = [
