@@ -100,3 +100,17 @@ def test_float32_cross_entropy_recomputes_from_its_input():
     parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
     full = [node.name for node in parts.saved if tuple(node.meta.shape) == (8, 64)]
     assert full == ["logits"]  # not the same-size float32 log-softmax
+
+
+def test_an_index_vector_is_recomputed_not_saved():
+    # cross-entropy spelled out: where(arange == target, x, 0).sum(-1); the backward needs
+    # the arange again, and recomputing it reads nothing
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((8, 64), torch.float32, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    idx = _call(b, torch.arange, 64)
+    hit = _call(b, operator.eq, _call(b, torch.unsqueeze, idx, 0), _call(b, torch.unsqueeze, target, 1))
+    graph = b.build([_call(b, torch.sum, _call(b, torch.where, hit, x, 0.0))])
+    parts = partition(trace_graph(graph, training=True))
+    assert not any("arange" in str(node.op) for node in parts.saved)
+    assert any("arange" in op.name for op in parts.backward.ops())

@@ -40,6 +40,7 @@ _CHEAP_OPS = frozenset(
         "ones_like",
         "empty_like",
         "scalar_tensor",
+        "arange",  # a factory too: an index vector (cross-entropy's) is not worth saving
         "fill",
         "select_scatter",
         "slice_scatter",
