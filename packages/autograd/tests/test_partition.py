@@ -109,7 +109,9 @@ def test_an_index_vector_is_recomputed_not_saved():
     x = b.input("x", TensorMeta((8, 64), torch.float32, requires_grad=True))
     target = b.input("target", TensorMeta((8,), torch.int64))
     idx = _call(b, torch.arange, 64)
-    hit = _call(b, operator.eq, _call(b, torch.unsqueeze, idx, 0), _call(b, torch.unsqueeze, target, 1))
+    hit = _call(
+        b, operator.eq, _call(b, torch.unsqueeze, idx, 0), _call(b, torch.unsqueeze, target, 1)
+    )
     graph = b.build([_call(b, torch.sum, _call(b, torch.where, hit, x, 0.0))])
     parts = partition(trace_graph(graph, training=True))
     assert not any("arange" in str(node.op) for node in parts.saved)
