@@ -80,6 +80,9 @@ def test_the_loop_has_no_row_index_arithmetic(ind, tmp_path):
 
 def test_short_rows_and_kernels_without_per_row_loads_stay_flat(ind, monkeypatch):
     assert as_row_kernel(ind.only_kernel(ce_backward((8, ROW_TILE_MIN // 2)))) is None
+    # a row of 2049 would leave half of a 4096 tile masked off; 8193 is looped over
+    assert as_row_kernel(ind.only_kernel(ce_backward((8, 2049)))) is None
+    assert as_row_kernel(ind.only_kernel(ce_backward((8, 8193)))) is not None
     assert as_row_kernel(ind.only_kernel(bias_add((8, 4096)))) is None
     softmax = ind.only_kernel(ind.softmax_rows(8, 4096))
     assert as_row_kernel(softmax) is None  # already a row kernel
@@ -89,9 +92,10 @@ def test_short_rows_and_kernels_without_per_row_loads_stay_flat(ind, monkeypatch
     assert as_row_kernel(kernel) is None
 
 
-@pytest.mark.parametrize("shape", [(3, 2049), (1, 4096), (2, 3, 2048), (5, 1, 2050)])
+@pytest.mark.parametrize("shape", [(3, 4000), (1, 3, 4096), (2, 3, 2048), (5, 1, 8195)])
 def test_row_tiles_match_the_reference(ind, codegen, shape):
     graph = ce_backward(shape)
+    assert as_row_kernel(ind.only_kernel(graph)) is not None
     rows = shape[:-1]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen).bfloat16()

@@ -32,21 +32,26 @@ from torchstrata.inductor.exprs import (
 )
 from torchstrata.inductor.indexing import Atom, FloorDiv, Index, Mod, Var
 from torchstrata.inductor.kernel import Kernel, Store, row_vars
+from torchstrata.inductor.triton_printer import next_power_of_2
 
-#: Rows shorter than this stay flat: a row tile would waste lanes on the masked tail of
-#: each row, and the per-row work is shared by too few elements to matter.
+#: Rows shorter than this stay flat: the per-row work is shared by too few elements to
+#: matter, and a tile would waste lanes on the masked tail of each row.
 ROW_TILE_MIN = 2048
+#: Rows up to this long are held in one tile of the next power of two (longer ones are
+#: also looped over in smaller tiles): they are row-tiled only when at most an eighth of
+#: that tile is masked off (4000 of 4096, not 2049).
+HELD_ROW_MAX = 8192
 
 
 def as_row_kernel(kernel: Kernel) -> Kernel | None:
     """``kernel`` walked as rows of its last dim (see the module docstring), or None when
     it is not a plain pointwise kernel over rows of at least ``ROW_TILE_MIN`` elements
-    that loads some value per row, or ``TORCHSTRATA_ROW_TILES=0`` turns row tiles off."""
+    (that fill their tiles) that loads some value per row, or ``TORCHSTRATA_ROW_TILES=0`` turns row tiles off."""
     if os.environ.get("TORCHSTRATA_ROW_TILES") == "0":
         return None
     if kernel.red_shape or kernel.reductions or kernel.parts or kernel.tail or kernel.partials:
         return None
-    if len(kernel.row_shape) < 2 or kernel.row_shape[-1] < ROW_TILE_MIN:
+    if len(kernel.row_shape) < 2 or not _fills_tiles(kernel.row_shape[-1]):
         return None
     lead = row_vars(kernel.row_shape)
     last = lead[-1].name
@@ -66,6 +71,13 @@ def as_row_kernel(kernel: Kernel) -> Kernel | None:
         row_stores=(),
         full_stores=stores,
     )
+
+
+def _fills_tiles(length: int) -> bool:
+    """Rows of ``length`` are long enough, and fill their tiles (see HELD_ROW_MAX)."""
+    if length < ROW_TILE_MIN:
+        return False
+    return length > HELD_ROW_MAX or next_power_of_2(length) - length <= length // 8
 
 
 def _loads_per_row(kernel: Kernel, last: str) -> bool:
