@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import torch
 
-from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, walk
+from torchstrata.inductor.exprs import Constant, Expr, Op, map_indices, walk
 from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Store
 from torchstrata.inductor.ranges import COMPARISONS, condition_runs, decide_comparison, substitute
@@ -76,22 +76,7 @@ class LoopRange:
         """``expr`` over this range: indices rewritten, decided conditions folded."""
         if self._identity:
             return expr
-        found = self._exprs.get(expr)
-        if found is not None:
-            return found
-        result: Expr = expr
-        if isinstance(expr, Load):
-            result = Load(expr.buffer, self.index(expr.index), expr.dtype)
-        elif isinstance(expr, IndirectLoad):
-            result = attrs.evolve(
-                expr, index=self.index(expr.index), indirect=self.expr(expr.indirect)
-            )
-        elif isinstance(expr, IndexValue):
-            result = IndexValue(self.index(expr.index), expr.dtype)
-        elif isinstance(expr, Op):
-            result = fold(Op(expr.name, tuple(self.expr(a) for a in expr.args), expr.dtype))
-        self._exprs[expr] = result
-        return result
+        return map_indices(expr, self.index, self._exprs, fold)
 
     def store(self, store: Store) -> Store:
         """``store`` over this range."""

@@ -8,7 +8,7 @@ backends pick the compute type (``float32`` for 16-bit floats).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 import torch
@@ -122,3 +122,30 @@ def reductions_used(expr: Expr) -> frozenset[str]:
 def buffers_loaded(expr: Expr) -> frozenset[str]:
     """Names of the buffers an expression loads from."""
     return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load | IndirectLoad))
+
+
+def map_indices(
+    expr: Expr,
+    index: Callable[[Index], Index],
+    memo: dict[Expr, Expr],
+    op: Callable[[Op], Expr] = lambda rebuilt: rebuilt,
+) -> Expr:
+    """``expr`` with every index rewritten by ``index``, each rebuilt ``Op`` passed through
+    ``op`` (a folding step, say). ``memo`` holds expressions already rewritten (shared
+    subexpressions are rewritten once) and may be seeded with replacements."""
+    found = memo.get(expr)
+    if found is not None:
+        return found
+    result: Expr = expr
+    if isinstance(expr, Load):
+        result = Load(expr.buffer, index(expr.index), expr.dtype)
+    elif isinstance(expr, IndirectLoad):
+        indirect = map_indices(expr.indirect, index, memo, op)
+        result = attrs.evolve(expr, index=index(expr.index), indirect=indirect)
+    elif isinstance(expr, IndexValue):
+        result = IndexValue(index(expr.index), expr.dtype)
+    elif isinstance(expr, Op):
+        args = tuple(map_indices(arg, index, memo, op) for arg in expr.args)
+        result = op(Op(expr.name, args, expr.dtype))
+    memo[expr] = result
+    return result

@@ -21,17 +21,10 @@ import os
 
 import attrs
 
-from torchstrata.inductor.exprs import (
-    Constant,
-    Expr,
-    IndexValue,
-    IndirectLoad,
-    Load,
-    Op,
-    walk,
-)
-from torchstrata.inductor.indexing import Atom, FloorDiv, Index, Mod, Var
+from torchstrata.inductor.exprs import Expr, IndirectLoad, Load, map_indices, walk
+from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Kernel, Store, row_vars
+from torchstrata.inductor.ranges import substitute
 from torchstrata.inductor.triton_printer import next_power_of_2
 
 #: Rows shorter than this stay flat: the per-row work is shared by too few elements to
@@ -46,7 +39,8 @@ HELD_ROW_MAX = 8192
 def as_row_kernel(kernel: Kernel) -> Kernel | None:
     """``kernel`` walked as rows of its last dim (see the module docstring), or None when
     it is not a plain pointwise kernel over rows of at least ``ROW_TILE_MIN`` elements
-    (that fill their tiles) that loads some value per row, or ``TORCHSTRATA_ROW_TILES=0`` turns row tiles off."""
+    (that fill their tiles) that loads some value per row, or when
+    ``TORCHSTRATA_ROW_TILES=0`` turns row tiles off."""
     if os.environ.get("TORCHSTRATA_ROW_TILES") == "0":
         return None
     if kernel.red_shape or kernel.reductions or kernel.parts or kernel.tail or kernel.partials:
@@ -59,9 +53,14 @@ def as_row_kernel(kernel: Kernel) -> Kernel | None:
         last not in store.index.variables() for store in kernel.row_stores
     ):
         return None
-    rename = _Renamer({last: Var("r0", kernel.row_shape[-1])})
+    column = Index.of(Var("r0", kernel.row_shape[-1]))
+
+    def rename(index: Index) -> Index:
+        return substitute(index, last, column)
+
+    done: dict[Expr, Expr] = {}
     stores = tuple(
-        Store(s.buffer, rename.index(s.index), rename.expr(s.value), s.dtype)
+        Store(s.buffer, rename(s.index), map_indices(s.value, rename, done), s.dtype)
         for s in kernel.row_stores
     )
     return attrs.evolve(
@@ -89,44 +88,3 @@ def _loads_per_row(kernel: Kernel, last: str) -> bool:
                 if names and last not in names:
                     return True
     return False
-
-
-class _Renamer:
-    """Rewrites indices and expressions with some loop variables replaced."""
-
-    def __init__(self, mapping: dict[str, Var]) -> None:
-        self.mapping = mapping
-        self.done: dict[Expr, Expr] = {}
-
-    def atom(self, atom: Atom) -> Index:
-        if isinstance(atom, Var):
-            return Index.of(self.mapping.get(atom.name, atom))
-        if isinstance(atom, FloorDiv):
-            return Index.of(FloorDiv(self.index(atom.base), atom.divisor))
-        return Index.of(Mod(self.index(atom.base), atom.modulus))
-
-    def index(self, index: Index) -> Index:
-        result = Index.constant(index.const)
-        for atom, coeff in index.terms:
-            result = result + self.atom(atom) * coeff
-        return result
-
-    def expr(self, expr: Expr) -> Expr:
-        if expr in self.done:
-            return self.done[expr]
-        new: Expr
-        if isinstance(expr, Load):
-            new = Load(expr.buffer, self.index(expr.index), expr.dtype)
-        elif isinstance(expr, IndirectLoad):
-            new = attrs.evolve(
-                expr, index=self.index(expr.index), indirect=self.expr(expr.indirect)
-            )
-        elif isinstance(expr, IndexValue):
-            new = IndexValue(self.index(expr.index), expr.dtype)
-        elif isinstance(expr, Op):
-            new = Op(expr.name, tuple(self.expr(arg) for arg in expr.args), expr.dtype)
-        else:
-            assert isinstance(expr, Constant), f"a pointwise kernel holds no {expr!r}"
-            new = expr
-        self.done[expr] = new
-        return new
