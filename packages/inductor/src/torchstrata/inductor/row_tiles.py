@@ -26,14 +26,11 @@ from torchstrata.inductor.indexing import Index, Var
 from torchstrata.inductor.kernel import Kernel, Store, row_vars
 from torchstrata.inductor.ranges import substitute
 from torchstrata.inductor.triton_printer import next_power_of_2
+from torchstrata.inductor.triton_tuning import LOOPED_MIN
 
 #: Rows shorter than this stay flat: the per-row work is shared by too few elements to
 #: matter, and a tile would waste lanes on the masked tail of each row.
 ROW_TILE_MIN = 2048
-#: Rows up to this long are held in one tile of the next power of two (longer ones are
-#: also looped over in smaller tiles): they are row-tiled only when at most an eighth of
-#: that tile is masked off (4000 of 4096, not 2049).
-HELD_ROW_MAX = 8192
 
 
 def as_row_kernel(kernel: Kernel) -> Kernel | None:
@@ -73,10 +70,13 @@ def as_row_kernel(kernel: Kernel) -> Kernel | None:
 
 
 def _fills_tiles(length: int) -> bool:
-    """Rows of ``length`` are long enough, and fill their tiles (see HELD_ROW_MAX)."""
+    """Rows of ``length`` are long enough, and fill their tiles. Rows up to the tuner's
+    ``LOOPED_MIN`` are held in one tile of the next power of two (longer ones are also
+    looped over in smaller tiles): they qualify only when at most an eighth of that tile
+    is masked off (4000 of 4096, not 2049)."""
     if length < ROW_TILE_MIN:
         return False
-    return length > HELD_ROW_MAX or next_power_of_2(length) - length <= length // 8
+    return length > LOOPED_MIN or next_power_of_2(length) - length <= length // 8
 
 
 def _loads_per_row(kernel: Kernel, last: str) -> bool:

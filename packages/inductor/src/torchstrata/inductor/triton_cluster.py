@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from torchstrata.inductor.kernel import Kernel, ReductionSpec
 from torchstrata.inductor.triton_printer import next_power_of_2
-from torchstrata.inductor.triton_split import can_split, combine_partials, partial_offset
+from torchstrata.inductor.triton_split import can_split, combine_partials, partial_pointers
 
 #: Programs per row that clusters may hold: at most 8 (the portable limit), or exactly 16
 #: (H100/H200; Triton's launcher asks for a non-portable cluster size only at 16).
@@ -88,17 +88,12 @@ def combine_lines(
     them, meet at the barrier, and rebind every ``red_*`` of the phase (and of the sums
     its online maxima carry) to the row's. A sum of ``exp(v - max)`` is taken against the
     chunk's own max, so it is rescaled to the row's max when combined."""
-    stats = {spec.name: k for k, spec in enumerate(kernel.reductions)}
-    count = len(stats)
     own = [spec for spec in phase if spec.name not in pairs]
     partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in own]
     # indexed by the scalar `row`: the partials are a 1-D vector of `size`, one element
     # per thread (a [1, size] tile had every thread load them all: on the H200 the
     # generated kernel took 113 us against the handwritten 85, exp_clab.py)
-    at = {
-        spec.name: f"ts_partials + {partial_offset(stats[spec.name], count, size)}"
-        for spec in [*own, *partners]
-    }
+    at = partial_pointers([*own, *partners], kernel, size)
     lines = [
         f"tl.store({at[spec.name]} + chunk + xzero, red_{spec.name})" for spec in [*own, *partners]
     ]

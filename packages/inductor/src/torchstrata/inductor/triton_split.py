@@ -105,7 +105,6 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
     if split * chunk < kernel.row_length or (split - 1) * chunk >= kernel.row_length:
         raise ValueError(f"{split} chunks of {chunk} do not cover a row of {kernel.row_length}")
     wide = kernel.rows * kernel.row_length >= 2**31
-    stats = {spec.name: k for k, spec in enumerate(kernel.reductions)}
     printer = TritonPrinter(kernel, True, interpret=False)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
@@ -142,7 +141,7 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
         if not own:
             continue
         partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in own]
-        body, combine = _phase(emitter, own, partners, pairs, stats, split)
+        body, combine = _phase(emitter, own, partners, pairs, kernel, split)
         waits += 1
         lines += emitter.take_outer() + body + _wait(split * waits) + combine
     first = "xmask & (chunk == 0)"
@@ -158,6 +157,17 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
 def partial_offset(stat: int, count: int, split: int) -> str:
     """Where stat ``stat`` (of ``count``) of row ``row``'s chunks starts in ``ts_partials``."""
     return f"(row * {count} + {stat}) * {split}"
+
+
+def partial_pointers(specs: Sequence[ReductionSpec], kernel: Kernel, split: int) -> dict[str, str]:
+    """``{name: where the row's chunk partials of reduction name start}`` for ``specs``
+    (stat ``k`` is ``kernel``'s ``k``-th reduction)."""
+    stats = {spec.name: k for k, spec in enumerate(kernel.reductions)}
+    count = len(stats)
+    return {
+        spec.name: f"ts_partials + {partial_offset(stats[spec.name], count, split)}"
+        for spec in specs
+    }
 
 
 def combine_partials(
@@ -191,28 +201,23 @@ def _phase(
     own: Sequence[ReductionSpec],
     partners: Sequence[ReductionSpec],
     pairs: dict[str, ReductionSpec],
-    stats: dict[str, int],
+    kernel: Kernel,
     split: int,
 ) -> tuple[list[str], list[str]]:
     """Lines reducing the chunk and publishing the partials, and lines combining them."""
-    count = len(stats)
     body: list[str] = []
     combine: list[str] = []
     for spec in own:
         name = spec.name
         identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
         value = emitter.emit(spec.body)
+        mine = [p for p in partners if pairs[p.name] is spec]
+        at = partial_pointers([spec, *mine], kernel, split)
         body += [
             f"masked_{name} = tl.where(xmask & rmask, {value}, {identity})",
             f"part_{name} = {reduce_text(spec, f'masked_{name}', False)}",
-            f"tl.store(ts_partials + {partial_offset(stats[name], count, split)} + chunk + xzero, "
-            f"part_{name})",
+            f"tl.store({at[name]} + chunk + xzero, part_{name})",
         ]
-        mine = [p for p in partners if pairs[p.name] is spec]
-        at = {
-            s.name: f"ts_partials + {partial_offset(stats[s.name], count, split)}"
-            for s in [spec, *mine]
-        }
         combine += combine_partials(spec, mine, at, axis=0)
         if not mine:
             continue
