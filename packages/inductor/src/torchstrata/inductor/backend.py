@@ -15,6 +15,7 @@ from torchstrata.inductor.cpp_codegen import generate_cpp
 from torchstrata.inductor.cpp_exprs import supports as cpp_supports
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
+from torchstrata.inductor.reciprocals import hoist_reciprocals
 
 
 @attrs.frozen
@@ -54,7 +55,9 @@ class CppBackend:
         return cpp_supports(prim, dtype)
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`Backend`."""
+        """See :class:`Backend`; divisions by per-row values become multiplications
+        (``reciprocals``)."""
+        kernel = hoist_reciprocals(kernel)
         source = generate_cpp(kernel, simd_math_functions())
         checks = gather_checks(kernel)
         built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)

@@ -26,6 +26,7 @@ from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.backend import BuiltLaunch
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
+from torchstrata.inductor.reciprocals import hoist_reciprocals
 from torchstrata.inductor.row_tiles import as_row_kernel
 from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_cluster import scratch_size as cluster_scratch_size
@@ -101,8 +102,9 @@ class TritonBackend:
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """See :class:`Backend`: one module per code variant, the launch config tuned later.
 
-        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``)."""
-        kernel = as_row_kernel(kernel) or kernel
+        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
+        divisions by per-row values become multiplications (``reciprocals``)."""
+        kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
         clusters = not self.interpret and cluster_launch_supported()
         configs = candidate_configs(kernel, self.interpret, clusters=clusters)
         variants, sources, paths = {}, [], []

@@ -46,6 +46,7 @@ from torchstrata.inductor.triton_printer import (
     module_source,
     reduce_text,
     render_index,
+    statistic_exp,
     store_line,
 )
 from torchstrata.inductor.triton_tail import tail_lines
@@ -406,8 +407,8 @@ def _online(
         f"val_{m} = {masked}",
         f"new_{m} = _ts_max(acc_{m}, {tile_max})",
         f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
-        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
-        f"term_{m} = tl.exp(val_{m} - safe_{m})",
+        f"scale_{m} = {statistic_exp(f'acc_{m} - safe_{m}', spec.dtype)}",
+        f"term_{m} = {statistic_exp(f'val_{m} - safe_{m}', spec.dtype)}",
     ]
     finals = [f"red_{m} = acc_{m}"]
     for partner in sums:
@@ -438,8 +439,8 @@ def _online_grouped(
         f"val_{m} = tl.reshape({masked}, [XBLOCK, {width}, {group}])",
         f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret, axis=2)})",
         f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
-        f"scale_{m} = tl.exp(acc_{m} - safe_{m})",
-        f"term_{m} = tl.exp(val_{m} - safe_{m}[:, :, None])",
+        f"scale_{m} = {statistic_exp(f'acc_{m} - safe_{m}', spec.dtype)}",
+        f"term_{m} = {statistic_exp(f'val_{m} - safe_{m}[:, :, None]', spec.dtype)}",
     ]
     finals = [
         f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
@@ -450,7 +451,7 @@ def _online_grouped(
         inits.append(f"acc_{s} = tl.full([XBLOCK, {width}], 0, {compute_type(partner.dtype)})")
         tile = reduce_text(partner, f"term_{m}", interpret, axis=2)
         updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
-        rescaled = f"acc_{s} * tl.exp(acc_{m} - rsafe_{m})"
+        rescaled = f"acc_{s} * {statistic_exp(f'acc_{m} - rsafe_{m}', spec.dtype)}"
         finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 

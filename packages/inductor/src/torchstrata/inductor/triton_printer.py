@@ -197,6 +197,26 @@ def compute_type(dtype: torch.dtype) -> str:
     return "tl.float32" if dtype in HALF_TYPES else TL_TYPES[dtype]
 
 
+def statistic_exp(argument: str, dtype: torch.dtype) -> str:
+    """``exp(argument)`` for an online softmax statistic computed in ``dtype``'s compute type.
+
+    Inside the running sum of ``exp(v - max)`` and its rescaling factors, a float32 exp
+    may flush results below 2**-126 to zero: each such term is added to (or scales) a sum
+    that ends at least 1 (the max's own term), so none of them can change its float32
+    value. ``tl.exp`` keeps those tiny results, and on sm_90 pays three instructions per
+    element (a range test, a pre-scale and a square around the hardware ``ex2``) that
+    a loop of a handful of float operations per element feels. Other exps, whose results
+    the user sees, stay ``tl.exp``; float64 statistics too.
+    """
+    if compute_type(dtype) == "tl.float32":
+        return f"tl.math.exp2(({argument}) * {LOG2_E!r})"
+    return f"tl.exp({argument})"
+
+
+#: log2(e), as ``tl.exp`` multiplies by it before the hardware's base-2 exponential.
+LOG2_E = 1.4426950408889634
+
+
 def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     """A typed scalar constant (shape ``[1]``, broadcasts against any tile)."""
     if dtype is torch.bool:

@@ -61,6 +61,7 @@ from torchstrata.inductor.triton_printer import (
     module_source,
     next_power_of_2,
     reduce_text,
+    statistic_exp,
     store_line,
 )
 
@@ -190,7 +191,7 @@ def combine_partials(
     for partner in sums:
         scaled = (
             f"tl.load({at[partner.name]} + sindex, smask, other=0.0, cache_modifier='.cg')"
-            f" * tl.exp(all_{name} - rsafe_{name})"
+            f" * {statistic_exp(f'all_{name} - rsafe_{name}', spec.dtype)}"
         )
         lines.append(f"red_{partner.name} = {reduce_text(partner, scaled, False, axis=axis)}")
     return lines
