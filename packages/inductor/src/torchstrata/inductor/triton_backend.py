@@ -28,6 +28,7 @@ from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.reciprocals import hoist_reciprocals
 from torchstrata.inductor.row_tiles import as_row_kernel
+from torchstrata.inductor.shifted_exps import shift_row_exps
 from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.triton_codegen import generate_triton
@@ -103,8 +104,11 @@ class TritonBackend:
         """See :class:`Backend`: one module per code variant, the launch config tuned later.
 
         A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
-        divisions by per-row values become multiplications (``reciprocals``)."""
+        divisions by per-row values become multiplications (``reciprocals``); a row's
+        ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
+        output reuses the statistics' own exps."""
         kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
+        shifted = shift_row_exps(kernel)
         clusters = not self.interpret and cluster_launch_supported()
         configs = candidate_configs(kernel, self.interpret, clusters=clusters)
         variants, sources, paths = {}, [], []
@@ -116,7 +120,7 @@ class TritonBackend:
                 source = generate_split_triton(kernel, split, chunk)
             else:
                 source = generate_triton(
-                    kernel,
+                    shifted,
                     interpret=self.interpret,
                     persistent=persistent,
                     group=group,
