@@ -222,12 +222,14 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
                 (grads[i] if grads[i] is not None else zeros_like_output(i)).contiguous()
                 for i in tangent_outputs
             ]
-            create_graph = torch.is_grad_enabled()
             saved = ctx.saved_tensors
             check_saved(saved)
-            with torch.no_grad():
+            # the engine runs backward with gradients off unless create_graph=True
+            if not torch.is_grad_enabled():
                 computed = backward(*saved, *tangents)
-            if create_graph:
+            else:
+                with torch.no_grad():
+                    computed = backward(*saved, *tangents)
                 computed = _once_differentiable(computed)
             result: list[Any] = [None] * ctx.num_inputs
             for index, grad in zip(grad_inputs, computed):
