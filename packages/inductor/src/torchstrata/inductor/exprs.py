@@ -79,6 +79,9 @@ class ReduceRef:
 
 Expr = Load | IndirectLoad | Constant | IndexValue | Op | ReduceRef
 
+#: Value dtypes both backends compute in float32 (16-bit floats are widened).
+FLOAT32_COMPUTED = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
 
 def children(expr: Expr) -> tuple[Expr, ...]:
     """Direct operands of an expression (an indirect load's operand is its position)."""
@@ -149,3 +152,13 @@ def map_indices(
         result = op(Op(expr.name, args, expr.dtype))
     memo[expr] = result
     return result
+
+
+def map_ops(expr: Expr, op: Callable[[Op], Expr], memo: dict[Expr, Expr]) -> Expr:
+    """``expr`` with each ``Op``, rebuilt bottom-up, passed through ``op`` (indices kept);
+    ``memo`` as for :func:`map_indices`."""
+    return map_indices(expr, _same_index, memo, op)
+
+
+def _same_index(index: Index) -> Index:
+    return index

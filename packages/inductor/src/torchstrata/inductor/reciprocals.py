@@ -19,10 +19,8 @@ from __future__ import annotations
 import os
 
 import attrs
-import torch
 
-from torchstrata.inductor.exprs import Constant, Expr, Op, map_indices, variables
-from torchstrata.inductor.indexing import Index
+from torchstrata.inductor.exprs import FLOAT32_COMPUTED, Constant, Expr, Op, map_ops, variables
 from torchstrata.inductor.kernel import Kernel, red_vars
 
 
@@ -37,7 +35,7 @@ def hoist_reciprocals(kernel: Kernel) -> Kernel:
 
     def rewrite(op: Op) -> Expr:
         nonlocal changed
-        if op.name != "div" or not _reciprocal_ok(op.dtype):
+        if op.name != "div" or op.dtype not in FLOAT32_COMPUTED:
             return op
         numerator, divisor = op.args
         if not variables(numerator) & along or variables(divisor) & along:
@@ -47,24 +45,13 @@ def hoist_reciprocals(kernel: Kernel) -> Kernel:
         return Op("mul", (numerator, inverse), op.dtype)
 
     memo: dict[Expr, Expr] = {}
-
-    def same(index: Index) -> Index:
-        return index
-
     reductions = tuple(
-        attrs.evolve(spec, body=map_indices(spec.body, same, memo, rewrite))
-        for spec in kernel.reductions
+        attrs.evolve(spec, body=map_ops(spec.body, rewrite, memo)) for spec in kernel.reductions
     )
     stores = tuple(
-        attrs.evolve(store, value=map_indices(store.value, same, memo, rewrite))
+        attrs.evolve(store, value=map_ops(store.value, rewrite, memo))
         for store in kernel.full_stores
     )
     if not changed:
         return kernel
     return attrs.evolve(kernel, reductions=reductions, full_stores=stores)
-
-
-def _reciprocal_ok(dtype: torch.dtype) -> bool:
-    """Divisions computed in float32 (float32 itself, and the 16-bit floats backends
-    compute in float32)."""
-    return dtype in (torch.float32, torch.float16, torch.bfloat16)

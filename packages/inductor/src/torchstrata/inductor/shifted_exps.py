@@ -26,10 +26,8 @@ from __future__ import annotations
 import os
 
 import attrs
-import torch
 
-from torchstrata.inductor.exprs import Constant, Expr, Op, ReduceRef, map_indices
-from torchstrata.inductor.indexing import Index
+from torchstrata.inductor.exprs import FLOAT32_COMPUTED, Constant, Expr, Op, ReduceRef, map_ops
 from torchstrata.inductor.kernel import Kernel, ReductionSpec
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_printer import LOG2_E
@@ -37,8 +35,6 @@ from torchstrata.inductor.triton_printer import LOG2_E
 #: The shift of the base-2 exponent, and the exact scale that undoes it.
 SHIFT = 24.0
 SCALE = 2.0**-SHIFT
-
-_FLOAT32_COMPUTE = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def shift_row_exps(kernel: Kernel) -> Kernel:
@@ -50,7 +46,7 @@ def shift_row_exps(kernel: Kernel) -> Kernel:
     maxima = {
         spec.name: spec
         for spec in kernel.reductions
-        if spec.kind == "amax" and spec.dtype in _FLOAT32_COMPUTE
+        if spec.kind == "amax" and spec.dtype in FLOAT32_COMPUTED
     }
     if not maxima:
         return kernel
@@ -71,12 +67,9 @@ def shift_row_exps(kernel: Kernel) -> Kernel:
             return _fold_scale(op, shifted, sum_of)
         return op
 
-    def same(index: Index) -> Index:
-        return index
-
     memo: dict[Expr, Expr] = {}
     stores = tuple(
-        attrs.evolve(store, value=map_indices(store.value, same, memo, rewrite))
+        attrs.evolve(store, value=map_ops(store.value, rewrite, memo))
         for store in kernel.full_stores
     )
     if not shifted:
@@ -86,7 +79,7 @@ def shift_row_exps(kernel: Kernel) -> Kernel:
 
 def _row_max_of(op: Op, maxima: dict[str, ReductionSpec]) -> str | None:
     """The name of the max that ``op``, an exp, is ``exp(v - max(v))`` of, or None."""
-    if op.dtype not in _FLOAT32_COMPUTE:
+    if op.dtype not in FLOAT32_COMPUTED:
         return None
     inner = op.args[0]
     if not (isinstance(inner, Op) and inner.name == "sub"):

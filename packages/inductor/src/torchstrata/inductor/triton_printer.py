@@ -205,8 +205,9 @@ def statistic_exp(argument: str, dtype: torch.dtype) -> str:
     that ends at least 1 (the max's own term), so none of them can change its float32
     value. ``tl.exp`` keeps those tiny results, and on sm_90 pays three instructions per
     element (a range test, a pre-scale and a square around the hardware ``ex2``) that
-    a loop of a handful of float operations per element feels. Other exps, whose results
-    the user sees, stay ``tl.exp``; float64 statistics too.
+    a loop of a handful of float operations per element feels. Exps whose results reach
+    an output keep their subnormal results (``tl.exp``, or ``shifted_exps``); float64
+    statistics stay ``tl.exp``.
     """
     if compute_type(dtype) == "tl.float32":
         return f"tl.math.exp2(({argument}) * {LOG2_E!r})"
