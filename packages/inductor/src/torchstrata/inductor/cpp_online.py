@@ -127,7 +127,7 @@ def online_phase(
             zero = f"static_cast<{stype}>(0)"
             inits.append(f"{atype} acc_{s} = {zero};")
             chunk_inits.append(f"{atype} chunk_{s} = {zero};")
-            term = f"std::exp(static_cast<{ctype}>({value} - safe_{m}))"
+            term = _exp(f"static_cast<{ctype}>({value} - safe_{m})", ctype)
             if atype == stype:
                 sum_clauses.append(f"reduction(+:chunk_{s})")
                 second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
@@ -137,7 +137,7 @@ def online_phase(
                 block_inits.append(f"{stype} block_{s} = {zero};")
                 second_updates.append(f"block_{s} = static_cast<{stype}>(block_{s} + {term});")
                 flushes.append(f"chunk_{s} = chunk_{s} + static_cast<{atype}>(block_{s});")
-            scale = f"std::exp(static_cast<{ctype}>(acc_{m} - safe_{m}))"
+            scale = _exp(f"static_cast<{ctype}>(acc_{m} - safe_{m})", ctype)
             rescales.append(f"acc_{s} = static_cast<{atype}>(acc_{s} * {scale} + chunk_{s});")
             # Every element -inf: the two-pass sum is exp(-inf - -inf) = NaN, not 0.
             result = f"acc_{s}" if atype == stype else f"static_cast<{stype}>(acc_{s})"
@@ -174,3 +174,9 @@ def online_phase(
     loop = [f"for (int64_t {start} = 0; {start} < {length}; {start} += {chunk}) {{"]
     loop += ["  " + line for line in body] + ["}"]
     return emitter.take_outer() + inits + loop + finals
+
+
+def _exp(argument: str, ctype: str) -> str:
+    """``exp(argument)`` in ``ctype``, as the expression printer spells it (``ts_exp_f32``
+    for floats, see ``cpp_exprs.PRELUDE``)."""
+    return f"ts_exp_f32({argument})" if ctype == "float" else f"std::exp({argument})"
