@@ -89,9 +89,10 @@ static inline float ts_exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t ki = static_cast<int32_t>(k);
+  const int32_t ki = static_cast<int32_t>(ts_where<float>(k != k, 0.0f, k));  // NaN: p is NaN
   const int32_t k1 = ki >> 1;
-  const int32_t b1 = (k1 + 127) << 23, b2 = (ki - k1 + 127) << 23;
+  const uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23;
+  const uint32_t b2 = static_cast<uint32_t>(ki - k1 + 127) << 23;
   float s1, s2; std::memcpy(&s1, &b1, 4); std::memcpy(&s2, &b2, 4);
   return p * s1 * s2;
 }
