@@ -189,6 +189,12 @@ def compute_type(dtype: torch.dtype) -> str:
     return "float" if dtype in HALF_TYPES else STORAGE_TYPES[dtype]
 
 
+def exp_call(argument: str, ctype: str) -> str:
+    """``exp(argument)`` computed in ``ctype``: the prelude's inline ``ts_exp_f32`` for
+    floats, the library's ``std::exp`` otherwise."""
+    return f"ts_exp_f32({argument})" if ctype == "float" else f"std::exp({argument})"
+
+
 def supports(name: str, dtype: torch.dtype) -> bool:
     """Can this backend generate prims.``name`` on operands of ``dtype``?"""
     if dtype not in STORAGE_TYPES:
@@ -272,8 +278,8 @@ class CppPrinter:
                 if is_float
                 else f"ts_fmod_int({args[0]}, {args[1]})"
             )
-        elif name == "exp" and ctype == "float":
-            text = f"ts_exp_f32({args[0]})"
+        elif name == "exp":
+            text = exp_call(args[0], ctype)
         elif name == "abs":
             text = f"std::abs({args[0]})"
         elif name == "bitwise_not":

@@ -22,6 +22,7 @@ from torchstrata.inductor.cpp_exprs import (
     SUM_BLOCK,
     accumulator_type,
     compute_type,
+    exp_call,
     literal,
 )
 from torchstrata.inductor.emitter import ExprEmitter
@@ -127,7 +128,7 @@ def online_phase(
             zero = f"static_cast<{stype}>(0)"
             inits.append(f"{atype} acc_{s} = {zero};")
             chunk_inits.append(f"{atype} chunk_{s} = {zero};")
-            term = _exp(f"static_cast<{ctype}>({value} - safe_{m})", ctype)
+            term = exp_call(f"static_cast<{ctype}>({value} - safe_{m})", ctype)
             if atype == stype:
                 sum_clauses.append(f"reduction(+:chunk_{s})")
                 second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
@@ -137,7 +138,7 @@ def online_phase(
                 block_inits.append(f"{stype} block_{s} = {zero};")
                 second_updates.append(f"block_{s} = static_cast<{stype}>(block_{s} + {term});")
                 flushes.append(f"chunk_{s} = chunk_{s} + static_cast<{atype}>(block_{s});")
-            scale = _exp(f"static_cast<{ctype}>(acc_{m} - safe_{m})", ctype)
+            scale = exp_call(f"static_cast<{ctype}>(acc_{m} - safe_{m})", ctype)
             rescales.append(f"acc_{s} = static_cast<{atype}>(acc_{s} * {scale} + chunk_{s});")
             # Every element -inf: the two-pass sum is exp(-inf - -inf) = NaN, not 0.
             result = f"acc_{s}" if atype == stype else f"static_cast<{stype}>(acc_{s})"
@@ -174,9 +175,3 @@ def online_phase(
     loop = [f"for (int64_t {start} = 0; {start} < {length}; {start} += {chunk}) {{"]
     loop += ["  " + line for line in body] + ["}"]
     return emitter.take_outer() + inits + loop + finals
-
-
-def _exp(argument: str, ctype: str) -> str:
-    """``exp(argument)`` in ``ctype``, as the expression printer spells it (``ts_exp_f32``
-    for floats, see ``cpp_exprs.PRELUDE``)."""
-    return f"ts_exp_f32({argument})" if ctype == "float" else f"std::exp({argument})"
