@@ -84,7 +84,8 @@ class AotHelpers:
             torch.testing.assert_close(got, want, rtol=0, atol=0)  # the forward is functional
         n, m = result.num_user_outputs, result.num_mutations
         assert n == len(graph.outputs)
-        assert len(outputs) == n + m + result.num_saved
+        saved_end = n + m + result.num_saved
+        assert len(outputs) == saved_end + result.num_unit_grads
         for index, value in zip(result.mutated_inputs, outputs[n : n + m], strict=True):
             ours[index].copy_(value)
         for got, want in zip(outputs[:n], expected, strict=True):
@@ -119,11 +120,15 @@ class AotHelpers:
         assert result.tangent_outputs == tuple(differentiable)
         assert result.grad_inputs == tuple(i for i, g in zip(wanted, grads) if g is not None)
         assert result.backward is not None
-        ours_grads = interpret(result.backward, *outputs[n + m :], *tangents)
+        ours_grads = interpret(result.backward, *outputs[n + m : saved_end], *tangents)
         want_grads = [g for g in grads if g is not None]
         assert len(ours_grads) == len(want_grads)
         for got, want in zip(ours_grads, want_grads, strict=True):
             torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+        if result.num_unit_grads:  # the forward's gradients for a tangent of 1, scaled
+            assert result.num_unit_grads == len(want_grads)
+            for got, want in zip(outputs[saved_end:], want_grads, strict=True):
+                torch.testing.assert_close(got * tangents[0], want, rtol=rtol, atol=atol)
         return result
 
 

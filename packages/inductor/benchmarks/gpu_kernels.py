@@ -103,8 +103,10 @@ def workloads(small: bool, device: str) -> list[dict[str, Any]]:
     m, n = s(16384, 64), s(4096, 256)
     rows: list[dict[str, Any]] = []
 
-    def add(name, fn, make, train=False, note=""):
-        rows.append({"id": name, "fn": fn, "make": make, "train": train, "note": note})
+    def add(name, fn, make, train=False, note="", seed="random"):
+        rows.append(
+            {"id": name, "fn": fn, "make": make, "train": train, "note": note, "seed": seed}
+        )
 
     add("K1", bias_gelu, lambda: (rn(m, n), rn(n)))
     add("K1/mul", bias_gelu_mul, lambda: (rn(m, n), rn(n), rn(m, n)))
@@ -134,6 +136,9 @@ def workloads(small: bool, device: str) -> list[dict[str, Any]]:
 
     add("K7/train F.ce", cross_entropy, make_ce_train, train=True)
     add("K7/train explicit", cross_entropy_explicit, make_ce_train, train=True)
+    # the loss seeded as loss.backward() seeds it
+    add("K7/train F.ce seed 1", cross_entropy, make_ce_train, train=True, seed="ones")
+    add("K7/train expl. seed 1", cross_entropy_explicit, make_ce_train, train=True, seed="ones")
     b, h, t, d = (8, 32, 2048, 128) if not small else (1, 2, 16, 32)
     add("K8", rope, lambda: (rn(b, h, t, d), rn(b, h, t, d), rn(t, d), rn(t, d)))
     add("K9", rms_norm, lambda: (rn(s(1048576, 4096), s(128, 64)), rn(s(128, 64))))
@@ -169,14 +174,16 @@ def nbytes(values) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
-def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16):
+def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16, seed="random"):
     """(runner: compiled fn -> callable running it [+ backward], minimal bytes).
 
     A training step's minimal bytes are two passes': the forward reads the inputs and
     writes the outputs; the backward, whose output gradients exist only after the forward,
     reads them and the floating inputs again and writes the inputs' gradients.
     Output gradients are seeded, rounded to ``grad_dtype``, so a float64 reference run
-    sees the same values."""
+    sees the same values. With ``seed="ones"`` they are 1, as ``loss.backward()`` seeds a
+    loss: a step that knows it may read its inputs once, so the minimal bytes are the
+    forward's and the gradients' writes."""
     float_inputs = [x for x in inputs if x.is_floating_point()]
     if not train:
         outputs = as_tuple(fn(*inputs))
@@ -186,10 +193,14 @@ def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16):
     gen = torch.Generator(device=outputs[0].device).manual_seed(0)
     grads = [
         torch.randn(o.shape, generator=gen, device=o.device).to(grad_dtype).to(o.dtype)
+        if seed == "random"
+        else torch.ones_like(o)
         for o in outputs
     ]
     forward = nbytes(inputs) + nbytes(outputs)
     traffic = forward + nbytes(grads) + 2 * nbytes(float_inputs)
+    if seed == "ones":
+        traffic = forward + nbytes(float_inputs)
 
     def runner(f):
         def run():
@@ -204,13 +215,13 @@ def prepare(fn, inputs, train: bool, grad_dtype: torch.dtype = torch.bfloat16):
     return runner, traffic
 
 
-def check(fn, compiled, inputs, train: bool) -> str:
+def check(fn, compiled, inputs, train: bool, seed="random") -> str:
     """ "ok", or the failure message: ours vs eager, low precision against a float64 run."""
-    runner, _ = prepare(fn, inputs, train)
+    runner, _ = prepare(fn, inputs, train, seed=seed)
     got = runner(compiled)()
     want = runner(fn)()
     doubled = [x.double() if x.is_floating_point() else x for x in inputs]
-    ref_runner, _ = prepare(fn, doubled, train)
+    ref_runner, _ = prepare(fn, doubled, train, seed=seed)
     reference = ref_runner(fn)()
     try:
         assert_close_to_eager(list(got), list(want), reference=list(reference))
@@ -288,13 +299,14 @@ def run_row(row, device, bench, copy_gbs, with_inductor, codegen=None) -> dict[s
     fn, train = row["fn"], row["train"]
     inputs = row["make"]()
     compiled = ts.compile(fn, fullgraph=True, codegen=codegen)
-    runner, traffic = prepare(fn, inputs, train)
+    seed = row.get("seed", "random")
+    runner, traffic = prepare(fn, inputs, train, seed=seed)
     t0 = time.perf_counter()
     runner(compiled)()
     if device == "cuda":
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
-    status = check(fn, compiled, inputs, train)
+    status = check(fn, compiled, inputs, train, seed)
     ours = bench(runner(compiled))
     eager = bench(runner(fn))
     inductor = math.nan

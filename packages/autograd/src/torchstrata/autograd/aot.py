@@ -5,6 +5,7 @@ from __future__ import annotations
 from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.autograd.partition import partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
+from torchstrata.autograd.unit_grads import unit_grad_forward, unit_grads_enabled
 from torchstrata.core import AotResult, CompileOptions, Graph, verify
 
 
@@ -14,13 +15,16 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     When no input requires grad (or no output depends on one), the result is the
     inference forward graph alone. Otherwise forward and backward are traced together
     through PyTorch's derivative formulas and split by a min-cut partitioner that
-    recomputes cheap ops in the backward rather than saving their outputs. In-place
+    recomputes cheap ops in the backward rather than saving their outputs. A scalar
+    loss's forward also computes its gradients for a unit tangent
+    (:mod:`torchstrata.autograd.unit_grads`). In-place
     ops are functionalized; writes to graph inputs come back as extra forward outputs
     (see :class:`~torchstrata.core.AotResult` for the calling convention).
 
     :param graph: a torch-level graph whose inputs describe the call's tensors
         (``requires_grad`` marks the inputs to differentiate).
-    :param options: compile options (only ``debug`` is read: verify the graphs).
+    :param options: compile options (``debug``: verify the graphs; the autograd stage
+        option ``unit_grads``).
     :raises AotTraceError: if a torch node fails on fake tensors; the message names it.
     :raises NotImplementedError: for what the package README lists as unsupported.
     """
@@ -31,8 +35,9 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     else:
         trace = spell_out_softmax(trace)
         parts = partition(trace)
+        unit = unit_grad_forward(trace, parts) if unit_grads_enabled(options) else None
         result = AotResult(
-            forward=parts.forward,
+            forward=parts.forward if unit is None else unit,
             backward=parts.backward,
             num_user_outputs=trace.num_user_outputs,
             mutated_inputs=trace.mutated_inputs,
@@ -40,6 +45,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
             output_aliases=trace.output_aliases,
             tangent_outputs=trace.tangent_outputs,
             grad_inputs=trace.grad_inputs,
+            num_unit_grads=0 if unit is None else len(trace.grad_inputs),
         )
     if options is not None and options.debug:
         verify(result.forward)

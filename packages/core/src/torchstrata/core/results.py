@@ -90,7 +90,11 @@ class AotResult:
 
     ``forward`` takes the torch graph's inputs and returns the user's outputs first, then
     ``num_mutations`` values to copy into the inputs listed in ``mutated_inputs``, then
-    ``num_saved`` tensors kept for ``backward``. ``backward`` is None for inference.
+    ``num_saved`` tensors kept for ``backward``, then ``num_unit_grads`` more: when the
+    graph's one tangent is a scalar, the gradients ``backward`` would return for a tangent
+    of 1 (one per ``grad_inputs`` entry; 0 when the forward does not compute them). A
+    caller may return those, scaled by the tangent, instead of running ``backward``.
+    ``backward`` is None for inference.
 
     ``backward`` takes the ``num_saved`` saved tensors, then one tangent (the incoming
     gradient, contiguous) for each user output listed in ``tangent_outputs``, and
@@ -113,6 +117,7 @@ class AotResult:
     output_aliases: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
     tangent_outputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
+    num_unit_grads: int = 0
 
     @property
     def num_mutations(self) -> int:

@@ -16,6 +16,12 @@ Rules (applied in topological order):
    realised pointwise value of a later step (an output) is recomputed instead.
    Shapes match exactly or up to size-1 dims (a keep-dim ``[M, 1]`` max joins rows ``[M]``).
 4. Extern ATen calls are steps of their own, in graph order.
+5. A reduction that reads graph inputs only (through inlined values) and kept a value
+   out of an earlier group, by being computed later, is placed first, and the steps are
+   formed again; the new steps are kept when their domains add up to fewer elements.
+   A count of a cross-entropy's valid targets then comes before the kernel that walks
+   the logits, which fuses the gradient scaled by it (a unit gradient,
+   ``torchstrata.autograd.unit_grads``) instead of walking them once more.
 """
 
 from __future__ import annotations
@@ -38,7 +44,12 @@ from torchstrata.inductor.lowering import (
 
 
 class NotFusable(Exception):
-    """A value cannot be computed inside a given kernel group."""
+    """A value cannot be computed inside a given kernel group (``later``: the value
+    computed by a later step that it needed, if that was the reason)."""
+
+    def __init__(self, message: str, later: Node | None = None) -> None:
+        super().__init__(message)
+        self.later = later
 
 
 @attrs.define(eq=False)
@@ -141,7 +152,7 @@ class GroupContext:
         if step is not None or isinstance(lowered, InputBuffer):
             if step is not None and step.position >= self.group.position:
                 if not isinstance(lowered, Pointwise):
-                    raise NotFusable(f"%{node.name} is computed by a later step")
+                    raise NotFusable(f"%{node.name} is computed by a later step", node)
                 # A pointwise value stored by a later kernel (an output) is recomputed here.
                 self.computed[node] = None
                 return lowered.fn(self, index)
@@ -182,6 +193,7 @@ class Scheduler:
         self.lowered = lowered
         self.steps: list[Step] = []
         self.step_of: dict[Node, Step] = {}
+        self.blockers: set[Node] = set()  # rule 5
 
     def realised(self) -> set[Node]:
         """Values that need a kernel: outputs, extern operands, reductions."""
@@ -203,13 +215,40 @@ class Scheduler:
     def run(self) -> list[Step]:
         """Form the steps, in execution order."""
         realised = self.realised()
-        for node in self.graph.nodes:
+        self._form(list(self.graph.nodes), realised)
+        early = [node for node in self._input_reductions(realised) if node in self.blockers]
+        if not early:
+            return self.steps
+        first = (self.steps, self.step_of)
+        hoisted = set(early)
+        self.steps, self.step_of = [], {}
+        self._form(early + [node for node in self.graph.nodes if node not in hoisted], realised)
+        if _elements(self.steps) >= _elements(first[0]):
+            self.steps, self.step_of = first
+        return self.steps
+
+    def _form(self, order: list[Node], realised: set[Node]) -> None:
+        for node in order:
             lowered = self.lowered[node]
             if isinstance(lowered, Extern):
                 self._append(ExternStep(len(self.steps), node), node)
             elif node in realised:
                 self._place(node, lowered)
-        return self.steps
+
+    def _input_reductions(self, realised: set[Node]) -> list[Node]:
+        """Realised reductions reading graph inputs only, in graph order."""
+        derived: set[Node] = set()  # nodes reading a realised or extern value
+        found: list[Node] = []
+        for node in self.graph.nodes:
+            reads = [arg for arg in node.input_nodes() if not arg.is_input]
+            if any(
+                arg in derived or arg in realised or isinstance(self.lowered[arg], Extern)
+                for arg in reads
+            ):
+                derived.add(node)
+            elif isinstance(self.lowered[node], Reduction) and node in realised:
+                found.append(node)
+        return found
 
     def _append(self, step: Step, node: Node) -> None:
         self.steps.append(step)
@@ -250,7 +289,9 @@ class Scheduler:
         try:
             for member in trial.members:
                 context.member_expr(member)
-        except NotFusable:
+        except NotFusable as refused:
+            if refused.later is not None:
+                self.blockers.add(refused.later)
             return False
         group.row_shape, group.red_shape, group.members = (
             trial.row_shape,
@@ -259,6 +300,18 @@ class Scheduler:
         )
         self.step_of[node] = group
         return True
+
+
+def _elements(steps: list[Step]) -> int:
+    """The elements the groups among ``steps`` walk, together."""
+    total = 0
+    for step in steps:
+        if isinstance(step, Group):
+            count = 1
+            for size in step.full_shape:
+                count *= size
+            total += count
+    return total
 
 
 def schedule(graph: Graph, lowered: dict[Node, Lowered]) -> list[Step]:

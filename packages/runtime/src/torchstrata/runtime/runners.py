@@ -5,7 +5,9 @@ inputs, and — when gradients are needed — run as one ``torch.autograd.Functi
 The conventions are those of :class:`torchstrata.core.AotResult`: forward outputs are
 user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved values;
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
-and returns one gradient per ``grad_inputs`` entry.
+and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
+gradients (``num_unit_grads``) has its first backward return them, scaled in place by
+the tangent (:mod:`torchstrata.runtime.unit_scale`), without running the backward graph.
 
 The backward may be a :class:`LazyGraphFn`: it is then compiled on the first backward
 call, not when the forward is compiled (a graph only ever run for inference, or whose
@@ -24,6 +26,7 @@ import torch
 
 from torchstrata.core import AotResult, CompiledGraph, TensorMeta
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
+from torchstrata.runtime.unit_scale import scale_in_place
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
@@ -93,7 +96,8 @@ class LazyGraphFn:
 def _layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
     """(number of user outputs, mutated input indices, output aliases)."""
     total = len(aot.forward.outputs)
-    num_user = aot.num_user_outputs or total - aot.num_mutations - aot.num_saved
+    num_unit = getattr(aot, "num_unit_grads", 0)
+    num_user = aot.num_user_outputs or total - aot.num_mutations - aot.num_saved - num_unit
     aliases = tuple(getattr(aot, "output_aliases", ()) or ())
     return num_user, aot.mutated_inputs, aliases
 
@@ -149,7 +153,9 @@ def _once_differentiable(grads: Sequence[Any]) -> Sequence[Any]:
     if not tensors:
         return grads
     delayed = torch._C._functions.DelayedError(DOUBLE_BACKWARD_MESSAGE, len(tensors))
-    wrapped = iter(delayed(*(g.detach().requires_grad_() for g in tensors)))
+    delayed_grads = delayed(*(g.detach().requires_grad_() for g in tensors))
+    # one tensor in, that tensor out (not a tuple of one)
+    wrapped = iter(delayed_grads if isinstance(delayed_grads, tuple) else (delayed_grads,))
     return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
 
 
@@ -182,6 +188,47 @@ def _saved_dtype_checker(aot: AotResult) -> Callable[[Sequence[Any]], None]:
     return check
 
 
+class UnitGrads:
+    """The unit gradients among a forward's outputs (``count`` from ``start``), and
+    whether the backward may scale them in place and hand them out."""
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start = start
+        self.count = count
+        self._usable: bool | None = None if count else False
+
+    def take(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The unit gradients among ``outputs``, or None unless each is a dense tensor
+        of its own: sharing memory with no input, no other output and no other unit
+        gradient. Decided on the first call (what aliases what is fixed by the compiled
+        graph)."""
+        if self._usable is None:
+            self._usable = _own_tensors(inputs, outputs, self.start, self.count)
+        return tuple(outputs[self.start : self.start + self.count]) if self._usable else None
+
+    @staticmethod
+    def scaled(grads: Sequence[torch.Tensor], tangent: torch.Tensor) -> Sequence[torch.Tensor]:
+        """``grads``, each multiplied in place by the scalar ``tangent``."""
+        for grad in grads:
+            scale_in_place(grad, tangent)
+        return grads
+
+
+def _own_tensors(inputs: Sequence[Any], outputs: Sequence[Any], start: int, count: int) -> bool:
+    units = outputs[start : start + count]
+    if not all(isinstance(g, torch.Tensor) and g.is_contiguous() for g in units):
+        return False
+    others = [t for t in (*inputs, *outputs[:start]) if isinstance(t, torch.Tensor)]
+    taken = {t.untyped_storage().data_ptr() for t in others if t.numel()}
+    for grad in units:
+        if grad.numel():
+            pointer = grad.untyped_storage().data_ptr()
+            if pointer in taken:
+                return False
+            taken.add(pointer)
+    return True
+
+
 def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``."""
@@ -192,6 +239,8 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
     grad_inputs = tuple(aot.grad_inputs)
     metas = [node.meta for node in aot.forward.outputs[:num_user]]
     returned = num_user + num_mutations
+    num_saved = aot.num_saved
+    unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads)
     differentiable = set(tangent_outputs)
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
 
@@ -205,7 +254,10 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
         def forward(ctx: Any, *inputs: Any) -> Any:
             outputs = forward(*inputs)
             ctx.num_inputs = len(inputs)
-            ctx.save_for_backward(*outputs[returned:])
+            # not saved: the engine would check their versions after the scaling, and
+            # the backward drops them so that the engine hands them on without a copy
+            ctx.unit_grads = unit_grads.take(inputs, outputs)
+            ctx.save_for_backward(*outputs[returned : returned + num_saved])
             if non_differentiable:
                 ctx.mark_non_differentiable(
                     *(
@@ -222,12 +274,17 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
                 (grads[i] if grads[i] is not None else zeros_like_output(i)).contiguous()
                 for i in tangent_outputs
             ]
-            saved = ctx.saved_tensors
-            check_saved(saved)
-            # the engine runs backward with gradients off unless create_graph=True
-            if not torch.is_grad_enabled():
+            if ctx.unit_grads is not None and not torch.is_grad_enabled():
+                # the first backward only: a second one (through a retained graph) runs
+                # the backward graph
+                computed, ctx.unit_grads = UnitGrads.scaled(ctx.unit_grads, tangents[0]), None
+            elif not torch.is_grad_enabled():  # as the engine runs it unless create_graph
+                saved = ctx.saved_tensors
+                check_saved(saved)
                 computed = backward(*saved, *tangents)
             else:
+                saved = ctx.saved_tensors
+                check_saved(saved)
                 with torch.no_grad():
                     computed = backward(*saved, *tangents)
                 computed = _once_differentiable(computed)

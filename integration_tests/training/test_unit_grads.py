@@ -1,0 +1,122 @@
+"""A cross-entropy loss's gradient computed in the forward (unit gradients) through the
+whole pipeline: generated C++, the reference interpreter and Triton's interpreter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchstrata.runtime as rt
+from torchstrata.runtime import explain
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), target)
+
+
+def _inputs(rows: int = 16, vocab: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.randn(rows, vocab).to(torch.bfloat16)
+    target = torch.randint(0, vocab, (rows,))
+    target[3] = -100  # an ignored row: no gradient, and not counted in the mean
+    return logits, target
+
+
+def _reference_grad(logits, target, seed: float) -> torch.Tensor:
+    """The float64 gradient for the tangent ``seed``."""
+    leaf = logits.double().requires_grad_()
+    F.cross_entropy(leaf, target).backward(torch.tensor(seed, dtype=torch.float64))
+    return leaf.grad
+
+
+@pytest.fixture(params=["cpp", "eager", "triton"])
+def backend(request, monkeypatch) -> str:
+    if request.param == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return request.param
+
+
+@pytest.mark.parametrize("seed", [1.0, 0.5, 0.0])
+def test_cross_entropy_gradients_match_float64(backend, seed):
+    logits, target = _inputs()
+    compiled = rt.compile(cross_entropy, codegen=backend)
+    leaf = logits.clone().requires_grad_()
+    loss = compiled(leaf, target)
+    loss.backward(torch.tensor(seed))
+    want = _reference_grad(logits, target, seed)
+    assert leaf.grad.dtype == torch.bfloat16
+    # one bf16 rounding of the float64 gradient (two for a seed other than 1)
+    torch.testing.assert_close(leaf.grad.double(), want, rtol=2**-7, atol=1e-7)
+    assert not leaf.grad[3].any()
+
+
+def test_a_retained_graph_backward_twice_accumulates_both(backend):
+    logits, target = _inputs()
+    compiled = rt.compile(cross_entropy, codegen=backend)
+    leaf = logits.clone().requires_grad_()
+    loss = compiled(leaf, target)
+    loss.backward(torch.tensor(1.0), retain_graph=True)
+    loss.backward(torch.tensor(0.25))
+    want = _reference_grad(logits, target, 1.25)
+    torch.testing.assert_close(leaf.grad.double(), want, rtol=2**-6, atol=1e-7)
+
+
+def test_the_forward_walks_the_logits_once_for_loss_and_gradient():
+    """The valid-target count comes first, so the kernel that walks the logits for the
+    row statistics also writes the gradient (no second kernel over the logits)."""
+    logits, target = _inputs()
+    report = explain(rt.compile(cross_entropy, codegen="cpp"), logits.requires_grad_(), target)
+    writers = [k for k in report.kernels if "buf_to_copy_1_unit" in k.source]
+    assert len(writers) == 1, [k.name for k in report.kernels]
+    assert "prims.amax" in writers[0].ops and "buf_amax" in writers[0].source
+
+
+def test_switched_off_the_forward_computes_no_gradient(monkeypatch):
+    monkeypatch.setenv("TORCHSTRATA_UNIT_GRADS", "0")
+    logits, target = _inputs()
+    report = explain(rt.compile(cross_entropy, codegen="cpp"), logits.requires_grad_(), target)
+    assert not any("_unit" in k.source for k in report.kernels)
+
+
+def _scale_kernel(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from torchstrata.runtime.unit_scale import _kernel
+
+    return _kernel()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_scaling_kernel_multiplies_as_torch_does(monkeypatch, dtype):
+    from torchstrata.runtime.unit_scale import launch_scale
+
+    kernel = _scale_kernel(monkeypatch)
+    grad = torch.randn(10_001, dtype=dtype)  # programs stride over more than one block
+    want = grad * torch.tensor(0.3, dtype=dtype)
+    launch_scale(kernel, grad, torch.tensor(0.3, dtype=dtype))
+    torch.testing.assert_close(grad, want, rtol=0, atol=0)
+
+
+def test_the_scaling_kernel_leaves_a_gradient_scaled_by_one_untouched(monkeypatch):
+    from torchstrata.runtime.unit_scale import launch_scale
+
+    kernel = _scale_kernel(monkeypatch)
+    grad = torch.randn(5000).to(torch.bfloat16)
+    grad[7] = float("nan")
+    before = grad.clone()
+    launch_scale(kernel, grad, torch.tensor(1.0))
+    assert torch.equal(grad.view(torch.int16), before.view(torch.int16))
+    launch_scale(kernel, grad, torch.tensor(float("nan")))
+    assert grad.isnan().all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_the_gpu_scaling_bf16_rounds_once_as_torch_does():
+    from torchstrata.runtime.unit_scale import scale_in_place
+
+    grad = torch.randn(1 << 20, device="cuda").to(torch.bfloat16)
+    scale = torch.tensor(0.3, device="cuda")
+    want = grad.mul(scale)
+    scale_in_place(grad, scale)
+    assert torch.equal(grad, want)

@@ -1,0 +1,78 @@
+"""Scaling a forward's unit gradients by the incoming gradient, in place
+(:mod:`torchstrata.autograd.unit_grads` says where they come from).
+
+``loss.backward()`` seeds a tangent of 1, and then the scaling must cost nothing. On the
+GPU the tangent lives on the device, and reading it on the host would wait for the whole
+forward; so a Triton kernel reads it and its programs return at once when it is 1,
+otherwise they multiply (in float32, or float64 for float64 values, rounding once to the
+gradient's dtype, as ``grad.mul_(scale)`` does). On the CPU the tangent is read directly.
+Without Triton, GPU gradients are multiplied by ``torch`` (a pass even when the tangent
+is 1).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+#: Elements per program per step, warps per program, programs per SM of the kernel.
+_BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
+
+
+def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
+    """``grad *= scale`` (``scale`` a one-element tensor), nothing when ``scale`` is 1.
+
+    ``grad`` must be non-overlapping and dense (every element written once)."""
+    if grad.numel() == 0:
+        return
+    if grad.device.type == "cpu" and scale.device.type == "cpu":
+        if scale.item() != 1:
+            grad.mul_(scale.reshape(()))
+        return
+    # the kernel indexes with int32
+    kernel = _kernel() if grad.device.type == "cuda" and grad.numel() < 2**31 else None
+    if kernel is None:
+        grad.mul_(scale.reshape(()))
+        return
+    launch_scale(kernel, grad, scale)
+
+
+def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
+    """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
+    under ``TRITON_INTERPRET=1``)."""
+    programs = min(-(-grad.numel() // _BLOCK), _program_limit(grad.device))
+    wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
+    kernel[(programs,)](grad, scale, grad.numel(), BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
+
+
+def _program_limit(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 64
+    return _PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
+def _kernel() -> Any:
+    """The Triton kernel, or None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        factor = tl.load(scale)
+        factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
+        if factor != 1.0:
+            step = tl.num_programs(0) * BLOCK
+            for start in range(tl.program_id(0) * BLOCK, numel, step):
+                index = start + tl.arange(0, BLOCK)
+                mask = index < numel
+                value = tl.load(grad + index, mask=mask)
+                value = value.to(tl.float64) if WIDE else value.to(tl.float32)
+                tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
+
+    return scale_unless_one
