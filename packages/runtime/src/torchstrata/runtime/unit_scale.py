@@ -13,6 +13,7 @@ is 1).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -53,9 +54,14 @@ def _program_limit(device: torch.device) -> int:
     return _PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@functools.cache
 def _kernel() -> Any:
-    """The Triton kernel, or None without Triton."""
+    """The Triton kernel, or None without Triton (a kernel for Triton's interpreter
+    under ``TRITON_INTERPRET=1``: ``triton.jit`` decides when it decorates)."""
+    return _build(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@functools.cache
+def _build(interpreted: bool) -> Any:
     try:
         import triton
         import triton.language as tl
