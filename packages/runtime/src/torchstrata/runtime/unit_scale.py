@@ -3,8 +3,8 @@
 
 ``loss.backward()`` seeds a tangent of 1, and then the scaling must cost nothing. On the
 GPU the tangent lives on the device, and reading it on the host would wait for the whole
-forward; so a Triton kernel reads it and its programs return at once when it is 1,
-otherwise they multiply (in float32, or float64 for float64 values, rounding once to the
+forward; so a Triton kernel reads it and, when it is 1, its programs load and store
+nothing; otherwise they multiply (in float32, or float64 for float64 values, rounding once to the
 gradient's dtype, as ``grad.mul_(scale)`` does). On the CPU the tangent is read directly.
 Without Triton, GPU gradients are multiplied by ``torch`` (a pass even when the tangent
 is 1).
@@ -72,13 +72,15 @@ def _build(interpreted: bool) -> Any:
     def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
         factor = tl.load(scale)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
-        if factor != 1.0:
-            step = tl.num_programs(0) * BLOCK
-            for start in range(tl.program_id(0) * BLOCK, numel, step):
-                index = start + tl.arange(0, BLOCK)
-                mask = index < numel
-                value = tl.load(grad + index, mask=mask)
-                value = value.to(tl.float64) if WIDE else value.to(tl.float32)
-                tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
+        # masked off entirely at 1: the programs step through no memory (a branch on
+        # the loaded value would be shorter, but Triton 3.6's interpreter cannot take it)
+        scaling = factor != 1.0
+        step = tl.num_programs(0) * BLOCK
+        for start in range(tl.program_id(0) * BLOCK, numel, step):
+            index = start + tl.arange(0, BLOCK)
+            mask = (index < numel) & scaling
+            value = tl.load(grad + index, mask=mask)
+            value = value.to(tl.float64) if WIDE else value.to(tl.float32)
+            tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
 
     return scale_unless_one
