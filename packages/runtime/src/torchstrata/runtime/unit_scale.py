@@ -74,11 +74,11 @@ def _build(interpreted: bool) -> Any:
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         # masked off entirely at 1: the programs step through no memory (a branch on
         # the loaded value would be shorter, but Triton 3.6's interpreter cannot take it)
-        scaling = factor != 1.0
+        limit = tl.where(factor != 1.0, numel, 0)
         step = tl.num_programs(0) * BLOCK
         for start in range(tl.program_id(0) * BLOCK, numel, step):
             index = start + tl.arange(0, BLOCK)
-            mask = (index < numel) & scaling
+            mask = index < limit
             value = tl.load(grad + index, mask=mask)
             value = value.to(tl.float64) if WIDE else value.to(tl.float32)
             tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
