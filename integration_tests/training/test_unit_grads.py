@@ -112,11 +112,24 @@ def test_the_scaling_kernel_leaves_a_gradient_scaled_by_one_untouched(monkeypatc
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_on_the_gpu_scaling_bf16_rounds_once_as_torch_does():
+def test_on_the_gpu_scaling_bf16_rounds_once():
+    """In float32, then to bf16 (``grad.mul_(scale)`` would round the scale to bf16 first)."""
     from torchstrata.runtime.unit_scale import scale_in_place
 
     grad = torch.randn(1 << 20, device="cuda").to(torch.bfloat16)
     scale = torch.tensor(0.3, device="cuda")
-    want = grad.mul(scale)
+    want = (grad.float() * scale).to(torch.bfloat16)
     scale_in_place(grad, scale)
+    assert torch.equal(grad, want)
+    before = grad.clone()
+    scale_in_place(grad, torch.ones((), device="cuda"))
+    assert torch.equal(grad.view(torch.int16), before.view(torch.int16))
+
+
+def test_on_the_cpu_scaling_bf16_rounds_once():
+    from torchstrata.runtime.unit_scale import scale_in_place
+
+    grad = torch.randn(1000).to(torch.bfloat16)
+    want = (grad.float() * 0.3).to(torch.bfloat16)
+    scale_in_place(grad, torch.tensor(0.3))
     assert torch.equal(grad, want)

@@ -5,7 +5,7 @@
 GPU the tangent lives on the device, and reading it on the host would wait for the whole
 forward; so a Triton kernel reads it and, when it is 1, its programs load and store
 nothing; otherwise they multiply (in float32, or float64 for float64 values, rounding once to the
-gradient's dtype, as ``grad.mul_(scale)`` does). On the CPU the tangent is read directly.
+gradient's dtype, as a backward graph's fused kernel would). On the CPU the tangent is read directly.
 Without Triton, GPU gradients are multiplied by ``torch`` (a pass even when the tangent
 is 1).
 """
@@ -30,14 +30,22 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
         return
     if grad.device.type == "cpu" and scale.device.type == "cpu":
         if scale.item() != 1:
-            grad.mul_(scale.reshape(()))
+            _multiply(grad, scale)
         return
     # the kernel indexes with int32
     kernel = _kernel() if grad.device.type == "cuda" and grad.numel() < 2**31 else None
     if kernel is None:
-        grad.mul_(scale.reshape(()))
+        _multiply(grad, scale)
         return
     launch_scale(kernel, grad, scale)
+
+
+def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
+    """``grad *= scale`` computed in float32 (float64 if either is), rounded once: not
+    ``grad.mul_(scale)``, which first rounds ``scale`` to a 16-bit ``grad``'s dtype."""
+    wide = torch.float64 in (grad.dtype, scale.dtype)
+    compute = torch.float64 if wide else torch.float32
+    grad.copy_(grad.to(compute) * scale.reshape(()).to(compute))
 
 
 def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -70,7 +78,8 @@ def _build(interpreted: bool) -> Any:
 
     @triton.jit
     def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-        factor = tl.load(scale)
+        # a block of one, not a scalar: Triton 3.6's interpreter loads a scalar as [1]
+        factor = tl.load(scale + tl.full([1], 0, tl.int32))
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         # masked off entirely at 1: the programs step through no memory (a branch on
         # the loaded value would be shorter, but Triton 3.6's interpreter cannot take it)
