@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import torchstrata.runtime.runners as runners
+import torchstrata.runtime.unit_grads as unit_grads
 from torchstrata.core import AotResult, GraphBuilder, Level, TensorMeta, aten, hookimpl
 
 
@@ -50,13 +50,13 @@ class UnitGradAot:
 def scaled(monkeypatch):
     """The data pointers of the gradients the runtime scaled in place."""
     seen: list[int] = []
-    original = runners.scale_in_place
+    original = unit_grads.scale_in_place
 
     def spy(grad, scale):
         seen.append(grad.data_ptr())
         original(grad, scale)
 
-    monkeypatch.setattr(runners, "scale_in_place", spy)
+    monkeypatch.setattr(unit_grads, "scale_in_place", spy)
     return seen
 
 
@@ -103,3 +103,17 @@ def test_a_unit_gradient_sharing_memory_with_an_input_is_never_scaled(make_stage
     torch.testing.assert_close(x.detach(), before, rtol=0, atol=0)
     torch.testing.assert_close(x.grad, 4 * before)
     assert not scaled and stages.codegen.calls == 2
+
+
+def test_after_a_tangent_other_than_one_the_forward_skips_its_unit_gradients(make_stages, scaled):
+    """Scaling costs a pass that the backward graph would not: the next forward runs
+    without unit gradients until a backward is seeded with 1 again."""
+    stages = make_stages(aot=False, extra=(("unit-aot", UnitGradAot()),))
+    compiled = stages.compile(square_sum)
+    x = torch.randn(6, requires_grad=True)
+    for seed, used in [(0.5, True), (1.0, False), (1.0, True), (2.0, True), (3.0, False)]:
+        x.grad = None
+        before = len(scaled)
+        compiled(x).backward(torch.tensor(seed))
+        torch.testing.assert_close(x.grad, 2 * x.detach() * seed)
+        assert (len(scaled) > before) == used, seed

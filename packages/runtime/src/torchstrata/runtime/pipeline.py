@@ -30,6 +30,7 @@ from torchstrata.core import (
     PassRecord,
     create_plugin_manager,
     dynamo_import_deferred,
+    eliminate_dead_code,
     interpret,
     register,
 )
@@ -295,8 +296,9 @@ class Pipeline:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True
         else:
-            backward = self._lazy_backward(aot.backward, options)
-            runner = training_runner(forward.fn, backward, aot)
+            backward = self._lazy_graph(aot.backward, options, "backward graph")
+            plain = self._lazy_plain_forward(aten_graph, aot, options)
+            runner = training_runner(forward.fn, backward, aot, plain)
             interpreted = forward.interpreted
         return GraphArtifacts(
             torch_graph,
@@ -311,19 +313,35 @@ class Pipeline:
             backward_fn=backward,
         )
 
-    def _lazy_backward(self, graph: Graph, options: CompileOptions) -> LazyGraphFn:
-        """The backward graph through ``post_aot``, decomp and codegen on its first call;
-        if that fails, it runs in the interpreter with a warning (raises under
-        ``fullgraph=True``)."""
+    def _lazy_graph(
+        self, graph: Graph, options: CompileOptions, what: str, passes: bool = True
+    ) -> LazyGraphFn:
+        """``graph`` through ``post_aot`` (unless ``passes`` is False), decomp and codegen
+        on its first call; if that fails, it runs in the interpreter with a warning
+        (raises under ``fullgraph=True``)."""
 
         def build() -> GraphFn:
             records: list[PassRecord] = []
             with dynamo_import_deferred():
-                aten_graph = self.run_passes("post_aot", graph, options, records)
+                aten_graph = (
+                    self.run_passes("post_aot", graph, options, records) if passes else graph
+                )
                 return self.lower(aten_graph, options, records).fn
 
         fallback = None if options.fullgraph else _interpreter(graph)
-        return LazyGraphFn(build, fallback, what="backward graph")
+        return LazyGraphFn(build, fallback, what=what)
+
+    def _lazy_plain_forward(
+        self, forward: Graph, aot: AotResult, options: CompileOptions
+    ) -> LazyGraphFn | None:
+        """``forward`` (after ``post_aot``) without its unit gradients, compiled when a
+        backward is first seeded with something other than 1 (None without unit
+        gradients)."""
+        if not aot.num_unit_grads:
+            return None
+        outputs = forward.outputs[: len(forward.outputs) - aot.num_unit_grads]
+        plain = eliminate_dead_code(Graph(forward.level, forward.inputs, forward.nodes, outputs))
+        return self._lazy_graph(plain, options, "forward without unit gradients", passes=False)
 
     def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
         """The runner of a graph compiled after the frame (a segment after a break)."""

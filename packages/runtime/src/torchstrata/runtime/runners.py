@@ -26,7 +26,7 @@ import torch
 
 from torchstrata.core import AotResult, CompiledGraph, TensorMeta
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
-from torchstrata.runtime.unit_scale import scale_in_place
+from torchstrata.runtime.unit_grads import UnitGrads
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
@@ -188,50 +188,13 @@ def _saved_dtype_checker(aot: AotResult) -> Callable[[Sequence[Any]], None]:
     return check
 
 
-class UnitGrads:
-    """The unit gradients among a forward's outputs (``count`` from ``start``), and
-    whether the backward may scale them in place and hand them out."""
-
-    def __init__(self, start: int, count: int) -> None:
-        self.start = start
-        self.count = count
-        self._usable: bool | None = None if count else False
-
-    def take(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...] | None:
-        """The unit gradients among ``outputs``, or None unless each is a dense tensor
-        of its own: sharing memory with no input, no other output and no other unit
-        gradient. Decided on the first call (what aliases what is fixed by the compiled
-        graph)."""
-        if self._usable is None:
-            self._usable = _own_tensors(inputs, outputs, self.start, self.count)
-        return tuple(outputs[self.start : self.start + self.count]) if self._usable else None
-
-    @staticmethod
-    def scaled(grads: Sequence[torch.Tensor], tangent: torch.Tensor) -> Sequence[torch.Tensor]:
-        """``grads``, each multiplied in place by the scalar ``tangent``."""
-        for grad in grads:
-            scale_in_place(grad, tangent)
-        return grads
-
-
-def _own_tensors(inputs: Sequence[Any], outputs: Sequence[Any], start: int, count: int) -> bool:
-    units = outputs[start : start + count]
-    if not all(isinstance(g, torch.Tensor) and g.is_contiguous() for g in units):
-        return False
-    others = [t for t in (*inputs, *outputs[:start]) if isinstance(t, torch.Tensor)]
-    taken = {t.untyped_storage().data_ptr() for t in others if t.numel()}
-    for grad in units:
-        if grad.numel():
-            pointer = grad.untyped_storage().data_ptr()
-            if pointer in taken:
-                return False
-            taken.add(pointer)
-    return True
-
-
-def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> GraphRunner:
+def training_runner(
+    forward: GraphFn, backward: GraphFn, aot: AotResult, plain_forward: GraphFn | None = None
+) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
-    listed in ``aot.grad_inputs``."""
+    listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
+    gradients, run after a backward seeded with something other than 1 (see
+    :class:`~torchstrata.runtime.unit_grads.UnitGrads`)."""
     num_user, mutated, aliases = _layout(aot)
     check_saved = _saved_dtype_checker(aot)
     num_mutations = len(mutated)
@@ -252,11 +215,12 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
     class CompiledGraphFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *inputs: Any) -> Any:
-            outputs = forward(*inputs)
+            if plain_forward is None or unit_grads.expected():
+                outputs = forward(*inputs)
+                ctx.unit_grads = unit_grads.take(inputs, outputs)
+            else:
+                outputs, ctx.unit_grads = plain_forward(*inputs), None
             ctx.num_inputs = len(inputs)
-            # not saved: the engine would check their versions after the scaling, and
-            # the backward drops them so that the engine hands them on without a copy
-            ctx.unit_grads = unit_grads.take(inputs, outputs)
             ctx.save_for_backward(*outputs[returned : returned + num_saved])
             if non_differentiable:
                 ctx.mark_non_differentiable(
@@ -274,6 +238,8 @@ def training_runner(forward: GraphFn, backward: GraphFn, aot: AotResult) -> Grap
                 (grads[i] if grads[i] is not None else zeros_like_output(i)).contiguous()
                 for i in tangent_outputs
             ]
+            if unit_grads.count:
+                unit_grads.observe(tangents[0])
             if ctx.unit_grads is not None and not torch.is_grad_enabled():
                 # the first backward only: a second one (through a retained graph) runs
                 # the backward graph

@@ -1,0 +1,86 @@
+"""A forward's unit gradients (``AotResult.num_unit_grads``): handing them to the backward,
+and choosing, call by call, whether the forward computes them.
+
+The autograd stage (``torchstrata.autograd.unit_grads``) has a scalar loss's forward also
+return its gradients for a tangent of 1. The first backward scales them in place
+(:func:`~torchstrata.runtime.unit_scale.scale_in_place`, free for a tangent of 1) and
+returns them. They are kept on the autograd context, not saved with
+``save_for_backward``: the engine would check their version after the scaling, and the
+backward drops its reference so that the engine hands them on to ``x.grad`` without a
+copy.
+
+With a tangent other than 1 (a loss scaler's, or a random one) the scaling is a pass
+over the gradients that the ordinary backward graph would not need. So each backward
+notes whether its tangent was 1, without waiting for the GPU: a copy into pinned host
+memory, read by a later forward. After a tangent other than 1 the runtime runs the
+forward without unit gradients (and the backward graph) until a tangent of 1 comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torchstrata.runtime.unit_scale import scale_in_place
+
+
+class UnitGrads:
+    """The unit gradients among a forward's outputs (``count`` from ``start``)."""
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start = start
+        self.count = count
+        self._usable: bool | None = None if count else False
+        self._one = True  # the last tangent seen was 1 (CPU tangents)
+        self._flag: torch.Tensor | None = None  # the same, for GPU tangents (pinned)
+        self._flag_view: Any = None
+
+    def take(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The unit gradients among ``outputs``, or None unless each is a dense tensor
+        of its own: sharing memory with no input, no other output and no other unit
+        gradient. Decided on the first call (what aliases what is fixed by the compiled
+        graph)."""
+        if self._usable is None:
+            self._usable = _own_tensors(inputs, outputs, self.start, self.count)
+        return tuple(outputs[self.start : self.start + self.count]) if self._usable else None
+
+    def expected(self) -> bool:
+        """Whether the forward should compute unit gradients: the last tangent that has
+        reached the host was 1 (a GPU tangent a step or two late; 1 at first)."""
+        if self._flag_view is not None:
+            return bool(self._flag_view[0])
+        return self._one
+
+    def observe(self, tangent: torch.Tensor) -> None:
+        """Note whether ``tangent`` (one element) is 1, without waiting for the GPU."""
+        if tangent.device.type == "cpu":
+            self._one = bool(tangent.reshape(()) == 1)
+            return
+        if self._flag is None:
+            self._flag = torch.ones(1, dtype=torch.bool, pin_memory=True)
+            self._flag_view = self._flag.numpy()
+        self._flag.copy_(tangent.reshape(1) == 1, non_blocking=True)
+
+    @staticmethod
+    def scaled(grads: Sequence[torch.Tensor], tangent: torch.Tensor) -> Sequence[torch.Tensor]:
+        """``grads``, each multiplied in place by the scalar ``tangent``."""
+        for grad in grads:
+            scale_in_place(grad, tangent)
+        return grads
+
+
+def _own_tensors(inputs: Sequence[Any], outputs: Sequence[Any], start: int, count: int) -> bool:
+    units = outputs[start : start + count]
+    if not all(isinstance(g, torch.Tensor) and g.is_contiguous() for g in units):
+        return False
+    others = [t for t in (*inputs, *outputs[:start]) if isinstance(t, torch.Tensor)]
+    taken = {t.untyped_storage().data_ptr() for t in others if t.numel()}
+    for grad in units:
+        if grad.numel():
+            pointer = grad.untyped_storage().data_ptr()
+            if pointer in taken:
+                return False
+            taken.add(pointer)
+    return True
