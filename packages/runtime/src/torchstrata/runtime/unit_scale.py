@@ -3,8 +3,7 @@
 
 ``loss.backward()`` seeds a tangent of 1, and then the scaling must cost nothing. On the
 GPU the tangent lives on the device, and reading it on the host would wait for the whole
-forward; so a Triton kernel reads it and its programs return at once when it is 1 (1.4 us
-on the H200 for K7's gradient of 262M elements). Otherwise they multiply in float32 (in
+forward; so a Triton kernel reads it and its programs return at once when it is 1. Otherwise they multiply in float32 (in
 float64 for float64 values) and round once to the gradient's dtype, as a backward
 graph's fused kernel would. On the CPU the tangent is read directly. Without Triton, GPU
 gradients are multiplied by ``torch`` (a pass even when the tangent is 1).
@@ -18,8 +17,8 @@ from typing import Any
 
 import torch
 
-#: Elements per program per step, warps per program, programs per SM of the kernel.
-_BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
+#: Elements per program and warps per program of the kernel.
+_BLOCK, _WARPS = 8192, 8
 
 
 def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -52,21 +51,8 @@ def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
     wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
-    blocks = -(-grad.numel() // _BLOCK)
-    programs = min(blocks, _program_limit(grad.device))
-    steps = -(-blocks // programs)
-    kernel[(programs,)](grad, scale, grad.numel(), steps, BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
-
-
-def _program_limit(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 64
-    return _PROGRAMS_PER_SM * _multiprocessors(device.index or 0)
-
-
-@functools.cache
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    programs = -(-grad.numel() // _BLOCK)
+    kernel[(programs,)](grad, scale, grad.numel(), BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
 
 
 def _kernel() -> Any:
@@ -84,17 +70,16 @@ def _build(interpreted: bool) -> Any:
         return None
 
     @triton.jit
-    def scale_unless_one(grad, scale, numel, steps, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        # one block per program, no loop: Triton 3.6's interpreter cannot take a loop
+        # bound that is not a constant
         factor = tl.load(scale)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         if factor != 1.0:
-            # `steps` from the host: Triton 3.6's interpreter cannot loop from a program id
-            for step in range(0, steps):
-                index = (step * tl.num_programs(0) + tl.program_id(0)) * BLOCK
-                index += tl.arange(0, BLOCK)
-                mask = index < numel
-                value = tl.load(grad + index, mask=mask)
-                value = value.to(tl.float64) if WIDE else value.to(tl.float32)
-                tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
+            index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = index < numel
+            value = tl.load(grad + index, mask=mask)
+            value = value.to(tl.float64) if WIDE else value.to(tl.float32)
+            tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
 
     return scale_unless_one
