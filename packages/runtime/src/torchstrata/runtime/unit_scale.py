@@ -56,8 +56,10 @@ def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
 
 
 def _kernel() -> Any:
-    """The Triton kernel, or None without Triton (a kernel for Triton's interpreter
-    under ``TRITON_INTERPRET=1``: ``triton.jit`` decides when it decorates)."""
+    """The Triton kernel, or None without Triton. Under ``TRITON_INTERPRET=1`` (which
+    ``triton.jit`` reads when it decorates) a variant without the early exit, which
+    Triton 3.6's interpreter cannot run: the CPU tests check that one, the GPU tests
+    the other."""
     return _build(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
@@ -71,8 +73,6 @@ def _build(interpreted: bool) -> Any:
 
     @triton.jit
     def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-        # one block per program, no loop: Triton 3.6's interpreter cannot take a loop
-        # bound that is not a constant
         factor = tl.load(scale)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         if factor != 1.0:
@@ -82,4 +82,16 @@ def _build(interpreted: bool) -> Any:
             value = value.to(tl.float64) if WIDE else value.to(tl.float32)
             tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
 
-    return scale_unless_one
+    @triton.jit
+    def scale_unless_one_interpreted(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        # Triton 3.6's interpreter loads a scalar as [1] and cannot branch on it: the
+        # same product, with every access masked off at a scale of 1
+        factor = tl.load(scale + tl.full([1], 0, tl.int32))
+        factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
+        index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = index < tl.where(factor != 1.0, numel, 0)
+        value = tl.load(grad + index, mask=mask)
+        value = value.to(tl.float64) if WIDE else value.to(tl.float32)
+        tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
+
+    return scale_unless_one_interpreted if interpreted else scale_unless_one
