@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-#: Elements per program and warps per program of the kernel.
-_BLOCK, _WARPS = 8192, 8
+#: Elements per program per step, warps per program, programs per SM (GPU) of the kernel.
+_BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
 
 
 def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -51,8 +51,21 @@ def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
     wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
-    programs = -(-grad.numel() // _BLOCK)
-    kernel[(programs,)](grad, scale, grad.numel(), BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
+    blocks = -(-grad.numel() // _BLOCK)
+    if grad.device.type == "cuda":
+        # a few programs per SM striding over the blocks: at a scale of 1 they return at
+        # once (on the H200, 1.2 us for K7's 262M elements against 20 us for a program
+        # per block)
+        programs = min(blocks, _PROGRAMS_PER_SM * _multiprocessors(grad.device.index or 0))
+    else:
+        programs = blocks
+    steps = -(-blocks // programs)
+    kernel[(programs,)](grad, scale, grad.numel(), steps, BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _kernel() -> Any:
@@ -72,20 +85,25 @@ def _build(interpreted: bool) -> Any:
         return None
 
     @triton.jit
-    def scale_unless_one(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    def scale_unless_one(grad, scale, numel, steps, BLOCK: tl.constexpr, WIDE: tl.constexpr):
         factor = tl.load(scale)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         if factor != 1.0:
-            index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            mask = index < numel
-            value = tl.load(grad + index, mask=mask)
-            value = value.to(tl.float64) if WIDE else value.to(tl.float32)
-            tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
+            for step in range(0, steps):
+                index = (step * tl.num_programs(0) + tl.program_id(0)) * BLOCK
+                index += tl.arange(0, BLOCK)
+                mask = index < numel
+                value = tl.load(grad + index, mask=mask)
+                value = value.to(tl.float64) if WIDE else value.to(tl.float32)
+                tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def scale_unless_one_interpreted(grad, scale, numel, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-        # Triton 3.6's interpreter loads a scalar as [1] and cannot branch on it: the
-        # same product, with every access masked off at a scale of 1
+    def scale_unless_one_interpreted(
+        grad, scale, numel, steps, BLOCK: tl.constexpr, WIDE: tl.constexpr
+    ):
+        # Triton 3.6's interpreter loads a scalar as [1] and can neither branch on it nor
+        # loop to a bound that is not a constant: one block per program (`steps` is 1),
+        # every access masked off at a scale of 1
         factor = tl.load(scale + tl.full([1], 0, tl.int32))
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
