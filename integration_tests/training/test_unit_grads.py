@@ -133,3 +133,13 @@ def test_on_the_cpu_scaling_bf16_rounds_once():
     want = (grad.float() * 0.3).to(torch.bfloat16)
     scale_in_place(grad, torch.tensor(0.3))
     assert torch.equal(grad, want)
+
+
+def test_without_a_gradient_to_fuse_the_count_stays_with_the_loss():
+    """Rule 5 reorders only when a fusion was refused: inference keeps two kernels, the
+    row statistics and one for the count and the mean together."""
+    logits, target = _inputs()
+    report = explain(rt.compile(cross_entropy, codegen="cpp"), logits, target)
+    assert len(report.kernels) == 2, [k.ops for k in report.kernels]
+    count = [k for k in report.kernels if "prims.ne" in k.ops]
+    assert len(count) == 1 and "prims.gather" in count[0].ops
