@@ -143,3 +143,16 @@ def test_without_a_gradient_to_fuse_the_count_stays_with_the_loss():
     assert len(report.kernels) == 2, [k.ops for k in report.kernels]
     count = [k for k in report.kernels if "prims.ne" in k.ops]
     assert len(count) == 1 and "prims.gather" in count[0].ops
+
+
+def test_steps_seeded_otherwise_then_with_one_stay_right(backend):
+    """After a tangent other than 1 the forward runs without unit gradients (compiled on
+    first need), then with them again once a backward is seeded with 1."""
+    logits, target = _inputs()
+    compiled = rt.compile(cross_entropy, codegen=backend)
+    leaf = logits.clone().requires_grad_()
+    for seed in (0.5, 1.0, 1.0, 2.0):
+        leaf.grad = None
+        compiled(leaf, target).backward(torch.tensor(seed))
+        want = _reference_grad(logits, target, seed)
+        torch.testing.assert_close(leaf.grad.double(), want, rtol=2**-7, atol=1e-7)
