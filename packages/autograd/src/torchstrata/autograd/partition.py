@@ -102,7 +102,8 @@ def _weight(node: Node) -> float:
     return math.inf
 
 
-def _ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
+def ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
+    """``roots`` and every node they read, not looking past the nodes in ``stop``."""
     seen: set[Node] = set()
     stack = list(roots)
     while stack:
@@ -121,7 +122,7 @@ def choose_saved(trace: JointTrace) -> list[Node]:
     primals = set(joint.inputs[: trace.num_primals])
     tangents = set(joint.inputs[trace.num_primals :])
     grads = joint.outputs[trace.num_forward_outputs :]
-    required_fw = _ancestors(joint.outputs[: trace.num_forward_outputs], set())
+    required_fw = ancestors(joint.outputs[: trace.num_forward_outputs], set())
     tangent_dependent = set(tangents)
     for node in joint.nodes:
         if any(arg in tangent_dependent for arg in node.input_nodes()):
@@ -201,14 +202,14 @@ def partition(trace: JointTrace, saved: list[Node] | None = None) -> Partition:
     clones: list[Node] = []
     for node in saved:
         if node in mutated:
-            name = _fresh_name(f"{node.name}_saved", names)
+            name = fresh_name(f"{node.name}_saved", names)
             clone = Node(name, aten("clone.default"), (node,), {}, node.meta)
             clones.append(clone)
             forward_saved.append(clone)
         else:
             forward_saved.append(node)
     forward_outputs = (*joint.outputs[: trace.num_forward_outputs], *forward_saved)
-    forward_live = _ancestors(forward_outputs, set(primals))
+    forward_live = ancestors(forward_outputs, set(primals))
     if forward_live & set(tangents):
         raise AssertionError("partition: the forward graph reads a tangent")
     forward_nodes = tuple(node for node in joint.nodes if node in forward_live) + tuple(clones)
@@ -221,7 +222,7 @@ def _backward_graph(
     joint: Graph, saved: list[Node], tangents: tuple[Node, ...], grads: tuple[Node, ...]
 ) -> Graph:
     stop = set(saved) | set(tangents)
-    live = _ancestors(grads, stop)
+    live = ancestors(grads, stop)
     leaked = [node for node in live if node.is_input and node not in stop]
     if leaked:
         names = ", ".join(f"%{node.name}" for node in leaked)
@@ -251,7 +252,8 @@ def _backward_graph(
     return Graph(Level.ATEN, tuple(inputs), tuple(nodes), tuple(env[grad] for grad in grads))
 
 
-def _fresh_name(base: str, taken: set[str]) -> str:
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... : the first not in ``taken`` (then added)."""
     name, counter = base, 1
     while name in taken:
         name, counter = f"{base}_{counter}", counter + 1

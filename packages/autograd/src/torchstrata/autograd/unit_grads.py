@@ -14,8 +14,9 @@ The forward keeps its usual saved values too, so the ordinary backward graph sta
 for every other call: a second backward through a retained graph, a double backward.
 Gradients involving matmuls or convolutions are not moved: they cost compute, not
 traffic, and a forward run without a backward would pay for them. A tangent other than 1
-costs a pass over ``g`` more than the ordinary backward would (read and write against
-nothing).
+costs a pass over ``g`` that the ordinary backward would not; the runtime then runs the
+forward without ``g`` (``torchstrata.runtime.unit_grads``), the AotResult's forward with
+its last ``num_unit_grads`` outputs dropped.
 
 Off with the autograd stage option ``unit_grads=False`` or ``TORCHSTRATA_UNIT_GRADS=0``.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 
-from torchstrata.autograd.partition import Partition
+from torchstrata.autograd.partition import Partition, ancestors, fresh_name
 from torchstrata.autograd.trace import JointTrace
 from torchstrata.core import CompileOptions, Graph, Level, Node, aten, map_nodes
 
@@ -62,7 +63,7 @@ def unit_grad_forward(trace: JointTrace, parts: Partition) -> Graph | None:
         return None
     names = {node.name for node in joint.all_nodes()} | {n.name for n in parts.forward.nodes}
     one = Node(
-        _fresh(f"{tangent.name}_unit", names),
+        fresh_name(f"{tangent.name}_unit", names),
         aten("full.default"),
         (list(meta.shape), 1.0),
         {"dtype": meta.dtype, "device": meta.device, "pin_memory": False},
@@ -73,7 +74,7 @@ def unit_grad_forward(trace: JointTrace, parts: Partition) -> Graph | None:
     for node in joint.nodes:
         if node in dependent:
             copy = Node(
-                _fresh(f"{node.name}_unit", names),
+                fresh_name(f"{node.name}_unit", names),
                 node.op,
                 map_nodes(node.args, lambda arg: env.get(arg, arg)),
                 map_nodes(dict(node.kwargs), lambda arg: env.get(arg, arg)),
@@ -84,7 +85,7 @@ def unit_grad_forward(trace: JointTrace, parts: Partition) -> Graph | None:
     grads = [env.get(grad, grad) for grad in joint.outputs[trace.num_forward_outputs :]]
     kept = set(parts.forward.nodes)
     read = {arg for copy in copies for arg in copy.input_nodes()} | set(grads)
-    needed = _ancestors_in(joint, read - set(copies) - {one}, stop=set(joint.inputs))
+    needed = ancestors(read - set(copies) - {one}, set(joint.inputs))
     extra = [node for node in joint.nodes if node in needed and node not in kept]
     nodes = (*_merge(joint, parts.forward.nodes, extra), one, *copies)
     return Graph(Level.ATEN, parts.forward.inputs, nodes, (*parts.forward.outputs, *grads))
@@ -106,18 +107,6 @@ def _compute_bound(node: Node) -> bool:
     return name in _COMPUTE_BOUND or "conv" in name or "attention" in name
 
 
-def _ancestors_in(joint: Graph, roots: set[Node], stop: set[Node]) -> set[Node]:
-    seen: set[Node] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node in seen or node in stop:
-            continue
-        seen.add(node)
-        stack.extend(node.input_nodes())
-    return seen
-
-
 def _merge(joint: Graph, forward: tuple[Node, ...], extra: list[Node]) -> list[Node]:
     """The forward's nodes with ``extra`` joint nodes, in joint order (the forward's own
     additions, clones of mutated inputs, stay after the joint's nodes)."""
@@ -125,12 +114,5 @@ def _merge(joint: Graph, forward: tuple[Node, ...], extra: list[Node]) -> list[N
         return list(forward)
     joined = set(forward) | set(extra)
     ordered = [node for node in joint.nodes if node in joined]
-    return ordered + [node for node in forward if node not in set(joint.nodes)]
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, counter = base, 1
-    while name in taken:
-        name, counter = f"{base}_{counter}", counter + 1
-    taken.add(name)
-    return name
+    in_joint = set(joint.nodes)
+    return ordered + [node for node in forward if node not in in_joint]

@@ -26,6 +26,8 @@ Rules (applied in topological order):
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from torchstrata.core import Graph, Node
@@ -304,14 +306,7 @@ class Scheduler:
 
 def _elements(steps: list[Step]) -> int:
     """The elements the groups among ``steps`` walk, together."""
-    total = 0
-    for step in steps:
-        if isinstance(step, Group):
-            count = 1
-            for size in step.full_shape:
-                count *= size
-            total += count
-    return total
+    return sum(math.prod(step.full_shape) for step in steps if isinstance(step, Group))
 
 
 def schedule(graph: Graph, lowered: dict[Node, Lowered]) -> list[Step]:

@@ -7,7 +7,7 @@ user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved 
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
 and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
 gradients (``num_unit_grads``) has its first backward return them, scaled in place by
-the tangent (:mod:`torchstrata.runtime.unit_scale`), without running the backward graph.
+the tangent, without running the backward graph (:mod:`torchstrata.runtime.unit_grads`).
 
 The backward may be a :class:`LazyGraphFn`: it is then compiled on the first backward
 call, not when the forward is compiled (a graph only ever run for inference, or whose
@@ -96,8 +96,8 @@ class LazyGraphFn:
 def _layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
     """(number of user outputs, mutated input indices, output aliases)."""
     total = len(aot.forward.outputs)
-    num_unit = getattr(aot, "num_unit_grads", 0)
-    num_user = aot.num_user_outputs or total - aot.num_mutations - aot.num_saved - num_unit
+    extra = aot.num_mutations + aot.num_saved + aot.num_unit_grads
+    num_user = aot.num_user_outputs or total - extra
     aliases = tuple(getattr(aot, "output_aliases", ()) or ())
     return num_user, aot.mutated_inputs, aliases
 

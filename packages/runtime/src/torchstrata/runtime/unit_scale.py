@@ -31,8 +31,9 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
         if scale.item() != 1:
             _multiply(grad, scale)
         return
-    # the kernel indexes with int32
-    kernel = _kernel() if grad.device.type == "cuda" and grad.numel() < 2**31 else None
+    # the kernel indexes with int32, up to a block past the end
+    small = grad.numel() < 2**31 - _BLOCK
+    kernel = _kernel() if grad.device.type == "cuda" and small else None
     if kernel is None:
         _multiply(grad, scale)
         return
