@@ -117,3 +117,21 @@ def test_after_a_tangent_other_than_one_the_forward_skips_its_unit_gradients(mak
         compiled(x).backward(torch.tensor(seed))
         torch.testing.assert_close(x.grad, 2 * x.detach() * seed)
         assert (len(scaled) > before) == used, seed
+
+
+def test_after_a_forward_never_backpropagated_the_forward_skips_its_unit_gradients(
+    make_stages, scaled
+):
+    """A loss computed with gradients on and dropped (an evaluation loop without
+    no_grad) would pay for gradients nobody takes: the next forwards run without them
+    until a backward runs again."""
+    stages = make_stages(aot=False, extra=(("unit-aot", UnitGradAot()),))
+    compiled = stages.compile(square_sum)
+    x = torch.randn(6, requires_grad=True)
+    torch.testing.assert_close(compiled(x), (x * x).sum())  # dropped: no backward
+    for used in (False, True):  # without unit gradients, then (a backward ran) with
+        x.grad = None
+        before = len(scaled)
+        compiled(x).backward()
+        torch.testing.assert_close(x.grad, 2 * x.detach())
+        assert (len(scaled) > before) == used

@@ -215,9 +215,12 @@ def training_runner(
     class CompiledGraphFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *inputs: Any) -> Any:
+            ctx.unit_pending = None
             if plain_forward is None or unit_grads.expected():
                 outputs = forward(*inputs)
                 ctx.unit_grads = unit_grads.take(inputs, outputs)
+                if ctx.unit_grads is not None:
+                    ctx.unit_pending = unit_grads.watch()
             else:
                 outputs, ctx.unit_grads = plain_forward(*inputs), None
             ctx.num_inputs = len(inputs)
@@ -240,6 +243,8 @@ def training_runner(
             ]
             if unit_grads.count:
                 unit_grads.observe(tangents[0])
+            if ctx.unit_pending is not None:
+                ctx.unit_pending.taken = True
             if ctx.unit_grads is not None and not torch.is_grad_enabled():
                 # the first backward only: a second one (through a retained graph) runs
                 # the backward graph

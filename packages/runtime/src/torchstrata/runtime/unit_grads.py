@@ -14,6 +14,9 @@ over the gradients that the ordinary backward graph would not need. So each back
 notes whether its tangent was 1, without waiting for the GPU: a copy into pinned host
 memory, read by a later forward. After a tangent other than 1 the runtime runs the
 forward without unit gradients (and the backward graph) until a tangent of 1 comes back.
+Likewise after a forward whose unit gradients were never taken (a loss computed with
+gradients on but never backpropagated, as in an evaluation loop that forgot
+``torch.no_grad()``): the forwards run without them until a backward runs again.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class UnitGrads:
         self._one = True  # the last tangent seen was 1 (CPU tangents)
         self._flag: torch.Tensor | None = None  # the same, for GPU tangents (pinned)
         self._flag_view: Any = None
+        self.unused = False  # the last unit gradients handed out died without a backward
 
     def take(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...] | None:
         """The unit gradients among ``outputs``, or None unless each is a dense tensor
@@ -48,13 +52,22 @@ class UnitGrads:
 
     def expected(self) -> bool:
         """Whether the forward should compute unit gradients: the last tangent that has
-        reached the host was 1 (a GPU tangent a step or two late; 1 at first)."""
+        reached the host was 1 (a GPU tangent a step or two late; 1 at first), and the
+        last unit gradients handed out were taken by a backward."""
+        if self.unused:
+            return False
         if self._flag_view is not None:
             return bool(self._flag_view[0])
         return self._one
 
+    def watch(self) -> Pending:
+        """A token for a context holding unit gradients (see :class:`Pending`)."""
+        return Pending(self)
+
     def observe(self, tangent: torch.Tensor) -> None:
-        """Note whether ``tangent`` (one element) is 1, without waiting for the GPU."""
+        """Note whether ``tangent`` (one element) is 1, without waiting for the GPU, and
+        that a backward ran."""
+        self.unused = False
         if tangent.device.type == "cpu":
             self._one = bool(tangent.reshape(()) == 1)
             return
@@ -69,6 +82,22 @@ class UnitGrads:
         for grad in grads:
             scale_in_place(grad, tangent)
         return grads
+
+
+class Pending:
+    """Kept on an autograd context next to its unit gradients. A backward marks it
+    ``taken``; if the context dies first (its graph freed without a backward), it tells
+    ``owner`` that unit gradients go unused."""
+
+    __slots__ = ("owner", "taken")
+
+    def __init__(self, owner: UnitGrads) -> None:
+        self.owner = owner
+        self.taken = False
+
+    def __del__(self) -> None:
+        if not self.taken:
+            self.owner.unused = True
 
 
 def _own_tensors(inputs: Sequence[Any], outputs: Sequence[Any], start: int, count: int) -> bool:
