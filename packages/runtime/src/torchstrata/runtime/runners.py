@@ -245,20 +245,20 @@ def training_runner(
                 unit_grads.observe(tangents[0])
             if ctx.unit_pending is not None:
                 ctx.unit_pending.taken = True
-            if ctx.unit_grads is not None and not torch.is_grad_enabled():
+            graph_mode = torch.is_grad_enabled()  # on only under create_graph=True
+            if ctx.unit_grads is not None and not graph_mode:
                 # the first backward only: a second one (through a retained graph) runs
                 # the backward graph
                 computed, ctx.unit_grads = UnitGrads.scaled(ctx.unit_grads, tangents[0]), None
-            elif not torch.is_grad_enabled():  # as the engine runs it unless create_graph
-                saved = ctx.saved_tensors
-                check_saved(saved)
-                computed = backward(*saved, *tangents)
             else:
                 saved = ctx.saved_tensors
                 check_saved(saved)
-                with torch.no_grad():
+                if not graph_mode:
                     computed = backward(*saved, *tangents)
-                computed = _once_differentiable(computed)
+                else:
+                    with torch.no_grad():
+                        computed = backward(*saved, *tangents)
+                    computed = _once_differentiable(computed)
             result: list[Any] = [None] * ctx.num_inputs
             for index, grad in zip(grad_inputs, computed):
                 result[index] = grad
