@@ -127,6 +127,45 @@ def test_huge_rows_use_an_online_softmax(ind, codegen, dtype, group, monkeypatch
         assert "scale_" in source
 
 
+@pytest.mark.parametrize("group", [0, 8])
+def test_the_maxima_are_counted_in_the_online_loop(ind, codegen, group, monkeypatch):
+    # amax's backward counts the row's maxima (ties share the gradient): a sum of
+    # (x == max(x)) that the online loop keeps beside the running max and sum of exps.
+    if codegen != "triton" and group:
+        pytest.skip("a Triton code variant")
+    if codegen == "triton":
+        looped = Config(1, 4096, 1, persistent=False, group=group)
+        monkeypatch.setattr(triton_backend, "candidate_configs", lambda kernel, *_, **__: [looped])
+    rows, n = 5, 70001
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.bfloat16))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    peak = b.call(prim("amax"), xf, (1,))
+    spread = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
+    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), xf, spread)), (1,))
+    ties = b.call(prim("eq"), spread, xf)
+    count = b.call(prim("sum"), b.call(prim("convert_element_type"), ties, torch.int64), (1,))
+    graph = b.build([peak, total, count])
+    value = torch.randn(rows, n).to(torch.bfloat16)
+    value[0, [10, 4200, 50000, n - 1]] = 40.0  # ties in several tiles, the last masked
+    value[1, 3000:] += 8.0  # the max grows late: the count restarts
+    value[1, 7] = float("-inf")
+    value[2, :] = float("-inf")  # every element ties
+    value[3, 69000] = float("nan")  # no element equals a NaN max
+    value[4, 20000:20008] = 12.0  # ties within one group of 8
+    compiled = ind.compile(graph, codegen)
+    peak_out, total_out, count_out = compiled(value)
+    reference = value.double()
+    want_peak = reference.amax(1)
+    torch.testing.assert_close(peak_out.double(), want_peak, equal_nan=True)
+    want_count = (reference == want_peak[:, None]).sum(1)
+    assert count_out.tolist() == want_count.tolist() == [4, want_count[1].item(), n, 0, 8]
+    want_total = (reference - want_peak[:, None]).exp().sum(1)
+    torch.testing.assert_close(total_out.double(), want_total, equal_nan=True, rtol=1e-5, atol=0)
+    if codegen == "triton":
+        assert compiled.kernels[0].source.count("for roffset") == 1
+
+
 def test_keepdim_max_and_a_recomputed_output_share_the_kernel(ind, codegen):
     # The shape of cross-entropy's saved values: max kept as [M, 1], an iota output that
     # the picked-logit sum also reads (recomputed, not loaded from a later kernel).

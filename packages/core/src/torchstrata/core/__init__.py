@@ -58,7 +58,11 @@ from torchstrata.core.results import (
 )
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
-from torchstrata.core.transform import Transformer, eliminate_dead_code
+from torchstrata.core.transform import (
+    Transformer,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+)
 from torchstrata.core.verify import VerificationError, verify
 
 __all__ = [
@@ -111,6 +115,7 @@ __all__ = [
     "dtype_from_short_name",
     "dtype_short_name",
     "dynamo_import_deferred",
+    "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "format_graph",
     "from_fx",

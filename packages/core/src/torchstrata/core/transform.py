@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from torchstrata.core.builder import GraphBuilder
 from torchstrata.core.graph import Graph, Node, map_nodes
 from torchstrata.core.ops import Level
@@ -58,3 +60,53 @@ def eliminate_dead_code(graph: Graph) -> Graph:
             live.update(node.input_nodes())
     kept = tuple(node for node in graph.nodes if node in live)
     return Graph(graph.level, graph.inputs, kept, graph.outputs)
+
+
+def _value_key(value: Any) -> Any:
+    """A hashable key that tells apart what ``==`` conflates: ``0.0`` and ``-0.0``,
+    ``1`` and ``1.0`` and ``True``; a NaN never equals itself, so it keys by its object."""
+    if isinstance(value, Node):
+        return ("node", id(value))
+    if isinstance(value, list | tuple):
+        return ("sequence", tuple(_value_key(item) for item in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((key, _value_key(item)) for key, item in value.items()))
+    if isinstance(value, float):
+        return ("float", id(value)) if value != value else ("float", repr(value))
+    return (type(value).__name__, value)
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """Merge nodes that apply the same op to the same operands (every op in the IR is pure,
+    random ones included: their stream is a function of their arguments).
+
+    Two graph outputs are never merged into one node: the caller would receive one tensor
+    twice where it expects two."""
+    outputs = set(graph.outputs)
+    seen: dict[Any, tuple[Node, bool]] = {}
+    env: dict[Node, Node] = {}
+    nodes: list[Node] = []
+    for original in graph.nodes:
+        node = original
+        args = map_nodes(node.args, lambda n: env.get(n, n))
+        kwargs = map_nodes(dict(node.kwargs), lambda n: env.get(n, n))
+        if args != node.args or kwargs != dict(node.kwargs):
+            node = env[original] = attrs.evolve(node, args=args, kwargs=kwargs)
+        is_output = original in outputs
+        try:
+            key = (node.op, _value_key(args), _value_key(kwargs), node.meta)
+            hash(key)
+        except TypeError:  # an unhashable constant: keep the node
+            nodes.append(node)
+            continue
+        earlier = seen.get(key)
+        if earlier is not None and not (is_output and earlier[1]):
+            env[original] = earlier[0]
+            continue
+        seen.setdefault(key, (node, is_output))
+        nodes.append(node)
+    if not env:
+        return graph
+    return Graph(
+        graph.level, graph.inputs, tuple(nodes), tuple(env.get(o, o) for o in graph.outputs)
+    )

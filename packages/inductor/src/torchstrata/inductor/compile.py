@@ -13,10 +13,12 @@ from torchstrata.core import (
     Graph,
     Level,
     current_options,
+    eliminate_common_subexpressions,
     eliminate_dead_code,
 )
 from torchstrata.inductor.backend import Backend, CppBackend
 from torchstrata.inductor.counts import narrow_counts
+from torchstrata.inductor.factored_sums import factor_sums
 from torchstrata.inductor.horizontal import fuse_horizontally
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
@@ -73,7 +75,9 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
+    graph = eliminate_common_subexpressions(graph)
     graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
+    graph = eliminate_common_subexpressions(factor_sums(graph))
     if backend.name == "triton":
         graph = split_long_sums(graph)  # the C++ backend walks long columns itself
     graph = eliminate_dead_code(graph)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
+import torch
+
 from torchstrata.inductor.exprs import Constant, Op, ReduceRef, reductions_used
 from torchstrata.inductor.kernel import ReductionSpec
 
@@ -36,17 +38,54 @@ def reduction_phases(reductions: Sequence[ReductionSpec]) -> list[list[Reduction
     return phases
 
 
-def online_pairs(reductions: Sequence[ReductionSpec]) -> dict[str, ReductionSpec]:
+def online_pairs(
+    reductions: Sequence[ReductionSpec], counts: bool = False
+) -> dict[str, ReductionSpec]:
     """``{sum name: max spec}`` for sums of ``exp(a - max(a))``: one online pass computes both.
 
     Only the phase right after the max may hold such a sum, and nothing else in that phase
-    may read the max (it is known only after the loop).
+    may read the max (it is known only after the loop). With ``counts``, counts of the
+    row's maxima (:func:`count_of_max`) are partners too, for code generators that keep a
+    running count beside the running max.
     """
 
     def partner(spec: ReductionSpec, before: list[ReductionSpec]) -> ReductionSpec | None:
-        return _exp_of_shifted(spec, {s.name: s for s in before if s.kind == "amax"})
+        maxima = {s.name: s for s in before if s.kind == "amax"}
+        found = _exp_of_shifted(spec, maxima)
+        if found is None and counts:
+            found = count_of_max(spec, maxima)
+        return found
 
     return _whole_phase_pairs(reductions, partner)
+
+
+def count_of_max(spec: ReductionSpec, maxima: dict[str, ReductionSpec]) -> ReductionSpec | None:
+    """The max among ``maxima`` whose ties ``spec`` counts, ``sum(int32(max(v) == v))``
+    (``amax``'s backward shares the gradient among the row's maxima), or None.
+
+    An online loop keeps the count beside the running max: it restarts at the tile's
+    count when the max grows and adds the tile's count when it stays. A NaN max never
+    equals itself (count 0, as the plain sum gives); for a row of ``-inf`` every valid
+    element ties, which the code generator sets after the loop (masked lanes are ``-inf``
+    too, and the loop counts them)."""
+    body = spec.body
+    if spec.kind != "sum" or spec.dtype != torch.int32:
+        return None
+    if not (
+        isinstance(body, Op) and body.name == "convert_element_type" and body.dtype == spec.dtype
+    ):
+        return None
+    test = body.args[0]
+    if not (isinstance(test, Op) and test.name == "eq"):
+        return None
+    left, right = test.args
+    peak_ref, value = (left, right) if isinstance(left, ReduceRef) else (right, left)
+    if not isinstance(peak_ref, ReduceRef):
+        return None
+    peak = maxima.get(peak_ref.name)
+    if peak is None or peak.body != value or not peak.dtype.is_floating_point:
+        return None
+    return peak if reductions_used(value) == frozenset() else None
 
 
 def _exp_of_shifted(spec: ReductionSpec, maxima: dict[str, ReductionSpec]) -> ReductionSpec | None:

@@ -50,7 +50,7 @@ def shift_row_exps(kernel: Kernel) -> Kernel:
     }
     if not maxima:
         return kernel
-    sum_of = {s: m.name for s, m in online_pairs(kernel.reductions).items()}
+    sum_of = {s: m.name for s, m in online_pairs(kernel.reductions, counts=True).items()}
     shifted: dict[Expr, str] = {}  # exp2(t + SHIFT) -> the max it is taken against
 
     def rewrite(op: Op) -> Expr:

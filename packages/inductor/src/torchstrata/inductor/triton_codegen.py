@@ -27,7 +27,12 @@ from torchstrata.inductor.kernel import (
     reduction_identity,
     row_vars,
 )
-from torchstrata.inductor.online import online_pairs, reduction_phases, variance_pairs
+from torchstrata.inductor.online import (
+    count_of_max,
+    online_pairs,
+    reduction_phases,
+    variance_pairs,
+)
 from torchstrata.inductor.partials import partials_prefetch
 from torchstrata.inductor.tails import TAIL_PARAMS
 from torchstrata.inductor.triton_cluster import (
@@ -317,9 +322,9 @@ WELFORD_MIN_LENGTH = 65536
 
 def loop_pairs(kernel: Kernel) -> dict[str, ReductionSpec]:
     """Reductions a looped kernel computes in an earlier reduction's loop: ``{partner name:
-    the reduction whose loop computes it}`` (online softmax sums, Welford second moments
-    on rows of at least :data:`WELFORD_MIN_LENGTH`)."""
-    pairs = online_pairs(kernel.reductions)
+    the reduction whose loop computes it}`` (online softmax sums and counts of maxima,
+    Welford second moments on rows of at least :data:`WELFORD_MIN_LENGTH`)."""
+    pairs = online_pairs(kernel.reductions, counts=True)
     if kernel.row_length >= WELFORD_MIN_LENGTH:
         pairs |= variance_pairs(kernel.reductions, kernel.row_length)
     return pairs
@@ -369,7 +374,11 @@ def _looped_phase(
             even = kernel.row_length if even_row else None
             new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
         else:
-            new_inits, new_updates, new_finals = _online(spec, masked, mine, interpret, group)
+            # a cluster's chunk: its partial sums are merged later (triton_cluster.py)
+            whole = None if chunk is not None else kernel.row_length
+            new_inits, new_updates, new_finals = _online(
+                spec, masked, mine, interpret, group, whole
+            )
         inits[-1:] = new_inits
         updates += new_updates
         finals += new_finals
@@ -390,17 +399,19 @@ def _online(
     sums: Sequence[ReductionSpec],
     interpret: bool,
     group: int,
+    length: int | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
 
     Per row (``group`` 0): each iteration reduces the tile's max and its sums of
     exponentials, the running sums are rescaled by one exp per row when the max grows (one
-    exp per element). Per group (:func:`_online_grouped`): no reduction across threads
+    exp per element); a running count of maxima (``amax``'s backward) restarts when the
+    max grows. Per group (:func:`_online_grouped`): no reduction across threads
     inside the loop.
     """
     m, ctype = spec.name, compute_type(spec.dtype)
     if group:
-        return _online_grouped(spec, masked, sums, interpret, group)
+        return _online_grouped(spec, masked, sums, interpret, group, length)
     inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
     tile_max = reduce_text(spec, f"val_{m}", interpret)
     updates = [
@@ -414,14 +425,41 @@ def _online(
     for partner in sums:
         s = partner.name
         inits.append(f"acc_{s} = tl.full([XBLOCK, 1], 0, {compute_type(partner.dtype)})")
+        if count_of_max(partner, {m: spec}):
+            ties = reduce_text(partner, f"(val_{m} == new_{m}).to(tl.int32)", interpret)
+            updates.append(f"acc_{s} = tl.where(new_{m} == acc_{m}, acc_{s}, 0) + {ties}")
+            finals.append(f"red_{s} = {_all_tied(m, s, length)}")
+            continue
         tile = reduce_text(partner, f"term_{m}", interpret)
         updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
-        finals.append(f"red_{s} = acc_{s}")
+        finals.append(f"red_{s} = {_undefined_if_all_minus_inf(m, f'acc_{s}', length)}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
+def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
+    """The online sum ``total``, or NaN for a row whose max is ``-inf``: there every term
+    is ``exp(-inf - -inf)``, NaN, as the plain sum (and eager) computes it; the loop's
+    safe shift made them 0. Not for a chunk of a row (``length`` None): its sum is merged
+    with the other chunks' as it is."""
+    if length is None:
+        return total
+    return f"tl.where(red_{m} == float('-inf'), float('nan'), {total})"
+
+
+def _all_tied(m: str, s: str, length: int | None) -> str:
+    """The count of maxima ``acc_{s}``, or the row's ``length`` when its max is ``-inf``
+    (every element ties; the loop also counted the masked lanes, which are ``-inf``)."""
+    assert length is not None, "counts of maxima are not merged across a cluster's chunks"
+    return f"tl.where(red_{m} == float('-inf'), {length}, acc_{s})"
+
+
 def _online_grouped(
-    spec: ReductionSpec, masked: str, sums: Sequence[ReductionSpec], interpret: bool, group: int
+    spec: ReductionSpec,
+    masked: str,
+    sums: Sequence[ReductionSpec],
+    interpret: bool,
+    group: int,
+    length: int | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums kept per group of ``group`` consecutive elements of the tile.
 
@@ -449,10 +487,19 @@ def _online_grouped(
     for partner in sums:
         s = partner.name
         inits.append(f"acc_{s} = tl.full([XBLOCK, {width}], 0, {compute_type(partner.dtype)})")
+        if count_of_max(partner, {m: spec}):
+            ties = f"(val_{m} == new_{m}[:, :, None]).to(tl.int32)"
+            ties = reduce_text(partner, ties, interpret, axis=2)
+            updates.append(f"acc_{s} = tl.where(new_{m} == acc_{m}, acc_{s}, 0) + {ties}")
+            mine = f"tl.where(acc_{m} == red_{m}, acc_{s}, 0)"
+            finals.append(f"acc_{s} = {reduce_text(partner, mine, interpret)}")
+            finals.append(f"red_{s} = {_all_tied(m, s, length)}")
+            continue
         tile = reduce_text(partner, f"term_{m}", interpret, axis=2)
         updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
         rescaled = f"acc_{s} * {statistic_exp(f'acc_{m} - rsafe_{m}', spec.dtype)}"
-        finals.append(f"red_{s} = {reduce_text(partner, rescaled, interpret)}")
+        total = reduce_text(partner, rescaled, interpret)
+        finals.append(f"red_{s} = {_undefined_if_all_minus_inf(m, total, length)}")
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 

@@ -194,7 +194,7 @@ def candidate_configs(
             if 1 < split <= SPLIT_MAX:
                 configs.append(Config(1, chunk, warps, True, split=split))
     if length > LOOPED_MIN or not configs:
-        online = bool(online_pairs(kernel.reductions))
+        online = bool(online_pairs(kernel.reductions, counts=True))
         looped = [(x, r, w, 1) for x, r, w in LOOPED_SHAPES]
         if length >= LONG_ROW_MIN:
             looped += LONG_ROW_SHAPES
@@ -207,7 +207,7 @@ def candidate_configs(
                 x, r = min(xblock, rows), min(block, rblock)
                 configs.append(Config(x, r, warps, False, num_stages=stages, group=ONLINE_GROUP))
         if clusters and length >= LONG_ROW_MIN:
-            group = ONLINE_GROUP if online else 0
+            group = ONLINE_GROUP if online_pairs(kernel.reductions) else 0  # no counts there
             for size, block, warps in CLUSTER_SHAPES:
                 if can_cluster(kernel, size, block):
                     configs.append(Config(1, block, warps, False, group=group, cluster=size))

@@ -1,0 +1,54 @@
+"""Common-subexpression elimination: which nodes merge and which must not."""
+
+import torch
+
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    eliminate_common_subexpressions,
+    interpret,
+    prim,
+    random_inputs,
+    verify,
+)
+
+F32 = torch.float32
+
+
+def test_repeated_values_merge_and_their_users_follow():
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4, 6), F32))
+    first = b.call(prim("sum"), b.call(prim("exp"), x), [1])
+    second = b.call(prim("sum"), b.call(prim("exp"), x), [1])  # the same, node for node
+    out = b.call(prim("div"), first, second)
+    graph = b.build([out])
+    merged = eliminate_common_subexpressions(graph)
+    verify(merged)
+    ops = [str(node.op) for node in merged.nodes]
+    assert ops.count("prims.exp") == 1 and ops.count("prims.sum") == 1
+    (value,) = random_inputs(graph)
+    torch.testing.assert_close(interpret(merged, value)[0], interpret(graph, value)[0])
+
+
+def test_constants_that_compare_equal_but_differ_are_kept_apart():
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3,), F32))
+    plus = b.call(prim("mul"), x, 0.0)
+    minus = b.call(prim("mul"), x, -0.0)  # 0.0 == -0.0, but the signs of the zeros differ
+    nan_a = b.call(prim("add"), x, float("nan"))
+    nan_b = b.call(prim("add"), x, float("nan"))
+    graph = b.build([b.call(prim("add"), plus, minus), b.call(prim("add"), nan_a, nan_b)])
+    assert eliminate_common_subexpressions(graph) is graph
+
+
+def test_two_outputs_keep_their_own_nodes():
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3,), F32))
+    one, two = b.call(prim("neg"), x), b.call(prim("neg"), x)
+    inner = b.call(prim("neg"), x)  # not an output: merges into an output's node
+    graph = b.build([one, two, b.call(prim("exp"), inner)])
+    merged = eliminate_common_subexpressions(graph)
+    assert merged.outputs[0] is not merged.outputs[1]
+    assert [str(node.op) for node in merged.nodes].count("prims.neg") == 2
+    assert merged.outputs[2].args[0] is merged.outputs[0]
