@@ -15,6 +15,15 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), target)
 
 
+def cross_entropy_explicit(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Log-sum-exp minus the picked logit, the max not detached (its gradient counts ties)."""
+    x = logits.float()
+    peak = x.amax(-1, keepdim=True)
+    lse = (x - peak).exp().sum(-1).log() + peak.squeeze(-1)
+    picked = x.gather(-1, target[:, None]).squeeze(-1)
+    return (lse - picked).mean()
+
+
 def _inputs(rows: int = 16, vocab: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
     logits = torch.randn(rows, vocab).to(torch.bfloat16)
     target = torch.randint(0, vocab, (rows,))
@@ -49,6 +58,21 @@ def test_cross_entropy_gradients_match_float64(backend, seed):
     # one bf16 rounding of the float64 gradient (two for a seed other than 1)
     torch.testing.assert_close(leaf.grad.double(), want, rtol=2**-7, atol=1e-7)
     assert not leaf.grad[3].any()
+
+
+@pytest.mark.parametrize("seed", [1.0, 0.5])
+def test_explicit_cross_entropy_shares_the_max_gradient_among_ties(backend, seed):
+    """The max's gradient (zero but for rounding) is shared among its ties; the forward
+    computes it from the sum it already has (factored_sums.py)."""
+    logits, target = _inputs()
+    target[3] = 0
+    logits[0, [3, 700]] = 9.0  # two maxima
+    compiled = rt.compile(cross_entropy_explicit, codegen=backend)
+    leaf = logits.clone().requires_grad_()
+    compiled(leaf, target).backward(torch.tensor(seed))
+    reference = logits.double().requires_grad_()
+    cross_entropy_explicit(reference, target).backward(torch.tensor(seed, dtype=torch.float64))
+    torch.testing.assert_close(leaf.grad.double(), reference.grad, rtol=2**-7, atol=1e-7)
 
 
 def test_a_retained_graph_backward_twice_accumulates_both(backend):
@@ -117,13 +141,33 @@ def test_on_the_gpu_scaling_bf16_rounds_once():
     from torchstrata.runtime.unit_scale import scale_in_place
 
     grad = torch.randn(1 << 20, device="cuda").to(torch.bfloat16)
-    scale = torch.tensor(0.3, device="cuda")
-    want = (grad.float() * scale).to(torch.bfloat16)
-    scale_in_place(grad, scale)
-    assert torch.equal(grad, want)
-    before = grad.clone()
-    scale_in_place(grad, torch.ones((), device="cuda"))
-    assert torch.equal(grad.view(torch.int16), before.view(torch.int16))
+    # the first launch goes through Triton's dispatch, the later ones directly
+    for value in (0.3, 1.0, 0.7, 1.0):
+        scale = torch.tensor(value, device="cuda")
+        want = (grad.float() * scale).to(torch.bfloat16)
+        before = grad.clone()
+        scale_in_place(grad, scale)
+        assert torch.equal(grad, want)
+        if value == 1.0:
+            assert torch.equal(grad.view(torch.int16), before.view(torch.int16))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("explicit", [False, True])
+def test_on_the_gpu_steps_seeded_in_turn_stay_right(explicit):
+    """Seeds 1, 0.5, 1, 1, 2, 1 on the GPU: the tangent noted in pinned memory a step late,
+    the forward switching between its two graphs, the scaling launched directly."""
+    fn = cross_entropy_explicit if explicit else cross_entropy
+    logits, target = _inputs(rows=64, vocab=40_000)
+    target[3] = 0 if explicit else -100
+    compiled = rt.compile(fn, codegen="triton")
+    leaf = logits.cuda().requires_grad_()
+    for seed in (1.0, 0.5, 1.0, 1.0, 2.0, 1.0):
+        leaf.grad = None
+        compiled(leaf, target.cuda()).backward(torch.tensor(seed, device="cuda"))
+        reference = logits.double().requires_grad_()
+        fn(reference, target).backward(torch.tensor(seed, dtype=torch.float64))
+        torch.testing.assert_close(leaf.grad.double().cpu(), reference.grad, rtol=2**-7, atol=1e-7)
 
 
 def test_on_the_cpu_scaling_bf16_rounds_once():

@@ -37,8 +37,11 @@ class UnitGrads:
         self.count = count
         self._usable: bool | None = None if count else False
         self._one = True  # the last tangent seen was 1 (CPU tangents)
-        self._flag: torch.Tensor | None = None  # the same, for GPU tangents (pinned)
+        # the same for GPU tangents: the last tangent, copied to pinned memory, its bytes
+        # compared with those of a 1 of its dtype
+        self._flag: torch.Tensor | None = None
         self._flag_view: Any = None
+        self._one_bytes = b""
         self.unused = False  # the last unit gradients handed out died without a backward
 
     def take(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -57,7 +60,7 @@ class UnitGrads:
         if self.unused:
             return False
         if self._flag_view is not None:
-            return bool(self._flag_view[0])
+            return bool(self._flag_view.tobytes() == self._one_bytes)
         return self._one
 
     def watch(self) -> Pending:
@@ -71,10 +74,12 @@ class UnitGrads:
         if tangent.device.type == "cpu":
             self._one = bool(tangent.reshape(()) == 1)
             return
-        if self._flag is None:
-            self._flag = torch.ones(1, dtype=torch.bool, pin_memory=True)
-            self._flag_view = self._flag.numpy()
-        self._flag.copy_(tangent.reshape(1) == 1, non_blocking=True)
+        # the tangent itself, copied as it is (one operation); compared on the host
+        if self._flag is None or self._flag.dtype != tangent.dtype:
+            self._flag = torch.ones(1, dtype=tangent.dtype, pin_memory=True)
+            self._flag_view = self._flag.view(torch.uint8).numpy()
+            self._one_bytes = torch.ones(1, dtype=tangent.dtype).view(torch.uint8).numpy().tobytes()
+        self._flag.copy_(tangent.reshape(1), non_blocking=True)
 
     @staticmethod
     def scaled(grads: Sequence[torch.Tensor], tangent: torch.Tensor) -> Sequence[torch.Tensor]:

@@ -52,21 +52,43 @@ def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
     wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
-    blocks = -(-grad.numel() // _BLOCK)
-    if grad.device.type == "cuda":
-        # a few programs per SM striding over the blocks: at a scale of 1 they return at
-        # once (on the H200, 1.2 us for K7's 262M elements against 20 us for a program
-        # per block)
-        programs = min(blocks, _PROGRAMS_PER_SM * _multiprocessors(grad.device.index or 0))
-    else:
-        programs = blocks
-    steps = -(-blocks // programs)
-    kernel[(programs,)](grad, scale, grad.numel(), steps, BLOCK=_BLOCK, WIDE=wide, num_warps=_WARPS)
+    index = grad.device.index or 0 if grad.device.type == "cuda" else -1
+    _launcher(kernel, grad.device.type, index, grad.numel(), wide)(grad, scale)
 
 
 @functools.cache
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+def _launcher(kernel: Any, device: str, index: int, numel: int, wide: bool) -> Any:
+    """A launch of ``kernel`` over ``numel`` elements: its arguments are tensors only (the
+    element count and steps ride in a small device tensor made here, once), so on the GPU
+    it goes through the inductor's :class:`~torchstrata.inductor.triton_launch.DirectLaunch`
+    when that is installed, without Triton's per-call dispatch (tens of microseconds of
+    host time per backward)."""
+    blocks = -(-numel // _BLOCK)
+    # on the GPU a few programs per SM stride over the blocks: at a scale of 1 they return
+    # at once (on the H200, 1.2 us for K7's 262M elements against 20 us for a program per
+    # block); the interpreted variant takes one block per program
+    programs = blocks
+    if index >= 0:
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        programs = min(blocks, _PROGRAMS_PER_SM * sms)
+    steps = -(-blocks // programs)
+    where = torch.device(device, index) if index >= 0 else torch.device(device)
+    meta = torch.tensor([numel, steps], dtype=torch.int32, device=where)
+    constants = {"BLOCK": _BLOCK, "WIDE": wide, "num_warps": _WARPS}
+
+    def dispatched(grad: torch.Tensor, scale: torch.Tensor, sizes: torch.Tensor) -> None:
+        kernel[(programs,)](grad, scale, sizes, **constants)
+
+    launch: Any = dispatched
+    if index >= 0:
+        try:
+            from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
+        except ImportError:  # the runtime without the inductor: Triton's dispatch
+            pass
+        else:
+            if direct_launch_enabled():
+                launch = DirectLaunch(kernel, (programs,), constants, dispatched)
+    return lambda grad, scale: launch(grad, scale, meta)
 
 
 def _kernel() -> Any:
@@ -86,11 +108,13 @@ def _build(interpreted: bool) -> Any:
         return None
 
     @triton.jit
-    def scale_unless_one(grad, scale, numel, steps, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    def scale_unless_one(grad, scale, sizes, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        # sizes: [elements, steps per program]
         factor = tl.load(scale)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         if factor != 1.0:
-            for step in range(0, steps):
+            numel = tl.load(sizes)
+            for step in range(0, tl.load(sizes + 1)):
                 index = (step * tl.num_programs(0) + tl.program_id(0)) * BLOCK
                 index += tl.arange(0, BLOCK)
                 mask = index < numel
@@ -99,16 +123,15 @@ def _build(interpreted: bool) -> Any:
                 tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def scale_unless_one_interpreted(
-        grad, scale, numel, steps, BLOCK: tl.constexpr, WIDE: tl.constexpr
-    ):
+    def scale_unless_one_interpreted(grad, scale, sizes, BLOCK: tl.constexpr, WIDE: tl.constexpr):
         # Triton 3.6's interpreter loads a scalar as [1] and can neither branch on it nor
-        # loop to a bound that is not a constant: one block per program (`steps` is 1),
+        # loop to a bound that is not a constant: one block per program (one step each),
         # every access masked off at a scale of 1
-        factor = tl.load(scale + tl.full([1], 0, tl.int32))
+        first = tl.full([1], 0, tl.int32)
+        factor = tl.load(scale + first)
         factor = factor.to(tl.float64) if WIDE else factor.to(tl.float32)
         index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = index < tl.where(factor != 1.0, numel, 0)
+        mask = index < tl.where(factor != 1.0, tl.load(sizes + first), 0)
         value = tl.load(grad + index, mask=mask)
         value = value.to(tl.float64) if WIDE else value.to(tl.float32)
         tl.store(grad + index, (value * factor).to(grad.dtype.element_ty), mask=mask)
