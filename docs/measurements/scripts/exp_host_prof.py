@@ -1,7 +1,7 @@
 """Host time of a training step, ours: forward and backward apart (each call's return,
 after a sync), then cProfile over 30 steps (top functions by own time), for K7/train F.ce
 seeded with 1 and K5/train (LayerNorm [16384, 4096])."""
-import cProfile, io, pstats, sys, time, torch
+import cProfile, pstats, sys, time, torch
 import torchstrata.runtime as ts
 sys.path.insert(0, "packages/inductor/benchmarks")
 from gpu_kernels import cross_entropy, layer_norm
@@ -42,7 +42,23 @@ for name, (f, args, seed) in cases.items():
         fwd().backward(grad)
     prof.disable()
     torch.cuda.synchronize()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(22)
-    lines = [l for l in buf.getvalue().splitlines() if l.strip()][5:30]
-    print("\n".join(l[:150] for l in lines))
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, callers) in pstats.Stats(prof).stats.items():
+        rows.append((ct / 30 * 1e6, tt / 30 * 1e6, nc / 30, f"{func} {file.split('/')[-1]}:{line}"))
+    rows.sort(reverse=True)
+    for cum, own, calls, where in rows[:34]:
+        print(f"  {cum:8.1f} cum {own:7.1f} own us/step  {calls:5.1f} calls  {where[:90]}")
+    if name == "K7 F.ce seed 1":  # eager's host time, the same step
+        def eager():
+            args[0].grad = None
+            f(*args).backward(grad)
+        for _ in range(5):
+            eager()
+        e_t = []
+        for _ in range(20):
+            torch.cuda.synchronize(); s0 = time.perf_counter()
+            o = f(*args); s1 = time.perf_counter(); o.backward(grad); s2 = time.perf_counter()
+            e_t.append(((s1 - s0) * 1e6, (s2 - s1) * 1e6))
+            args[0].grad = None
+        e_t.sort()
+        print(f"eager host forward/backward (median by forward): {e_t[10][0]:.1f} / {e_t[10][1]:.1f} us")
