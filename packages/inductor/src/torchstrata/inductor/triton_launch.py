@@ -50,7 +50,7 @@ def _alignment(args: Sequence[Any]) -> tuple[bool, ...] | None:
 def _aligned(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
     """Each tensor's 16-byte alignment (the hot path: the launcher always passes tensors
     where the kernel was taken with tensors)."""
-    return tuple(not tensor.data_ptr() & 15 for tensor in tensors)
+    return tuple([not tensor.data_ptr() & 15 for tensor in tensors])
 
 
 class DirectLaunch:
@@ -65,6 +65,8 @@ class DirectLaunch:
         self.constants = constants
         self.fallback = fallback
         self.kernel: Any = None
+        self.launcher: Launch = fallback
+        self.head: tuple[Any, ...] = ()
         self.aligned: tuple[bool, ...] | None = None
         self.extra: tuple[int, ...] = ()
         self.device: Any = None  # the current device when the kernel was taken
@@ -96,9 +98,8 @@ class DirectLaunch:
         self.proven = True
 
     def _launch(self, args: Sequence[Any]) -> None:
-        kernel = self.kernel
-        metadata = (kernel.function, kernel.packed_metadata, None, None, None)
-        kernel.run(*self.grid, current_stream(self.device), *metadata, *args, *self.extra)
+        gx, gy, gz = self.grid
+        self.launcher(gx, gy, gz, current_stream(self.device), *self.head, *args, *self.extra)
 
     def _take_kernel(self, args: Sequence[Any]) -> None:
         """The compiled kernel Triton's dispatch used for ``args`` (a cache hit: nothing
@@ -116,6 +117,23 @@ class DirectLaunch:
             self.usable = False
             return
         self.kernel, self.aligned, self.extra, self.device = kernel, aligned, extra, device
+        self.launcher, self.head = _launcher_of(kernel)
+
+
+def _launcher_of(kernel: Any) -> tuple[Launch, tuple[Any, ...]]:
+    """``(launch, head)``: ``launch(gx, gy, gz, stream, *head, *args)`` launches
+    ``kernel``. When the kernel needs no scratch memory, that is the C launcher of
+    Triton's ``CudaLauncher`` itself (its Python ``__call__`` only allocates scratch
+    memory, a few microseconds of host time per launch); otherwise its ``run``."""
+    run = kernel.run
+    metadata = (kernel.packed_metadata, None, None, None)
+    try:
+        if run.global_scratch_size == 0 and run.profile_scratch_size == 0:
+            flags = (run.launch_cooperative_grid, run.launch_pdl, None, None)
+            return run.launch, (kernel.function, *flags, *metadata)
+    except AttributeError:  # another Triton's launcher: its own call
+        pass
+    return run, (kernel.function, *metadata)
 
 
 def cluster_launch_supported() -> bool:

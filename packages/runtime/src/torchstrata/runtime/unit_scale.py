@@ -31,13 +31,22 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
         if scale.item() != 1:
             _multiply(grad, scale)
         return
+    wide = torch.float64 in (grad.dtype, scale.dtype)
+    interpreted = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    _scaler(grad.device, grad.numel(), wide, interpreted)(grad, scale)
+
+
+@functools.cache
+def _scaler(device: torch.device, numel: int, wide: bool, interpreted: bool) -> Any:
+    """How to scale ``numel`` elements on ``device`` (chosen once per gradient shape: the
+    backward's host time is on the step's critical path)."""
     # the kernel indexes with int32, up to a block past the end
-    small = grad.numel() < 2**31 - _BLOCK
-    kernel = _kernel() if grad.device.type == "cuda" and small else None
+    small = numel < 2**31 - _BLOCK
+    kernel = _build(interpreted) if device.type == "cuda" and small else None
     if kernel is None:
-        _multiply(grad, scale)
-        return
-    launch_scale(kernel, grad, scale)
+        return _multiply
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _launcher(kernel, device.type, index, numel, wide)
 
 
 def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -52,7 +61,9 @@ def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
     wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
-    index = grad.device.index or 0 if grad.device.type == "cuda" else -1
+    index = -1
+    if grad.device.type == "cuda":
+        index = grad.device.index if grad.device.index is not None else torch.cuda.current_device()
     _launcher(kernel, grad.device.type, index, grad.numel(), wide)(grad, scale)
 
 
