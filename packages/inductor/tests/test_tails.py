@@ -98,6 +98,30 @@ def test_only_float_sums_over_the_host_rows_of_its_row_values_are_fused(ind):
     ind.check(_first_column_sum_of_softmax(6, 10), "triton", atol=1e-5, rtol=1e-5)
 
 
+def _mean_over_a_count(rows: int, n: int):
+    """``sum(logsumexp(x, 1) * keep) / sum(keep)``: the count is its own kernel before the
+    row kernel (it reads no row), and the tail divides by it (F.cross_entropy's mean over
+    the valid targets)."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    keep = b.input("keep", TensorMeta((rows,), torch.float32))
+    count = b.call(prim("sum"), keep, (0,))
+    peak = b.call(prim("amax"), x, (1,))
+    wide = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
+    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1,))
+    lse = b.call(prim("add"), b.call(prim("log"), total), peak)
+    summed = b.call(prim("sum"), b.call(prim("mul"), lse, keep), (0,))
+    return b.build([b.call(prim("div"), summed, count)])
+
+
+def test_a_tail_divides_by_a_count_computed_before(ind):
+    graph = _mean_over_a_count(13, 40)
+    kernels = _kernels(graph)
+    assert len(kernels) == 2 and kernels[0].tail is None and kernels[1].tail is not None
+    keep = (torch.arange(13) % 3 != 0).float()
+    ind.check(graph, "triton", inputs=[torch.randn(13, 40), keep], atol=1e-5, rtol=1e-5)
+
+
 def test_tails_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("TORCHSTRATA_TAILS", "0")
     assert len(_kernels(_mean_log_sum_exp(13, 40))) == 2
