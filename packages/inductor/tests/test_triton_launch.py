@@ -76,6 +76,43 @@ def test_later_calls_use_the_kernels_launcher(no_hooks):
     assert rest[:3] == [None, None, None] and rest[3] is x and rest[4] is y and rest[5:] == [4, 256]
 
 
+class FakeCudaLauncher:
+    """Stands for Triton's CudaLauncher: a C ``launch`` under a Python ``__call__`` that
+    allocates scratch memory first."""
+
+    def __init__(self, scratch: int) -> None:
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.launched: list[tuple] = []
+        self.called: list[tuple] = []
+
+    def launch(self, *values) -> None:
+        self.launched.append(values)
+
+    def __call__(self, *values) -> None:
+        self.called.append(values)
+
+
+@pytest.mark.parametrize("scratch", [0, 128])
+def test_without_scratch_memory_the_c_launcher_is_called_itself(no_hooks, scratch):
+    jit, calls = FakeJit(), []
+    jit.kernel.run = runner = FakeCudaLauncher(scratch)
+    launch = _launcher(jit, calls)
+    x, y = torch.zeros(64), torch.zeros(64)
+    for _ in range(3):
+        launch(x, y)
+    assert len(calls) == 1
+    if scratch:  # Triton's own call allocates the scratch memory
+        assert not runner.launched and len(runner.called) == 2
+        return
+    assert not runner.called and len(runner.launched) == 2
+    # what CudaLauncher.__call__ passes: grid, stream, function, its flags, no scratch
+    # buffers, then the packed metadata, no launch metadata or hooks, the arguments
+    head = (5, 1, 1, 7, "function", False, True, None, None, "metadata", None, None, None)
+    values = runner.launched[-1]
+    assert values[:13] == head and values[13] is x and values[14] is y and values[15:] == (4, 256)
+
+
 def test_a_misaligned_pointer_goes_through_triton(no_hooks):
     jit, calls = FakeJit(), []
     launch = _launcher(jit, calls)
