@@ -25,6 +25,9 @@ def tail_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> 
             f"tl.reduce(tl.where(xmask, {value}, 0.0), None, _sum_combine))"
         )
     cached = "" if printer.interpret else ", cache_modifier='.cg'"
+    # Triton 3.6's interpreter cannot loop to a bound that is not a constant: there the
+    # loop runs to the most programs there can be, the mask doing the rest
+    bound = str(slots) if printer.interpret else "tl.num_programs(0)"
     lines += [
         "tl.debug_barrier()",  # every thread's partial stored before the release below
         "ts_done = tl.atomic_add(ts_tail_count, 1, sem='acq_rel')",
@@ -35,7 +38,7 @@ def tail_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> 
     for k, spec in enumerate(kernel.tail.reductions):
         lines += [
             f"    ts_acc = tl.full([{TAIL_BLOCK}], 0.0, tl.float32)",
-            f"    for ts_start in range(0, tl.num_programs(0), {TAIL_BLOCK}):",
+            f"    for ts_start in range(0, {bound}, {TAIL_BLOCK}):",
             f"        ts_i = ts_start + tl.arange(0, {TAIL_BLOCK})",
             f"        ts_acc += tl.load(ts_tail + {k * slots} + ts_i, "
             f"ts_i < tl.num_programs(0), other=0.0{cached})",
