@@ -10,10 +10,10 @@ the GPU, sets the time.
 :class:`DirectLaunch` makes the first call through Triton's dispatch, takes the compiled
 kernel it used, and from then on calls that kernel's launcher itself with the fixed grid
 and constants (for a kernel without scratch memory, the C function under Triton's
-Python ``CudaLauncher``, whose ``__call__`` only allocates scratch). The compiled kernel assumed what Triton specialised it on, so every call
-checks the one thing that can change under the runtime's guards (which fix shapes,
-strides and dtypes): each pointer's 16-byte alignment, and the current device (the
-kernel was loaded on one). A different alignment or device, a launch hook (a profiler),
+Python ``CudaLauncher``, whose ``__call__`` only allocates scratch). The compiled kernel
+assumed what Triton specialised it on, so every call checks the one thing that can
+change under the runtime's guards (which fix shapes, strides and dtypes): each pointer's
+16-byte alignment, and the current device (the kernel was loaded on one). A different alignment or device, a launch hook (a profiler),
 or any error in taking the kernel goes through Triton's dispatch.
 
 On by default; ``TORCHSTRATA_DIRECT_LAUNCH=0`` turns it off. Checked on the H200 (Triton
