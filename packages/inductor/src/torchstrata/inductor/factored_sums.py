@@ -61,32 +61,46 @@ def _factor(value: Any, dims: frozenset[int], dtype: torch.dtype) -> Factor | No
     return source, source_dims
 
 
-def _peel(value: Node, dims: frozenset[int]) -> tuple[Node, list[tuple[str, Factor | None]]]:
-    """``value`` taken apart into ``(a, steps)``: ``value`` is ``a`` with ``steps`` applied
-    in reverse order, each ``("neg", None)``, ``("mul", c)`` or ``("div", c)``."""
-    steps: list[tuple[str, Factor | None]] = []
-    dtype = value.tensor_meta.dtype
-    while isinstance(value, Node) and not value.is_input:
-        if value.op == _NEG and isinstance(value.args[0], Node):
-            steps.append(("neg", None))
-            value = value.args[0]
-            continue
-        if value.op in (_MUL, _DIV):
-            left, right = value.args
-            factor = _factor(right, dims, dtype)
-            if factor is not None and isinstance(left, Node):
-                steps.append(("mul" if value.op == _MUL else "div", factor))
-                value = left
-                continue
-            factor = _factor(left, dims, dtype) if value.op == _MUL else None
-            if factor is not None and isinstance(right, Node):
-                steps.append(("mul", factor))
-                value = right
-                continue
-        break
-    if isinstance(value, Node) and value.tensor_meta.dtype != dtype:
-        return value, []
-    return value, steps
+Steps = list[tuple[str, Factor | None]]
+
+
+#: How many ``neg``/``mul``/``div`` deep a sum's operand is taken apart.
+MAX_STEPS = 8
+
+
+def _peelings(
+    value: Node, dims: frozenset[int], dtype: torch.dtype, depth: int = MAX_STEPS
+) -> list[tuple[Node, Steps]]:
+    """Every way to take ``value`` apart into ``(a, steps)``: ``value`` is ``a`` with
+    ``steps`` applied in order (innermost first), each ``("neg", None)``, ``("mul", c)``
+    or ``("div", c)``; the longest first. A product both of whose operands are constant
+    along ``dims`` (size-1 dims) is taken apart both ways."""
+    found: list[tuple[Node, Steps]] = []
+    if depth == 0:
+        pass
+    elif not value.is_input and value.op == _NEG and isinstance(value.args[0], Node):
+        found += [
+            (a, [*steps, ("neg", None)])
+            for a, steps in _peelings(value.args[0], dims, dtype, depth - 1)
+        ]
+    elif not value.is_input and value.op in (_MUL, _DIV):
+        left, right = value.args
+        kind = "mul" if value.op == _MUL else "div"
+        factor = _factor(right, dims, dtype)
+        if factor is not None and isinstance(left, Node):
+            found += [
+                (a, [*steps, (kind, factor)])
+                for a, steps in _peelings(left, dims, dtype, depth - 1)
+            ]
+        factor = _factor(left, dims, dtype) if value.op == _MUL else None
+        if factor is not None and isinstance(right, Node):
+            found += [
+                (a, [*steps, ("mul", factor)])
+                for a, steps in _peelings(right, dims, dtype, depth - 1)
+            ]
+    if value.tensor_meta.dtype == dtype:
+        found.append((value, []))
+    return found
 
 
 def _sum_key(node: Node) -> tuple[Node, tuple[int, ...]] | None:
@@ -108,10 +122,10 @@ def _candidate(node: Node, sums: set[tuple[Node, tuple[int, ...]]]) -> tuple[Nod
     value, dims = key
     if value.tensor_meta.dtype != node.tensor_meta.dtype:
         return None
-    base, steps = _peel(value, frozenset(dims))
-    if not steps or (base, dims) not in sums:
-        return None
-    return base, steps
+    for base, steps in _peelings(value, frozenset(dims), value.tensor_meta.dtype):
+        if steps and (base, dims) in sums:
+            return base, steps
+    return None
 
 
 class _FactorSums(Transformer):
@@ -130,7 +144,7 @@ class _FactorSums(Transformer):
         rank = len(base.tensor_meta.shape)
         kept = [d for d in range(rank) if d not in dims]
         result = b.call(_SUM, self.env[base], list(dims))
-        for op, factor in reversed(steps):
+        for op, factor in steps:
             if op == "neg":
                 result = b.call(_NEG, result)
                 continue
