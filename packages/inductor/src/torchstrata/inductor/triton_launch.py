@@ -82,8 +82,7 @@ class DirectLaunch:
             and not _hooked()
             and _aligned(args) == self.aligned
         ):
-            gx, gy, gz = self.grid
-            self.launcher(gx, gy, gz, current_stream(self.device), *self.head, *args, *self.extra)
+            self._launch(args)
             return
         if (
             self.kernel is None
