@@ -114,10 +114,11 @@ def _mean_over_a_count(rows: int, n: int):
     return b.build([b.call(prim("div"), summed, count)])
 
 
-def test_a_tail_divides_by_a_count_computed_before(ind):
+def test_a_mean_over_a_count_computed_before_keeps_its_own_kernel(ind):
+    # measured slower as a tail of the row kernel (see tails.py)
     graph = _mean_over_a_count(13, 40)
     kernels = _kernels(graph)
-    assert len(kernels) == 2 and kernels[0].tail is None and kernels[1].tail is not None
+    assert len(kernels) == 3 and all(kernel.tail is None for kernel in kernels)
     keep = (torch.arange(13) % 3 != 0).float()
     ind.check(graph, "triton", inputs=[torch.randn(13, 40), keep], atol=1e-5, rtol=1e-5)
 

@@ -54,7 +54,7 @@ from torchstrata.inductor.triton_printer import (
     statistic_exp,
     store_line,
 )
-from torchstrata.inductor.triton_tail import tail_final_lines, tail_ticket_lines
+from torchstrata.inductor.triton_tail import tail_lines
 
 _COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
 
@@ -136,8 +136,6 @@ def generate_triton(
             )
     row_stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
     lines += emitter.take_outer() + row_stores
-    if kernel.tail is not None:
-        lines += tail_ticket_lines(kernel, emitter)
     if kernel.full_stores:
         if persistent:
             full_stores = [
@@ -168,7 +166,7 @@ def generate_triton(
     if kernel.tail is None:
         return module_source(kernel, lines, interpret)
 
-    lines += tail_final_lines(kernel, emitter, printer)
+    lines += tail_lines(kernel, emitter, printer)
     return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
 
 

@@ -11,14 +11,9 @@ from torchstrata.inductor.triton_printer import TritonPrinter, store_line
 TAIL_BLOCK = 1024
 
 
-def tail_ticket_lines(kernel: Kernel, emitter: ExprEmitter) -> list[str]:
-    """Each program's partial sums of the tail, then its ticket (``ts_done``).
-
-    Emitted before a row kernel's output loop, not after it: the ticket's release
-    ordering waits for every store the program has made, and after the output loop that
-    is a whole row of gradient (on the H200, cross-entropy's forward with its unit
-    gradients took 340 us with the ticket after the loop, against 297 plus a 10 us
-    kernel for the mean on its own)."""
+def tail_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> list[str]:
+    """Each program's partial sums of the tail, then the last program's combination and
+    stores (see ``tails.py``)."""
     assert kernel.tail is not None
     slots = kernel.rows  # at most one program per row
     lines = []
@@ -29,24 +24,13 @@ def tail_ticket_lines(kernel: Kernel, emitter: ExprEmitter) -> list[str]:
             f"tl.store(ts_tail + {k * slots} + tl.program_id(0), "
             f"tl.reduce(tl.where(xmask, {value}, 0.0), None, _sum_combine))"
         )
-    return [
-        *lines,
-        "tl.debug_barrier()",  # every thread's partial stored before the release below
-        "ts_done = tl.atomic_add(ts_tail_count, 1, sem='acq_rel')",
-    ]
-
-
-def tail_final_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> list[str]:
-    """The last program's combination of the partial sums and its stores (after
-    :func:`tail_ticket_lines`; at the end of the kernel, so that nothing the stores
-    compute inside their branch is reused outside it)."""
-    assert kernel.tail is not None
-    slots = kernel.rows
     cached = "" if printer.interpret else ", cache_modifier='.cg'"
     # Triton 3.6's interpreter cannot loop to a bound that is not a constant: there the
     # loop runs to the most programs there can be, the mask doing the rest
     bound = str(slots) if printer.interpret else "tl.num_programs(0)"
-    lines = [
+    lines += [
+        "tl.debug_barrier()",  # every thread's partial stored before the release below
+        "ts_done = tl.atomic_add(ts_tail_count, 1, sem='acq_rel')",
         "if ts_done == tl.num_programs(0) - 1:",
         "    tl.atomic_xchg(ts_tail_count, 0, sem='relaxed')",
         "    tl.debug_barrier()",
