@@ -3,9 +3,9 @@
 
 ``loss.backward()`` seeds a tangent of 1, and then the scaling must cost nothing. On the
 GPU the tangent lives on the device, and reading it on the host would wait for the whole
-forward; so a Triton kernel reads it and its programs return at once when it is 1. Otherwise they multiply in float32 (in
-float64 for float64 values) and round once to the gradient's dtype, as a backward
-graph's fused kernel would. On the CPU the tangent is read directly. Without Triton, GPU
+forward; so a Triton kernel reads it and its programs return at once when it is 1.
+Otherwise they multiply in float32 (in float64 for float64 values) and round once to the
+gradient's dtype, as a backward graph's fused kernel would. On the CPU the tangent is read directly. Without Triton, GPU
 gradients are multiplied by ``torch`` (a pass even when the tangent is 1).
 """
 
@@ -45,8 +45,7 @@ def _scaler(device: torch.device, numel: int, wide: bool, interpreted: bool) -> 
     kernel = _build(interpreted) if device.type == "cuda" and small else None
     if kernel is None:
         return _multiply
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _launcher(kernel, device.type, index, numel, wide)
+    return _launcher(kernel, device.type, _device_index(device), numel, wide)
 
 
 def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -60,11 +59,16 @@ def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
 def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
-    wide = grad.dtype == torch.float64 or scale.dtype == torch.float64
-    index = -1
-    if grad.device.type == "cuda":
-        index = grad.device.index if grad.device.index is not None else torch.cuda.current_device()
+    wide = torch.float64 in (grad.dtype, scale.dtype)
+    index = _device_index(grad.device)
     _launcher(kernel, grad.device.type, index, grad.numel(), wide)(grad, scale)
+
+
+def _device_index(device: torch.device) -> int:
+    """A CUDA device's index (the current device's for a bare ``cuda``); -1 otherwise."""
+    if device.type != "cuda":
+        return -1
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 @functools.cache
