@@ -6,6 +6,7 @@ from torchstrata.core import (
     GraphBuilder,
     Level,
     TensorMeta,
+    aten,
     eliminate_common_subexpressions,
     interpret,
     prim,
@@ -52,3 +53,12 @@ def test_two_outputs_keep_their_own_nodes():
     assert merged.outputs[0] is not merged.outputs[1]
     assert [str(node.op) for node in merged.nodes].count("prims.neg") == 2
     assert merged.outputs[2].args[0] is merged.outputs[0]
+
+
+def test_aten_ops_are_never_merged():
+    # an ATen op left in a prims graph may draw random numbers: two calls, two draws
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3,), F32))
+    first, second = b.call(aten("rand_like"), x), b.call(aten("rand_like"), x)
+    graph = b.build([b.call(prim("sub"), first, second)])
+    assert eliminate_common_subexpressions(graph) is graph

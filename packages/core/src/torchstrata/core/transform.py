@@ -8,7 +8,7 @@ import attrs
 
 from torchstrata.core.builder import GraphBuilder
 from torchstrata.core.graph import Graph, Node, map_nodes
-from torchstrata.core.ops import Level
+from torchstrata.core.ops import Level, OpKind
 
 
 class Transformer:
@@ -77,11 +77,12 @@ def _value_key(value: Any) -> Any:
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
-    """Merge nodes that apply the same op to the same operands (every op in the IR is pure,
-    random ones included: their stream is a function of their arguments).
+    """Merge prims nodes that apply the same op to the same operands (every prim is pure,
+    ``prims.rand`` included: its stream is a function of its arguments).
 
-    Two graph outputs are never merged into one node: the caller would receive one tensor
-    twice where it expects two."""
+    Other nodes are kept as they are: an ATen op left in a prims graph may draw random
+    numbers (two ``aten.rand_like`` calls are two draws). Two graph outputs are never
+    merged into one node: the caller would receive one tensor twice where it expects two."""
     outputs = set(graph.outputs)
     seen: dict[Any, tuple[Node, bool]] = {}
     env: dict[Node, Node] = {}
@@ -93,6 +94,9 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         if args != node.args or kwargs != dict(node.kwargs):
             node = env[original] = attrs.evolve(node, args=args, kwargs=kwargs)
         is_output = original in outputs
+        if node.op is None or node.op.kind is not OpKind.PRIMS:
+            nodes.append(node)
+            continue
         try:
             key = (node.op, _value_key(args), _value_key(kwargs), node.meta)
             hash(key)
