@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from torchstrata.core import Graph, GraphBuilder, Node, Transformer, prim
+from torchstrata.inductor.one_hot import broadcast_source
 
 _SUM, _MUL, _DIV, _NEG = prim("sum"), prim("mul"), prim("div"), prim("neg")
 _BROADCAST, _RESHAPE = prim("broadcast_in_dim"), prim("reshape")
@@ -32,18 +33,6 @@ _BROADCAST, _RESHAPE = prim("broadcast_in_dim"), prim("reshape")
 #: A factor: a Python number, or ``(source, dims)``: a node broadcast to the summed
 #: operand's shape, its dim ``k`` landing on dim ``dims[k]``.
 Factor = int | float | tuple[Node, tuple[int, ...]]
-
-
-def _broadcast_source(node: Node) -> tuple[Node, tuple[int, ...]]:
-    """``(source, dims)`` of the chain of ``broadcast_in_dim`` that ends at ``node``
-    (``node`` itself, over all its dims, when it is not a broadcast)."""
-    source, dims = node, tuple(range(len(node.tensor_meta.shape)))
-    while isinstance(source, Node) and source.op == _BROADCAST:
-        inner, _, inner_dims = source.args
-        if not isinstance(inner, Node):
-            break
-        source, dims = inner, tuple(dims[d] for d in inner_dims)
-    return source, dims
 
 
 def _factor(value: Any, dims: frozenset[int], dtype: torch.dtype) -> Factor | None:
@@ -54,7 +43,9 @@ def _factor(value: Any, dims: frozenset[int], dtype: torch.dtype) -> Factor | No
         return value
     if not isinstance(value, Node) or value.tensor_meta.dtype != dtype:
         return None
-    source, source_dims = _broadcast_source(value)
+    # a chain of broadcasts ends at its source; any other node stands for itself
+    found = broadcast_source(value)
+    source, source_dims = found or (value, tuple(range(len(value.tensor_meta.shape))))
     shape = source.tensor_meta.shape
     if any(d in dims and shape[k] != 1 for k, d in enumerate(source_dims)):
         return None

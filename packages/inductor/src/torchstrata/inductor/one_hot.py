@@ -23,7 +23,7 @@ _SUM, _WHERE, _EQ = prim("sum"), prim("where"), prim("eq")
 _BROADCAST, _IOTA = prim("broadcast_in_dim"), prim("iota")
 
 
-def _broadcast_source(node: Any) -> tuple[Node, tuple[int, ...]] | None:
+def broadcast_source(node: Any) -> tuple[Node, tuple[int, ...]] | None:
     """``(source, dims)`` of a chain of ``broadcast_in_dim`` ending at ``node``: dim ``k``
     of ``source`` lands on dim ``dims[k]`` of ``node`` (``x[None, :]`` then an expand is
     a chain of two)."""
@@ -38,7 +38,7 @@ def _broadcast_source(node: Any) -> tuple[Node, tuple[int, ...]] | None:
 
 
 def _is_iota_along(node: Any, dim: int) -> bool:
-    found = _broadcast_source(node)
+    found = broadcast_source(node)
     if found is None or found[0].op != _IOTA or found[1] != (dim,):
         return False
     _, start, step, *_ = found[0].args
@@ -48,7 +48,7 @@ def _is_iota_along(node: Any, dim: int) -> bool:
 def constant_along(node: Any, dim: int) -> tuple[Node, tuple[int, ...]] | None:
     """``(source, dims)`` of a broadcast (or chain of them) that does not vary along
     ``dim``: ``node`` is ``broadcast_in_dim(source, shape, dims)``."""
-    found = _broadcast_source(node)
+    found = broadcast_source(node)
     if found is None or dim in found[1]:
         return None
     return found

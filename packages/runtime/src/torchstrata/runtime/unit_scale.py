@@ -32,8 +32,7 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
             _multiply(grad, scale)
         return
     wide = torch.float64 in (grad.dtype, scale.dtype)
-    interpreted = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    _scaler(grad.device, grad.numel(), wide, interpreted)(grad, scale)
+    _scaler(grad.device, grad.numel(), wide, _interpreted())(grad, scale)
 
 
 @functools.cache
@@ -111,7 +110,12 @@ def _kernel() -> Any:
     ``triton.jit`` reads when it decorates) a variant without the early exit, which
     Triton 3.6's interpreter cannot run: the CPU tests check that one, the GPU tests
     the other."""
-    return _build(os.environ.get("TRITON_INTERPRET", "0") == "1")
+    return _build(_interpreted())
+
+
+def _interpreted() -> bool:
+    """``TRITON_INTERPRET=1``: ``triton.jit`` builds interpreted kernels."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @functools.cache
