@@ -116,3 +116,23 @@ def test_an_index_vector_is_recomputed_not_saved():
     parts = partition(trace_graph(graph, training=True))
     assert not any("arange" in str(node.op) for node in parts.saved)
     assert any("arange" in op.name for op in parts.backward.ops())
+
+
+def test_a_reduction_only_the_backward_needs_runs_in_the_forward():
+    # log-sum-exp with its max: amax's backward divides by the count of maxima,
+    # sum(x == max(x)), which reads no tangent. Computed in the backward it walks the
+    # rows again; in the forward it shares the walk that finds the max.
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((8, 64), torch.float32, requires_grad=True))
+    peak = _call(b, torch.amax, x, -1, True)
+    total = _call(b, torch.sum, _call(b, torch.exp, _call(b, operator.sub, x, peak)), -1)
+    graph = b.build([_call(b, torch.log, total)])
+    parts = partition(trace_graph(graph, training=True))
+    counts = [
+        n for n in parts.saved if n.op is not None and n.args[0].tensor_meta.dtype == torch.bool
+    ]
+    assert [n.op.name for n in counts] == ["aten.sum.dim_IntList"]
+    tangent = parts.backward.inputs[-1]
+    for node in parts.backward.nodes:  # what cannot be recomputed reads the tangent
+        if not is_recomputable(node):
+            assert _depends_on(node, tangent), node

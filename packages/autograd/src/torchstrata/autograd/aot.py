@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchstrata.autograd.expand import spell_out_softmax
+from torchstrata.autograd.factored_sums import factor_joint_sums
 from torchstrata.autograd.partition import partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
 from torchstrata.autograd.unit_grads import unit_grad_forward, unit_grads_enabled
@@ -33,7 +34,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     if not trace.grad_inputs:
         result = _inference(trace)
     else:
-        trace = spell_out_softmax(trace)
+        trace = factor_joint_sums(spell_out_softmax(trace))
         parts = partition(trace)
         unit = unit_grad_forward(trace, parts) if unit_grads_enabled(options) else None
         result = AotResult(

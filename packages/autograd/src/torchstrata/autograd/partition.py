@@ -122,7 +122,6 @@ def choose_saved(trace: JointTrace) -> list[Node]:
     primals = set(joint.inputs[: trace.num_primals])
     tangents = set(joint.inputs[trace.num_primals :])
     grads = joint.outputs[trace.num_forward_outputs :]
-    required_fw = ancestors(joint.outputs[: trace.num_forward_outputs], set())
     tangent_dependent = set(tangents)
     for node in joint.nodes:
         if any(arg in tangent_dependent for arg in node.input_nodes()):
@@ -139,8 +138,10 @@ def choose_saved(trace: JointTrace) -> list[Node]:
         if node in tangent_dependent:
             flow.add_edge(vin, "sink")
             continue
-        forced = node in primals or is_random(node)
-        forced = forced or (node in required_fw and not is_recomputable(node))
+        # a reduction (or matmul) that reads no tangent runs in the forward even when only
+        # the backward needs it: there it shares the forward's walk over its input, where
+        # in the backward it would walk that input again (amax's count of maxima)
+        forced = node in primals or is_random(node) or not is_recomputable(node)
         if forced:
             flow.add_edge("source", vin)
         if node in grads:
