@@ -9,7 +9,11 @@ import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
 from torchstrata.inductor import triton_backend
+from torchstrata.inductor.kernel import Kernel
+from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.plan import plan_graph
 from torchstrata.inductor.split_sums import parts_for
+from torchstrata.inductor.triton_printer import supports
 from torchstrata.inductor.triton_tuning import Config
 
 
@@ -386,3 +390,20 @@ def test_a_picked_logit_written_as_a_where_sum(ind, codegen, dtype, leaf):
     assert math.copysign(1.0, actual[2].item()) == 1.0  # +0.0, as eager's sum gives
     # convert: the gather pushed down to x is an indirect load; window: a where-sum
     assert compiled.eager_ops == ()
+
+
+def test_a_row_value_joins_the_kernel_of_the_reductions_it_reads(ind, codegen):
+    # p = sum(x, 1) + 1 comes after s = sum(2 * sum(x, 1)), whose kernel walks the rows'
+    # sums and would take p too (its domain is p's shape), loading the row sums back;
+    # p is stored per row by the kernel that computes them instead
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((8, 16), torch.float32))
+    rows = b.call(prim("sum"), x, (1,))
+    total = b.call(prim("sum"), b.call(prim("mul"), rows, 2.0), (0,))
+    graph = b.build([total, b.call(prim("add"), rows, 1.0)])
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=True))
+    kernels = [step for step in plan_graph(graph, lowered).steps if isinstance(step, Kernel)]
+    (host,) = [k for k in kernels if k.red_shape == (16,)]
+    stored = [store.buffer for store in host.row_stores]
+    assert any(name.startswith("buf_add") for name in stored), stored
+    ind.check(graph, codegen)

@@ -9,7 +9,8 @@ Rules (applied in topological order):
    over the same rows share one kernel: softmax's max and sum); a pointwise value fits
    a group whose whole domain or whose rows have its shape (reduction prologues and
    epilogues), or a pointwise group of its shape. A pointwise group becomes a reduction
-   group when a reduction over its shape joins it.
+   group when a reduction over its shape joins it. A pointwise value over the rows of a
+   group whose reductions it reads joins that group first, whatever came later.
 3. Joining is legal when the value, built in the group's loop variables, reads each
    fused reduction at the current row only, and every other realised reduction it reads
    comes from an earlier step (values read across steps are stored to memory). A
@@ -257,6 +258,8 @@ class Scheduler:
         self.step_of[node] = step
 
     def _place(self, node: Node, lowered: Lowered) -> None:
+        if isinstance(lowered, Pointwise) and self._join_producer(node, lowered):
+            return
         for step in reversed(self.steps):
             if isinstance(step, Group):
                 shape = self._fit(step, node, lowered)
@@ -267,6 +270,39 @@ class Scheduler:
         else:
             group = Group(len(self.steps), node.tensor_meta.shape, (), [node])
         self._append(group, node)
+
+    def _join_producer(self, node: Node, lowered: Lowered) -> bool:
+        """Rule 2's exception: a pointwise value over the rows of a group whose reductions
+        it reads joins that group (an epilogue stored per row), even where a later group
+        would take it: the later one would load the reductions back from memory (the
+        int64 count of maxima that a cross-entropy saves joined the mean's kernel, and
+        kept it from becoming the row kernel's tail)."""
+        producers = self._producers(node)
+        for step in reversed(self.steps):
+            if not isinstance(step, Group) or step not in producers or not step.red_shape:
+                continue
+            if _squeezed(node.tensor_meta.shape) != _squeezed(step.row_shape):
+                continue
+            shape = self._fit(step, node, lowered)
+            return shape is not None and self._try_join(step, node, shape)
+        return False
+
+    def _producers(self, node: Node) -> set[Step]:
+        """The groups whose reductions ``node`` reads through values inlined into it."""
+        found: set[Step] = set()
+        stack, seen = list(node.input_nodes()), set()
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            step = self.step_of.get(current)
+            if step is not None:
+                if isinstance(self.lowered[current], Reduction):
+                    found.add(step)
+            elif isinstance(self.lowered[current], Pointwise):
+                stack.extend(current.input_nodes())
+        return found
 
     def _fit(
         self, group: Group, node: Node, lowered: Lowered
