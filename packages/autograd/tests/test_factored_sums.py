@@ -90,12 +90,17 @@ def test_a_factored_sum_becomes_the_earlier_sum_times_its_factor(keep_first, kee
     _same_results(before, after)
 
 
-def test_a_factor_that_varies_along_the_sum_is_left_alone():
+@pytest.mark.parametrize(
+    "factor",
+    [((5, 12), torch.float32), ((5, 1), torch.float64)],
+    ids=["varies along the sum", "another dtype"],
+)
+def test_a_factor_that_varies_along_the_sum_or_has_another_dtype_is_left_alone(factor):
     def build(b, x, c):
         e = _call(b, torch.exp, x)
         return _call(b, torch.sum, e, -1), _call(b, torch.sum, _call(b, operator.mul, c, e), -1)
 
-    before, after = _factored(build, extra=((5, 12), torch.float32))
+    before, after = _factored(build, extra=factor)
     assert len(_row_sums(after, (5, 12))) == 2
     _same_results(before, after)
 
@@ -109,14 +114,4 @@ def test_a_sum_with_no_earlier_plain_sum_is_left_alone():
 
     before, after = _factored(build)
     assert [node.args[1] for node in _row_sums(after, (5, 12))] == [[-1], [0], [-1]]
-    _same_results(before, after)
-
-
-def test_a_factor_of_another_dtype_is_left_alone():
-    def build(b, x, c):
-        e = _call(b, torch.exp, x)
-        return _call(b, torch.sum, e, -1), _call(b, torch.sum, _call(b, operator.mul, c, e), -1)
-
-    before, after = _factored(build, extra=((5, 1), torch.float64))
-    assert len(_row_sums(after, (5, 12))) == 2
     _same_results(before, after)
