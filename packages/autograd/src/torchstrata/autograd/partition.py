@@ -4,10 +4,11 @@ The choice of what the forward saves for the backward is a minimum cut (the idea
 AOTAutograd's rematerialising partitioner). Each joint node ``v`` becomes two flow
 vertices ``v.in → v.out`` joined by an edge whose capacity is the bytes of ``v``'s value;
 reading ``v`` is an infinite edge ``v.out → u.in``. The source feeds the primal inputs
-and every node that must run in the forward but may not be recomputed (matmuls,
-reductions, RNG...); tangent-dependent nodes drain into the sink. A minimum cut then
-picks the cheapest set of values to save: cheap ops (pointwise, views, copies) on the
-sink side of the cut are recomputed in the backward instead of being saved.
+and every node that reads no tangent and may not be recomputed (matmuls, reductions,
+RNG...), even one that only the backward needs; tangent-dependent nodes drain into the
+sink. A minimum cut then picks the cheapest set of values to save: cheap ops (pointwise,
+views, copies) on the sink side of the cut are recomputed in the backward instead of
+being saved.
 """
 
 from __future__ import annotations
