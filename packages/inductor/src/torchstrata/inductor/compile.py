@@ -93,7 +93,8 @@ def compile_graph(
             launches[step.name] = built.launch
             infos.append(built.info)
             compile_seconds += built.compile_seconds
-    source, env = generate_launcher(graph, plan, launches)
+    write_backs = options.stage("inductor").get("write_backs")
+    source, env = generate_launcher(graph, plan, launches, write_backs)
     fn = build_launcher(source, env)
     eager_ops = tuple(str(step.node.op) for step in plan.steps if isinstance(step, ExternStep))
     stats = {

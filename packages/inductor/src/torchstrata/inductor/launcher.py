@@ -8,13 +8,14 @@ kernel launches and extern ATen calls with no lookups beyond local names.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import torch
 
 from torchstrata.core import Graph, Node
+from torchstrata.inductor.in_place import in_place_updates
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import Extern, Pointwise, StridedView
 from torchstrata.inductor.plan import Plan
@@ -67,10 +68,17 @@ def _render_arg(value: Any, env: _Globals) -> str:
 
 
 def generate_launcher(
-    graph: Graph, plan: Plan, launches: dict[str, KernelLaunch]
+    graph: Graph,
+    plan: Plan,
+    launches: dict[str, KernelLaunch],
+    write_backs: Mapping[int, int] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The launcher's source and globals; the function is called ``launch``."""
+    """The launcher's source and globals; the function is called ``launch``.
+
+    ``write_backs``: ``{output index: input index}`` of the outputs that the caller copies
+    into inputs; updates that produce them may run in place (:mod:`.in_place`)."""
     env = _Globals()
+    in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
     lines = [f"def launch({', '.join(params)}):"]
     kernel_loads = _nodes_loaded_by_kernels(plan)
@@ -83,7 +91,8 @@ def generate_launcher(
                 if operand in views and operand not in made:
                     made.add(operand)
                     lines.append(_view_line(operand, views[operand]))
-            lines += _extern_lines(step.node, plan, env, buffer_name(step.node) in kernel_loads)
+            read = buffer_name(step.node) in kernel_loads
+            lines += _extern_lines(step.node, plan, env, read, in_place.get(step.node))
             continue
         launch = launches.get(step.name)
         tail = step.tail.stores if step.tail is not None else ()
@@ -165,15 +174,20 @@ def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
     return {arg.name for step in plan.steps if isinstance(step, Kernel) for arg in step.args}
 
 
-def _extern_lines(node: Node, plan: Plan, env: _Globals, read_by_kernel: bool) -> list[str]:
+def _extern_lines(
+    node: Node, plan: Plan, env: _Globals, read_by_kernel: bool, in_place: Any = None
+) -> list[str]:
+    """The call of an extern ATen op (``in_place``: its in-place form, updating its first
+    argument, see :mod:`.in_place`)."""
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
-    fn = env.name(node.op.resolve(), "extern")
+    fn = env.name(node.op.resolve() if in_place is None else in_place, "extern")
     args = [_render_arg(arg, env) for arg in node.args]
     args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
     name = buffer_name(node)
-    lines = [f"    {name} = {fn}({', '.join(args)})  # {node.op.name}: {lowered.reason}"]
+    note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
+    lines = [f"    {name} = {fn}({', '.join(args)})  # {note}"]
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
         strides = node.tensor_meta.strides

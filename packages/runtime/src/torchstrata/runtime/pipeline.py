@@ -43,6 +43,7 @@ from torchstrata.runtime.runners import (
     GraphRunner,
     LazyGraphFn,
     inference_runner,
+    output_layout,
     training_runner,
 )
 
@@ -124,6 +125,18 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
         return interpret(graph, *inputs)
 
     return run
+
+
+def _with_write_backs(options: CompileOptions, aot: AotResult) -> CompileOptions:
+    """``options`` telling the codegen stage which forward outputs the inference runner
+    copies into which inputs (``stage_options["inductor"]["write_backs"]``), so that the
+    updates producing them may run in place."""
+    first, mutated, _ = output_layout(aot)
+    if not mutated:
+        return options
+    write_backs = {first + k: index for k, index in enumerate(mutated)}
+    inductor = {**options.stage("inductor"), "write_backs": write_backs}
+    return attrs.evolve(options, stage_options={**options.stage_options, "inductor": inductor})
 
 
 def _first_device(graph: Graph) -> torch.device:
@@ -284,11 +297,12 @@ class Pipeline:
                 "autograd", TypeError(f"returned {type(aot).__name__}, not AotResult")
             )
         aten_graph = self.run_passes("post_aot", aot.forward, options, records)
-        forward = self.lower(aten_graph, options, records)
-        missing = forward.missing_stages
         needs_grad = torch.is_grad_enabled() and any(
             m.requires_grad for m in torch_graph.input_metas
         )
+        lowering = options if needs_grad else _with_write_backs(options, aot)
+        forward = self.lower(aten_graph, lowering, records)
+        missing = forward.missing_stages
         backward: LazyGraphFn | None = None
         if not needs_grad:
             runner, interpreted = inference_runner(forward.fn, aot), forward.interpreted

@@ -93,8 +93,9 @@ class LazyGraphFn:
         return self.get()(*inputs)
 
 
-def _layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
-    """(number of user outputs, mutated input indices, output aliases)."""
+def output_layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
+    """(number of user outputs, mutated input indices, output aliases): the forward's
+    outputs are the user's, then one write-back per mutated input, then saved values."""
     total = len(aot.forward.outputs)
     extra = aot.num_mutations + aot.num_saved + aot.num_unit_grads
     num_user = aot.num_user_outputs or total - extra
@@ -106,7 +107,8 @@ def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequenc
     if mutated:
         with torch.no_grad():
             for index, value in zip(mutated, values):
-                inputs[index].copy_(value)
+                if value is not inputs[index]:  # an update done in place needs no copy
+                    inputs[index].copy_(value)
 
 
 def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any, ...]) -> None:
@@ -129,7 +131,7 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     """Wrap a forward: apply write-backs and aliases, return the user's outputs only."""
     if aot is None:
         return _tuple_runner(fn)
-    num_user, mutated, aliases = _layout(aot)
+    num_user, mutated, aliases = output_layout(aot)
     if not mutated and num_user == len(aot.forward.outputs) and all(a is None for a in aliases):
         # Nothing to write back, drop or rebuild: the graph's outputs are the user's.
         return _tuple_runner(fn)
@@ -195,7 +197,7 @@ def training_runner(
     listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
     gradients, run after a backward seeded with something other than 1 (see
     :class:`~torchstrata.runtime.unit_grads.UnitGrads`)."""
-    num_user, mutated, aliases = _layout(aot)
+    num_user, mutated, aliases = output_layout(aot)
     check_saved = _saved_dtype_checker(aot)
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
