@@ -35,6 +35,7 @@ from torchstrata.core import (
     register,
 )
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
+from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
@@ -125,6 +126,24 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
         return interpret(graph, *inputs)
 
     return run
+
+
+def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
+    """``forward.fn``, recorded as a CUDA graph after its warm-up calls under
+    ``mode="reduce-overhead"`` when it is compiled code for CUDA inputs that draws no
+    random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
+    if options.mode != "reduce-overhead" or forward.interpreted or forward.prims_graph is None:
+        return forward.fn
+    if _first_device(forward.prims_graph).type != "cuda":
+        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing
+    if draws_random_numbers(forward.prims_graph):
+        warn_once(
+            ("cuda-graph-random", id(forward.prims_graph)),
+            "torchstrata: mode='reduce-overhead' runs a graph that draws random numbers "
+            "without a CUDA graph (a replay would draw the same numbers again)",
+        )
+        return forward.fn
+    return CudaGraphed(forward.fn, "an inference graph")
 
 
 def _with_write_backs(options: CompileOptions, aot: AotResult) -> CompileOptions:
@@ -305,7 +324,8 @@ class Pipeline:
         missing = forward.missing_stages
         backward: LazyGraphFn | None = None
         if not needs_grad:
-            runner, interpreted = inference_runner(forward.fn, aot), forward.interpreted
+            fn = _reduce_overhead(forward, options)
+            runner, interpreted = inference_runner(fn, aot), forward.interpreted
         elif aot.backward is None:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True

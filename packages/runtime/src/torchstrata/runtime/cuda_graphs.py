@@ -1,0 +1,162 @@
+"""CUDA graphs for inference graphs: ``compile(..., mode="reduce-overhead")``.
+
+A decode step launches dozens of small kernels and ATen calls, and its time is the host's
+(``docs/measurements/2026-12-01-h200-s14-m5-in-place.txt``). Recorded once as a CUDA
+graph, the whole launcher is one replay.
+
+:class:`CudaGraphed` wraps a compiled graph's function. The first :data:`WARMUP_CALLS`
+calls run it as it is (the first one autotunes and compiles). The next call records it:
+
+* an input at the same address in every call so far (a parameter, a buffer, a
+  static KV cache) is *stable*: the graph reads it where it is, and each replay first
+  checks that it is still there;
+* any other input gets a buffer of its own, allocated once; each replay copies the
+  call's tensor into it;
+* outputs are copied out of the graph's memory on every replay, so a result stays valid
+  after the next call; an output that is a stable input (an update done in place) is
+  returned as the caller's tensor.
+
+A replay whose stable inputs moved runs the function as it is. The graph is never
+recorded (the function always runs as it is, with a warning) when an input is not a CUDA
+tensor (a number would be baked into the graph), when the graph draws random numbers (a replay would draw the same ones again), or
+when recording fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from torchstrata.core import Graph, PrimFamily, get_prim
+from torchstrata.runtime.fallback import warn_once
+
+#: Calls run as they are before the graph is recorded.
+WARMUP_CALLS = 2
+
+
+def draws_random_numbers(graph: Graph | None) -> bool:
+    """Whether ``graph`` (prims level, extern ATen nodes allowed) draws random numbers;
+    unknown (None) counts as yes."""
+    if graph is None:
+        return True
+    for node in graph.nodes:
+        if node.op is None:
+            continue
+        name = node.op.name
+        if name.startswith("prims."):
+            if get_prim(name).family is PrimFamily.RANDOM:
+                return True
+            continue
+        try:
+            overload = node.op.resolve()
+        except Exception:  # noqa: BLE001 - not an ATen op (getitem): draws nothing
+            continue
+        if torch.Tag.nondeterministic_seeded in getattr(overload, "tags", ()):
+            return True
+    return False
+
+
+class CudaGraphed:
+    """``fn`` recorded as a CUDA graph after :data:`WARMUP_CALLS` calls (module
+    docstring); ``name`` appears in warnings."""
+
+    def __init__(self, fn: Callable[..., Sequence[Any]], name: str = "graph") -> None:
+        self.fn = fn
+        self.name = name
+        self.calls = 0
+        self.seen: list[tuple[int, ...]] = []
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.given_up = False
+        self.stable: tuple[tuple[int, int], ...] = ()  # (input index, address)
+        self.copied: tuple[tuple[int, torch.Tensor], ...] = ()  # (input index, buffer)
+        self.outputs: tuple[Any, ...] = ()
+        self.output_inputs: dict[int, int] = {}  # output index -> stable input index
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        """Run (or replay) on ``inputs``."""
+        if self.graph is not None:
+            return self._replay(inputs)
+        if self.given_up:
+            return tuple(self.fn(*inputs))
+        addresses = _addresses(inputs)
+        if addresses is None:
+            return self._give_up(inputs, "an input is not a CUDA tensor")
+        self.calls += 1
+        if self.calls <= WARMUP_CALLS:
+            self.seen.append(addresses)
+            return tuple(self.fn(*inputs))
+        try:
+            self._record(inputs, addresses)
+        except Exception as error:  # noqa: BLE001 - any failure: run without a graph
+            self.graph = None
+            return self._give_up(inputs, f"recording failed ({type(error).__name__}: {error})")
+        return self._replay(inputs)
+
+    def _give_up(self, inputs: Sequence[Any], why: str) -> tuple[Any, ...]:
+        self.given_up = True
+        warn_once(
+            ("cuda-graph", id(self)),
+            f"torchstrata: mode='reduce-overhead' runs {self.name} without a CUDA graph: {why}",
+        )
+        return tuple(self.fn(*inputs))
+
+    def _record(self, inputs: Sequence[Any], addresses: tuple[int, ...]) -> None:
+        stable: list[tuple[int, int]] = []
+        copied: list[tuple[int, torch.Tensor]] = []
+        args = list(inputs)
+        for index, tensor in enumerate(inputs):
+            if all(seen[index] == addresses[index] for seen in self.seen):
+                stable.append((index, addresses[index]))
+                continue
+            buffer = torch.empty_strided(
+                tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
+            )
+            buffer.copy_(tensor)
+            copied.append((index, buffer))
+            args[index] = buffer
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = tuple(self.fn(*args))
+        by_identity = {id(args[index]): index for index, _ in stable}
+        self.output_inputs = {
+            position: by_identity[id(value)]
+            for position, value in enumerate(outputs)
+            if isinstance(value, torch.Tensor) and id(value) in by_identity
+        }
+        self.stable = tuple(stable)
+        self.copied = tuple(copied)
+        self.outputs = outputs
+        self.graph = graph
+
+    def _replay(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        for index, address in self.stable:
+            tensor = inputs[index]
+            if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() != address:
+                return tuple(self.fn(*inputs))  # a stable input moved: run as it is
+        for index, buffer in self.copied:
+            buffer.copy_(inputs[index])
+        assert self.graph is not None
+        self.graph.replay()
+        mapped = self.output_inputs
+        return tuple(
+            inputs[mapped[position]]
+            if position in mapped
+            else value.clone()
+            if isinstance(value, torch.Tensor)
+            else value
+            for position, value in enumerate(self.outputs)
+        )
+
+
+def _addresses(inputs: Sequence[Any]) -> tuple[int, ...] | None:
+    """Each input's address, or None when one is not a CUDA tensor (a number would be
+    baked into the graph as it was when recorded)."""
+    found: list[int] = []
+    for value in inputs:
+        if not isinstance(value, torch.Tensor) or not value.is_cuda:
+            return None
+        found.append(value.data_ptr())
+    return tuple(found)

@@ -1,0 +1,133 @@
+"""``mode="reduce-overhead"``: inference graphs recorded as CUDA graphs
+(``cuda_graphs.py``). The recording itself needs a GPU; the choices around it do not."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import torchstrata.runtime as rt
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
+from torchstrata.runtime import cuda_graphs
+from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
+from torchstrata.runtime.fallback import TorchstrataFallbackWarning, clear_warnings
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def _graph(random: str | None):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4,), torch.float32))
+    y = b.call(prim("mul"), x, 2.0)
+    if random == "prims":
+        y = b.call(prim("add"), y, b.call(prim("rand"), (4,), 7, 0, torch.float32, x.meta.device))
+    elif random == "aten":
+        y = b.call(aten("bernoulli.p"), y, 0.5)
+    return b.build([y])
+
+
+@pytest.mark.parametrize(("random", "draws"), [(None, False), ("prims", True), ("aten", True)])
+def test_graphs_that_draw_random_numbers_are_told_apart(random, draws):
+    assert draws_random_numbers(_graph(random)) is draws
+    assert draws_random_numbers(None)  # unknown: assume it does
+
+
+def test_cpu_inputs_run_without_a_graph_and_say_why():
+    clear_warnings()
+    graphed = CudaGraphed(lambda x: (x * 2,), "a test graph")
+    with pytest.warns(TorchstrataFallbackWarning, match="not a CUDA tensor"):
+        (out,) = graphed(torch.ones(3))
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    assert graphed.given_up and graphed.graph is None
+
+
+def test_on_the_cpu_the_mode_changes_nothing():
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    compiled = rt.compile(model, mode="reduce-overhead")
+    x = torch.randn(2, 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        for _ in range(4):
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+class Decoder(nn.Module):
+    """A tiny decode step: a projection, a static cache updated in place, attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 48)
+        self.register_buffer("k_cache", torch.zeros(32, 16))
+        self.register_buffer("v_cache", torch.zeros(32, 16))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.proj(x).split(16, dim=-1)
+        keys = self.k_cache.index_copy_(0, pos, k)
+        values = self.v_cache.index_copy_(0, pos, v)
+        mask = torch.arange(32, device=x.device) > pos
+        scores = (q @ keys.T / 4).masked_fill(mask, float("-inf"))
+        return torch.nn.functional.gelu(scores.softmax(-1) @ values)
+
+
+@cuda
+def test_decode_steps_replay_and_match_eager(monkeypatch):
+    replays = []
+    original = CudaGraphed._replay
+
+    def counting(self, inputs):
+        replays.append(1)
+        return original(self, inputs)
+
+    monkeypatch.setattr(CudaGraphed, "_replay", counting)
+    torch.manual_seed(0)
+    model = Decoder().cuda()
+    reference = Decoder().cuda()
+    reference.load_state_dict(model.state_dict())
+    compiled = rt.compile(model, mode="reduce-overhead")
+    results = []
+    with torch.no_grad():
+        for step in range(8):  # new input tensors every step: copied into the graph's
+            x = torch.randn(1, 16, device="cuda")
+            pos = torch.tensor([step], device="cuda")
+            got = compiled(x, pos)
+            want = reference(x, pos)
+            results.append((got, want))
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(model.k_cache, reference.k_cache)
+            torch.testing.assert_close(model.v_cache, reference.v_cache)
+    assert len(replays) == 8 - cuda_graphs.WARMUP_CALLS
+    for got, want in results:  # earlier results are not overwritten by later replays
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_a_stable_input_that_moves_runs_without_the_graph():
+    def f(x, w):
+        return torch.relu(x @ w) * 2
+
+    compiled = rt.compile(f, mode="reduce-overhead")
+    x, w = torch.randn(4, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(compiled(x, w), f(x, w))
+        other = torch.randn(8, 8, device="cuda")  # same shape, another address
+        torch.testing.assert_close(compiled(x, other), f(x, other))
+        x2 = torch.randn(4, 8, device="cuda")
+        torch.testing.assert_close(compiled(x2, other), f(x2, other))
+
+
+@cuda
+def test_a_graph_drawing_random_numbers_is_not_recorded():
+    clear_warnings()
+
+    def f(x):
+        return x + torch.rand_like(x)
+
+    compiled = rt.compile(f, mode="reduce-overhead")
+    x = torch.zeros(1000, device="cuda")
+    with torch.no_grad(), pytest.warns(TorchstrataFallbackWarning, match="random numbers"):
+        draws = [compiled(x) for _ in range(5)]
+    assert not torch.equal(draws[-1], draws[-2])
