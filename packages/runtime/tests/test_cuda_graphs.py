@@ -26,10 +26,25 @@ def _graph(random: str | None):
         y = b.call(prim("add"), y, b.call(prim("rand"), (4,), 7, 0, torch.float32, x.meta.device))
     elif random == "aten":
         y = b.call(aten("bernoulli.p"), y, 0.5)
+    elif random in ("attention", "attention dropout"):
+        q = b.call(prim("reshape"), y, (1, 1, 1, 4))
+        dropout = 0.1 if random == "attention dropout" else 0.0
+        attention = aten("_scaled_dot_product_efficient_attention.default")
+        out = b.call(attention, q, q, q, None, False, dropout)
+        y = b.call(prim("reshape"), b.getitem(out, 0), (4,))
     return b.build([y])
 
 
-@pytest.mark.parametrize(("random", "draws"), [(None, False), ("prims", True), ("aten", True)])
+@pytest.mark.parametrize(
+    ("random", "draws"),
+    [
+        (None, False),
+        ("prims", True),
+        ("aten", True),
+        ("attention", False),  # seeded, but without dropout it draws nothing
+        ("attention dropout", True),
+    ],
+)
 def test_graphs_that_draw_random_numbers_are_told_apart(random, draws):
     assert draws_random_numbers(_graph(random)) is draws
     assert draws_random_numbers(None)  # unknown: assume it does
@@ -55,7 +70,7 @@ def test_on_the_cpu_the_mode_changes_nothing():
 
 
 class Decoder(nn.Module):
-    """A tiny decode step: a projection, a static cache updated in place, attention."""
+    """A tiny decode step: a projection, a static cache updated in place, SDPA."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -67,9 +82,11 @@ class Decoder(nn.Module):
         q, k, v = self.proj(x).split(16, dim=-1)
         keys = self.k_cache.index_copy_(0, pos, k)
         values = self.v_cache.index_copy_(0, pos, v)
-        mask = torch.arange(32, device=x.device) > pos
-        scores = (q @ keys.T / 4).masked_fill(mask, float("-inf"))
-        return torch.nn.functional.gelu(scores.softmax(-1) @ values)
+        visible = torch.arange(32, device=x.device) <= pos
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q[None], keys[None], values[None], attn_mask=visible[None, None]
+        )  # a seeded op, without dropout
+        return torch.nn.functional.gelu(out[0])
 
 
 @cuda

@@ -53,9 +53,25 @@ def draws_random_numbers(graph: Graph | None) -> bool:
             overload = node.op.resolve()
         except Exception:  # noqa: BLE001 - not an ATen op (getitem): draws nothing
             continue
-        if torch.Tag.nondeterministic_seeded in getattr(overload, "tags", ()):
+        if torch.Tag.nondeterministic_seeded not in getattr(overload, "tags", ()):
+            continue
+        if _dropout(overload, node.args, node.kwargs) != 0.0:
             return True
     return False
+
+
+def _dropout(overload: Any, args: Sequence[Any], kwargs: Any) -> Any:
+    """The ``dropout_p`` an op is called with (attention: seeded, but drawing nothing at
+    0.0); None when it takes none."""
+    schema = overload._schema
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == "dropout_p":
+            if argument.name in kwargs:
+                return kwargs[argument.name]
+            if position < len(args):
+                return args[position]
+            return argument.default_value
+    return None
 
 
 class CudaGraphed:
