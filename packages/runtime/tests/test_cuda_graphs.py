@@ -148,3 +148,17 @@ def test_a_graph_drawing_random_numbers_is_not_recorded():
     with torch.no_grad(), pytest.warns(TorchstrataFallbackWarning, match="random numbers"):
         draws = [compiled(x) for _ in range(5)]
     assert not torch.equal(draws[-1], draws[-2])
+
+
+@cuda
+def test_stable_inputs_that_keep_moving_end_the_recordings():
+    clear_warnings()
+    graphed = CudaGraphed(lambda x, w: (x @ w,), "a test graph")
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.warns(TorchstrataFallbackWarning, match="moved after"):
+        for _ in range(cuda_graphs.MAX_RECORDINGS + 1):
+            w = torch.randn(8, 8, device="cuda")  # a new address: the last graph is dropped
+            for _ in range(cuda_graphs.WARMUP_CALLS + 1):  # then recorded again
+                (out,) = graphed(x, w)
+                torch.testing.assert_close(out, x @ w)
+    assert graphed.given_up and graphed.recordings == cuda_graphs.MAX_RECORDINGS

@@ -16,10 +16,11 @@ calls run it as it is (the first one autotunes and compiles). The next call reco
   after the next call; an output that is a stable input (an update done in place) is
   returned as the caller's tensor.
 
-A replay whose stable inputs moved runs the function as it is. The graph is never
-recorded (the function always runs as it is, with a warning) when an input is not a CUDA
-tensor (a number would be baked into the graph), when the graph draws random numbers (a replay would draw the same ones again), or
-when recording fails.
+A call whose stable inputs moved drops the graph and warms up again (at most
+:data:`MAX_RECORDINGS` graphs; then the function runs as it is, with a warning). No graph
+is recorded (the function runs as it is, with a warning) when an input is not a CUDA
+tensor (a number would be baked into the graph), when the graph draws random numbers (a
+replay would draw the same ones again), or when recording fails.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from torchstrata.runtime.fallback import warn_once
 
 #: Calls run as they are before the graph is recorded.
 WARMUP_CALLS = 2
+#: Recordings a function may take: stable inputs that moved start the warm-up over, until
+#: this many graphs were recorded; then it runs without one.
+MAX_RECORDINGS = 3
 
 
 def draws_random_numbers(graph: Graph | None) -> bool:
@@ -84,6 +88,7 @@ class CudaGraphed:
         self.calls = 0
         self.seen: list[tuple[int, ...]] = []
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.recordings = 0
         self.given_up = False
         self.stable: tuple[tuple[int, int], ...] = ()  # (input index, address)
         self.copied: tuple[tuple[int, torch.Tensor], ...] = ()  # (input index, buffer)
@@ -109,6 +114,15 @@ class CudaGraphed:
             self.graph = None
             return self._give_up(inputs, f"recording failed ({type(error).__name__}: {error})")
         return self._replay(inputs)
+
+    def _moved(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """A stable input moved (a parameter replaced, a module moved): drop the graph and
+        warm up again, or give up after :data:`MAX_RECORDINGS` graphs."""
+        self.graph, self.outputs, self.copied, self.stable = None, (), (), ()
+        self.calls, self.seen = 0, []
+        if self.recordings >= MAX_RECORDINGS:
+            return self._give_up(inputs, f"its inputs moved after {self.recordings} recordings")
+        return self(*inputs)
 
     def _give_up(self, inputs: Sequence[Any], why: str) -> tuple[Any, ...]:
         self.given_up = True
@@ -146,12 +160,13 @@ class CudaGraphed:
         self.copied = tuple(copied)
         self.outputs = outputs
         self.graph = graph
+        self.recordings += 1
 
     def _replay(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         for index, address in self.stable:
             tensor = inputs[index]
             if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() != address:
-                return tuple(self.fn(*inputs))  # a stable input moved: run as it is
+                return self._moved(inputs)
         for index, buffer in self.copied:
             buffer.copy_(inputs[index])
         assert self.graph is not None
