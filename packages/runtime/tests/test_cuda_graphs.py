@@ -64,7 +64,8 @@ def test_on_the_cpu_the_mode_changes_nothing():
     compiled = rt.compile(model, mode="reduce-overhead")
     x = torch.randn(2, 8)
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        # (with the runtime installed alone, other warnings say which stages are missing)
+        warnings.filterwarnings("error", ".*CUDA graph", TorchstrataFallbackWarning)
         for _ in range(4):
             torch.testing.assert_close(compiled(x), model(x))
 
