@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import operator
+import os
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchstrata.autograd import aot as aot_graphs
 from torchstrata.autograd import trace_graph
 from torchstrata.autograd.factored_sums import factor_joint_sums
-from torchstrata.core import GraphBuilder, Level, TensorMeta, interpret, random_inputs, torch_op
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    interpret,
+    random_inputs,
+    torch_op,
+    verify,
+)
 
 _SUM = "aten.sum.dim_IntList"
 
@@ -115,3 +126,54 @@ def test_a_sum_with_no_earlier_plain_sum_is_left_alone():
     before, after = _factored(build)
     assert [node.args[1] for node in _row_sums(after, (5, 12))] == [[-1], [0], [-1]]
     _same_results(before, after)
+
+
+@st.composite
+def _factored_torch_graphs(draw):
+    """A rank-2 or rank-3 ``x``, its sum over random dims (keepdim or not), and a second
+    sum over the same dims of ``x`` under a random chain of negations, products and
+    quotients by a factor of size 1 along those dims (broadcast implicitly or expanded)
+    or by Python numbers."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=2, max_size=3)))
+    rank = len(shape)
+    dims = sorted(draw(st.sets(st.integers(0, rank - 1), min_size=1, max_size=rank)))
+    held = tuple(1 if d in dims else shape[d] for d in range(rank))
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta(shape, torch.float64))
+    c = b.input("c", TensorMeta(held, torch.float64))
+    plain = _call(b, torch.sum, x, dims, draw(st.booleans()))
+    value = x
+    for step in draw(st.lists(st.sampled_from(["neg", "mul", "rmul", "div", "num"]), max_size=4)):
+        if step == "neg":
+            value = _call(b, operator.neg, value)
+        elif step == "num":
+            value = _call(b, operator.mul, value, draw(st.sampled_from([0.5, -3.0, 2.0])))
+        else:
+            factor = _call(b, torch.Tensor.expand, c, shape) if draw(st.booleans()) else c
+            fn = operator.truediv if step == "div" else operator.mul
+            value = _call(b, fn, factor, value) if step == "rmul" else _call(b, fn, value, factor)
+    return b.build([plain, _call(b, torch.sum, value, dims, draw(st.booleans()))])
+
+
+@settings(
+    max_examples=int(os.environ.get("TORCHSTRATA_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    derandomize=True,
+)
+@given(_factored_torch_graphs())
+def test_factored_sums_keep_the_value(graph):
+    trace = trace_graph(graph, training=False)
+    rewritten = factor_joint_sums(trace).graph
+    verify(rewritten)
+    shape = tuple(graph.inputs[0].tensor_meta.shape)
+    chained = (
+        len(_row_sums(trace.graph, shape)) == 2
+        and trace.graph.outputs[1].args[0] is not (trace.graph.inputs[0])
+    )
+    if chained:
+        assert len(_row_sums(rewritten, shape)) == 1
+    x = torch.randn(shape, dtype=torch.float64)
+    c = torch.rand(graph.inputs[1].tensor_meta.shape, dtype=torch.float64) + 0.5
+    for want, got in zip(interpret(trace.graph, x, c), interpret(rewritten, x, c), strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
