@@ -19,6 +19,7 @@ row, not once per element), as any reordering of a float sum does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -121,17 +122,30 @@ def _candidate(
     return None
 
 
+def _rewrites(nodes: Sequence[Node]) -> dict[Node, tuple[Node, Steps]]:
+    """``{sum node: (the earlier plain sum, steps)}`` for every sum to rewrite, in one pass
+    (a rewritten sum is not itself a plain sum that later ones may repeat)."""
+    sums: dict[tuple[Node, tuple[int, ...]], Node] = {}
+    found: dict[Node, tuple[Node, Steps]] = {}
+    for node in nodes:
+        candidate = _candidate(node, sums)
+        if candidate is not None:
+            found[node] = candidate
+            continue
+        key = _sum_key(node)
+        if key is not None:
+            sums.setdefault(key, node)
+    return found
+
+
 class _FactorSums(Transformer):
-    def __init__(self, trace: JointTrace) -> None:
+    def __init__(self, trace: JointTrace, rewrites: dict[Node, tuple[Node, Steps]]) -> None:
         super().__init__(trace.graph)
-        self.sums: dict[tuple[Node, tuple[int, ...]], Node] = {}
+        self.rewrites = rewrites
 
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
-        found = _candidate(node, self.sums)
+        found = self.rewrites.get(node)
         if found is None:
-            key = _sum_key(node)
-            if key is not None:
-                self.sums.setdefault(key, node)
             return super().transform_node(node, args, kwargs)
         existing, steps = found
         b = self.builder
@@ -163,15 +177,7 @@ def _view(b: GraphBuilder, value: Node, shape: list[int]) -> Node:
 def factor_joint_sums(trace: JointTrace) -> JointTrace:
     """``trace`` with per-row factors taken out of sums whose plain sum its graph already
     computes earlier (see the module docstring)."""
-    sums: dict[tuple[Node, tuple[int, ...]], Node] = {}
-    hit = False
-    for node in trace.graph.nodes:
-        if _candidate(node, sums) is not None:
-            hit = True
-            break
-        key = _sum_key(node)
-        if key is not None:
-            sums.setdefault(key, node)
-    if not hit:
+    rewrites = _rewrites(trace.graph.nodes)
+    if not rewrites:
         return trace
-    return attrs.evolve(trace, graph=_FactorSums(trace).run())
+    return attrs.evolve(trace, graph=_FactorSums(trace, rewrites).run())

@@ -22,7 +22,6 @@ import torch
 
 from torchstrata.core import Graph, Node, aten
 from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import Pointwise
 from torchstrata.inductor.plan import Plan
 from torchstrata.inductor.scheduler import ExternStep, buffer_name
 
@@ -69,10 +68,8 @@ def in_place_updates(
 
 def _base(node: Node, plan: Plan) -> Node:
     """The buffer ``node`` reads: its own, or the base of the view it is."""
-    lowered = plan.lowered.get(node)
-    if isinstance(lowered, Pointwise) and lowered.view is not None and node not in plan.stored:
-        return lowered.view.base
-    return node
+    view = plan.view(node)
+    return node if view is None else view.base
 
 
 def _reads(step: Kernel | ExternStep, plan: Plan) -> set[str]:

@@ -17,7 +17,7 @@ import torch
 from torchstrata.core import Graph, Node
 from torchstrata.inductor.in_place import in_place_updates
 from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import Extern, Pointwise, StridedView
+from torchstrata.inductor.lowering import Extern, StridedView
 from torchstrata.inductor.plan import Plan
 from torchstrata.inductor.scheduler import ExternStep, buffer_name, buffer_strides
 
@@ -156,9 +156,9 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
     for step in plan.steps:
         if isinstance(step, ExternStep):
             for operand in step.node.input_nodes():
-                lowered = plan.lowered[operand]
-                if isinstance(lowered, Pointwise) and lowered.view and operand not in plan.stored:
-                    views[operand] = lowered.view
+                view = plan.view(operand)
+                if view is not None:
+                    views[operand] = view
     return views
 
 

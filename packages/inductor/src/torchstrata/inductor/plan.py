@@ -9,7 +9,7 @@ from torchstrata.core import Graph, Node
 from torchstrata.inductor.exprs import Expr, buffers_loaded
 from torchstrata.inductor.indexing import linear_offset
 from torchstrata.inductor.kernel import BufferArg, Kernel, ReductionSpec, Store
-from torchstrata.inductor.lowering import Lowered, Reduction
+from torchstrata.inductor.lowering import Lowered, Pointwise, Reduction, StridedView
 from torchstrata.inductor.scheduler import (
     ExternStep,
     Group,
@@ -28,6 +28,14 @@ class Plan:
     steps: tuple[Kernel | ExternStep, ...]
     stored: frozenset[Node]
     lowered: dict[Node, Lowered]
+
+    def view(self, node: Node) -> StridedView | None:
+        """How the launcher makes ``node`` without a copy (``as_strided`` of a buffer), or
+        None when it is a buffer of its own (stored, an input or an extern result)."""
+        lowered = self.lowered.get(node)
+        if isinstance(lowered, Pointwise) and lowered.view is not None and node not in self.stored:
+            return lowered.view
+        return None
 
 
 def plan_graph(graph: Graph, lowered: dict[Node, Lowered]) -> Plan:
