@@ -197,3 +197,78 @@ def test_a_direct_run_writes_mutations_back():
             torch.testing.assert_close(x, torch.full((3,), float(step)))
     (entry,) = compiled.cache.entries
     assert entry.run_inputs is not None
+
+
+class _Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 4)
+        self.register_buffer("shift", torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.shift
+
+
+def test_module_members_are_read_from_their_dicts():
+    model = _Affine()
+    compiled = rt.compile(model)
+    with torch.no_grad():
+        compiled(torch.randn(2, 3))
+    (entry,) = compiled.compiled_forward.cache.entries
+    sources = {guard.source for guard in entry.guards.guards}
+    fc = "L['self']._modules['fc']"
+    assert {f"{fc}._parameters['weight']", "L['self']._buffers['shift']"} <= sources
+    assert f"{fc}.__dict__.__contains__('weight')" in sources  # no shadowing value
+    assert not any(source.endswith((".weight", ".fc", ".shift")) for source in sources)
+
+
+def _new_weight(model: _Affine) -> None:
+    model.fc.weight = torch.nn.Parameter(torch.randn(4, 3))
+
+
+def _transposed_weight(model: _Affine) -> None:
+    model.fc.weight = torch.nn.Parameter(torch.randn(3, 4).t())
+
+
+def _weight_updated_in_place(model: _Affine) -> None:
+    model.fc.weight.mul_(-2.0)
+
+
+def _new_buffer(model: _Affine) -> None:
+    model.shift = torch.randn(4)
+
+
+def _weight_made_a_plain_attribute(model: _Affine) -> None:
+    del model.fc.weight
+    model.fc.weight = torch.randn(4, 3)
+
+
+def _weight_shadowed_in_the_instance_dict(model: _Affine) -> None:
+    object.__setattr__(model.fc, "weight", torch.randn(4, 3))
+
+
+def _new_submodule(model: _Affine) -> None:
+    model.fc = torch.nn.Linear(3, 4)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _new_weight,
+        _transposed_weight,
+        _weight_updated_in_place,
+        _new_buffer,
+        _weight_made_a_plain_attribute,
+        _weight_shadowed_in_the_instance_dict,
+        _new_submodule,
+    ],
+)
+def test_a_module_member_changed_after_compiling_is_read_anew(change):
+    model = _Affine()
+    compiled = rt.compile(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        change(model)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), model(x))

@@ -53,7 +53,7 @@ def test_mlp_lifts_parameters_as_inputs(captured, against_eager):
         "x", "self_fc1_weight", "self_fc1_bias", "self_fc2_weight", "self_fc2_bias",
     ]  # fmt: skip
     assert graph.inputs[1].meta.requires_grad
-    assert result.program.input_sources[1] == "L['self'].fc1.weight"
+    assert result.program.input_sources[1] == "L['self']._modules['fc1']._parameters['weight']"
     against_eager(result, model.forward, torch.randn(4, 16))
 
 
@@ -62,10 +62,10 @@ def test_mlp_guards():
     result = capture(model.forward, (torch.randn(4, 16),), {})
     guards = {(guard.kind, guard.source): guard.expected for guard in result.guards}
     assert guards[(GuardKind.ID_MATCH, "L['self']")] == id(model)
-    assert guards[(GuardKind.TENSOR_MATCH, "L['self'].fc2.bias")] == TensorMeta.from_tensor(
-        model.fc2.bias
-    )
-    assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].act.approximate")] == "none"
+    assert guards[
+        (GuardKind.TENSOR_MATCH, "L['self']._modules['fc2']._parameters['bias']")
+    ] == TensorMeta.from_tensor(model.fc2.bias)
+    assert guards[(GuardKind.CONSTANT_MATCH, "L['self']._modules['act'].approximate")] == "none"
 
 
 def test_program_reads_parameters_at_call_time(captured):
@@ -84,8 +84,15 @@ def test_module_list_sequential_buffers_and_optional_argument(captured, against_
     assert "self_shift" in [node.name for node in graph.inputs]
     guards = {(guard.kind, guard.source): guard.expected for guard in result.guards}
     assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].scale")] == 2.0
-    assert guards[(GuardKind.CONSTANT_MATCH, "L['self'].head._modules['2'].training")] is False
-    assert guards[(GuardKind.CONSTANT_MATCH, "tuple(L['self'].head._modules)")] == ("0", "1", "2")
+    assert (
+        guards[(GuardKind.CONSTANT_MATCH, "L['self']._modules['head']._modules['2'].training")]
+        is False
+    )
+    assert guards[(GuardKind.CONSTANT_MATCH, "tuple(L['self']._modules['head']._modules)")] == (
+        "0",
+        "1",
+        "2",
+    )
     against_eager(result, model.forward, torch.randn(2, 8))
     result, _ = captured(model.forward, torch.randn(2, 8), torch.ones(8))
     against_eager(result, model.forward, torch.randn(2, 8), torch.rand(8))
@@ -102,4 +109,61 @@ def test_forward_hooks_break_the_graph(against_eager):
     model.fc1.register_forward_hook(lambda module, args, output: output * 2)
     result = capture(model.forward, (torch.randn(4, 16),), {})
     assert "hooks on Linear" in result.graph_breaks[0].reason
+    against_eager(result, model.forward, torch.randn(4, 16))
+
+
+class _Lookup(nn.Module):
+    """Finds ``weight`` through its own ``__getattr__``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def __getattr__(self, name: str):
+        if name == "weight":
+            return self.inner.weight * 2
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+class _ClassScale(nn.Module):
+    scale = 3.0  # a class attribute: found before the module's dicts are looked at
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def _sources(model, x):
+    result = capture(model.forward, (x,), {})
+    return {guard.source for guard in result.guards}
+
+
+def test_members_that_nn_module_getattr_finds_are_read_from_its_dicts():
+    sources = _sources(_ClassScale(), torch.randn(2, 4))
+    assert "L['self']._modules['fc']._parameters['bias']" in sources
+    assert "L['self'].scale" in sources  # a class attribute keeps its plain source
+
+
+def test_a_module_with_its_own_getattr_keeps_plain_sources(captured, against_eager):
+    model = _Lookup()
+    sources = _sources(model, torch.randn(2, 4))
+    assert "L['self'].weight" in sources  # read through the module's own __getattr__
+    assert not any("_modules" in source or "_parameters" in source for source in sources)
+    result, _ = captured(model.forward, torch.randn(2, 4))
+    against_eager(result, model.forward, torch.randn(2, 4))
+
+
+def test_a_member_shadowed_in_the_instance_dict_keeps_its_plain_source(captured, against_eager):
+    model = MLP()
+    shadow = torch.randn(32, 16)
+    object.__setattr__(model.fc1, "weight", shadow)  # eager reads this one now
+    assert "weight" in vars(model.fc1) and "weight" in model.fc1._parameters
+    result, _ = captured(model.forward, torch.randn(4, 16))
+    assert "L['self']._modules['fc1'].weight" in result.program.input_sources
     against_eager(result, model.forward, torch.randn(4, 16))

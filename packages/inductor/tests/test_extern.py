@@ -84,7 +84,22 @@ def test_linear_gelu_linear_softmax(ind, codegen):
     # reaches the matmul as a torch view (as_strided), never a copy kernel.
     assert compiled.eager_ops == ("aten.t.default", "aten.mm.default", "aten.mm.default")
     assert len(compiled.kernels) == 2
-    assert "as_strided(buf_w2, (20, 7), (1, 20)" in compiled.launcher_source
+    assert "buf_w2.as_strided((20, 7), (1, 20))" in compiled.launcher_source
+
+
+def test_an_extern_reads_a_view_at_an_offset_of_an_offset_input(ind, codegen):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((6, 10), torch.float32))
+    w = b.input("w", TensorMeta((12, 10), torch.float32))
+    rows = b.call(prim("slice"), w, (3, 0), (11, 10), (1, 1))  # rows 3..10: offset 30
+    out = b.call(aten("mm.default"), x, b.call(prim("permute"), rows, (1, 0)))
+    graph = b.build([b.call(prim("mul"), out, 2.0)])
+    storage = torch.randn(200)
+    w_value = storage[17:137].view(12, 10)  # the input itself starts at offset 17
+    x_value = torch.randn(6, 10)
+    compiled = ind.check(graph, codegen, inputs=[x_value, w_value], atol=1e-5, rtol=1e-4)
+    assert "buf_w.storage_offset() + 30" in compiled.launcher_source
+    torch.testing.assert_close(compiled(x_value, w_value)[0], x_value @ w_value[3:11].T * 2)
 
 
 def test_softmax_over_the_first_dim(ind, codegen):

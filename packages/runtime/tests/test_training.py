@@ -15,6 +15,7 @@ from torchstrata.core import (
     hookimpl,
     torch_op,
 )
+from torchstrata.runtime.runners import direct_apply
 
 
 def scale_and_square(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -110,3 +111,52 @@ def test_outputs_that_alias_inputs_are_views_of_them(make_stages):
     same, doubled = artifacts.runner(x)
     assert same.data_ptr() == x.data_ptr() and same.shape == x.shape
     torch.testing.assert_close(doubled, x * 2)
+
+
+class _TwiceXPlusY(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x * 2 + y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, grad
+
+
+def test_direct_apply_runs_the_function_without_its_python_wrapper():
+    apply = direct_apply(_TwiceXPlusY, all_tensors=True)
+    # torch 2.14's Function.apply is C++ already: then there is nothing to skip
+    python_apply = isinstance(vars(torch.autograd.Function)["apply"], classmethod)
+    assert (apply != _TwiceXPlusY.apply) is python_apply
+    assert direct_apply(_TwiceXPlusY, all_tensors=False) == _TwiceXPlusY.apply
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    out = apply(x, y)
+    assert type(out.grad_fn).__name__ == "_TwiceXPlusYBackward"
+    (out * torch.arange(3.0)).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * torch.arange(3.0))
+    torch.testing.assert_close(y.grad, torch.arange(3.0))
+
+
+def test_direct_apply_unwraps_a_tensor_leaked_from_a_transform_as_apply_does():
+    leaked = []
+
+    def keep(x):
+        leaked.append(x)
+        return (x * x).sum()
+
+    torch.func.grad(keep)(torch.randn(3))
+    (dead,) = leaked  # a functorch wrapper whose transform has ended
+    expected = _TwiceXPlusY.apply(dead, dead)
+    got = direct_apply(_TwiceXPlusY, all_tensors=True)(dead, dead)
+    torch.testing.assert_close(got, expected)
+    assert expected.grad_fn is None and got.grad_fn is None  # unwrapped: not a graph node
+
+
+def test_direct_apply_leaves_active_transforms_to_function_apply():
+    apply = direct_apply(_TwiceXPlusY, all_tensors=True)
+    messages = []
+    for run in (apply, _TwiceXPlusY.apply):
+        with pytest.raises(RuntimeError) as raised:
+            torch.func.grad(lambda x, run=run: run(x, x).sum())(torch.randn(3))
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and "setup_context" in messages[0]

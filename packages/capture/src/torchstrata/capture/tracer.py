@@ -131,8 +131,10 @@ class Unsupported(Exception):
 
 
 def input_name(source: str) -> str:
-    """A graph input name for a source: ``L['self'].fc1.weight`` -> ``self_fc1_weight``."""
-    name = re.sub(r"^[LG]\[", "", source)
+    """A graph input name for a source: ``L['self'].fc1.weight`` -> ``self_fc1_weight``
+    (as is ``L['self']._modules['fc1']._parameters['weight']``)."""
+    name = re.sub(r"\._(?:parameters|buffers|modules)\[", ".", source)
+    name = re.sub(r"^[LG]\[", "", name)
     name = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
     if not name or name[0].isdigit():
         name = f"arg_{name}"

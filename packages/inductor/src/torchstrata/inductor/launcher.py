@@ -15,6 +15,7 @@ import attrs
 import torch
 
 from torchstrata.core import Graph, Node
+from torchstrata.inductor.extern_calls import direct_call
 from torchstrata.inductor.in_place import in_place_updates
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.lowering import Extern, StridedView
@@ -164,10 +165,14 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
 
 def _view_line(node: Node, view: StridedView) -> str:
     base = buffer_name(view.base)
-    return (
-        f"    {buffer_name(node)} = as_strided({base}, {view.shape!r}, {view.strides!r}, "
-        f"{base}.storage_offset() + {view.offset})  # a view, no copy"
-    )
+    if view.offset == 0:  # as_strided keeps the base's storage offset
+        call = f"{base}.as_strided({view.shape!r}, {view.strides!r})"
+    else:
+        call = (
+            f"as_strided({base}, {view.shape!r}, {view.strides!r}, "
+            f"{base}.storage_offset() + {view.offset})"
+        )
+    return f"    {buffer_name(node)} = {call}  # a view, no copy"
 
 
 def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
@@ -182,7 +187,8 @@ def _extern_lines(
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
-    fn = env.name(node.op.resolve() if in_place is None else in_place, "extern")
+    op = node.op.resolve() if in_place is None else in_place
+    fn = env.name(direct_call(op, node.kwargs), "extern")
     args = [_render_arg(arg, env) for arg in node.args]
     args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
     name = buffer_name(node)

@@ -20,6 +20,7 @@ from torchstrata.core import Guard, GuardKind, TensorMeta
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 
 _CPU = torch.device("cpu")
+_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -102,8 +103,10 @@ class _SourceWriter:
 def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
     kind, expected = guard.kind, guard.expected
     if kind is GuardKind.TENSOR_MATCH:
+        # the exact types first: isinstance of a Parameter runs its metaclass's check
+        is_tensor = f"(type({var}) in _TensorTypes or isinstance({var}, _Tensor))"
         if not isinstance(expected, TensorMeta):
-            return f"isinstance({var}, _Tensor)"
+            return is_tensor
         shape = writer.constant(torch.Size(expected.shape))
         strides = writer.constant(tuple(expected.strides))
         dtype = writer.constant(expected.dtype)
@@ -113,7 +116,7 @@ def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
         else:
             device_check = f"{var}.device == {writer.constant(expected.device)}"
         return (
-            f"isinstance({var}, _Tensor) and {var}.shape == {shape} and {var}.dtype is {dtype}"
+            f"{is_tensor} and {var}.shape == {shape} and {var}.dtype is {dtype}"
             f" and {var}.stride() == {strides} and {device_check}"
             f" and {var}.requires_grad is {grad}"
         )
@@ -213,6 +216,11 @@ def _fetching_check(
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:
-    namespace: dict[str, Any] = {"_Tensor": torch.Tensor, "torch": torch, **constants}
+    namespace: dict[str, Any] = {
+        "_Tensor": torch.Tensor,
+        "_TensorTypes": _TENSOR_TYPES,
+        "torch": torch,
+        **constants,
+    }
     exec(compile(source, "<torchstrata guards>", "exec"), namespace)
     return namespace["check_guards"]
