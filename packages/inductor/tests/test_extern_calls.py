@@ -170,9 +170,12 @@ def test_a_direct_call_computes_what_its_overload_computes_on_cuda(name):
     first, second = _cloned(args), _cloned(args)
     expected, got = op(*first, **kwargs), direct_call(op)(*second, **kwargs)
     # attention's random-number state and debug outputs are not values to compare
-    values = [(g, e) for g, e in zip(got, expected) if g.dtype.is_floating_point and g.numel()]
-    if isinstance(expected, torch.Tensor):
-        values = [(got, expected)]
-    for g, e in values:
-        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    pairs = [(got, expected)] if isinstance(expected, torch.Tensor) else zip(got, expected)
+    compared = 0
+    for g, e in pairs:
+        assert type(g) is type(e)
+        if isinstance(e, torch.Tensor) and e.dtype.is_floating_point and e.numel():
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
+            compared += 1
+    assert compared >= 1
     torch.testing.assert_close(second, first, rtol=0, atol=0)
