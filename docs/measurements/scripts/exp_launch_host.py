@@ -4,21 +4,24 @@ an eager torch launch of the same pointwise work."""
 import time
 
 import torch
+from triton import knobs
 
 from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor import compile_graph, triton_launch
 from torchstrata.inductor.triton_launch import DirectLaunch
+from torchstrata.inductor.triton_tuning import TunedKernel
 
 b = GraphBuilder(Level.PRIMS)
 x = b.input("x", TensorMeta((4096,), torch.float32, torch.device("cuda")))
 graph = b.build([b.call(prim("add"), b.call(prim("mul"), x, 2.0), 1.0)])
 compiled = compile_graph(graph, "cuda", CompileOptions(codegen="triton"))
-(launch,) = [v for v in compiled.fn.__globals__.values() if isinstance(v, DirectLaunch)]
+(tuned,) = [v for v in compiled.fn.__globals__.values() if isinstance(v, TunedKernel)]
 xv = torch.randn(4096, device="cuda")
 out = torch.empty_like(xv)
 for _ in range(5):
     compiled(xv)
-    launch(xv, out)
+launch = getattr(tuned, 'run', None) or tuned._run
+assert isinstance(launch, DirectLaunch), launch
 torch.cuda.synchronize()
 assert launch.proven
 dev = triton_launch._current_device()
@@ -41,7 +44,9 @@ args = (xv, out)
 gx, gy, gz = launch.grid
 head, extra, raw = launch.head, launch.extra, launch.launcher
 rows = {
+    "TunedKernel(x, out)": lambda: tuned(*args),
     "DirectLaunch(x, out)": lambda: launch(*args),
+    "DirectLaunch._launch(args)": lambda: launch._launch(args),
     "the whole compiled graph (alloc + launch)": lambda: compiled.fn(xv),
     "C launcher alone": lambda: raw(gx, gy, gz, stream, *head, *args, *extra),
     "_current_device()": triton_launch._current_device,
@@ -49,6 +54,8 @@ rows = {
     "_aligned(args)": lambda: triton_launch._aligned(args),
     "current_stream(dev)": lambda: triton_launch.current_stream(dev),
     "torch.cuda.current_device()": torch.cuda.current_device,
+    "torch._C._cuda_getDevice()": torch._C._cuda_getDevice,
+    "knobs.runtime.launch_enter_hook": lambda: knobs.runtime.launch_enter_hook,
     "torch._C._cuda_getCurrentRawStream(0)": lambda: torch._C._cuda_getCurrentRawStream(0),
     "eager x.mul(2).add_(1)": lambda: xv.mul(2).add_(1),
     "eager torch.add(x, 1, out=out)": lambda: torch.add(xv, 1, out=out),

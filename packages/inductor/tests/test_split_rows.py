@@ -102,13 +102,14 @@ def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
     from torchstrata.inductor import triton_launch
 
     direct = []
-    launch = triton_launch.DirectLaunch._launch
+    launcher_of = triton_launch._launcher_of
+
+    def counted(kernel):
+        launch, head = launcher_of(kernel)
+        return (lambda *values: (direct.append(1), launch(*values))), head
+
     monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
-    monkeypatch.setattr(
-        triton_launch.DirectLaunch,
-        "_launch",
-        lambda self, args: (direct.append(1), launch(self, args)),
-    )
+    monkeypatch.setattr(triton_launch, "_launcher_of", counted)
     graph = ind.softmax_rows(37, length)
     for config in _splits(ind.only_kernel(graph)):
         _force(monkeypatch, config)

@@ -257,3 +257,49 @@ def test_scratch_buffers_are_one_pair_per_stream(where):
         assert seen[2] == seen[3] and seen[2] != seen[0]
         run(x)
         assert seen[4] == seen[0]
+
+
+class _TorchDriver:
+    """Triton's CUDA driver as it is under torch: the getters are torch's own."""
+
+    def __init__(self, raw_device, raw_stream) -> None:
+        self.get_current_device = torch.cuda.current_device
+        self.get_current_stream = raw_stream
+        self.raw_device = raw_device
+
+
+def test_the_hot_path_reads_device_and_stream_from_torchs_c_functions(monkeypatch):
+    def raw_device():
+        return 3
+
+    def raw_stream(device):
+        return 40 + device
+
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", raw_device, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", raw_stream, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(triton_launch, "_driver", lambda: _TorchDriver(raw_device, raw_stream))
+    get_device, get_stream = triton_launch._getters()
+    assert get_device is raw_device and get_stream is raw_stream
+
+
+def test_other_getters_are_the_dispatchs_own(monkeypatch):
+    class Other:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device):
+            return 5
+
+    monkeypatch.setattr(triton_launch, "_driver", Other)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 2)
+    monkeypatch.setattr(triton_launch, "current_stream", lambda device: 9)
+    get_device, get_stream = triton_launch._getters()
+    assert get_device() == 2 and get_stream(0) == 9  # through this module, late-bound
+
+    def no_driver():
+        raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(triton_launch, "_driver", no_driver)
+    get_device, get_stream = triton_launch._getters()
+    assert get_device() == 2 and get_stream(0) == 9

@@ -148,7 +148,7 @@ class TritonBackend:
         )
 
         def call(handle: str, args: Sequence[str]) -> str:
-            return f"{handle}({', '.join(args)})"
+            return f"{handle}.run({', '.join(args)})"
 
         info = KernelInfo(kernel.name, self.name, "\n".join(sources), paths[0], kernel.ops)
         return BuiltLaunch(KernelLaunch(kernel, tuned, call), info)

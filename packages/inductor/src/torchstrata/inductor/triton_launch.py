@@ -71,18 +71,21 @@ class DirectLaunch:
         self.aligned: tuple[bool, ...] | None = None
         self.extra: tuple[int, ...] = ()
         self.device: Any = None  # the current device when the kernel was taken
+        self.get_device, self.get_stream = _late_getters()
         self.usable = True
         self.proven = False  # a direct launch has succeeded
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``."""
-        if (  # the hot path, inlined (host time per launch)
+        if (  # the hot path in one frame (host time per launch)
             self.proven
-            and _current_device() == self.device
+            and self.get_device() == self.device
             and not _hooked()
-            and _aligned(args) == self.aligned
+            and tuple([not arg.data_ptr() & 15 for arg in args]) == self.aligned
         ):
-            self._launch(args)
+            gx, gy, gz = self.grid
+            stream = self.get_stream(self.device)
+            self.launcher(gx, gy, gz, stream, *self.head, *args, *self.extra)
             return
         if (
             self.kernel is None
@@ -105,7 +108,7 @@ class DirectLaunch:
 
     def _launch(self, args: Sequence[Any]) -> None:
         gx, gy, gz = self.grid
-        self.launcher(gx, gy, gz, current_stream(self.device), *self.head, *args, *self.extra)
+        self.launcher(gx, gy, gz, self.get_stream(self.device), *self.head, *args, *self.extra)
 
     def _take_kernel(self, args: Sequence[Any]) -> None:
         """The compiled kernel Triton's dispatch used for ``args`` (a cache hit: nothing
@@ -124,6 +127,7 @@ class DirectLaunch:
             return
         self.kernel, self.aligned, self.extra, self.device = kernel, aligned, extra, device
         self.launcher, self.head = _launcher_of(kernel)
+        self.get_device, self.get_stream = _getters()
 
 
 def _launcher_of(kernel: Any) -> tuple[Launch, tuple[Any, ...]]:
@@ -202,6 +206,34 @@ def _driver() -> Any:
     from triton.runtime import driver
 
     return driver.active
+
+
+def _late_getters() -> tuple[Callable[[], Any], Callable[[Any], Any]]:
+    """Getters that call this module's ``_current_device`` and ``current_stream`` (looked
+    up at each call)."""
+    return (lambda: _current_device()), (lambda device: current_stream(device))
+
+
+def _getters() -> tuple[Callable[[], Any], Callable[[Any], Any]]:
+    """The current device's and stream's getters of Triton's dispatch, for the hot path.
+
+    Triton's CUDA driver asks torch: ``torch.cuda.current_device`` (two Python frames of
+    lazy-init checks around ``torch._C._cuda_getDevice``) and the C
+    ``_cuda_getCurrentRawStream``. Once CUDA is initialised (a kernel was loaded) the
+    device is read from the C function directly."""
+    get_device, get_stream = _late_getters()
+    try:
+        driver = _driver()
+    except Exception:  # noqa: BLE001 - no active driver: Triton's dispatch decides
+        return get_device, get_stream
+    torch_device = getattr(driver, "get_current_device", None) is torch.cuda.current_device
+    if torch_device and torch.cuda.is_initialized() and hasattr(torch._C, "_cuda_getDevice"):
+        get_device = torch._C._cuda_getDevice
+    if getattr(driver, "get_current_stream", None) is getattr(
+        torch._C, "_cuda_getCurrentRawStream", False
+    ):
+        get_stream = driver.get_current_stream
+    return get_device, get_stream
 
 
 def _current_device() -> Any:

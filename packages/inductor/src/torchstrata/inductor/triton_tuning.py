@@ -310,11 +310,13 @@ class TunedKernel:
         #: Cluster variants' float32 partials per cluster size (``triton_cluster``).
         self.cluster_scratch = cluster_scratch
         self.chosen: Config | None = None
-        self._run: Callable[..., Any] = self._first_call
+        #: Launches the kernel: the first call's tuning, then the chosen launcher itself
+        #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
+        self.run: Callable[..., Any] = self._first_call
 
     def __call__(self, *args: Any) -> None:
         """Launch the kernel on ``args`` (tensors)."""
-        self._run(*args)
+        self.run(*args)
 
     def bind(self, config: Config) -> Callable[..., Any]:
         """A launcher of ``config``."""
@@ -348,8 +350,8 @@ class TunedKernel:
             if cached != config:
                 write_choice(self.cache_path, config)
         self.chosen = config
-        self._run = self.bind(config)
-        self._run(*args)
+        self.run = self.bind(config)
+        self.run(*args)
 
     def _benchmark(self, args: Sequence[Any]) -> Config:
         best, best_time = self.configs[0], math.inf
