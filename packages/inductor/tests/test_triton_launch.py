@@ -45,6 +45,7 @@ class FakeJit:
 
 @pytest.fixture
 def no_hooks(monkeypatch):
+    monkeypatch.setattr(triton_launch, "_getters", triton_launch._late_getters)
     monkeypatch.setattr(triton_launch, "_hooked", lambda: False)
     monkeypatch.setattr(triton_launch, "current_stream", lambda device: 7)
     monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
@@ -160,6 +161,7 @@ def test_a_launcher_of_another_signature_falls_back_for_good(no_hooks):
 def test_launch_hooks_go_through_triton(monkeypatch):
     jit, calls = FakeJit(), []
     launch = _launcher(jit, calls)
+    monkeypatch.setattr(triton_launch, "_getters", triton_launch._late_getters)
     monkeypatch.setattr(triton_launch, "current_stream", lambda device: 7)
     monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
     x = torch.zeros(8)
@@ -200,11 +202,14 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     # split rows (offered for rows of 65536+) keep Triton's dispatch: every kernel here
     # must be one DirectLaunch serves
     monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "0")
-    direct = []
-    launch = DirectLaunch._launch
-    monkeypatch.setattr(
-        DirectLaunch, "_launch", lambda self, args: (direct.append(self), launch(self, args))
-    )
+    direct = []  # one entry per direct launch (through the kernel's own launcher)
+    launcher_of = triton_launch._launcher_of
+
+    def counted(kernel):
+        launch, head = launcher_of(kernel)
+        return (lambda *values: (direct.append(kernel), launch(*values))), head
+
+    monkeypatch.setattr(triton_launch, "_launcher_of", counted)
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta(shape, torch.bfloat16))
     xf = b.call(prim("convert_element_type"), x, torch.float32)
