@@ -1,5 +1,5 @@
 """Time per call of M5 (4-layer Llama decode step) and M1/mlp compiled by the installed
-torchstrata, in a process of its own with nothing else compiled: best of 7 batches of
+torchstrata, in a process of its own with nothing else compiled: best of 15 batches of
 back-to-back calls, the GPU synced per batch, with eager's time measured the same way in
 the same process. Run once per build, alternating builds, to compare host time."""
 import sys
@@ -15,11 +15,13 @@ import torchstrata.runtime as ts  # noqa: E402
 
 profile = DeviceProfile("cuda")
 cases = {"M5": m5(profile)[0].make(), "M1/mlp": m1(profile)[1].make()}
+if len(sys.argv) > 1:  # e.g. "M5"
+    cases = {name: case for name, case in cases.items() if name in sys.argv[1].split(",")}
 
 
 def best_us(fn, calls):
     best = float("inf")
-    for _ in range(7):
+    for _ in range(15):
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(calls):
@@ -37,7 +39,7 @@ for name, case in cases.items():
         for _ in range(5):
             compiled(*args)
             model(*args)
-        calls = 100 if name == "M5" else 400
+        calls = 50 if name == "M5" else 400
         ours, eager = best_us(lambda: compiled(*args), calls), best_us(lambda: model(*args), calls)
     line.append(f"{name} ours {ours:7.1f} us eager {eager:7.1f} us ({eager / ours:.2f}x)")
 print(" | ".join(line), flush=True)
