@@ -9,6 +9,7 @@ values are non-negative, so C-style and floor division agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -95,6 +96,10 @@ class Index:
         low, high = rest.bounds()
         if low >= 0 and high < divisor:
             return quotient
+        factored = rest._factored(divisor)
+        if factored is not None:  # rest = g*big + small, 0 <= small < g, g | divisor
+            big, _, factor = factored
+            return quotient + big.floordiv(divisor // factor)
         return quotient + Index.of(FloorDiv(rest, divisor))
 
     def mod(self, modulus: int) -> Index:
@@ -108,7 +113,39 @@ class Index:
         low, high = rest.bounds()
         if low >= 0 and high < modulus:
             return rest
+        factored = rest._factored(modulus)
+        if factored is not None:  # (g*big + small) % (g*k) == g*(big % k) + small
+            big, small, factor = factored
+            return big.mod(modulus // factor) * factor + small
         return Index.of(Mod(rest, modulus))
+
+    def _factored(self, divisor: int) -> tuple[Index, Index, int] | None:
+        """``(big, small, g)`` with ``self == g*big + small``, ``1 < g < divisor``, ``g``
+        dividing ``divisor`` and ``0 <= small < g``: the largest such ``g`` among the
+        common factors of the terms' coefficients and ``divisor``, or None.
+
+        Then ``self // divisor == big // (divisor/g)`` and ``self % divisor == g*(big %
+        (divisor/g)) + small``: the parts of a reshape that a division cannot reach drop
+        out (``(131072*x1 + 64*x2 + x3) // 262144`` is ``x1 // 2`` when ``64*x2 + x3 <
+        131072``), instead of a division of the whole sum per element, which also keeps
+        a C++ inner loop's loads contiguous."""
+        if self.bounds()[0] < 0:
+            return None
+        factors = {math.gcd(coeff, divisor) for _, coeff in self.terms}
+        for factor in sorted(factors, reverse=True):
+            if not 1 < factor < divisor:
+                continue
+            big = Index.constant(self.const // factor)
+            small = Index.constant(self.const % factor)
+            for atom, coeff in self.terms:
+                if coeff % factor == 0:
+                    big = big + Index(((atom, coeff // factor),), 0)
+                else:
+                    small = small + Index(((atom, coeff),), 0)
+            low, high = small.bounds()
+            if low >= 0 and high < factor:
+                return big, small, factor
+        return None
 
     # -- queries ----------------------------------------------------------------------
     def bounds(self) -> tuple[int, int]:
