@@ -151,18 +151,6 @@ def test_attention_whose_binding_returns_other_types_keeps_its_overload(name):
     assert _types(function(*args)) != _types(op(*args))
 
 
-@pytest.mark.parametrize("name", sorted(n for n in DIRECT_CALLS if SAMPLES[n][2]))
-def test_a_direct_call_computes_what_its_overload_computes(name):
-    op = _overload(name)
-    make, kwargs, _ = SAMPLES[name]
-    torch.manual_seed(0)
-    args = make("cpu")
-    first, second = _cloned(args), _cloned(args)
-    expected, got = op(*first, **kwargs), direct_call(op)(*second, **kwargs)
-    torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    torch.testing.assert_close(second, first, rtol=0, atol=0)  # in place: the same update
-
-
 def test_other_calls_keep_their_overload():
     index_put = torch.ops.aten.index_put_.default  # its binding refuses None indices
     assert direct_call(index_put) is index_put
@@ -173,15 +161,21 @@ def test_other_calls_keep_their_overload():
     assert direct_call(torch.ops.aten.mm.out) is torch.ops.aten.mm.out
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize(
-    "name", sorted(DIRECT_CALLS - {"aten._scaled_dot_product_flash_attention_for_cpu.default"})
-)
-def test_a_direct_call_computes_what_its_overload_computes_on_cuda(name):
+_NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+#: (overload, device) pairs whose values are compared: CPU where a CPU kernel exists.
+_RUNS = [(name, "cpu") for name in sorted(DIRECT_CALLS) if SAMPLES[name][2]] + [
+    pytest.param(name, "cuda", marks=_NO_CUDA)
+    for name in sorted(DIRECT_CALLS)
+    if not name.endswith("_for_cpu.default")
+]
+
+
+@pytest.mark.parametrize(("name", "device"), _RUNS)
+def test_a_direct_call_computes_what_its_overload_computes(name, device):
     op = _overload(name)
     make, kwargs, _ = SAMPLES[name]
     torch.manual_seed(0)
-    args = make("cuda")
+    args = make(device)
     first, second = _cloned(args), _cloned(args)
     expected, got = op(*first, **kwargs), direct_call(op)(*second, **kwargs)
     # attention's random-number state and debug outputs are not values to compare
@@ -193,4 +187,4 @@ def test_a_direct_call_computes_what_its_overload_computes_on_cuda(name):
             torch.testing.assert_close(g, e, rtol=0, atol=0)
             compared += 1
     assert compared >= 1
-    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    torch.testing.assert_close(second, first, rtol=0, atol=0)  # in place: the same update
