@@ -138,10 +138,12 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
     bound = _bound(tracer, var, value)
     if bound is not None:
         return bound
-    source = _member_source(obj, name, var.source) if var.source else None
-    if source is not None and not source.endswith(f".{name}"):
-        # read from the member dict: a value later put in the instance dict under the same
-        # name (object.__setattr__) would shadow it, so its absence is guarded
+    source = f"{var.source}.{name}" if var.source else None
+    members = _member_dict(obj, name)
+    if var.source and members is not None:
+        source = f"{var.source}.{members}[{name!r}]"
+        # a value later put in the instance dict under the same name (object.__setattr__)
+        # would shadow the member: its absence is guarded
         tracer.guard(
             GuardKind.CONSTANT_MATCH, f"{var.source}.__dict__.__contains__({name!r})", False
         )
@@ -149,34 +151,33 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
     return tracer.wrap(value, source, guard=not isinstance(obj, types.ModuleType))
 
 
-def _member_source(obj: Any, name: str, source: str) -> str:
-    """The source of ``obj.name`` read from ``source``.
+def _member_dict(obj: Any, name: str) -> str | None:
+    """The dict of ``obj`` (``"_parameters"``, ``"_buffers"`` or ``"_modules"``) that
+    ``obj.name`` is read from, when ``nn.Module.__getattr__`` finds it there; else None.
 
-    For a parameter, buffer or submodule that ``nn.Module.__getattr__`` finds, the source
-    is its entry in the module's own dict (``_parameters['weight']``), as Dynamo's guards
-    read it: evaluated on every call by the guards, it costs a dict lookup where
-    ``.weight`` costs a failed attribute lookup and a Python ``__getattr__`` call (1.5 us
-    against 0.1 on the CI machine; a Llama decode step reads 100+ parameters). Only when
-    the lookup would reach that ``__getattr__``: the type keeps ``nn.Module``'s lookup and
-    has no class attribute of that name, and the instance dict holds none. ``nn.Module``'s
-    ``__setattr__`` keeps a name in at most one of its dicts and out of the instance dict,
-    so a member replaced later is read from the same dict; one deleted or turned into a
-    plain attribute fails the guard (a recompile), never a silent stale read. Only a
-    value written into the instance dict itself (``object.__setattr__``) would shadow
-    the member; the caller guards against that.
+    Such a member's source is its entry in that dict (``_parameters['weight']``), as
+    Dynamo's guards read it: evaluated on every call by the guards, it costs a dict lookup
+    where ``.weight`` costs a failed attribute lookup and a Python ``__getattr__`` call
+    (1.5 us against 0.1 on the CI machine; a Llama decode step reads 100+ parameters).
+    Only when the lookup would reach that ``__getattr__``: the type keeps ``nn.Module``'s
+    lookup and has no class attribute of that name, and the instance dict holds none.
+    ``nn.Module``'s ``__setattr__`` keeps a name in at most one of its dicts and out of the
+    instance dict, so a member replaced later is read from the same dict; one deleted or
+    turned into a plain attribute fails the guard (a recompile), never a silent stale
+    read. Only a value written into the instance dict itself (``object.__setattr__``)
+    would shadow the member; the caller guards against that.
     """
     cls = type(obj)
-    plain = f"{source}.{name}"
     if not isinstance(obj, torch.nn.Module) or cls.__getattr__ is not torch.nn.Module.__getattr__:
-        return plain
+        return None
     if cls.__getattribute__ is not object.__getattribute__ or name in vars(obj):
-        return plain
+        return None
     if inspect.getattr_static(cls, name, _MISSING) is not _MISSING:
-        return plain
+        return None
     for members in ("_parameters", "_buffers", "_modules"):
         if name in vars(obj).get(members, ()):
-            return f"{source}.{members}[{name!r}]"
-    return plain
+            return members
+    return None
 
 
 _MISSING = object()

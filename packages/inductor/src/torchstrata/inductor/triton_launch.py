@@ -49,8 +49,9 @@ def _alignment(args: Sequence[Any]) -> tuple[bool, ...] | None:
 
 
 def _aligned(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
-    """Each tensor's 16-byte alignment (the hot path: the launcher always passes tensors
-    where the kernel was taken with tensors)."""
+    """Each tensor's 16-byte alignment (``DirectLaunch.__call__``'s hot path computes the
+    same inline: the launcher always passes tensors where the kernel was taken with
+    tensors)."""
     return tuple([not tensor.data_ptr() & 15 for tensor in tensors])
 
 

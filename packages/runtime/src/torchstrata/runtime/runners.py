@@ -122,13 +122,15 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
 def _tuple_runner(fn: GraphFn) -> GraphRunner:
     """``fn`` returning a tuple: a compiled graph's own launcher (which returns a fresh
     tuple, so the call costs no wrapper frame), else ``fn`` wrapped in ``tuple()``."""
-    if type(fn) is CompiledGraph:  # a subclass may do more in __call__
-        return fn.fn
+    unwrapped = _unwrapped(fn)
+    if unwrapped is not fn:
+        return unwrapped  # type: ignore[return-value]
     return lambda *inputs: tuple(fn(*inputs))
 
 
 def _unwrapped(fn: GraphFn) -> GraphFn:
-    """A compiled graph's own launcher (one call frame less), else ``fn``."""
+    """A compiled graph's own launcher (one call frame less), else ``fn`` (a subclass of
+    :class:`CompiledGraph` may do more in ``__call__``)."""
     return fn.fn if type(fn) is CompiledGraph else fn
 
 
