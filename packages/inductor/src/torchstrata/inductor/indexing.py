@@ -86,13 +86,7 @@ class Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
         if divisor == 1:
             return self
-        quotient = Index((), self.const // divisor)
-        rest = Index((), self.const % divisor)
-        for atom, coeff in self.terms:
-            if coeff % divisor == 0:
-                quotient = quotient + Index(((atom, coeff // divisor),), 0)
-            else:
-                rest = rest + Index(((atom, coeff),), 0)
+        quotient, rest = self._split(divisor)
         low, high = rest.bounds()
         if low >= 0 and high < divisor:
             return quotient
@@ -106,10 +100,7 @@ class Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
         if modulus == 1:
             return Index()
-        rest = Index((), self.const % modulus)
-        for atom, coeff in self.terms:
-            if coeff % modulus:
-                rest = rest + Index(((atom, coeff),), 0)
+        _, rest = self._split(modulus)
         low, high = rest.bounds()
         if low >= 0 and high < modulus:
             return rest
@@ -118,6 +109,18 @@ class Index:
             big, small, factor = factored
             return big.mod(modulus // factor) * factor + small
         return Index.of(Mod(rest, modulus))
+
+    def _split(self, factor: int) -> tuple[Index, Index]:
+        """``(big, small)`` with ``self == factor*big + small``: ``small`` holds the terms
+        whose coefficients ``factor`` does not divide and the constant's remainder."""
+        big = Index.constant(self.const // factor)
+        small = Index.constant(self.const % factor)
+        for atom, coeff in self.terms:
+            if coeff % factor == 0:
+                big = big + Index(((atom, coeff // factor),), 0)
+            else:
+                small = small + Index(((atom, coeff),), 0)
+        return big, small
 
     def _factored(self, divisor: int) -> tuple[Index, Index, int] | None:
         """``(big, small, g)`` with ``self == g*big + small``, ``1 < g < divisor``, ``g``
@@ -135,13 +138,7 @@ class Index:
         for factor in sorted(factors, reverse=True):
             if not 1 < factor < divisor:
                 continue
-            big = Index.constant(self.const // factor)
-            small = Index.constant(self.const % factor)
-            for atom, coeff in self.terms:
-                if coeff % factor == 0:
-                    big = big + Index(((atom, coeff // factor),), 0)
-                else:
-                    small = small + Index(((atom, coeff),), 0)
+            big, small = self._split(factor)
             low, high = small.bounds()
             if low >= 0 and high < factor:
                 return big, small, factor
