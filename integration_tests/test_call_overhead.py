@@ -272,3 +272,29 @@ def test_a_module_member_changed_after_compiling_is_read_anew(change):
         change(model)
         for _ in range(2):
             torch.testing.assert_close(compiled(x), model(x))
+
+
+class _Negated(torch.Tensor):
+    """A subclass whose products come out negated (its own ``__torch_function__``)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return -out if getattr(func, "__name__", "") == "mul" else out
+
+
+def test_a_tensor_subclass_after_a_plain_tensor_runs_eagerly():
+    def doubled(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    compiled = rt.compile(doubled)
+    x = torch.randn(3)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), x * 2)
+        subclass = x.as_subclass(_Negated)
+        with pytest.warns(rt.TorchstrataFallbackWarning, match="subclass"):
+            got = compiled(subclass)
+    want = doubled(subclass)
+    assert type(got) is _Negated
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+    torch.testing.assert_close(want.as_subclass(torch.Tensor), -(x * 2))

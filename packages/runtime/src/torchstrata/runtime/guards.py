@@ -20,7 +20,10 @@ from torchstrata.core import Guard, GuardKind, TensorMeta
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 
 _CPU = torch.device("cpu")
-_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+#: The tensor types a compiled graph takes as they are (those the capture lifts).
+_TENSOR_TYPES = frozenset(
+    {torch.Tensor, torch.nn.Parameter, *([torch.nn.Buffer] if hasattr(torch.nn, "Buffer") else [])}
+)
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -103,10 +106,13 @@ class _SourceWriter:
 def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
     kind, expected = guard.kind, guard.expected
     if kind is GuardKind.TENSOR_MATCH:
-        # the exact types first: isinstance of a Parameter runs its metaclass's check
-        is_tensor = f"(type({var}) in _TensorTypes or isinstance({var}, _Tensor))"
         if not isinstance(expected, TensorMeta):
-            return is_tensor
+            # the exact types first: isinstance of a Parameter runs its metaclass's check
+            return f"(type({var}) in _TensorTypes or isinstance({var}, _Tensor))"
+        # Exact types: a tensor subclass (its __torch_function__ or dispatch) would run
+        # the graph traced for a plain tensor; the capture refuses subclasses, so one
+        # fails the guard and runs eagerly.
+        is_tensor = f"type({var}) in _TensorTypes"
         shape = writer.constant(torch.Size(expected.shape))
         strides = writer.constant(tuple(expected.strides))
         dtype = writer.constant(expected.dtype)
