@@ -25,6 +25,7 @@ from torchstrata.capture.variables import (
     describe,
 )
 from torchstrata.core import (
+    TENSOR_TYPES,
     GraphBuilder,
     Guard,
     GuardKind,
@@ -214,7 +215,7 @@ class Tracer:
     def _lift_tensor(self, value: torch.Tensor, source: str | None) -> TensorVar:
         if source is None:
             raise Unsupported("a tensor that capture cannot fetch at call time (it has no source)")
-        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+        if type(value) not in TENSOR_TYPES:
             raise Unsupported(f"tensor subclass {type(value).__name__} is not supported")
         if source in self._inputs:
             return self._inputs[source]

@@ -46,6 +46,7 @@ from torchstrata.core.prims import (
     get_prim,
 )
 from torchstrata.core.results import (
+    TENSOR_TYPES,
     AotResult,
     CaptureResult,
     CompiledGraph,
@@ -71,6 +72,7 @@ __all__ = [
     "GETITEM",
     "PASS_STAGES",
     "PRIMS_VERSION",
+    "TENSOR_TYPES",
     "AotResult",
     "CaptureResult",
     "CompileOptions",

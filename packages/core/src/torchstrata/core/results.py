@@ -11,11 +11,16 @@ import torch
 
 from torchstrata.core.graph import Graph
 
+#: The tensor types a trace takes as graph inputs, and a ``TENSOR_MATCH`` guard accepts
+#: exactly: a subclass (its ``__torch_function__`` or dispatch) would run a graph traced
+#: for a plain tensor.
+TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer})
+
 
 class GuardKind(enum.Enum):
     """What a guard compares."""
 
-    TENSOR_MATCH = "tensor_match"  # shape, strides, dtype, device, requires_grad
+    TENSOR_MATCH = "tensor_match"  # type (TENSOR_TYPES), shape, strides, dtype, device, grad
     CONSTANT_MATCH = "constant_match"  # a Python value equal to the one traced
     ID_MATCH = "id_match"  # the very same object (functions, modules, globals)
     TYPE_MATCH = "type_match"  # an object of the same type

@@ -16,14 +16,10 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Guard, GuardKind, TensorMeta
+from torchstrata.core import TENSOR_TYPES, Guard, GuardKind, TensorMeta
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 
 _CPU = torch.device("cpu")
-#: The tensor types a compiled graph takes as they are (those the capture lifts).
-_TENSOR_TYPES = frozenset(
-    {torch.Tensor, torch.nn.Parameter, *([torch.nn.Buffer] if hasattr(torch.nn, "Buffer") else [])}
-)
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -224,7 +220,7 @@ def _fetching_check(
 def _build(source: str, constants: dict[str, Any]) -> Any:
     namespace: dict[str, Any] = {
         "_Tensor": torch.Tensor,
-        "_TensorTypes": _TENSOR_TYPES,
+        "_TensorTypes": TENSOR_TYPES,
         "torch": torch,
         **constants,
     }
