@@ -129,18 +129,21 @@ def fresh(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.clone()
 
 
-def _run(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> tuple[Any, list[Any]]:
+def run_on_copies(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> tuple[Any, list[Any]]:
+    """``fn`` on fresh copies of ``tensors`` (RNG seeded): (result, the copies after it)."""
     inputs = [fresh(t) for t in tensors]
     torch.manual_seed(SEED)
     return fn(*inputs), inputs
 
 
-def _mismatch(
+def outputs_mismatch(
     op: Any,
     got: Sequence[Any],
     want: Sequence[torch.Tensor],
     reference: list[Any] | None,
 ) -> str | None:
+    """None if ``got`` matches eager's ``want`` (float16/bfloat16 against ``reference``, a
+    float64 run), else what differs."""
     check_values = not op.name.startswith(UNCHECKED_PREFIXES)
     if len(got) != len(want):
         return f"{len(got)} outputs, eager has {len(want)}"
@@ -182,8 +185,10 @@ def _culprit(op: Any, fn: Callable[..., Any], tensors: Sequence[torch.Tensor], w
     reference = float64_reference(fn, tensors)
     for stage, aten in (("capture", False), ("aot", True)):
         got = _rerun(fn, tensors, aten)
-        if got is None or _mismatch(op, got, want, reference) is not None:
-            if aten and _mismatch(op, _rerun(fn, tensors, True, True) or [], want, reference):
+        if got is None or outputs_mismatch(op, got, want, reference) is not None:
+            if aten and outputs_mismatch(
+                op, _rerun(fn, tensors, True, True) or [], want, reference
+            ):
                 return stage
             return ALIAS_OFFSET if aten else stage
     return "decomp"
@@ -198,7 +203,7 @@ def run_captured_sample(op: Any, sample: Any) -> Outcome:
     """Run one OpInfo sample through capture and the pipeline; compare with eager."""
     fn, tensors, _ = user_function(op.op, sample, op.name)
     try:
-        expected, eager_inputs = _run(fn, tensors)
+        expected, eager_inputs = run_on_copies(fn, tensors)
     except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
         return Outcome("skip", f"eager fails: {type(error).__name__}")
     outputs = flat_outputs(expected)
@@ -245,9 +250,9 @@ def run_captured_sample(op: Any, sample: Any) -> Outcome:
         return _fallback(op, sample, "eager", break_reason or "no graph")
     got = flat_outputs(value) or []
     reference = float64_reference(fn, tensors)
-    problem = _mismatch(op, got, outputs, reference)
+    problem = outputs_mismatch(op, got, outputs, reference)
     if problem is None and any(isinstance(t, torch.Tensor) for t in inputs):
-        problem = _mismatch(op, inputs, eager_inputs, None)
+        problem = outputs_mismatch(op, inputs, eager_inputs, None)
         problem = f"mutated input {problem}" if problem else None
     if problem is not None:
         stage = _culprit(op, fn, tensors, outputs)

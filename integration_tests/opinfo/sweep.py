@@ -27,17 +27,20 @@ from typing import Any
 import torch
 
 from .captured import run_captured_sample
+from .compiled import CompiledOutcome, report_compiled, run_compiled_sample
 from .harness import Outcome
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 STATUSES = ("decomposed", "extern", "mismatch", "skip")
 
 
-def samples(op: Any, dtype: torch.dtype, max_samples: int) -> Iterator[tuple[str, Any]]:
+def samples(
+    op: Any, dtype: torch.dtype, max_samples: int, device: str = "cpu"
+) -> Iterator[tuple[str, Any]]:
     """``(label, sample)``: the op's first samples, each also as a non-contiguous copy."""
     torch.manual_seed(0)
     try:
-        generated = op.sample_inputs("cpu", dtype, requires_grad=False)
+        generated = op.sample_inputs(device, dtype, requires_grad=False)
         for index, sample in enumerate(generated):
             if index >= max_samples:
                 break
@@ -47,14 +50,22 @@ def samples(op: Any, dtype: torch.dtype, max_samples: int) -> Iterator[tuple[str
         yield f"sample_inputs failed: {type(error).__name__}", None
 
 
-def run_op(op: Any, dtypes: Iterable[torch.dtype], max_samples: int) -> list[tuple[str, Outcome]]:
-    """Every (dtype, sample) outcome of one OpInfo."""
-    supported = op.supported_dtypes("cpu")
-    results = []
+def run_op(
+    op: Any,
+    dtypes: Iterable[torch.dtype],
+    max_samples: int,
+    codegen: str = "interpret",
+    device: str = "cpu",
+) -> list[tuple[str, Any]]:
+    """Every (dtype, sample) outcome of one OpInfo: an :class:`Outcome` through capture
+    and the interpreter (``codegen="interpret"``), else a :class:`CompiledOutcome` through
+    ``torchstrata.runtime.compile`` with that code generator on ``device``."""
+    supported = op.supported_dtypes(device)
+    results: list[tuple[str, Any]] = []
     for dtype in dtypes:
         if dtype not in supported:
             continue
-        for label, sample in samples(op, dtype, max_samples):
+        for label, sample in samples(op, dtype, max_samples, device):
             where = f"{dtype}:{label}"
             if sample is None:
                 results.append((where, Outcome("skip", label)))
@@ -62,9 +73,15 @@ def run_op(op: Any, dtypes: Iterable[torch.dtype], max_samples: int) -> list[tup
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    outcome = run_captured_sample(op, sample)
+                    if codegen == "interpret":
+                        outcome: Any = run_captured_sample(op, sample)
+                    else:
+                        outcome = run_compiled_sample(op, sample, codegen)
                 except Exception as error:  # noqa: BLE001 - the harness itself must not stop
-                    outcome = Outcome("mismatch", f"harness: {type(error).__name__}: {error}")
+                    reason = f"harness: {type(error).__name__}: {error}"
+                    outcome = Outcome("mismatch", reason)
+                    if codegen != "interpret":
+                        outcome = CompiledOutcome("mismatch", reason)
             results.append((where, outcome))
     return results
 
@@ -176,12 +193,25 @@ def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) 
     return totals
 
 
-_SWEEP_OPS: list[Any] = []
+def _run_indexed(item: tuple[int, int, tuple[torch.dtype, ...], str, str]) -> list[tuple[str, Any]]:
+    """The outcomes of ``op_db[index]`` (imported here too: spawned workers start bare)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
+    index, max_samples, dtypes, codegen, device = item
+    return run_op(op_db[index], dtypes, max_samples, codegen, device)
 
 
-def _run_indexed(item: tuple[int, int]) -> list[tuple[str, Outcome]]:
-    index, max_samples = item
-    return run_op(_SWEEP_OPS[index], DTYPES, max_samples)
+def _reported(
+    results: Iterable[list[tuple[str, Any]]], ops: list[Any]
+) -> Iterator[list[tuple[str, Any]]]:
+    """``results`` as they arrive, each op's mismatches printed to stderr at once (a run
+    cut short still shows what it found)."""
+    for op, result in zip(ops, results):
+        for where, outcome in result:
+            if outcome.status == "mismatch":
+                print(f"MISMATCH {op_label(op)} [{where}]: {outcome.reason}", file=sys.stderr)
+        yield result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,25 +220,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
     parser.add_argument("--max-samples", type=int, default=2, help="samples per op and dtype")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    parser.add_argument(
+        "--codegen",
+        choices=("interpret", "cpp", "triton"),
+        default="interpret",
+        help="interpret: capture -> aot -> decompose -> reference interpreter (default); "
+        "cpp, triton: the whole compiler through torchstrata.runtime.compile",
+    )
+    parser.add_argument("--device", default="cpu", help="where the samples live (cpu, cuda)")
+    parser.add_argument(
+        "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
+    )
     args = parser.parse_args(argv)
+    dtypes = DTYPES
+    if args.dtypes:
+        dtypes = tuple(getattr(torch, name) for name in args.dtypes.split(","))
     logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
     from torch.testing._internal.common_methods_invocations import op_db
 
     wanted = set(args.ops.split(",")) if args.ops else None
-    ops = [op for op in op_db if wanted is None or op.name in wanted or op_label(op) in wanted]
+    chosen = [
+        index
+        for index, op in enumerate(op_db)
+        if wanted is None or op.name in wanted or op_label(op) in wanted
+    ]
+    ops = [op_db[index] for index in chosen]
     start = time.monotonic()
-    global _SWEEP_OPS
-    _SWEEP_OPS = ops
-    work = [(index, args.max_samples) for index in range(len(ops))]
+    work = [(index, args.max_samples, dtypes, args.codegen, args.device) for index in chosen]
     if args.jobs > 1:
-        with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=20) as pool:
-            results = pool.map(_run_indexed, work, chunksize=1)
+        context = "spawn" if args.device != "cpu" else "fork"  # CUDA does not survive a fork
+        with multiprocessing.get_context(context).Pool(args.jobs, maxtasksperchild=20) as pool:
+            results = list(_reported(pool.imap(_run_indexed, work, chunksize=1), ops))
     else:
-        results = [_run_indexed(item) for item in work]
+        results = list(_reported(map(_run_indexed, work), ops))
     per_op = {op_label(op): result for op, result in zip(ops, results)}
-    totals = report(per_op)
+    if args.codegen != "interpret":
+        mismatched = report_compiled(per_op, sys.stdout)
+    else:
+        mismatched = report(per_op).get("mismatch", 0)
     print(f"\n{time.monotonic() - start:.0f} s", file=sys.stdout)
-    return 1 if totals.get("mismatch") else 0
+    return 1 if mismatched else 0
 
 
 if __name__ == "__main__":

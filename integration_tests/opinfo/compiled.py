@@ -1,0 +1,144 @@
+"""One OpInfo sample through the whole compiler, generated kernels included.
+
+:mod:`.captured` checks capture, aot and decompose through the reference interpreter.
+This module runs the same user function (:func:`.user_fn.user_function`) through
+``torchstrata.runtime.compile`` with real code generation (``cpp`` on the CPU, ``triton``
+on a GPU or under Triton's interpreter) and compares each call with eager, float16 and
+bfloat16 against a float64 run as :func:`.harness.compare` does. The compiled function is
+called twice on fresh copies of the inputs: the first call compiles, the second runs
+behind the guards.
+
+Every sample ends in one status:
+
+* ``compiled``: ran compiled code, results equal to eager's;
+* ``eager``: ran eagerly by design (graph break before any op, capture declined), right;
+* ``fallback``: a stage failed and the call fell back to eager with a warning, right;
+* ``mismatch``: a wrong result, shape, dtype, mutated input, or an exception eager does
+  not raise (the compiler must never do either);
+* ``skip``: not a question for the compiler (eager fails, non-tensor or complex output).
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+import torchstrata.runtime as tsr
+from torchstrata.core import CompileOptions
+from torchstrata.runtime import TorchstrataFallbackWarning
+
+from .captured import fresh, outputs_mismatch, run_on_copies
+from .harness import SEED, first_line, flat_outputs, float64_reference
+from .user_fn import user_function
+
+COMPILED_STATUSES = ("compiled", "eager", "fallback", "mismatch", "skip")
+
+
+@attrs.frozen
+class CompiledOutcome:
+    """What happened to one sample (``reason``: the fallback, eager or mismatch reason)."""
+
+    status: str
+    reason: str = ""
+
+
+def _eager_reason(compiled: Any) -> str | None:
+    """Why the first cache entry runs eagerly, or None when it runs compiled code."""
+    entries = compiled.cache.entries
+    if entries and entries[0].run is None:
+        return (entries[0].reason or "eager").splitlines()[0][:120]
+    return None
+
+
+def _call(
+    compiled: Callable[..., Any], tensors: Sequence[torch.Tensor]
+) -> tuple[Any, list[torch.Tensor], list[str]]:
+    """``compiled`` on fresh copies: (result, the inputs after the call, fallback warnings)."""
+    inputs = [fresh(t) for t in tensors]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.manual_seed(SEED)
+        value = compiled(*inputs)
+    fallbacks = [
+        str(w.message).splitlines()[0][:160]
+        for w in caught
+        if issubclass(w.category, TorchstrataFallbackWarning)
+    ]
+    return value, inputs, fallbacks
+
+
+def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
+    """Compile one OpInfo sample's function with ``codegen``, call it twice, compare."""
+    fn, tensors, _ = user_function(op.op, sample, op.name)
+    try:
+        expected, eager_inputs = run_on_copies(fn, tensors)
+    except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
+        return CompiledOutcome("skip", f"eager fails: {type(error).__name__}")
+    outputs = flat_outputs(expected)
+    if outputs is None:
+        return CompiledOutcome("skip", "non-tensor output")
+    if any(
+        t.is_complex() or t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)
+    ):
+        return CompiledOutcome("skip", "complex or non-strided tensor")
+    reference = float64_reference(fn, tensors)
+    compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
+    fallbacks: list[str] = []
+    for call in ("first call", "second call"):
+        try:
+            value, inputs, warned = _call(compiled, tensors)
+        except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
+            return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
+        fallbacks += warned
+        got = flat_outputs(value) or []
+        problem = outputs_mismatch(op, got, outputs, reference)
+        if problem is None:
+            problem = outputs_mismatch(op, inputs, eager_inputs, None)
+            problem = f"mutated input {problem}" if problem else None
+        if problem is not None:
+            return CompiledOutcome("mismatch", f"{call}: {problem}")
+    if fallbacks:
+        return CompiledOutcome("fallback", fallbacks[0])
+    eager = _eager_reason(compiled)
+    return CompiledOutcome("eager", eager) if eager is not None else CompiledOutcome("compiled")
+
+
+def report_compiled(per_op: dict[str, list[tuple[str, CompiledOutcome]]], out: Any) -> int:
+    """Print the per-op table, the fallback and eager reasons and every mismatch; return
+    the number of mismatches."""
+    print(f"{'op':40} " + " ".join(f"{s:>9}" for s in ("samples", *COMPILED_STATUSES)), file=out)
+    totals: collections.Counter[str] = collections.Counter()
+    reasons: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    mismatches = []
+    for name, results in per_op.items():
+        counts = collections.Counter(outcome.status for _, outcome in results)
+        totals.update(counts)
+        row = [len(results), *(counts[s] for s in COMPILED_STATUSES)]
+        print(f"{name:40} " + " ".join(f"{n:9}" for n in row), file=out)
+        for where, outcome in results:
+            reasons[outcome.status][outcome.reason] += 1
+            if outcome.status == "mismatch":
+                mismatches.append(f"{name} [{where}]: {outcome.reason}")
+    print("\nsamples: " + "  ".join(f"{s}: {totals[s]}" for s in COMPILED_STATUSES), file=out)
+    for status in ("fallback", "eager", "skip"):
+        _print_top(f"{status} reasons", reasons[status], out)
+    print(f"\nmismatches ({len(mismatches)}):", file=out)
+    for line in mismatches:
+        print(f"  {line}", file=out)
+    return len(mismatches)
+
+
+def _print_top(title: str, counter: collections.Counter[str], out: Any, limit: int = 25) -> None:
+    print(f"\n{title} ({sum(counter.values())} samples):", file=out)
+    for reason, count in counter.most_common(limit):
+        print(f"  {count:6}  {reason}", file=out)
+
+
+def statuses(results: Iterable[tuple[str, CompiledOutcome]]) -> collections.Counter[str]:
+    """How many samples ended in each status."""
+    return collections.Counter(outcome.status for _, outcome in results)
