@@ -63,6 +63,11 @@ UNCHECKED_PREFIXES = (
     "nn.functional.multi_head_attention_forward",  # dropout inside (training=True)
 )
 
+#: Outputs (by position) of OpInfos whose values are uninitialised memory: the CUDA
+#: flash attention's ``rng_state`` and ``unused`` without dropout. Only their dtype and
+#: shape are compared.
+UNCHECKED_OUTPUTS = {"torch.ops.aten._flash_attention_forward": (2, 3)}
+
 #: The RNG seed set before the eager run and before the interpreter run.
 SEED = 1234
 
