@@ -118,16 +118,19 @@ class _Pipeline:
         return run
 
 
-def fresh(tensor: torch.Tensor) -> torch.Tensor:
+def fresh(tensor: torch.Tensor, on_cpu: bool = False) -> torch.Tensor:
     """A copy of ``tensor`` over a copy of its whole storage: same strides and offset, and
-    the same bytes outside the view (``as_strided`` samples read them)."""
+    the same bytes outside the view (``as_strided`` samples read them); on the CPU with
+    ``on_cpu``, else on the tensor's own device."""
     with torch.no_grad():
         try:
-            copy = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
-            storage = tensor.untyped_storage().clone()
+            storage = tensor.untyped_storage()
+            moved = on_cpu and storage.device.type != "cpu"
+            storage = storage.cpu() if moved else storage.clone()
+            copy = torch.empty(0, dtype=tensor.dtype, device=storage.device)
             return copy.set_(storage, tensor.storage_offset(), tensor.size(), tensor.stride())
         except (RuntimeError, NotImplementedError):  # sparse and other layouts
-            return tensor.clone()
+            return tensor.to("cpu", copy=True) if on_cpu else tensor.clone()
 
 
 def run_on_copies(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> tuple[Any, list[Any]]:

@@ -104,17 +104,6 @@ class Kernel:
         """True when the kernel reduces."""
         return bool(self.red_shape) or bool(self.reductions)
 
-    @property
-    def written_args(self) -> tuple[int, ...]:
-        """Positions in ``args`` of the buffers some store writes (row, full, tail and
-        partial-sum stores)."""
-        stores = [*self.row_stores, *self.full_stores]
-        for fused in (self.tail, self.partials):
-            if fused is not None:
-                stores += fused.stores
-        written = {store.buffer for store in stores}
-        return tuple(i for i, arg in enumerate(self.args) if arg.name in written)
-
 
 def row_vars(row_shape: tuple[int, ...]) -> tuple[Var, ...]:
     """Row loop variables for ``row_shape``."""

@@ -107,7 +107,6 @@ class TritonBackend:
         divisions by per-row values become multiplications (``reciprocals``); a row's
         ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
         output reuses the statistics' own exps."""
-        written = kernel.written_args  # positions in the launcher's call
         kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
         shifted = shift_row_exps(kernel)
         clusters = not self.interpret and cluster_launch_supported()
@@ -146,7 +145,6 @@ class TritonBackend:
             scratch=lambda split: scratch_sizes(kernel, split),
             tail=tail_scratch(kernel) if kernel.tail is not None else None,
             cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
-            written=written,
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -278,33 +278,6 @@ def _with_scratch(run: Callable[..., Any], floats: int, counters: int | None) ->
     return run_with_scratch
 
 
-def tuning_copies(args: Sequence[Any], written: tuple[int, ...] | None) -> list[Any]:
-    """``args`` for benchmarking: every tensor over the storage of a written argument is
-    the same view of a copy of that storage.
-
-    Benchmarking launches each candidate many times. A kernel that updates a buffer in
-    place (a batch norm's running statistics, a KV cache, an output that is also an input)
-    would apply its update at every launch, and the real call would then start from the
-    wrong values. The copies keep the arguments' aliasing: two views of one written
-    storage are views of one copy.
-    """
-    positions = range(len(args)) if written is None else written
-    targets = {
-        args[i].untyped_storage().data_ptr() for i in positions if isinstance(args[i], torch.Tensor)
-    }
-    copies: dict[int, Any] = {}
-    result = []
-    for arg in args:
-        if isinstance(arg, torch.Tensor) and arg.untyped_storage().data_ptr() in targets:
-            key = arg.untyped_storage().data_ptr()
-            if key not in copies:
-                copies[key] = arg.untyped_storage().clone()
-            view = torch.empty(0, dtype=arg.dtype, device=arg.device)
-            arg = view.set_(copies[key], arg.storage_offset(), arg.size(), arg.stride())
-        result.append(arg)
-    return result
-
-
 class TunedKernel:
     """A kernel's variants (``{Config.variant: jit function}``) behind one call.
 
@@ -324,7 +297,6 @@ class TunedKernel:
         scratch: Callable[[int], tuple[int, int]] | None = None,
         tail: tuple[int, int] | None = None,
         cluster_scratch: Callable[[int], int] | None = None,
-        written: tuple[int, ...] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -337,8 +309,6 @@ class TunedKernel:
         self.tail = tail
         #: Cluster variants' float32 partials per cluster size (``triton_cluster``).
         self.cluster_scratch = cluster_scratch
-        #: Positions of the arguments the kernel writes (None: any tensor argument).
-        self.written = written
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -376,10 +346,7 @@ class TunedKernel:
         config = self.configs[0]
         if self.compiled and self.cache_path is not None and len(self.configs) > 1:
             cached = read_choice(self.cache_path)
-            if cached in self.configs:
-                config = cached
-            else:
-                config = self._benchmark(tuning_copies(args, self.written))
+            config = cached if cached in self.configs else self._benchmark(args)
             if cached != config:
                 write_choice(self.cache_path, config)
         self.chosen = config
