@@ -104,7 +104,7 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
             problem = outputs_mismatch(op, inputs, eager_inputs, None)
             problem = f"mutated input {problem}" if problem else None
         if problem is not None:
-            if _matches_cpu_eager(op, fn, tensors, got, inputs):
+            if _matches_cpu_eager(op, fn, tensors, outputs, got, inputs):
                 return CompiledOutcome("eager-differs", f"{call}: {problem}")
             return CompiledOutcome("mismatch", f"{call}: {problem}")
     if fallbacks:
@@ -117,11 +117,17 @@ def _matches_cpu_eager(
     op: Any,
     fn: Callable[..., Any],
     tensors: Sequence[torch.Tensor],
+    device_outputs: Sequence[torch.Tensor],
     got: Sequence[Any],
     inputs: Sequence[torch.Tensor],
 ) -> bool:
     """Whether a GPU result (outputs ``got``, inputs after the call ``inputs``) matches
-    eager run on CPU copies of ``tensors``; False on the CPU or when that run fails."""
+    eager run on CPU copies of ``tensors``; False on the CPU or when that run fails.
+
+    Where eager's output dtype differs between the CPU and the device (``device_outputs``:
+    eager's there), ours is compared in the CPU's dtype: CUDA's float16 batch norm in
+    eval mode returns float32 statistics of the running stats' shape, the CPU empty
+    float16 ones (H200, torch 2.11)."""
     if not tensors or tensors[0].device.type == "cpu":
         return False
     cpu = [fresh(t, on_cpu=True) for t in tensors]
@@ -131,7 +137,10 @@ def _matches_cpu_eager(
         return False
     outputs = flat_outputs(expected) or []
     reference = float64_reference(fn, cpu)
-    moved = [t.cpu() if isinstance(t, torch.Tensor) else t for t in got]
+    moved = [
+        t.cpu().to(cpu_out.dtype) if cpu_out.dtype != device_out.dtype else t.cpu()
+        for t, cpu_out, device_out in zip(got, outputs, device_outputs, strict=False)
+    ]
     if outputs_mismatch(op, moved, outputs, reference) is not None:
         return False
     return outputs_mismatch(op, [t.cpu() for t in inputs], eager_inputs, None) is None
