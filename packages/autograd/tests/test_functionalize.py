@@ -160,3 +160,44 @@ def test_saved_input_that_is_later_mutated_is_saved_as_a_clone(aot):
     saved = result.forward.outputs[result.num_user_outputs + result.num_mutations :]
     assert result.forward.inputs[0] not in saved
     assert any(node.op is not None and node.op.name == "aten.clone.default" for node in saved)
+
+
+def test_in_place_view_ops_on_an_intermediate(aot):
+    # the tensor becomes its own view; a write through it reaches the base and the
+    # view taken before
+    b, (x,) = _builder(x=((3, 4), True))
+    z = _call(b, operator.mul, x, 2)
+    row = _call(b, T.select, z, 0, 1)
+    _call(b, T.unsqueeze_, z, 0)
+    _call(b, T.mul_, z, 3)
+    _call(b, T.squeeze_, z, 0)
+    _call(b, T.t_, z)
+    _call(b, T.transpose_, z, 0, 1)
+    graph = b.build([_call(b, operator.add, z, 1), _call(b, operator.mul, row, 1)])
+    result = aot.check_training(graph, _randn(graph))
+    _no_inplace_ops(result.forward)
+
+
+def test_an_in_place_view_op_on_an_input_is_refused(aot):
+    b, (x,) = _builder(x=((3, 4), False))
+    _call(b, T.unsqueeze_, x, 0)
+    graph = b.build([_call(b, operator.mul, x, 2)])
+    with pytest.raises(NotImplementedError, match="graph input"):
+        aot.check_training(graph, _randn(graph))
+
+
+def test_outputs_that_view_another_output_are_reported(aot):
+    b, (x,) = _builder(x=((3, 4), False))
+    z = _call(b, operator.mul, x, 2)
+    row = _call(b, T.select, z, 0, 1)
+    col = _call(b, T.t, z)
+    other = _call(b, operator.add, x, 1)
+    graph = b.build([row, z, col, other, _call(b, T.select, other, 1, 0)])
+    result = aot.check_training(graph, _randn(graph))
+    assert result.output_views == (
+        (1, (4,), (1,), 4),
+        None,
+        (1, (4, 3), (1, 4), 0),
+        None,
+        (3, (3,), (4,), 0),
+    )

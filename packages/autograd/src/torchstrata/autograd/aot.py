@@ -44,6 +44,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
             mutated_inputs=trace.mutated_inputs,
             num_saved=len(parts.saved),
             output_aliases=trace.output_aliases,
+            output_views=trace.output_views,
             tangent_outputs=trace.tangent_outputs,
             grad_inputs=trace.grad_inputs,
             num_unit_grads=0 if unit is None else len(trace.grad_inputs),
@@ -81,4 +82,5 @@ def _inference(trace: JointTrace) -> AotResult:
         num_user_outputs=trace.num_user_outputs,
         mutated_inputs=trace.mutated_inputs,
         output_aliases=trace.output_aliases,
+        output_views=trace.output_views,
     )

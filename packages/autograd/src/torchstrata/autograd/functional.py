@@ -102,6 +102,21 @@ def _inplace_counterpart(
     return None
 
 
+def view_counterpart(func: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """The view op that an in-place view op (``squeeze_``, ``t_``, ``transpose_``...)
+    applies to its tensor: ``aten.squeeze_.dim`` gives ``aten.squeeze.dim``.
+
+    :raises NotImplementedError: when there is none with the same arguments.
+    """
+    qualified = func.name()
+    _, _, rest = qualified.partition("::")
+    packet, _, overload = rest.partition(".")
+    found = _inplace_counterpart(func, packet, overload) if packet.endswith("_") else None
+    if found is None:
+        raise NotImplementedError(f"in-place view op {qualified} has no view counterpart")
+    return found
+
+
 def functional_form(
     func: torch._ops.OpOverload, written: list[str] | None = None
 ) -> FunctionalForm:
@@ -112,8 +127,8 @@ def functional_form(
     ``aten.native_batch_norm.default`` (which updates the running statistics) gives
     ``aten._native_batch_norm_legit_functional.default``.
 
-    :raises NotImplementedError: for ``out=`` overloads, in-place view ops (``t_``) and
-        ops with no functional variant.
+    :raises NotImplementedError: for ``out=`` overloads, in-place view ops (``t_``: see
+        :func:`view_counterpart`) and ops with no functional variant.
     """
     qualified = func.name()
     namespace, _, rest = qualified.partition("::")

@@ -30,6 +30,7 @@ from torchstrata.autograd.functional import (
     bind_arguments,
     functional_form,
     hidden_writes,
+    view_counterpart,
     written_arguments,
 )
 from torchstrata.autograd.views import Value, ViewStep
@@ -146,6 +147,15 @@ class AtenRecorder(TorchDispatchMode):
         if entry is None or any(step.name == "as_strided" for step in entry.chain):
             return None
         return entry.base.input_index
+
+    def intermediate_owner(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The tensor that owns ``tensor``'s storage when that is a result made inside
+        the graph (``tensor`` itself for the owner); None for inputs and their views, and
+        for tensors the recorder does not know."""
+        entry = self._entries.get(id(tensor))
+        if entry is None or entry.base.input_index is not None:
+            return None
+        return entry.base.tensor
 
     def mutated_inputs(self) -> list[tuple[int, Node]]:
         """``(input index, node of its final value)`` for every graph input written so far."""
@@ -271,6 +281,8 @@ class AtenRecorder(TorchDispatchMode):
             entry = self._entries[id(args[0])]
             self._entries[id(result)] = _Entry(result, entry.node, entry.base, entry.chain)
             return result
+        if torch.Tag.inplace_view in func.tags:
+            return self._record_view_in_place(func, args, kwargs)
         written = written_arguments(func)
         if written or func.name() in HIDDEN_WRITERS:
             bound = bind_arguments(func, args, kwargs)
@@ -319,6 +331,40 @@ class AtenRecorder(TorchDispatchMode):
             if target is not None:
                 index = offset + position
                 self._write(target, Value(new[index], self.builder.getitem(node, index)))
+        return result
+
+    def _record_view_in_place(
+        self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``t_``, ``squeeze_``, ``unsqueeze_``, ``transpose_``...: the tensor becomes a view
+        of what it was (same storage, new sizes and strides). Recorded as the view op; the
+        tensor's entry becomes that view, one step further down its base's view chain, so
+        later writes through it reach the base. ``F.linear`` on a 1-D input calls
+        ``squeeze_`` on its matmul's result.
+
+        :raises NotImplementedError: on a graph input itself (the caller's tensor would
+            change shape) or a tensor made outside the graph.
+        """
+        target = args[0]
+        entry = self._entries.get(id(target))
+        if entry is None:
+            raise NotImplementedError(
+                f"in-place view op {func.name()} on a tensor made outside the graph"
+            )
+        if entry.base.input_index is not None and not entry.chain:
+            raise NotImplementedError(
+                f"in-place view op {func.name()} on a graph input: it would change the "
+                "shape of the caller's tensor"
+            )
+        view = view_counterpart(func)
+        value = self.emit(view, Value(target, self.node_of(target)), *args[1:], **kwargs)
+        base = entry.base
+        if base.value.fake is target:  # the base's value must keep the old sizes and strides
+            with torch.no_grad():
+                base.value = Value(torch.ops.aten.alias.default(target), base.value.node)
+        result = func(*args, **kwargs)  # the fake tensor takes its new sizes and strides
+        step = ViewStep(view, tuple(args), dict(kwargs), None)
+        self._entries[id(target)] = _Entry(target, value.node, base, (*entry.chain, step))
         return result
 
     def _write(self, target: torch.Tensor, new: Value) -> None:

@@ -54,6 +54,8 @@ class JointTrace:
     output_aliases: tuple[OutputAlias | None, ...] = ()
     tangent_outputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
+    #: See ``AotResult.output_views``.
+    output_views: tuple[OutputAlias | None, ...] = ()
 
     @property
     def num_forward_outputs(self) -> int:
@@ -109,6 +111,7 @@ def _trace(
         ]
         mutations = recorder.mutated_inputs()
     aliases = tuple(_alias(recorder, value) for value in results)
+    views = output_views(recorder, results, aliases)
     tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
     wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
     grad_nodes: list[Node] = []
@@ -148,6 +151,7 @@ def _trace(
         num_user_outputs=len(user_nodes),
         mutated_inputs=tuple(index for index, _ in mutations),
         output_aliases=aliases,
+        output_views=views,
         tangent_outputs=tangent_outputs,
         grad_inputs=tuple(grad_inputs),
     )
@@ -211,6 +215,46 @@ def _output_node(recorder: AtenRecorder, output: Node, value: torch.Tensor) -> N
         return recorder.node_of(value)
     except NotImplementedError as error:
         raise NotImplementedError(f"output %{output.name}: {error}") from error
+
+
+def output_views(
+    recorder: AtenRecorder, results: list[torch.Tensor], aliases: tuple[Any, ...]
+) -> tuple[OutputAlias | None, ...]:
+    """``AotResult.output_views``: for each user output that is a view of an intermediate
+    returned as another output (its owner), ``(owner index, size, stride, offset from the
+    owner's)``. Only where the owner is dense and covers the view: the compiled owner,
+    laid out with the traced strides, then holds every element the view reads."""
+    owners: dict[int, int] = {}
+    for index, value in enumerate(results):
+        if aliases[index] is None and recorder.intermediate_owner(value) is value:
+            owners.setdefault(id(value), index)
+    views: list[OutputAlias | None] = []
+    for index, value in enumerate(results):
+        owner = recorder.intermediate_owner(value) if aliases[index] is None else None
+        position = owners.get(id(owner)) if owner is not None else None
+        if owner is None or position is None or position == index or not _covers(owner, value):
+            views.append(None)
+            continue
+        offset = int(value.storage_offset()) - int(owner.storage_offset())
+        views.append((position, tuple(value.shape), tuple(value.stride()), offset))
+    return tuple(views)
+
+
+def _covers(owner: torch.Tensor, view: torch.Tensor) -> bool:
+    """``owner`` is dense (its elements fill a block of its storage without gaps or
+    overlaps) and ``view``'s elements all lie in that block."""
+    dims = sorted((s, n) for s, n in zip(owner.stride(), owner.shape, strict=True) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    if view.numel() == 0:
+        return True
+    start = int(owner.storage_offset())
+    low = int(view.storage_offset())
+    high = low + sum((n - 1) * s for s, n in zip(view.stride(), view.shape, strict=True))
+    return start <= low and high < start + owner.numel()
 
 
 def _alias(recorder: AtenRecorder, value: torch.Tensor) -> OutputAlias | None:

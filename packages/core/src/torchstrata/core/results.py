@@ -112,6 +112,14 @@ class AotResult:
     metadata, which has no storage offset): the caller returns
     ``inputs[index].as_strided(size, stride, inputs[index].storage_offset() + offset)``
     (after the write-backs) instead of the computed value.
+
+    ``output_views`` has one entry per user output: None, or ``(owner, size, stride,
+    storage_offset)`` when the output is a view of an intermediate tensor that is itself
+    user output ``owner`` (dense, and covering the view). The offset is relative to the
+    owner's own. The caller returns ``outputs[owner].as_strided(size, stride,
+    outputs[owner].storage_offset() + offset)`` when the computed owner has the traced
+    strides, so that the two share memory as they do in eager (a later in-place update of
+    one, as after a graph break, shows in the other).
     """
 
     forward: Graph
@@ -120,6 +128,7 @@ class AotResult:
     mutated_inputs: tuple[int, ...] = ()
     num_saved: int = 0
     output_aliases: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
+    output_views: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
     tangent_outputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
     num_unit_grads: int = 0

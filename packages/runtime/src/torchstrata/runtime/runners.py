@@ -119,6 +119,27 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
             outputs[position] = base.as_strided(size, stride, base.storage_offset() + offset)
 
 
+def _output_views(aot: AotResult) -> tuple[Any, ...]:
+    """``aot.output_views``, each with its owner's traced strides appended (None: none)."""
+    views = tuple(getattr(aot, "output_views", ()) or ())
+    if not any(view is not None for view in views):
+        return ()
+    metas = [node.meta for node in aot.forward.outputs]
+    return tuple(None if view is None else (*view, tuple(metas[view[0]].strides)) for view in views)
+
+
+def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
+    """Outputs that view another output (``AotResult.output_views``) made views of it
+    again, where the computed owner has its traced strides (else left as computed: the
+    same values, without the shared memory)."""
+    for position, view in enumerate(views):
+        if view is not None:
+            owner_index, size, stride, offset, owner_stride = view
+            owner = outputs[owner_index]
+            if owner.stride() == owner_stride:
+                outputs[position] = owner.as_strided(size, stride, owner.storage_offset() + offset)
+
+
 def _tuple_runner(fn: GraphFn) -> GraphRunner:
     """``fn`` returning a tuple: a compiled graph's own launcher (which returns a fresh
     tuple, so the call costs no wrapper frame), else ``fn`` wrapped in ``tuple()``."""
@@ -139,7 +160,9 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     if aot is None:
         return _tuple_runner(fn)
     num_user, mutated, aliases = output_layout(aot)
-    if not mutated and num_user == len(aot.forward.outputs) and all(a is None for a in aliases):
+    views = _output_views(aot)
+    plain = not mutated and not views and all(a is None for a in aliases)
+    if plain and num_user == len(aot.forward.outputs):
         # Nothing to write back, drop or rebuild: the graph's outputs are the user's.
         return _tuple_runner(fn)
 
@@ -148,6 +171,7 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
         _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
         user = list(outputs[:num_user])
         _apply_aliases(inputs, user, aliases)
+        _apply_views(user, views)
         return tuple(user)
 
     return run
@@ -309,7 +333,8 @@ def training_runner(
 
     all_tensors = all(isinstance(node.meta, TensorMeta) for node in aot.forward.inputs)
     apply = direct_apply(CompiledGraphFunction, all_tensors)
-    if not mutated and all(alias is None for alias in aliases):
+    views = _output_views(aot)
+    if not mutated and not views and all(alias is None for alias in aliases):
         # Nothing to write back or rebuild: ``apply`` returns the user's outputs as they are.
         return apply
 
@@ -318,6 +343,7 @@ def training_runner(
         _write_back(inputs, mutated, outputs[num_user:])
         user = list(outputs[:num_user])
         _apply_aliases(inputs, user, aliases)
+        _apply_views(user, views)
         return tuple(user)
 
     return run
