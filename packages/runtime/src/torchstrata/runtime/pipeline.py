@@ -43,6 +43,7 @@ from torchstrata.runtime.runners import (
     GraphFn,
     GraphRunner,
     LazyGraphFn,
+    alias_safe,
     inference_runner,
     output_layout,
     training_runner,
@@ -326,6 +327,7 @@ class Pipeline:
         if not needs_grad:
             fn = _reduce_overhead(forward, options)
             runner, interpreted = inference_runner(fn, aot), forward.interpreted
+            runner = alias_safe(runner, _interpreter(torch_graph), aot)
         elif aot.backward is None:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True
@@ -333,6 +335,7 @@ class Pipeline:
             backward = self._lazy_graph(aot.backward, options, "backward graph")
             plain = self._lazy_plain_forward(aten_graph, aot, options)
             runner = training_runner(forward.fn, backward, aot, plain)
+            runner = alias_safe(runner, _interpreter(torch_graph), aot)
             interpreted = forward.interpreted
         return GraphArtifacts(
             torch_graph,

@@ -1,0 +1,43 @@
+"""A graph that writes an input which shares memory with another input of the same call
+runs that call eagerly (``runners.alias_safe``): the traced graph read the two as
+separate values."""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.runtime.runners import _plain_positions, aliased_write
+
+
+def test_a_view_of_a_written_input_is_seen():
+    x = torch.randn(3, 4)
+    assert aliased_write([x, x[1]], (0,))
+    assert aliased_write([x[1], x], (0,))
+    assert aliased_write([x, x], (0,))  # the same tensor twice
+
+
+def test_two_written_inputs_that_share_memory_are_seen():
+    x = torch.randn(3, 4)
+    assert aliased_write([x[0], x[1]], (0, 1))
+
+
+def test_separate_tensors_and_empty_ones_are_not_aliases():
+    x, y = torch.randn(3, 4), torch.randn(4)
+    assert not aliased_write([x, y], (0,))
+    assert not aliased_write([torch.empty(0), torch.empty(0)], (0, 1))
+    assert not aliased_write([x, 3, None], (0,))
+
+
+def test_parameters_are_not_compared():
+    x = torch.randn(3, 4)
+    weight = torch.nn.Parameter(torch.randn(2))
+    assert not aliased_write([weight, x], (1,))
+
+
+def test_the_first_calls_positions_pick_the_plain_tensors():
+    weight, x, y = torch.nn.Parameter(torch.randn(2)), torch.randn(3), torch.randn(3)
+    plain = _plain_positions([weight, x, y, 5], (1,))
+    assert plain([weight, x, y, 5]) == (y,)
+    z = torch.randn(3)
+    assert plain([weight, x, z, 5]) == (z,)
+    assert aliased_write([weight, x, x[1:], 5], (1,), plain([weight, x, x[1:], 5]))
