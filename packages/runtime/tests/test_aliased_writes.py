@@ -18,7 +18,8 @@ def test_a_view_of_a_written_input_is_seen():
 
 def test_two_written_inputs_that_share_memory_are_seen():
     x = torch.randn(3, 4)
-    assert aliased_write([x[0], x[1]], (0, 1))
+    assert aliased_write([x[0], x[0, 1:]], (0, 1))
+    assert aliased_write([x[:, 1], x[1]], (0, 1))
 
 
 def test_separate_tensors_and_empty_ones_are_not_aliases():
@@ -26,6 +27,14 @@ def test_separate_tensors_and_empty_ones_are_not_aliases():
     assert not aliased_write([x, y], (0,))
     assert not aliased_write([torch.empty(0), torch.empty(0)], (0, 1))
     assert not aliased_write([x, 3, None], (0,))
+
+
+def test_disjoint_parts_of_one_buffer_are_not_aliases():
+    kv = torch.randn(2, 3, 4)  # a key and a value cache cut from one buffer
+    assert not aliased_write([kv[0], kv[1]], (0, 1))
+    assert not aliased_write([kv[0], kv[1, 2]], (0,))
+    assert aliased_write([kv[0], kv[0, 2]], (0,))
+    assert aliased_write([kv[:, 1], kv[1, 1, :2]], (0,))
 
 
 def test_parameters_are_not_compared():

@@ -128,17 +128,23 @@ def aliased_write(
 
     The traced graph reads each input as a separate value, so a read of the other input
     after the write, or a second write, would miss the update: such a call must run the
-    graph eagerly. ``others``: the inputs to compare with the written ones, not
-    themselves written (default: every tensor input that is not written and not an
+    graph eagerly. Inputs share memory when they share a storage and the spans of
+    memory their elements lie in overlap (a key and a value cache cut from one buffer do
+    not). ``others``: the inputs to compare with the written ones, not themselves
+    written (default: every tensor input that is not written and not an
     ``nn.Parameter``: a model's hundred weights would cost more than its guards, and a
     parameter that views a buffer the graph writes is not something models do). Costs
     one storage lookup (0.2 us here) per written input and per other input.
     """
-    written = [inputs[index].untyped_storage().data_ptr() for index in mutated]
-    targets = set(written)
-    targets.discard(0)  # empty tensors hold no elements to share
-    if len(targets) < len(written) - written.count(0):
-        return True  # two written inputs share memory
+    written: dict[int, list[torch.Tensor]] = {}  # storage -> written inputs in it
+    for index in mutated:
+        tensor = inputs[index]
+        if not tensor.numel():
+            continue  # no elements to share
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in written and _overlaps(tensor, written[storage]):
+            return True  # two written inputs overlap
+        written.setdefault(storage, []).append(tensor)
     if others is None:
         skip = set(mutated)
         others = [
@@ -146,7 +152,25 @@ def aliased_write(
             for position, value in enumerate(inputs)
             if type(value) in _PLAIN_TENSORS and position not in skip
         ]
-    return any(value.untyped_storage().data_ptr() in targets for value in others)
+    for value in others:
+        sharing = written.get(value.untyped_storage().data_ptr())
+        if sharing is not None and value.numel() and _overlaps(value, sharing):
+            return True
+    return False
+
+
+def _overlaps(tensor: torch.Tensor, others: list[torch.Tensor]) -> bool:
+    """Whether the memory spans of ``tensor``'s elements and of one of ``others`` (in the
+    same storage) overlap."""
+    first, last = _span(tensor)
+    return any(a <= last and first <= b for a, b in map(_span, others))
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``[first, last]`` of memory that ``tensor``'s elements lie in."""
+    first = tensor.data_ptr()
+    reach = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return first, first + (reach + 1) * tensor.element_size() - 1
 
 
 #: Tensor types whose storages :func:`aliased_write` looks up (not ``nn.Parameter``).
