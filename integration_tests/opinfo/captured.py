@@ -204,20 +204,32 @@ def _fallback(op: Any, sample: Any, kind: str, reason: str) -> Outcome:
     return attrs.evolve(closure, capture=kind, capture_reason=reason)
 
 
-def run_captured_sample(op: Any, sample: Any) -> Outcome:
-    """Run one OpInfo sample through capture and the pipeline; compare with eager."""
-    fn, tensors, _ = user_function(op.op, sample, op.name)
+def eager_baseline(
+    fn: Callable[..., Any], tensors: Sequence[torch.Tensor]
+) -> tuple[list[torch.Tensor], list[Any]] | str:
+    """Eager's (flat outputs, inputs after the call) on copies of ``tensors``, or why the
+    sample is not a question for the compiler (a skip reason)."""
     try:
         expected, eager_inputs = run_on_copies(fn, tensors)
     except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
-        return Outcome("skip", f"eager fails: {type(error).__name__}")
+        return f"eager fails: {type(error).__name__}"
     outputs = flat_outputs(expected)
     if outputs is None:
-        return Outcome("skip", "non-tensor output")
+        return "non-tensor output"
     if any(
         t.is_complex() or t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)
     ):
-        return Outcome("skip", "complex or non-strided tensor")
+        return "complex or non-strided tensor"
+    return outputs, eager_inputs
+
+
+def run_captured_sample(op: Any, sample: Any) -> Outcome:
+    """Run one OpInfo sample through capture and the pipeline; compare with eager."""
+    fn, tensors, _ = user_function(op.op, sample, op.name)
+    baseline = eager_baseline(fn, tensors)
+    if isinstance(baseline, str):
+        return Outcome("skip", baseline)
+    outputs, eager_inputs = baseline
     inputs = [fresh(t) for t in tensors]
     try:
         result = capture(fn, tuple(inputs), {}, OPTIONS)

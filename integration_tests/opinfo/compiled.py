@@ -35,7 +35,7 @@ import torchstrata.runtime as tsr
 from torchstrata.core import CompileOptions
 from torchstrata.runtime import TorchstrataFallbackWarning
 
-from .captured import fresh, outputs_mismatch, run_on_copies
+from .captured import eager_baseline, fresh, outputs_mismatch, run_on_copies
 from .harness import SEED, first_line, flat_outputs, float64_reference
 from .user_fn import user_function
 
@@ -78,17 +78,10 @@ def _call(
 def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     """Compile one OpInfo sample's function with ``codegen``, call it twice, compare."""
     fn, tensors, _ = user_function(op.op, sample, op.name)
-    try:
-        expected, eager_inputs = run_on_copies(fn, tensors)
-    except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
-        return CompiledOutcome("skip", f"eager fails: {type(error).__name__}")
-    outputs = flat_outputs(expected)
-    if outputs is None:
-        return CompiledOutcome("skip", "non-tensor output")
-    if any(
-        t.is_complex() or t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)
-    ):
-        return CompiledOutcome("skip", "complex or non-strided tensor")
+    baseline = eager_baseline(fn, tensors)
+    if isinstance(baseline, str):
+        return CompiledOutcome("skip", baseline)
+    outputs, eager_inputs = baseline
     reference = float64_reference(fn, tensors)
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
     fallbacks: list[str] = []
