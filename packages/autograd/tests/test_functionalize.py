@@ -201,3 +201,13 @@ def test_outputs_that_view_another_output_are_reported(aot):
         None,
         (3, (3,), (4,), 0),
     )
+
+
+def test_resize_is_not_traced_as_a_view(aot):
+    # resize_ may move its tensor to new memory: views taken before no longer alias it
+    b, (x,) = _builder(x=((3, 4), False))
+    z = _call(b, operator.mul, x, 2)
+    _call(b, T.resize_, z, [2, 2])
+    graph = b.build([_call(b, operator.add, z, 1)])
+    with pytest.raises(NotImplementedError, match="no view counterpart"):
+        aot.check_training(graph, _randn(graph))

@@ -106,13 +106,15 @@ def view_counterpart(func: torch._ops.OpOverload) -> torch._ops.OpOverload:
     """The view op that an in-place view op (``squeeze_``, ``t_``, ``transpose_``...)
     applies to its tensor: ``aten.squeeze_.dim`` gives ``aten.squeeze.dim``.
 
-    :raises NotImplementedError: when there is none with the same arguments.
+    :raises NotImplementedError: when there is none with the same arguments, or the
+        counterpart is not a view: ``resize_`` (tagged as an in-place view) may move its
+        tensor to new memory, away from the views taken before it.
     """
     qualified = func.name()
     _, _, rest = qualified.partition("::")
     packet, _, overload = rest.partition(".")
     found = _inplace_counterpart(func, packet, overload) if packet.endswith("_") else None
-    if found is None:
+    if found is None or not found.is_view:
         raise NotImplementedError(f"in-place view op {qualified} has no view counterpart")
     return found
 
