@@ -113,3 +113,32 @@ def test_linear_compiles_without_falling_back(shape):
 
 def linear(x, w, bias):
     return F.linear(x, w, bias)
+
+
+def test_views_of_an_intermediate_that_is_not_returned_share_memory():
+    def f(a):
+        z = a * 2
+        return z.view(-1), z.t()
+
+    a = torch.randn(3, 4)
+    ours, eager = tsr.compile(f)(a), f(a)
+    for out in (ours, eager):
+        out[0].add_(1)
+    for got, want in zip(ours, eager, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_graph_break_between_two_views_and_an_update():
+    def f(a):
+        z = a * 2
+        flat, t = z.view(-1), z.t()
+        del z
+        print(end="")  # a graph break: flat and t cross it, z does not
+        flat.add_(1)
+        return t * 1
+
+    a = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchstrataFallbackWarning)
+        got = tsr.compile(f)(a)
+    torch.testing.assert_close(got, f(a))

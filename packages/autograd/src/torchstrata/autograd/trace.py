@@ -220,23 +220,29 @@ def _output_node(recorder: AtenRecorder, output: Node, value: torch.Tensor) -> N
 def output_views(
     recorder: AtenRecorder, results: list[torch.Tensor], aliases: tuple[Any, ...]
 ) -> tuple[OutputAlias | None, ...]:
-    """``AotResult.output_views``: for each user output that is a view of an intermediate
-    returned as another output (its owner), ``(owner index, size, stride, offset from the
-    owner's)``. Only where the owner is dense and covers the view: the compiled owner,
-    laid out with the traced strides, then holds every element the view reads."""
-    owners: dict[int, int] = {}
-    for index, value in enumerate(results):
-        if aliases[index] is None and recorder.intermediate_owner(value) is value:
-            owners.setdefault(id(value), index)
-    views: list[OutputAlias | None] = []
+    """``AotResult.output_views``: user outputs that view one intermediate's memory, as
+    views of one of them (the owner): ``(owner index, size, stride, offset from the
+    owner's)``. The owner is the output that covers the most of the others (the
+    intermediate itself when it is returned); it must be dense and contain each view it
+    owns: the compiled owner, laid out with the traced strides, then holds every element
+    those views read. Outputs it does not cover stay separate tensors."""
+    groups: dict[int, list[int]] = {}
     for index, value in enumerate(results):
         owner = recorder.intermediate_owner(value) if aliases[index] is None else None
-        position = owners.get(id(owner)) if owner is not None else None
-        if owner is None or position is None or position == index or not _covers(owner, value):
-            views.append(None)
+        if owner is not None:
+            groups.setdefault(id(owner), []).append(index)
+    views: list[OutputAlias | None] = [None] * len(results)
+    for members in groups.values():
+        if len(members) < 2:
             continue
-        offset = int(value.storage_offset()) - int(owner.storage_offset())
-        views.append((position, tuple(value.shape), tuple(value.stride()), offset))
+        covered = {
+            i: [j for j in members if j != i and _covers(results[i], results[j])] for i in members
+        }
+        chosen = max(members, key=lambda i: (len(covered[i]), results[i].numel(), -i))
+        for index in covered[chosen]:
+            value, base = results[index], results[chosen]
+            offset = int(value.storage_offset()) - int(base.storage_offset())
+            views[index] = (chosen, tuple(value.shape), tuple(value.stride()), offset)
     return tuple(views)
 
 

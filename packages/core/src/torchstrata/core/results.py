@@ -114,9 +114,9 @@ class AotResult:
     (after the write-backs) instead of the computed value.
 
     ``output_views`` has one entry per user output: None, or ``(owner, size, stride,
-    storage_offset)`` when the output is a view of an intermediate tensor that is itself
-    user output ``owner`` (dense, and covering the view). The offset is relative to the
-    owner's own. The caller returns ``outputs[owner].as_strided(size, stride,
+    storage_offset)`` when the output views the memory of an intermediate tensor that
+    user output ``owner`` also views (or is), and the owner is dense and covers it. The
+    offset is relative to the owner's own. The caller returns ``outputs[owner].as_strided(size, stride,
     outputs[owner].storage_offset() + offset)`` when the computed owner has the traced
     strides, so that the two share memory as they do in eager (a later in-place update of
     one, as after a graph break, shows in the other).
