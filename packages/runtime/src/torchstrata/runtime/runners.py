@@ -113,6 +113,23 @@ def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequenc
                     inputs[index].copy_(value)
 
 
+def _user_outputs(
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    num_user: int,
+    mutated: tuple[int, ...],
+    aliases: tuple[Any, ...],
+    views: tuple[Any, ...],
+) -> tuple[Any, ...]:
+    """The user's outputs of one call: write-backs copied into the inputs, then the
+    outputs that alias inputs or other outputs made views again."""
+    _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
+    user = list(outputs[:num_user])
+    _apply_aliases(inputs, user, aliases)
+    _apply_views(user, views)
+    return tuple(user)
+
+
 def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any, ...]) -> None:
     for position, alias in enumerate(aliases):
         if alias is not None:
@@ -146,12 +163,7 @@ def aliased_write(
             return True  # two written inputs overlap
         written.setdefault(storage, []).append(tensor)
     if others is None:
-        skip = set(mutated)
-        others = [
-            value
-            for position, value in enumerate(inputs)
-            if type(value) in _PLAIN_TENSORS and position not in skip
-        ]
+        others = _plain_positions(inputs, mutated)(inputs)
     for value in others:
         sharing = written.get(value.untyped_storage().data_ptr())
         if sharing is not None and value.numel() and _overlaps(value, sharing):
@@ -273,11 +285,7 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = fn(*inputs)
-        _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
-        user = list(outputs[:num_user])
-        _apply_aliases(inputs, user, aliases)
-        _apply_views(user, views)
-        return tuple(user)
+        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
 
     return run
 
@@ -445,10 +453,6 @@ def training_runner(
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = apply(*inputs)
-        _write_back(inputs, mutated, outputs[num_user:])
-        user = list(outputs[:num_user])
-        _apply_aliases(inputs, user, aliases)
-        _apply_views(user, views)
-        return tuple(user)
+        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
 
     return run
