@@ -50,7 +50,7 @@ class CompiledOutcome:
     reason: str = ""
 
 
-def _eager_reason(compiled: Any) -> str | None:
+def eager_reason(compiled: Any) -> str | None:
     """Why the first cache entry runs eagerly, or None when it runs compiled code."""
     entries = compiled.cache.entries
     if entries and entries[0].run is None:
@@ -102,7 +102,7 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
             return CompiledOutcome("mismatch", f"{call}: {problem}")
     if fallbacks:
         return CompiledOutcome("fallback", fallbacks[0])
-    eager = _eager_reason(compiled)
+    eager = eager_reason(compiled)
     return CompiledOutcome("eager", eager) if eager is not None else CompiledOutcome("compiled")
 
 

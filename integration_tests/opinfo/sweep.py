@@ -8,6 +8,10 @@ did (full graph / graph breaks / declined / error) and, for captured samples, ho
 were decomposed / left extern / mismatched / skipped; then the totals (the closure
 fallback's apart), the ATen ops left extern, capture's decline and error reasons, the
 skip reasons and every mismatch.
+
+``--codegen cpp`` (or ``triton``) runs each sample through the whole compiler instead
+(:mod:`.compiled`); ``--grad`` with it checks the samples' gradients through the
+compiled training path (:mod:`.gradients`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 
 from .captured import run_captured_sample
 from .compiled import CompiledOutcome, report_compiled, run_compiled_sample
+from .gradients import run_gradient_sample
 from .harness import Outcome
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
@@ -35,12 +40,13 @@ STATUSES = ("decomposed", "extern", "mismatch", "skip")
 
 
 def samples(
-    op: Any, dtype: torch.dtype, max_samples: int, device: str = "cpu"
+    op: Any, dtype: torch.dtype, max_samples: int, device: str = "cpu", grad: bool = False
 ) -> Iterator[tuple[str, Any]]:
-    """``(label, sample)``: the op's first samples, each also as a non-contiguous copy."""
+    """``(label, sample)``: the op's first samples, each also as a non-contiguous copy
+    (made with ``requires_grad`` where the OpInfo wants it, with ``grad``)."""
     torch.manual_seed(0)
     try:
-        generated = op.sample_inputs(device, dtype, requires_grad=False)
+        generated = op.sample_inputs(device, dtype, requires_grad=grad)
         for index, sample in enumerate(generated):
             if index >= max_samples:
                 break
@@ -56,16 +62,18 @@ def run_op(
     max_samples: int,
     codegen: str = "interpret",
     device: str = "cpu",
+    grad: bool = False,
 ) -> list[tuple[str, Any]]:
     """Every (dtype, sample) outcome of one OpInfo: an :class:`Outcome` through capture
     and the interpreter (``codegen="interpret"``), else a :class:`CompiledOutcome` through
-    ``torchstrata.runtime.compile`` with that code generator on ``device``."""
+    ``torchstrata.runtime.compile`` with that code generator on ``device``; with ``grad``,
+    of the samples' gradients (:func:`.gradients.run_gradient_sample`)."""
     supported = op.supported_dtypes(device)
     results: list[tuple[str, Any]] = []
     for dtype in dtypes:
         if dtype not in supported:
             continue
-        for label, sample in samples(op, dtype, max_samples, device):
+        for label, sample in samples(op, dtype, max_samples, device, grad):
             where = f"{dtype}:{label}"
             if sample is None:
                 results.append((where, Outcome("skip", label)))
@@ -73,8 +81,10 @@ def run_op(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    if codegen == "interpret":
-                        outcome: Any = run_captured_sample(op, sample)
+                    if grad:
+                        outcome: Any = run_gradient_sample(op, sample, codegen)
+                    elif codegen == "interpret":
+                        outcome = run_captured_sample(op, sample)
                     else:
                         outcome = run_compiled_sample(op, sample, codegen)
                 except Exception as error:  # noqa: BLE001 - the harness itself must not stop
@@ -193,13 +203,15 @@ def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) 
     return totals
 
 
-def _run_indexed(item: tuple[int, int, tuple[torch.dtype, ...], str, str]) -> list[tuple[str, Any]]:
+def _run_indexed(
+    item: tuple[int, int, tuple[torch.dtype, ...], str, str, bool],
+) -> list[tuple[str, Any]]:
     """The outcomes of ``op_db[index]`` (imported here too: spawned workers start bare)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
-    index, max_samples, dtypes, codegen, device = item
-    return run_op(op_db[index], dtypes, max_samples, codegen, device)
+    index, max_samples, dtypes, codegen, device, grad = item
+    return run_op(op_db[index], dtypes, max_samples, codegen, device, grad)
 
 
 def _reported(
@@ -229,9 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="where the samples live (cpu, cuda)")
     parser.add_argument(
+        "--grad",
+        action="store_true",
+        help="check input gradients through the compiled training path (cpp or triton)",
+    )
+    parser.add_argument(
         "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
     )
     args = parser.parse_args(argv)
+    if args.grad and args.codegen == "interpret":
+        parser.error("--grad needs --codegen cpp or triton")
     dtypes = DTYPES
     if args.dtypes:
         dtypes = tuple(getattr(torch, name) for name in args.dtypes.split(","))
@@ -246,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     ops = [op_db[index] for index in chosen]
     start = time.monotonic()
-    work = [(index, args.max_samples, dtypes, args.codegen, args.device) for index in chosen]
+    work = [
+        (index, args.max_samples, dtypes, args.codegen, args.device, args.grad) for index in chosen
+    ]
     if args.jobs > 1:
         context = "spawn" if args.device != "cpu" else "fork"  # CUDA does not survive a fork
         with multiprocessing.get_context(context).Pool(args.jobs, maxtasksperchild=20) as pool:

@@ -60,3 +60,26 @@ def test_conv_batchnorm_training_without_capture(codegen):
         return out
 
     _check_against_eager(run, model, eager_model, [x])
+
+
+def _legit_eval(x, weight, bias, mean, var):
+    return torch._native_batch_norm_legit(x, weight, bias, mean, var, False, 0.1, 1e-5)
+
+
+def test_eval_mode_statistics_left_as_they_are_do_not_break_the_backward() -> None:
+    """``_native_batch_norm_legit`` in eval mode marks the running statistics as written
+    but returns them as they are; the backward saves them. The runner copied each onto
+    itself, which only bumped its version: the backward then refused to run."""
+    compiled = rt.compile(_legit_eval, options=CompileOptions(codegen="cpp"))
+    x = torch.randn(3, 2, 4, requires_grad=True)
+    weight = torch.randn(2, requires_grad=True)
+    bias = torch.randn(2, requires_grad=True)
+    mean, var = torch.randn(2), torch.rand(2) + 0.5
+    cotangent = torch.randn(3, 2, 4)
+    eager_out = _legit_eval(x, weight, bias, mean.clone(), var.clone())[0]
+    expected = torch.autograd.grad(eager_out, (x, weight, bias), cotangent)
+    for _ in range(2):
+        out = compiled(x, weight, bias, mean, var)[0]
+        got = torch.autograd.grad(out, (x, weight, bias), cotangent)
+        for mine, eager in zip(got, expected, strict=True):
+            torch.testing.assert_close(mine, eager)

@@ -4,11 +4,13 @@ without grad-requiring inputs, and a clear error on double backward."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 import torchstrata.runtime as rt
-from torchstrata.core import GraphPass, create_plugin_manager, hookimpl
+from torchstrata.core import CompileOptions, GraphPass, create_plugin_manager, hookimpl
 
 from .models import MLP, leaf, twin
 
@@ -113,3 +115,62 @@ def test_first_order_grads_under_create_graph_then_double_backward_raises(codege
     torch.testing.assert_close(gx, expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="double backward through a compiled graph"):
         gx.pow(2).sum().backward()
+
+
+def _kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.kron(a, b)
+
+
+def _svdvals(a: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.svdvals(a)
+
+
+@pytest.mark.parametrize("codegen", ["cpp", "eager"])
+def test_a_saved_reshape_of_a_non_contiguous_input(codegen: str) -> None:
+    """``kron`` saves ``x.reshape(5, 1, 5, 1)`` of a strided x for its backward. ATen
+    traces that reshape as a strided view; the decomposed forward returns it contiguous.
+    The backward read it at the view's strides: garbage gradients (1e35), silently."""
+    compiled = rt.compile(_kron, options=CompileOptions(codegen=codegen))
+    a = torch.randn(5, 10)[:, ::2].requires_grad_()
+    b = torch.randn(4, 8)[:, ::2].requires_grad_()
+    cotangent = torch.randn(20, 20)
+    expected = torch.autograd.grad(torch.kron(a, b), (a, b), cotangent)
+    for _ in range(2):  # compiles, then behind the guards
+        got = torch.autograd.grad(compiled(a, b), (a, b), cotangent)
+        for mine, eager in zip(got, expected, strict=True):
+            torch.testing.assert_close(mine, eager)
+
+
+def test_an_extern_op_saving_other_strides_than_its_meta() -> None:
+    """``svdvals`` saves U and Vh from ``_linalg_svd``: on the CPU, LAPACK's Vh comes out
+    column-major where the meta kernel says row-major, so the backward's kernel read it
+    transposed. The runner copies it into the layout the backward was built for."""
+    compiled = rt.compile(_svdvals, options=CompileOptions(codegen="cpp"))
+    a = torch.randn(5, 5, requires_grad=True)
+    cotangent = torch.randn(5)
+    (expected,) = torch.autograd.grad(torch.linalg.svdvals(a), a, cotangent)
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="other strides"):
+        (got,) = torch.autograd.grad(compiled(a), a, cotangent)
+    torch.testing.assert_close(got, expected)
+
+
+def _strided_window(a: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(a, (2, 2), (1, 2), storage_offset=0) * 2
+
+
+def test_as_strided_on_an_input_inside_its_storage() -> None:
+    """``as_strided`` takes an absolute storage offset; its gradient was traced for an
+    input at offset 0 and went to the wrong elements of one that starts at 1. Such a call
+    runs eagerly, with a warning; an input at offset 0 runs compiled."""
+    compiled = rt.compile(_strided_window, options=CompileOptions(codegen="cpp"))
+    cotangent = torch.randn(2, 2)
+    at_start = torch.randn(3, 6)[:, ::2].requires_grad_()
+    inside = torch.randn(19)[1:].as_strided((3, 3), (6, 2)).detach().requires_grad_()
+    for a in (at_start, inside):
+        (expected,) = torch.autograd.grad(_strided_window(a), a, cotangent)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (got,) = torch.autograd.grad(compiled(a), a, cotangent)
+        torch.testing.assert_close(got, expected)
+        eager = [w for w in caught if "storage offset" in str(w.message)]
+        assert bool(eager) == (a is inside)

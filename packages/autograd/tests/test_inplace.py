@@ -76,3 +76,31 @@ def test_only_torch_level_graphs_are_accepted():
     x = b.input("x", TensorMeta((3,), torch.float32))
     with pytest.raises(ValueError, match="torch-level"):
         aot_forward(b.build([x]))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("pow_.Scalar", "pow.Tensor_Scalar"),  # pow.Scalar takes a scalar self
+        ("pow_.Tensor", "pow.Tensor_Tensor"),
+        ("add_.Tensor", "add.Tensor"),
+        ("normal_.default", "normal_functional.default"),
+    ],
+)
+def test_an_in_place_op_maps_to_the_functional_op_with_its_arguments(name, expected):
+    from torchstrata.autograd.functional import functional_form
+
+    packet, overload = name.split(".")
+    form = functional_form(getattr(getattr(torch.ops.aten, packet), overload))
+    assert str(form.op) == f"aten.{expected}"
+    assert form.returns_self
+
+
+def test_pow_with_a_scalar_exponent_in_place_in_a_backward(aot):
+    """The backward of a vector norm of order 6 over a 0-dim tensor calls ``pow_.Scalar``
+    on a tensor; tracing it as ``pow.Scalar`` (a scalar base) failed."""
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((), torch.float64, requires_grad=True))
+    out = aot.call(b, torch.linalg.vector_norm, x, ord=6)
+    result = aot.check_training(b.build([out]), [torch.tensor(-1.5, dtype=torch.float64)])
+    assert result.backward is not None

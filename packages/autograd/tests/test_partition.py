@@ -136,3 +136,18 @@ def test_a_reduction_only_the_backward_needs_runs_in_the_forward():
     for node in parts.backward.nodes:  # what cannot be recomputed reads the tangent
         if not is_recomputable(node):
             assert _depends_on(node, tangent), node
+
+
+def test_inputs_read_by_as_strided_are_listed_for_their_storage_offset():
+    """``as_strided``'s storage offset is absolute: its gradient depends on where the
+    input starts in its storage, which a trace from metadata takes to be 0."""
+    from torchstrata.autograd.offsets import offset_inputs
+    from torchstrata.core import aten
+
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((3, 3), torch.float32))
+    y = b.input("y", TensorMeta((3, 3), torch.float32))
+    window = b.call(aten("as_strided.default"), b.call(aten("t.default"), x), [2, 2], [1, 2], 0)
+    plain = b.call(aten("mul.Tensor"), y, 2)
+    graph = b.build([window, plain])
+    assert offset_inputs(graph, num_primals=2) == (0,)

@@ -7,15 +7,18 @@ import torch
 
 from torchstrata.core import (
     AotResult,
+    CompiledGraph,
     CompileOptions,
     GraphBuilder,
     Level,
     TensorMeta,
     aten,
     hookimpl,
+    interpret,
     torch_op,
 )
-from torchstrata.runtime.runners import direct_apply
+from torchstrata.runtime import TorchstrataFallbackWarning
+from torchstrata.runtime.runners import _saved_layout_checker, direct_apply
 
 
 def scale_and_square(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -27,11 +30,15 @@ class TrainingAot:
 
     :param saved_dtype: the dtype the backward graph declares for the saved y (a broken
         autograd stage: the forward saves y as it is).
+    :param saved_strides: the strides the backward graph declares for the saved y.
     """
 
-    def __init__(self, saved_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, saved_dtype: torch.dtype | None = None, saved_strides: tuple[int, ...] | None = None
+    ) -> None:
         self.backward_runs = 0
         self.saved_dtype = saved_dtype
+        self.saved_strides = saved_strides
 
     @hookimpl
     def torchstrata_aot(self, graph, options):
@@ -45,7 +52,10 @@ class TrainingAot:
         )
         forward = fwd.build([out, y])
         bwd = GraphBuilder(Level.ATEN)
-        saved_y = bwd.input("y", TensorMeta(y_meta.shape, self.saved_dtype or y_meta.dtype))
+        saved_meta = TensorMeta(
+            y_meta.shape, self.saved_dtype or y_meta.dtype, strides=self.saved_strides
+        )
+        saved_y = bwd.input("y", saved_meta)
         tangent = bwd.input("tangent", TensorMeta(x_meta.shape, x_meta.dtype))
         grad_x = bwd.call(aten("mul.Tensor"), tangent, 3)
         grad_y = bwd.call(aten("mul.Tensor"), bwd.call(aten("mul.Tensor"), tangent, saved_y), 2)
@@ -82,6 +92,56 @@ def test_a_saved_tensor_of_another_dtype_than_the_backward_expects_is_an_error(m
     out = stages.compile(scale_and_square)(x, y)
     with pytest.raises(RuntimeError, match=r"saved a torch\.float32 tensor where the backward"):
         out.sum().backward()
+
+
+class StridesSeen:
+    """A codegen stage that records the strides each graph's inputs are declared with and
+    each call's tensors have, then interprets the graph."""
+
+    def __init__(self) -> None:
+        self.declared: list[tuple[tuple[int, ...], ...]] = []
+        self.given: list[tuple[tuple[int, ...], ...]] = []
+
+    @hookimpl
+    def torchstrata_codegen(self, graph, device, options):
+        self.declared.append(tuple(meta.strides for meta in graph.input_metas))
+
+        def run(*args):
+            self.given.append(tuple(a.stride() for a in args))
+            return interpret(graph, *args)
+
+        return CompiledGraph(run)
+
+
+def test_the_backward_is_built_for_the_layouts_the_forward_saves(make_stages):
+    """An autograd stage traced the saved y as strided; the lowered forward returns it
+    contiguous. The backward is generated for what it will be given."""
+    seen = StridesSeen()
+    aot = TrainingAot(saved_strides=(2,))
+    stages = make_stages(aot=False, codegen=False, extra=(("training-aot", aot), ("seen", seen)))
+    x = torch.randn(5, requires_grad=True)
+    y = torch.randn(5, requires_grad=True)
+    out = stages.compile(scale_and_square)(x, y)
+    out.sum().backward()
+    assert seen.declared[-1][0] == (1,)  # the backward's saved y, as the forward makes it
+    assert seen.given[-1][0] == (1,)
+    torch.testing.assert_close(y.grad, 2 * y.detach())
+
+
+def test_a_saved_tensor_laid_out_otherwise_is_copied_into_the_backward_layout():
+    """The runner's safety net, for a forward whose layouts the pipeline could not know
+    (a codegen stage that returns other strides than its graph says): the saved tensor is
+    copied into the backward's layout on every backward, with one warning."""
+    builder = GraphBuilder(Level.ATEN)
+    saved = builder.input("y", TensorMeta((5,), torch.float32, strides=(2,)))
+    backward = builder.build([builder.call(aten("mul.Tensor"), saved, 2)])
+    check = _saved_layout_checker(AotResult(backward, backward, num_saved=1))
+    y = torch.arange(5.0)
+    with pytest.warns(TorchstrataFallbackWarning, match=r"saved values \[0\] with other strides"):
+        (first,) = check([y])
+    (second,) = check([y])
+    assert first.stride() == second.stride() == (2,)
+    assert torch.equal(first, y) and torch.equal(second, y)
 
 
 class AliasingAot:

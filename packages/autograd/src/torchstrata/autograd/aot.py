@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.autograd.factored_sums import factor_joint_sums
+from torchstrata.autograd.offsets import offset_inputs
 from torchstrata.autograd.partition import partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
 from torchstrata.autograd.unit_grads import unit_grad_forward, unit_grads_enabled
@@ -48,6 +49,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
             tangent_outputs=trace.tangent_outputs,
             grad_inputs=trace.grad_inputs,
             num_unit_grads=0 if unit is None else len(trace.grad_inputs),
+            offset_inputs=offset_inputs(trace.graph, trace.num_primals),
         )
     if options is not None and options.debug:
         verify(result.forward)

@@ -80,25 +80,33 @@ def _overload(packet_name: str, overload: str) -> torch._ops.OpOverload | None:
 
 
 def _same_arguments(func: torch._ops.OpOverload, candidate: torch._ops.OpOverload) -> bool:
-    names = [argument.name for argument in func._schema.arguments]
-    return names == [argument.name for argument in candidate._schema.arguments]
+    """Whether both take the same arguments: names and types (``pow_.Scalar`` takes a
+    tensor ``self`` and a scalar exponent, ``pow.Scalar`` a scalar ``self``)."""
+
+    def signature(op: torch._ops.OpOverload) -> list[tuple[str, str]]:
+        return [(argument.name, str(argument.type)) for argument in op._schema.arguments]
+
+    return signature(func) == signature(candidate)
 
 
 def _inplace_counterpart(
     func: torch._ops.OpOverload, packet: str, overload: str
 ) -> torch._ops.OpOverload | None:
-    """``add_.Tensor`` → ``add.Tensor``; ``bernoulli_.float`` → ``bernoulli.p`` (same args)."""
+    """``add_.Tensor`` → ``add.Tensor``; ``bernoulli_.float`` → ``bernoulli.p``;
+    ``pow_.Scalar`` → ``pow.Tensor_Scalar``; ``normal_`` → ``normal_functional`` (the
+    same arguments)."""
     functional_name = packet.removesuffix("_")
     found = _overload(functional_name, overload or "default")
-    if found is not None and not written_arguments(found):
+    if found is not None and not written_arguments(found) and _same_arguments(func, found):
         return found
-    packet_object = getattr(torch.ops.aten, functional_name, None)
-    if packet_object is None:
-        return None
-    for name in packet_object.overloads():
-        candidate = getattr(packet_object, name)
-        if not written_arguments(candidate) and _same_arguments(func, candidate):
-            return candidate
+    for name in (functional_name, f"{functional_name}_functional"):
+        packet_object = getattr(torch.ops.aten, name, None)
+        if packet_object is None:
+            continue
+        for overload_name in packet_object.overloads():
+            candidate = getattr(packet_object, overload_name)
+            if not written_arguments(candidate) and _same_arguments(func, candidate):
+                return candidate
     return None
 
 

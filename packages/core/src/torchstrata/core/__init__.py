@@ -63,6 +63,7 @@ from torchstrata.core.transform import (
     Transformer,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    with_input_metas,
 )
 from torchstrata.core.verify import VerificationError, verify
 
@@ -137,4 +138,5 @@ __all__ = [
     "to_fx",
     "torch_op",
     "verify",
+    "with_input_metas",
 ]

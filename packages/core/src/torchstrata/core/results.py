@@ -120,6 +120,11 @@ class AotResult:
     outputs[owner].storage_offset() + offset)`` when the computed owner has the traced
     strides, so that the two share memory as they do in eager (a later in-place update of
     one, as after a graph break, shows in the other).
+
+    ``offset_inputs`` lists the inputs whose storage offset the graphs assume to be 0:
+    an ``as_strided`` on (a view of) such an input takes an absolute offset into its
+    storage, and the backward traced for it places the gradient by that assumption. The
+    caller must not run the graphs on such an input at another storage offset.
     """
 
     forward: Graph
@@ -132,6 +137,7 @@ class AotResult:
     tangent_outputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
     num_unit_grads: int = 0
+    offset_inputs: tuple[int, ...] = ()
 
     @property
     def num_mutations(self) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from torchstrata.core.builder import GraphBuilder
 from torchstrata.core.graph import Graph, Node, map_nodes
+from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import Level, OpKind
 
 
@@ -50,6 +52,39 @@ class Transformer:
             kwargs = map_nodes(dict(node.kwargs), self.env.__getitem__)
             self.env[node] = self.transform_node(node, args, kwargs)
         return self.builder.build([self.env[output] for output in self.graph.outputs])
+
+
+class _Retyped(Transformer):
+    """Copies a graph with some inputs' metadata replaced, inferring again the metadata
+    of every node that depends on them."""
+
+    def __init__(self, graph: Graph, metas: Mapping[int, TensorMeta]) -> None:
+        super().__init__(graph)
+        self.metas = {graph.inputs[position]: meta for position, meta in metas.items()}
+        self.changed: set[Node] = set()
+
+    def transform_input(self, node: Node) -> Node:
+        meta = self.metas.get(node)
+        if meta is None or meta == node.meta:
+            return super().transform_input(node)
+        self.changed.add(node)
+        return self.builder.input(node.name, meta)
+
+    def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
+        assert node.op is not None
+        if not any(source in self.changed for source in node.input_nodes()):
+            return super().transform_node(node, args, kwargs)
+        self.changed.add(node)
+        return self.builder.call(node.op, *args, name=node.name, **kwargs)
+
+
+def with_input_metas(graph: Graph, metas: Mapping[int, TensorMeta]) -> Graph:
+    """``graph`` with its inputs at the positions in ``metas`` given that metadata (e.g.
+    other strides), and the metadata of every node that depends on them inferred again;
+    ``graph`` itself when no meta differs."""
+    if all(graph.inputs[position].meta == meta for position, meta in metas.items()):
+        return graph
+    return _Retyped(graph, metas).run()
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:

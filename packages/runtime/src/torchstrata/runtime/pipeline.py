@@ -28,11 +28,13 @@ from torchstrata.core import (
     Level,
     PassManager,
     PassRecord,
+    TensorMeta,
     create_plugin_manager,
     dynamo_import_deferred,
     eliminate_dead_code,
     interpret,
     register,
+    with_input_metas,
 )
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
@@ -45,6 +47,7 @@ from torchstrata.runtime.runners import (
     LazyGraphFn,
     alias_safe,
     inference_runner,
+    offset_safe,
     output_layout,
     training_runner,
 )
@@ -157,6 +160,33 @@ def _with_write_backs(options: CompileOptions, aot: AotResult) -> CompileOptions
     write_backs = {first + k: index for k, index in enumerate(mutated)}
     inductor = {**options.stage("inductor"), "write_backs": write_backs}
     return attrs.evolve(options, stage_options={**options.stage_options, "inductor": inductor})
+
+
+def _saved_as_lowered(aot: AotResult, forward: Graph | None) -> AotResult:
+    """``aot`` with its backward's saved inputs given the strides that the lowered
+    ``forward`` (its prims graph, None when not lowered) returns them with.
+
+    The backward graph was traced with ATen's layouts of the saved values; a
+    decomposition may lay one out otherwise (a reshape that ATen makes a view of a
+    non-contiguous input comes out of the prims graph contiguous). Kernels index their
+    inputs by the strides they were generated for, so the backward is built for the
+    layout it will be given.
+    """
+    if forward is None or aot.backward is None or not aot.num_saved:
+        return aot
+    first = len(aot.forward.outputs) - aot.num_unit_grads - aot.num_saved
+    produced = forward.outputs[first : first + aot.num_saved]
+    metas = {}
+    for position, (node, made) in enumerate(zip(aot.backward.inputs, produced, strict=False)):
+        want, have = node.meta, made.meta
+        if not (isinstance(want, TensorMeta) and isinstance(have, TensorMeta)):
+            continue
+        same_value = (want.shape, want.dtype) == (have.shape, have.dtype)
+        if same_value and want.strides != have.strides:
+            metas[position] = attrs.evolve(want, strides=have.strides)
+    if not metas:
+        return aot
+    return attrs.evolve(aot, backward=with_input_metas(aot.backward, metas))
 
 
 def _first_device(graph: Graph) -> torch.device:
@@ -332,10 +362,13 @@ class Pipeline:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True
         else:
+            aot = _saved_as_lowered(aot, forward.prims_graph)
+            assert aot.backward is not None
             backward = self._lazy_graph(aot.backward, options, "backward graph")
             plain = self._lazy_plain_forward(aten_graph, aot, options)
             runner = training_runner(forward.fn, backward, aot, plain)
             runner = alias_safe(runner, _interpreter(torch_graph), aot)
+            runner = offset_safe(runner, _interpreter(torch_graph), aot)
             interpreted = forward.interpreted
         return GraphArtifacts(
             torch_graph,

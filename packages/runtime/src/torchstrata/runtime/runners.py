@@ -109,8 +109,25 @@ def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequenc
     if mutated:
         with torch.no_grad():
             for index, value in zip(mutated, values):
-                if value is not inputs[index]:  # an update done in place needs no copy
+                if not _same_memory(value, inputs[index]):
                     inputs[index].copy_(value)
+
+
+def _same_memory(value: Any, target: torch.Tensor) -> bool:
+    """Whether ``value`` is ``target`` or an alias of exactly its elements: an update done
+    in place, or a value left as it was (an eval-mode batch norm's running statistics),
+    which an ``autograd.Function`` returns as a new alias of its input. Copying it would
+    change nothing but the input's version counter, and a backward that saved the input
+    would then refuse to run."""
+    if value is target:
+        return True
+    return (
+        isinstance(value, torch.Tensor)
+        and value.data_ptr() == target.data_ptr()
+        and value.dtype == target.dtype
+        and value.shape == target.shape
+        and value.stride() == target.stride()
+    )
 
 
 def _user_outputs(
@@ -236,6 +253,32 @@ def alias_safe(runner: GraphRunner, eager: GraphRunner | None, aot: AotResult) -
     return run
 
 
+def offset_safe(runner: GraphRunner, eager: GraphRunner | None, aot: AotResult) -> GraphRunner:
+    """``runner``, except that a call where an input listed in ``aot.offset_inputs`` (an
+    ``as_strided`` reads it: its gradient was traced for an input at the start of its
+    storage) starts elsewhere in its storage runs ``eager`` with a
+    :class:`TorchstrataFallbackWarning`. One ``storage_offset()`` per listed input and
+    call; graphs without such inputs are returned as they are."""
+    positions = tuple(getattr(aot, "offset_inputs", ()) or ())
+    if not positions or eager is None:
+        return runner
+    key = ("storage-offset", id(runner))
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        if any(inputs[p].storage_offset() for p in positions):
+            warn_once(
+                key,
+                "torchstrata: an as_strided reads an input that starts inside its storage "
+                "(a storage offset other than 0); its gradient was traced for an input at "
+                "offset 0, so this call runs eagerly",
+                stacklevel=4,
+            )
+            return tuple(eager(*inputs))
+        return runner(*inputs)
+
+    return run
+
+
 def _output_views(aot: AotResult) -> tuple[Any, ...]:
     """``aot.output_views``, each with its owner's traced strides appended (None: none)."""
     views = tuple(getattr(aot, "output_views", ()) or ())
@@ -337,33 +380,83 @@ def _once_differentiable(grads: Sequence[Any]) -> Sequence[Any]:
     return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
 
 
-def _saved_dtype_checker(aot: AotResult) -> Callable[[Sequence[Any]], None]:
-    """A check, run on the first backward only, that the saved tensors have the dtypes
-    the backward graph was built for.
+def _saved_layout_checker(aot: AotResult) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """A check of the saved tensors against the backward graph's inputs: it returns the
+    saved tensors to pass to the backward.
 
-    Compiled kernels read their inputs through typed pointers: a saved tensor of another
-    dtype (a forward and a backward graph that disagree about it) would be read out of
-    bounds, giving garbage gradients rather than an error.
+    Compiled kernels read their inputs through typed pointers at the strides they were
+    generated for: a saved tensor of another dtype or layout than the backward graph's
+    (a forward and a backward that disagree about it) would be read out of bounds, giving
+    garbage gradients rather than an error. On the first backward, a dtype that differs
+    raises; a saved tensor laid out otherwise is copied into the expected layout,
+    then and on every later backward, with a warning (the pipeline builds the backward
+    for the forward's layouts, so this is a safety net).
     """
     backward = aot.backward
     inputs = backward.inputs[: aot.num_saved] if backward is not None else ()
-    expected = [node.meta.dtype if isinstance(node.meta, TensorMeta) else None for node in inputs]
+    expected = [node.meta if isinstance(node.meta, TensorMeta) else None for node in inputs]
     pending = [True]
+    restrided: list[int] = []
 
-    def check(saved: Sequence[Any]) -> None:
-        if not pending:
-            return
-        for position, (tensor, dtype) in enumerate(zip(saved, expected, strict=False)):
-            known = dtype is not None and isinstance(tensor, torch.Tensor)
-            if known and tensor.dtype != dtype:
-                raise RuntimeError(
-                    f"torchstrata: the forward saved a {tensor.dtype} tensor where the "
-                    f"backward graph expects {dtype} (saved value {position}); "
-                    "the compiled forward and backward graphs disagree"
-                )
-        pending.clear()
+    def check(saved: Sequence[Any]) -> Sequence[Any]:
+        if pending:
+            restrided.extend(_first_saved_check(saved, expected))
+            pending.clear()
+        if not restrided:
+            return saved
+        fixed = list(saved)
+        for position in restrided:
+            meta = expected[position]
+            assert meta is not None
+            tensor = fixed[position]
+            copy = torch.empty_strided(
+                meta.shape, meta.strides, dtype=meta.dtype, device=tensor.device
+            )
+            fixed[position] = copy.copy_(tensor)
+        return fixed
 
     return check
+
+
+def _same_layout(shape: Sequence[int], strides: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether two stride tuples address ``shape``'s elements alike (a dimension of size
+    one may have any stride)."""
+    return all(n == 1 or a == b for n, a, b in zip(shape, strides, other, strict=True))
+
+
+def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | None]) -> list[int]:
+    """Raise on a saved tensor of the wrong dtype; return the positions of those laid out
+    otherwise than ``expected`` (with a warning).
+
+    A saved tensor of another shape is let through: meta kernels and CPU kernels disagree
+    on the shapes of some outputs only extern ops read (``_embedding_bag``'s bfloat16
+    ``offset2bag`` is empty on the CPU), and those ops take what they are given.
+    """
+    restrided = []
+    for position, (tensor, meta) in enumerate(zip(saved, expected, strict=False)):
+        if meta is None or not isinstance(tensor, torch.Tensor):
+            continue
+        if tensor.dtype != meta.dtype:
+            raise RuntimeError(
+                f"torchstrata: the forward saved a {tensor.dtype} tensor where the backward "
+                f"graph expects {meta.dtype} (saved value {position}); the compiled forward "
+                "and backward graphs disagree"
+            )
+        same_shape = tuple(tensor.shape) == meta.shape
+        if (
+            same_shape
+            and tensor.numel() > 1
+            and not _same_layout(meta.shape, tensor.stride(), meta.strides)
+        ):
+            restrided.append(position)
+    if restrided:
+        warnings.warn(
+            f"torchstrata: the forward saved values {restrided} with other strides than the "
+            "backward graph was built for; they are copied before every backward",
+            TorchstrataFallbackWarning,
+            stacklevel=4,
+        )
+    return restrided
 
 
 def training_runner(
@@ -376,7 +469,7 @@ def training_runner(
     num_user, mutated, aliases = output_layout(aot)
     forward = _unwrapped(forward)
     plain_forward = _unwrapped(plain_forward) if plain_forward is not None else None
-    check_saved = _saved_dtype_checker(aot)
+    check_saved = _saved_layout_checker(aot)
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
@@ -431,8 +524,7 @@ def training_runner(
                 # the backward graph
                 computed, ctx.unit_grads = UnitGrads.scaled(ctx.unit_grads, tangents[0]), None
             else:
-                saved = ctx.saved_tensors
-                check_saved(saved)
+                saved = check_saved(ctx.saved_tensors)
                 if not graph_mode:
                     computed = backward(*saved, *tangents)
                 else:
