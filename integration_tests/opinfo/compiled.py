@@ -139,25 +139,32 @@ def _matches_cpu_eager(
     return outputs_mismatch(op, [t.cpu() for t in inputs], eager_inputs, None) is None
 
 
-def report_compiled(per_op: dict[str, list[tuple[str, CompiledOutcome]]], out: Any) -> int:
-    """Print the per-op table, the fallback and eager reasons and every mismatch; return
-    the number of mismatches."""
-    print(f"{'op':40} " + " ".join(f"{s:>9}" for s in ("samples", *COMPILED_STATUSES)), file=out)
+def report_compiled(
+    per_op: dict[str, list[tuple[str, CompiledOutcome]]],
+    out: Any,
+    columns: Sequence[str] = COMPILED_STATUSES,
+    bad: Sequence[str] = ("mismatch",),
+) -> int:
+    """Print the per-op table (one column per status in ``columns``), the reasons of
+    each status that is neither ``bad`` nor the first column, and every outcome whose
+    status is ``bad``; return how many there are."""
+    print(f"{'op':40} " + " ".join(f"{s:>12}" for s in ("samples", *columns)), file=out)
     totals: collections.Counter[str] = collections.Counter()
     reasons: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     mismatches = []
     for name, results in per_op.items():
         counts = collections.Counter(outcome.status for _, outcome in results)
         totals.update(counts)
-        row = [len(results), *(counts[s] for s in COMPILED_STATUSES)]
-        print(f"{name:40} " + " ".join(f"{n:9}" for n in row), file=out)
+        row = [len(results), *(counts[s] for s in columns)]
+        print(f"{name:40} " + " ".join(f"{n:12}" for n in row), file=out)
         for where, outcome in results:
             reasons[outcome.status][outcome.reason] += 1
-            if outcome.status == "mismatch":
-                mismatches.append(f"{name} [{where}]: {outcome.reason}")
-    print("\nsamples: " + "  ".join(f"{s}: {totals[s]}" for s in COMPILED_STATUSES), file=out)
-    for status in ("fallback", "eager", "eager-differs", "skip"):
-        _print_top(f"{status} reasons", reasons[status], out)
+            if outcome.status in bad:
+                mismatches.append(f"{name} [{where}] {outcome.status}: {outcome.reason}")
+    print("\nsamples: " + "  ".join(f"{s}: {totals[s]}" for s in columns), file=out)
+    for status in columns[1:]:
+        if status not in bad:
+            _print_top(f"{status} reasons", reasons[status], out)
     print(f"\nmismatches ({len(mismatches)}):", file=out)
     for line in mismatches:
         print(f"  {line}", file=out)

@@ -10,8 +10,9 @@ fallback's apart), the ATen ops left extern, capture's decline and error reasons
 skip reasons and every mismatch.
 
 ``--codegen cpp`` (or ``triton``) runs each sample through the whole compiler instead
-(:mod:`.compiled`); ``--grad`` with it checks the samples' gradients through the
-compiled training path (:mod:`.gradients`).
+(:mod:`.compiled`); with it, ``--check grad`` checks the samples' gradients through the
+compiled training path (:mod:`.gradients`), ``--check errors`` the OpInfos' error
+inputs (:mod:`.errors`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 from .captured import run_captured_sample
 from .compiled import CompiledOutcome, report_compiled, run_compiled_sample
+from .errors import BAD_ERROR_STATUSES, ERROR_STATUSES, run_error_input
 from .gradients import run_gradient_sample
 from .harness import Outcome
 
@@ -62,12 +64,18 @@ def run_op(
     max_samples: int,
     codegen: str = "interpret",
     device: str = "cpu",
-    grad: bool = False,
+    check: str = "outputs",
 ) -> list[tuple[str, Any]]:
     """Every (dtype, sample) outcome of one OpInfo: an :class:`Outcome` through capture
     and the interpreter (``codegen="interpret"``), else a :class:`CompiledOutcome` through
-    ``torchstrata.runtime.compile`` with that code generator on ``device``; with ``grad``,
-    of the samples' gradients (:func:`.gradients.run_gradient_sample`)."""
+    ``torchstrata.runtime.compile`` with that code generator on ``device``: of the
+    samples' outputs (``check="outputs"``), of their gradients (``"grad"``,
+    :func:`.gradients.run_gradient_sample`), or of the OpInfo's error inputs
+    (``"errors"``, :func:`.errors.run_error_input`; ``dtypes`` and ``max_samples`` do not
+    apply)."""
+    if check == "errors":
+        return _run_errors(op, codegen, device)
+    grad = check == "grad"
     supported = op.supported_dtypes(device)
     results: list[tuple[str, Any]] = []
     for dtype in dtypes:
@@ -93,6 +101,25 @@ def run_op(
                     if codegen != "interpret":
                         outcome = CompiledOutcome("mismatch", reason)
             results.append((where, outcome))
+    return results
+
+
+def _run_errors(op: Any, codegen: str, device: str) -> list[tuple[str, Any]]:
+    if getattr(op, "error_inputs_func", None) is None:
+        return []
+    try:
+        error_inputs = list(op.error_inputs(device))
+    except Exception as error:  # noqa: BLE001 - a broken generator is a skip, counted
+        return [("error_inputs", CompiledOutcome("skip", f"error_inputs failed: {error}"))]
+    results: list[tuple[str, Any]] = []
+    for index, error_input in enumerate(error_inputs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                outcome = run_error_input(op, error_input, codegen)
+            except Exception as error:  # noqa: BLE001 - the harness itself must not stop
+                outcome = CompiledOutcome("accepted", f"harness: {type(error).__name__}: {error}")
+        results.append((f"error{index}", outcome))
     return results
 
 
@@ -204,14 +231,14 @@ def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) 
 
 
 def _run_indexed(
-    item: tuple[int, int, tuple[torch.dtype, ...], str, str, bool],
+    item: tuple[int, int, tuple[torch.dtype, ...], str, str, str],
 ) -> list[tuple[str, Any]]:
     """The outcomes of ``op_db[index]`` (imported here too: spawned workers start bare)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
-    index, max_samples, dtypes, codegen, device, grad = item
-    return run_op(op_db[index], dtypes, max_samples, codegen, device, grad)
+    index, max_samples, dtypes, codegen, device, check = item
+    return run_op(op_db[index], dtypes, max_samples, codegen, device, check)
 
 
 def _reported(
@@ -221,7 +248,7 @@ def _reported(
     cut short still shows what it found)."""
     for op, result in zip(ops, results):
         for where, outcome in result:
-            if outcome.status == "mismatch":
+            if outcome.status in ("mismatch", *BAD_ERROR_STATUSES):
                 print(f"MISMATCH {op_label(op)} [{where}]: {outcome.reason}", file=sys.stderr)
         yield result
 
@@ -241,16 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="where the samples live (cpu, cuda)")
     parser.add_argument(
-        "--grad",
-        action="store_true",
-        help="check input gradients through the compiled training path (cpp or triton)",
+        "--check",
+        choices=("outputs", "grad", "errors"),
+        default="outputs",
+        help="with --codegen cpp or triton: the samples' outputs (default), their input "
+        "gradients through the compiled training path, or the OpInfos' error inputs "
+        "(each must raise eager's exception type)",
     )
     parser.add_argument(
         "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
     )
     args = parser.parse_args(argv)
-    if args.grad and args.codegen == "interpret":
-        parser.error("--grad needs --codegen cpp or triton")
+    if args.check != "outputs" and args.codegen == "interpret":
+        parser.error(f"--check {args.check} needs --codegen cpp or triton")
     dtypes = DTYPES
     if args.dtypes:
         dtypes = tuple(getattr(torch, name) for name in args.dtypes.split(","))
@@ -266,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     ops = [op_db[index] for index in chosen]
     start = time.monotonic()
     work = [
-        (index, args.max_samples, dtypes, args.codegen, args.device, args.grad) for index in chosen
+        (index, args.max_samples, dtypes, args.codegen, args.device, args.check) for index in chosen
     ]
     if args.jobs > 1:
         context = "spawn" if args.device != "cpu" else "fork"  # CUDA does not survive a fork
@@ -275,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = list(_reported(map(_run_indexed, work), ops))
     per_op = {op_label(op): result for op, result in zip(ops, results)}
-    if args.codegen != "interpret":
+    if args.check == "errors":
+        mismatched = report_compiled(per_op, sys.stdout, ERROR_STATUSES, BAD_ERROR_STATUSES)
+    elif args.codegen != "interpret":
         mismatched = report_compiled(per_op, sys.stdout)
     else:
         mismatched = report(per_op).get("mismatch", 0)

@@ -6,8 +6,8 @@ and differentiated twice (:func:`.gradients.run_gradient_sample`): C++ kernels o
 CPU, Triton kernels on a GPU when there is one. No output or input gradient may differ
 from eager's, and most samples must run compiled code rather than fall back.
 
-The full sweep: ``python -m integration_tests.opinfo.sweep --codegen cpp --grad`` (or
-``--codegen triton --device cuda --grad``).
+The full sweep: ``python -m integration_tests.opinfo.sweep --codegen cpp --check grad`` (or
+``--codegen triton --device cuda --check grad``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def fast_ops() -> dict[str, object]:
 def _outcomes(fast_ops, name: str, device: str) -> list[tuple[str, CompiledOutcome]]:
     if (name, device) not in _RESULTS:
         op = fast_ops[name]
-        _RESULTS[name, device] = run_op(op, DTYPES, 1, _CODEGEN[device], device, grad=True)
+        _RESULTS[name, device] = run_op(op, DTYPES, 1, _CODEGEN[device], device, check="grad")
     return _RESULTS[name, device]
 
 
