@@ -97,7 +97,7 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
             problem = outputs_mismatch(op, inputs, eager_inputs, None)
             problem = f"mutated input {problem}" if problem else None
         if problem is not None:
-            if _matches_cpu_eager(op, fn, tensors, outputs, got, inputs):
+            if matches_cpu_eager(op, fn, tensors, outputs, got, inputs):
                 return CompiledOutcome("eager-differs", f"{call}: {problem}")
             return CompiledOutcome("mismatch", f"{call}: {problem}")
     if fallbacks:
@@ -106,7 +106,7 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     return CompiledOutcome("eager", eager) if eager is not None else CompiledOutcome("compiled")
 
 
-def _matches_cpu_eager(
+def matches_cpu_eager(
     op: Any,
     fn: Callable[..., Any],
     tensors: Sequence[torch.Tensor],

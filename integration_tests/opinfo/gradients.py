@@ -19,7 +19,8 @@ rounds at every op. A gradient eager leaves as None (an input the outputs do not
 back as None or as zeros.
 
 The statuses are :mod:`.compiled`'s: ``compiled``, ``eager``, ``fallback``, ``mismatch``,
-``eager-differs`` (not used here) and ``skip`` (no differentiable input or output, eager
+``eager-differs`` (outputs only: on a GPU, an output that differs from eager there but
+matches eager on the CPU) and ``skip`` (no differentiable input or output, eager
 fails, the OpInfo has no autograd).
 """
 
@@ -36,7 +37,7 @@ from torchstrata.core import CompileOptions
 from torchstrata.runtime import TorchstrataFallbackWarning
 
 from .captured import fresh, outputs_mismatch
-from .compiled import CompiledOutcome, eager_reason
+from .compiled import CompiledOutcome, eager_reason, matches_cpu_eager
 from .harness import SEED, UNCHECKED_PREFIXES, first_line, flat_outputs
 from .user_fn import user_function
 
@@ -74,7 +75,7 @@ def run_grads(
     leaves = _leaves(tensors, wide)
     torch.manual_seed(SEED)
     outputs = flat_outputs(fn(*leaves)) or []
-    pulled = [o for o in outputs if o.grad_fn is not None and o.is_floating_point()]
+    pulled = [o for o in outputs if o.requires_grad and o.is_floating_point()]
     wanted = [leaf for leaf in leaves if leaf.requires_grad]
     grads: Sequence[torch.Tensor | None] = [None] * len(wanted)
     if pulled and wanted:
@@ -190,8 +191,12 @@ def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
             return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
         fallbacks += warned
         problem = outputs_mismatch(op, got_outputs, outputs, out_reference)
-        if problem is None:
-            problem = grads_mismatch(got_grads, grads, reference)
+        if problem is not None:
+            plain = [t.detach() for t in tensors]
+            if matches_cpu_eager(op, fn, plain, outputs, got_outputs, plain):
+                return CompiledOutcome("eager-differs", f"{call}: {problem}")
+            return CompiledOutcome("mismatch", f"{call}: {problem}")
+        problem = grads_mismatch(got_grads, grads, reference)
         if problem is not None:
             return CompiledOutcome("mismatch", f"{call}: {problem}")
     if fallbacks:

@@ -153,6 +153,30 @@ def test_on_the_gpu_scaling_bf16_rounds_once():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_the_gpu_gradients_of_one_size_in_several_dtypes_scale_right():
+    """The direct launch keeps the binary its first call compiled, for that call's
+    pointer types. Launches were cached by size alone: a float32 gradient's launch then
+    read a bfloat16 gradient of the same size (and its bfloat16 scale) as float32 and
+    wrote garbage (the H200 OpInfo gradient sweep: 260 wrong scalar gradients)."""
+    from torchstrata.runtime.unit_scale import scale_in_place
+
+    for dtype, scale_dtype in [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float32, torch.bfloat16),
+        (torch.float16, torch.float32),
+        (torch.float64, torch.float64),
+    ]:
+        for _ in range(3):  # the first launch dispatches through Triton, the rest directly
+            grad = torch.randn(5, device="cuda").to(dtype)
+            scale = torch.tensor(0.3, device="cuda").to(scale_dtype)
+            wide = torch.float64 if dtype == torch.float64 else torch.float32
+            want = (grad.to(wide) * scale.to(wide)).to(dtype)
+            scale_in_place(grad, scale)
+            assert torch.equal(grad, want), (dtype, scale_dtype)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("explicit", [False, True])
 def test_on_the_gpu_steps_seeded_in_turn_stay_right(explicit):
     """Seeds 1, 0.5, 1, 1, 2, 1 on the GPU: the tangent noted in pinned memory a step late,

@@ -31,20 +31,26 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
         if scale.item() != 1:
             _multiply(grad, scale)
         return
-    wide = torch.float64 in (grad.dtype, scale.dtype)
-    _scaler(grad.device, grad.numel(), wide, _interpreted())(grad, scale)
+    _scaler(grad.device, grad.numel(), grad.dtype, scale.dtype, _interpreted())(grad, scale)
 
 
 @functools.cache
-def _scaler(device: torch.device, numel: int, wide: bool, interpreted: bool) -> Any:
-    """How to scale ``numel`` elements on ``device`` (chosen once per gradient shape: the
-    backward's host time is on the step's critical path)."""
+def _scaler(
+    device: torch.device,
+    numel: int,
+    dtype: torch.dtype,
+    scale_dtype: torch.dtype,
+    interpreted: bool,
+) -> Any:
+    """How to scale ``numel`` elements of ``dtype`` by a ``scale_dtype`` scale on
+    ``device`` (chosen once per gradient shape and dtypes: the backward's host time is on
+    the step's critical path)."""
     # the kernel indexes with int32, up to a block past the end
     small = numel < 2**31 - _BLOCK
     kernel = _build(interpreted) if device.type == "cuda" and small else None
     if kernel is None:
         return _multiply
-    return _launcher(kernel, device.type, _device_index(device), numel, wide)
+    return _launcher(kernel, device.type, _device_index(device), numel, dtype, scale_dtype)
 
 
 def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -58,9 +64,9 @@ def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
 def launch_scale(kernel: Any, grad: torch.Tensor, scale: torch.Tensor) -> None:
     """Run the Triton ``kernel`` (from :func:`_kernel`) on ``grad`` (also on CPU tensors
     under ``TRITON_INTERPRET=1``)."""
-    wide = torch.float64 in (grad.dtype, scale.dtype)
     index = _device_index(grad.device)
-    _launcher(kernel, grad.device.type, index, grad.numel(), wide)(grad, scale)
+    launch = _launcher(kernel, grad.device.type, index, grad.numel(), grad.dtype, scale.dtype)
+    launch(grad, scale)
 
 
 def _device_index(device: torch.device) -> int:
@@ -71,12 +77,19 @@ def _device_index(device: torch.device) -> int:
 
 
 @functools.cache
-def _launcher(kernel: Any, device: str, index: int, numel: int, wide: bool) -> Any:
-    """A launch of ``kernel`` over ``numel`` elements: its arguments are tensors only (the
-    element count and steps ride in a small device tensor made here, once), so on the GPU
-    it goes through the inductor's :class:`~torchstrata.inductor.triton_launch.DirectLaunch`
-    when that is installed, without Triton's per-call dispatch (tens of microseconds of
-    host time per backward)."""
+def _launcher(
+    kernel: Any, device: str, index: int, numel: int, dtype: torch.dtype, scale_dtype: torch.dtype
+) -> Any:
+    """A launch of ``kernel`` over ``numel`` elements of ``dtype`` scaled by a
+    ``scale_dtype`` value: its arguments are tensors only (the element count and steps
+    ride in a small device tensor made here, once), so on the GPU it goes through the
+    inductor's :class:`~torchstrata.inductor.triton_launch.DirectLaunch` when that is
+    installed, without Triton's per-call dispatch (tens of microseconds of host time per
+    backward). A direct launch reuses the binary its first call compiled, for that
+    call's pointer types: the dtypes are part of this cache's key, or a float32
+    gradient's launch would read a later bfloat16 gradient of the same size as float32
+    (garbage, seen on the H200)."""
+    wide = torch.float64 in (dtype, scale_dtype)
     blocks = -(-numel // _BLOCK)
     # on the GPU a few programs per SM stride over the blocks: at a scale of 1 they return
     # at once (on the H200, 1.2 us for K7's 262M elements against 20 us for a program per
