@@ -157,3 +157,24 @@ def test_partials_configs_tile_the_chunk():
     assert configs and all(c.persistent and c.rblock == 1024 for c in configs)
     assert all(kernel.partials.chunk % c.xblock == 0 for c in configs)
     assert {c.grid(kernel.rows) for c in configs} == {(kernel.partials.programs,)}
+
+
+def test_partials_configs_for_rows_too_short_for_a_vector_per_thread():
+    """Rows of 4: partials tiles of at most 16 elements, fewer than 4 warps' vectors. No
+    configuration was left, and building such a kernel for the GPU raised IndexError
+    (the H200 OpInfo gradient sweep: a group norm's backward over 6 channels)."""
+    from torchstrata.inductor.lowering import lower_graph
+    from torchstrata.inductor.partials import fuse_partials
+    from torchstrata.inductor.plan import plan_graph
+    from torchstrata.inductor.split_sums import split_long_sums
+    from torchstrata.inductor.triton_printer import supports
+
+    graph = split_long_sums(_norm_backward(4096, 4))
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
+    steps = fuse_partials(plan_graph(graph, lowered).steps)
+    kernels = [s for s in steps if getattr(s, "partials", None) is not None]
+    assert kernels
+    for kernel in kernels:
+        configs = candidate_configs(kernel, interpret=False)
+        assert configs and all(c.persistent for c in configs)
+        assert all(kernel.partials.chunk % c.xblock == 0 for c in configs)

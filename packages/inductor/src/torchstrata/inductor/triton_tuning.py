@@ -225,12 +225,18 @@ def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
         wide = [x for x in (1, 2, 4, 8, 16, 32, 64) if 2 * x <= partials.chunk]
         x = max([w for w in wide if partials.chunk % w == 0 and w * rblock <= 16384] or [1])
         return [Config(x, rblock, 1, True, programs=partials.programs)]
-    return [
+    configs = [
         Config(x, rblock, warps, True, programs=partials.programs)
         for x in xblocks
         for warps in (4, 8, 16)
         if x * rblock >= warps * 128  # at least a vector of 4 per thread
     ]
+    if configs:
+        return configs
+    # short rows (a group norm over 6 channels: the largest tile is 16 elements) or a row
+    # too long for 16384-element tiles: the widest tile there is, its warps to match
+    x = max(xblocks or [1])
+    return [Config(x, rblock, _warps_for(x * rblock), True, programs=partials.programs)]
 
 
 def tuning_key(sources: Sequence[str], device: str) -> str:
