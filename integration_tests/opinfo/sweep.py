@@ -41,11 +41,22 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 STATUSES = ("decomposed", "extern", "mismatch", "skip")
 
 
+#: Layouts a sample is also run in (``--layouts``): the OpInfo's non-contiguous copy,
+#: column-major (the last two dimensions' strides swapped) and channels-last (4-D).
+LAYOUTS = ("noncontig", "transposed", "channels-last")
+
+
 def samples(
-    op: Any, dtype: torch.dtype, max_samples: int, device: str = "cpu", grad: bool = False
+    op: Any,
+    dtype: torch.dtype,
+    max_samples: int,
+    device: str = "cpu",
+    grad: bool = False,
+    layouts: tuple[str, ...] = ("noncontig",),
 ) -> Iterator[tuple[str, Any]]:
-    """``(label, sample)``: the op's first samples, each also as a non-contiguous copy
-    (made with ``requires_grad`` where the OpInfo wants it, with ``grad``)."""
+    """``(label, sample)``: the op's first samples (made with ``requires_grad`` where the
+    OpInfo wants it, with ``grad``), each also in each of ``layouts`` (see
+    :data:`LAYOUTS`) that changes one of its tensors."""
     torch.manual_seed(0)
     try:
         generated = op.sample_inputs(device, dtype, requires_grad=grad)
@@ -53,9 +64,37 @@ def samples(
             if index >= max_samples:
                 break
             yield f"{index}", sample
-            yield f"{index}-noncontig", sample.noncontiguous()
+            for layout in layouts:
+                variant = (
+                    sample.noncontiguous() if layout == "noncontig" else relaid(sample, layout)
+                )
+                if variant is not None:
+                    yield f"{index}-{layout}", variant
     except Exception as error:  # noqa: BLE001 - a broken generator is a skip, counted
         yield f"sample_inputs failed: {type(error).__name__}", None
+
+
+def relaid(sample: Any, layout: str) -> Any:
+    """``sample`` with its tensors' values in another memory layout (``"transposed"``:
+    column-major, ``"channels-last"``), or None when no tensor of it has one."""
+    changed = []
+
+    def relay(tensor: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor) or tensor.layout is not torch.strided:
+            return tensor
+        if layout == "transposed" and tensor.dim() >= 2 and tensor.shape[-1] * tensor.shape[-2] > 1:
+            new = tensor.mT.contiguous().mT
+        elif layout == "channels-last" and tensor.dim() == 4:
+            new = tensor.contiguous(memory_format=torch.channels_last)
+            if new.stride() == tensor.stride():
+                return tensor
+        else:
+            return tensor
+        changed.append(tensor)
+        return new.detach().requires_grad_(tensor.requires_grad)
+
+    variant = sample.transform(relay)
+    return variant if changed else None
 
 
 def run_op(
@@ -65,14 +104,15 @@ def run_op(
     codegen: str = "interpret",
     device: str = "cpu",
     check: str = "outputs",
+    layouts: tuple[str, ...] = ("noncontig",),
 ) -> list[tuple[str, Any]]:
     """Every (dtype, sample) outcome of one OpInfo: an :class:`Outcome` through capture
     and the interpreter (``codegen="interpret"``), else a :class:`CompiledOutcome` through
     ``torchstrata.runtime.compile`` with that code generator on ``device``: of the
     samples' outputs (``check="outputs"``), of their gradients (``"grad"``,
     :func:`.gradients.run_gradient_sample`), or of the OpInfo's error inputs
-    (``"errors"``, :func:`.errors.run_error_input`; ``dtypes`` and ``max_samples`` do not
-    apply)."""
+    (``"errors"``, :func:`.errors.run_error_input`; ``dtypes``, ``max_samples`` and
+    ``layouts`` do not apply). Each sample also runs in each of ``layouts``."""
     if check == "errors":
         return _run_errors(op, codegen, device)
     grad = check == "grad"
@@ -81,7 +121,7 @@ def run_op(
     for dtype in dtypes:
         if dtype not in supported:
             continue
-        for label, sample in samples(op, dtype, max_samples, device, grad):
+        for label, sample in samples(op, dtype, max_samples, device, grad, layouts):
             where = f"{dtype}:{label}"
             if sample is None:
                 results.append((where, Outcome("skip", label)))
@@ -231,14 +271,14 @@ def report(per_op: dict[str, list[tuple[str, Outcome]]], out: Any = sys.stdout) 
 
 
 def _run_indexed(
-    item: tuple[int, int, tuple[torch.dtype, ...], str, str, str],
+    item: tuple[int, int, tuple[torch.dtype, ...], str, str, str, tuple[str, ...]],
 ) -> list[tuple[str, Any]]:
     """The outcomes of ``op_db[index]`` (imported here too: spawned workers start bare)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     logging.getLogger("torchstrata").setLevel(logging.ERROR)  # later-segment fallbacks
-    index, max_samples, dtypes, codegen, device, check = item
-    return run_op(op_db[index], dtypes, max_samples, codegen, device, check)
+    index, max_samples, dtypes, codegen, device, check, layouts = item
+    return run_op(op_db[index], dtypes, max_samples, codegen, device, check, layouts)
 
 
 def _reported(
@@ -278,7 +318,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
     )
+    parser.add_argument(
+        "--layouts",
+        default="noncontig",
+        help="comma-separated layouts each sample also runs in, of " + ",".join(LAYOUTS),
+    )
     args = parser.parse_args(argv)
+    layouts = tuple(args.layouts.split(",")) if args.layouts else ()
+    unknown = set(layouts) - set(LAYOUTS)
+    if unknown:
+        parser.error(f"unknown layouts {sorted(unknown)}; choose from {LAYOUTS}")
     if args.check != "outputs" and args.codegen == "interpret":
         parser.error(f"--check {args.check} needs --codegen cpp or triton")
     dtypes = DTYPES
@@ -296,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ops = [op_db[index] for index in chosen]
     start = time.monotonic()
     work = [
-        (index, args.max_samples, dtypes, args.codegen, args.device, args.check) for index in chosen
+        (index, args.max_samples, dtypes, args.codegen, args.device, args.check, layouts)
+        for index in chosen
     ]
     if args.jobs > 1:
         context = "spawn" if args.device != "cpu" else "fork"  # CUDA does not survive a fork
