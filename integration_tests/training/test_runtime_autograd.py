@@ -174,3 +174,33 @@ def test_as_strided_on_an_input_inside_its_storage() -> None:
         torch.testing.assert_close(got, expected)
         eager = [w for w in caught if "storage offset" in str(w.message)]
         assert bool(eager) == (a is inside)
+
+
+def _avg_pool(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.avg_pool1d(
+        x, 3, stride=1, padding=1, ceil_mode=True, count_include_pad=False
+    )
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_avg_pool_gradient_of_a_column_major_input(device: str) -> None:
+    """The backward's extern ``avg_pool2d_backward`` got its operands as views whose new
+    size-one dimension had stride 0; on the H200 it returned wrong values for them."""
+    compiled = rt.compile(_avg_pool)
+    x = torch.randn(1, 9, 3, device=device).transpose(1, 2).requires_grad_()
+    cotangent = torch.randn(1, 3, 9, device=device)
+    (expected,) = torch.autograd.grad(_avg_pool(x), x, cotangent)
+    (got,) = torch.autograd.grad(compiled(x), x, cotangent)
+    torch.testing.assert_close(got, expected)

@@ -133,3 +133,17 @@ def test_rand_is_deterministic_uniform_and_offset_shifts_the_stream(dtype):
     assert not torch.equal(a, rand([64, 64], 4, 0, dtype, cpu))
     shifted = rand([10], torch.tensor(3), 5, dtype, cpu)
     assert torch.equal(shifted, a.flatten()[5:15])
+
+
+def test_broadcast_in_dim_reference_makes_new_dimensions_as_unsqueeze_does():
+    """ATen kernels that get its result (through the reference interpreter) read layouts
+    from strides, a size-one dimension's included."""
+    from torchstrata.core.prims import get_prim
+
+    x = torch.randn(1, 9, 3).transpose(1, 2)
+    out = get_prim("broadcast_in_dim").impl(x, [1, 3, 1, 9], [0, 1, 3])
+    assert out.stride() == x.unsqueeze(2).stride()
+    assert torch.equal(out, x.unsqueeze(2))
+    y = torch.randn(3)
+    wide = get_prim("broadcast_in_dim").impl(y, [2, 3, 4], [1])
+    assert torch.equal(wide, y[None, :, None].expand(2, 3, 4))

@@ -217,10 +217,13 @@ def _broadcast_in_dim_meta(
 def _broadcast_in_dim(
     a: torch.Tensor, shape: Sequence[int], broadcast_dims: Sequence[int]
 ) -> torch.Tensor:
-    view_shape = [1] * len(shape)
-    for in_dim, out_dim in enumerate(broadcast_dims):
-        view_shape[out_dim] = a.shape[in_dim]
-    return a.reshape(view_shape).expand(tuple(shape))
+    # the new dimensions as ``unsqueeze`` makes them: ATen kernels read layouts from
+    # strides, even a size-one dimension's (see launcher.unsqueezed_strides)
+    kept = set(broadcast_dims)
+    for out_dim in range(len(shape)):
+        if out_dim not in kept:
+            a = a.unsqueeze(out_dim)
+    return a.expand(tuple(shape))
 
 
 def _reshape_meta(a: TensorMeta, shape: Sequence[int]) -> TensorMeta:
