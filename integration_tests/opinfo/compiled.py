@@ -67,12 +67,16 @@ def _call(
         warnings.simplefilter("always")
         torch.manual_seed(SEED)
         value = compiled(*inputs)
-    fallbacks = [
+    return value, inputs, fallback_messages(caught)
+
+
+def fallback_messages(caught: Sequence[warnings.WarningMessage]) -> list[str]:
+    """The first lines of the :class:`TorchstrataFallbackWarning` among ``caught``."""
+    return [
         str(w.message).splitlines()[0][:160]
         for w in caught
         if issubclass(w.category, TorchstrataFallbackWarning)
     ]
-    return value, inputs, fallbacks
 
 
 def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:

@@ -34,10 +34,9 @@ import torch
 
 import torchstrata.runtime as tsr
 from torchstrata.core import CompileOptions
-from torchstrata.runtime import TorchstrataFallbackWarning
 
 from .captured import fresh, outputs_mismatch
-from .compiled import CompiledOutcome, eager_reason, matches_cpu_eager
+from .compiled import CompiledOutcome, eager_reason, fallback_messages, matches_cpu_eager
 from .harness import SEED, UNCHECKED_PREFIXES, first_line, flat_outputs
 from .user_fn import user_function
 
@@ -152,12 +151,7 @@ def _call(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outputs, grads = run_grads(compiled, tensors)
-    fallbacks = [
-        str(w.message).splitlines()[0][:160]
-        for w in caught
-        if issubclass(w.category, TorchstrataFallbackWarning)
-    ]
-    return outputs, grads, fallbacks
+    return outputs, grads, fallback_messages(caught)
 
 
 def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:

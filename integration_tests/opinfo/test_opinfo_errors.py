@@ -14,23 +14,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-import torch
 
 from .errors import BAD_ERROR_STATUSES
 from .sweep import op_label, run_op
+from .targets import CODEGEN, DEVICES
 from .test_opinfo_fast import FAST_OPS
-
-_DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-        ],
-    ),
-]
-_CODEGEN = {"cpu": "cpp", "cuda": "triton"}
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +32,12 @@ def ops_with_error_inputs() -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_code_raises_on_every_error_input(ops_with_error_inputs, device: str) -> None:
     results = [
         (name, where, outcome)
         for name, op in ops_with_error_inputs.items()
-        for where, outcome in run_op(op, (), 0, _CODEGEN[device], device, check="errors")
+        for where, outcome in run_op(op, (), 0, CODEGEN[device], device, check="errors")
     ]
     bad = [
         f"{n} [{w}] {o.status}: {o.reason}" for n, w, o in results if o.status in BAD_ERROR_STATUSES

@@ -9,13 +9,11 @@ The full sweep is ``python -m integration_tests.opinfo.sweep`` (``nox -s opinfo`
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
 from .harness import Outcome
-from .sweep import op_label, run_op
+from .sweep import run_op
 
 FAST_OPS = (
     "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "erf",
@@ -34,13 +32,6 @@ DTYPES = (torch.float32, torch.bfloat16)
 MIN_CAPTURED = 0.8
 
 _RESULTS: dict[str, list[tuple[str, Outcome]]] = {}
-
-
-@pytest.fixture(scope="module")
-def fast_ops() -> dict[str, object]:
-    op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
-    logging.getLogger("torchstrata").setLevel(logging.ERROR)
-    return {op_label(op): op for op in op_db if op_label(op) in FAST_OPS}
 
 
 @pytest.mark.parametrize("name", FAST_OPS)

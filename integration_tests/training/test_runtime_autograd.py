@@ -182,18 +182,11 @@ def _avg_pool(x: torch.Tensor) -> torch.Tensor:
     )
 
 
+_NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
 @pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        pytest.param(
-            "cuda",
-            marks=[
-                pytest.mark.gpu,
-                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
-            ],
-        ),
-    ],
+    "device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, _NEEDS_CUDA])]
 )
 def test_avg_pool_gradient_of_a_column_major_input(device: str) -> None:
     """The backward's extern ``avg_pool2d_backward`` got its operands as views whose new

@@ -233,24 +233,19 @@ def alias_safe(runner: GraphRunner, eager: GraphRunner | None, aot: AotResult) -
     mutated = tuple(aot.mutated_inputs)
     if not mutated or eager is None:
         return runner
-    key = ("aliased-write", id(runner))
     plain: list[Callable[..., Any]] = []
 
-    def run(*inputs: Any) -> tuple[Any, ...]:
+    def aliased(inputs: Sequence[Any]) -> bool:
         if not plain:  # where the plain tensors are: positions keep their roles
             plain.append(_plain_positions(inputs, mutated))
-        if aliased_write(inputs, mutated, plain[0](inputs)):
-            warn_once(
-                key,
-                "torchstrata: a graph writes an input that shares memory with another input "
-                "of the same call; running this call eagerly (the compiled graph treats "
-                "its inputs as separate tensors)",
-                stacklevel=4,
-            )
-            return tuple(eager(*inputs))
-        return runner(*inputs)
+        return aliased_write(inputs, mutated, plain[0](inputs))
 
-    return run
+    message = (
+        "torchstrata: a graph writes an input that shares memory with another input of the "
+        "same call; running this call eagerly (the compiled graph treats its inputs as "
+        "separate tensors)"
+    )
+    return _eager_when(aliased, runner, eager, ("aliased-write", id(runner)), message)
 
 
 def offset_safe(runner: GraphRunner, eager: GraphRunner | None, aot: AotResult) -> GraphRunner:
@@ -262,17 +257,31 @@ def offset_safe(runner: GraphRunner, eager: GraphRunner | None, aot: AotResult) 
     positions = tuple(getattr(aot, "offset_inputs", ()) or ())
     if not positions or eager is None:
         return runner
-    key = ("storage-offset", id(runner))
+
+    def inside(inputs: Sequence[Any]) -> bool:
+        return any(inputs[p].storage_offset() for p in positions)
+
+    message = (
+        "torchstrata: an as_strided reads an input that starts inside its storage (a "
+        "storage offset other than 0); its gradient was traced for an input at offset 0, "
+        "so this call runs eagerly"
+    )
+    return _eager_when(inside, runner, eager, ("storage-offset", id(runner)), message)
+
+
+def _eager_when(
+    test: Callable[[Sequence[Any]], bool],
+    runner: GraphRunner,
+    eager: GraphRunner,
+    key: Any,
+    message: str,
+) -> GraphRunner:
+    """``runner``, except that a call whose inputs pass ``test`` runs ``eager``, with
+    ``message`` as a :class:`TorchstrataFallbackWarning` (once per ``key``)."""
 
     def run(*inputs: Any) -> tuple[Any, ...]:
-        if any(inputs[p].storage_offset() for p in positions):
-            warn_once(
-                key,
-                "torchstrata: an as_strided reads an input that starts inside its storage "
-                "(a storage offset other than 0); its gradient was traced for an input at "
-                "offset 0, so this call runs eagerly",
-                stacklevel=4,
-            )
+        if test(inputs):
+            warn_once(key, message, stacklevel=4)
             return tuple(eager(*inputs))
         return runner(*inputs)
 
