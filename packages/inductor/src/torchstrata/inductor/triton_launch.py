@@ -57,7 +57,12 @@ def _aligned(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
 
 class DirectLaunch:
     """A launcher of ``jit_fn`` on ``grid`` with ``constants`` (the constexpr values by
-    name, and ``num_warps``/``num_stages``); ``fallback`` launches through Triton."""
+    name, and ``num_warps``/``num_stages``); ``fallback`` launches through Triton.
+
+    It keeps the binary its first call compiled, specialized on that call's argument
+    dtypes, and checks only alignment and device on later calls: a caller must key its
+    launchers by the arguments' dtypes (generated kernels are, through their graph's
+    guards; the unit-gradient scaling caches one per dtype pair)."""
 
     def __init__(
         self, jit_fn: Any, grid: tuple[int, ...], constants: dict[str, int], fallback: Launch
