@@ -147,3 +147,30 @@ def test_broadcast_in_dim_reference_makes_new_dimensions_as_unsqueeze_does():
     y = torch.randn(3)
     wide = get_prim("broadcast_in_dim").impl(y, [2, 3, 4], [1])
     assert torch.equal(wide, y[None, :, None].expand(2, 3, 4))
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "out_shape", "dims"),
+    [
+        ((1, 3, 9), (27, 1, 3), (1, 3, 1, 9), (0, 1, 3)),  # column-major, new dim inside
+        ((1, 3, 9), (27, 9, 1), (1, 3, 1, 9), (0, 1, 3)),
+        ((2,), (1,), (2, 1), (0,)),  # keepdim's new last dimension
+        ((4,), (1,), (1, 1, 4), (2,)),
+        ((3,), (1,), (3, 1, 0), (0,)),  # a size-0 broadcast dim
+        ((3, 1), (1, 1), (3, 5), (0, 1)),  # an expanded dim gets 0
+        ((3,), (1,), (2, 3, 4), (1,)),
+        ((), (), (1, 1), ()),
+    ],
+)
+def test_broadcast_in_dim_meta_strides_are_the_references(shape, strides, out_shape, dims):
+    """The meta gives ``unsqueeze``'s strides to new size-one dimensions, as the reference
+    (and eager) do: ATen kernels and users read layouts from strides. CUDA's
+    ``avg_pool2d_backward`` returned wrong values on stride-0 size-one dimensions."""
+    from torchstrata.core import TensorMeta, broadcast_strides
+    from torchstrata.core.prims import get_prim
+
+    x = torch.empty_strided(shape, strides)
+    reference = get_prim("broadcast_in_dim").impl(x, list(out_shape), list(dims))
+    assert broadcast_strides(shape, strides, out_shape, dims) == reference.stride()
+    meta = get_prim("broadcast_in_dim").meta(TensorMeta.from_tensor(x), out_shape, dims)
+    assert meta.strides == reference.stride()

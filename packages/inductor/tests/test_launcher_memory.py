@@ -72,19 +72,3 @@ def test_intermediates_are_dead_while_later_steps_run():
     # buf_mul is gone before the last kernel launches (only buf_exp and its output remain).
     assert len(allocated) == 3
     assert max(alive_at_calls) <= 2
-
-
-def test_extern_operand_views_give_new_size_one_dimensions_unsqueeze_strides():
-    """``broadcast_in_dim`` gives a new size-one dimension stride 0. An extern ATen op
-    reads layouts from strides: on the H200, ``avg_pool2d_backward`` on such views of a
-    column-major gradient returned wrong values. The launcher makes them at the strides
-    ``unsqueeze`` would give, as eager passes them."""
-    from torchstrata.inductor.launcher import unsqueezed_strides
-
-    assert unsqueezed_strides((1, 3, 1, 9), (27, 1, 0, 3)) == (27, 1, 27, 3)
-    assert unsqueezed_strides((1, 3, 1, 9), (27, 9, 0, 1)) == (27, 9, 9, 1)
-    assert unsqueezed_strides((2, 1), (1, 0)) == (1, 1)
-    assert unsqueezed_strides((1, 1, 4), (0, 0, 1)) == (4, 4, 1)
-    assert unsqueezed_strides((3, 1, 0), (0, 0, 1)) == (0, 1, 1)  # a broadcast dim stays 0
-    x = torch.randn(1, 9, 3).transpose(1, 2)
-    assert unsqueezed_strides((1, 3, 1, 9), (27, 1, 0, 3)) == x.unsqueeze(2).stride()

@@ -11,7 +11,7 @@ from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
-from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
 from torchstrata.core.ops import (
     GETITEM,
     Level,
@@ -111,6 +111,7 @@ __all__ = [
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
+    "broadcast_strides",
     "contiguous_strides",
     "create_plugin_manager",
     "current_options",

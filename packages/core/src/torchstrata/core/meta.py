@@ -19,6 +19,32 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def broadcast_strides(
+    shape: Sequence[int],
+    strides: Sequence[int],
+    out_shape: Sequence[int],
+    broadcast_dims: Sequence[int],
+) -> tuple[int, ...]:
+    """The strides of ``prims.broadcast_in_dim`` of a ``shape``/``strides`` tensor: those
+    of ``unsqueeze`` at each new dimension, then ``expand`` (stride 0 where a size-one
+    dimension grows).
+
+    A size-one dimension's stride never moves an index, but ATen kernels and users read
+    layouts from strides: CUDA's ``avg_pool2d_backward`` returned wrong values on
+    operands whose new size-one dimensions had stride 0, and ``x.sum(1, keepdim=True)``
+    should come back with eager's strides."""
+    sizes, running = list(shape), list(strides)
+    kept = set(broadcast_dims)
+    for dim in range(len(out_shape)):
+        if dim not in kept:  # torch's unsqueeze: the stride the dimension it displaces spans
+            running.insert(dim, sizes[dim] * running[dim] if dim < len(sizes) else 1)
+            sizes.insert(dim, 1)
+    return tuple(
+        0 if size != target else stride
+        for size, target, stride in zip(sizes, out_shape, running, strict=True)
+    )
+
+
 def _as_int_tuple(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 

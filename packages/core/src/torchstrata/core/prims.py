@@ -26,7 +26,7 @@ import attrs
 import torch
 
 from torchstrata.core import prims_indexing as _ix
-from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
 from torchstrata.core.prim_errors import PrimError
 
 PRIMS_VERSION = (1, 1)
@@ -203,22 +203,19 @@ def _broadcast_in_dim_meta(
         raise PrimError(
             f"prims.broadcast_in_dim: broadcast dims {broadcast_dims} must increase within rank {len(shape)}"
         )
-    strides = [0] * len(shape)
     for in_dim, out_dim in enumerate(broadcast_dims):
-        if a.shape[in_dim] == shape[out_dim]:
-            strides[out_dim] = a.strides[in_dim]
-        elif a.shape[in_dim] != 1:
+        if a.shape[in_dim] not in (1, shape[out_dim]):
             raise PrimError(
                 f"prims.broadcast_in_dim: cannot broadcast size {a.shape[in_dim]} to {shape[out_dim]}"
             )
+    strides = broadcast_strides(a.shape, a.strides, shape, broadcast_dims)
     return TensorMeta(shape, a.dtype, a.device, strides)
 
 
 def _broadcast_in_dim(
     a: torch.Tensor, shape: Sequence[int], broadcast_dims: Sequence[int]
 ) -> torch.Tensor:
-    # the new dimensions as ``unsqueeze`` makes them: ATen kernels read layouts from
-    # strides, even a size-one dimension's (see launcher.unsqueezed_strides)
+    # the new dimensions as ``unsqueeze`` makes them (see meta.broadcast_strides)
     kept = set(broadcast_dims)
     for out_dim in range(len(shape)):
         if out_dim not in kept:

@@ -165,7 +165,7 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
 
 def _view_line(node: Node, view: StridedView) -> str:
     base = buffer_name(view.base)
-    strides = unsqueezed_strides(view.shape, view.strides)
+    strides = view.strides
     if view.offset == 0:  # as_strided keeps the base's storage offset
         call = f"{base}.as_strided({view.shape!r}, {strides!r})"
     else:
@@ -174,22 +174,6 @@ def _view_line(node: Node, view: StridedView) -> str:
             f"{base}.storage_offset() + {view.offset})"
         )
     return f"    {buffer_name(node)} = {call}  # a view, no copy"
-
-
-def unsqueezed_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
-    """``strides`` with each size-one dimension of stride 0 given the stride ``unsqueeze``
-    would give it (the next dimension's stride times its size; 1 for the last).
-
-    A size-one dimension's stride never moves an index, and ``broadcast_in_dim`` (an
-    ``unsqueeze`` decomposed) gives it 0. ATen kernels read layouts from strides, though:
-    on the H200, ``avg_pool2d_backward`` on such operands (a column-major
-    ``avg_pool1d``'s gradient) returned wrong values where the same elements at
-    ``unsqueeze``'s strides gave eager's."""
-    fixed = list(strides)
-    for dim in reversed(range(len(shape))):
-        if shape[dim] == 1 and fixed[dim] == 0:
-            fixed[dim] = fixed[dim + 1] * max(shape[dim + 1], 1) if dim + 1 < len(shape) else 1
-    return tuple(fixed)
 
 
 def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:

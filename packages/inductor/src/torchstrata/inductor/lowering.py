@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, TensorMeta, get_prim
+from torchstrata.core import Graph, Node, OpKind, TensorMeta, broadcast_strides, get_prim
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
 from torchstrata.inductor.kernel import reduction_identity
@@ -450,11 +450,7 @@ def buffer_view(node: Node, lowered: dict[Node, Lowered]) -> StridedView | None:
         offset += sum(start * stride for start, stride in zip(starts, strides, strict=True))
         strides = tuple(stride * step for stride, step in zip(strides, steps, strict=True))
     elif name == "broadcast_in_dim":
-        new = [0] * len(out_shape)
-        for i, out_dim in enumerate(node.args[2]):
-            if base.shape[i] == out_shape[out_dim]:
-                new[out_dim] = strides[i]
-        strides = tuple(new)
+        strides = broadcast_strides(base.shape, strides, out_shape, node.args[2])
     elif name == "reshape":
         try:
             probe = torch.empty_strided(base.shape, strides, device="meta")
