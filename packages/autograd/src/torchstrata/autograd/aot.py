@@ -21,7 +21,8 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     loss's forward also computes its gradients for a unit tangent
     (:mod:`torchstrata.autograd.unit_grads`). In-place
     ops are functionalized; writes to graph inputs come back as extra forward outputs
-    (see :class:`~torchstrata.core.AotResult` for the calling convention).
+    (see :class:`~torchstrata.core.AotResult` for the calling convention). Tensors made
+    in the graph (``torch.tensor([...])``) become hidden inputs, ``constants``.
 
     :param graph: a torch-level graph whose inputs describe the call's tensors
         (``requires_grad`` marks the inputs to differentiate).
@@ -49,7 +50,8 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
             tangent_outputs=trace.tangent_outputs,
             grad_inputs=trace.grad_inputs,
             num_unit_grads=0 if unit is None else len(trace.grad_inputs),
-            offset_inputs=offset_inputs(trace.graph, trace.num_primals),
+            offset_inputs=offset_inputs(trace.graph, trace.num_primals - len(trace.constants)),
+            constants=trace.constants,
         )
     if options is not None and options.debug:
         verify(result.forward)
@@ -85,4 +87,5 @@ def _inference(trace: JointTrace) -> AotResult:
         mutated_inputs=trace.mutated_inputs,
         output_aliases=trace.output_aliases,
         output_views=trace.output_views,
+        constants=trace.constants,
     )

@@ -13,6 +13,15 @@ is recorded as its functional form; the new value is scattered back into the bas
 whose version goes up. A tensor read after its base's version changed is regenerated
 by replaying its view chain on the base's new value. :meth:`AtenRecorder.mutated_inputs`
 then gives the final value of every graph input that was written.
+
+Constants: a tensor that ``torch.tensor([...])`` makes inside the graph reaches the
+recorder as ``aten.lift_fresh`` on a real tensor. A 0-dim one becomes an
+``aten.scalar_tensor`` node; a larger one a graph input of its own, a *lifted constant*
+(:attr:`AtenRecorder.constants` holds its real tensor, for the caller to pass on every
+call). A lifted constant is a base like a fresh op result, not like a graph input: a
+write to it is functionalized and never written back, so every call starts from the
+original values, and :meth:`AtenRecorder.output_node` returns a copy of an output that
+still shares its memory.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_leaves
 
 from torchstrata.autograd.devices import cpu_result
 from torchstrata.autograd.functional import (
@@ -108,6 +118,9 @@ class AtenRecorder(TorchDispatchMode):
         self.builder = GraphBuilder(Level.ATEN)
         self._entries: dict[int, _Entry] = {}
         self._inputs: list[_Base] = []
+        self._constant_bases: dict[int, _Base] = {}  # id(base) -> base
+        #: ``(input node, real tensor)`` of every lifted constant, in the order made.
+        self.constants: list[tuple[Node, torch.Tensor]] = []
 
     # ------------------------------------------------------------ tensors <-> nodes
 
@@ -135,6 +148,17 @@ class AtenRecorder(TorchDispatchMode):
                 value = step.replay(self.emit, value)
             entry.node, entry.version = value.node, base.version
         return entry.node
+
+    def output_node(self, tensor: torch.Tensor) -> Node:
+        """The node of ``tensor`` returned as a graph output: :meth:`node_of`, or a clone
+        of it when ``tensor`` still shares memory with a lifted constant (the constant
+        itself, or a view of it never written), so that no call returns the constant's
+        storage."""
+        node = self.node_of(tensor)
+        entry = self._entries[id(tensor)]
+        if id(entry.base) in self._constant_bases and not entry.base.version:
+            node = self.emit(torch.ops.aten.clone.default, Value(tensor, node)).node
+        return node
 
     def input_alias(self, tensor: torch.Tensor) -> int | None:
         """The index of the graph input whose storage ``tensor`` shares, if any.
@@ -165,11 +189,24 @@ class AtenRecorder(TorchDispatchMode):
         self._entries[id(tensor)] = _Entry(tensor, node, _Base(tensor, node, None), ())
 
     def _constant_tensor(self, tensor: torch.Tensor) -> Node:
+        """A 0-dim real tensor made outside the trace, embedded as ``aten.scalar_tensor``.
+
+        :raises NotImplementedError: for a fake or meta tensor the recorder does not know
+            (made under another mode), or a real one with elements that was not lifted
+            inside the graph (see :meth:`_lift`).
+        """
         traced = isinstance(tensor, torch._subclasses.fake_tensor.FakeTensor) or tensor.is_meta
-        if traced or tensor.dim() != 0:
+        if traced:
+            raise NotImplementedError(
+                f"tensor {tuple(tensor.shape)} {tensor.dtype} on {tensor.device} is a fake "
+                "or meta tensor that the traced graph did not produce (made under another "
+                "mode or by another trace); it cannot be recorded"
+            )
+        if tensor.dim() != 0:
             raise NotImplementedError(
                 f"tensor {tuple(tensor.shape)} {tensor.dtype} was not produced inside the "
-                "traced graph; only 0-dim constant tensors can be embedded"
+                "traced graph; only 0-dim tensors and constants made inside it "
+                "(torch.tensor([...])) can be embedded"
             )
         with _disable_current_modes():
             value = tensor.item()
@@ -183,6 +220,53 @@ class AtenRecorder(TorchDispatchMode):
         )
         self._fresh(tensor, node)
         return node
+
+    def _lift(
+        self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``lift_fresh(real)`` (``torch.tensor([...])``): a constant made in the graph.
+
+        A real tensor with elements becomes a lifted constant (module docstring), traced
+        as a fake tensor (under a fake mode) or a meta one (in a meta trace: a real CPU
+        tensor would not mix with the meta tensors); anything else keeps the node of
+        its argument (a 0-dim constant's ``scalar_tensor``).
+        """
+        source = args[0]
+        real = not (
+            id(source) in self._entries
+            or isinstance(source, torch._subclasses.fake_tensor.FakeTensor)
+            or source.is_meta
+        )
+        if not real or source.dim() == 0:
+            result = func(*args, **kwargs)
+            self.node_of(source)
+            entry = self._entries[id(source)]
+            self._entries[id(result)] = _Entry(result, entry.node, entry.base, entry.chain)
+            return result
+        with _disable_current_modes():
+            # ``lift_fresh``'s argument is fresh (made for this call); the copy variant's
+            # may be the caller's tensor.
+            value = source if func.name() == "aten::lift_fresh" else source.clone()
+        if self._meta_stands_for is not None:
+            result = torch.empty_strided(
+                source.shape, source.stride(), dtype=source.dtype, device="meta"
+            )
+        else:
+            result = func(*args, **kwargs)
+        node = self.builder.input("constant", TensorMeta.from_tensor(result))
+        base = _Base(result, node, None)
+        self._constant_bases[id(base)] = base
+        self._entries[id(result)] = _Entry(result, node, base, ())
+        self.constants.append((node, value))
+        return result
+
+    def _name_unknown_tensors(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """After a call failed: raise the :class:`NotImplementedError` of
+        :meth:`_constant_tensor` for an argument the recorder cannot record (a tensor the
+        trace did not make), which is the likely cause and clearer than the op's error."""
+        for value in tree_leaves((args, kwargs)):
+            if isinstance(value, torch.Tensor) and id(value) not in self._entries:
+                self._constant_tensor(value)
 
     def _to_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -276,11 +360,7 @@ class AtenRecorder(TorchDispatchMode):
     ) -> Any:
         kwargs = dict(kwargs or {})
         if func._overloadpacket._qualified_op_name in _LIFT_OPS:
-            result = func(*args, **kwargs)
-            self.node_of(args[0])
-            entry = self._entries[id(args[0])]
-            self._entries[id(result)] = _Entry(result, entry.node, entry.base, entry.chain)
-            return result
+            return self._lift(func, args, kwargs)
         if torch.Tag.inplace_view in func.tags:
             return self._record_view_in_place(func, args, kwargs)
         written = written_arguments(func)
@@ -291,7 +371,11 @@ class AtenRecorder(TorchDispatchMode):
                 return self._record_mutation(func, args, kwargs, written)
         result = _direct_result(func, args, kwargs)
         if result is None:
-            result = func(*args, **kwargs)
+            try:
+                result = func(*args, **kwargs)
+            except Exception:
+                self._name_unknown_tensors(args, kwargs)
+                raise
         if self._meta_stands_for is not None:
             result = cpu_result(func, args, result)
         if not _holds_tensor(result):

@@ -16,6 +16,7 @@ import attrs
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from torchstrata.autograd.constants import hoist_constants
 from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.core import (
@@ -42,9 +43,11 @@ OutputAlias = tuple[int, tuple[int, ...], tuple[int, ...], int]
 class JointTrace:
     """A traced graph before partitioning.
 
-    ``graph`` inputs: the torch graph's inputs (primals), then one tangent per entry of
-    ``tangent_outputs``. Outputs: ``num_user_outputs`` user outputs, one write-back per
-    entry of ``mutated_inputs``, then one gradient per entry of ``grad_inputs``.
+    ``graph`` inputs: the torch graph's inputs, then one per lifted constant (a tensor
+    made in the graph, whose real tensor ``constants`` holds; together the
+    ``num_primals`` primals), then one tangent per entry of ``tangent_outputs``.
+    Outputs: ``num_user_outputs`` user outputs, one write-back per entry of
+    ``mutated_inputs``, then one gradient per entry of ``grad_inputs``.
     """
 
     graph: Graph
@@ -56,6 +59,8 @@ class JointTrace:
     grad_inputs: tuple[int, ...] = ()
     #: See ``AotResult.output_views``.
     output_views: tuple[OutputAlias | None, ...] = ()
+    #: See ``AotResult.constants``.
+    constants: tuple[torch.Tensor, ...] = attrs.field(default=(), eq=False)
 
     @property
     def num_forward_outputs(self) -> int:
@@ -143,17 +148,19 @@ def _trace(
         tangent_outputs = ()
     outputs = [*user_nodes, *(node for _, node in mutations), *grad_nodes]
     joint = eliminate_dead_code(_drop_detach(recorder.builder.build(outputs)))
+    joint, constants = hoist_constants(joint, len(graph.inputs), recorder.constants)
     if stand_in is not None:
         joint = move_graph(joint, stand_in, tracing_on or _CPU)
     return JointTrace(
         graph=joint,
-        num_primals=len(graph.inputs),
+        num_primals=len(graph.inputs) + len(constants),
         num_user_outputs=len(user_nodes),
         mutated_inputs=tuple(index for index, _ in mutations),
         output_aliases=aliases,
         output_views=views,
         tangent_outputs=tangent_outputs,
         grad_inputs=tuple(grad_inputs),
+        constants=constants,
     )
 
 
@@ -212,7 +219,7 @@ def _tensor_output(output: Node, value: Any) -> torch.Tensor:
 
 def _output_node(recorder: AtenRecorder, output: Node, value: torch.Tensor) -> Node:
     try:
-        return recorder.node_of(value)
+        return recorder.output_node(value)
     except NotImplementedError as error:
         raise NotImplementedError(f"output %{output.name}: {error}") from error
 

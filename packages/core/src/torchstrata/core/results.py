@@ -125,6 +125,14 @@ class AotResult:
     an ``as_strided`` on (a view of) such an input takes an absolute offset into its
     storage, and the backward traced for it places the gradient by that assumption. The
     caller must not run the graphs on such an input at another storage offset.
+
+    ``constants`` holds the real tensors of the constants made inside the graph
+    (``torch.tensor([1.0, 2.0])``) with elements, lifted out as hidden inputs: the
+    forward's last ``len(constants)`` inputs, after the torch graph's. The caller passes
+    these same tensors on every call (nothing per call grows with their size). The
+    graphs never write them and never return them or a view of them (an output is a
+    copy), so they keep their values across calls. The indices of the other fields count
+    the torch graph's inputs only. Left out of equality and hashing.
     """
 
     forward: Graph
@@ -138,6 +146,7 @@ class AotResult:
     grad_inputs: tuple[int, ...] = ()
     num_unit_grads: int = 0
     offset_inputs: tuple[int, ...] = ()
+    constants: tuple[torch.Tensor, ...] = attrs.field(default=(), eq=False)
 
     @property
     def num_mutations(self) -> int:

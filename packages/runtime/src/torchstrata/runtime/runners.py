@@ -8,6 +8,8 @@ backward takes the saved values and one contiguous tangent per ``tangent_outputs
 and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
 gradients (``num_unit_grads``) has its first backward return them, scaled in place by
 the tangent, without running the backward graph (:mod:`torchstrata.runtime.unit_grads`).
+The constants lifted out of the graph (``AotResult.constants``) are passed after the
+call's inputs, the same tensors on every call.
 
 The backward may be a :class:`LazyGraphFn`: it is then compiled on the first backward
 call, not when the forward is compiled (a graph only ever run for inference, or whose
@@ -325,19 +327,33 @@ def _unwrapped(fn: GraphFn) -> GraphFn:
 
 
 def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
-    """Wrap a forward: apply write-backs and aliases, return the user's outputs only."""
+    """Wrap a forward: pass the lifted constants, apply write-backs and aliases, return
+    the user's outputs only."""
     if aot is None:
         return _tuple_runner(fn)
     num_user, mutated, aliases = output_layout(aot)
     views = _output_views(aot)
+    constants = tuple(aot.constants)
     plain = not mutated and not views and all(a is None for a in aliases)
     if plain and num_user == len(aot.forward.outputs):
         # Nothing to write back, drop or rebuild: the graph's outputs are the user's.
-        return _tuple_runner(fn)
+        return _with_constants(_tuple_runner(fn), constants)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
-        outputs = fn(*inputs)
+        outputs = fn(*inputs, *constants)
         return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
+
+    return run
+
+
+def _with_constants(runner: GraphRunner, constants: tuple[Any, ...]) -> GraphRunner:
+    """``runner`` with ``constants`` passed after the call's inputs (``runner`` itself
+    when there are none)."""
+    if not constants:
+        return runner
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        return runner(*inputs, *constants)
 
     return run
 
@@ -548,12 +564,13 @@ def training_runner(
     all_tensors = all(isinstance(node.meta, TensorMeta) for node in aot.forward.inputs)
     apply = direct_apply(CompiledGraphFunction, all_tensors)
     views = _output_views(aot)
+    constants = tuple(aot.constants)
     if not mutated and not views and all(alias is None for alias in aliases):
         # Nothing to write back or rebuild: ``apply`` returns the user's outputs as they are.
-        return apply
+        return _with_constants(apply, constants)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
-        outputs = apply(*inputs)
+        outputs = apply(*inputs, *constants)
         return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
 
     return run
