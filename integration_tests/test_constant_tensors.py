@@ -149,7 +149,17 @@ def test_a_constant_on_the_inputs_cuda_device(training):
 
 
 @needs_cuda
-def test_a_cpu_index_constant_into_a_cuda_tensor():
-    x = torch.randn(5, device="cuda")
-    compiled = rt.compile(picked_sum)
-    torch.testing.assert_close(_quietly(compiled, x), picked_sum(x))
+@pytest.mark.parametrize("training", [False, True])
+def test_a_cpu_index_constant_into_a_cuda_tensor(training):
+    def fn(x):
+        return (x[torch.tensor([3, 1, 3])] * 2.0).sum()
+
+    x = torch.randn(5, device="cuda", requires_grad=training)
+    compiled = _compiled(fn, x)
+    ours = x.detach().clone().requires_grad_(training)
+    out = _quietly(compiled, ours)
+    torch.testing.assert_close(out, fn(x))
+    if training:
+        out.backward()
+        fn(x).backward()
+        torch.testing.assert_close(ours.grad, x.grad)

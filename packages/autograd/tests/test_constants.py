@@ -171,3 +171,22 @@ def test_a_fake_tensor_of_another_trace_is_named_in_the_error():
     )
     with pytest.raises(NotImplementedError, match="fake or meta tensor that the traced graph"):
         aot_forward(graph)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cpu_constant_that_only_indexes_a_cuda_tensor_moves_to_cuda():
+    def indexed(b, call, x):
+        return [call(operator.getitem, x, call(torch.tensor, [0, 2]))]
+
+    def also_returned(b, call, x):
+        index = call(torch.tensor, [0, 2])
+        return [call(operator.getitem, x, index), index]
+
+    cuda = TensorMeta((3,), torch.float32, torch.device("cuda", 0))
+    moved = aot_forward(_graph(indexed, cuda))
+    assert moved.constants[0].device.type == "cuda"
+    assert moved.forward.inputs[-1].tensor_meta.device.type == "cuda"
+    x = torch.randn(3, device="cuda")
+    torch.testing.assert_close(_run(moved, x)[0], x[[0, 2]])
+    kept = aot_forward(_graph(also_returned, cuda))  # eager returns a CPU tensor
+    assert kept.constants[0].device.type == "cpu"

@@ -16,7 +16,7 @@ import attrs
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchstrata.autograd.constants import hoist_constants
+from torchstrata.autograd.constants import hoist_constants, place_index_constants
 from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.core import (
@@ -151,6 +151,7 @@ def _trace(
     joint, constants = hoist_constants(joint, len(graph.inputs), recorder.constants)
     if stand_in is not None:
         joint = move_graph(joint, stand_in, tracing_on or _CPU)
+    joint, constants = place_index_constants(joint, len(graph.inputs), constants)
     return JointTrace(
         graph=joint,
         num_primals=len(graph.inputs) + len(constants),
