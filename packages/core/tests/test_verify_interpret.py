@@ -115,3 +115,31 @@ def test_random_inputs_respect_strides_and_dtypes():
     x, i = random_inputs(graph)
     assert x.stride() == (1, 3) and x.dtype == torch.float16
     assert i.shape == (0,) and i.dtype == torch.int64
+
+
+CHANNELS_LAST = (200, 1, 40, 8)  # [2, 8, 5, 5]
+
+
+def test_relayout_gives_an_elementwise_result_another_dense_layout():
+    """Elementwise results may be stored in any dense layout (the decomposition gives them
+    eager's); the verifier accepts it, views derive from it, and gaps are rejected."""
+    from torchstrata.core import is_dense, same_layout
+
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((2, 8, 5, 5), F32, strides=CHANNELS_LAST))
+    y = b.relayout(b.call(prim("exp"), x), CHANNELS_LAST)
+    assert y.tensor_meta.strides == CHANNELS_LAST
+    view = b.call(prim("permute"), y, [0, 2, 3, 1])
+    assert view.tensor_meta.strides == (200, 40, 8, 1)
+    verify(b.build([view]))
+    with pytest.raises(ValueError, match="already read"):
+        b.relayout(y, (200, 25, 5, 1))
+    assert is_dense((2, 8, 5, 5), CHANNELS_LAST) and is_dense((4, 1), (1, 7))
+    assert not is_dense((2, 8, 5, 5), (400, 1, 80, 16))  # gaps
+    assert same_layout((4, 1), (1, 1), (1, 0)) and not same_layout((2, 3), (3, 1), (1, 2))
+
+    gapped = GraphBuilder(Level.PRIMS)
+    x = gapped.input("x", TensorMeta((4, 6), F32))
+    z = gapped.relayout(gapped.call(prim("exp"), x), (12, 2))
+    with pytest.raises(VerificationError, match="differs from the inferred"):
+        verify(gapped.build([z]))

@@ -177,3 +177,26 @@ def test_decompose_hook_works_without_addhooks() -> None:
     manager = _manager(addhooks=False)
     prims = manager.hook.torchstrata_decompose(graph=demo_graph(), options=CompileOptions())
     assert all(op.kind is OpKind.PRIMS for op in prims.ops())
+
+
+def test_results_take_their_aten_nodes_layout():
+    """An elementwise result is stored as eager lays its ATen node out (channels-last
+    here); ``contiguous()`` of it becomes a row-major copy; a returned value and its
+    clone stay two values."""
+    channels_last = (200, 1, 40, 8)
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((2, 8, 5, 5), torch.float32, strides=channels_last))
+    y = builder.call(aten("relu.default"), x)
+    z = builder.call(aten("clone.default"), y, memory_format=torch.contiguous_format)
+    w = builder.call(aten("clone.default"), y)
+    assert y.tensor_meta.strides == channels_last  # the ATen metas are eager's
+    prims = decompose(builder.build([y, z, w]))
+    verify(prims)
+    relu, contiguous, clone = prims.outputs
+    assert relu.tensor_meta.strides == channels_last
+    assert contiguous.tensor_meta.strides == (200, 25, 5, 1)
+    assert len({relu, contiguous, clone}) == 3
+    assert clone.tensor_meta.strides == channels_last
+    (x_value,) = random_inputs(prims)
+    for got in interpret(prims, x_value):
+        torch.testing.assert_close(got, torch.relu(x_value))

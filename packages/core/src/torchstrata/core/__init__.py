@@ -11,7 +11,13 @@ from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
-from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
+from torchstrata.core.meta import (
+    TensorMeta,
+    broadcast_strides,
+    contiguous_strides,
+    is_dense,
+    same_layout,
+)
 from torchstrata.core.ops import (
     GETITEM,
     Level,
@@ -128,6 +134,7 @@ __all__ = [
     "hookspec",
     "infer_meta",
     "interpret",
+    "is_dense",
     "iter_nodes",
     "map_nodes",
     "override_options",
@@ -136,6 +143,7 @@ __all__ = [
     "prim",
     "random_inputs",
     "register",
+    "same_layout",
     "to_fx",
     "torch_op",
     "verify",

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.core.direct_meta import direct_meta
@@ -109,6 +110,10 @@ class GraphBuilder:
         self._nodes: list[Node] = []
         self._names: set[str] = set()
 
+    def __len__(self) -> int:
+        """The number of calls built so far (inputs not counted)."""
+        return len(self._nodes)
+
     def _unique_name(self, base: str) -> str:
         base = base if _NAME.fullmatch(base) else "v"
         if base not in self._names:
@@ -136,6 +141,30 @@ class GraphBuilder:
         node = Node(self._unique_name(name or op.short_name), op, tuple(args), dict(kwargs), meta)
         self._nodes.append(node)
         return node
+
+    def built_since(self, node: Node, count: int) -> bool:
+        """Whether ``node`` is among the calls built after the first ``count`` and no
+        later call reads it (so :meth:`relayout` may change it)."""
+        for position in range(len(self._nodes) - 1, count - 1, -1):
+            if self._nodes[position] is node:
+                later = self._nodes[position + 1 :]
+                return not any(node in other.input_nodes() for other in later)
+        return False
+
+    def relayout(self, node: Node, strides: tuple[int, ...]) -> Node:
+        """``node`` (a call no later node reads yet) stored with ``strides`` instead:
+        the decomposition gives a result its ATen node's layout, so that later metas
+        (views of it, outputs) derive from the layout eager would make."""
+        position = len(self._nodes) - 1
+        while position >= 0 and self._nodes[position] is not node:
+            position -= 1
+        if position < 0 or not isinstance(node.meta, TensorMeta):
+            raise ValueError(f"relayout: %{node.name} is not a tensor call of this builder")
+        if any(node in later.input_nodes() for later in self._nodes[position + 1 :]):
+            raise ValueError(f"relayout: %{node.name} is already read by later nodes")
+        meta = attrs.evolve(node.meta, strides=tuple(strides))
+        self._nodes[position] = Node(node.name, node.op, node.args, dict(node.kwargs), meta)
+        return self._nodes[position]
 
     def getitem(self, source: Node, index: int) -> Node:
         """The ``index``-th tensor of a multi-output node."""

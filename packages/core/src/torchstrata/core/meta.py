@@ -19,6 +19,25 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def is_dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` lay ``shape`` out densely: every element at its own offset,
+    no gaps (a permutation of row-major; size-one dimensions' strides do not count)."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides, strict=True) if sz > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def same_layout(shape: Sequence[int], strides: Sequence[int], other: Sequence[int]) -> bool:
+    """Whether two stridings of ``shape`` place every element at the same offset (size-one
+    dimensions' strides do not count; any two layouts of at most one element agree)."""
+    if math.prod(shape) <= 1:
+        return True
+    return all(a == b for size, a, b in zip(shape, strides, other, strict=True) if size > 1)
+
+
 def broadcast_strides(
     shape: Sequence[int],
     strides: Sequence[int],

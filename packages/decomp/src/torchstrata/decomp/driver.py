@@ -17,9 +17,14 @@ from torchstrata.core import (
     MetaInferenceError,
     Node,
     OpKind,
+    TensorMeta,
     eliminate_dead_code,
+    get_prim,
     infer_meta,
+    is_dense,
     map_nodes,
+    prim,
+    same_layout,
 )
 from torchstrata.decomp.context import DecompContext
 from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
@@ -102,6 +107,41 @@ def _copy_extern(
     return builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
 
 
+def _eager_layout(builder: GraphBuilder, node: Node, result: Any, built: int) -> Any:
+    """``result`` (what a rule built for ATen ``node``) laid out as eager lays ``node``
+    out; for a multi-output node, each output the rule built.
+
+    Elementwise prims default to row-major; ATen's elementwise ops follow their inputs'
+    layout (channels-last in, channels-last out; a transposed input gives a transposed
+    result). Kernels then store in that layout, outputs come back with eager's strides,
+    and the next extern op (a convolution) gets the layout it expects. A value another
+    built node already reads keeps its layout (the metadata of its readers derives
+    from it)."""
+    if isinstance(result, tuple) and isinstance(node.meta, tuple):
+        pairs = zip(node.meta, result, strict=False)
+        return tuple(_relaid(builder, want, value, built) for want, value in pairs) + tuple(
+            result[len(node.meta) :]
+        )
+    return _relaid(builder, node.meta, result, built)
+
+
+def _relaid(builder: GraphBuilder, want: Any, value: Any, built: int) -> Any:
+    if not isinstance(value, Node) or value.op is None or value.op.kind is not OpKind.PRIMS:
+        return value
+    have = value.meta
+    if (
+        not isinstance(want, TensorMeta)
+        or not isinstance(have, TensorMeta)
+        or want.shape != have.shape
+        or same_layout(want.shape, want.strides, have.strides)
+        or not is_dense(want.shape, want.strides)
+        or not get_prim(value.op.name.removeprefix("prims.")).is_elementwise
+        or not builder.built_since(value, built)
+    ):
+        return value
+    return builder.relayout(value, want.strides)
+
+
 def decompose_with_stats(
     graph: Graph,
     options: CompileOptions | None = None,
@@ -144,10 +184,13 @@ def decompose_with_stats(
         name = node.op.name
         result = None
         if name in table and name not in keep:
+            built = len(builder)
             try:
                 result = table[name](DecompContext(builder, node, input_aliases), *args, **kwargs)
             except NotDecomposable:
                 result = None
+            if len(builder) > built:
+                result = _eager_layout(builder, node, result, built)
         if result is None:
             env[node] = _copy_extern(builder, node, args, kwargs)
             stats.extern[name] += 1
@@ -156,8 +199,37 @@ def decompose_with_stats(
             stats.decomposed[name] += 1
             if isinstance(result, Node):
                 names.claim(result, node.name)
-    outputs = [env[node] for node in graph.outputs]
+    outputs = _distinct_outputs(builder, graph.outputs, env)
     return names.apply(eliminate_dead_code(builder.build(outputs))), stats
+
+
+def _distinct_outputs(
+    builder: GraphBuilder, aten_outputs: tuple[Node, ...], env: dict[Node, Any]
+) -> list[Any]:
+    """The prims graph's outputs, with a copy where two different ATen outputs that are
+    not views lowered to one value (``return y, y.clone()``: the clone of a fresh value
+    is the identity). Eager returns two tensors there; one storage for both would let
+    an in-place update of one show in the other."""
+    first: dict[Node, Node] = {}
+    outputs = []
+    for node in aten_outputs:
+        value = env[node]
+        owner = first.setdefault(value, node) if isinstance(value, Node) else node
+        if owner is not node and not _is_view(node) and not _is_view(owner):
+            built = len(builder)
+            copy = builder.call(prim("mul"), value, 1, name=f"{node.name}_copy")
+            value = _eager_layout(builder, node, copy, built)
+        outputs.append(value)
+    return outputs
+
+
+def _is_view(node: Node) -> bool:
+    """Whether ATen ``node`` returns a view of an argument (its schema says so)."""
+    if node.op is None or node.op.kind is not OpKind.ATEN:
+        return node.op is None  # a graph input is its own storage
+    schema = getattr(node.op.resolve(), "_schema", None)
+    returns = getattr(schema, "returns", ())
+    return any(ret.alias_info is not None for ret in returns)
 
 
 def decompose(

@@ -97,7 +97,7 @@ def _kernel(
     ops = tuple(dict.fromkeys(str(node.op) for node in context.computed if node.op is not None))
     return Kernel(
         name,
-        group.row_shape,
+        context.kernel_row_shape,
         group.red_shape,
         tuple(reductions),
         tuple(row_stores),

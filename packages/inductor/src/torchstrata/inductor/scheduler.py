@@ -44,6 +44,7 @@ from torchstrata.inductor.lowering import (
     Reduction,
     dense_strides,
 )
+from torchstrata.inductor.memory_order import row_order
 
 
 class NotFusable(Exception):
@@ -127,7 +128,14 @@ class GroupContext:
         self.schedule = schedule
         self.group = group
         self.members = members
-        self.row_index: IndexTuple = tuple(Index.of(v) for v in row_vars(group.row_shape))
+        order = row_order(group.row_shape, group.red_shape, group.members, schedule.lowered)
+        #: The row shape the kernel loops over: ``group.row_shape`` in memory order.
+        self.kernel_row_shape = tuple(group.row_shape[d] for d in order)
+        walked = row_vars(self.kernel_row_shape)
+        position = {d: i for i, d in enumerate(order)}
+        self.row_index: IndexTuple = tuple(
+            Index.of(walked[position[d]]) for d in range(len(group.row_shape))
+        )
         self.red_index: IndexTuple = tuple(Index.of(v) for v in red_vars(group.red_shape))
         self.loaded: set[Node] = set()
         self.computed: dict[Node, None] = {}

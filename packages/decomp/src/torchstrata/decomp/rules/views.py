@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Node
+from torchstrata.core import Node, is_dense, same_layout
 from torchstrata.decomp.context import DecompContext, canonical_dim
 from torchstrata.decomp.table import NotDecomposable, RuleTable
 
@@ -125,10 +125,16 @@ def alias(ctx: DecompContext, x: Node) -> Node:
 
 
 def clone(ctx: DecompContext, x: Node, *, memory_format: Any = None) -> Node | None:
-    """The identity, except for copies of graph inputs (or views of them): those become
-    ``prims.mul(x, 1)``, an exact copy for every dtype (-0.0, NaN and inf included), so
-    an output never aliases an input that eager would have copied."""
-    return ctx.prim("mul", x, 1) if ctx.aliases_input(x) else x
+    """The identity, except for copies of graph inputs (or views of them) and copies into
+    another layout (``contiguous()`` of a channels-last value, ``memory_format=``): those
+    become ``prims.mul(x, 1)``, an exact copy for every dtype (-0.0, NaN and inf
+    included), so an output never aliases an input that eager would have copied, and the
+    copy takes the ATen node's layout (``decomp.driver``)."""
+    have, want = x.tensor_meta, ctx.out_meta
+    relaid = not same_layout(want.shape, want.strides, have.strides) and is_dense(
+        want.shape, want.strides
+    )
+    return ctx.prim("mul", x, 1) if relaid or ctx.aliases_input(x) else x
 
 
 def to_copy(

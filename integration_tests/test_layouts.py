@@ -1,0 +1,105 @@
+"""Results come back in eager's memory layout, through the whole compiler.
+
+Elementwise results follow their inputs' layout (channels-last in, channels-last out; a
+transposed input gives a transposed result), ``contiguous()`` and ``memory_format=``
+copies take the layout asked for, and a channels-last block trains as eager does."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchstrata.runtime as tsr
+from torchstrata.runtime import TorchstrataFallbackWarning
+
+
+def _channels_last() -> torch.Tensor:
+    return torch.randn(2, 8, 5, 5).to(memory_format=torch.channels_last)
+
+
+BIAS = torch.randn(8, 1, 1)
+CASES = {
+    "relu": (lambda x: F.relu(x) * 2, _channels_last),
+    "bias": (lambda x: F.relu(x + BIAS), _channels_last),
+    "where": (lambda x: torch.where(x > 0, x, x * 0.1), _channels_last),
+    "cast": (lambda x: x.to(torch.float16) * 2, _channels_last),
+    "mixed layouts": (lambda x: x + x.contiguous(), _channels_last),
+    "zeros_like": (lambda x: torch.zeros_like(x) + x, _channels_last),
+    "keepdim sum": (lambda x: x.sum(1, keepdim=True) * x, _channels_last),
+    "softmax over channels": (lambda x: torch.softmax(x, 1), _channels_last),
+    "batch norm": (
+        lambda x: F.batch_norm(x, torch.zeros(8), torch.ones(8), training=False),
+        _channels_last,
+    ),
+    "contiguous": (lambda x: (x * 2).contiguous(), _channels_last),
+    "to channels-last": (
+        lambda x: (x.contiguous() * 2).to(memory_format=torch.channels_last),
+        _channels_last,
+    ),
+    "clone contiguous": (
+        lambda x: torch.clone(x * 2, memory_format=torch.contiguous_format),
+        _channels_last,
+    ),
+    "transposed": (lambda t: F.gelu(t) + 1, lambda: torch.randn(6, 4).t()),
+    "transposed contiguous": (lambda t: (t * 2).t().contiguous(), lambda: torch.randn(6, 4)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_results_have_eagers_strides(name):
+    f, make = CASES[name]
+    x = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        got = tsr.compile(f)(x)
+    want = f(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+
+
+def test_a_channels_last_block_trains_as_eager_does():
+    torch.manual_seed(0)
+    block = nn.Sequential(
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+    ).to(memory_format=torch.channels_last)
+    reference = copy.deepcopy(block)
+    x = torch.randn(4, 8, 10, 10).to(memory_format=torch.channels_last).requires_grad_()
+    x_eager = x.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        out = tsr.compile(block)(x)
+        out.relu().sum().backward()
+    want = reference(x_eager)
+    want.relu().sum().backward()
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    assert out.stride() == want.stride()
+    torch.testing.assert_close(x.grad, x_eager.grad, atol=1e-4, rtol=1e-4)
+    assert x.grad.stride() == x_eager.grad.stride()
+    for got, expected in zip(block.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, expected.grad, atol=1e-3, rtol=1e-3)
+
+
+def test_a_returned_value_and_its_clone_are_two_tensors():
+    """The clone of a fresh value lowers to the value itself; returned beside it, it is
+    copied, so an update of one does not show in the other."""
+
+    def f(x):
+        y = x * 2
+        return y, y.clone(), y.detach()
+
+    x = torch.randn(3)
+    y, clone, detached = tsr.compile(f)(x)
+    assert y.data_ptr() != clone.data_ptr()
+    assert y.data_ptr() == detached.data_ptr()  # a view, as in eager
+    y.add_(1)
+    torch.testing.assert_close(clone, x * 2)
+    torch.testing.assert_close(detached, x * 2 + 1)
