@@ -200,3 +200,21 @@ def test_results_take_their_aten_nodes_layout():
     (x_value,) = random_inputs(prims)
     for got in interpret(prims, x_value):
         torch.testing.assert_close(got, torch.relu(x_value))
+
+
+def test_extern_ops_keep_the_layout_eager_traced():
+    """A channels-last convolution stays channels-last in the prims graph: the ATen
+    graph's metadata was traced on the inputs' device, where meta tensors would say
+    row-major (and the launcher would copy every result into that layout)."""
+    channels_last = (1024, 1, 128, 16)
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((2, 16, 8, 8), torch.float32, strides=channels_last))
+    w = builder.input("w", TensorMeta((16, 16, 3, 3), torch.float32, strides=(144, 1, 48, 16)))
+    traced = TensorMeta((2, 16, 8, 8), torch.float32, strides=channels_last)
+    args = (None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    conv = builder.call(aten("convolution.default"), x, w, *args, meta=traced)
+    relu = builder.call(aten("relu.default"), conv)
+    prims = decompose(builder.build([relu]))
+    (extern,) = [node for node in prims.nodes if node.op.kind is OpKind.ATEN]
+    assert extern.tensor_meta.strides == channels_last
+    assert prims.outputs[0].tensor_meta.strides == channels_last

@@ -57,7 +57,11 @@ class _ToDevice(Transformer):
         args = tuple(self.device if isinstance(a, torch.device) else a for a in args)
         if "device" in kwargs:
             kwargs = {**kwargs, "device": self.device}
-        return self.builder.call(node.op, *args, name=node.name, **kwargs)
+        moved = self.builder.call(node.op, *args, name=node.name, **kwargs)
+        meta = node.meta
+        if isinstance(meta, TensorMeta) and moved.tensor_meta.strides != meta.strides:
+            moved = self.builder.relayout(moved, meta.strides)  # a relaid result stays so
+        return moved
 
 
 def to_device(graph: Graph, device: str) -> Graph:

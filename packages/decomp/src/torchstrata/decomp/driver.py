@@ -99,12 +99,40 @@ class _Renames:
 def _copy_extern(
     builder: GraphBuilder, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Node:
+    """``node`` kept as an ATen call. Its metadata is the ATen graph's (traced on the
+    inputs' device: a channels-last convolution's result is channels-last on CPU and CUDA,
+    row-major on the meta device) where its operands kept their layouts; re-derived on
+    meta tensors where the decomposition laid an operand out otherwise."""
     assert node.op is not None
-    try:  # inputs may now have other strides: re-derive, fall back to the ATen answer
-        meta = infer_meta(node.op, args, kwargs)
-    except MetaInferenceError:
+    if _same_operand_layouts(node, args, kwargs):
         meta = node.meta
+    else:
+        try:
+            meta = infer_meta(node.op, args, kwargs)
+        except MetaInferenceError:
+            meta = node.meta
     return builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
+
+
+def _same_operand_layouts(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    before = [*node.args, *node.kwargs.values()]
+    after = [*args, *kwargs.values()]
+    pairs: list[tuple[Any, Any]] = []
+    for old, new in zip(before, after, strict=True):
+        if isinstance(old, list | tuple) and isinstance(new, list | tuple):
+            pairs += zip(old, new, strict=False)
+        else:
+            pairs.append((old, new))
+    for old, new in pairs:
+        if isinstance(old, Node) != isinstance(new, Node):
+            return False
+        if isinstance(old, Node):
+            was, now = old.meta, new.meta
+            if not isinstance(was, TensorMeta) or not isinstance(now, TensorMeta):
+                return False
+            if (was.shape, was.strides, was.dtype) != (now.shape, now.strides, now.dtype):
+                return False
+    return True
 
 
 def _eager_layout(builder: GraphBuilder, node: Node, result: Any, built: int) -> Any:
