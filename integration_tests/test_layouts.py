@@ -62,7 +62,20 @@ def test_results_have_eagers_strides(name):
     assert got.stride() == want.stride()
 
 
-def test_a_channels_last_block_trains_as_eager_does():
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_channels_last_block_trains_as_eager_does(device):
+    """On the GPU the trace runs with cuDNN off (for batch norm), where a channels-last
+    convolution's result is row-major; cuDNN returns it channels-last. The convolutions
+    are traced with cuDNN, so their results keep the layout the run gives them (not a
+    copy into row-major after each one)."""
     torch.manual_seed(0)
     block = nn.Sequential(
         nn.Conv2d(8, 8, 3, padding=1, bias=False),
@@ -70,9 +83,10 @@ def test_a_channels_last_block_trains_as_eager_does():
         nn.ReLU(),
         nn.Conv2d(8, 8, 3, padding=1, bias=False),
         nn.BatchNorm2d(8),
-    ).to(memory_format=torch.channels_last)
+    ).to(device=device, memory_format=torch.channels_last)
     reference = copy.deepcopy(block)
-    x = torch.randn(4, 8, 10, 10).to(memory_format=torch.channels_last).requires_grad_()
+    x = torch.randn(4, 8, 10, 10, device=device).to(memory_format=torch.channels_last)
+    x.requires_grad_()
     x_eager = x.detach().clone().requires_grad_()
     with warnings.catch_warnings():
         warnings.simplefilter("error", TorchstrataFallbackWarning)
@@ -86,6 +100,20 @@ def test_a_channels_last_block_trains_as_eager_does():
     assert x.grad.stride() == x_eager.grad.stride()
     for got, expected in zip(block.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, expected.grad, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_channels_last_bf16_block_keeps_its_layout_on_the_gpu():
+    block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+    block = block.eval().cuda().to(torch.bfloat16).to(memory_format=torch.channels_last)
+    x = torch.randn(8, 16, 12, 12, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        got = tsr.compile(block)(x)
+        want = block(x)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert got.stride() == want.stride()
 
 
 def test_a_returned_value_and_its_clone_are_two_tensors():

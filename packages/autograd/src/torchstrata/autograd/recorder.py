@@ -68,6 +68,11 @@ _CONSTANT_TYPES = (
 
 #: Ops that turn a constant tensor into a traced one; the constant's node stands for both.
 _LIFT_OPS = frozenset({"aten::lift_fresh", "aten::lift_fresh_copy"})
+#: Ops whose results' layouts depend on whether cuDNN runs them: the trace disables cuDNN
+#: (for batch norm's sake), but a channels-last convolution on the GPU runs in cuDNN and
+#: returns channels-last, where the native kernel returns row-major. Traced with cuDNN
+#: (when it is on), their metadata says what the run will return.
+_CUDNN_OPS = frozenset({"aten::convolution", "aten::convolution_backward"})
 
 
 class AotTraceError(RuntimeError):
@@ -110,11 +115,14 @@ class AtenRecorder(TorchDispatchMode):
         :func:`~torchstrata.autograd.devices.cpu_result`).
     """
 
-    def __init__(self, meta_stands_for: torch.device | None = None) -> None:
+    def __init__(
+        self, meta_stands_for: torch.device | None = None, *, cudnn_layouts: bool = False
+    ) -> None:
         super().__init__()
         if meta_stands_for is not None and meta_stands_for.type != "cpu":
             raise ValueError(f"meta tensors can stand for the cpu only, not {meta_stands_for}")
         self._meta_stands_for = meta_stands_for
+        self._cudnn_layouts = cudnn_layouts
         self.builder = GraphBuilder(Level.ATEN)
         self._entries: dict[int, _Entry] = {}
         self._inputs: list[_Base] = []
@@ -372,7 +380,11 @@ class AtenRecorder(TorchDispatchMode):
         result = _direct_result(func, args, kwargs)
         if result is None:
             try:
-                result = func(*args, **kwargs)
+                if self._cudnn_layouts and func._overloadpacket._qualified_op_name in _CUDNN_OPS:
+                    with torch.backends.cudnn.flags(enabled=True):
+                        result = func(*args, **kwargs)
+                else:
+                    result = func(*args, **kwargs)
             except Exception:
                 self._name_unknown_tensors(args, kwargs)
                 raise

@@ -99,7 +99,8 @@ def _trace(
     """The trace under ``fake_mode``; with ``meta_for``, on meta tensors standing for it."""
     stand_in = meta_for if meta_for is not None else trace_device(graph.input_metas, training)
     tracing_on = _META if meta_for is not None else _CPU if stand_in is not None else None
-    recorder = AtenRecorder(meta_for)
+    cudnn = torch.backends.cudnn.enabled and torch.backends.cudnn.is_available()
+    recorder = AtenRecorder(meta_for, cudnn_layouts=cudnn)
     with fake_mode:
         primals = [_fake_input(node.tensor_meta, training, tracing_on) for node in graph.inputs]
     for node, tensor in zip(graph.inputs, primals, strict=True):
