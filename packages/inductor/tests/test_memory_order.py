@@ -51,6 +51,20 @@ def test_relaid_pointwise_kernels_match_the_reference(ind, codegen, strides):
     assert out.stride() == strides
 
 
+def test_an_empty_domain_keeps_its_order(ind):
+    """A zero-size dimension has no place among the strides (a split's empty piece of a
+    transposed tensor failed to build before)."""
+    from torchstrata.inductor.memory_order import row_order
+
+    assert row_order((5, 0, 5), (), [], {}) == (0, 1, 2)
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((5, 0, 5), torch.float32, strides=(1, 25, 5)))
+    y = b.relayout(b.call(prim("exp"), x), (1, 25, 5))
+    graph = b.build([y])
+    (out,) = ind.compile(graph, "cpp")(torch.empty_strided((5, 0, 5), (1, 25, 5)))
+    assert out.shape == (5, 0, 5)
+
+
 def test_reduction_kernels_keep_their_row_order(ind):
     """Only pointwise kernels are reordered; a softmax keeps its rows and reductions."""
     kernel = ind.only_kernel(ind.softmax_rows(8, 32, torch.float32))

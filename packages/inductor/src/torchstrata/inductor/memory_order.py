@@ -28,7 +28,9 @@ def row_order(
     whole domain is laid out densely in another order: then that order (size-one
     dimensions first: their variables are always 0)."""
     identity = tuple(range(len(row_shape)))
-    if red_shape or any(isinstance(lowered.get(member), Reduction) for member in members):
+    if red_shape or 0 in row_shape:
+        return identity  # reductions keep their rows; an empty domain runs no kernel
+    if any(isinstance(lowered.get(member), Reduction) for member in members):
         return identity
     for member in reversed(members):
         meta = member.tensor_meta
