@@ -131,3 +131,14 @@ def test_a_returned_value_and_its_clone_are_two_tensors():
     y.add_(1)
     torch.testing.assert_close(clone, x * 2)
     torch.testing.assert_close(detached, x * 2 + 1)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [torch.zeros_like, torch.ones_like, lambda a: torch.full_like(a, 3.0)],
+)
+def test_like_creations_take_their_inputs_layout(f):
+    for x in (_channels_last(), torch.randn(6, 4).t()):
+        got, want = tsr.compile(f)(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()

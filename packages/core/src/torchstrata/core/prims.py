@@ -75,6 +75,13 @@ class PrimDef:
         """True for prims computed independently per element."""
         return self.family in ELEMENTWISE_FAMILIES
 
+    @property
+    def any_dense_layout(self) -> bool:
+        """True when a result may be stored in any dense layout: each element is computed
+        from its operands' elements at its logical index (elementwise, creation, random
+        prims), so the layout is a storage choice (see ``GraphBuilder.relayout``)."""
+        return self.is_elementwise or self.family in (PrimFamily.CREATION, PrimFamily.RANDOM)
+
 
 _PRIMS: dict[str, PrimDef] = {}
 

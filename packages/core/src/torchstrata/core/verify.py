@@ -109,14 +109,14 @@ def _check_node(graph: Graph, node: Node, defined: set[int], check_meta: bool) -
 
 
 def _relaid(node: Node, expected: object) -> bool:
-    """An elementwise prim stored in another dense layout than its meta function's
-    row-major one (the decomposition gives results eager's layout): a storage choice,
-    not a different value."""
+    """An elementwise (or creation, or random) prim stored in another dense layout than
+    its meta function's row-major one (the decomposition gives results eager's layout):
+    a storage choice, not a different value (``PrimDef.any_dense_layout``)."""
     assert node.op is not None
     meta = node.meta
     return (
         isinstance(meta, TensorMeta)
         and isinstance(expected, TensorMeta)
-        and get_prim(node.op.name.removeprefix("prims.")).is_elementwise
+        and get_prim(node.op.name.removeprefix("prims.")).any_dense_layout
         and is_dense(meta.shape, meta.strides)
     )

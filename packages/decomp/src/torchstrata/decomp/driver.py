@@ -139,9 +139,9 @@ def _eager_layout(builder: GraphBuilder, node: Node, result: Any, built: int) ->
     """``result`` (what a rule built for ATen ``node``) laid out as eager lays ``node``
     out; for a multi-output node, each output the rule built.
 
-    Elementwise prims default to row-major; ATen's elementwise ops follow their inputs'
-    layout (channels-last in, channels-last out; a transposed input gives a transposed
-    result). Kernels then store in that layout, outputs come back with eager's strides,
+    Elementwise (creation, random) prims default to row-major; ATen's elementwise ops
+    (and ``*_like`` creations) follow their inputs' layout (channels-last in,
+    channels-last out; a transposed input gives a transposed result). Kernels then store in that layout, outputs come back with eager's strides,
     and the next extern op (a convolution) gets the layout it expects. A value another
     built node already reads keeps its layout (the metadata of its readers derives
     from it)."""
@@ -163,7 +163,7 @@ def _relaid(builder: GraphBuilder, want: Any, value: Any, built: int) -> Any:
         or want.shape != have.shape
         or same_layout(want.shape, want.strides, have.strides)
         or not is_dense(want.shape, want.strides)
-        or not get_prim(value.op.name.removeprefix("prims.")).is_elementwise
+        or not get_prim(value.op.name.removeprefix("prims.")).any_dense_layout
         or not builder.built_since(value, built)
     ):
         return value
