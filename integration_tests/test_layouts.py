@@ -47,13 +47,30 @@ CASES = {
     ),
     "transposed": (lambda t: F.gelu(t) + 1, lambda: torch.randn(6, 4).t()),
     "transposed contiguous": (lambda t: (t * 2).t().contiguous(), lambda: torch.randn(6, 4)),
+    # broadcast_in_dim (unsqueeze, keepdim reductions) gives new size-one dimensions
+    # unsqueeze's strides: a stride 0 there once reached users and ATen kernels (CUDA's
+    # avg_pool2d_backward read such operands wrong)
+    "keepdim": (lambda x: x.sum(1, keepdim=True), lambda: torch.randn(4, 6)),
+    "new dims": (lambda x: (x + 1)[:, None, :, None], lambda: torch.randn(4, 6)),
+    "unsqueezes": (lambda x: (x * 2).unsqueeze(1).unsqueeze(0), lambda: torch.randn(4, 6)),
+    "unsqueezed softmax": (lambda x: torch.softmax(x, 0).unsqueeze(-1), lambda: torch.randn(4, 6)),
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_results_have_eagers_strides(name):
+# Not in training: there the trace records softmax as its composite ops, whose results
+# follow the channels-last input, where eager's fused kernel returns row-major (values
+# equal; see the session-18 note).
+COMPOSITE_IN_TRAINING = {"softmax over channels"}
+
+
+@pytest.mark.parametrize(
+    ("name", "training"),
+    [(name, False) for name in CASES]
+    + [(name, True) for name in CASES if name not in COMPOSITE_IN_TRAINING],
+)
+def test_results_have_eagers_strides(name, training):
     f, make = CASES[name]
-    x = make()
+    x = make().requires_grad_(training)
     with warnings.catch_warnings():
         warnings.simplefilter("error", TorchstrataFallbackWarning)
         got = tsr.compile(f)(x)

@@ -136,27 +136,3 @@ def test_a_graph_break_between_two_views_and_an_update():
         warnings.simplefilter("ignore", TorchstrataFallbackWarning)
         got = tsr.compile(f)(a)
     torch.testing.assert_close(got, f(a))
-
-
-@pytest.mark.parametrize(
-    "f",
-    [
-        lambda x: x.sum(1, keepdim=True),
-        lambda x: (x + 1)[:, None, :, None],
-        lambda x: (x * 2).unsqueeze(1).unsqueeze(0),
-        lambda x: torch.softmax(x, 0).unsqueeze(-1),
-    ],
-)
-@pytest.mark.parametrize("training", [False, True])
-def test_outputs_with_new_size_one_dimensions_get_eagers_strides(f, training):
-    """``broadcast_in_dim`` (``unsqueeze``, keepdim reductions) gives new size-one
-    dimensions ``unsqueeze``'s strides, so outputs come back as eager lays them out (a
-    stride 0 there once reached users and ATen kernels: CUDA's ``avg_pool2d_backward``
-    read such operands wrong)."""
-    x = torch.randn(4, 6, requires_grad=training)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", TorchstrataFallbackWarning)
-        got = tsr.compile(f)(x)
-    want = f(x)
-    torch.testing.assert_close(got, want)
-    assert got.stride() == want.stride()
