@@ -96,10 +96,11 @@ class _Pipeline:
         total = len(aot.forward.outputs)
         num_user = aot.num_user_outputs or total - aot.num_mutations - aot.num_saved
         mutated = aot.mutated_inputs
+        constants = tuple(getattr(aot, "constants", ()))  # lifted torch.tensor([...]) values
 
         def run(*inputs: Any) -> tuple[Any, ...]:
             try:
-                outputs = interpret(prims, *inputs)
+                outputs = interpret(prims, *inputs, *constants)
             except Exception as error:
                 self.failures.append(_StageError("interpret", error))
                 raise self.failures[-1] from error

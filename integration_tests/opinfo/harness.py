@@ -210,14 +210,15 @@ def run_sample(op: Any, sample: Any) -> Outcome:
     graph, path = build_graph(fn, tensors, outputs)
     try:
         try:
-            aten_graph = aot_forward(graph).forward
+            aot = aot_forward(graph)
         except Exception as error:  # noqa: BLE001 - counted as "failed to trace"
             return _skip(f"trace: {first_line(error)}")
         try:
-            prims, stats = decompose_with_stats(aten_graph)
+            prims, stats = decompose_with_stats(aot.forward)
             verify(prims)
             torch.manual_seed(SEED)
-            actual = interpret(prims, *tensors)[: len(outputs)]
+            # lifted constants (torch.tensor([...]) made inside) come after the inputs
+            actual = interpret(prims, *tensors, *aot.constants)[: len(outputs)]
         except Exception as error:  # noqa: BLE001 - a decomposition bug: a mismatch
             return Outcome("mismatch", f"decompose: {first_line(error)}")
     finally:

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from torchstrata.core import (
+    GETITEM,
     CompileOptions,
     GraphBuilder,
     Level,
@@ -218,3 +219,27 @@ def test_extern_ops_keep_the_layout_eager_traced():
     (extern,) = [node for node in prims.nodes if node.op.kind is OpKind.ATEN]
     assert extern.tensor_meta.strides == channels_last
     assert prims.outputs[0].tensor_meta.strides == channels_last
+
+
+def test_extern_ops_keep_inferred_shapes_where_the_trace_disagrees():
+    """``_embedding_bag_forward_only``'s CPU kernel returns an empty ``offset2bag`` where
+    its meta kernel says 5 elements; the prims graph keeps the meta answer (the one
+    ``verify`` checks) and takes only strides from the trace."""
+    builder = GraphBuilder(Level.ATEN)
+    weight = builder.input("weight", TensorMeta((10, 5), torch.float32))
+    indices = builder.input("indices", TensorMeta((5,), torch.int64))
+    offsets = builder.input("offsets", TensorMeta((2,), torch.int64))
+    traced = (
+        TensorMeta((2, 5), torch.float32),
+        TensorMeta((0,), torch.int64),
+        TensorMeta((2,), torch.int64),
+        TensorMeta((2,), torch.int64),
+    )
+    bag = builder.call(
+        aten("_embedding_bag_forward_only.default"), weight, indices, offsets, meta=traced
+    )
+    out = builder.call(GETITEM, bag, 0)
+    prims = decompose(builder.build([out]))
+    verify(prims)
+    (extern,) = [node for node in prims.nodes if node.op.kind is OpKind.ATEN]
+    assert extern.meta[1].shape == (5,)

@@ -77,10 +77,11 @@ class PrimDef:
 
     @property
     def any_dense_layout(self) -> bool:
-        """True when a result may be stored in any dense layout: each element is computed
-        from its operands' elements at its logical index (elementwise, creation, random
-        prims), so the layout is a storage choice (see ``GraphBuilder.relayout``)."""
-        return self.is_elementwise or self.family in (PrimFamily.CREATION, PrimFamily.RANDOM)
+        """True when a result may be stored in any dense layout: every prim but a view
+        makes a fresh tensor whose elements are defined at their logical indices, so its
+        layout is a storage choice (see ``GraphBuilder.relayout``); a view's strides
+        follow from its operand's."""
+        return self.family is not PrimFamily.VIEW
 
 
 _PRIMS: dict[str, PrimDef] = {}

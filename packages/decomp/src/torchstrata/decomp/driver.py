@@ -99,19 +99,34 @@ class _Renames:
 def _copy_extern(
     builder: GraphBuilder, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Node:
-    """``node`` kept as an ATen call. Its metadata is the ATen graph's (traced on the
-    inputs' device: a channels-last convolution's result is channels-last on CPU and CUDA,
-    row-major on the meta device) where its operands kept their layouts; re-derived on
-    meta tensors where the decomposition laid an operand out otherwise."""
+    """``node`` kept as an ATen call, its metadata re-inferred from the new inputs (they
+    may have other strides) on meta tensors, falling back to the ATen graph's.
+
+    Where its operands kept their layouts, each result keeps the ATen graph's strides:
+    those were traced on the inputs' device (a channels-last convolution's result is
+    channels-last on CPU and CUDA, row-major on the meta device, and the launcher would
+    copy every result into that layout)."""
     assert node.op is not None
+    try:
+        meta = infer_meta(node.op, args, kwargs)
+    except MetaInferenceError:
+        return builder.call(node.op, *args, meta=node.meta, name=node.name, **kwargs)
     if _same_operand_layouts(node, args, kwargs):
-        meta = node.meta
-    else:
-        try:
-            meta = infer_meta(node.op, args, kwargs)
-        except MetaInferenceError:
-            meta = node.meta
+        meta = _traced_strides(meta, node.meta)
     return builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
+
+
+def _traced_strides(inferred: Any, traced: Any) -> Any:
+    """``inferred`` with ``traced``'s strides wherever the two agree on shape and dtype."""
+    if isinstance(inferred, tuple) and isinstance(traced, tuple) and len(inferred) == len(traced):
+        return tuple(_traced_strides(a, b) for a, b in zip(inferred, traced, strict=True))
+    if (
+        isinstance(inferred, TensorMeta)
+        and isinstance(traced, TensorMeta)
+        and (inferred.shape, inferred.dtype) == (traced.shape, traced.dtype)
+    ):
+        return attrs.evolve(inferred, strides=traced.strides)
+    return inferred
 
 
 def _same_operand_layouts(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
