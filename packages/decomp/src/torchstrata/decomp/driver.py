@@ -17,17 +17,14 @@ from torchstrata.core import (
     MetaInferenceError,
     Node,
     OpKind,
-    TensorMeta,
     eliminate_dead_code,
-    get_prim,
     infer_meta,
-    is_dense,
     map_nodes,
     prim,
-    same_layout,
 )
 from torchstrata.decomp.context import DecompContext
 from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
+from torchstrata.decomp.layouts import eager_layout, same_operand_layouts, traced_strides
 from torchstrata.decomp.table import NotDecomposable, Rule, RuleFn, RuleTable
 
 #: Key of this stage in ``CompileOptions.stage_options``.
@@ -111,78 +108,9 @@ def _copy_extern(
         meta = infer_meta(node.op, args, kwargs)
     except MetaInferenceError:
         return builder.call(node.op, *args, meta=node.meta, name=node.name, **kwargs)
-    if _same_operand_layouts(node, args, kwargs):
-        meta = _traced_strides(meta, node.meta)
+    if same_operand_layouts(node, args, kwargs):
+        meta = traced_strides(meta, node.meta)
     return builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
-
-
-def _traced_strides(inferred: Any, traced: Any) -> Any:
-    """``inferred`` with ``traced``'s strides wherever the two agree on shape and dtype."""
-    if isinstance(inferred, tuple) and isinstance(traced, tuple) and len(inferred) == len(traced):
-        return tuple(_traced_strides(a, b) for a, b in zip(inferred, traced, strict=True))
-    if (
-        isinstance(inferred, TensorMeta)
-        and isinstance(traced, TensorMeta)
-        and (inferred.shape, inferred.dtype) == (traced.shape, traced.dtype)
-    ):
-        return attrs.evolve(inferred, strides=traced.strides)
-    return inferred
-
-
-def _same_operand_layouts(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    before = [*node.args, *node.kwargs.values()]
-    after = [*args, *kwargs.values()]
-    pairs: list[tuple[Any, Any]] = []
-    for old, new in zip(before, after, strict=True):
-        if isinstance(old, list | tuple) and isinstance(new, list | tuple):
-            pairs += zip(old, new, strict=False)
-        else:
-            pairs.append((old, new))
-    for old, new in pairs:
-        if isinstance(old, Node) != isinstance(new, Node):
-            return False
-        if isinstance(old, Node):
-            was, now = old.meta, new.meta
-            if not isinstance(was, TensorMeta) or not isinstance(now, TensorMeta):
-                return False
-            if (was.shape, was.strides, was.dtype) != (now.shape, now.strides, now.dtype):
-                return False
-    return True
-
-
-def _eager_layout(builder: GraphBuilder, node: Node, result: Any, built: int) -> Any:
-    """``result`` (what a rule built for ATen ``node``) laid out as eager lays ``node``
-    out; for a multi-output node, each output the rule built.
-
-    Elementwise (creation, random) prims default to row-major; ATen's elementwise ops
-    (and ``*_like`` creations) follow their inputs' layout (channels-last in,
-    channels-last out; a transposed input gives a transposed result). Kernels then store in that layout, outputs come back with eager's strides,
-    and the next extern op (a convolution) gets the layout it expects. A value another
-    built node already reads keeps its layout (the metadata of its readers derives
-    from it)."""
-    if isinstance(result, tuple) and isinstance(node.meta, tuple):
-        pairs = zip(node.meta, result, strict=False)
-        return tuple(_relaid(builder, want, value, built) for want, value in pairs) + tuple(
-            result[len(node.meta) :]
-        )
-    return _relaid(builder, node.meta, result, built)
-
-
-def _relaid(builder: GraphBuilder, want: Any, value: Any, built: int) -> Any:
-    if not isinstance(value, Node) or value.op is None or value.op.kind is not OpKind.PRIMS:
-        return value
-    have = value.meta
-    if (
-        not isinstance(want, TensorMeta)
-        or not isinstance(have, TensorMeta)
-        or want.shape != have.shape
-        or same_layout(want.shape, want.strides, have.strides)
-        or not is_dense(want.shape, want.strides)
-        or not get_prim(value.op.name.removeprefix("prims.")).any_dense_layout
-        or not builder.built_since(value, built)
-    ):
-        return value
-    return builder.relayout(value, want.strides)
 
 
 def decompose_with_stats(
@@ -233,7 +161,7 @@ def decompose_with_stats(
             except NotDecomposable:
                 result = None
             if len(builder) > built:
-                result = _eager_layout(builder, node, result, built)
+                result = eager_layout(builder, node, result, built)
         if result is None:
             env[node] = _copy_extern(builder, node, args, kwargs)
             stats.extern[name] += 1
@@ -261,7 +189,7 @@ def _distinct_outputs(
         if owner is not node and not _is_view(node) and not _is_view(owner):
             built = len(builder)
             copy = builder.call(prim("mul"), value, 1, name=f"{node.name}_copy")
-            value = _eager_layout(builder, node, copy, built)
+            value = eager_layout(builder, node, copy, built)
         outputs.append(value)
     return outputs
 
