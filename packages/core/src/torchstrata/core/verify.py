@@ -109,9 +109,9 @@ def _check_node(graph: Graph, node: Node, defined: set[int], check_meta: bool) -
 
 
 def _relaid(node: Node, expected: object) -> bool:
-    """An elementwise (or creation, or random) prim stored in another dense layout than
-    its meta function's row-major one (the decomposition gives results eager's layout):
-    a storage choice, not a different value (``PrimDef.any_dense_layout``)."""
+    """A (non-view) prim stored in another dense layout than its meta function's
+    row-major one (the decomposition gives results eager's layout): a storage choice,
+    not a different value (``PrimDef.any_dense_layout``)."""
     assert node.op is not None
     meta = node.meta
     return (
