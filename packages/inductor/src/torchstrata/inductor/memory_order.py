@@ -3,7 +3,7 @@
 A kernel's flat index is split into loop variables row-major over the domain's shape, so
 consecutive lanes touch consecutive addresses only where the stored buffers are
 row-major. Elementwise results take eager's layout (channels-last in, channels-last
-out: see ``decomp.driver``), so a pointwise kernel over channels-last or transposed
+out: see ``decomp.layouts``), so a pointwise kernel over channels-last or transposed
 tensors walks its domain in that layout's order instead: the loop variables follow the
 stored buffer's strides, slowest first, and loads and stores stay contiguous.
 """

@@ -129,7 +129,7 @@ def clone(ctx: DecompContext, x: Node, *, memory_format: Any = None) -> Node | N
     another layout (``contiguous()`` of a channels-last value, ``memory_format=``): those
     become ``prims.mul(x, 1)``, an exact copy for every dtype (-0.0, NaN and inf
     included), so an output never aliases an input that eager would have copied, and the
-    copy takes the ATen node's layout (``decomp.driver``)."""
+    copy takes the ATen node's layout (``decomp.layouts``)."""
     have, want = x.tensor_meta, ctx.out_meta
     relaid = not same_layout(want.shape, want.strides, have.strides) and is_dense(
         want.shape, want.strides
