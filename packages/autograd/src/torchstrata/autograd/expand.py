@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from torchstrata.autograd.trace import JointTrace
-from torchstrata.core import Node, Transformer, aten
+from torchstrata.core import Node, Transformer, aten, is_dense
 
 _SOFTMAX = {aten("_softmax.default"): False, aten("_log_softmax.default"): True}
 _HALF = (torch.float16, torch.bfloat16)
@@ -41,9 +41,13 @@ class _SpellOut(Transformer):
             out = b.call(aten("sub.Tensor"), shifted, b.call(aten("log.default"), total))
         else:
             out = b.call(aten("div.Tensor"), exps, total)
-        wanted = node.tensor_meta.dtype
-        if out.tensor_meta.dtype != wanted:
-            out = b.call(aten("_to_copy.default"), out, dtype=wanted)
+        wanted = node.tensor_meta
+        if out.tensor_meta.dtype != wanted.dtype:
+            out = b.call(aten("_to_copy.default"), out, dtype=wanted.dtype)
+        if out.tensor_meta.strides != wanted.strides and is_dense(wanted.shape, wanted.strides):
+            # eager's fused kernel returns its own layout (row-major for a channels-last
+            # input), where the spelled-out ops follow their input's
+            out = b.relayout(out, wanted.strides)
         return out
 
 
