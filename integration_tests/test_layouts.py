@@ -49,6 +49,9 @@ CASES = {
     ),
     "transposed": (lambda t: F.gelu(t) + 1, lambda: torch.randn(6, 4).t()),
     "transposed contiguous": (lambda t: (t * 2).t().contiguous(), lambda: torch.randn(6, 4)),
+    # results a rule builds as views (stack: a cat reshaped): copied into eager's layout
+    "stack": (lambda t: torch.stack([t * 2, t + 1]), lambda: torch.randn(6, 4).t()),
+    "kron": (lambda t: torch.kron(t, t + 1), lambda: torch.randn(6, 4).t()),
     # broadcast_in_dim (unsqueeze, keepdim reductions) gives new size-one dimensions
     # unsqueeze's strides: a stride 0 there once reached users and ATen kernels (CUDA's
     # avg_pool2d_backward read such operands wrong)

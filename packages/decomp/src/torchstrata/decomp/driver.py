@@ -17,10 +17,14 @@ from torchstrata.core import (
     MetaInferenceError,
     Node,
     OpKind,
+    TensorMeta,
     eliminate_dead_code,
+    get_prim,
     infer_meta,
+    is_dense,
     map_nodes,
     prim,
+    same_layout,
 )
 from torchstrata.decomp.context import DecompContext
 from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
@@ -59,6 +63,14 @@ def _keep_extern(options: CompileOptions | None) -> frozenset[str]:
     if options is None:
         return frozenset()
     return frozenset(options.stage(STAGE).get("keep_extern", ()))
+
+
+def _user_outputs(options: CompileOptions | None) -> int:
+    """How many leading outputs the caller returns to the user (stage option
+    ``user_outputs``; the runtime sets it): those are laid out as eager lays them out."""
+    if options is None:
+        return 0
+    return int(options.stage(STAGE).get("user_outputs", 0))
 
 
 class _Renames:
@@ -170,28 +182,54 @@ def decompose_with_stats(
             stats.decomposed[name] += 1
             if isinstance(result, Node):
                 names.claim(result, node.name)
-    outputs = _distinct_outputs(builder, graph.outputs, env)
+    outputs = _distinct_outputs(builder, graph.outputs, env, _user_outputs(options))
     return names.apply(eliminate_dead_code(builder.build(outputs))), stats
 
 
 def _distinct_outputs(
-    builder: GraphBuilder, aten_outputs: tuple[Node, ...], env: dict[Node, Any]
+    builder: GraphBuilder, aten_outputs: tuple[Node, ...], env: dict[Node, Any], user: int
 ) -> list[Any]:
-    """The prims graph's outputs, with a copy where two different ATen outputs that are
-    not views lowered to one value (``return y, y.clone()``: the clone of a fresh value
-    is the identity). Eager returns two tensors there; one storage for both would let
-    an in-place update of one show in the other."""
+    """The prims graph's outputs, with a copy
+
+    * where two different ATen outputs that are not views lowered to one value (``return
+      y, y.clone()``: the clone of a fresh value is the identity). Eager returns two
+      tensors there; one storage for both would let an update of one show in the other;
+    * for each of the first ``user`` outputs (those the user gets) that a rule built as a
+      view in another layout than eager's (batch norm over a transposed ``[N, C, L]``,
+      computed channel-last and permuted back; ``stack``; ``roll``). The copy usually
+      fuses into the kernel that computes the value."""
     first: dict[Node, Node] = {}
     outputs = []
-    for node in aten_outputs:
+    for position, node in enumerate(aten_outputs):
         value = env[node]
         owner = first.setdefault(value, node) if isinstance(value, Node) else node
-        if owner is not node and not _is_view(node) and not _is_view(owner):
+        shared = owner is not node and not _is_view(node) and not _is_view(owner)
+        if shared or (position < user and _relaid_view(node, value)):
             built = len(builder)
             copy = builder.call(prim("mul"), value, 1, name=f"{node.name}_copy")
             value = eager_layout(builder, node, copy, built)
         outputs.append(value)
     return outputs
+
+
+def _relaid_view(node: Node, value: Any) -> bool:
+    """Whether ``value``, lowered from ATen ``node`` (not itself a view op), is a prims view
+    whose layout is not the dense one eager gives ``node``."""
+    if _is_view(node) or not isinstance(value, Node) or value.op is None:
+        return False
+    if (
+        value.op.kind is not OpKind.PRIMS
+        or get_prim(value.op.name.removeprefix("prims.")).any_dense_layout
+    ):
+        return False
+    want, have = node.meta, value.meta
+    return (
+        isinstance(want, TensorMeta)
+        and isinstance(have, TensorMeta)
+        and want.shape == have.shape
+        and is_dense(want.shape, want.strides)
+        and not same_layout(want.shape, want.strides, have.strides)
+    )
 
 
 def _is_view(node: Node) -> bool:

@@ -162,6 +162,15 @@ def _with_write_backs(options: CompileOptions, aot: AotResult) -> CompileOptions
     return attrs.evolve(options, stage_options={**options.stage_options, "inductor": inductor})
 
 
+def _with_user_outputs(options: CompileOptions, aot: AotResult) -> CompileOptions:
+    """``options`` telling the decomposition how many leading forward outputs the user
+    gets (``stage_options["decomp"]["user_outputs"]``): those come back in eager's
+    layout."""
+    num_user = output_layout(aot)[0]
+    decomp = {**options.stage("decomp"), "user_outputs": num_user}
+    return attrs.evolve(options, stage_options={**options.stage_options, "decomp": decomp})
+
+
 def _saved_as_lowered(aot: AotResult, forward: Graph | None) -> AotResult:
     """``aot`` with its backward's saved inputs given the strides that the lowered
     ``forward`` (its prims graph, None when not lowered) returns them with.
@@ -351,6 +360,7 @@ class Pipeline:
             m.requires_grad for m in torch_graph.input_metas
         )
         lowering = options if needs_grad else _with_write_backs(options, aot)
+        lowering = _with_user_outputs(lowering, aot)
         forward = self.lower(aten_graph, lowering, records)
         missing = forward.missing_stages
         backward: LazyGraphFn | None = None
