@@ -145,26 +145,31 @@ class GraphBuilder:
     def built_since(self, node: Node, count: int) -> bool:
         """Whether ``node`` is among the calls built after the first ``count`` and no
         later call reads it (so :meth:`relayout` may change it)."""
-        for position in range(len(self._nodes) - 1, count - 1, -1):
-            if self._nodes[position] is node:
-                later = self._nodes[position + 1 :]
-                return not any(node in other.input_nodes() for other in later)
-        return False
+        position = self._position(node, count)
+        return position is not None and not self._read_after(node, position)
 
     def relayout(self, node: Node, strides: tuple[int, ...]) -> Node:
         """``node`` (a call no later node reads yet) stored with ``strides`` instead:
         the decomposition gives a result its ATen node's layout, so that later metas
         (views of it, outputs) derive from the layout eager would make."""
-        position = len(self._nodes) - 1
-        while position >= 0 and self._nodes[position] is not node:
-            position -= 1
-        if position < 0 or not isinstance(node.meta, TensorMeta):
+        position = self._position(node, 0)
+        if position is None or not isinstance(node.meta, TensorMeta):
             raise ValueError(f"relayout: %{node.name} is not a tensor call of this builder")
-        if any(node in later.input_nodes() for later in self._nodes[position + 1 :]):
+        if self._read_after(node, position):
             raise ValueError(f"relayout: %{node.name} is already read by later nodes")
         meta = attrs.evolve(node.meta, strides=tuple(strides))
         self._nodes[position] = Node(node.name, node.op, node.args, dict(node.kwargs), meta)
         return self._nodes[position]
+
+    def _position(self, node: Node, count: int) -> int | None:
+        """Where ``node`` is among the calls built after the first ``count`` (None: not)."""
+        for position in range(len(self._nodes) - 1, count - 1, -1):
+            if self._nodes[position] is node:
+                return position
+        return None
+
+    def _read_after(self, node: Node, position: int) -> bool:
+        return any(node in later.input_nodes() for later in self._nodes[position + 1 :])
 
     def getitem(self, source: Node, index: int) -> Node:
         """The ``index``-th tensor of a multi-output node."""
