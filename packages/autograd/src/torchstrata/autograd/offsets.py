@@ -13,9 +13,7 @@ storage (a slice, a non-contiguous copy). Such inputs are listed in
 
 from __future__ import annotations
 
-import torch
-
-from torchstrata.core import Graph, Node, OpKind
+from torchstrata.core import Graph, Node
 
 #: Ops that take an absolute storage offset.
 ABSOLUTE_OFFSET_OPS = frozenset(
@@ -44,7 +42,4 @@ def offset_inputs(graph: Graph, num_primals: int) -> tuple[int, ...]:
 
 
 def _is_view(node: Node) -> bool:
-    if node.op is None or node.op.kind is not OpKind.ATEN or not node.args:
-        return False
-    target = node.op.resolve()
-    return isinstance(target, torch._ops.OpOverload) and target.is_view
+    return node.op is not None and bool(node.args) and node.op.is_view

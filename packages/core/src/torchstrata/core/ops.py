@@ -73,6 +73,15 @@ class OpRef:
         """The Python callable this op refers to (for prims, the reference implementation)."""
         return _resolve(self)
 
+    @property
+    def is_view(self) -> bool:
+        """True for an ATen overload that returns a view of an argument (its schema says
+        so); False for every other op."""
+        if self.kind is not OpKind.ATEN:
+            return False
+        target = self.resolve()
+        return isinstance(target, torch._ops.OpOverload) and target.is_view
+
 
 def aten(qualified: str) -> OpRef:
     """``aten("add.Tensor")`` or ``aten("aten.add.Tensor")``: an ATen overload reference."""

@@ -233,12 +233,9 @@ def _relaid_view(node: Node, value: Any) -> bool:
 
 
 def _is_view(node: Node) -> bool:
-    """Whether ATen ``node`` returns a view of an argument (its schema says so)."""
-    if node.op is None or node.op.kind is not OpKind.ATEN:
-        return node.op is None  # a graph input is its own storage
-    schema = getattr(node.op.resolve(), "_schema", None)
-    returns = getattr(schema, "returns", ())
-    return any(ret.alias_info is not None for ret in returns)
+    """Whether ATen ``node`` returns a view of an argument; a graph input is its own
+    storage, so it counts as one (it is never copied)."""
+    return node.op is None or node.op.is_view
 
 
 def decompose(

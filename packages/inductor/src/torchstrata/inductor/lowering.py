@@ -26,7 +26,15 @@ from typing import Any, Protocol
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, TensorMeta, broadcast_strides, get_prim
+from torchstrata.core import (
+    Graph,
+    Node,
+    OpKind,
+    TensorMeta,
+    broadcast_strides,
+    get_prim,
+    is_dense,
+)
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
 from torchstrata.inductor.kernel import reduction_identity
@@ -464,10 +472,6 @@ def buffer_view(node: Node, lowered: dict[Node, Lowered]) -> StridedView | None:
 
 def dense_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
     """``strides`` if they describe a dense, non-overlapping layout of ``shape``, else row-major."""
-    order = sorted((stride, size) for size, stride in zip(shape, strides, strict=True) if size > 1)
-    expected = 1
-    for stride, size in order:
-        if stride != expected:
-            return row_major_strides(shape)
-        expected *= size
-    return tuple(strides) if math.prod(shape) > 0 else row_major_strides(shape)
+    if math.prod(shape) > 0 and is_dense(shape, strides):
+        return tuple(strides)
+    return row_major_strides(shape)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import TENSOR_TYPES, AotResult, CompiledGraph, TensorMeta
+from torchstrata.core import TENSOR_TYPES, AotResult, CompiledGraph, TensorMeta, same_layout
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.unit_grads import UnitGrads
@@ -443,12 +443,6 @@ def _saved_layout_checker(aot: AotResult) -> Callable[[Sequence[Any]], Sequence[
     return check
 
 
-def _same_layout(shape: Sequence[int], strides: Sequence[int], other: Sequence[int]) -> bool:
-    """Whether two stride tuples address ``shape``'s elements alike (a dimension of size
-    one may have any stride)."""
-    return all(n == 1 or a == b for n, a, b in zip(shape, strides, other, strict=True))
-
-
 def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | None]) -> list[int]:
     """Raise on a saved tensor of the wrong dtype; return the positions of those laid out
     otherwise than ``expected`` (with a warning).
@@ -471,7 +465,7 @@ def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | Non
         if (
             same_shape
             and tensor.numel() > 1
-            and not _same_layout(meta.shape, tensor.stride(), meta.strides)
+            and not same_layout(meta.shape, tensor.stride(), meta.strides)
         ):
             restrided.append(position)
     if restrided:
