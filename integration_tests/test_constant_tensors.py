@@ -76,6 +76,29 @@ def test_a_large_constant_compiles_and_matches_eager():
         torch.testing.assert_close(_quietly(compiled, x), shifted_by_large(x))
 
 
+MUTABLE = list(range(1_000))
+
+
+def shifted_by_mutable(x):
+    return x + torch.tensor(MUTABLE, dtype=torch.float32)
+
+
+def test_a_global_list_is_guarded_as_one_and_a_changed_item_recompiles():
+    x = torch.randn(1_000)
+    report = rt.explain(shifted_by_mutable, x)
+    assert len(report.guards) > 1_000  # its type, its length and each item
+    assert rt.GuardSet(report.guards).source.count("if not") < 10
+    compiled = rt.compile(shifted_by_mutable)
+    torch.testing.assert_close(_quietly(compiled, x), shifted_by_mutable(x))
+    MUTABLE[500] = -7
+    try:
+        torch.testing.assert_close(compiled(x), shifted_by_mutable(x))
+        MUTABLE[500] = 500.0  # equal, but a float: another dtype-inferring constant
+        torch.testing.assert_close(compiled(x), shifted_by_mutable(x))
+    finally:
+        MUTABLE[500] = 500
+
+
 def test_a_constant_written_in_place_starts_from_its_values_every_call():
     def accumulate(x):
         c = torch.tensor([1.0, 2.0])

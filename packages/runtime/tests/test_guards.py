@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import torchstrata.runtime as rt
@@ -97,3 +99,77 @@ def test_a_fetched_source_is_reused_by_longer_ones():
     assert guards.failure(frame, {}) is None
     module[0] = torch.nn.Linear(4, 4)
     assert guards.failure(frame, {}).guard.source == "L['self'][0]"
+
+
+def _sequence_guards(source: str, values: list[object], container: type = list) -> list[Guard]:
+    """The guards the capture makes for a constant sequence: type, length, each item."""
+    return [
+        Guard(GuardKind.TYPE_MATCH, source, container),
+        Guard(GuardKind.CONSTANT_MATCH, f"len({source})", len(values)),
+        *(Guard(GuardKind.CONSTANT_MATCH, f"{source}[{i}]", v) for i, v in enumerate(values)),
+    ]
+
+
+def test_a_constant_sequence_is_checked_as_one_and_its_failing_item_is_named():
+    values = [1, 2.5, "mean", None, True]
+    guards = rt.GuardSet(_sequence_guards("G['ITEMS']", values))
+    assert guards.source.count("if not") == 1
+    assert guards.failure({}, {"ITEMS": list(values)}) is None
+    changed = {
+        "an item": [1, 2.5, "sum", None, True],
+        "an int that equals a bool": [True, 2.5, "mean", None, True],
+        "a float that equals an int": [1.0, 2.5, "mean", None, True],
+        "a longer list": [*values, 0],
+    }
+    named = {
+        "an item": "G['ITEMS'][2]",
+        "an int that equals a bool": "G['ITEMS'][0]",
+        "a float that equals an int": "G['ITEMS'][0]",
+        "a longer list": "len(G['ITEMS'])",
+    }
+    for what, items in changed.items():
+        failure = guards.failure({}, {"ITEMS": items})
+        assert failure is not None and failure.guard.source == named[what], what
+    assert guards.failure({}, {"ITEMS": tuple(values)}).guard.source == "G['ITEMS']"
+    assert guards.failure({}, {}).guard.source == "G['ITEMS']"
+
+
+def test_a_tuple_attribute_and_a_short_or_partly_read_sequence():
+    guards = rt.GuardSet(_sequence_guards("L['self'].stride", [1, 2], tuple))
+    assert guards.source.count("if not") == 1
+    conv = torch.nn.Conv2d(1, 1, 3, stride=(1, 2))
+    assert guards.failure({"self": conv}, {}) is None
+    conv.stride = (1, 1)
+    assert guards.failure({"self": conv}, {}).guard.source == "L['self'].stride[1]"
+    short = rt.GuardSet(_sequence_guards("G['ONE']", [3]))
+    assert short.source.count("if not") == 3  # one item: kept as it is
+    partial = _sequence_guards("G['L']", [1, 2, 3])
+    del partial[3]  # item 1 never read by the capture
+    assert rt.GuardSet(partial).source.count("if not") == 4
+
+
+def test_zero_and_nan_floats_are_told_apart_exactly():
+    zero = rt.GuardSet([Guard(GuardKind.CONSTANT_MATCH, "L['s']", 0.0)])
+    assert zero.failure({"s": 0.0}, {}) is None
+    assert zero.failure({"s": -0.0}, {}) is not None
+    assert zero.failure({"s": 0}, {}) is not None
+    negative = rt.GuardSet([Guard(GuardKind.CONSTANT_MATCH, "L['s']", -0.0)])
+    assert negative.failure({"s": -0.0}, {}) is None
+    assert negative.failure({"s": 0.0}, {}) is not None
+    nan = rt.GuardSet([Guard(GuardKind.CONSTANT_MATCH, "L['s']", math.nan)])
+    assert nan.failure({"s": float("nan")}, {}) is None
+    assert nan.failure({"s": 1.0}, {}) is not None
+    # in a sequence, a zero float keeps its own exact guard
+    guards = rt.GuardSet(_sequence_guards("G['S']", [1.0, 0.0, 2.0]))
+    assert guards.source.count("if not") == 5
+    assert guards.failure({}, {"S": [1.0, -0.0, 2.0]}).guard.source == "G['S'][1]"
+
+
+def test_a_compiled_call_tells_a_negative_zero_from_zero():
+    def divide(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x / s
+
+    compiled = rt.compile(divide)
+    x = torch.ones(3)
+    for s in (0.0, -0.0, 0.0, float("nan"), float("nan")):
+        torch.testing.assert_close(compiled(x, s), divide(x, s), equal_nan=True)

@@ -6,11 +6,14 @@ function's globals); see :mod:`torchstrata.runtime.frames`. All guards of one ca
 entry become ONE function, generated as source text and compiled once; each source
 expression is evaluated once per check. A second function, generated when every source
 can be rewritten so, reads the arguments of a positional call straight from their tuple.
+The guards on a constant list or tuple (its type, length and items) are checked as one
+comparison (:mod:`torchstrata.runtime.guard_sequences`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
@@ -18,6 +21,7 @@ import torch
 
 from torchstrata.core import TENSOR_TYPES, Guard, GuardKind, TensorMeta
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
+from torchstrata.runtime.guard_sequences import SequenceGroup, plan_sequences
 
 _CPU = torch.device("cpu")
 
@@ -125,6 +129,8 @@ def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
     if kind is GuardKind.CONSTANT_MATCH:
         if expected is None or isinstance(expected, bool):
             return f"{var} is {writer.constant(expected)}"
+        if type(expected) is float and (expected == 0.0 or math.isnan(expected)):
+            return _special_float(var, expected)
         value_type = writer.constant(type(expected))
         return f"type({var}) is {value_type} and {var} == {writer.constant(expected)}"
     if kind is GuardKind.ID_MATCH:
@@ -132,6 +138,26 @@ def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
     if kind is GuardKind.TYPE_MATCH:
         return f"type({var}) is {writer.constant(expected)}"
     raise ValueError(f"unknown guard kind {kind!r}")
+
+
+def _special_float(var: str, expected: float) -> str:
+    """The exact test for a float ``==`` cannot make: NaN, or a zero of one sign (a
+    graph traced for ``0.0`` divides to ``inf`` where ``-0.0`` gives ``-inf``)."""
+    if math.isnan(expected):
+        return f"type({var}) is float and {var} != {var}"
+    sign = math.copysign(1.0, expected)
+    return f"type({var}) is float and {var} == 0.0 and _copysign(1.0, {var}) == {sign!r}"
+
+
+def _sequence_condition(writer: _SourceWriter, group: SequenceGroup, var: str) -> str:
+    """One test of a constant sequence's type, length, item types and items."""
+    container = writer.constant(group.container)
+    types = writer.constant(group.item_types())
+    values = writer.constant(group.snapshot())
+    return (
+        f"type({var}) is {container} and len({var}) == {len(group.values)}"
+        f" and tuple(map(type, {var})) == {types} and {var} == {values}"
+    )
 
 
 class GuardSet:
@@ -155,6 +181,7 @@ class GuardSet:
         self.guards = tuple(guards)
         self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
         self.check: GuardCheck = _build(self.source, constants)
+        self._precise_check: GuardCheck | None = None
         #: ``check`` for a fast-path positional call of ``binder``'s function (the
         #: arguments tuple in place of ``L``); None when some source cannot read it.
         self.check_args: ArgsCheck | None = None
@@ -173,21 +200,48 @@ class GuardSet:
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
         index = self.check(frame, globals_)
-        return None if index < 0 else GuardFailure(self.guards[index])
+        if index < 0:
+            return None
+        if self._precise_check is None:  # name the item of a failing sequence group
+            source, constants = _generate(self.guards, [g.source for g in self.guards], "L", None)
+            self._precise_check = _build(source, constants)
+        precise = self._precise_check(frame, globals_)
+        return GuardFailure(self.guards[precise if precise >= 0 else index])
 
     def __len__(self) -> int:
         return len(self.guards)
 
 
+def _write_checks(
+    writer: _SourceWriter,
+    guards: Sequence[Guard],
+    sources: Sequence[str],
+    groups: dict[int, SequenceGroup],
+) -> None:
+    """Each guard's check, in order; a sequence group's members as one check at its first."""
+    grouped = {member for group in groups.values() for member in group.members}
+    for index, (guard, source) in enumerate(zip(guards, sources)):
+        group = groups.get(index)
+        if group is not None:
+            writer.check(_sequence_condition(writer, group, writer.fetch(source, index)), index)
+        elif index not in grouped:
+            writer.check(_condition(writer, guard, writer.fetch(source, index)), index)
+
+
 def _generate(
-    guards: Sequence[Guard], sources: Sequence[str], frame_name: str
+    guards: Sequence[Guard],
+    sources: Sequence[str],
+    frame_name: str,
+    keep: Collection[str] | None = (),
 ) -> tuple[str, dict[str, Any]]:
-    """The check function's text (``check_guards(<frame_name>, G)``) and its constants."""
+    """The check function's text (``check_guards(<frame_name>, G)``) and its constants.
+
+    Sequence groups are formed except from sources in ``keep``; ``keep=None`` forms
+    none (each guard checked alone, as :meth:`GuardSet.failure` needs to name one)."""
+    groups = {} if keep is None else plan_sequences(guards, sources, keep)
     writer = _SourceWriter()
     writer.lines.append(f"def check_guards({frame_name}, G):")
-    for index, (guard, source) in enumerate(zip(guards, sources)):
-        var = writer.fetch(source, index)
-        writer.check(_condition(writer, guard, var), index)
+    _write_checks(writer, guards, sources, groups)
     writer.lines.append("    return -1")
     return "\n".join(writer.lines) + "\n", writer.constants
 
@@ -204,9 +258,8 @@ def _fetching_check(
     wanted = [binder.args_source(source) for source in fetch_sources]
     writer = _SourceWriter(fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
-    for index, (guard, source) in enumerate(zip(guards, args_sources)):
-        var = writer.fetch(source, index)
-        writer.check(_condition(writer, guard, var), index)
+    keep = [source for source in wanted if source is not None]
+    _write_checks(writer, guards, args_sources, plan_sequences(guards, args_sources, keep))
     values = [writer.value_of_source.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None
@@ -221,6 +274,7 @@ def _build(source: str, constants: dict[str, Any]) -> Any:
     namespace: dict[str, Any] = {
         "_Tensor": torch.Tensor,
         "_TensorTypes": TENSOR_TYPES,
+        "_copysign": math.copysign,
         "torch": torch,
         **constants,
     }
