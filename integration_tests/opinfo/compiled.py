@@ -58,7 +58,7 @@ def eager_reason(compiled: Any) -> str | None:
     return None
 
 
-def _call(
+def call_fresh(
     compiled: Callable[..., Any], tensors: Sequence[torch.Tensor]
 ) -> tuple[Any, list[torch.Tensor], list[str]]:
     """``compiled`` on fresh copies: (result, the inputs after the call, fallback warnings)."""
@@ -91,7 +91,7 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     fallbacks: list[str] = []
     for call in ("first call", "second call"):
         try:
-            value, inputs, warned = _call(compiled, tensors)
+            value, inputs, warned = call_fresh(compiled, tensors)
         except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
             return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
         fallbacks += warned

@@ -12,7 +12,8 @@ skip reasons and every mismatch.
 ``--codegen cpp`` (or ``triton``) runs each sample through the whole compiler instead
 (:mod:`.compiled`); with it, ``--check grad`` checks the samples' gradients through the
 compiled training path (:mod:`.gradients`), ``--check errors`` the OpInfos' error
-inputs (:mod:`.errors`).
+inputs (:mod:`.errors`), ``--check layouts`` whether the dense outputs come back in
+eager's memory layout (:mod:`.layout_survey`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .compiled import CompiledOutcome, report_compiled, run_compiled_sample
 from .errors import BAD_ERROR_STATUSES, ERROR_STATUSES, run_error_input
 from .gradients import run_gradient_sample
 from .harness import Outcome
+from .layout_survey import BAD_LAYOUT_STATUSES, LAYOUT_STATUSES, run_layout_sample
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 STATUSES = ("decomposed", "extern", "mismatch", "skip")
@@ -131,6 +133,8 @@ def run_op(
                 try:
                     if grad:
                         outcome: Any = run_gradient_sample(op, sample, codegen)
+                    elif check == "layouts":
+                        outcome = run_layout_sample(op, sample, codegen)
                     elif codegen == "interpret":
                         outcome = run_captured_sample(op, sample)
                     else:
@@ -288,8 +292,9 @@ def _reported(
     cut short still shows what it found)."""
     for op, result in zip(ops, results):
         for where, outcome in result:
-            if outcome.status in ("mismatch", *BAD_ERROR_STATUSES):
-                print(f"MISMATCH {op_label(op)} [{where}]: {outcome.reason}", file=sys.stderr)
+            if outcome.status in ("mismatch", *BAD_ERROR_STATUSES, *BAD_LAYOUT_STATUSES):
+                kind = "MISMATCH" if outcome.status == "mismatch" else outcome.status.upper()
+                print(f"{kind} {op_label(op)} [{where}]: {outcome.reason}", file=sys.stderr)
         yield result
 
 
@@ -309,11 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="where the samples live (cpu, cuda)")
     parser.add_argument(
         "--check",
-        choices=("outputs", "grad", "errors"),
+        choices=("outputs", "grad", "errors", "layouts"),
         default="outputs",
         help="with --codegen cpp or triton: the samples' outputs (default), their input "
-        "gradients through the compiled training path, or the OpInfos' error inputs "
-        "(each must raise eager's exception type)",
+        "gradients through the compiled training path, the OpInfos' error inputs "
+        "(each must raise eager's exception type), or whether the samples' dense outputs "
+        "come back in eager's memory layout",
     )
     parser.add_argument(
         "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
@@ -357,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     per_op = {op_label(op): result for op, result in zip(ops, results)}
     if args.check == "errors":
         mismatched = report_compiled(per_op, sys.stdout, ERROR_STATUSES, BAD_ERROR_STATUSES)
+    elif args.check == "layouts":
+        mismatched = report_compiled(per_op, sys.stdout, LAYOUT_STATUSES, BAD_LAYOUT_STATUSES)
     elif args.codegen != "interpret":
         mismatched = report_compiled(per_op, sys.stdout)
     else:
