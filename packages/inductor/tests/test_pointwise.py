@@ -130,3 +130,18 @@ def test_small_constant_powers_are_products(ind, codegen, exponent):
     base = b.call(prim("add"), b.call(prim("abs"), x), 0.5)
     compiled = ind.check(b.build([b.call(prim("pow"), base, exponent)]), codegen)
     assert compiled.eager_ops == ()
+
+
+def test_zero_constants_of_either_sign_stay_apart(ind, codegen):
+    """``x * 0.0`` and ``x * -0.0`` are different values (their reciprocals are infinities
+    of opposite signs); equal-comparing constants must not merge them in a kernel."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((5,), torch.float32))
+    outputs = [
+        b.call(prim("reciprocal"), b.call(prim("mul"), x, zero)) for zero in (0.0, -0.0, 0.0)
+    ]
+    x_values = torch.tensor([1.0, -2.0, 3.0, -4.0, 5.0])
+    compiled = ind.check(b.build(outputs), codegen, inputs=[x_values])
+    positive, negative, again = compiled(x_values)
+    torch.testing.assert_close(negative, -positive)
+    torch.testing.assert_close(again, positive)

@@ -173,3 +173,8 @@ def test_a_compiled_call_tells_a_negative_zero_from_zero():
     x = torch.ones(3)
     for s in (0.0, -0.0, 0.0, float("nan"), float("nan")):
         torch.testing.assert_close(compiled(x, s), divide(x, s), equal_nan=True)
+
+    def both_signs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return 1 / (x * 0.0), 1 / (x * -0.0)
+
+    torch.testing.assert_close(rt.compile(both_signs)(x), both_signs(x))
