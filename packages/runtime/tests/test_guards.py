@@ -178,3 +178,20 @@ def test_a_compiled_call_tells_a_negative_zero_from_zero():
         return 1 / (x * 0.0), 1 / (x * -0.0)
 
     torch.testing.assert_close(rt.compile(both_signs)(x), both_signs(x))
+
+
+def test_a_modules_member_shadowing_guards_are_checked_as_one():
+    module = torch.nn.Linear(2, 2)
+    names = ("weight", "bias")
+    guards = rt.GuardSet(
+        [
+            Guard(GuardKind.CONSTANT_MATCH, f"L['self'].__dict__.__contains__({name!r})", False)
+            for name in names
+        ]
+        + [Guard(GuardKind.ID_MATCH, "L['self']", id(module))]
+    )
+    assert guards.source.count("if not") == 2
+    assert guards.failure({"self": module}, {}) is None
+    object.__setattr__(module, "bias", torch.zeros(2))  # shadows the parameter
+    failure = guards.failure({"self": module}, {})
+    assert failure is not None and "'bias'" in failure.guard.source

@@ -6,8 +6,9 @@ function's globals); see :mod:`torchstrata.runtime.frames`. All guards of one ca
 entry become ONE function, generated as source text and compiled once; each source
 expression is evaluated once per check. A second function, generated when every source
 can be rewritten so, reads the arguments of a positional call straight from their tuple.
-The guards on a constant list or tuple (its type, length and items) are checked as one
-comparison (:mod:`torchstrata.runtime.guard_sequences`).
+The guards on a constant list or tuple (its type, length and items), and those on a
+module's unshadowed members, are checked as one comparison each
+(:mod:`torchstrata.runtime.guard_groups`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from torchstrata.core import TENSOR_TYPES, Guard, GuardKind, TensorMeta
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
-from torchstrata.runtime.guard_sequences import SequenceGroup, plan_sequences
+from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
 
 _CPU = torch.device("cpu")
 
@@ -149,8 +150,11 @@ def _special_float(var: str, expected: float) -> str:
     return f"type({var}) is float and {var} == 0.0 and _copysign(1.0, {var}) == {sign!r}"
 
 
-def _sequence_condition(writer: _SourceWriter, group: SequenceGroup, var: str) -> str:
-    """One test of a constant sequence's type, length, item types and items."""
+def _group_condition(writer: _SourceWriter, group: GuardGroup, var: str) -> str:
+    """One test of a group: a module dict holding none of the member names, or a
+    constant sequence's type, length, item types and items."""
+    if not isinstance(group, SequenceGroup):
+        return f"{var}.keys().isdisjoint({writer.constant(group.names)})"
     container = writer.constant(group.container)
     types = writer.constant(group.item_types())
     values = writer.constant(group.snapshot())
@@ -202,7 +206,7 @@ class GuardSet:
         index = self.check(frame, globals_)
         if index < 0:
             return None
-        if self._precise_check is None:  # name the item of a failing sequence group
+        if self._precise_check is None:  # name the one guard of a failing group
             source, constants = _generate(self.guards, [g.source for g in self.guards], "L", None)
             self._precise_check = _build(source, constants)
         precise = self._precise_check(frame, globals_)
@@ -216,14 +220,15 @@ def _write_checks(
     writer: _SourceWriter,
     guards: Sequence[Guard],
     sources: Sequence[str],
-    groups: dict[int, SequenceGroup],
+    groups: dict[int, GuardGroup],
 ) -> None:
-    """Each guard's check, in order; a sequence group's members as one check at its first."""
+    """Each guard's check, in order; a group's members as one check at its first."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)
         if group is not None:
-            writer.check(_sequence_condition(writer, group, writer.fetch(source, index)), index)
+            var = writer.fetch(group.source, index)
+            writer.check(_group_condition(writer, group, var), index)
         elif index not in grouped:
             writer.check(_condition(writer, guard, writer.fetch(source, index)), index)
 
@@ -236,9 +241,9 @@ def _generate(
 ) -> tuple[str, dict[str, Any]]:
     """The check function's text (``check_guards(<frame_name>, G)``) and its constants.
 
-    Sequence groups are formed except from sources in ``keep``; ``keep=None`` forms
+    Groups are formed except from sources in ``keep``; ``keep=None`` forms
     none (each guard checked alone, as :meth:`GuardSet.failure` needs to name one)."""
-    groups = {} if keep is None else plan_sequences(guards, sources, keep)
+    groups = {} if keep is None else plan_groups(guards, sources, keep)
     writer = _SourceWriter()
     writer.lines.append(f"def check_guards({frame_name}, G):")
     _write_checks(writer, guards, sources, groups)
@@ -259,7 +264,7 @@ def _fetching_check(
     writer = _SourceWriter(fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
     keep = [source for source in wanted if source is not None]
-    _write_checks(writer, guards, args_sources, plan_sequences(guards, args_sources, keep))
+    _write_checks(writer, guards, args_sources, plan_groups(guards, args_sources, keep))
     values = [writer.value_of_source.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None

@@ -1,6 +1,6 @@
-"""Guards on a whole list or tuple of constants, checked as one.
+"""Guards checked together: a constant list or tuple, and a module's unshadowed members.
 
-The capture guards a constant sequence piece by piece: its type (``TYPE_MATCH`` on
+**Sequences.** The capture guards a constant sequence piece by piece: its type (``TYPE_MATCH`` on
 ``S``), its length (``CONSTANT_MATCH`` on ``len(S)``) and each item
 (``CONSTANT_MATCH`` on ``S[0]``, ``S[1]``, ...). A convolution's ``stride`` is four
 guards; a global list of 100k numbers fed to ``torch.tensor`` is 100k. Checked one by one
@@ -12,11 +12,19 @@ types and S == values``. The item types are compared first, so ``==`` only ever 
 comparisons of plain ``int``, ``bool``, ``str``, ``None`` and ``float`` values, and
 ``True`` does not pass for ``1``, nor ``1.0`` for ``1``. Floats equal to zero and NaN stay
 out of groups: ``==`` does not tell ``-0.0`` from ``0.0``, and NaN equals nothing.
+
+**Members.** Each parameter, buffer or submodule read from a module's member dicts comes
+with a guard that the instance dict holds no entry of that name
+(``M.__dict__.__contains__('weight')`` is False; see ``capture/attributes.py``). A
+module's such guards become one ``M.__dict__.keys().isdisjoint(names)``, checked where
+the first of them was.
 """
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -30,6 +38,10 @@ _PLAIN_TYPES = (int, bool, str, type(None))
 MIN_ITEMS = 2
 
 
+#: A member-shadowing guard's source: ``<module source>.__dict__.__contains__('<name>')``.
+_SHADOW = re.compile(r"(?P<module>.+)\.__dict__\.__contains__\((?P<name>'[^']*'|\"[^\"]*\")\)")
+
+
 @attrs.frozen
 class SequenceGroup:
     """The guards on one constant list or tuple, checked together.
@@ -37,12 +49,14 @@ class SequenceGroup:
     :param first: index of the sequence's ``TYPE_MATCH`` guard (where the group is
         checked, and the index it reports when it fails).
     :param members: indices of every guard of the group, ``first`` included.
+    :param source: the sequence's source (what the group's check reads).
     :param container: ``list`` or ``tuple``.
     :param values: the items, in order.
     """
 
     first: int
     members: tuple[int, ...]
+    source: str
     container: type
     values: tuple[Any, ...]
 
@@ -53,6 +67,56 @@ class SequenceGroup:
     def item_types(self) -> tuple[type, ...]:
         """The exact type of each item."""
         return tuple(type(value) for value in self.values)
+
+
+@attrs.frozen
+class MembersGroup:
+    """A module's guards that its instance dict shadows none of the members read.
+
+    :param first: index of the first such guard (where the group is checked).
+    :param members: indices of every guard of the group.
+    :param source: the module's ``__dict__`` (what the group's check reads).
+    :param names: the member names that must stay out of it.
+    """
+
+    first: int
+    members: tuple[int, ...]
+    source: str
+    names: frozenset[str]
+
+
+GuardGroup = SequenceGroup | MembersGroup
+
+
+def plan_groups(
+    guards: Sequence[Guard], sources: Sequence[str], keep: Collection[str] = ()
+) -> dict[int, GuardGroup]:
+    """Every group (:func:`plan_sequences`, :func:`plan_members`) by its first index."""
+    return {**plan_sequences(guards, sources, keep), **plan_members(guards, sources, keep)}
+
+
+def plan_members(
+    guards: Sequence[Guard], sources: Sequence[str], keep: Collection[str] = ()
+) -> dict[int, MembersGroup]:
+    """Groups of member-shadowing guards on one module (two or more), by first index."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for index, (guard, source) in enumerate(zip(guards, sources)):
+        match = _SHADOW.fullmatch(source)
+        if (
+            match is None
+            or source in keep
+            or guard.kind is not GuardKind.CONSTANT_MATCH
+            or guard.expected is not False
+        ):
+            continue
+        found.setdefault(match["module"], []).append((index, ast.literal_eval(match["name"])))
+    groups: dict[int, MembersGroup] = {}
+    for module, reads in found.items():
+        if len(reads) >= MIN_ITEMS:
+            indices = tuple(index for index, _ in reads)
+            names = frozenset(name for _, name in reads)
+            groups[indices[0]] = MembersGroup(indices[0], indices, f"{module}.__dict__", names)
+    return groups
 
 
 def _groupable(value: Any) -> bool:
@@ -111,7 +175,7 @@ def _group(
             return None
         members.append(item)
         values.append(guards[item].expected)
-    return SequenceGroup(first, tuple(members), container, tuple(values))
+    return SequenceGroup(first, tuple(members), source, container, tuple(values))
 
 
 def _only_constant(
