@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchstrata.core import prim
+
 DTYPES = (torch.float32, torch.float16, torch.int64, torch.bool)
 
 
@@ -75,6 +77,38 @@ def test_slice_scatter_diagonal_copy_fill(dh, dtype) -> None:
     dh.check(dh.one_op("copy.default", dh.T(3, 4, dtype=dtype), dh.T(4, dtype=torch.float64)))
     dh.check(dh.one_op("fill.Scalar", dh.T(3, 4, dtype=dtype), 1))
     dh.check(dh.one_op("fill.Tensor", dh.T(3, 4, dtype=dtype), dh.T(dtype=dtype)))
+
+
+SLICES = [  # (x shape, src shape, dim, start, end, step)
+    ((7, 5), (3, 5), 0, 1, 6, 2),
+    ((7, 5), (7, 2), 1, None, None, 3),
+    ((7, 5), (3, 5), 0, -5, None, 2),
+    ((7, 5), (7, 5), 0, 0, 7, 1),
+    ((2, 3, 7), (2, 3, 2), -1, 1, None, 4),
+    ((2, 3, 7), (2, 3, 2), 2, 5, 99, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", SLICES)
+def test_slice_scatter_is_pointwise_in_the_inputs_layout(dh, dtype, case) -> None:
+    """``slice_scatter`` is ``cat`` (step 1; a copy of ``src`` where it covers the dim)
+    or ``where`` over a gather from ``src`` (no ``prims.scatter``, which ATen would lay
+    out row-major), laid out as eager lays it out: like ``x`` (column-major here)."""
+    shape, src_shape, dim, start, end, step = case
+    x = dh.T(*shape, dtype=dtype, strides=_column_major(shape))
+    graph = dh.one_op(
+        "slice_scatter.default", x, dh.T(*src_shape, dtype=dtype), dim, start, end, step
+    )
+    prims = dh.check(graph)
+    assert prim("scatter") not in prims.ops()
+    assert prims.outputs[0].tensor_meta.strides == graph.outputs[0].tensor_meta.strides
+    assert graph.outputs[0].tensor_meta.strides == x.strides
+
+
+def _column_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a tensor whose last two dims are stored column-major."""
+    return tuple(torch.empty(shape).mT.contiguous().mT.stride())
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.int64))

@@ -59,6 +59,16 @@ def canonical_dims(dims: int | Sequence[int] | None, ndim: int) -> list[int]:
     return sorted({canonical_dim(d, ndim) for d in dims})
 
 
+def exact_copy(builder: GraphBuilder, x: Node, name: str) -> Node:
+    """A new tensor holding ``x``'s values: ``prims.mul(x, 1)``, exact for every number
+    (-0.0, NaN and inf included), or ``prims.bitwise_or(x, False)`` for bool (the code
+    generators make no bool arithmetic, and an ATen call would choose its own layout).
+    Its layout is a storage choice (``decomp.layouts``)."""
+    if x.tensor_meta.dtype is torch.bool:
+        return builder.call(prim("bitwise_or"), x, False, name=name)
+    return builder.call(prim("mul"), x, 1, name=name)
+
+
 class DecompContext:
     """What a rule builds with: the new graph's builder plus helpers.
 
@@ -105,6 +115,10 @@ class DecompContext:
         if get_prim(name).family is PrimFamily.VIEW and first in self._input_aliases:
             self._input_aliases.add(result)
         return result
+
+    def copy(self, x: Node) -> Node:
+        """A new tensor holding ``x``'s values (see :func:`exact_copy`)."""
+        return exact_copy(self.builder, x, f"{self.node.name}_copy")
 
     def aliases_input(self, x: Node) -> bool:
         """True if ``x`` is a graph input or a view of one (a copy must not be dropped)."""

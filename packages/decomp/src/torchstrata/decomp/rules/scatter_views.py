@@ -13,6 +13,7 @@ from torchstrata.decomp.promotion import computation_dtype
 from torchstrata.decomp.rules.elementwise import clamp
 from torchstrata.decomp.rules.norms import vector_norm
 from torchstrata.decomp.rules.shapes import split, split_with_sizes
+from torchstrata.decomp.rules.views import slice_
 from torchstrata.decomp.table import NotDecomposable, RuleTable
 
 
@@ -41,18 +42,38 @@ def slice_scatter(
     end: int | None = None,
     step: int = 1,
 ) -> Node:
-    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src`` (``prims.scatter``)."""
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src``, built from
+    values at their logical indices (never a data-dependent store): with ``step`` 1,
+    ``cat`` of the part of ``x`` before the slice, ``src`` and the part after it; else
+    ``where`` each index along ``dim`` is in the slice, ``src`` gathered at its position
+    in the slice, else ``x``. Either is a pointwise kernel the driver lays out as eager
+    lays the result out (``x``'s layout), where a ``prims.scatter`` runs through ATen."""
     shape = list(x.tensor_meta.shape)
     if not shape:
         raise NotDecomposable("slice_scatter of a 0-dim tensor")
     d = canonical_dim(dim, len(shape))
     lo, _, _ = slice(start, end, step).indices(shape[d])
-    src_shape = list(src.tensor_meta.shape)
+    count = src.tensor_meta.shape[d] if src.tensor_meta.ndim == len(shape) else -1
+    if count < 0 or src.tensor_meta.shape != (*shape[:d], count, *shape[d + 1 :]):
+        raise NotDecomposable("slice_scatter of a src of another shape than the slice")
     if src.tensor_meta.numel == 0:
         return x
-    index = ctx.iota(src_shape[d], start=lo, step=step)
-    index = ctx.prim("broadcast_in_dim", index, src_shape, [d])
-    return ctx.prim("scatter", x, d, index, ctx.cast(src, x.tensor_meta.dtype))
+    src = ctx.cast(src, x.tensor_meta.dtype)
+    if step == 1:
+        before, after = slice_(ctx, x, d, 0, lo), slice_(ctx, x, d, lo + count, shape[d])
+        pieces = [p for p in (before, src, after) if p.tensor_meta.shape[d] > 0]
+        # src alone is the whole result: a copy of it, laid out as eager lays out x
+        return ctx.prim("cat", pieces, d) if len(pieces) > 1 else ctx.copy(src)
+    last = (count - 1) * step
+    offset = ctx.iota(shape[d], start=-lo)  # position along dim minus the slice's start
+    inside = ctx.prim(
+        "bitwise_and",
+        ctx.prim("bitwise_and", ctx.prim("ge", offset, 0), ctx.prim("le", offset, last)),
+        ctx.prim("eq", ctx.prim("remainder", offset, step), 0),
+    )
+    position = ctx.prim("div", ctx.prim("minimum", ctx.prim("maximum", offset, 0), last), step)
+    picked = ctx.prim("gather", src, d, ctx.prim("broadcast_in_dim", position, shape, [d]))
+    return ctx.where(ctx.prim("broadcast_in_dim", inside, shape, [d]), picked, x)
 
 
 def diagonal(ctx: DecompContext, x: Node, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Node:

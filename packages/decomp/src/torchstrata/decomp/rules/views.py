@@ -127,14 +127,14 @@ def alias(ctx: DecompContext, x: Node) -> Node:
 def clone(ctx: DecompContext, x: Node, *, memory_format: Any = None) -> Node | None:
     """The identity, except for copies of graph inputs (or views of them) and copies into
     another layout (``contiguous()`` of a channels-last value, ``memory_format=``): those
-    become ``prims.mul(x, 1)``, an exact copy for every dtype (-0.0, NaN and inf
-    included), so an output never aliases an input that eager would have copied, and the
-    copy takes the ATen node's layout (``decomp.layouts``)."""
+    become an exact copy (``ctx.copy``: ``prims.mul(x, 1)``, for bool
+    ``prims.bitwise_or(x, False)``), so an output never aliases an input that eager would
+    have copied, and the copy takes the ATen node's layout (``decomp.layouts``)."""
     have, want = x.tensor_meta, ctx.out_meta
     relaid = not same_layout(want.shape, want.strides, have.strides) and is_dense(
         want.shape, want.strides
     )
-    return ctx.prim("mul", x, 1) if relaid or ctx.aliases_input(x) else x
+    return ctx.copy(x) if relaid or ctx.aliases_input(x) else x
 
 
 def to_copy(
