@@ -22,6 +22,10 @@ def _channels_last() -> torch.Tensor:
     return torch.randn(2, 8, 5, 5).to(memory_format=torch.channels_last)
 
 
+def _transposed_3d() -> torch.Tensor:
+    return torch.randn(2, 6, 5).mT
+
+
 BIAS = torch.randn(8, 1, 1)
 CASES = {
     "relu": (lambda x: F.relu(x) * 2, _channels_last),
@@ -59,6 +63,28 @@ CASES = {
     "new dims": (lambda x: (x + 1)[:, None, :, None], lambda: torch.randn(4, 6)),
     "unsqueezes": (lambda x: (x * 2).unsqueeze(1).unsqueeze(0), lambda: torch.randn(4, 6)),
     "unsqueezed softmax": (lambda x: torch.softmax(x, 0).unsqueeze(-1), lambda: torch.randn(4, 6)),
+    # padding and resizing channels-last images (what a UNet does between convolutions)
+    "constant pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), _channels_last),
+    "interpolate nearest": (lambda x: F.interpolate(x, scale_factor=2), _channels_last),
+    "interpolate bilinear": (
+        lambda x: F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=False),
+        _channels_last,
+    ),
+    # 1-D pools and area interpolation run a 2-D kernel on an unsqueezed input and squeeze
+    # its result: a view of an intermediate, laid out as eager lays out the view
+    "avg_pool1d": (lambda x: F.avg_pool1d(x, 2), _transposed_3d),
+    "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 2), _transposed_3d),
+    "adaptive_max_pool1d": (lambda x: F.adaptive_max_pool1d(x, 2), _transposed_3d),
+    "interpolate area": (lambda x: F.interpolate(x, size=3, mode="area"), _transposed_3d),
+    "tensorinv": (lambda x: torch.linalg.tensorinv(x, ind=2), lambda: torch.randn(4, 3, 12)),
+    # a new tensor where the rule returns the input, laid out as eager's
+    "roll by 0": (lambda x: torch.roll(x, 0, 1), _transposed_3d),
+    # cat or where, not a scatter that ATen lays out row-major
+    "slice_scatter": (lambda x: torch.slice_scatter(x, x[:, :, :2] * 2, 2, 1, 3), _channels_last),
+    "strided slice_scatter": (
+        lambda x: torch.slice_scatter(x, x[:, :2] + 1, 1, 1, 5, 3),
+        _transposed_3d,
+    ),
 }
 
 
@@ -144,6 +170,26 @@ def test_a_returned_value_and_its_clone_are_two_tensors():
     y.add_(1)
     torch.testing.assert_close(clone, x * 2)
     torch.testing.assert_close(detached, x * 2 + 1)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_copy_that_a_rule_lowers_to_its_input_is_a_new_tensor(training):
+    """``roll`` by 0 and ``slice_scatter`` of nothing lower to their input; eager returns
+    a new tensor, so an update of the result must not show in the input."""
+    fns = [
+        lambda x: torch.roll(x, 0, 0),
+        lambda x: torch.slice_scatter(x, torch.empty(0, 4), 0, 3, 3),
+    ]
+    for f in fns:
+        x = torch.randn(6, 4).requires_grad_(training)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TorchstrataFallbackWarning)
+            got = tsr.compile(f)(x)
+        assert got.data_ptr() != x.data_ptr()
+        torch.testing.assert_close(got, f(x))
+        if not training:
+            got.add_(1)
+            torch.testing.assert_close(got, x + 1)
 
 
 @pytest.mark.parametrize(

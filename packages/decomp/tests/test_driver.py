@@ -243,3 +243,60 @@ def test_extern_ops_keep_inferred_shapes_where_the_trace_disagrees():
     verify(prims)
     (extern,) = [node for node in prims.nodes if node.op.kind is OpKind.ATEN]
     assert extern.meta[1].shape == (5,)
+
+
+def _user_options(count: int) -> CompileOptions:
+    return CompileOptions(stage_options={"decomp": {"user_outputs": count}})
+
+
+def test_a_user_output_viewing_an_intermediate_takes_eagers_layout():
+    """``squeeze`` of a relaid intermediate lowers to ``prims.reshape``, which is laid out
+    row-major; returned to the user it is copied into eager's layout (the view's strides
+    in the ATen graph). Outputs the user does not get (saved for backward) stay views."""
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((6, 1, 4), torch.float32, strides=(1, 24, 6)))
+    relu = builder.call(aten("relu.default"), x)
+    squeeze = builder.call(aten("squeeze.dim"), relu, 1)
+    assert squeeze.tensor_meta.strides == (1, 6)
+    graph = builder.build([squeeze])
+    prims = decompose(graph, _user_options(1))
+    verify(prims)
+    assert prims.outputs[0].tensor_meta.strides == (1, 6)
+    assert prims.outputs[0].op == prim("mul")
+    unchanged = decompose(graph)
+    assert unchanged.outputs[0].op == prim("reshape")
+    inputs = random_inputs(graph)
+    torch.testing.assert_close(interpret(prims, *inputs)[0], interpret(graph, *inputs)[0])
+
+
+def test_a_user_output_that_eager_makes_fresh_is_never_an_input():
+    """``roll`` by 0 lowers to its input; eager returns a new tensor, so the user's output
+    is a copy (an update of it must not show in the input). A view of an input stays
+    one: eager returns a view too, and the runtime rebuilds it from the input."""
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((4, 6), torch.float32, strides=(1, 4)))
+    roll = builder.call(aten("roll.default"), x, [0], [0])
+    view = builder.call(aten("unsqueeze.default"), x, 0)
+    graph = builder.build([roll, view])
+    prims = decompose(graph, _user_options(2))
+    verify(prims)
+    copy, unsqueezed = prims.outputs
+    assert copy.op == prim("mul") and copy.args[0] is prims.inputs[0]
+    assert copy.tensor_meta.strides == roll.tensor_meta.strides
+    assert unsqueezed.op == prim("broadcast_in_dim")
+    plain = decompose(graph)  # no user outputs named: the graph's values as they are
+    assert plain.outputs[0] is plain.inputs[0]
+
+
+def test_copies_of_bool_outputs_are_generated_ops():
+    """A bool output's copy is ``bitwise_or(x, False)``: the code generators make no bool
+    arithmetic, and an ATen ``mul`` would choose its own layout."""
+    builder = GraphBuilder(Level.ATEN)
+    x = builder.input("x", TensorMeta((4, 6), torch.bool, strides=(1, 4)))
+    graph = builder.build([builder.call(aten("roll.default"), x, [0], [0])])
+    prims = decompose(graph, _user_options(1))
+    verify(prims)
+    (copy,) = prims.outputs
+    assert copy.op == prim("bitwise_or") and copy.tensor_meta.dtype is torch.bool
+    inputs = random_inputs(graph)
+    assert torch.equal(interpret(prims, *inputs)[0], inputs[0])

@@ -23,10 +23,9 @@ from torchstrata.core import (
     infer_meta,
     is_dense,
     map_nodes,
-    prim,
     same_layout,
 )
-from torchstrata.decomp.context import DecompContext
+from torchstrata.decomp.context import DecompContext, exact_copy
 from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
 from torchstrata.decomp.layouts import eager_layout, same_operand_layouts, traced_strides
 from torchstrata.decomp.table import NotDecomposable, Rule, RuleFn, RuleTable
@@ -182,40 +181,64 @@ def decompose_with_stats(
             stats.decomposed[name] += 1
             if isinstance(result, Node):
                 names.claim(result, node.name)
-    outputs = _distinct_outputs(builder, graph.outputs, env, _user_outputs(options))
+    user = _user_outputs(options)
+    outputs = _distinct_outputs(builder, graph.outputs, env, user, input_aliases)
     return names.apply(eliminate_dead_code(builder.build(outputs))), stats
 
 
 def _distinct_outputs(
-    builder: GraphBuilder, aten_outputs: tuple[Node, ...], env: dict[Node, Any], user: int
+    builder: GraphBuilder,
+    aten_outputs: tuple[Node, ...],
+    env: dict[Node, Any],
+    user: int,
+    input_aliases: set[Node],
 ) -> list[Any]:
     """The prims graph's outputs, with a copy
 
     * where two different ATen outputs that are not views lowered to one value (``return
       y, y.clone()``: the clone of a fresh value is the identity). Eager returns two
       tensors there; one storage for both would let an update of one show in the other;
-    * for each of the first ``user`` outputs (those the user gets) that a rule built as a
-      view in another layout than eager's (batch norm over a transposed ``[N, C, L]``,
-      computed channel-last and permuted back; ``stack``; ``roll``). The copy usually
-      fuses into the kernel that computes the value."""
+    * for each of the first ``user`` outputs (those the user gets) that eager returns as
+      a fresh tensor and a rule lowered to a graph input or a view of one (``roll`` by 0,
+      ``slice_scatter`` of nothing): the user's update of it must not show in the input;
+    * for each of the first ``user`` outputs that a rule built as a view, not of an input,
+      in another layout than eager's dense one: batch norm over a transposed ``[N, C, L]``,
+      computed channel-last and permuted back; ``stack``; an ATen view of an intermediate
+      (``squeeze`` of the 2-D pool that ``avg_pool1d`` calls, ``view`` of the column-major
+      result of ``linalg_inv``), which ``prims.reshape`` lays out row-major. Eager's
+      own view of an input comes back as one (the runtime rebuilds it from the input).
+
+    The copy usually fuses into the kernel that computes the value (an output that is a
+    view of a buffer is stored by a copy anyway)."""
     first: dict[Node, Node] = {}
     outputs = []
     for position, node in enumerate(aten_outputs):
         value = env[node]
         owner = first.setdefault(value, node) if isinstance(value, Node) else node
         shared = owner is not node and not _is_view(node) and not _is_view(owner)
-        if shared or (position < user and _relaid_view(node, value)):
+        if shared or (position < user and _needs_own_copy(node, value, input_aliases)):
             built = len(builder)
-            copy = builder.call(prim("mul"), value, 1, name=f"{node.name}_copy")
+            copy = exact_copy(builder, value, f"{node.name}_copy")
             value = eager_layout(builder, node, copy, built)
         outputs.append(value)
     return outputs
 
 
+def _needs_own_copy(node: Node, value: Any, input_aliases: set[Node]) -> bool:
+    """Whether the user's output ``value``, lowered from ATen ``node``, must be copied to be
+    the tensor eager returns: a graph input's memory where eager makes a fresh tensor, or
+    a prims view (not of an input) whose layout is not the dense one eager gives ``node``."""
+    if node.op is None:
+        return False
+    if value in input_aliases:
+        return not _is_view(node)
+    return _relaid_view(node, value)
+
+
 def _relaid_view(node: Node, value: Any) -> bool:
-    """Whether ``value``, lowered from ATen ``node`` (not itself a view op), is a prims view
-    whose layout is not the dense one eager gives ``node``."""
-    if _is_view(node) or not isinstance(value, Node) or value.op is None:
+    """Whether ``value``, lowered from ATen ``node``, is a prims view whose layout is not
+    the dense one eager gives ``node``."""
+    if not isinstance(value, Node) or value.op is None:
         return False
     if (
         value.op.kind is not OpKind.PRIMS
@@ -233,8 +256,10 @@ def _relaid_view(node: Node, value: Any) -> bool:
 
 
 def _is_view(node: Node) -> bool:
-    """Whether ATen ``node`` returns a view of an argument; a graph input is its own
-    storage, so it counts as one (it is never copied)."""
+    """Whether ATen ``node`` returns a view of an argument (an output of ``split`` too);
+    a graph input is its own storage, so it counts as one (it is never copied)."""
+    if node.op == GETITEM and isinstance(node.args[0], Node):
+        return _is_view(node.args[0])
     return node.op is None or node.op.is_view
 
 
