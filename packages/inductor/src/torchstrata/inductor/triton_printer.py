@@ -231,8 +231,14 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
 
 
 def render_index(index: Index) -> str:
-    """An index as Triton integer arithmetic."""
-    return index.render(lambda name: name, "//")
+    """An index as Triton integer arithmetic: in the loop variables' own width where every
+    value it takes fits in int32, else in int64. A kernel's domain can be small while its
+    offsets are not: a column of a ``[46341, 46341]`` tensor is 46341 elements read at
+    offsets up to 2**31 (in int32 they wrapped around, reading outside the buffer)."""
+    low, high = index.bounds()
+    if low >= -(2**31) and high < 2**31:
+        return index.render(lambda name: name, "//")
+    return index.render(lambda name: f"{name}.to(tl.int64)", "//")
 
 
 class TritonPrinter:
