@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
 from torchstrata.capture.modes import CAST, DETACH, apply_modes
 from torchstrata.capture.variables import (
@@ -243,6 +244,10 @@ class Tracer:
             op.name.startswith("torch.Tensor.") and short.endswith("_") and not short.endswith("__")
         )
         inplace = inplace or graph_kwargs.get("inplace") is True
+        written = written_first_argument(op)  # torch.relu_(x), F.leaky_relu_(x)
+        if written in ("list", "unknown"):
+            raise Unsupported(unsupported_reason(op, written))
+        inplace = inplace or written == "tensor"
         target = args[0] if args and isinstance(args[0], TensorVar) else None
         if inplace and target is not None:
             self._check_inplace(op, target)
