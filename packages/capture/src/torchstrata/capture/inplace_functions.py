@@ -47,7 +47,7 @@ def unsupported_reason(op: OpRef, written: str) -> str:
 
 @functools.cache
 def _first_argument_written(name: str) -> str | None:
-    """"tensor" or "list" when an overload of ``aten::<name>`` writes its first argument,
+    """ "tensor" or "list" when an overload of ``aten::<name>`` writes its first argument,
     "" when none does, None when there is no such ATen op."""
     try:
         packet = getattr(torch.ops.aten, name)
