@@ -85,6 +85,11 @@ CASES = {
         lambda x: torch.slice_scatter(x, x[:, :2] + 1, 1, 1, 5, 3),
         _transposed_3d,
     ),
+    # a prim run by ATen (prims.scatter) returned as a graph output, in ATen's layout
+    "index_put": (
+        lambda t: torch.index_put(t * 1, (torch.tensor([0, 2]),), torch.tensor(5.0)),
+        lambda: torch.randn(6, 4).t(),
+    ),
 }
 
 

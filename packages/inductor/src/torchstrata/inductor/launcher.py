@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node
+from torchstrata.core import Graph, Node, OpKind, same_layout
 from torchstrata.inductor.extern_calls import direct_call
 from torchstrata.inductor.in_place import in_place_updates
 from torchstrata.inductor.kernel import Kernel
@@ -44,6 +44,7 @@ class _Globals:
             "empty_strided": torch.empty_strided,
             "as_strided": torch.as_strided,
             "_restride": _restride,
+            "_same_layout": same_layout,
         }
         self._ids: dict[int, str] = {}
 
@@ -86,6 +87,7 @@ def generate_launcher(
     views = _extern_views(plan)
     kernel_loads |= {buffer_name(view.base) for view in views.values()}
     made: set[Node] = set()
+    graph_outputs = set(graph.outputs)
     for step in plan.steps:
         if isinstance(step, ExternStep):
             for operand in step.node.input_nodes():
@@ -93,7 +95,16 @@ def generate_launcher(
                     made.add(operand)
                     lines.append(_view_line(operand, views[operand]))
             read = buffer_name(step.node) in kernel_loads
-            lines += _extern_lines(step.node, plan, env, read, in_place.get(step.node))
+            # a prim run by ATen lays its result out as ATen does: a graph output is
+            # copied into the layout the graph promised (eager's, see decomp.layouts)
+            op = step.node.op
+            relaid = (
+                not read
+                and step.node in graph_outputs
+                and op is not None
+                and op.kind is OpKind.PRIMS
+            )
+            lines += _extern_lines(step.node, plan, env, read, in_place.get(step.node), relaid)
             continue
         launch = launches.get(step.name)
         tail = step.tail.stores if step.tail is not None else ()
@@ -181,10 +192,17 @@ def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
 
 
 def _extern_lines(
-    node: Node, plan: Plan, env: _Globals, read_by_kernel: bool, in_place: Any = None
+    node: Node,
+    plan: Plan,
+    env: _Globals,
+    read_by_kernel: bool,
+    in_place: Any = None,
+    relaid_output: bool = False,
 ) -> list[str]:
     """The call of an extern ATen op (``in_place``: its in-place form, updating its first
-    argument, see :mod:`.in_place`)."""
+    argument, see :mod:`.in_place`). Its result is copied into the strides of its
+    metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
+    where it is returned in another layout (size-one dimensions aside)."""
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
@@ -195,10 +213,13 @@ def _extern_lines(
     name = buffer_name(node)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
     lines = [f"    {name} = {fn}({', '.join(args)})  # {note}"]
+    strides = node.tensor_meta.strides
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
-        strides = node.tensor_meta.strides
         lines.append(f"    if {name}.stride() != {strides!r}:")
+        lines.append(f"        {name} = _restride({name}, {strides!r})")
+    elif relaid_output:
+        lines.append(f"    if not _same_layout({name}.shape, {name}.stride(), {strides!r}):")
         lines.append(f"        {name} = _restride({name}, {strides!r})")
     return lines
 
