@@ -213,12 +213,13 @@ def _extern_lines(
     name = buffer_name(node)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
     lines = [f"    {name} = {fn}({', '.join(args)})  # {note}"]
-    strides = node.tensor_meta.strides
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
+        strides = node.tensor_meta.strides
         lines.append(f"    if {name}.stride() != {strides!r}:")
         lines.append(f"        {name} = _restride({name}, {strides!r})")
     elif relaid_output:
+        strides = node.tensor_meta.strides
         lines.append(f"    if not _same_layout({name}.shape, {name}.stride(), {strides!r}):")
         lines.append(f"        {name} = _restride({name}, {strides!r})")
     return lines
