@@ -224,6 +224,9 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
         return f"tl.full([1], {1 if value else 0}, tl.int1)"
     if dtype.is_floating_point:
         value = float(value)
+        if value == 0.0 and math.copysign(1.0, value) < 0:
+            # Triton 3.6's tl.full makes any zero +0.0 (x * -0.0 became x * 0.0)
+            return f"(-tl.full([1], 0.0, {compute_type(dtype)}))"
         text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
     else:
         text = str(int(value))
