@@ -145,3 +145,11 @@ def test_zero_constants_of_either_sign_stay_apart(ind, codegen):
     positive, negative, again = compiled(x_values)
     torch.testing.assert_close(negative, -positive)
     torch.testing.assert_close(again, positive)
+
+
+def test_the_negation_of_zero_is_negative_zero(ind, codegen):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4,), torch.float32))
+    graph = b.build([b.call(prim("reciprocal"), b.call(prim("neg"), b.call(prim("mul"), x, 0.0)))])
+    (got,) = ind.check(graph, codegen, inputs=[torch.ones(4)])(torch.ones(4))
+    torch.testing.assert_close(got, torch.full((4,), -torch.inf))

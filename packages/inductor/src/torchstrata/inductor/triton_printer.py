@@ -225,8 +225,18 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     if dtype.is_floating_point:
         value = float(value)
         if value == 0.0 and math.copysign(1.0, value) < 0:
-            # Triton 3.6's tl.full makes any zero +0.0 (x * -0.0 became x * 0.0)
-            return f"(-tl.full([1], 0.0, {compute_type(dtype)}))"
+            # Triton 3.6's tl.full makes any zero +0.0, and its -x is 0 - x (+0.0 again):
+            # the sign bit alone, bitcast
+            bits, width = (
+                ("-9223372036854775808", "64")
+                if dtype is torch.float64
+                else (
+                    "-2147483648",
+                    "32",
+                )
+            )
+            kind = compute_type(dtype)
+            return f"tl.full([1], {bits}, tl.int{width}).to({kind}, bitcast=True)"
         text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
     else:
         text = str(int(value))
@@ -338,6 +348,8 @@ class TritonPrinter:
             return (
                 f"tl.where({args[1]} == 0, 0, {args[0]} // tl.where({args[1]} == 0, 1, {args[1]}))"
             )
+        if name == "neg" and operand_dtype.is_floating_point:
+            return f"({args[0]} * -1.0)"  # Triton 3.6's -x is 0 - x: +0.0 for +0.0
         if name == "bitwise_not":
             return f"{args[0]} == 0" if operand_dtype is torch.bool else f"~{args[0]}"
         for table in (_TL_UNARY, _LIBDEVICE_UNARY, _BINARY, _LIBDEVICE_BINARY):
