@@ -5,7 +5,7 @@
     nox -s tests                    the test matrix: torch 2.13.0 and 2.14.1
     nox -s "tests(torch='2.13.0')"  one cell of the matrix; `-- -k name -x` goes to pytest
     nox -s isolated                 each package installed alone with its declared deps
-    nox -s "isolated(package='decomp')"
+    nox -s isolated -- decomp       one package (or several)
     nox -s lint typecheck
     nox -s demo                     python examples/demo.py
     nox -s bench -- --device cpu    python -m bench
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.needs_version = ">=2025.2.9"  # `env={"VAR": None}` unsets a variable
 nox.options.default_venv_backend = "venv"
@@ -117,24 +118,68 @@ def tests(session: nox.Session, torch: str) -> None:
     _install_everything(session, torch, *TEST_TOOLS)
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")
     test_dirs = _existing([f"packages/{name}/tests" for name in PACKAGES] + ["integration_tests"])
-    session.run("pytest", *_workers(), *test_dirs, *session.posargs, env=TEST_ENV)
+    session.run("pytest", *_workers(), "--durations=15", *test_dirs, *session.posargs, env=TEST_ENV)
+
+
+def _installed(session: nox.Session) -> set[str]:
+    """The distributions in the session's virtualenv, as ``name==version`` lines."""
+    freeze = session.run("pip", "list", "--format=freeze", silent=True, log=False)
+    return {line.strip() for line in str(freeze).splitlines() if "==" in line}
+
+
+def _isolated_selection(posargs: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``isolated``'s posargs into package names and pytest options."""
+    names = [arg for arg in posargs if arg in PACKAGES]
+    unknown = [arg for arg in posargs if not arg.startswith("-") and arg not in PACKAGES]
+    if unknown:
+        raise ValueError(f"isolated: unknown package(s) {unknown}; choose from {PACKAGES}")
+    return names or list(PACKAGES), [arg for arg in posargs if arg not in names]
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("package", PACKAGES)
 @_drops_venv
-def isolated(session: nox.Session, package: str) -> None:
-    """Install one package with only its declared dependencies and run its tests.
+def isolated(session: nox.Session) -> None:
+    """Install each package alone with only its declared dependencies and run its tests.
 
-    This is the proof that each stage is separately installable: a stage that
-    imports a sibling it does not declare fails here.
+    This is the proof that each stage is separately installable: a stage that imports a
+    sibling it does not declare fails here. torch and the test tools are installed once;
+    each package is then installed on top (pip resolves its declared dependencies), tested,
+    and everything it brought is uninstalled again, so the next package starts from the
+    same base. One torch install instead of six saves about five minutes of CI.
+
+    `nox -s isolated -- decomp inductor` tests those packages only; options starting with
+    `-` go to pytest.
     """
-    local = [_package_path(dep) for dep in LOCAL_DEPS[package]]
-    session.install(
-        *PIP_OPTIONS, f"torch=={DEFAULT_TORCH}", *TEST_TOOLS, *local, _package_path(package)
-    )
-    session.run("pip", "list", "--format=freeze")
-    session.run("pytest", *_workers(), f"packages/{package}/tests", *session.posargs, env=TEST_ENV)
+    packages, pytest_options = _isolated_selection(list(session.posargs))
+    session.install(*PIP_OPTIONS, f"torch=={DEFAULT_TORCH}", *TEST_TOOLS)
+    base = _installed(session)
+    failed = []
+    for package in packages:
+        local = [_package_path(dep) for dep in LOCAL_DEPS[package]]
+        session.install(*PIP_OPTIONS, *local, _package_path(package))
+        added = _installed(session) - base
+        session.log(f"isolated {package}: on top of the base, {sorted(added)}")
+        try:
+            session.run(
+                "pytest", *_workers(), f"packages/{package}/tests", *pytest_options, env=TEST_ENV
+            )
+        except CommandFailed:
+            failed.append(package)
+        _restore(session, base, added)
+    if failed:
+        session.error(f"isolated: the tests of {failed} failed")
+
+
+def _restore(session: nox.Session, base: set[str], added: set[str]) -> None:
+    """Uninstall what a package brought and reinstall any base version it replaced."""
+    names = sorted(line.split("==")[0] for line in added)
+    if names:
+        session.run("pip", "uninstall", "--yes", "--quiet", *names)
+    replaced = sorted(base - _installed(session))
+    if replaced:
+        session.install(*PIP_OPTIONS, "--no-deps", *replaced)
+    if _installed(session) != base:
+        session.error(f"isolated: could not get back to the base ({sorted(added)} installed)")
 
 
 @nox.session(python=PYTHON)
