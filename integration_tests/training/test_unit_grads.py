@@ -3,6 +3,8 @@ whole pipeline: generated C++, the reference interpreter and Triton's interprete
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -133,6 +135,48 @@ def test_the_scaling_kernel_leaves_a_gradient_scaled_by_one_untouched(monkeypatc
     assert torch.equal(grad.view(torch.int16), before.view(torch.int16))
     launch_scale(kernel, grad, torch.tensor(float("nan")))
     assert grad.isnan().all()
+
+
+def test_gpu_gradients_get_the_compiled_kernel_where_triton_interprets(monkeypatch):
+    """Once Triton ran on a CPU tensor the inductor leaves ``TRITON_INTERPRET=1`` set for
+    good. The GPU scaling kernel was decorated then as an interpreted one: it rounded
+    bf16 otherwise than torch and, on the GPU's grid, scaled only the first blocks."""
+    triton = pytest.importorskip("triton")
+    from torchstrata.runtime import unit_scale
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    unit_scale._build.cache_clear()
+    try:
+        compiled = unit_scale._build(interpreted=False)
+        interpreted = unit_scale._build(interpreted=True)
+    finally:
+        unit_scale._build.cache_clear()
+    assert isinstance(compiled, triton.runtime.JITFunction)
+    assert not isinstance(interpreted, triton.runtime.JITFunction)
+    assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_the_gpu_scaling_is_right_after_triton_ran_on_the_cpu(monkeypatch):
+    """The scaling of GPU gradients after a CPU Triton compile (which sets
+    ``TRITON_INTERPRET=1`` in the process), on a gradient of more blocks than the
+    kernel's programs."""
+    pytest.importorskip("triton")
+    from torchstrata.runtime import unit_scale
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    unit_scale._build.cache_clear()
+    unit_scale._scaler.cache_clear()
+    try:
+        grad = torch.randn(64, 40_000, device="cuda").to(torch.bfloat16)
+        for value in (0.3, 0.7, 2.0):  # dispatched through Triton, then launched directly
+            scale = torch.tensor(value, device="cuda")
+            want = (grad.float() * scale).to(torch.bfloat16)
+            unit_scale.scale_in_place(grad, scale)
+            assert torch.equal(grad, want), value
+    finally:
+        unit_scale._build.cache_clear()
+        unit_scale._scaler.cache_clear()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

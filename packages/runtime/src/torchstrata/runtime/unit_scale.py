@@ -11,8 +11,10 @@ gradients are multiplied by ``torch`` (a pass even when the tangent is 1).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -31,23 +33,17 @@ def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
         if scale.item() != 1:
             _multiply(grad, scale)
         return
-    _scaler(grad.device, grad.numel(), grad.dtype, scale.dtype, _interpreted())(grad, scale)
+    _scaler(grad.device, grad.numel(), grad.dtype, scale.dtype)(grad, scale)
 
 
 @functools.cache
-def _scaler(
-    device: torch.device,
-    numel: int,
-    dtype: torch.dtype,
-    scale_dtype: torch.dtype,
-    interpreted: bool,
-) -> Any:
+def _scaler(device: torch.device, numel: int, dtype: torch.dtype, scale_dtype: torch.dtype) -> Any:
     """How to scale ``numel`` elements of ``dtype`` by a ``scale_dtype`` scale on
     ``device`` (chosen once per gradient shape and dtypes: the backward's host time is on
     the step's critical path)."""
     # the kernel indexes with int32, up to a block past the end
     small = numel < 2**31 - _BLOCK
-    kernel = _build(interpreted) if device.type == "cuda" and small else None
+    kernel = _build(interpreted=False) if device.type == "cuda" and small else None
     if kernel is None:
         return _multiply
     return _launcher(kernel, device.type, _device_index(device), numel, dtype, scale_dtype)
@@ -119,10 +115,9 @@ def _launcher(
 
 
 def _kernel() -> Any:
-    """The Triton kernel, or None without Triton. Under ``TRITON_INTERPRET=1`` (which
-    ``triton.jit`` reads when it decorates) a variant without the early exit, which
-    Triton 3.6's interpreter cannot run: the CPU tests check that one, the GPU tests
-    the other."""
+    """The Triton kernel, or None without Triton. Under ``TRITON_INTERPRET=1`` a variant
+    without the early exit, which Triton 3.6's interpreter cannot run: the CPU tests
+    check that one, the GPU tests the other."""
     return _build(_interpreted())
 
 
@@ -131,13 +126,43 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@contextlib.contextmanager
+def _interpreting(enabled: bool) -> Iterator[None]:
+    """``TRITON_INTERPRET`` set to ``enabled`` while ``triton.jit`` decorates (it reads
+    the variable then), restored afterwards.
+
+    GPU gradients need the compiled kernel even where the variable is set: the inductor
+    sets it for good once it runs Triton on a CPU tensor (``triton_backend``), and an
+    interpreted kernel launched on GPU gradients with the GPU's grid scaled only the first
+    ``_PROGRAMS_PER_SM * SMs`` blocks, leaving the rest of each gradient unscaled (on the
+    H200, the GPU unit-gradient tests failed now and then, in worker processes that had
+    run Triton on the CPU before)."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
 @functools.cache
 def _build(interpreted: bool) -> Any:
+    """The compiled kernel, or for ``interpreted`` the variant for Triton's interpreter
+    (whatever ``TRITON_INTERPRET`` says now), or None without Triton."""
     try:
         import triton
         import triton.language as tl
     except ImportError:
         return None
+    with _interpreting(interpreted):
+        return _decorate(triton, tl, interpreted)
+
+
+def _decorate(triton: Any, tl: Any, interpreted: bool) -> Any:
+    """``triton.jit`` of the kernel (see :func:`_build`)."""
 
     @triton.jit
     def scale_unless_one(grad, scale, sizes, BLOCK: tl.constexpr, WIDE: tl.constexpr):
