@@ -37,10 +37,19 @@ def test_constants_that_compare_equal_but_differ_are_kept_apart():
     x = b.input("x", TensorMeta((3,), F32))
     plus = b.call(prim("mul"), x, 0.0)
     minus = b.call(prim("mul"), x, -0.0)  # 0.0 == -0.0, but the signs of the zeros differ
+    one = b.call(prim("mul"), x, 1)
+    one_float = b.call(prim("mul"), x, 1.0)  # 1 == 1.0: an int and a float operand
+    graph = b.build([b.call(prim("add"), plus, minus), b.call(prim("add"), one, one_float)])
+    assert eliminate_common_subexpressions(graph) is graph
+
+
+def test_nan_constants_merge_though_nan_is_not_equal_to_itself():
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3,), F32))
     nan_a = b.call(prim("add"), x, float("nan"))
     nan_b = b.call(prim("add"), x, float("nan"))
-    graph = b.build([b.call(prim("add"), plus, minus), b.call(prim("add"), nan_a, nan_b)])
-    assert eliminate_common_subexpressions(graph) is graph
+    merged = eliminate_common_subexpressions(b.build([b.call(prim("add"), nan_a, nan_b)]))
+    assert [str(node.op) for node in merged.nodes].count("prims.add") == 2
 
 
 def test_two_outputs_keep_their_own_nodes():

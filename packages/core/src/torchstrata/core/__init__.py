@@ -69,6 +69,7 @@ from torchstrata.core.transform import (
     Transformer,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    exact_key,
     with_input_metas,
 )
 from torchstrata.core.verify import VerificationError, verify
@@ -127,6 +128,7 @@ __all__ = [
     "dynamo_import_deferred",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
+    "exact_key",
     "format_graph",
     "from_fx",
     "get_prim",

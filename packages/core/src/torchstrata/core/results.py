@@ -121,6 +121,13 @@ class AotResult:
     strides, so that the two share memory as they do in eager (a later in-place update of
     one, as after a graph break, shows in the other).
 
+    ``num_hidden_outputs``: the last that many of the ``num_user_outputs`` user outputs
+    are not the user's but intermediates that ``output_views`` entries view (user outputs
+    that overlap in an intermediate's memory, none covering the others): the caller
+    rebuilds those views on them (first copying one computed with other strides than
+    its traced ones into a tensor that has them) and does not return them. They are
+    user outputs in every other respect (``tangent_outputs``, the backward's tangents).
+
     ``offset_inputs`` lists the inputs whose storage offset the graphs assume to be 0:
     an ``as_strided`` on (a view of) such an input takes an absolute offset into its
     storage, and the backward traced for it places the gradient by that assumption. The
@@ -142,6 +149,7 @@ class AotResult:
     num_saved: int = 0
     output_aliases: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
     output_views: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int] | None, ...] = ()
+    num_hidden_outputs: int = 0
     tangent_outputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
     num_unit_grads: int = 0

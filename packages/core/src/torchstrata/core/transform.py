@@ -97,17 +97,26 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     return Graph(graph.level, graph.inputs, kept, graph.outputs)
 
 
+def exact_key(value: bool | int | float | complex) -> tuple[type, str]:
+    """The equality key of a scalar constant, equal only for exactly the same value:
+    ``==`` makes ``0.0`` and ``-0.0`` one (merging ``x * 0.0`` with ``x * -0.0`` flips the
+    sign of ``1 / (x * -0.0)``), and ``1``, ``1.0`` and ``True`` too, while a NaN is not
+    even equal to itself. Used wherever equal values are merged: the prims graph's CSE and
+    the inductor's kernel expressions."""
+    return type(value), repr(value)
+
+
 def _value_key(value: Any) -> Any:
-    """A hashable key that tells apart what ``==`` conflates: ``0.0`` and ``-0.0``,
-    ``1`` and ``1.0`` and ``True``; a NaN never equals itself, so it keys by its object."""
+    """A hashable key of an op's argument that tells apart what ``==`` conflates (see
+    :func:`exact_key`)."""
     if isinstance(value, Node):
         return ("node", id(value))
     if isinstance(value, list | tuple):
         return ("sequence", tuple(_value_key(item) for item in value))
     if isinstance(value, dict):
         return ("dict", tuple((key, _value_key(item)) for key, item in value.items()))
-    if isinstance(value, float):
-        return ("float", id(value)) if value != value else ("float", repr(value))
+    if isinstance(value, bool | int | float | complex):
+        return exact_key(value)
     return (type(value).__name__, value)
 
 

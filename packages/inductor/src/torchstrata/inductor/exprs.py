@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import attrs
 import torch
 
+from torchstrata.core import exact_key
 from torchstrata.inductor.indexing import Index
 
 
@@ -44,17 +45,11 @@ class IndirectLoad:
     dtype: torch.dtype
 
 
-def _exact(value: int | float | bool) -> tuple[type, str]:
-    """Equality key of a constant: ``==`` makes ``0.0`` and ``-0.0`` one value (merging
-    ``x * 0.0`` with ``x * -0.0`` flips the sign of ``1 / (x * -0.0)``), and no NaN equal."""
-    return type(value), repr(value)
-
-
 @attrs.frozen(cache_hash=True)
 class Constant:
     """A scalar constant of ``dtype`` (constants are equal only when exactly the same)."""
 
-    value: int | float | bool = attrs.field(eq=_exact)
+    value: int | float | bool = attrs.field(eq=exact_key)
     dtype: torch.dtype
 
 
