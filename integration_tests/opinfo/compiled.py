@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import torch
@@ -38,6 +38,9 @@ from torchstrata.runtime import TorchstrataFallbackWarning
 from .captured import eager_baseline, fresh, outputs_mismatch, run_on_copies
 from .harness import SEED, first_line, flat_outputs, float64_reference
 from .user_fn import user_function
+
+#: What one call of a compiled function gives :func:`call_twice`'s check.
+Result = TypeVar("Result")
 
 COMPILED_STATUSES = ("compiled", "eager", "fallback", "mismatch", "eager-differs", "skip")
 
@@ -60,14 +63,15 @@ def eager_reason(compiled: Any) -> str | None:
 
 def call_fresh(
     compiled: Callable[..., Any], tensors: Sequence[torch.Tensor]
-) -> tuple[Any, list[torch.Tensor], list[str]]:
-    """``compiled`` on fresh copies: (result, the inputs after the call, fallback warnings)."""
+) -> tuple[tuple[Any, list[torch.Tensor]], list[str]]:
+    """``compiled`` on fresh copies: ((result, the inputs after the call), fallback
+    warnings), the shape :func:`call_twice` calls for."""
     inputs = [fresh(t) for t in tensors]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.manual_seed(SEED)
         value = compiled(*inputs)
-    return value, inputs, fallback_messages(caught)
+    return (value, inputs), fallback_messages(caught)
 
 
 def fallback_messages(caught: Sequence[warnings.WarningMessage]) -> list[str]:
@@ -88,22 +92,46 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     outputs, eager_inputs = baseline
     reference = float64_reference(fn, tensors)
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
-    fallbacks: list[str] = []
-    for call in ("first call", "second call"):
-        try:
-            value, inputs, warned = call_fresh(compiled, tensors)
-        except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
-            return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
-        fallbacks += warned
+
+    def check(call: str, result: tuple[Any, list[torch.Tensor]]) -> CompiledOutcome | None:
+        value, inputs = result
         got = flat_outputs(value) or []
         problem = outputs_mismatch(op, got, outputs, reference)
         if problem is None:
             problem = outputs_mismatch(op, inputs, eager_inputs, None)
             problem = f"mutated input {problem}" if problem else None
-        if problem is not None:
-            if matches_cpu_eager(op, fn, tensors, outputs, got, inputs):
-                return CompiledOutcome("eager-differs", f"{call}: {problem}")
-            return CompiledOutcome("mismatch", f"{call}: {problem}")
+        if problem is None:
+            return None
+        if matches_cpu_eager(op, fn, tensors, outputs, got, inputs):
+            return CompiledOutcome("eager-differs", f"{call}: {problem}")
+        return CompiledOutcome("mismatch", f"{call}: {problem}")
+
+    return call_twice(compiled, lambda: call_fresh(compiled, tensors), check)
+
+
+def call_twice(
+    compiled: Any,
+    call: Callable[[], tuple[Result, list[str]]],
+    check: Callable[[str, Result], CompiledOutcome | None],
+) -> CompiledOutcome:
+    """The sample loop shared by the compiled checks: ``call()`` runs ``compiled`` once
+    (returning its result and the fallback warnings it raised); it runs twice, the first
+    call compiling and the second running behind the guards. ``check(call_name, result)``
+    judges each call's result, returning an outcome that ends the sample or None.
+
+    A call that raises is a ``mismatch`` (eager ran the sample: ours must too). After two
+    calls that pass the check: ``fallback`` if either warned, ``eager`` if the compiled
+    function's first cache entry runs eagerly, else ``compiled``."""
+    fallbacks: list[str] = []
+    for name in ("first call", "second call"):
+        try:
+            result, warned = call()
+        except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
+            return CompiledOutcome("mismatch", f"{name} raised {first_line(error)}")
+        fallbacks += warned
+        outcome = check(name, result)
+        if outcome is not None:
+            return outcome
     if fallbacks:
         return CompiledOutcome("fallback", fallbacks[0])
     eager = eager_reason(compiled)

@@ -36,8 +36,8 @@ import torchstrata.runtime as tsr
 from torchstrata.core import CompileOptions
 
 from .captured import fresh, outputs_mismatch
-from .compiled import CompiledOutcome, eager_reason, fallback_messages, matches_cpu_eager
-from .harness import SEED, UNCHECKED_PREFIXES, first_line, flat_outputs
+from .compiled import CompiledOutcome, call_twice, fallback_messages, matches_cpu_eager
+from .harness import SEED, UNCHECKED_PREFIXES, flat_outputs
 from .user_fn import user_function
 
 #: Where eager's gradient is not matched exactly: the tolerance, relative to the float64
@@ -147,11 +147,11 @@ def _grad_mismatch(
 
 def _call(
     compiled: Callable[..., Any], tensors: Sequence[torch.Tensor]
-) -> tuple[list[torch.Tensor], list[torch.Tensor | None], list[str]]:
+) -> tuple[tuple[list[torch.Tensor], list[torch.Tensor | None]], list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outputs, grads = run_grads(compiled, tensors)
-    return outputs, grads, fallback_messages(caught)
+    return (outputs, grads), fallback_messages(caught)
 
 
 def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
@@ -177,13 +177,11 @@ def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     low = any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
     out_reference = wide_outputs if low and wide_outputs else None
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
-    fallbacks: list[str] = []
-    for call in ("first call", "second call"):
-        try:
-            got_outputs, got_grads, warned = _call(compiled, tensors)
-        except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
-            return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
-        fallbacks += warned
+
+    def check(
+        call: str, result: tuple[list[torch.Tensor], list[torch.Tensor | None]]
+    ) -> CompiledOutcome | None:
+        got_outputs, got_grads = result
         problem = outputs_mismatch(op, got_outputs, outputs, out_reference)
         if problem is not None:
             plain = [t.detach() for t in tensors]
@@ -193,7 +191,6 @@ def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
         problem = grads_mismatch(got_grads, grads, reference)
         if problem is not None:
             return CompiledOutcome("mismatch", f"{call}: {problem}")
-    if fallbacks:
-        return CompiledOutcome("fallback", fallbacks[0])
-    eager = eager_reason(compiled)
-    return CompiledOutcome("eager", eager) if eager is not None else CompiledOutcome("compiled")
+        return None
+
+    return call_twice(compiled, lambda: _call(compiled, tensors), check)

@@ -32,8 +32,8 @@ import torchstrata.runtime as tsr
 from torchstrata.core import CompileOptions, is_dense, same_layout
 
 from .captured import eager_baseline, outputs_mismatch
-from .compiled import CompiledOutcome, call_fresh, eager_reason
-from .harness import first_line, flat_outputs, float64_reference
+from .compiled import CompiledOutcome, call_fresh, call_twice
+from .harness import flat_outputs, float64_reference
 from .user_fn import user_function
 
 LAYOUT_STATUSES = ("same", "other-layout", "not-dense", "eager", "fallback", "mismatch", "skip")
@@ -65,26 +65,23 @@ def run_layout_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     outputs, _ = baseline
     reference = float64_reference(fn, tensors)
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
-    fallbacks: list[str] = []
-    difference = None
-    for call in ("first call", "second call"):
-        try:
-            value, _, warned = call_fresh(compiled, tensors)
-        except Exception as error:  # noqa: BLE001 - eager ran this sample: ours must too
-            return CompiledOutcome("mismatch", f"{call} raised {first_line(error)}")
-        fallbacks += warned
-        got = flat_outputs(value) or []
+    differences: list[str] = []
+
+    def check(call: str, result: tuple[Any, list[torch.Tensor]]) -> CompiledOutcome | None:
+        got = flat_outputs(result[0]) or []
         problem = outputs_mismatch(op, got, outputs, reference)
         if problem is not None:
             return CompiledOutcome("mismatch", f"{call}: {problem}")
-        difference = difference or layout_difference(got, outputs)
-    if fallbacks:
-        return CompiledOutcome("fallback", fallbacks[0])
-    eager = eager_reason(compiled)
-    if eager is not None:
-        return CompiledOutcome("eager", eager)
-    if difference is not None:
-        return CompiledOutcome("other-layout", difference)
+        difference = layout_difference(got, outputs)
+        if difference is not None:
+            differences.append(difference)
+        return None
+
+    outcome = call_twice(compiled, lambda: call_fresh(compiled, tensors), check)
+    if outcome.status != "compiled":
+        return outcome
+    if differences:
+        return CompiledOutcome("other-layout", differences[0])
     if not any(is_dense(tuple(t.shape), t.stride()) for t in outputs):
         return CompiledOutcome("not-dense")
     return CompiledOutcome("same")
