@@ -243,13 +243,14 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     return f"tl.full([1], {text}, {compute_type(dtype)})"
 
 
-def render_index(index: Index) -> str:
+def render_index(index: Index, reach: int = 0) -> str:
     """An index as Triton integer arithmetic: in the loop variables' own width where every
-    value it takes fits in int32, else in int64. A kernel's domain can be small while its
-    offsets are not: a column of a ``[46341, 46341]`` tensor is 46341 elements read at
-    offsets up to 2**31 (in int32 they wrapped around, reading outside the buffer)."""
+    value it takes, plus ``reach`` (what a caller adds to it), fits in int32, else in
+    int64. A kernel's domain can be small while its offsets are not: a column of a
+    ``[46341, 46341]`` tensor is 46341 elements read at offsets up to 2**31 (in int32 they
+    wrapped around, reading outside the buffer)."""
     low, high = index.bounds()
-    if low >= -(2**31) and high < 2**31:
+    if low >= -(2**31) and high + reach < 2**31:
         return index.render(lambda name: name, "//")
     return index.render(lambda name: f"{name}.to(tl.int64)", "//")
 
@@ -316,11 +317,7 @@ class TritonPrinter:
         size`` (one unsigned compare) and NaN outside. The offset is int64: the position
         is (and is cast to be), and ``index`` is computed in int64 too when the gathered
         buffer may pass 2**31 elements (it can be far larger than the kernel's domain)."""
-        _, high = expr.index.bounds()
-        if high + expr.stride * max(expr.size - 1, 0) >= 2**31:
-            base = expr.index.render(lambda name: f"{name}.to(tl.int64)", "//")
-        else:
-            base = render_index(expr.index)
+        base = render_index(expr.index, reach=expr.stride * max(expr.size - 1, 0))
         wanted = f"({position}).to(tl.int64)"
         inside = f"({wanted}.to(tl.uint64, bitcast=True) < {expr.size})"
         mask = self.mask(variables(expr))  # the position's variables count too
