@@ -136,3 +136,137 @@ def test_a_graph_break_between_two_views_and_an_update():
         warnings.simplefilter("ignore", TorchstrataFallbackWarning)
         got = tsr.compile(f)(a)
     torch.testing.assert_close(got, f(a))
+
+
+def _overlapping_slices(a):
+    z = a * 2
+    return z[0:3], z[2:5]
+
+
+def _overlapping_columns(a):
+    z = a.sin()
+    return z[:, :3], z[:, 2:]
+
+
+def _three_in_a_chain(a):
+    z = a + 1
+    return z[1:], z[:2], z[3:]
+
+
+def _transposed_and_rows(a):
+    z = a * 3
+    return z.t()[1:], z[:2]
+
+
+_OVERLAPPING = [_overlapping_slices, _overlapping_columns, _three_in_a_chain, _transposed_and_rows]
+
+
+def _layout(tensor):
+    return tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset()
+
+
+@pytest.mark.parametrize("f", _OVERLAPPING)
+def test_overlapping_views_of_an_unreturned_intermediate_share_it(f):
+    a = torch.randn(5, 4) if f is not _overlapping_slices else torch.randn(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)  # compiled, not eager
+        ours = tsr.compile(f)(a)
+    eager = f(a)
+    assert [_layout(t) for t in ours] == [_layout(t) for t in eager]
+    assert ours[0]._base is not None
+    assert all(t._base is ours[0]._base for t in ours)
+    storages = {t.untyped_storage().data_ptr() for t in ours}
+    assert len(storages) == 1
+    for out in (ours, eager):
+        out[0].add_(1)  # shows in the others, which overlap it
+    for got, want in zip(ours, eager, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("f", _OVERLAPPING)
+def test_overlapping_views_of_an_unreturned_intermediate_get_eager_gradients(f):
+    a = torch.randn(5, 4) if f is not _overlapping_slices else torch.randn(6)
+    leaves = [a.clone().requires_grad_(), a.clone().requires_grad_()]
+    results = []
+    for fn, leaf in ((tsr.compile(f), leaves[0]), (f, leaves[1])):
+        outs = fn(leaf)
+        torch.manual_seed(0)
+        weights = [torch.randn(out.shape) for out in outs]
+        sum((out * w).sum() for out, w in zip(outs, weights, strict=True)).backward()
+        results.append(outs)
+    torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+    ours, eager = results
+    assert all(t._base is ours[0]._base for t in ours)
+    for out in (ours, eager):
+        with torch.no_grad():
+            out[0].mul_(2)
+    for got, want in zip(ours, eager, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_an_in_place_update_of_one_overlapping_view_reaches_the_others_gradient():
+    leaves = [torch.randn(3, 5, requires_grad=True) for _ in range(2)]
+    leaves[1] = leaves[0].detach().clone().requires_grad_()
+    weight = torch.randn(3, 3)
+    for fn, leaf in (
+        (tsr.compile(_overlapping_columns), leaves[0]),
+        (_overlapping_columns, leaves[1]),
+    ):
+        left, right = fn(leaf)
+        left.mul_(2)  # column 2 of right doubles too, and its gradient with it
+        (right * weight).sum().backward()
+    torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+
+
+def _views_across_a_break(a):
+    z = a * 2
+    first, second = z[0:3], z[2:5]
+    del z
+    print(end="")  # a graph break: both views cross it, z does not
+    first.add_(1)
+    return second * 1
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_overlapping_views_cross_a_graph_break_and_see_an_update(training):
+    a = torch.randn(6)
+    assert tsr.explain(_views_across_a_break, a).graph_breaks
+    leaves = [a.clone().requires_grad_(training) for _ in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchstrataFallbackWarning)
+        got = tsr.compile(_views_across_a_break)(leaves[0])
+    want = _views_across_a_break(leaves[1])
+    torch.testing.assert_close(got, want)
+    if training:
+        weight = torch.randn(3)
+        for out in (got, want):
+            (out * weight).sum().backward()
+        torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+
+
+def test_overlapping_views_of_a_sparse_intermediate_run_eagerly():
+    def f(a):
+        z = torch.empty_strided((5,), (2,))  # not dense: it cannot be returned whole
+        z.copy_(a)
+        return z[0:3], z[2:5]
+
+    a = torch.randn(5)
+    with pytest.warns(TorchstrataFallbackWarning, match="overlap"):
+        ours = tsr.compile(f)(a)
+    eager = f(a)
+    for out in (ours, eager):
+        out[0].add_(1)
+    for got, want in zip(ours, eager, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_views_that_do_not_overlap_stay_separate_outputs():
+    def f(a):
+        return (a * 2).chunk(2)
+
+    a = torch.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        ours = tsr.compile(f)(a)
+    for got, want in zip(ours, f(a), strict=True):
+        torch.testing.assert_close(got, want)

@@ -47,6 +47,7 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
             num_saved=len(parts.saved),
             output_aliases=trace.output_aliases,
             output_views=trace.output_views,
+            num_hidden_outputs=trace.num_hidden_outputs,
             tangent_outputs=trace.tangent_outputs,
             grad_inputs=trace.grad_inputs,
             num_unit_grads=0 if unit is None else len(trace.grad_inputs),
@@ -87,5 +88,6 @@ def _inference(trace: JointTrace) -> AotResult:
         mutated_inputs=trace.mutated_inputs,
         output_aliases=trace.output_aliases,
         output_views=trace.output_views,
+        num_hidden_outputs=trace.num_hidden_outputs,
         constants=trace.constants,
     )

@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torchstrata.autograd.constants import hoist_constants, place_index_constants
 from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
+from torchstrata.autograd.shared_outputs import OutputAlias, output_views
 from torchstrata.core import (
     Graph,
     Level,
@@ -33,11 +34,6 @@ _DETACH = aten("detach.default")
 _CPU = torch.device("cpu")
 _META = torch.device("meta")
 
-#: ``(input index, size, stride, storage_offset)``: a user output that is a view of an
-#: input (offset relative to the input's start); the runtime returns
-#: ``inputs[index].as_strided(size, stride, inputs[index].storage_offset() + storage_offset)``.
-OutputAlias = tuple[int, tuple[int, ...], tuple[int, ...], int]
-
 
 @attrs.frozen
 class JointTrace:
@@ -46,7 +42,8 @@ class JointTrace:
     ``graph`` inputs: the torch graph's inputs, then one per lifted constant (a tensor
     made in the graph, whose real tensor ``constants`` holds; together the
     ``num_primals`` primals), then one tangent per entry of ``tangent_outputs``.
-    Outputs: ``num_user_outputs`` user outputs, one write-back per entry of
+    Outputs: ``num_user_outputs`` user outputs (the last ``num_hidden_outputs`` of them
+    hidden bases of ``output_views``), one write-back per entry of
     ``mutated_inputs``, then one gradient per entry of ``grad_inputs``.
     """
 
@@ -59,6 +56,8 @@ class JointTrace:
     grad_inputs: tuple[int, ...] = ()
     #: See ``AotResult.output_views``.
     output_views: tuple[OutputAlias | None, ...] = ()
+    #: See ``AotResult.num_hidden_outputs`` (the last of the ``num_user_outputs``).
+    num_hidden_outputs: int = 0
     #: See ``AotResult.constants``.
     constants: tuple[torch.Tensor, ...] = attrs.field(default=(), eq=False)
 
@@ -110,14 +109,18 @@ def _trace(
     with fake_mode, recorder, grad_mode, torch.backends.cudnn.flags(enabled=False):
         values = _run(graph, primals)
     results = [_tensor_output(output, values[output]) for output in graph.outputs]
+    aliases = tuple(_alias(recorder, value) for value in results)
+    views, hidden = output_views(recorder, results, aliases)
     with fake_mode, torch.no_grad():
         user_nodes = [
             _output_node(recorder, out, value)
             for out, value in zip(graph.outputs, results, strict=True)
         ]
+        user_nodes += [recorder.output_node(base) for base in hidden]
         mutations = recorder.mutated_inputs()
-    aliases = tuple(_alias(recorder, value) for value in results)
-    views = output_views(recorder, results, aliases)
+    results += hidden  # the hidden bases are user outputs to the graphs
+    aliases += (None,) * len(hidden)
+    views += (None,) * len(hidden)
     tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
     wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
     grad_nodes: list[Node] = []
@@ -160,6 +163,7 @@ def _trace(
         mutated_inputs=tuple(index for index, _ in mutations),
         output_aliases=aliases,
         output_views=views,
+        num_hidden_outputs=len(hidden),
         tangent_outputs=tangent_outputs,
         grad_inputs=tuple(grad_inputs),
         constants=constants,
@@ -224,52 +228,6 @@ def _output_node(recorder: AtenRecorder, output: Node, value: torch.Tensor) -> N
         return recorder.output_node(value)
     except NotImplementedError as error:
         raise NotImplementedError(f"output %{output.name}: {error}") from error
-
-
-def output_views(
-    recorder: AtenRecorder, results: list[torch.Tensor], aliases: tuple[Any, ...]
-) -> tuple[OutputAlias | None, ...]:
-    """``AotResult.output_views``: user outputs that view one intermediate's memory, as
-    views of one of them (the owner): ``(owner index, size, stride, offset from the
-    owner's)``. The owner is the output that covers the most of the others (the
-    intermediate itself when it is returned); it must be dense and contain each view it
-    owns: the compiled owner, laid out with the traced strides, then holds every element
-    those views read. Outputs it does not cover stay separate tensors."""
-    groups: dict[int, list[int]] = {}
-    for index, value in enumerate(results):
-        owner = recorder.intermediate_owner(value) if aliases[index] is None else None
-        if owner is not None:
-            groups.setdefault(id(owner), []).append(index)
-    views: list[OutputAlias | None] = [None] * len(results)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        covered = {
-            i: [j for j in members if j != i and _covers(results[i], results[j])] for i in members
-        }
-        chosen = max(members, key=lambda i: (len(covered[i]), results[i].numel(), -i))
-        for index in covered[chosen]:
-            value, base = results[index], results[chosen]
-            offset = int(value.storage_offset()) - int(base.storage_offset())
-            views[index] = (chosen, tuple(value.shape), tuple(value.stride()), offset)
-    return tuple(views)
-
-
-def _covers(owner: torch.Tensor, view: torch.Tensor) -> bool:
-    """``owner`` is dense (its elements fill a block of its storage without gaps or
-    overlaps) and ``view``'s elements all lie in that block."""
-    dims = sorted((s, n) for s, n in zip(owner.stride(), owner.shape, strict=True) if n != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    if view.numel() == 0:
-        return True
-    start = int(owner.storage_offset())
-    low = int(view.storage_offset())
-    high = low + sum((n - 1) * s for s, n in zip(view.stride(), view.shape, strict=True))
-    return start <= low and high < start + owner.numel()
 
 
 def _alias(recorder: AtenRecorder, value: torch.Tensor) -> OutputAlias | None:

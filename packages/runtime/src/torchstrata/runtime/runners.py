@@ -141,11 +141,14 @@ def _user_outputs(
     views: tuple[Any, ...],
 ) -> tuple[Any, ...]:
     """The user's outputs of one call: write-backs copied into the inputs, then the
-    outputs that alias inputs or other outputs made views again."""
+    outputs that alias inputs or other outputs made views again, then the hidden bases
+    of those views (the last ``num_user - len(views)`` when there are views) dropped."""
     _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
     user = list(outputs[:num_user])
     _apply_aliases(inputs, user, aliases)
-    _apply_views(user, views)
+    if views:
+        _apply_views(user, views)
+        del user[len(views) :]
     return tuple(user)
 
 
@@ -291,24 +294,42 @@ def _eager_when(
 
 
 def _output_views(aot: AotResult) -> tuple[Any, ...]:
-    """``aot.output_views``, each with its owner's traced strides appended (None: none)."""
+    """``aot.output_views`` for the outputs the user gets (the hidden bases, the last
+    ``aot.num_hidden_outputs`` user outputs, are left out), each with its owner's traced
+    metadata and whether the owner is hidden appended (``()``: no views)."""
+    hidden = int(getattr(aot, "num_hidden_outputs", 0) or 0)
     views = tuple(getattr(aot, "output_views", ()) or ())
     if not any(view is not None for view in views):
         return ()
+    first_hidden = output_layout(aot)[0] - hidden
+    views = (*views, *(None,) * first_hidden)[:first_hidden]
     metas = [node.meta for node in aot.forward.outputs]
-    return tuple(None if view is None else (*view, tuple(metas[view[0]].strides)) for view in views)
+    return tuple(
+        None if view is None else (*view, metas[view[0]], view[0] >= first_hidden) for view in views
+    )
 
 
 def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
     """Outputs that view another output (``AotResult.output_views``) made views of it
-    again, where the computed owner has its traced strides (else left as computed: the
-    same values, without the shared memory)."""
+    again. A returned owner computed with other strides than its traced ones is left as
+    it is, and so are its views (the same values, without the shared memory); a hidden
+    one is first copied into a tensor with the traced strides (views of a hidden base
+    overlap: separate tensors would hide an update of one from the other)."""
     for position, view in enumerate(views):
         if view is not None:
-            owner_index, size, stride, offset, owner_stride = view
+            owner_index, size, stride, offset, owner_meta, hidden = view
             owner = outputs[owner_index]
-            if owner.stride() == owner_stride:
-                outputs[position] = owner.as_strided(size, stride, owner.storage_offset() + offset)
+            if owner.stride() != owner_meta.strides:
+                if not hidden:
+                    continue
+                owner = outputs[owner_index] = _restrided(owner, owner_meta)
+            outputs[position] = owner.as_strided(size, stride, owner.storage_offset() + offset)
+
+
+def _restrided(tensor: torch.Tensor, meta: TensorMeta) -> torch.Tensor:
+    """A copy of ``tensor`` laid out with ``meta``'s strides (differentiable)."""
+    copy = torch.empty_strided(meta.shape, meta.strides, dtype=tensor.dtype, device=tensor.device)
+    return copy.copy_(tensor)
 
 
 def _tuple_runner(fn: GraphFn) -> GraphRunner:
