@@ -172,3 +172,18 @@ def test_no_direct_program_when_the_return_reads_the_frame_or_breaks():
         result = capture(fn, (torch.ones(3),), {})
         assert result.program is not None
         assert result.direct_sources is None and result.direct_program is None
+
+
+def test_segment_guards_tell_zeros_apart_and_let_nan_pass():
+    """Segments after a graph break check their own guards: ``0.0 == -0.0``, so a segment
+    traced for one zero divided to the other's infinity; NaN failed its own guard."""
+    from torchstrata.capture.guard_check import compile_guards
+    from torchstrata.core import Guard, GuardKind
+
+    def passes(expected, value):
+        guard = Guard(GuardKind.CONSTANT_MATCH, "L['s']", expected)
+        return compile_guards([guard])({"s": value}, [], {}, {}) == -1
+
+    assert passes(0.0, 0.0) and passes(-0.0, -0.0) and passes(float("nan"), float("nan"))
+    assert not passes(0.0, -0.0) and not passes(-0.0, 0.0) and not passes(0.0, 0)
+    assert not passes(float("nan"), 1.0) and not passes(1.0, float("nan"))

@@ -144,9 +144,7 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         source = f"{var.source}.{members}[{name!r}]"
         # a value later put in the instance dict under the same name (object.__setattr__)
         # would shadow the member: its absence is guarded
-        tracer.guard(
-            GuardKind.CONSTANT_MATCH, f"{var.source}.__dict__.__contains__({name!r})", False
-        )
+        tracer.guard(GuardKind.ABSENT_KEY, f"{var.source}.__dict__", name)
     # Library modules (torch, torch.nn.functional, math) are trusted not to change.
     return tracer.wrap(value, source, guard=not isinstance(obj, types.ModuleType))
 

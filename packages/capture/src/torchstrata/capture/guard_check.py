@@ -9,40 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
-from torchstrata.core import Guard, GuardKind, TensorMeta
+from torchstrata.core import Guard, guard_condition
 
 #: ``check(L, S, C, G)``: the index of the first failing guard, or -1.
 GuardCheck = Callable[[Any, Any, Any, Any], int]
 
 
-def _condition(guard: Guard, var: str, constant: Callable[[Any], str]) -> str:
-    kind, expected = guard.kind, guard.expected
-    if kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
-        return (
-            f"isinstance({var}, _Tensor) and {var}.shape == {constant(torch.Size(expected.shape))}"
-            f" and {var}.dtype is {constant(expected.dtype)}"
-            f" and {var}.stride() == {constant(tuple(expected.strides))}"
-            f" and {var}.device == {constant(expected.device)}"
-            f" and {var}.requires_grad is {constant(bool(expected.requires_grad))}"
-        )
-    if kind is GuardKind.TENSOR_MATCH:
-        return f"isinstance({var}, _Tensor)"
-    if kind is GuardKind.CONSTANT_MATCH:
-        if expected is None or isinstance(expected, bool):
-            return f"{var} is {constant(expected)}"
-        return f"type({var}) is {constant(type(expected))} and {var} == {constant(expected)}"
-    if kind is GuardKind.ID_MATCH:
-        return f"id({var}) == {constant(expected)}"
-    if kind is GuardKind.TYPE_MATCH:
-        return f"type({var}) is {constant(expected)}"
-    raise ValueError(f"unknown guard kind {kind!r}")
-
-
 def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
     """One generated function checking every guard, in order."""
-    constants: dict[str, Any] = {"_Tensor": torch.Tensor}
+    constants: dict[str, Any] = {}
 
     def constant(value: Any) -> str:
         name = f"_c{len(constants)}"
@@ -61,7 +36,10 @@ def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
                 "    except Exception:",
                 f"        return {index}",
             ]
-        lines += [f"    if not ({_condition(guard, var, constant)}):", f"        return {index}"]
+        lines += [
+            f"    if not ({guard_condition(guard, var, constant)}):",
+            f"        return {index}",
+        ]
     lines.append("    return -1")
     exec(compile("\n".join(lines) + "\n", "<torchstrata capture guards>", "exec"), constants)
     return constants["check"]

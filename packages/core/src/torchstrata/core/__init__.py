@@ -9,6 +9,7 @@ from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
+from torchstrata.core.guard_conditions import constant_condition, guard_condition
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.meta import (
@@ -119,6 +120,7 @@ __all__ = [
     "aten",
     "aten_from_overload",
     "broadcast_strides",
+    "constant_condition",
     "contiguous_strides",
     "create_plugin_manager",
     "current_options",
@@ -132,6 +134,7 @@ __all__ = [
     "format_graph",
     "from_fx",
     "get_prim",
+    "guard_condition",
     "hookimpl",
     "hookspec",
     "infer_meta",

@@ -24,6 +24,7 @@ class GuardKind(enum.Enum):
     CONSTANT_MATCH = "constant_match"  # a Python value equal to the one traced
     ID_MATCH = "id_match"  # the very same object (functions, modules, globals)
     TYPE_MATCH = "type_match"  # an object of the same type
+    ABSENT_KEY = "absent_key"  # ``expected`` is not a key of the source (a module's __dict__)
 
 
 @attrs.frozen
@@ -33,7 +34,8 @@ class Guard:
     ``source`` is a Python expression over ``L`` (the frame's arguments by parameter
     name) and ``G`` (the function's globals), e.g. ``L['x']`` or ``G['torch'].nn``.
     ``expected`` is a :class:`~torchstrata.core.TensorMeta` for tensor guards, the
-    value for constant guards, an ``id()`` for identity guards, a type for type guards.
+    value for constant guards, an ``id()`` for identity guards, a type for type guards,
+    the key for absent-key guards.
     """
 
     kind: GuardKind

@@ -14,17 +14,15 @@ comparisons of plain ``int``, ``bool``, ``str``, ``None`` and ``float`` values, 
 out of groups: ``==`` does not tell ``-0.0`` from ``0.0``, and NaN equals nothing.
 
 **Members.** Each parameter, buffer or submodule read from a module's member dicts comes
-with a guard that the instance dict holds no entry of that name
-(``M.__dict__.__contains__('weight')`` is False; see ``capture/attributes.py``). A
-module's such guards become one ``M.__dict__.keys().isdisjoint(names)``, checked where
+with a guard that the instance dict holds no entry of that name (``ABSENT_KEY`` of
+``'weight'`` on ``M.__dict__``; see ``capture/attributes.py``). A module's such guards
+become one ``M.__dict__.keys().isdisjoint(names)``, checked where
 the first of them was.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -36,10 +34,6 @@ from torchstrata.core import Guard, GuardKind
 _PLAIN_TYPES = (int, bool, str, type(None))
 #: Shorter sequences keep their item guards (a group saves little there).
 MIN_ITEMS = 2
-
-
-#: A member-shadowing guard's source: ``<module source>.__dict__.__contains__('<name>')``.
-_SHADOW = re.compile(r"(?P<module>.+)\.__dict__\.__contains__\((?P<name>'[^']*'|\"[^\"]*\")\)")
 
 
 @attrs.frozen
@@ -99,23 +93,16 @@ def plan_members(
     guards: Sequence[Guard], sources: Sequence[str], keep: Collection[str] = ()
 ) -> dict[int, MembersGroup]:
     """Groups of member-shadowing guards on one module (two or more), by first index."""
-    found: dict[str, list[tuple[int, str]]] = {}
+    found: dict[str, list[tuple[int, Any]]] = {}
     for index, (guard, source) in enumerate(zip(guards, sources)):
-        match = _SHADOW.fullmatch(source)
-        if (
-            match is None
-            or source in keep
-            or guard.kind is not GuardKind.CONSTANT_MATCH
-            or guard.expected is not False
-        ):
-            continue
-        found.setdefault(match["module"], []).append((index, ast.literal_eval(match["name"])))
+        if guard.kind is GuardKind.ABSENT_KEY and source not in keep:
+            found.setdefault(source, []).append((index, guard.expected))
     groups: dict[int, MembersGroup] = {}
-    for module, reads in found.items():
+    for source, reads in found.items():
         if len(reads) >= MIN_ITEMS:
             indices = tuple(index for index, _ in reads)
             names = frozenset(name for _, name in reads)
-            groups[indices[0]] = MembersGroup(indices[0], indices, f"{module}.__dict__", names)
+            groups[indices[0]] = MembersGroup(indices[0], indices, source, names)
     return groups
 
 

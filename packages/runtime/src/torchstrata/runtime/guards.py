@@ -13,18 +13,15 @@ module's unshadowed members, are checked as one comparison each
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
 import torch
 
-from torchstrata.core import TENSOR_TYPES, Guard, GuardKind, TensorMeta
+from torchstrata.core import Guard, GuardKind, TensorMeta, guard_condition
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
-
-_CPU = torch.device("cpu")
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -46,6 +43,8 @@ class GuardFailure:
         expected = self.guard.expected
         if self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
             text += f" (expected {_describe_meta(expected)})"
+        elif self.guard.kind is GuardKind.ABSENT_KEY:
+            text += f" (expected no key {expected!r})"
         elif self.guard.kind is not GuardKind.ID_MATCH:
             text += f" (expected {expected!r})"
         if self.guard.description:
@@ -102,52 +101,6 @@ class _SourceWriter:
 
     def check(self, condition: str, index: int) -> None:
         self.lines += [f"    if not ({condition}):", f"        {self.fail(index)}"]
-
-
-def _condition(writer: _SourceWriter, guard: Guard, var: str) -> str:
-    kind, expected = guard.kind, guard.expected
-    if kind is GuardKind.TENSOR_MATCH:
-        if not isinstance(expected, TensorMeta):
-            # the exact types first: isinstance of a Parameter runs its metaclass's check
-            return f"(type({var}) in _TensorTypes or isinstance({var}, _Tensor))"
-        # Exact types: a tensor subclass (its __torch_function__ or dispatch) would run
-        # the graph traced for a plain tensor; the capture refuses subclasses, so one
-        # fails the guard and runs eagerly.
-        is_tensor = f"type({var}) in _TensorTypes"
-        shape = writer.constant(torch.Size(expected.shape))
-        strides = writer.constant(tuple(expected.strides))
-        dtype = writer.constant(expected.dtype)
-        grad = writer.constant(bool(expected.requires_grad))
-        if expected.device == _CPU:
-            device_check = f"{var}.is_cpu"  # the same test without making a device object
-        else:
-            device_check = f"{var}.device == {writer.constant(expected.device)}"
-        return (
-            f"{is_tensor} and {var}.shape == {shape} and {var}.dtype is {dtype}"
-            f" and {var}.stride() == {strides} and {device_check}"
-            f" and {var}.requires_grad is {grad}"
-        )
-    if kind is GuardKind.CONSTANT_MATCH:
-        if expected is None or isinstance(expected, bool):
-            return f"{var} is {writer.constant(expected)}"
-        if type(expected) is float and (expected == 0.0 or math.isnan(expected)):
-            return _special_float(var, expected)
-        value_type = writer.constant(type(expected))
-        return f"type({var}) is {value_type} and {var} == {writer.constant(expected)}"
-    if kind is GuardKind.ID_MATCH:
-        return f"id({var}) == {writer.constant(expected)}"
-    if kind is GuardKind.TYPE_MATCH:
-        return f"type({var}) is {writer.constant(expected)}"
-    raise ValueError(f"unknown guard kind {kind!r}")
-
-
-def _special_float(var: str, expected: float) -> str:
-    """The exact test for a float ``==`` cannot make: NaN, or a zero of one sign (a
-    graph traced for ``0.0`` divides to ``inf`` where ``-0.0`` gives ``-inf``)."""
-    if math.isnan(expected):
-        return f"type({var}) is float and {var} != {var}"
-    sign = math.copysign(1.0, expected)
-    return f"type({var}) is float and {var} == 0.0 and _copysign(1.0, {var}) == {sign!r}"
 
 
 def _group_condition(writer: _SourceWriter, group: GuardGroup, var: str) -> str:
@@ -230,7 +183,9 @@ def _write_checks(
             var = writer.fetch(group.source, index)
             writer.check(_group_condition(writer, group, var), index)
         elif index not in grouped:
-            writer.check(_condition(writer, guard, writer.fetch(source, index)), index)
+            writer.check(
+                guard_condition(guard, writer.fetch(source, index), writer.constant), index
+            )
 
 
 def _generate(
@@ -277,9 +232,6 @@ def _fetching_check(
 
 def _build(source: str, constants: dict[str, Any]) -> Any:
     namespace: dict[str, Any] = {
-        "_Tensor": torch.Tensor,
-        "_TensorTypes": TENSOR_TYPES,
-        "_copysign": math.copysign,
         "torch": torch,
         **constants,
     }

@@ -1,0 +1,75 @@
+"""Guards spelled as Python conditions: one spelling per :class:`GuardKind`, shared by
+the runtime's cache-entry checks and capture's checks of the segments after a graph
+break (each generates one function from these texts).
+
+A condition reads the guarded value from a variable, and the objects it compares with
+from names that ``constant`` registers in the generated function's namespace.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torchstrata.core.meta import TensorMeta
+from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
+
+_CPU = torch.device("cpu")
+
+#: ``constant(value)``: the name under which the generated function sees ``value``.
+Constant = Callable[[Any], str]
+
+
+def guard_condition(guard: Guard, var: str, constant: Constant) -> str:
+    """``guard`` as a condition on the variable ``var`` (its source's value)."""
+    kind, expected = guard.kind, guard.expected
+    if kind is GuardKind.TENSOR_MATCH:
+        return _tensor_condition(var, expected, constant)
+    if kind is GuardKind.CONSTANT_MATCH:
+        return constant_condition(var, expected, constant)
+    if kind is GuardKind.ID_MATCH:
+        return f"id({var}) == {constant(expected)}"
+    if kind is GuardKind.TYPE_MATCH:
+        return f"type({var}) is {constant(expected)}"
+    if kind is GuardKind.ABSENT_KEY:
+        return f"{constant(expected)} not in {var}"
+    raise ValueError(f"unknown guard kind {kind!r}")
+
+
+def _tensor_condition(var: str, expected: Any, constant: Constant) -> str:
+    types = constant(TENSOR_TYPES)
+    if not isinstance(expected, TensorMeta):
+        # the exact types first: isinstance of a Parameter runs its metaclass's check
+        return f"(type({var}) in {types} or isinstance({var}, {constant(torch.Tensor)}))"
+    # Exact types: a tensor subclass (its __torch_function__ or dispatch) would run the
+    # graph traced for a plain tensor; the capture refuses subclasses, so one fails the
+    # guard and runs eagerly.
+    if expected.device == _CPU:
+        device_check = f"{var}.is_cpu"  # the same test without making a device object
+    else:
+        device_check = f"{var}.device == {constant(expected.device)}"
+    return (
+        f"type({var}) in {types} and {var}.shape == {constant(torch.Size(expected.shape))}"
+        f" and {var}.dtype is {constant(expected.dtype)}"
+        f" and {var}.stride() == {constant(tuple(expected.strides))} and {device_check}"
+        f" and {var}.requires_grad is {constant(bool(expected.requires_grad))}"
+    )
+
+
+def constant_condition(var: str, expected: Any, constant: Constant) -> str:
+    """``var`` is the constant ``expected``: ``None`` and bools by identity, others by
+    type and ``==``, and the floats ``==`` cannot tell apart exactly: NaN (not equal to
+    itself), and a zero of either sign (a graph traced for ``0.0`` divides to ``inf``
+    where ``-0.0`` gives ``-inf``)."""
+    if expected is None or isinstance(expected, bool):
+        return f"{var} is {constant(expected)}"
+    if type(expected) is float and math.isnan(expected):
+        return f"type({var}) is float and {var} != {var}"
+    if type(expected) is float and expected == 0.0:
+        sign = math.copysign(1.0, expected)
+        copysign = constant(math.copysign)
+        return f"type({var}) is float and {var} == 0.0 and {copysign}(1.0, {var}) == {sign!r}"
+    return f"type({var}) is {constant(type(expected))} and {var} == {constant(expected)}"
