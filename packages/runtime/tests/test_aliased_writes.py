@@ -1,12 +1,12 @@
 """A graph that writes an input which shares memory with another input of the same call
-runs that call eagerly (``runners.alias_safe``): the traced graph read the two as
+runs that call eagerly (``input_checks.alias_safe``): the traced graph read the two as
 separate values."""
 
 from __future__ import annotations
 
 import torch
 
-from torchstrata.runtime.runners import _plain_positions, aliased_write
+from torchstrata.runtime.input_checks import ComparedInputs, _plain_positions, aliased_write
 
 
 def test_a_view_of_a_written_input_is_seen():
@@ -50,3 +50,27 @@ def test_the_first_calls_positions_pick_the_plain_tensors():
     z = torch.randn(3)
     assert plain([weight, x, z, 5]) == (z,)
     assert aliased_write([weight, x, x[1:], 5], (1,), plain([weight, x, x[1:], 5]))
+
+
+def test_a_parameter_position_that_holds_a_plain_tensor_is_compared():
+    weight, x, y = torch.nn.Parameter(torch.randn(3)), torch.randn(3), torch.randn(3)
+    compared = ComparedInputs([weight, x, y, 5], (1,))
+    assert compared([weight, x, y, 5]) == (y,)  # parameters are not compared
+    assert not aliased_write([weight, x, y, 5], (1,), compared([weight, x, y, 5]))
+    tensors = [x[1:], x, y, 5]  # a plain tensor where the parameter was, aliasing x
+    seen = compared(tensors)
+    assert len(seen) == 2 and seen[0] is tensors[0] and seen[1] is y
+    assert aliased_write(tensors, (1,), compared(tensors))
+    assert not aliased_write([x.clone(), x, y, 5], (1,), compared([x.clone(), x, y, 5]))
+
+
+def test_parameters_alone_are_compared_by_type_only():
+    weights = [torch.nn.Parameter(torch.randn(3)) for _ in range(3)]
+    x = torch.randn(3)
+    compared = ComparedInputs([x, *weights], (0,))
+    assert compared([x, *weights]) == ()
+    other = torch.nn.Parameter(torch.randn(3))
+    assert compared([x, weights[0], other, weights[2]]) == ()  # another parameter
+    plain = torch.randn(3)
+    (seen,) = compared([x, weights[0], plain, weights[2]])
+    assert seen is plain

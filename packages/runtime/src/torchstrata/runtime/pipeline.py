@@ -41,13 +41,12 @@ from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
+from torchstrata.runtime.input_checks import alias_safe, offset_safe
 from torchstrata.runtime.runners import (
     GraphFn,
     GraphRunner,
     LazyGraphFn,
-    alias_safe,
     inference_runner,
-    offset_safe,
     output_layout,
     training_runner,
 )
