@@ -270,3 +270,26 @@ def test_views_that_do_not_overlap_stay_separate_outputs():
         ours = tsr.compile(f)(a)
     for got, want in zip(ours, f(a), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def _detached_overlap(a):
+    z = a.sin()
+    return z[0:3], z[2:5].detach()
+
+
+def _detached_view_of_returned(a):
+    z = a.sin()
+    return z, z.detach()[1]
+
+
+@pytest.mark.parametrize("f", [_detached_overlap, _detached_view_of_returned])
+def test_a_detached_view_gets_no_gradient(f):
+    a = torch.randn(6) if f is _detached_overlap else torch.randn(3, 4)
+    leaves = [a.clone().requires_grad_(), a.clone().requires_grad_()]
+    results = [fn(leaf) for fn, leaf in zip((tsr.compile(f), f), leaves, strict=True)]
+    for outs in results:
+        (outs[0].sum() + (outs[1] * 3).sum()).backward()
+    torch.testing.assert_close(leaves[0].grad, leaves[1].grad)
+    ours, eager = results
+    assert [t.requires_grad for t in ours] == [t.requires_grad for t in eager]
+    assert ours[1].untyped_storage().data_ptr() == ours[0].untyped_storage().data_ptr()

@@ -114,7 +114,8 @@ class _Pipeline:
                     if self.relative_aliases:
                         offset += inputs[index].storage_offset()
                     user[position] = inputs[index].as_strided(size, stride, offset)
-            return tuple(user)
+            # the hidden bases of overlapping output views (AotResult.num_hidden_outputs)
+            return tuple(user[: num_user - aot.num_hidden_outputs])
 
         return run
 

@@ -179,7 +179,9 @@ def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
     again. A returned owner computed with other strides than its traced ones is left as
     it is, and so are its views (the same values, without the shared memory); a hidden
     one is first copied into a tensor with the traced strides (views of a hidden base
-    overlap: separate tensors would hide an update of one from the other)."""
+    overlap: separate tensors would hide an update of one from the other). A view of an
+    owner that requires grad is made of its ``detach()`` when the computed output does
+    not require grad (``z.detach()[0]``: no gradient may flow through it)."""
     for position, view in enumerate(views):
         if view is not None:
             owner_index, size, stride, offset, owner_meta, hidden = view
@@ -188,6 +190,8 @@ def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
                 if not hidden:
                     continue
                 owner = outputs[owner_index] = _restrided(owner, owner_meta)
+            if owner.requires_grad and not outputs[position].requires_grad:
+                owner = owner.detach()  # shares the memory and the version counter
             outputs[position] = owner.as_strided(size, stride, owner.storage_offset() + offset)
 
 
