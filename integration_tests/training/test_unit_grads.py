@@ -138,9 +138,10 @@ def test_the_scaling_kernel_leaves_a_gradient_scaled_by_one_untouched(monkeypatc
 
 
 def test_gpu_gradients_get_the_compiled_kernel_where_triton_interprets(monkeypatch):
-    """Once Triton ran on a CPU tensor the inductor leaves ``TRITON_INTERPRET=1`` set for
-    good. The GPU scaling kernel was decorated then as an interpreted one: it rounded
-    bf16 otherwise than torch and, on the GPU's grid, scaled only the first blocks."""
+    """Under ``TRITON_INTERPRET=1`` (set by the user, or, before ``triton_env``, left set
+    by the inductor once it ran Triton on a CPU tensor) the GPU scaling kernel was
+    decorated as an interpreted one: it rounded bf16 otherwise than torch and, on the
+    GPU's grid, scaled only the first blocks."""
     triton = pytest.importorskip("triton")
     from torchstrata.runtime import unit_scale
 
@@ -158,9 +159,8 @@ def test_gpu_gradients_get_the_compiled_kernel_where_triton_interprets(monkeypat
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_on_the_gpu_scaling_is_right_after_triton_ran_on_the_cpu(monkeypatch):
-    """The scaling of GPU gradients after a CPU Triton compile (which sets
-    ``TRITON_INTERPRET=1`` in the process), on a gradient of more blocks than the
-    kernel's programs."""
+    """The scaling of GPU gradients under ``TRITON_INTERPRET=1``, on a gradient of more
+    blocks than the kernel's programs."""
     pytest.importorskip("triton")
     from torchstrata.runtime import unit_scale
 

@@ -1,21 +1,20 @@
 """The Triton backend: generate a module per kernel, load it, launch it from the launcher.
 
 On a CPU device the kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` is set
-before the generated module is executed (``@triton.jit`` reads it at decoration time, in
-Triton 3.6 and 3.9 alike) and stays set: Triton consults it again at launch time (its lazily
-imported helpers check it). For GPU kernels it is cleared while the module executes and
-restored afterwards. Triton itself is imported with this module, so its own library
-functions are always decorated as compiled functions, never as a side effect of our setting.
+while the generated module is executed (``@triton.jit`` reads it at decoration time, in
+Triton 3.6 and 3.9 alike) and while its kernel is launched, and only then (see
+:mod:`~torchstrata.inductor.triton_env`). For GPU kernels it is cleared while the module
+executes. Triton itself is imported with this module, so its own library functions are
+always decorated as compiled functions, never as a side effect of our setting.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -32,25 +31,11 @@ from torchstrata.inductor.shifted_exps import shift_row_exps
 from torchstrata.inductor.tails import tail_scratch
 from torchstrata.inductor.triton_cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.triton_env import triton_interpret
 from torchstrata.inductor.triton_launch import cluster_launch_supported
 from torchstrata.inductor.triton_printer import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
-
-
-@contextlib.contextmanager
-def triton_interpret(enabled: bool) -> Iterator[None]:
-    """``TRITON_INTERPRET`` for the block; enabling it is permanent (see the module docstring)."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
-    try:
-        yield
-    finally:
-        if not enabled:
-            if previous is None:
-                del os.environ["TRITON_INTERPRET"]
-            else:
-                os.environ["TRITON_INTERPRET"] = previous
 
 
 def default_cache_dir() -> Path:

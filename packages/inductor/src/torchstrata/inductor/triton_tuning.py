@@ -43,6 +43,7 @@ from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
 from torchstrata.inductor.triton_cluster import can_cluster
+from torchstrata.inductor.triton_env import interpreted
 from torchstrata.inductor.triton_launch import (
     ClusterLaunch,
     DirectLaunch,
@@ -325,7 +326,12 @@ class TunedKernel:
         self.run(*args)
 
     def bind(self, config: Config) -> Callable[..., Any]:
-        """A launcher of ``config``."""
+        """A launcher of ``config`` (with ``TRITON_INTERPRET=1`` while it runs, for an
+        interpreted kernel)."""
+        launcher = self._launcher(config)
+        return launcher if self.compiled else interpreted(launcher)
+
+    def _launcher(self, config: Config) -> Callable[..., Any]:
         constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
         if self.compiled:
             constants["num_warps"] = config.num_warps

@@ -131,12 +131,13 @@ def _interpreting(enabled: bool) -> Iterator[None]:
     """``TRITON_INTERPRET`` set to ``enabled`` while ``triton.jit`` decorates (it reads
     the variable then), restored afterwards.
 
-    GPU gradients need the compiled kernel even where the variable is set: the inductor
-    sets it for good once it runs Triton on a CPU tensor (``triton_backend``), and an
-    interpreted kernel launched on GPU gradients with the GPU's grid scaled only the first
-    ``_PROGRAMS_PER_SM * SMs`` blocks, leaving the rest of each gradient unscaled (on the
-    H200, the GPU unit-gradient tests failed now and then, in worker processes that had
-    run Triton on the CPU before)."""
+    GPU gradients need the compiled kernel even where the variable is set (by the user;
+    the inductor once left it set after running Triton on a CPU tensor, see its
+    ``triton_env``): an interpreted kernel launched on GPU gradients with the GPU's grid
+    scaled only the first ``_PROGRAMS_PER_SM * SMs`` blocks, leaving the rest of each
+    gradient unscaled (on the H200, the GPU unit-gradient tests failed now and then, in
+    worker processes that had run Triton on the CPU before). The inductor's
+    ``triton_env.triton_interpret`` is the same; the runtime does not depend on it."""
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
     try:

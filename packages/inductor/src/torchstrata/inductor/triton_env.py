@@ -1,0 +1,44 @@
+"""``TRITON_INTERPRET``, set only while Triton needs it for an interpreted kernel.
+
+``@triton.jit`` reads the variable when it decorates: set, it makes an interpreted
+function (run on CPU tensors by Triton's interpreter), unset a compiled one. Kernels for
+CPU tensors are therefore decorated with it set, and launched with it set (parts of the
+interpreter consult it while a kernel runs). Everywhere else the process keeps the value
+it had: left set, it would turn every kernel decorated later in the process into an
+interpreted one, the user's own Triton kernels and torch.compile's included, and on the
+GPU (the runtime's unit-gradient scaling once picked its kernel by the variable, and
+scaled part of each GPU gradient with an interpreted kernel).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def triton_interpret(enabled: bool) -> Iterator[None]:
+    """``TRITON_INTERPRET`` set to ``enabled`` for the block, restored afterwards."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+def interpreted(launch: Callable[..., Any]) -> Callable[..., Any]:
+    """``launch`` (of an interpreted kernel) run with ``TRITON_INTERPRET=1``."""
+
+    @functools.wraps(launch)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with triton_interpret(True):
+            return launch(*args, **kwargs)
+
+    return run
