@@ -91,3 +91,31 @@ def test_training_views_of_a_restrided_hidden_base_get_gradients(update_first):
             pair[0].mul_(3)  # row 1 of the second triples too
         sum((out * w).sum() for out, w in zip(pair, weights, strict=True)).backward()
     torch.testing.assert_close(x.grad, eager_x.grad)
+
+
+def test_a_returned_owner_computed_with_other_strides_is_restrided_for_its_views():
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((3, 4), torch.float32))
+    owner = b.call(
+        aten("clone.default"), x, meta=TensorMeta((3, 4), torch.float32, strides=_COLUMN_MAJOR)
+    )
+    rows = b.call(
+        aten("slice.Tensor"),
+        owner,
+        0,
+        1,
+        3,
+        meta=TensorMeta((2, 4), torch.float32, strides=_COLUMN_MAJOR),
+    )
+    aot = AotResult(
+        forward=b.build([owner, rows]),
+        num_user_outputs=2,
+        output_views=(None, (0, (2, 4), _COLUMN_MAJOR, 1)),
+    )
+    x_value = torch.randn(3, 4)
+    whole, part = inference_runner(lambda t: (t * 2, t[1:3] * 2), aot)(x_value)
+    assert whole.stride() == _COLUMN_MAJOR  # the traced (eager) layout
+    torch.testing.assert_close(whole, x_value * 2)
+    assert part._base is whole
+    whole.add_(1)
+    torch.testing.assert_close(part, x_value[1:3] * 2 + 1)

@@ -161,34 +161,29 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
 def _output_views(aot: AotResult) -> tuple[Any, ...]:
     """``aot.output_views`` for the outputs the user gets (the hidden bases, the last
     ``aot.num_hidden_outputs`` user outputs, are left out), each with its owner's traced
-    metadata and whether the owner is hidden appended (``()``: no views)."""
+    metadata appended (``()``: no views)."""
     hidden = int(getattr(aot, "num_hidden_outputs", 0) or 0)
     views = tuple(getattr(aot, "output_views", ()) or ())
     if not any(view is not None for view in views):
         return ()
-    first_hidden = output_layout(aot)[0] - hidden
-    views = (*views, *(None,) * first_hidden)[:first_hidden]
+    returned = output_layout(aot)[0] - hidden
+    views = (*views, *(None,) * returned)[:returned]
     metas = [node.meta for node in aot.forward.outputs]
-    return tuple(
-        None if view is None else (*view, metas[view[0]], view[0] >= first_hidden) for view in views
-    )
+    return tuple(None if view is None else (*view, metas[view[0]]) for view in views)
 
 
 def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
     """Outputs that view another output (``AotResult.output_views``) made views of it
-    again. A returned owner computed with other strides than its traced ones is left as
-    it is, and so are its views (the same values, without the shared memory); a hidden
-    one is first copied into a tensor with the traced strides (views of a hidden base
-    overlap: separate tensors would hide an update of one from the other). A view of an
-    owner that requires grad is made of its ``detach()`` when the computed output does
+    again. An owner computed with other strides than its traced ones is first copied
+    into a tensor that has them (the views' strides and offsets assume them; left as
+    computed, views that overlap would hide an update of one from the other). A view of
+    an owner that requires grad is made of its ``detach()`` when the computed output does
     not require grad (``z.detach()[0]``: no gradient may flow through it)."""
     for position, view in enumerate(views):
         if view is not None:
-            owner_index, size, stride, offset, owner_meta, hidden = view
+            owner_index, size, stride, offset, owner_meta = view
             owner = outputs[owner_index]
-            if owner.stride() != owner_meta.strides:
-                if not hidden:
-                    continue
+            if not same_layout(owner_meta.shape, owner.stride(), owner_meta.strides):
                 owner = outputs[owner_index] = _restrided(owner, owner_meta)
             if owner.requires_grad and not outputs[position].requires_grad:
                 owner = owner.detach()  # shares the memory and the version counter
