@@ -38,3 +38,23 @@ def test_running_triton_on_the_cpu_leaves_the_variable_as_it_was(
         pass
 
     assert isinstance(later, triton.runtime.JITFunction)  # compiled, not interpreted
+
+
+def test_gpu_code_is_refused_by_name_when_triton_was_imported_interpreted(monkeypatch):
+    """With ``TRITON_INTERPRET=1`` set when Triton was imported, a GPU compile failed on
+    "Unsupported function referenced: InterpretedFunction"; now the error says why."""
+    import subprocess
+    import sys
+
+    from torchstrata.inductor import compile as compile_module
+    from torchstrata.inductor import triton_env
+
+    code = "from torchstrata.inductor.triton_env import library_compiled as c; print(c())"
+    for value, want in (("1", "False"), ("0", "True")):
+        env = {**os.environ, "TRITON_INTERPRET": value}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert run.stdout.strip() == want, run.stderr
+    monkeypatch.setattr(triton_env, "library_compiled", lambda: False)
+    with pytest.raises(compile_module.CodegenError, match="TRITON_INTERPRET=1"):
+        compile_module.choose_backend("cuda", CompileOptions(codegen="triton"))
+    compile_module.choose_backend("cpu", CompileOptions(codegen="triton"))  # the interpreter

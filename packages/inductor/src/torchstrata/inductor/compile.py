@@ -52,7 +52,14 @@ def choose_backend(device: torch.device | str, options: CompileOptions) -> Backe
         # Importing Triton costs 0.2 s, so a C++ compile never does; the module still imports
         # Triton before it sets TRITON_INTERPRET (see its docstring).
         from torchstrata.inductor.triton_backend import TritonBackend
+        from torchstrata.inductor.triton_env import library_compiled
 
+        if device.type == "cuda" and not library_compiled():
+            raise CodegenError(
+                "Triton was imported with TRITON_INTERPRET=1 set, so its own library is "
+                "interpreted and no GPU kernel can be compiled in this process; unset "
+                "TRITON_INTERPRET (torchstrata runs CPU tensors under the interpreter itself)"
+            )
         return TritonBackend(interpret=device.type == "cpu")
     raise CodegenError(f"codegen={codegen!r} is not a code generator (eager runs without codegen)")
 

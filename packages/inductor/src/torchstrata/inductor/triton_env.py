@@ -42,3 +42,13 @@ def interpreted(launch: Callable[..., Any]) -> Callable[..., Any]:
             return launch(*args, **kwargs)
 
     return run
+
+
+def library_compiled() -> bool:
+    """Whether Triton's own ``@triton.jit`` library (``tl.sum``...) was decorated as
+    compiled functions: Triton was imported without ``TRITON_INTERPRET=1``. Otherwise a
+    GPU kernel that calls into it fails to compile, with a message naming neither."""
+    import triton
+    import triton.language as tl
+
+    return isinstance(tl.standard.sum, triton.runtime.JITFunction)
