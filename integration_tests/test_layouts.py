@@ -27,6 +27,8 @@ def _transposed_3d() -> torch.Tensor:
 
 
 BIAS = torch.randn(8, 1, 1)
+CHANNELS_LAST_WEIGHT = torch.randn(4, 8, 3, 3).to(memory_format=torch.channels_last)
+TRANSPOSED_WEIGHT_1D = torch.randn(4, 3, 2).mT.contiguous().mT
 CASES = {
     "relu": (lambda x: F.relu(x) * 2, _channels_last),
     "bias": (lambda x: F.relu(x + BIAS), _channels_last),
@@ -77,6 +79,34 @@ CASES = {
     "adaptive_max_pool1d": (lambda x: F.adaptive_max_pool1d(x, 2), _transposed_3d),
     "interpolate area": (lambda x: F.interpolate(x, size=3, mode="area"), _transposed_3d),
     "tensorinv": (lambda x: torch.linalg.tensorinv(x, ind=2), lambda: torch.randn(4, 3, 12)),
+    # CPU graphs are traced on meta tensors, whose kernels lay these out as CUDA does (or
+    # row-major); the CPU kernels keep the input's suggested memory format
+    "reflect pad": (lambda x: F.pad(x, (1, 2, 0, 1), mode="reflect"), _channels_last),
+    "negative replicate pad": (
+        lambda x: F.pad(x, (-1, 1, 1, -2), mode="replicate"),
+        _channels_last,
+    ),
+    "roll": (lambda x: torch.roll(x, 1, 1), _channels_last),
+    "roll two dims": (lambda x: torch.roll(x, (1, -1), (2, 3)), _channels_last),
+    # ... and batch norm's meta kernel keeps a transposed input's strides, the CPU's not
+    "batch norm transposed": (lambda x: F.batch_norm(x, None, None, training=True), _transposed_3d),
+    "batch norm eval transposed": (
+        lambda x: F.batch_norm(x, torch.zeros(5), torch.ones(5), training=False),
+        _transposed_3d,
+    ),
+    # a channels-last weight makes a channels-last result on the CPU, batch of one included
+    "conv channels-last weight": (
+        lambda x: F.conv2d(x, CHANNELS_LAST_WEIGHT),
+        lambda: torch.randn(1, 8, 6, 6),
+    ),
+    "unbatched conv channels-last weight": (
+        lambda x: F.conv2d(x, CHANNELS_LAST_WEIGHT),
+        lambda: torch.randn(8, 6, 6),
+    ),
+    "unbatched conv1d transposed weight": (
+        lambda x: F.conv1d(x, TRANSPOSED_WEIGHT_1D),
+        lambda: torch.randn(3, 7),
+    ),
     # a new tensor where the rule returns the input, laid out as eager's
     "roll by 0": (lambda x: torch.roll(x, 0, 1), _transposed_3d),
     # cat or where, not a scatter that ATen lays out row-major

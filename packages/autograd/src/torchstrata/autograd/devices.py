@@ -66,7 +66,9 @@ def meta_trace_device(graph: Graph, training: bool) -> torch.device | None:
     device) whose inputs all live on the CPU (``cpu`` then stands for ``meta``
     in the traced graph, see :func:`move_graph`) and that calls no op in
     :data:`DEVICE_DISPATCHED`, whose ATen form depends on the device (attention picks
-    a CPU kernel, batch norm saves nothing on the CPU...). A graph that mixes devices,
+    a CPU kernel, batch norm saves nothing on the CPU...). Results that a meta kernel
+    lays out otherwise than the CPU kernel get the CPU's layout from the recorder (see
+    :mod:`torchstrata.autograd.cpu_layouts`). A graph that mixes devices,
     creates tensors on another device, or reads data fails on meta tensors and is
     traced again on fake ones (the caller's job).
     """

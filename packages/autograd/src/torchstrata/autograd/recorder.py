@@ -30,10 +30,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from torchstrata.autograd.cpu_layouts import cpu_layout
 from torchstrata.autograd.devices import cpu_result
 from torchstrata.autograd.functional import (
     HIDDEN_WRITERS,
@@ -390,10 +392,25 @@ class AtenRecorder(TorchDispatchMode):
                 raise
         if self._meta_stands_for is not None:
             result = cpu_result(func, args, result)
+        result = self._cpu_layout(func, args, kwargs, result)
         if not _holds_tensor(result):
             return result  # sizes, devices...: static facts of the trace, not graph values
         self._record(func, args, kwargs, result)
         return result
+
+    def _cpu_layout(
+        self,
+        func: torch._ops.OpOverload,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        result: Any,
+    ) -> Any:
+        """``result`` in the CPU kernel's layout where a CPU graph's meta kernel gives
+        another (:func:`~torchstrata.autograd.cpu_layouts.cpu_layout`)."""
+        on_meta = self._meta_stands_for is not None
+        if not on_meta and not _fake_on_cpu(result):
+            return result
+        return cpu_layout(func, args, dict(kwargs), result, on_meta=on_meta)
 
     def _record_mutation(
         self,
@@ -408,11 +425,14 @@ class AtenRecorder(TorchDispatchMode):
         node_args = self._to_argument(call_args)
         node_kwargs = self._to_argument(call_kwargs)
         with torch.no_grad():
-            new = form.op(*call_args, **call_kwargs)
+            new = self._cpu_layout(
+                form.op, call_args, call_kwargs, form.op(*call_args, **call_kwargs)
+            )
         node = self.builder.call(
             aten_from_overload(form.op), *node_args, meta=_meta(new), **node_kwargs
         )
         result = func(*args, **kwargs)  # keep the fake tensors' own state in step
+        result = self._cpu_layout(func, args, kwargs, result)
         if form.returns_self:
             target = bound[form.written[0]]
             self._write(target, Value(new, node))
@@ -540,3 +560,12 @@ def _holds_tensor(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return True
     return isinstance(value, tuple | list) and any(isinstance(item, torch.Tensor) for item in value)
+
+
+def _fake_on_cpu(result: Any) -> bool:
+    """Whether ``result`` holds tensors, all of them fake tensors on the CPU."""
+    items = result if isinstance(result, tuple | list) else (result,)
+    tensors = [item for item in items if isinstance(item, torch.Tensor)]
+    return bool(tensors) and all(
+        isinstance(item, FakeTensor) and item.device.type == "cpu" for item in tensors
+    )
