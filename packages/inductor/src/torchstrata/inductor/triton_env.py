@@ -12,25 +12,13 @@ scaled part of each GPU gradient with an interpreted kernel).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from torchstrata.core.triton_env import triton_interpret
 
-@contextlib.contextmanager
-def triton_interpret(enabled: bool) -> Iterator[None]:
-    """``TRITON_INTERPRET`` set to ``enabled`` for the block, restored afterwards."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
+__all__ = ["interpreted", "library_compiled", "triton_interpret"]
 
 
 def interpreted(launch: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,13 +11,13 @@ gradients are multiplied by ``torch`` (a pass even when the tangent is 1).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from torchstrata.core.triton_env import triton_interpret
 
 #: Elements per program per step, warps per program, programs per SM (GPU) of the kernel.
 _BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
@@ -126,39 +126,22 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@contextlib.contextmanager
-def _interpreting(enabled: bool) -> Iterator[None]:
-    """``TRITON_INTERPRET`` set to ``enabled`` while ``triton.jit`` decorates (it reads
-    the variable then), restored afterwards.
-
-    GPU gradients need the compiled kernel even where the variable is set (by the user;
-    the inductor once left it set after running Triton on a CPU tensor, see its
-    ``triton_env``): an interpreted kernel launched on GPU gradients with the GPU's grid
-    scaled only the first ``_PROGRAMS_PER_SM * SMs`` blocks, leaving the rest of each
-    gradient unscaled (on the H200, the GPU unit-gradient tests failed now and then, in
-    worker processes that had run Triton on the CPU before). The inductor's
-    ``triton_env.triton_interpret`` is the same; the runtime does not depend on it."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-
-
 @functools.cache
 def _build(interpreted: bool) -> Any:
     """The compiled kernel, or for ``interpreted`` the variant for Triton's interpreter
-    (whatever ``TRITON_INTERPRET`` says now), or None without Triton."""
+    (whatever ``TRITON_INTERPRET`` says now), or None without Triton.
+
+    GPU gradients need the compiled kernel even where the variable is set: an
+    interpreted kernel launched on GPU gradients with the GPU's grid scaled only the first
+    ``_PROGRAMS_PER_SM * SMs`` blocks, leaving the rest of each gradient unscaled (on the
+    H200, the GPU unit-gradient tests failed now and then, in worker processes that had
+    run Triton on the CPU before, when the inductor left the variable set)."""
     try:
         import triton
         import triton.language as tl
     except ImportError:
         return None
-    with _interpreting(interpreted):
+    with triton_interpret(interpreted):
         return _decorate(triton, tl, interpreted)
 
 
