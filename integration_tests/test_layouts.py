@@ -29,6 +29,7 @@ def _transposed_3d() -> torch.Tensor:
 BIAS = torch.randn(8, 1, 1)
 CHANNELS_LAST_WEIGHT = torch.randn(4, 8, 3, 3).to(memory_format=torch.channels_last)
 TRANSPOSED_WEIGHT_1D = torch.randn(4, 3, 2).mT.contiguous().mT
+DIVISOR = torch.tensor(0.7)
 CASES = {
     "relu": (lambda x: F.relu(x) * 2, _channels_last),
     "bias": (lambda x: F.relu(x + BIAS), _channels_last),
@@ -93,6 +94,11 @@ CASES = {
     "batch norm eval transposed": (
         lambda x: F.batch_norm(x, torch.zeros(5), torch.ones(5), training=False),
         _transposed_3d,
+    ),
+    # floor division's meta kernel answers row-major; the CPU's follows the input
+    "floor division": (
+        lambda t: torch.div(t, DIVISOR, rounding_mode="floor"),
+        lambda: torch.randn(6, 4).t(),
     ),
     # a channels-last weight makes a channels-last result on the CPU, batch of one included
     "conv channels-last weight": (

@@ -1,5 +1,5 @@
 """CPU graphs record the CPU kernels' strides where torch's meta kernels answer otherwise
-(padding, roll, batch norm, convolution with a channels-last weight), forward and
+(padding, roll, batch norm, floor division, convolution with a channels-last weight), forward and
 backward, whether the trace runs on meta tensors or on fake CPU tensors."""
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ CASES = {
         [_transposed(5, 5, 5), torch.zeros(5), torch.ones(5)],
         (),
         {"training": False},
+    ),
+    "floor division transposed": (
+        torch.div,
+        [_transposed(5, 10), torch.tensor(4.5)],
+        (),
+        {"rounding_mode": "floor"},
     ),
     "conv unbatched channels-last weight": (
         F.conv2d,

@@ -13,6 +13,8 @@ results the CPU kernel's layout, by rules that follow the CPU kernels:
   input (channels-last for a 4-D channels-last input, channels-last-3d for 5-D, else
   row-major). The meta kernels give reflection/replication padding CUDA's row-major
   answer, ``roll`` a row-major one and batch norm the input's own strides.
+* division with a rounding mode (``div.Tensor_mode``): TensorIterator's layout, as
+  plain division gets (the meta kernel of floor division answers row-major).
 * convolution and its backward, on meta tensors only (the fake CPU kernel already
   asks the same question): the layout torch's own convolution backend selection gives
   for CPU tensors of those shapes and strides (a channels-last weight makes a
@@ -32,8 +34,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-#: A rule: (args, kwargs) -> per result index, the memory format the CPU kernel gives it.
-LayoutRule = Callable[[tuple[Any, ...], dict[str, Any]], dict[int, torch.memory_format]]
+#: Where the CPU kernel puts one result: a memory format (dense in it) or strides.
+Layout = torch.memory_format | tuple[int, ...]
+#: A rule: (args, kwargs) -> per result index, the layout the CPU kernel gives it.
+LayoutRule = Callable[[tuple[Any, ...], dict[str, Any]], dict[int, Layout]]
 
 
 def suggest_memory_format(shape: Sequence[int], strides: Sequence[int]) -> torch.memory_format:
@@ -89,7 +93,7 @@ def _strides(stored: list[int], where: tuple[int, ...]) -> tuple[int, ...]:
 def _like_input(position: int, outputs: tuple[int, ...] = (0,)) -> LayoutRule:
     """A rule: the listed outputs in the layout suggested for argument ``position``."""
 
-    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, torch.memory_format]:
+    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
         source = args[position] if len(args) > position else None
         if not isinstance(source, torch.Tensor):
             return {}
@@ -99,7 +103,7 @@ def _like_input(position: int, outputs: tuple[int, ...] = (0,)) -> LayoutRule:
     return rule
 
 
-def _roll(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, torch.memory_format]:
+def _roll(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
     # With no dims the CPU kernel rolls the flattened tensor: row-major, as the meta says.
     dims = args[2] if len(args) > 2 else kwargs.get("dims", ())
     if not dims:
@@ -107,18 +111,26 @@ def _roll(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, torch.memo
     return _like_input(0)(args, kwargs)
 
 
-def _convolution(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, torch.memory_format]:
+def _convolution(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
     input_, weight, bias, *settings = args[:9]
     layout = _convolution_format(input_, weight, bias, settings, None)
     return {} if layout is None else {0: layout}
 
 
-def _convolution_backward(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[int, torch.memory_format]:
+def _convolution_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
     _, input_, weight, bias_sizes, *settings = args[:10]
     layout = _convolution_format(input_, weight, None, settings, bias_sizes)
     return {} if layout is None else {0: layout, 1: layout}
+
+
+def _rounding_division(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
+    # The CPU kernel is TensorIterator's, as for plain division; the meta kernel of
+    # floor division, composed of other ops, answers row-major for a strided input.
+    dividend = args[0]
+    divisor = args[1] if len(args) > 1 else kwargs.get("other")
+    if not isinstance(dividend, torch.Tensor) or not isinstance(divisor, torch.Tensor):
+        return {}
+    return {0: tuple(torch.ops.aten.div.Tensor(dividend, divisor).stride())}
 
 
 def _convolution_format(
@@ -172,13 +184,15 @@ _BATCH_NORMS = (
     "aten::_batch_norm_with_update_functional",
 )
 
-#: Rules for results on the CPU, traced on meta or on fake CPU tensors.
+#: Rules for results on the CPU, traced on meta or on fake CPU tensors, by overload
+#: (``aten::div.Tensor_mode``) or by op (``aten::roll``: every overload).
 CPU_RULES: dict[str, LayoutRule] = {
     **{name: _like_input(0) for name in _PADS},
     **{f"{name}_backward": _like_input(1) for name in _PADS},
     "aten::roll": _roll,
     **{name: _like_input(0) for name in _BATCH_NORMS},
     "aten::native_batch_norm_backward": _like_input(1),
+    "aten::div.Tensor_mode": _rounding_division,
 }
 #: Rules for meta tensors standing for the CPU only (fake CPU tensors answer these).
 META_CPU_RULES: dict[str, LayoutRule] = {
@@ -203,7 +217,9 @@ def cpu_layout(
     Runs inside a dispatch mode's handler: the new tensors are not recorded.
     """
     name = func._overloadpacket._qualified_op_name
-    rule = CPU_RULES.get(name) or (META_CPU_RULES.get(name) if on_meta else None)
+    rule = CPU_RULES.get(func.name()) or CPU_RULES.get(name)
+    if rule is None and on_meta:
+        rule = META_CPU_RULES.get(name)
     if rule is None:
         return result
     layouts = rule(args, kwargs)
@@ -214,7 +230,7 @@ def cpu_layout(
         item = items[index] if index < len(items) else None
         if not isinstance(item, torch.Tensor) or item.layout is not torch.strided:
             continue
-        strides = dense_strides(item.shape, layout)
+        strides = layout if isinstance(layout, tuple) else dense_strides(item.shape, layout)
         if tuple(item.stride()) != strides:
             items[index] = item.new_empty_strided(item.shape, strides)
     return tuple(items) if isinstance(result, tuple) else items[0]
