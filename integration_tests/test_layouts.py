@@ -87,6 +87,12 @@ CASES = {
         lambda x: F.pad(x, (-1, 1, 1, -2), mode="replicate"),
         _channels_last,
     ),
+    # one row left: the inductor picks it with a one-hot sum (gather_as_reduction), whose
+    # nodes were laid out row-major, and the output must come back channels-last
+    "replicate pad to one row": (
+        lambda x: F.pad(x, (8, -1, -1, -3), mode="replicate"),
+        _channels_last,
+    ),
     "roll": (lambda x: torch.roll(x, 1, 1), _channels_last),
     "roll two dims": (lambda x: torch.roll(x, (1, -1), (2, 3)), _channels_last),
     # ... and batch norm's meta kernel keeps a transposed input's strides, the CPU's not

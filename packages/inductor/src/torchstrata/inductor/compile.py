@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import attrs
 import torch
@@ -12,9 +13,11 @@ from torchstrata.core import (
     CompileOptions,
     Graph,
     Level,
+    Node,
     current_options,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    same_layout,
 )
 from torchstrata.inductor.backend import Backend, CppBackend
 from torchstrata.inductor.counts import narrow_counts
@@ -22,12 +25,12 @@ from torchstrata.inductor.factored_sums import factor_sums
 from torchstrata.inductor.horizontal import fuse_horizontally
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
-from torchstrata.inductor.lowering import lower_graph
+from torchstrata.inductor.lowering import dense_strides, lower_graph
 from torchstrata.inductor.one_hot import one_hot_sums
 from torchstrata.inductor.partials import fuse_partials
-from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.plan import Plan, plan_graph
 from torchstrata.inductor.rewrites import gather_as_reduction
-from torchstrata.inductor.scheduler import ExternStep
+from torchstrata.inductor.scheduler import ExternStep, buffer_strides
 from torchstrata.inductor.split_sums import split_long_sums
 from torchstrata.inductor.tails import fuse_tails
 
@@ -83,6 +86,7 @@ def compile_graph(
     backend = choose_backend(device, options)
     start = time.perf_counter()
     graph = eliminate_common_subexpressions(graph)
+    promised = graph.outputs
     graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
     graph = eliminate_common_subexpressions(factor_sums(graph))
     if backend.name == "triton":
@@ -101,7 +105,8 @@ def compile_graph(
             infos.append(built.info)
             compile_seconds += built.compile_seconds
     write_backs = options.stage("inductor").get("write_backs")
-    source, env = generate_launcher(graph, plan, launches, write_backs)
+    relaid = _relaid_outputs(promised, graph.outputs, plan)
+    source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
     eager_ops = tuple(str(step.node.op) for step in plan.steps if isinstance(step, ExternStep))
     stats = {
@@ -111,3 +116,22 @@ def compile_graph(
         "codegen_seconds": time.perf_counter() - start,
     }
     return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
+
+
+def _relaid_outputs(
+    promised: Sequence[Node], outputs: Sequence[Node], plan: Plan
+) -> dict[int, tuple[int, ...]]:
+    """``{output index: strides}`` of the outputs that the rewrites above left in another
+    dense layout than the graph's own output (``gather_as_reduction`` builds a gather's
+    value anew, with the layout inferred for the new nodes): each is copied back into
+    the layout its original node would have been stored with."""
+    relaid = {}
+    for index, (before, after) in enumerate(zip(promised, outputs, strict=True)):
+        meta = before.tensor_meta
+        if after is before or meta is None or after.tensor_meta is None:
+            continue
+        want = dense_strides(meta.shape, meta.strides)
+        have = buffer_strides(after, plan.lowered[after]) if after in plan.lowered else None
+        if have is not None and not same_layout(meta.shape, have, want):
+            relaid[index] = want
+    return relaid

@@ -74,11 +74,15 @@ def generate_launcher(
     plan: Plan,
     launches: dict[str, KernelLaunch],
     write_backs: Mapping[int, int] | None = None,
+    relaid_outputs: Mapping[int, tuple[int, ...]] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The launcher's source and globals; the function is called ``launch``.
 
     ``write_backs``: ``{output index: input index}`` of the outputs that the caller copies
-    into inputs; updates that produce them may run in place (:mod:`.in_place`)."""
+    into inputs; updates that produce them may run in place (:mod:`.in_place`).
+    ``relaid_outputs``: ``{output index: strides}`` of outputs copied into those strides
+    before they are returned (the layout the graph promised before a rewrite changed
+    it)."""
     env = _Globals()
     in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
@@ -123,8 +127,11 @@ def generate_launcher(
             handle = env.name(launch.handle, step.name + "_")
             lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
     lines = _release_at_last_use(lines, set(params) | {buffer_name(n) for n in graph.outputs})
-    outputs = "".join(f"{buffer_name(node)}, " for node in graph.outputs)
-    lines.append(f"    return ({outputs})")
+    names = [buffer_name(node) for node in graph.outputs]
+    for index, strides in sorted((relaid_outputs or {}).items()):
+        lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
+        names[index] = f"out_{index}"
+    lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
     return "\n".join(lines) + "\n", env.values
 
 
