@@ -316,13 +316,20 @@ def _inline_real_function(
     kwargs: Mapping[str, Var],
 ) -> Var:
     tracer = frame.tracer
+    # The defaults this call binds are guarded: ``fn.__defaults__`` can be rewritten.
+    positional = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    first_default = len(positional) - len(fn.__defaults__ or ())
     defaults = tuple(
-        tracer.wrap(value, f"{source}.__defaults__[{index}]" if source else None, guard=False)
+        tracer.wrap(
+            value,
+            f"{source}.__defaults__[{index}]" if source else None,
+            guard=_binds_default(first_default + index, positional, args, kwargs),
+        )
         for index, value in enumerate(fn.__defaults__ or ())
     )
     kwdefaults = {
         key: tracer.wrap(
-            value, f"{source}.__kwdefaults__[{key!r}]" if source else None, guard=False
+            value, f"{source}.__kwdefaults__[{key!r}]" if source else None, guard=key not in kwargs
         )
         for key, value in (fn.__kwdefaults__ or {}).items()
     }
@@ -342,6 +349,14 @@ def _inline_real_function(
         kwdefaults,
         closure,
     )
+
+
+def _binds_default(
+    position: int, positional: Sequence[str], args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> bool:
+    """Whether a call with ``args`` and ``kwargs`` leaves the positional parameter at
+    ``position`` to its default."""
+    return position >= len(args) and positional[position] not in kwargs
 
 
 def _inlined_cell(cell: types.CellType, source: str | None) -> Cell:

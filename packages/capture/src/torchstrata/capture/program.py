@@ -35,7 +35,7 @@ from torchstrata.capture.variables import (
     TensorVar,
     Var,
 )
-from torchstrata.core import Graph, GraphBreak, GuardKind, interpret
+from torchstrata.core import Graph, GraphBreak, GuardKind, bind_call, interpret
 
 logger = logging.getLogger("torchstrata.capture")
 
@@ -84,9 +84,7 @@ def frame_locals(
     if names is not None and not kwargs and len(call_args) == len(names):
         frame = dict(zip(names, call_args))  # the common case, without Signature.bind
     else:
-        bound = _signature(plain).bind(*call_args, **kwargs)
-        bound.apply_defaults()
-        frame = dict(bound.arguments)
+        frame = bind_call(_signature(plain), plain, call_args, kwargs)  # the defaults of now
     if bound_self is not None:
         frame.setdefault("self", bound_self)
     code = getattr(plain, "__code__", None)

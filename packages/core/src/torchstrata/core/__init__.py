@@ -4,6 +4,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 """
 
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
+from torchstrata.core.call_defaults import bind_call, current_defaults
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
 from torchstrata.core.dynamo_import import dynamo_import_deferred
@@ -119,10 +120,12 @@ __all__ = [
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
+    "bind_call",
     "broadcast_strides",
     "constant_condition",
     "contiguous_strides",
     "create_plugin_manager",
+    "current_defaults",
     "current_options",
     "direct_meta",
     "dtype_from_short_name",

@@ -11,6 +11,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from torchstrata.core import bind_call
+
 #: The argument tuple in a guard source rewritten by :meth:`FrameBinder.args_source`.
 ARGS_NAME = "A"
 #: The bound ``self`` in such a source (a constant of the generated check).
@@ -44,9 +46,7 @@ def bind_frame(
         frame.update(kwargs)
         return frame
     call_args = (bound_self, *args) if bound_self is not None else args
-    bound = signature.bind(*call_args, **kwargs)
-    bound.apply_defaults()
-    frame = dict(bound.arguments)
+    frame = bind_call(signature, plain, call_args, kwargs)  # the defaults of now
     if bound_self is not None and "self" not in frame:
         frame["self"] = bound_self
     return frame
