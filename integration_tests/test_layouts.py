@@ -256,24 +256,3 @@ def test_like_creations_take_their_inputs_layout(f):
         want = f(x)
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("training", [False, True])
-@pytest.mark.parametrize("with_stats", [False, True])
-def test_batch_norm_of_a_transposed_input_on_the_gpu_is_laid_out_as_eager(training, with_stats):
-    """The meta kernel keeps a transposed 3-D input's strides; CUDA's batch norm kernels
-    (native and cuDNN) answer row-major (the OpInfo layout sweep on the H200)."""
-    x = torch.randn(5, 6, 7, device="cuda").mT  # [5, 7, 6], channels 7
-    stats = (torch.zeros(7, device="cuda"), torch.ones(7, device="cuda")) if with_stats else None
-
-    def norm(x: torch.Tensor) -> torch.Tensor:
-        if stats is None:
-            return F.batch_norm(x, None, None, training=True)
-        return F.batch_norm(x, stats[0].clone(), stats[1].clone(), training=training)
-
-    leaf = x.detach().requires_grad_(training)
-    got = tsr.compile(norm)(leaf)
-    want = norm(x.detach().requires_grad_(training))
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert got.stride() == want.stride()

@@ -194,13 +194,6 @@ CPU_RULES: dict[str, LayoutRule] = {
     "aten::native_batch_norm_backward": _like_input(1),
     "aten::div.Tensor_mode": _rounding_division,
 }
-#: Rules for results on a CUDA device (traced on fake CUDA tensors): batch norm's CUDA
-#: kernels (native and cuDNN) also lay their results out in the input's suggested memory
-#: format, where the meta kernel keeps the input's strides (a transposed 3-D input:
-#: row-major in eager, transposed in the trace).
-CUDA_RULES: dict[str, LayoutRule] = {
-    **{name: _like_input(0) for name in (*_BATCH_NORMS, "aten::cudnn_batch_norm")},
-}
 #: Rules for meta tensors standing for the CPU only (fake CPU tensors answer these).
 META_CPU_RULES: dict[str, LayoutRule] = {
     "aten::convolution": _convolution,
@@ -215,20 +208,17 @@ def cpu_layout(
     result: Any,
     *,
     on_meta: bool,
-    cuda: bool = False,
 ) -> Any:
     """``result`` of ``func`` (traced for the CPU: on meta tensors with ``on_meta``,
-    else on fake CPU tensors, which the caller checks; with ``cuda``, on fake CUDA
-    tensors, by :data:`CUDA_RULES`) with the strides the CPU kernel gives its results where a
+    else on fake CPU tensors, which the caller checks) with the strides the CPU kernel gives its results where a
     rule above knows them; results of other ops, and results already laid out so, are
     returned as they are.
 
     Runs inside a dispatch mode's handler: the new tensors are not recorded.
     """
     name = func._overloadpacket._qualified_op_name
-    rules = CUDA_RULES if cuda else CPU_RULES
-    rule = rules.get(func.name()) or rules.get(name)
-    if rule is None and on_meta and not cuda:
+    rule = CPU_RULES.get(func.name()) or CPU_RULES.get(name)
+    if rule is None and on_meta:
         rule = META_CPU_RULES.get(name)
     if rule is None:
         return result

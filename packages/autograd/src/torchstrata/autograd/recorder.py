@@ -408,11 +408,9 @@ class AtenRecorder(TorchDispatchMode):
         """``result`` in the CPU kernel's layout where a CPU graph's meta kernel gives
         another (:func:`~torchstrata.autograd.cpu_layouts.cpu_layout`)."""
         on_meta = self._meta_stands_for is not None
-        if on_meta or _fake_on(result, "cpu"):
-            return cpu_layout(func, args, dict(kwargs), result, on_meta=on_meta)
-        if _fake_on(result, "cuda"):
-            return cpu_layout(func, args, dict(kwargs), result, on_meta=False, cuda=True)
-        return result
+        if not on_meta and not _fake_on_cpu(result):
+            return result
+        return cpu_layout(func, args, dict(kwargs), result, on_meta=on_meta)
 
     def _record_mutation(
         self,
@@ -564,10 +562,10 @@ def _holds_tensor(value: Any) -> bool:
     return isinstance(value, tuple | list) and any(isinstance(item, torch.Tensor) for item in value)
 
 
-def _fake_on(result: Any, device_type: str) -> bool:
-    """Whether ``result`` holds tensors, all of them fake tensors on ``device_type``."""
+def _fake_on_cpu(result: Any) -> bool:
+    """Whether ``result`` holds tensors, all of them fake tensors on the CPU."""
     items = result if isinstance(result, tuple | list) else (result,)
     tensors = [item for item in items if isinstance(item, torch.Tensor)]
     return bool(tensors) and all(
-        isinstance(item, FakeTensor) and item.device.type == device_type for item in tensors
+        isinstance(item, FakeTensor) and item.device.type == "cpu" for item in tensors
     )
