@@ -4,8 +4,10 @@ changing Python values must give what eager gives on every call.
 Each hypothesis example builds a fresh compiled function from three choices:
 
 * where the changing value comes from: a positional or keyword argument, a default
-  argument (``fn.__defaults__`` rewritten), a module global, a closure cell, an
-  ``nn.Module`` attribute (``self.s``) or an attribute of a plain object passed in;
+  (``fn.__defaults__`` rewritten, ``fn.__kwdefaults__`` changed in place, or the
+  default of a function the compiled one calls), a module global, a closure cell, an
+  ``nn.Module`` attribute (``self.s``), an attribute of a plain object passed in, or an
+  item of a list or dict passed in (the same container changed in place);
 * what happens before the value is read: nothing (one graph), or a graph break
   (``.item()`` feeding a Python ``range``, or a ``print``), so that the value is first
   read by a segment captured after the break and checked by that segment's guards;
@@ -49,11 +51,30 @@ FUZZ_VALUE: Any = None
 
 # --- values -------------------------------------------------------------------------
 
-SPECIAL_FLOATS = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e-300, -1e-300, 5e-324, 2.5, -1.5]
+SPECIAL_FLOATS = [
+    0.0,
+    -0.0,
+    math.nan,
+    -math.nan,
+    math.inf,
+    -math.inf,
+    1e-300,
+    -1e-300,
+    5e-324,
+    2.5,
+    -1.5,
+]
 SPECIAL_INTS = [0, 1, -1, 2, 2**40, -(2**62)]
 numbers = st.one_of(
     st.sampled_from(SPECIAL_FLOATS + SPECIAL_INTS + [True, False]),
     st.floats(allow_nan=True, allow_infinity=True, width=64),
+    st.integers(-(2**31), 2**31),
+)
+# ``torch.full_like`` of a float32 tensor: eager raises for a double beyond float32's
+# range where the compiled function rounds it (not a guard matter: noted, not fuzzed).
+float32_numbers = st.one_of(
+    st.sampled_from(SPECIAL_FLOATS + SPECIAL_INTS + [True, False]),
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
     st.integers(-(2**31), 2**31),
 )
 indices = st.sampled_from(
@@ -162,6 +183,10 @@ def use_branch(x: torch.Tensor, s: Any) -> torch.Tensor:
     return x * 3  # NaN
 
 
+def use_copysign(x: torch.Tensor, s: Any) -> torch.Tensor:
+    return x * math.copysign(1.0, s)  # folded in Python: the sign of zeros and NaNs
+
+
 def use_index(x: torch.Tensor, s: Any) -> torch.Tensor:
     return x[s] * 2
 
@@ -185,9 +210,10 @@ def use_structure(x: torch.Tensor, s: Any) -> torch.Tensor:
 USES: dict[str, tuple[Callable[[torch.Tensor, Any], torch.Tensor], st.SearchStrategy[Any]]] = {
     "scale": (use_scale, numbers),
     "divide": (use_divide, numbers),
-    "full_like": (use_full_like, numbers),
+    "full_like": (use_full_like, float32_numbers),
     "where": (use_where, numbers),
     "branch": (use_branch, numbers),
+    "copysign": (use_copysign, numbers),
     "index": (use_index, indices),
     "dim": (use_dim, dims),
     "dtype": (use_dtype, dtypes),
@@ -347,7 +373,37 @@ def source_callee_default(before: Before, use: Use) -> tuple[Any, Any, Any]:
     return fn, rt.compile(fn), set_value
 
 
+def source_list_item(before: Before, use: Use) -> tuple[Any, Any, Any]:
+    items: list[Any] = [None, "unused"]
+
+    def fn(x: torch.Tensor, values: list[Any]) -> torch.Tensor:
+        y = before(x)
+        return use(y, values[0])
+
+    def set_value(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        items[0] = value  # the same list, changed in place
+        return (items,), {}
+
+    return fn, rt.compile(fn), set_value
+
+
+def source_dict_item(before: Before, use: Use) -> tuple[Any, Any, Any]:
+    table: dict[str, Any] = {"s": None, "other": 1.0}
+
+    def fn(x: torch.Tensor, values: dict[str, Any]) -> torch.Tensor:
+        y = before(x)
+        return use(y, values["s"])
+
+    def set_value(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        table["s"] = value  # the same dict, changed in place
+        return (table,), {}
+
+    return fn, rt.compile(fn), set_value
+
+
 SOURCES = {
+    "list_item": source_list_item,
+    "dict_item": source_dict_item,
     "argument": source_argument,
     "keyword": source_keyword,
     "default": source_default,
@@ -381,7 +437,12 @@ def assert_same(actual: Any, expected: Any, context: str) -> None:
     actual, expected = actual.detach(), expected.detach()
     torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{context}\n{m}")
     if expected.dtype.is_floating_point:
-        assert torch.equal(torch.signbit(actual), torch.signbit(expected)), context
+        # The sign of a NaN computed by a kernel (``x / -nan``) is left out: IEEE 754
+        # does not specify it and the compiled kernels do not reproduce eager's.
+        not_nan = ~torch.isnan(expected)
+        assert torch.equal(torch.signbit(actual[not_nan]), torch.signbit(expected[not_nan])), (
+            context
+        )
 
 
 def run_sequence(source: str, before: str, use: str, values: list[Any]) -> None:
@@ -434,6 +495,7 @@ def test_compiled_calls_agree_with_eager_across_changing_values(
 
 HARD_SEQUENCES = {
     "scale": [0.0, -0.0, math.nan, 1, True, 1.0, 0.0],
+    "copysign": [math.nan, -math.nan, 0.0, -0.0, math.nan],
     "index": [1, True, [0, 1], (0, 1), None, 1],
     "structure": [(0.0, 1), (-0.0, 1), [0.0, 1], (0.0, True), {"a": 1}, {"a": True}],
 }
@@ -501,3 +563,16 @@ def test_rewritten_default_of_an_inlined_function_is_guarded():
     helper.__defaults__ = (-0.0,)
     torch.testing.assert_close(compiled(x), fn(x))
     assert torch.equal(torch.signbit(compiled(x) - 5.0), torch.signbit(fn(x) - 5.0))
+
+
+def test_nan_of_either_sign_is_guarded_apart():
+    """The guard on a NaN constant took any NaN: a graph that folded
+    ``math.copysign(1.0, s)`` to ``1.0`` for NaN kept running for ``-nan``."""
+
+    def flip(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x * math.copysign(1.0, s)
+
+    compiled = rt.compile(flip)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x, math.nan), x)
+    torch.testing.assert_close(compiled(x, -math.nan), -x)

@@ -62,14 +62,14 @@ def _tensor_condition(var: str, expected: Any, constant: Constant) -> str:
 def constant_condition(var: str, expected: Any, constant: Constant) -> str:
     """``var`` is the constant ``expected``: ``None`` and bools by identity, others by
     type and ``==``, and the floats ``==`` cannot tell apart exactly: NaN (not equal to
-    itself), and a zero of either sign (a graph traced for ``0.0`` divides to ``inf``
-    where ``-0.0`` gives ``-inf``)."""
+    itself) and zero, each of either sign (a graph traced for ``0.0`` divides to ``inf``
+    where ``-0.0`` gives ``-inf``; ``math.copysign(1.0, s)`` folds to ``1.0`` for NaN and
+    to ``-1.0`` for ``-nan``)."""
     if expected is None or isinstance(expected, bool):
         return f"{var} is {constant(expected)}"
-    if type(expected) is float and math.isnan(expected):
-        return f"type({var}) is float and {var} != {var}"
-    if type(expected) is float and expected == 0.0:
+    if type(expected) is float and (math.isnan(expected) or expected == 0.0):
+        same_class = f"{var} != {var}" if math.isnan(expected) else f"{var} == 0.0"
         sign = math.copysign(1.0, expected)
         copysign = constant(math.copysign)
-        return f"type({var}) is float and {var} == 0.0 and {copysign}(1.0, {var}) == {sign!r}"
+        return f"type({var}) is float and {same_class} and {copysign}(1.0, {var}) == {sign!r}"
     return f"type({var}) is {constant(type(expected))} and {var} == {constant(expected)}"
