@@ -5,7 +5,7 @@ Each hypothesis example builds a fresh compiled function from three choices:
 
 * where the changing value comes from: a positional or keyword argument, a default
   (``fn.__defaults__`` rewritten, ``fn.__kwdefaults__`` changed in place, or the
-  default of a function the compiled one calls), a module global, a closure cell, an
+  default of a function or method the compiled one calls), a module global, a closure cell, an
   ``nn.Module`` attribute (``self.s``), an attribute of a plain object passed in, or an
   item of a list or dict passed in (the same container changed in place);
 * what happens before the value is read: nothing (one graph), or a graph break
@@ -401,7 +401,26 @@ def source_dict_item(before: Before, use: Use) -> tuple[Any, Any, Any]:
     return fn, rt.compile(fn), set_value
 
 
+def source_method_default(before: Before, use: Use) -> tuple[Any, Any, Any]:
+    class Scaler(torch.nn.Module):
+        def apply_value(self, y: torch.Tensor, s: Any = None) -> torch.Tensor:
+            return use(y, s)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = before(x)
+            return self.apply_value(y)  # a method, binding its default
+
+    module = Scaler()
+
+    def set_value(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        Scaler.apply_value.__defaults__ = (value,)
+        return (), {}
+
+    return module, rt.compile(module), set_value
+
+
 SOURCES = {
+    "method_default": source_method_default,
     "list_item": source_list_item,
     "dict_item": source_dict_item,
     "argument": source_argument,
@@ -576,3 +595,25 @@ def test_nan_of_either_sign_is_guarded_apart():
     x = torch.ones(3)
     torch.testing.assert_close(compiled(x, math.nan), x)
     torch.testing.assert_close(compiled(x, -math.nan), -x)
+
+
+def test_replaced_or_shadowed_method_is_guarded():
+    """A method read from an object (``self.helper``) was inlined without a guard on
+    it: after the class's method was replaced, or shadowed by an instance attribute,
+    the graph traced for the old one kept running."""
+
+    class Model(torch.nn.Module):
+        def helper(self, y: torch.Tensor) -> torch.Tensor:
+            return y * 2
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.helper(x + 1)
+
+    model = Model()
+    compiled = rt.compile(model)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x), model(x))
+    Model.helper = lambda self, y: y * 10  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), model(x))
+    model.helper = lambda y: y * 100  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), model(x))

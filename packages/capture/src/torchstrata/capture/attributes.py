@@ -116,12 +116,21 @@ def _method_ref(name: str) -> Any:
     return op
 
 
-def _bound(tracer: Tracer, owner: Var, value: Any) -> Var | None:
-    """A :class:`BoundMethodVar` for a Python method read from ``owner`` (else None)."""
+def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> Var | None:
+    """A :class:`BoundMethodVar` for a Python method read from ``owner`` (else None).
+
+    Given the attribute ``name`` and an owner with a source, the method's function is
+    guarded by identity (``S.name.__func__``): the class's method replaced, or shadowed
+    by an instance attribute, fails the guard; and the defaults the call binds are
+    guarded through that source."""
     if not inspect.ismethod(value) or not isinstance(value.__func__, types.FunctionType):
         return None
     owner_value = owner.value if isinstance(owner, ObjectVar) else None
     self_var = owner if value.__self__ is owner_value else tracer.wrap(value.__self__, None)
+    if name is not None and owner.source:
+        return BoundMethodVar(
+            tracer.wrap(value.__func__, f"{owner.source}.{name}.__func__"), self_var
+        )
     return BoundMethodVar(ObjectVar(value.__func__), self_var)
 
 
@@ -135,7 +144,7 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         raise Unsupported(
             f"reading {name!r} of {describe(var)} raised {type(error).__name__}"
         ) from None
-    bound = _bound(tracer, var, value)
+    bound = _bound(tracer, var, value, name)
     if bound is not None:
         return bound
     source = f"{var.source}.{name}" if var.source else None
