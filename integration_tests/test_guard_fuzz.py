@@ -617,3 +617,31 @@ def test_replaced_or_shadowed_method_is_guarded():
     torch.testing.assert_close(compiled(x), model(x))
     model.helper = lambda y: y * 100  # type: ignore[method-assign]
     torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_replaced_or_shadowed_submodule_forward_is_guarded():
+    """A submodule's call inlined ``type(child).forward`` unguarded: after the class's
+    ``forward`` was replaced, or one set on the instance, the old graph kept running."""
+
+    class Child(torch.nn.Module):
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            return y * 2
+
+    class Parent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = Child()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.child(x + 1)
+
+    model = Parent()
+    compiled = rt.compile(model)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x), model(x))
+    Child.forward = lambda self, y: y * 10  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), model(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
+        model.child.forward = lambda y: y * 100  # type: ignore[method-assign]
+        torch.testing.assert_close(compiled(x), model(x))

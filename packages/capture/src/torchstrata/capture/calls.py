@@ -126,7 +126,13 @@ def _call_object(
     if isinstance(value, torch.nn.Module):
         _check_module_call(value)
         forward = type(value).forward
-        return call_function(frame, BoundMethodVar(ObjectVar(forward), fn), args, kwargs)
+        if getattr(value.forward, "__func__", None) is not forward:
+            raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
+        # The class's forward replaced later, or shadowed on the instance, fails this.
+        function = tracer.wrap(forward, f"{fn.source}.forward.__func__") if fn.source else None
+        return call_function(
+            frame, BoundMethodVar(function or ObjectVar(forward), fn), args, kwargs
+        )
     if _hashable(value) and value in CONTEXT_MANAGERS:
         return make_context(value, args, kwargs)
     if value is functools.partial and args:
