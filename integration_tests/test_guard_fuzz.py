@@ -645,3 +645,18 @@ def test_replaced_or_shadowed_submodule_forward_is_guarded():
         warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
         model.child.forward = lambda y: y * 100  # type: ignore[method-assign]
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_hook_registered_on_a_submodule_later_is_guarded():
+    """Hooks are refused at capture time, but one registered after the capture was not
+    guarded: the graph traced without it kept running and the hook never ran."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    compiled = rt.compile(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
+        torch.testing.assert_close(compiled(x), model(x))
+        handle = model[1].register_forward_hook(lambda module, inputs, output: output + 10)
+        torch.testing.assert_close(compiled(x), model(x))
+        handle.remove()
+        torch.testing.assert_close(compiled(x), model(x))

@@ -130,6 +130,8 @@ def _call_object(
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
         # The class's forward replaced later, or shadowed on the instance, fails this.
         function = tracer.wrap(forward, f"{fn.source}.forward.__func__") if fn.source else None
+        if fn.source:  # so does a hook registered on the module later
+            tracer.guard(GuardKind.CONSTANT_MATCH, _hooks_source(fn.source), False)
         return call_function(
             frame, BoundMethodVar(function or ObjectVar(forward), fn), args, kwargs
         )
@@ -215,6 +217,12 @@ def _is_torch(fn: types.FunctionType) -> bool:
     """Public Python functions of torch (``F.softmax``) are recorded as ops, not inlined;
     private helpers (``F._none_or_dtype``) are inlined like user code."""
     return (fn.__module__ or "").startswith("torch.") and not fn.__name__.startswith("_")
+
+
+def _hooks_source(module_source: str) -> str:
+    """Whether the module has any hook of its own (``_check_module_call`` refuses one)."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    return "bool(" + " or ".join(f"{module_source}.{kind}" for kind in kinds) + ")"
 
 
 def _check_module_call(module: torch.nn.Module) -> None:
