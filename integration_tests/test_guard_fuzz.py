@@ -660,3 +660,22 @@ def test_hook_registered_on_a_submodule_later_is_guarded():
         torch.testing.assert_close(compiled(x), model(x))
         handle.remove()
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_global_module_hook_registered_later_is_guarded():
+    """Likewise a global hook (``register_module_forward_hook``): eager ran it on every
+    submodule, the reused graph on none of them."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    compiled = rt.compile(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
+        torch.testing.assert_close(compiled(x), model(x))
+        handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, inputs, output: output + 10
+        )
+        try:
+            torch.testing.assert_close(compiled(x), model(x))
+        finally:
+            handle.remove()
+        torch.testing.assert_close(compiled(x), model(x))

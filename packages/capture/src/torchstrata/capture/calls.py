@@ -132,6 +132,7 @@ def _call_object(
         function = tracer.wrap(forward, f"{fn.source}.forward.__func__") if fn.source else None
         if fn.source:  # so does a hook registered on the module later
             tracer.guard(GuardKind.CONSTANT_MATCH, _hooks_source(fn.source), False)
+        tracer.guard(GuardKind.CONSTANT_MATCH, _GLOBAL_HOOKS_SOURCE, False, "global module hooks")
         return call_function(
             frame, BoundMethodVar(function or ObjectVar(forward), fn), args, kwargs
         )
@@ -219,10 +220,18 @@ def _is_torch(fn: types.FunctionType) -> bool:
     return (fn.__module__ or "").startswith("torch.") and not fn.__name__.startswith("_")
 
 
+_HOOK_KINDS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+#: Whether any global module hook is registered (``register_module_forward_hook``).
+_GLOBAL_HOOKS_SOURCE = (
+    "bool("
+    + " or ".join(f"__import__('torch').nn.modules.module._global{kind}" for kind in _HOOK_KINDS)
+    + ")"
+)
+
+
 def _hooks_source(module_source: str) -> str:
     """Whether the module has any hook of its own (``_check_module_call`` refuses one)."""
-    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    return "bool(" + " or ".join(f"{module_source}.{kind}" for kind in kinds) + ")"
+    return "bool(" + " or ".join(f"{module_source}.{kind}" for kind in _HOOK_KINDS) + ")"
 
 
 def _check_module_call(module: torch.nn.Module) -> None:
