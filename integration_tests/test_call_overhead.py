@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -220,7 +221,22 @@ def test_module_members_are_read_from_their_dicts():
     assert {f"{fc}._parameters['weight']", "L['self']._buffers['shift']"} <= sources
     absent = {(g.source, g.expected) for g in entry.guards.guards if g.kind.name == "ABSENT_KEY"}
     assert (f"{fc}.__dict__", "weight") in absent  # no shadowing value
+    assert (f"{fc}.__dict__", "bias") in absent  # every member of one dict, not the first
     assert not any(source.endswith((".weight", ".fc", ".shift")) for source in sources)
+
+
+def test_a_member_shadowed_after_the_compile_fails_its_guard():
+    """Each member read from a module's dicts is guarded absent from its ``__dict__``,
+    not only the first: with one ``ABSENT_KEY`` guard kept per source, shadowing ``bias``
+    ran the graph traced with the parameter (a silent wrong result)."""
+    module = torch.nn.Linear(3, 3)
+    compiled = rt.compile(module)
+    x = torch.randn(2, 3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
+        torch.testing.assert_close(compiled(x), module(x))
+        object.__setattr__(module, "bias", torch.full((3,), 100.0))
+        torch.testing.assert_close(compiled(x), module(x))
 
 
 def _new_weight(model: _Affine) -> None:

@@ -154,7 +154,7 @@ class Tracer:
         self.globals = globals_
         self.input_sources: list[str] = []
         self._inputs: dict[str, TensorVar] = {}
-        self._guards: dict[tuple[GuardKind, str], Guard] = {}
+        self._guards: dict[tuple[Any, ...], Guard] = {}
         self._viewed: set[Node] = set()
         self.instructions_run = 0
         #: Input tensors updated in place, by source (their graph must run).
@@ -169,8 +169,10 @@ class Tracer:
         return tuple(self._guards.values())
 
     def guard(self, kind: GuardKind, source: str, expected: Any, description: str = "") -> None:
-        """Record a guard (once per kind and source)."""
-        self._guards.setdefault((kind, source), Guard(kind, source, expected, description))
+        """Record a guard (once per kind and source; an ``ABSENT_KEY`` guard once per
+        source and key: one module dict holds every member name read from it)."""
+        key = (kind, source, expected) if kind is GuardKind.ABSENT_KEY else (kind, source)
+        self._guards.setdefault(key, Guard(kind, source, expected, description))
 
     # ------------------------------------------------------------------ wrapping
     def wrap(self, value: Any, source: str | None, *, guard: bool = True) -> Var:
