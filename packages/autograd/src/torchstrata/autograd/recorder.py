@@ -45,6 +45,7 @@ from torchstrata.autograd.functional import (
     view_counterpart,
     written_arguments,
 )
+from torchstrata.autograd.scalar_range import check_scalar_arguments
 from torchstrata.autograd.views import Value, ViewStep
 from torchstrata.core import (
     GraphBuilder,
@@ -371,6 +372,7 @@ class AtenRecorder(TorchDispatchMode):
         kwargs = dict(kwargs or {})
         if func._overloadpacket._qualified_op_name in _LIFT_OPS:
             return self._lift(func, args, kwargs)
+        check_scalar_arguments(func, args, kwargs)
         if torch.Tag.inplace_view in func.tags:
             return self._record_view_in_place(func, args, kwargs)
         written = written_arguments(func)
