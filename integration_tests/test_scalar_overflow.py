@@ -42,7 +42,19 @@ UNCHECKED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "uint8 lt": lambda x: ((x > 0).to(torch.uint8) * 150 + 50) < 300,
     "int8 gt": lambda x: ((x > 0).to(torch.int8) * 100) > -129,
 }
-CODEGENS = ["cpp", pytest.param("triton", marks=pytest.mark.triton)]
+#: codegen, device: the interpreter's Triton on CPU tensors, the compiler's on the GPU
+CODEGENS = [
+    ("cpp", "cpu"),
+    pytest.param("triton", "cpu", marks=pytest.mark.triton),
+    pytest.param(
+        "triton",
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ],
+    ),
+]
 
 
 def _eager_error(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> str:
@@ -51,12 +63,14 @@ def _eager_error(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) ->
     return str(caught.value)
 
 
-@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize(("codegen", "device"), CODEGENS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("name", RAISING)
-def test_compiled_raises_where_eager_does(name: str, dtype: torch.dtype, codegen: str) -> None:
+def test_compiled_raises_where_eager_does(
+    name: str, dtype: torch.dtype, codegen: str, device: str
+) -> None:
     fn = RAISING[name]
-    x = torch.randn(3, 5).to(dtype)
+    x = torch.randn(3, 5).to(device, dtype)
     message = _eager_error(fn, x)
     compiled = tsr.compile(fn, codegen=codegen)
     with warnings.catch_warnings():
@@ -66,11 +80,13 @@ def test_compiled_raises_where_eager_does(name: str, dtype: torch.dtype, codegen
     assert str(caught.value) == message
 
 
-@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize(("codegen", "device"), CODEGENS)
 @pytest.mark.parametrize("name", UNCHECKED)
-def test_unchecked_conversions_compile_to_eagers_numbers(name: str, codegen: str) -> None:
+def test_unchecked_conversions_compile_to_eagers_numbers(
+    name: str, codegen: str, device: str
+) -> None:
     fn = UNCHECKED[name]
-    x = torch.randn(3, 5).to(torch.float16)
+    x = torch.randn(3, 5).to(device, torch.float16)
     with warnings.catch_warnings():
         warnings.simplefilter("error", TorchstrataFallbackWarning)
         got = tsr.compile(fn, codegen=codegen)(x)
