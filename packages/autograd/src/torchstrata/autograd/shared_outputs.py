@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from torchstrata.autograd.recorder import AtenRecorder
+from torchstrata.core import spans_overlap, tensor_element_span
 
 #: ``(index, size, stride, storage_offset)``: a user output that is a view of an input
 #: or of another output, as ``base.as_strided(size, stride, base.storage_offset() +
@@ -90,24 +91,14 @@ def _covers(owner: torch.Tensor, view: torch.Tensor) -> bool:
         if stride != expected:
             return False
         expected *= size
-    if view.numel() == 0:
+    span = tensor_element_span(view)
+    if span is None:
         return True
     start = int(owner.storage_offset())
-    low, high = _span(view)
-    return start <= low and high < start + owner.numel()
+    return start <= span[0] and span[1] < start + owner.numel()
 
 
 def _overlap(first: torch.Tensor, second: torch.Tensor) -> bool:
     """Whether the spans of storage that the elements of two views of one storage lie in
     intersect (conservative: interleaved views with disjoint elements count)."""
-    if not first.numel() or not second.numel():
-        return False
-    low, high = _span(first)
-    other_low, other_high = _span(second)
-    return low <= other_high and other_low <= high
-
-
-def _span(view: torch.Tensor) -> tuple[int, int]:
-    """The first and last storage element that ``view``'s elements lie in (non-empty)."""
-    low = int(view.storage_offset())
-    return low, low + sum((n - 1) * s for s, n in zip(view.stride(), view.shape, strict=True))
+    return spans_overlap(tensor_element_span(first), tensor_element_span(second))

@@ -65,6 +65,14 @@ from torchstrata.core.results import (
     KernelInfo,
     Program,
 )
+from torchstrata.core.spans import (
+    Span,
+    byte_span,
+    element_span,
+    spans_overlap,
+    tensor_byte_span,
+    tensor_element_span,
+)
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -113,6 +121,7 @@ __all__ = [
     "PrimError",
     "PrimFamily",
     "Program",
+    "Span",
     "TensorMeta",
     "Transformer",
     "VerificationError",
@@ -122,6 +131,7 @@ __all__ = [
     "aten_from_overload",
     "bind_call",
     "broadcast_strides",
+    "byte_span",
     "constant_condition",
     "contiguous_strides",
     "create_plugin_manager",
@@ -131,6 +141,7 @@ __all__ = [
     "dtype_from_short_name",
     "dtype_short_name",
     "dynamo_import_deferred",
+    "element_span",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "exact_key",
@@ -152,6 +163,9 @@ __all__ = [
     "random_inputs",
     "register",
     "same_layout",
+    "spans_overlap",
+    "tensor_byte_span",
+    "tensor_element_span",
     "to_fx",
     "torch_op",
     "verify",

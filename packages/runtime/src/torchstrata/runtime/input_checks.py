@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import TENSOR_TYPES, AotResult
+from torchstrata.core import TENSOR_TYPES, AotResult, spans_overlap, tensor_byte_span
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.runners import GraphRunner
 
@@ -56,16 +56,9 @@ def aliased_write(
 
 def _overlaps(tensor: torch.Tensor, others: list[torch.Tensor]) -> bool:
     """Whether the memory spans of ``tensor``'s elements and of one of ``others`` (in the
-    same storage) overlap."""
-    first, last = _span(tensor)
-    return any(a <= last and first <= b for a, b in map(_span, others))
-
-
-def _span(tensor: torch.Tensor) -> tuple[int, int]:
-    """The bytes ``[first, last]`` of memory that ``tensor``'s elements lie in."""
-    first = tensor.data_ptr()
-    reach = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-    return first, first + (reach + 1) * tensor.element_size() - 1
+    same storage) overlap, in bytes (views of one storage may differ in dtype)."""
+    span = tensor_byte_span(tensor)
+    return any(spans_overlap(span, tensor_byte_span(other)) for other in others)
 
 
 #: Tensor types whose storages :func:`aliased_write` looks up (not ``nn.Parameter``).
