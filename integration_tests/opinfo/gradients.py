@@ -154,9 +154,15 @@ def _call(
     return (outputs, grads), fallback_messages(caught)
 
 
-def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
+def run_gradient_sample(
+    op: Any,
+    sample: Any,
+    codegen: str,
+    on_grads: Callable[[list[torch.Tensor | None], list[torch.Tensor | None]], None] | None = None,
+) -> CompiledOutcome:
     """Compile one OpInfo sample's function with ``codegen``, pull gradients through it
-    twice, compare outputs and gradients with eager's."""
+    twice, compare outputs and gradients with eager's. ``on_grads(ours, eagers)`` is
+    called with each call's gradients once their values match (for further checks)."""
     fn, tensors, _ = user_function(op.op, sample, op.name)
     reason = _question(op, tensors)
     if reason is not None:
@@ -191,6 +197,8 @@ def run_gradient_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
         problem = grads_mismatch(got_grads, grads, reference)
         if problem is not None:
             return CompiledOutcome("mismatch", f"{call}: {problem}")
+        if on_grads is not None:
+            on_grads(got_grads, grads)
         return None
 
     return call_twice(compiled, lambda: _call(compiled, tensors), check)

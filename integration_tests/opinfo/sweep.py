@@ -13,7 +13,9 @@ skip reasons and every mismatch.
 (:mod:`.compiled`); with it, ``--check grad`` checks the samples' gradients through the
 compiled training path (:mod:`.gradients`), ``--check errors`` the OpInfos' error
 inputs (:mod:`.errors`), ``--check layouts`` whether the dense outputs come back in
-eager's memory layout (:mod:`.layout_survey`).
+eager's memory layout (:mod:`.layout_survey`), ``--check grad-layouts`` whether the dense
+input gradients do (:mod:`.grad_layout_survey`). ``--codegen eager`` runs the compiled
+checks with ``CompileOptions(codegen="eager")``: the same traced graphs, no generated code.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 from .captured import run_captured_sample
 from .compiled import CompiledOutcome, report_compiled, run_compiled_sample
 from .errors import BAD_ERROR_STATUSES, ERROR_STATUSES, run_error_input
+from .grad_layout_survey import run_grad_layout_sample
 from .gradients import run_gradient_sample
 from .harness import Outcome
 from .layout_survey import BAD_LAYOUT_STATUSES, LAYOUT_STATUSES, run_layout_sample
@@ -117,7 +120,7 @@ def run_op(
     ``layouts`` do not apply). Each sample also runs in each of ``layouts``."""
     if check == "errors":
         return _run_errors(op, codegen, device)
-    grad = check == "grad"
+    grad = check in ("grad", "grad-layouts")
     supported = op.supported_dtypes(device)
     results: list[tuple[str, Any]] = []
     for dtype in dtypes:
@@ -131,8 +134,10 @@ def run_op(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    if grad:
-                        outcome: Any = run_gradient_sample(op, sample, codegen)
+                    if check == "grad-layouts":
+                        outcome: Any = run_grad_layout_sample(op, sample, codegen)
+                    elif grad:
+                        outcome = run_gradient_sample(op, sample, codegen)
                     elif check == "layouts":
                         outcome = run_layout_sample(op, sample, codegen)
                     elif codegen == "interpret":
@@ -306,20 +311,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument(
         "--codegen",
-        choices=("interpret", "cpp", "triton"),
+        choices=("interpret", "cpp", "triton", "eager"),
         default="interpret",
         help="interpret: capture -> aot -> decompose -> reference interpreter (default); "
-        "cpp, triton: the whole compiler through torchstrata.runtime.compile",
+        "cpp, triton: the whole compiler through torchstrata.runtime.compile; eager: "
+        "compile with codegen='eager' (traced graphs, no generated code)",
     )
     parser.add_argument("--device", default="cpu", help="where the samples live (cpu, cuda)")
     parser.add_argument(
         "--check",
-        choices=("outputs", "grad", "errors", "layouts"),
+        choices=("outputs", "grad", "errors", "layouts", "grad-layouts"),
         default="outputs",
         help="with --codegen cpp or triton: the samples' outputs (default), their input "
         "gradients through the compiled training path, the OpInfos' error inputs "
         "(each must raise eager's exception type), or whether the samples' dense outputs "
-        "come back in eager's memory layout",
+        "come back in eager's memory layout, or whether their dense input gradients do "
+        "(grad-layouts)",
     )
     parser.add_argument(
         "--dtypes", help="comma-separated subset of " + ",".join(str(d)[6:] for d in DTYPES)
@@ -363,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     per_op = {op_label(op): result for op, result in zip(ops, results)}
     if args.check == "errors":
         mismatched = report_compiled(per_op, sys.stdout, ERROR_STATUSES, BAD_ERROR_STATUSES)
-    elif args.check == "layouts":
+    elif args.check in ("layouts", "grad-layouts"):
         mismatched = report_compiled(per_op, sys.stdout, LAYOUT_STATUSES, BAD_LAYOUT_STATUSES)
     elif args.codegen != "interpret":
         mismatched = report_compiled(per_op, sys.stdout)
