@@ -43,7 +43,7 @@ def test_disjoint_parts_of_one_buffer_are_not_aliases():
     assert aliased_write([kv[:, 1], kv[1, 1, :2]], (0,))
 
 
-def test_parameters_are_not_compared():
+def test_a_parameter_of_its_own_memory_is_not_an_alias():
     x = torch.randn(3, 4)
     weight = torch.nn.Parameter(torch.randn(2))
     assert not aliased_write([weight, x], (1,))
