@@ -1,10 +1,11 @@
-"""A Scalar that eager's kernel refuses to convert raises eager's error, compiled too.
+"""Where eager's CPU kernel raises, the compiled function raises eager's error too.
 
-``masked_fill(mask, -1e9)`` on float16, ``fill_(300)`` on uint8, ``clamp(max=1e39)``:
-eager raises *value cannot be converted to type ... without overflow*. Generated kernels
-would round the constant to infinity (or wrap it), a number where eager has none. Ops
-that convert unchecked (``x + 1e39``, ``torch.where``) keep eager's infinity, compiled,
-without a fallback."""
+- ``masked_fill(mask, -1e9)`` on float16, ``fill_(300)`` on uint8, ``clamp(max=1e39)``:
+  *value cannot be converted to type ... without overflow*. Generated kernels would
+  round the constant to infinity (or wrap it). Ops that convert unchecked (``x + 1e39``,
+  ``torch.where``) keep eager's infinity, compiled, without a fallback.
+- ``x // 0`` and ``x ** -1`` on integers; ``1 - mask`` and ``clamp`` on bool tensors.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ RAISING: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "leaky_relu": lambda x: F.leaky_relu(x * 2, 1e39),
     "uint8 fill_": lambda x: (x > 0).to(torch.uint8).fill_(300),
     "int8 full": lambda x: torch.full((2,), -129, dtype=torch.int8) + (x > 0).sum(),
+}
+#: Raised by the CPU kernel whatever the dtype of ``x`` (integer and bool tensors).
+RAISING_INTEGERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "floor_divide by 0": lambda x: (x > 0).to(torch.int32) // 0,
+    "div floor by 0": lambda x: torch.div((x > 0).to(torch.int16), 0, rounding_mode="floor"),
+    "remainder by 0": lambda x: (x > 0).long() % 0,
+    "negative power": lambda x: (x > 0).to(torch.int32) ** -1,
+    "bool rsub": lambda x: 1 - (x > 0),
+    "bool minus bool": lambda x: (x > 0) - (x > 1),
+    "bool clamp": lambda x: torch.clamp(x > 0, min=True),
 }
 UNCHECKED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "add": lambda x: x + 1e39,
@@ -78,6 +89,21 @@ def test_compiled_raises_where_eager_does(
         with pytest.raises(RuntimeError) as caught:
             compiled(x)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("codegen", ["cpp", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.mark.parametrize("name", RAISING_INTEGERS)
+def test_integer_and_bool_errors_of_the_cpu_kernels(name: str, codegen: str) -> None:
+    fn = RAISING_INTEGERS[name]
+    x = torch.randn(3, 5)
+    with pytest.raises((RuntimeError, ZeroDivisionError)) as expected:
+        fn(x)
+    compiled = tsr.compile(fn, codegen=codegen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TorchstrataFallbackWarning)
+        with pytest.raises(type(expected.value)) as caught:
+            compiled(x)
+    assert str(caught.value) == str(expected.value)
 
 
 @pytest.mark.parametrize(("codegen", "device"), CODEGENS)
