@@ -4,7 +4,8 @@
   *value cannot be converted to type ... without overflow*. Generated kernels would
   round the constant to infinity (or wrap it). Ops that convert unchecked (``x + 1e39``,
   ``torch.where``) keep eager's infinity, compiled, without a fallback.
-- ``x // 0`` and ``x ** -1`` on integers; ``1 - mask`` and ``clamp`` on bool tensors.
+- ``x // 0`` and ``x ** -1`` on integers; ``1 - mask``, ``clamp`` and ``argmax`` on bool
+  tensors; ``x_int.mul_(1.5)``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ RAISING_INTEGERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "bool rsub": lambda x: 1 - (x > 0),
     "bool minus bool": lambda x: (x > 0) - (x > 1),
     "bool clamp": lambda x: torch.clamp(x > 0, min=True),
+    "bool argmax": lambda x: (x > 0).argmax(),
+    "integer mul_ by a float": lambda x: (x > 0).long().mul_(1.5),
 }
 UNCHECKED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "add": lambda x: x + 1e39,

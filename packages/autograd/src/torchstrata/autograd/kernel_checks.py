@@ -12,7 +12,8 @@ where eager raises:
 - **Scalars that integers refuse.** ``x ** -1`` and ``x // 0`` on integer tensors.
 - **Dtypes a CPU kernel does not implement.** ``1 - mask`` (*Subtraction ... with a
   bool tensor is not supported*), ``clamp`` of a bool tensor (*not implemented for
-  'Bool'*).
+  'Bool'*), ``argmax`` of one; ``x_int.mul_(1.5)`` (*result type Float can't be cast to
+  the desired output type Long*).
 
 Which op checks what is each kernel's own choice, so the real kernel answers: the call
 is repeated on ATen's CPU kernel with every tensor argument a tensor of ones cut to at
@@ -51,6 +52,8 @@ _DTYPE_ERRORS = (
     "with a bool tensor is not supported",
     "with two bool tensors is not supported",
     "on a bool tensor is not supported",
+    "does not support bool input",  # argmax, argmin
+    "can't be cast to the desired output type",  # x_int.mul_(1.5)
 )
 
 #: Per op, the positions and names of its arguments that may hold a Python number: its
