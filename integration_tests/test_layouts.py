@@ -132,6 +132,8 @@ CASES = {
         lambda t: torch.index_put(t * 1, (torch.tensor([0, 2]),), torch.tensor(5.0)),
         lambda: torch.randn(6, 4).t(),
     ),
+    # pow with a scalar base: the CPU kernel answers row-major, the meta kernel transposed
+    "pow scalar base": (lambda t: torch.pow(2.0, t) + 1, lambda: torch.randn(6, 4).t()),
 }
 
 
@@ -256,3 +258,48 @@ def test_like_creations_take_their_inputs_layout(f):
         want = f(x)
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+#: name -> (function, its input). Gradients pulled with a row-major cotangent (the
+#: runtime hands the backward row-major tangents) must come back in eager's layout, and
+#: the forward's saved values in the layout the backward was built for (else the runtime
+#: copies them before every backward, with a warning).
+GRAD_CASES = {
+    # binary_cross_entropy_backward is empty_like(input) on the CPU: transposed here
+    "binary_cross_entropy": (
+        lambda t: F.binary_cross_entropy(t.sigmoid(), torch.full((4, 6), 0.3), reduction="none"),
+        lambda: torch.randn(6, 4).t(),
+    ),
+    # log_sigmoid_forward's buffer (saved for the backward) is row-major on the CPU
+    "logsigmoid": (lambda t: F.logsigmoid(t) * 2, lambda: torch.randn(6, 4).t()),
+    "logsigmoid channels-last": (lambda x: F.logsigmoid(x) * 2, _channels_last),
+    # pointwise backward ops: TensorIterator over (tangent, input) on the CPU
+    "hardtanh": (lambda t: F.hardtanh(t) * t, lambda: torch.randn(6, 4).t()),
+    "hardswish": (lambda x: F.hardswish(x) + x, _channels_last),
+    "elu": (lambda t: F.elu(t) + t.sin(), lambda: torch.randn(6, 4).t()),
+    "softplus": (lambda x: F.softplus(x) * x, _channels_last),
+    "mse_loss": (
+        lambda t: F.mse_loss(t, torch.zeros(4, 6), reduction="none") * t,
+        lambda: torch.randn(6, 4).t(),
+    ),
+    "glu": (lambda x: F.glu(x, 1) + 1, _channels_last),
+    "pow scalar base": (lambda t: torch.pow(2.0, t.sin()), lambda: torch.randn(6, 4).t()),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_CASES))
+def test_gradients_have_eagers_strides(name):
+    f, make = GRAD_CASES[name]
+    x = make()
+    ours, eagers = x.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        got = tsr.compile(f)(ours)
+        cotangent = torch.randn(got.shape)
+        (grad,) = torch.autograd.grad(got, ours, cotangent)
+    want = f(eagers)
+    (want_grad,) = torch.autograd.grad(want, eagers, cotangent)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, want_grad)
+    assert got.stride() == want.stride()
+    assert grad.stride() == want_grad.stride()

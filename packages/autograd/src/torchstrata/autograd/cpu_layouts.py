@@ -15,6 +15,26 @@ results the CPU kernel's layout, by rules that follow the CPU kernels:
   answer, ``roll`` a row-major one and batch norm the input's own strides.
 * division with a rounding mode (``div.Tensor_mode``): TensorIterator's layout, as
   plain division gets (the meta kernel of floor division answers row-major).
+* the pointwise ops whose CPU kernel is one TensorIterator over ``(grad_output, input)``
+  (``hardtanh_backward``, ``hardswish_backward``, ``hardsigmoid_backward``,
+  ``logit_backward``, ``softplus_backward``, ``elu_backward``), ``(grad_output, mask)``
+  (``native_dropout_backward``: ``grad * mask * scale``) or ``(self, other)``
+  (``xlogy.Tensor``): TensorIterator's layout for those operands in that order (the
+  first operand whose strides order two dimensions decides). Their meta kernels are
+  decompositions whose first operand is another: with a row-major tangent and a
+  transposed input they answer transposed where the CPU answers row-major.
+* ops whose CPU kernel allocates its results row-major whatever the inputs' layouts
+  (``pow.Scalar``; ``log_sigmoid_forward``'s result and buffer; the backward ops
+  ``_log_softmax_backward_data``, ``glu_backward``, ``mse_loss_backward``,
+  ``smooth_l1_loss_backward``, ``huber_loss_backward``): row-major. Their meta kernels
+  follow an input.
+* ``binary_cross_entropy`` (unreduced) and its backward: ``empty_like(input)``, the
+  input's own strides where it is dense (the meta kernels answer row-major).
+* ``pixel_shuffle``, ``pixel_unshuffle``, ``channel_shuffle``, ``max_unpool2d``: the
+  input's suggested memory format, as for padding (the meta kernels answer row-major).
+* LAPACK results the CPU kernel leaves column-major (each matrix of a batch
+  Fortran-ordered) where the meta kernels answer as CUDA's solvers do: ``_linalg_svd``'s
+  ``Vh``, ``linalg_eig``'s eigenvectors.
 * convolution and its backward, on meta tensors only (the fake CPU kernel already
   asks the same question): the layout torch's own convolution backend selection gives
   for CPU tensors of those shapes and strides (a channels-last weight makes a
@@ -32,10 +52,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._prims_common import compute_elementwise_output_strides
 from torch.utils._python_dispatch import _disable_current_modes
 
-#: Where the CPU kernel puts one result: a memory format (dense in it) or strides.
-Layout = torch.memory_format | tuple[int, ...]
+from torchstrata.core import is_dense
+
+#: A layout for :data:`Layout`: each matrix (the last two dimensions) of a batch stored
+#: column-major, the batch dimensions row-major around them (LAPACK's results).
+COLUMN_MAJOR = "column-major"
+#: Where the CPU kernel puts one result: a memory format (dense in it), strides, or
+#: :data:`COLUMN_MAJOR`.
+Layout = torch.memory_format | tuple[int, ...] | str
 #: A rule: (args, kwargs) -> per result index, the layout the CPU kernel gives it.
 LayoutRule = Callable[[tuple[Any, ...], dict[str, Any]], dict[int, Layout]]
 
@@ -81,6 +108,17 @@ def dense_strides(shape: Sequence[int], memory_format: torch.memory_format) -> t
     return _strides(list(shape), tuple(range(len(shape))))
 
 
+def column_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a dense tensor of ``shape`` whose matrices (last two dimensions)
+    are stored column-major, one after the other (ATen's batched Fortran-contiguous
+    strides); fewer than two dimensions: row-major."""
+    if len(shape) < 2:
+        return _strides(list(shape), tuple(range(len(shape))))
+    rank = len(shape)
+    stored = [*shape[:-2], shape[-1], shape[-2]]
+    return _strides(stored, (*range(rank - 2), rank - 1, rank - 2))
+
+
 def _strides(stored: list[int], where: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides of the dimensions in storage order ``stored``; ``where[d]``:
     the position of dimension ``d`` in that order."""
@@ -99,6 +137,77 @@ def _like_input(position: int, outputs: tuple[int, ...] = (0,)) -> LayoutRule:
             return {}
         layout = suggest_memory_format(source.shape, source.stride())
         return dict.fromkeys(outputs, layout)
+
+    return rule
+
+
+def _tensor_iterator(*positions: int) -> LayoutRule:
+    """A rule: the result in the layout TensorIterator gives an op over the tensor
+    arguments at ``positions``, in that order (broadcast to one shape; the first operand
+    whose strides order two dimensions decides, as in ATen)."""
+
+    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
+        operands = [args[p] for p in positions if p < len(args)]
+        if len(operands) != len(positions) or not all(
+            isinstance(t, torch.Tensor) for t in operands
+        ):
+            return {}
+        first = operands[0]
+        if is_dense(first.shape, first.stride()) and all(
+            t.shape == first.shape and t.stride() == first.stride() for t in operands
+        ):
+            return {0: tuple(first.stride())}  # one dense layout in, that layout out
+        shape = _broadcast_shape([tuple(t.shape) for t in operands])
+        if any(tuple(t.shape) != shape for t in operands):
+            operands = [t.expand(shape) for t in operands]
+        return {0: tuple(compute_elementwise_output_strides(*operands))}
+
+    return rule
+
+
+def _preserve(position: int) -> LayoutRule:
+    """A rule: the result as ``empty_like`` lays out argument ``position``'s shape: its
+    strides where it is dense, else its suggested memory format."""
+
+    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
+        source = args[position] if len(args) > position else None
+        if not isinstance(source, torch.Tensor):
+            return {}
+        if is_dense(source.shape, source.stride()):
+            return {0: tuple(source.stride())}
+        return {0: suggest_memory_format(source.shape, source.stride())}
+
+    return rule
+
+
+def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape ``shapes`` broadcast to (they broadcast: the op's meta kernel ran);
+    ``torch.broadcast_shapes`` costs a hundred times more."""
+    rank = max(len(shape) for shape in shapes)
+    result = [1] * rank
+    for shape in shapes:
+        for offset, size in enumerate(shape, rank - len(shape)):
+            if size != 1:
+                result[offset] = size
+    return tuple(result)
+
+
+def _row_major(outputs: tuple[int, ...] = (0,)) -> LayoutRule:
+    """A rule: the listed outputs row-major."""
+    layouts: dict[int, Layout] = dict.fromkeys(outputs, torch.contiguous_format)
+
+    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
+        return layouts
+
+    return rule
+
+
+def _column_major(*outputs: int) -> LayoutRule:
+    """A rule: the listed outputs :data:`COLUMN_MAJOR`."""
+    layouts: dict[int, Layout] = dict.fromkeys(outputs, COLUMN_MAJOR)
+
+    def rule(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, Layout]:
+        return layouts
 
     return rule
 
@@ -183,6 +292,28 @@ _BATCH_NORMS = (
     "aten::_native_batch_norm_legit_functional",
     "aten::_batch_norm_with_update_functional",
 )
+#: Pointwise ops whose CPU kernel is one TensorIterator over their first two
+#: arguments, in order: ``(grad_output, input)``, ``(grad_output, mask)``, ``(self, other)``.
+_FIRST_TWO_OPERANDS = (
+    "aten::hardtanh_backward",
+    "aten::hardswish_backward",
+    "aten::hardsigmoid_backward",
+    "aten::logit_backward",
+    "aten::softplus_backward",
+    "aten::native_dropout_backward",
+    "aten::xlogy.Tensor",
+)
+#: Ops whose CPU kernel allocates its (first) result row-major.
+_ROW_MAJOR = (
+    "aten::pow.Scalar",
+    "aten::_log_softmax_backward_data",
+    "aten::glu_backward",
+    "aten::mse_loss_backward",
+    "aten::smooth_l1_loss_backward",
+    "aten::huber_loss_backward",
+)
+#: Ops whose CPU kernel allocates its result in the input's suggested memory format.
+_SHUFFLES = ("aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::channel_shuffle")
 
 #: Rules for results on the CPU, traced on meta or on fake CPU tensors, by overload
 #: (``aten::div.Tensor_mode``) or by op (``aten::roll``: every overload).
@@ -193,6 +324,17 @@ CPU_RULES: dict[str, LayoutRule] = {
     **{name: _like_input(0) for name in _BATCH_NORMS},
     "aten::native_batch_norm_backward": _like_input(1),
     "aten::div.Tensor_mode": _rounding_division,
+    **dict.fromkeys(_FIRST_TWO_OPERANDS, _tensor_iterator(0, 1)),
+    # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+    "aten::elu_backward": _tensor_iterator(0, 5),
+    **dict.fromkeys(_ROW_MAJOR, _row_major()),
+    "aten::log_sigmoid_forward": _row_major((0, 1)),
+    "aten::binary_cross_entropy": _preserve(0),
+    "aten::binary_cross_entropy_backward": _preserve(1),
+    **dict.fromkeys(_SHUFFLES, _like_input(0)),
+    "aten::max_unpool2d": _like_input(0),
+    "aten::_linalg_svd": _column_major(2),
+    "aten::linalg_eig": _column_major(1),
 }
 #: Rules for meta tensors standing for the CPU only (fake CPU tensors answer these).
 META_CPU_RULES: dict[str, LayoutRule] = {
@@ -230,7 +372,14 @@ def cpu_layout(
         item = items[index] if index < len(items) else None
         if not isinstance(item, torch.Tensor) or item.layout is not torch.strided:
             continue
-        strides = layout if isinstance(layout, tuple) else dense_strides(item.shape, layout)
+        if isinstance(layout, tuple):
+            strides = layout
+        elif isinstance(layout, torch.memory_format):
+            strides = dense_strides(item.shape, layout)
+        else:
+            strides = column_major_strides(item.shape)
+        if len(strides) != item.dim():
+            continue  # a reduced result (binary_cross_entropy's mean): no layout question
         if tuple(item.stride()) != strides:
             items[index] = item.new_empty_strided(item.shape, strides)
     return tuple(items) if isinstance(result, tuple) else items[0]
