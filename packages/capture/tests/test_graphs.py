@@ -130,7 +130,7 @@ def test_generator_expressions_and_global_state(captured, against_eager):
 
     result, _ = captured(fn, torch.randn(2, 3), torch.randn(2, 3))
     guards = {guard.source: guard.expected for guard in result.guards}
-    assert guards["__import__('torch').is_grad_enabled()"] is True
+    assert guards["torch.is_grad_enabled()"] is True
     against_eager(result, fn, torch.randn(2, 3), torch.randn(2, 3))
 
 

@@ -22,6 +22,7 @@ from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_co
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.modes import grad_enabled
+from torchstrata.capture.module_calls import check_module_call, guard_module_call
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
@@ -124,18 +125,11 @@ def _call_object(
     value = fn.value
     tracer = frame.tracer
     if isinstance(value, torch.nn.Module):
-        _check_module_call(value)
-        forward = type(value).forward
-        if getattr(value.forward, "__func__", None) is not forward:
+        check_module_call(value)
+        if getattr(value.forward, "__func__", None) is not type(value).forward:
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
-        # The class's forward replaced later, or shadowed on the instance, fails this.
-        function = tracer.wrap(forward, f"{fn.source}.forward.__func__") if fn.source else None
-        if fn.source:  # so does a hook registered on the module later
-            tracer.guard(GuardKind.CONSTANT_MATCH, _hooks_source(fn.source), False)
-        tracer.guard(GuardKind.CONSTANT_MATCH, _GLOBAL_HOOKS_SOURCE, False, "global module hooks")
-        return call_function(
-            frame, BoundMethodVar(function or ObjectVar(forward), fn), args, kwargs
-        )
+        function = guard_module_call(tracer, value, fn.source)
+        return call_function(frame, BoundMethodVar(function, fn), args, kwargs)
     if _hashable(value) and value in CONTEXT_MANAGERS:
         return make_context(value, args, kwargs)
     if value is functools.partial and args:
@@ -220,37 +214,6 @@ def _is_torch(fn: types.FunctionType) -> bool:
     return (fn.__module__ or "").startswith("torch.") and not fn.__name__.startswith("_")
 
 
-_HOOK_KINDS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-#: Whether any global module hook is registered (``register_module_forward_hook``).
-_GLOBAL_HOOKS_SOURCE = (
-    "bool("
-    + " or ".join(f"__import__('torch').nn.modules.module._global{kind}" for kind in _HOOK_KINDS)
-    + ")"
-)
-
-
-def _hooks_source(module_source: str) -> str:
-    """Whether the module has any hook of its own (``_check_module_call`` refuses one)."""
-    return "bool(" + " or ".join(f"{module_source}.{kind}" for kind in _HOOK_KINDS) + ")"
-
-
-def _check_module_call(module: torch.nn.Module) -> None:
-    hooks = torch.nn.modules.module
-    if (
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-        or hooks._global_forward_hooks
-        or hooks._global_forward_pre_hooks
-        or hooks._global_backward_hooks
-        or hooks._global_backward_pre_hooks
-    ):
-        raise Unsupported(f"hooks on {type(module).__name__} are not supported yet")
-    if type(module).__call__ is not torch.nn.Module.__call__:
-        raise Unsupported(f"{type(module).__name__} overrides __call__, which is not supported")
-
-
 def _call_torch(
     frame: CallingFrame, op: OpRef, value: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
@@ -300,7 +263,7 @@ def _global_state(
     except NotConstant:
         raise Unsupported(f"{fn.__name__}() with non-constant arguments is not supported") from None
     call = ", ".join([*map(repr, values), *(f"{k}={v!r}" for k, v in keywords.items())])
-    source = f"__import__('torch').{GLOBAL_STATE_QUERIES[fn]}({call})"
+    source = f"torch.{GLOBAL_STATE_QUERIES[fn]}({call})"  # ``torch``: a name of guard functions
     result = fn(*values, **keywords)
     frame.tracer.guard(GuardKind.CONSTANT_MATCH, source, result, "global torch state")
     return ConstVar(result)
@@ -339,6 +302,8 @@ def _inline_real_function(
     kwargs: Mapping[str, Var],
 ) -> Var:
     tracer = frame.tracer
+    if source is not None:  # ``fn.__code__`` can be reassigned while ``fn`` stays the same
+        tracer.guard_code(fn, source)
     # The defaults this call binds are guarded: ``fn.__defaults__`` can be rewritten.
     positional = fn.__code__.co_varnames[: fn.__code__.co_argcount]
     first_default = len(positional) - len(fn.__defaults__ or ())

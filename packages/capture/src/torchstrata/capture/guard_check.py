@@ -1,13 +1,16 @@
 """Checking guards inside capture: for the segments a program captures after a graph
 break, and for callers without the runtime (tests run programs this way).
 
-Sources are evaluated over ``L``, ``S`` (the value stack), ``C`` (cells) and ``G``.
+Sources are evaluated over ``L``, ``S`` (the value stack), ``C`` (cells) and ``G``;
+``torch`` is a name there too, as in the runtime's guard functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from torchstrata.core import Guard, guard_condition
 
@@ -17,7 +20,7 @@ GuardCheck = Callable[[Any, Any, Any, Any], int]
 
 def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
     """One generated function checking every guard, in order."""
-    constants: dict[str, Any] = {}
+    constants: dict[str, Any] = {"torch": torch}
 
     def constant(value: Any) -> str:
         name = f"_c{len(constants)}"

@@ -55,14 +55,15 @@ def entry_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @functools.lru_cache(maxsize=512)
-def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+def _signature(fn: Callable[..., Any], code: Any) -> inspect.Signature:
+    """``fn``'s signature while it runs ``code`` (its ``__code__`` can be reassigned)."""
     return inspect.signature(fn)
 
 
 @functools.lru_cache(maxsize=512)
-def _positional_names(fn: Callable[..., Any]) -> tuple[str, ...] | None:
+def _positional_names(fn: Callable[..., Any], code: Any) -> tuple[str, ...] | None:
     """Parameter names when every parameter is plain positional-or-keyword, else None."""
-    parameters = _signature(fn).parameters.values()
+    parameters = _signature(fn, code).parameters.values()
     if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters):
         return None
     return tuple(p.name for p in parameters)
@@ -80,14 +81,14 @@ def frame_locals(
     bound_self = fn.__self__ if inspect.ismethod(fn) else None
     plain = fn.__func__ if inspect.ismethod(fn) else fn
     call_args = (bound_self, *args) if bound_self is not None else tuple(args)
-    names = _positional_names(plain)
+    code = getattr(plain, "__code__", None)
+    names = _positional_names(plain, code)
     if names is not None and not kwargs and len(call_args) == len(names):
         frame = dict(zip(names, call_args))  # the common case, without Signature.bind
     else:
-        frame = bind_call(_signature(plain), plain, call_args, kwargs)  # the defaults of now
+        frame = bind_call(_signature(plain, code), plain, call_args, kwargs)  # the defaults of now
     if bound_self is not None:
         frame.setdefault("self", bound_self)
-    code = getattr(plain, "__code__", None)
     for name, cell in zip(
         code.co_freevars if code else (), getattr(plain, "__closure__", None) or ()
     ):

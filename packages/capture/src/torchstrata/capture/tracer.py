@@ -7,6 +7,7 @@ functions inlined into it); each frame interprets its own bytecode against it.
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -161,6 +162,15 @@ class Tracer:
         self.mutated: dict[str, TensorVar] = {}
         #: Active ``with`` regions, innermost last: ("grad", bool), ("autocast", dtype).
         self.modes: list[tuple[str, Any]] = []
+        #: Per module class, the source its ``forward`` is guarded through (the first
+        #: instance called; see :mod:`torchstrata.capture.module_calls`).
+        self.forward_sources: dict[type, str] = {}
+        #: Objects whose ``id()`` a guard compares and that nothing else may keep alive
+        #: (a code object its function no longer runs), by id: held as long as this
+        #: tracer (a capture's segments hold their frames, the frames their tracer), so
+        #: that no new object takes the address and passes the guard.
+        self.kept_alive: dict[int, Any] = {}
+        self._code_guarded: set[int] = set()
 
     # ------------------------------------------------------------------ guards
     @property
@@ -173,6 +183,22 @@ class Tracer:
         source and key: one module dict holds every member name read from it)."""
         key = (kind, source, expected) if kind is GuardKind.ABSENT_KEY else (kind, source)
         self._guards.setdefault(key, Guard(kind, source, expected, description))
+
+    def guard_code(self, function: types.FunctionType, source: str) -> None:
+        """Guard that ``function``, read from ``source``, still runs the code traced:
+        ``function.__code__`` can be reassigned while the function object stays.
+
+        Once per function among the sources that guard its identity: each of them is
+        checked to hold that very object, so one check of its code covers them all."""
+        identified = (GuardKind.ID_MATCH, source) in self._guards
+        if identified and id(function) in self._code_guarded:
+            return
+        code = function.__code__
+        description = f"code of {function.__qualname__}"
+        self.guard(GuardKind.ID_MATCH, f"{source}.__code__", id(code), description)
+        self.kept_alive[id(code)] = code
+        if identified:
+            self._code_guarded.add(id(function))
 
     # ------------------------------------------------------------------ wrapping
     def wrap(self, value: Any, source: str | None, *, guard: bool = True) -> Var:

@@ -14,7 +14,7 @@ from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.frames import FrameBinder, frame_globals
+from torchstrata.runtime.frames import FrameBinder, _signature, frame_globals
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
@@ -53,11 +53,17 @@ class CompiledFunction:
         self.cache = FrameCache()
         self._globals = frame_globals(fn)
         self._bind = FrameBinder(fn)
+        #: The plain function and the code its cache entries were compiled from: its
+        #: ``__code__`` reassigned (a hot reload) drops them (see :meth:`_code_replaced`).
+        self._plain: Any = getattr(fn, "__func__", fn)
+        self._code = getattr(self._plain, "__code__", None)
         #: Why each recompile happened: the first guard that failed, in order.
         self.recompile_reasons: list[str] = []
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._code is not None and self._plain.__code__ is not self._code:
+            self._code_replaced()
         if not kwargs and len(args) == self._bind.arity:
             # The common call: guards read the arguments tuple, no frame dict is built.
             entry, inputs = self.cache.find_args(args, self._globals, self._bind_positional)
@@ -77,6 +83,22 @@ class CompiledFunction:
         if entry.checked:
             return run(args, kwargs)
         return self._first_run(entry, args, kwargs)
+
+    def _code_replaced(self) -> None:
+        """The function runs other code than its entries were compiled from (guards read
+        its arguments and globals, not the function): drop them, and bind calls by the
+        new code's signature."""
+        with self.cache.lock:
+            if self._plain.__code__ is self._code:
+                return
+            reason = f"{describe(self.fn)}: __code__ was replaced"
+            if len(self.cache):
+                self.recompile_reasons.append(reason)
+            logger.info("recompiling %s", reason)
+            self.cache.clear()
+            _signature.cache_clear()  # cached by function object, not by code
+            self._bind = FrameBinder(self.fn)
+            self._code = self._plain.__code__
 
     def _bind_positional(self, args: tuple[Any, ...]) -> dict[str, Any]:
         return self._bind(args, {})
