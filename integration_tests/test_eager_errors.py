@@ -55,6 +55,8 @@ UNCHECKED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     # ATen wraps the Scalar into the tensor's dtype: 300 is 44 for uint8, -129 is 127
     "uint8 lt": lambda x: ((x > 0).to(torch.uint8) * 150 + 50) < 300,
     "int8 gt": lambda x: ((x > 0).to(torch.int8) * 100) > -129,
+    "uint8 remainder": lambda x: ((x > 0).to(torch.uint8) * 150 + 50) % 300,
+    "int8 fmod": lambda x: torch.fmod((x > 0).to(torch.int8) * 100 + 7, -129),
 }
 #: codegen, device: the interpreter's Triton on CPU tensors, the compiler's on the GPU
 CODEGENS = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.inductor.triton_printer import literal, wrapped_integer
+from torchstrata.core import wrapped_integer
+from torchstrata.inductor.triton_printer import literal
 
 
 @pytest.mark.parametrize(

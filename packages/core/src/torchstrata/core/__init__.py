@@ -6,7 +6,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.call_defaults import bind_call, current_defaults
 from torchstrata.core.direct_meta import direct_meta
-from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name
+from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
@@ -170,4 +170,5 @@ __all__ = [
     "torch_op",
     "verify",
     "with_input_metas",
+    "wrapped_integer",
 ]

@@ -1,4 +1,5 @@
-"""Short dtype names used by the text form of the IR (``f32``, ``bf16``, ``i64``, ``b8``...)."""
+"""Short dtype names used by the text form of the IR (``f32``, ``bf16``, ``i64``, ``b8``...),
+and integer scalars as a dtype holds them."""
 
 from __future__ import annotations
 
@@ -46,3 +47,15 @@ def is_float(dtype: torch.dtype) -> bool:
 def is_integer(dtype: torch.dtype) -> bool:
     """True for integer dtypes, bool excluded."""
     return not dtype.is_floating_point and not dtype.is_complex and dtype is not torch.bool
+
+
+def wrapped_integer(value: int, dtype: torch.dtype) -> int:
+    """``value`` as the integer ``dtype`` holds it, wrapped modulo 2**bits as ATen's
+    scalar conversion and C++'s ``static_cast`` do: ``uint8_tensor < 300`` compares with
+    44, ``uint8_tensor % 300`` divides by 44. (``torch.tensor(300, dtype=torch.uint8)``
+    refuses; Triton refuses or widens such a constant.)"""
+    bits = torch.iinfo(dtype).bits
+    wrapped = value & ((1 << bits) - 1)
+    if dtype.is_signed and wrapped >= 1 << (bits - 1):
+        wrapped -= 1 << bits
+    return wrapped

@@ -26,6 +26,7 @@ import attrs
 import torch
 
 from torchstrata.core import prims_indexing as _ix
+from torchstrata.core.dtypes import wrapped_integer
 from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
 from torchstrata.core.prim_errors import PrimError
 
@@ -307,14 +308,21 @@ def _elementwise_impl(
     def impl(*operands: Any) -> torch.Tensor:
         like = next(op for op in operands[first_value:] if isinstance(op, torch.Tensor))
         tensors = [
-            op
-            if isinstance(op, torch.Tensor)
-            else torch.tensor(op, dtype=like.dtype, device=like.device)
-            for op in operands
+            op if isinstance(op, torch.Tensor) else _scalar_tensor(op, like) for op in operands
         ]
         return fn(*tensors)
 
     return impl
+
+
+def _scalar_tensor(value: Any, like: torch.Tensor) -> torch.Tensor:
+    """``value`` in ``like``'s dtype as eager converts a Scalar: an int wraps into an
+    integer dtype (``uint8 % 300`` divides by 44)."""
+    dtype = like.dtype
+    integer = not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+    if type(value) is int and integer:
+        value = wrapped_integer(value, dtype)
+    return torch.tensor(value, dtype=dtype, device=like.device)
 
 
 def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

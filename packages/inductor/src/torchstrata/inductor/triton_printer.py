@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
+from torchstrata.core import wrapped_integer
 from torchstrata.inductor.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.exprs import (
     Constant,
@@ -241,18 +242,6 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     else:
         text = str(wrapped_integer(int(value), dtype))
     return f"tl.full([1], {text}, {compute_type(dtype)})"
-
-
-def wrapped_integer(value: int, dtype: torch.dtype) -> int:
-    """``value`` as the integer ``dtype`` holds it, wrapped modulo 2**bits as C++'s
-    ``static_cast`` and ATen's scalar conversion do: ``uint8_tensor < 300`` compares
-    with 44. Triton refuses (interpreter) or widens (compiler) an out-of-range constant.
-    """
-    bits = torch.iinfo(dtype).bits
-    wrapped = value & ((1 << bits) - 1)
-    if dtype.is_signed and wrapped >= 1 << (bits - 1):
-        wrapped -= 1 << bits
-    return wrapped
 
 
 def render_index(index: Index, reach: int = 0) -> str:
