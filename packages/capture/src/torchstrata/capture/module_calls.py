@@ -10,11 +10,12 @@ overridden ``__call__`` (:func:`check_module_call`); for a module read from a so
 * no ``forward`` in ``S.__dict__`` (``ABSENT_KEY``): one assigned to the instance
   later would shadow the class's. It joins the module's other member-shadowing guards,
   which the runtime checks as one ``isdisjoint`` of the instance dict;
-* each of its four hook dicts empty, one guard each, read from that instance dict
-  (``S.__dict__['_forward_hooks']``): the runtime reads a source's longest prefix that
-  it has read already from its variable, so the module and its dict are fetched once.
-  One ``bool(S._forward_hooks or S._forward_pre_hooks or ...)`` would walk the access
-  path of ``S`` four times (on a module tree, eight dict and attribute reads each);
+* each of its four hook dicts empty, one guard each, read from that instance dict:
+  ``S.__dict__['_forward_hooks'] or None`` is None (a dict subscript and a jump, then
+  an ``is``). The runtime reads a source's longest prefix that it has read already
+  from its variable, so the module and its dict are fetched once. One
+  ``bool(S._forward_hooks or S._forward_pre_hooks or ...)`` would walk the access path
+  of ``S`` four times (on a module tree, eight dict and attribute reads each);
 * the class's ``forward`` by identity (and its ``__code__``, see
   :meth:`Tracer.guard_code`), read through the first instance of the class called in
   the capture (``S1.__class__.forward``): every other instance's type guard says it
@@ -67,9 +68,8 @@ def guard_module_call(tracer: Tracer, module: torch.nn.Module, source: str | Non
             type(module), f"{source}.__class__.forward"
         )
     for name in HOOK_DICTS:
-        hooks = getattr(module, name)
-        hooks_source = f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}"
-        tracer.guard(GuardKind.CONSTANT_MATCH, hooks_source, type(hooks)(), "module hooks")
+        hooks = f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}"
+        tracer.guard(GuardKind.CONSTANT_MATCH, f"{hooks} or None", None, "module hooks")
     return tracer.wrap(forward, function_source)
 
 
@@ -77,6 +77,5 @@ def _guard_global_hooks(tracer: Tracer) -> None:
     hooks = torch.nn.modules.module
     tracer.guard(GuardKind.ID_MATCH, _HOOKS_MODULE_SOURCE, id(hooks), "the global hooks' module")
     for name in HOOK_DICTS:
-        empty = type(getattr(hooks, f"_global{name}"))()
-        source = f"{_HOOKS_MODULE_SOURCE}._global{name}"
-        tracer.guard(GuardKind.CONSTANT_MATCH, source, empty, "global module hooks")
+        source = f"{_HOOKS_MODULE_SOURCE}._global{name} or None"
+        tracer.guard(GuardKind.CONSTANT_MATCH, source, None, "global module hooks")
