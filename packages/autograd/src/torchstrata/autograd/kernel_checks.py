@@ -1,4 +1,4 @@
-"""Errors eager's CPU kernels raise where meta and fake kernels answer.
+"""Errors eager's kernels raise where meta and fake kernels answer.
 
 The trace runs ATen on meta or fake tensors. Their kernels compute shapes and dtypes
 but skip some of the checks of the real kernels, so a graph could compile to numbers
@@ -7,8 +7,9 @@ where eager raises:
 - **Scalars that do not convert.** ``x.fill_(1e39)`` on bfloat16,
   ``masked_fill(mask, -1e9)`` on float16, ``clamp(max=1e39)``, ``fill_(300)`` on
   uint8: *value cannot be converted to type ... without overflow*. A generated kernel
-  would round the constant to infinity, or wrap it. (``x + 1e39`` and
-  ``torch.where(c, x, 1e39)`` convert unchecked and give infinity in eager too.)
+  would round the constant to infinity, or wrap it. (``x + 1e39`` converts unchecked
+  and gives infinity in eager too; ``torch.where(c, x, 1e39)`` on float16 does so on
+  the CPU, while CUDA's kernel refuses the 1e39.)
 - **Scalars that integers refuse.** ``x ** -1`` and ``x // 0`` on integer tensors.
 - **Dtypes a CPU kernel does not implement.** ``1 - mask`` (*Subtraction ... with a
   bool tensor is not supported*), ``clamp`` of a bool tensor (*not implemented for
@@ -16,8 +17,8 @@ where eager raises:
   the desired output type Long*).
 
 Which op checks what is each kernel's own choice, so the real kernel answers: the call
-is repeated on ATen's CPU kernel with every tensor argument a tensor of ones cut to at
-most two elements per dimension. Where that raises one of the errors above, the trace
+is repeated on ATen's kernel for the trace's device with every tensor argument a tensor
+of ones cut to at most two elements per dimension. Where that raises one of the errors above, the trace
 raises it too, and the runtime runs the function eagerly, which raises the user's error.
 
 - The dtype question depends on the op and its arguments' dtypes only. It is asked
@@ -25,7 +26,8 @@ raises it too, and the runtime runs the function eagerly, which raises the user'
   (CUDA kernels implement other dtypes).
 - The value questions are asked only where a Scalar argument is out of range for a
   dtype of the call, or is zero or negative with an integer tensor. In-range Scalars,
-  by far the usual case, cost a lookup.
+  by far the usual case, cost a lookup. They are asked of the trace's device's kernel
+  (the CPU's for a meta trace): the CPU and CUDA kernels of one op check differently.
 - Random ops are never repeated: that would draw from the user's generator.
 """
 
@@ -38,7 +40,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["check_like_cpu_kernels"]
+__all__ = ["check_like_eager_kernels"]
 
 #: Messages of checks that depend on the Scalar arguments' values.
 _VALUE_ERRORS = (
@@ -65,15 +67,17 @@ _RANDOM: tuple[tuple[int, str], ...] = ((-1, ""),)
 _DTYPE_ANSWERS: dict[tuple[Any, ...], str | None] = {}
 
 
-def check_like_cpu_kernels(
+def check_like_eager_kernels(
     func: torch._ops.OpOverload,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     *,
-    cpu: bool,
+    device: torch.device,
 ) -> None:
-    """Raise the error ATen's CPU kernel of ``func`` raises for these arguments' dtypes
-    (only for a CPU trace: ``cpu``) and Scalar values, where the trace's kernels do not.
+    """Raise the error ATen's kernel of ``func`` on ``device`` (the device the traced
+    call computes on) raises for these arguments' dtypes (asked of CPU traces only) and
+    Scalar values, where the trace's kernels do not. A ``meta`` device (a trace that
+    stands for no device) asks the CPU's kernel the value questions only.
 
     :raises RuntimeError: with eager's message.
     """
@@ -82,15 +86,17 @@ def check_like_cpu_kernels(
         positions = _SCALAR_ARGUMENTS.setdefault(func, _scalar_positions(func))
     if positions is _RANDOM:
         return
-    if cpu:
+    if device.type == "meta":
+        device = torch.device("cpu")
+    elif device.type == "cpu":
         key = (func, *_signature(args), *_signature(tuple(kwargs.values())))
         if key not in _DTYPE_ANSWERS:
-            _DTYPE_ANSWERS[key] = _probe_error(func, args, kwargs, _DTYPE_ERRORS)
+            _DTYPE_ANSWERS[key] = _probe_error(func, args, kwargs, _DTYPE_ERRORS, device)
         message = _DTYPE_ANSWERS[key]
         if message is not None:
             raise RuntimeError(message)
     if positions and _questionable_scalars(positions, args, kwargs):
-        message = _probe_error(func, args, kwargs, _VALUE_ERRORS)
+        message = _probe_error(func, args, kwargs, _VALUE_ERRORS, device)
         if message is not None:
             raise RuntimeError(message)
 
@@ -163,12 +169,13 @@ def _probe_error(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     messages: tuple[str, ...],
+    device: torch.device,
 ) -> str | None:
-    """The first line of the error the CPU kernel raises on probe arguments, where it is
-    one of ``messages``; None where it raises none of them."""
+    """The first line of the error the kernel on ``device`` raises on probe arguments,
+    where it is one of ``messages``; None where it raises none of them."""
     try:
         with _disable_current_modes(), torch.no_grad():
-            func(*_probe_arguments(func, args), **_probe(dict(kwargs)))
+            func(*_probe_arguments(func, args, device), **_probe(dict(kwargs), device))
     except (RuntimeError, ZeroDivisionError) as error:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         if any(message in text for message in messages):
@@ -178,7 +185,9 @@ def _probe_error(
     return None
 
 
-def _probe_arguments(func: torch._ops.OpOverload, args: tuple[Any, ...]) -> list[Any]:
+def _probe_arguments(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], device: torch.device
+) -> list[Any]:
     """The positional arguments, probed; a factory's ``size`` cut as the tensors'
     shapes are."""
     names = [argument.name for argument in func._schema.arguments]
@@ -187,21 +196,24 @@ def _probe_arguments(func: torch._ops.OpOverload, args: tuple[Any, ...]) -> list
         if index < len(names) and names[index] == "size" and isinstance(value, list | tuple):
             probed.append([_cut(size) for size in value])
         else:
-            probed.append(_probe(value))
+            probed.append(_probe(value, device))
     return probed
 
 
-def _probe(value: Any) -> Any:
-    """``value`` with each tensor a CPU tensor of ones, of at most two elements per
-    dimension (broadcasts stay valid; ones divide without error and index in range)."""
+def _probe(value: Any, device: torch.device) -> Any:
+    """``value`` with each tensor a tensor of ones on ``device``, of at most two elements
+    per dimension (broadcasts stay valid; ones divide without error and index in range).
+    A 0-dim CPU tensor stays on the CPU: a wrapped Python number (``torch.where(c, x,
+    1e39)``) is one, and CUDA kernels read it as a host Scalar."""
     if isinstance(value, torch.Tensor):
-        return torch.ones([_cut(size) for size in value.shape], dtype=value.dtype)
+        where = value.device if value.dim() == 0 and value.device.type == "cpu" else device
+        return torch.ones([_cut(size) for size in value.shape], dtype=value.dtype, device=where)
     if isinstance(value, dict):
-        return {key: _probe(item) for key, item in value.items()}
+        return {key: _probe(item, device) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_probe(item) for item in value)
+        return type(value)(_probe(item, device) for item in value)
     if isinstance(value, torch.device):
-        return torch.device("cpu")
+        return device
     return value
 
 

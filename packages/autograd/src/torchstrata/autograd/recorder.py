@@ -45,7 +45,7 @@ from torchstrata.autograd.functional import (
     view_counterpart,
     written_arguments,
 )
-from torchstrata.autograd.kernel_checks import check_like_cpu_kernels
+from torchstrata.autograd.kernel_checks import check_like_eager_kernels
 from torchstrata.autograd.views import Value, ViewStep
 from torchstrata.core import (
     GraphBuilder,
@@ -372,7 +372,7 @@ class AtenRecorder(TorchDispatchMode):
         kwargs = dict(kwargs or {})
         if func._overloadpacket._qualified_op_name in _LIFT_OPS:
             return self._lift(func, args, kwargs)
-        check_like_cpu_kernels(func, args, kwargs, cpu=self._traces_cpu(args, kwargs))
+        check_like_eager_kernels(func, args, kwargs, device=self._trace_device(args, kwargs))
         if torch.Tag.inplace_view in func.tags:
             return self._record_view_in_place(func, args, kwargs)
         written = written_arguments(func)
@@ -400,20 +400,21 @@ class AtenRecorder(TorchDispatchMode):
         self._record(func, args, kwargs, result)
         return result
 
-    def _traces_cpu(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-        """Whether this call computes on the CPU (fake CPU tensors, or meta tensors that
-        stand for the CPU); a factory call without tensors, by its ``device``."""
+    def _trace_device(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.device:
+        """The device this call computes on: its first tensor's, or for a factory call
+        without tensors its ``device`` (the CPU if none). ``meta`` where the trace runs
+        on meta tensors that stand for no device, the CPU where they stand for it."""
+        device = kwargs.get("device")
         for value in (*args, *kwargs.values()):
             if isinstance(value, list | tuple) and value:
                 value = value[0]  # cat's, stack's... tensors
             if isinstance(value, torch.Tensor):
-                kind = value.device.type
-                return kind == "cpu" or (kind == "meta" and self._meta_stands_for is not None)
-        device = kwargs.get("device")
-        if device is None:
-            return True
-        kind = torch.device(device).type
-        return kind == "cpu" or (kind == "meta" and self._meta_stands_for is not None)
+                device = value.device
+                break
+        found = torch.device("cpu") if device is None else torch.device(device)
+        if found.type == "meta" and self._meta_stands_for is not None:
+            return self._meta_stands_for
+        return found
 
     def _cpu_layout(
         self,
