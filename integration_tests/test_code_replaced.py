@@ -9,6 +9,7 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 import torch
 
 import torchstrata.runtime as rt
@@ -85,26 +86,17 @@ class _Parent(torch.nn.Module):
         return self.second(self.first(x))
 
 
-def test_submodule_forward_code_replaced():
+@pytest.mark.parametrize("method", ["forward", "scale"])
+def test_submodule_method_code_replaced(method: str):
+    # A submodule's forward and a method it calls are both inlined into the parent's graph.
     model = _Parent()
     compiled = rt.compile(model)
     x = torch.arange(4.0)
     torch.testing.assert_close(compiled(x), model(x))
-    with _code_of(_Child.forward, _ChildDonor.forward):
+    with _code_of(getattr(_Child, method), getattr(_ChildDonor, method)):
         torch.testing.assert_close(compiled(x), model(x))
     torch.testing.assert_close(compiled(x), model(x))
-    assert "code of _Child.forward" in compiled.compiled_forward.recompile_reasons[0]
-
-
-def test_method_code_replaced():
-    model = _Parent()
-    compiled = rt.compile(model)
-    x = torch.arange(4.0)
-    torch.testing.assert_close(compiled(x), model(x))
-    with _code_of(_Child.scale, _ChildDonor.scale):
-        torch.testing.assert_close(compiled(x), model(x))
-    torch.testing.assert_close(compiled(x), model(x))
-    assert "code of _Child.scale" in compiled.compiled_forward.recompile_reasons[0]
+    assert f"code of _Child.{method}" in compiled.compiled_forward.recompile_reasons[0]
 
 
 def test_top_level_forward_code_replaced():
