@@ -10,7 +10,7 @@ import torch
 
 from torchstrata.core import CompileOptions, KernelInfo
 from torchstrata.inductor.cpp_build import build_kernel, simd_math_functions
-from torchstrata.inductor.cpp_checks import gather_checks
+from torchstrata.inductor.cpp_checks import kernel_checks
 from torchstrata.inductor.cpp_codegen import generate_cpp
 from torchstrata.inductor.cpp_exprs import supports as cpp_supports
 from torchstrata.inductor.kernel import Kernel
@@ -59,7 +59,7 @@ class CppBackend:
         (``reciprocals``)."""
         kernel = hoist_reciprocals(kernel)
         source = generate_cpp(kernel, simd_math_functions())
-        checks = gather_checks(kernel)
+        checks = kernel_checks(kernel)
         built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)
         info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
         return BuiltLaunch(

@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import torch
 
-from torchstrata.inductor.cpp_checks import CheckedKernel, GatherCheck
+from torchstrata.inductor.cpp_checks import CheckedKernel, KernelCheck
 from torchstrata.inductor.cpp_prelude import lighten
 
 #: Overrides the root of the default cache directory (read when compiling, not at import).
@@ -145,15 +145,16 @@ def build_kernel(
     name: str,
     num_args: int,
     cache_dir: str | Path | None = None,
-    checks: tuple[GatherCheck, ...] = (),
+    checks: tuple[KernelCheck, ...] = (),
 ) -> BuiltKernel:
     """Compile ``source`` (cached) and return its ``extern "C"`` function ``name``.
 
-    The function takes ``num_args`` buffer addresses. A kernel that checks its gathers'
-    indices (``checks``, from :func:`~torchstrata.inductor.cpp_checks.gather_checks` of the
-    kernel the source was generated from) is wrapped in a
+    The function takes ``num_args`` buffer addresses. A kernel that makes checks
+    (``checks``, from :func:`~torchstrata.inductor.cpp_checks.kernel_checks` of the kernel
+    the source was generated from) is wrapped in a
     :class:`~torchstrata.inductor.cpp_checks.CheckedKernel`, called the same way, which
-    raises :class:`IndexError` for an out-of-range index.
+    raises :class:`IndexError` for an out-of-range index and
+    ``RuntimeError("ZeroDivisionError")`` for an integer divisor of zero.
     """
     compiler = find_compiler()
     directory = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -173,7 +174,7 @@ def build_kernel(
         fn.argtypes = [ctypes.c_void_p] * num_args
         fn.restype = None
         return BuiltKernel(fn, str(library), seconds, cached)
-    # Gathers check their indices: an error slot, and the number of a failed check back.
+    # A checking kernel: an error slot, and the number of a failed check back.
     fn.argtypes = [ctypes.c_void_p] * num_args + [ctypes.POINTER(ctypes.c_int64)]
     fn.restype = ctypes.c_int64
     return BuiltKernel(CheckedKernel(fn, name, checks), str(library), seconds, cached)

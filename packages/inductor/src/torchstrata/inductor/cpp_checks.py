@@ -1,4 +1,9 @@
-"""Out-of-range gathers in C++ kernels: detected by the kernel, raised by its caller.
+"""Checks in C++ kernels: detected by the kernel, raised by its caller.
+
+Two kinds: out-of-range gathers (below) and integer divisions by zero
+(:class:`~torchstrata.inductor.cpp_division.DivisionCheck`, see
+:mod:`~torchstrata.inductor.cpp_division`). Both keep a flag that the kernel's loops OR
+into, and the kernel returns the number of the first check whose flag is set.
 
 Eager ``torch.gather`` (and ``x[index]``, ``index_select``, ``cross_entropy``) raises for
 an index outside ``[0, size)``. A kernel's :class:`~torchstrata.inductor.exprs.IndirectLoad`
@@ -17,13 +22,14 @@ check's loads again, in the order of its domain (rows, then reduced dims; row-ma
 a gather over the last dim), and stores the first out-of-range index in its extra
 ``int64_t*`` argument (slot 0; slot 1 set to 1). Only this failing path pays for that
 scan. An index computed from a reduction of the kernel is not scanned (slot 1 stays 0).
-The kernel returns the 1-based number of the check that failed (0: all in range), and
-:class:`CheckedKernel` raises :class:`IndexError`.
+The kernel returns the 1-based number of the check that failed (0: all passed; the
+gather checks come first, then the division check), and :class:`CheckedKernel` raises
+:class:`IndexError` (a gather's) or ``RuntimeError("ZeroDivisionError")``.
 
-A kernel without indirect loads has none of this: its source is exactly as before.
-The backend passes :func:`gather_checks` of the kernel to ``cpp_build.build_kernel``,
-which wraps the loaded function; the source lists them in a comment (:data:`MARKER`)
-for a reader.
+A kernel without indirect loads or integer divisions by values has none of this: its
+source is exactly as before. The backend passes :func:`kernel_checks` of the kernel to
+``cpp_build.build_kernel``, which wraps the loaded function; the source lists them in
+comments (:data:`MARKER`, :data:`~torchstrata.inductor.cpp_division.MARKER`) for a reader.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from torchstrata.inductor.cpp_division import MARKER as DIVISION_MARKER
+from torchstrata.inductor.cpp_division import DivisionCheck, division_checks
 from torchstrata.inductor.emitter import ExprEmitter, ExprPrinter
 from torchstrata.inductor.exprs import IndirectLoad, reductions_used, variables, walk
 from torchstrata.inductor.kernel import Kernel, red_vars, row_vars
@@ -59,6 +67,14 @@ class GatherCheck:
         """The C++ variable (``uint64_t``) that is nonzero once an index was out of range."""
         return f"oob_{self.buffer}_{self.size}"
 
+    def error(self, index: int | None, kernel: str) -> IndexError:
+        """The error for ``index`` (None: not known), see :func:`gather_error`."""
+        return gather_error(self, index, kernel)
+
+
+#: A check a C++ kernel makes: its flag names a ``uint64_t``; its error is raised.
+KernelCheck = GatherCheck | DivisionCheck
+
 
 def index_in_range(position: str, size: int) -> str:
     """C++ for ``0 <= position < size``: one unsigned compare."""
@@ -77,6 +93,12 @@ def gather_checks(kernel: Kernel) -> tuple[GatherCheck, ...]:
     return tuple(sorted({GatherCheck(load.buffer, load.size) for load in _indirect_loads(kernel)}))
 
 
+def kernel_checks(kernel: Kernel) -> tuple[KernelCheck, ...]:
+    """Every check of ``kernel``: its gathers' (sorted), then its divisors'; the kernel
+    returns the 1-based number of the first that failed."""
+    return (*gather_checks(kernel), *division_checks(kernel))
+
+
 def check_update(load: IndirectLoad, position: str) -> str:
     """The statement recording whether ``position`` (the name of ``load``'s gathered
     index) is out of range: branch-free, so a SIMD loop stays vectorised."""
@@ -87,7 +109,7 @@ def check_update(load: IndirectLoad, position: str) -> str:
 def checked_function(
     head: str, body: Sequence[str], kernel: Kernel, printer: Callable[[], ExprPrinter]
 ) -> list[str]:
-    """The lines of ``kernel``'s function, which checks its gathers (see the module).
+    """The lines of ``kernel``'s function, which makes its checks (see the module).
 
     ``head`` is its ``extern "C" void <name>(<params>``, without the closing parenthesis;
     ``body`` its statements (unindented), whose ``omp`` loops get the reduction clauses of
@@ -95,7 +117,7 @@ def checked_function(
     failing path.
     """
     assert head.startswith('extern "C" void '), head
-    checks = gather_checks(kernel)
+    checks = kernel_checks(kernel)
     signature = head.replace(" void ", " int64_t ", 1)
     signature += f", int64_t* __restrict__ {ERROR_PARAM}) {{"
     statements = [f"uint64_t {check.flag} = 0;" for check in checks]
@@ -107,15 +129,18 @@ def checked_function(
             for load in loads
             if GatherCheck(load.buffer, load.size) == check
             for line in _first_bad_index(load, kernel, printer(), number)
-        ]
+        ]  # none for the division check: no position is reported
         statements += [f"if ({check.flag}) {{", *("  " + line for line in scans)]
         statements += [f"  return {number};", "}"]
     statements.append("return 0;")
-    listed = " ".join(f"{check.buffer} {check.size}" for check in checks)
-    return [f"{MARKER} {listed}", signature, *("  " + line for line in statements), "}"]
+    gathers = [check for check in checks if isinstance(check, GatherCheck)]
+    comments = [f"{MARKER} {' '.join(f'{c.buffer} {c.size}' for c in gathers)}"] if gathers else []
+    if len(gathers) < len(checks):
+        comments.append(DIVISION_MARKER)
+    return [*comments, signature, *("  " + line for line in statements), "}"]
 
 
-def _with_reductions(body: Sequence[str], checks: Sequence[GatherCheck]) -> list[str]:
+def _with_reductions(body: Sequence[str], checks: Sequence[KernelCheck]) -> list[str]:
     """``body`` with a reduction clause on each ``omp`` loop pragma whose loop updates
     flags (a loop that does not keeps its pragma as it was)."""
     lines = list(body)
@@ -179,22 +204,23 @@ def gather_error(check: GatherCheck, index: int | None, kernel: str) -> IndexErr
 
 
 class CheckedKernel:
-    """A loaded kernel that checks its gathers, called like one that does not.
+    """A loaded kernel that makes checks, called like one that does not.
 
     ``fn`` is its ctypes entry point (its buffer addresses, then a pointer to two int64
     slots; it returns a check's 1-based number or 0). Each call passes fresh slots, so
-    concurrent calls share none, and raises :class:`IndexError` when a check fails.
+    concurrent calls share none, and raises the failed check's error: :class:`IndexError`
+    for a gather, ``RuntimeError("ZeroDivisionError")`` for a division.
     """
 
-    def __init__(self, fn: Callable[..., int], name: str, checks: Sequence[GatherCheck]) -> None:
+    def __init__(self, fn: Callable[..., int], name: str, checks: Sequence[KernelCheck]) -> None:
         self.fn = fn
         self.name = name
         self.checks = tuple(checks)
 
     def __call__(self, *addresses: int) -> None:
-        """Run the kernel on buffer ``addresses``; raise if an index was out of range."""
+        """Run the kernel on buffer ``addresses``; raise if a check failed."""
         slots = _SLOTS()
         failed = self.fn(*addresses, slots)
         if failed:
             index = slots[0] if slots[1] else None
-            raise gather_error(self.checks[failed - 1], index, self.name)
+            raise self.checks[failed - 1].error(index, self.name)

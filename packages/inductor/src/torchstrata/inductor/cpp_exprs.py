@@ -16,8 +16,16 @@ import torch
 from torchstrata.inductor.cpp_checks import (
     check_update,
     checked_function,
-    gather_checks,
     index_in_range,
+    kernel_checks,
+)
+from torchstrata.inductor.cpp_division import (
+    CHECKED_HELPERS,
+    HELPERS,
+    division_update,
+    may_divide_by_zero,
+    needs_safe_divisor,
+    uses_safe_divisors,
 )
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op, ReduceRef
 from torchstrata.inductor.indexing import Index, Var, row_major_strides
@@ -231,12 +239,15 @@ class CppPrinter:
     """Spells expressions in C++.
 
     An indirect load's definition also records whether its index is in range (see
-    :func:`~torchstrata.inductor.cpp_checks.check_update`): :meth:`render` keeps the name
-    of its index until :meth:`define`, which the emitter calls right after.
+    :func:`~torchstrata.inductor.cpp_checks.check_update`), and an integer division's
+    whether its divisor is zero (:func:`~torchstrata.inductor.cpp_division.division_update`):
+    :meth:`render` keeps the name of the index or divisor until :meth:`define`, which the
+    emitter calls right after.
     """
 
     def __init__(self) -> None:
         self._positions: dict[Expr, str] = {}
+        self._divisors: dict[Expr, str] = {}
 
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.emitter.ExprPrinter`."""
@@ -268,7 +279,11 @@ class CppPrinter:
             return f"static_cast<{ctype}>({args[0]})"
         if name == "where":
             return f"ts_where<{ctype}>({args[0]}, {args[1]}, {args[2]})"
-        if name == "div":
+        if may_divide_by_zero(expr):
+            self._divisors[expr] = args[1]
+        if needs_safe_divisor(expr):  # a divisor that may be 0 or -1 (see cpp_division)
+            text = f"{CHECKED_HELPERS[name]}({args[0]}, {args[1]})"
+        elif name == "div":
             text = f"{args[0]} / {args[1]}" if is_float else f"ts_div_int({args[0]}, {args[1]})"
         elif name == "remainder":
             text = f"ts_rem_{'float' if is_float else 'int'}({args[0]}, {args[1]})"
@@ -296,6 +311,9 @@ class CppPrinter:
         position = self._positions.pop(expr, None)
         if isinstance(expr, IndirectLoad) and position is not None:
             line += " " + check_update(expr, position)
+        divisor = self._divisors.pop(expr, None)
+        if divisor is not None:
+            line += " " + division_update(divisor)
         return line
 
 
@@ -430,9 +448,11 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
     ``body`` holds the function's statements; buffers the kernel stores to are the only
-    non-``const`` pointers. A kernel with indirect loads also checks their indices
+    non-``const`` pointers. A kernel with indirect loads or integer divisions by values
+    also checks their indices or divisors
     (:func:`~torchstrata.inductor.cpp_checks.checked_function`); any other is a ``void``
-    function of its buffers alone.
+    function of its buffers alone. The helpers of checked divisions follow the prelude in
+    the kernels that use them only.
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -442,8 +462,9 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     text = "\n".join(body)
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'
-    if gather_checks(kernel):  # returns which check failed, if any (see cpp_checks)
+    if kernel_checks(kernel):  # returns which check failed, if any (see cpp_checks)
         function = checked_function(head, body, kernel, CppPrinter)
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
-    return "\n".join([PRELUDE, simd_declarations(used), *function, ""])
+    prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
+    return "\n".join([prelude, simd_declarations(used), *function, ""])
