@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 import torchstrata.runtime as rt
@@ -213,3 +214,84 @@ def test_a_modules_member_shadowing_guards_are_checked_as_one():
     object.__setattr__(module, "bias", torch.zeros(2))  # shadows the parameter
     failure = guards.failure({"self": module}, {})
     assert failure is not None and failure.guard.expected == "bias"
+
+
+def test_a_fetched_value_is_read_from_its_variable_inside_calls_and_ors():
+    """A source that contains a fetched one (``len(...)`` of it, an operand of ``or``)
+    reads it from its variable, and still fails when what it reads changes."""
+    module = torch.nn.Linear(2, 2)
+    hooks = " or ".join(f"L['self'].__dict__[{name!r}]" for name in ("_forward_hooks", "_buffers"))
+    guards = rt.GuardSet(
+        [
+            Guard(GuardKind.ABSENT_KEY, "L['self'].__dict__", "forward"),
+            Guard(GuardKind.CONSTANT_MATCH, f"{hooks} or None", None),
+            Guard(GuardKind.CONSTANT_MATCH, "len(L['self'].__dict__['_parameters'])", 2),
+        ]
+    )
+    assert "_v0 = L['self'].__dict__" in guards.source
+    assert "_v1 = _v0['_forward_hooks'] or _v0['_buffers'] or None" in guards.source
+    assert "_v2 = len(_v0['_parameters'])" in guards.source
+    assert guards.failure({"self": module}, {}) is None
+    handle = module.register_forward_hook(lambda *args: None)
+    assert guards.failure({"self": module}, {}).guard.source.startswith("L['self'].__dict__[")
+    handle.remove()
+    module.register_buffer("extra", torch.zeros(1))
+    assert guards.failure({"self": module}, {}).guard.source.endswith("or None")
+    del module.extra
+    module.register_parameter("extra", None)
+    assert guards.failure({"self": module}, {}).guard.source.startswith("len(")
+
+
+class _Child(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+class _Parent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = _Child()
+        self.second = _Child()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_full_backward_pre_hook",
+    ],
+)
+@pytest.mark.parametrize("owner", ["second", "global"])
+def test_each_hook_fails_the_generated_check_of_a_submodule_call(register, owner):
+    """A submodule call's hook dicts are one guard (and the global ones another); the
+    compiled check fails for a hook of each kind, on an instance or global, and holds
+    again once it is removed."""
+    model = _Parent()
+    compiled = rt.compile(model)
+    x = torch.randn(3)
+    compiled(x)
+    function = compiled.compiled_forward
+    (entry,) = function.cache.entries
+    check = entry.guards.check_args
+    assert check is not None and check((x,), function._globals) == -1
+    if owner == "global":
+        register = register.replace("register_", "register_module_")
+        handle = getattr(torch.nn.modules.module, register)(lambda *args: None)
+    else:
+        handle = getattr(model.second, register)(lambda *args: None)
+    try:
+        assert check((x,), function._globals) >= 0
+        assert (
+            entry.guards.fetch_args is None
+            or entry.guards.fetch_args((x,), function._globals) is None
+        )
+        failure = entry.guards.failure(rt.bind_frame(model.forward, (x,), {}), function._globals)
+        assert failure is not None and "hooks" in str(failure)
+    finally:
+        handle.remove()
+    assert check((x,), function._globals) == -1

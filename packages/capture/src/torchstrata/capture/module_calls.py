@@ -10,19 +10,19 @@ overridden ``__call__`` (:func:`check_module_call`); for a module read from a so
 * no ``forward`` in ``S.__dict__`` (``ABSENT_KEY``): one assigned to the instance
   later would shadow the class's. It joins the module's other member-shadowing guards,
   which the runtime checks as one ``isdisjoint`` of the instance dict;
-* each of its four hook dicts empty, one guard each, read from that instance dict:
-  ``S.__dict__['_forward_hooks'] or None`` is None (a dict subscript and a jump, then
-  an ``is``). The runtime reads a source's longest prefix that it has read already
-  from its variable, so the module and its dict are fetched once. One
-  ``bool(S._forward_hooks or S._forward_pre_hooks or ...)`` would walk the access path
-  of ``S`` four times (on a module tree, eight dict and attribute reads each);
+* its four hook dicts empty, as ONE guard over that instance dict:
+  ``S.__dict__['_forward_hooks'] or S.__dict__['_forward_pre_hooks'] or ... or None``
+  is None (a dict subscript and a jump per dict, then one ``is``). The runtime reads
+  every subexpression of a source that it has fetched already from its variable
+  (``runtime/guard_sources.py``), so the module and its dict are fetched once, not once
+  per hook dict;
 * the class's ``forward`` by identity (and its ``__code__``, see
   :meth:`Tracer.guard_code`), read through the first instance of the class called in
   the capture (``S1.__class__.forward``): every other instance's type guard says it
   runs that same function, so a class is checked once however many instances it has.
 
-Once per capture it guards that the four global hook dicts of
-``torch.nn.modules.module`` are empty (``register_module_forward_hook`` and friends),
+Once per capture it guards, the same way in one guard, that the four global hook dicts
+of ``torch.nn.modules.module`` are empty (``register_module_forward_hook`` and friends),
 reading that module once (``torch`` is a name of every guard function).
 """
 
@@ -67,15 +67,22 @@ def guard_module_call(tracer: Tracer, module: torch.nn.Module, source: str | Non
         function_source = tracer.forward_sources.setdefault(
             type(module), f"{source}.__class__.forward"
         )
-    for name in HOOK_DICTS:
-        hooks = f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}"
-        tracer.guard(GuardKind.CONSTANT_MATCH, f"{hooks} or None", None, "module hooks")
+    hooks = [
+        f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}"
+        for name in HOOK_DICTS
+    ]
+    tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(hooks), None, "module hooks")
     return tracer.wrap(forward, function_source)
+
+
+def _no_hooks_source(hook_dicts: list[str]) -> str:
+    """One source over the sources of hook dicts: ``A or B or ... or None``, None exactly
+    when every dict is empty (an ``or`` stops at the first non-empty one)."""
+    return " or ".join([*hook_dicts, "None"])
 
 
 def _guard_global_hooks(tracer: Tracer) -> None:
     hooks = torch.nn.modules.module
     tracer.guard(GuardKind.ID_MATCH, _HOOKS_MODULE_SOURCE, id(hooks), "the global hooks' module")
-    for name in HOOK_DICTS:
-        source = f"{_HOOKS_MODULE_SOURCE}._global{name} or None"
-        tracer.guard(GuardKind.CONSTANT_MATCH, source, None, "global module hooks")
+    sources = [f"{_HOOKS_MODULE_SOURCE}._global{name}" for name in HOOK_DICTS]
+    tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(sources), None, "global module hooks")

@@ -16,8 +16,8 @@ out of groups: ``==`` does not tell ``-0.0`` from ``0.0``, and NaN equals nothin
 **Members.** Each parameter, buffer or submodule read from a module's member dicts comes
 with a guard that the instance dict holds no entry of that name (``ABSENT_KEY`` of
 ``'weight'`` on ``M.__dict__``; see ``capture/attributes.py``). A module's such guards
-become one ``M.__dict__.keys().isdisjoint(names)``, checked where
-the first of them was.
+become one test, ``'weight' not in D and 'bias' not in D`` over the fetched dict ``D``,
+checked where the first of them was.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ class MembersGroup:
     :param first: index of the first such guard (where the group is checked).
     :param members: indices of every guard of the group.
     :param source: the module's ``__dict__`` (what the group's check reads).
-    :param names: the member names that must stay out of it.
+    :param names: the member names that must stay out of it, in the order first read.
     """
 
     first: int
     members: tuple[int, ...]
     source: str
-    names: frozenset[str]
+    names: tuple[str, ...]
 
 
 GuardGroup = SequenceGroup | MembersGroup
@@ -101,7 +101,7 @@ def plan_members(
     for source, reads in found.items():
         if len(reads) >= MIN_ITEMS:
             indices = tuple(index for index, _ in reads)
-            names = frozenset(name for _, name in reads)
+            names = tuple(dict.fromkeys(name for _, name in reads))
             groups[indices[0]] = MembersGroup(indices[0], indices, source, names)
     return groups
 

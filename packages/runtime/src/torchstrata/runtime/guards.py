@@ -22,6 +22,7 @@ import torch
 from torchstrata.core import Guard, GuardKind, TensorMeta, guard_condition
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
+from torchstrata.runtime.guard_sources import FetchedValues
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -63,7 +64,7 @@ class _SourceWriter:
     def __init__(self, fails_with_none: bool = False) -> None:
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
-        self.value_of_source: dict[str, str] = {}
+        self.fetched = FetchedValues()
         #: A failing guard returns None, not its index (the check of ``fetch_args``).
         self.fails_with_none = fails_with_none
 
@@ -72,42 +73,47 @@ class _SourceWriter:
         return "return None" if self.fails_with_none else f"return {index}"
 
     def constant(self, value: Any) -> str:
+        """An expression for ``value`` in the check: a literal for ``None``, a bool, and
+        an exact ``int`` or ``str`` (a constant load, no global lookup), else a name."""
+        if value is None or type(value) in _LITERAL_TYPES:
+            return repr(value)
         name = f"_c{len(self.constants)}"
         self.constants[name] = value
         return name
 
     def fetch(self, source: str, index: int) -> str:
-        """Emit code that evaluates ``source`` once; a failing expression fails guard ``index``."""
-        if source in self.value_of_source:
-            return self.value_of_source[source]
-        compile(source, "<guard>", "eval")  # a malformed source is the capture stage's bug
-        var = f"_v{len(self.value_of_source)}"
-        self.value_of_source[source] = var
+        """Emit code that evaluates ``source`` once; a failing expression fails guard
+        ``index``. Values fetched already are read from their variables
+        (:class:`~torchstrata.runtime.guard_sources.FetchedValues`)."""
+        var = self.fetched.get(source)
+        if var is not None:
+            return var
+        expression = self.fetched.expression(source)  # a malformed source raises here
+        var = f"_v{len(self.fetched.variables)}"
+        self.fetched.add(source, var)
         self.lines += [
             "    try:",
-            f"        {var} = {self._reuse(source)}",
+            f"        {var} = {expression}",
             "    except Exception:",
             f"        {self.fail(index)}",
         ]
         return var
 
-    def _reuse(self, source: str) -> str:
-        """``source`` with its longest already-fetched prefix read from that variable
-        (``L['self'][0].weight`` after ``L['self'][0]``: one container lookup, not two)."""
-        for end in range(len(source) - 1, 0, -1):
-            if source[end] in ".[" and source[:end] in self.value_of_source:
-                return self.value_of_source[source[:end]] + source[end:]
-        return source
-
     def check(self, condition: str, index: int) -> None:
         self.lines += [f"    if not ({condition}):", f"        {self.fail(index)}"]
+
+
+#: Types whose values the check writes as literals (``repr`` reads back the same value).
+_LITERAL_TYPES = (bool, int, str)
 
 
 def _group_condition(writer: _SourceWriter, group: GuardGroup, var: str) -> str:
     """One test of a group: a module dict holding none of the member names, or a
     constant sequence's type, length, item types and items."""
     if not isinstance(group, SequenceGroup):
-        return f"{var}.keys().isdisjoint({writer.constant(group.names)})"
+        # One ``in`` per name: cheaper than ``keys().isdisjoint(names)`` (a view and a
+        # set walk) for the few names a module reads.
+        return " and ".join(f"{writer.constant(name)} not in {var}" for name in group.names)
     container = writer.constant(group.container)
     types = writer.constant(group.item_types())
     values = writer.constant(group.snapshot())
@@ -220,7 +226,7 @@ def _fetching_check(
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
     keep = [source for source in wanted if source is not None]
     _write_checks(writer, guards, args_sources, plan_groups(guards, args_sources, keep))
-    values = [writer.value_of_source.get(source) for source in wanted if source is not None]
+    values = [writer.fetched.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None
     writer.lines.append("    return (" + "".join(f"{value}, " for value in values) + ")")
