@@ -83,6 +83,6 @@ def _no_hooks_source(hook_dicts: list[str]) -> str:
 
 def _guard_global_hooks(tracer: Tracer) -> None:
     hooks = torch.nn.modules.module
-    tracer.guard(GuardKind.ID_MATCH, _HOOKS_MODULE_SOURCE, id(hooks), "the global hooks' module")
+    tracer.guard_identity(_HOOKS_MODULE_SOURCE, hooks, "the global hooks' module")
     sources = [f"{_HOOKS_MODULE_SOURCE}._global{name}" for name in HOOK_DICTS]
     tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(sources), None, "global module hooks")

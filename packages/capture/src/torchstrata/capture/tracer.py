@@ -165,10 +165,10 @@ class Tracer:
         #: Per module class, the source its ``forward`` is guarded through (the first
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
         self.forward_sources: dict[type, str] = {}
-        #: Objects whose ``id()`` a guard compares and that nothing else may keep alive
-        #: (a code object its function no longer runs), by id: held as long as this
-        #: tracer (a capture's segments hold their frames, the frames their tracer), so
-        #: that no new object takes the address and passes the guard.
+        #: Every object whose ``id()`` a guard compares (see :meth:`guard_identity`), by
+        #: id: held as long as this tracer (a capture's segments hold their frames, the
+        #: frames their tracer), so that no new object takes a freed one's address and
+        #: passes its guard.
         self.kept_alive: dict[int, Any] = {}
         self._code_guarded: set[int] = set()
 
@@ -184,6 +184,14 @@ class Tracer:
         key = (kind, source, expected) if kind is GuardKind.ABSENT_KEY else (kind, source)
         self._guards.setdefault(key, Guard(kind, source, expected, description))
 
+    def guard_identity(self, source: str, value: Any, description: str = "") -> None:
+        """Guard that ``source`` is ``value`` itself (``ID_MATCH`` of its ``id()``), and
+        keep ``value`` alive while the guard can be checked: an object freed after the
+        capture (a global rebound, a function redefined) gives its address to the next
+        one of its size, whose ``id()`` would then pass the guard."""
+        self.guard(GuardKind.ID_MATCH, source, id(value), description)
+        self.kept_alive[id(value)] = value
+
     def guard_code(self, function: types.FunctionType, source: str) -> None:
         """Guard that ``function``, read from ``source``, still runs the code traced:
         ``function.__code__`` can be reassigned while the function object stays.
@@ -195,8 +203,7 @@ class Tracer:
             return
         code = function.__code__
         description = f"code of {function.__qualname__}"
-        self.guard(GuardKind.ID_MATCH, f"{source}.__code__", id(code), description)
-        self.kept_alive[id(code)] = code
+        self.guard_identity(f"{source}.__code__", code, description)
         if identified:
             self._code_guarded.add(id(function))
 
@@ -238,7 +245,7 @@ class Tracer:
             }
             return DictVar(entries, source=source)
         if guarded and source is not None:
-            self.guard(GuardKind.ID_MATCH, source, id(value), describe(ObjectVar(value)))
+            self.guard_identity(source, value, describe(ObjectVar(value)))
         return ObjectVar(value, source)
 
     def _lift_tensor(self, value: torch.Tensor, source: str | None) -> TensorVar:
