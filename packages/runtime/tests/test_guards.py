@@ -25,6 +25,26 @@ def test_bind_frame_applies_defaults_and_binds_self():
     assert frame["self"] is module and "input" in frame
 
 
+def test_bind_frame_follows_a_reassigned_code():
+    """The signature is cached by function and code: after ``__code__`` is reassigned,
+    calls bind by the new code's parameters, and by the old ones once it is back."""
+
+    def first(x, y):
+        return x
+
+    def second(a, b):
+        return a
+
+    original = first.__code__
+    assert set(rt.bind_frame(first, (1, 2), {})) == {"x", "y"}
+    first.__code__ = second.__code__
+    try:
+        assert set(rt.bind_frame(first, (1, 2), {})) == {"a", "b"}
+    finally:
+        first.__code__ = original
+    assert set(rt.bind_frame(first, (1, 2), {})) == {"x", "y"}
+
+
 def test_every_guard_kind_and_the_failing_one_is_named():
     x = torch.randn(2, 3)
     guards = rt.GuardSet(

@@ -14,7 +14,7 @@ from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.frames import FrameBinder, _signature, frame_globals
+from torchstrata.runtime.frames import FrameBinder, frame_globals
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
@@ -96,7 +96,6 @@ class CompiledFunction:
                 self.recompile_reasons.append(reason)
             logger.info("recompiling %s", reason)
             self.cache.clear()
-            _signature.cache_clear()  # cached by function object, not by code
             self._bind = FrameBinder(self.fn)
             self._code = self._plain.__code__
 

@@ -26,8 +26,15 @@ def _unwrap(fn: Callable[..., Any]) -> tuple[Any, Callable[..., Any]]:
     return None, fn
 
 
-@functools.lru_cache(maxsize=256)
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature (None when it has none), for the code it runs now."""
+    return _signature_of_code(fn, getattr(fn, "__code__", None))
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_of_code(fn: Callable[..., Any], code: Any) -> inspect.Signature | None:
+    """Keyed by the code too: a function whose ``__code__`` is reassigned (a hot
+    reload) takes the new code's parameters, and its old entry is never read again."""
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):
