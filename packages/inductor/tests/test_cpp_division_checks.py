@@ -200,7 +200,7 @@ def test_a_gather_and_a_division_in_one_kernel_raise_their_own_errors(ind):
     graph = b.build([b.call(prim("add"), picked, quotient)])
     compiled = ind.compile(graph, "cpp")
     (kernel,) = compiled.kernels
-    assert "reduction(|:oob_buf_x_37, zero_divisor)" in kernel.source
+    assert "reduction(|:zero_divisor, oob_buf_x_37)" in kernel.source
     inputs = [
         torch.randn(5, 37),
         torch.randint(0, 37, (5, 9)),
@@ -210,6 +210,32 @@ def test_a_gather_and_a_division_in_one_kernel_raise_their_own_errors(ind):
     torch.testing.assert_close(compiled(*inputs)[0], interpret(graph, *inputs)[0])
     inputs[3][1, 1] = 0
     _raises_like_eager(compiled, graph, inputs)
-    inputs[3][1, 1], inputs[1][2, 2] = 1, 37
+    # Both fail: the kernel reports the division (see the next test); eager reports the
+    # op it runs first, in this graph the gather.
+    inputs[1][2, 2] = 37
+    with pytest.raises(RuntimeError, match=r"^ZeroDivisionError$"):
+        compiled(*inputs)
+    inputs[3][1, 1] = 1
     with pytest.raises(IndexError, match=r"^index 37 is out of bounds"):
         compiled(*inputs)
+
+
+def test_an_index_computed_by_a_division_by_zero_reports_the_division(ind):
+    # Eager divides first and raises there; the kernel's index, computed from a quotient
+    # by a replaced divisor, may be out of range too, and the division check comes first.
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((5, 37), torch.float32))
+    n = b.input("n", TensorMeta((5, 9), torch.int64))
+    d = b.input("d", TensorMeta((5, 9), torch.int64))
+    graph = b.build([b.call(prim("gather"), x, 1, b.call(prim("div"), n, d))])
+    compiled = ind.compile(graph, "cpp")
+    assert compiled.eager_ops == ()
+    x_values = torch.randn(5, 37)
+    numerators = torch.randint(0, 37, (5, 9)) * 3
+    denominators = torch.full((5, 9), 3)
+    torch.testing.assert_close(
+        compiled(x_values, numerators, denominators)[0],
+        x_values.gather(1, numerators // denominators),
+    )
+    numerators[0, 0], denominators[0, 0] = 100, 0  # the quotient of the replaced divisor, 100
+    _raises_like_eager(compiled, graph, (x_values, numerators, denominators))

@@ -22,9 +22,11 @@ check's loads again, in the order of its domain (rows, then reduced dims; row-ma
 a gather over the last dim), and stores the first out-of-range index in its extra
 ``int64_t*`` argument (slot 0; slot 1 set to 1). Only this failing path pays for that
 scan. An index computed from a reduction of the kernel is not scanned (slot 1 stays 0).
-The kernel returns the 1-based number of the check that failed (0: all passed; the
-gather checks come first, then the division check), and :class:`CheckedKernel` raises
-:class:`IndexError` (a gather's) or ``RuntimeError("ZeroDivisionError")``.
+The kernel returns the 1-based number of the check that failed (0: all passed), and
+:class:`CheckedKernel` raises :class:`IndexError` (a gather's) or
+``RuntimeError("ZeroDivisionError")``. The division check comes first: after a zero
+divisor the values computed from its quotient are arbitrary, and an index computed from
+them may be out of range too, where eager raised for the division.
 
 A kernel without indirect loads or integer divisions by values has none of this: its
 source is exactly as before. The backend passes :func:`kernel_checks` of the kernel to
@@ -94,9 +96,9 @@ def gather_checks(kernel: Kernel) -> tuple[GatherCheck, ...]:
 
 
 def kernel_checks(kernel: Kernel) -> tuple[KernelCheck, ...]:
-    """Every check of ``kernel``: its gathers' (sorted), then its divisors'; the kernel
-    returns the 1-based number of the first that failed."""
-    return (*gather_checks(kernel), *division_checks(kernel))
+    """Every check of ``kernel``: its divisors' (see the module), then its gathers'
+    (sorted); the kernel returns the 1-based number of the first that failed."""
+    return (*division_checks(kernel), *gather_checks(kernel))
 
 
 def check_update(load: IndirectLoad, position: str) -> str:
