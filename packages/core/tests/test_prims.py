@@ -80,6 +80,24 @@ def test_integer_div_truncates_and_float_div_is_true():
     assert get_prim("div").impl(torch.tensor([-7.0]), 2).tolist() == [-3.5]
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_div_is_eagers_trunc_without_its_trap(dtype):
+    # ATen's CPU trunc division of int32/int64 dies of SIGFPE on the smallest value by -1;
+    # the reference wraps, as eager's floor division does. A zero divisor raises as eager.
+    info = torch.iinfo(dtype)
+    values = torch.tensor([info.min, info.min + 1, -7, -6, -1, 0, 1, 5, 7, info.max])
+    values = values[(values >= info.min) & (values <= info.max)].to(dtype)
+    a, b = (grid.flatten() for grid in torch.meshgrid(values, values, indexing="ij"))
+    safe = (b != 0) & ~((a == info.min) & (b == -1) & (info.min < 0))
+    expected = torch.div(a[safe], b[safe], rounding_mode="trunc")
+    assert torch.equal(get_prim("div").impl(a[safe], b[safe]), expected)
+    if info.min < 0:
+        smallest = torch.tensor([info.min], dtype=dtype)
+        assert get_prim("div").impl(smallest, -1).tolist() == [info.min]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        get_prim("div").impl(a, b)
+
+
 def test_reductions_drop_dims_and_handle_empty_dims():
     x = torch.randn(2, 3, 4)
     assert get_prim("sum").impl(x, [0, 2]).shape == (3,)

@@ -326,9 +326,17 @@ def _scalar_tensor(value: Any, like: torch.Tensor) -> torch.Tensor:
 
 
 def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """True division of floats; truncating division of integers. On the CPU, the floor
+    quotient moved up by one where the remainder is nonzero and the signs differ: ATen's
+    CPU ``div(rounding_mode="trunc")`` of int32/int64 dies of SIGFPE on the smallest value
+    by -1, its floor division wraps (a zero divisor raises in both)."""
     if a.dtype.is_floating_point or a.dtype.is_complex:
         return torch.true_divide(a, b)
-    return torch.div(a, b, rounding_mode="trunc")
+    if a.device.type != "cpu" or a.dtype == torch.uint8:
+        return torch.div(a, b, rounding_mode="trunc")
+    floor = torch.div(a, b, rounding_mode="floor")
+    inexact = (torch.fmod(a, b) != 0) & ((a < 0) != (b < 0))
+    return floor + inexact.to(floor.dtype)
 
 
 def _reduce_impl(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

@@ -4,10 +4,12 @@ text: loads with their masks, gathers, ops), stores, tile reductions and the mod
 a kernel body (:func:`module_source`).
 
 Under the interpreter only ``tl``/``tl.math`` functions exist, so prims that need
-``libdevice`` are left to ATen there. Kernels use only Triton's builtins, never its
-``@triton.jit`` standard library (``tl.zeros``, ``tl.sum``...): those are decorated when
-Triton is imported, and the interpreter cannot call them unless ``TRITON_INTERPRET`` was
-already set at that moment.
+``libdevice`` are left to ATen there. So is an integer ``div``: the interpreter runs on CPU
+tensors, where eager raises for a zero divisor, and a kernel cannot raise (it gives 0;
+CUDA's eager does not raise, so GPU kernels keep their division). Kernels use only
+Triton's builtins, never its ``@triton.jit`` standard library (``tl.zeros``,
+``tl.sum``...): those are decorated when Triton is imported, and the interpreter cannot
+call them unless ``TRITON_INTERPRET`` was already set at that moment.
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ def supports(name: str, dtype: torch.dtype, *, interpret: bool) -> bool:
         known |= set(_LIBDEVICE_UNARY) | set(_LIBDEVICE_BINARY)
     if name not in known or (name in _FLOAT_ONLY and not dtype.is_floating_point):
         return False
+    if interpret and name == "div" and not dtype.is_floating_point:
+        return False  # ATen's CPU kernel raises for a zero divisor (see the module)
     arithmetic = (
         "add",
         "sub",
