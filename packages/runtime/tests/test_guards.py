@@ -315,3 +315,16 @@ def test_each_hook_fails_the_generated_check_of_a_submodule_call(register, owner
     finally:
         handle.remove()
     assert check((x,), function._globals) == -1
+
+
+def test_an_identity_guard_holding_its_object_compares_with_is():
+    """An ``ID_MATCH`` that holds its object (``referent``) is checked with ``is``; one
+    whose referent is not the object of its ``id()`` falls back to comparing ids."""
+    module = torch.nn.Linear(2, 2)
+    held = rt.GuardSet([Guard(GuardKind.ID_MATCH, "L['m']", id(module), referent=module)])
+    assert "_v0 is _c0" in held.source and "id(" not in held.source
+    assert held.failure({"m": module}, {}) is None
+    assert held.failure({"m": torch.nn.Linear(2, 2)}, {}) is not None
+    other = rt.GuardSet([Guard(GuardKind.ID_MATCH, "L['m']", id(module), referent=object())])
+    assert "id(_v0) ==" in other.source
+    assert other.failure({"m": module}, {}) is None

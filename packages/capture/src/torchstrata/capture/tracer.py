@@ -165,11 +165,6 @@ class Tracer:
         #: Per module class, the source its ``forward`` is guarded through (the first
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
         self.forward_sources: dict[type, str] = {}
-        #: Every object whose ``id()`` a guard compares (see :meth:`guard_identity`), by
-        #: id: held as long as this tracer (a capture's segments hold their frames, the
-        #: frames their tracer), so that no new object takes a freed one's address and
-        #: passes its guard.
-        self.kept_alive: dict[int, Any] = {}
         self._code_guarded: set[int] = set()
 
     # ------------------------------------------------------------------ guards
@@ -185,12 +180,12 @@ class Tracer:
         self._guards.setdefault(key, Guard(kind, source, expected, description))
 
     def guard_identity(self, source: str, value: Any, description: str = "") -> None:
-        """Guard that ``source`` is ``value`` itself (``ID_MATCH`` of its ``id()``), and
-        keep ``value`` alive while the guard can be checked: an object freed after the
+        """Guard that ``source`` is ``value`` itself (``ID_MATCH`` of its ``id()``), the
+        guard holding ``value`` (:attr:`Guard.referent`): an object freed after the
         capture (a global rebound, a function redefined) gives its address to the next
         one of its size, whose ``id()`` would then pass the guard."""
-        self.guard(GuardKind.ID_MATCH, source, id(value), description)
-        self.kept_alive[id(value)] = value
+        guard = Guard(GuardKind.ID_MATCH, source, id(value), description, referent=value)
+        self._guards.setdefault((GuardKind.ID_MATCH, source), guard)
 
     def guard_code(self, function: types.FunctionType, source: str) -> None:
         """Guard that ``function``, read from ``source``, still runs the code traced:

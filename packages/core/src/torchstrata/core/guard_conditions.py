@@ -31,6 +31,9 @@ def guard_condition(guard: Guard, var: str, constant: Constant) -> str:
     if kind is GuardKind.CONSTANT_MATCH:
         return constant_condition(var, expected, constant)
     if kind is GuardKind.ID_MATCH:
+        referent = guard.referent
+        if referent is not None and id(referent) == expected:  # held: cheaper than id()
+            return f"{var} is {constant(referent)}"
         return f"id({var}) == {constant(expected)}"
     if kind is GuardKind.TYPE_MATCH:
         return f"type({var}) is {constant(expected)}"

@@ -36,12 +36,18 @@ class Guard:
     ``expected`` is a :class:`~torchstrata.core.TensorMeta` for tensor guards, the
     value for constant guards, an ``id()`` for identity guards, a type for type guards,
     the key for absent-key guards.
+
+    ``referent`` is the object an identity guard identifies (its ``id()`` is
+    ``expected``), held by the guard: while the guard lives no other object can take
+    that address and pass it, and a check may compare with ``is``. None: not held (the
+    check compares ``id()``s). It takes no part in equality or hashing.
     """
 
     kind: GuardKind
     source: str
     expected: Any
     description: str = ""
+    referent: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
