@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Guard, guard_condition
+from torchstrata.core import FetchedValues, Guard, guard_condition
 
 #: ``check(L, S, C, G)``: the index of the first failing guard, or -1.
 GuardCheck = Callable[[Any, Any, Any, Any], int]
@@ -28,14 +28,16 @@ def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
         return name
 
     lines = ["def check(L, S, C, G):"]
-    fetched: dict[str, str] = {}
+    fetched = FetchedValues()
     for index, guard in enumerate(guards):
         var = fetched.get(guard.source)
         if var is None:
-            var = fetched[guard.source] = f"_v{len(fetched)}"
+            expression = fetched.expression(guard.source)  # reads what was fetched already
+            var = f"_v{len(fetched.variables)}"
+            fetched.add(guard.source, var)
             lines += [
                 "    try:",
-                f"        {var} = {guard.source}",
+                f"        {var} = {expression}",
                 "    except Exception:",
                 f"        return {index}",
             ]

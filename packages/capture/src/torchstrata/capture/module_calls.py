@@ -14,7 +14,7 @@ overridden ``__call__`` (:func:`check_module_call`); for a module read from a so
   ``S.__dict__['_forward_hooks'] or S.__dict__['_forward_pre_hooks'] or ... or None``
   is None (a dict subscript and a jump per dict, then one ``is``). The runtime reads
   every subexpression of a source that it has fetched already from its variable
-  (``runtime/guard_sources.py``), so the module and its dict are fetched once, not once
+  (``core/guard_sources.py``), so the module and its dict are fetched once, not once
   per hook dict;
 * the class's ``forward`` by identity (and its ``__code__``, see
   :meth:`Tracer.guard_code`), read through the first instance of the class called in

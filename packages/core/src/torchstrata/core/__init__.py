@@ -11,6 +11,7 @@ from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.guard_conditions import constant_condition, guard_condition
+from torchstrata.core.guard_sources import FetchedValues
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.meta import (
@@ -97,6 +98,7 @@ __all__ = [
     "CompiledGraph",
     "DirectProgram",
     "DuplicatePluginError",
+    "FetchedValues",
     "FxImportError",
     "Graph",
     "GraphBreak",

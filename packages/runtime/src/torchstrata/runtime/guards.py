@@ -19,10 +19,9 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Guard, GuardKind, TensorMeta, guard_condition
+from torchstrata.core import FetchedValues, Guard, GuardKind, TensorMeta, guard_condition
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
-from torchstrata.runtime.guard_sources import FetchedValues
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -84,7 +83,7 @@ class _SourceWriter:
     def fetch(self, source: str, index: int) -> str:
         """Emit code that evaluates ``source`` once; a failing expression fails guard
         ``index``. Values fetched already are read from their variables
-        (:class:`~torchstrata.runtime.guard_sources.FetchedValues`)."""
+        (:class:`~torchstrata.core.FetchedValues`)."""
         var = self.fetched.get(source)
         if var is not None:
             return var

@@ -1,7 +1,7 @@
 """Guard sources rewritten to read the values a check function has fetched already.
 
-The check function of a guard set fetches each distinct source once into a local
-variable (:class:`~torchstrata.runtime.guards.GuardSet`). Sources nest: a module tree
+A generated guard check (the runtime's cache-entry checks, capture's checks of the
+segments after a graph break) fetches each distinct source once into a local variable. Sources nest: a module tree
 reads ``L['self']._modules['0']``, then ``L['self']._modules['0'].__dict__``, then
 ``len(L['self']._modules['0'].normalized_shape)``, and one guard reads a module's four
 hook dicts as ``D['_forward_hooks'] or D['_forward_pre_hooks'] or ...`` over its

@@ -1,0 +1,38 @@
+"""FetchedValues: guard sources rewritten to read the values fetched before them."""
+
+from __future__ import annotations
+
+from torchstrata.core import FetchedValues
+
+
+def _fetched(*sources: str) -> FetchedValues:
+    fetched = FetchedValues()
+    for index, source in enumerate(sources):
+        fetched.add(source, f"_v{index}")
+    return fetched
+
+
+def test_nothing_fetched_leaves_a_source_as_written():
+    assert FetchedValues().expression("L['self'] . weight") == "L['self'] . weight"
+
+
+def test_the_longest_fetched_subexpression_is_read_from_its_variable():
+    fetched = _fetched("L['self']", "L['self']._modules['0']")
+    assert fetched.expression("L['self']._modules['0'].weight") == "_v1.weight"
+    assert fetched.expression("L['self'].training") == "_v0.training"
+    assert fetched.get("L['self']") == "_v0" and "L['self']" in fetched
+
+
+def test_inside_calls_and_each_operand_of_an_or():
+    fetched = _fetched("L['m'].__dict__")
+    hooks = "L['m'].__dict__['_forward_hooks'] or L['m'].__dict__['_backward_hooks'] or None"
+    assert fetched.expression(hooks) == "_v0['_forward_hooks'] or _v0['_backward_hooks'] or None"
+    assert fetched.expression("len(L['m'].__dict__['shape'])") == "len(_v0['shape'])"
+
+
+def test_sources_match_by_expression_not_by_text():
+    """Spacing and quotes do not matter; text inside a string key is never a match."""
+    fetched = _fetched('L["x"]')
+    assert fetched.expression("L['x'] [0]") == "_v0[0]"
+    assert fetched.expression("G[\"L['x']\"]") == "G[\"L['x']\"]"
+    assert fetched.expression("L['xy']") == "L['xy']"
