@@ -4,10 +4,12 @@ A guard's ``source`` is a Python expression over ``L`` (the call's arguments bou
 parameter name, defaults included, plus ``self`` for a bound method) and ``G`` (the
 function's globals); see :mod:`torchstrata.runtime.frames`. All guards of one cache
 entry become ONE function, generated as source text and compiled once; each source
-expression is evaluated once per check. A second function, generated when every source
+expression is evaluated once per check, reading the subexpressions that earlier sources
+fetched from their variables (:class:`~torchstrata.core.FetchedValues`). A second
+function, generated when every source
 can be rewritten so, reads the arguments of a positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
-module's unshadowed members, are checked as one comparison each
+module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`).
 """
 
