@@ -36,3 +36,31 @@ def test_sources_match_by_expression_not_by_text():
     assert fetched.expression("L['x'] [0]") == "_v0[0]"
     assert fetched.expression("G[\"L['x']\"]") == "G[\"L['x']\"]"
     assert fetched.expression("L['xy']") == "L['xy']"
+
+
+def test_a_read_two_sources_make_is_fetched_once_before_the_first():
+    sources = ["L['m']._parameters['weight']", "L['m']._parameters['bias']", "L['é'].x", "L['é'].y"]
+    fetched = FetchedValues(sources)
+    assert fetched.reads_before(sources[0]) == ["L['m']", "L['m']._parameters"]
+    fetched.add("L['m']", "_v0")
+    fetched.add("L['m']._parameters", "_v1")
+    assert fetched.reads_before(sources[1]) == []
+    assert fetched.expression(sources[1]) == "_v1['bias']"
+    assert fetched.reads_before(sources[2]) == ["L['é']"]  # offsets count UTF-8 bytes
+
+
+def test_reads_that_may_not_happen_are_not_fetched_up_front():
+    """An ``or`` operand after the first, a conditional's branches and a lambda body may
+    never be evaluated: fetching them first could fail a guard that holds."""
+    sources = [
+        "L['a'] or L['b'].c",
+        "L['b'].c.d",
+        "L['x'].y if L['t'] else L['x'].y",
+        "tuple(map(lambda v: v.w, L['s']))",
+        "L['s'].w",
+    ]
+    fetched = FetchedValues(sources)
+    assert all(fetched.reads_before(source) == [] for source in sources[:2])
+    assert fetched.reads_before(sources[2]) == []
+    fetched.add("L['s']", "_v0")
+    assert fetched.expression(sources[3]) == "tuple(map(lambda v: v.w, _v0))"

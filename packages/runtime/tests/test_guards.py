@@ -114,8 +114,10 @@ def test_a_fetched_source_is_reused_by_longer_ones():
             Guard(GuardKind.CONSTANT_MATCH, "len(L['self'])", 1),
         ]
     )
-    assert "_v1 = _v0.weight" in guards.source
-    assert "len(L['self'])" in guards.source  # not a prefix: evaluated as written
+    # L['self'] is read by all three: fetched once, before the first
+    assert "_v0 = L['self']" in guards.source and "_v1 = _v0[0]" in guards.source
+    assert "_v2 = _v1.weight" in guards.source
+    assert "_v3 = len(_v0)" in guards.source  # inside a call too
     frame = rt.bind_frame(module.forward, (torch.ones(4),), {})
     assert guards.failure(frame, {}) is None
     module[0] = torch.nn.Linear(4, 4)
@@ -248,9 +250,9 @@ def test_a_fetched_value_is_read_from_its_variable_inside_calls_and_ors():
             Guard(GuardKind.CONSTANT_MATCH, "len(L['self'].__dict__['_parameters'])", 2),
         ]
     )
-    assert "_v0 = L['self'].__dict__" in guards.source
-    assert "_v1 = _v0['_forward_hooks'] or _v0['_buffers'] or None" in guards.source
-    assert "_v2 = len(_v0['_parameters'])" in guards.source
+    assert "_v1 = _v0.__dict__" in guards.source  # _v0: L['self'], read by all three
+    assert "_v2 = _v1['_forward_hooks'] or _v1['_buffers'] or None" in guards.source
+    assert "_v3 = len(_v1['_parameters'])" in guards.source
     assert guards.failure({"self": module}, {}) is None
     handle = module.register_forward_hook(lambda *args: None)
     assert guards.failure({"self": module}, {}).guard.source.startswith("L['self'].__dict__[")
@@ -328,3 +330,25 @@ def test_an_identity_guard_holding_its_object_compares_with_is():
     other = rt.GuardSet([Guard(GuardKind.ID_MATCH, "L['m']", id(module), referent=object())])
     assert "id(_v0) ==" in other.source
     assert other.failure({"m": module}, {}) is None
+
+
+def test_a_read_shared_by_two_sources_is_fetched_once_and_still_guarded():
+    module = torch.nn.Linear(2, 2)
+    guards = rt.GuardSet(
+        [
+            Guard(
+                GuardKind.TENSOR_MATCH,
+                f"L['self']._parameters[{name!r}]",
+                TensorMeta.from_tensor(getattr(module, name)),
+            )
+            for name in ("weight", "bias")
+        ]
+    )
+    assert guards.source.count("._parameters") == 1
+    assert "_v2 = _v1['weight']" in guards.source and "_v3 = _v1['bias']" in guards.source
+    assert guards.failure({"self": module}, {}) is None
+    module.bias = torch.nn.Parameter(torch.zeros(3))
+    assert guards.failure({"self": module}, {}).guard.source.endswith("['bias']")
+    object.__delattr__(module, "_parameters")  # the shared read fails: the first guard does
+    assert guards.failure({"self": module}, {}).guard.source.endswith("['weight']")
+    assert guards.check({"self": module}, {}) == 0

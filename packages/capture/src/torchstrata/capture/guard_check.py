@@ -28,19 +28,21 @@ def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
         return name
 
     lines = ["def check(L, S, C, G):"]
-    fetched = FetchedValues()
+    fetched = FetchedValues([guard.source for guard in guards])
     for index, guard in enumerate(guards):
+        if guard.source not in fetched:
+            # reads shared with later sources first, then the source reading them
+            for source in [*fetched.reads_before(guard.source), guard.source]:
+                new = f"_v{len(fetched.variables)}"
+                lines += [
+                    "    try:",
+                    f"        {new} = {fetched.expression(source)}",
+                    "    except Exception:",
+                    f"        return {index}",
+                ]
+                fetched.add(source, new)
         var = fetched.get(guard.source)
-        if var is None:
-            expression = fetched.expression(guard.source)  # reads what was fetched already
-            var = f"_v{len(fetched.variables)}"
-            fetched.add(guard.source, var)
-            lines += [
-                "    try:",
-                f"        {var} = {expression}",
-                "    except Exception:",
-                f"        return {index}",
-            ]
+        assert var is not None
         lines += [
             f"    if not ({guard_condition(guard, var, constant)}):",
             f"        return {index}",

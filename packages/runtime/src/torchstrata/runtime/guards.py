@@ -62,10 +62,10 @@ def _describe_meta(meta: TensorMeta) -> str:
 class _SourceWriter:
     """Accumulates the generated check function and the constants it closes over."""
 
-    def __init__(self, fails_with_none: bool = False) -> None:
+    def __init__(self, sources: Sequence[str], fails_with_none: bool = False) -> None:
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
-        self.fetched = FetchedValues()
+        self.fetched = FetchedValues(sources)
         #: A failing guard returns None, not its index (the check of ``fetch_args``).
         self.fails_with_none = fails_with_none
 
@@ -89,6 +89,11 @@ class _SourceWriter:
         var = self.fetched.get(source)
         if var is not None:
             return var
+        for read in self.fetched.reads_before(source):  # shared with a later source
+            self._fetch_new(read, index)
+        return self._fetch_new(source, index)
+
+    def _fetch_new(self, source: str, index: int) -> str:
         expression = self.fetched.expression(source)  # a malformed source raises here
         var = f"_v{len(self.fetched.variables)}"
         self.fetched.add(source, var)
@@ -206,7 +211,7 @@ def _generate(
     Groups are formed except from sources in ``keep``; ``keep=None`` forms
     none (each guard checked alone, as :meth:`GuardSet.failure` needs to name one)."""
     groups = {} if keep is None else plan_groups(guards, sources, keep)
-    writer = _SourceWriter()
+    writer = _SourceWriter(sources)
     writer.lines.append(f"def check_guards({frame_name}, G):")
     _write_checks(writer, guards, sources, groups)
     writer.lines.append("    return -1")
@@ -223,7 +228,7 @@ def _fetching_check(
     holds; None when one of them is not read by a guard (reading it in the check could
     raise, or run code, where the guards alone would not)."""
     wanted = [binder.args_source(source) for source in fetch_sources]
-    writer = _SourceWriter(fails_with_none=True)
+    writer = _SourceWriter(args_sources, fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
     keep = [source for source in wanted if source is not None]
     _write_checks(writer, guards, args_sources, plan_groups(guards, args_sources, keep))
