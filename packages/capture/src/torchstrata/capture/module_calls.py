@@ -9,7 +9,8 @@ overridden ``__call__`` (:func:`check_module_call`); for a module read from a so
 * ``type(S)`` (``TYPE_MATCH``): the class whose ``forward`` was traced;
 * no ``forward`` in ``S.__dict__`` (``ABSENT_KEY``): one assigned to the instance
   later would shadow the class's. It joins the module's other member-shadowing guards,
-  which the runtime checks as one ``isdisjoint`` of the instance dict;
+  which the runtime checks as one test of the instance dict (``'forward' not in D and
+  'weight' not in D ...``);
 * its four hook dicts empty, as ONE guard over that instance dict:
   ``S.__dict__['_forward_hooks'] or S.__dict__['_forward_pre_hooks'] or ... or None``
   is None (a dict subscript and a jump per dict, then one ``is``). The runtime reads

@@ -6,8 +6,8 @@ function's globals); see :mod:`torchstrata.runtime.frames`. All guards of one ca
 entry become ONE function, generated as source text and compiled once; each source
 expression is evaluated once per check, reading the subexpressions that earlier sources
 fetched from their variables (:class:`~torchstrata.core.FetchedValues`). A second
-function, generated when every source
-can be rewritten so, reads the arguments of a positional call straight from their tuple.
+function, generated when every source can be rewritten so, reads the arguments of a
+positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
 module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`).
