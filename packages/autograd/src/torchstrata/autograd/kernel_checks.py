@@ -18,8 +18,9 @@ where eager raises:
 
 Which op checks what is each kernel's own choice, so the real kernel answers: the call
 is repeated on ATen's kernel for the trace's device with every tensor argument a tensor
-of ones cut to at most two elements per dimension. Where that raises one of the errors above, the trace
-raises it too, and the runtime runs the function eagerly, which raises the user's error.
+of ones cut to at most two elements per dimension. Where that raises one of the errors
+above, the trace raises it too, and the runtime runs the function eagerly, which raises
+the user's error.
 
 - The dtype question depends on the op and its arguments' dtypes only. It is asked
   once per process for each such signature of a CPU trace, and never for a GPU trace

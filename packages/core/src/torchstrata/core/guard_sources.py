@@ -1,10 +1,10 @@
 """Guard sources rewritten to read the values a check function has fetched already.
 
 A generated guard check (the runtime's cache-entry checks, capture's checks of the
-segments after a graph break) fetches each distinct source once into a local variable. Sources nest: a module tree
-reads ``L['self']._modules['0']``, then ``L['self']._modules['0'].__dict__``, then
-``len(L['self']._modules['0'].normalized_shape)``, and one guard reads a module's four
-hook dicts as ``D['_forward_hooks'] or D['_forward_pre_hooks'] or ...`` over its
+segments after a graph break) fetches each distinct source once into a local variable.
+Sources nest: a module tree reads ``L['self']._modules['0']``, then
+``L['self']._modules['0'].__dict__``, then ``len(L['self']._modules['0'].normalized_shape)``,
+and one guard reads a module's four hook dicts as ``D['_forward_hooks'] or D['_forward_pre_hooks'] or ...`` over its
 ``__dict__`` ``D``. :class:`FetchedValues` replaces every subexpression of a source that
 an earlier fetch evaluated by that fetch's variable, so each attribute chain is walked
 once per check, wherever it appears in a source (a prefix, a call's argument, one
