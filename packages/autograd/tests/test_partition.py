@@ -33,7 +33,8 @@ def test_pointwise_chain_saves_only_its_input():
 
 
 def test_matmul_output_is_saved_not_recomputed():
-    graph = _graph(lambda b, x, w: _call(b, torch.tanh, _call(b, operator.matmul, x, w)))
+    # sin's backward reads its input, the matmul (tanh's would read its returned result)
+    graph = _graph(lambda b, x, w: _call(b, torch.sin, _call(b, operator.matmul, x, w)))
     parts = partition(trace_graph(graph, training=True))
     assert "aten.mm.default" in [node.op.name for node in parts.saved if node.op is not None]
     tangent = parts.backward.inputs[-1]
@@ -53,6 +54,23 @@ def _depends_on(node, target):
             seen.add(current)
             stack.extend(current.input_nodes())
     return False
+
+
+def test_a_returned_value_is_saved_rather_than_the_inputs_it_is_built_from():
+    """``h = x + w`` is returned and ``sin(h)``'s backward reads it: the caller holds
+    ``h`` anyway, so the forward saves it, and the backward reads one tensor instead of
+    recomputing it from two (residual + LayerNorm training, K6)."""
+
+    def build(b, x, w):
+        h = _call(b, operator.add, x, w)
+        return h, _call(b, torch.sin, h)
+
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((8, 8), torch.float32, requires_grad=True))
+    w = b.input("w", TensorMeta((8, 8), torch.float32, requires_grad=True))
+    graph = b.build(list(build(b, x, w)))
+    parts = partition(trace_graph(graph, training=True))
+    assert [node.op.name if node.op else node.name for node in parts.saved] == ["aten.add.Tensor"]
 
 
 def test_backward_inputs_are_saved_values_then_tangents():

@@ -52,7 +52,8 @@ _CHEAP_OPS = frozenset(
 )
 
 
-#: The cut counts a saved primal input at this fraction of its bytes (see choose_saved).
+#: The cut counts a saved primal input or user output at this fraction of its bytes (see
+#: choose_saved).
 PRIMAL_DISCOUNT = 0.5
 
 
@@ -123,6 +124,8 @@ def choose_saved(trace: JointTrace) -> list[Node]:
     primals = set(joint.inputs[: trace.num_primals])
     tangents = set(joint.inputs[trace.num_primals :])
     grads = joint.outputs[trace.num_forward_outputs :]
+    # the caller holds these anyway (write-backs are copied into inputs: not these)
+    held = primals | set(joint.outputs[: trace.num_user_outputs])
     tangent_dependent = set(tangents)
     for node in joint.nodes:
         if any(arg in tangent_dependent for arg in node.input_nodes()):
@@ -148,10 +151,12 @@ def choose_saved(trace: JointTrace) -> list[Node]:
         if node in grads:
             flow.add_edge(vout, "sink")
         weight = _weight(node)
-        if node in primals:
-            # Saving an input writes nothing in the forward and usually keeps nothing alive
-            # that the caller does not hold anyway: half the price of saving a value of
-            # the same size (an fp32 log-softmax is recomputed from its fp32 logits).
+        if node in held:
+            # Saving an input or a returned value writes nothing more in the forward and
+            # usually keeps nothing alive that the caller does not hold anyway: half the
+            # price of saving a value of the same size (an fp32 log-softmax is recomputed
+            # from its fp32 logits; a returned residual sum ``h = x + dropout(r)`` is
+            # saved once rather than ``x`` and ``r``, read again to recompute it).
             weight *= PRIMAL_DISCOUNT
         if math.isinf(weight):
             flow.add_edge(vin, vout)
