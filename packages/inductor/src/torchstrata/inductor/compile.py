@@ -108,7 +108,12 @@ def compile_graph(
     relaid = _relaid_outputs(promised, graph.outputs, plan)
     source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
-    eager_ops = tuple(str(step.node.op) for step in plan.steps if isinstance(step, ExternStep))
+    eager_ops = tuple(
+        str(step.node.op)
+        for step in plan.steps
+        if isinstance(step, ExternStep)
+        and not getattr(plan.lowered[step.node], "allocate_only", False)
+    )
     stats = {
         "backend": backend.name,
         "kernels": len(infos),

@@ -213,6 +213,13 @@ def _extern_lines(
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
+    if lowered.allocate_only:
+        meta = node.tensor_meta
+        dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
+        return [
+            f"    {buffer_name(node)} = empty_strided({meta.shape!r}, {meta.strides!r}, "
+            f"dtype={dtype}, device={device})  # {lowered.reason}"
+        ]
     op = node.op.resolve() if in_place is None else in_place
     fn = env.name(direct_call(op, node.kwargs), "extern")
     args = [_render_arg(arg, env) for arg in node.args]

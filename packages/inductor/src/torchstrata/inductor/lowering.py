@@ -38,6 +38,7 @@ from torchstrata.core import (
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
 from torchstrata.inductor.kernel import reduction_identity
+from torchstrata.inductor.templates import shape_templates
 
 IndexTuple = tuple[Index, ...]
 
@@ -112,10 +113,14 @@ class Reduction:
 
 @attrs.frozen(eq=False)
 class Extern:
-    """A node run eagerly between kernels; ``reason`` says why it was not generated."""
+    """A node run eagerly between kernels; ``reason`` says why it was not generated.
+
+    ``allocate_only``: the node is a shape template (:mod:`.templates`); the launcher
+    allocates it uninitialised instead of computing it."""
 
     node: Node
     reason: str
+    allocate_only: bool = False
 
 
 @attrs.frozen(eq=False)
@@ -134,8 +139,13 @@ Supports = Callable[[str, torch.dtype], bool]
 def lower_graph(graph: Graph, supports: Supports) -> dict[Node, Lowered]:
     """Lower every node of a prims graph (see the module docstring)."""
     lowered: dict[Node, Lowered] = {node: InputBuffer(node) for node in graph.inputs}
+    templates = shape_templates(graph)
     for node in graph.nodes:
-        lowered[node] = lower_node(node, lowered, supports)
+        if node in templates:
+            reason = "read only for its shape by random ops: allocated, not filled"
+            lowered[node] = Extern(node, reason, allocate_only=True)
+        else:
+            lowered[node] = lower_node(node, lowered, supports)
     return lowered
 
 
