@@ -34,7 +34,7 @@ from torchstrata.inductor.cpp_prelude import lighten
 #: Overrides the root of the default cache directory (read when compiling, not at import).
 CACHE_DIR_VARIABLE = "TORCHSTRATA_CACHE_DIR"
 #: Changes whenever the prelude that replaces the standard headers changes.
-PRELUDE_VERSION = "light-prelude-1"
+PRELUDE_VERSION = "light-prelude-2"
 COMPILER_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 #: Math functions glibc's libmvec may vectorise: name -> number of arguments.
 SIMD_MATH_CANDIDATES = {

@@ -113,6 +113,16 @@ template <typename T> static inline T ts_rem_float(T a, T b) {
   T r = std::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 template <typename T> static inline T ts_sign(T a) { return T((a > T(0)) - (a < T(0))); }  // NaN -> 0, as torch.sign
+// prims.rand's hash (core.prims_indexing.rand): lowbias32 of the seed, the counter's low
+// word and its high word; the top `bits` of the result.
+static inline uint32_t ts_mix32(uint32_t x) {
+  x ^= x >> 16; x *= 0x7FEB352Du; x ^= x >> 15; x *= 0x846CA68Bu; return x ^ (x >> 16);
+}
+static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
+  const uint32_t high = ts_mix32(static_cast<uint32_t>((c >> 32) + 0x9E3779B9LL));
+  const uint32_t h = ts_mix32(ts_mix32(static_cast<uint32_t>(seed)) ^ static_cast<uint32_t>(c) ^ high);
+  return static_cast<int64_t>(h >> (32 - bits));
+}
 """
 
 #: ``std::`` math functions of one argument that kernels call under their own name; only
@@ -299,6 +309,8 @@ class CppPrinter:
             text = f"std::abs({args[0]})"
         elif name == "bitwise_not":
             text = f"!({args[0]})" if operand_dtype is torch.bool else f"~({args[0]})"
+        elif name == "rand_bits":
+            text = f"ts_rand_bits({args[0]}, {args[1]}, {args[2]})"
         elif name in _UNARY:
             text = _UNARY[name].format(*args)
         else:

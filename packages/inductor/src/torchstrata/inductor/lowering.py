@@ -35,6 +35,7 @@ from torchstrata.core import (
     get_prim,
     is_dense,
 )
+from torchstrata.core.prims_indexing import RAND_BITS, RAND_DEFAULT_BITS
 from torchstrata.inductor.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
 from torchstrata.inductor.indexing import Index, delinearize, linear_offset, row_major_strides
 from torchstrata.inductor.kernel import reduction_identity
@@ -206,7 +207,28 @@ def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> 
     if name == "iota":
         _length, start, step, dtype, _device = node.args
         return Pointwise(node, lambda ctx, index: IndexValue(index[0] * step + start, dtype))
+    if name == "rand" and supports("rand_bits", torch.int64):
+        return Pointwise(node, _rand_fn(node))
     return Extern(node, f"prims.{name} has no lowering")
+
+
+def _rand_fn(node: Node) -> IndexFn:
+    """``prims.rand`` in the kernel: ``rand_bits(seed, offset + row-major index, bits)``
+    (the top ``bits`` of the hash, see ``core.prims_indexing.rand``), scaled by
+    ``2**-bits`` in float32 (exact) and rounded to the dtype, as the reference does."""
+    shape, seed, offset, dtype, _device = node.args
+    bits = RAND_BITS.get(dtype, RAND_DEFAULT_BITS)
+    strides = row_major_strides(shape)
+
+    def rand_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
+        counter = IndexValue(linear_offset(index, strides, offset), torch.int64)
+        seed_value = ctx.value(seed, ()) if isinstance(seed, Node) else Constant(seed, torch.int64)
+        drawn = Op("rand_bits", (seed_value, counter, Constant(bits, torch.int64)), torch.int64)
+        value = Op("convert_element_type", (drawn,), torch.float32)
+        value = Op("mul", (value, Constant(2.0**-bits, torch.float32)), torch.float32)
+        return value if dtype is torch.float32 else Op("convert_element_type", (value,), dtype)
+
+    return rand_fn
 
 
 def _operand(ctx: ValueContext, arg: Any, index: IndexTuple, dtype: torch.dtype) -> Expr:

@@ -76,6 +76,24 @@ def _ts_round_bf16(v):
 
 
 @triton.jit
+def _ts_mix32(x):
+    # lowbias32 on uint32 (prims.rand's hash, core.prims_indexing.rand)
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _ts_rand_bits(seed, c, bits):
+    # the top `bits` of prims.rand's hash of (seed, counter c), as int64
+    high = _ts_mix32(((c >> 32) + 0x9E3779B9).to(tl.uint32))
+    h = _ts_mix32(_ts_mix32(seed.to(tl.uint32)) ^ c.to(tl.uint32) ^ high)
+    return h.to(tl.int64) >> (32 - bits)  # zero-extended: a logical shift
+
+
+@triton.jit
 def _ts_welford_combine(k_a, mean_a, m2_a, n_a, k_b, mean_b, m2_b, n_b):
     # two lanes' (shift, mean - shift, centred second moment, count) as one (Chan et al.)
     n = n_a + n_b
@@ -156,6 +174,7 @@ _FLOAT_ONLY = frozenset(
 )
 _OTHER = frozenset(
     {
+        "rand_bits",
         "div",
         "where",
         "convert_element_type",
@@ -354,6 +373,8 @@ class TritonPrinter:
             return f"({args[0]} * -1.0)"  # Triton 3.6's -x is 0 - x: +0.0 for +0.0
         if name == "bitwise_not":
             return f"{args[0]} == 0" if operand_dtype is torch.bool else f"~{args[0]}"
+        if name == "rand_bits":
+            return f"_ts_rand_bits({args[0]}, {args[1]}, {args[2]})"
         for table in (_TL_UNARY, _LIBDEVICE_UNARY, _BINARY, _LIBDEVICE_BINARY):
             if name in table:
                 return table[name].format(*args)
