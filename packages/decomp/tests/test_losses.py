@@ -91,6 +91,30 @@ def test_dropout_is_deterministic_per_seed_and_scales(dh) -> None:
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_bernoulli_p_draws_with_prims_rand(dh, dtype) -> None:
+    """``bernoulli.p`` (dropout's mask on CPU) is ``rand < p`` in the input's dtype."""
+    graph = dh.one_op("bernoulli.p", dh.T(128, 64, dtype=dtype), 0.3)
+    prims, stats = decompose_with_stats(graph)
+    assert stats.decomposed["aten.bernoulli.p"] == 1
+    names = [op.name for op in prims.ops()]
+    assert "prims.rand" in names and "aten.bernoulli.p" not in names
+    (x,) = random_inputs(graph)
+    torch.manual_seed(1)
+    (drawn,) = interpret(prims, x)
+    torch.manual_seed(1)
+    assert torch.equal(drawn, interpret(prims, x)[0])
+    assert drawn.dtype is dtype and set(drawn.unique().tolist()) == {0.0, 1.0}
+    assert abs(drawn.float().mean().item() - 0.3) < 0.03
+
+
+@pytest.mark.parametrize("p", [1.5, -0.1, float("nan")])
+def test_bernoulli_p_out_of_range_stays_with_aten(dh, p) -> None:
+    """Eager raises for p outside [0, 1]: the op is left to ATen, which does."""
+    prims, _ = decompose_with_stats(dh.one_op("bernoulli.p", dh.T(4, 4), p))
+    assert "aten.bernoulli.p" in [op.name for op in prims.ops()]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_dropout_backward(dh, dtype) -> None:
     dh.check(
         dh.one_op(

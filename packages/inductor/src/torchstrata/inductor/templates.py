@@ -1,10 +1,12 @@
 """Shape templates: a ``prims.full`` that random externs read only for its metadata.
 
-Dropout records ``bernoulli_(empty_like(r), 1 - p)``; functionalised and decomposed, that
-is ``aten.bernoulli.p(full(0), 1 - p)``, and ``aten.bernoulli.p`` reads nothing of its
-``self`` but the shape, dtype, device and layout (it fills a fresh ``empty_like(self)``).
-Generating the ``full`` would write the whole tensor in a kernel of its own (an fp32
-[4096, 1024] mask: 16 MB) for values that nobody reads; it is allocated instead.
+``torch.rand_like(torch.empty_like(x))``, or dropout's ``bernoulli_(empty_like(r), q)``
+where the decomposition leaves it to ATen (a generator passed), reaches the inductor as
+``aten.rand_like(full(0))`` / ``aten.bernoulli.p(full(0), q)``: these ATen ops read
+nothing of their ``self`` but the shape, dtype, device and layout (they fill a fresh
+``empty_like(self)``). Generating the ``full`` would write the whole tensor in a kernel
+of its own (16 MB for an fp32 [4096, 1024] one) for values nobody reads; it is
+allocated instead.
 """
 
 from __future__ import annotations
