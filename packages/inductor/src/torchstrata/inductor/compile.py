@@ -25,7 +25,7 @@ from torchstrata.inductor.factored_sums import factor_sums
 from torchstrata.inductor.horizontal import fuse_horizontally
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import build_launcher, generate_launcher
-from torchstrata.inductor.lowering import dense_strides, lower_graph
+from torchstrata.inductor.lowering import Extern, Lowered, dense_strides, lower_graph
 from torchstrata.inductor.one_hot import one_hot_sums
 from torchstrata.inductor.partials import fuse_partials
 from torchstrata.inductor.plan import Plan, plan_graph
@@ -111,8 +111,7 @@ def compile_graph(
     eager_ops = tuple(
         str(step.node.op)
         for step in plan.steps
-        if isinstance(step, ExternStep)
-        and not getattr(plan.lowered[step.node], "allocate_only", False)
+        if isinstance(step, ExternStep) and not _allocated_only(plan.lowered[step.node])
     )
     stats = {
         "backend": backend.name,
@@ -121,6 +120,11 @@ def compile_graph(
         "codegen_seconds": time.perf_counter() - start,
     }
     return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
+
+
+def _allocated_only(lowered: Lowered) -> bool:
+    """A shape template (:mod:`.templates`): allocated by the launcher, no ATen op run."""
+    return isinstance(lowered, Extern) and lowered.allocate_only
 
 
 def _relaid_outputs(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from torchstrata.core import Node
+from torchstrata.core import Node, TensorMeta
 from torchstrata.decomp.context import DecompContext
 from torchstrata.decomp.promotion import computation_dtype
 from torchstrata.decomp.table import NotDecomposable, RuleTable
@@ -169,6 +169,13 @@ def embedding_dense_backward(
     return ctx.cast(ctx.prim("scatter_add", zeros, 0, index, rows), ctx.out_meta.dtype)
 
 
+def _uniform(ctx: DecompContext, meta: TensorMeta) -> Node:
+    """float32 ``prims.rand`` of ``meta``'s shape, seeded by an extern ``aten.randint`` drawn
+    at run time (``torch.manual_seed`` governs it; every call draws anew)."""
+    seed = ctx.aten("randint.low", 0, 2**31 - 1, [], dtype=torch.int64, device=meta.device)
+    return ctx.prim("rand", list(meta.shape), seed, 0, torch.float32, meta.device)
+
+
 def native_dropout(ctx: DecompContext, x: Node, p: float, train: bool | None) -> tuple[Node, Node]:
     """``(x * mask / (1 - p), mask)`` with ``mask = rand >= p`` (identity when not training)."""
     meta = x.tensor_meta
@@ -176,9 +183,7 @@ def native_dropout(ctx: DecompContext, x: Node, p: float, train: bool | None) ->
         raise NotDecomposable("dropout of a non-float tensor")
     if train is False or p == 0:
         return x, ctx.full(list(meta.shape), True, torch.bool)
-    seed = ctx.aten("randint.low", 0, 2**31 - 1, [], dtype=torch.int64, device=meta.device)
-    noise = ctx.prim("rand", list(meta.shape), seed, 0, torch.float32, meta.device)
-    mask = ctx.prim("ge", noise, float(p))
+    mask = ctx.prim("ge", _uniform(ctx, meta), float(p))
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     compute = computation_dtype(meta.dtype)
     kept = ctx.prim("mul", ctx.cast(mask, compute), scale)
@@ -196,9 +201,7 @@ def bernoulli_p(ctx: DecompContext, x: Node, p: float = 0.5, generator: object =
         raise NotDecomposable("bernoulli with a generator or of a non-float tensor")
     if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
         raise NotDecomposable(f"bernoulli with p={p!r} (eager raises outside [0, 1])")
-    seed = ctx.aten("randint.low", 0, 2**31 - 1, [], dtype=torch.int64, device=meta.device)
-    noise = ctx.prim("rand", list(meta.shape), seed, 0, torch.float32, meta.device)
-    return ctx.cast(ctx.prim("lt", noise, float(p)), meta.dtype)
+    return ctx.cast(ctx.prim("lt", _uniform(ctx, meta), float(p)), meta.dtype)
 
 
 def native_dropout_backward(ctx: DecompContext, grad: Node, mask: Node, scale: float) -> Node:
