@@ -86,7 +86,7 @@ def _static(
         return StaticGraph(gm, tuple(example_inputs))
     try:
         static = specialise(gm, example_inputs)
-    except Exception as error:  # noqa: BLE001 - any failure runs the graph eagerly
+    except Exception as error:  # any failure runs the graph eagerly
         reason = (
             f"Dynamo traced this graph with symbolic sizes that cannot be specialised "
             f"({type(error).__name__}: {error}); torchstrata has no dynamic shapes yet"
@@ -123,18 +123,18 @@ def torchstrata_backend(
     :raises BackendOptionError: an unknown or unsupported option (named).
     """
     options = backend_options(current_options(), kwargs)
-    guards = dynamo_guards
     static = _static(gm, example_inputs, options)
     if isinstance(static, BackendGraph):
-        static.dynamo_guards = guards()
+        static.dynamo_guards = dynamo_guards()
         return static
     try:
         graph = from_fx(static.gm, list(static.examples))
         artifacts = _PIPELINE.compile_graph(graph, options)
     except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
-        reason = f"{type(error).__name__}: {error}"
-        fallback = _fall_back(gm, reason, options, error)
-        fallback.dynamo_guards = guards()
+        fallback = _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
+        fallback.dynamo_guards = dynamo_guards()
         return fallback
     compiled = _compiled_call(artifacts, _output_structure(gm), static.kept)
-    return BackendGraph(gm, artifacts, "", compiled, guards(), strict=options.fullgraph)
+    # Read after specialising: the guards include the sizes it fixed.
+    guards = dynamo_guards()
+    return BackendGraph(gm, artifacts, "", compiled, guards, strict=options.fullgraph)

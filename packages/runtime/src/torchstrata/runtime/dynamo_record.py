@@ -101,13 +101,11 @@ def dynamo_guards() -> tuple[str, ...]:
         if context is None:
             return ()
         guards = sorted(context.guards_context.dynamo_guards, key=lambda g: g.sort_key())
-        text = [
-            f"{g.create_fn_name()}: {g.name}" if g.name else g.create_fn_name() for g in guards
-        ]
+        text = [f"{g.create_fn_name()}: {g.name}" if g.name else g.create_fn_name() for g in guards]
         shape_env = getattr(context.fake_mode, "shape_env", None)
         if shape_env is not None:
             text += [f"SHAPE_ENV: {guard.expr}" for guard in shape_env.guards]
-    except Exception:  # noqa: BLE001 - Dynamo's internals moved: report no guards
+    except Exception:  # Dynamo's internals moved: report no guards
         logger.debug("dynamo backend: could not read Dynamo's guards", exc_info=True)
         return ()
     return tuple(text)

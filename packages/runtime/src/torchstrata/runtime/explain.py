@@ -76,8 +76,9 @@ class ExplainReport:
             )
         if self.eager_ops:
             lines.append(f"eager ops: {', '.join(self.eager_ops)}")
-        lines.append(f"{len(self.guards)} guard(s):")
-        lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
+        if self.guards or not self.dynamo_guards:
+            lines.append(f"{len(self.guards)} guard(s):")
+            lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
         if self.dynamo_guards:
             lines.append(f"{len(self.dynamo_guards)} Dynamo guard(s):")
             lines += [f"  {guard}" for guard in self.dynamo_guards]
