@@ -79,6 +79,17 @@ def _concrete(value: Any) -> Any:
     return value
 
 
+def _is_size_value(value: Any) -> bool:
+    """A symbol, or a sequence of numbers holding one (``x.size()``): computed sizes,
+    which become constants (a tuple of tensors, as ``split`` returns, stays a node)."""
+    if isinstance(value, _SYMBOLIC):
+        return True
+    if isinstance(value, list | tuple) and value:
+        numbers = all(isinstance(item, (*_SYMBOLIC, int, float, bool)) for item in value)
+        return numbers and _has_symbols(value)
+    return False
+
+
 def _replace_uses(node: torch.fx.Node, constant: Any) -> None:
     for user in list(node.users):
         user.args = torch.fx.node.map_arg(user.args, lambda n: constant if n is node else n)
@@ -134,7 +145,7 @@ def specialise(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Stati
     for node in list(graph.nodes):
         if node.op in ("call_function", "call_method"):
             value = _example_value(node)
-            if isinstance(value, _SYMBOLIC):
+            if _is_size_value(value):
                 _replace_uses(node, _concrete(value))
                 graph.erase_node(node)
             else:
