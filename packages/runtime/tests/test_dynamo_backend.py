@@ -10,7 +10,7 @@ import torch.fx
 import torch.nn.functional as F
 
 import torchstrata.runtime as rt
-from torchstrata.core import CompileOptions
+from torchstrata.core import CompileOptions, hookimpl
 from torchstrata.runtime import dynamo_backend
 from torchstrata.runtime.dynamo_backend import torchstrata_backend
 from torchstrata.runtime.dynamo_explain import dynamo_report
@@ -72,14 +72,32 @@ def test_compiled_code_failing_on_its_first_call_falls_back(fake_backend):
     torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
 
 
-def test_options_reach_the_stages(fake_backend):
+class OptionsSpy:
+    """Records the options every pass hook is called with."""
+
+    def __init__(self) -> None:
+        self.seen: list[CompileOptions] = []
+
+    @hookimpl
+    def torchstrata_graph_passes(self, stage, options):
+        self.seen.append(options)
+        return []
+
+
+def test_options_reach_the_stages(monkeypatch, make_stages):
+    spy = OptionsSpy()
+    stages = make_stages(extra=(("options-spy", spy),))
+    monkeypatch.setattr(dynamo_backend, "_PIPELINE", stages.pipeline)
     gm = torch.fx.symbolic_trace(demo_fn)
     x, b = torch.randn(4, 8), torch.randn(8)
-    compiled = torchstrata_backend(gm, [x, b], options={"codegen": "eager"})
-    assert fake_backend.codegen.calls == 0 and compiled.artifacts.prims_graph is None
+    compiled = torchstrata_backend(gm, [x, b], options={"codegen": "eager", "debug": True})
+    assert stages.codegen.calls == 0 and compiled.artifacts.prims_graph is None
+    assert spy.seen and all(o.codegen == "eager" and o.debug for o in spy.seen)
     torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
+    spy.seen.clear()
     torchstrata_backend(gm, [x, b], mode="max-autotune")
-    assert fake_backend.codegen.calls == 1
+    assert stages.codegen.calls == 1
+    assert spy.seen and all(o.mode == "max-autotune" for o in spy.seen)
 
 
 def test_backend_options_map_onto_compile_options():
