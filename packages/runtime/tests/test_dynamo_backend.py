@@ -10,7 +10,11 @@ import torch.fx
 import torch.nn.functional as F
 
 import torchstrata.runtime as rt
+from torchstrata.core import CompileOptions, hookimpl
+from torchstrata.runtime import dynamo_backend
 from torchstrata.runtime.dynamo_backend import torchstrata_backend
+from torchstrata.runtime.dynamo_explain import dynamo_report
+from torchstrata.runtime.dynamo_options import backend_options
 
 
 def demo_fn(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -29,9 +33,99 @@ def test_backend_runs_fx_graph_and_keeps_output_structure(recwarn):
 
 def test_backend_falls_back_to_fx_forward():
     module = torch.fx.symbolic_trace(torch.nn.Linear(3, 2))  # get_attr nodes: not importable
-    with pytest.warns(rt.TorchstrataFallbackWarning, match="dynamo backend"):
-        compiled = torchstrata_backend(module, [torch.randn(1, 3)])
-    assert compiled == module.forward
+    x = torch.randn(1, 3)
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="dynamo backend.*FxImportError"):
+        compiled = torchstrata_backend(module, [x])
+    assert not compiled.is_compiled and "get_attr" in compiled.eager_reason
+    torch.testing.assert_close(compiled(x), module(x))
+    report = dynamo_report([compiled])
+    assert "graph 0 runs eagerly" in report.fallback and report.eager_ops
+
+
+@pytest.fixture
+def fake_backend(monkeypatch, stages):
+    """The backend driving the fake stages of ``conftest.py``."""
+    monkeypatch.setattr(dynamo_backend, "_PIPELINE", stages.pipeline)
+    return stages
+
+
+def test_a_failing_stage_runs_that_graph_eagerly_with_a_warning(fake_backend):
+    fake_backend.aot.error = RuntimeError("aot exploded")
+    gm = torch.fx.symbolic_trace(demo_fn)
+    x, b = torch.randn(4, 8), torch.randn(8)
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="aot exploded; running this graph"):
+        compiled = torchstrata_backend(gm, [x, b])
+    torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
+    with pytest.raises(rt.CompilationError, match="aot exploded"):
+        torchstrata_backend(gm, [x, b], options={"fullgraph": True})
+
+
+def test_compiled_code_failing_on_its_first_call_falls_back(fake_backend):
+    fake_backend.codegen.crash_at_run = True
+    gm = torch.fx.symbolic_trace(demo_fn)
+    x, b = torch.randn(4, 8), torch.randn(8)
+    compiled = torchstrata_backend(gm, [x, b])
+    assert compiled.is_compiled
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="kernel crashed"):
+        torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
+    assert not compiled.is_compiled
+    torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
+
+
+class OptionsSpy:
+    """Records the options every pass hook is called with."""
+
+    def __init__(self) -> None:
+        self.seen: list[CompileOptions] = []
+
+    @hookimpl
+    def torchstrata_graph_passes(self, stage, options):
+        self.seen.append(options)
+        return []
+
+
+def test_options_reach_the_stages(monkeypatch, make_stages):
+    spy = OptionsSpy()
+    stages = make_stages(extra=(("options-spy", spy),))
+    monkeypatch.setattr(dynamo_backend, "_PIPELINE", stages.pipeline)
+    gm = torch.fx.symbolic_trace(demo_fn)
+    x, b = torch.randn(4, 8), torch.randn(8)
+    compiled = torchstrata_backend(gm, [x, b], options={"codegen": "eager", "debug": True})
+    assert stages.codegen.calls == 0 and compiled.artifacts.prims_graph is None
+    assert spy.seen and all(o.codegen == "eager" and o.debug for o in spy.seen)
+    torch.testing.assert_close(compiled(x, b), demo_fn(x, b))
+    spy.seen.clear()
+    torchstrata_backend(gm, [x, b], mode="max-autotune")
+    assert stages.codegen.calls == 1
+    assert spy.seen and all(o.mode == "max-autotune" for o in spy.seen)
+
+
+def test_backend_options_map_onto_compile_options():
+    base = CompileOptions()
+    assert backend_options(base, {}) is base
+    assert backend_options(base, {"mode": "reduce-overhead"}).mode == "reduce-overhead"
+    given = {"codegen": "cpp", "blocked_plugins": ["x"], "stage_options": {"inductor": {}}}
+    options = backend_options(base, {"options": given})
+    assert options.codegen == "cpp" and options.blocked_plugins == frozenset({"x"})
+    whole = CompileOptions(codegen="eager")
+    assert backend_options(base, {"options": whole}) is whole
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"options": {"triton.cudagraphs": True, "epilogue_fusion": 1}}, "epilogue_fusion"),
+        ({"options": {"dynamic": True}}, "pass dynamic= to torch.compile"),
+        ({"options": {"recompile_limit": 2}}, "recompile_limit"),
+        ({"options": {"codegen": "metal"}}, "codegen='metal'"),
+        ({"options": ["codegen"]}, "must be a dict"),
+        ({"mode": "max-autotune-no-cudagraphs"}, "max-autotune-no-cudagraphs"),
+        ({"dynamic": True}, r"unknown keyword argument\(s\) \['dynamic'\]"),
+    ],
+)
+def test_backend_options_reject_what_they_cannot_honour(given, message):
+    with pytest.raises(rt.BackendOptionError, match=message):
+        backend_options(CompileOptions(), given)
 
 
 def test_backend_entry_point_is_declared():

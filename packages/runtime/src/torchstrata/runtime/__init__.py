@@ -3,6 +3,8 @@ fallback and the Dynamo backend."""
 
 from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.dynamo_explain import explain_dynamo
+from torchstrata.runtime.dynamo_options import BackendOptionError
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
@@ -10,6 +12,7 @@ from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
 
 __all__ = [
+    "BackendOptionError",
     "CompilationError",
     "CompiledFunction",
     "CompiledModule",
@@ -21,5 +24,6 @@ __all__ = [
     "bind_frame",
     "compile",
     "explain",
+    "explain_dynamo",
     "reset",
 ]

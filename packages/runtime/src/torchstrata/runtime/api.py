@@ -12,6 +12,7 @@ import torch
 from torchstrata.core import CompileOptions, current_options
 from torchstrata.runtime.cache import clear_all_caches
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.dynamo_explain import explain_dynamo, is_dynamo_compiled
 from torchstrata.runtime.explain import ExplainReport, explain_call
 from torchstrata.runtime.fallback import clear_warnings
 from torchstrata.runtime.pipeline import Pipeline
@@ -105,8 +106,11 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
 
     ``fn`` may be a plain function, an ``nn.Module`` or what :func:`compile` returned
     (then its options and pipeline are used). The caches are neither read nor written;
-    the function is not run.
+    the function is not run. What ``torch.compile(..., backend="torchstrata")``
+    returned is reported by :func:`~torchstrata.runtime.explain_dynamo` (which runs it).
     """
+    if is_dynamo_compiled(fn):
+        return explain_dynamo(fn, *args, **kwargs)
     options, pipeline = current_options(), _DEFAULT_PIPELINE
     compiled: CompiledFunction | None = None
     if isinstance(fn, CompiledModule):

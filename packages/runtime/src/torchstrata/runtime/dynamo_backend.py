@@ -2,11 +2,22 @@
 
 Declared as entry point ``torchstrata`` in group ``torch_dynamo_backends``. Imports
 nothing from ``torch._dynamo``: the FX graph Dynamo hands over is converted with
-:func:`torchstrata.core.from_fx` and sent through the aot/decomp/codegen hooks.
+:func:`torchstrata.core.from_fx` and compiled by the runtime's own
+:meth:`~torchstrata.runtime.pipeline.Pipeline.compile_graph`, as ``compile()`` compiles
+its captured graphs: ``post_capture`` passes, the autograd stage (joint trace and
+partition), decomposition and codegen of the forward, the backward on its first call.
+Training steps therefore run generated kernels both ways.
+
+Dynamo guards every graph it hands over (grad mode, ``requires_grad`` and sizes of
+each input...), so the choice between an inference and a training graph, made from the
+example inputs, holds for every call Dynamo routes here. Sizes Dynamo made symbolic
+are specialised to this call's values under Dynamo's own guards
+(:mod:`torchstrata.runtime.dynamo_sizes`).
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,9 +25,15 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchstrata.core import current_options, from_fx
-from torchstrata.runtime.errors import TorchstrataFallbackWarning
-from torchstrata.runtime.pipeline import Pipeline
+from torchstrata.core import CompileOptions, current_options, from_fx
+from torchstrata.runtime.dynamo_options import backend_options
+from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
+from torchstrata.runtime.dynamo_sizes import StaticGraph, is_symbolic, specialise
+from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
+from torchstrata.runtime.fallback import warn_once
+from torchstrata.runtime.pipeline import GraphArtifacts, Pipeline
+
+logger = logging.getLogger("torchstrata.runtime")
 
 _PIPELINE = Pipeline()
 
@@ -30,42 +47,94 @@ def _output_structure(gm: torch.fx.GraphModule) -> type | None:
     return tuple
 
 
-def _needs_autograd(args: Sequence[Any]) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args
-    )
-
-
-def torchstrata_backend(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any
+def _compiled_call(
+    artifacts: GraphArtifacts, structure: type | None, kept: tuple[int, ...] | None
 ) -> Callable[..., Any]:
-    """Compile a Dynamo FX graph with the installed torchstrata stages.
-
-    Falls back to ``gm.forward`` (with a :class:`TorchstrataFallbackWarning`) when the
-    graph cannot be converted or a stage fails; calls whose inputs need autograd
-    history also run ``gm.forward`` until backward graphs are wired.
-    """
-    options = current_options()
-    try:
-        graph = from_fx(gm, list(example_inputs))
-        artifacts = _PIPELINE.compile_graph(graph, options)
-    except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
-        warnings.warn(
-            f"torchstrata dynamo backend: {type(error).__name__}: {error}; running the "
-            "FX graph eagerly",
-            TorchstrataFallbackWarning,
-            stacklevel=2,
-        )
-        return gm.forward
-    structure = _output_structure(gm)
+    """Dynamo's arguments in, the FX graph's output structure out."""
     runner = artifacts.runner
 
     def compiled(*args: Any) -> Any:
-        if _needs_autograd(args):
-            return gm.forward(*args)
+        if kept is not None:
+            args = tuple(args[i] for i in kept)  # size symbols were folded into the graph
         results = runner(*args)
-        if structure is None:
-            return results[0]
-        return structure(results)
+        return results[0] if structure is None else structure(results)
 
     return compiled
+
+
+def _fall_back(
+    gm: torch.fx.GraphModule, reason: str, options: CompileOptions, error: BaseException
+) -> BackendGraph:
+    if options.fullgraph:
+        raise CompilationError(
+            f"torchstrata dynamo backend (fullgraph=True): {reason}", stage="dynamo"
+        ) from error
+    warnings.warn(
+        f"torchstrata dynamo backend: {reason}; running this graph eagerly",
+        TorchstrataFallbackWarning,
+        stacklevel=3,
+    )
+    return BackendGraph(gm, None, reason)
+
+
+def _static(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions
+) -> StaticGraph | BackendGraph:
+    """``gm`` with Dynamo's size symbols specialised, or the eager fallback when they
+    cannot be (one warning per process)."""
+    if not is_symbolic(gm, example_inputs):
+        return StaticGraph(gm, tuple(example_inputs))
+    try:
+        static = specialise(gm, example_inputs)
+    except Exception as error:  # any failure runs the graph eagerly
+        reason = (
+            f"Dynamo traced this graph with symbolic sizes that cannot be specialised "
+            f"({type(error).__name__}: {error}); torchstrata has no dynamic shapes yet"
+        )
+        if options.fullgraph:
+            raise CompilationError(f"torchstrata dynamo backend: {reason}") from error
+        warn_once(
+            ("dynamo-symbolic-sizes",),
+            f"torchstrata dynamo backend: {reason}; running such graphs eagerly",
+            stacklevel=4,
+        )
+        return BackendGraph(gm, None, reason)
+    logger.info(
+        "dynamo backend: symbolic sizes specialised to this call's values (Dynamo "
+        "recompiles for other sizes)"
+    )
+    return static
+
+
+def torchstrata_backend(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+) -> Callable[..., Any]:
+    """Compile a Dynamo FX graph with the installed torchstrata stages.
+
+    ``kwargs`` are what ``torch.compile`` passes: ``mode=`` and ``options=`` (a dict of
+    :class:`~torchstrata.core.CompileOptions` fields, see
+    :mod:`torchstrata.runtime.dynamo_options`), applied over
+    :func:`~torchstrata.core.current_options`. A graph that cannot be converted or
+    whose compilation fails in a stage runs eagerly (``gm.forward``) with a
+    :class:`TorchstrataFallbackWarning`; compiled code that raises on its first call
+    does too. With ``options={"fullgraph": True}`` those raise
+    :class:`~torchstrata.runtime.CompilationError` instead.
+
+    :raises BackendOptionError: an unknown or unsupported option (named).
+    """
+    options = backend_options(current_options(), kwargs)
+    static = _static(gm, example_inputs, options)
+    if isinstance(static, BackendGraph):
+        static.dynamo_guards = dynamo_guards()
+        return static
+    try:
+        graph = from_fx(static.gm, list(static.examples))
+        artifacts = _PIPELINE.compile_graph(graph, options)
+    except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
+        fallback = _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
+        fallback.dynamo_guards = dynamo_guards()
+        return fallback
+    compiled = _compiled_call(artifacts, _output_structure(gm), static.kept)
+    # Read after specialising: the guards include the sizes it fixed.
+    guards = dynamo_guards()
+    return BackendGraph(gm, artifacts, "", compiled, guards, strict=options.fullgraph)

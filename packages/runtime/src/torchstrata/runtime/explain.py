@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -22,7 +22,8 @@ class ExplainReport:
     extern kernels, each with its ``source``; ``eager_ops`` the ops that run eagerly
     (extern calls the backend left to ATen, and every op of a graph run by the
     reference interpreter). ``fallback`` says why the whole call runs eagerly ("" if
-    it does not).
+    it does not). ``dynamo_guards``: for a ``torch.compile(..., backend="torchstrata")``
+    object, Dynamo's guards as Dynamo names them (``guards`` holds torchstrata's own).
     """
 
     graphs: tuple[Graph, ...] = ()
@@ -39,6 +40,7 @@ class ExplainReport:
     guard_failures: tuple[str, ...] = ()
     #: For a compiled function: why each earlier recompile happened (first failed guard).
     recompile_reasons: tuple[str, ...] = ()
+    dynamo_guards: tuple[str, ...] = ()
 
     @property
     def graph_count(self) -> int:
@@ -74,8 +76,12 @@ class ExplainReport:
             )
         if self.eager_ops:
             lines.append(f"eager ops: {', '.join(self.eager_ops)}")
-        lines.append(f"{len(self.guards)} guard(s):")
-        lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
+        if self.guards or not self.dynamo_guards:
+            lines.append(f"{len(self.guards)} guard(s):")
+            lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
+        if self.dynamo_guards:
+            lines.append(f"{len(self.dynamo_guards)} Dynamo guard(s):")
+            lines += [f"  {guard}" for guard in self.dynamo_guards]
         return "\n".join(lines)
 
 
@@ -88,16 +94,13 @@ def _eager_ops(artifacts: GraphArtifacts) -> list[str]:
     return [op.name for op in graph.ops()]
 
 
-def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
-    """Summarise a compiled frame."""
-    capture = frame.capture
-    graphs = frame.graphs
+def report_from_graphs(graphs: Sequence[GraphArtifacts]) -> ExplainReport:
+    """Summarise compiled graphs: graphs, kernels (the backward's included, compiled
+    now if no backward ran yet), ops left to eager, ops per graph."""
     return ExplainReport(
         graphs=tuple(g.torch_graph for g in graphs),
         aten_graphs=tuple(g.aten_graph for g in graphs),
         prims_graphs=tuple(g.prims_graph for g in graphs),
-        graph_breaks=capture.graph_breaks if capture else (),
-        guards=capture.guards if capture else (),
         kernels=tuple(
             kernel
             for g in graphs
@@ -107,6 +110,16 @@ def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
         ),
         eager_ops=tuple(op for g in graphs for op in _eager_ops(g)),
         ops_per_graph=tuple(tuple(op.name for op in g.torch_graph.ops()) for g in graphs),
+    )
+
+
+def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
+    """Summarise a compiled frame."""
+    capture = frame.capture
+    return attrs.evolve(
+        report_from_graphs(frame.graphs),
+        graph_breaks=capture.graph_breaks if capture else (),
+        guards=capture.guards if capture else (),
         missing_stages=frame.missing_stages,
         fallback=frame.eager_reason if frame.run is None else "",
     )
