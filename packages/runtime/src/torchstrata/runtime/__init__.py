@@ -3,7 +3,11 @@ fallback and the Dynamo backend."""
 
 from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
-from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
+from torchstrata.runtime.errors import (
+    CompilationError,
+    TorchstrataFallbackWarning,
+    TorchstrataOptionWarning,
+)
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
 from torchstrata.runtime.guards import GuardFailure, GuardSet
@@ -18,6 +22,7 @@ __all__ = [
     "GuardSet",
     "Pipeline",
     "TorchstrataFallbackWarning",
+    "TorchstrataOptionWarning",
     "bind_frame",
     "compile",
     "explain",

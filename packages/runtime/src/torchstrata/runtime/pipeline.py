@@ -131,18 +131,22 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
     return run
 
 
+#: Modes that record CUDA graphs.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
     """``forward.fn``, recorded as a CUDA graph after its warm-up calls under
-    ``mode="reduce-overhead"`` when it is compiled code for CUDA inputs that draws no
-    random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
-    if options.mode != "reduce-overhead" or forward.interpreted or forward.prims_graph is None:
+    ``mode="reduce-overhead"`` (or ``"max-autotune"``) when it is compiled code for CUDA
+    inputs that draws no random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
+    if options.mode not in CUDA_GRAPH_MODES or forward.interpreted or forward.prims_graph is None:
         return forward.fn
     if _first_device(forward.prims_graph).type != "cuda":
-        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing
+        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing (as in torch)
     if draws_random_numbers(forward.prims_graph):
         warn_once(
             ("cuda-graph-random", id(forward.prims_graph)),
-            "torchstrata: mode='reduce-overhead' runs a graph that draws random numbers "
+            f"torchstrata: mode={options.mode!r} runs a graph that draws random numbers "
             "without a CUDA graph (a replay would draw the same numbers again)",
         )
         return forward.fn
