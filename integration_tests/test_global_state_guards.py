@@ -157,7 +157,9 @@ def _changes_between_calls(change: Callable[[], Any]) -> rt.CompiledFunction:
     return compiled
 
 
-@pytest.mark.parametrize(("change", "named"), [c[1:] for c in RECOMPILED], ids=[c[0] for c in RECOMPILED])
+@pytest.mark.parametrize(
+    ("change", "named"), [c[1:] for c in RECOMPILED], ids=[c[0] for c in RECOMPILED]
+)
 def test_a_changed_global_recompiles_and_the_reason_names_it(change, named):
     with warnings.catch_warnings():
         warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
