@@ -92,7 +92,7 @@ def _dispatch_modes() -> tuple[Any, ...]:
 
 def _optional(name: str) -> Callable[[], Any]:
     """``torch._C.<name>``; a constant ``None`` where this torch lacks it."""
-    return getattr(_C, name, lambda: None)  # type: ignore[no-any-return]
+    return getattr(_C, name, lambda: None)
 
 
 #: The functions the snapshot expressions of :data:`_ITEMS` call, by name.
