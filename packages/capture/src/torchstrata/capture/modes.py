@@ -1,12 +1,18 @@
-"""What active ``with`` regions (grad mode, autocast) do to the ops traced inside them."""
+"""What active ``with`` regions (grad mode, autocast) do to the ops traced inside them.
+
+An autocast region's casts are chosen by :mod:`.autocast` (checked against autocast
+itself); :data:`LOWER_PRECISION_OPS` only says which cast to try first.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchstrata.capture.variables import ConstVar, SequenceVar, TensorVar, Var
+from torchstrata.capture.autocast import Region, autocast_arguments
+from torchstrata.capture.variables import SequenceVar, TensorVar, Var
 from torchstrata.core import OpKind, OpRef
 
 if TYPE_CHECKING:  # only for annotations: the tracer imports this module
@@ -20,7 +26,6 @@ LOWER_PRECISION_OPS = frozenset(
 )  # fmt: skip
 
 DETACH = OpRef(OpKind.TORCH, "torch.Tensor.detach")
-CAST = OpRef(OpKind.TORCH, "torch.Tensor.to")
 
 
 def grad_enabled(tracer: Tracer) -> bool:
@@ -31,17 +36,26 @@ def grad_enabled(tracer: Tracer) -> bool:
     return torch.is_grad_enabled()
 
 
-def apply_modes(tracer: Tracer, op: OpRef, args: tuple[Var, ...]) -> tuple[Var, ...]:
-    """The arguments of ``op`` as the active ``with`` regions make it see them."""
-    if not grad_enabled(tracer):
-        args = tuple(_map_tensors(arg, lambda t: _detach(tracer, t)) for arg in args)
-    dtype = None
+def autocast_region(tracer: Tracer) -> Region | None:
+    """The innermost autocast region where the tracer is now: (device type, dtype), or
+    None outside any or inside a disabled one."""
     for kind, value in reversed(tracer.modes):
         if kind == "autocast":
-            dtype = value
-            break
-    if dtype is not None and op.name.rsplit(".", 1)[-1] in LOWER_PRECISION_OPS:
-        args = tuple(_map_tensors(arg, lambda t: _cast(tracer, t, dtype)) for arg in args)
+            return value  # type: ignore[no-any-return]
+    return None
+
+
+def apply_modes(
+    tracer: Tracer, op: OpRef, args: tuple[Var, ...], kwargs: Mapping[str, Var]
+) -> tuple[Var, ...]:
+    """The arguments of ``op`` as the active ``with`` regions make it see them (raises
+    :class:`~torchstrata.capture.autocast.AutocastMismatch`, see there)."""
+    if not grad_enabled(tracer):
+        args = tuple(_map_tensors(arg, lambda t: _detach(tracer, t)) for arg in args)
+    region = autocast_region(tracer)
+    if region is not None:
+        lower = op.name.rsplit(".", 1)[-1] in LOWER_PRECISION_OPS
+        args = autocast_arguments(tracer, op, args, kwargs, region, lower)
     return args
 
 
@@ -57,9 +71,3 @@ def _detach(tracer: Tracer, var: TensorVar) -> Var:
     if not var.meta.requires_grad:
         return var
     return tracer.call_op(DETACH, (var,), {})
-
-
-def _cast(tracer: Tracer, var: TensorVar, dtype: torch.dtype) -> Var:
-    if not var.meta.dtype.is_floating_point or var.meta.dtype == dtype:
-        return var
-    return tracer.call_op(CAST, (var, ConstVar(dtype)), {})

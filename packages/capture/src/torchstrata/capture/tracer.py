@@ -14,9 +14,10 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.autocast import CAST, AutocastMismatch
 from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
-from torchstrata.capture.modes import CAST, DETACH, apply_modes
+from torchstrata.capture.modes import DETACH, apply_modes
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -160,7 +161,7 @@ class Tracer:
         self.instructions_run = 0
         #: Input tensors updated in place, by source (their graph must run).
         self.mutated: dict[str, TensorVar] = {}
-        #: Active ``with`` regions, innermost last: ("grad", bool), ("autocast", dtype).
+        #: Active ``with`` regions, innermost last: ("grad", bool), ("autocast", (device, dtype) or None).
         self.modes: list[tuple[str, Any]] = []
         #: Per module class, the source its ``forward`` is guarded through (the first
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
@@ -264,7 +265,10 @@ class Tracer:
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
         if self.modes and op not in (DETACH, CAST):
-            args = apply_modes(self, op, args)
+            try:
+                args = apply_modes(self, op, args, kwargs)
+            except AutocastMismatch as error:
+                raise Unsupported(str(error)) from None
         graph_args = tuple(self.graph_value(arg, op) for arg in args)
         graph_kwargs = {key: self.graph_value(value, op) for key, value in kwargs.items()}
         if "out" in kwargs:
