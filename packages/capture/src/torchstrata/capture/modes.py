@@ -41,7 +41,7 @@ def autocast_region(tracer: Tracer) -> Region | None:
     None outside any or inside a disabled one."""
     for kind, value in reversed(tracer.modes):
         if kind == "autocast":
-            return value  # type: ignore[no-any-return]
+            return value
     return None
 
 
