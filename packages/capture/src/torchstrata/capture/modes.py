@@ -1,7 +1,8 @@
 """What active ``with`` regions (grad mode, autocast) do to the ops traced inside them.
 
 An autocast region's casts are chosen by :mod:`.autocast` (checked against autocast
-itself); :data:`LOWER_PRECISION_OPS` only says which cast to try first.
+itself); :data:`LOWER_PRECISION_OPS` only says which cast to try first. The autocast
+in force when the function is called counts as a region around all of it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchstrata.capture.autocast import Region, autocast_arguments
+from torchstrata.capture.autocast import AutocastMismatch, Region, autocast_arguments
 from torchstrata.capture.variables import SequenceVar, TensorVar, Var
-from torchstrata.core import OpKind, OpRef
+from torchstrata.core import OpKind, OpRef, enabled_autocast
 
 if TYPE_CHECKING:  # only for annotations: the tracer imports this module
     from torchstrata.capture.tracer import Tracer
@@ -38,11 +39,17 @@ def grad_enabled(tracer: Tracer) -> bool:
 
 def autocast_region(tracer: Tracer) -> Region | None:
     """The innermost autocast region where the tracer is now: (device type, dtype), or
-    None outside any or inside a disabled one."""
+    None outside any or inside a disabled one. Outside every traced region it is the
+    autocast the function is called under (the runtime then runs the graph with
+    autocast off: its casts are in it); one device type at most (several raise
+    :class:`~torchstrata.capture.autocast.AutocastMismatch`)."""
     for kind, value in reversed(tracer.modes):
         if kind == "autocast":
             return value
-    return None
+    ambient = enabled_autocast()
+    if len(ambient) > 1:
+        raise AutocastMismatch(f"autocast is enabled for several device types {ambient}")
+    return ambient[0] if ambient else None
 
 
 def apply_modes(

@@ -69,6 +69,13 @@ def _autocast() -> tuple[Any, ...]:
     return tuple(found)
 
 
+def enabled_autocast() -> tuple[tuple[str, torch.dtype], ...]:
+    """``(device type, dtype)`` of each device type autocast is enabled for now."""
+    if not _C._is_any_autocast_enabled():
+        return ()
+    return tuple(item for item in _autocast() if item[0] != "cache")
+
+
 def _mode_entry(mode: Any) -> Any:
     """A mode as a snapshot holds it: a default-device context by its device, any other
     mode by its type (a ``with Mode():`` per call makes a new object every time)."""
@@ -180,16 +187,17 @@ def unsupported_state(snapshot: tuple[Any, ...]) -> str | None:
     """Why code compiled under ``snapshot`` could differ from eager (the call must run
     eagerly), or None when the compiler reproduces this state.
 
-    Refused: autocast (the traced graphs do not apply autocast's casts yet), an active
-    ``TorchFunctionMode`` or ``TorchDispatchMode`` (it would not see the compiled ops),
-    and a default device other than the CPU (the graphs would make tensors on the CPU).
+    Refused: autocast enabled for more than one device type at once (the capture
+    reproduces one autocast region at a time), an active ``TorchFunctionMode`` or
+    ``TorchDispatchMode`` (it would not see the compiled ops), and a default device other
+    than the CPU (the graphs would make tensors on the CPU).
     """
     state = dict(zip(STATE_FIELDS, snapshot, strict=True))
     autocast = state["autocast"]
-    if autocast is not False and any(device != "cache" for device, _ in autocast):
+    if autocast is not False and sum(device != "cache" for device, _ in autocast) > 1:
         return (
-            f"autocast is enabled ({_describe('autocast', autocast)}): torchstrata does not "
-            "apply autocast's casts in compiled graphs yet"
+            f"autocast is enabled for several device types ({_describe('autocast', autocast)}):"
+            " torchstrata traces one autocast region at a time"
         )
     for entry in state["torch function modes"] or ():
         if isinstance(entry, tuple):

@@ -32,10 +32,12 @@ from torchstrata.core import (
     create_plugin_manager,
     dynamo_import_deferred,
     eliminate_dead_code,
+    enabled_autocast,
     interpret,
     register,
     with_input_metas,
 )
+from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.errors import StageFailure
@@ -330,7 +332,18 @@ class Pipeline:
 
     def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
-        (an ATen-level graph skips the capture passes and the autograd stage)."""
+        (an ATen-level graph skips the capture passes and the autograd stage).
+
+        Under autocast the stages run, and the runner runs the graph, with autocast off
+        (the capture wrote its casts into the graph: :mod:`.autocast_off`)."""
+        devices = tuple(device for device, _ in enabled_autocast())
+        if not devices:
+            return self._compile_graph(graph, options)
+        with autocast_off(devices):
+            artifacts = self._compile_graph(graph, options)
+        return attrs.evolve(artifacts, runner=without_autocast(artifacts.runner, devices))
+
+    def _compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
