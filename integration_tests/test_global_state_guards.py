@@ -252,6 +252,18 @@ def _cuda_region_on_cpu_tensors(x: torch.Tensor, w: torch.Tensor) -> torch.Tenso
         return F.linear(x, w)  # CPU tensors: a CUDA region does not cast them
 
 
+def _opaque() -> None:
+    torch.set_num_threads(torch.get_num_threads())  # a graph break, changing nothing
+
+
+def _region_with_a_break(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = F.linear(x, w)
+        _opaque()  # the region is entered for real; the next segment is traced in it
+        loss = F.mse_loss(F.linear(y, w[:, :4].t()), y)
+    return loss, y.exp()
+
+
 @pytest.mark.parametrize("fn", [_autocast_region, _cuda_region_on_cpu_tensors])
 def test_an_autocast_region_inside_the_function_casts_as_eager(fn):
     """The capture's region casted the inputs of a fixed list of ops to the region's
@@ -271,6 +283,30 @@ def test_an_autocast_region_inside_the_function_casts_as_eager(fn):
     ):
         _same(mine, theirs)
     assert rt.explain(compiled, x, w).graph_break_count == 0
+
+
+def test_a_graph_break_inside_an_autocast_region():
+    compiled = rt.compile(_region_with_a_break)
+    x, w = _inputs()
+    for _ in range(2):
+        result, expected = compiled(x, w), _region_with_a_break(x, w)
+        for mine, theirs in zip(result, expected, strict=True):
+            _same(mine, theirs)
+    assert result[0].dtype == torch.float32
+    assert not torch.is_autocast_enabled("cpu")
+    assert rt.explain(compiled, x, w).graph_break_count == 1
+
+
+def test_a_float32_op_of_autocast_is_cast_up_under_the_callers_autocast():
+    def loss(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(F.linear(x, w), torch.zeros(3, 4))
+
+    compiled = rt.compile(loss)
+    x, w = _inputs()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        result, expected = compiled(x, w), loss(x, w)
+    assert expected.dtype == torch.float32
+    _same(result, expected)
 
 
 def test_the_default_dtype_makes_graph_tensors_and_is_guarded():

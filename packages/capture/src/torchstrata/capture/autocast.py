@@ -34,7 +34,7 @@ from torchstrata.capture.variables import (
     Var,
     python_value,
 )
-from torchstrata.core import OpKind, OpRef
+from torchstrata.core import OpKind, OpRef, enabled_autocast
 
 if TYPE_CHECKING:  # only for annotations: the tracer imports this module
     from torchstrata.capture.tracer import Tracer
@@ -94,15 +94,19 @@ def _result_dtypes(
     cast); None when it fails there."""
     from torch._subclasses.fake_tensor import FakeTensorMode  # imports sympy: only here
 
-    autocast = (
-        torch.autocast(region[0], dtype=region[1]) if under_autocast else contextlib.nullcontext()
-    )
+    # Autocast may be on already (the autocast the function is called under): the runs
+    # without it switch it off, for every device type.
+    devices = {region[0], *(device for device, _ in enabled_autocast())}
     try:
-        with FakeTensorMode(), torch.no_grad():
+        with FakeTensorMode(), torch.no_grad(), contextlib.ExitStack() as stack:
             fake_args = [_fake(arg, cast_to, region) for arg in args]
             fake_kwargs = {key: _fake(value, None, region) for key, value in kwargs.items()}
-            with autocast:
-                result = op.resolve()(*fake_args, **fake_kwargs)
+            if under_autocast:
+                stack.enter_context(torch.autocast(region[0], dtype=region[1]))
+            else:
+                for device in sorted(devices):
+                    stack.enter_context(torch.autocast(device, enabled=False))
+            result = op.resolve()(*fake_args, **fake_kwargs)
     except NotConstant:
         raise
     except Exception:  # noqa: BLE001 - the op does not take these arguments
