@@ -18,6 +18,7 @@ from torchstrata.core import (
     STATE_FIELDS,
     GuardKind,
     describe_state,
+    enabled_autocast,
     global_state,
     global_state_guard,
     guard_condition,
@@ -144,14 +145,28 @@ def test_a_mode_entered_anew_each_call_gives_the_same_snapshot():
         assert global_state() == first
 
 
+@contextlib.contextmanager
+def _autocast_on_two_device_types() -> Iterator[None]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.set_autocast_enabled("xpu", True)  # (a flag: no XPU needed)
+        try:
+            yield
+        finally:
+            torch.set_autocast_enabled("xpu", False)
+
+
 def test_what_cannot_be_compiled_is_named():
     assert unsupported_state(global_state()) is None
     with torch.device("cpu"):
         assert unsupported_state(global_state()) is None
     with torch.no_grad(), torch.inference_mode():
         assert unsupported_state(global_state()) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert unsupported_state(global_state()) is None
+        assert enabled_autocast() == (("cpu", torch.bfloat16),)
+    assert enabled_autocast() == ()
     cases = [
-        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "autocast is enabled"),
+        (_autocast_on_two_device_types, "autocast is enabled for several device types"),
         (_Mode, r"TorchFunctionMode \(_Mode\)"),
         (_DispatchMode, r"TorchDispatchMode \(_DispatchMode\)"),
         (lambda: _default_device("meta"), "the default device is meta"),
