@@ -136,7 +136,23 @@ RECOMPILED: list[tuple[str, Callable[[], Any], str]] = [
     ),
 ]
 
+
+@contextlib.contextmanager
+def _autocast_on_two_device_types() -> Iterator[None]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.set_autocast_enabled("xpu", True)  # (a flag: no XPU needed)
+        try:
+            yield
+        finally:
+            torch.set_autocast_enabled("xpu", False)
+
+
 EAGER: list[tuple[str, Callable[[], Any], str]] = [
+    (
+        "autocast-two-device-types",
+        _autocast_on_two_device_types,
+        "autocast is enabled for several device types",
+    ),
     ("default-device-meta", lambda: _default_device("meta"), "the default device is meta"),
     ("torch-function-mode", _ScaledAdds, r"TorchFunctionMode \(_ScaledAdds\)"),
     ("torch-dispatch-mode", _NegatedRelu, r"TorchDispatchMode \(_NegatedRelu\)"),
