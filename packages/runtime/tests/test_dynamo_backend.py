@@ -37,3 +37,20 @@ def test_backend_falls_back_to_fx_forward():
 def test_backend_entry_point_is_declared():
     points = importlib.metadata.entry_points(group="torch_dynamo_backends")
     assert any(p.name == "torchstrata" and p.value.endswith(":torchstrata_backend") for p in points)
+
+
+def test_under_autocast_the_fx_graph_runs_as_it_is():
+    """Dynamo's graph holds no autocast casts: compiled with autocast off it would come
+    back float32 where eager gives bfloat16."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w) + 1
+
+    gm = torch.fx.symbolic_trace(linear)
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.warns(rt.TorchstrataFallbackWarning, match="autocast is enabled"):
+            compiled = torchstrata_backend(gm, [x, w])
+        result, expected = compiled(x, w), linear(x, w)
+    assert result.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(result, expected)

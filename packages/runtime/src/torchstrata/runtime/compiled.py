@@ -238,11 +238,10 @@ class CompiledFunction:
         logger.info(
             "stage %s failed for %s", failure.stage, describe(self.fn), exc_info=failure.error
         )
-        capture = failure.capture
-        if capture is None:
-            return CacheEntry(_ALWAYS, None, str(failure))
+        # Eager for these inputs under this global state (another state may compile).
         state = (state_guard,) if state_guard is not None else ()
-        return CacheEntry(GuardSet((*state, *capture.guards), self._bind), None, str(failure))
+        guards = (*state, *(failure.capture.guards if failure.capture is not None else ()))
+        return CacheEntry(GuardSet(guards, self._bind), None, str(failure))
 
     def _first_run(self, entry: CacheEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run fresh compiled code; if it raises, fall back to eager for this entry."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchstrata.core import current_options, from_fx
+from torchstrata.core import current_options, enabled_autocast, from_fx
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -46,6 +46,17 @@ def torchstrata_backend(
     history also run ``gm.forward`` until backward graphs are wired.
     """
     options = current_options()
+    if enabled_autocast():
+        # Dynamo's graph holds no autocast casts (our capture writes them; this graph is
+        # not ours): run it under the caller's autocast. Dynamo guards autocast, so a
+        # call without it compiles anew.
+        warnings.warn(
+            "torchstrata dynamo backend: autocast is enabled and Dynamo's graph holds no "
+            "autocast casts; running the FX graph eagerly",
+            TorchstrataFallbackWarning,
+            stacklevel=2,
+        )
+        return gm.forward
     try:
         graph = from_fx(gm, list(example_inputs))
         artifacts = _PIPELINE.compile_graph(graph, options)
