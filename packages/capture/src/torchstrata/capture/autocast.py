@@ -16,6 +16,9 @@ eager, under the real autocast).
 An op whose outputs hold no floating tensor (``argmax``) cannot be told apart by its
 result dtypes; it is traced uncast (autocast's lists hold no such op that reads
 low-precision inputs differently, as of torch 2.13).
+
+The choice is remembered per op, argument metadata, region and default dtype (a model's
+repeated layers ask once; each ask costs a few fake-tensor runs, about 2 ms).
 """
 
 from __future__ import annotations
@@ -47,6 +50,25 @@ Region = tuple[str, torch.dtype]
 
 class AutocastMismatch(Exception):
     """No casts of an op's arguments reproduce what autocast makes of it."""
+
+
+#: Entries kept before the memo is cleared (a crude bound on its memory).
+MAX_CHOICES = 4096
+#: (op, argument keys, region, ...) -> the cast target chosen, or the mismatch message.
+_CHOICES: dict[Any, torch.dtype | str | None] = {}
+
+
+def _key(var: Var) -> Any:
+    """``var`` as part of a memo key: a tensor by its metadata, a sequence by its items,
+    anything else by type and value (raises ``TypeError``/:class:`NotConstant` when it
+    cannot be a key)."""
+    if isinstance(var, TensorVar):
+        return ("tensor", var.meta)
+    if isinstance(var, SequenceVar):
+        return (var.is_list, tuple(_key(item) for item in var.items))
+    value = python_value(var)
+    hash(value)
+    return (type(value), value)
 
 
 def _eligible(meta: Any, region: Region, target: torch.dtype) -> bool:
@@ -130,18 +152,52 @@ def autocast_arguments(
     if not any(t.meta.device.type == region[0] for t in tensors):
         return args  # autocast acts through the tensors of its device type only
     try:
+        key: Any = (
+            op,
+            tuple(_key(arg) for arg in args),
+            tuple((name, _key(value)) for name, value in kwargs.items()),
+            region,
+            lower_precision,
+            torch.get_default_dtype(),
+        )
+        hash(key)
+    except (TypeError, NotConstant):
+        key = None
+    if key is not None and key in _CHOICES:
+        choice = _CHOICES[key]
+    else:
+        choice = _choose(op, args, kwargs, region, lower_precision)
+        if key is not None:
+            if len(_CHOICES) >= MAX_CHOICES:
+                _CHOICES.clear()
+            _CHOICES[key] = choice
+    if isinstance(choice, str):
+        raise AutocastMismatch(choice)
+    return _cast_all(tracer, args, region, choice)
+
+
+def _choose(
+    op: OpRef,
+    args: tuple[Var, ...],
+    kwargs: Mapping[str, Var],
+    region: Region,
+    lower_precision: bool,
+) -> torch.dtype | str | None:
+    """The cast target for :func:`autocast_arguments` (None: no casts), or why there is
+    none."""
+    try:
         truth = _result_dtypes(op, args, kwargs, region, None, under_autocast=True)
         if truth is None:
-            raise AutocastMismatch(f"{op.name} fails on fake tensors under autocast")
+            return f"{op.name} fails on fake tensors under autocast"
         targets: list[torch.dtype | None] = [region[1]] if lower_precision else []
         targets.append(None)
         targets += [d for d in truth if isinstance(d, torch.dtype) and d.is_floating_point]
         for target in dict.fromkeys(targets):
             if _result_dtypes(op, args, kwargs, region, target, under_autocast=False) == truth:
-                return _cast_all(tracer, args, region, target)
+                return target
     except NotConstant:
-        raise AutocastMismatch(f"{op.name} under autocast with non-constant arguments") from None
-    raise AutocastMismatch(
+        return f"{op.name} under autocast with non-constant arguments"
+    return (
         f"{op.name} under autocast({region[0]}, {region[1]}): no casts of its arguments "
         f"give eager's result dtypes {truth}"
     )
