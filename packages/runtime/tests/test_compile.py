@@ -87,6 +87,34 @@ def test_grad_mode_is_part_of_the_key(stages):
     with torch.no_grad():
         compiled(x, b)
     assert stages.capture.calls == 2
+    with torch.no_grad():  # (explain compiles afresh)
+        assert rt.explain(compiled, x, b).guard_failures == (
+            "global torch state: grad mode changed from True to False",
+        )
+    assert compiled.recompile_reasons == [
+        "global torch state: grad mode changed from True to False"
+    ]
+
+
+def test_a_state_the_compiler_cannot_reproduce_runs_eagerly_without_recompiling(stages):
+    class Doubling(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out * 2 if func is torch.softmax else out
+
+    compiled = stages.compile(demo_fn)
+    x, b = torch.randn(2, 3), torch.randn(3)
+    with pytest.warns(
+        rt.TorchstrataFallbackWarning, match=r"TorchFunctionMode \(.*Doubling\) is active"
+    ):
+        for _ in range(3):
+            with Doubling():
+                result = compiled(x, b)
+                torch.testing.assert_close(result, demo_fn(x, b))
+    torch.testing.assert_close(result, 2 * torch.softmax(F.gelu(x + b), -1))
+    assert stages.capture.calls == 0 and len(compiled.cache) == 1
+    with pytest.raises(rt.CompilationError, match="TorchFunctionMode"), Doubling():
+        stages.compile(demo_fn, fullgraph=True)(x, b)
 
 
 def test_inputs_requiring_grad_keep_autograd_history(stages):

@@ -91,7 +91,8 @@ class Decoder(nn.Module):
 
 
 @cuda
-def test_decode_steps_replay_and_match_eager(monkeypatch):
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_decode_steps_replay_and_match_eager(monkeypatch, mode):
     replays = []
     original = CudaGraphed._replay
 
@@ -104,7 +105,7 @@ def test_decode_steps_replay_and_match_eager(monkeypatch):
     model = Decoder().cuda()
     reference = Decoder().cuda()
     reference.load_state_dict(model.state_dict())
-    compiled = rt.compile(model, mode="reduce-overhead")
+    compiled = rt.compile(model, mode=mode)
     results = []
     with torch.no_grad():
         for step in range(8):  # new input tensors every step: copied into the graph's

@@ -119,7 +119,7 @@ def test_backend_options_map_onto_compile_options():
         ({"options": {"recompile_limit": 2}}, "recompile_limit"),
         ({"options": {"codegen": "metal"}}, "codegen='metal'"),
         ({"options": ["codegen"]}, "must be a dict"),
-        ({"mode": "max-autotune-no-cudagraphs"}, "max-autotune-no-cudagraphs"),
+        ({"mode": "fastest"}, "fastest"),
         ({"dynamic": True}, r"unknown keyword argument\(s\) \['dynamic'\]"),
     ],
 )
@@ -131,3 +131,20 @@ def test_backend_options_reject_what_they_cannot_honour(given, message):
 def test_backend_entry_point_is_declared():
     points = importlib.metadata.entry_points(group="torch_dynamo_backends")
     assert any(p.name == "torchstrata" and p.value.endswith(":torchstrata_backend") for p in points)
+
+
+def test_under_autocast_the_fx_graph_runs_as_it_is():
+    """Dynamo's graph holds no autocast casts: compiled with autocast off it would come
+    back float32 where eager gives bfloat16."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w) + 1
+
+    gm = torch.fx.symbolic_trace(linear)
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.warns(rt.TorchstrataFallbackWarning, match="autocast is enabled"):
+            compiled = torchstrata_backend(gm, [x, w])
+        result, expected = compiled(x, w), linear(x, w)
+    assert result.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(result, expected)

@@ -3,9 +3,8 @@
 Entering and leaving regions is here; what a region does to the ops in it is in
 :mod:`.modes`. ``torch.no_grad()`` regions detach the tensors that require grad before each op reads
 them (so results do not require grad, as in eager); ``torch.autocast`` regions cast the
-floating arguments of the ops autocast runs in lower precision (``linear``, ``matmul``,
-``conv2d``...) to its dtype. ``torch.enable_grad()`` and ``contextlib.nullcontext()`` are
-accepted too.
+floating arguments of each op as autocast does in eager (see :mod:`.autocast`).
+``torch.enable_grad()`` and ``contextlib.nullcontext()`` are accepted too.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ def _context(cls: Any, values: list[Any], keywords: dict[str, Any]) -> ContextVa
         enabled = keywords.get("enabled", values[2] if len(values) > 2 else True)
         if dtype is None:
             dtype = torch.get_autocast_dtype(device)
-        return ContextVar(("autocast", dtype if enabled else None))
+        return ContextVar(("autocast", (device, dtype) if enabled else None))
     if cls is torch.no_grad:
         return ContextVar(("grad", False))
     if cls is torch.enable_grad:

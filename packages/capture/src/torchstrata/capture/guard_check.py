@@ -2,7 +2,12 @@
 break, and for callers without the runtime (tests run programs this way).
 
 Sources are evaluated over ``L``, ``S`` (the value stack), ``C`` (cells) and ``G``;
-``torch`` is a name there too, as in the runtime's guard functions.
+the names of :data:`~torchstrata.core.GUARD_NAMESPACE` (``torch``, the global state
+reader) are names there too, as in the runtime's guard functions.
+
+A segment after a graph break is traced under the global torch state of that moment
+(user code at the break may change it: enter autocast, set the default dtype), so its
+check starts with a global-state guard (:func:`segment_check`).
 """
 
 from __future__ import annotations
@@ -10,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
-from torchstrata.core import FetchedValues, Guard, guard_condition
+from torchstrata.core import (
+    GUARD_NAMESPACE,
+    FetchedValues,
+    Guard,
+    global_state_guard,
+    guard_condition,
+)
 
 #: ``check(L, S, C, G)``: the index of the first failing guard, or -1.
 GuardCheck = Callable[[Any, Any, Any, Any], int]
@@ -20,7 +29,7 @@ GuardCheck = Callable[[Any, Any, Any, Any], int]
 
 def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
     """One generated function checking every guard, in order."""
-    constants: dict[str, Any] = {"torch": torch}
+    constants: dict[str, Any] = dict(GUARD_NAMESPACE)
 
     def constant(value: Any) -> str:
         name = f"_c{len(constants)}"
@@ -50,6 +59,12 @@ def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
     lines.append("    return -1")
     exec(compile("\n".join(lines) + "\n", "<torchstrata capture guards>", "exec"), constants)
     return constants["check"]
+
+
+def segment_check(guards: Sequence[Guard]) -> GuardCheck:
+    """The check of a segment traced just now: the global torch state of now, then
+    ``guards``."""
+    return compile_guards((global_state_guard(), *guards))
 
 
 def guard_failure(

@@ -1,13 +1,20 @@
-"""What active ``with`` regions (grad mode, autocast) do to the ops traced inside them."""
+"""What active ``with`` regions (grad mode, autocast) do to the ops traced inside them.
+
+An autocast region's casts are chosen by :mod:`.autocast` (checked against autocast
+itself); :data:`LOWER_PRECISION_OPS` only says which cast to try first. The autocast
+in force when the function is called counts as a region around all of it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchstrata.capture.variables import ConstVar, SequenceVar, TensorVar, Var
-from torchstrata.core import OpKind, OpRef
+from torchstrata.capture.autocast import AutocastMismatch, Region, autocast_arguments
+from torchstrata.capture.variables import SequenceVar, TensorVar, Var
+from torchstrata.core import OpKind, OpRef, enabled_autocast
 
 if TYPE_CHECKING:  # only for annotations: the tracer imports this module
     from torchstrata.capture.tracer import Tracer
@@ -20,7 +27,6 @@ LOWER_PRECISION_OPS = frozenset(
 )  # fmt: skip
 
 DETACH = OpRef(OpKind.TORCH, "torch.Tensor.detach")
-CAST = OpRef(OpKind.TORCH, "torch.Tensor.to")
 
 
 def grad_enabled(tracer: Tracer) -> bool:
@@ -31,17 +37,32 @@ def grad_enabled(tracer: Tracer) -> bool:
     return torch.is_grad_enabled()
 
 
-def apply_modes(tracer: Tracer, op: OpRef, args: tuple[Var, ...]) -> tuple[Var, ...]:
-    """The arguments of ``op`` as the active ``with`` regions make it see them."""
-    if not grad_enabled(tracer):
-        args = tuple(_map_tensors(arg, lambda t: _detach(tracer, t)) for arg in args)
-    dtype = None
+def autocast_region(tracer: Tracer) -> Region | None:
+    """The innermost autocast region where the tracer is now: (device type, dtype), or
+    None outside any or inside a disabled one. Outside every traced region it is the
+    autocast the function is called under (the runtime then runs the graph with
+    autocast off: its casts are in it); one device type at most (several raise
+    :class:`~torchstrata.capture.autocast.AutocastMismatch`)."""
     for kind, value in reversed(tracer.modes):
         if kind == "autocast":
-            dtype = value
-            break
-    if dtype is not None and op.name.rsplit(".", 1)[-1] in LOWER_PRECISION_OPS:
-        args = tuple(_map_tensors(arg, lambda t: _cast(tracer, t, dtype)) for arg in args)
+            return value
+    ambient = enabled_autocast()
+    if len(ambient) > 1:
+        raise AutocastMismatch(f"autocast is enabled for several device types {ambient}")
+    return ambient[0] if ambient else None
+
+
+def apply_modes(
+    tracer: Tracer, op: OpRef, args: tuple[Var, ...], kwargs: Mapping[str, Var]
+) -> tuple[Var, ...]:
+    """The arguments of ``op`` as the active ``with`` regions make it see them (raises
+    :class:`~torchstrata.capture.autocast.AutocastMismatch`, see there)."""
+    if not grad_enabled(tracer):
+        args = tuple(_map_tensors(arg, lambda t: _detach(tracer, t)) for arg in args)
+    region = autocast_region(tracer)
+    if region is not None:
+        lower = op.name.rsplit(".", 1)[-1] in LOWER_PRECISION_OPS
+        args = autocast_arguments(tracer, op, args, kwargs, region, lower)
     return args
 
 
@@ -57,9 +78,3 @@ def _detach(tracer: Tracer, var: TensorVar) -> Var:
     if not var.meta.requires_grad:
         return var
     return tracer.call_op(DETACH, (var,), {})
-
-
-def _cast(tracer: Tracer, var: TensorVar, dtype: torch.dtype) -> Var:
-    if not var.meta.dtype.is_floating_point or var.meta.dtype == dtype:
-        return var
-    return tracer.call_op(CAST, (var, ConstVar(dtype)), {})

@@ -35,7 +35,15 @@ from torchstrata.capture.variables import (
     TensorVar,
     Var,
 )
-from torchstrata.core import Graph, GraphBreak, GuardKind, bind_call, interpret
+from torchstrata.core import (
+    Graph,
+    GraphBreak,
+    GuardKind,
+    bind_call,
+    global_state,
+    interpret,
+    unsupported_state,
+)
 
 logger = logging.getLogger("torchstrata.capture")
 
@@ -174,6 +182,8 @@ class CaptureProgram:
         crowded = len(self.segments.get(state.index, ())) >= MAX_SEGMENTS_AT
         if crowded or state.index in self._failed or self._count >= MAX_SEGMENTS:
             return None
+        if unsupported_state(global_state()) is not None:
+            return None  # run for real under this state (not a failure: others may trace)
         try:
             segment = with_check(trace_segment(self.globals, _starter(self.code, state), True))
         except Unsupported:

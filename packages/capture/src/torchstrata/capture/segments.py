@@ -16,7 +16,7 @@ import attrs
 
 from torchstrata.capture.concrete import Returned, State
 from torchstrata.capture.frame import Frame, Paused
-from torchstrata.capture.guard_check import GuardCheck, compile_guards
+from torchstrata.capture.guard_check import GuardCheck, segment_check
 from torchstrata.capture.rebuild import Rebuilder
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import Var
@@ -125,6 +125,7 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
 
 
 def with_check(segment: Segment) -> Segment:
-    """The segment with its guards compiled (segments after the first check their own)."""
-    segment.check = compile_guards(segment.guards)
+    """The segment with its guards compiled (segments after the first check their own,
+    and the global state they were traced under)."""
+    segment.check = segment_check(segment.guards)
     return segment

@@ -14,9 +14,10 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.autocast import CAST, AutocastMismatch
 from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
-from torchstrata.capture.modes import CAST, DETACH, apply_modes
+from torchstrata.capture.modes import DETACH, apply_modes
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -37,6 +38,7 @@ from torchstrata.core import (
     NodeMeta,
     OpRef,
     TensorMeta,
+    enabled_autocast,
     infer_meta,
     iter_nodes,
 )
@@ -160,8 +162,11 @@ class Tracer:
         self.instructions_run = 0
         #: Input tensors updated in place, by source (their graph must run).
         self.mutated: dict[str, TensorVar] = {}
-        #: Active ``with`` regions, innermost last: ("grad", bool), ("autocast", dtype).
+        #: Active ``with`` regions, innermost last: ``("grad", bool)``,
+        #: ``("autocast", (device type, dtype) or None)``.
         self.modes: list[tuple[str, Any]] = []
+        #: Autocast is on where the function is called: every op is a region's (modes.py).
+        self.ambient_autocast = bool(enabled_autocast())
         #: Per module class, the source its ``forward`` is guarded through (the first
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
         self.forward_sources: dict[type, str] = {}
@@ -263,8 +268,11 @@ class Tracer:
         """Record ``op(*args, **kwargs)`` in the graph and return its result variable(s)."""
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
-        if self.modes and op not in (DETACH, CAST):
-            args = apply_modes(self, op, args)
+        if (self.modes or self.ambient_autocast) and op not in (DETACH, CAST):
+            try:
+                args = apply_modes(self, op, args, kwargs)
+            except AutocastMismatch as error:
+                raise Unsupported(str(error)) from None
         graph_args = tuple(self.graph_value(arg, op) for arg in args)
         graph_kwargs = {key: self.graph_value(value, op) for key, value in kwargs.items()}
         if "out" in kwargs:

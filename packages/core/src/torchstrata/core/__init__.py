@@ -12,6 +12,17 @@ from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.guard_conditions import constant_condition, guard_condition
 from torchstrata.core.guard_sources import FetchedValues
+from torchstrata.core.guard_state import (
+    GLOBAL_STATE_SOURCE,
+    GUARD_NAMESPACE,
+    STATE_FIELDS,
+    describe_state,
+    enabled_autocast,
+    global_state,
+    global_state_guard,
+    state_changes,
+    unsupported_state,
+)
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.meta import (
@@ -89,8 +100,11 @@ __all__ = [
     "CODEGENS",
     "ENTRY_POINT_GROUP",
     "GETITEM",
+    "GLOBAL_STATE_SOURCE",
+    "GUARD_NAMESPACE",
     "PASS_STAGES",
     "PRIMS_VERSION",
+    "STATE_FIELDS",
     "TENSOR_TYPES",
     "AotResult",
     "CaptureResult",
@@ -139,6 +153,7 @@ __all__ = [
     "create_plugin_manager",
     "current_defaults",
     "current_options",
+    "describe_state",
     "direct_meta",
     "dtype_from_short_name",
     "dtype_short_name",
@@ -146,10 +161,13 @@ __all__ = [
     "element_span",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
+    "enabled_autocast",
     "exact_key",
     "format_graph",
     "from_fx",
     "get_prim",
+    "global_state",
+    "global_state_guard",
     "guard_condition",
     "hookimpl",
     "hookspec",
@@ -166,10 +184,12 @@ __all__ = [
     "register",
     "same_layout",
     "spans_overlap",
+    "state_changes",
     "tensor_byte_span",
     "tensor_element_span",
     "to_fx",
     "torch_op",
+    "unsupported_state",
     "verify",
     "with_input_metas",
     "wrapped_integer",

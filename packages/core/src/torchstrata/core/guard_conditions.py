@@ -39,6 +39,9 @@ def guard_condition(guard: Guard, var: str, constant: Constant) -> str:
         return f"type({var}) is {constant(expected)}"
     if kind is GuardKind.ABSENT_KEY:
         return f"{constant(expected)} not in {var}"
+    if kind is GuardKind.GLOBAL_STATE:
+        # one tuple compared in C: its items are bools, dtypes, ints and small tuples
+        return f"{var} == {constant(expected)}"
     raise ValueError(f"unknown guard kind {kind!r}")
 
 

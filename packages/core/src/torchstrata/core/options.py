@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 CODEGENS = (None, "triton", "cpp", "eager")
-MODES = (None, "default", "reduce-overhead", "max-autotune")
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def _check_codegen(instance: Any, attribute: Any, value: Any) -> None:
@@ -28,8 +29,39 @@ def _check_mode(instance: Any, attribute: Any, value: Any) -> None:
 
 
 def _check_positive(instance: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{attribute.name}={value!r} must be a non-negative int")
+
+
+def _check_type(*types: type) -> Any:
+    """A validator: the value is of one of ``types`` (``None`` among them for optional
+    fields), else a ``TypeError`` naming the option (``True`` is no int here)."""
+    names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        exact_bool = isinstance(value, bool) and bool not in types
+        if exact_bool or not isinstance(value, types):
+            raise TypeError(
+                f"compile option {attribute.name}={value!r} must be {names}, "
+                f"not {type(value).__name__}"
+            )
+
+    return check
+
+
+def _plugin_names(value: Any) -> frozenset[str]:
+    """``blocked_plugins`` as a frozenset; one bare string is refused (it would block its
+    letters)."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"compile option blocked_plugins={value!r} must be a collection of plugin "
+            "names, not " + type(value).__name__
+        )
+    names = frozenset(value)
+    wrong = sorted(repr(name) for name in names if not isinstance(name, str))
+    if wrong:
+        raise TypeError(f"compile option blocked_plugins: names must be str, not {wrong}")
+    return names
 
 
 @attrs.frozen
@@ -38,6 +70,13 @@ class CompileOptions:
 
     * ``codegen``: None picks by device (Triton on CUDA, C++ on CPU); ``"triton"`` on a
       CPU machine runs kernels under Triton's interpreter; ``"eager"`` skips codegen.
+    * ``fullgraph``: raise on a graph break or stage failure instead of running eagerly.
+    * ``dynamic``: ``True`` is accepted but warns: symbolic shapes are not implemented
+      yet, so every distinct input shape is compiled on its own (as ``False`` and None).
+    * ``mode``: ``"reduce-overhead"`` records CUDA graphs of compiled CUDA forwards;
+      ``"max-autotune"`` does the same (Triton launch configurations are autotuned on
+      the first call in every mode; there is no more to tune) and says so once;
+      ``"max-autotune-no-cudagraphs"`` is ``"default"``, and says so once.
     * ``debug``: verify every graph between passes.
     * ``validate_passes``: run each pass's input and output graphs on random inputs and
       name the pass that changed the results.
@@ -46,15 +85,17 @@ class CompileOptions:
     """
 
     codegen: str | None = attrs.field(default=None, validator=_check_codegen)
-    fullgraph: bool = False
-    dynamic: bool | None = None
+    fullgraph: bool = attrs.field(default=False, validator=_check_type(bool))
+    dynamic: bool | None = attrs.field(default=None, validator=_check_type(bool, type(None)))
     mode: str | None = attrs.field(default=None, validator=_check_mode)
-    debug: bool = False
-    validate_passes: bool = False
-    blocked_plugins: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    debug: bool = attrs.field(default=False, validator=_check_type(bool))
+    validate_passes: bool = attrs.field(default=False, validator=_check_type(bool))
+    blocked_plugins: frozenset[str] = attrs.field(default=frozenset(), converter=_plugin_names)
     recompile_limit: int = attrs.field(default=8, validator=_check_positive)
-    cache_dir: str | None = None
-    stage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    cache_dir: str | None = attrs.field(
+        default=None, validator=_check_type(str, os.PathLike, type(None))
+    )
+    stage_options: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_type(Mapping))
 
     def stage(self, name: str) -> Mapping[str, Any]:
         """The options meant for the stage called ``name`` (empty if none)."""

@@ -25,6 +25,7 @@ class GuardKind(enum.Enum):
     ID_MATCH = "id_match"  # the very same object (functions, modules, globals)
     TYPE_MATCH = "type_match"  # an object of the same type
     ABSENT_KEY = "absent_key"  # ``expected`` is not a key of the source (a module's __dict__)
+    GLOBAL_STATE = "global_state"  # the global torch state snapshot (core.guard_state)
 
 
 @attrs.frozen

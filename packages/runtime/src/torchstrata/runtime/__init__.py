@@ -5,7 +5,11 @@ from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
 from torchstrata.runtime.dynamo_explain import explain_dynamo
 from torchstrata.runtime.dynamo_options import BackendOptionError
-from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
+from torchstrata.runtime.errors import (
+    CompilationError,
+    TorchstrataFallbackWarning,
+    TorchstrataOptionWarning,
+)
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
 from torchstrata.runtime.guards import GuardFailure, GuardSet
@@ -21,6 +25,7 @@ __all__ = [
     "GuardSet",
     "Pipeline",
     "TorchstrataFallbackWarning",
+    "TorchstrataOptionWarning",
     "bind_frame",
     "compile",
     "explain",

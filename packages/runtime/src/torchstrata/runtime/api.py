@@ -13,8 +13,9 @@ from torchstrata.core import CompileOptions, current_options
 from torchstrata.runtime.cache import clear_all_caches
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
 from torchstrata.runtime.dynamo_explain import explain_dynamo, is_dynamo_compiled
+from torchstrata.runtime.errors import TorchstrataOptionWarning
 from torchstrata.runtime.explain import ExplainReport, explain_call
-from torchstrata.runtime.fallback import clear_warnings
+from torchstrata.runtime.fallback import clear_warnings, warn_once
 from torchstrata.runtime.pipeline import Pipeline
 
 _DEFAULT_PIPELINE = Pipeline()
@@ -44,6 +45,34 @@ def resolve_options(
     return attrs.evolve(resolved, **changes) if changes else resolved
 
 
+#: What each option value that does less than its name says does instead.
+_OPTION_NOTES = {
+    ("dynamic", True): (
+        "dynamic=True: symbolic (dynamic) shapes are not implemented yet; torchstrata "
+        "compiles each distinct input shape on its own (up to recompile_limit entries)"
+    ),
+    ("mode", "max-autotune"): (
+        "mode='max-autotune' records CUDA graphs as 'reduce-overhead' does; there is no "
+        "more autotuning than in every mode (Triton launch configurations are timed on "
+        "the first call; matmuls and convolutions run in ATen, C++ kernels are not tuned)"
+    ),
+    ("mode", "max-autotune-no-cudagraphs"): (
+        "mode='max-autotune-no-cudagraphs' compiles as mode='default': there is no more "
+        "autotuning than in every mode (Triton launch configurations are timed on the first "
+        "call; matmuls and convolutions run in ATen, C++ kernels are not tuned)"
+    ),
+}
+
+
+def _note_options(options: CompileOptions) -> None:
+    """Warn once for each option value that does less than its name says."""
+    for (name, value), note in _OPTION_NOTES.items():
+        if getattr(options, name) == value and type(getattr(options, name)) is type(value):
+            warn_once(
+                ("option", name, value), note, category=TorchstrataOptionWarning, stacklevel=4
+            )
+
+
 def compile(
     fn_or_module: Callable[..., Any] | None = None,
     *,
@@ -63,15 +92,20 @@ def compile(
 
     :param fullgraph: raise :class:`CompilationError` on a graph break or stage failure
         instead of falling back to eager.
-    :param dynamic: reserved for dynamic shapes (passed to the stages).
+    :param dynamic: ``True`` warns (:class:`TorchstrataOptionWarning`): symbolic shapes
+        are not implemented yet, every distinct input shape is compiled on its own.
     :param codegen: ``None`` (by device), ``"triton"``, ``"cpp"`` or ``"eager"`` (stop
         at ATen graphs, run them in the reference interpreter).
-    :param mode: ``None``, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``.
+    :param mode: ``None``/``"default"``; ``"reduce-overhead"`` (CUDA graphs of compiled
+        CUDA forwards); ``"max-autotune"`` (the same, and a warning that there is no
+        further tuning) or ``"max-autotune-no-cudagraphs"`` (as default, with that
+        warning).
     :param options: a :class:`~torchstrata.core.CompileOptions` or a dict of its fields;
         defaults come from :func:`torchstrata.core.current_options`.
     :param pipeline: the :class:`Pipeline` to use (tests inject fake stages this way).
-    :raises TypeError: ``fn_or_module`` is not callable, or ``options`` is malformed.
-    :raises ValueError: a bad ``codegen`` or ``mode`` value.
+    :raises TypeError: ``fn_or_module`` is not callable, or an option (an argument or
+        a key of ``options``) is unknown or of the wrong type; the message names it.
+    :raises ValueError: a bad ``codegen``, ``mode`` or ``recompile_limit`` value.
     """
     try:
         resolved = resolve_options(
@@ -79,6 +113,9 @@ def compile(
         )
     except ValueError as error:
         raise ValueError(f"torchstrata.runtime.compile: {error}") from None
+    except TypeError as error:
+        raise TypeError(f"torchstrata.runtime.compile: {error}") from None
+    _note_options(resolved)
     if pipeline is not None and not isinstance(pipeline, Pipeline):
         raise TypeError(f"pipeline must be a Pipeline, not {type(pipeline).__name__}")
     if fn_or_module is None:

@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
+from torchstrata.core import (
+    CaptureResult,
+    CompileOptions,
+    Guard,
+    global_state,
+    global_state_guard,
+    unsupported_state,
+)
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
@@ -21,13 +28,6 @@ from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 logger = logging.getLogger("torchstrata.runtime")
 
 _ALWAYS = GuardSet(())
-
-
-def _grad_mode_guard() -> Guard:
-    """Compiled forwards do not record autograd history, so grad mode is part of the key."""
-    return Guard(
-        GuardKind.CONSTANT_MATCH, "torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode"
-    )
 
 
 def describe(fn: Callable[..., Any]) -> str:
@@ -144,10 +144,17 @@ class CompiledFunction:
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         logger.debug("compiling %s", describe(self.fn))
+        # Every entry holds under the global state it was made in (grad mode, autocast,
+        # default dtype...: see torchstrata.core.guard_state), checked first.
+        state = global_state()
+        state_guard = global_state_guard(state)
+        refused = unsupported_state(state)
+        if refused is not None:
+            return self._state_refused(refused, state_guard)
         try:
             artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
         except StageFailure as failure:
-            return self._stage_failed(failure)
+            return self._stage_failed(failure, state_guard)
         capture = artifacts.capture
         if capture is None:
             if self.options.fullgraph:
@@ -161,11 +168,12 @@ class CompiledFunction:
             )
             return CacheEntry(_ALWAYS, None, artifacts.eager_reason)
         self._check_graph_breaks(capture, artifacts)
+        guarded = (state_guard, *capture.guards)
         if artifacts.run is None:
-            return CacheEntry(GuardSet(capture.guards, self._bind), None, artifacts.eager_reason)
+            return CacheEntry(GuardSet(guarded, self._bind), None, artifacts.eager_reason)
         run_inputs = artifacts.run_inputs
         guards = GuardSet(
-            (_grad_mode_guard(), *capture.guards),
+            guarded,
             self._bind,
             fetch_sources=capture.direct_sources if run_inputs is not None else None,
         )
@@ -175,6 +183,22 @@ class CompiledFunction:
             has_side_effects=bool(capture.graph_breaks),
             run_inputs=run_inputs if guards.fetch_args is not None else None,
         )
+
+    def _state_refused(self, reason: str, state_guard: Guard) -> CacheEntry:
+        """An eager entry for a global state the compiler cannot reproduce (a user
+        ``TorchFunctionMode``, autocast...), valid while that state lasts."""
+        if self.options.fullgraph:
+            raise CompilationError(
+                f"fullgraph=True but {describe(self.fn)} is called while {reason}",
+                stage="global-state",
+            )
+        warn_once(
+            ("global-state", reason, describe(self.fn)),
+            f"torchstrata: running {describe(self.fn)} eagerly: {reason}",
+            stacklevel=6,
+        )
+        logger.info("running %s eagerly: %s", describe(self.fn), reason)
+        return CacheEntry(GuardSet((state_guard,), self._bind), None, reason)
 
     def _check_graph_breaks(self, capture: CaptureResult, artifacts: FrameArtifacts) -> None:
         if not capture.graph_breaks:
@@ -196,7 +220,7 @@ class CompiledFunction:
                     stacklevel=6,
                 )
 
-    def _stage_failed(self, failure: StageFailure) -> CacheEntry:
+    def _stage_failed(self, failure: StageFailure, state_guard: Guard | None = None) -> CacheEntry:
         if self.options.fullgraph:
             raise CompilationError(
                 f"torchstrata stage {failure.stage!r} failed while compiling "
@@ -214,9 +238,10 @@ class CompiledFunction:
         logger.info(
             "stage %s failed for %s", failure.stage, describe(self.fn), exc_info=failure.error
         )
-        capture = failure.capture
-        guards = GuardSet(capture.guards, self._bind) if capture is not None else _ALWAYS
-        return CacheEntry(guards, None, str(failure))
+        # Eager for these inputs under this global state (another state may compile).
+        state = (state_guard,) if state_guard is not None else ()
+        guards = (*state, *(failure.capture.guards if failure.capture is not None else ()))
+        return CacheEntry(GuardSet(guards, self._bind), None, str(failure))
 
     def _first_run(self, entry: CacheEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run fresh compiled code; if it raises, fall back to eager for this entry."""

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchstrata.core import CompileOptions, current_options, from_fx
+from torchstrata.core import CompileOptions, current_options, enabled_autocast, from_fx
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
 from torchstrata.runtime.dynamo_sizes import StaticGraph, is_symbolic, specialise
@@ -63,7 +63,7 @@ def _compiled_call(
 
 
 def _fall_back(
-    gm: torch.fx.GraphModule, reason: str, options: CompileOptions, error: BaseException
+    gm: torch.fx.GraphModule, reason: str, options: CompileOptions, error: BaseException | None
 ) -> BackendGraph:
     if options.fullgraph:
         raise CompilationError(
@@ -123,6 +123,15 @@ def torchstrata_backend(
     :raises BackendOptionError: an unknown or unsupported option (named).
     """
     options = backend_options(current_options(), kwargs)
+    if enabled_autocast():
+        # Dynamo's graph holds no autocast casts (our capture writes them; this graph is
+        # not ours): run it under the caller's autocast. Dynamo guards autocast, so a
+        # call without it compiles anew.
+        fallback = _fall_back(
+            gm, "autocast is enabled and Dynamo's graph holds no autocast casts", options, None
+        )
+        fallback.dynamo_guards = dynamo_guards()
+        return fallback
     static = _static(gm, example_inputs, options)
     if isinstance(static, BackendGraph):
         static.dynamo_guards = dynamo_guards()

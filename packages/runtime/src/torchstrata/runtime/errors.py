@@ -9,6 +9,11 @@ class TorchstrataFallbackWarning(UserWarning):
     """The runtime ran (part of) a function eagerly; the message says why."""
 
 
+class TorchstrataOptionWarning(UserWarning):
+    """A compile option was accepted but does less than its name suggests (``dynamic=True``
+    before symbolic shapes, ``mode="max-autotune"``); the message says what it does."""
+
+
 class CompilationError(RuntimeError):
     """Compilation failed where it may not fall back (``fullgraph=True``).
 

@@ -7,7 +7,15 @@ from typing import Any
 
 import attrs
 
-from torchstrata.core import CompileOptions, Graph, GraphBreak, Guard, KernelInfo
+from torchstrata.core import (
+    CompileOptions,
+    Graph,
+    GraphBreak,
+    Guard,
+    KernelInfo,
+    global_state,
+    unsupported_state,
+)
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
 
@@ -132,7 +140,11 @@ def explain_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> ExplainReport:
-    """Compile ``fn`` for this call afresh and report; stage failures go in ``fallback``."""
+    """Compile ``fn`` for this call afresh and report; stage failures, and a global
+    state the compiler cannot reproduce, go in ``fallback``."""
+    refused = unsupported_state(global_state())
+    if refused is not None:
+        return ExplainReport(fallback=refused)
     try:
         frame = pipeline.compile_frame(fn, args, kwargs, options)
     except StageFailure as failure:

@@ -12,14 +12,20 @@ _WARNED: set[Hashable] = set()
 _LOCK = threading.Lock()
 
 
-def warn_once(key: Hashable, message: str, *, stacklevel: int = 3) -> bool:
-    """Issue ``message`` as a :class:`TorchstrataFallbackWarning` the first time ``key``
-    is seen (until :func:`clear_warnings`). Returns whether it warned."""
+def warn_once(
+    key: Hashable,
+    message: str,
+    *,
+    stacklevel: int = 3,
+    category: type[Warning] = TorchstrataFallbackWarning,
+) -> bool:
+    """Issue ``message`` as a ``category`` warning the first time ``key`` is seen (until
+    :func:`clear_warnings`). Returns whether it warned."""
     with _LOCK:
         if key in _WARNED:
             return False
         _WARNED.add(key)
-    warnings.warn(message, TorchstrataFallbackWarning, stacklevel=stacklevel)
+    warnings.warn(message, category, stacklevel=stacklevel)
     return True
 
 

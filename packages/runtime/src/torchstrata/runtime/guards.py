@@ -19,9 +19,17 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
-import torch
 
-from torchstrata.core import FetchedValues, Guard, GuardKind, TensorMeta, guard_condition
+from torchstrata.core import (
+    GUARD_NAMESPACE,
+    FetchedValues,
+    Guard,
+    GuardKind,
+    TensorMeta,
+    global_state,
+    guard_condition,
+    state_changes,
+)
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
 
@@ -36,13 +44,26 @@ ArgsFetch = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...] | None]
 
 @attrs.frozen
 class GuardFailure:
-    """The first guard that did not hold for a call."""
+    """The first guard that did not hold for a call.
+
+    ``actual`` is the global state of the call, for a failed
+    :data:`~torchstrata.core.GuardKind.GLOBAL_STATE` guard (None otherwise).
+    """
 
     guard: Guard
+    actual: Any = None
+
+    @classmethod
+    def of(cls, guard: Guard) -> GuardFailure:
+        """The failure of ``guard`` now (reading the global state for a state guard)."""
+        return cls(guard, global_state() if guard.kind is GuardKind.GLOBAL_STATE else None)
 
     def __str__(self) -> str:
-        text = f"{self.guard.kind.value} on {self.guard.source}"
         expected = self.guard.expected
+        if self.guard.kind is GuardKind.GLOBAL_STATE and self.actual is not None:
+            changes = "; ".join(state_changes(expected, self.actual)) or "unchanged"
+            return f"global torch state: {changes}"
+        text = f"{self.guard.kind.value} on {self.guard.source}"
         if self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
             text += f" (expected {_describe_meta(expected)})"
         elif self.guard.kind is GuardKind.ABSENT_KEY:
@@ -175,7 +196,7 @@ class GuardSet:
             source, constants = _generate(self.guards, [g.source for g in self.guards], "L", None)
             self._precise_check = _build(source, constants)
         precise = self._precise_check(frame, globals_)
-        return GuardFailure(self.guards[precise if precise >= 0 else index])
+        return GuardFailure.of(self.guards[precise if precise >= 0 else index])
 
     def __len__(self) -> int:
         return len(self.guards)
@@ -243,9 +264,6 @@ def _fetching_check(
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:
-    namespace: dict[str, Any] = {
-        "torch": torch,
-        **constants,
-    }
+    namespace: dict[str, Any] = {**GUARD_NAMESPACE, **constants}
     exec(compile(source, "<torchstrata guards>", "exec"), namespace)
     return namespace["check_guards"]

@@ -32,10 +32,12 @@ from torchstrata.core import (
     create_plugin_manager,
     dynamo_import_deferred,
     eliminate_dead_code,
+    enabled_autocast,
     interpret,
     register,
     with_input_metas,
 )
+from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.errors import StageFailure
@@ -131,18 +133,22 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
     return run
 
 
+#: Modes that record CUDA graphs.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
     """``forward.fn``, recorded as a CUDA graph after its warm-up calls under
-    ``mode="reduce-overhead"`` when it is compiled code for CUDA inputs that draws no
-    random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
-    if options.mode != "reduce-overhead" or forward.interpreted or forward.prims_graph is None:
+    ``mode="reduce-overhead"`` (or ``"max-autotune"``) when it is compiled code for CUDA
+    inputs that draws no random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
+    if options.mode not in CUDA_GRAPH_MODES or forward.interpreted or forward.prims_graph is None:
         return forward.fn
     if _first_device(forward.prims_graph).type != "cuda":
-        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing
+        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing (as in torch)
     if draws_random_numbers(forward.prims_graph):
         warn_once(
             ("cuda-graph-random", id(forward.prims_graph)),
-            "torchstrata: mode='reduce-overhead' runs a graph that draws random numbers "
+            f"torchstrata: mode={options.mode!r} runs a graph that draws random numbers "
             "without a CUDA graph (a replay would draw the same numbers again)",
         )
         return forward.fn
@@ -326,7 +332,18 @@ class Pipeline:
 
     def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
-        (an ATen-level graph skips the capture passes and the autograd stage)."""
+        (an ATen-level graph skips the capture passes and the autograd stage).
+
+        Under autocast the stages run, and the runner runs the graph, with autocast off
+        (the capture wrote its casts into the graph: :mod:`.autocast_off`)."""
+        devices = tuple(device for device, _ in enabled_autocast())
+        if not devices:
+            return self._compile_graph(graph, options)
+        with autocast_off(devices):
+            artifacts = self._compile_graph(graph, options)
+        return attrs.evolve(artifacts, runner=without_autocast(artifacts.runner, devices))
+
+    def _compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)

@@ -1,6 +1,10 @@
 """arange and the uninitialised/``new_*`` creation ops (``prims.iota`` / ``prims.full``).
 
-``empty*`` become zeros: any value is correct for uninitialised memory.
+``empty*`` become zeros (any value is correct for uninitialised memory), except under
+``torch.use_deterministic_algorithms(True)`` with
+``torch.utils.deterministic.fill_uninitialized_memory`` (the default), where eager fills
+them with NaN (floating and complex) or the dtype's largest value, and so do we (the
+runtime guards that state, so a graph is decomposed again when it changes).
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils.deterministic
 
 from torchstrata.core import Node
 from torchstrata.decomp.context import DecompContext
@@ -53,6 +58,27 @@ def _filled(value_of: Any) -> Any:
     return rule
 
 
+def _uninitialized_value(dtype: torch.dtype) -> Any:
+    """What eager leaves in a new ``empty`` tensor of ``dtype``, where it is defined."""
+    fills = torch.are_deterministic_algorithms_enabled() and bool(
+        getattr(torch.utils.deterministic, "fill_uninitialized_memory", False)
+    )
+    if not fills:
+        return 0
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max
+
+
+def empty(ctx: DecompContext, *args: Any, **kwargs: Any) -> Node:
+    """``empty*``: ``prims.full`` of :func:`_uninitialized_value` with the ATen node's
+    shape, dtype and device."""
+    meta = ctx.out_meta
+    return ctx.full(list(meta.shape), _uninitialized_value(meta.dtype), meta.dtype, meta.device)
+
+
 def eye(ctx: DecompContext, n: int, m: int | None = None, **_: object) -> Node:
     r"""``row == col`` from two ``iota``\s, cast to the dtype."""
     meta = ctx.out_meta
@@ -69,12 +95,12 @@ RULES = RuleTable(
         "aten.eye.m": eye,
         "aten.arange.start": arange_start,
         "aten.arange.start_step": arange_start_step,
-        "aten.empty_like.default": _filled(lambda args: 0),
-        "aten.empty.memory_format": _filled(lambda args: 0),
-        "aten.empty_strided.default": _filled(lambda args: 0),
-        "aten.empty_permuted.default": _filled(lambda args: 0),
-        "aten.new_empty.default": _filled(lambda args: 0),
-        "aten.new_empty_strided.default": _filled(lambda args: 0),
+        "aten.empty_like.default": empty,
+        "aten.empty.memory_format": empty,
+        "aten.empty_strided.default": empty,
+        "aten.empty_permuted.default": empty,
+        "aten.new_empty.default": empty,
+        "aten.new_empty_strided.default": empty,
         "aten.new_zeros.default": _filled(lambda args: 0),
         "aten.new_ones.default": _filled(lambda args: 1),
         "aten.new_full.default": _filled(lambda args: args[2]),
