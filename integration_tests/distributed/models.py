@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 VOCAB = 32
 DIM = 16
@@ -17,9 +18,10 @@ class Block(nn.Module):
     """Pre-norm attention and MLP, optionally with the MLP under activation checkpointing
     inside ``forward``."""
 
-    def __init__(self, dim: int = DIM, heads: int = HEADS) -> None:
+    def __init__(self, dim: int = DIM, heads: int = HEADS, checkpoint_mlp: bool = False) -> None:
         super().__init__()
         self.heads = heads
+        self.checkpoint_mlp = checkpoint_mlp
         self.ln1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -35,7 +37,13 @@ class Block(nn.Module):
         v = v.view(batch, seq, self.heads, dim // self.heads).transpose(1, 2)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(attn.transpose(1, 2).reshape(batch, seq, dim))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        if self.checkpoint_mlp:
+            return x + checkpoint(self.mlp, self.ln2(x), use_reentrant=False)
+        return x + self.mlp(self.ln2(x))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The feed-forward half."""
+        return self.fc2(F.gelu(self.fc1(x)))
 
 
 class TinyLM(nn.Module):
@@ -43,10 +51,10 @@ class TinyLM(nn.Module):
     ``unused=True`` it holds a layer that ``forward`` never reads (for DDP's
     ``find_unused_parameters``)."""
 
-    def __init__(self, layers: int = 2, unused: bool = False) -> None:
+    def __init__(self, layers: int = 2, unused: bool = False, checkpoint_mlp: bool = False) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, DIM)
-        self.blocks = nn.ModuleList(Block() for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(checkpoint_mlp=checkpoint_mlp) for _ in range(layers))
         self.norm = nn.LayerNorm(DIM)
         self.head = nn.Linear(DIM, VOCAB, bias=False)
         self.unused = nn.Linear(DIM, DIM) if unused else None

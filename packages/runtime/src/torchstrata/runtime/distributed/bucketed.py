@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import pluggy
 import torch
 
 from torchstrata.core import CompileOptions, Graph, Level, Node, TensorMeta, same_layout
 from torchstrata.runtime.distributed.buckets import BucketCaps, bucket_cuts, gradient_inputs
+from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.distributed.split import Piece, has_in_place_ops, split_graph, valid_cuts
 from torchstrata.runtime.pipeline import GraphArtifacts, Pipeline
 from torchstrata.runtime.runners import GraphRunner
@@ -26,7 +26,7 @@ class SplitArtifacts(GraphArtifacts):
     pieces: tuple[GraphArtifacts, ...] = ()
 
 
-class BucketedPipeline(Pipeline):
+class BucketedPipeline(RegionPipeline):
     """Compiles like ``base``, except that a graph that computes gradients is split
     before the first read of each of DDP's buckets (none when it holds one bucket).
 
@@ -35,13 +35,10 @@ class BucketedPipeline(Pipeline):
     """
 
     def __init__(self, base: Pipeline, caps: BucketCaps) -> None:
-        super().__init__()
-        self.base = base
+        super().__init__(base)
         self.caps = caps
-
-    def plugin_manager(self, options: CompileOptions) -> pluggy.PluginManager:
-        """The base pipeline's manager."""
-        return self.base.plugin_manager(options)
+        #: The number of pieces of each training graph compiled so far (1: not split).
+        self.piece_counts: list[int] = []
 
     def cuts(self, graph: Graph) -> list[int]:
         """Where :meth:`compile_graph` cuts ``graph`` (empty: compiled whole)."""
@@ -54,6 +51,8 @@ class BucketedPipeline(Pipeline):
     def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         """The graph compiled whole, or as a chain of pieces (:class:`SplitArtifacts`)."""
         cuts = self.cuts(graph)
+        if graph.level is Level.TORCH and torch.is_grad_enabled():
+            self.piece_counts.append(len(cuts) + 1)
         if not cuts:
             return super().compile_graph(graph, options)
         pieces = split_graph(graph, cuts)

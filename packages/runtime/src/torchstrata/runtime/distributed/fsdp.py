@@ -20,6 +20,7 @@ import torch
 from torchstrata.core import CompileOptions
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
 from torchstrata.runtime.distributed.install import install_compiled_forward
+from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.pipeline import Pipeline
 
 
@@ -103,8 +104,9 @@ def compile_fsdp(
 ) -> CompiledFSDP:
     """Install a compiled forward on every region of ``root`` (see the module
     docstring) and return ``root`` wrapped as a :class:`CompiledFSDP`."""
+    region_pipeline = RegionPipeline(pipeline)
     regions = {
-        module: install_compiled_forward(module, options, pipeline)
+        module: install_compiled_forward(module, options, region_pipeline)
         for module in compiled_regions(root)
     }
     if not regions:

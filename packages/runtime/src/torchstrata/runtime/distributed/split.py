@@ -9,6 +9,7 @@ the wire while earlier sub-graphs' backwards still compute.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import attrs
@@ -78,7 +79,7 @@ def split_graph(graph: Graph, cuts: Sequence[int]) -> list[Piece]:
     :func:`valid_cuts`) into pieces that, run in order, compute what ``graph`` does."""
     bounds = [0, *sorted(set(cuts)), len(graph.nodes)]
     owner: dict[Node, int] = {node: -1 for node in graph.inputs}
-    for piece_index, (start, stop) in enumerate(zip(bounds, bounds[1:])):
+    for piece_index, (start, stop) in enumerate(itertools.pairwise(bounds)):
         for node in graph.nodes[start:stop]:
             owner[node] = piece_index
     # what each piece must hand on: its values that a later piece or the outputs read
@@ -91,7 +92,7 @@ def split_graph(graph: Graph, cuts: Sequence[int]) -> list[Piece]:
         if owner[node] >= 0:
             needed[owner[node]][node] = None
     pieces = []
-    for piece_index, (start, stop) in enumerate(zip(bounds, bounds[1:])):
+    for piece_index, (start, stop) in enumerate(itertools.pairwise(bounds)):
         pieces.append(_piece(graph, graph.nodes[start:stop], list(needed[piece_index])))
     return pieces
 
