@@ -18,13 +18,26 @@ from typing import Any
 import pluggy
 import torch
 
-from torchstrata.core import CompileOptions
+from torchstrata.core import CompileOptions, Graph
 from torchstrata.runtime.compiled import describe
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
+from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
 
 #: Graph breaks at files under this directory are inside PyTorch.
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def apart_from_saved_tensor_hooks() -> Any:
+    """A context in which autograd saves tensors as they are, whatever saved-tensor hooks
+    the caller installed (the innermost pair applies). A region first called inside a
+    checkpoint (``checkpoint_wrapper``) is compiled under the checkpoint's hooks: the
+    compiler's own traces on fake tensors would otherwise be packed by them, as if the
+    region had saved them."""
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
 
 
 class RegionPipeline(Pipeline):
@@ -51,7 +64,8 @@ class RegionPipeline(Pipeline):
         options: CompileOptions,
     ) -> FrameArtifacts:
         """As :meth:`Pipeline.compile_frame`, warning about breaks inside PyTorch."""
-        artifacts = super().compile_frame(fn, args, kwargs, options)
+        with apart_from_saved_tensor_hooks():
+            artifacts = super().compile_frame(fn, args, kwargs, options)
         capture = artifacts.capture
         for graph_break in capture.graph_breaks if capture is not None else ():
             if graph_break.filename.startswith(TORCH_DIR):
@@ -65,3 +79,9 @@ class RegionPipeline(Pipeline):
                     stacklevel=4,
                 )
         return artifacts
+
+    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+        """As :meth:`Pipeline.compile_graph` (also for segments captured after a graph
+        break, on their first run), apart from saved-tensor hooks."""
+        with apart_from_saved_tensor_hooks():
+            return super().compile_graph(graph, options)
