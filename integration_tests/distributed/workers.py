@@ -94,7 +94,7 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
     # its gradient comes last) already has its gradient then.
     embed_done: list[list[bool]] = []
 
-    def hook(state, bucket):  # noqa: ANN001 - DDP rejects a bucket annotated otherwise
+    def hook(state, bucket):
         embed_done[-1].append(model.embed.weight.grad is not None)
         return allreduce_hook(state, bucket)
 
