@@ -25,9 +25,9 @@ import torchstrata.runtime as rt
 from .models import TinyLM, batch, loss_of
 
 STEPS = 10
-#: Small buckets (about 1 KiB; the model's weights are 1-4 KiB each) so that the
+#: Small buckets (about 6 KiB; the model's weights are 1-4 KiB each) so that the
 #: compiled graph is cut into several pieces.
-BUCKET_CAP_MB = 0.001
+BUCKET_CAP_MB = 0.006
 
 
 def _snapshot(model: torch.nn.Module) -> list[torch.Tensor]:
