@@ -80,7 +80,8 @@ def _measure(engine: str, compiler: str, rank: int, args: argparse.Namespace) ->
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         generator = torch.Generator().manual_seed(rank)
         tokens = torch.randint(0, cfg.vocab, (args.batch, args.seq + 1), generator=generator)
-        idx, targets = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+        idx = tokens[:, :-1].contiguous().to(device)
+        targets = tokens[:, 1:].contiguous().to(device)  # GPT reads it with view(-1)
 
         def step() -> None:
             run(idx, targets).backward()

@@ -31,7 +31,7 @@ def _fsdp_module_type() -> type | None:
         from torch.distributed.fsdp import FSDPModule  # torch >= 2.6
     except ImportError:
         return None
-    return FSDPModule  # type: ignore[no-any-return]
+    return FSDPModule
 
 
 def _checkpoint_wrapper_type() -> type | None:
@@ -43,7 +43,7 @@ def _checkpoint_wrapper_type() -> type | None:
         )
     except ImportError:
         return None
-    return ActivationWrapper  # type: ignore[no-any-return]
+    return ActivationWrapper
 
 
 def is_fsdp(module: Any) -> bool:

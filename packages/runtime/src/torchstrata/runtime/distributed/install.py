@@ -29,7 +29,7 @@ def install_compiled_forward(
     """Compile ``module``'s class ``forward`` and set it as the instance's ``forward``
     (replacing one installed before). Returns the compiled function."""
     compiled = CompiledFunction(original_forward(module), options, pipeline)
-    module.forward = compiled  # type: ignore[method-assign]
+    module.forward = compiled
     return compiled
 
 
