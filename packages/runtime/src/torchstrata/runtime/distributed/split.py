@@ -63,13 +63,16 @@ def valid_cuts(graph: Graph) -> list[int]:
 
 def has_in_place_ops(graph: Graph) -> bool:
     """Whether a node updates a value in place (a torch method or function ending in
-    ``_``, as ``Tensor.add_``): a split could then separate the update from a reader
-    that saved the old value, so such graphs are not split."""
+    ``_``, as ``Tensor.add_``, or called with ``inplace=True``): a split could then
+    separate the update from a reader that saved the old value, so such graphs are not
+    split."""
     for node in graph.nodes:
         if node.op is None:
             continue
         leaf = node.op.name.rsplit(".", 1)[-1]
         if leaf.endswith("_") and not leaf.endswith("__"):
+            return True
+        if node.kwargs.get("inplace") is True:
             return True
     return False
 
