@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.multiprocessing as mp
+from filelock import FileLock
 
 from .workers import SCENARIOS, run_all
 
@@ -27,22 +28,33 @@ BFLOAT16 = {"atol": 2e-3, "rtol": 1e-2}
 
 
 @pytest.fixture(scope="module")
-def results() -> list[dict]:
-    """Every scenario's results on each rank (one spawn for the whole file)."""
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Every scenario's results on each rank: one spawn for the whole file, shared by
+    pytest-xdist workers (the first to take the lock runs it; under xdist the base
+    temporary directory's parent belongs to this session)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out_dir = shared / "distributed-results"
+    with FileLock(str(out_dir) + ".lock"):
+        if not (out_dir / "done").exists():
+            out_dir.mkdir(exist_ok=True)
+            _spawn(str(out_dir))
+            (out_dir / "done").touch()
+    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+
+
+def _spawn(out_dir: str) -> None:
     # The spawned processes import this package's ``workers`` by the name pytest gave
     # it (``--import-mode=importlib``: ``distributed.workers``), from sys.path.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     package = run_all.__module__.split(".")[0]
     assert os.path.isdir(os.path.join(here, package)), run_all.__module__
-    with tempfile.TemporaryDirectory() as out_dir, _on_sys_path(here):
-        init_file = os.path.join(out_dir, "init")
+    with tempfile.TemporaryDirectory() as scratch, _on_sys_path(here):
+        init_file = os.path.join(scratch, "init")
         mp.spawn(
             run_all, args=(WORLD, init_file, out_dir, list(SCENARIOS)), nprocs=WORLD, join=True
         )
-        return [
-            torch.load(os.path.join(out_dir, f"rank{rank}.pt"), weights_only=False)
-            for rank in range(WORLD)
-        ]
 
 
 @contextlib.contextmanager
