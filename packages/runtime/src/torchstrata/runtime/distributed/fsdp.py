@@ -13,6 +13,7 @@ backward reaches the same compiled code. See docs/decisions/0131.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -25,13 +26,11 @@ from torchstrata.runtime.pipeline import Pipeline
 
 
 def _fsdp_module_type() -> type | None:
-    if not torch.distributed.is_available():
-        return None
-    try:
-        from torch.distributed.fsdp import FSDPModule  # torch >= 2.6
-    except ImportError:
-        return None
-    return FSDPModule
+    """``FSDPModule``, if FSDP2 was imported (no module can be a unit otherwise: an
+    import here would cost every ``compile()`` the import of torch.distributed.fsdp)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    module_type = getattr(fsdp, "FSDPModule", None)  # torch >= 2.6
+    return module_type if isinstance(module_type, type) else None
 
 
 def _checkpoint_wrapper_type() -> type | None:
