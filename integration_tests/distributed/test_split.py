@@ -96,3 +96,17 @@ def test_split_training_matches_eager(caps):
     assert pipeline.piece_counts and min(pipeline.piece_counts) >= expected_pieces
     for parameter, grad in zip(model.parameters(), want):
         torch.testing.assert_close(parameter.grad, grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("caps", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_bucket_layout_is_ddps(graph, caps):
+    """The layout is what DDP's reducer computes for the parameters in the same order
+    (``_compute_bucket_assignment_by_size``, the function it rebuilds buckets with)."""
+    _, _, whole = graph
+    layout = bucket_layout(whole, BucketCaps(caps))
+    ready = [param for bucket in layout for param in bucket]
+    tensors = [torch.empty(p.tensor_meta.shape, dtype=p.tensor_meta.dtype) for p in ready]
+    ddp_buckets, _ = torch.distributed._compute_bucket_assignment_by_size(
+        tensors, list(caps), [False] * len(tensors), list(range(len(tensors)))
+    )
+    assert [[ready[i] for i in bucket] for bucket in ddp_buckets] == layout
