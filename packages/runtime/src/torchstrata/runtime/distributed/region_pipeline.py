@@ -1,7 +1,8 @@
 """The pipeline of compiled regions under DDP and FSDP2: the user's pipeline, plus a
 warning when a region's graph breaks inside PyTorch's own code.
 
-Such a break leaves the rest of the call to eager PyTorch: right numbers, less compiled.
+Such a break leaves the call that leads there to eager PyTorch (the graph ends before it
+and resumes after it): right numbers, less compiled.
 The common case is ``torch.utils.checkpoint.checkpoint`` called inside a compiled
 ``forward``: capture stops at it (checkpointing runs the function under saved-tensor
 hooks and again in the backward), so the checkpointed function runs eagerly. Wrapping
@@ -72,7 +73,8 @@ class RegionPipeline(Pipeline):
                 warn_once(
                     ("torch-graph-break", describe(fn), graph_break.filename, graph_break.lineno),
                     f"torchstrata: {describe(fn)} breaks its graph inside PyTorch "
-                    f"({graph_break}); the code from that call on runs eagerly. "
+                    f"({graph_break}); the call of {describe(fn)} that leads there runs eagerly "
+                    "(its graph ends before that call and resumes after it). "
                     "torch.utils.checkpoint.checkpoint inside a compiled forward does this: "
                     "wrap the module with checkpoint_wrapper instead, so that its forward "
                     "is compiled and the checkpoint is a graph boundary",
