@@ -132,10 +132,16 @@ def test_fsdp2_matches_eager_every_step(results, name, tolerance):
 
 
 def test_fsdp2_block_graph_has_no_breaks(results):
+    """A block, explained between FSDP's hooks, is one graph. The root (explained from
+    outside) is glue: its graph breaks at its calls of the regions and units, all in the
+    model's own code, none in torch.distributed."""
     for rank_results in results:
         compiled = rank_results["fsdp"][True]
         assert compiled["graphs"] == [1]
         assert compiled["breaks"] == [[]]
+        root_breaks = compiled["root_breaks"]
+        assert root_breaks and all(f.endswith("models.py") for f, _, _ in root_breaks)
+        assert any("hooks on FSDPBlock" in reason for _, _, reason in root_breaks)
 
 
 def test_checkpoint_inside_forward_warns_and_matches(results):

@@ -151,6 +151,10 @@ def fsdp(rank: int, compiled: bool, mixed: bool = False, checkpointed: bool = Fa
         result["entries"] = _entries(list(run.regions.values()))
         result["breaks"] = [_breaks(r) for r in reports]
         result["graphs"] = [r.graph_count for r in reports]
+        if reports:  # the root, outside FSDP's hooks: why it is not one graph
+            root = rt.explain(run, batch(rank, 0)[0])
+            result["root_breaks"] = _breaks(root)
+            result["root_fallback"] = root.fallback
     return result
 
 

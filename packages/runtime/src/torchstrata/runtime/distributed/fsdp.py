@@ -20,7 +20,7 @@ import torch
 
 from torchstrata.core import CompileOptions
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
-from torchstrata.runtime.distributed.install import install_compiled_forward
+from torchstrata.runtime.distributed.install import install_compiled_forward, original_forward
 from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -85,12 +85,21 @@ class CompiledFSDP(CompiledModule):
     """What ``compile()`` returns for a module sharded with FSDP2: calls run the module
     itself (its hooks and glue eagerly); each region of :func:`compiled_regions` runs
     its compiled forward (``regions`` maps each to its :class:`CompiledFunction`).
-    ``compiled_forward`` is the root's when the root is one region, else the first."""
+
+    ``compiled_forward`` is the root's region when the root is one; else the root's
+    forward for :func:`~torchstrata.runtime.explain` only (never run), whose report then
+    says why the root is not one graph (its calls of FSDP units, which have hooks). To
+    explain a unit, call ``explain(unit.forward, *args)`` between its hooks (from a
+    forward pre-hook registered after FSDP's).
+    """
 
     def __init__(
-        self, module: torch.nn.Module, regions: dict[torch.nn.Module, CompiledFunction]
+        self,
+        module: torch.nn.Module,
+        regions: dict[torch.nn.Module, CompiledFunction],
+        root_forward: CompiledFunction,
     ) -> None:
-        super().__init__(module, next(iter(regions.values())))
+        super().__init__(module, root_forward)
         self.__dict__["regions"] = regions  # not a submodule dict entry
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -110,4 +119,7 @@ def compile_fsdp(
     }
     if not regions:
         raise ValueError(f"{type(root).__name__}: no module with a forward to compile")
-    return CompiledFSDP(root, regions)
+    root_forward = regions.get(root) or CompiledFunction(
+        original_forward(root), options, region_pipeline
+    )
+    return CompiledFSDP(root, regions, root_forward)
