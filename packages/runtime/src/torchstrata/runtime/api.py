@@ -12,6 +12,7 @@ import torch
 from torchstrata.core import CompileOptions, current_options
 from torchstrata.runtime.cache import clear_all_caches
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.distributed import compile_distributed
 from torchstrata.runtime.dynamo_explain import explain_dynamo, is_dynamo_compiled
 from torchstrata.runtime.errors import TorchstrataOptionWarning
 from torchstrata.runtime.explain import ExplainReport, explain_call
@@ -128,6 +129,9 @@ def compile(
     chosen = pipeline or _DEFAULT_PIPELINE
     if isinstance(fn_or_module, CompiledModule):
         fn_or_module = fn_or_module._orig_mod
+    distributed = compile_distributed(fn_or_module, resolved, chosen)
+    if distributed is not None:
+        return distributed
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(
             fn_or_module, CompiledFunction(fn_or_module.forward, resolved, chosen)

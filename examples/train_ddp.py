@@ -1,0 +1,136 @@
+"""Data-parallel training of a small GPT with a torchstrata-compiled model, under
+PyTorch's own DistributedDataParallel (or FSDP2 with ``--fsdp``).
+
+    torchrun --nproc-per-node 2 examples/train_ddp.py              # CPU, gloo
+    torchrun --nproc-per-node 2 examples/train_ddp.py --fsdp       # FSDP2 instead of DDP
+    torchrun --nproc-per-node 2 examples/train_ddp.py --compiler eager
+
+(``--master-port N`` when another job holds torchrun's default port 29500.)
+
+On a machine with CUDA GPUs the same code runs one process per GPU with NCCL; nothing
+else changes (``torchstrata.runtime.compile`` sees the DDP/FSDP module either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+import torchstrata.runtime as rt
+
+
+class Block(nn.Module):
+    """Pre-norm causal self-attention and GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    """Token embedding, blocks, final norm and head; returns logits."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) instead of DDP")
+    parser.add_argument("--compiler", choices=("torchstrata", "eager"), default="torchstrata")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--seq", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=4)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address.
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    rank = dist.get_rank()
+
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = GPT(args.vocab, args.dim, args.heads, args.layers).to(device)
+    if args.fsdp:
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        wrapped: nn.Module = model
+    else:
+        wrapped = DistributedDataParallel(
+            model, device_ids=[local_rank] if device.type == "cuda" else None
+        )
+    run = rt.compile(wrapped) if args.compiler == "torchstrata" else wrapped
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    generator = torch.Generator().manual_seed(rank)  # each rank its own data
+    start = time.perf_counter()
+    for step in range(args.steps):
+        tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
+        tokens = tokens.to(device)
+        logits = run(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
+            print(f"step {step:3d}  loss {loss.item():.4f}", flush=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    if rank == 0:
+        engine = "FSDP2" if args.fsdp else "DDP"
+        print(
+            f"{engine} x{dist.get_world_size()} ({backend}, {args.compiler}): {args.steps} steps "
+            f"in {elapsed:.1f} s (the first steps compile)"
+        )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

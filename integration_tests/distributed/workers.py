@@ -1,0 +1,202 @@
+"""What each gloo process of the distributed tests runs: every scenario trained eagerly
+and compiled from the same seed, the parameters saved after every step.
+
+Scenarios run one after another in the same two processes (one process group, one
+import of torch and torchstrata), so the whole file costs one spawn.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+import torchstrata.runtime as rt
+
+from .models import TinyLM, batch, loss_of
+
+STEPS = 10
+#: Small buckets (about 6 KiB; the model's weights are 1-4 KiB each) so that the
+#: compiled graph is cut into several pieces.
+BUCKET_CAP_MB = 0.006
+
+
+def _snapshot(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Every parameter, whole (FSDP's shards gathered)."""
+    params = []
+    for param in model.parameters():
+        value = param.detach()
+        if hasattr(value, "full_tensor"):
+            value = value.full_tensor()
+        params.append(value.clone())
+    return params
+
+
+def _train(
+    model: torch.nn.Module,
+    run: Callable[..., Any],
+    rank: int,
+    micro_batches: int = 1,
+    no_sync: Callable[[], Any] | None = None,
+    events: list[Any] | None = None,
+) -> list[list[torch.Tensor]]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    snapshots = []
+    for step in range(STEPS):
+        if events is not None:
+            events.append([])
+        for micro in range(micro_batches):
+            tokens, targets = batch(rank, step * micro_batches + micro)
+            last = micro == micro_batches - 1
+            if no_sync is not None and not last:
+                with no_sync():
+                    loss_of(run(tokens), targets).backward()
+            else:
+                loss_of(run(tokens), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        snapshots.append(_snapshot(model))
+    return snapshots
+
+
+def _entries(compiled: list[Any]) -> list[tuple[str, bool]]:
+    """Each compiled function's cache entries: (why eager, or "", has graph breaks)."""
+    return [
+        (entry.reason if entry.run is None else "", entry.has_side_effects)
+        for function in compiled
+        for entry in function.cache.entries
+    ]
+
+
+def _breaks(report: rt.ExplainReport) -> list[tuple[str, int, str]]:
+    return [(b.filename, b.lineno, b.reason) for b in report.graph_breaks]
+
+
+def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = False) -> Any:
+    """DDP with small buckets; ``unused``: a layer forward never reads, with
+    ``find_unused_parameters``; ``accumulate``: two micro-batches per step, the first
+    under ``no_sync()``."""
+    torch.manual_seed(0)
+    model = TinyLM(unused=unused)
+    wrapped = DistributedDataParallel(
+        model, bucket_cap_mb=BUCKET_CAP_MB, find_unused_parameters=unused
+    )
+    # Per step, when each bucket is all-reduced: whether the embedding (read first, so
+    # its gradient comes last) already has its gradient then.
+    embed_done: list[list[bool]] = []
+
+    def hook(state, bucket):
+        embed_done[-1].append(model.embed.weight.grad is not None)
+        return allreduce_hook(state, bucket)
+
+    wrapped.register_comm_hook(None, hook)
+    run = rt.compile(wrapped) if compiled else wrapped
+    params = _train(
+        model,
+        run,
+        rank,
+        2 if accumulate else 1,
+        wrapped.no_sync if accumulate else None,
+        embed_done,
+    )
+    result: dict[str, Any] = {"params": params, "embed_done": embed_done}
+    if compiled:
+        inner = run.compiled_forward
+        result["entries"] = _entries([inner])
+        result["pieces"] = list(inner.pipeline.piece_counts)
+        result["breaks"] = _breaks(rt.explain(run, batch(rank, 0)[0]))
+    return result
+
+
+def fsdp(rank: int, compiled: bool, mixed: bool = False, checkpointed: bool = False) -> Any:
+    """FSDP2: ``fully_shard`` on each block and on the root. ``mixed``: bfloat16
+    parameters, float32 gradient reduction; ``checkpointed``: blocks wrapped with
+    ``checkpoint_wrapper`` (activation checkpointing)."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
+    kwargs = {"mp_policy": policy} if policy is not None else {}
+    for index, block in enumerate(list(model.blocks)):
+        if checkpointed:
+            block = checkpoint_wrapper(block)
+            model.blocks[index] = block
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    run = rt.compile(model) if compiled else model
+    reports: list[rt.ExplainReport] = []
+    handles = []
+    if compiled and not mixed and not checkpointed:
+        # explain a block where its compiled forward runs: between FSDP's hooks (after
+        # the all-gather; FSDP's pre-hook comes first)
+        def explain_block(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            if not reports:
+                reports.append(rt.explain(module.forward, *args))
+
+        handles = [b.register_forward_pre_hook(explain_block) for b in model.blocks]
+    params = _train(model, run, rank)
+    for handle in handles:
+        handle.remove()
+    result: dict[str, Any] = {"params": params}
+    if compiled:
+        result["regions"] = [type(m).__name__ for m in run.regions]
+        result["entries"] = _entries(list(run.regions.values()))
+        result["breaks"] = [_breaks(r) for r in reports]
+        result["graphs"] = [r.graph_count for r in reports]
+        if reports:  # the root, outside FSDP's hooks: why it is not one graph
+            root = rt.explain(run, batch(rank, 0)[0])
+            result["root_breaks"] = _breaks(root)
+            result["root_fallback"] = root.fallback
+    return result
+
+
+def inline_checkpoint(rank: int, compiled: bool) -> Any:
+    """DDP over a model whose blocks call ``torch.utils.checkpoint.checkpoint`` inside
+    ``forward`` (not captured: a graph break, with a warning)."""
+    torch.manual_seed(0)
+    model = TinyLM(layers=1, checkpoint_mlp=True)
+    wrapped = DistributedDataParallel(model)
+    run = rt.compile(wrapped) if compiled else wrapped
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", rt.TorchstrataFallbackWarning)
+        params = _train(model, run, rank)
+    return {"params": params, "warnings": [str(w.message) for w in caught]}
+
+
+SCENARIOS: dict[str, Callable[..., Any]] = {
+    "ddp": lambda rank, compiled: ddp(rank, compiled),
+    "ddp_unused_accumulate": lambda rank, compiled: ddp(rank, compiled, True, True),
+    "fsdp": lambda rank, compiled: fsdp(rank, compiled),
+    "fsdp_mixed": lambda rank, compiled: fsdp(rank, compiled, mixed=True),
+    "fsdp_checkpointed": lambda rank, compiled: fsdp(rank, compiled, checkpointed=True),
+    "inline_checkpoint": inline_checkpoint,
+}
+
+
+def run_all(rank: int, world: int, init_file: str, out_dir: str, names: list[str]) -> None:
+    """Entry point of each spawned process: every scenario in ``names``, eager then
+    compiled; the results saved to ``out_dir/rank{rank}.pt``."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),  # a mismatch fails instead of hanging
+    )
+    try:
+        results = {
+            name: {compiled: SCENARIOS[name](rank, compiled) for compiled in (False, True)}
+            for name in names
+        }
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
