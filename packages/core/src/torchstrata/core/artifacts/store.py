@@ -56,6 +56,8 @@ STALE_SECONDS = 3600.0
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _SUFFIX = re.compile(r"(\.[a-z0-9]+)+")
+#: A kernel that the layout before ``v1`` stored at the root of an explicit cache_dir.
+_LEGACY = re.compile(r"\w+_[0-9a-f]{24}\.(so|cpp)")
 
 
 class CacheWarning(UserWarning):
@@ -80,6 +82,9 @@ class CacheInfo:
     size_limit: int
     namespaces: dict[str, NamespaceInfo]
     stray_files: int
+    #: Files of the layout before ``v1`` (``cpp/``, ``triton/``, kernels at the root):
+    #: never read any more; ``clear`` removes them.
+    legacy: NamespaceInfo = NamespaceInfo(0, 0)
 
     @property
     def total_bytes(self) -> int:
@@ -282,6 +287,7 @@ class ArtifactStore:
             namespace = entry.meta.parent.parent.name
             old = namespaces.get(namespace, NamespaceInfo(0, 0))
             namespaces[namespace] = NamespaceInfo(old.entries + 1, old.bytes + entry.size)
+        legacy = self.legacy_files()
         complete = sum(info.entries for info in namespaces.values())
         stray = sum(len(_files(shard)) for shard in self._shards()) - 2 * complete
         return CacheInfo(
@@ -290,11 +296,30 @@ class ArtifactStore:
             self.settings.size_limit,
             dict(sorted(namespaces.items())),
             stray,
+            NamespaceInfo(len(legacy), sum(_size(path) for path in legacy)),
         )
 
+    def legacy_files(self) -> list[Path]:
+        """The files that the layout before ``v1`` left in this root."""
+        found = [
+            path
+            for directory in (self.root / "cpp", self.root / "triton")
+            if directory.is_dir() and not directory.is_symlink()
+            for path in directory.rglob("*")
+            if path.is_file()
+        ]
+        return found + [
+            self.root / file.name for file in _files(self.root) if _LEGACY.fullmatch(file.name)
+        ]
+
     def clear(self) -> int:
-        """Remove every entry (and stray file) of this layout; returns the entries removed."""
+        """Remove every entry (and stray file) of this layout and the files of the layout
+        before it; returns the entries removed."""
         removed = sum(1 for _ in self._scan())
+        remove_quietly(*self.legacy_files())
+        for directory in (self.root / "cpp", self.root / "triton"):
+            if directory.is_dir() and not directory.is_symlink():
+                shutil.rmtree(directory, ignore_errors=True)
         for namespace in _subdirectories(self.base):
             if namespace.name != "locks":  # held locks must stay the same files
                 shutil.rmtree(namespace, ignore_errors=True)
@@ -366,6 +391,13 @@ def _remove_stale(files: list[os.DirEntry[str]], before: float) -> None:
         with contextlib.suppress(OSError):
             if file.stat().st_mtime < before:
                 os.unlink(file.path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _subdirectories(path: Path) -> list[Path]:
