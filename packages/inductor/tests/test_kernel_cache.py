@@ -27,8 +27,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.artifacts import CacheWarning
 from torchstrata.core.artifacts import store as artifact_store
-from torchstrata.inductor import compile_graph
-from torchstrata.inductor import cpp_build
+from torchstrata.inductor import compile_graph, cpp_build
 
 _SOURCE = """
 extern "C" void {name}(const float* __restrict__ buf_{a}, float* __restrict__ buf_{b}) {{
@@ -220,12 +219,12 @@ def test_eight_cold_processes_building_one_graphs_kernels(tmp_path):
     for _ in range(8):
         pid = os.fork()
         if pid == 0:
-            status = 0
+            status = 4  # an exception in the child (the child never returns into pytest)
             try:
                 child()
-            except BaseException:
-                status = 4
-            os._exit(status)
+                status = 0
+            finally:
+                os._exit(status)
         pids.append(pid)
     go.write_text("")
     statuses = [os.waitpid(pid, 0)[1] for pid in pids]
