@@ -1,6 +1,6 @@
-"""The environment variables torchstrata reads, all of them, in one place.
+"""The environment variables of the cache and the C++ build, read in one place.
 
-Nothing else in torchstrata calls ``os.environ``: code that needs one of these gets it
+These variables are read nowhere else: code that needs one of them gets it
 from :meth:`Environment.from_env`, called when the value is needed (never at import), so a
 variable set by a script before it compiles is honoured.
 
