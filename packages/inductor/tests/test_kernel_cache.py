@@ -196,6 +196,7 @@ def test_eight_cold_processes_building_one_graphs_kernels(tmp_path):
     def child() -> None:
         # Cold: no library loaded, no store open (a fork inherits the parent's memory).
         cpp_build._LOADED.clear()
+        cpp_build._KNOWN.clear()
         artifact_store._STORES.clear()
         real = cpp_build._compile
 

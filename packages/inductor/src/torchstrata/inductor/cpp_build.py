@@ -185,7 +185,11 @@ def host_fingerprint() -> str:
     return f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
+#: Libraries loaded in this process, by key; and the entries of each store already
+#: verified and loaded here, by (root, key), which later graphs take without reading
+#: and hashing the file again.
 _LOADED: dict[str, ctypes.CDLL] = {}
+_KNOWN: dict[tuple[Path, str], Path] = {}
 _LOADED_LOCK = threading.Lock()
 
 
@@ -254,12 +258,17 @@ def build_kernels(
     def library(key: str) -> tuple[Path, float]:
         return _library(store, compiler, key, distinct[key])
 
-    workers = min(len(distinct), _cores())
+    with _LOADED_LOCK:
+        libraries = {
+            key: (_KNOWN[store.root, key], 0.0) for key in distinct if (store.root, key) in _KNOWN
+        }
+    missing = [key for key in distinct if key not in libraries]
+    workers = min(len(missing), _cores())
     if workers > 1:
         with concurrent.futures.ThreadPoolExecutor(workers, "torchstrata-cxx") as pool:
-            libraries = dict(zip(distinct, pool.map(library, distinct), strict=True))
+            libraries.update(zip(missing, pool.map(library, missing), strict=True))
     else:
-        libraries = {key: library(key) for key in distinct}
+        libraries.update((key, library(key)) for key in missing)
     built, charged = [], set()
     for kernel, key, (_, symbol) in zip(kernels, keys, canonical, strict=True):
         path, seconds = libraries[key]
@@ -296,23 +305,27 @@ def _library(store: ArtifactStore, compiler: Compiler, key: str, source: str) ->
 def _load(
     store: ArtifactStore, compiler: Compiler, key: str, source: str, path: Path
 ) -> ctypes.CDLL:
-    """``dlopen`` the verified library ``path`` once per process. A library that passed
-    the hash check and still does not load (removed by eviction in between, or built
-    wrong) is discarded and built once more."""
+    """``dlopen`` the verified library ``path`` once per process. One evicted since it
+    was checked is built again; one that passed the check and still does not load is
+    discarded (with a warning) and built once more."""
     with _LOADED_LOCK:
         handle = _LOADED.get(key)
-        if handle is not None:
-            return handle
-        try:
-            handle = ctypes.CDLL(str(path))
-        except OSError as error:
-            store.discard(CACHE_NAMESPACE, key, ".so", f"dlopen failed: {error}")
-            path, _ = _library(store, compiler, key, source)
+        if handle is None:
+            if not path.exists():  # evicted by another process (or this one) meanwhile
+                path, _ = _library(store, compiler, key, source)
             try:
                 handle = ctypes.CDLL(str(path))
-            except OSError as again:
-                raise CppCompileError(f"the freshly built {path} does not load: {again}") from again
-        _LOADED[key] = handle
+            except OSError as error:
+                store.discard(CACHE_NAMESPACE, key, ".so", f"dlopen failed: {error}")
+                path, _ = _library(store, compiler, key, source)
+                try:
+                    handle = ctypes.CDLL(str(path))
+                except OSError as again:
+                    raise CppCompileError(
+                        f"{path}, freshly built, does not load: {again}"
+                    ) from again
+            _LOADED[key] = handle
+        _KNOWN[store.root, key] = path
         return handle
 
 

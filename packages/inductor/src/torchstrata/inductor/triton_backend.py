@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -51,9 +52,9 @@ from torchstrata.inductor.triton_tuning import (
 
 #: The artifact store's namespace for generated Triton modules.
 CACHE_NAMESPACE = "triton"
-#: Modules imported in this process, by (source key, interpreted): identical kernels
-#: share one ``@triton.jit`` function, so Triton compiles it once.
-_MODULES: dict[tuple[str, bool], tuple[ModuleType, str]] = {}
+#: Modules imported in this process, by (cache root, source key, interpreted): identical
+#: kernels share one ``@triton.jit`` function, so Triton compiles it once.
+_MODULES: dict[tuple[Path, str, bool], tuple[ModuleType, str]] = {}
 _MODULES_LOCK = threading.Lock()
 
 
@@ -71,18 +72,18 @@ def load_module(
     before it is executed; one module per source per process.
     """
     key = hashlib.sha256(source.encode()).hexdigest()
+    store = open_store(CacheSettings.resolve(cache_dir, size_limit))
     with _MODULES_LOCK:
-        loaded = _MODULES.get((key, interpret))
+        loaded = _MODULES.get((store.root, key, interpret))
         if loaded is not None:
             return loaded
-        store = open_store(CacheSettings.resolve(cache_dir, size_limit))
         path, _ = store.get_or_build(CACHE_NAMESPACE, key, ".py", source.encode)
         spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{key[:24]}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         with triton_interpret(interpret):
             spec.loader.exec_module(module)
-        loaded = _MODULES[(key, interpret)] = (module, str(path))
+        loaded = _MODULES[(store.root, key, interpret)] = (module, str(path))
         return loaded
 
 
