@@ -48,7 +48,7 @@ PRELUDE_VERSION = "light-prelude-2"
 COMPILER_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 #: The artifact store's namespace for kernel libraries.
 CACHE_NAMESPACE = "cpp"
-#: The name every kernel's entry point has in its canonical source.
+#: Every kernel's entry point in its canonical source is ``ts_kernel_<hash of the text>``.
 CANONICAL_ENTRY = "ts_kernel"
 #: The prefixes of the identifiers that the C++ and Triton generators derive from graph
 #: node names (``buf_<node>``, ``acc_<reduction>``, ...): renamed in canonical sources.

@@ -16,6 +16,7 @@ alone: they name library members, not generated values.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -25,13 +26,16 @@ _IDENTIFIER = re.compile(r"(?<![\w.])(?<!::)[A-Za-z_]\w*")
 def canonical_source(
     source: str, entry: str, canonical_entry: str, prefixes: Sequence[str]
 ) -> tuple[str, str]:
-    """``source`` with ``entry`` (the kernel's name) renamed ``canonical_entry`` and every
-    identifier starting with one of ``prefixes`` renamed ``<prefix>v<n>``.
+    """``source`` with every identifier starting with one of ``prefixes`` renamed
+    ``<prefix>v<n>`` and ``entry`` (the kernel's name) renamed
+    ``<canonical_entry>_<hash>``, the hash of the renamed text: kernels that are the same
+    but for those names get the same text, and different kernels different entry names
+    (which profilers show).
 
-    Returns the new text and the name the entry point has in it: ``canonical_entry``,
-    or ``entry`` and the source unchanged when ``canonical_entry`` is already taken.
+    Returns the new text and the entry point's name in it (``entry``, and the source
+    unchanged, when ``canonical_entry`` already occurs in it).
     """
-    if canonical_entry != entry and re.search(rf"\b{re.escape(canonical_entry)}\b", source):
+    if re.search(rf"\b{re.escape(canonical_entry)}\w*", source):
         return source, entry
     ordered = sorted(prefixes, key=len, reverse=True)
     renamed: dict[str, str] = {entry: canonical_entry}
@@ -47,4 +51,7 @@ def canonical_source(
                 return known
         return token
 
-    return _IDENTIFIER.sub(rename, source), canonical_entry
+    text = _IDENTIFIER.sub(rename, source)
+    # ``canonical_entry`` (no token of the source starts with it) is the entry alone.
+    symbol = f"{canonical_entry}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return re.sub(rf"\b{re.escape(canonical_entry)}\b", symbol, text), symbol
