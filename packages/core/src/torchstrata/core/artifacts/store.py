@@ -250,7 +250,8 @@ class ArtifactStore:
                 break
             if entry.artifact in keep:
                 continue
-            remove_quietly(entry.meta, entry.artifact)  # the .meta first: a miss from now
+            with self._lock(entry.meta.name):  # not under a writer replacing the entry
+                remove_quietly(entry.meta, entry.artifact)  # the .meta first: a miss from now
             total -= entry.size
             removed += 1
         with self._estimate_lock:
