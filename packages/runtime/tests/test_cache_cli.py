@@ -45,7 +45,13 @@ def test_the_module_runs_and_honours_xdg_cache_home(tmp_path):
     )
     assert f"cache directory: {tmp_path / 'torchstrata'}" in result.stdout
     assert "$XDG_CACHE_HOME" in result.stdout
-    assert (tmp_path / "torchstrata" / "v1").is_dir()
+
+
+def test_a_missing_cache_is_reported_not_created(tmp_path):
+    root = tmp_path / "never-used"
+    for action in ("info", "clear"):
+        assert "empty" in _run("cache", action, "--dir", str(root))
+    assert not root.exists()
 
 
 def test_sizes_read_well():

@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     settings = CacheSettings.resolve(arguments.dir)
     if arguments.dir:
         settings = attrs.evolve(settings, origin="--dir")
+    if not settings.root.exists():  # nothing to show or remove: create nothing either
+        print(f"cache directory: {settings.root}  (chosen by {settings.origin}; empty)", file=out)
+        return 0
     store = open_store(settings)
     if arguments.action == "info":
         print(format_info(store.info()), file=out)
