@@ -28,7 +28,11 @@ class BuiltLaunch:
 
 
 class Backend(Protocol):
-    """A code generator for fused kernels."""
+    """A code generator for fused kernels.
+
+    A backend may also define ``build_all(kernels, options) -> list[BuiltLaunch]``, which
+    :func:`build_all` prefers: the whole graph's kernels at once (the C++ backend compiles
+    them in parallel and builds identical ones once)."""
 
     name: str
 
