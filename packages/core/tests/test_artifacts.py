@@ -19,6 +19,7 @@ from torchstrata.core.artifacts import (
     CacheWarning,
     canonical_source,
 )
+from torchstrata.core.artifacts import store as store_module
 from torchstrata.core.environment import Environment
 
 KEY = "ab" + "0" * 62
@@ -120,6 +121,22 @@ def test_a_directory_of_another_user_is_never_used(tmp_path, monkeypatch):
         store = _store(root)
     assert store.root != root and not root.joinpath(LAYOUT).exists()
     assert _entry(store).is_relative_to(store.root)
+
+
+def test_a_build_the_store_cannot_take_is_still_handed_out(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    real = store_module.write_atomically
+
+    def full_disk(path: Path, data: bytes) -> None:
+        if path.is_relative_to(tmp_path):
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(store_module, "write_atomically", full_disk)
+    with pytest.warns(CacheWarning, match="No space left"):
+        path, fresh = store.get_or_build("cpp", KEY, ".so", lambda: b"built")
+    assert fresh and path.read_bytes() == b"built" and not path.is_relative_to(tmp_path)
+    assert store.get("cpp", KEY, ".so") is None
 
 
 def test_least_recently_used_entries_are_evicted_at_the_cap(tmp_path):

@@ -214,9 +214,25 @@ class ArtifactStore:
             if found is not None:
                 return found, False
             data = build()
-            self._write(artifact, data)
+            try:
+                self._write(artifact, data)
+            except OSError as error:  # a full disk, say: the build is not lost for it
+                return self._private_copy(artifact, data, error), True
         self._account(len(data), artifact)
         return artifact, True
+
+    def _private_copy(self, artifact: Path, data: bytes, error: OSError) -> Path:
+        """``data`` in a private temporary directory of this process, when the store
+        cannot take it (``error``)."""
+        remove_quietly(_meta_path(artifact), artifact)
+        copy = Path(tempfile.mkdtemp(prefix="torchstrata-artifact-")) / artifact.name
+        write_atomically(copy, data)
+        warnings.warn(
+            f"cannot write the cache entry {artifact} ({error}); using {copy} in this process",
+            CacheWarning,
+            stacklevel=4,
+        )
+        return copy
 
     def _write(self, artifact: Path, data: bytes) -> None:
         private_directory(artifact.parent.parent)
