@@ -38,19 +38,26 @@ from pathlib import Path
 
 import attrs
 
+from torchstrata.core.artifacts.entries import check, meta_path, touch
 from torchstrata.core.artifacts.files import (
     locked,
     private_directory,
     remove_quietly,
     sha256_hex,
-    trusted_file,
     write_atomically,
+)
+from torchstrata.core.artifacts.scan import (
+    Scanned,
+    file_size,
+    files_in,
+    remove_stale,
+    scanned,
+    subdirectories,
 )
 from torchstrata.core.artifacts.settings import CacheSettings
 
 #: The layout version: a directory below the root, so a new layout never reads an old one.
 LAYOUT = "v1"
-META_SUFFIX = ".meta"
 #: Temporary files and half-written entries older than this are swept by eviction.
 STALE_SECONDS = 3600.0
 _KEY = re.compile(r"[0-9a-f]{16,128}")
@@ -90,14 +97,6 @@ class CacheInfo:
     def total_bytes(self) -> int:
         """All entries' bytes together."""
         return sum(info.bytes for info in self.namespaces.values())
-
-
-@attrs.frozen
-class _Scanned:
-    meta: Path
-    artifact: Path
-    accessed_ns: int
-    size: int
 
 
 class ArtifactStore:
@@ -153,9 +152,9 @@ class ArtifactStore:
     def get(self, namespace: str, key: str, suffix: str) -> Path | None:
         """The verified artifact's path, or None (a miss, or a bad entry now removed)."""
         artifact = self.artifact_path(namespace, key, suffix)
-        problem = _check(artifact)
+        problem = check(artifact)
         if problem is None:
-            _touch(artifact)
+            touch(artifact)
             return artifact
         if problem == "missing":
             return None
@@ -163,9 +162,9 @@ class ArtifactStore:
             return self._get_locked(artifact)
 
     def _get_locked(self, artifact: Path) -> Path | None:
-        problem = _check(artifact)
+        problem = check(artifact)
         if problem is None:
-            _touch(artifact)
+            touch(artifact)
             return artifact
         if problem == "partial":  # its writer died between the artifact and its .meta
             remove_quietly(artifact)
@@ -185,7 +184,7 @@ class ArtifactStore:
             CacheWarning,
             stacklevel=4,
         )
-        remove_quietly(_meta_path(artifact), artifact)
+        remove_quietly(meta_path(artifact), artifact)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -224,7 +223,7 @@ class ArtifactStore:
     def _private_copy(self, artifact: Path, data: bytes, error: OSError) -> Path:
         """``data`` in a private temporary directory of this process, when the store
         cannot take it (``error``)."""
-        remove_quietly(_meta_path(artifact), artifact)
+        remove_quietly(meta_path(artifact), artifact)
         copy = Path(tempfile.mkdtemp(prefix="torchstrata-artifact-")) / artifact.name
         write_atomically(copy, data)
         warnings.warn(
@@ -239,8 +238,8 @@ class ArtifactStore:
         private_directory(artifact.parent)
         write_atomically(artifact, data)
         meta = {"sha256": sha256_hex(data), "size": len(data), "created": time.time()}
-        write_atomically(_meta_path(artifact), json.dumps(meta).encode())
-        _touch(artifact)
+        write_atomically(meta_path(artifact), json.dumps(meta).encode())
+        touch(artifact)
 
     # -- size cap ----------------------------------------------------------------------
 
@@ -274,26 +273,26 @@ class ArtifactStore:
             self._estimate = total
         return removed
 
-    def _scan(self, sweep: bool = False) -> Iterator[_Scanned]:
+    def _scan(self, sweep: bool = False) -> Iterator[Scanned]:
         """Every complete entry; with ``sweep``, remove stale temporary files and
         artifacts whose writer died before writing the ``.meta``."""
         stale = time.time() - STALE_SECONDS
         for shard in self._shards():
             groups: dict[str, list[os.DirEntry[str]]] = {}
-            for file in _files(shard):
+            for file in files_in(shard):
                 stem = "" if file.name.startswith(".") else file.name.split(".", 1)[0]
                 groups.setdefault(stem, []).append(file)
             for stem, files in groups.items():
-                scanned = _scanned(stem, files) if stem else None
-                if scanned is not None:
-                    yield scanned
+                entry = scanned(stem, files) if stem else None
+                if entry is not None:
+                    yield entry
                 elif sweep:
-                    _remove_stale(files, stale)
+                    remove_stale(files, stale)
 
     def _shards(self) -> Iterator[Path]:
-        for namespace in _subdirectories(self.base):
+        for namespace in subdirectories(self.base):
             if namespace.name != "locks":
-                yield from _subdirectories(namespace)
+                yield from subdirectories(namespace)
 
     # -- management --------------------------------------------------------------------
 
@@ -304,19 +303,19 @@ class ArtifactStore:
             namespace = entry.meta.parent.parent.name
             old = namespaces.get(namespace, NamespaceInfo(0, 0))
             namespaces[namespace] = NamespaceInfo(old.entries + 1, old.bytes + entry.size)
-        legacy = self.legacy_files()
+        legacy = self.legacyfiles_in()
         complete = sum(info.entries for info in namespaces.values())
-        stray = sum(len(_files(shard)) for shard in self._shards()) - 2 * complete
+        stray = sum(len(files_in(shard)) for shard in self._shards()) - 2 * complete
         return CacheInfo(
             self.root,
             self.settings.origin,
             self.settings.size_limit,
             dict(sorted(namespaces.items())),
             stray,
-            NamespaceInfo(len(legacy), sum(_size(path) for path in legacy)),
+            NamespaceInfo(len(legacy), sum(file_size(path) for path in legacy)),
         )
 
-    def legacy_files(self) -> list[Path]:
+    def legacyfiles_in(self) -> list[Path]:
         """The files that the layout before ``v1`` left in this root."""
         found = [
             path
@@ -326,109 +325,23 @@ class ArtifactStore:
             if path.is_file()
         ]
         return found + [
-            self.root / file.name for file in _files(self.root) if _LEGACY.fullmatch(file.name)
+            self.root / file.name for file in files_in(self.root) if _LEGACY.fullmatch(file.name)
         ]
 
     def clear(self) -> int:
         """Remove every entry (and stray file) of this layout and the files of the layout
         before it; returns the entries removed."""
         removed = sum(1 for _ in self._scan())
-        remove_quietly(*self.legacy_files())
+        remove_quietly(*self.legacyfiles_in())
         for directory in (self.root / "cpp", self.root / "triton"):
             if directory.is_dir() and not directory.is_symlink():
                 shutil.rmtree(directory, ignore_errors=True)
-        for namespace in _subdirectories(self.base):
+        for namespace in subdirectories(self.base):
             if namespace.name != "locks":  # held locks must stay the same files
                 shutil.rmtree(namespace, ignore_errors=True)
         with self._estimate_lock:
             self._estimate = 0
         return removed
-
-
-def _meta_path(artifact: Path) -> Path:
-    return artifact.with_name(artifact.name.split(".", 1)[0] + META_SUFFIX)
-
-
-def _check(artifact: Path) -> str | None:
-    """None for a sound entry, else why not: "missing", "partial" or what is wrong."""
-    meta_path = _meta_path(artifact)
-    try:
-        with open(meta_path, "rb") as handle:
-            if not trusted_file(os.fstat(handle.fileno())):
-                return "its .meta file is not a private file of this user"
-            meta = json.loads(handle.read())
-    except FileNotFoundError:
-        return "partial" if artifact.exists() else "missing"
-    except (OSError, ValueError) as error:
-        return f"unreadable .meta: {error}"
-    if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
-        return "malformed .meta"
-    try:
-        with open(artifact, "rb") as handle:
-            if not trusted_file(os.fstat(handle.fileno())):
-                return "not a private file of this user"
-            data = handle.read()
-    except FileNotFoundError:
-        return "the artifact is missing"
-    except OSError as error:
-        return f"unreadable: {error}"
-    if len(data) != meta.get("size"):
-        return f"{len(data)} bytes where {meta.get('size')} were written (truncated?)"
-    if sha256_hex(data) != meta["sha256"]:
-        return "its content does not match its SHA-256"
-    return None
-
-
-def _touch(artifact: Path) -> None:
-    """Record an access on the entry's ``.meta`` (an explicit time: ``utime(None)``
-    takes the kernel's coarse clock, which would tie entries used milliseconds apart)."""
-    now = time.time_ns()
-    with contextlib.suppress(OSError):
-        os.utime(_meta_path(artifact), ns=(now, now))
-
-
-def _scanned(stem: str, files: list[os.DirEntry[str]]) -> _Scanned | None:
-    """The entry ``stem`` made of ``files`` (None unless it has a ``.meta`` and an artifact)."""
-    metas = [file for file in files if file.name == stem + META_SUFFIX]
-    artifacts = [file for file in files if file.name != stem + META_SUFFIX]
-    if not metas or len(artifacts) != 1:
-        return None
-    try:
-        meta_info = metas[0].stat()
-        size = meta_info.st_size + artifacts[0].stat().st_size
-    except OSError:
-        return None
-    return _Scanned(Path(metas[0].path), Path(artifacts[0].path), meta_info.st_mtime_ns, size)
-
-
-def _remove_stale(files: list[os.DirEntry[str]], before: float) -> None:
-    """Unlink those of ``files`` last changed before ``before`` (a temporary file or an
-    artifact whose writer died; a younger one may still be being written)."""
-    for file in files:
-        with contextlib.suppress(OSError):
-            if file.stat().st_mtime < before:
-                os.unlink(file.path)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _subdirectories(path: Path) -> list[Path]:
-    try:
-        return [Path(entry.path) for entry in os.scandir(path) if entry.is_dir()]
-    except OSError:
-        return []
-
-
-def _files(path: Path) -> list[os.DirEntry[str]]:
-    try:
-        return [entry for entry in os.scandir(path) if entry.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
 
 
 _STORES: dict[CacheSettings, ArtifactStore] = {}
