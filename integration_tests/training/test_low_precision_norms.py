@@ -78,9 +78,9 @@ def test_backward_kernels_are_built_in_the_cache_dir(tmp_path):
     compiled = rt.compile(layer_norm, options={"cache_dir": str(tmp_path)})
     leaves = _leaves(torch.bfloat16)
     out = compiled(*leaves)
-    forward_sources = set(tmp_path.rglob("*.cpp"))
-    assert forward_sources
+    forward_libraries = set(tmp_path.rglob("*.so"))
+    assert forward_libraries
     out.float().sum().backward()
-    backward_sources = set(tmp_path.rglob("*.cpp")) - forward_sources
-    assert any("tangent_0" in path.read_text() for path in backward_sources)
-    assert os.path.commonpath([tmp_path, *backward_sources]) == str(tmp_path)
+    backward_libraries = set(tmp_path.rglob("*.so")) - forward_libraries
+    assert backward_libraries
+    assert os.path.commonpath([tmp_path, *backward_libraries]) == str(tmp_path)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ctypes
 
+import pytest
 import torch
 
 from torchstrata.inductor.cpp_build import (
-    PRELUDE_VERSION,
+    Compiler,
+    CppCompileError,
     build_kernel,
     cache_key,
-    default_cache_dir,
+    find_compiler,
 )
 from torchstrata.inductor.cpp_prelude import STANDARD_INCLUDES, lighten
 
@@ -40,20 +42,28 @@ def _expected(x: torch.Tensor) -> torch.Tensor:
     return torch.erf(x) + x**2 + torch.fmod(x, 0.75) + x.abs()
 
 
-def test_cache_key_covers_compiler_flags_prelude_and_source():
-    base = cache_key("g++", ("-O3",), "int f();")
-    assert cache_key("g++", ("-O2",), "int f();") != base
-    assert cache_key("clang++", ("-O3",), "int f();") != base
-    assert cache_key("g++", ("-O3",), "int g();") != base
-    assert PRELUDE_VERSION in "\0".join(("g++", "-O3", PRELUDE_VERSION))
-    assert cache_key("g++", ("-O3",), "int f();") == base
+def test_cache_key_covers_compiler_version_flags_and_source():
+    gcc = Compiler(("/usr/bin/g++",), "g++ 13.2")
+    base = cache_key(gcc, ("-O3",), "int f();")
+    assert cache_key(gcc, ("-O2",), "int f();") != base
+    assert cache_key(Compiler(("/usr/bin/clang++",), "g++ 13.2"), ("-O3",), "int f();") != base
+    assert cache_key(Compiler(("/usr/bin/g++",), "g++ 14.1"), ("-O3",), "int f();") != base
+    assert cache_key(gcc, ("-O3",), "int g();") != base
+    assert cache_key(gcc, ("-O3",), "int f();") == base
 
 
-def test_cache_directory_follows_the_environment_at_call_time(monkeypatch, tmp_path):
-    monkeypatch.setenv("TORCHSTRATA_CACHE_DIR", str(tmp_path))
-    assert default_cache_dir() == tmp_path / "cpp"
-    monkeypatch.delenv("TORCHSTRATA_CACHE_DIR")
-    assert default_cache_dir().parts[-3:] == (".cache", "torchstrata", "cpp")
+def test_cxx_names_the_compiler_and_its_arguments(tmp_path):
+    plain = find_compiler(None)
+    assert plain.version  # the first line of --version
+    wrapped = find_compiler(f"{plain.command[0]} -DTS_WRAPPED=1")
+    assert wrapped.command == (plain.command[0], "-DTS_WRAPPED=1")
+    source = _KERNEL.format(name="cxx_k", extra="")
+    assert cache_key(wrapped, (), source) != cache_key(plain, (), source)
+
+
+def test_unknown_cxx_is_a_clear_error():
+    with pytest.raises(CppCompileError, match=r"\$CXX='no-such-compiler-xyz'"):
+        find_compiler("no-such-compiler-xyz")
 
 
 def test_light_prelude_replaces_only_the_standard_includes():

@@ -28,6 +28,11 @@ def _check_mode(instance: Any, attribute: Any, value: Any) -> None:
         raise ValueError(f"mode={value!r} is not one of {MODES}")
 
 
+def _check_size_limit(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ValueError(f"cache_size_limit={value!r} must be None or a positive number of bytes")
+
+
 def _check_positive(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{attribute.name}={value!r} must be a non-negative int")
@@ -81,6 +86,11 @@ class CompileOptions:
     * ``validate_passes``: run each pass's input and output graphs on random inputs and
       name the pass that changed the results.
     * ``blocked_plugins``: plugin (and pass) names that must not run.
+    * ``cache_dir``: root of the on-disk cache (None: ``$TORCHSTRATA_CACHE_DIR``, else
+      ``$XDG_CACHE_HOME/torchstrata``, else ``~/.cache/torchstrata``; see
+      :mod:`torchstrata.core.artifacts`).
+    * ``cache_size_limit``: the cache's size cap in bytes, least recently used entries
+      evicted above it (None: 1 GiB).
     * ``stage_options``: free-form settings for third-party stages, keyed by stage name.
     """
 
@@ -95,6 +105,7 @@ class CompileOptions:
     cache_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )
+    cache_size_limit: int | None = attrs.field(default=None, validator=_check_size_limit)
     stage_options: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_type(Mapping))
 
     def stage(self, name: str) -> Mapping[str, Any]:

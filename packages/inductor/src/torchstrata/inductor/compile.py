@@ -19,7 +19,7 @@ from torchstrata.core import (
     eliminate_dead_code,
     same_layout,
 )
-from torchstrata.inductor.backend import Backend, CppBackend
+from torchstrata.inductor.backend import Backend, CppBackend, build_all
 from torchstrata.inductor.counts import narrow_counts
 from torchstrata.inductor.factored_sums import factor_sums
 from torchstrata.inductor.horizontal import fuse_horizontally
@@ -98,12 +98,11 @@ def compile_graph(
         steps = fuse_tails(fuse_partials(plan.steps))
         plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
     launches, infos, compile_seconds = {}, [], 0.0
-    for step in plan.steps:
-        if isinstance(step, Kernel) and step.rows > 0:
-            built = backend.build(step, options)
-            launches[step.name] = built.launch
-            infos.append(built.info)
-            compile_seconds += built.compile_seconds
+    kernels = [step for step in plan.steps if isinstance(step, Kernel) and step.rows > 0]
+    for step, built in zip(kernels, build_all(backend, kernels, options), strict=True):
+        launches[step.name] = built.launch
+        infos.append(built.info)
+        compile_seconds += built.compile_seconds
     write_backs = options.stage("inductor").get("write_backs")
     relaid = _relaid_outputs(promised, graph.outputs, plan)
     source, env = generate_launcher(graph, plan, launches, write_backs, relaid)

@@ -6,14 +6,20 @@ Triton 3.6 and 3.9 alike) and while its kernel is launched, and only then (see
 :mod:`~torchstrata.inductor.triton_env`). For GPU kernels it is cleared while the module
 executes. Triton itself is imported with this module, so its own library functions are
 always decorated as compiled functions, never as a side effect of our setting.
+
+Generated modules live in the artifact store (:mod:`torchstrata.core.artifacts`,
+namespace ``triton``), keyed by their canonical source (the names taken from graph nodes
+renamed, see :func:`~torchstrata.core.artifacts.canonical_source`): the kernels of
+identical layers are one file, one module and one Triton compile. Each file's hash is
+checked before it is executed. Triton's own binaries stay in Triton's cache
+(``TRITON_CACHE_DIR``), which torchstrata does not manage.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -22,7 +28,9 @@ import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
 from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.core.artifacts import CacheSettings, canonical_source, open_store
 from torchstrata.inductor.backend import BuiltLaunch
+from torchstrata.inductor.cpp_build import CANONICAL_ENTRY, GENERATED_PREFIXES
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.launcher import KernelLaunch
 from torchstrata.inductor.reciprocals import hoist_reciprocals
@@ -35,42 +43,48 @@ from torchstrata.inductor.triton_env import triton_interpret
 from torchstrata.inductor.triton_launch import cluster_launch_supported
 from torchstrata.inductor.triton_printer import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
-from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
+from torchstrata.inductor.triton_tuning import (
+    ChoiceCache,
+    TunedKernel,
+    candidate_configs,
+    tuning_key,
+)
 
-
-def default_cache_dir() -> Path:
-    """``$TORCHSTRATA_CACHE_DIR/triton`` when that is set (read at each call), else
-    ``~/.cache/torchstrata/triton``."""
-    root = os.environ.get("TORCHSTRATA_CACHE_DIR")
-    if root:
-        return Path(root) / "triton"
-    return Path.home() / ".cache" / "torchstrata" / "triton"
-
-
-def cache_directory(cache_dir: str | None) -> Path:
-    """``<cache_dir>/triton``, or the default."""
-    return Path(cache_dir) / "triton" if cache_dir else default_cache_dir()
+#: The artifact store's namespace for generated Triton modules.
+CACHE_NAMESPACE = "triton"
+#: Modules imported in this process, by (cache root, source key, interpreted): identical
+#: kernels share one ``@triton.jit`` function, so Triton compiles it once.
+_MODULES: dict[tuple[Path, str, bool], tuple[ModuleType, str]] = {}
+_MODULES_LOCK = threading.Lock()
 
 
 def load_module(
-    source: str, name: str, cache_dir: str | None, interpret: bool
+    source: str,
+    name: str,
+    cache_dir: str | None,
+    interpret: bool,
+    size_limit: int | None = None,
 ) -> tuple[ModuleType, str]:
-    """Write ``source`` to a content-addressed file (Triton needs real source files) and import it."""
-    directory = cache_directory(cache_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    path = directory / f"{name}_{digest}.py"
-    if not path.exists():
-        fd, temporary = tempfile.mkstemp(dir=directory, suffix=".py.tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-        os.replace(temporary, path)
-    spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{digest}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    with triton_interpret(interpret):
-        spec.loader.exec_module(module)
-    return module, str(path)
+    """Import ``source``, whose kernel is ``name``, from a verified store entry (Triton
+    reads a kernel's source from its file) and return the module and the file's path.
+
+    The entry is keyed by the source's SHA-256 and checked against its recorded hash
+    before it is executed; one module per source per process.
+    """
+    key = hashlib.sha256(source.encode()).hexdigest()
+    store = open_store(CacheSettings.resolve(cache_dir, size_limit))
+    with _MODULES_LOCK:
+        loaded = _MODULES.get((store.root, key, interpret))
+        if loaded is not None:
+            return loaded
+        path, _ = store.get_or_build(CACHE_NAMESPACE, key, ".py", source.encode)
+        spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{key[:24]}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        with triton_interpret(interpret):
+            spec.loader.exec_module(module)
+        loaded = _MODULES[(store.root, key, interpret)] = (module, str(path))
+        return loaded
 
 
 class TritonBackend:
@@ -96,7 +110,7 @@ class TritonBackend:
         shifted = shift_row_exps(kernel)
         clusters = not self.interpret and cluster_launch_supported()
         configs = candidate_configs(kernel, self.interpret, clusters=clusters)
-        variants, sources, paths = {}, [], []
+        variants, sources, canonical, paths = {}, [], [], []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
             launches = [config for config in configs if config.variant == variant]
@@ -113,19 +127,26 @@ class TritonBackend:
                     even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
                     cluster=cluster,
                 )
-            module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
-            variants[variant] = getattr(module, kernel.name)
+            # Named as in every identical kernel (repeated layers): one module, one entry.
+            text, symbol = canonical_source(
+                source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES
+            )
+            module, path = load_module(
+                text, symbol, options.cache_dir, self.interpret, options.cache_size_limit
+            )
+            variants[variant] = getattr(module, symbol)
             sources.append(source)
+            canonical.append(text)
             paths.append(path)
-        cache_path = None
+        choice_cache = None
         if not self.interpret:
-            key = tuning_key(sources, torch.cuda.get_device_name())
-            cache_path = cache_directory(options.cache_dir) / "tuning" / f"{key}.json"
+            store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
+            choice_cache = ChoiceCache(store, tuning_key(canonical, torch.cuda.get_device_name()))
         tuned = TunedKernel(
             variants,
             configs,
             kernel.rows,
-            cache_path,
+            choice_cache,
             not self.interpret,
             scratch=lambda split: scratch_sizes(kernel, split),
             tail=tail_scratch(kernel) if kernel.tail is not None else None,

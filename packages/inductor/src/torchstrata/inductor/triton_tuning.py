@@ -18,9 +18,9 @@ A :class:`Config` picks the code variant (persistent or looped) and the launch c
 
 On a GPU every candidate is timed on the first call (``triton.testing.do_bench``, median)
 with the real arguments (kernels only write their own fresh outputs, so reruns are
-harmless) and the winner is stored in ``<cache>/tuning/<key>.json``, the key hashing the
-kernel sources, the device name and the Triton version (temporary file, then
-``os.replace``). Under the interpreter the first candidate is used without timing.
+harmless) and the winner is stored in the artifact store (namespace ``triton-tuning``,
+verified on read like every entry), the key hashing the kernel sources, the device name
+and the Triton version. Under the interpreter the first candidate is used without timing.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -39,6 +36,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
 from torchstrata.inductor.online import online_pairs
@@ -52,6 +50,9 @@ from torchstrata.inductor.triton_launch import (
 )
 from torchstrata.inductor.triton_printer import next_power_of_2
 from torchstrata.inductor.triton_split import can_split, split_rows_setting
+
+#: The artifact store's namespace for tuned launch configurations.
+TUNING_NAMESPACE = "triton-tuning"
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
@@ -246,21 +247,27 @@ def tuning_key(sources: Sequence[str], device: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def read_choice(path: Path) -> Config | None:
-    """The cached configuration at ``path``, or None."""
-    try:
-        return Config(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+@attrs.frozen
+class ChoiceCache:
+    """Where a kernel's tuned configuration is kept: the entry ``key`` of ``store``."""
 
+    store: ArtifactStore
+    key: str
 
-def write_choice(path: Path, config: Config) -> None:
-    """Store ``config`` atomically (temporary file, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(attrs.asdict(config), handle)
-    os.replace(temporary, path)
+    def read(self) -> Config | None:
+        """The stored configuration, or None (none stored, or not a configuration)."""
+        path = self.store.get(TUNING_NAMESPACE, self.key, ".json")
+        if path is None:
+            return None
+        try:
+            return Config(**json.loads(path.read_bytes()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self, config: Config) -> None:
+        """Store ``config`` (atomically, see :class:`~torchstrata.core.artifacts.ArtifactStore`)."""
+        data = json.dumps(attrs.asdict(config)).encode()
+        self.store.put(TUNING_NAMESPACE, self.key, ".json", data)
 
 
 def _with_scratch(run: Callable[..., Any], floats: int, counters: int | None) -> Callable[..., Any]:
@@ -299,7 +306,7 @@ class TunedKernel:
         variants: dict[tuple[bool, int, int, int], Any],
         configs: list[Config],
         rows: int,
-        cache_path: Path | None,
+        choice_cache: ChoiceCache | None,
         compiled: bool,
         scratch: Callable[[int], tuple[int, int]] | None = None,
         tail: tuple[int, int] | None = None,
@@ -308,7 +315,7 @@ class TunedKernel:
         self.variants = variants
         self.configs = configs
         self.rows = rows
-        self.cache_path = cache_path
+        self.choice_cache = choice_cache
         self.compiled = compiled
         #: Split variants' scratch sizes (float32 partials, int32 counters) per split.
         self.scratch = scratch
@@ -356,11 +363,11 @@ class TunedKernel:
 
     def _first_call(self, *args: Any) -> None:
         config = self.configs[0]
-        if self.compiled and self.cache_path is not None and len(self.configs) > 1:
-            cached = read_choice(self.cache_path)
+        if self.compiled and self.choice_cache is not None and len(self.configs) > 1:
+            cached = self.choice_cache.read()
             config = cached if cached in self.configs else self._benchmark(args)
             if cached != config:
-                write_choice(self.cache_path, config)
+                self.choice_cache.write(config)
         self.chosen = config
         self.run = self.bind(config)
         self.run(*args)
