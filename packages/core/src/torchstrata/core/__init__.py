@@ -12,8 +12,17 @@ from torchstrata.core.fx import FxImportError, from_fx, to_fx
 from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
 from torchstrata.core.guard_conditions import constant_condition, guard_condition
 from torchstrata.core.guard_sources import FetchedValues
+from torchstrata.core.guard_text import describe_guard
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
+from torchstrata.core.logs import (
+    ARTIFACTS,
+    LogSettings,
+    LogsSyntaxError,
+    artifact_logger,
+    log_settings,
+    set_logs,
+)
 from torchstrata.core.meta import (
     TensorMeta,
     broadcast_strides,
@@ -36,6 +45,7 @@ from torchstrata.core.options import CODEGENS, CompileOptions, current_options, 
 from torchstrata.core.passes import (
     GraphPass,
     PassManager,
+    PassObserver,
     PassOrderError,
     PassRecord,
     PassValidationError,
@@ -54,6 +64,7 @@ from torchstrata.core.prims import (
     all_prims,
     get_prim,
 )
+from torchstrata.core.progress import Progress, progress
 from torchstrata.core.results import (
     TENSOR_TYPES,
     AotResult,
@@ -86,6 +97,7 @@ from torchstrata.core.transform import (
 from torchstrata.core.verify import VerificationError, verify
 
 __all__ = [
+    "ARTIFACTS",
     "CODEGENS",
     "ENTRY_POINT_GROUP",
     "GETITEM",
@@ -109,6 +121,8 @@ __all__ = [
     "InterpreterError",
     "KernelInfo",
     "Level",
+    "LogSettings",
+    "LogsSyntaxError",
     "MetaInferenceError",
     "Node",
     "NodeMeta",
@@ -116,6 +130,7 @@ __all__ = [
     "OpRef",
     "ParseError",
     "PassManager",
+    "PassObserver",
     "PassOrderError",
     "PassRecord",
     "PassValidationError",
@@ -123,11 +138,13 @@ __all__ = [
     "PrimError",
     "PrimFamily",
     "Program",
+    "Progress",
     "Span",
     "TensorMeta",
     "Transformer",
     "VerificationError",
     "all_prims",
+    "artifact_logger",
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
@@ -139,6 +156,7 @@ __all__ = [
     "create_plugin_manager",
     "current_defaults",
     "current_options",
+    "describe_guard",
     "direct_meta",
     "dtype_from_short_name",
     "dtype_short_name",
@@ -157,14 +175,17 @@ __all__ = [
     "interpret",
     "is_dense",
     "iter_nodes",
+    "log_settings",
     "map_nodes",
     "override_options",
     "parse",
     "parse_op",
     "prim",
+    "progress",
     "random_inputs",
     "register",
     "same_layout",
+    "set_logs",
     "spans_overlap",
     "tensor_byte_span",
     "tensor_element_span",

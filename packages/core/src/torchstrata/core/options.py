@@ -42,6 +42,9 @@ class CompileOptions:
     * ``validate_passes``: run each pass's input and output graphs on random inputs and
       name the pass that changed the results.
     * ``blocked_plugins``: plugin (and pass) names that must not run.
+    * ``debug_dir``: each compile writes its graphs after every stage and pass, its
+      kernels, guards and timings into a new directory under this one (see the runtime's
+      ``debug_dump``); None: the logs settings' ``debug_dir``, if any.
     * ``stage_options``: free-form settings for third-party stages, keyed by stage name.
     """
 
@@ -54,6 +57,7 @@ class CompileOptions:
     blocked_plugins: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     recompile_limit: int = attrs.field(default=8, validator=_check_positive)
     cache_dir: str | None = None
+    debug_dir: str | None = None
     stage_options: Mapping[str, Any] = attrs.field(factory=dict)
 
     def stage(self, name: str) -> Mapping[str, Any]:
