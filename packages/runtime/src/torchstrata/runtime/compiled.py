@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind
+from torchstrata.core import CaptureResult, CompileOptions, Guard, GuardKind, artifact_logger
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
@@ -19,6 +19,8 @@ from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
+recompiles_log = artifact_logger(__name__, "recompiles")
+perf_hints_log = artifact_logger(__name__, "perf_hints")
 
 _ALWAYS = GuardSet(())
 
@@ -95,6 +97,7 @@ class CompiledFunction:
             if len(self.cache):
                 self.recompile_reasons.append(reason)
             logger.info("recompiling %s", reason)
+            recompiles_log.debug("recompiling %s", reason)
             self.cache.clear()
             self._bind = FrameBinder(self.fn)
             self._code = self._plain.__code__
@@ -125,6 +128,12 @@ class CompiledFunction:
             if failures:
                 self.recompile_reasons.append(str(failures[0]))
                 logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
+                recompiles_log.debug(
+                    "recompiling %s (entry %d): guard failed: %s",
+                    describe(self.fn),
+                    len(self.cache) + 1,
+                    failures[0],
+                )
             entry = self._compile(args, kwargs)
             self.cache.add(entry)
             return entry
@@ -140,6 +149,12 @@ class CompiledFunction:
                 stacklevel=4,
             )
         logger.info("recompile limit reached for %s%s", describe(self.fn), failed)
+        perf_hints_log.debug(
+            "%s runs eagerly from now on: recompile limit (%d) reached%s",
+            describe(self.fn),
+            self.options.recompile_limit,
+            failed,
+        )
         return CacheEntry(_ALWAYS, None, "recompile limit reached")
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
