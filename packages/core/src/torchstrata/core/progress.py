@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import sys
 import threading
 import time
@@ -22,6 +23,8 @@ from torchstrata.core.logs import log_settings
 #: What a compile waits before it shows progress.
 COMPILE_DELAY = 2.0
 STYLES = ("auto", "rich", "tqdm", "plain")
+#: Seconds between two plain progress lines.
+PLAIN_INTERVAL = 1.0
 
 
 class _Display(Protocol):
@@ -31,14 +34,20 @@ class _Display(Protocol):
 
 
 class _PlainDisplay:
-    """One line per step: ``torchstrata: compiling f: codegen (2.1 s)``."""
+    """A line per step, ``torchstrata: compiling f: codegen (2.1 s)``, at most one a
+    second (autotuning steps through configurations faster than anyone reads)."""
 
     def __init__(self, title: str, total: int | None, started: float) -> None:
         self.title, self.total, self.started = title, total, started
+        self.last_line = -math.inf
 
     def update(self, description: str, done: int) -> None:
+        now = time.perf_counter()
+        if now - self.last_line < PLAIN_INTERVAL:
+            return
+        self.last_line = now
         count = f" [{done}/{self.total}]" if self.total else ""
-        elapsed = time.perf_counter() - self.started
+        elapsed = now - self.started
         print(
             f"torchstrata: {self.title}{count}: {description} ({elapsed:.1f} s)",
             file=sys.stderr,

@@ -1,0 +1,84 @@
+"""Progress on stderr: plain lines, off when stderr is not a terminal unless asked."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from torchstrata.core import progress, set_logs
+from torchstrata.core import progress as progress_function
+from torchstrata.core.progress import progress_enabled
+
+
+@pytest.fixture(autouse=True)
+def _quiet_again():
+    yield
+    set_logs()
+
+
+def test_plain_lines_when_asked(capsys):
+    with progress("compiling f", total=3, delay=0, enabled=True, style="plain") as report:
+        report.step("capture")
+    err = capsys.readouterr().err
+    assert "torchstrata: compiling f [0/3]: starting" in err
+    assert "torchstrata: compiling f: done in" in err
+
+
+def test_off_when_stderr_is_not_a_terminal(capsys):
+    assert not sys.stderr.isatty()  # captured by pytest
+    assert progress_enabled() is False
+    with progress("compiling f", delay=0) as report:
+        report.step("capture")
+    assert capsys.readouterr().err == ""
+
+
+def test_the_logs_setting_turns_it_on_and_off(capsys):
+    set_logs(progress=True)
+    assert progress_enabled()
+    with progress("autotuning k", delay=0, style="plain"):
+        pass
+    assert "autotuning k" in capsys.readouterr().err
+    set_logs(progress=False)
+    assert not progress_enabled()
+
+
+def test_quick_work_shows_nothing(capsys):
+    with progress("compiling f", delay=60.0, enabled=True, style="plain") as report:
+        report.step("capture")
+    assert capsys.readouterr().err == ""
+
+
+def test_unknown_style_is_an_error():
+    with pytest.raises(ValueError, match="progress style"):
+        with progress_function("x", enabled=True, style="fancy"):
+            pass
+
+
+def test_tqdm_is_used_when_installed(monkeypatch, capsys):
+    made = []
+
+    class FakeTqdm:
+        def __init__(self, total, desc, file, leave):
+            self.desc, self.total, self.n, self.postfix = desc, total, 0, ""
+            made.append(self)
+
+        def set_postfix_str(self, text, refresh=True):
+            self.postfix = text
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    fake = types.ModuleType("tqdm")
+    fake.tqdm = FakeTqdm  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tqdm", fake)
+    with progress("autotuning k", total=2, delay=0, enabled=True, style="tqdm") as report:
+        report.step("config 1")
+        report.step("config 2")
+    (bar,) = made
+    assert bar.desc == "torchstrata: autotuning k" and bar.n == 2 and bar.postfix == "config 2"
+    assert bar.closed and "autotuning k: done in" in capsys.readouterr().err
