@@ -103,7 +103,7 @@ class LogSettings:
     """
 
     levels: Mapping[str, int] = attrs.field(factory=dict)
-    artifacts: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    artifacts: frozenset[str] = frozenset()
     debug_dir: str | None = None
     progress: bool | None = None
 
@@ -161,14 +161,14 @@ class _Formatter(logging.Formatter):
         return super().format(record)
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
     """The stderr handler :func:`set_logs` installs (told apart from the application's)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setFormatter(_Formatter("[%(torchstrata_tag)s] %(message)s"))
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr  # the current one: tests and tools replace sys.stderr
 

@@ -60,7 +60,8 @@ class _PlainDisplay:
 
 class _TqdmDisplay:
     def __init__(self, title: str, total: int | None, started: float) -> None:
-        from tqdm import tqdm  # optional dependency, imported only when installed
+        # an optional dependency, imported only when installed
+        from tqdm import tqdm  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
         self.bar = tqdm(total=total, desc=f"torchstrata: {title}", file=sys.stderr, leave=False)
         self.done = 0
@@ -77,8 +78,14 @@ class _TqdmDisplay:
 
 class _RichDisplay:
     def __init__(self, title: str, total: int | None, started: float) -> None:
-        from rich.console import Console  # optional dependency, imported only when installed
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        # an optional dependency, imported only when installed
+        from rich.console import Console  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        from rich.progress import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.title = title
         self.console = Console(file=sys.stderr)
