@@ -77,8 +77,16 @@ def rms_norm(x, w):
 CASES: dict[str, tuple[Callable[..., Any], Callable[[], tuple[Any, ...]], bool]] = {
     "pointwise_chain": (pointwise_chain, lambda: (torch.randn(4, 8), torch.randn(4, 8)), True),
     "softmax_rows": (softmax_rows, lambda: (torch.randn(3, 16),), True),
-    "layer_norm": (layer_norm, lambda: (torch.randn(2, 3, 8), torch.randn(8), torch.randn(8)), True),
-    "linear_gelu": (linear_gelu, lambda: (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)), True),
+    "layer_norm": (
+        layer_norm,
+        lambda: (torch.randn(2, 3, 8), torch.randn(8), torch.randn(8)),
+        True,
+    ),
+    "linear_gelu": (
+        linear_gelu,
+        lambda: (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)),
+        True,
+    ),
     "reductions": (reductions, lambda: (torch.randn(5, 7),), False),
     "views": (views, lambda: (torch.randn(2, 3, 4),), False),
     "concat_where": (concat_where, lambda: (torch.randn(4, 5), torch.randn(4, 5)), False),

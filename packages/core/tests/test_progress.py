@@ -8,7 +8,7 @@ import types
 import pytest
 
 from torchstrata.core import progress, set_logs
-from torchstrata.core.progress import progress_enabled
+from torchstrata.core.progress_report import progress_enabled
 
 
 @pytest.fixture(autouse=True)
@@ -80,3 +80,50 @@ def test_tqdm_is_used_when_installed(monkeypatch, capsys):
     (bar,) = made
     assert bar.desc == "torchstrata: autotuning k" and bar.n == 2 and bar.postfix == "config 2"
     assert bar.closed and "autotuning k: done in" in capsys.readouterr().err
+
+
+def test_rich_is_preferred_when_installed(monkeypatch, capsys):
+    calls = []
+
+    class FakeConsole:
+        def __init__(self, file):
+            self.file = file
+
+        def print(self, text):
+            calls.append(("print", text))
+
+    class FakeProgress:
+        def __init__(self, *columns, console, transient):
+            assert transient and console.file is sys.stderr
+
+        def start(self):
+            calls.append(("start",))
+
+        def add_task(self, description, total):
+            calls.append(("task", description, total))
+            return 7
+
+        def update(self, task, description, completed):
+            calls.append(("update", task, description, completed))
+
+        def stop(self):
+            calls.append(("stop",))
+
+    console = types.ModuleType("rich.console")
+    console.Console = FakeConsole  # type: ignore[attr-defined]
+    rich_progress = types.ModuleType("rich.progress")
+    rich_progress.Progress = FakeProgress  # type: ignore[attr-defined]
+    for column in ("SpinnerColumn", "TextColumn", "TimeElapsedColumn"):
+        setattr(rich_progress, column, lambda *args: None)
+    monkeypatch.setitem(sys.modules, "rich", types.ModuleType("rich"))
+    monkeypatch.setitem(sys.modules, "rich.console", console)
+    monkeypatch.setitem(sys.modules, "rich.progress", rich_progress)
+    with progress("compiling f", total=2, delay=0, enabled=True, style="rich") as report:
+        report.step("capture")
+    assert calls[:3] == [
+        ("start",),
+        ("task", "compiling f", 2),
+        ("update", 7, "compiling f: starting", 0),
+    ]
+    assert calls[3] == ("update", 7, "compiling f: capture", 1)
+    assert calls[4] == ("stop",) and calls[5][1].startswith("torchstrata: compiling f: done in")

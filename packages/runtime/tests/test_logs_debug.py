@@ -116,3 +116,31 @@ def test_explain_shows_guard_values_and_timings(with_pass):
     assert "L['x']: Tensor, shape == (64, 128), stride == (128, 1)" in text
     assert "L['scale'] == 0.1" in text
     assert "compile time per stage:" in text and "counting (post_aot): " in text
+
+
+def test_cache_artifact_tells_misses(stages, capsys):
+    rt.set_logs("cache")
+    compiled = stages.compile(demo_fn)
+    compiled(torch.randn(4, 8), torch.randn(8))
+    compiled(torch.randn(4, 8), torch.randn(8))  # a hit: nothing logged on the fast path
+    err = capsys.readouterr().err
+    assert err.count("no cached entry") == 1 and "no cached entry of 0 holds" in err
+    assert "[cache] demo_fn" in err and "1 kernel(s)" in err
+
+
+def test_a_long_compile_shows_progress_when_asked(stages, monkeypatch, capsys):
+    from torchstrata.core import progress_report as core_progress
+    from torchstrata.runtime import compile_trace
+
+    monkeypatch.setattr(compile_trace, "PROGRESS_DELAY", 0.0)  # every compile is "long"
+    monkeypatch.setattr(core_progress, "_installed", lambda module: False)  # plain lines
+    monkeypatch.setattr(core_progress, "PLAIN_INTERVAL", 0.0)
+    compiled = stages.compile(demo_fn)
+    compiled(torch.randn(4, 8), torch.randn(8))
+    assert capsys.readouterr().err == ""  # stderr is not a terminal: off
+    rt.set_logs(progress=True)
+    compiled(torch.randn(5, 8), torch.randn(8))
+    err = capsys.readouterr().err
+    for stage in ("capture", "autograd", "decomp", "codegen"):
+        assert "torchstrata: compiling demo_fn (" in err and f": {stage} (" in err
+    assert "done in" in err

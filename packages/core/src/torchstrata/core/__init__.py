@@ -64,7 +64,7 @@ from torchstrata.core.prims import (
     all_prims,
     get_prim,
 )
-from torchstrata.core.progress import Progress, progress
+from torchstrata.core.progress_report import Progress, progress
 from torchstrata.core.results import (
     TENSOR_TYPES,
     AotResult,

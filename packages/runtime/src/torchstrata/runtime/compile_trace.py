@@ -28,13 +28,17 @@ from torchstrata.core import (
 )
 from torchstrata.core.guard_text import describe_guard
 from torchstrata.core.logs import artifact_logger, from_env, log_settings
-from torchstrata.core.progress import Progress, progress
+from torchstrata.core.progress_report import Progress, progress
 from torchstrata.runtime.debug_dump import DebugDump
 
 graphs_log = artifact_logger(__name__, "graphs")
 guards_log = artifact_logger(__name__, "guards")
 output_code_log = artifact_logger(__name__, "output_code")
 perf_hints_log = artifact_logger(__name__, "perf_hints")
+cache_log = artifact_logger(__name__, "cache")
+
+#: Seconds a compile runs before its progress shows (when progress shows at all).
+PROGRESS_DELAY = 2.0
 
 _CURRENT: contextvars.ContextVar[CompileTrace | None] = contextvars.ContextVar(
     "torchstrata_compile_trace", default=None
@@ -134,6 +138,14 @@ class CompileTrace:
                 len(compiled.eager_ops),
                 ", ".join(compiled.eager_ops),
             )
+        if cache_log.isEnabledFor(logging.DEBUG):
+            cache_log.debug(
+                "%s: %d kernel(s), %.2f s compiling them (a kernel found in the kernel "
+                "cache takes none)",
+                self.title,
+                len(compiled.kernels),
+                compiled.stats.get("compile_seconds", 0.0),
+            )
         if self.dump is not None:
             self.dump.compiled(compiled)
 
@@ -170,7 +182,9 @@ def compile_trace(title: str, options: CompileOptions) -> Iterator[CompileTrace]
     settings = from_env()
     debug_dir = options.debug_dir or settings.debug_dir
     dump = DebugDump(debug_dir, title) if debug_dir else None
-    with progress(f"compiling {title}", enabled=log_settings().progress) as report:
+    with progress(
+        f"compiling {title}", delay=PROGRESS_DELAY, enabled=log_settings().progress
+    ) as report:
         trace = CompileTrace(title, dump, report)
         token = _CURRENT.set(trace)
         try:

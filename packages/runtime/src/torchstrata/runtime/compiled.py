@@ -20,6 +20,7 @@ from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
 recompiles_log = artifact_logger(__name__, "recompiles")
+cache_log = artifact_logger(__name__, "cache")
 perf_hints_log = artifact_logger(__name__, "perf_hints")
 
 _ALWAYS = GuardSet(())
@@ -134,6 +135,11 @@ class CompiledFunction:
                     len(self.cache) + 1,
                     failures[0],
                 )
+            cache_log.debug(
+                "%s: no cached entry of %d holds for this call; compiling",
+                describe(self.fn),
+                len(self.cache),
+            )
             entry = self._compile(args, kwargs)
             self.cache.add(entry)
             return entry

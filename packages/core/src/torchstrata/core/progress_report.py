@@ -43,7 +43,7 @@ class _PlainDisplay:
 
     def update(self, description: str, done: int) -> None:
         now = time.perf_counter()
-        if now - self.last_line < PLAIN_INTERVAL:
+        if now - self.last_line < PLAIN_INTERVAL and now != self.last_line:
             return
         self.last_line = now
         count = f" [{done}/{self.total}]" if self.total else ""
