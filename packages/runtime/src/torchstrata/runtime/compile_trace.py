@@ -71,10 +71,17 @@ class CompileTrace:
         self.stage_seconds: list[tuple[str, float]] = []
         #: every pass run under this trace
         self.pass_records: list[PassRecord] = []
+        #: the part of the compile in progress when it is not the whole (``backward
+        #: graph``), prefixed to stage names
+        self.part = ""
+
+    def _named(self, name: str) -> str:
+        return f"{self.part}: {name}" if self.part else name
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Time the stage ``name`` (and show it as the step in progress)."""
+        name = self._named(name)
         if self.report is not None:
             self.report.step(name)
         start = time.perf_counter()
@@ -87,7 +94,7 @@ class CompileTrace:
         """A pass ran (the pass manager logged it): keep its record, dump its graph."""
         self.pass_records.append(record)
         if self.dump is not None:
-            self.dump.graph(f"{record.stage}-{record.name}", graph)
+            self.dump.graph(self._named(f"{record.stage}-{record.name}"), graph)
 
     def produced(self, stage: str, result: Any) -> None:
         """Log (and dump) what the stage hook ``stage`` returned."""
@@ -103,6 +110,7 @@ class CompileTrace:
             self._compiled(result)
 
     def _graph(self, name: str, graph: Graph) -> None:
+        name = self._named(name)
         graphs_log.debug("%s %s graph of %s:\n%s", name, graph.level.value, self.title, graph)
         if self.dump is not None:
             self.dump.graph(name, graph)
@@ -170,14 +178,22 @@ def current_trace() -> CompileTrace | None:
 
 @contextlib.contextmanager
 def compile_trace(title: str, options: CompileOptions) -> Iterator[CompileTrace]:
-    """Trace the compile in the block, or join the one already in progress.
+    """Trace the compile in the block, or join the one already in progress (as its part
+    ``title``, when that is another: a backward compiled while ``explain()`` reports).
 
     Applies ``TORCHSTRATA_LOGS`` and its siblings on the first compile
     (:func:`torchstrata.core.logs.from_env`).
     """
     outer = _CURRENT.get()
     if outer is not None:
-        yield outer
+        if title == outer.title:
+            yield outer
+            return
+        previous, outer.part = outer.part, title
+        try:
+            yield outer
+        finally:
+            outer.part = previous
         return
     settings = from_env()
     debug_dir = options.debug_dir or settings.debug_dir

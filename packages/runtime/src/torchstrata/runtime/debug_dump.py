@@ -41,20 +41,20 @@ class DebugDump:
         self.root.mkdir(parents=True, exist_ok=True)
         self._files = itertools.count()
 
-    def write(self, name: str, text: str) -> Path:
-        """Write ``text`` to the next numbered file ``NNN-name``."""
-        path = self.root / f"{next(self._files):03d}-{_safe(name)}"
+    def write(self, name: str, suffix: str, text: str) -> Path:
+        """Write ``text`` to the next numbered file ``NNN-<name><suffix>``."""
+        path = self.root / f"{next(self._files):03d}-{_safe(name)}{suffix}"
         path.write_text(text if text.endswith("\n") else text + "\n")
         return path
 
     def graph(self, name: str, graph: Graph) -> None:
         """A graph in core's text form."""
-        self.write(f"{name}.txt", str(graph))
+        self.write(name, ".txt", str(graph))
 
     def compiled(self, compiled: CompiledGraph) -> None:
         """The launcher (numbered) and every generated kernel (in ``kernels/``)."""
         if compiled.launcher_source:
-            self.write("codegen-launcher.py", compiled.launcher_source)
+            self.write("codegen-launcher", ".py", compiled.launcher_source)
         kernels = self.root / "kernels"
         for kernel in compiled.kernels:
             if kernel.backend == "extern" or not kernel.source:

@@ -130,7 +130,8 @@ def torchstrata_backend(
         return static
     try:
         graph = from_fx(static.gm, list(static.examples))
-        with compile_trace("a Dynamo graph", options):
+        with compile_trace("a Dynamo graph", options) as trace:
+            trace.produced("dynamo", graph)  # the graph as Dynamo handed it over
             artifacts = _PIPELINE.compile_graph(graph, options)
     except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
         fallback = _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
