@@ -141,3 +141,19 @@ def test_component_levels(capsys):
 def test_unknown_artifact_logger_is_an_error():
     with pytest.raises(ValueError, match="unknown log artifact"):
         artifact_logger(__name__, "kernels")
+
+
+def test_an_unset_environment_leaves_the_application_levels(monkeypatch):
+    from torchstrata.core import logs
+
+    set_logs()  # quiet, and nothing applied any more
+    runtime = logging.getLogger("torchstrata.runtime")
+    monkeypatch.setattr(runtime, "level", logging.DEBUG)
+    monkeypatch.setattr(logs, "_configured", False)
+    monkeypatch.delenv("TORCHSTRATA_LOGS", raising=False)
+    assert logs.from_env().quiet
+    assert runtime.level == logging.DEBUG
+    monkeypatch.setenv("TORCHSTRATA_LOGS", "runtime")
+    monkeypatch.setattr(logs, "_configured", False)
+    logs.from_env()
+    assert runtime.level == logging.INFO

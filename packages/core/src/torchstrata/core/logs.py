@@ -183,6 +183,7 @@ _configured = False  # set_logs or from_env ran (from_env then reads nothing)
 #: Artifact name -> every logger made for it (to switch them together).
 _artifact_loggers: dict[str, list[logging.Logger]] = {name: [] for name in ARTIFACTS}
 _handler: _Handler | None = None
+_applied = False  # levels were set on the loggers (quiet settings then restore them)
 
 
 def artifact_logger(module: str, artifact: str) -> logging.Logger:
@@ -210,7 +211,10 @@ def _apply_artifact(logger: logging.Logger, artifact: str, settings: LogSettings
 
 
 def _apply(settings: LogSettings) -> None:
-    global _handler
+    global _handler, _applied
+    if settings.quiet and not _applied:
+        return  # never touched: the application's own configuration stays as it is
+    _applied = not settings.quiet
     root = logging.getLogger(ROOT_LOGGER)
     for name, logger_name in COMPONENTS.items():
         if name != "all":

@@ -31,6 +31,7 @@ from torchstrata.core.logs import artifact_logger, from_env, log_settings
 from torchstrata.core.progress_report import Progress, progress
 from torchstrata.runtime.debug_dump import DebugDump
 
+logger = logging.getLogger("torchstrata.runtime")
 graphs_log = artifact_logger(__name__, "graphs")
 guards_log = artifact_logger(__name__, "guards")
 output_code_log = artifact_logger(__name__, "output_code")
@@ -88,7 +89,9 @@ class CompileTrace:
         try:
             yield
         finally:
-            self.stage_seconds.append((name, time.perf_counter() - start))
+            seconds = time.perf_counter() - start
+            self.stage_seconds.append((name, seconds))
+            logger.debug("%s: %s took %.1f ms", self.title, name, seconds * 1000)
 
     def after_pass(self, record: PassRecord, graph: Graph) -> None:
         """A pass ran (the pass manager logged it): keep its record, dump its graph."""
@@ -121,6 +124,13 @@ class CompileTrace:
         guards_log.debug(
             "%d guard(s) of %s:\n%s", len(capture.guards), self.title, GuardsText(capture.guards)
         )
+        if capture.graph_breaks:
+            perf_hints_log.debug(
+                "%s: %d graph break(s) split it into graphs with Python between them "
+                "(see the graph_breaks artifact)",
+                self.title,
+                len(capture.graph_breaks),
+            )
         if self.dump is not None:
             self.dump.guards(capture.guards, capture.graph_breaks)
 
