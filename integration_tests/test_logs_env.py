@@ -45,11 +45,3 @@ def test_logs_from_the_environment(tmp_path):
     assert "[recompiles] recompiling with_print" in err and "tensor_match on L['x']" in err
     assert "[output_code] kernel" in err and 'extern "C"' in err
     assert "[graphs]" not in err and "[passes]" not in err  # only what was asked for
-
-
-def test_a_misspelt_name_warns_and_lists_the_known_ones():
-    script = "from torchstrata.core.logs import from_env; print(from_env().quiet)"
-    result = _run("-c", script, logs="graph_brakes")
-    assert result.returncode == 0 and result.stdout.strip() == "True"
-    assert "TORCHSTRATA_LOGS ignored: unknown log name 'graph_brakes'" in result.stderr
-    assert "recompiles" in result.stderr

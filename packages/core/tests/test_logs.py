@@ -157,3 +157,31 @@ def test_an_unset_environment_leaves_the_application_levels(monkeypatch):
     monkeypatch.setattr(logs, "_configured", False)
     logs.from_env()
     assert runtime.level == logging.INFO
+
+
+def test_a_misspelt_environment_name_warns_and_lists_the_known_ones(monkeypatch):
+    from torchstrata.core import logs
+
+    monkeypatch.setattr(logs, "_configured", False)
+    monkeypatch.setenv("TORCHSTRATA_LOGS", "graph_brakes")
+    with pytest.warns(UserWarning, match="TORCHSTRATA_LOGS ignored: unknown log name") as seen:
+        assert logs.from_env().quiet
+    assert "recompiles" in str(seen[0].message)
+
+
+def test_help_prints_the_names(monkeypatch, capsys):
+    from torchstrata.core import logs
+
+    monkeypatch.setattr(logs, "_configured", False)
+    monkeypatch.setenv("TORCHSTRATA_LOGS", "help")
+    assert logs.from_env().quiet
+    err = capsys.readouterr().err
+    assert "TORCHSTRATA_LOGS: a comma-separated list" in err and "output_code" in err
+
+
+def test_an_explicit_call_wins_over_the_environment(monkeypatch):
+    from torchstrata.core import logs
+
+    monkeypatch.setenv("TORCHSTRATA_LOGS", "guards")
+    set_logs("passes")
+    assert logs.from_env().artifacts == {"passes"}
