@@ -153,3 +153,11 @@ def test_a_backward_compiled_for_explain_is_timed_as_its_own_part():
     names = [stage for stage, _ in report.stage_seconds]
     assert names[:4] == ["capture", "autograd", "decomp", "codegen"]
     assert names[4:] == ["backward graph: decomp", "backward graph: codegen"]
+
+
+def test_a_debug_dir_that_cannot_be_made_is_named(stages, tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    compiled = stages.compile(demo_fn, options={"debug_dir": str(taken)})
+    with pytest.raises(ValueError, match=r"debug_dir=.*a-file.*cannot make"):
+        compiled(torch.randn(4, 8), torch.randn(8))

@@ -31,6 +31,10 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:60] or "graph"
 
 
+class DebugDirError(ValueError):
+    """The debug directory cannot be written (the message names it and why)."""
+
+
 class DebugDump:
     """Writes the files of one compile under ``root`` (a directory made for it)."""
 
@@ -38,7 +42,12 @@ class DebugDump:
         with _COUNTER_LOCK:
             number = next(_COUNTER)
         self.root = Path(debug_dir) / f"{os.getpid()}-{number:03d}-{_safe(title)}"
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DebugDirError(
+                f"debug_dir={debug_dir!r}: cannot make {self.root}: {error}"
+            ) from None
         self._files = itertools.count()
 
     def write(self, name: str, suffix: str, text: str) -> Path:

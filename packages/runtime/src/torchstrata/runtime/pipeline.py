@@ -437,7 +437,7 @@ class Pipeline:
 
     def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
         """The runner of a graph compiled after the frame (a segment after a break)."""
-        with dynamo_import_deferred():
+        with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 
     def compile_frame(
