@@ -59,7 +59,7 @@ class GuardsText:
 class CompileTrace:
     """What one compile reports as it goes.
 
-    :param title: what is compiled (``compiling f (file.py:3)``).
+    :param title: what is compiled (``f (file.py:3)``, ``backward graph``).
     :param dump: the debug directory's writer, or None.
     :param report: the progress report on stderr.
     """
