@@ -66,6 +66,23 @@ def test_explain_reports_graphs_kernels_and_dynamo_guards():
     assert any(guard.startswith("TENSOR_MATCH: L[") for guard in report.dynamo_guards)
     assert any(guard.startswith("GRAD_MODE") for guard in report.dynamo_guards)
     assert "Dynamo guard(s)" in str(report)
+    # with the values they check, and the stages timed as the call compiled them
+    assert "TENSOR_MATCH: L['x']: Tensor, shape == (4, 16), stride == (16, 1)" in str(report)
+    assert [stage for stage, _ in report.stage_seconds][:3] == ["autograd", "decomp", "codegen"]
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 0.1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * self.scale
+
+
+def test_explain_dynamo_shows_the_constant_a_guard_checks():
+    report = rt.explain(torch.compile(Scaled(), backend="torchstrata"), torch.randn(8))
+    assert "CONSTANT_MATCH: L['self'].scale == 0.1" in report.dynamo_guards
 
 
 def test_options_are_honoured_and_unknown_ones_rejected():

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import linecache
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from torchstrata.capture.api import capture
-from torchstrata.core import CaptureResult, CompileOptions, hookimpl
+from torchstrata.core import CaptureResult, CompileOptions, artifact_logger, hookimpl
+
+graph_breaks_log = artifact_logger(__name__, "graph_breaks")
 
 
 @hookimpl
@@ -14,4 +18,16 @@ def torchstrata_capture(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: CompileOptions
 ) -> CaptureResult | None:
     """Capture ``fn(*args, **kwargs)`` by interpreting its bytecode (see ``capture``)."""
-    return capture(fn, args, kwargs, options)
+    result = capture(fn, args, kwargs, options)
+    if result.graph_breaks and graph_breaks_log.isEnabledFor(logging.DEBUG):
+        for graph_break in result.graph_breaks:
+            line = linecache.getline(graph_break.filename, graph_break.lineno).strip()
+            graph_breaks_log.debug(
+                "graph break in %s at %s:%d: %s%s",
+                getattr(fn, "__qualname__", type(fn).__name__),
+                graph_break.filename,
+                graph_break.lineno,
+                graph_break.reason,
+                f"\n    {line}" if line else "",
+            )
+    return result

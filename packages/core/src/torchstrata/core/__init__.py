@@ -23,8 +23,17 @@ from torchstrata.core.guard_state import (
     state_changes,
     unsupported_state,
 )
+from torchstrata.core.guard_text import describe_guard
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
+from torchstrata.core.logs import (
+    ARTIFACTS,
+    LogSettings,
+    LogsSyntaxError,
+    artifact_logger,
+    log_settings,
+    set_logs,
+)
 from torchstrata.core.meta import (
     TensorMeta,
     broadcast_strides,
@@ -47,6 +56,7 @@ from torchstrata.core.options import CODEGENS, CompileOptions, current_options, 
 from torchstrata.core.passes import (
     GraphPass,
     PassManager,
+    PassObserver,
     PassOrderError,
     PassRecord,
     PassValidationError,
@@ -65,6 +75,7 @@ from torchstrata.core.prims import (
     all_prims,
     get_prim,
 )
+from torchstrata.core.progress_report import Progress, progress
 from torchstrata.core.results import (
     TENSOR_TYPES,
     AotResult,
@@ -97,6 +108,7 @@ from torchstrata.core.transform import (
 from torchstrata.core.verify import VerificationError, verify
 
 __all__ = [
+    "ARTIFACTS",
     "CODEGENS",
     "ENTRY_POINT_GROUP",
     "GETITEM",
@@ -123,6 +135,8 @@ __all__ = [
     "InterpreterError",
     "KernelInfo",
     "Level",
+    "LogSettings",
+    "LogsSyntaxError",
     "MetaInferenceError",
     "Node",
     "NodeMeta",
@@ -130,6 +144,7 @@ __all__ = [
     "OpRef",
     "ParseError",
     "PassManager",
+    "PassObserver",
     "PassOrderError",
     "PassRecord",
     "PassValidationError",
@@ -137,11 +152,13 @@ __all__ = [
     "PrimError",
     "PrimFamily",
     "Program",
+    "Progress",
     "Span",
     "TensorMeta",
     "Transformer",
     "VerificationError",
     "all_prims",
+    "artifact_logger",
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
@@ -153,6 +170,7 @@ __all__ = [
     "create_plugin_manager",
     "current_defaults",
     "current_options",
+    "describe_guard",
     "describe_state",
     "direct_meta",
     "dtype_from_short_name",
@@ -175,14 +193,17 @@ __all__ = [
     "interpret",
     "is_dense",
     "iter_nodes",
+    "log_settings",
     "map_nodes",
     "override_options",
     "parse",
     "parse_op",
     "prim",
+    "progress",
     "random_inputs",
     "register",
     "same_layout",
+    "set_logs",
     "spans_overlap",
     "state_changes",
     "tensor_byte_span",

@@ -91,6 +91,9 @@ class CompileOptions:
       :mod:`torchstrata.core.artifacts`).
     * ``cache_size_limit``: the cache's size cap in bytes, least recently used entries
       evicted above it (None: 1 GiB).
+    * ``debug_dir``: each compile writes its graphs after every stage and pass, its
+      kernels, guards and timings into a new directory under this one (see the runtime's
+      ``debug_dump``); None: the logs settings' ``debug_dir``, if any.
     * ``stage_options``: free-form settings for third-party stages, keyed by stage name.
     """
 
@@ -106,6 +109,9 @@ class CompileOptions:
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )
     cache_size_limit: int | None = attrs.field(default=None, validator=_check_size_limit)
+    debug_dir: str | None = attrs.field(
+        default=None, validator=_check_type(str, os.PathLike, type(None))
+    )
     stage_options: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_type(Mapping))
 
     def stage(self, name: str) -> Mapping[str, Any]:

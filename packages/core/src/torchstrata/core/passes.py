@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 import attrs
@@ -11,7 +11,13 @@ import torch
 
 from torchstrata.core.graph import Graph
 from torchstrata.core.interpret import interpret, random_inputs
+from torchstrata.core.logs import artifact_logger
 from torchstrata.core.verify import verify
+
+passes_log = artifact_logger(__name__, "passes")
+
+#: Called after each pass with its record and the graph it returned (a debug dump).
+PassObserver = Callable[["PassRecord", Graph], None]
 
 
 class GraphPass:
@@ -47,6 +53,13 @@ class PassRecord:
     nodes_before: int
     nodes_after: int
 
+    def __str__(self) -> str:
+        where = f" ({self.stage})" if self.stage else ""
+        return (
+            f"{self.name}{where}: {self.seconds * 1000:.2f} ms, "
+            f"{self.nodes_before} -> {self.nodes_after} nodes"
+        )
+
 
 def order_passes(passes: Sequence[GraphPass]) -> list[GraphPass]:
     """Stable topological order by ``before``/``after``; duplicate names are an error."""
@@ -77,7 +90,10 @@ def order_passes(passes: Sequence[GraphPass]) -> list[GraphPass]:
 
 class PassManager:
     """Runs passes in order; verifies between them (``debug``) and checks each one by
-    executing its input and output graphs on random inputs (``validate``)."""
+    executing its input and output graphs on random inputs (``validate``).
+
+    Each pass's :class:`PassRecord` goes to ``records``, to the ``passes`` log artifact,
+    and to ``observer`` (with the graph the pass returned) when one is given."""
 
     def __init__(
         self,
@@ -86,12 +102,14 @@ class PassManager:
         debug: bool = False,
         validate: bool = False,
         blocked: Iterable[str] = (),
+        observer: PassObserver | None = None,
     ) -> None:
         blocked = set(blocked)
         self.passes = order_passes([p for p in passes if p.name not in blocked])
         self.debug = debug
         self.validate = validate
         self.records: list[PassRecord] = []
+        self.observer = observer
 
     def run(self, graph: Graph, stage: str = "") -> Graph:
         """Apply every pass to ``graph`` and return the result."""
@@ -107,9 +125,13 @@ class PassManager:
                 verify(result)
             if self.validate:
                 validate_pass(graph_pass.name, graph, result)
-            self.records.append(
-                PassRecord(graph_pass.name, stage, seconds, len(graph.nodes), len(result.nodes))
+            record = PassRecord(
+                graph_pass.name, stage, seconds, len(graph.nodes), len(result.nodes)
             )
+            self.records.append(record)
+            passes_log.debug("%s", record)
+            if self.observer is not None:
+                self.observer(record, result)
             graph = result
         return graph
 

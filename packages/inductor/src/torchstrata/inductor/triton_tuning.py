@@ -36,6 +36,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from torchstrata.core import Progress, progress
 from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.columns import is_column_reduction
 from torchstrata.inductor.kernel import Kernel
@@ -373,8 +374,14 @@ class TunedKernel:
         self.run(*args)
 
     def _benchmark(self, args: Sequence[Any]) -> Config:
+        name = getattr(next(iter(self.variants.values())), "__name__", "a kernel")
+        with progress(f"autotuning {name}", total=len(self.configs), delay=0) as report:
+            return self._time_configs(args, report)
+
+    def _time_configs(self, args: Sequence[Any], report: Progress) -> Config:
         best, best_time = self.configs[0], math.inf
         for config in self.configs:
+            report.step(f"{config}")
             run = self.bind(config)
             try:
                 run(*args)

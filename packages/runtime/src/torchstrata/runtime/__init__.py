@@ -1,6 +1,7 @@
-"""torchstrata.runtime: ``compile()``, ``explain()``, ``reset()``, guards, caches, eager
-fallback and the Dynamo backend."""
+"""torchstrata.runtime: ``compile()``, ``explain()``, ``reset()``, ``set_logs()``, guards,
+caches, eager fallback and the Dynamo backend."""
 
+from torchstrata.core.logs import set_logs
 from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
 from torchstrata.runtime.dynamo_explain import explain_dynamo
@@ -31,4 +32,5 @@ __all__ = [
     "explain",
     "explain_dynamo",
     "reset",
+    "set_logs",
 ]

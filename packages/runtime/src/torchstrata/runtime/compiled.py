@@ -14,6 +14,7 @@ from torchstrata.core import (
     CaptureResult,
     CompileOptions,
     Guard,
+    artifact_logger,
     global_state,
     global_state_guard,
     unsupported_state,
@@ -26,6 +27,9 @@ from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
+recompiles_log = artifact_logger(__name__, "recompiles")
+cache_log = artifact_logger(__name__, "cache")
+perf_hints_log = artifact_logger(__name__, "perf_hints")
 
 _ALWAYS = GuardSet(())
 
@@ -95,6 +99,7 @@ class CompiledFunction:
             if len(self.cache):
                 self.recompile_reasons.append(reason)
             logger.info("recompiling %s", reason)
+            recompiles_log.debug("recompiling %s", reason)
             self.cache.clear()
             self._bind = FrameBinder(self.fn)
             self._code = self._plain.__code__
@@ -125,6 +130,17 @@ class CompiledFunction:
             if failures:
                 self.recompile_reasons.append(str(failures[0]))
                 logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
+                recompiles_log.debug(
+                    "recompiling %s (entry %d): guard failed: %s",
+                    describe(self.fn),
+                    len(self.cache) + 1,
+                    failures[0],
+                )
+            cache_log.debug(
+                "%s: no cached entry of %d holds for this call; compiling",
+                describe(self.fn),
+                len(self.cache),
+            )
             entry = self._compile(args, kwargs)
             self.cache.add(entry)
             return entry
@@ -140,6 +156,12 @@ class CompiledFunction:
                 stacklevel=4,
             )
         logger.info("recompile limit reached for %s%s", describe(self.fn), failed)
+        perf_hints_log.debug(
+            "%s runs eagerly from now on: recompile limit (%d) reached%s",
+            describe(self.fn),
+            self.options.recompile_limit,
+            failed,
+        )
         return CacheEntry(_ALWAYS, None, "recompile limit reached")
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:

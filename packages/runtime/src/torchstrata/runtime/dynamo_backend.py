@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from torchstrata.core import CompileOptions, current_options, enabled_autocast, from_fx
+from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
 from torchstrata.runtime.dynamo_sizes import StaticGraph, is_symbolic, specialise
@@ -138,7 +139,9 @@ def torchstrata_backend(
         return static
     try:
         graph = from_fx(static.gm, list(static.examples))
-        artifacts = _PIPELINE.compile_graph(graph, options)
+        with compile_trace("a Dynamo graph", options) as trace:
+            trace.produced("dynamo", graph)  # the graph as Dynamo handed it over
+            artifacts = _PIPELINE.compile_graph(graph, options)
     except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
         fallback = _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
         fallback.dynamo_guards = dynamo_guards()

@@ -10,12 +10,17 @@ for them, their kernels (the backward's too) and the ops left to eager.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import torch.fx
 
+from torchstrata.core import current_options
+from torchstrata.core.guard_text import describe_tensor_meta, short_repr
+from torchstrata.core.meta import TensorMeta
+from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_record import BackendGraph, recording
 from torchstrata.runtime.explain import ExplainReport, report_from_graphs
 
@@ -43,6 +48,49 @@ def _fx_ops(gm: torch.fx.GraphModule) -> list[str]:
 
 def _unique(items: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
+
+
+#: Dynamo guard kinds that compare a value with ``==`` / by identity / by type.
+_EQUALS = ("CONSTANT_MATCH", "EQUALS_MATCH")
+_IDENTITY = ("ID_MATCH", "MODULE_MATCH", "CLOSURE_MATCH", "BUILTIN_MATCH", "FUNCTION_MATCH")
+
+
+def _frame_scope(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``{"L": locals, "G": globals}`` of the frame Dynamo traced for this call (the
+    original forward or function bound to the arguments); empty if it cannot be bound."""
+    if isinstance(compiled, torch.nn.Module):
+        module = vars(compiled).get("_modules", {}).get("_orig_mod")
+        forward = getattr(type(module), "forward", None)
+        fn, args = forward, (module, *args)
+    else:
+        fn = getattr(compiled, "_torchdynamo_orig_callable", None)
+    plain = inspect.unwrap(getattr(fn, "__func__", fn)) if fn is not None else None
+    try:
+        bound = inspect.signature(plain).bind(*args, **kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return {}
+    bound.apply_defaults()
+    return {"L": dict(bound.arguments), "G": getattr(plain, "__globals__", {})}
+
+
+def _with_value(guard: str, scope: dict[str, Any]) -> str:
+    """A Dynamo guard (``KIND: source``) with the value its source has in this call."""
+    kind, _, source = guard.partition(": ")
+    if not scope or not source or kind not in (*_EQUALS, *_IDENTITY, "TENSOR_MATCH", "TYPE_MATCH"):
+        return guard
+    try:
+        value = eval(source, {"__builtins__": {}}, scope)
+    except Exception:  # noqa: BLE001 - a source only Dynamo's scope can read: no value
+        return guard
+    if kind == "TENSOR_MATCH" and isinstance(value, torch.Tensor):
+        return f"{guard}: Tensor, {describe_tensor_meta(TensorMeta.from_tensor(value))}"
+    if kind in _EQUALS:
+        return f"{guard} == {short_repr(value)}"
+    if kind == "TYPE_MATCH":
+        return f"{guard}: type is {short_repr(type(value))}"
+    if kind in _IDENTITY:
+        return f"{guard} is {short_repr(value)}"
+    return guard
 
 
 def dynamo_report(graphs: Sequence[BackendGraph]) -> ExplainReport:
@@ -74,8 +122,17 @@ def explain_dynamo(compiled: Callable[..., Any], *args: Any, **kwargs: Any) -> E
     Unlike :func:`torchstrata.runtime.explain`'s own captures, this RUNS the call once
     (Dynamo compiles lazily; its result is discarded), through Dynamo's cache as any
     call would. ``graph_breaks`` stay empty: Dynamo does not tell a backend where it
-    broke the frame (``torch._dynamo.explain`` does).
+    broke the frame (``torch._dynamo.explain`` does). ``dynamo_guards`` carry the values
+    their sources have in this call (``CONSTANT_MATCH: L['self'].p == 0.1``, a tensor's
+    shape, strides, dtype...) where the call's arguments and the function's globals give
+    them; ``pass_records`` and ``stage_seconds`` are as for ``explain()``.
     """
-    with recording() as graphs:
+    with compile_trace("a Dynamo graph", current_options()) as trace, recording() as graphs:
         compiled(*args, **kwargs)
-    return dynamo_report(graphs)
+    report = dynamo_report(graphs)
+    scope = _frame_scope(compiled, args, kwargs)
+    return attrs.evolve(
+        report,
+        dynamo_guards=tuple(_with_value(guard, scope) for guard in report.dynamo_guards),
+        stage_seconds=tuple(trace.stage_seconds),
+    )

@@ -13,9 +13,12 @@ from torchstrata.core import (
     GraphBreak,
     Guard,
     KernelInfo,
+    PassRecord,
     global_state,
     unsupported_state,
 )
+from torchstrata.core.guard_text import describe_guard
+from torchstrata.runtime.compile_trace import compile_trace, function_title
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
 
@@ -31,7 +34,11 @@ class ExplainReport:
     (extern calls the backend left to ATen, and every op of a graph run by the
     reference interpreter). ``fallback`` says why the whole call runs eagerly ("" if
     it does not). ``dynamo_guards``: for a ``torch.compile(..., backend="torchstrata")``
-    object, Dynamo's guards as Dynamo names them (``guards`` holds torchstrata's own).
+    object, Dynamo's guards as Dynamo names them, with the values they check where the
+    call's arguments give them (``guards`` holds torchstrata's own). ``pass_records``:
+    every graph pass run for the graphs (name, stage, seconds, node counts);
+    ``stage_seconds``: (stage, seconds) for each stage that ran during this call (empty
+    for graphs compiled before it, as Dynamo's may be).
     """
 
     graphs: tuple[Graph, ...] = ()
@@ -49,6 +56,8 @@ class ExplainReport:
     #: For a compiled function: why each earlier recompile happened (first failed guard).
     recompile_reasons: tuple[str, ...] = ()
     dynamo_guards: tuple[str, ...] = ()
+    pass_records: tuple[PassRecord, ...] = ()
+    stage_seconds: tuple[tuple[str, float], ...] = ()
 
     @property
     def graph_count(self) -> int:
@@ -86,10 +95,16 @@ class ExplainReport:
             lines.append(f"eager ops: {', '.join(self.eager_ops)}")
         if self.guards or not self.dynamo_guards:
             lines.append(f"{len(self.guards)} guard(s):")
-            lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
+            lines += [f"  {describe_guard(guard)}" for guard in self.guards]
         if self.dynamo_guards:
             lines.append(f"{len(self.dynamo_guards)} Dynamo guard(s):")
             lines += [f"  {guard}" for guard in self.dynamo_guards]
+        if self.stage_seconds:
+            lines.append("compile time per stage:")
+            lines += [f"  {name}: {seconds * 1000:.1f} ms" for name, seconds in self.stage_seconds]
+        if self.pass_records:
+            lines.append(f"{len(self.pass_records)} pass(es):")
+            lines += [f"  {record}" for record in self.pass_records]
         return "\n".join(lines)
 
 
@@ -118,6 +133,7 @@ def report_from_graphs(graphs: Sequence[GraphArtifacts]) -> ExplainReport:
         ),
         eager_ops=tuple(op for g in graphs for op in _eager_ops(g)),
         ops_per_graph=tuple(tuple(op.name for op in g.torch_graph.ops()) for g in graphs),
+        pass_records=tuple(record for g in graphs for record in g.pass_records),
     )
 
 
@@ -145,14 +161,23 @@ def explain_call(
     refused = unsupported_state(global_state())
     if refused is not None:
         return ExplainReport(fallback=refused)
-    try:
-        frame = pipeline.compile_frame(fn, args, kwargs, options)
-    except StageFailure as failure:
-        capture = failure.capture
-        return ExplainReport(
-            graphs=capture.graphs if capture else (),
-            graph_breaks=capture.graph_breaks if capture else (),
-            guards=capture.guards if capture else (),
-            fallback=str(failure),
+    with compile_trace(function_title(fn), options) as trace:
+        try:
+            frame = pipeline.compile_frame(fn, args, kwargs, options)
+        except StageFailure as failure:
+            capture = failure.capture
+            return ExplainReport(
+                graphs=capture.graphs if capture else (),
+                graph_breaks=capture.graph_breaks if capture else (),
+                guards=capture.guards if capture else (),
+                fallback=str(failure),
+                pass_records=tuple(trace.pass_records),
+                stage_seconds=tuple(trace.stage_seconds),
+            )
+        # Built inside the trace: a backward compiled for the report is timed too.
+        report = report_from_artifacts(frame)
+        return attrs.evolve(
+            report,
+            pass_records=tuple(trace.pass_records),
+            stage_seconds=tuple(trace.stage_seconds),
         )
-    return report_from_artifacts(frame)

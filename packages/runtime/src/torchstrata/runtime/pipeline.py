@@ -8,6 +8,7 @@ for the caller to fall back or re-raise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
+from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
@@ -263,12 +265,16 @@ class Pipeline:
     ) -> CaptureResult | None:
         """Run the capture hook; None when no capture plugin is installed."""
         manager = self.plugin_manager(options)
+        trace = current_trace()
         try:
-            result = manager.hook.torchstrata_capture(
-                fn=fn, args=args, kwargs=kwargs, options=options
-            )
+            with trace.stage("capture") if trace else contextlib.nullcontext():
+                result = manager.hook.torchstrata_capture(
+                    fn=fn, args=args, kwargs=kwargs, options=options
+                )
         except Exception as error:
             raise StageFailure("capture", error) from error
+        if trace is not None:
+            trace.produced("capture", result)
         if result is not None and not isinstance(result, CaptureResult):
             raise StageFailure(
                 "capture", TypeError(f"returned {type(result).__name__}, not CaptureResult")
@@ -285,11 +291,13 @@ class Pipeline:
             passes: list[GraphPass] = [p for group in contributed if group for p in group]
             if not passes:
                 return graph
+            trace = current_trace()
             pass_manager = PassManager(
                 passes,
                 debug=options.debug,
                 validate=options.validate_passes,
                 blocked=options.blocked_plugins,
+                observer=trace.after_pass if trace is not None else None,
             )
             result = pass_manager.run(graph, stage)
         except Exception as error:
@@ -300,10 +308,15 @@ class Pipeline:
     def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
         hook_name, _ = STAGE_PROVIDERS[stage]
         hook = getattr(self.plugin_manager(options).hook, hook_name)
+        trace = current_trace()
         try:
-            return hook(options=options, **kwargs)
+            with trace.stage(stage) if trace else contextlib.nullcontext():
+                result = hook(options=options, **kwargs)
         except Exception as error:
             raise StageFailure(stage, error) from error
+        if trace is not None:
+            trace.produced(stage, result)
+        return result
 
     def _missing(self, stage: str, options: CompileOptions, fallback: str) -> None:
         message = missing_stage_message(stage, self.plugin_manager(options), fallback)
@@ -418,7 +431,7 @@ class Pipeline:
 
         def build() -> GraphFn:
             records: list[PassRecord] = []
-            with dynamo_import_deferred():
+            with dynamo_import_deferred(), compile_trace(what, options):
                 aten_graph = (
                     self.run_passes("post_aot", graph, options, records) if passes else graph
                 )
@@ -441,7 +454,7 @@ class Pipeline:
 
     def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
         """The runner of a graph compiled after the frame (a segment after a break)."""
-        with dynamo_import_deferred():
+        with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 
     def compile_frame(
@@ -457,7 +470,7 @@ class Pipeline:
         compiled later (segments after a graph break, backward graphs): meta and fake
         tensor calls would otherwise import Dynamo, seconds of a cold start.
         """
-        with dynamo_import_deferred():
+        with dynamo_import_deferred(), compile_trace(function_title(fn), options):
             return self._compile_frame(fn, args, kwargs, options)
 
     def _compile_frame(
