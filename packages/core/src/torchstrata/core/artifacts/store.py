@@ -55,6 +55,10 @@ from torchstrata.core.artifacts.scan import (
     subdirectories,
 )
 from torchstrata.core.artifacts.settings import CacheSettings
+from torchstrata.core.logs import artifact_logger
+
+#: The ``cache`` log artifact (``TORCHSTRATA_LOGS=cache``): hits, misses, writes, evictions.
+_log = artifact_logger(__name__, "cache")
 
 #: The layout version: a directory below the root, so a new layout never reads an old one.
 LAYOUT = "v1"
@@ -155,8 +159,10 @@ class ArtifactStore:
         problem = check(artifact)
         if problem is None:
             touch(artifact)
+            _log.debug("cache hit: %s/%s", namespace, key)
             return artifact
         if problem == "missing":
+            _log.debug("cache miss: %s/%s", namespace, key)
             return None
         with self._lock(key):  # a writer may be replacing this entry right now
             return self._get_locked(artifact)
@@ -179,6 +185,7 @@ class ArtifactStore:
             self._remove_bad(artifact, reason)
 
     def _remove_bad(self, artifact: Path, reason: str) -> None:
+        _log.debug("cache entry removed as bad (%s): %s", reason, artifact)
         warnings.warn(
             f"removed the bad cache entry {artifact} ({reason}); it is rebuilt",
             CacheWarning,
@@ -240,6 +247,7 @@ class ArtifactStore:
         meta = {"sha256": sha256_hex(data), "size": len(data), "created": time.time()}
         write_atomically(meta_path(artifact), json.dumps(meta).encode())
         touch(artifact)
+        _log.debug("cache write: %s (%d bytes)", artifact, len(data))
 
     # -- size cap ----------------------------------------------------------------------
 
@@ -271,6 +279,8 @@ class ArtifactStore:
             removed += 1
         with self._estimate_lock:
             self._estimate = total
+        if removed:
+            _log.debug("cache evicted %d entries; %d bytes left", removed, total)
         return removed
 
     def _scan(self, sweep: bool = False) -> Iterator[Scanned]:
