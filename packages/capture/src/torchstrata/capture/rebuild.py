@@ -14,6 +14,7 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     BoundMethodVar,
@@ -186,7 +187,7 @@ class Rebuilder:
                 result.extend(sub(item) for item in var.items)
                 return result
             values = tuple(sub(item) for item in var.items)
-            return var.tuple_type(*values) if var.tuple_type is not None else values
+            return make_tuple(var.tuple_type, values)
         if isinstance(var, DictVar):
             mapping: dict[Any, Any] = {}
             memo[id(var)] = mapping
