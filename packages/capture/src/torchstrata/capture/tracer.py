@@ -50,7 +50,7 @@ CONSTANT_TYPES = (
 
 #: Constants a graph node may take as an argument (see ``torchstrata.core.graph.Constant``).
 GRAPH_CONSTANT_TYPES = (
-    int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+    int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
     torch.layout,
 )  # fmt: skip
 
@@ -260,6 +260,11 @@ class Tracer:
             raise Unsupported("a tensor that capture cannot fetch at call time (it has no source)")
         if type(value) not in TENSOR_TYPES:
             raise Unsupported(f"tensor subclass {type(value).__name__} is not supported")
+        if value.is_conj() or value.is_neg():  # kernels would read the memory unresolved
+            raise Unsupported(
+                "a tensor with a lazy conjugate or negative bit (z.conj(), z.conj().imag) "
+                "is not supported; call .resolve_conj() / .resolve_neg() on it"
+            )
         if source in self._inputs:
             return self._inputs[source]
         meta = TensorMeta.from_tensor(value)

@@ -5,6 +5,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.call_defaults import bind_call, current_defaults
+from torchstrata.core.complex_values import COMPLEX_REASON, touches_complex
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
@@ -86,6 +87,7 @@ from torchstrata.core.transform import (
 from torchstrata.core.verify import VerificationError, verify
 
 __all__ = [
+    "COMPLEX_REASON",
     "CODEGENS",
     "ENTRY_POINT_GROUP",
     "GETITEM",
@@ -131,6 +133,7 @@ __all__ = [
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
+    "touches_complex",
     "bind_call",
     "broadcast_strides",
     "byte_span",

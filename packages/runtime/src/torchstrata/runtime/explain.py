@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from torchstrata.core import CompileOptions, Graph, GraphBreak, Guard, KernelInfo
+from torchstrata.core import (
+    COMPLEX_REASON,
+    CompileOptions,
+    Graph,
+    GraphBreak,
+    Guard,
+    KernelInfo,
+    OpKind,
+    touches_complex,
+)
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
 
@@ -39,6 +48,9 @@ class ExplainReport:
     guard_failures: tuple[str, ...] = ()
     #: For a compiled function: why each earlier recompile happened (first failed guard).
     recompile_reasons: tuple[str, ...] = ()
+    #: ``"op: reason"`` for ATen ops the decomposition kept for a reason of their own
+    #: (an op that touches complex values: prims are real-valued).
+    eager_reasons: tuple[str, ...] = ()
 
     @property
     def graph_count(self) -> int:
@@ -74,6 +86,7 @@ class ExplainReport:
             )
         if self.eager_ops:
             lines.append(f"eager ops: {', '.join(self.eager_ops)}")
+        lines += [f"  eager: {reason}" for reason in self.eager_reasons]
         lines.append(f"{len(self.guards)} guard(s):")
         lines += [f"  {guard.kind.value}: {guard.source}" for guard in self.guards]
         return "\n".join(lines)
@@ -86,6 +99,20 @@ def _eager_ops(artifacts: GraphArtifacts) -> list[str]:
     if artifacts.interpreted and artifacts.compiled is not None:
         graph = artifacts.torch_graph  # autograd-recording graphs run their torch form
     return [op.name for op in graph.ops()]
+
+
+def _eager_reasons(graphs: Sequence[GraphArtifacts]) -> tuple[str, ...]:
+    """``"op: reason"`` for each distinct ATen op of the prims graphs kept for a reason
+    that is not a missing rule (complex values)."""
+    reasons: dict[str, str] = {}
+    for artifacts in graphs:
+        graph = artifacts.prims_graph
+        if graph is None:
+            continue
+        for node in graph.nodes:
+            if node.op is not None and node.op.kind is OpKind.ATEN and touches_complex(node):
+                reasons.setdefault(node.op.name, COMPLEX_REASON)
+    return tuple(f"{op}: {reason}" for op, reason in reasons.items())
 
 
 def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
@@ -109,6 +136,7 @@ def report_from_artifacts(frame: FrameArtifacts) -> ExplainReport:
         ops_per_graph=tuple(tuple(op.name for op in g.torch_graph.ops()) for g in graphs),
         missing_stages=frame.missing_stages,
         fallback=frame.eager_reason if frame.run is None else "",
+        eager_reasons=_eager_reasons(graphs),
     )
 
 
