@@ -78,7 +78,13 @@ def matmul(x, z):
 
 
 def creation(x, z):
-    return torch.zeros_like(z) + 1j, torch.ones(3, dtype=C64), torch.full_like(z, 2 + 3j), x * 1j, x == 1j
+    return (
+        torch.zeros_like(z) + 1j,
+        torch.ones(3, dtype=C64),
+        torch.full_like(z, 2 + 3j),
+        x * 1j,
+        x == 1j,
+    )
 
 
 CASES = [

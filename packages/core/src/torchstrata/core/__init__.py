@@ -87,8 +87,8 @@ from torchstrata.core.transform import (
 from torchstrata.core.verify import VerificationError, verify
 
 __all__ = [
-    "COMPLEX_REASON",
     "CODEGENS",
+    "COMPLEX_REASON",
     "ENTRY_POINT_GROUP",
     "GETITEM",
     "PASS_STAGES",
@@ -133,7 +133,6 @@ __all__ = [
     "assert_close_to_eager",
     "aten",
     "aten_from_overload",
-    "touches_complex",
     "bind_call",
     "broadcast_strides",
     "byte_span",
@@ -173,6 +172,7 @@ __all__ = [
     "tensor_element_span",
     "to_fx",
     "torch_op",
+    "touches_complex",
     "verify",
     "with_input_metas",
     "wrapped_integer",
