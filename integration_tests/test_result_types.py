@@ -147,7 +147,9 @@ def test_forward_returns_eager_types(fn):
 
 
 @pytest.mark.parametrize(
-    "fn", [max_of_rows, sort_rows, uses_fields, in_dict, nested], ids=lambda fn: fn.__name__
+    "fn",
+    [max_of_rows, sort_rows, uses_fields, in_dict, nested, in_dataclass],
+    ids=lambda fn: fn.__name__,
 )
 def test_training_returns_eager_types_and_gradients(fn):
     compiled = rt.compile(fn)
@@ -168,6 +170,8 @@ def test_training_returns_eager_types_and_gradients(fn):
 def _float_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value] if value.dtype.is_floating_point else []
+    if dataclasses.is_dataclass(value):
+        value = [getattr(value, field.name) for field in dataclasses.fields(value)]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, list | tuple):
@@ -177,8 +181,9 @@ def _float_tensors(value: Any) -> list[torch.Tensor]:
 
 def break_between(x):
     result = x.max(1)
+    stats = Stats(result.values, x.std(1))
     print("a graph break")
-    return result, result.indices + 1
+    return result, result.indices + 1, stats
 
 
 def fields_after_break(x):
@@ -212,3 +217,48 @@ def test_structseq_argument_keeps_its_type_and_fields():
 def test_structseq_fields_inside_the_graph_need_no_break():
     report = rt.explain(uses_fields, torch.randn(3, 4))
     assert report.graph_break_count == 0 and report.graph_count == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    scale: torch.Tensor
+    shift: float = 1.0
+
+    def apply(self, x):
+        return x * self.scale + self.shift
+
+
+def dataclass_fields_in_graph(x):
+    stats = Stats(x.mean(0), x.std(0))
+    frozen = Frozen(stats.spread, shift=2.0)
+    return frozen.apply(x - stats.mean), stats, isinstance(frozen, Frozen)
+
+
+def test_dataclass_values_flow_through_the_graph_without_a_break():
+    compiled = rt.compile(dataclass_fields_in_graph)
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        assert_same_structure(compiled(x), dataclass_fields_in_graph(x))
+    report = rt.explain(compiled, torch.randn(4, 3))
+    assert report.graph_break_count == 0 and report.graph_count == 1
+
+
+@dataclasses.dataclass
+class WithPostInit:
+    value: torch.Tensor
+
+    def __post_init__(self):
+        self.value = self.value * 2
+
+
+def post_init(x):
+    return WithPostInit(x + 1)
+
+
+def test_dataclass_with_post_init_breaks_and_stays_right():
+    compiled = rt.compile(post_init)
+    x = torch.randn(3)
+    assert_same_structure(compiled(x), post_init(x))
+    report = rt.explain(compiled, x)
+    assert report.graph_break_count == 1
+    assert "__post_init__" in report.graph_breaks[0].reason

@@ -14,6 +14,7 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
@@ -118,6 +119,9 @@ class Rebuilder:
         elif isinstance(var, DictVar):
             for item in var.items.values():
                 self.collect(item)
+        elif isinstance(var, InstanceVar):
+            for item in var.fields.values():
+                self.collect(item)
         elif isinstance(var, TensorMethodVar):
             self.collect(var.tensor)
         elif isinstance(var, MethodVar):
@@ -193,6 +197,8 @@ class Rebuilder:
             memo[id(var)] = mapping
             mapping.update((key, sub(item)) for key, item in var.items.items())
             return mapping
+        if isinstance(var, InstanceVar):
+            return build_instance(var.cls, {key: sub(item) for key, item in var.fields.items()})
         if isinstance(var, IteratorVar):
             return ResumeIterator([sub(item) for item in var.items[var.position :]])
         if isinstance(var, TensorMethodVar):
