@@ -105,6 +105,10 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
         return tracer.call_op(_method_ref("permute"), (var, dims), {})
     if name == "mT":
         return tracer.call_op(_method_ref("transpose"), (var, ConstVar(-2), ConstVar(-1)), {})
+    if name in ("real", "imag"):  # views of a complex tensor's parts, as torch.real/imag
+        op = torch_op(getattr(torch, name))
+        assert op is not None, name
+        return tracer.call_op(op, (var,), {})
     if name in _DATA_ATTRIBUTES:
         raise Unsupported(f"Tensor.{name} is not supported")
     static = inspect.getattr_static(torch.Tensor, name, None)
