@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -39,6 +39,7 @@ from .harness import (
     flat_outputs,
     float64_reference,
     run_sample,
+    structure_mismatch,
 )
 from .user_fn import user_function
 
@@ -111,13 +112,24 @@ class _Pipeline:
             for position, alias in enumerate(aot.output_aliases):
                 if alias is not None:
                     index, size, stride, offset = alias
+                    base = inputs[index]
+                    if user[position].dtype != base.dtype:  # view_as_real, view(dtype)
+                        base = _retyped(base, user[position].dtype)  # as the runtime does
                     if self.relative_aliases:
-                        offset += inputs[index].storage_offset()
-                    user[position] = inputs[index].as_strided(size, stride, offset)
+                        offset += base.storage_offset()
+                    user[position] = base.as_strided(size, stride, offset)
             # the hidden bases of overlapping output views (AotResult.num_hidden_outputs)
             return tuple(user[: num_user - aot.num_hidden_outputs])
 
         return run
+
+
+def _retyped(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``base``'s memory as ``dtype``, for an output alias in another dtype (the runtime's
+    ``retyped_view``)."""
+    if base.is_complex() and dtype == base.real.dtype:
+        return torch.view_as_real(base)
+    return base.view(dtype)
 
 
 def fresh(tensor: torch.Tensor, on_cpu: bool = False) -> torch.Tensor:
@@ -206,11 +218,17 @@ def _fallback(op: Any, sample: Any, kind: str, reason: str) -> Outcome:
     return attrs.evolve(closure, capture=kind, capture_reason=reason)
 
 
-def eager_baseline(
-    fn: Callable[..., Any], tensors: Sequence[torch.Tensor]
-) -> tuple[list[torch.Tensor], list[Any]] | str:
-    """Eager's (flat outputs, inputs after the call) on copies of ``tensors``, or why the
-    sample is not a question for the compiler (a skip reason)."""
+class Baseline(NamedTuple):
+    """Eager's run of a sample: flat outputs, the inputs after the call, the result."""
+
+    outputs: list[torch.Tensor]
+    inputs: list[Any]
+    value: Any
+
+
+def eager_baseline(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> Baseline | str:
+    """Eager's :class:`Baseline` on copies of ``tensors``, or why the sample is not a
+    question for the compiler (a skip reason)."""
     try:
         expected, eager_inputs = run_on_copies(fn, tensors)
     except Exception as error:  # noqa: BLE001 - eager refuses the sample: not our question
@@ -218,11 +236,9 @@ def eager_baseline(
     outputs = flat_outputs(expected)
     if outputs is None:
         return "non-tensor output"
-    if any(
-        t.is_complex() or t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)
-    ):
-        return "complex or non-strided tensor"
-    return outputs, eager_inputs
+    if any(t.is_sparse or t.layout is not torch.strided for t in (*tensors, *outputs)):
+        return "non-strided tensor"
+    return Baseline(outputs, eager_inputs, expected)
 
 
 def run_captured_sample(op: Any, sample: Any) -> Outcome:
@@ -231,7 +247,7 @@ def run_captured_sample(op: Any, sample: Any) -> Outcome:
     baseline = eager_baseline(fn, tensors)
     if isinstance(baseline, str):
         return Outcome("skip", baseline)
-    outputs, eager_inputs = baseline
+    outputs, eager_inputs, expected = baseline
     inputs = [fresh(t) for t in tensors]
     try:
         result = capture(fn, tuple(inputs), {}, OPTIONS)
@@ -269,7 +285,7 @@ def run_captured_sample(op: Any, sample: Any) -> Outcome:
         return _fallback(op, sample, "eager", break_reason or "no graph")
     got = flat_outputs(value) or []
     reference = float64_reference(fn, tensors)
-    problem = outputs_mismatch(op, got, outputs, reference)
+    problem = structure_mismatch(value, expected) or outputs_mismatch(op, got, outputs, reference)
     if problem is None and any(isinstance(t, torch.Tensor) for t in inputs):
         problem = outputs_mismatch(op, inputs, eager_inputs, None)
         problem = f"mutated input {problem}" if problem else None

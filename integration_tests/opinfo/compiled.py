@@ -18,7 +18,10 @@ Every sample ends in one status:
 * ``eager-differs``: on a GPU, a result that differs from eager there but matches eager
   on the CPU. Seen on the H200 (torch 2.11): a training batch norm whose running mean is
   a non-contiguous view leaves it unchanged on CUDA, where the CPU (and ours) update it;
-* ``skip``: not a question for the compiler (eager fails, non-tensor or complex output).
+* ``skip``: not a question for the compiler (eager fails, non-tensor or sparse output).
+
+Results must have eager's structure exactly (``type(result) is type(eager)`` at every
+level: ``torch.return_types`` structseqs, tuples, lists) and eager's dtypes.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from torchstrata.core import CompileOptions
 from torchstrata.runtime import TorchstrataFallbackWarning
 
 from .captured import eager_baseline, fresh, outputs_mismatch, run_on_copies
-from .harness import SEED, first_line, flat_outputs, float64_reference
+from .harness import SEED, first_line, flat_outputs, float64_reference, structure_mismatch
 from .user_fn import user_function
 
 #: What one call of a compiled function gives :func:`call_twice`'s check.
@@ -89,14 +92,15 @@ def run_compiled_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     baseline = eager_baseline(fn, tensors)
     if isinstance(baseline, str):
         return CompiledOutcome("skip", baseline)
-    outputs, eager_inputs = baseline
+    outputs, eager_inputs, expected = baseline
     reference = float64_reference(fn, tensors)
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
 
     def check(call: str, result: tuple[Any, list[torch.Tensor]]) -> CompiledOutcome | None:
         value, inputs = result
         got = flat_outputs(value) or []
-        problem = outputs_mismatch(op, got, outputs, reference)
+        problem = structure_mismatch(value, expected)
+        problem = problem or outputs_mismatch(op, got, outputs, reference)
         if problem is None:
             problem = outputs_mismatch(op, inputs, eager_inputs, None)
             problem = f"mutated input {problem}" if problem else None

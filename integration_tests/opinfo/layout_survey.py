@@ -62,7 +62,7 @@ def run_layout_sample(op: Any, sample: Any, codegen: str) -> CompiledOutcome:
     baseline = eager_baseline(fn, tensors)
     if isinstance(baseline, str):
         return CompiledOutcome("skip", baseline)
-    outputs, _ = baseline
+    outputs = baseline.outputs
     reference = float64_reference(fn, tensors)
     compiled = tsr.compile(fn, options=CompileOptions(codegen=codegen))
     differences: list[str] = []

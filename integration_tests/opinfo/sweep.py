@@ -1,7 +1,7 @@
 """The full OpInfo sweep: ``python -m integration_tests.opinfo.sweep [--ops a,b] [--max-samples N]``.
 
 For every OpInfo in ``op_db`` and every dtype among float32, float64, float16, bfloat16,
-int64 and bool that the op supports on CPU, the first ``--max-samples`` samples and their
+int64, bool and complex64 that the op supports on CPU, the first ``--max-samples`` samples and their
 non-contiguous variants run through capture and the pipeline
 (:func:`~.captured.run_captured_sample`). Prints a table per op: samples, what capture
 did (full graph / graph breaks / declined / error) and, for captured samples, how many
@@ -42,7 +42,15 @@ from .gradients import run_gradient_sample
 from .harness import Outcome
 from .layout_survey import BAD_LAYOUT_STATUSES, LAYOUT_STATUSES, run_layout_sample
 
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool)
+DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.bool,
+    torch.complex64,
+)
 STATUSES = ("decomposed", "extern", "mismatch", "skip")
 
 

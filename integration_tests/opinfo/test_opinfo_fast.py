@@ -1,6 +1,8 @@
-"""A fast OpInfo subset (CI): ~50 common ops, float32 and bfloat16, through capture.
+"""A fast OpInfo subset (CI): ~50 common ops, float32, bfloat16 and complex64, through
+capture.
 
-Every sample must match eager (no mismatch, captured or via the closure fallback), and
+Every sample must match eager (no mismatch, captured or via the closure fallback: the
+same result structure, ``torch.return_types`` included, dtypes and values), and
 at least 80% of the samples that reach capture must be captured (with or without graph
 breaks) rather than declined or failed.
 
@@ -24,8 +26,11 @@ FAST_OPS = (
     "nn.functional.batch_norm", "nn.functional.embedding", "nn.functional.cross_entropy",
     "nn.functional.nll_loss", "cat", "stack", "index_select", "gather", "flip", "roll",
     "nn.functional.pad.constant", "nn.functional.pad.reflect", "triu", "cumsum", "repeat", "narrow", "split", "expand",
+    "max.reduction_with_dim", "topk", "angle", "view_as_real",
 )  # fmt: skip
-DTYPES = (torch.float32, torch.bfloat16)
+#: complex64 runs on the ops of the subset that support it: complex values stay ATen calls
+#: (docs/decisions/0070-complex-stays-aten.md), whose result dtypes must be eager's.
+DTYPES = (torch.float32, torch.bfloat16, torch.complex64)
 
 
 #: Most of the subset's samples that reach capture must be captured.

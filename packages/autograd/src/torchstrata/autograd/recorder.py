@@ -60,6 +60,7 @@ from torchstrata.core import (
 _CONSTANT_TYPES = (
     int,
     float,
+    complex,
     bool,
     str,
     type(None),
@@ -69,6 +70,10 @@ _CONSTANT_TYPES = (
     torch.layout,
 )
 
+#: View ops whose result an ``as_strided`` of its input cannot rebuild (``input_alias``):
+#: ``as_strided`` itself (an absolute offset), and those that set a lazy conjugate or
+#: negative bit.
+_UNALIASABLE_VIEWS = frozenset({"as_strided", "_conj", "_neg_view"})
 #: Ops that turn a constant tensor into a traced one; the constant's node stands for both.
 _LIFT_OPS = frozenset({"aten::lift_fresh", "aten::lift_fresh_copy"})
 #: Ops whose results' layouts depend on whether cuDNN runs them: the trace disables cuDNN
@@ -176,10 +181,12 @@ class AtenRecorder(TorchDispatchMode):
 
         None too for a view made through ``as_strided``: its offset is absolute, not
         relative to the input's (see ``AotResult.output_aliases``), so the caller returns
-        the computed value (the same elements, not a view) rather than a wrong view.
+        the computed value (the same elements, not a view) rather than a wrong view. And
+        for a view that sets a lazy conjugate or negative bit (``z.conj()``,
+        ``z.conj().imag``), which the caller's ``as_strided`` of the input would drop.
         """
         entry = self._entries.get(id(tensor))
-        if entry is None or any(step.name == "as_strided" for step in entry.chain):
+        if entry is None or any(step.name in _UNALIASABLE_VIEWS for step in entry.chain):
             return None
         return entry.base.input_index
 

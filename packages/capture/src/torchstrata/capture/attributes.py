@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from torchstrata.capture.instances import InstanceVar, instance_attribute
 from torchstrata.capture.operators import fold
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import (
@@ -60,6 +61,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
         return MethodVar(var, name)
     if isinstance(var, SuperVar):
         return _super_attribute(tracer, var, name)
+    if isinstance(var, InstanceVar):
+        return instance_attribute(var, name)
     if isinstance(var, ConstVar):
         if isinstance(var.value, set) and name in _SET_MUTATORS and var.source is not None:
             raise Unsupported(f"mutating an argument with set.{name}() is not supported")
@@ -102,6 +105,10 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
         return tracer.call_op(_method_ref("permute"), (var, dims), {})
     if name == "mT":
         return tracer.call_op(_method_ref("transpose"), (var, ConstVar(-2), ConstVar(-1)), {})
+    if name in ("real", "imag"):  # views of a complex tensor's parts, as torch.real/imag
+        op = torch_op(getattr(torch, name))
+        assert op is not None, name
+        return tracer.call_op(op, (var,), {})
     if name in _DATA_ATTRIBUTES:
         raise Unsupported(f"Tensor.{name} is not supported")
     static = inspect.getattr_static(torch.Tensor, name, None)

@@ -21,6 +21,7 @@ from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
+from torchstrata.capture.instances import make_instance
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
@@ -198,6 +199,8 @@ def _construct_config(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var])
         values = [python_value(arg) for arg in args]
         keywords = {key: python_value(item) for key, item in kwargs.items()}
     except NotConstant:
+        if dataclasses.is_dataclass(cls):  # fields hold traced values: recorded as such
+            return make_instance(cls, args, kwargs)
         raise Unsupported(
             f"{cls.__name__}(...) with non-constant fields is not supported"
         ) from None

@@ -21,6 +21,7 @@ import torch
 
 from torchstrata.capture.concrete import Returned, State, step
 from torchstrata.capture.frame import Frame
+from torchstrata.capture.instances import InstanceVar
 from torchstrata.capture.rebuild import NullValue, ResumeIterator
 from torchstrata.capture.segments import Segment, trace_segment, with_check
 from torchstrata.capture.tracer import Tracer, Unsupported
@@ -217,7 +218,7 @@ _NO_NAMESPACE: dict[str, Any] = {}
 def _from_outputs(var: Var | None) -> bool:
     """Whether rebuilding ``var`` reads graph outputs and constants only (no source of
     ``L`` or ``G``, no cells): tensors computed by the graph, constants, and tuples,
-    lists and dicts of those."""
+    lists, dicts and dataclass instances of those."""
     if isinstance(var, ConstVar):
         return True
     if isinstance(var, TensorVar | SequenceVar | DictVar) and var.source is not None:
@@ -228,6 +229,8 @@ def _from_outputs(var: Var | None) -> bool:
         return all(_from_outputs(item) for item in var.items)
     if isinstance(var, DictVar):
         return all(_from_outputs(item) for item in var.items.values())
+    if isinstance(var, InstanceVar):
+        return all(_from_outputs(item) for item in var.fields.values())
     return False
 
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import torch
 
 from torchstrata.capture.attributes import AttributeMissing, get_attribute
+from torchstrata.capture.instances import InstanceVar
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.tracer import Tracer, Unsupported
@@ -68,6 +69,8 @@ def python_type(var: Var) -> type:
         return var.tuple_type or (list if var.is_list else tuple)
     if isinstance(var, DictVar):
         return dict
+    if isinstance(var, InstanceVar):
+        return var.cls
     if isinstance(var, ConstVar | ObjectVar):
         return type(var.value)
     if isinstance(var, FunctionVar):

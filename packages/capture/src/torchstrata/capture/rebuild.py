@@ -14,6 +14,8 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from torchstrata.capture.instances import InstanceVar, build_instance
+from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     BoundMethodVar,
@@ -117,6 +119,9 @@ class Rebuilder:
         elif isinstance(var, DictVar):
             for item in var.items.values():
                 self.collect(item)
+        elif isinstance(var, InstanceVar):
+            for item in var.fields.values():
+                self.collect(item)
         elif isinstance(var, TensorMethodVar):
             self.collect(var.tensor)
         elif isinstance(var, MethodVar):
@@ -186,12 +191,14 @@ class Rebuilder:
                 result.extend(sub(item) for item in var.items)
                 return result
             values = tuple(sub(item) for item in var.items)
-            return var.tuple_type(*values) if var.tuple_type is not None else values
+            return make_tuple(var.tuple_type, values)
         if isinstance(var, DictVar):
             mapping: dict[Any, Any] = {}
             memo[id(var)] = mapping
             mapping.update((key, sub(item)) for key, item in var.items.items())
             return mapping
+        if isinstance(var, InstanceVar):
+            return build_instance(var.cls, {key: sub(item) for key, item in var.fields.items()})
         if isinstance(var, IteratorVar):
             return ResumeIterator([sub(item) for item in var.items[var.position :]])
         if isinstance(var, TensorMethodVar):

@@ -18,6 +18,7 @@ from torchstrata.capture.autocast import CAST, AutocastMismatch
 from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
 from torchstrata.capture.modes import DETACH, apply_modes
+from torchstrata.capture.result_types import op_result_type, tuple_type_of
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -51,7 +52,7 @@ CONSTANT_TYPES = (
 
 #: Constants a graph node may take as an argument (see ``torchstrata.core.graph.Constant``).
 GRAPH_CONSTANT_TYPES = (
-    int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
+    int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
     torch.layout,
 )  # fmt: skip
 
@@ -235,6 +236,17 @@ class Tracer:
                 for index, item in enumerate(value)
             ]
             return SequenceVar(items, is_list=type(value) is list, source=source)
+        named = tuple_type_of(value)
+        if named is not None:  # a namedtuple or structseq (``torch.return_types.max``)
+            if guarded and source is not None:
+                self.guard(GuardKind.TYPE_MATCH, source, named.cls)
+            items = [
+                self.wrap(item, f"{source}[{index}]" if source else None, guard=guard)
+                for index, item in enumerate(value)
+            ]
+            return SequenceVar(
+                items, field_names=named.field_names, source=source, tuple_type=named.cls
+            )
         if type(value) is dict and all(isinstance(key, str | int) for key in value):
             if guarded and source is not None:
                 self.guard(GuardKind.TYPE_MATCH, source, dict)
@@ -253,6 +265,11 @@ class Tracer:
             raise Unsupported("a tensor that capture cannot fetch at call time (it has no source)")
         if type(value) not in TENSOR_TYPES:
             raise Unsupported(f"tensor subclass {type(value).__name__} is not supported")
+        if value.is_conj() or value.is_neg():  # kernels would read the memory unresolved
+            raise Unsupported(
+                "a tensor with a lazy conjugate or negative bit (z.conj(), z.conj().imag) "
+                "is not supported; call .resolve_conj() / .resolve_neg() on it"
+            )
         if source in self._inputs:
             return self._inputs[source]
         meta = TensorMeta.from_tensor(value)
@@ -320,11 +337,13 @@ class Tracer:
             if short in VIEW_OPS:
                 self._viewed.add(item)
             items.append(TensorVar(item))
-        names = cached(
-            "fields", op, graph_args, graph_kwargs,
-            lambda: self._field_names(op, graph_args, graph_kwargs),
+        named = cached(
+            "tuple_type", op, graph_args, graph_kwargs,
+            lambda: op_result_type(op, graph_args, graph_kwargs),
         )  # fmt: skip
-        return SequenceVar(items, field_names=names)
+        if named is None or len(named.field_names) != len(items):
+            return SequenceVar(items)
+        return SequenceVar(items, field_names=named.field_names, tuple_type=named.cls)
 
     @staticmethod
     def _inplace_meta(
@@ -346,42 +365,6 @@ class Tracer:
     def _check_inplace(self, op: OpRef, target: TensorVar) -> None:
         if target.node in self._viewed:
             raise Unsupported(f"in-place {op.name} on a tensor that has views is not supported yet")
-
-    @staticmethod
-    def _field_names(
-        op: OpRef, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[str, ...] | None:
-        def to_meta(value: Any) -> Any:
-            if isinstance(value, Node) and isinstance(value.meta, TensorMeta):
-                return value.meta.to_meta_tensor()
-            if isinstance(value, list | tuple):
-                return type(value)(to_meta(item) for item in value)
-            return value
-
-        try:
-            result = op.resolve()(*to_meta(args), **{k: to_meta(v) for k, v in kwargs.items()})
-        except Exception:  # noqa: BLE001 - names are a nicety; infer_meta already succeeded
-            return None
-        if not isinstance(result, tuple):
-            return None
-        fields = getattr(result, "_fields", None)
-        if fields is not None:  # a namedtuple
-            return tuple(fields)
-        # A structseq (torch.return_types.max): match member descriptors by identity.
-        names = [
-            name
-            for name, member in vars(type(result)).items()
-            if type(member).__name__ == "member_descriptor"
-        ]
-        by_index = {}
-        for name in names:
-            value = getattr(result, name)
-            for index, item in enumerate(result):
-                if item is value:
-                    by_index[index] = name
-        if len(by_index) != len(result):
-            return None
-        return tuple(by_index[index] for index in range(len(result)))
 
     def graph_value(self, var: Var, op: OpRef) -> Any:
         """The graph-node argument for ``var``: a node, a constant, or a list/tuple of them."""

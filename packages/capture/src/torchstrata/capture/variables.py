@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.result_types import make_tuple
 from torchstrata.core import Node, TensorMeta
 
 
@@ -208,7 +209,7 @@ def python_value(var: Var | _Null) -> Any:
         return var.value
     if isinstance(var, SequenceVar):
         values = [python_value(item) for item in var.items]
-        return values if var.is_list else tuple(values)
+        return values if var.is_list else make_tuple(var.tuple_type, values)
     if isinstance(var, DictVar):
         return {key: python_value(value) for key, value in var.items.items()}
     raise NotConstant(var)

@@ -5,6 +5,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.call_defaults import bind_call, current_defaults
+from torchstrata.core.complex_values import COMPLEX_REASON, touches_complex
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
@@ -110,6 +111,7 @@ from torchstrata.core.verify import VerificationError, verify
 __all__ = [
     "ARTIFACTS",
     "CODEGENS",
+    "COMPLEX_REASON",
     "ENTRY_POINT_GROUP",
     "GETITEM",
     "GLOBAL_STATE_SOURCE",
@@ -210,6 +212,7 @@ __all__ = [
     "tensor_element_span",
     "to_fx",
     "torch_op",
+    "touches_complex",
     "unsupported_state",
     "verify",
     "with_input_metas",

@@ -25,6 +25,7 @@ NodeMeta = TensorMeta | tuple[TensorMeta | None, ...] | None
 Constant = (
     int
     | float
+    | complex
     | bool
     | str
     | None
@@ -174,6 +175,8 @@ def format_value(value: Any) -> str:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return repr(value)
+    if isinstance(value, complex):
+        return f"complex({format_value(value.real)}, {format_value(value.imag)})"
     if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
         return str(value)
     if isinstance(value, torch.device):

@@ -62,7 +62,19 @@ def _tensor_condition(var: str, expected: Any, constant: Constant) -> str:
         f" and {var}.dtype is {constant(expected.dtype)}"
         f" and {var}.stride() == {constant(tuple(expected.strides))} and {device_check}"
         f" and {var}.requires_grad is {constant(bool(expected.requires_grad))}"
+        + _lazy_bits_condition(var, expected.dtype)
     )
+
+
+def _lazy_bits_condition(var: str, dtype: torch.dtype) -> str:
+    """No lazy conjugate or negative bit (``z.conj()``, ``z.conj().imag``): graphs are
+    traced, and kernels read memory, for tensors without them. Only complex tensors
+    carry a conjugate bit, only floating and complex ones a negative bit."""
+    if dtype.is_complex:
+        return f" and not {var}.is_conj() and not {var}.is_neg()"
+    if dtype.is_floating_point:
+        return f" and not {var}.is_neg()"
+    return ""
 
 
 def constant_condition(var: str, expected: Any, constant: Constant) -> str:

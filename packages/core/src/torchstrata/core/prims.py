@@ -9,10 +9,14 @@ reference implementation in eager torch. Prims are strict so that backends stay 
   takes the tensor operand's dtype;
 * reductions drop the reduced dims and keep the input dtype;
 * views produce a new logical layout of their input (backends turn them into index
-  arithmetic; the reference implementation returns torch views).
+  arithmetic; the reference implementation returns torch views);
+* prims are real-valued: every meta function refuses a complex tensor, dtype or number
+  (no backend computes complex arithmetic; the decomposition keeps ATen calls that
+  touch complex values, see ``docs/decisions/0070-complex-stays-aten.md``).
 
 The table is versioned (:data:`PRIMS_VERSION`): adding a prim bumps the minor part,
-changing one's semantics bumps the major part.
+changing one's semantics bumps the major part. 1.2 states that prims are real-valued
+(complex operands were never computed right; now they are refused).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from torchstrata.core.dtypes import wrapped_integer
 from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
 from torchstrata.core.prim_errors import PrimError
 
-PRIMS_VERSION = (1, 1)
+PRIMS_VERSION = (1, 2)
 
 
 class PrimFamily(enum.Enum):
@@ -112,10 +116,44 @@ def _define(
 ) -> None:
     if name in _PRIMS:
         raise ValueError(f"prim {name} defined twice")
-    _PRIMS[name] = PrimDef(name, family, f"{name}{schema}", meta, impl, doc)
+    _PRIMS[name] = PrimDef(name, family, f"{name}{schema}", _real_only(name, meta), impl, doc)
 
 
 # ---------------------------------------------------------------------------- meta rules
+
+
+def _complex_value(value: Any) -> str | None:
+    """A description of the first complex tensor, dtype or number in ``value``, if any."""
+    if isinstance(value, TensorMeta):
+        return f"a {value.dtype} tensor" if value.dtype.is_complex else None
+    if isinstance(value, torch.dtype):
+        return f"dtype {value}" if value.is_complex else None
+    if isinstance(value, complex):
+        return f"the complex number {value!r}"
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _complex_value(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _real_only(name: str, meta: Callable[..., TensorMeta]) -> Callable[..., TensorMeta]:
+    """``meta`` refusing complex operands, dtypes and numbers: prims are real-valued (no
+    backend computes complex arithmetic), so complex values stay ATen calls."""
+
+    def checked(*args: Any, **kwargs: Any) -> TensorMeta:
+        found = _complex_value(args) or _complex_value(tuple(kwargs.values()))
+        if found is not None:
+            raise PrimError(
+                f"prims.{name} takes real values, got {found}: prims are real-valued, "
+                "complex values stay ATen calls (docs/decisions/0070-complex-stays-aten.md)"
+            )
+        return meta(*args, **kwargs)
+
+    checked.__doc__ = meta.__doc__
+    return checked
+
 
 Operand = TensorMeta | int | float | bool
 

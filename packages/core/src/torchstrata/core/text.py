@@ -114,6 +114,14 @@ class _ArgReader:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
+            and node.func.id == "complex"
+            and len(node.args) == 2
+            and not node.keywords
+        ):
+            return complex(self.read(node.args[0]), self.read(node.args[1]))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
             and node.func.id == "device"
             and len(node.args) == 1
             and isinstance(node.args[0], ast.Constant)

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from torchstrata.core import (
+    COMPLEX_REASON,
     GETITEM,
     CompileOptions,
     Graph,
@@ -24,6 +25,7 @@ from torchstrata.core import (
     is_dense,
     map_nodes,
     same_layout,
+    touches_complex,
 )
 from torchstrata.decomp.context import DecompContext, exact_copy
 from torchstrata.decomp.defaults import DEFAULT_RULES, is_extern_by_policy
@@ -39,16 +41,24 @@ class DecompStats:
     """What :func:`decompose_with_stats` did, counted per ATen overload.
 
     ``decomposed``: nodes lowered to prims. ``extern``: ATen nodes kept (by policy, by
-    request, because no rule exists, or because the rule declined these arguments).
+    request, because no rule exists, because the rule declined these arguments, or
+    because they touch complex values, which prims do not compute).
     """
 
     decomposed: collections.Counter[str] = attrs.field(factory=collections.Counter)
     extern: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    #: Why an extern op was kept, where that is not a missing or declining rule
+    #: (``COMPLEX_REASON`` for an op that touches complex values).
+    reasons: dict[str, str] = attrs.field(factory=dict)
 
     def missing(self) -> collections.Counter[str]:
         """Extern ops that are not extern by policy (candidates for new rules)."""
         return collections.Counter(
-            {op: n for op, n in self.extern.items() if not is_extern_by_policy(op)}
+            {
+                op: n
+                for op, n in self.extern.items()
+                if not is_extern_by_policy(op) and op not in self.reasons
+            }
         )
 
 
@@ -165,7 +175,9 @@ def decompose_with_stats(
             continue
         name = node.op.name
         result = None
-        if name in table and name not in keep:
+        if touches_complex(node):  # prims are real-valued: complex stays ATen
+            stats.reasons[name] = COMPLEX_REASON
+        elif name in table and name not in keep:
             built = len(builder)
             try:
                 result = table[name](DecompContext(builder, node, input_aliases), *args, **kwargs)

@@ -8,13 +8,16 @@ from typing import Any
 import attrs
 
 from torchstrata.core import (
+    COMPLEX_REASON,
     CompileOptions,
     Graph,
     GraphBreak,
     Guard,
     KernelInfo,
+    OpKind,
     PassRecord,
     global_state,
+    touches_complex,
     unsupported_state,
 )
 from torchstrata.core.guard_text import describe_guard
@@ -58,6 +61,9 @@ class ExplainReport:
     dynamo_guards: tuple[str, ...] = ()
     pass_records: tuple[PassRecord, ...] = ()
     stage_seconds: tuple[tuple[str, float], ...] = ()
+    #: ``"op: reason"`` for ATen ops the decomposition kept for a reason of their own
+    #: (an op that touches complex values: prims are real-valued).
+    eager_reasons: tuple[str, ...] = ()
 
     @property
     def graph_count(self) -> int:
@@ -93,6 +99,7 @@ class ExplainReport:
             )
         if self.eager_ops:
             lines.append(f"eager ops: {', '.join(self.eager_ops)}")
+        lines += [f"  eager: {reason}" for reason in self.eager_reasons]
         if self.guards or not self.dynamo_guards:
             lines.append(f"{len(self.guards)} guard(s):")
             lines += [f"  {describe_guard(guard)}" for guard in self.guards]
@@ -117,6 +124,20 @@ def _eager_ops(artifacts: GraphArtifacts) -> list[str]:
     return [op.name for op in graph.ops()]
 
 
+def _eager_reasons(graphs: Sequence[GraphArtifacts]) -> tuple[str, ...]:
+    """``"op: reason"`` for each distinct ATen op of the prims graphs kept for a reason
+    that is not a missing rule (complex values)."""
+    reasons: dict[str, str] = {}
+    for artifacts in graphs:
+        graph = artifacts.prims_graph
+        if graph is None:
+            continue
+        for node in graph.nodes:
+            if node.op is not None and node.op.kind is OpKind.ATEN and touches_complex(node):
+                reasons.setdefault(node.op.name, COMPLEX_REASON)
+    return tuple(f"{op}: {reason}" for op, reason in reasons.items())
+
+
 def report_from_graphs(graphs: Sequence[GraphArtifacts]) -> ExplainReport:
     """Summarise compiled graphs: graphs, kernels (the backward's included, compiled
     now if no backward ran yet), ops left to eager, ops per graph."""
@@ -134,6 +155,7 @@ def report_from_graphs(graphs: Sequence[GraphArtifacts]) -> ExplainReport:
         eager_ops=tuple(op for g in graphs for op in _eager_ops(g)),
         ops_per_graph=tuple(tuple(op.name for op in g.torch_graph.ops()) for g in graphs),
         pass_records=tuple(record for g in graphs for record in g.pass_records),
+        eager_reasons=_eager_reasons(graphs),
     )
 
 

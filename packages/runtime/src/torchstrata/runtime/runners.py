@@ -155,7 +155,28 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
         if alias is not None:
             index, size, stride, offset = alias
             base = inputs[index]  # the traced offset is relative to this input's start
+            computed = outputs[position]
+            if isinstance(computed, torch.Tensor) and computed.dtype != base.dtype:
+                retyped = retyped_view(base, computed.dtype)
+                if retyped is None or computed.requires_grad:
+                    continue  # the values, not a view
+                base = retyped
             outputs[position] = base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def retyped_view(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``base``'s memory seen as ``dtype`` (sizes, strides and offset then count
+    ``dtype`` elements), for an output that is a view of an input in another dtype
+    (``view_as_real``, ``view_as_complex``, ``view(dtype)``); None where no such view
+    exists, or where it would drop autograd history (``view(dtype)`` records none)."""
+    if base.requires_grad:
+        return None
+    try:
+        if base.is_complex() and dtype == base.real.dtype:
+            return torch.view_as_real(base)  # any layout, any rank
+        return base.view(dtype)
+    except RuntimeError:
+        return None
 
 
 def _output_views(aot: AotResult) -> tuple[Any, ...]:

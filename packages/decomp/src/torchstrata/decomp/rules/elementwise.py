@@ -269,6 +269,9 @@ RULES = RuleTable(
         "aten.clamp_min.default": clamp_min,
         "aten.clamp_max.default": clamp_max,
         "aten.neg.default": _unary("neg", Promotion.DEFAULT, opmath=False),
+        # The lazy negation of ``z.conj().imag``: prims read memory as it is, so the
+        # negation is computed (the value, not a view: no backend keeps the bit).
+        "aten._neg_view.default": _unary("neg", Promotion.DEFAULT, opmath=False),
         "aten.abs.default": abs_,
         **{
             f"aten.{name}.default": _unary(name)
