@@ -54,11 +54,18 @@ class CppBackend:
         """See :class:`Backend`."""
         return cpp_supports(prim, dtype)
 
+    def generate(self, kernel: Kernel, simd_functions: frozenset[str] | None = None) -> str:
+        """The C++ source of ``kernel``, as :meth:`build` compiles it; ``simd_functions``:
+        the math functions with vector variants (default: this machine's libmvec's)."""
+        if simd_functions is None:
+            simd_functions = simd_math_functions()
+        return generate_cpp(hoist_reciprocals(kernel), simd_functions)
+
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """See :class:`Backend`; divisions by per-row values become multiplications
         (``reciprocals``)."""
+        source = self.generate(kernel)
         kernel = hoist_reciprocals(kernel)
-        source = generate_cpp(kernel, simd_math_functions())
         checks = kernel_checks(kernel)
         built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)
         info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)

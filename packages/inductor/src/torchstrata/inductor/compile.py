@@ -85,18 +85,7 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
-    graph = eliminate_common_subexpressions(graph)
-    promised = graph.outputs
-    graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
-    graph = eliminate_common_subexpressions(factor_sums(graph))
-    if backend.name == "triton":
-        graph = split_long_sums(graph)  # the C++ backend walks long columns itself
-    graph = eliminate_dead_code(graph)
-    lowered = lower_graph(graph, backend.supports)
-    plan = plan_graph(graph, lowered)
-    if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
-        steps = fuse_tails(fuse_partials(plan.steps))
-        plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
+    promised, graph, plan = schedule_graph(graph, backend)
     launches, infos, compile_seconds = {}, [], 0.0
     for step in plan.steps:
         if isinstance(step, Kernel) and step.rows > 0:
@@ -120,6 +109,27 @@ def compile_graph(
         "codegen_seconds": time.perf_counter() - start,
     }
     return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
+
+
+def schedule_graph(graph: Graph, backend: Backend) -> tuple[tuple[Node, ...], Graph, Plan]:
+    """The graph rewritten for ``backend``, and its plan of kernels and extern steps.
+
+    Returns the outputs the graph promised (after common subexpressions are merged), the
+    rewritten graph and its plan.
+    """
+    graph = eliminate_common_subexpressions(graph)
+    promised = graph.outputs
+    graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
+    graph = eliminate_common_subexpressions(factor_sums(graph))
+    if backend.name == "triton":
+        graph = split_long_sums(graph)  # the C++ backend walks long columns itself
+    graph = eliminate_dead_code(graph)
+    lowered = lower_graph(graph, backend.supports)
+    plan = plan_graph(graph, lowered)
+    if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
+        steps = fuse_tails(fuse_partials(plan.steps))
+        plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
+    return tuple(promised), graph, plan
 
 
 def _allocated_only(lowered: Lowered) -> bool:

@@ -35,7 +35,7 @@ from torchstrata.inductor.triton_env import triton_interpret
 from torchstrata.inductor.triton_launch import cluster_launch_supported
 from torchstrata.inductor.triton_printer import supports as triton_supports
 from torchstrata.inductor.triton_split import generate_split_triton, scratch_sizes
-from torchstrata.inductor.triton_tuning import TunedKernel, candidate_configs, tuning_key
+from torchstrata.inductor.triton_tuning import Config, TunedKernel, candidate_configs, tuning_key
 
 
 def default_cache_dir() -> Path:
@@ -85,18 +85,16 @@ class TritonBackend:
         """See :class:`~torchstrata.inductor.backend.Backend`."""
         return triton_supports(prim, dtype, interpret=self.interpret)
 
-    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`Backend`: one module per code variant, the launch config tuned later.
-
-        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
-        divisions by per-row values become multiplications (``reciprocals``); a row's
-        ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
-        output reuses the statistics' own exps."""
+    def generate(
+        self, kernel: Kernel, clusters: bool
+    ) -> tuple[Kernel, list[Config], list[tuple[tuple[bool, int, int, int], str]]]:
+        """The kernel as generated (rewritten, see :meth:`build`), its candidate launch
+        configurations and one Triton source per code variant; ``clusters``: the GPU
+        launches thread-block clusters."""
         kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
         shifted = shift_row_exps(kernel)
-        clusters = not self.interpret and cluster_launch_supported()
         configs = candidate_configs(kernel, self.interpret, clusters=clusters)
-        variants, sources, paths = {}, [], []
+        generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
             launches = [config for config in configs if config.variant == variant]
@@ -113,6 +111,20 @@ class TritonBackend:
                     even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
                     cluster=cluster,
                 )
+            generated.append((variant, source))
+        return kernel, configs, generated
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`Backend`: one module per code variant, the launch config tuned later.
+
+        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
+        divisions by per-row values become multiplications (``reciprocals``); a row's
+        ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
+        output reuses the statistics' own exps."""
+        clusters = not self.interpret and cluster_launch_supported()
+        kernel, configs, generated = self.generate(kernel, clusters)
+        variants, sources, paths = {}, [], []
+        for variant, source in generated:
             module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
             variants[variant] = getattr(module, kernel.name)
             sources.append(source)
