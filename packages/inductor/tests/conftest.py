@@ -23,10 +23,10 @@ from torchstrata.core import (
     random_inputs,
 )
 from torchstrata.inductor import compile_graph
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_printer import supports
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 #: "cpp" and "triton" (its interpreter) run on the CPU; "cuda" is Triton on a GPU, when present.
 BACKENDS = [

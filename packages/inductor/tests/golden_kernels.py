@@ -24,12 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from torchstrata.core import Graph, parse
-from torchstrata.inductor.backend import CppBackend
+from torchstrata.inductor.codegen.backend import CppBackend
+from torchstrata.inductor.codegen.cpp.build import SIMD_MATH_CANDIDATES
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
 from torchstrata.inductor.compile import _relaid_outputs, schedule_graph
-from torchstrata.inductor.cpp_build import SIMD_MATH_CANDIDATES
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.launcher import KernelLaunch, generate_launcher
-from torchstrata.inductor.triton_backend import TritonBackend
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch, generate_launcher
 
 GOLDEN = Path(__file__).parent / "golden"
 #: Debugging switches that change generated code: the corpus shows their defaults.

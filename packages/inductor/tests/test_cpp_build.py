@@ -6,13 +6,13 @@ import ctypes
 
 import torch
 
-from torchstrata.inductor.cpp_build import (
+from torchstrata.inductor.codegen.cpp.build import (
     PRELUDE_VERSION,
     build_kernel,
     cache_key,
     default_cache_dir,
 )
-from torchstrata.inductor.cpp_prelude import STANDARD_INCLUDES, lighten
+from torchstrata.inductor.codegen.cpp.prelude import STANDARD_INCLUDES, lighten
 
 _KERNEL = (
     STANDARD_INCLUDES

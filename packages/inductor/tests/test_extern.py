@@ -7,7 +7,7 @@ import torch
 
 from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, aten, prim
 from torchstrata.inductor import CodegenError, compile_graph
-from torchstrata.inductor.cpp_build import openmp_link_flags
+from torchstrata.inductor.codegen.cpp.build import openmp_link_flags
 from torchstrata.inductor.plugin import torchstrata_codegen
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.cpp_codegen import generate_cpp
-from torchstrata.inductor.exprs import Constant, Op, walk
-from torchstrata.inductor.reciprocals import hoist_reciprocals
-from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.ir.exprs import Constant, Op, walk
 
 
 def _divisions(kernel) -> list[Op]:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from torchstrata.core import Graph, GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.row_tiles import ROW_TILE_MIN, as_row_kernel
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.row_tiles import ROW_TILE_MIN, as_row_kernel
+from torchstrata.inductor.codegen.triton.tuning import Config
 
 pytest.importorskip("triton")
 

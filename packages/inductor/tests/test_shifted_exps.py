@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.exprs import Constant, Op, walk
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.reciprocals import hoist_reciprocals
-from torchstrata.inductor.shifted_exps import SCALE, shift_row_exps
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.shifted_exps import SCALE, shift_row_exps
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.exprs import Constant, Op, walk
 
 pytest.importorskip("triton")
 

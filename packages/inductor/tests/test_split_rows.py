@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
-from torchstrata.inductor import triton_backend
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.triton_split import can_split, generate_split_triton
-from torchstrata.inductor.triton_tuning import Config, candidate_configs
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton.split import can_split, generate_split_triton
+from torchstrata.inductor.codegen.triton.tuning import Config, candidate_configs
+from torchstrata.inductor.ir.kernel import Kernel
 
 pytest.importorskip("triton")
 
@@ -73,7 +73,7 @@ def test_only_long_float_rows_are_split(ind):
 
 
 def test_split_variants_compile_for_sm90_with_acquire_release(ind, tmp_path):
-    from torchstrata.inductor.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
 
     for graph in (
         ind.softmax_rows(8, 40000),
@@ -99,7 +99,7 @@ def _force(monkeypatch, config: Config) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("length", [40000, 65536])
 def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
-    from torchstrata.inductor import triton_launch
+    from torchstrata.inductor.launch import triton_launch
 
     direct = []
     launcher_of = triton_launch._launcher_of

@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, eliminate_dead_code, prim
-from torchstrata.inductor import triton_backend, triton_tail
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.tails import fuse_tails
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton import tail_code as triton_tail
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.tails import fuse_tails
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 pytest.importorskip("triton")
 

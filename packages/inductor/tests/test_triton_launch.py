@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, interpret, prim, random_inputs
-from torchstrata.inductor import triton_launch
-from torchstrata.inductor.triton_launch import DirectLaunch
+from torchstrata.inductor.launch import triton_launch
+from torchstrata.inductor.launch.triton_launch import DirectLaunch
 
 pytest.importorskip("triton")
 
@@ -244,7 +244,7 @@ def test_scratch_buffers_are_one_pair_per_stream(where):
     stream: two streams must not share counters, one stream reuses its pair."""
     if where == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from torchstrata.inductor.triton_tuning import _with_scratch
+    from torchstrata.inductor.codegen.triton.tuning import _with_scratch
 
     seen: list[tuple[int, int]] = []
     run = _with_scratch(

@@ -19,20 +19,20 @@ from torchstrata.core import (
     eliminate_dead_code,
     same_layout,
 )
-from torchstrata.inductor.backend import Backend, CppBackend
-from torchstrata.inductor.counts import narrow_counts
-from torchstrata.inductor.factored_sums import factor_sums
-from torchstrata.inductor.horizontal import fuse_horizontally
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.launcher import build_launcher, generate_launcher
-from torchstrata.inductor.lowering import Extern, Lowered, dense_strides, lower_graph
-from torchstrata.inductor.one_hot import one_hot_sums
-from torchstrata.inductor.partials import fuse_partials
-from torchstrata.inductor.plan import Plan, plan_graph
-from torchstrata.inductor.rewrites import gather_as_reduction
-from torchstrata.inductor.scheduler import ExternStep, buffer_strides
-from torchstrata.inductor.split_sums import split_long_sums
-from torchstrata.inductor.tails import fuse_tails
+from torchstrata.inductor.codegen.backend import Backend, CppBackend
+from torchstrata.inductor.codegen.triton.horizontal import fuse_horizontally
+from torchstrata.inductor.codegen.triton.partials import fuse_partials
+from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
+from torchstrata.inductor.codegen.triton.tails import fuse_tails
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
+from torchstrata.inductor.passes.counts import narrow_counts
+from torchstrata.inductor.passes.factored_sums import factor_sums
+from torchstrata.inductor.passes.one_hot import one_hot_sums
+from torchstrata.inductor.passes.rewrites import gather_as_reduction
+from torchstrata.inductor.schedule.lowering import Extern, Lowered, dense_strides, lower_graph
+from torchstrata.inductor.schedule.plan import Plan, plan_graph
+from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
 
 
 class CodegenError(RuntimeError):
@@ -54,8 +54,8 @@ def choose_backend(device: torch.device | str, options: CompileOptions) -> Backe
             raise CodegenError(f"Triton codegen does not target {device}")
         # Importing Triton costs 0.2 s, so a C++ compile never does; the module still imports
         # Triton before it sets TRITON_INTERPRET (see its docstring).
-        from torchstrata.inductor.triton_backend import TritonBackend
-        from torchstrata.inductor.triton_env import library_compiled
+        from torchstrata.inductor.codegen.triton.backend import TritonBackend
+        from torchstrata.inductor.codegen.triton.env import library_compiled
 
         if device.type == "cuda" and not library_compiled():
             raise CodegenError(

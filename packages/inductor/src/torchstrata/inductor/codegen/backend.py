@@ -1,0 +1,74 @@
+"""The backend interface, and the C++ backend (generate, compile, launch with ctypes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+import torch
+
+from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.inductor.codegen.cpp.build import build_kernel, simd_math_functions
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch
+
+
+@attrs.frozen
+class BuiltLaunch:
+    """A kernel ready to launch, its report entry and what building it cost."""
+
+    launch: KernelLaunch
+    info: KernelInfo
+    compile_seconds: float = 0.0
+
+
+class Backend(Protocol):
+    """A code generator for fused kernels."""
+
+    name: str
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """Can prims.``prim`` on ``dtype`` operands be generated?"""
+        ...
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """Generate, compile and load ``kernel``."""
+        ...
+
+
+def _ctypes_call(handle: str, args: Sequence[str]) -> str:
+    return f"{handle}({', '.join(arg + '.data_ptr()' for arg in args)})"
+
+
+class CppBackend:
+    """Plain C++ with OpenMP, compiled by the system compiler and loaded with ctypes."""
+
+    name = "cpp"
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """See :class:`Backend`."""
+        return cpp_supports(prim, dtype)
+
+    def generate(self, kernel: Kernel, simd_functions: frozenset[str] | None = None) -> str:
+        """The C++ source of ``kernel``, as :meth:`build` compiles it; ``simd_functions``:
+        the math functions with vector variants (default: this machine's libmvec's)."""
+        if simd_functions is None:
+            simd_functions = simd_math_functions()
+        return generate_cpp(hoist_reciprocals(kernel), simd_functions)
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`Backend`; divisions by per-row values become multiplications
+        (``reciprocals``)."""
+        source = self.generate(kernel)
+        kernel = hoist_reciprocals(kernel)
+        checks = kernel_checks(kernel)
+        built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)
+        info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
+        return BuiltLaunch(
+            KernelLaunch(kernel, built.fn, _ctypes_call), info, built.compile_seconds
+        )

@@ -1,0 +1,156 @@
+"""The Triton backend: generate a module per kernel, load it, launch it from the launcher.
+
+On a CPU device the kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` is set
+while the generated module is executed (``@triton.jit`` reads it at decoration time, in
+Triton 3.6 and 3.9 alike) and while its kernel is launched, and only then (see
+:mod:`~torchstrata.inductor.codegen.triton.env`). For GPU kernels it is cleared while the module
+executes. Triton itself is imported with this module, so its own library functions are
+always decorated as compiled functions, never as a side effect of our setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
+
+from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.inductor.codegen.backend import BuiltLaunch
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
+from torchstrata.inductor.codegen.triton.env import triton_interpret
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
+from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
+from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
+from torchstrata.inductor.codegen.triton.split import generate_split_triton, scratch_sizes
+from torchstrata.inductor.codegen.triton.tails import tail_scratch
+from torchstrata.inductor.codegen.triton.tuning import (
+    Config,
+    TunedKernel,
+    candidate_configs,
+    tuning_key,
+)
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch
+from torchstrata.inductor.launch.triton_launch import cluster_launch_supported
+
+
+def default_cache_dir() -> Path:
+    """``$TORCHSTRATA_CACHE_DIR/triton`` when that is set (read at each call), else
+    ``~/.cache/torchstrata/triton``."""
+    root = os.environ.get("TORCHSTRATA_CACHE_DIR")
+    if root:
+        return Path(root) / "triton"
+    return Path.home() / ".cache" / "torchstrata" / "triton"
+
+
+def cache_directory(cache_dir: str | None) -> Path:
+    """``<cache_dir>/triton``, or the default."""
+    return Path(cache_dir) / "triton" if cache_dir else default_cache_dir()
+
+
+def load_module(
+    source: str, name: str, cache_dir: str | None, interpret: bool
+) -> tuple[ModuleType, str]:
+    """Write ``source`` to a content-addressed file (Triton needs real source files) and import it."""
+    directory = cache_directory(cache_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    path = directory / f"{name}_{digest}.py"
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=directory, suffix=".py.tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+        os.replace(temporary, path)
+    spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{digest}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with triton_interpret(interpret):
+        spec.loader.exec_module(module)
+    return module, str(path)
+
+
+class TritonBackend:
+    """``@triton.jit`` kernels; ``interpret=True`` runs them on CPU tensors under the interpreter."""
+
+    name = "triton"
+
+    def __init__(self, interpret: bool) -> None:
+        self.interpret = interpret
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`."""
+        return triton_supports(prim, dtype, interpret=self.interpret)
+
+    def generate(
+        self, kernel: Kernel, clusters: bool
+    ) -> tuple[Kernel, list[Config], list[tuple[tuple[bool, int, int, int], str]]]:
+        """The kernel as generated (rewritten, see :meth:`build`), its candidate launch
+        configurations and one Triton source per code variant; ``clusters``: the GPU
+        launches thread-block clusters."""
+        kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
+        shifted = shift_row_exps(kernel)
+        configs = candidate_configs(kernel, self.interpret, clusters=clusters)
+        generated = []
+        for variant in sorted({config.variant for config in configs}, reverse=True):
+            persistent, group, split, cluster = variant
+            launches = [config for config in configs if config.variant == variant]
+            if split > 1:
+                (chunk,) = {config.rblock for config in launches}
+                source = generate_split_triton(kernel, split, chunk)
+            else:
+                source = generate_triton(
+                    shifted,
+                    interpret=self.interpret,
+                    persistent=persistent,
+                    group=group,
+                    even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
+                    even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
+                    cluster=cluster,
+                )
+            generated.append((variant, source))
+        return kernel, configs, generated
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`Backend`: one module per code variant, the launch config tuned later.
+
+        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
+        divisions by per-row values become multiplications (``reciprocals``); a row's
+        ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
+        output reuses the statistics' own exps."""
+        clusters = not self.interpret and cluster_launch_supported()
+        kernel, configs, generated = self.generate(kernel, clusters)
+        variants, sources, paths = {}, [], []
+        for variant, source in generated:
+            module, path = load_module(source, kernel.name, options.cache_dir, self.interpret)
+            variants[variant] = getattr(module, kernel.name)
+            sources.append(source)
+            paths.append(path)
+        cache_path = None
+        if not self.interpret:
+            key = tuning_key(sources, torch.cuda.get_device_name())
+            cache_path = cache_directory(options.cache_dir) / "tuning" / f"{key}.json"
+        tuned = TunedKernel(
+            variants,
+            configs,
+            kernel.rows,
+            cache_path,
+            not self.interpret,
+            scratch=lambda split: scratch_sizes(kernel, split),
+            tail=tail_scratch(kernel) if kernel.tail is not None else None,
+            cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
+        )
+
+        def call(handle: str, args: Sequence[str]) -> str:
+            return f"{handle}.run({', '.join(args)})"
+
+        info = KernelInfo(kernel.name, self.name, "\n".join(sources), paths[0], kernel.ops)
+        return BuiltLaunch(KernelLaunch(kernel, tuned, call), info)
