@@ -47,5 +47,5 @@ def test_each_value_is_printed_once():
 def test_index_printout():
     x0, r0 = Var("x0", 8), Var("r0", 64)
     index = Index.of(x0) * 64 + Index.of(r0).floordiv(4) + 3
-    assert format_index(index) == "64*x0 + (r0 // 4) + 3"
+    assert format_index(index) == "(r0 // 4) + 64*x0 + 3"
     assert format_index(Index()) == "0"

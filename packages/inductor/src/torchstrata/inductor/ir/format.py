@@ -35,7 +35,7 @@ from torchstrata.inductor.ir.kernel import Kernel, ReductionSpec, Store
 
 
 def format_index(index: Index) -> str:
-    """``index`` as an affine expression, e.g. ``64*x0 + (r0 // 4) + 3``."""
+    """``index`` as an affine expression, e.g. ``(r0 // 4) + 64*x0 + 3``."""
     parts = []
     for atom, coeff in index.terms:
         text = _format_atom(atom)
