@@ -14,25 +14,23 @@ from torchstrata.core import (
     Graph,
     Level,
     Node,
+    PassManager,
+    PassRecord,
     current_options,
     eliminate_common_subexpressions,
-    eliminate_dead_code,
     same_layout,
 )
 from torchstrata.inductor.codegen.backend import Backend, CppBackend
-from torchstrata.inductor.codegen.triton.horizontal import fuse_horizontally
-from torchstrata.inductor.codegen.triton.partials import fuse_partials
-from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
-from torchstrata.inductor.codegen.triton.tails import fuse_tails
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
-from torchstrata.inductor.passes.counts import narrow_counts
-from torchstrata.inductor.passes.factored_sums import factor_sums
-from torchstrata.inductor.passes.one_hot import one_hot_sums
-from torchstrata.inductor.passes.rewrites import gather_as_reduction
+from torchstrata.inductor.passes.graph_passes import common_passes
 from torchstrata.inductor.schedule.lowering import Extern, Lowered, dense_strides, lower_graph
 from torchstrata.inductor.schedule.plan import Plan, plan_graph
+from torchstrata.inductor.schedule.plan_passes import run_plan_passes
 from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
+
+#: The ``stage`` of the records of the inductor's graph passes.
+PASS_STAGE = "inductor"
 
 
 class CodegenError(RuntimeError):
@@ -85,7 +83,8 @@ def compile_graph(
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
     backend = choose_backend(device, options)
     start = time.perf_counter()
-    promised, graph, plan = schedule_graph(graph, backend)
+    scheduled = schedule_graph(graph, backend, options)
+    graph, plan = scheduled.graph, scheduled.plan
     launches, infos, compile_seconds = {}, [], 0.0
     for step in plan.steps:
         if isinstance(step, Kernel) and step.rows > 0:
@@ -94,7 +93,7 @@ def compile_graph(
             infos.append(built.info)
             compile_seconds += built.compile_seconds
     write_backs = options.stage("inductor").get("write_backs")
-    relaid = _relaid_outputs(promised, graph.outputs, plan)
+    relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
     eager_ops = tuple(
@@ -107,29 +106,50 @@ def compile_graph(
         "kernels": len(infos),
         "compile_seconds": compile_seconds,
         "codegen_seconds": time.perf_counter() - start,
+        "passes": scheduled.records,
     }
     return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
 
 
-def schedule_graph(graph: Graph, backend: Backend) -> tuple[tuple[Node, ...], Graph, Plan]:
+@attrs.frozen
+class Scheduled:
+    """A graph rewritten and planned for one backend.
+
+    ``promised``: the outputs the graph promised (after common subexpressions are merged);
+    ``graph``: the rewritten graph; ``plan``: its kernels and extern steps; ``records``:
+    what each graph and plan pass did.
+    """
+
+    promised: tuple[Node, ...]
+    graph: Graph
+    plan: Plan
+    records: tuple[PassRecord, ...]
+
+
+def schedule_graph(
+    graph: Graph, backend: Backend, options: CompileOptions | None = None
+) -> Scheduled:
     """The graph rewritten for ``backend``, and its plan of kernels and extern steps.
 
-    Returns the outputs the graph promised (after common subexpressions are merged), the
-    rewritten graph and its plan.
+    The rewrites are named passes (the common ones of
+    :mod:`~torchstrata.inductor.passes.graph_passes` and the backend's own) run by core's
+    pass manager under ``options`` (debug, validate_passes, blocked_plugins), then the
+    backend's plan passes.
     """
+    options = options if options is not None else current_options()
     graph = eliminate_common_subexpressions(graph)
     promised = graph.outputs
-    graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
-    graph = eliminate_common_subexpressions(factor_sums(graph))
-    if backend.name == "triton":
-        graph = split_long_sums(graph)  # the C++ backend walks long columns itself
-    graph = eliminate_dead_code(graph)
+    manager = PassManager(
+        (*common_passes(), *backend.graph_passes()),
+        debug=options.debug,
+        validate=options.validate_passes,
+        blocked=options.blocked_plugins,
+    )
+    graph = manager.run(graph, stage=PASS_STAGE)
     lowered = lower_graph(graph, backend.supports)
     plan = plan_graph(graph, lowered)
-    if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
-        steps = fuse_tails(fuse_partials(plan.steps))
-        plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
-    return tuple(promised), graph, plan
+    plan, records = run_plan_passes(plan, backend.plan_passes(), options.blocked_plugins)
+    return Scheduled(tuple(promised), graph, plan, (*manager.records, *records))
 
 
 def _allocated_only(lowered: Lowered) -> bool:

@@ -8,7 +8,7 @@ from typing import Protocol
 import attrs
 import torch
 
-from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.core import CompileOptions, GraphPass, KernelInfo
 from torchstrata.inductor.codegen.cpp.build import build_kernel, simd_math_functions
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
@@ -16,6 +16,7 @@ from torchstrata.inductor.codegen.cpp.generate import generate_cpp
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
+from torchstrata.inductor.schedule.plan_passes import PlanPass
 
 
 @attrs.frozen
@@ -36,6 +37,14 @@ class Backend(Protocol):
         """Can prims.``prim`` on ``dtype`` operands be generated?"""
         ...
 
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """Graph rewrites before lowering that this backend wants beyond the common ones."""
+        ...
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """Rewrites of the plan's steps that this backend wants, in order."""
+        ...
+
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """Generate, compile and load ``kernel``."""
         ...
@@ -53,6 +62,14 @@ class CppBackend:
     def supports(self, prim: str, dtype: torch.dtype) -> bool:
         """See :class:`Backend`."""
         return cpp_supports(prim, dtype)
+
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """None: the C++ backend walks long columns itself."""
+        return ()
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """None: a kernel call costs no more than a function call in C++."""
+        return ()
 
     def generate(self, kernel: Kernel, simd_functions: frozenset[str] | None = None) -> str:
         """The C++ source of ``kernel``, as :meth:`build` compiles it; ``simd_functions``:

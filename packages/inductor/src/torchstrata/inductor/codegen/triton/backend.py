@@ -21,12 +21,13 @@ from types import ModuleType
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
-from torchstrata.core import CompileOptions, KernelInfo
+from torchstrata.core import CompileOptions, GraphPass, KernelInfo
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
 from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
@@ -41,6 +42,7 @@ from torchstrata.inductor.codegen.triton.tuning import (
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
 from torchstrata.inductor.launch.triton_launch import cluster_launch_supported
+from torchstrata.inductor.schedule.plan_passes import PlanPass
 
 
 def default_cache_dir() -> Path:
@@ -89,6 +91,15 @@ class TritonBackend:
     def supports(self, prim: str, dtype: torch.dtype) -> bool:
         """See :class:`~torchstrata.inductor.codegen.backend.Backend`."""
         return triton_supports(prim, dtype, interpret=self.interpret)
+
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`: long sums split."""
+        return triton_graph_passes()
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`: partials, tails and
+        horizontal fusion (a launch costs microseconds on a GPU)."""
+        return triton_plan_passes()
 
     def generate(
         self, kernel: Kernel, clusters: bool
