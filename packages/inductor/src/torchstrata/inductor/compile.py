@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import torch
@@ -20,7 +20,8 @@ from torchstrata.core import (
     eliminate_common_subexpressions,
     same_layout,
 )
-from torchstrata.inductor.codegen.backend import Backend, CppBackend
+from torchstrata.inductor.codegen.backend import Backend
+from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.passes.graph_passes import common_passes
@@ -33,42 +34,15 @@ from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
 PASS_STAGE = "inductor"
 
 
-class CodegenError(RuntimeError):
-    """The graph cannot be compiled for this device with the requested backend."""
-
-
-def choose_backend(device: torch.device | str, options: CompileOptions) -> Backend:
-    """``options.codegen`` None: Triton on CUDA, C++ on CPU; "triton" on CPU: the interpreter."""
-    device = torch.device(device)
-    codegen = options.codegen
-    if codegen is None:
-        codegen = "triton" if device.type == "cuda" else "cpp"
-    if codegen == "cpp":
-        if device.type != "cpu":
-            raise CodegenError(f"the C++ backend generates CPU code; the graph lives on {device}")
-        return CppBackend()
-    if codegen == "triton":
-        if device.type not in ("cuda", "cpu"):
-            raise CodegenError(f"Triton codegen does not target {device}")
-        # Importing Triton costs 0.2 s, so a C++ compile never does; the module still imports
-        # Triton before it sets TRITON_INTERPRET (see its docstring).
-        from torchstrata.inductor.codegen.triton.backend import TritonBackend
-        from torchstrata.inductor.codegen.triton.env import library_compiled
-
-        if device.type == "cuda" and not library_compiled():
-            raise CodegenError(
-                "Triton was imported with TRITON_INTERPRET=1 set, so its own library is "
-                "interpreted and no GPU kernel can be compiled in this process; unset "
-                "TRITON_INTERPRET (torchstrata runs CPU tensors under the interpreter itself)"
-            )
-        return TritonBackend(interpret=device.type == "cpu")
-    raise CodegenError(f"codegen={codegen!r} is not a code generator (eager runs without codegen)")
-
-
 def compile_graph(
-    graph: Graph, device: torch.device | str | None = None, options: CompileOptions | None = None
+    graph: Graph,
+    device: torch.device | str | None = None,
+    options: CompileOptions | None = None,
+    backends: Mapping[str, BackendSpec] | None = None,
 ) -> CompiledGraph:
-    """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device``.
+    """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device`` with the
+    backend ``options.codegen`` names among ``backends`` (default: the built-in ones; the
+    pipeline passes every registered one).
 
     Returns a :class:`CompiledGraph` whose ``fn(*inputs)`` returns a tuple of tensors, with
     one :class:`KernelInfo` per generated kernel, the extern ops run eagerly, and the
@@ -81,7 +55,20 @@ def compile_graph(
     options = options if options is not None else current_options()
     if device is None:
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
-    backend = choose_backend(device, options)
+    backend = choose_backend(device, options, backends)
+    if backend is None:
+        raise CodegenError(
+            f"codegen={options.codegen!r} is not a code generator (eager runs without codegen)"
+        )
+    return compile_with(graph, backend, options)
+
+
+def compile_with(graph: Graph, backend: Backend, options: CompileOptions) -> CompiledGraph:
+    """Compile a prims-level ``graph`` with ``backend`` (see :func:`compile_graph`)."""
+    if graph.level is not Level.PRIMS:
+        raise CodegenError(
+            f"compile_graph takes a prims-level graph, got level {graph.level.value}"
+        )
     start = time.perf_counter()
     scheduled = schedule_graph(graph, backend, options)
     graph, plan = scheduled.graph, scheduled.plan
