@@ -5,6 +5,9 @@ from torchstrata.inductor.codegen.cpp.build import CppCompileError
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.compile import compile_graph
 from torchstrata.inductor.ir.format import format_kernel
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch
+from torchstrata.inductor.schedule.plan_passes import PlanPass
 
 __all__ = [
     "Backend",
@@ -12,6 +15,9 @@ __all__ = [
     "BuiltLaunch",
     "CodegenError",
     "CppCompileError",
+    "Kernel",
+    "KernelLaunch",
+    "PlanPass",
     "choose_backend",
     "compile_graph",
     "format_kernel",
