@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, aten, prim
 from torchstrata.inductor.codegen.triton.tuning import candidate_configs
 from torchstrata.inductor.ir.indexing import Index, Var, fold_div_mod
 
@@ -106,10 +106,10 @@ def test_a_quotient_and_remainder_fold_back_into_the_row():
 def test_norm_backward_partials_join_the_row_kernel(ind, monkeypatch, dtype, enabled, where):
     if where == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    monkeypatch.setenv("TORCHSTRATA_PARTIALS", "1" if enabled else "0")
     graph = _norm_backward(2048, 96, dtype)
     tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {}
-    compiled = ind.check(graph, where, seeds=(0, 1), **tolerance)
+    options = InductorOptions(partials=enabled)
+    compiled = ind.check(graph, where, seeds=(0, 1), inductor=options, **tolerance)
     # dx with the partial sums of dw and db, then the sums of the partials; apart: three
     assert len(compiled.kernels) == (2 if enabled else 3)
     fused = [k for k in compiled.kernels if "part_" in k.source]

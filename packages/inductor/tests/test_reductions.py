@@ -303,7 +303,6 @@ def test_parts_of_a_split_sum_divide_the_length():
 def test_column_sums_take_small_parts_only_with_a_row_kernel_to_join(hosted, monkeypatch):
     from torchstrata.inductor.codegen.triton.split_sums import CHUNK, HOSTED_CHUNK, split_long_sums
 
-    monkeypatch.setenv("TORCHSTRATA_PARTIALS", "1")
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((8192, 256), torch.float32))
     y = b.call(prim("mul"), x, 2.0)

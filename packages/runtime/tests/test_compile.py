@@ -173,3 +173,12 @@ def test_an_unregistered_codegen_name_falls_back_naming_the_registered_ones():
     with pytest.warns(rt.TorchstrataFallbackWarning, match="registered: .*cpp, eager, .*triton"):
         result = compiled(x, b)
     torch.testing.assert_close(result, demo_fn(x, b))
+
+
+def test_explain_shows_the_stage_options():
+    from torchstrata.core import InductorOptions
+
+    options = CompileOptions(inductor=InductorOptions(tails=False))
+    text = str(rt.explain(rt.compile(demo_fn, options=options), torch.randn(4, 8), torch.randn(8)))
+    assert "inductor options: InductorOptions(tails=False," in text
+    assert "autograd options: AutogradOptions(unit_grads=True)" in text

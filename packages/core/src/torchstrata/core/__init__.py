@@ -74,6 +74,7 @@ from torchstrata.core.spans import (
     tensor_byte_span,
     tensor_element_span,
 )
+from torchstrata.core.stage_options import AutogradOptions, InductorOptions
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -93,6 +94,7 @@ __all__ = [
     "PRIMS_VERSION",
     "TENSOR_TYPES",
     "AotResult",
+    "AutogradOptions",
     "CaptureResult",
     "CompileOptions",
     "CompiledGraph",
@@ -106,6 +108,7 @@ __all__ = [
     "GraphPass",
     "Guard",
     "GuardKind",
+    "InductorOptions",
     "InterpreterError",
     "KernelInfo",
     "Level",

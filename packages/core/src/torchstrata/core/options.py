@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from torchstrata.core.stage_options import AutogradOptions, InductorOptions
+
 #: The built-in code generators (None: chosen by device). A backend package registers more
 #: through the inductor's ``torchstrata_inductor_backends`` hook; ``codegen`` is checked
 #: against the registered names when a graph is compiled.
@@ -50,6 +52,10 @@ class CompileOptions:
       name the pass that changed the results.
     * ``blocked_plugins``: plugin (and pass) names that must not run.
     * ``stage_options``: free-form settings for third-party stages, keyed by stage name.
+    * ``inductor``, ``autograd``: the typed options of those stages
+      (:class:`~torchstrata.core.stage_options.InductorOptions`,
+      :class:`~torchstrata.core.stage_options.AutogradOptions`; ``from_env()`` reads the
+      documented ``TORCHSTRATA_*`` debugging variables).
     """
 
     codegen: str | None = attrs.field(default=None, validator=_check_codegen)
@@ -62,6 +68,12 @@ class CompileOptions:
     recompile_limit: int = attrs.field(default=8, validator=_check_positive)
     cache_dir: str | None = None
     stage_options: Mapping[str, Any] = attrs.field(factory=dict)
+    inductor: InductorOptions = attrs.field(
+        factory=InductorOptions, validator=attrs.validators.instance_of(InductorOptions)
+    )
+    autograd: AutogradOptions = attrs.field(
+        factory=AutogradOptions, validator=attrs.validators.instance_of(AutogradOptions)
+    )
 
     def stage(self, name: str) -> Mapping[str, Any]:
         """The options meant for the stage called ``name`` (empty if none)."""

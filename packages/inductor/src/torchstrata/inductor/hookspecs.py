@@ -19,10 +19,11 @@ if TYPE_CHECKING:  # hookspecs document types only
 
 
 @hookspec
-def torchstrata_inductor_backends() -> Sequence[BackendSpec]:
+def torchstrata_inductor_backends() -> Sequence[BackendSpec] | None:
     """The code generators this plugin provides.
 
-    :return: one :class:`~torchstrata.inductor.codegen.registry.BackendSpec` per backend;
+    :return: one :class:`~torchstrata.inductor.codegen.registry.BackendSpec` per backend
+        (or None for none);
         two plugins may not register the same name. Not firstresult: every plugin's
         backends are collected.
     """

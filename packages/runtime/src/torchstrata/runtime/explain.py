@@ -39,6 +39,8 @@ class ExplainReport:
     guard_failures: tuple[str, ...] = ()
     #: For a compiled function: why each earlier recompile happened (first failed guard).
     recompile_reasons: tuple[str, ...] = ()
+    #: The options the call was compiled with (their stage options are printed).
+    options: CompileOptions | None = None
 
     @property
     def graph_count(self) -> int:
@@ -57,6 +59,10 @@ class ExplainReport:
         ]
         if self.fallback:
             lines.append(f"runs eagerly: {self.fallback}")
+        if self.options is not None:
+            lines.append(f"codegen: {self.options.codegen or 'by device'}")
+            lines.append(f"inductor options: {self.options.inductor}")
+            lines.append(f"autograd options: {self.options.autograd}")
         if self.missing_stages:
             lines.append(f"missing stages: {', '.join(self.missing_stages)}")
         for graph_break in self.graph_breaks:
@@ -129,5 +135,6 @@ def explain_call(
             graph_breaks=capture.graph_breaks if capture else (),
             guards=capture.guards if capture else (),
             fallback=str(failure),
+            options=options,
         )
-    return report_from_artifacts(frame)
+    return attrs.evolve(report_from_artifacts(frame), options=options)

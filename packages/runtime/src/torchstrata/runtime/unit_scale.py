@@ -105,15 +105,11 @@ def _launcher(
     launch: Any = dispatched
     if index >= 0:
         try:
-            from torchstrata.inductor.launch.triton_launch import (
-                DirectLaunch,
-                direct_launch_enabled,
-            )
+            from torchstrata.inductor.launch.triton_launch import DirectLaunch
         except ImportError:  # the runtime without the inductor: Triton's dispatch
             pass
         else:
-            if direct_launch_enabled():
-                launch = DirectLaunch(kernel, (programs,), constants, dispatched)
+            launch = DirectLaunch(kernel, (programs,), constants, dispatched)
     return lambda grad, scale: launch(grad, scale, meta)
 
 

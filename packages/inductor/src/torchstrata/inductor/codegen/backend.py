@@ -8,7 +8,7 @@ from typing import Protocol
 import attrs
 import torch
 
-from torchstrata.core import CompileOptions, GraphPass, KernelInfo
+from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
 from torchstrata.inductor.codegen.cpp.build import build_kernel, simd_math_functions
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
@@ -55,9 +55,13 @@ def _ctypes_call(handle: str, args: Sequence[str]) -> str:
 
 
 class CppBackend:
-    """Plain C++ with OpenMP, compiled by the system compiler and loaded with ctypes."""
+    """Plain C++ with OpenMP, compiled by the system compiler and loaded with ctypes;
+    ``options``: the switches it reads (``reciprocals``)."""
 
     name = "cpp"
+
+    def __init__(self, options: InductorOptions | None = None) -> None:
+        self.options = options if options is not None else InductorOptions()
 
     def supports(self, prim: str, dtype: torch.dtype) -> bool:
         """See :class:`Backend`."""
@@ -76,13 +80,16 @@ class CppBackend:
         the math functions with vector variants (default: this machine's libmvec's)."""
         if simd_functions is None:
             simd_functions = simd_math_functions()
-        return generate_cpp(hoist_reciprocals(kernel), simd_functions)
+        return generate_cpp(self._rewritten(kernel), simd_functions)
+
+    def _rewritten(self, kernel: Kernel) -> Kernel:
+        return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
         """See :class:`Backend`; divisions by per-row values become multiplications
         (``reciprocals``)."""
         source = self.generate(kernel)
-        kernel = hoist_reciprocals(kernel)
+        kernel = self._rewritten(kernel)
         checks = kernel_checks(kernel)
         built = build_kernel(source, kernel.name, len(kernel.args), options.cache_dir, checks)
         info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)

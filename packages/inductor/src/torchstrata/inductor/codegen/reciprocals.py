@@ -11,12 +11,10 @@ outside the loop over the row.
 The product differs from the quotient by at most about one unit in the last place of
 float32 (the reciprocal's rounding, then the product's). Float64 divisions are left
 alone: who computes in float64 asked for the correctly rounded quotient.
-``TORCHSTRATA_RECIPROCALS=0`` keeps every division.
+``InductorOptions(reciprocals=False)`` keeps every division.
 """
 
 from __future__ import annotations
-
-import os
 
 import attrs
 
@@ -26,9 +24,9 @@ from torchstrata.inductor.ir.kernel import Kernel, red_vars
 
 def hoist_reciprocals(kernel: Kernel) -> Kernel:
     """``kernel`` with its divisions by per-row values turned into multiplications by
-    their reciprocals (see the module docstring); the same kernel when it has none or
-    ``TORCHSTRATA_RECIPROCALS=0``."""
-    if os.environ.get("TORCHSTRATA_RECIPROCALS") == "0" or not kernel.red_shape:
+    their reciprocals (see the module docstring); the same kernel when it has none (the
+    backends ask only with ``InductorOptions.reciprocals``)."""
+    if not kernel.red_shape:
         return kernel
     along = frozenset(var.name for var in red_vars(kernel.red_shape))
     changed = False

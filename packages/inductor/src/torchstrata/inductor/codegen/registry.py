@@ -44,7 +44,7 @@ class BackendSpec:
 def _cpp(device: torch.device, options: CompileOptions) -> Backend:
     if device.type != "cpu":
         raise CodegenError(f"the C++ backend generates CPU code; the graph lives on {device}")
-    return CppBackend()
+    return CppBackend(options.inductor)
 
 
 def _triton(device: torch.device, options: CompileOptions) -> Backend:
@@ -61,7 +61,7 @@ def _triton(device: torch.device, options: CompileOptions) -> Backend:
             "interpreted and no GPU kernel can be compiled in this process; unset "
             "TRITON_INTERPRET (torchstrata runs CPU tensors under the interpreter itself)"
         )
-    return TritonBackend(interpret=device.type == "cpu")
+    return TritonBackend(interpret=device.type == "cpu", options=options.inductor)
 
 
 def _eager(device: torch.device, options: CompileOptions) -> None:
@@ -98,7 +98,7 @@ def backend_table(specs: Iterable[BackendSpec]) -> dict[str, BackendSpec]:
 
 def registered_backends(manager: pluggy.PluginManager) -> dict[str, BackendSpec]:
     """Every backend the plugins of ``manager`` register (the built-ins among them)."""
-    results: list[Sequence[BackendSpec]] = manager.hook.torchstrata_inductor_backends()
+    results: list[Sequence[BackendSpec] | None] = manager.hook.torchstrata_inductor_backends()
     return backend_table(spec for specs in results for spec in specs or ())
 
 

@@ -16,7 +16,7 @@ change under the runtime's guards (which fix shapes, strides and dtypes): each p
 16-byte alignment, and the current device (the kernel was loaded on one). A different alignment or device, a launch hook (a profiler),
 or any error in taking the kernel goes through Triton's dispatch.
 
-On by default; ``TORCHSTRATA_DIRECT_LAUNCH=0`` turns it off. Checked on the H200 (Triton
+On by default; ``InductorOptions(direct_launch=False)`` turns it off. Checked on the H200 (Triton
 3.6): the benchmark workloads' kernels, launched directly, match eager
 (``docs/measurements/scripts/check_direct.py``), as do ``test_triton_launch.py``'s
 pointwise, persistent and looped kernels and their misaligned inputs; a tiny LayerNorm
@@ -26,18 +26,12 @@ training step went from 183 to 165 us of host time (``prof_train.py``).
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 Launch = Callable[..., None]
-
-
-def direct_launch_enabled() -> bool:
-    """False when ``TORCHSTRATA_DIRECT_LAUNCH=0`` (see the module docstring)."""
-    return os.environ.get("TORCHSTRATA_DIRECT_LAUNCH", "1") != "0"
 
 
 def _alignment(args: Sequence[Any]) -> tuple[bool, ...] | None:
@@ -153,9 +147,9 @@ def _launcher_of(kernel: Any) -> tuple[Launch, tuple[Any, ...]]:
 
 
 def cluster_launch_supported() -> bool:
-    """The current GPU launches thread-block clusters (compute capability 9.0 or later),
-    unless ``TORCHSTRATA_CLUSTER_ROWS=0`` keeps the autotuner from offering them."""
-    if os.environ.get("TORCHSTRATA_CLUSTER_ROWS") == "0" or not torch.cuda.is_available():
+    """The current GPU launches thread-block clusters (compute capability 9.0 or later);
+    ``InductorOptions(cluster_rows=False)`` keeps the autotuner from offering them."""
+    if not torch.cuda.is_available():
         return False
     return torch.cuda.get_device_capability() >= (9, 0)
 

@@ -21,7 +21,7 @@ from types import ModuleType
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
-from torchstrata.core import CompileOptions, GraphPass, KernelInfo
+from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
@@ -85,8 +85,9 @@ class TritonBackend:
 
     name = "triton"
 
-    def __init__(self, interpret: bool) -> None:
+    def __init__(self, interpret: bool, options: InductorOptions | None = None) -> None:
         self.interpret = interpret
+        self.options = options if options is not None else InductorOptions()
 
     def supports(self, prim: str, dtype: torch.dtype) -> bool:
         """See :class:`~torchstrata.inductor.codegen.backend.Backend`."""
@@ -94,12 +95,12 @@ class TritonBackend:
 
     def graph_passes(self) -> Sequence[GraphPass]:
         """See :class:`~torchstrata.inductor.codegen.backend.Backend`: long sums split."""
-        return triton_graph_passes()
+        return triton_graph_passes(self.options)
 
     def plan_passes(self) -> Sequence[PlanPass]:
         """See :class:`~torchstrata.inductor.codegen.backend.Backend`: partials, tails and
         horizontal fusion (a launch costs microseconds on a GPU)."""
-        return triton_plan_passes()
+        return triton_plan_passes(self.options)
 
     def generate(
         self, kernel: Kernel, clusters: bool
@@ -107,9 +108,15 @@ class TritonBackend:
         """The kernel as generated (rewritten, see :meth:`build`), its candidate launch
         configurations and one Triton source per code variant; ``clusters``: the GPU
         launches thread-block clusters."""
-        kernel = hoist_reciprocals(as_row_kernel(kernel) or kernel)
-        shifted = shift_row_exps(kernel)
-        configs = candidate_configs(kernel, self.interpret, clusters=clusters)
+        options = self.options
+        if options.row_tiles:
+            kernel = as_row_kernel(kernel) or kernel
+        if options.reciprocals:
+            kernel = hoist_reciprocals(kernel)
+        shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
+        configs = candidate_configs(
+            kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
+        )
         generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
@@ -126,6 +133,7 @@ class TritonBackend:
                     even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
                     even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
                     cluster=cluster,
+                    prefetch_partials=options.partials_prefetch,
                 )
             generated.append((variant, source))
         return kernel, configs, generated
@@ -137,7 +145,7 @@ class TritonBackend:
         divisions by per-row values become multiplications (``reciprocals``); a row's
         ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
         output reuses the statistics' own exps."""
-        clusters = not self.interpret and cluster_launch_supported()
+        clusters = not self.interpret and self.options.cluster_rows and cluster_launch_supported()
         kernel, configs, generated = self.generate(kernel, clusters)
         variants, sources, paths = {}, [], []
         for variant, source in generated:
@@ -158,6 +166,7 @@ class TritonBackend:
             scratch=lambda split: scratch_sizes(kernel, split),
             tail=tail_scratch(kernel) if kernel.tail is not None else None,
             cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
+            direct_launch=self.options.direct_launch,
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -27,7 +27,6 @@ from torchstrata.inductor.codegen.triton.cluster import (
     header_lines,
 )
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
-from torchstrata.inductor.codegen.triton.partials import partials_prefetch
 from torchstrata.inductor.codegen.triton.printer import (
     TL_TYPES,
     TritonPrinter,
@@ -68,6 +67,7 @@ def generate_triton(
     even_rows: bool = False,
     even_row: bool = False,
     cluster: int = 1,
+    prefetch_partials: bool = True,
 ) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
@@ -80,13 +80,16 @@ def generate_triton(
     are constant ``True`` (Triton then drops them from loads and stores). ``cluster``: a
     looped kernel whose rows are walked by clusters of this many programs, one chunk of
     the row each (:mod:`~torchstrata.inductor.codegen.triton.cluster`; ``XBLOCK`` 1).
+    ``prefetch_partials``: a kernel with partials loads its next block of rows before this
+    block's work (``InductorOptions.partials_prefetch``).
     """
     if cluster > 1:
         return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
     if kernel.partials is not None:
-        return module_source(kernel, _partials_lines(kernel, interpret), interpret)
+        lines = _partials_lines(kernel, interpret, prefetch_partials)
+        return module_source(kernel, lines, interpret)
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
@@ -249,7 +252,7 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
     return lines
 
 
-def _partials_lines(kernel: Kernel, interpret: bool) -> list[str]:
+def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str]:
     """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
     a time, adds the fused column sums of each block of rows into per-column accumulators,
     and stores them once (``partials.py``). Every row is in range (chunks tile the rows)."""
@@ -286,7 +289,6 @@ def _partials_lines(kernel: Kernel, interpret: bool) -> list[str]:
         updates += emitter.take_outer()
         masked = f"tl.where(xmask & rmask, {value}, 0.0)"
         updates.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
-    prefetch = partials_prefetch()
     lines += block_loop(partials.chunk, kernel.rows, block, body, updates, prefetch=prefetch)
     lines += [f"red_{spec.name} = part_{spec.name}" for spec in partials.reductions]
     after = TritonPrinter(kernel, True, interpret)  # names of the loop are not visible here

@@ -21,13 +21,12 @@ past independent steps by ``joins.fuse_nearby``) when:
 
 ``after``'s part ``s``, row ``j`` and column ``n`` become ``host``'s row ``m = s*C + j``
 (``s = m // C``, ``j = m % C``, folded back into ``m`` by the index algebra) and reduced
-variables. Triton only (the C++ backend walks columns itself); ``TORCHSTRATA_PARTIALS=0``
+variables. Triton only (the C++ backend walks columns itself); ``InductorOptions(partials=False)``
 turns it off for side-by-side measurements.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -46,20 +45,10 @@ Step = Kernel | ExternStep
 MAX_ROW = 16384
 
 
-def partials_enabled() -> bool:
-    """False when ``TORCHSTRATA_PARTIALS=0``."""
-    return os.environ.get("TORCHSTRATA_PARTIALS", "1") != "0"
-
-
-def partials_prefetch() -> bool:
-    """Whether a kernel with partials loads its next block of rows before this block's
-    work (``triton_loops.block_loop``); ``TORCHSTRATA_PARTIALS_PREFETCH=0`` turns it off."""
-    return os.environ.get("TORCHSTRATA_PARTIALS_PREFETCH", "1") != "0"
-
-
 def fuse_partials(steps: Sequence[Step]) -> list[Step]:
-    """``steps`` with every fusable column partial sum joined to a row kernel nearby."""
-    return fuse_nearby(steps, fuse_partial, hosts_after=True) if partials_enabled() else list(steps)
+    """``steps`` with every fusable column partial sum joined to a row kernel nearby (the
+    plan pass ``triton.fuse_partials``, off with ``InductorOptions(partials=False)``)."""
+    return fuse_nearby(steps, fuse_partial, hosts_after=True)
 
 
 def fuse_partial(host: Kernel, after: Kernel) -> Kernel | None:

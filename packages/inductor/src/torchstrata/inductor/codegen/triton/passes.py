@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchstrata.core import Graph, GraphPass
+from torchstrata.core import Graph, GraphPass, InductorOptions
 from torchstrata.inductor.codegen.triton.horizontal import fuse_horizontally
 from torchstrata.inductor.codegen.triton.partials import fuse_partials
 from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
@@ -14,14 +14,18 @@ from torchstrata.inductor.schedule.plan_passes import PlanPass, Step
 
 
 class SplitLongSums(GraphPass):
-    """Sums over long leading dims in two levels (the C++ backend walks them itself)."""
+    """Sums over long leading dims in two levels (the C++ backend walks them itself);
+    ``partials``: a row kernel will host the first level (``triton.fuse_partials`` runs)."""
 
     name = "triton.split_long_sums"
     after = ("inductor.cse",)
     before = ("inductor.dce",)
 
+    def __init__(self, partials: bool = True) -> None:
+        self.partials = partials
+
     def __call__(self, graph: Graph) -> Graph:
-        return split_long_sums(graph)
+        return split_long_sums(graph, self.partials)
 
 
 class FusePartials(PlanPass):
@@ -51,11 +55,17 @@ class FuseHorizontally(PlanPass):
         return fuse_horizontally(steps)
 
 
-def triton_graph_passes() -> tuple[GraphPass, ...]:
+def triton_graph_passes(options: InductorOptions) -> tuple[GraphPass, ...]:
     """The Triton backend's graph passes beyond the common ones."""
-    return (SplitLongSums(),)
+    return (SplitLongSums(partials=options.partials),)
 
 
-def triton_plan_passes() -> tuple[PlanPass, ...]:
-    """The Triton backend's plan passes, in order."""
-    return (FusePartials(), FuseTails(), FuseHorizontally())
+def triton_plan_passes(options: InductorOptions) -> tuple[PlanPass, ...]:
+    """The Triton backend's plan passes, in order, as ``options`` switch them."""
+    passes: list[PlanPass] = []
+    if options.partials:
+        passes.append(FusePartials())
+    if options.tails:
+        passes.append(FuseTails())
+    passes.append(FuseHorizontally())
+    return tuple(passes)

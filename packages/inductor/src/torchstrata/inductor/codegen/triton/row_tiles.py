@@ -11,13 +11,11 @@ each element pays only for what depends on its column.
 
 On the H200 (``docs/measurements/2026-12-01-h200-row-tiles.txt``), cross-entropy's
 backward over [8192, 32000] bf16 logits took 343 us flat and takes 272 us as rows (91% of
-a copy's bandwidth); the training step went from 486 to 406 us. ``TORCHSTRATA_ROW_TILES=0``
+a copy's bandwidth); the training step went from 486 to 406 us. ``InductorOptions(row_tiles=False)``
 keeps such kernels flat.
 """
 
 from __future__ import annotations
-
-import os
 
 import attrs
 
@@ -36,10 +34,8 @@ ROW_TILE_MIN = 2048
 def as_row_kernel(kernel: Kernel) -> Kernel | None:
     """``kernel`` walked as rows of its last dim (see the module docstring), or None when
     it is not a plain pointwise kernel over rows of at least ``ROW_TILE_MIN`` elements
-    (that fill their tiles) that loads some value per row, or when
-    ``TORCHSTRATA_ROW_TILES=0`` turns row tiles off."""
-    if os.environ.get("TORCHSTRATA_ROW_TILES") == "0":
-        return None
+    (that fill their tiles) that loads some value per row (the Triton backend asks only
+    with ``InductorOptions.row_tiles``)."""
     if kernel.red_shape or kernel.reductions or kernel.parts or kernel.tail or kernel.partials:
         return None
     if len(kernel.row_shape) < 2 or not _fills_tiles(kernel.row_shape[-1]):

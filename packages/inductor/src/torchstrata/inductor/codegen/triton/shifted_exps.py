@@ -18,12 +18,10 @@ error where ``|t|`` is small, a relative error of about 1e-6 in the result, the 
 what ``tl.exp``'s approximate ``ex2`` and its rounded ``t`` already give for ``|t|`` near
 24. Measured on float32 softmax outputs: 1.0e-6 against 6.0e-7 at unit logits, 2.1e-6
 against 3.3e-6 at logits spread by 60. Only float32 compute is shifted (float64 never
-reaches this unit). ``TORCHSTRATA_SHIFTED_EXPS=0`` keeps ``tl.exp``.
+reaches this unit). ``InductorOptions(shifted_exps=False)`` keeps ``tl.exp``.
 """
 
 from __future__ import annotations
-
-import os
 
 import attrs
 
@@ -39,9 +37,9 @@ SCALE = 2.0**-SHIFT
 
 def shift_row_exps(kernel: Kernel) -> Kernel:
     """``kernel`` with the ``exp(v - max(v))`` of its stored values shifted (see the
-    module docstring); the same kernel when there is none or
-    ``TORCHSTRATA_SHIFTED_EXPS=0``."""
-    if os.environ.get("TORCHSTRATA_SHIFTED_EXPS") == "0" or not kernel.reductions:
+    module docstring); the same kernel when there is none (the Triton backend asks only
+    with ``InductorOptions.shifted_exps``)."""
+    if not kernel.reductions:
         return kernel
     maxima = {
         spec.name: spec

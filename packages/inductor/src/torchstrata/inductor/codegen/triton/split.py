@@ -29,8 +29,8 @@ chunk's terms, softmax over 256 rows of 262144 bf16 takes 99.5 us against 106 fo
 best looped kernel (``2026-11-30-h200-k3-store-variants.txt``), and over 1024 rows of
 65536 93.5 us against the looped 86. So the autotuner times split configurations for
 rows of at least
-``LONG_ROW_MIN`` elements by default; ``TORCHSTRATA_SPLIT_ROWS=1`` offers them from
-``SPLIT_MIN`` on, ``=0`` never.
+``LONG_ROW_MIN`` elements by default; ``InductorOptions(split_rows=True)`` offers them
+from ``SPLIT_MIN`` on, ``False`` never.
 
 Scratch buffers (extra kernel arguments): ``ts_partials`` (float32, ``rows * stats *
 split``: stat ``k`` of chunk ``c`` of row ``r`` at ``(r * stats + k) * split + c``) and
@@ -40,7 +40,6 @@ departures).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
@@ -67,13 +66,6 @@ from torchstrata.inductor.ir.online import online_pairs, reduction_phases
 
 SCRATCH_PARAMS = ("ts_partials", "ts_counters")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def split_rows_setting() -> str | None:
-    """``TORCHSTRATA_SPLIT_ROWS``: "1" (offer split rows from ``SPLIT_MIN`` elements on),
-    "0" (never), or None (the default: rows of at least ``LONG_ROW_MIN``)."""
-    value = os.environ.get("TORCHSTRATA_SPLIT_ROWS")
-    return value if value in ("0", "1") else None
 
 
 def can_split(kernel: Kernel) -> bool:

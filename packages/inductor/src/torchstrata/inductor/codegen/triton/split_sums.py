@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from torchstrata.core import Graph, Node, Transformer, prim
-from torchstrata.inductor.codegen.triton.partials import MAX_ROW, partials_enabled
+from torchstrata.inductor.codegen.triton.partials import MAX_ROW
 
 MIN_LENGTH = 2048  # split sums over at least this many rows
 CHUNK = 1024  # rows per partial sum of a column sum with a kernel of its own
@@ -79,9 +79,9 @@ def _row_reduced(graph: Graph) -> set[tuple[int, ...]]:
 
 
 class _SplitSums(Transformer):
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, partials: bool) -> None:
         super().__init__(graph)
-        self.hosted = _row_reduced(graph) if partials_enabled() else set()
+        self.hosted = _row_reduced(graph) if partials else set()
 
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         found = _leading(node) if node.op == _SUM else None
@@ -105,8 +105,9 @@ class _SplitSums(Transformer):
         return total
 
 
-def split_long_sums(graph: Graph) -> Graph:
-    """``graph`` with long sums over leading dims done in two levels (module docstring)."""
+def split_long_sums(graph: Graph, partials: bool = True) -> Graph:
+    """``graph`` with long sums over leading dims done in two levels (module docstring);
+    ``partials``: a row kernel will host the first level (``InductorOptions.partials``)."""
     if not any(node.op == _SUM and _leading(node) for node in graph.nodes):
         return graph
-    return _SplitSums(graph).run()
+    return _SplitSums(graph, partials).run()

@@ -37,7 +37,6 @@ docs/measurements/2026-11-30-h200-ce-tail.txt): the row kernel sets cross-entrop
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import attrs
@@ -62,15 +61,10 @@ Step = Kernel | ExternStep
 TAIL_PARAMS = ("ts_tail", "ts_tail_count")
 
 
-def tails_enabled() -> bool:
-    """False when ``TORCHSTRATA_TAILS=0`` (for side-by-side measurements)."""
-    return os.environ.get("TORCHSTRATA_TAILS", "1") != "0"
-
-
 def fuse_tails(steps: Sequence[Step]) -> list[Step]:
     """``steps`` with every fusable full reduction made the tail of a kernel before it
-    (unchanged when :func:`tails_enabled` is False)."""
-    return fuse_nearby(steps, fuse_tail) if tails_enabled() else list(steps)
+    (the plan pass ``triton.fuse_tails``, off with ``InductorOptions(tails=False)``)."""
+    return fuse_nearby(steps, fuse_tail)
 
 
 def tail_scratch(kernel: Kernel) -> tuple[int, int]:

@@ -42,14 +42,13 @@ from triton.testing import do_bench
 from torchstrata.inductor.codegen.triton.cluster import can_cluster
 from torchstrata.inductor.codegen.triton.env import interpreted
 from torchstrata.inductor.codegen.triton.printer import next_power_of_2
-from torchstrata.inductor.codegen.triton.split import can_split, split_rows_setting
+from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
 from torchstrata.inductor.launch.triton_launch import (
     ClusterLaunch,
     DirectLaunch,
     current_stream,
-    direct_launch_enabled,
 )
 from torchstrata.inductor.schedule.columns import is_column_reduction
 
@@ -95,7 +94,7 @@ LONG_GROUPED_SHAPES = ((1, 16384, 32, 1), (1, 32768, 32, 1))
 #: program. Few warps won on the H200 (64 elements per thread at 8192 with 4 warps; chunks
 #: of 4096, or 2 or 16 warps, were slower: docs/measurements/2026-11-30-h200-split-rows.txt).
 SPLIT_SHAPES = ((8192, 4), (16384, 4), (8192, 8))
-#: Rows of at least SPLIT_MIN elements may be split with ``TORCHSTRATA_SPLIT_ROWS=1``; by
+#: Rows of at least SPLIT_MIN elements may be split with ``InductorOptions(split_rows=True)``; by
 #: default from LONG_ROW_MIN on (below it a looped kernel's second read hits L2).
 SPLIT_MIN = 16384
 SPLIT_MAX = 64  # programs per row
@@ -153,14 +152,13 @@ def candidate_configs(
     """The configurations worth trying for ``kernel``; the first is the default.
 
     ``split_rows``: True offers rows split across programs from ``SPLIT_MIN`` elements on,
-    False never; None (the default) follows ``TORCHSTRATA_SPLIT_ROWS``
-    (:func:`~torchstrata.inductor.codegen.triton.split.split_rows_setting`), and without it offers
-    them from ``LONG_ROW_MIN`` on. ``clusters``: the GPU launches thread-block clusters,
+    False never; None (the default, ``InductorOptions.split_rows``) offers them from
+    ``LONG_ROW_MIN`` on. ``clusters``: the GPU launches thread-block clusters,
     so rows of at least ``LONG_ROW_MIN`` may also be walked by clusters (``triton_cluster``).
     """
     if kernel.partials is not None:
         return _partials_configs(kernel, interpret)
-    setting = split_rows_setting() if split_rows is None else "1" if split_rows else "0"
+    setting = None if split_rows is None else "1" if split_rows else "0"
     split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
     rows = next_power_of_2(kernel.rows)
     if not kernel.red_shape:
@@ -290,7 +288,7 @@ class TunedKernel:
 
     The first call picks a configuration (cache, benchmark, or the default), then every call
     launches it as a plain ``fn[grid](*args, XBLOCK=..., RBLOCK=..., num_warps=...)``, or
-    on a GPU (unless ``TORCHSTRATA_DIRECT_LAUNCH=0``) through
+    on a GPU (unless ``direct_launch`` is False: ``InductorOptions.direct_launch``) through
     :class:`~torchstrata.inductor.launch.triton_launch.DirectLaunch`.
     """
 
@@ -304,6 +302,7 @@ class TunedKernel:
         scratch: Callable[[int], tuple[int, int]] | None = None,
         tail: tuple[int, int] | None = None,
         cluster_scratch: Callable[[int], int] | None = None,
+        direct_launch: bool = True,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -316,6 +315,7 @@ class TunedKernel:
         self.tail = tail
         #: Cluster variants' float32 partials per cluster size (``triton_cluster``).
         self.cluster_scratch = cluster_scratch
+        self.direct_launch = direct_launch
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -346,7 +346,7 @@ class TunedKernel:
         def run(*args: Any) -> None:
             launch(*args, **constants)
 
-        if self.compiled and direct_launch_enabled():
+        if self.compiled and self.direct_launch:
             jit_fn = self.variants[config.variant]
             run = DirectLaunch(jit_fn, config.grid(self.rows), constants, run)
         if config.split > 1:  # scratch partials and counters (see triton_split)
