@@ -46,6 +46,7 @@ from torchstrata.core.plugins import (
     create_plugin_manager,
     register,
 )
+from torchstrata.core.prim_enum import Prim, prims_of
 from torchstrata.core.prims import (
     PRIMS_VERSION,
     PrimDef,
@@ -122,6 +123,7 @@ __all__ = [
     "PassOrderError",
     "PassRecord",
     "PassValidationError",
+    "Prim",
     "PrimDef",
     "PrimError",
     "PrimFamily",
@@ -165,6 +167,7 @@ __all__ = [
     "parse",
     "parse_op",
     "prim",
+    "prims_of",
     "random_inputs",
     "register",
     "same_layout",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 import attrs
 import torch
@@ -30,37 +29,30 @@ from torchstrata.core import (
     Graph,
     Node,
     OpKind,
+    Prim,
     TensorMeta,
     broadcast_strides,
-    get_prim,
     is_dense,
+    prims_of,
 )
-from torchstrata.core.prims_indexing import RAND_BITS, RAND_DEFAULT_BITS
-from torchstrata.inductor.ir.exprs import Constant, Expr, IndexValue, IndirectLoad, Load, Op
-from torchstrata.inductor.ir.indexing import Index, delinearize, linear_offset, row_major_strides
+from torchstrata.core.prims import ELEMENTWISE_FAMILIES
+from torchstrata.inductor.ir.exprs import Constant, Expr, IndexValue, IndirectLoad
+from torchstrata.inductor.ir.indexing import Index, linear_offset, row_major_strides
 from torchstrata.inductor.ir.kernel import reduction_identity
+from torchstrata.inductor.ir.kernel_ops import KernelOp
+from torchstrata.inductor.schedule.index_fns import (
+    IndexFn,
+    IndexTuple,
+    ValueContext,
+    cat_fn,
+    elementwise_fn,
+    power_fn,
+    rand_fn,
+    selected_scalar,
+    small_power,
+    view_fn,
+)
 from torchstrata.inductor.schedule.templates import shape_templates
-
-IndexTuple = tuple[Index, ...]
-
-REDUCTION_KINDS = ("sum", "prod", "amax", "amin")
-VIEW_PRIMS = ("broadcast_in_dim", "permute", "slice", "reshape", "as_strided")
-
-
-class ValueContext(Protocol):
-    """What an index function may ask: the value of ``node`` at ``index``, or an element
-    of a buffer (an input or an extern result) at a linear offset."""
-
-    def value(self, node: Node, index: IndexTuple) -> Expr:
-        """The expression for element ``index`` of ``node``."""
-        ...
-
-    def buffer_load(self, node: Node, offset: Index) -> Load:
-        """Element ``offset`` (counted from its first element) of the buffer ``node``."""
-        ...
-
-
-IndexFn = Callable[[ValueContext, IndexTuple], Expr]
 
 
 @attrs.frozen
@@ -155,201 +147,87 @@ def _is_buffer(lowered: Lowered) -> bool:
 
 
 def lower_node(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
-    """Lower one node whose operands are already lowered."""
+    """Lower one node whose operands are already lowered (by :data:`LOWERINGS`)."""
     assert node.op is not None
     if node.op.kind is not OpKind.PRIMS:
         return Extern(node, f"{node.op.name} has no lowering")
     meta = node.meta
     if not isinstance(meta, TensorMeta) or node.kwargs:
         return Extern(node, "unexpected keyword arguments or metadata")
-    name = node.op.name.removeprefix("prims.")
-    prim = get_prim(name)
+    prim = Prim.of(node.op.name)
     if meta.dtype.is_complex or any(
         isinstance(arg, Node) and arg.tensor_meta.dtype.is_complex for arg in node.args
     ):
         return Extern(node, "complex dtypes are not generated")
-    if name == "pow" and _small_power(node) is not None:
-        return Pointwise(node, _power_fn(node))
-    if prim.is_elementwise:
-        operand_dtype = next(arg.tensor_meta.dtype for arg in node.args if isinstance(arg, Node))
-        if name == "where":
-            operand_dtype = meta.dtype
-        if not supports(name, operand_dtype):
-            return Extern(node, f"the backend does not generate prims.{name} for {operand_dtype}")
-        return Pointwise(node, _elementwise_fn(name, node))
-    if name in REDUCTION_KINDS:
-        source, dims = node.args
-        dims = tuple(sorted(dims))
-        if not dims:
-            return Pointwise(node, lambda ctx, index: ctx.value(source, index))
-        if not supports(name, source.tensor_meta.dtype):
-            return Extern(node, f"the backend does not reduce {source.tensor_meta.dtype}")
-        shape = source.tensor_meta.shape
-        if any(shape[d] == 0 for d in dims):  # nothing to reduce: the identity, no loads
-            identity = Constant(reduction_identity(name, meta.dtype), meta.dtype)
-            return Pointwise(node, lambda ctx, index: identity)
-        return Reduction(
-            node, name, source, dims, node.tensor_meta.shape, tuple(shape[d] for d in dims)
-        )
+    return LOWERINGS[prim](node, lowered, supports)
+
+
+#: ``lowering(node, lowered operands, supports) -> Lowered`` of one prim.
+Lowering = Callable[[Node, dict[Node, Lowered], Supports], Lowered]
+
+
+def _no_lowering(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    """Run by ATen between kernels (declared: the prim has no index function)."""
+    return Extern(node, f"{node.op} has no lowering")
+
+
+def _lower_elementwise(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    name = Prim.of(str(node.op)).value
+    if name == "pow" and small_power(node) is not None:
+        return Pointwise(node, power_fn(node))
+    operand_dtype = next(arg.tensor_meta.dtype for arg in node.args if isinstance(arg, Node))
+    if name == "where":
+        operand_dtype = node.tensor_meta.dtype
+    if not supports(name, operand_dtype):
+        return Extern(node, f"the backend does not generate prims.{name} for {operand_dtype}")
+    return Pointwise(node, elementwise_fn(name, node))
+
+
+def _lower_reduction(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    name = Prim.of(str(node.op)).value
+    meta = node.tensor_meta
+    source, dims = node.args
+    dims = tuple(sorted(dims))
+    if not dims:
+        return Pointwise(node, lambda ctx, index: ctx.value(source, index))
+    if not supports(name, source.tensor_meta.dtype):
+        return Extern(node, f"the backend does not reduce {source.tensor_meta.dtype}")
+    shape = source.tensor_meta.shape
+    if any(shape[d] == 0 for d in dims):  # nothing to reduce: the identity, no loads
+        identity = Constant(reduction_identity(name, meta.dtype), meta.dtype)
+        return Pointwise(node, lambda ctx, index: identity)
+    return Reduction(node, name, source, dims, meta.shape, tuple(shape[d] for d in dims))
+
+
+def _lower_view(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    name = Prim.of(str(node.op)).value
     if name == "as_strided" and _is_buffer(lowered[node.args[0]]):
         # torch.as_strided addresses the storage, not the tensor: let ATen make the view.
         return Extern(node, "as_strided of a buffer is made by torch (a view, no copy)")
-    if name in VIEW_PRIMS:
-        return Pointwise(node, _view_fn(name, node), buffer_view(node, lowered))
-    if name == "gather":
-        return _lower_gather(node, lowered, supports)
-    if name == "cat" and all(supports("where", arg.tensor_meta.dtype) for arg in node.args[0]):
-        return Pointwise(node, _cat_fn(node))
-    if name == "full":
-        shape, value, dtype, _device = node.args
-        value = _selected_scalar(value, dtype)
-        return Pointwise(node, lambda ctx, index: Constant(value, dtype))
-    if name == "iota":
-        _length, start, step, dtype, _device = node.args
-        return Pointwise(node, lambda ctx, index: IndexValue(index[0] * step + start, dtype))
-    if name == "rand" and supports("rand_bits", torch.int64):
-        return Pointwise(node, _rand_fn(node))
-    return Extern(node, f"prims.{name} has no lowering")
+    return Pointwise(node, view_fn(name, node), buffer_view(node, lowered))
 
 
-def _rand_fn(node: Node) -> IndexFn:
-    """``prims.rand`` in the kernel: ``rand_bits(seed, offset + row-major index, bits)``
-    (the top ``bits`` of the hash, see ``core.prims_indexing.rand``), scaled by
-    ``2**-bits`` in float32 (exact) and rounded to the dtype, as the reference does."""
-    shape, seed, offset, dtype, _device = node.args
-    bits = RAND_BITS.get(dtype, RAND_DEFAULT_BITS)
-    strides = row_major_strides(shape)
-
-    def rand_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
-        counter = IndexValue(linear_offset(index, strides, offset), torch.int64)
-        seed_value = ctx.value(seed, ()) if isinstance(seed, Node) else Constant(seed, torch.int64)
-        drawn = Op("rand_bits", (seed_value, counter, Constant(bits, torch.int64)), torch.int64)
-        value = Op("convert_element_type", (drawn,), torch.float32)
-        value = Op("mul", (value, Constant(2.0**-bits, torch.float32)), torch.float32)
-        return value if dtype is torch.float32 else Op("convert_element_type", (value,), dtype)
-
-    return rand_fn
+def _lower_cat(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    if all(supports("where", arg.tensor_meta.dtype) for arg in node.args[0]):
+        return Pointwise(node, cat_fn(node))
+    return _no_lowering(node, lowered, supports)
 
 
-def _operand(ctx: ValueContext, arg: Any, index: IndexTuple, dtype: torch.dtype) -> Expr:
-    if isinstance(arg, Node):
-        return ctx.value(arg, index)
-    return Constant(arg, dtype)
+def _lower_full(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    _shape, value, dtype, _device = node.args
+    value = selected_scalar(value, dtype)
+    return Pointwise(node, lambda ctx, index: Constant(value, dtype))
 
 
-#: Prims whose result is one of their operands: a Python scalar among them is a value of
-#: the result's dtype (eager converts it, ``clamp``/``where`` alike), so a 16-bit one is
-#: rounded to that dtype here; arithmetic keeps its scalars in float32, as eager's opmath.
-_SELECTIONS = frozenset({"where", "maximum", "minimum"})
+def _lower_iota(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    _length, start, step, dtype, _device = node.args
+    return Pointwise(node, lambda ctx, index: IndexValue(index[0] * step + start, dtype))
 
 
-def _selected_scalar(value: Any, dtype: torch.dtype) -> Any:
-    """``value`` rounded to ``dtype`` when it is a float scalar and ``dtype`` 16-bit."""
-    if isinstance(value, float) and dtype in (torch.float16, torch.bfloat16):
-        return torch.tensor(value, dtype=dtype).item()
-    return value
-
-
-def _elementwise_fn(name: str, node: Node) -> IndexFn:
-    meta = node.tensor_meta
-    args = node.args
-    tensor_dtype = next(arg.tensor_meta.dtype for arg in args if isinstance(arg, Node))
-    if name == "convert_element_type":
-        source = args[0]
-        return lambda ctx, index: Op(name, (ctx.value(source, index),), meta.dtype)
-    if name == "where":
-        value_dtype = meta.dtype
-
-        def where_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
-            pred = _operand(ctx, args[0], index, torch.bool)
-            return Op(
-                name,
-                (
-                    pred,
-                    _operand(ctx, _selected_scalar(args[1], value_dtype), index, value_dtype),
-                    _operand(ctx, _selected_scalar(args[2], value_dtype), index, value_dtype),
-                ),
-                value_dtype,
-            )
-
-        return where_fn
-    if name in _SELECTIONS:
-        args = tuple(_selected_scalar(arg, tensor_dtype) for arg in args)
-    return lambda ctx, index: Op(
-        name, tuple(_operand(ctx, arg, index, tensor_dtype) for arg in args), meta.dtype
-    )
-
-
-_POWERS = (1, 2, 3, 4, 0.5, -1)
-
-
-def _small_power(node: Node) -> int | float | None:
-    """The exponent of ``pow(tensor, c)`` for ``c`` in :data:`_POWERS` on floats, else None."""
-    base, exponent = node.args
-    if (
-        not isinstance(base, Node)
-        or isinstance(exponent, bool)
-        or not node.tensor_meta.dtype.is_floating_point
-    ):
-        return None
-    if isinstance(exponent, int | float) and exponent in _POWERS:
-        return exponent
-    return None
-
-
-def _power_fn(node: Node) -> IndexFn:
-    """``x ** c`` for a small constant ``c``: products, ``sqrt`` or ``reciprocal`` (no libdevice)."""
-    base = node.args[0]
-    exponent = _small_power(node)
-    assert exponent is not None
-    dtype = node.tensor_meta.dtype
-
-    def power_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
-        value = ctx.value(base, index)
-        if base.tensor_meta.dtype != dtype:
-            value = Op("convert_element_type", (value,), dtype)
-        if exponent == 0.5:
-            return Op("sqrt", (value,), dtype)
-        if exponent == -1:
-            return Op("reciprocal", (value,), dtype)
-        result = value
-        for _ in range(int(exponent) - 1):
-            result = Op("mul", (result, value), dtype)
-        return result
-
-    return power_fn
-
-
-def _cat_fn(node: Node) -> IndexFn:
-    """Concatenation as a chain of ``where`` over the position along ``dim`` (no copies).
-
-    Every piece is read at ``(i - start) mod size`` (made non-negative by adding a multiple
-    of ``size``): in bounds for any ``i``, so the loads ``where`` does not select are harmless.
-    """
-    pieces, dim = node.args
-    dtype = node.tensor_meta.dtype
-    spans, start = [], 0
-    for piece in pieces:
-        size = piece.tensor_meta.shape[dim]
-        if size:
-            spans.append((piece, start, size))
-        start += size
-
-    def cat_fn(ctx: ValueContext, index: IndexTuple) -> Expr:
-        position = IndexValue(index[dim], torch.int64)
-        result: Expr | None = None
-        for piece, begin, size in reversed(spans):
-            shift = -(-begin // size) * size - begin  # the smallest k*size - begin >= 0
-            inner = (index[dim] + shift).mod(size)
-            value = ctx.value(piece, (*index[:dim], inner, *index[dim + 1 :]))
-            if result is None:
-                result = value
-            else:
-                before = Op("lt", (position, Constant(begin + size, torch.int64)), torch.bool)
-                result = Op("where", (before, value, result), dtype)
-        return result if result is not None else Constant(0, dtype)
-
-    return cat_fn
+def _lower_rand(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
+    if supports(KernelOp.RAND_BITS.value, torch.int64):
+        return Pointwise(node, rand_fn(node))
+    return _no_lowering(node, lowered, supports)
 
 
 def _lower_gather(node: Node, lowered: dict[Node, Lowered], supports: Supports) -> Lowered:
@@ -405,70 +283,6 @@ def _gather_fn(node: Node, view: StridedView) -> IndexFn:
     return gather_fn
 
 
-def _view_fn(name: str, node: Node) -> IndexFn:
-    source: Node = node.args[0]
-    in_shape = source.tensor_meta.shape
-    transform = _VIEW_INDEX[name](in_shape, node.tensor_meta.shape, *node.args[1:])
-    return lambda ctx, index: ctx.value(source, transform(index))
-
-
-def _broadcast_index(
-    in_shape: Sequence[int], out_shape: Sequence[int], shape: Any, broadcast_dims: Sequence[int]
-) -> Callable[[IndexTuple], IndexTuple]:
-    pairs = [
-        (out_dim, in_shape[i] == out_shape[out_dim]) for i, out_dim in enumerate(broadcast_dims)
-    ]
-    return lambda index: tuple(index[out_dim] if same else Index() for out_dim, same in pairs)
-
-
-def _permute_index(
-    in_shape: Sequence[int], out_shape: Sequence[int], dims: Sequence[int]
-) -> Callable[[IndexTuple], IndexTuple]:
-    inverse = [0] * len(dims)
-    for out_dim, in_dim in enumerate(dims):
-        inverse[in_dim] = out_dim
-    return lambda index: tuple(index[inverse[d]] for d in range(len(dims)))
-
-
-def _slice_index(
-    in_shape: Sequence[int],
-    out_shape: Sequence[int],
-    starts: Sequence[int],
-    limits: Sequence[int],
-    steps: Sequence[int],
-) -> Callable[[IndexTuple], IndexTuple]:
-    return lambda index: tuple(
-        i * step + start for i, start, step in zip(index, starts, steps, strict=True)
-    )
-
-
-def _reshape_index(
-    in_shape: Sequence[int], out_shape: Sequence[int], shape: Any
-) -> Callable[[IndexTuple], IndexTuple]:
-    out_strides = row_major_strides(out_shape)
-    return lambda index: tuple(delinearize(linear_offset(index, out_strides), in_shape))
-
-
-def _as_strided_index(
-    in_shape: Sequence[int],
-    out_shape: Sequence[int],
-    shape: Any,
-    strides: Sequence[int],
-    offset: int,
-) -> Callable[[IndexTuple], IndexTuple]:
-    # The operand is a computed value, hence contiguous: its storage is its row-major order.
-    return lambda index: tuple(delinearize(linear_offset(index, strides, offset), in_shape))
-
-
-_VIEW_INDEX: dict[str, Callable[..., Callable[[IndexTuple], IndexTuple]]] = {
-    "broadcast_in_dim": _broadcast_index,
-    "permute": _permute_index,
-    "slice": _slice_index,
-    "reshape": _reshape_index,
-    "as_strided": _as_strided_index,
-}
-
-
 def buffer_view(node: Node, lowered: dict[Node, Lowered]) -> StridedView | None:
     """The :class:`StridedView` of a view prim whose operand is a buffer or a view of one."""
     source: Node = node.args[0]
@@ -507,3 +321,31 @@ def dense_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ..
     if math.prod(shape) > 0 and is_dense(shape, strides):
         return tuple(strides)
     return row_major_strides(shape)
+
+
+#: How each prim is lowered: every :class:`~torchstrata.core.Prim` has an entry (a prim
+#: without an index function is declared with ``_no_lowering``: ATen runs it).
+LOWERINGS: dict[Prim, Lowering] = {
+    **{
+        member: _lower_elementwise for family in ELEMENTWISE_FAMILIES for member in prims_of(family)
+    },
+    Prim.SUM: _lower_reduction,
+    Prim.PROD: _lower_reduction,
+    Prim.AMAX: _lower_reduction,
+    Prim.AMIN: _lower_reduction,
+    Prim.ARGMAX: _no_lowering,
+    Prim.ARGMIN: _no_lowering,
+    Prim.BROADCAST_IN_DIM: _lower_view,
+    Prim.RESHAPE: _lower_view,
+    Prim.PERMUTE: _lower_view,
+    Prim.SLICE: _lower_view,
+    Prim.AS_STRIDED: _lower_view,
+    Prim.FULL: _lower_full,
+    Prim.IOTA: _lower_iota,
+    Prim.CUMSUM: _no_lowering,
+    Prim.CAT: _lower_cat,
+    Prim.GATHER: _lower_gather,
+    Prim.SCATTER: _no_lowering,
+    Prim.SCATTER_ADD: _no_lowering,
+    Prim.RAND: _lower_rand,
+}

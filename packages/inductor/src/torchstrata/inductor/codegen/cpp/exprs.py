@@ -39,6 +39,7 @@ from torchstrata.inductor.ir.exprs import (
 )
 from torchstrata.inductor.ir.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.ir.kernel import Kernel, Store
+from torchstrata.inductor.ir.kernel_ops import KernelOp
 
 STORAGE_TYPES = {
     torch.float32: "float",
@@ -317,7 +318,7 @@ class CppPrinter:
             text = f"std::abs({args[0]})"
         elif name == "bitwise_not":
             text = f"!({args[0]})" if operand_dtype is torch.bool else f"~({args[0]})"
-        elif name == "rand_bits":
+        elif name == KernelOp.RAND_BITS.value:
             text = f"ts_rand_bits({args[0]}, {args[1]}, {args[2]})"
         elif name in _UNARY:
             text = _UNARY[name].format(*args)

@@ -34,6 +34,7 @@ from torchstrata.inductor.ir.exprs import (
 )
 from torchstrata.inductor.ir.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.ir.kernel import Kernel, ReductionSpec, Store, red_vars, row_vars
+from torchstrata.inductor.ir.kernel_ops import KernelOp
 
 TL_TYPES = {
     torch.float32: "tl.float32",
@@ -174,7 +175,7 @@ _FLOAT_ONLY = frozenset(
 )
 _OTHER = frozenset(
     {
-        "rand_bits",
+        KernelOp.RAND_BITS.value,
         "div",
         "where",
         "convert_element_type",
@@ -373,7 +374,7 @@ class TritonPrinter:
             return f"({args[0]} * -1.0)"  # Triton 3.6's -x is 0 - x: +0.0 for +0.0
         if name == "bitwise_not":
             return f"{args[0]} == 0" if operand_dtype is torch.bool else f"~{args[0]}"
-        if name == "rand_bits":
+        if name == KernelOp.RAND_BITS.value:
             return f"_ts_rand_bits({args[0]}, {args[1]}, {args[2]})"
         for table in (_TL_UNARY, _LIBDEVICE_UNARY, _BINARY, _LIBDEVICE_BINARY):
             if name in table:
