@@ -68,3 +68,18 @@ class _Spec:
     @hookimpl
     def torchstrata_inductor_backends(self):
         return [self.spec]
+
+
+class _OwnCodegen:
+    """A third-party codegen stage (no ``tryfirst``)."""
+
+    @hookimpl
+    def torchstrata_codegen(self, graph, device, options):
+        return "own"
+
+
+def test_a_third_party_codegen_stage_still_answers_before_the_builtin_one(ind):
+    manager = _manager(_OwnCodegen())
+    options = CompileOptions()
+    graph = ind.demo_graph(4, 8)
+    assert manager.hook.torchstrata_codegen(graph=graph, device="cpu", options=options) == "own"

@@ -26,12 +26,17 @@ STAGE_NAME = "inductor.codegen"
 
 
 class CodegenStage:
-    """The ``torchstrata_codegen`` hook of one plugin manager."""
+    """The ``torchstrata_codegen`` hook of one plugin manager.
+
+    ``trylast``: it is registered while the manager is set up, after every plugin found
+    then, so without it the built-in stage would run before a third-party codegen plugin
+    (which still may add ``tryfirst=True`` to be sure to come first).
+    """
 
     def __init__(self, manager: pluggy.PluginManager) -> None:
         self.manager = manager
 
-    @hookimpl
+    @hookimpl(trylast=True)
     def torchstrata_codegen(
         self, graph: Graph, device: torch.device, options: CompileOptions
     ) -> CompiledGraph | None:
