@@ -18,14 +18,14 @@ from torchstrata.autograd import aot
 from torchstrata.capture import capture
 from torchstrata.core import Graph, TensorMeta
 from torchstrata.decomp import decompose
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.rewrites import gather_as_reduction
-from torchstrata.inductor.split_sums import split_long_sums
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import candidate_configs
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
+from torchstrata.inductor.codegen.triton.tuning import candidate_configs
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.passes.rewrites import gather_as_reduction
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 pytest.importorskip("triton")
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import torchstrata.runtime as rt
+from torchstrata.core import AutogradOptions, CompileOptions
 from torchstrata.runtime import explain
 
 
@@ -98,10 +99,10 @@ def test_the_forward_walks_the_logits_once_for_loss_and_gradient():
     assert "prims.amax" in writers[0].ops and "buf_amax" in writers[0].source
 
 
-def test_switched_off_the_forward_computes_no_gradient(monkeypatch):
-    monkeypatch.setenv("TORCHSTRATA_UNIT_GRADS", "0")
+def test_switched_off_the_forward_computes_no_gradient():
     logits, target = _inputs()
-    report = explain(rt.compile(cross_entropy, codegen="cpp"), logits.requires_grad_(), target)
+    off = CompileOptions(codegen="cpp", autograd=AutogradOptions(unit_grads=False))
+    report = explain(rt.compile(cross_entropy, options=off), logits.requires_grad_(), target)
     assert not any("_unit" in k.source for k in report.kernels)
 
 

@@ -10,7 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from torchstrata.autograd import aot
-from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, torch_op
+from torchstrata.core import (
+    AutogradOptions,
+    CompileOptions,
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    torch_op,
+)
 
 F64 = torch.float64
 
@@ -66,13 +73,15 @@ def test_other_graphs_keep_their_gradients_in_the_backward(aot, loss_fn):
     assert len(result.forward.outputs) == len(graph.outputs) + result.num_saved
 
 
-def test_the_stage_option_and_the_environment_switch_it_off(monkeypatch):
+def test_the_typed_option_the_stage_option_and_from_env_switch_it_off():
     graph = _graph(_log_softmax_loss, x=(4, 9), w=(9,))
     off = CompileOptions(stage_options={"autograd": {"unit_grads": False}})
     assert aot(graph, off).num_unit_grads == 0
     assert aot(graph, CompileOptions()).num_unit_grads == 2
-    monkeypatch.setenv("TORCHSTRATA_UNIT_GRADS", "0")
-    assert aot(graph, CompileOptions()).num_unit_grads == 0
+    typed = CompileOptions(autograd=AutogradOptions(unit_grads=False))
+    assert aot(graph, typed).num_unit_grads == 0
+    from_env = AutogradOptions.from_env({"TORCHSTRATA_UNIT_GRADS": "0"})
+    assert aot(graph, CompileOptions(autograd=from_env)).num_unit_grads == 0
 
 
 def test_cross_entropy_moves_its_gradient_and_keeps_its_backward(aot):

@@ -97,8 +97,11 @@ def test_translation_validation_names_the_pass_that_changes_results():
 
 
 def test_options_validate_and_override():
-    with pytest.raises(ValueError, match="codegen='cuda'"):
-        CompileOptions(codegen="cuda")
+    with pytest.raises(ValueError, match="codegen=''"):
+        CompileOptions(codegen="")
+    with pytest.raises(ValueError, match="codegen=3"):
+        CompileOptions(codegen=3)  # type: ignore[arg-type]
+    assert CompileOptions(codegen="numpy").codegen == "numpy"  # checked when compiling
     with override_options(codegen="cpp", debug=True) as options:
         assert current_options() is options and options.codegen == "cpp"
     assert current_options().codegen is None

@@ -14,6 +14,7 @@ from torchstrata.core import (
     CompileOptions,
     Graph,
     GraphBuilder,
+    InductorOptions,
     Level,
     Node,
     TensorMeta,
@@ -23,10 +24,10 @@ from torchstrata.core import (
     random_inputs,
 )
 from torchstrata.inductor import compile_graph
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_printer import supports
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 #: "cpp" and "triton" (its interpreter) run on the CPU; "cuda" is Triton on a GPU, when present.
 BACKENDS = [
@@ -178,10 +179,17 @@ class InductorHelpers:
         """The backend name a kernel compiled for the ``codegen`` parameter reports."""
         return "triton" if codegen == "cuda" else codegen
 
-    def compile(self, graph: Graph, codegen: str) -> CompiledGraph:
-        """Compile ``graph`` with ``codegen``; "cuda" compiles a CUDA copy of ``graph``
-        and wraps it to take and return CPU tensors."""
-        options = CompileOptions(codegen=self.backend(codegen), cache_dir=self.cache_dir)
+    def compile(
+        self, graph: Graph, codegen: str, inductor: InductorOptions | None = None
+    ) -> CompiledGraph:
+        """Compile ``graph`` with ``codegen`` (and ``inductor`` options, default ones if
+        None); "cuda" compiles a CUDA copy of ``graph`` and wraps it to take and return
+        CPU tensors."""
+        options = CompileOptions(
+            codegen=self.backend(codegen),
+            cache_dir=self.cache_dir,
+            inductor=inductor if inductor is not None else InductorOptions(),
+        )
         if codegen != "cuda":
             return compile_graph(graph, "cpu", options)
         return _on_device(compile_graph(to_device(graph, "cuda"), "cuda", options), "cuda")
@@ -193,10 +201,11 @@ class InductorHelpers:
         *,
         seeds: Sequence[int] = (0,),
         inputs: Sequence[torch.Tensor] | None = None,
+        inductor: InductorOptions | None = None,
         **tolerances: float,
     ) -> CompiledGraph:
         """Compile ``graph`` and compare it with the reference interpreter on random inputs."""
-        compiled = self.compile(graph, codegen)
+        compiled = self.compile(graph, codegen, inductor)
         for seed in seeds:
             args = list(inputs) if inputs is not None else random_inputs(graph, seed=seed)
             expected = interpret(graph, *args)

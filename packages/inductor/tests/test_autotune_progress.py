@@ -8,7 +8,7 @@ import torch
 
 from torchstrata.core import set_logs
 
-triton_tuning = pytest.importorskip("torchstrata.inductor.triton_tuning")
+triton_tuning = pytest.importorskip("torchstrata.inductor.codegen.triton.tuning")
 
 
 class FakeJit:

@@ -6,9 +6,13 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.branch_loads import BranchGuard, branch_guards, guarded_index
-from torchstrata.inductor.exprs import Constant, IndexValue, Load, Op
-from torchstrata.inductor.indexing import Index, Var
+from torchstrata.inductor.codegen.triton.branch_loads import (
+    BranchGuard,
+    branch_guards,
+    guarded_index,
+)
+from torchstrata.inductor.ir.exprs import Constant, IndexValue, Load, Op
+from torchstrata.inductor.ir.indexing import Index, Var
 
 F32 = torch.float32
 

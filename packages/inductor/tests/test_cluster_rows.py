@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from torchstrata.core import random_inputs
-from torchstrata.inductor import triton_backend
-from torchstrata.inductor.triton_cluster import can_cluster
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import LONG_ROW_MIN, Config, candidate_configs
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton.cluster import can_cluster
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.tuning import LONG_ROW_MIN, Config, candidate_configs
 
 pytest.importorskip("triton")
 
@@ -71,7 +71,7 @@ def test_clusters_are_offered_only_for_long_rows_on_cluster_gpus(ind):
 
 
 def test_cluster_variants_compile_for_sm90_with_a_cluster_barrier(ind, tmp_path):
-    from torchstrata.inductor.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
 
     for graph in (
         ind.softmax_rows(8, 65536),

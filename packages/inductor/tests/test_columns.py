@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.columns import is_column_reduction
-from torchstrata.inductor.cpp_columns import uses_column_loop
-from torchstrata.inductor.cpp_exprs import supports
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
+from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
+from torchstrata.inductor.codegen.cpp.exprs import supports
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.columns import is_column_reduction
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 
 def _column_sum(transposed_terms: int) -> Kernel:

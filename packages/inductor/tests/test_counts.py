@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.counts import narrow_counts
+from torchstrata.inductor.passes.counts import narrow_counts
 
 
 def _count_positive(shape: tuple[int, ...], dims: tuple[int, ...]):

@@ -7,14 +7,14 @@ import ctypes
 import pytest
 import torch
 
-from torchstrata.inductor.cpp_build import (
+from torchstrata.inductor.codegen.cpp.build import (
     Compiler,
     CppCompileError,
     build_kernel,
     cache_key,
     find_compiler,
 )
-from torchstrata.inductor.cpp_prelude import STANDARD_INCLUDES, lighten
+from torchstrata.inductor.codegen.cpp.prelude import STANDARD_INCLUDES, lighten
 
 _KERNEL = (
     STANDARD_INCLUDES

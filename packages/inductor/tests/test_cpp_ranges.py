@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.cpp_ranges import MAX_RANGES, split_loop
-from torchstrata.inductor.exprs import Constant, IndexValue, Load, Op, walk
-from torchstrata.inductor.indexing import FloorDiv, Index, Mod, Var
-from torchstrata.inductor.ranges import affine_pieces, condition_runs
+from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, split_loop
+from torchstrata.inductor.ir.exprs import Constant, IndexValue, Load, Op, walk
+from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var
+from torchstrata.inductor.ir.ranges import affine_pieces, condition_runs
 
 F32, I64 = torch.float32, torch.int64
 X = Var("x3", 64)

@@ -5,10 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, aten, prim
-from torchstrata.inductor import CodegenError, compile_graph
-from torchstrata.inductor.cpp_build import openmp_link_flags
-from torchstrata.inductor.plugin import torchstrata_codegen
+from torchstrata.core import (
+    CompileOptions,
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    aten,
+    create_plugin_manager,
+    prim,
+)
+from torchstrata.inductor import CodegenError, compile_graph, plugin
+from torchstrata.inductor.codegen.cpp.build import openmp_link_flags
 
 
 def _mlp_graph():
@@ -39,6 +46,8 @@ def test_extern_with_tuple_result_and_getitem(ind, codegen):
 
 
 def test_plugin_hook_adapts_compile_graph(ind):
+    manager = create_plugin_manager(load_entrypoints=False, plugins=[("inductor", plugin)])
+    torchstrata_codegen = manager.hook.torchstrata_codegen
     compiled = torchstrata_codegen(
         graph=ind.demo_graph(4, 8),
         device=torch.device("cpu"),
@@ -53,6 +62,12 @@ def test_plugin_hook_adapts_compile_graph(ind):
         )
         is None
     )
+    with pytest.raises(CodegenError, match="registered: cpp, eager, triton"):
+        torchstrata_codegen(
+            graph=ind.demo_graph(4, 8),
+            device=torch.device("cpu"),
+            options=CompileOptions(codegen="numpy"),
+        )
 
 
 def test_cpp_on_cuda_is_an_error(ind):

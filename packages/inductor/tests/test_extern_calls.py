@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchstrata.inductor.extern_calls import DIRECT_CALLS, direct_call
+from torchstrata.inductor.launch.extern_calls import DIRECT_CALLS, direct_call
 
 
 class _Dispatched(TorchDispatchMode):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from torchstrata.core import GraphBuilder, Level, Node, TensorMeta, interpret, prim, verify
 from torchstrata.core import eliminate_common_subexpressions as cse
-from torchstrata.inductor.factored_sums import factor_sums
+from torchstrata.inductor.passes.factored_sums import factor_sums
 
 ROWS, N = 6, 37
 

@@ -17,16 +17,16 @@ from torchstrata.core import (
     interpret,
     prim,
 )
-from torchstrata.inductor import triton_backend
-from torchstrata.inductor.backend import CppBackend
-from torchstrata.inductor.exprs import IndirectLoad, walk
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.one_hot import one_hot_sums
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.rewrites import gather_as_reduction
-from torchstrata.inductor.scheduler import ExternStep
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.backend import CppBackend
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.exprs import IndirectLoad, walk
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.passes.one_hot import one_hot_sums
+from torchstrata.inductor.passes.rewrites import gather_as_reduction
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
+from torchstrata.inductor.schedule.scheduler import ExternStep
 
 CPU = torch.device("cpu")
 
@@ -453,7 +453,7 @@ def test_gathers_left_to_aten(ind, codegen, case):
 def test_triton_offsets_are_int64_when_the_source_is_huge():
     # A source past 2**31 elements (never allocated here: only the code is generated): the
     # row offset is computed in int64 before the gathered position is added.
-    from torchstrata.inductor.triton_codegen import generate_triton
+    from torchstrata.inductor.codegen.triton.generate import generate_triton
 
     graph = _gather((3, 5), 1, (3, 2), strides=(2**31, 1))
     (kernel,) = _plan(graph).steps
@@ -467,7 +467,7 @@ def test_triton_offsets_are_int64_when_the_source_is_huge():
 
 
 def _gpu_kernels(graph) -> list[Kernel]:
-    from torchstrata.inductor.triton_printer import supports
+    from torchstrata.inductor.codegen.triton.printer import supports
 
     graph = eliminate_dead_code(one_hot_sums(gather_as_reduction(graph)))
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
@@ -481,7 +481,7 @@ def test_gpu_source_with_indirect_loads_compiles(case, tmp_path):
     # the unsigned range compare and the int64 offsets pass Triton's compiler, not only
     # its interpreter.
     pytest.importorskip("triton")
-    from torchstrata.inductor.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
 
     if case == "cross_entropy":
         kernel = _gpu_kernels(_cross_entropy(8192, 32000))[-1]

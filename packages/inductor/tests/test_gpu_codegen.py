@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.columns import is_column_reduction
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import Config, candidate_configs
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.tuning import Config, candidate_configs
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.columns import is_column_reduction
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 pytest.importorskip("triton")
 

@@ -6,11 +6,15 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.horizontal import MAX_ELEMENTS, MAX_PARTS, fuse_horizontally
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_printer import supports
+from torchstrata.inductor.codegen.triton.horizontal import (
+    MAX_ELEMENTS,
+    MAX_PARTS,
+    fuse_horizontally,
+)
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 
 def _independent_outputs(dtype: torch.dtype = torch.float32):
@@ -80,8 +84,8 @@ def test_at_most_max_parts_per_launch():
 
 def test_a_horizontal_kernel_compiles_for_sm90(tmp_path):
     pytest.importorskip("triton")
-    from torchstrata.inductor.ptx import kernel_ptx
-    from torchstrata.inductor.triton_tuning import Config
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.tuning import Config
 
     graph = _independent_outputs(torch.bfloat16)
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchstrata.inductor.indexing import FloorDiv, Index, Mod, Var
+from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var
 
 
 def _value(index: Index, env: dict[str, int]) -> int:

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchstrata.inductor.exprs import Constant
-from torchstrata.inductor.indexing import Index
-from torchstrata.inductor.joins import fuse_nearby, stored_buffers
-from torchstrata.inductor.kernel import BufferArg, Kernel, Store
+from torchstrata.inductor.ir.exprs import Constant
+from torchstrata.inductor.ir.indexing import Index
+from torchstrata.inductor.ir.kernel import BufferArg, Kernel, Store
+from torchstrata.inductor.schedule.joins import fuse_nearby, stored_buffers
 
 
 def _kernel(name: str, reads: set[str], writes: set[str]) -> Kernel:

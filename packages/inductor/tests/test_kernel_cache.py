@@ -27,7 +27,8 @@ from torchstrata.core import (
 )
 from torchstrata.core.artifacts import CacheWarning
 from torchstrata.core.artifacts import store as artifact_store
-from torchstrata.inductor import compile_graph, cpp_build
+from torchstrata.inductor import compile_graph
+from torchstrata.inductor.codegen.cpp import build as cpp_build
 
 _SOURCE = """
 extern "C" void {name}(const float* __restrict__ buf_{a}, float* __restrict__ buf_{b}) {{
@@ -129,7 +130,7 @@ _CORRUPTED_CHILD = textwrap.dedent(
     """
     import sys, warnings
     import torch
-    from torchstrata.inductor import cpp_build
+    from torchstrata.inductor.codegen.cpp import build as cpp_build
     source, root = sys.argv[1], sys.argv[2]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -172,7 +173,7 @@ def test_corrupted_libraries_are_rebuilt_in_the_next_process(tmp_path):
 
 
 def test_a_bad_triton_module_is_rebuilt(tmp_path, monkeypatch):
-    from torchstrata.inductor import triton_backend
+    from torchstrata.inductor.codegen.triton import backend as triton_backend
 
     source = "import triton\n\n\ndef ts_kernel():\n    return 7\n"
     module, path = triton_backend.load_module(source, "ts_kernel", str(tmp_path), True)

@@ -54,7 +54,7 @@ def test_relaid_pointwise_kernels_match_the_reference(ind, codegen, strides):
 def test_an_empty_domain_keeps_its_order(ind):
     """A zero-size dimension has no place among the strides (a split's empty piece of a
     transposed tensor failed to build before)."""
-    from torchstrata.inductor.memory_order import row_order
+    from torchstrata.inductor.schedule.memory_order import row_order
 
     assert row_order((5, 0, 5), (), [], {}) == (0, 1, 2)
     b = GraphBuilder(Level.PRIMS)

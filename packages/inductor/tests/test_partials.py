@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
-from torchstrata.inductor.indexing import Index, Var, fold_div_mod
-from torchstrata.inductor.triton_tuning import candidate_configs
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, aten, prim
+from torchstrata.inductor.codegen.triton.tuning import candidate_configs
+from torchstrata.inductor.ir.indexing import Index, Var, fold_div_mod
 
 pytest.importorskip("triton")
 
@@ -106,10 +106,10 @@ def test_a_quotient_and_remainder_fold_back_into_the_row():
 def test_norm_backward_partials_join_the_row_kernel(ind, monkeypatch, dtype, enabled, where):
     if where == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    monkeypatch.setenv("TORCHSTRATA_PARTIALS", "1" if enabled else "0")
     graph = _norm_backward(2048, 96, dtype)
     tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {}
-    compiled = ind.check(graph, where, seeds=(0, 1), **tolerance)
+    options = InductorOptions(partials=enabled)
+    compiled = ind.check(graph, where, seeds=(0, 1), inductor=options, **tolerance)
     # dx with the partial sums of dw and db, then the sums of the partials; apart: three
     assert len(compiled.kernels) == (2 if enabled else 3)
     fused = [k for k in compiled.kernels if "part_" in k.source]
@@ -142,11 +142,11 @@ def test_partials_planned_before_their_row_kernel_join_it(ind, where):
 
 
 def test_partials_configs_tile_the_chunk():
-    from torchstrata.inductor.lowering import lower_graph
-    from torchstrata.inductor.partials import fuse_partials
-    from torchstrata.inductor.plan import plan_graph
-    from torchstrata.inductor.split_sums import split_long_sums
-    from torchstrata.inductor.triton_printer import supports
+    from torchstrata.inductor.codegen.triton.partials import fuse_partials
+    from torchstrata.inductor.codegen.triton.printer import supports
+    from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
+    from torchstrata.inductor.schedule.lowering import lower_graph
+    from torchstrata.inductor.schedule.plan import plan_graph
 
     graph = split_long_sums(_norm_backward(4096, 1000))
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
@@ -163,11 +163,11 @@ def test_partials_configs_for_rows_too_short_for_a_vector_per_thread():
     """Rows of 4: partials tiles of at most 16 elements, fewer than 4 warps' vectors. No
     configuration was left, and building such a kernel for the GPU raised IndexError
     (the H200 OpInfo gradient sweep: a group norm's backward over 6 channels)."""
-    from torchstrata.inductor.lowering import lower_graph
-    from torchstrata.inductor.partials import fuse_partials
-    from torchstrata.inductor.plan import plan_graph
-    from torchstrata.inductor.split_sums import split_long_sums
-    from torchstrata.inductor.triton_printer import supports
+    from torchstrata.inductor.codegen.triton.partials import fuse_partials
+    from torchstrata.inductor.codegen.triton.printer import supports
+    from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
+    from torchstrata.inductor.schedule.lowering import lower_graph
+    from torchstrata.inductor.schedule.plan import plan_graph
 
     graph = split_long_sums(_norm_backward(4096, 4))
     lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))

@@ -66,11 +66,11 @@ def test_rand_kernel_compiles_for_sm90(tmp_path):
     """The Triton helper goes through Triton's compiler to PTX for an H200 (no GPU needed):
     the uint32 hash is 32-bit multiplies and shifts, no 64-bit multiply."""
     pytest.importorskip("triton")
-    from torchstrata.inductor.lowering import lower_graph
-    from torchstrata.inductor.plan import plan_graph
-    from torchstrata.inductor.ptx import kernel_ptx
-    from torchstrata.inductor.triton_printer import supports
-    from torchstrata.inductor.triton_tuning import candidate_configs
+    from torchstrata.inductor.codegen.triton.printer import supports
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.tuning import candidate_configs
+    from torchstrata.inductor.schedule.lowering import lower_graph
+    from torchstrata.inductor.schedule.plan import plan_graph
 
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((4096, 1024), torch.bfloat16))

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.cpp_codegen import generate_cpp
-from torchstrata.inductor.exprs import Constant, Op, walk
-from torchstrata.inductor.reciprocals import hoist_reciprocals
-from torchstrata.inductor.triton_codegen import generate_triton
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, prim
+from torchstrata.inductor.codegen.backend import CppBackend
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.ir.exprs import Constant, Op, walk
 
 
 def _divisions(kernel) -> list[Op]:
@@ -63,8 +65,10 @@ def test_divisions_that_stay(ind, monkeypatch):
     assert Constant(1.0, torch.float32) in numerators  # 1 / total
     assert any(not isinstance(numerator, Constant) for numerator in numerators)  # x / y
     kernel = ind.only_kernel(ind.softmax_rows(4, 1000))
-    monkeypatch.setenv("TORCHSTRATA_RECIPROCALS", "0")
-    assert hoist_reciprocals(kernel) is kernel
+    off = InductorOptions(reciprocals=False)
+    assert TritonBackend(interpret=False, options=off).generate(kernel, False)[0] is kernel
+    assert TritonBackend(interpret=False).generate(kernel, False)[0] is not kernel
+    assert CppBackend(off).generate(kernel) != CppBackend().generate(kernel)
 
 
 @pytest.mark.parametrize("shape", [(3, 1000), (1, 1), (5, 8193), (0, 7)])

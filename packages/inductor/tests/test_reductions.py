@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
-from torchstrata.inductor import triton_backend
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.split_sums import parts_for
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.split_sums import parts_for
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 
 def _reduce(kind, shape, dims, dtype=torch.float32, strides=None):
@@ -301,9 +301,8 @@ def test_parts_of_a_split_sum_divide_the_length():
 
 @pytest.mark.parametrize("hosted", [True, False])
 def test_column_sums_take_small_parts_only_with_a_row_kernel_to_join(hosted, monkeypatch):
-    from torchstrata.inductor.split_sums import CHUNK, HOSTED_CHUNK, split_long_sums
+    from torchstrata.inductor.codegen.triton.split_sums import CHUNK, HOSTED_CHUNK, split_long_sums
 
-    monkeypatch.setenv("TORCHSTRATA_PARTIALS", "1")
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((8192, 256), torch.float32))
     y = b.call(prim("mul"), x, 2.0)

@@ -9,11 +9,12 @@ import re
 import pytest
 import torch
 
-from torchstrata.core import Graph, GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.row_tiles import ROW_TILE_MIN, as_row_kernel
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.core import Graph, GraphBuilder, InductorOptions, Level, TensorMeta, prim
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.row_tiles import ROW_TILE_MIN, as_row_kernel
+from torchstrata.inductor.codegen.triton.tuning import Config
 
 pytest.importorskip("triton")
 
@@ -88,8 +89,10 @@ def test_short_rows_and_kernels_without_per_row_loads_stay_flat(ind, monkeypatch
     assert as_row_kernel(softmax) is None  # already a row kernel
     kernel = ind.only_kernel(ce_backward((8, 4096)))
     assert as_row_kernel(kernel) is not None
-    monkeypatch.setenv("TORCHSTRATA_ROW_TILES", "0")
-    assert as_row_kernel(kernel) is None
+    on = TritonBackend(interpret=False).generate(kernel, clusters=False)[0]
+    off_options = InductorOptions(row_tiles=False)
+    off = TritonBackend(interpret=False, options=off_options).generate(kernel, clusters=False)[0]
+    assert on == as_row_kernel(kernel) and off is kernel
 
 
 @pytest.mark.parametrize("shape", [(3, 4000), (1, 3, 4096), (2, 3, 2048), (5, 1, 8195)])

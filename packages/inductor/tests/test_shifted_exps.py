@@ -8,13 +8,14 @@ import re
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.exprs import Constant, Op, walk
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.reciprocals import hoist_reciprocals
-from torchstrata.inductor.shifted_exps import SCALE, shift_row_exps
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, prim
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.shifted_exps import SCALE, shift_row_exps
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.exprs import Constant, Op, walk
 
 pytest.importorskip("triton")
 
@@ -72,8 +73,11 @@ def test_exps_that_stay(ind, monkeypatch):
     assert any(Constant(SCALE, torch.float32) in op.args for op in _ops(weighted, "mul"))
     assert len(_ops(weighted, "exp2")) == 1
     kernel = ind.only_kernel(ind.softmax_rows(4, 1000))
-    monkeypatch.setenv("TORCHSTRATA_SHIFTED_EXPS", "0")
-    assert shift_row_exps(kernel) is kernel
+    assert shift_row_exps(kernel) is not kernel
+    off = TritonBackend(interpret=False, options=InductorOptions(shifted_exps=False))
+    on_sources = [s for _, s in TritonBackend(interpret=False).generate(kernel, False)[2]]
+    off_sources = [s for _, s in off.generate(kernel, False)[2]]
+    assert on_sources != off_sources  # the shift is what differs: the kernel is the same
 
 
 @pytest.mark.parametrize("length", [1000, 65536])

@@ -8,11 +8,12 @@ import re
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim, random_inputs
-from torchstrata.inductor import triton_backend
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.triton_split import can_split, generate_split_triton
-from torchstrata.inductor.triton_tuning import Config, candidate_configs
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, prim, random_inputs
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.split import can_split, generate_split_triton
+from torchstrata.inductor.codegen.triton.tuning import Config, candidate_configs
+from torchstrata.inductor.ir.kernel import Kernel
 
 pytest.importorskip("triton")
 
@@ -44,18 +45,17 @@ def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
 
 
 def test_split_rows_are_offered_for_long_rows_unless_turned_off(ind, monkeypatch):
-    def offered(length: int) -> bool:
+    def offered(length: int, split_rows: bool | None = None) -> bool:
         kernel = ind.only_kernel(ind.softmax_rows(4, length))
-        return any(c.split > 1 for c in candidate_configs(kernel, interpret=False))
+        backend = TritonBackend(interpret=False, options=InductorOptions(split_rows=split_rows))
+        _, configs, _ = backend.generate(kernel, clusters=False)
+        return any(c.split > 1 for c in configs)
 
-    monkeypatch.delenv("TORCHSTRATA_SPLIT_ROWS", raising=False)
     assert offered(65536) and not offered(32768)
-    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "1")
-    assert offered(32768)
+    assert offered(32768, split_rows=True)
     kernel = ind.only_kernel(ind.softmax_rows(4, 65536))
     assert not any(c.split > 1 for c in candidate_configs(kernel, interpret=True))
-    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "0")
-    assert not offered(65536)
+    assert not offered(65536, split_rows=False)
 
 
 def test_only_long_float_rows_are_split(ind):
@@ -73,7 +73,7 @@ def test_only_long_float_rows_are_split(ind):
 
 
 def test_split_variants_compile_for_sm90_with_acquire_release(ind, tmp_path):
-    from torchstrata.inductor.ptx import kernel_ptx
+    from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
 
     for graph in (
         ind.softmax_rows(8, 40000),
@@ -99,7 +99,7 @@ def _force(monkeypatch, config: Config) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("length", [40000, 65536])
 def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
-    from torchstrata.inductor import triton_launch
+    from torchstrata.inductor.launch import triton_launch
 
     direct = []
     launcher_of = triton_launch._launcher_of
@@ -108,7 +108,6 @@ def test_split_softmax_on_a_gpu(ind, monkeypatch, length):
         launch, head = launcher_of(kernel)
         return (lambda *values: (direct.append(1), launch(*values))), head
 
-    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
     monkeypatch.setattr(triton_launch, "_launcher_of", counted)
     graph = ind.softmax_rows(37, length)
     for config in _splits(ind.only_kernel(graph)):

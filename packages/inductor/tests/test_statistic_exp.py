@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta
-from torchstrata.inductor.ptx import kernel_ptx
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.ptx import kernel_ptx
+from torchstrata.inductor.codegen.triton.tuning import Config
 
 pytest.importorskip("triton")
 

@@ -6,14 +6,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, eliminate_dead_code, prim
-from torchstrata.inductor import triton_backend, triton_tail
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.tails import fuse_tails
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.core import (
+    CompileOptions,
+    GraphBuilder,
+    InductorOptions,
+    Level,
+    TensorMeta,
+    eliminate_dead_code,
+    prim,
+)
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton import tail_code as triton_tail
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.tails import fuse_tails
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.compile import schedule_graph
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 pytest.importorskip("triton")
 
@@ -145,6 +156,10 @@ def test_a_row_kernel_that_stores_along_its_rows_takes_no_tail(ind):
     ind.check(graph, "triton", atol=1e-5, rtol=1e-5)
 
 
-def test_tails_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("TORCHSTRATA_TAILS", "0")
-    assert len(_kernels(_mean_log_sum_exp(13, 40))) == 2
+def test_tails_can_be_turned_off():
+    graph = _mean_log_sum_exp(13, 40)
+    assert len(_kernels(graph)) == 1
+    off = TritonBackend(interpret=True, options=InductorOptions(tails=False))
+    assert "triton.fuse_tails" not in [p.name for p in off.plan_passes()]
+    scheduled = schedule_graph(graph, off, CompileOptions())
+    assert len([step for step in scheduled.plan.steps if isinstance(step, Kernel)]) == 2

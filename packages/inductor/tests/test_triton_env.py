@@ -47,9 +47,9 @@ def test_gpu_code_is_refused_by_name_when_triton_was_imported_interpreted(monkey
     import sys
 
     from torchstrata.inductor import compile as compile_module
-    from torchstrata.inductor import triton_env
+    from torchstrata.inductor.codegen.triton import env as triton_env
 
-    code = "from torchstrata.inductor.triton_env import library_compiled as c; print(c())"
+    code = "from torchstrata.inductor.codegen.triton.env import library_compiled as c; print(c())"
     for value, want in (("1", "False"), ("0", "True")):
         env = {**os.environ, "TRITON_INTERPRET": value}
         run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -7,9 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, interpret, prim, random_inputs
-from torchstrata.inductor import triton_launch
-from torchstrata.inductor.triton_launch import DirectLaunch
+from torchstrata.core import (
+    GraphBuilder,
+    InductorOptions,
+    Level,
+    TensorMeta,
+    interpret,
+    prim,
+    random_inputs,
+)
+from torchstrata.inductor.launch import triton_launch
+from torchstrata.inductor.launch.triton_launch import DirectLaunch
 
 pytest.importorskip("triton")
 
@@ -184,13 +192,10 @@ def test_an_empty_hook_chain_is_no_hook():
     assert not triton_launch._hooked()  # Triton's defaults: no hook set
 
 
-def test_direct_launches_are_on_unless_turned_off(monkeypatch):
-    monkeypatch.delenv("TORCHSTRATA_DIRECT_LAUNCH", raising=False)
-    assert triton_launch.direct_launch_enabled()
-    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "0")
-    assert not triton_launch.direct_launch_enabled()
-    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
-    assert triton_launch.direct_launch_enabled()
+def test_direct_launches_are_on_unless_turned_off():
+    assert InductorOptions().direct_launch
+    assert not InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "0"}).direct_launch
+    assert InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "1"}).direct_launch
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -198,10 +203,9 @@ def test_direct_launches_are_on_unless_turned_off(monkeypatch):
 def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     # Pointwise, persistent and looped row kernels; the third call runs every kernel
     # through DirectLaunch, and its results must match eager's.
-    monkeypatch.setenv("TORCHSTRATA_DIRECT_LAUNCH", "1")
     # split rows (offered for rows of 65536+) keep Triton's dispatch: every kernel here
     # must be one DirectLaunch serves
-    monkeypatch.setenv("TORCHSTRATA_SPLIT_ROWS", "0")
+    no_splits = InductorOptions(split_rows=False)
     direct = []  # one entry per direct launch (through the kernel's own launcher)
     launcher_of = triton_launch._launcher_of
 
@@ -216,7 +220,7 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     soft = b.call(prim("convert_element_type"), ind.softmax_last(b, xf), torch.bfloat16)
     doubled = b.call(prim("mul"), xf, 2.0)
     graph = b.build([soft, doubled])
-    compiled = ind.compile(graph, "cuda")
+    compiled = ind.compile(graph, "cuda", no_splits)
     inputs = random_inputs(graph, seed=3)
     expected = interpret(graph, *inputs)
     for _ in range(2):
@@ -244,7 +248,7 @@ def test_scratch_buffers_are_one_pair_per_stream(where):
     stream: two streams must not share counters, one stream reuses its pair."""
     if where == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from torchstrata.inductor.triton_tuning import _with_scratch
+    from torchstrata.inductor.codegen.triton.tuning import _with_scratch
 
     seen: list[tuple[int, int]] = []
     run = _with_scratch(

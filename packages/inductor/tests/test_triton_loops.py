@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.inductor.triton_loops import block_loop, row_loop, tile_loop
+from torchstrata.inductor.codegen.triton.loops import block_loop, row_loop, tile_loop
 
 triton = pytest.importorskip("triton")
 

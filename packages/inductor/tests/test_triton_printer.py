@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchstrata.core import wrapped_integer
-from torchstrata.inductor.triton_printer import literal
+from torchstrata.inductor.codegen.triton.printer import literal
 
 
 @pytest.mark.parametrize(

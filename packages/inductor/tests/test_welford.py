@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor import triton_backend, triton_codegen
-from torchstrata.inductor.exprs import Constant, Load, Op, ReduceRef
-from torchstrata.inductor.indexing import Index, Var
-from torchstrata.inductor.kernel import Kernel, ReductionSpec
-from torchstrata.inductor.lowering import lower_graph
-from torchstrata.inductor.online import variance_pairs
-from torchstrata.inductor.plan import plan_graph
-from torchstrata.inductor.triton_codegen import generate_triton
-from torchstrata.inductor.triton_printer import supports
-from torchstrata.inductor.triton_tuning import Config
+from torchstrata.inductor.codegen.triton import backend as triton_backend
+from torchstrata.inductor.codegen.triton import generate as triton_codegen
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.ir.exprs import Constant, Load, Op, ReduceRef
+from torchstrata.inductor.ir.indexing import Index, Var
+from torchstrata.inductor.ir.kernel import Kernel, ReductionSpec
+from torchstrata.inductor.ir.online import variance_pairs
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 
 def _norm_graph(rows: int, length: int, divisor: float | None = None):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.indexing import Index, Var
-from torchstrata.inductor.triton_printer import render_index
+from torchstrata.inductor.codegen.triton.printer import render_index
+from torchstrata.inductor.ir.indexing import Index, Var
 
 SIDE = 46341  # SIDE**2 > 2**31
 

@@ -166,8 +166,8 @@ def test_decorator_form_and_options_precedence(stages):
 
 
 def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="codegen='cuda'"):
-        rt.compile(demo_fn, codegen="cuda")
+    with pytest.raises(ValueError, match="codegen=''"):
+        rt.compile(demo_fn, codegen="")
     with pytest.raises(ValueError, match="mode="):
         rt.compile(demo_fn, mode="fastest")
     with pytest.raises(TypeError, match=r"function or nn\.Module"):
@@ -193,3 +193,20 @@ def test_graphs_compiled_under_no_grad_require_no_grad(make_stages):
     (graph,) = stages.aot.graphs
     assert not any(meta.requires_grad for meta in graph.input_metas)
     assert module.weight.requires_grad
+
+
+def test_an_unregistered_codegen_name_falls_back_naming_the_registered_ones():
+    x, b = torch.randn(4, 8), torch.randn(8)
+    compiled = rt.compile(demo_fn, codegen="cuda")
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="registered: .*cpp, eager, .*triton"):
+        result = compiled(x, b)
+    torch.testing.assert_close(result, demo_fn(x, b))
+
+
+def test_explain_shows_the_stage_options():
+    from torchstrata.core import InductorOptions
+
+    options = CompileOptions(inductor=InductorOptions(tails=False))
+    text = str(rt.explain(rt.compile(demo_fn, options=options), torch.randn(4, 8), torch.randn(8)))
+    assert "inductor options: InductorOptions(tails=False," in text
+    assert "autograd options: AutogradOptions(unit_grads=True)" in text

@@ -18,13 +18,13 @@ costs a pass over ``g`` that the ordinary backward would not; the runtime then r
 forward without ``g`` (``torchstrata.runtime.unit_grads``), the AotResult's forward with
 its last ``num_unit_grads`` outputs dropped.
 
-Off with the autograd stage option ``unit_grads=False`` or ``TORCHSTRATA_UNIT_GRADS=0``.
+Off with ``CompileOptions(autograd=AutogradOptions(unit_grads=False))``
+(``AutogradOptions.from_env()`` reads ``TORCHSTRATA_UNIT_GRADS``).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 from torchstrata.autograd.partition import Partition, ancestors, fresh_name
 from torchstrata.autograd.trace import JointTrace
@@ -39,11 +39,11 @@ _COMPUTE_BOUND = frozenset(
 
 
 def unit_grads_enabled(options: CompileOptions | None) -> bool:
-    """False when the autograd stage option ``unit_grads`` is False or
-    ``TORCHSTRATA_UNIT_GRADS=0``."""
-    if os.environ.get("TORCHSTRATA_UNIT_GRADS", "1") == "0":
-        return False
-    return options is None or bool(options.stage("autograd").get("unit_grads", True))
+    """False when ``options.autograd.unit_grads`` is False (``AutogradOptions``; the
+    untyped stage option ``unit_grads`` is still honoured)."""
+    if options is None:
+        return True
+    return options.autograd.unit_grads and bool(options.stage("autograd").get("unit_grads", True))
 
 
 def unit_grad_forward(trace: JointTrace, parts: Partition) -> Graph | None:

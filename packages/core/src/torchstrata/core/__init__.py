@@ -68,6 +68,7 @@ from torchstrata.core.plugins import (
     create_plugin_manager,
     register,
 )
+from torchstrata.core.prim_enum import Prim, prims_of
 from torchstrata.core.prims import (
     PRIMS_VERSION,
     PrimDef,
@@ -97,6 +98,7 @@ from torchstrata.core.spans import (
     tensor_byte_span,
     tensor_element_span,
 )
+from torchstrata.core.stage_options import AutogradOptions, InductorOptions
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -121,6 +123,7 @@ __all__ = [
     "STATE_FIELDS",
     "TENSOR_TYPES",
     "AotResult",
+    "AutogradOptions",
     "CaptureResult",
     "CompileOptions",
     "CompiledGraph",
@@ -134,6 +137,7 @@ __all__ = [
     "GraphPass",
     "Guard",
     "GuardKind",
+    "InductorOptions",
     "InterpreterError",
     "KernelInfo",
     "Level",
@@ -150,6 +154,7 @@ __all__ = [
     "PassOrderError",
     "PassRecord",
     "PassValidationError",
+    "Prim",
     "PrimDef",
     "PrimError",
     "PrimFamily",
@@ -201,6 +206,7 @@ __all__ = [
     "parse",
     "parse_op",
     "prim",
+    "prims_of",
     "progress",
     "random_inputs",
     "register",

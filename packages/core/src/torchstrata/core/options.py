@@ -14,13 +14,20 @@ from typing import Any
 
 import attrs
 
+from torchstrata.core.stage_options import AutogradOptions, InductorOptions
+
+#: The built-in code generators (None: chosen by device). A backend package registers more
+#: through the inductor's ``torchstrata_inductor_backends`` hook; ``codegen`` is checked
+#: against the registered names when a graph is compiled.
 CODEGENS = (None, "triton", "cpp", "eager")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def _check_codegen(instance: Any, attribute: Any, value: Any) -> None:
-    if value not in CODEGENS:
-        raise ValueError(f"codegen={value!r} is not one of {CODEGENS}")
+    # Any backend name: the registered ones are known only to the codegen stage, which
+    # names them when this one is not among them.
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"codegen={value!r} must be None or a backend name such as {CODEGENS[1:]}")
 
 
 def _check_mode(instance: Any, attribute: Any, value: Any) -> None:
@@ -74,7 +81,9 @@ class CompileOptions:
     """Everything that configures one compilation.
 
     * ``codegen``: None picks by device (Triton on CUDA, C++ on CPU); ``"triton"`` on a
-      CPU machine runs kernels under Triton's interpreter; ``"eager"`` skips codegen.
+      CPU machine runs kernels under Triton's interpreter; ``"eager"`` skips codegen; any
+      other name selects a backend a package registered with the inductor (an unknown
+      name fails at compile time with the list of registered ones).
     * ``fullgraph``: raise on a graph break or stage failure instead of running eagerly.
     * ``dynamic``: ``True`` is accepted but warns: symbolic shapes are not implemented
       yet, so every distinct input shape is compiled on its own (as ``False`` and None).
@@ -95,6 +104,10 @@ class CompileOptions:
       kernels, guards and timings into a new directory under this one (see the runtime's
       ``debug_dump``); None: the logs settings' ``debug_dir``, if any.
     * ``stage_options``: free-form settings for third-party stages, keyed by stage name.
+    * ``inductor``, ``autograd``: the typed options of those stages
+      (:class:`~torchstrata.core.stage_options.InductorOptions`,
+      :class:`~torchstrata.core.stage_options.AutogradOptions`; ``from_env()`` reads the
+      documented ``TORCHSTRATA_*`` debugging variables).
     """
 
     codegen: str | None = attrs.field(default=None, validator=_check_codegen)
@@ -113,6 +126,12 @@ class CompileOptions:
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )
     stage_options: Mapping[str, Any] = attrs.field(factory=dict, validator=_check_type(Mapping))
+    inductor: InductorOptions = attrs.field(
+        factory=InductorOptions, validator=attrs.validators.instance_of(InductorOptions)
+    )
+    autograd: AutogradOptions = attrs.field(
+        factory=AutogradOptions, validator=attrs.validators.instance_of(AutogradOptions)
+    )
 
     def stage(self, name: str) -> Mapping[str, Any]:
         """The options meant for the stage called ``name`` (empty if none)."""

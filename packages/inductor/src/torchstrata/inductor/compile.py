@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import torch
@@ -14,63 +14,35 @@ from torchstrata.core import (
     Graph,
     Level,
     Node,
+    PassManager,
+    PassRecord,
     current_options,
     eliminate_common_subexpressions,
-    eliminate_dead_code,
     same_layout,
 )
-from torchstrata.inductor.backend import Backend, CppBackend, build_all
-from torchstrata.inductor.counts import narrow_counts
-from torchstrata.inductor.factored_sums import factor_sums
-from torchstrata.inductor.horizontal import fuse_horizontally
-from torchstrata.inductor.kernel import Kernel
-from torchstrata.inductor.launcher import build_launcher, generate_launcher
-from torchstrata.inductor.lowering import Extern, Lowered, dense_strides, lower_graph
-from torchstrata.inductor.one_hot import one_hot_sums
-from torchstrata.inductor.partials import fuse_partials
-from torchstrata.inductor.plan import Plan, plan_graph
-from torchstrata.inductor.rewrites import gather_as_reduction
-from torchstrata.inductor.scheduler import ExternStep, buffer_strides
-from torchstrata.inductor.split_sums import split_long_sums
-from torchstrata.inductor.tails import fuse_tails
+from torchstrata.inductor.codegen.backend import Backend, build_all
+from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
+from torchstrata.inductor.passes.graph_passes import common_passes
+from torchstrata.inductor.schedule.lowering import Extern, Lowered, dense_strides, lower_graph
+from torchstrata.inductor.schedule.plan import Plan, plan_graph
+from torchstrata.inductor.schedule.plan_passes import run_plan_passes
+from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
 
-
-class CodegenError(RuntimeError):
-    """The graph cannot be compiled for this device with the requested backend."""
-
-
-def choose_backend(device: torch.device | str, options: CompileOptions) -> Backend:
-    """``options.codegen`` None: Triton on CUDA, C++ on CPU; "triton" on CPU: the interpreter."""
-    device = torch.device(device)
-    codegen = options.codegen
-    if codegen is None:
-        codegen = "triton" if device.type == "cuda" else "cpp"
-    if codegen == "cpp":
-        if device.type != "cpu":
-            raise CodegenError(f"the C++ backend generates CPU code; the graph lives on {device}")
-        return CppBackend()
-    if codegen == "triton":
-        if device.type not in ("cuda", "cpu"):
-            raise CodegenError(f"Triton codegen does not target {device}")
-        # Importing Triton costs 0.2 s, so a C++ compile never does; the module still imports
-        # Triton before it sets TRITON_INTERPRET (see its docstring).
-        from torchstrata.inductor.triton_backend import TritonBackend
-        from torchstrata.inductor.triton_env import library_compiled
-
-        if device.type == "cuda" and not library_compiled():
-            raise CodegenError(
-                "Triton was imported with TRITON_INTERPRET=1 set, so its own library is "
-                "interpreted and no GPU kernel can be compiled in this process; unset "
-                "TRITON_INTERPRET (torchstrata runs CPU tensors under the interpreter itself)"
-            )
-        return TritonBackend(interpret=device.type == "cpu")
-    raise CodegenError(f"codegen={codegen!r} is not a code generator (eager runs without codegen)")
+#: The ``stage`` of the records of the inductor's graph passes.
+PASS_STAGE = "inductor"
 
 
 def compile_graph(
-    graph: Graph, device: torch.device | str | None = None, options: CompileOptions | None = None
+    graph: Graph,
+    device: torch.device | str | None = None,
+    options: CompileOptions | None = None,
+    backends: Mapping[str, BackendSpec] | None = None,
 ) -> CompiledGraph:
-    """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device``.
+    """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device`` with the
+    backend ``options.codegen`` names among ``backends`` (default: the built-in ones; the
+    pipeline passes every registered one).
 
     Returns a :class:`CompiledGraph` whose ``fn(*inputs)`` returns a tuple of tensors, with
     one :class:`KernelInfo` per generated kernel, the extern ops run eagerly, and the
@@ -83,20 +55,23 @@ def compile_graph(
     options = options if options is not None else current_options()
     if device is None:
         device = graph.inputs[0].tensor_meta.device if graph.inputs else torch.device("cpu")
-    backend = choose_backend(device, options)
+    backend = choose_backend(device, options, backends)
+    if backend is None:
+        raise CodegenError(
+            f"codegen={options.codegen!r} is not a code generator (eager runs without codegen)"
+        )
+    return compile_with(graph, backend, options)
+
+
+def compile_with(graph: Graph, backend: Backend, options: CompileOptions) -> CompiledGraph:
+    """Compile a prims-level ``graph`` with ``backend`` (see :func:`compile_graph`)."""
+    if graph.level is not Level.PRIMS:
+        raise CodegenError(
+            f"compile_graph takes a prims-level graph, got level {graph.level.value}"
+        )
     start = time.perf_counter()
-    graph = eliminate_common_subexpressions(graph)
-    promised = graph.outputs
-    graph = narrow_counts(one_hot_sums(gather_as_reduction(graph)))
-    graph = eliminate_common_subexpressions(factor_sums(graph))
-    if backend.name == "triton":
-        graph = split_long_sums(graph)  # the C++ backend walks long columns itself
-    graph = eliminate_dead_code(graph)
-    lowered = lower_graph(graph, backend.supports)
-    plan = plan_graph(graph, lowered)
-    if backend.name == "triton":  # a launch costs microseconds on a GPU, a call in C++
-        steps = fuse_tails(fuse_partials(plan.steps))
-        plan = attrs.evolve(plan, steps=fuse_horizontally(steps))
+    scheduled = schedule_graph(graph, backend, options)
+    graph, plan = scheduled.graph, scheduled.plan
     launches, infos, compile_seconds = {}, [], 0.0
     kernels = [step for step in plan.steps if isinstance(step, Kernel) and step.rows > 0]
     for step, built in zip(kernels, build_all(backend, kernels, options), strict=True):
@@ -104,7 +79,7 @@ def compile_graph(
         infos.append(built.info)
         compile_seconds += built.compile_seconds
     write_backs = options.stage("inductor").get("write_backs")
-    relaid = _relaid_outputs(promised, graph.outputs, plan)
+    relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
     eager_ops = tuple(
@@ -117,8 +92,50 @@ def compile_graph(
         "kernels": len(infos),
         "compile_seconds": compile_seconds,
         "codegen_seconds": time.perf_counter() - start,
+        "passes": scheduled.records,
     }
     return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
+
+
+@attrs.frozen
+class Scheduled:
+    """A graph rewritten and planned for one backend.
+
+    ``promised``: the outputs the graph promised (after common subexpressions are merged);
+    ``graph``: the rewritten graph; ``plan``: its kernels and extern steps; ``records``:
+    what each graph and plan pass did.
+    """
+
+    promised: tuple[Node, ...]
+    graph: Graph
+    plan: Plan
+    records: tuple[PassRecord, ...]
+
+
+def schedule_graph(
+    graph: Graph, backend: Backend, options: CompileOptions | None = None
+) -> Scheduled:
+    """The graph rewritten for ``backend``, and its plan of kernels and extern steps.
+
+    The rewrites are named passes (the common ones of
+    :mod:`~torchstrata.inductor.passes.graph_passes` and the backend's own) run by core's
+    pass manager under ``options`` (debug, validate_passes, blocked_plugins), then the
+    backend's plan passes.
+    """
+    options = options if options is not None else current_options()
+    graph = eliminate_common_subexpressions(graph)
+    promised = graph.outputs
+    manager = PassManager(
+        (*common_passes(), *backend.graph_passes()),
+        debug=options.debug,
+        validate=options.validate_passes,
+        blocked=options.blocked_plugins,
+    )
+    graph = manager.run(graph, stage=PASS_STAGE)
+    lowered = lower_graph(graph, backend.supports)
+    plan = plan_graph(graph, lowered)
+    plan, records = run_plan_passes(plan, backend.plan_passes(), options.blocked_plugins)
+    return Scheduled(tuple(promised), graph, plan, (*manager.records, *records))
 
 
 def _allocated_only(lowered: Lowered) -> bool:

@@ -1,18 +1,62 @@
-"""The ``torchstrata_codegen`` hook of the inductor stage: a thin adapter over :func:`compile_graph`."""
+"""The inductor stage as a plugin: its hookspecs, its built-in backends, and the
+``torchstrata_codegen`` hook (a thin adapter over :func:`compile_with`).
+
+Core's historic ``torchstrata_addhooks`` adds the inductor's hookspecs to each plugin
+manager and registers a :class:`CodegenStage` bound to that manager, so the codegen hook
+can ask the manager which backends are registered.
+"""
 
 from __future__ import annotations
 
+import pluggy
 import torch
 
 from torchstrata.core import CompiledGraph, CompileOptions, Graph, hookimpl
-from torchstrata.inductor.compile import compile_graph
+from torchstrata.inductor import hookspecs
+from torchstrata.inductor.codegen.registry import (
+    BackendSpec,
+    builtin_backends,
+    choose_backend,
+    registered_backends,
+)
+from torchstrata.inductor.compile import compile_with
+
+#: The name the codegen stage is registered under.
+STAGE_NAME = "inductor.codegen"
+
+
+class CodegenStage:
+    """The ``torchstrata_codegen`` hook of one plugin manager.
+
+    ``trylast``: it is registered while the manager is set up, after every plugin found
+    then, so without it the built-in stage would run before a third-party codegen plugin
+    (which still may add ``tryfirst=True`` to be sure to come first).
+    """
+
+    def __init__(self, manager: pluggy.PluginManager) -> None:
+        self.manager = manager
+
+    @hookimpl(trylast=True)
+    def torchstrata_codegen(
+        self, graph: Graph, device: torch.device, options: CompileOptions
+    ) -> CompiledGraph | None:
+        """Compile a prims graph with the registered backend ``options.codegen`` names;
+        None for a backend that runs eagerly (``codegen="eager"``)."""
+        backend = choose_backend(device, options, registered_backends(self.manager))
+        if backend is None:
+            return None
+        return compile_with(graph, backend, options)
 
 
 @hookimpl
-def torchstrata_codegen(
-    graph: Graph, device: torch.device, options: CompileOptions
-) -> CompiledGraph | None:
-    """Compile a prims graph to fused kernels; None when ``options.codegen == "eager"``."""
-    if options.codegen == "eager":
-        return None
-    return compile_graph(graph, device, options)
+def torchstrata_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Add the inductor's hookspecs and its codegen stage to ``pluginmanager``."""
+    pluginmanager.add_hookspecs(hookspecs)
+    if pluginmanager.get_plugin(STAGE_NAME) is None:
+        pluginmanager.register(CodegenStage(pluginmanager), name=STAGE_NAME)
+
+
+@hookimpl
+def torchstrata_inductor_backends() -> tuple[BackendSpec, ...]:
+    """The built-in backends: ``cpp``, ``triton`` and ``eager``."""
+    return builtin_backends()

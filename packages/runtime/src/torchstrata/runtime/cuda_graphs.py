@@ -1,7 +1,7 @@
 """CUDA graphs for inference graphs: ``compile(..., mode="reduce-overhead")``.
 
 A decode step launches dozens of small kernels and ATen calls, and its time is the host's
-(``docs/measurements/2026-12-01-h200-s14-m5-in-place.txt``). Recorded once as a CUDA
+(``bench/results/2026-12-01-h200-s14-m5-in-place.txt``). Recorded once as a CUDA
 graph, the whole launcher is one replay.
 
 :class:`CudaGraphed` wraps a compiled graph's function. The first :data:`WARMUP_CALLS`

@@ -64,6 +64,8 @@ class ExplainReport:
     #: ``"op: reason"`` for ATen ops the decomposition kept for a reason of their own
     #: (an op that touches complex values: prims are real-valued).
     eager_reasons: tuple[str, ...] = ()
+    #: The options the call was compiled with (their stage options are printed).
+    options: CompileOptions | None = None
 
     @property
     def graph_count(self) -> int:
@@ -82,6 +84,10 @@ class ExplainReport:
         ]
         if self.fallback:
             lines.append(f"runs eagerly: {self.fallback}")
+        if self.options is not None:
+            lines.append(f"codegen: {self.options.codegen or 'by device'}")
+            lines.append(f"inductor options: {self.options.inductor}")
+            lines.append(f"autograd options: {self.options.autograd}")
         if self.missing_stages:
             lines.append(f"missing stages: {', '.join(self.missing_stages)}")
         for graph_break in self.graph_breaks:
@@ -195,6 +201,7 @@ def explain_call(
                 fallback=str(failure),
                 pass_records=tuple(trace.pass_records),
                 stage_seconds=tuple(trace.stage_seconds),
+                options=options,
             )
         # Built inside the trace: a backward compiled for the report is timed too.
         report = report_from_artifacts(frame)
@@ -202,4 +209,5 @@ def explain_call(
             report,
             pass_records=tuple(trace.pass_records),
             stage_seconds=tuple(trace.stage_seconds),
+            options=options,
         )

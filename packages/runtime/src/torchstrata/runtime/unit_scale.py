@@ -79,7 +79,7 @@ def _launcher(
     """A launch of ``kernel`` over ``numel`` elements of ``dtype`` scaled by a
     ``scale_dtype`` value: its arguments are tensors only (the element count and steps
     ride in a small device tensor made here, once), so on the GPU it goes through the
-    inductor's :class:`~torchstrata.inductor.triton_launch.DirectLaunch` when that is
+    inductor's :class:`~torchstrata.inductor.launch.triton_launch.DirectLaunch` when that is
     installed, without Triton's per-call dispatch (tens of microseconds of host time per
     backward). A direct launch reuses the binary its first call compiled, for that
     call's pointer types: the dtypes are part of this cache's key, or a float32
@@ -105,12 +105,11 @@ def _launcher(
     launch: Any = dispatched
     if index >= 0:
         try:
-            from torchstrata.inductor.triton_launch import DirectLaunch, direct_launch_enabled
+            from torchstrata.inductor.launch.triton_launch import DirectLaunch
         except ImportError:  # the runtime without the inductor: Triton's dispatch
             pass
         else:
-            if direct_launch_enabled():
-                launch = DirectLaunch(kernel, (programs,), constants, dispatched)
+            launch = DirectLaunch(kernel, (programs,), constants, dispatched)
     return lambda grad, scale: launch(grad, scale, meta)
 
 

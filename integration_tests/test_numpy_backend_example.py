@@ -1,0 +1,126 @@
+"""A third-party inductor backend, installed for real, is selected by name.
+
+``examples/strata_numpy_backend`` is pip-installed into a temporary directory and used
+from a fresh interpreter with that directory on PYTHONPATH: its entry point registers
+the ``numpy`` backend through the inductor's ``torchstrata_inductor_backends`` hook, and
+``codegen="numpy"`` compiles with it. Results are compared with eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKEND_SOURCE = ROOT / "examples" / "strata_numpy_backend"
+
+SCRIPT = textwrap.dedent(
+    """
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+
+    import torchstrata.runtime as rt
+
+    warnings.simplefilter("error")  # a fallback to eager would be a failure here
+    torch.manual_seed(0)
+    cases = {
+        "softmax_gelu": (
+            lambda x, b: torch.softmax(F.gelu(x + b), -1), (torch.randn(8, 32), torch.randn(32))
+        ),
+        "layer_norm": (
+            lambda x, w, b: F.layer_norm(x, (32,), w, b),
+            (torch.randn(8, 32), torch.randn(32), torch.randn(32)),
+        ),
+        "cross_entropy": (
+            lambda x, t: F.cross_entropy(x, t), (torch.randn(8, 16), torch.randint(0, 16, (8,)))
+        ),
+        "permute_add": (
+            lambda x, y: x.permute(1, 0, 2) + y, (torch.randn(4, 8, 16), torch.randn(8, 4, 16))
+        ),
+        "matmul_epilogue": (
+            lambda x, w, b: torch.relu(x @ w + b),
+            (torch.randn(8, 16), torch.randn(16, 32), torch.randn(32)),
+        ),
+        "integer_max": (lambda a: (a * 3 + 1).amax(-1), (torch.randint(-5, 5, (4, 8)),)),
+    }
+    for name, (fn, args) in cases.items():
+        compiled = rt.compile(fn, codegen="numpy")
+        torch.testing.assert_close(compiled(*args), fn(*args))
+        report = rt.explain(compiled, *args)
+        backends = {kernel.backend for kernel in report.kernels}
+        assert backends == {"numpy"}, (name, backends)
+        print(name, len(report.kernels), ",".join(report.eager_ops))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def backend_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example backend installed (without dependencies) into a fresh directory."""
+    target = tmp_path_factory.mktemp("numpy_backend")
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target"]
+    command.append(str(target))
+    if importlib.util.find_spec("hatchling") is not None:
+        command.append("--no-build-isolation")  # works offline when hatchling is at hand
+    result = subprocess.run(
+        [*command, str(BACKEND_SOURCE)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, f"pip install failed:\n{result.stdout}\n{result.stderr}"
+    return target
+
+
+def test_the_numpy_backend_is_selected_by_name_and_matches_eager(backend_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(backend_path), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert set(lines) == {
+        "softmax_gelu",
+        "layer_norm",
+        "cross_entropy",
+        "permute_add",
+        "matmul_epilogue",
+        "integer_max",
+    }
+    kernels, eager_ops = lines["matmul_epilogue"].split(" ")[0], lines["matmul_epilogue"]
+    assert int(kernels) >= 1 and "aten.mm.default" in eager_ops  # the epilogue is a kernel
+
+
+def test_an_unknown_backend_name_lists_the_registered_ones(backend_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import torch
+        from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, prim
+        from torchstrata.core import create_plugin_manager
+
+        b = GraphBuilder(Level.PRIMS)
+        x = b.input("x", TensorMeta((4,), torch.float32))
+        graph = b.build([b.call(prim("exp"), x)])
+        manager = create_plugin_manager()
+        try:
+            manager.hook.torchstrata_codegen(
+                graph=graph, device=torch.device("cpu"), options=CompileOptions(codegen="fortran")
+            )
+        except Exception as error:
+            print(type(error).__name__, error)
+        """
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(backend_path), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("CodegenError codegen='fortran'"), result.stdout
+    assert "registered: cpp, eager, numpy, triton" in result.stdout

@@ -1,0 +1,1 @@
+"""Code generators: the backend interface and what C++ and Triton share."""

@@ -1,0 +1,130 @@
+"""The backend interface, and the C++ backend (generate, compile, launch with ctypes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+import torch
+
+from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
+from torchstrata.inductor.codegen.cpp.build import (
+    KernelSource,
+    build_kernels,
+    simd_math_functions,
+)
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch
+from torchstrata.inductor.schedule.plan_passes import PlanPass
+
+
+@attrs.frozen
+class BuiltLaunch:
+    """A kernel ready to launch, its report entry and what building it cost."""
+
+    launch: KernelLaunch
+    info: KernelInfo
+    compile_seconds: float = 0.0
+
+
+class Backend(Protocol):
+    """A code generator for fused kernels.
+
+    A backend may also define ``build_all(kernels, options) -> list[BuiltLaunch]``, which
+    :func:`build_all` prefers: the whole graph's kernels at once (the C++ backend compiles
+    them in parallel and builds identical ones once)."""
+
+    name: str
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """Can prims.``prim`` on ``dtype`` operands be generated?"""
+        ...
+
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """Graph rewrites before lowering that this backend wants beyond the common ones."""
+        ...
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """Rewrites of the plan's steps that this backend wants, in order."""
+        ...
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """Generate, compile and load ``kernel``."""
+        ...
+
+
+def _ctypes_call(handle: str, args: Sequence[str]) -> str:
+    return f"{handle}({', '.join(arg + '.data_ptr()' for arg in args)})"
+
+
+class CppBackend:
+    """Plain C++ with OpenMP, compiled by the system compiler and loaded with ctypes;
+    ``options``: the switches it reads (``reciprocals``)."""
+
+    name = "cpp"
+
+    def __init__(self, options: InductorOptions | None = None) -> None:
+        self.options = options if options is not None else InductorOptions()
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """See :class:`Backend`."""
+        return cpp_supports(prim, dtype)
+
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """None: the C++ backend walks long columns itself."""
+        return ()
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """None: a kernel call costs no more than a function call in C++."""
+        return ()
+
+    def generate(self, kernel: Kernel, simd_functions: frozenset[str] | None = None) -> str:
+        """The C++ source of ``kernel``, as :meth:`build` compiles it; ``simd_functions``:
+        the math functions with vector variants (default: this machine's libmvec's)."""
+        if simd_functions is None:
+            simd_functions = simd_math_functions()
+        return generate_cpp(self._rewritten(kernel), simd_functions)
+
+    def _rewritten(self, kernel: Kernel) -> Kernel:
+        return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`Backend`; divisions by per-row values become multiplications
+        (``reciprocals``)."""
+        (built,) = self.build_all([kernel], options)
+        return built
+
+    def build_all(self, kernels: Sequence[Kernel], options: CompileOptions) -> list[BuiltLaunch]:
+        """:meth:`build` for each of ``kernels``: all compiled first (in parallel, each
+        distinct kernel once, see :func:`~torchstrata.inductor.codegen.cpp.build.build_kernels`),
+        then loaded."""
+        simd_functions = simd_math_functions()
+        kernels = [self._rewritten(kernel) for kernel in kernels]
+        sources = [generate_cpp(kernel, simd_functions) for kernel in kernels]
+        requests = [
+            KernelSource(source, kernel.name, len(kernel.args), kernel_checks(kernel))
+            for kernel, source in zip(kernels, sources, strict=True)
+        ]
+        builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
+        launches = []
+        for kernel, source, built in zip(kernels, sources, builds, strict=True):
+            info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
+            launch = KernelLaunch(kernel, built.fn, _ctypes_call)
+            launches.append(BuiltLaunch(launch, info, built.compile_seconds))
+        return launches
+
+
+def build_all(
+    backend: Backend, kernels: Sequence[Kernel], options: CompileOptions
+) -> list[BuiltLaunch]:
+    """``backend.build`` of each kernel, through the backend's ``build_all`` when it has
+    one (a batch it may compile in parallel and deduplicate)."""
+    batch = getattr(backend, "build_all", None)
+    if batch is not None:
+        return list(batch(kernels, options))
+    return [backend.build(kernel, options) for kernel in kernels]

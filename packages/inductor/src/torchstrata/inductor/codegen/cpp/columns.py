@@ -1,0 +1,276 @@
+"""Column reductions in C++: reducing over a strided dim into contiguous outputs.
+
+A weight gradient ``dW[n] = sum_m dy[m, n] * xhat[m, n]`` is a kernel whose rows are the
+N columns and whose reduced dim is the M rows, at stride N. Walking each column down its
+strided dim touches one float per cache line, so here the reduced dim is the outer loop
+and a SIMD loop over a block of contiguous columns updates one accumulator per column:
+every thread streams through memory in order.
+
+The reduced dim is split into chunks so that threads share the work even when there is
+a single block of columns. Each chunk writes its partial results to scratch; a second
+loop combines them in chunk order (so results do not depend on the thread count) and
+does the row stores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from torchstrata.inductor.codegen.cpp.exprs import (
+    COMBINE,
+    PARALLEL_THRESHOLD,
+    CppPrinter,
+    accumulator_type,
+    compute_type,
+    derive_vars,
+    kernel_source,
+    literal,
+    store_line,
+)
+from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used
+from torchstrata.inductor.ir.kernel import (
+    Kernel,
+    ReductionSpec,
+    red_vars,
+    reduction_identity,
+    row_vars,
+)
+from torchstrata.inductor.schedule.columns import is_column_reduction
+
+COLUMN_BLOCK = 1024  # most columns per block: one accumulator array each, kept in L1
+MIN_COLUMNS = 8  # fewer contiguous columns than one AVX vector: reduce along rows instead
+WORK_ITEMS = 16  # parallel work items to aim for (blocks x chunks), whatever the thread count
+MIN_CHUNK = 32  # fewest reduced elements per chunk
+#: Reduced elements that a float32 sum adds in float (per column, one after another)
+#: before adding them to its double accumulator: full float SIMD width, within ~2 ulps.
+SUM_ROWS = 16
+
+
+def _wide(spec: ReductionSpec) -> bool:
+    return accumulator_type(spec.dtype, spec.kind) != compute_type(spec.dtype)
+
+
+def _acc_type(spec: ReductionSpec) -> str:
+    return accumulator_type(spec.dtype, spec.kind)
+
+
+def uses_column_loop(kernel: Kernel) -> bool:
+    """True when :func:`generate_column_cpp` generates ``kernel``: a column reduction by
+    the vote of :func:`~torchstrata.inductor.schedule.columns.is_column_reduction`, of a shape that
+    the column loop handles: at least ``MIN_COLUMNS`` columns, one phase of reductions
+    (none reads another) and no stores over the reduced dims.
+    """
+    if not kernel.red_shape or not kernel.row_shape or kernel.full_stores:
+        return False
+    if kernel.row_shape[-1] < MIN_COLUMNS or not kernel.reductions:
+        return False
+    if any(reductions_used(spec.body) for spec in kernel.reductions):
+        return False
+    return is_column_reduction(kernel)
+
+
+class _BlockEmitter(ExprEmitter):
+    """An emitter whose inner loop runs over columns; reduction results vary per column."""
+
+    def depends_on_inner(self, expr: Expr) -> bool:
+        """See :meth:`ExprEmitter.depends_on_inner`; a :class:`ReduceRef` is per column."""
+        return isinstance(expr, ReduceRef) or super().depends_on_inner(expr)
+
+
+class _Layout:
+    """How the domain is cut: outer row groups x column blocks x chunks of the reduced dim."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        rows = row_vars(kernel.row_shape)
+        self.outer_vars, self.column = rows[:-1], rows[-1]
+        self.red_vars = red_vars(kernel.red_shape)
+        self.groups = math.prod(v.size for v in self.outer_vars)
+        self.columns = self.column.size
+        self.blocks = -(-self.columns // COLUMN_BLOCK)
+        self.block = -(-self.columns // self.blocks)
+        self.length = kernel.row_length
+        total = kernel.rows * self.length
+        self.parallel = total >= PARALLEL_THRESHOLD
+        chunks = 1
+        if self.parallel:
+            wanted = -(-WORK_ITEMS // (self.groups * self.blocks))
+            chunks = max(1, min(wanted, self.length // MIN_CHUNK))
+        self.chunk = -(-self.length // chunks) if self.length else 0
+        self.chunks = -(-self.length // self.chunk) if self.length else 1
+
+    def block_header(self, item: str, per_group: int) -> list[str]:
+        """Lines binding the outer row vars, ``c0`` and ``cn`` of work item ``item``."""
+        lines = [f"const int64_t xo = {item} / {per_group};"]
+        lines += derive_vars(self.outer_vars, "xo")
+        block_index = f"({item} / {per_group // self.blocks}) % {self.blocks}"
+        lines += [
+            f"const int64_t c0 = {block_index} * {self.block};",
+            f"const int64_t cn = {self.columns} - c0 < {self.block} "
+            f"? {self.columns} - c0 : {self.block};",
+        ]
+        return lines
+
+    def pragma(self, items: int) -> list[str]:
+        """The ``parallel for`` over ``items`` work items, when there is enough work."""
+        return ["#pragma omp parallel for"] if self.parallel and items > 1 else []
+
+
+def _column_loop(layout: _Layout, body: Sequence[str]) -> list[str]:
+    return [
+        "#pragma omp simd",
+        "for (int64_t c = 0; c < cn; ++c) {",
+        f"  const int64_t {layout.column.name} = c0 + c;",
+        *("  " + line for line in body),
+        "}",
+    ]
+
+
+def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
+    """The chunk loop: accumulators start at the identity and fold in each reduced element."""
+    emitter = ExprEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="a")
+    emitter.open_inner()
+    updates = []
+    wide = [spec for spec in kernel.reductions if _wide(spec)]
+    for spec in kernel.reductions:
+        name = f"block_{spec.name}" if _wide(spec) else f"acc_{spec.name}"
+        acc, ctype = f"{name}[c]", compute_type(spec.dtype)
+        value = emitter.emit(spec.body)
+        combined = COMBINE[spec.kind].format(acc=acc, v=value)
+        updates.append(f"{acc} = static_cast<{ctype}>({combined});")
+    inner = emitter.close_inner() + updates
+    per_element = (
+        derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
+    )
+    bounds = [
+        "const int64_t r_begin = chunk * " + str(layout.chunk) + ";",
+        f"const int64_t r_end = r_begin + {layout.chunk} < {layout.length} "
+        f"? r_begin + {layout.chunk} : {layout.length};",
+    ]
+    if not wide:
+        return [
+            *bounds,
+            "for (int64_t rr = r_begin; rr < r_end; ++rr) {",
+            *("  " + line for line in per_element),
+            "}",
+        ]
+    # Wide sums add SUM_ROWS elements in float (block_<name>), then into their double acc.
+    starts = _column_loop(layout, [f"block_{s.name}[c] = 0;" for s in wide])
+    flushes = _column_loop(
+        layout,
+        [
+            f"acc_{s.name}[c] = acc_{s.name}[c] + static_cast<{_acc_type(s)}>(block_{s.name}[c]);"
+            for s in wide
+        ],
+    )
+    block = [
+        "const int64_t rb_end = rb + "
+        + str(SUM_ROWS)
+        + " < r_end ? rb + "
+        + str(SUM_ROWS)
+        + " : r_end;",
+        *starts,
+        "for (int64_t rr = rb; rr < rb_end; ++rr) {",
+        *("  " + line for line in per_element),
+        "}",
+        *flushes,
+    ]
+    return [
+        *bounds,
+        *(f"alignas(64) {compute_type(s.dtype)} block_{s.name}[{layout.block}];" for s in wide),
+        f"for (int64_t rb = r_begin; rb < r_end; rb += {SUM_ROWS}) {{",
+        *("  " + line for line in block),
+        "}",
+    ]
+
+
+def _store_block(kernel: Kernel, layout: _Layout) -> list[str]:
+    """The row stores of one block of columns, reading each column's accumulators."""
+    emitter = _BlockEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="s")
+    emitter.open_inner()
+    emitter.preset_inner(
+        {
+            ReduceRef(s.name, s.dtype): (
+                f"static_cast<{compute_type(s.dtype)}>(acc_{s.name}[c])"
+                if _wide(s)
+                else f"acc_{s.name}[c]"
+            )
+            for s in kernel.reductions
+        }
+    )
+    stores = [store_line(store, emitter.emit(store.value)) for store in kernel.row_stores]
+    inner = emitter.close_inner() + stores
+    return emitter.take_outer() + _column_loop(layout, inner)
+
+
+def _declare_accumulators(kernel: Kernel, layout: _Layout, init: str | None) -> list[str]:
+    """Per-reduction accumulator arrays, set to the identity (``init`` None) or partial 0."""
+    lines, sets = [], []
+    for spec in kernel.reductions:
+        lines.append(f"alignas(64) {_acc_type(spec)} acc_{spec.name}[{layout.block}];")
+        if init is None:
+            value = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        else:
+            value = f"part_{spec.name}[{init}]"
+        sets.append(f"acc_{spec.name}[c] = {value};")
+    return lines + _column_loop(layout, sets)
+
+
+def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
+    """The C++ source of a column reduction (see :func:`uses_column_loop`)."""
+    layout = _Layout(kernel)
+    per_group = layout.blocks * layout.chunks
+    items = layout.groups * per_group
+    item_body = [
+        *layout.block_header("item", per_group),
+        f"const int64_t chunk = item % {layout.chunks};",
+        *_declare_accumulators(kernel, layout, None),
+        *_accumulate(kernel, layout),
+    ]
+    body: list[str] = []
+    if layout.chunks == 1:
+        item_body += _store_block(kernel, layout)
+    else:
+        partial = f"(xo * {layout.chunks} + chunk) * {layout.columns} + {layout.column.name}"
+        for spec in kernel.reductions:
+            ctype = _acc_type(spec)
+            size = layout.groups * layout.chunks * layout.columns
+            body.append(f"{ctype}* part_{spec.name} = new {ctype}[{size}];")
+        item_body += _column_loop(
+            layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
+        )
+    body += [*layout.pragma(items), f"for (int64_t item = 0; item < {items}; ++item) {{"]
+    body += ["  " + line for line in item_body] + ["}"]
+    if layout.chunks > 1:
+        body += _combine_and_store(kernel, layout)
+    return kernel_source(kernel, body, simd_functions)
+
+
+def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
+    """The second loop: fold each block's partials in chunk order, store, free scratch."""
+    first = f"xo * {layout.chunks} * {layout.columns} + {layout.column.name}"
+    folds = []
+    for spec in kernel.reductions:
+        acc, ctype = f"acc_{spec.name}[c]", _acc_type(spec)
+        part = f"part_{spec.name}[(xo * {layout.chunks} + k) * {layout.columns} + c0 + c]"
+        combined = COMBINE[spec.kind].format(acc=acc, v=part)
+        folds.append(f"{acc} = static_cast<{ctype}>({combined});")
+    fold_loop = [
+        f"for (int64_t k = 1; k < {layout.chunks}; ++k) {{",
+        "  #pragma omp simd",
+        "  for (int64_t c = 0; c < cn; ++c) {",
+        *("    " + line for line in folds),
+        "  }",
+        "}",
+    ]
+    item_body = [
+        *layout.block_header("item", layout.blocks),
+        *_declare_accumulators(kernel, layout, first),
+        *fold_loop,
+        *_store_block(kernel, layout),
+    ]
+    items = layout.groups * layout.blocks
+    lines = [*layout.pragma(items), f"for (int64_t item = 0; item < {items}; ++item) {{"]
+    lines += ["  " + line for line in item_body] + ["}"]
+    return lines + [f"delete[] part_{spec.name};" for spec in kernel.reductions]

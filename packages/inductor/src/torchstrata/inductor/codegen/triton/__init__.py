@@ -1,0 +1,1 @@
+"""The Triton backend, with the rewrites only Triton kernels get."""

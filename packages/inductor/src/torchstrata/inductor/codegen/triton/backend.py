@@ -1,0 +1,193 @@
+"""The Triton backend: generate a module per kernel, load it, launch it from the launcher.
+
+On a CPU device the kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` is set
+while the generated module is executed (``@triton.jit`` reads it at decoration time, in
+Triton 3.6 and 3.9 alike) and while its kernel is launched, and only then (see
+:mod:`~torchstrata.inductor.codegen.triton.env`). For GPU kernels it is cleared while the module
+executes. Triton itself is imported with this module, so its own library functions are
+always decorated as compiled functions, never as a side effect of our setting.
+
+Generated modules live in the artifact store (:mod:`torchstrata.core.artifacts`,
+namespace ``triton``), keyed by their canonical source (the names taken from graph nodes
+renamed, see :func:`~torchstrata.core.artifacts.canonical_source`): the kernels of
+identical layers are one file, one module and one Triton compile. Each file's hash is
+checked before it is executed. Triton's own binaries stay in Triton's cache
+(``TRITON_CACHE_DIR``), which torchstrata does not manage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
+
+from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
+from torchstrata.core.artifacts import CacheSettings, canonical_source, open_store
+from torchstrata.inductor.codegen.backend import BuiltLaunch
+from torchstrata.inductor.codegen.cpp.build import CANONICAL_ENTRY, GENERATED_PREFIXES
+from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
+from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
+from torchstrata.inductor.codegen.triton.env import triton_interpret
+from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
+from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
+from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
+from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
+from torchstrata.inductor.codegen.triton.split import generate_split_triton, scratch_sizes
+from torchstrata.inductor.codegen.triton.tails import tail_scratch
+from torchstrata.inductor.codegen.triton.tuning import (
+    ChoiceCache,
+    Config,
+    TunedKernel,
+    candidate_configs,
+    tuning_key,
+)
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.launcher import KernelLaunch
+from torchstrata.inductor.launch.triton_launch import cluster_launch_supported
+from torchstrata.inductor.schedule.plan_passes import PlanPass
+
+#: The artifact store's namespace for generated Triton modules.
+CACHE_NAMESPACE = "triton"
+#: Modules imported in this process, by (cache root, source key, interpreted): identical
+#: kernels share one ``@triton.jit`` function, so Triton compiles it once.
+_MODULES: dict[tuple[Path, str, bool], tuple[ModuleType, str]] = {}
+_MODULES_LOCK = threading.Lock()
+
+
+def load_module(
+    source: str,
+    name: str,
+    cache_dir: str | None,
+    interpret: bool,
+    size_limit: int | None = None,
+) -> tuple[ModuleType, str]:
+    """Import ``source``, whose kernel is ``name``, from a verified store entry (Triton
+    reads a kernel's source from its file) and return the module and the file's path.
+
+    The entry is keyed by the source's SHA-256 and checked against its recorded hash
+    before it is executed; one module per source per process.
+    """
+    key = hashlib.sha256(source.encode()).hexdigest()
+    store = open_store(CacheSettings.resolve(cache_dir, size_limit))
+    with _MODULES_LOCK:
+        loaded = _MODULES.get((store.root, key, interpret))
+        if loaded is not None:
+            return loaded
+        path, _ = store.get_or_build(CACHE_NAMESPACE, key, ".py", source.encode)
+        spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{key[:24]}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        with triton_interpret(interpret):
+            spec.loader.exec_module(module)
+        loaded = _MODULES[(store.root, key, interpret)] = (module, str(path))
+        return loaded
+
+
+class TritonBackend:
+    """``@triton.jit`` kernels; ``interpret=True`` runs them on CPU tensors under the interpreter."""
+
+    name = "triton"
+
+    def __init__(self, interpret: bool, options: InductorOptions | None = None) -> None:
+        self.interpret = interpret
+        self.options = options if options is not None else InductorOptions()
+
+    def supports(self, prim: str, dtype: torch.dtype) -> bool:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`."""
+        return triton_supports(prim, dtype, interpret=self.interpret)
+
+    def graph_passes(self) -> Sequence[GraphPass]:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`: long sums split."""
+        return triton_graph_passes(self.options)
+
+    def plan_passes(self) -> Sequence[PlanPass]:
+        """See :class:`~torchstrata.inductor.codegen.backend.Backend`: partials, tails and
+        horizontal fusion (a launch costs microseconds on a GPU)."""
+        return triton_plan_passes(self.options)
+
+    def generate(
+        self, kernel: Kernel, clusters: bool
+    ) -> tuple[Kernel, list[Config], list[tuple[tuple[bool, int, int, int], str]]]:
+        """The kernel as generated (rewritten, see :meth:`build`), its candidate launch
+        configurations and one Triton source per code variant; ``clusters``: the GPU
+        launches thread-block clusters."""
+        options = self.options
+        if options.row_tiles:
+            kernel = as_row_kernel(kernel) or kernel
+        if options.reciprocals:
+            kernel = hoist_reciprocals(kernel)
+        shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
+        configs = candidate_configs(
+            kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
+        )
+        generated = []
+        for variant in sorted({config.variant for config in configs}, reverse=True):
+            persistent, group, split, cluster = variant
+            launches = [config for config in configs if config.variant == variant]
+            if split > 1:
+                (chunk,) = {config.rblock for config in launches}
+                source = generate_split_triton(kernel, split, chunk)
+            else:
+                source = generate_triton(
+                    shifted,
+                    interpret=self.interpret,
+                    persistent=persistent,
+                    group=group,
+                    even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
+                    even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
+                    cluster=cluster,
+                    prefetch_partials=options.partials_prefetch,
+                )
+            generated.append((variant, source))
+        return kernel, configs, generated
+
+    def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
+        """See :class:`Backend`: one module per code variant, the launch config tuned later.
+
+        A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
+        divisions by per-row values become multiplications (``reciprocals``); a row's
+        ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
+        output reuses the statistics' own exps."""
+        clusters = not self.interpret and self.options.cluster_rows and cluster_launch_supported()
+        kernel, configs, generated = self.generate(kernel, clusters)
+        variants, sources, canonical, paths = {}, [], [], []
+        for variant, source in generated:
+            # Named as in every identical kernel (repeated layers): one module, one entry.
+            text, symbol = canonical_source(
+                source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES
+            )
+            module, path = load_module(
+                text, symbol, options.cache_dir, self.interpret, options.cache_size_limit
+            )
+            variants[variant] = getattr(module, symbol)
+            sources.append(source)
+            canonical.append(text)
+            paths.append(path)
+        choice_cache = None
+        if not self.interpret:
+            store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
+            choice_cache = ChoiceCache(store, tuning_key(canonical, torch.cuda.get_device_name()))
+        tuned = TunedKernel(
+            variants,
+            configs,
+            kernel.rows,
+            choice_cache,
+            not self.interpret,
+            scratch=lambda split: scratch_sizes(kernel, split),
+            tail=tail_scratch(kernel) if kernel.tail is not None else None,
+            cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
+            direct_launch=self.options.direct_launch,
+        )
+
+        def call(handle: str, args: Sequence[str]) -> str:
+            return f"{handle}.run({', '.join(args)})"
+
+        info = KernelInfo(kernel.name, self.name, "\n".join(sources), paths[0], kernel.ops)
+        return BuiltLaunch(KernelLaunch(kernel, tuned, call), info)

@@ -1,0 +1,571 @@
+"""Triton backend: a :class:`Kernel` as one ``@triton.jit`` function.
+
+* pointwise kernels: a 1-D block of ``XBLOCK`` elements per program, masked at the end;
+* reduction kernels: a 2-D ``[XBLOCK, RBLOCK]`` tile, ``XBLOCK`` rows per program.
+  *Persistent*: the whole row in one tile (``RBLOCK = next_power_of_2(row)``, every value
+  computed and every input read once). *Looped*: one loop over the row per group of
+  reductions, accumulators per lane; a max followed by a sum of ``exp(v - max)`` (softmax,
+  log-softmax, cross-entropy) is one *online* loop that rescales the running sums when
+  the max grows (kept per row, or per group of a thread's consecutive elements). Which variant and which block sizes run is chosen by ``triton_tuning``.
+
+16-bit floats are loaded into ``float32`` and rounded only when stored; max/min are
+NaN-propagating (``_ts_max``/``_ts_min``). The text of expressions, stores and tile
+reductions comes from :mod:`~torchstrata.inductor.codegen.triton.printer`, the loops from
+:mod:`~torchstrata.inductor.codegen.triton.loops`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.codegen.triton.cluster import (
+    CLUSTER_PARAMS,
+    can_cluster,
+    combine_lines,
+    header_lines,
+)
+from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
+from torchstrata.inductor.codegen.triton.printer import (
+    TL_TYPES,
+    TritonPrinter,
+    compute_type,
+    derive_lines,
+    literal,
+    module_source,
+    reduce_text,
+    render_index,
+    statistic_exp,
+    store_line,
+)
+from torchstrata.inductor.codegen.triton.tail_code import tail_lines
+from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
+from torchstrata.inductor.ir.kernel import (
+    Kernel,
+    ReductionSpec,
+    red_vars,
+    reduction_identity,
+    row_vars,
+)
+from torchstrata.inductor.ir.online import (
+    count_of_max,
+    online_pairs,
+    reduction_phases,
+    variance_pairs,
+)
+
+_COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
+
+
+def generate_triton(
+    kernel: Kernel,
+    *,
+    interpret: bool,
+    persistent: bool,
+    group: int = 0,
+    even_rows: bool = False,
+    even_row: bool = False,
+    cluster: int = 1,
+    prefetch_partials: bool = True,
+) -> str:
+    """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
+
+    ``persistent``: the whole row is one tile (``RBLOCK >= row``); otherwise the row is
+    looped over in ``RBLOCK`` chunks (max-then-sum-of-exp pairs in one online pass).
+    ``group``: the online max and sums are kept per group of ``group`` consecutive
+    elements of a tile (:func:`_online_grouped`) instead of per row, and the loop that
+    writes the output loads one tile ahead (:func:`~torchstrata.inductor.codegen.triton.loops.tile_loop`). ``even_rows``/``even_row``:
+    every launch's ``XBLOCK`` divides the rows / ``RBLOCK`` divides the row, so the masks
+    are constant ``True`` (Triton then drops them from loads and stores). ``cluster``: a
+    looped kernel whose rows are walked by clusters of this many programs, one chunk of
+    the row each (:mod:`~torchstrata.inductor.codegen.triton.cluster`; ``XBLOCK`` 1).
+    ``prefetch_partials``: a kernel with partials loads its next block of rows before this
+    block's work (``InductorOptions.partials_prefetch``).
+    """
+    if cluster > 1:
+        return _cluster_source(kernel, group, even_row, cluster)
+    if kernel.parts:
+        return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
+    if kernel.partials is not None:
+        lines = _partials_lines(kernel, interpret, prefetch_partials)
+        return module_source(kernel, lines, interpret)
+    persistent = persistent or not kernel.red_shape
+    reduction = bool(kernel.red_shape)
+    printer = TritonPrinter(kernel, reduction, interpret)
+    rv = red_vars(kernel.red_shape)
+    emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
+    printer.name_of = emitter.emit
+    wide = kernel.rows * kernel.row_length >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    lines = []
+    if reduction:
+        lines += [
+            f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+            "xmask = tl.full([XBLOCK, 1], 1, tl.int1)"
+            if even_rows
+            else f"xmask = xindex < {kernel.rows}",
+            "xzero = xindex * 0",
+            f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        ]
+    else:
+        lines += [
+            f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)",
+            "xmask = tl.full([XBLOCK], 1, tl.int1)"
+            if even_rows
+            else f"xmask = xindex < {kernel.rows}",
+            "xzero = xindex * 0",
+        ]
+    lines += derive_lines(row_vars(kernel.row_shape), "xindex")
+    rindex_lines = [
+        "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
+        if even_row
+        else f"rmask = rindex < {kernel.row_length}",
+        *derive_lines(rv, "rindex"),
+    ]
+    if reduction and persistent:
+        lines += [line.format(start="") for line in rindex_lines]
+    phases = reduction_phases(kernel.reductions)
+    pairs = {} if persistent else loop_pairs(kernel)
+    if not (persistent or interpret) and kernel.full_stores:
+        printer.eviction = "evict_last"
+    for phase in phases:
+        if persistent:
+            lines += _persistent_phase(emitter, phase, interpret)
+        else:
+            lines += _looped_phase(
+                emitter, phase, pairs, rindex_lines, kernel, interpret, group, even_row
+            )
+    row_stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
+    lines += emitter.take_outer() + row_stores
+    if kernel.full_stores:
+        if persistent:
+            full_stores = [
+                store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores
+            ]
+            lines += emitter.take_outer() + full_stores
+        else:
+            emitter.open_inner()
+            if not interpret:
+                printer.eviction = "evict_first"
+            stores = [
+                store_line(s, emitter.emit(s.value), printer, True, streaming=not interpret)
+                for s in kernel.full_stores
+            ]
+            # backwards: the tiles the reduction loop read last are still in L2 (on the
+            # H200, softmax over rows of 65536: 110 -> 102 us). Loading a tile ahead paid
+            # here (0.086 -> 0.082 ms), not in the reduction loops (cross-entropy's row
+            # kernel: 0.144 -> 0.149 ms): bench/results/2026-11-30-h200-prefetch.txt
+            loop = tile_loop(
+                kernel.row_length,
+                rindex_lines,
+                emitter.close_inner(),
+                stores,
+                prefetch=bool(group),
+                reverse=True,
+            )
+            lines += emitter.take_outer() + loop
+    if kernel.tail is None:
+        return module_source(kernel, lines, interpret)
+
+    lines += tail_lines(kernel, emitter, printer)
+    return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
+
+
+def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> str:
+    """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
+    reduction phase over the program's chunk, then the cluster's partials combined
+    (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
+    length = kernel.row_length
+    if not can_cluster(kernel, size, 1):  # chunks of whole elements: size divides the row
+        raise ValueError(f"{kernel.name} cannot be walked by clusters of {size} programs")
+    chunk = length // size
+    printer = TritonPrinter(kernel, True, interpret=False)
+    rv = red_vars(kernel.red_shape)
+    emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
+    printer.name_of = emitter.emit
+    wide = kernel.rows * length >= 2**31
+    lines = [
+        *header_lines(size, chunk, wide),
+        "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
+        "xzero = xindex * 0",
+        f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        *derive_lines(row_vars(kernel.row_shape), "xindex"),
+    ]
+    rindex_lines = [
+        "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)" if even_row else f"rmask = rindex < {length}",
+        *derive_lines(rv, "rindex"),
+    ]
+    pairs = online_pairs(kernel.reductions)  # no Welford pairs: their merge is not here
+    if kernel.full_stores:
+        printer.eviction = "evict_last"
+    for phase in reduction_phases(kernel.reductions):
+        walked = _looped_phase(
+            emitter, phase, pairs, rindex_lines, kernel, False, group, even_row, chunk
+        )
+        if walked:
+            lines += walked + combine_lines(kernel, phase, pairs, size)
+    first = "xmask & (chunk == 0)"
+    row_stores = [
+        store_line(s, emitter.emit(s.value), printer, False, first) for s in kernel.row_stores
+    ]
+    lines += emitter.take_outer() + row_stores
+    if kernel.full_stores:
+        emitter.open_inner()
+        printer.eviction = "evict_first"
+        stores = [
+            store_line(s, emitter.emit(s.value), printer, True, streaming=True)
+            for s in kernel.full_stores
+        ]
+        inner = emitter.close_inner()
+        # no look-ahead here: on the H200, rows of 262144 in clusters of 8 with 16 warps
+        # took 129 us with it, 114 without (exp_clab.py)
+        loop = tile_loop(
+            length, rindex_lines, inner, stores, prefetch=False, reverse=True, chunk=chunk
+        )
+        lines += emitter.take_outer() + loop
+    return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
+
+
+def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
+    """A horizontal kernel's body: each part over its slice of the launch's elements,
+    masked to it (a program's block may straddle two parts)."""
+    wide = kernel.rows >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    lines = [f"gindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)"]
+    offset = 0
+    for part in kernel.parts:
+        printer = TritonPrinter(part, False, interpret)
+        emitter = ExprEmitter(printer, frozenset())
+        printer.name_of = emitter.emit
+        lines += [
+            f"xindex = gindex - {offset}",
+            f"xmask = (xindex >= 0) & (xindex < {part.rows})",
+            "xzero = xindex * 0",
+            *derive_lines(row_vars(part.row_shape), "xindex"),
+        ]
+        stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
+        lines += emitter.take_outer() + stores
+        offset += part.rows
+    return lines
+
+
+def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str]:
+    """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
+    a time, adds the fused column sums of each block of rows into per-column accumulators,
+    and stores them once (``partials.py``). Every row is in range (chunks tile the rows)."""
+    partials = kernel.partials
+    assert partials is not None
+    printer = TritonPrinter(kernel, True, interpret)
+    emitter = ExprEmitter(printer, frozenset())
+    printer.name_of = emitter.emit
+    wide = kernel.rows * kernel.row_length >= 2**31
+    lines = [
+        "xp = tl.program_id(0).to(tl.int64)" if wide else "xp = tl.program_id(0)",
+        "rindex = tl.arange(0, RBLOCK)[None, :]",
+        f"rmask = rindex < {kernel.row_length}",
+        f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
+        *derive_lines(red_vars(kernel.red_shape), "rindex"),
+        *(f"part_{s.name} = tl.full([1, RBLOCK], 0, tl.float32)" for s in partials.reductions),
+    ]
+    block = [
+        f"xindex = xp * {partials.chunk} + {{start}}tl.arange(0, XBLOCK)[:, None]",
+        "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
+        "xzero = xindex * 0",
+        *derive_lines(row_vars(kernel.row_shape), "xindex"),
+    ]
+    body: list[str] = []
+    for phase in reduction_phases(kernel.reductions):
+        body += _persistent_phase(emitter, phase, interpret)
+    stores = [store_line(s, emitter.emit(s.value), printer, False) for s in kernel.row_stores]
+    body += emitter.take_outer() + stores
+    stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
+    body += emitter.take_outer() + stores
+    updates = []
+    for spec in partials.reductions:
+        value = emitter.emit(spec.body)
+        updates += emitter.take_outer()
+        masked = f"tl.where(xmask & rmask, {value}, 0.0)"
+        updates.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
+    lines += block_loop(partials.chunk, kernel.rows, block, body, updates, prefetch=prefetch)
+    lines += [f"red_{spec.name} = part_{spec.name}" for spec in partials.reductions]
+    after = TritonPrinter(kernel, True, interpret)  # names of the loop are not visible here
+    after_emitter = ExprEmitter(after, frozenset(), prefix="ptmp")
+    after.name_of = after_emitter.emit
+    for store in partials.stores:
+        value = f"({after_emitter.emit(store.value)}).to({TL_TYPES[store.dtype]})"
+        offset = f"{render_index(store.index)} + rzero"
+        lines += after_emitter.take_outer()
+        lines.append(f"tl.store({store.buffer} + ({offset}), {value}, rmask)")
+    return lines
+
+
+def _persistent_phase(
+    emitter: ExprEmitter, phase: Sequence[ReductionSpec], interpret: bool
+) -> list[str]:
+    lines = []
+    for spec in phase:
+        value = emitter.emit(spec.body)
+        identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        lines += emitter.take_outer()
+        lines.append(f"masked_{spec.name} = tl.where(xmask & rmask, {value}, {identity})")
+        lines.append(f"red_{spec.name} = {reduce_text(spec, f'masked_{spec.name}', interpret)}")
+    return lines
+
+
+#: Rows at least this long compute a mean and centred second moment in one Welford loop;
+#: shorter ones in a loop each (their second read hits L2). LayerNorm in bf16 on the H200:
+#: [4096, 16384] 73.6 us with Welford against 71.5; [256, 262144] 119.7 against 136.9
+#: (bench/results/2026-11-30-h200-layernorm-welford.txt).
+WELFORD_MIN_LENGTH = 65536
+
+
+def loop_pairs(kernel: Kernel) -> dict[str, ReductionSpec]:
+    """Reductions a looped kernel computes in an earlier reduction's loop: ``{partner name:
+    the reduction whose loop computes it}`` (online softmax sums and counts of maxima,
+    Welford second moments on rows of at least :data:`WELFORD_MIN_LENGTH`)."""
+    pairs = online_pairs(kernel.reductions, counts=True)
+    if kernel.row_length >= WELFORD_MIN_LENGTH:
+        pairs |= variance_pairs(kernel.reductions, kernel.row_length)
+    return pairs
+
+
+def _looped_phase(
+    emitter: ExprEmitter,
+    phase: Sequence[ReductionSpec],
+    pairs: dict[str, ReductionSpec],
+    rindex_lines: list[str],
+    kernel: Kernel,
+    interpret: bool,
+    group: int,
+    even_row: bool,
+    chunk: int | None = None,
+) -> list[str]:
+    """One loop over the row (or the program's ``chunk`` of it) for ``phase``; a phase
+    whose reductions are partners of an earlier one (:func:`loop_pairs`) is folded into
+    that one's loop, so it emits nothing."""
+    if all(spec.name in pairs for spec in phase):
+        return []
+    partners = [spec for spec in kernel.reductions if pairs.get(spec.name) in phase]
+    # With an online max kept per row, every accumulator of the loop is kept per row too
+    # (one reduction of the tile per iteration, few registers); otherwise per lane.
+    per_row = any(pairs[p.name].kind == "amax" for p in partners) and not group
+    emitter.open_inner()
+    inits, updates, finals = [], [], []
+    for spec in phase:
+        identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+        ctype = compute_type(spec.dtype)
+        width = "1" if per_row else "RBLOCK"
+        inits.append(
+            f"acc_{spec.name} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"
+        )
+        value = emitter.emit(spec.body)
+        masked = f"tl.where(xmask & rmask, {value}, {identity})"
+        mine = [p for p in partners if pairs[p.name] is spec]
+        if not mine:
+            acc = f"acc_{spec.name}"
+            tile = reduce_text(spec, masked, interpret) if per_row else masked
+            updates.append(f"{acc} = {_COMBINE[spec.kind]}({acc}, {tile})")
+            finals.append(
+                f"red_{spec.name} = {acc if per_row else reduce_text(spec, acc, interpret)}"
+            )
+            continue
+        if spec.kind == "sum":
+            even = kernel.row_length if even_row else None
+            new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
+        else:
+            # a cluster's chunk: its partial sums are merged later (triton_cluster.py)
+            whole = None if chunk is not None else kernel.row_length
+            new_inits, new_updates, new_finals = _online(
+                spec, masked, mine, interpret, group, whole
+            )
+        inits[-1:] = new_inits
+        updates += new_updates
+        finals += new_finals
+    inner = emitter.close_inner()
+    # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
+    # handwritten cluster kernel does, a one-off device script (git history))
+    ahead = chunk is not None and group > 0
+    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
+    return emitter.take_outer() + inits + loop + finals
+
+
+Lines = list[str]
+
+
+def _online(
+    spec: ReductionSpec,
+    masked: str,
+    sums: Sequence[ReductionSpec],
+    interpret: bool,
+    group: int,
+    length: int | None,
+) -> tuple[Lines, Lines, Lines]:
+    """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
+
+    Per row (``group`` 0): each iteration reduces the tile's max and its sums of
+    exponentials, the running sums are rescaled by one exp per row when the max grows (one
+    exp per element); a running count of maxima (``amax``'s backward) restarts when the
+    max grows. Per group (:func:`_online_grouped`): no reduction across threads
+    inside the loop.
+    """
+    m, ctype = spec.name, compute_type(spec.dtype)
+    if group:
+        return _online_grouped(spec, masked, sums, interpret, group, length)
+    inits = [f"acc_{m} = tl.full([XBLOCK, 1], {_identity_text(spec)}, {ctype})"]
+    tile_max = reduce_text(spec, f"val_{m}", interpret)
+    updates = [
+        f"val_{m} = {masked}",
+        f"new_{m} = _ts_max(acc_{m}, {tile_max})",
+        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+        f"scale_{m} = {statistic_exp(f'acc_{m} - safe_{m}', spec.dtype)}",
+        f"term_{m} = {statistic_exp(f'val_{m} - safe_{m}', spec.dtype)}",
+    ]
+    finals = [f"red_{m} = acc_{m}"]
+    for partner in sums:
+        s = partner.name
+        inits.append(f"acc_{s} = tl.full([XBLOCK, 1], 0, {compute_type(partner.dtype)})")
+        if count_of_max(partner, {m: spec}):
+            ties = reduce_text(partner, f"(val_{m} == new_{m}).to(tl.int32)", interpret)
+            updates.append(f"acc_{s} = tl.where(new_{m} == acc_{m}, acc_{s}, 0) + {ties}")
+            finals.append(f"red_{s} = {_all_tied(m, s, length)}")
+            continue
+        tile = reduce_text(partner, f"term_{m}", interpret)
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
+        finals.append(f"red_{s} = {_undefined_if_all_minus_inf(m, f'acc_{s}', length)}")
+    return inits, [*updates, f"acc_{m} = new_{m}"], finals
+
+
+def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
+    """The online sum ``total``, or NaN for a row whose max is ``-inf``: there every term
+    is ``exp(-inf - -inf)``, NaN, as the plain sum (and eager) computes it; the loop's
+    safe shift made them 0. Not for a chunk of a row (``length`` None): its sum is merged
+    with the other chunks' as it is."""
+    if length is None:
+        return total
+    return f"tl.where(red_{m} == float('-inf'), float('nan'), {total})"
+
+
+def _all_tied(m: str, s: str, length: int | None) -> str:
+    """The count of maxima ``acc_{s}``, or the row's ``length`` when its max is ``-inf``
+    (every element ties; the loop also counted the masked lanes, which are ``-inf``)."""
+    assert length is not None, "counts of maxima are not merged across a cluster's chunks"
+    return f"tl.where(red_{m} == float('-inf'), {length}, acc_{s})"
+
+
+def _online_grouped(
+    spec: ReductionSpec,
+    masked: str,
+    sums: Sequence[ReductionSpec],
+    interpret: bool,
+    group: int,
+    length: int | None,
+) -> tuple[Lines, Lines, Lines]:
+    """Online max and sums kept per group of ``group`` consecutive elements of the tile.
+
+    The tile is reshaped to ``[XBLOCK, RBLOCK // group, group]``; a group lies within one
+    thread (loads are vectors of 8 bf16 or 4 float32), so its max and sum need no shuffle
+    and no barrier, and the loop's warps stream independently. The running sums are
+    rescaled by one exp per group; the groups are merged once, after the loop. On the
+    H200, cross-entropy's row kernel over [4096, 128256] bf16 ran at 100% of copy against
+    86% per row (bench/results/2026-11-30-h200-online-groups.txt).
+    """
+    m, ctype = spec.name, compute_type(spec.dtype)
+    width = f"RBLOCK // {group}"
+    inits = [f"acc_{m} = tl.full([XBLOCK, {width}], {_identity_text(spec)}, {ctype})"]
+    updates = [
+        f"val_{m} = tl.reshape({masked}, [XBLOCK, {width}, {group}])",
+        f"new_{m} = _ts_max(acc_{m}, {reduce_text(spec, f'val_{m}', interpret, axis=2)})",
+        f"safe_{m} = tl.where(new_{m} == float('-inf'), 0.0, new_{m})",
+        f"scale_{m} = {statistic_exp(f'acc_{m} - safe_{m}', spec.dtype)}",
+        f"term_{m} = {statistic_exp(f'val_{m} - safe_{m}[:, :, None]', spec.dtype)}",
+    ]
+    finals = [
+        f"red_{m} = {reduce_text(spec, f'acc_{m}', interpret)}",
+        f"rsafe_{m} = tl.where(red_{m} == float('-inf'), 0.0, red_{m})",
+    ]
+    for partner in sums:
+        s = partner.name
+        inits.append(f"acc_{s} = tl.full([XBLOCK, {width}], 0, {compute_type(partner.dtype)})")
+        if count_of_max(partner, {m: spec}):
+            ties = f"(val_{m} == new_{m}[:, :, None]).to(tl.int32)"
+            ties = reduce_text(partner, ties, interpret, axis=2)
+            updates.append(f"acc_{s} = tl.where(new_{m} == acc_{m}, acc_{s}, 0) + {ties}")
+            mine = f"tl.where(acc_{m} == red_{m}, acc_{s}, 0)"
+            finals.append(f"acc_{s} = {reduce_text(partner, mine, interpret)}")
+            finals.append(f"red_{s} = {_all_tied(m, s, length)}")
+            continue
+        tile = reduce_text(partner, f"term_{m}", interpret, axis=2)
+        updates.append(f"acc_{s} = acc_{s} * scale_{m} + {tile}")
+        rescaled = f"acc_{s} * {statistic_exp(f'acc_{m} - rsafe_{m}', spec.dtype)}"
+        total = reduce_text(partner, rescaled, interpret)
+        finals.append(f"red_{s} = {_undefined_if_all_minus_inf(m, total, length)}")
+    return inits, [*updates, f"acc_{m} = new_{m}"], finals
+
+
+def _welford(
+    spec: ReductionSpec,
+    masked: str,
+    squares: Sequence[ReductionSpec],
+    interpret: bool,
+    even_length: int | None,
+) -> tuple[Lines, Lines, Lines]:
+    """The sum ``spec`` and, in the same loop, its centred sums of squares (inits, loop
+    body, finals): a Welford running mean and second moment per lane, merged across the
+    lanes at the end (Chan's formula). The sum itself is still accumulated directly, so
+    the mean is the same as without the partner.
+
+    Each lane works on its values minus its first value (the shift): with a large mean
+    and a small spread, a running mean near the mean itself would be rounded to the
+    mean's ulp at every step, which is of the order of the spread.
+
+    When ``RBLOCK`` divides the row (of ``even_length``) every lane holds the same count,
+    so the update divides by a scalar (``1 / (k + 1)`` at the ``k``-th tile) instead of
+    per lane.
+    """
+    s, ctype = spec.name, compute_type(spec.dtype)
+    tile = "[XBLOCK, RBLOCK]"
+    inits = [
+        f"acc_{s} = tl.full({tile}, 0, {ctype})",
+        f"wk_{s} = tl.full({tile}, 0, {ctype})",
+        f"wmean_{s} = tl.full({tile}, 0, {ctype})",
+        f"wm2_{s} = tl.full({tile}, 0, {ctype})",
+    ]
+    updates = [
+        f"val_{s} = {masked}",
+        f"acc_{s} = acc_{s} + val_{s}",
+        f"wk_{s} = tl.where(roffset == 0, val_{s}, wk_{s})",
+        f"wv_{s} = val_{s} - wk_{s}",
+    ]
+    if even_length is not None:
+        updates += [f"wstep_{s} = 1.0 / (roffset // RBLOCK + 1)"]
+        count = f"tl.full({tile}, {even_length} // RBLOCK, {ctype})"
+    else:
+        inits.append(f"wn_{s} = tl.full({tile}, 0, {ctype})")
+        updates += [
+            f"wn_{s} = wn_{s} + tl.where(xmask & rmask, 1.0, 0.0)",
+            f"wstep_{s} = tl.where(xmask & rmask, 1.0 / tl.maximum(wn_{s}, 1.0), 0.0)",
+        ]
+        count = f"wn_{s}"
+    updates += [
+        f"delta_{s} = wv_{s} - wmean_{s}",
+        f"wmean_{s} = wmean_{s} + delta_{s} * wstep_{s}",
+        f"wm2_{s} = wm2_{s} + tl.where(xmask & rmask, delta_{s} * (wv_{s} - wmean_{s}), 0.0)",
+    ]
+    state = f"(wk_{s}, wmean_{s}, wm2_{s}, {count})"
+    merged = f"tl.reduce({state}, 1, _ts_welford_combine, keep_dims=True)"
+    finals = [
+        f"red_{s} = {reduce_text(spec, f'acc_{s}', interpret)}",
+        f"wk_{s}, wmean_{s}, wm2_{s}, wn_{s} = {merged}",
+    ]
+    finals += [f"red_{square.name} = wm2_{s}" for square in squares]
+    return inits, updates, finals
+
+
+def _identity_text(spec: ReductionSpec) -> str:
+    value = reduction_identity(spec.kind, spec.dtype)
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return f'float("{value}")'
+    return repr(value)

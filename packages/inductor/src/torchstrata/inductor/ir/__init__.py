@@ -1,0 +1,1 @@
+"""The loop IR: value expressions, index algebra, kernel descriptions and their printout."""

@@ -1,0 +1,1 @@
+"""The generated Python launcher and how it calls kernels and extern ops."""

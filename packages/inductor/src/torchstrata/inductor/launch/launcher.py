@@ -1,0 +1,246 @@
+"""The generated Python launcher: one function per graph that allocates, launches, returns.
+
+Everything is decided at compile time: shapes, strides, dtypes, grids and kernel handles
+are constants in the launcher's globals, so a call is a straight run of allocations,
+kernel launches and extern ATen calls with no lookups beyond local names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import Graph, Node, OpKind, same_layout
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.extern_calls import direct_call
+from torchstrata.inductor.launch.in_place import in_place_updates
+from torchstrata.inductor.schedule.lowering import Extern, StridedView
+from torchstrata.inductor.schedule.plan import Plan
+from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_name, buffer_strides
+
+
+@attrs.frozen
+class KernelLaunch:
+    """How the launcher calls one compiled kernel: ``call(handle, arg names) -> statement``."""
+
+    kernel: Kernel
+    handle: Any
+    call: Callable[[str, Sequence[str]], str]
+
+
+def _restride(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``tensor`` copied into the strides that the kernels were generated for."""
+    out = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    return out.copy_(tensor)
+
+
+class _Globals:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {
+            "empty_strided": torch.empty_strided,
+            "as_strided": torch.as_strided,
+            "_restride": _restride,
+            "_same_layout": same_layout,
+        }
+        self._ids: dict[int, str] = {}
+
+    def name(self, value: Any, prefix: str) -> str:
+        key = id(value)
+        if key not in self._ids:
+            name = f"{prefix}{len(self.values)}"
+            self.values[name] = value
+            self._ids[key] = name
+        return self._ids[key]
+
+
+def _render_arg(value: Any, env: _Globals) -> str:
+    if isinstance(value, Node):
+        return buffer_name(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_render_arg(v, env) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(_render_arg(v, env) + ", " for v in value) + ")"
+    if isinstance(value, bool | int | str) or value is None:
+        return repr(value)
+    return env.name(value, "const")
+
+
+def generate_launcher(
+    graph: Graph,
+    plan: Plan,
+    launches: dict[str, KernelLaunch],
+    write_backs: Mapping[int, int] | None = None,
+    relaid_outputs: Mapping[int, tuple[int, ...]] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The launcher's source and globals; the function is called ``launch``.
+
+    ``write_backs``: ``{output index: input index}`` of the outputs that the caller copies
+    into inputs; updates that produce them may run in place (:mod:`.in_place`).
+    ``relaid_outputs``: ``{output index: strides}`` of outputs copied into those strides
+    before they are returned (the layout the graph promised before a rewrite changed
+    it)."""
+    env = _Globals()
+    in_place = in_place_updates(graph, plan, write_backs)
+    params = [buffer_name(node) for node in graph.inputs]
+    lines = [f"def launch({', '.join(params)}):"]
+    kernel_loads = _nodes_loaded_by_kernels(plan)
+    views = _extern_views(plan)
+    kernel_loads |= {buffer_name(view.base) for view in views.values()}
+    made: set[Node] = set()
+    graph_outputs = set(graph.outputs)
+    for step in plan.steps:
+        if isinstance(step, ExternStep):
+            for operand in step.node.input_nodes():
+                if operand in views and operand not in made:
+                    made.add(operand)
+                    lines.append(_view_line(operand, views[operand]))
+            read = buffer_name(step.node) in kernel_loads
+            # a prim run by ATen lays its result out as ATen does: a graph output is
+            # copied into the layout the graph promised (eager's, see decomp.layouts)
+            op = step.node.op
+            relaid = (
+                not read
+                and step.node in graph_outputs
+                and op is not None
+                and op.kind is OpKind.PRIMS
+            )
+            lines += _extern_lines(step.node, plan, env, read, in_place.get(step.node), relaid)
+            continue
+        launch = launches.get(step.name)
+        tail = step.tail.stores if step.tail is not None else ()
+        partials = step.partials.stores if step.partials is not None else ()
+        for store in step.row_stores + step.full_stores + tail + partials:
+            node = graph.node(store.buffer.removeprefix("buf_"))
+            meta = node.tensor_meta
+            strides = buffer_strides(node, plan.lowered[node])
+            dtype = env.name(meta.dtype, "dtype")
+            device = env.name(meta.device, "device")
+            lines.append(
+                f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
+                f"device={device})"
+            )
+        if launch is not None:
+            handle = env.name(launch.handle, step.name + "_")
+            lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
+    lines = _release_at_last_use(lines, set(params) | {buffer_name(n) for n in graph.outputs})
+    names = [buffer_name(node) for node in graph.outputs]
+    for index, strides in sorted((relaid_outputs or {}).items()):
+        lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
+        names[index] = f"out_{index}"
+    lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
+    return "\n".join(lines) + "\n", env.values
+
+
+def _release_at_last_use(lines: list[str], keep: set[str]) -> list[str]:
+    """``lines`` (a ``def`` and its body) with ``del`` of each local right after its last use.
+
+    Intermediates (kernel buffers, extern results, views) are freed as soon as no later
+    statement reads them, instead of living until the launcher returns. Names in ``keep``
+    (the parameters and the outputs) are never released. Deleting a name that aliases
+    another tensor (a view) only drops that reference: torch keeps shared storage alive.
+    """
+    lines = "\n".join(lines).split("\n")  # one entry per physical line, as ast counts them
+    body = ast.parse("\n".join(lines) + "\n    pass\n").body[0]
+    assert isinstance(body, ast.FunctionDef)
+    statements = body.body[:-1]
+    assigned = {
+        node.id
+        for stmt in statements
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
+    last_use: dict[str, int] = {}
+    for index, stmt in enumerate(statements):
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id in assigned and node.id not in keep:
+                last_use[node.id] = index
+    dead_after: dict[int, list[str]] = {}
+    for name, index in last_use.items():
+        dead_after.setdefault(statements[index].end_lineno or 0, []).append(name)
+    out: list[str] = []
+    for lineno, line in enumerate(lines, start=1):
+        out.append(line)
+        if lineno in dead_after:
+            out.append(f"    del {', '.join(sorted(dead_after[lineno]))}")
+    return out
+
+
+def _extern_views(plan: Plan) -> dict[Node, StridedView]:
+    """Extern operands that are views of buffers: made with ``as_strided``, never copied."""
+    views: dict[Node, StridedView] = {}
+    for step in plan.steps:
+        if isinstance(step, ExternStep):
+            for operand in step.node.input_nodes():
+                view = plan.view(operand)
+                if view is not None:
+                    views[operand] = view
+    return views
+
+
+def _view_line(node: Node, view: StridedView) -> str:
+    base = buffer_name(view.base)
+    strides = view.strides
+    if view.offset == 0:  # as_strided keeps the base's storage offset
+        call = f"{base}.as_strided({view.shape!r}, {strides!r})"
+    else:
+        call = (
+            f"as_strided({base}, {view.shape!r}, {strides!r}, "
+            f"{base}.storage_offset() + {view.offset})"
+        )
+    return f"    {buffer_name(node)} = {call}  # a view, no copy"
+
+
+def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
+    return {arg.name for step in plan.steps if isinstance(step, Kernel) for arg in step.args}
+
+
+def _extern_lines(
+    node: Node,
+    plan: Plan,
+    env: _Globals,
+    read_by_kernel: bool,
+    in_place: Any = None,
+    relaid_output: bool = False,
+) -> list[str]:
+    """The call of an extern ATen op (``in_place``: its in-place form, updating its first
+    argument, see :mod:`.in_place`). Its result is copied into the strides of its
+    metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
+    where it is returned in another layout (size-one dimensions aside)."""
+    assert node.op is not None
+    lowered = plan.lowered[node]
+    assert isinstance(lowered, Extern)
+    if lowered.allocate_only:
+        meta = node.tensor_meta
+        dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
+        return [
+            f"    {buffer_name(node)} = empty_strided({meta.shape!r}, {meta.strides!r}, "
+            f"dtype={dtype}, device={device})  # {lowered.reason}"
+        ]
+    op = node.op.resolve() if in_place is None else in_place
+    fn = env.name(direct_call(op, node.kwargs), "extern")
+    args = [_render_arg(arg, env) for arg in node.args]
+    args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
+    name = buffer_name(node)
+    note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
+    lines = [f"    {name} = {fn}({', '.join(args)})  # {note}"]
+    if read_by_kernel:
+        # Kernels index this buffer with the strides its metadata promised.
+        strides = node.tensor_meta.strides
+        lines.append(f"    if {name}.stride() != {strides!r}:")
+        lines.append(f"        {name} = _restride({name}, {strides!r})")
+    elif relaid_output:
+        strides = node.tensor_meta.strides
+        lines.append(f"    if not _same_layout({name}.shape, {name}.stride(), {strides!r}):")
+        lines.append(f"        {name} = _restride({name}, {strides!r})")
+    return lines
+
+
+def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Execute the launcher source and return its ``launch`` function."""
+    namespace = dict(env)
+    exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
+    return namespace["launch"]

@@ -1,0 +1,1 @@
+"""Graph rewrites before lowering, each a named core GraphPass."""

@@ -1,0 +1,114 @@
+"""Turn scheduled groups into :class:`Kernel` descriptions, deciding which values are stored."""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+from torchstrata.core import Graph, Node
+from torchstrata.inductor.ir.exprs import Expr, buffers_loaded
+from torchstrata.inductor.ir.indexing import linear_offset
+from torchstrata.inductor.ir.kernel import BufferArg, Kernel, ReductionSpec, Store
+from torchstrata.inductor.schedule.lowering import Lowered, Pointwise, Reduction, StridedView
+from torchstrata.inductor.schedule.scheduler import (
+    ExternStep,
+    Group,
+    GroupContext,
+    Scheduler,
+    buffer_name,
+    buffer_strides,
+    member_index,
+)
+
+
+@attrs.frozen
+class Plan:
+    """What the launcher runs: kernels and extern calls in order, and the stored values."""
+
+    steps: tuple[Kernel | ExternStep, ...]
+    stored: frozenset[Node]
+    lowered: dict[Node, Lowered]
+
+    def view(self, node: Node) -> StridedView | None:
+        """How the launcher makes ``node`` without a copy (``as_strided`` of a buffer), or
+        None when it is a buffer of its own (stored, an input or an extern result)."""
+        lowered = self.lowered.get(node)
+        if isinstance(lowered, Pointwise) and lowered.view is not None and node not in self.stored:
+            return lowered.view
+        return None
+
+
+def plan_graph(graph: Graph, lowered: dict[Node, Lowered]) -> Plan:
+    """Schedule ``graph`` and describe every kernel."""
+    scheduler = Scheduler(graph, lowered)
+    steps = scheduler.run()
+    built: list[tuple[Group, GroupContext, dict[Node, Expr]]] = []
+    stored: set[Node] = set(graph.outputs)
+    for step in steps:
+        if isinstance(step, ExternStep):
+            stored.update(step.node.input_nodes())
+            continue
+        context = GroupContext(scheduler, step, set(step.members))
+        exprs = {member: context.member_expr(member) for member in step.members}
+        stored.update(context.loaded)
+        built.append((step, context, exprs))
+    kernels = iter(
+        _kernel(f"kernel{i}", group, context, exprs, stored, lowered)
+        for i, (group, context, exprs) in enumerate(built)
+    )
+    ordered = tuple(step if isinstance(step, ExternStep) else next(kernels) for step in steps)
+    realised_stored = frozenset(node for node in stored if node in scheduler.step_of)
+    return Plan(ordered, realised_stored, lowered)
+
+
+def _kernel(
+    name: str,
+    group: Group,
+    context: GroupContext,
+    exprs: dict[Node, Expr],
+    stored: set[Node],
+    lowered: dict[Node, Lowered],
+) -> Kernel:
+    reductions: list[ReductionSpec] = []
+    row_stores: list[Store] = []
+    full_stores: list[Store] = []
+    for member, expr in exprs.items():
+        meta = member.tensor_meta
+        member_lowered = lowered[member]
+        if isinstance(member_lowered, Reduction):
+            reductions.append(ReductionSpec(member.name, member_lowered.kind, expr, meta.dtype))
+            if member not in stored:
+                continue
+            expr = context.value(member, context.row_index)
+        elif member not in stored:
+            continue
+        placed = member_index(meta.shape, group, context.row_index, context.red_index)
+        assert placed is not None, f"%{member.name} does not fit its kernel"
+        index, is_full = placed
+        offset = linear_offset(index, buffer_strides(member, lowered[member]))
+        store = Store(buffer_name(member), offset, expr, meta.dtype)
+        (full_stores if is_full else row_stores).append(store)
+    args: dict[str, BufferArg] = {}
+    for expr in [r.body for r in reductions] + [s.value for s in row_stores + full_stores]:
+        for buffer in sorted(buffers_loaded(expr)):
+            args.setdefault(buffer, BufferArg(buffer, _dtype_of(buffer, context)))
+    for store in row_stores + full_stores:
+        args.setdefault(store.buffer, BufferArg(store.buffer, store.dtype))
+    ops = tuple(dict.fromkeys(str(node.op) for node in context.computed if node.op is not None))
+    return Kernel(
+        name,
+        context.kernel_row_shape,
+        group.red_shape,
+        tuple(reductions),
+        tuple(row_stores),
+        tuple(full_stores),
+        tuple(args.values()),
+        ops,
+    )
+
+
+def _dtype_of(buffer: str, context: GroupContext) -> torch.dtype:
+    for node in context.loaded:
+        if buffer_name(node) == buffer:
+            return node.tensor_meta.dtype
+    raise KeyError(buffer)

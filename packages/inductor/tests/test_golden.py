@@ -1,0 +1,42 @@
+"""The golden corpus (``golden/``): every stored kernel source is what the compiler
+generates now. On a deliberate change, regenerate with
+``python packages/inductor/tests/golden_kernels.py --update`` and review the diff."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _sibling_module(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+golden = _sibling_module("golden_kernels")
+
+
+def test_the_corpus_is_large_enough():
+    assert len(golden.cases()) >= 30
+
+
+@pytest.mark.parametrize("backend_name", sorted(golden.SUFFIXES))
+@pytest.mark.parametrize("name", golden.cases())
+def test_generated_source_matches_the_golden_file(name, backend_name):
+    difference = golden.diff(name, backend_name)
+    assert not difference, (
+        f"the {backend_name} kernels generated for golden/{name}.prims changed; if that is "
+        "intended, run `python packages/inductor/tests/golden_kernels.py --update` and "
+        f"review the diff:\n{difference}"
+    )
