@@ -117,7 +117,7 @@ def test_backend_options_map_onto_compile_options():
         ({"options": {"triton.cudagraphs": True, "epilogue_fusion": 1}}, "epilogue_fusion"),
         ({"options": {"dynamic": True}}, "pass dynamic= to torch.compile"),
         ({"options": {"recompile_limit": 2}}, "recompile_limit"),
-        ({"options": {"codegen": "metal"}}, "codegen='metal'"),
+        ({"options": {"codegen": 3}}, "codegen=3"),
         ({"options": ["codegen"]}, "must be a dict"),
         ({"mode": "fastest"}, "fastest"),
         ({"dynamic": True}, r"unknown keyword argument\(s\) \['dynamic'\]"),
