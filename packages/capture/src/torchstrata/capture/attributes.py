@@ -62,7 +62,7 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
         return _super_attribute(tracer, var, name)
     if isinstance(var, ConstVar):
         if isinstance(var.value, set) and name in _SET_MUTATORS and var.source is not None:
-            raise Unsupported(f"mutating an argument with set.{name}() is not supported")
+            tracer.side_effects.mutate_container(var)  # a set argument: replayed
         if not hasattr(var.value, name):
             raise AttributeMissing(f"{describe(var)} has no attribute {name!r}")
         result = fold(getattr, var.value, name)
@@ -136,6 +136,9 @@ def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> V
 
 def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
     obj = var.value
+    stored = tracer.side_effects.load_attribute(obj, name)
+    if stored is not None:  # assigned earlier in this trace
+        return stored
     try:
         value = getattr(obj, name)
     except AttributeError:

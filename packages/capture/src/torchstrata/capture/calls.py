@@ -26,7 +26,7 @@ from torchstrata.capture.module_calls import check_module_call, guard_module_cal
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
-from torchstrata.capture.tracer import CONSTANT_TYPES, Unsupported
+from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
 from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
@@ -95,7 +95,7 @@ def call_function(
     if isinstance(fn, TensorMethodVar):
         return call_tensor_method(frame, fn.tensor, fn.name, args, kwargs)
     if isinstance(fn, MethodVar):
-        return _call_container_method(fn, args, kwargs)
+        return _call_container_method(frame.tracer, fn, args, kwargs)
     if isinstance(fn, BoundMethodVar):
         return call_function(frame, fn.function, [fn.self_var, *args], kwargs)
     if isinstance(fn, FunctionVar):
@@ -376,7 +376,7 @@ def _inline(
 
 
 def _call_container_method(
-    method: MethodVar, args: Sequence[Var], kwargs: Mapping[str, Var]
+    tracer: Tracer, method: MethodVar, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     owner, name = method.owner, method.name
     mutating = name in {
@@ -390,12 +390,16 @@ def _call_container_method(
         "setdefault",
         "sort",
     }
-    if mutating and owner.source is not None:
-        raise Unsupported(f"mutating an argument with {name}() is not supported")
     if isinstance(owner, SequenceVar):
-        return _sequence_method(owner, name, args, kwargs)
-    assert isinstance(owner, DictVar)
-    return _dict_method(owner, name, args, kwargs)
+        if mutating and not owner.is_list:
+            raise Unsupported(f"tuple has no method {name}()")
+        result = _sequence_method(owner, name, args, kwargs)
+    else:
+        assert isinstance(owner, DictVar)
+        result = _dict_method(owner, name, args, kwargs)
+    if mutating and owner.source is not None:  # an argument, attribute or global: replayed
+        tracer.side_effects.mutate_container(owner)
+    return result
 
 
 def _sequence_method(

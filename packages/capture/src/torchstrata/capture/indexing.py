@@ -84,16 +84,49 @@ def store_subscript(tracer: Tracer, container: Var, index: Var, value: Var) -> N
             tracer.call_op(_MASKED_FILL, (container, index, value), {})
             return
         raise Unsupported("assigning into a tensor (x[...] = value) is not supported yet")
-    if container.source is not None:
-        raise Unsupported(f"item assignment on an argument ({describe(container)})")
     key = python_value(index) if not isinstance(index, TensorVar) else None
-    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int):
-        container.items[key] = value
+    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int | slice):
+        try:
+            if isinstance(key, slice):
+                from torchstrata.capture.iteration import iterate  # iteration imports this
+
+                container.items[key] = iterate(tracer, value)
+            else:
+                container.items[key] = value
+        except (IndexError, ValueError) as error:
+            raise Unsupported(f"list item assignment raised {type(error).__name__}") from None
+        _mutated(tracer, container)
         return
-    if isinstance(container, DictVar) and container.source is None and key is not None:
+    if isinstance(container, DictVar) and key is not None:
         container.items[key] = value
+        _mutated(tracer, container)
         return
     raise Unsupported(f"item assignment on {describe(container)} is not supported")
+
+
+def delete_subscript(tracer: Tracer, container: Var, index: Var) -> None:
+    """``del container[index]`` for lists and dicts (arguments too: replayed)."""
+    key = python_value(index) if not isinstance(index, TensorVar) else None
+    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int | slice):
+        try:
+            del container.items[key]
+        except IndexError:
+            raise Unsupported("del on a list raised IndexError") from None
+        _mutated(tracer, container)
+        return
+    if isinstance(container, DictVar) and key is not None:
+        if key not in container.items:
+            raise Unsupported(f"del on a dict raised KeyError: {key!r}")
+        del container.items[key]
+        _mutated(tracer, container)
+        return
+    raise Unsupported(f"del on an item of {describe(container)} is not supported")
+
+
+def _mutated(tracer: Tracer, container: SequenceVar | DictVar) -> None:
+    """A container that exists outside the trace is replayed after the graph."""
+    if container.source is not None:
+        tracer.side_effects.mutate_container(container)
 
 
 def _index_elements(index: Var) -> list[Var]:

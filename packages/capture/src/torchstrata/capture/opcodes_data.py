@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.attributes import get_attribute
-from torchstrata.capture.indexing import store_subscript, subscript
+from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
+from torchstrata.capture.stores import store_attribute
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import (
     BINARY_OPERATORS,
@@ -139,8 +140,10 @@ def _store_deref(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.pop()
     if inst.argval not in frame.cells:
         frame.cells[inst.argval] = _new_cell(None)
-    frame.cells[inst.argval].var = value
-    frame.cells[inst.argval].pending = None
+    cell = frame.cells[inst.argval]
+    cell.var, cell.pending = value, None
+    if cell.origin is not None:  # a cell of a function defined outside the trace
+        frame.tracer.side_effects.store_cell(cell)
 
 
 @handles("LOAD_CLOSURE")
@@ -156,6 +159,10 @@ def _load_global(frame: Frame, inst: dis.Instruction) -> None:
     if _arg(inst) & 1:  # 3.11 and 3.12: push NULL first
         frame.push(NULL)
     name = inst.argval
+    stored = frame.tracer.side_effects.load_global(frame.globals, name)
+    if stored is not None:  # assigned earlier in this trace
+        frame.push(stored)
+        return
     if name in frame.globals:
         source = f"{frame.globals_source}[{name!r}]" if frame.globals_source else None
         frame.push(frame.tracer.wrap(frame.globals[name], source))
@@ -201,10 +208,13 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
 
 @handles("STORE_ATTR")
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
-    owner = frame.pop()
-    raise Unsupported(
-        f"assigning attribute {inst.argval!r} of {describe(owner)} is not supported yet"
-    )
+    owner, value = frame.pop(), frame.pop()
+    store_attribute(frame.tracer, owner, inst.argval, value)
+
+
+@handles("STORE_GLOBAL")
+def _store_global(frame: Frame, inst: dis.Instruction) -> None:
+    frame.tracer.side_effects.store_global(frame.globals, inst.argval, frame.pop())
 
 
 # ---------------------------------------------------------------------- operators
@@ -271,6 +281,12 @@ def _slice_part(var: Any) -> Any:
     if isinstance(var, TensorVar):
         raise Unsupported("a tensor as a slice bound makes the result depend on tensor values")
     return python_value(var)
+
+
+@handles("DELETE_SUBSCR")
+def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
+    index, container = frame.pop(), frame.pop()
+    delete_subscript(frame.tracer, container, index)
 
 
 @handles("BUILD_SLICE")

@@ -17,6 +17,7 @@ import torch
 from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
 from torchstrata.capture.modes import CAST, DETACH, apply_modes
+from torchstrata.capture.side_effects import SideEffects
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -166,6 +167,12 @@ class Tracer:
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
         self.forward_sources: dict[type, str] = {}
         self._code_guarded: set[int] = set()
+        #: Mutations of Python state that exists before the call, replayed after the graph.
+        self.side_effects = SideEffects()
+        #: Mutable containers wrapped so far, by ``id()``: (object, variable). Every read
+        #: of one list, dict or set gives the same variable, so a mutation made through
+        #: one alias is seen through the others.
+        self._mutables: dict[int, tuple[Any, Var, bool]] = {}
 
     # ------------------------------------------------------------------ guards
     @property
@@ -212,6 +219,24 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             return self._lift_tensor(value, source)
         guarded = guard and source is not None
+        if type(value) in (list, dict, set):
+            known = self._mutables.get(id(value))
+            # (one first read without guards is not shared with a guarded read)
+            if known is not None and known[0] is value and (known[2] or not guarded):
+                return self._alias(known[1], source, guarded)
+        var = self._wrap(value, source, guard, guarded)
+        if type(value) in (list, dict, set) and isinstance(var, SequenceVar | DictVar | ConstVar):
+            self._mutables[id(value)] = (value, var, guarded)
+        return var
+
+    def _alias(self, var: Var, source: str | None, guarded: bool) -> Var:
+        """``var`` again, for a container reached through a second source: guarded
+        that the second source still reads the same object as the first."""
+        if guarded and source is not None and var.source is not None and source != var.source:
+            self.guard(GuardKind.CONSTANT_MATCH, f"({source}) is ({var.source})", True, "alias")
+        return var
+
+    def _wrap(self, value: Any, source: str | None, guard: bool, guarded: bool) -> Var:
         if isinstance(value, CONSTANT_TYPES):
             if guarded and source is not None:
                 self.guard(GuardKind.CONSTANT_MATCH, source, value)
