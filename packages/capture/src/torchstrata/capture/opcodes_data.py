@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
-from torchstrata.capture.stores import store_attribute
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import (
     BINARY_OPERATORS,
@@ -21,6 +20,7 @@ from torchstrata.capture.operators import (
     identical,
     truth,
 )
+from torchstrata.capture.stores import store_attribute
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     NULL,

@@ -62,11 +62,12 @@ class Segment:
             )
         memo: dict[int, Any] = {}
         rebuild = self.rebuilder
-        writes: list[Callable[[], None]] = []
+        writes: list[Callable[[], object]] = []
         if self.side_effects:
             # every value is built before the first write (a source read while building
             # sees the state before the segment's writes, as the trace did)
             writes = self.side_effects.prepare(rebuild, outputs, namespace, memo)
+        result: Returned | State
         if self.paused is None:
             result = Returned(rebuild.build(self.returned, outputs, namespace, memo))  # type: ignore[arg-type]
         else:
@@ -78,6 +79,7 @@ class Segment:
     def _state(self, outputs: Sequence[Any], namespace: dict[str, Any], memo: dict) -> State:
         rebuild = self.rebuilder
         frame = self.frame
+        assert self.paused is not None
         cells = {
             name: rebuild.build_cell(cell, outputs, namespace, memo)
             for name, cell in frame.cells.items()

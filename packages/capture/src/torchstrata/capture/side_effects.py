@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the rebuilder is only needed for annotations
     from torchstrata.capture.rebuild import Rebuilder
 
 #: A write applied after the graph: a callable of no arguments.
-Write = Callable[[], None]
+Write = Callable[[], object]
 
 
 @attrs.define(eq=False)
@@ -192,11 +192,11 @@ class SideEffects:
         if effect.kind == "dict":
             assert isinstance(target, DictVar)
             entries = {key: build(item) for key, item in target.items.items()}
-            return lambda: (real.clear(), real.update(entries))  # type: ignore[func-returns-value]
+            return lambda: (real.clear(), real.update(entries))
         if effect.kind == "set":
             assert isinstance(target, ConstVar)
             members = set(target.value)
-            return lambda: (real.clear(), real.update(members))  # type: ignore[func-returns-value]
+            return lambda: (real.clear(), real.update(members))
         if effect.kind == "cell":
             assert effect.cell is not None and effect.cell.var is not None
             contents = build(effect.cell.var)

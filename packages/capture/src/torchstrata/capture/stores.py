@@ -52,14 +52,16 @@ def _check_plain(obj: Any, name: str) -> None:
     no property setter or other data descriptor of the class)."""
     cls = type(obj)
     if cls.__setattr__ not in _PLAIN_SETATTR:
-        raise Unsupported(f"{cls.__name__} defines __setattr__: assigning {name!r} is not supported")
+        raise Unsupported(
+            f"{cls.__name__} defines __setattr__: assigning {name!r} is not supported"
+        )
     static = inspect.getattr_static(cls, name, _MISSING)  # a class's: its metaclass's
-    if static is not _MISSING and hasattr(type(static), "__set__"):
-        if type(static).__name__ != "member_descriptor":  # __slots__ store plainly
-            raise Unsupported(
-                f"assigning {name!r} of {cls.__name__} runs a descriptor "
-                f"({type(static).__name__}): not supported"
-            )
+    descriptor = static is not _MISSING and hasattr(type(static), "__set__")
+    if descriptor and type(static).__name__ != "member_descriptor":  # __slots__: plain
+        raise Unsupported(
+            f"assigning {name!r} of {cls.__name__} runs a descriptor "
+            f"({type(static).__name__}): not supported"
+        )
 
 
 def _set_now(obj: Any, name: str, value: Any) -> None:
