@@ -30,6 +30,19 @@ class Counting(nn.Module):
         return y * self.calls
 
 
+class Box:
+    value: torch.Tensor
+
+
+class Logged:
+    def __init__(self) -> None:
+        object.__setattr__(self, "log", [])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self.log.append(name)
+        object.__setattr__(self, name, value)
+
+
 def _append_loss(x: torch.Tensor, acc: list) -> torch.Tensor:
     loss = (x * 2).pow(2).mean()
     acc.append(loss)
@@ -94,9 +107,6 @@ def test_returned_container_is_the_argument(capture_only):
 
 
 def test_writes_come_after_the_graph_and_reads_see_the_old_value(capture_only):
-    class Box:
-        pass
-
     def swap(x: torch.Tensor, box: Box) -> tuple[torch.Tensor, torch.Tensor]:
         old = box.value
         box.value = x * 3
@@ -160,14 +170,6 @@ def test_read_after_write_in_the_trace_sees_the_write(capture_only):
 
 
 def test_custom_setattr_breaks_instead_of_guessing(capture_only):
-    class Logged:
-        def __init__(self) -> None:
-            object.__setattr__(self, "log", [])
-
-        def __setattr__(self, name: str, value: object) -> None:
-            self.log.append(name)
-            object.__setattr__(self, name, value)
-
     def set_it(x: torch.Tensor, obj: Logged) -> torch.Tensor:
         obj.flag = True
         return x + 1
