@@ -31,7 +31,6 @@ _SELECT = torch_op(torch.select)
 _NARROW = torch_op(torch.narrow)
 _UNSQUEEZE = torch_op(torch.unsqueeze)
 _INDEX = OpRef(OpKind.TORCH, "torch.ops.aten.index.Tensor")
-_MASKED_FILL = OpRef(OpKind.TORCH, "torch.Tensor.masked_fill_")
 _STEPPED_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
 
 
@@ -76,14 +75,14 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
 
 
 def store_subscript(tracer: Tracer, container: Var, index: Var, value: Var) -> None:
-    """``container[index] = value`` for lists and dicts built during capture, and
-    ``tensor[mask] = number`` (``masked_fill_``)."""
+    """``container[index] = value``: lists and dicts (those that exist outside the trace
+    are replayed after the graph, :mod:`.side_effects`), and tensors (in place, through a
+    view or ``index_put_``: :mod:`.tensor_stores`)."""
     if isinstance(container, TensorVar):
-        is_mask = isinstance(index, TensorVar) and index.meta.dtype == torch.bool
-        if is_mask and isinstance(value, ConstVar) and isinstance(value.value, int | float):
-            tracer.call_op(_MASKED_FILL, (container, index, value), {})
-            return
-        raise Unsupported("assigning into a tensor (x[...] = value) is not supported yet")
+        from torchstrata.capture.tensor_stores import store_tensor_items  # it imports this
+
+        store_tensor_items(tracer, container, index, value)
+        return
     key = python_value(index) if not isinstance(index, TensorVar) else None
     if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int | slice):
         try:
@@ -129,7 +128,8 @@ def _mutated(tracer: Tracer, container: SequenceVar | DictVar) -> None:
         tracer.side_effects.mutate_container(container)
 
 
-def _index_elements(index: Var) -> list[Var]:
+def index_elements(index: Var) -> list[Var]:
+    """The elements of a subscript: the items of a tuple index, else the index alone."""
     if isinstance(index, SequenceVar) and not index.is_list:
         return list(index.items)
     if isinstance(index, ConstVar) and type(index.value) is tuple:
@@ -138,7 +138,7 @@ def _index_elements(index: Var) -> list[Var]:
 
 
 def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
-    elements = _index_elements(index)
+    elements = index_elements(index)
     if any(isinstance(element, TensorVar) for element in elements):
         if len(elements) == 1:
             return tracer.call_op(operator_ref(operator.getitem), (tensor, elements[0]), {})
@@ -152,7 +152,7 @@ def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
         ):
             raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
         values.append(element.value)
-    return _basic_index(tracer, tensor, values)
+    return basic_index(tracer, tensor, values)
 
 
 def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> Var:
@@ -172,7 +172,7 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
         fill = [ConstVar(slice(None))] * (tensor.meta.ndim - len(elements) + 1)
         elements = [*elements[: ellipses[0]], *fill, *elements[ellipses[0] + 1 :]]
     slices = [e.value if isinstance(e, ConstVar) else slice(None) for e in elements]
-    sliced = _basic_index(tracer, tensor, slices)
+    sliced = basic_index(tracer, tensor, slices)
     indices = [None if isinstance(e, ConstVar) else e for e in elements]
     while indices and indices[-1] is None:
         indices.pop()
@@ -180,7 +180,8 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
     return tracer.call_op(_INDEX, (sliced, SequenceVar(items, is_list=True)), {})
 
 
-def _basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
+def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
+    """``tensor[values]`` for ints, slices, None and ``...``: a chain of view ops."""
     consuming = sum(1 for value in values if isinstance(value, int | slice))
     if sum(1 for value in values if value is Ellipsis) > 1:
         raise Unsupported("an index can only have a single ellipsis")

@@ -283,6 +283,14 @@ def _slice_part(var: Any) -> Any:
     return python_value(var)
 
 
+@handles("STORE_SLICE")
+def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
+    stop, start = frame.pop(), frame.pop()
+    container, value = frame.pop(), frame.pop()
+    index = ConstVar(slice(_slice_part(start), _slice_part(stop)))
+    store_subscript(frame.tracer, container, index, value)
+
+
 @handles("DELETE_SUBSCR")
 def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index, container = frame.pop(), frame.pop()

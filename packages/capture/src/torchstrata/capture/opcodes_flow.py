@@ -269,7 +269,6 @@ _UNSUPPORTED = {
     "RAISE_VARARGS": "raising an exception is not supported",
     "RERAISE": "raising an exception is not supported",
     "LOAD_ASSERTION_ERROR": "a failing assert (AssertionError) is not supported",
-    "STORE_SLICE": "slice assignment is not supported yet",
     "PUSH_EXC_INFO": "exception handling is not supported",
 }
 
