@@ -35,6 +35,8 @@ from torchstrata.core import GuardKind, torch_op
 SEQUENCE_METHODS = frozenset(
     {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear", "sort"}
 )
+#: Methods of a named tuple variable (``_replace``, ``_asdict``).
+NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
 DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy", "update", "pop", "setdefault"})
 _SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
@@ -54,6 +56,10 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
     if isinstance(var, SequenceVar):
         if var.field_names and name in var.field_names:
             return var.items[var.field_names.index(name)]
+        if var.tuple_type is not None and name in NAMEDTUPLE_METHODS:
+            return MethodVar(var, name)
+        if var.tuple_type is not None and name == "_fields":
+            return ConstVar(var.field_names)
         if name in SEQUENCE_METHODS:
             return MethodVar(var, name)
     if isinstance(var, DictVar) and name in DICT_METHODS:
@@ -107,6 +113,8 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
     static = inspect.getattr_static(torch.Tensor, name, None)
     if static is not None and callable(static):
         return TensorMethodVar(var, name)
+    if static is None:  # getattr(x, name, default) and hasattr(x, name) recover
+        raise AttributeMissing(f"a tensor has no attribute {name!r}")
     raise Unsupported(f"Tensor.{name} is not supported")
 
 

@@ -21,6 +21,7 @@ from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
+from torchstrata.capture.library_calls import call_library
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
@@ -148,6 +149,14 @@ def _call_object(
         return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
         return _construct_config(value, args, kwargs)
+    library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
+    if library is not None:
+        return library
+    if hasattr(value, "cache_info") and isinstance(
+        getattr(value, "__wrapped__", None), types.FunctionType
+    ):  # functools.lru_cache/cache: the cached function is inlined (it must be pure)
+        wrapped = f"{fn.source}.__wrapped__" if fn.source else None
+        return call_function(frame, tracer.wrap(value.__wrapped__, wrapped), args, kwargs)
     op = torch_op(value) if not isinstance(value, types.FunctionType) or _is_torch(value) else None
     if op is not None:
         return _call_torch(frame, op, value, args, kwargs)
@@ -171,7 +180,7 @@ def _call_object(
         return result
     owner = getattr(value, "__self__", None)
     if isinstance(value, types.BuiltinMethodType) and isinstance(
-        owner, (*CONSTANT_TYPES, set, frozenset)
+        owner, (*CONSTANT_TYPES, set, frozenset, tuple)
     ):
         try:
             values = [python_value(arg) for arg in args]
@@ -406,6 +415,14 @@ def _sequence_method(
     owner: SequenceVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     items = owner.items
+    if name == "_replace" and owner.field_names is not None:
+        unknown = set(kwargs) - set(owner.field_names)
+        if args or unknown:
+            raise Unsupported(f"{name}() got unexpected arguments {sorted(unknown)}")
+        replaced = [kwargs.get(f, item) for f, item in zip(owner.field_names, items)]
+        return SequenceVar(replaced, field_names=owner.field_names, tuple_type=owner.tuple_type)
+    if name == "_asdict" and owner.field_names is not None:
+        return DictVar(dict(zip(owner.field_names, items)))
     if name == "sort":
         if set(kwargs) - {"reverse"}:
             raise Unsupported("list.sort(key=...) is not supported")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import operator
 import types
@@ -257,6 +258,8 @@ def _hashable(value: Any) -> bool:
 def _constant_class(fn: Any) -> bool:
     constant_classes = (
         torch.Size, torch.device, torch.finfo, torch.iinfo, operator.itemgetter,
-        operator.attrgetter,
+        operator.attrgetter, operator.methodcaller,
     )  # fmt: skip
+    if isinstance(fn, enum.EnumMeta):  # Color(2): a member looked up by value
+        return True
     return fn in constant_classes if _hashable(fn) else False
