@@ -24,6 +24,7 @@ from torchstrata.capture.indexing import subscript
 from torchstrata.capture.library_calls import call_library
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
+from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
@@ -130,6 +131,15 @@ def _call_object(
         if getattr(value.forward, "__func__", None) is not type(value).forward:
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
         function = guard_module_call(tracer, value, fn.source)
+        if has_forward_hooks(value):
+            return call_with_hooks(
+                tracer,
+                lambda f, a, k: call_function(frame, f, a, k),
+                fn,
+                BoundMethodVar(function, fn),
+                args,
+                kwargs,
+            )
         return call_function(frame, BoundMethodVar(function, fn), args, kwargs)
     if _hashable(value) and value in CONTEXT_MANAGERS:
         return make_context(value, args, kwargs)
