@@ -48,6 +48,8 @@ _DATA_ATTRIBUTES = frozenset({"data", "grad", "_base", "grad_fn", "storage"})
 class AttributeMissing(Unsupported):
     """The object has no such attribute (``getattr`` with a default may recover)."""
 
+    python_exception = AttributeError
+
 
 def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
     """``var.name``."""

@@ -19,6 +19,7 @@ import torch
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
+from torchstrata.capture.exceptions import make_exception
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.library_calls import call_library
@@ -157,6 +158,8 @@ def _call_object(
             for key, item in value.keywords.items()
         }
         return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
+    if isinstance(value, type) and issubclass(value, BaseException) and not kwargs:
+        return make_exception(value, args)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
         return _construct_config(value, args, kwargs)
     library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)

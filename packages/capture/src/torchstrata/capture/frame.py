@@ -16,13 +16,20 @@ from typing import Any
 
 import attrs
 
+from torchstrata.capture.exceptions import (
+    EXCEPTION_HANDLERS,
+    TracedRaise,
+    enter_handler,
+    handler_entry,
+    user_exception,
+)
 from torchstrata.capture.opcodes_data import DATA_HANDLERS
 from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return
 from torchstrata.capture.tracer import MAX_INSTRUCTIONS, Tracer, Unsupported
 from torchstrata.capture.variables import Cell, IteratorVar, NotConstant, Var, _Null, describe
 
 #: Every opcode capture interprets, by ``dis`` name.
-HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS}
+HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS, **EXCEPTION_HANDLERS}
 
 #: The ``dis`` names of every instruction capture interprets (some raise a graph break
 #: that names the construct: generators, ``with``, ``raise``...).
@@ -82,6 +89,8 @@ class Frame:
         # A generator's frame runs to completion at once, collecting what it yields.
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
         self.yielded: list[Var] = []
+        #: Exceptions being handled (``except`` blocks entered), innermost last.
+        self.handling: list[Any] = []
 
     # ------------------------------------------------------------------ stack
     def push(self, value: Var | _Null) -> None:
@@ -132,6 +141,7 @@ class Frame:
             self.tracer.instructions_run += 1
             if inst.positions is not None and inst.positions.lineno is not None:
                 self.lineno = inst.positions.lineno
+            raised: TracedRaise | None = None
             try:
                 if self.tracer.instructions_run > MAX_INSTRUCTIONS:
                     raise Unsupported(
@@ -142,6 +152,15 @@ class Frame:
                     raise Unsupported(f"bytecode instruction {inst.opname} is not supported")
                 try:
                     outcome = handler(self, inst)
+                except TracedRaise as error:
+                    raised = error
+                    outcome = None
+                except Unsupported as error:
+                    python_exception = error.python_exception  # catchable in this frame?
+                    if python_exception is None or handler_entry(self.code, inst.offset) is None:
+                        raise
+                    raised = TracedRaise(user_exception(python_exception, error.reason))
+                    outcome = None
                 except NotConstant as error:
                     value = error.args[0] if error.args else None
                     what = describe(value) if isinstance(value, Var | _Null) else "a value"
@@ -153,13 +172,29 @@ class Frame:
                 if self.depth == 0:
                     error.top_step, error.top_index = steps - 1, index
                 raise
-            if outcome is None:
+            if raised is not None:
+                index = self._unwind(raised, inst, index, steps)
+            elif outcome is None:
                 index += 1
             elif isinstance(outcome, Jump):
                 index = self._index_of[outcome.offset]
             else:
                 assert isinstance(outcome, Return)
                 return IteratorVar(self.yielded) if self.is_generator else outcome.value
+
+    def _unwind(self, raised: TracedRaise, inst: dis.Instruction, index: int, steps: int) -> int:
+        """Where a handler of this frame catches ``raised`` (the index to go on at);
+        raise it into the caller when none does (at the top level: a graph break)."""
+        entry = handler_entry(self.code, inst.offset)
+        if entry is not None:
+            return self._index_of[enter_handler(self, entry, inst.offset, raised.exception)]
+        if self.depth > 0:
+            raise raised
+        name = type(raised.exception.value).__name__
+        error = Unsupported(f"{name} raised and not caught in the traced code")
+        error.location = (self.code.co_filename, self.lineno, f"{inst.opname} {inst.argrepr}")
+        error.top_step, error.top_index = steps - 1, index
+        raise error
 
     def inline(
         self,

@@ -34,6 +34,12 @@ _INDEX = OpRef(OpKind.TORCH, "torch.ops.aten.index.Tensor")
 _STEPPED_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
 
 
+class KeyMissing(Unsupported):
+    """A dict has no such key (a ``try``/``except KeyError`` in the trace may catch it)."""
+
+    python_exception = KeyError
+
+
 def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
     """``container[index]``."""
     if isinstance(container, TensorVar):
@@ -56,7 +62,7 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
         return picked
     if isinstance(container, DictVar):
         if key not in container.items:
-            raise Unsupported(f"dict lookup raised KeyError: {key!r}")
+            raise KeyMissing(f"dict lookup raised KeyError: {key!r}")
         return container.items[key]
     if isinstance(container, ConstVar):
         return fold(operator.getitem, container.value, key)

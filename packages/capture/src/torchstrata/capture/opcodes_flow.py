@@ -266,10 +266,7 @@ def _return_const(frame: Frame, inst: dis.Instruction) -> Return:
 _UNSUPPORTED = {
     "SEND": "generators and coroutines are not supported",
     "GET_AWAITABLE": "coroutines are not supported",
-    "RAISE_VARARGS": "raising an exception is not supported",
-    "RERAISE": "raising an exception is not supported",
     "LOAD_ASSERTION_ERROR": "a failing assert (AssertionError) is not supported",
-    "PUSH_EXC_INFO": "exception handling is not supported",
 }
 
 

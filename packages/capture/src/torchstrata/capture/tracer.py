@@ -124,6 +124,10 @@ class Unsupported(Exception):
     The frame that raises it adds the source position (see :class:`GraphBreak`).
     """
 
+    #: The Python exception eager raises here (``AttributeError`` for a missing
+    #: attribute), when a ``try`` in the traced code may catch it (:mod:`.exceptions`).
+    python_exception: type[BaseException] | None = None
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
