@@ -16,6 +16,7 @@ import torch
 
 from torchstrata.capture.operators import fold
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar, object_attribute
 from torchstrata.capture.variables import (
     BoundMethodVar,
     ConstVar,
@@ -68,6 +69,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
         return MethodVar(var, name)
     if isinstance(var, SuperVar):
         return _super_attribute(tracer, var, name)
+    if isinstance(var, UserObjectVar):
+        return object_attribute(tracer, var, name)
     if isinstance(var, ConstVar):
         if isinstance(var.value, set) and name in _SET_MUTATORS and var.source is not None:
             tracer.side_effects.mutate_container(var)  # a set argument: replayed

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import inspect
@@ -30,6 +31,7 @@ from torchstrata.capture.module_members import MEMBER_METHODS, call_member_metho
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
 from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar, build_class, construct, is_user_class
 from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
@@ -160,8 +162,13 @@ def _call_object(
         return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
     if isinstance(value, type) and issubclass(value, BaseException) and not kwargs:
         return make_exception(value, args)
+    if value is builtins.__build_class__:
+        return build_class(frame, args, kwargs)
+    if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):
+        args[0].attributes[python_value(args[1])] = args[2]  # a frozen dataclass's __init__
+        return ConstVar(None)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
-        return _construct_config(value, args, kwargs)
+        return _construct_config(frame, value, args, kwargs)
     library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
     if library is not None:
         return library
@@ -201,6 +208,8 @@ def _call_object(
         except NotConstant:
             raise Unsupported(f"{value.__qualname__}() on non-constants is not supported") from None
         return fold(functools.partial(value, **keywords), *values)
+    if is_user_class(value):
+        return construct(frame, value, args, kwargs)
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
     raise Unsupported(f"call to {name} ({type(value).__name__}) is not supported")
 
@@ -213,13 +222,17 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def _construct_config(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+def _construct_config(
+    frame: CallingFrame, cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
     """A dataclass or attrs instance built from constants, for real, at capture time
     (their generated ``__init__`` only stores fields); each call gets its own copy."""
     try:
         values = [python_value(arg) for arg in args]
         keywords = {key: python_value(item) for key, item in kwargs.items()}
     except NotConstant:
+        if is_user_class(cls):  # tensor fields: a symbolic object
+            return construct(frame, cls, args, kwargs)
         raise Unsupported(
             f"{cls.__name__}(...) with non-constant fields is not supported"
         ) from None

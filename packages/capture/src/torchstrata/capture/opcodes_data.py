@@ -22,6 +22,7 @@ from torchstrata.capture.operators import (
 )
 from torchstrata.capture.stores import store_attribute
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import PropertyGet
 from torchstrata.capture.variables import (
     NULL,
     Cell,
@@ -32,6 +33,7 @@ from torchstrata.capture.variables import (
     SequenceVar,
     SuperVar,
     TensorVar,
+    Var,
     _Null,
     describe,
     python_value,
@@ -154,6 +156,11 @@ def _load_closure(frame: Frame, inst: dis.Instruction) -> None:
 
 
 # ---------------------------------------------------------------------- globals
+@handles("LOAD_BUILD_CLASS")
+def _load_build_class(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(ObjectVar(builtins.__build_class__))
+
+
 @handles("LOAD_GLOBAL")
 def _load_global(frame: Frame, inst: dis.Instruction) -> None:
     if _arg(inst) & 1:  # 3.11 and 3.12: push NULL first
@@ -182,7 +189,16 @@ def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     if method_form:
         frame.push(NULL)
-    frame.push(get_attribute(frame.tracer, owner, inst.argval))
+    frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
+
+
+def resolve_property(frame: Frame, var: Var) -> Var:
+    """The value of a property of an object made in the trace: its getter, inlined."""
+    if isinstance(var, PropertyGet):
+        from torchstrata.capture.calls import call_function  # calls imports the frame
+
+        return call_function(frame, var.getter, [], {})
+    return var
 
 
 def _is_312_method_load(inst: dis.Instruction) -> bool:
@@ -193,7 +209,7 @@ def _is_312_method_load(inst: dis.Instruction) -> bool:
 def _load_method(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     frame.push(NULL)
-    frame.push(get_attribute(frame.tracer, owner, inst.argval))
+    frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
 
 
 @handles("LOAD_SUPER_ATTR")

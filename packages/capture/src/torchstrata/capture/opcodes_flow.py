@@ -15,6 +15,7 @@ from torchstrata.capture.contexts import enter
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import identical, truth
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     CellVar,
     ConstVar,
@@ -210,6 +211,12 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
 @handles("BEFORE_WITH")
 def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     context = frame.pop()
+    if isinstance(context, UserObjectVar):  # a context manager class of user code
+        exit_method = get_attribute(frame.tracer, context, "__exit__")
+        enter_method = get_attribute(frame.tracer, context, "__enter__")
+        frame.push(exit_method)
+        frame.push(call_function(frame, enter_method, [], {}))
+        return
     if not isinstance(context, ContextVar):
         raise Unsupported(f"with {describe(context)} is not supported")
     frame.push(ContextExitVar(context))

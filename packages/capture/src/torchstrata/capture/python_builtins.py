@@ -16,6 +16,7 @@ from torchstrata.capture.attributes import AttributeMissing, get_attribute
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
     Cell,
     ConstVar,
@@ -73,6 +74,8 @@ def python_type(var: Var) -> type:
         return type(var.value)
     if isinstance(var, FunctionVar):
         return types.FunctionType
+    if isinstance(var, UserObjectVar):
+        return var.cls
     raise Unsupported(f"type() of {describe(var)} is not supported")
 
 
@@ -165,7 +168,12 @@ def _sum(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> V
 def _getattr(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     name = python_value(args[1])
     try:
-        return get_attribute(frame.tracer, args[0], name)
+        found = get_attribute(frame.tracer, args[0], name)
+        if isinstance(found, PropertyGet):
+            from torchstrata.capture.calls import call_function  # calls imports this
+
+            return call_function(frame, found.getter, [], {})  # type: ignore[arg-type]
+        return found
     except AttributeMissing:
         if len(args) > 2:
             return args[2]

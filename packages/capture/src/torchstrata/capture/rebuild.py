@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
@@ -133,6 +134,9 @@ class Rebuilder:
             self.collect(var.cell)
         elif isinstance(var, SuperVar):
             self.collect(var.self_var)
+        elif isinstance(var, UserObjectVar):
+            for item in var.attributes.values():
+                self.collect(item)
         else:
             raise Unsupported(f"a graph break while {describe(var)} is live is not supported")
 
@@ -212,6 +216,12 @@ class Rebuilder:
         if isinstance(var, ContextExitVar):
             manager = sub(var.context)
             return type(manager).__exit__.__get__(manager)
+        if isinstance(var, UserObjectVar):  # an object made in the trace, escaping it
+            instance: Any = object.__new__(var.cls)  # its class keeps object.__new__
+            memo[id(var)] = instance
+            for name, item in var.attributes.items():
+                object.__setattr__(instance, name, sub(item))
+            return instance
         if isinstance(var, PartialVar):
             return functools.partial(
                 sub(var.function),

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
+from torchstrata.capture.user_objects import store_attribute as user_store
 from torchstrata.capture.variables import ObjectVar, Var, describe, is_constant, python_value
 
 #: ``__setattr__`` implementations that only store (``nn.Module``'s also registers
@@ -32,6 +34,9 @@ _MISSING = object()
 
 def store_attribute(tracer: Tracer, owner: Var, name: str, value: Var) -> None:
     """``owner.name = value``."""
+    if isinstance(owner, UserObjectVar):
+        user_store(owner, name, value)
+        return
     if not isinstance(owner, ObjectVar):
         raise Unsupported(f"assigning attribute {name!r} of {describe(owner)} is not supported")
     obj = owner.value
