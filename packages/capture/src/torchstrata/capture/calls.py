@@ -23,6 +23,7 @@ from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_co
 from torchstrata.capture.exceptions import make_exception
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
+from torchstrata.capture.iteration import iterate
 from torchstrata.capture.library_calls import call_library
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
@@ -39,6 +40,7 @@ from torchstrata.capture.variables import (
     ContextExitVar,
     DictVar,
     FunctionVar,
+    IteratorVar,
     MethodVar,
     NotConstant,
     ObjectVar,
@@ -202,8 +204,13 @@ def _call_object(
     if isinstance(value, types.BuiltinMethodType) and isinstance(
         owner, (*CONSTANT_TYPES, set, frozenset, tuple)
     ):
-        try:
-            values = [python_value(arg) for arg in args]
+        try:  # an iterator argument (", ".join(generator)) is consumed first
+            values = [
+                python_value(
+                    SequenceVar(iterate(tracer, arg)) if isinstance(arg, IteratorVar) else arg
+                )
+                for arg in args
+            ]
             keywords = {key: python_value(item) for key, item in kwargs.items()}
         except NotConstant:
             raise Unsupported(f"{value.__qualname__}() on non-constants is not supported") from None
