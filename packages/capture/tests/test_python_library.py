@@ -41,6 +41,26 @@ class Guarded:
         return False
 
 
+class Scaler:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.k
+
+
+class NativeCall:
+    __call__ = torch.tanh  # a builtin: no bytecode, not bound to the instance
+
+
+SCALER = Scaler(3.0)
+NATIVE = NativeCall()
+
+
+def callable_objects(x):
+    return SCALER(x) + Scaler(2.0)(x) + NATIVE(x)
+
+
 def reduce_add(x):
     return functools.reduce(operator.add, [x, x * 2, x * 3])
 
@@ -114,7 +134,7 @@ def no_grad_and_inference(x):
 PROGRAMS = [
     reduce_add, lru_cached, join_constants, sorted_dict_keys, namedtuple_replace, local_class,
     threshold, radd_directly, record_function, raise_and_catch, dataclass_output, user_context,
-    no_grad_and_inference,
+    no_grad_and_inference, callable_objects,
 ]  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import attrs
 import torch
 
+from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
@@ -123,6 +124,8 @@ def call_function(
         return call_function(frame, fn.function, [*fn.args, *args], {**fn.kwargs, **kwargs})
     if isinstance(fn, ContextExitVar):
         return exit_context(frame.tracer, fn)
+    if isinstance(fn, UserObjectVar):  # an object of a user class with __call__
+        return call_function(frame, get_attribute(frame.tracer, fn, "__call__"), args, kwargs)
     raise Unsupported(f"calling {describe(fn)} is not supported")
 
 
@@ -217,6 +220,13 @@ def _call_object(
         return fold(functools.partial(value, **keywords), *values)
     if is_user_class(value):
         return construct(frame, value, args, kwargs)
+    call = inspect.getattr_static(type(value), "__call__", None)
+    if isinstance(call, types.FunctionType) and not isinstance(value, type):
+        # an object with a Python __call__: inlined with the object as self
+        source = f"{fn.source}.__call__.__func__" if fn.source else None
+        return call_function(frame, BoundMethodVar(tracer.wrap(call, source), fn), args, kwargs)
+    if isinstance(call, types.BuiltinFunctionType) and not isinstance(value, type):
+        return call_function(frame, ObjectVar(call), args, kwargs)  # no bytecode, not bound
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
     raise Unsupported(f"call to {name} ({type(value).__name__}) is not supported")
 
