@@ -122,6 +122,37 @@ class Config:
     hidden = 8
 
 
+@contextlib.contextmanager
+def maybe_autocast(enabled):
+    if enabled:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+    else:
+        yield
+
+
+@contextlib.contextmanager
+def traced_region(name):
+    try:
+        yield len(name)
+    finally:
+        EVENTS.append(name)
+
+
+EVENTS: list = []
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return x * self.k
+
+
+SCALE = Scaler(0.5)
+
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -372,3 +403,24 @@ def forward_pre_hook_with_kwargs(block, x):
 def module_getattr_default(block, x):
     scale = getattr(block, "scale", 0.5)
     return block(x) * scale
+
+
+@case(one)
+def contextmanager_autocast_helper(x):
+    with maybe_autocast(x.shape[0] > 0):
+        y = x @ x.T
+    with maybe_autocast(False):
+        z = x @ x.T
+    return y.float() + z, y.dtype
+
+
+@case(one)
+def contextmanager_with_finally(x):
+    with traced_region("attn") as width:
+        y = x * width
+    return y
+
+
+@case(one)
+def callable_objects(x):
+    return SCALE(x) + Scaler(2.0)(x)

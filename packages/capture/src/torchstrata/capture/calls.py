@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -22,6 +23,11 @@ from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.exceptions import make_exception
+from torchstrata.capture.generator_contexts import (
+    GeneratorExitVar,
+    exit_generator_context,
+    make_generator_context,
+)
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.iteration import iterate
@@ -124,6 +130,8 @@ def call_function(
         return call_function(frame, fn.function, [*fn.args, *args], {**fn.kwargs, **kwargs})
     if isinstance(fn, ContextExitVar):
         return exit_context(frame.tracer, fn)
+    if isinstance(fn, GeneratorExitVar):
+        return exit_generator_context(fn, args)
     if isinstance(fn, UserObjectVar):  # an object of a user class with __call__
         return call_function(frame, get_attribute(frame.tracer, fn, "__call__"), args, kwargs)
     raise Unsupported(f"calling {describe(fn)} is not supported")
@@ -167,6 +175,8 @@ def _call_object(
         return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
     if isinstance(value, type) and issubclass(value, BaseException) and not kwargs:
         return make_exception(value, args)
+    if value is contextlib._GeneratorContextManager:
+        return make_generator_context(args, kwargs)
     if value is builtins.__build_class__:
         return build_class(frame, args, kwargs)
     if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):

@@ -24,7 +24,7 @@ from torchstrata.capture.exceptions import (
     user_exception,
 )
 from torchstrata.capture.opcodes_data import DATA_HANDLERS
-from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return
+from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return, Yield
 from torchstrata.capture.tracer import MAX_INSTRUCTIONS, Tracer, Unsupported
 from torchstrata.capture.variables import Cell, IteratorVar, NotConstant, Var, _Null, describe
 
@@ -45,6 +45,14 @@ def instructions_of(code: types.CodeType) -> tuple[list[dis.Instruction], dict[i
 
 #: How deep calls may be inlined before capture gives up (recursion).
 MAX_INLINE_DEPTH = 48
+
+
+@attrs.frozen
+class Suspended:
+    """A generator frame stopped at a ``yield`` of ``value``; it goes on at ``index``."""
+
+    value: Var
+    index: int
 
 
 @attrs.frozen
@@ -89,6 +97,8 @@ class Frame:
         # A generator's frame runs to completion at once, collecting what it yields.
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
         self.yielded: list[Var] = []
+        #: Stop at each ``yield`` (a contextmanager's generator) instead of collecting.
+        self.suspend_at_yield = False
         #: Exceptions being handled (``except`` blocks entered), innermost last.
         self.handling: list[Any] = []
 
@@ -130,7 +140,8 @@ class Frame:
     def run(self, start_index: int = 0, stop_step: int | None = None) -> Var | Paused:
         """Interpret the code from instruction ``start_index`` to its ``return`` and give
         back the returned variable; or stop before running the ``stop_step``-th
-        instruction (counted from 0) and return :class:`Paused`."""
+        instruction (counted from 0) and return :class:`Paused`. (A frame that suspends
+        at ``yield`` returns :class:`Suspended` there: see :meth:`resume`.)"""
         index = start_index
         steps = 0
         while True:
@@ -176,6 +187,8 @@ class Frame:
                 index = self._unwind(raised, inst, index, steps)
             elif outcome is None:
                 index += 1
+            elif isinstance(outcome, Yield):
+                return Suspended(outcome.value, index + 1)  # type: ignore[return-value]
             elif isinstance(outcome, Jump):
                 index = self._index_of[outcome.offset]
             else:
@@ -196,6 +209,14 @@ class Frame:
         error.top_step, error.top_index = steps - 1, index
         raise error
 
+    def resume(self, index: int) -> Var | Suspended:
+        """Run a frame that suspends at ``yield`` from ``index`` to its next ``yield``
+        (:class:`Suspended`) or its return (the returned variable)."""
+        self.suspend_at_yield = True
+        result = self.run(index)
+        assert not isinstance(result, Paused)
+        return result
+
     def inline(
         self,
         code: types.CodeType,
@@ -209,7 +230,7 @@ class Frame:
             raise Unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
         child = Frame(self.tracer, code, globals_, globals_source, bound, closure, self.depth + 1)
         result = child.run()
-        assert not isinstance(result, Paused), "only the top-level frame pauses"
+        assert not isinstance(result, Paused | Suspended), "only the top-level frame pauses"
         return result
 
     def next_offset_after(self, offset: int) -> int:

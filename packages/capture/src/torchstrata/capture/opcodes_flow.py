@@ -12,6 +12,11 @@ import attrs
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.calls import call_function
 from torchstrata.capture.contexts import enter
+from torchstrata.capture.generator_contexts import (
+    GeneratorContextVar,
+    GeneratorExitVar,
+    enter_generator_context,
+)
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import identical, truth
 from torchstrata.capture.tracer import Unsupported
@@ -46,6 +51,13 @@ class Jump:
 @attrs.frozen
 class Return:
     """The frame returns this variable."""
+
+    value: Var
+
+
+@attrs.frozen
+class Yield:
+    """A frame that suspends at ``yield`` stops with this variable."""
 
     value: Var
 
@@ -211,6 +223,10 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
 @handles("BEFORE_WITH")
 def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     context = frame.pop()
+    if isinstance(context, GeneratorContextVar):
+        frame.push(GeneratorExitVar(context))
+        frame.push(enter_generator_context(frame, context))
+        return
     if isinstance(context, UserObjectVar):  # a context manager class of user code
         exit_method = get_attribute(frame.tracer, context, "__exit__")
         enter_method = get_attribute(frame.tracer, context, "__enter__")
@@ -238,6 +254,8 @@ def _return_generator(frame: Frame, inst: dis.Instruction) -> None:
 def _yield_value(frame: Frame, inst: dis.Instruction) -> None:
     if not frame.is_generator:
         raise Unsupported("generators are not supported")
+    if frame.suspend_at_yield:
+        return Yield(frame.pop())  # type: ignore[return-value]
     frame.yielded.append(frame.pop())
     frame.push(ConstVar(None))
 
