@@ -38,7 +38,9 @@ SEQUENCE_METHODS = frozenset(
 )
 #: Methods of a named tuple variable (``_replace``, ``_asdict``).
 NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
-DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy", "update", "pop", "setdefault"})
+DICT_METHODS = frozenset(
+    {"items", "keys", "values", "get", "copy", "update", "pop", "setdefault", "clear", "popitem"}
+)
 _SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
      "intersection_update", "symmetric_difference_update"}

@@ -451,6 +451,7 @@ def _call_container_method(
         "update",
         "setdefault",
         "sort",
+        "popitem",
     }
     if isinstance(owner, SequenceVar):
         if mutating and not owner.is_list:
@@ -514,6 +515,14 @@ def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping
         return SequenceVar(list(items.values()))
     if name == "copy":
         return DictVar(dict(items))
+    if name == "clear":
+        items.clear()
+        return ConstVar(None)
+    if name == "popitem":
+        if not items:
+            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
+        key, value = items.popitem()
+        return SequenceVar([ConstVar(key), value])
     key = python_value(args[0]) if args else None
     if name == "get":
         return items.get(key, args[1] if len(args) > 1 else ConstVar(None))

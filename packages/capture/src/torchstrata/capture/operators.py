@@ -113,7 +113,8 @@ def identical(left: Var, right: Var) -> bool:
         return True
     if isinstance(left, TensorVar) and isinstance(right, TensorVar):
         return left.node is right.node
-    if isinstance(left, TensorVar | SequenceVar) or isinstance(right, TensorVar | SequenceVar):
+    made = (TensorVar, SequenceVar, DictVar)  # each variable one object (see Tracer.wrap)
+    if isinstance(left, made) or isinstance(right, made):
         return False  # a tensor or a container is never a constant such as None
     if isinstance(left, ConstVar | ObjectVar) and isinstance(right, ConstVar | ObjectVar):
         return left.value is right.value
