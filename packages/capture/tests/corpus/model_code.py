@@ -36,7 +36,7 @@ class ModelOutput:
 
 @dataclasses.dataclass
 class AttentionConfig:
-    hidden: int = 16
+    hidden: int = 8
     heads: int = 2
     dropout: float = 0.0
     causal: bool = True
@@ -48,13 +48,11 @@ class SelfAttention(nn.Module):
         self.config = config
         self.qkv = nn.Linear(config.hidden, 3 * config.hidden)
         self.out = nn.Linear(config.hidden, config.hidden)
-        self.calls = 0
 
     def _shape(self, t, batch, length):
         return t.view(batch, length, self.config.heads, -1).transpose(1, 2)
 
     def forward(self, x, cache=None, output_attentions=False):
-        self.calls += 1
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         q, k, v = (self._shape(t, batch, length) for t in (q, k, v))
@@ -92,7 +90,7 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, config, depth=2):
+    def __init__(self, config, depth=1):
         super().__init__()
         self.config = config
         self.layers = nn.ModuleList([Layer(config) for _ in range(depth)])
@@ -116,7 +114,19 @@ class Encoder(nn.Module):
         )
 
 
+class CountingAttention(SelfAttention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.calls = 0
+
+    def forward(self, x, cache=None, output_attentions=False):
+        self.calls += 1
+        return super().forward(x, cache, output_attentions)
+
+
 ENCODER = Encoder(AttentionConfig())
+COUNTING = Encoder(AttentionConfig())
+COUNTING.layers[0].attn = CountingAttention(COUNTING.config)
 PROBED = Encoder(AttentionConfig(causal=False))
 ACTIVATIONS: dict = {}
 
@@ -134,15 +144,21 @@ for _name, _module in PROBED.named_modules():
 
 
 def sequence(n):
-    return (copy.deepcopy(ENCODER), torch.randn(2, n, 16))
+    # the same model on every call (the corpus test compares a deep copy run eagerly):
+    # its attributes keep their identity, so only a new shape re-captures
+    return (ENCODER, torch.randn(2, n, 8))
+
+
+def counting(n):
+    return (copy.deepcopy(COUNTING), torch.randn(2, n, 8))
 
 
 def probed(n):
-    return (copy.deepcopy(PROBED), torch.randn(2, n, 16))
+    return (PROBED, torch.randn(2, n, 8))
 
 
 def with_caches(n):
-    return (copy.deepcopy(ENCODER), torch.randn(1, n, 16), {})
+    return (ENCODER, torch.randn(1, n, 8), {})
 
 
 def rows(n):
@@ -172,10 +188,10 @@ def encoder_fills_kv_caches(model, x, caches):
     return first, second, [cache["k"].shape[2] for cache in caches.values()]
 
 
-@case(sequence)
+@case(counting)
 def attention_call_counters(model, x):
     model(x)
-    return sum(layer.attn.calls for layer in model.layers)
+    return model.layers[0].attn.calls
 
 
 @case(probed)
