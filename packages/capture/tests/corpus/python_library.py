@@ -153,6 +153,28 @@ class Scaler:
 SCALE = Scaler(0.5)
 
 
+class Scaled:
+    """A descriptor of user code: reads ``_<name>`` of the object, scaled."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __set_name__(self, owner, name):
+        self.private = "_" + name
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return self
+        return getattr(obj, self.private) * self.factor
+
+
+class Holder:
+    doubled = Scaled(2)
+
+    def __init__(self, value):
+        self._doubled = value
+
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -424,3 +446,9 @@ def contextmanager_with_finally(x):
 @case(one)
 def callable_objects(x):
     return SCALE(x) + Scaler(2.0)(x)
+
+
+@case(one)
+def user_descriptor_on_object(x):
+    holder = Holder(x + 1)
+    return holder.doubled, holder is None

@@ -197,7 +197,7 @@ def resolve_property(frame: Frame, var: Var) -> Var:
     if isinstance(var, PropertyGet):
         from torchstrata.capture.calls import call_function  # calls imports the frame
 
-        return call_function(frame, var.getter, [], {})
+        return call_function(frame, var.getter, var.args, {})
     return var
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -113,9 +114,10 @@ def identical(left: Var, right: Var) -> bool:
         return True
     if isinstance(left, TensorVar) and isinstance(right, TensorVar):
         return left.node is right.node
-    made = (TensorVar, SequenceVar, DictVar)  # each variable one object (see Tracer.wrap)
+    # each of these variables is one object (see Tracer.wrap), never a constant like None
+    made = (TensorVar, SequenceVar, DictVar, UserObjectVar)
     if isinstance(left, made) or isinstance(right, made):
-        return False  # a tensor or a container is never a constant such as None
+        return False
     if isinstance(left, ConstVar | ObjectVar) and isinstance(right, ConstVar | ObjectVar):
         return left.value is right.value
     raise Unsupported(f"'is' between {describe(left)} and {describe(right)} is not supported")

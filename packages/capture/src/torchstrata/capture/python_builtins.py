@@ -172,7 +172,7 @@ def _getattr(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) 
         if isinstance(found, PropertyGet):
             from torchstrata.capture.calls import call_function  # calls imports this
 
-            return call_function(frame, found.getter, [], {})  # type: ignore[arg-type]
+            return call_function(frame, found.getter, found.args, {})  # type: ignore[arg-type]
         return found
     except AttributeMissing:
         if len(args) > 2:

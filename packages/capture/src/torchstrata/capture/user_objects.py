@@ -126,16 +126,22 @@ def object_attribute(tracer: Tracer, var: UserObjectVar, name: str) -> Var:
         if static.fget is None:
             raise AttributeMissing(f"property {name!r} of {var.cls.__name__} has no getter")
         return PropertyGet(BoundMethodVar(ObjectVar(static.fget), var))
-    if hasattr(type(static), "__get__"):
+    getter = inspect.getattr_static(type(static), "__get__", None)
+    if isinstance(getter, types.FunctionType):  # a descriptor class of user code
+        descriptor = BoundMethodVar(ObjectVar(getter), ObjectVar(static))
+        return PropertyGet(descriptor, [var, ObjectVar(var.cls)])
+    if getter is not None:
         raise Unsupported(f"descriptor {type(static).__name__} {name!r} of {var.cls.__name__}")
     return tracer.wrap(getattr(var.cls, name), None, guard=False)
 
 
 @attrs.define(eq=False)
 class PropertyGet(Var):
-    """A property's getter bound to its object: the caller calls it with no argument."""
+    """A property's getter bound to its object (or a descriptor's ``__get__``, with its
+    arguments): the caller calls it, inlined, for the attribute's value."""
 
     getter: BoundMethodVar
+    args: list[Var] = attrs.field(factory=list)
 
 
 def store_attribute(var: UserObjectVar, name: str, value: Var) -> None:
