@@ -113,7 +113,22 @@ class TrainState:
     best: float = 1e9
 
 
+class OneShotCache(nn.Module):
+    """Consumes a cache attribute once: ``del self.cache`` after reading it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.cache = torch.ones(8)
+
+    def forward(self, x):
+        y = self.fc(x) + self.cache
+        del self.cache
+        return y, hasattr(self, "cache")
+
+
 TEMPLATES = {
+    "oneshot": OneShotCache(),
     "counter": Counter(),
     "recorder": Recorder(),
     "kv": KVCache(),
@@ -292,6 +307,11 @@ def mutation_before_a_print(x, items):
     print("items", items)
     items.append(0)
     return x * len(items)
+
+
+@case(module("oneshot"))
+def module_deletes_attribute(module, x):
+    return module(x)
 
 
 CLOSURE = make_counter()

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from torchstrata.capture.operators import fold
+from torchstrata.capture.side_effects import DeletedVar
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar, object_attribute
 from torchstrata.capture.variables import (
@@ -152,6 +153,10 @@ def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> V
 def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
     obj = var.value
     stored = tracer.side_effects.load_attribute(obj, name)
+    if isinstance(stored, DeletedVar):
+        if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
+            raise Unsupported(f"reading {name!r} of the class after deleting it on the object")
+        raise AttributeMissing(f"{describe(var)} has no attribute {name!r} (deleted)")
     if stored is not None:  # assigned earlier in this trace
         return stored
     try:

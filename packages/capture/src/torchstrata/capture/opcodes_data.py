@@ -20,7 +20,7 @@ from torchstrata.capture.operators import (
     identical,
     truth,
 )
-from torchstrata.capture.stores import store_attribute
+from torchstrata.capture.stores import delete_attribute, store_attribute
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import PropertyGet
 from torchstrata.capture.variables import (
@@ -226,6 +226,11 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner, value = frame.pop(), frame.pop()
     store_attribute(frame.tracer, owner, inst.argval, value)
+
+
+@handles("DELETE_ATTR")
+def _delete_attr(frame: Frame, inst: dis.Instruction) -> None:
+    delete_attribute(frame.tracer, frame.pop(), inst.argval)
 
 
 @handles("STORE_GLOBAL")

@@ -36,6 +36,13 @@ if TYPE_CHECKING:  # the rebuilder is only needed for annotations
 Write = Callable[[], object]
 
 
+class DeletedVar(Var):
+    """The value of an attribute deleted in the trace (``del self.cache``)."""
+
+
+DELETED = DeletedVar()
+
+
 @attrs.define(eq=False)
 class Effect:
     """One mutated target.
@@ -138,7 +145,7 @@ class SideEffects:
             elif effect.kind == "cell":
                 assert effect.cell is not None
                 rebuilder.collect(effect.cell)
-            elif effect.value is not None:
+            elif effect.value is not None and effect.value is not DELETED:
                 rebuilder.collect(effect.value)
 
     def _compile(self, source: str) -> None:
@@ -201,6 +208,10 @@ class SideEffects:
             assert effect.cell is not None and effect.cell.var is not None
             contents = build(effect.cell.var)
             return lambda: setattr(real, "cell_contents", contents)
+        if effect.value is DELETED:
+            assert effect.kind == "attr" and effect.name is not None
+            deleted = effect.name
+            return lambda: delattr(real, deleted)
         value = build(effect.value)
         if effect.kind == "attr":
             assert effect.name is not None

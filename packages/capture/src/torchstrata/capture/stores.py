@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from torchstrata.capture.side_effects import DELETED
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.user_objects import store_attribute as user_store
@@ -50,6 +51,20 @@ def store_attribute(tracer: Tracer, owner: Var, name: str, value: Var) -> None:
         )
     _check_plain(obj, name)
     tracer.side_effects.store_attribute(owner, name, value)
+
+
+def delete_attribute(tracer: Tracer, owner: Var, name: str) -> None:
+    """``del owner.name``."""
+    if isinstance(owner, UserObjectVar):
+        if owner.attributes.pop(name, None) is None:
+            raise Unsupported(f"del of {name!r}, which {owner.cls.__name__} object lacks")
+        return
+    if not isinstance(owner, ObjectVar) or owner.source is None:
+        raise Unsupported(f"deleting attribute {name!r} of {describe(owner)} is not supported")
+    _check_plain(owner.value, name)
+    if type(owner.value).__delattr__ not in (object.__delattr__, torch.nn.Module.__delattr__):
+        raise Unsupported(f"{type(owner.value).__name__} defines __delattr__")
+    tracer.side_effects.store_attribute(owner, name, DELETED)
 
 
 def _check_plain(obj: Any, name: str) -> None:
