@@ -216,3 +216,29 @@ def test_training_losses_collected_in_a_list():
     torch.testing.assert_close(losses, expected_losses)
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def _append_to_both(x: torch.Tensor, a: list, b: list) -> torch.Tensor:
+    a.append(1)
+    return x * len(b)
+
+
+def test_one_list_through_two_arguments_is_one_variable(capture_only):
+    shared: list = []
+    runner = capture_only(_append_to_both)
+    x = torch.ones(2)
+    torch.testing.assert_close(runner(x, shared, shared), x)  # b sees the append
+    first, second = [], []
+    torch.testing.assert_close(runner(x, first, second), x * 0)  # the alias guard failed
+    assert first == [1] and second == [] and runner.captures == 2
+
+
+def test_alias_guard_through_runtime():
+    runtime = pytest.importorskip("torchstrata.runtime")
+    compiled = runtime.compile(_append_to_both, codegen="eager")
+    shared: list = []
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x, shared, shared), x)
+    first: list = []
+    torch.testing.assert_close(compiled(x, first, []), x * 0)
+    assert first == [1]
