@@ -37,6 +37,14 @@ def indexed_rows(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def ints_with_index_tensors(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    cols = torch.tensor([0, 2])
+    y[0, cols] = x[1, :2] * 5  # the int selects first, as eager applies it
+    y[1:, cols, ...] = 0.5
+    return y
+
+
 def view_of_input(x: torch.Tensor) -> torch.Tensor:
     x[0].add_(1)
     return x * 2
@@ -60,6 +68,7 @@ PROGRAMS = [
     (cache_write, lambda: (torch.zeros(2, 3, 4), torch.randn(2, 4))),
     (indexed_rows, lambda: (torch.randn(3, 4),)),
     (view_of_input, lambda: (torch.randn(3, 4),)),
+    (ints_with_index_tensors, lambda: (torch.randn(3, 4),)),
     (view_of_intermediate, lambda: (torch.randn(3, 4),)),
     (masked_rows_from_tensor, lambda: (torch.randn(3, 4), torch.randn(4))),
 ]
@@ -79,6 +88,7 @@ def test_one_graph_same_results_and_inputs(fn, make, capture_only):
 
 TRAINABLE = [
     (last_column, lambda: (torch.randn(3, 4),)),
+    (ints_with_index_tensors, lambda: (torch.randn(3, 4),)),
     (clamp_negative, lambda: (torch.randn(3, 4),)),
     (indexed_rows, lambda: (torch.randn(3, 4),)),
     (view_of_intermediate, lambda: (torch.randn(3, 4),)),

@@ -188,3 +188,11 @@ def running_buffers_updated(module, x):
 @case(module("masker"))
 def mask_logits_in_module(module, x):
     return module(x)
+
+
+@case(cache_and_keys)
+def cache_write_at_positions_tensor(cache, k, pos):
+    positions = torch.tensor([0, pos])
+    cache[0, positions] = k
+    cache[1, positions, :4] = 0.0
+    return cache.sum(1)

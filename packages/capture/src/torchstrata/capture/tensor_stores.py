@@ -5,9 +5,10 @@
 - a boolean mask alone: ``masked_fill_`` for a number or a 0-dim tensor; a tensor that
   broadcasts over the unmasked dimensions is ``torch.where(mask, value, tensor)``
   copied back (a value with one row per selected element depends on the mask's data);
-- integer index tensors, mixed with slices and ``...``: the sliced view, then
-  ``index_put_`` with None for each sliced dimension (what Python's ``__setitem__``
-  does), the value cast to the tensor's dtype.
+- integer index tensors, mixed with ints, slices and ``...``: the view the ints and
+  slices make (ints select first, as eager's ``__setitem__`` applies them), then
+  ``index_put_`` with None for each sliced dimension, the value cast to the tensor's
+  dtype.
 
 The graph keeps eager's aliasing (see :meth:`Tracer._note_inplace`): a write through a
 view of an input or of an intermediate is seen by the base, and the autograd stage
@@ -93,10 +94,11 @@ def _store_masked(tracer: Tracer, tensor: TensorVar, mask: TensorVar, value: Var
 
 def _store_indexed(tracer: Tracer, tensor: TensorVar, elements: list[Var], value: Var) -> None:
     for element in elements:
-        is_slice = isinstance(element, ConstVar) and isinstance(
-            element.value, slice | type(Ellipsis)
+        basic = isinstance(element, ConstVar) and (
+            isinstance(element.value, slice | type(Ellipsis))
+            or (isinstance(element.value, int) and not isinstance(element.value, bool))
         )
-        if not (is_slice or isinstance(element, TensorVar)):
+        if not (basic or isinstance(element, TensorVar)):
             raise Unsupported(
                 f"assigning into a tensor with index tensors mixed with {describe(element)}"
             )
@@ -106,10 +108,16 @@ def _store_indexed(tracer: Tracer, tensor: TensorVar, elements: list[Var], value
     if ellipses:
         fill = [ConstVar(slice(None))] * (tensor.meta.ndim - len(elements) + 1)
         elements = [*elements[: ellipses[0]], *fill, *elements[ellipses[0] + 1 :]]
+    # ints select (their dim goes, as eager's __setitem__ applies them before the
+    # index tensors), slices narrow (their dim stays: None in the index list)
     slices = [e.value if isinstance(e, ConstVar) else slice(None) for e in elements]
     sliced = basic_index(tracer, tensor, slices)
     assert isinstance(sliced, TensorVar)
-    indices: list[Var] = [ConstVar(None) if isinstance(e, ConstVar) else e for e in elements]
+    indices: list[Var] = [
+        ConstVar(None) if isinstance(e, ConstVar) else e
+        for e in elements
+        if not (isinstance(e, ConstVar) and isinstance(e.value, int))
+    ]
     while indices and isinstance(indices[-1], ConstVar):
         indices.pop()
     meta = tensor.meta
