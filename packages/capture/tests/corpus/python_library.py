@@ -452,3 +452,14 @@ def callable_objects(x):
 def user_descriptor_on_object(x):
     holder = Holder(x + 1)
     return holder.doubled, holder is None
+
+
+@case(one)
+def optional_dependency_fallback(x):
+    try:
+        import torchstrata_no_such_kernels  # noqa: F401 - an optional fast path
+
+        fused = True
+    except ImportError:
+        fused = False
+    return F.silu(x) if not fused else x

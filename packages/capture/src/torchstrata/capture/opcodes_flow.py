@@ -267,7 +267,9 @@ def _import_name(frame: Frame, inst: dis.Instruction) -> None:
     try:
         module = __import__(inst.argval, frame.globals, None, fromlist, level)
     except ImportError as error:
-        raise Unsupported(f"import raised {type(error).__name__}: {error}") from None
+        failed = Unsupported(f"import raised {type(error).__name__}: {error}")
+        failed.python_exception = type(error)  # ``except ImportError`` in the trace catches it
+        raise failed from None
     frame.push(ObjectVar(module))
 
 
