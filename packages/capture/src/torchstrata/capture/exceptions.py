@@ -148,7 +148,8 @@ def _push_exc_info(frame: Frame, inst: dis.Instruction) -> None:
     previous = frame.handling[-1] if frame.handling else ConstVar(None)
     frame.push(previous)
     frame.push(exception)
-    assert isinstance(exception, ObjectVar)
+    if not isinstance(exception, ObjectVar):
+        raise Unsupported(f"handling {describe(exception)} as an exception")
     frame.handling.append(exception)
 
 
@@ -167,7 +168,8 @@ def _check_exc_match(frame: Frame, inst: dis.Instruction) -> None:
         wanted = tuple(python_value(item) for item in classes.items)
     else:
         wanted = python_value(classes)
-    assert isinstance(exception, ObjectVar)
+    if not isinstance(exception, ObjectVar):
+        raise Unsupported(f"matching {describe(exception)} against exception classes")
     frame.push(ConstVar(isinstance(exception.value, wanted)))
 
 
@@ -177,6 +179,7 @@ def _with_except_start(frame: Frame, inst: dis.Instruction) -> None:
 
     exception = frame.stack[-1]
     exit_function = frame.stack[-4]
-    assert isinstance(exception, ObjectVar) and not isinstance(exit_function, type(None))
+    if not isinstance(exception, ObjectVar) or not isinstance(exit_function, Var):
+        raise Unsupported("leaving a with block by an exception, in this form")
     args = [ObjectVar(type(exception.value)), exception, ConstVar(None)]
-    frame.push(call_function(frame, exit_function, args, {}))  # type: ignore[arg-type]
+    frame.push(call_function(frame, exit_function, args, {}))

@@ -35,7 +35,6 @@ from torchstrata.capture.variables import (
     NotConstant,
     ObjectVar,
     Var,
-    describe,
     python_value,
 )
 
@@ -179,10 +178,3 @@ def _real_cell(cell: Any) -> types.CellType:
     if cell.var is None:
         return types.CellType()
     return types.CellType(python_value(cell.var))
-
-
-def describe_user(var: Var) -> str:
-    """A description for graph-break messages."""
-    if isinstance(var, UserObjectVar):
-        return f"{var.cls.__name__} object"
-    return describe(var)
