@@ -129,7 +129,16 @@ class SideEffects:
 
     def collect(self, rebuilder: Rebuilder) -> None:
         """Note what replaying needs: the graph outputs of every value written, and the
-        compiled sources of every target."""
+        compiled sources of every target.
+
+        A container whose source was dropped since (a display on the value stack after a
+        graph break, which ``LIST_APPEND`` builds: :func:`.opcodes_data._building`) is
+        the trace's own again, no longer replayed."""
+        self._effects = {
+            key: effect
+            for key, effect in self._effects.items()
+            if effect.target is None or effect.target.source is not None
+        }
         for effect in self._effects.values():
             if effect.kind in ("list", "dict", "set", "attr"):
                 assert effect.target is not None and effect.target.source is not None
