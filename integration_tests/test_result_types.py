@@ -255,10 +255,9 @@ def post_init(x):
     return WithPostInit(x + 1)
 
 
-def test_dataclass_with_post_init_breaks_and_stays_right():
+def test_dataclass_with_post_init_is_traced_through_its_init():
     compiled = rt.compile(post_init)
     x = torch.randn(3)
     assert_same_structure(compiled(x), post_init(x))
     report = rt.explain(compiled, x)
-    assert report.graph_break_count == 1
-    assert "__post_init__" in report.graph_breaks[0].reason
+    assert report.graph_break_count == 0 and report.graph_count == 1

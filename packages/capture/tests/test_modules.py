@@ -104,11 +104,20 @@ def test_super_forward(captured, against_eager):
     against_eager(result, model.forward, torch.randn(2, 8))
 
 
-def test_forward_hooks_break_the_graph(against_eager):
+def test_forward_hooks_are_inlined(against_eager):
     model = MLP()
     model.fc1.register_forward_hook(lambda module, args, output: output * 2)
+    model.fc2.register_forward_pre_hook(lambda module, args: (args[0] + 1,))
     result = capture(model.forward, (torch.randn(4, 16),), {})
-    assert "hooks on Linear" in result.graph_breaks[0].reason
+    assert result.graph_breaks == ()
+    against_eager(result, model.forward, torch.randn(4, 16))
+
+
+def test_backward_hooks_break_the_graph(against_eager):
+    model = MLP()
+    model.fc1.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+    result = capture(model.forward, (torch.randn(4, 16),), {})
+    assert "backward hooks on Linear" in result.graph_breaks[0].reason
     against_eager(result, model.forward, torch.randn(4, 16))
 
 

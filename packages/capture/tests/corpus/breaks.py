@@ -212,36 +212,6 @@ def generator_loop_with_print(x):
     return out
 
 
-@case(with_list)
-def mutate_argument_list(x, items):
-    items.append(3)
-    return x * len(items)
-
-
-@case(one)
-def mutate_global_list(x):
-    LOG.append(1)
-    return x + len(LOG) * 0
-
-
-@case(one)
-def mutate_global_dict(x):
-    STATE["calls"] = STATE["calls"] + 0
-    return x * 2
-
-
-@case(with_module)
-def set_module_attribute(module, x):
-    module.flag = True
-    module.calls = module.calls + 1
-    return module.fc(x)
-
-
-@case(with_module)
-def counting_module_forward(module, x):
-    return module(x) + module(x)
-
-
 @case(with_printing)
 def printing_submodule(module, x):
     return module(x) * 2

@@ -16,7 +16,9 @@ import torch
 
 from torchstrata.capture.instances import InstanceVar, instance_attribute
 from torchstrata.capture.operators import fold
+from torchstrata.capture.side_effects import DeletedVar
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar, object_attribute
 from torchstrata.capture.variables import (
     BoundMethodVar,
     ConstVar,
@@ -36,7 +38,11 @@ from torchstrata.core import GuardKind, torch_op
 SEQUENCE_METHODS = frozenset(
     {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear", "sort"}
 )
-DICT_METHODS = frozenset({"items", "keys", "values", "get", "copy", "update", "pop", "setdefault"})
+#: Methods of a named tuple variable (``_replace``, ``_asdict``).
+NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
+DICT_METHODS = frozenset(
+    {"items", "keys", "values", "get", "copy", "update", "pop", "setdefault", "clear", "popitem"}
+)
 _SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
      "intersection_update", "symmetric_difference_update"}
@@ -47,6 +53,8 @@ _DATA_ATTRIBUTES = frozenset({"data", "grad", "_base", "grad_fn", "storage"})
 class AttributeMissing(Unsupported):
     """The object has no such attribute (``getattr`` with a default may recover)."""
 
+    python_exception = AttributeError
+
 
 def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
     """``var.name``."""
@@ -55,6 +63,10 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
     if isinstance(var, SequenceVar):
         if var.field_names and name in var.field_names:
             return var.items[var.field_names.index(name)]
+        if var.tuple_type is not None and name in NAMEDTUPLE_METHODS:
+            return MethodVar(var, name)
+        if var.tuple_type is not None and name == "_fields":
+            return ConstVar(var.field_names)
         if name in SEQUENCE_METHODS:
             return MethodVar(var, name)
     if isinstance(var, DictVar) and name in DICT_METHODS:
@@ -63,9 +75,11 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
         return _super_attribute(tracer, var, name)
     if isinstance(var, InstanceVar):
         return instance_attribute(var, name)
+    if isinstance(var, UserObjectVar):
+        return object_attribute(tracer, var, name)
     if isinstance(var, ConstVar):
         if isinstance(var.value, set) and name in _SET_MUTATORS and var.source is not None:
-            raise Unsupported(f"mutating an argument with set.{name}() is not supported")
+            tracer.side_effects.mutate_container(var)  # a set argument: replayed
         if not hasattr(var.value, name):
             raise AttributeMissing(f"{describe(var)} has no attribute {name!r}")
         result = fold(getattr, var.value, name)
@@ -114,6 +128,8 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
     static = inspect.getattr_static(torch.Tensor, name, None)
     if static is not None and callable(static):
         return TensorMethodVar(var, name)
+    if static is None:  # getattr(x, name, default) and hasattr(x, name) recover
+        raise AttributeMissing(f"a tensor has no attribute {name!r}")
     raise Unsupported(f"Tensor.{name} is not supported")
 
 
@@ -143,6 +159,13 @@ def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> V
 
 def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
     obj = var.value
+    stored = tracer.side_effects.load_attribute(obj, name)
+    if isinstance(stored, DeletedVar):
+        if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
+            raise Unsupported(f"reading {name!r} of the class after deleting it on the object")
+        raise AttributeMissing(f"{describe(var)} has no attribute {name!r} (deleted)")
+    if stored is not None:  # assigned earlier in this trace
+        return stored
     try:
         value = getattr(obj, name)
     except AttributeError:

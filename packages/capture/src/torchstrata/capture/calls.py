@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -16,18 +18,29 @@ from typing import Any, Protocol
 import attrs
 import torch
 
+from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
+from torchstrata.capture.exceptions import make_exception
+from torchstrata.capture.generator_contexts import (
+    GeneratorExitVar,
+    exit_generator_context,
+    make_generator_context,
+)
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.instances import make_instance
+from torchstrata.capture.iteration import iterate
+from torchstrata.capture.library_calls import call_library
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
+from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.python_builtins import FrameState, call_builtin
-from torchstrata.capture.tracer import CONSTANT_TYPES, Unsupported
+from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar, build_class, construct, is_user_class
 from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
@@ -35,6 +48,7 @@ from torchstrata.capture.variables import (
     ContextExitVar,
     DictVar,
     FunctionVar,
+    IteratorVar,
     MethodVar,
     NotConstant,
     ObjectVar,
@@ -96,7 +110,7 @@ def call_function(
     if isinstance(fn, TensorMethodVar):
         return call_tensor_method(frame, fn.tensor, fn.name, args, kwargs)
     if isinstance(fn, MethodVar):
-        return _call_container_method(fn, args, kwargs)
+        return _call_container_method(frame.tracer, fn, args, kwargs)
     if isinstance(fn, BoundMethodVar):
         return call_function(frame, fn.function, [fn.self_var, *args], kwargs)
     if isinstance(fn, FunctionVar):
@@ -117,6 +131,10 @@ def call_function(
         return call_function(frame, fn.function, [*fn.args, *args], {**fn.kwargs, **kwargs})
     if isinstance(fn, ContextExitVar):
         return exit_context(frame.tracer, fn)
+    if isinstance(fn, GeneratorExitVar):
+        return exit_generator_context(fn, args)
+    if isinstance(fn, UserObjectVar):  # an object of a user class with __call__
+        return call_function(frame, get_attribute(frame.tracer, fn, "__call__"), args, kwargs)
     raise Unsupported(f"calling {describe(fn)} is not supported")
 
 
@@ -130,6 +148,15 @@ def _call_object(
         if getattr(value.forward, "__func__", None) is not type(value).forward:
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
         function = guard_module_call(tracer, value, fn.source)
+        if has_forward_hooks(value):
+            return call_with_hooks(
+                tracer,
+                lambda f, a, k: call_function(frame, f, a, k),
+                fn,
+                BoundMethodVar(function, fn),
+                args,
+                kwargs,
+            )
         return call_function(frame, BoundMethodVar(function, fn), args, kwargs)
     if _hashable(value) and value in CONTEXT_MANAGERS:
         return make_context(value, args, kwargs)
@@ -147,8 +174,25 @@ def _call_object(
             for key, item in value.keywords.items()
         }
         return call_function(frame, function, [*bound, *args], {**keywords, **kwargs})
+    if isinstance(value, type) and issubclass(value, BaseException) and not kwargs:
+        return make_exception(value, args)
+    if value is contextlib._GeneratorContextManager:
+        return make_generator_context(args, kwargs)
+    if value is builtins.__build_class__:
+        return build_class(frame, args, kwargs)
+    if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):
+        args[0].attributes[python_value(args[1])] = args[2]  # a frozen dataclass's __init__
+        return ConstVar(None)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
-        return _construct_config(value, args, kwargs)
+        return _construct_config(frame, value, args, kwargs)
+    library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
+    if library is not None:
+        return library
+    if hasattr(value, "cache_info") and isinstance(
+        getattr(value, "__wrapped__", None), types.FunctionType
+    ):  # functools.lru_cache/cache: the cached function is inlined (it must be pure)
+        wrapped = f"{fn.source}.__wrapped__" if fn.source else None
+        return call_function(frame, tracer.wrap(value.__wrapped__, wrapped), args, kwargs)
     op = torch_op(value) if not isinstance(value, types.FunctionType) or _is_torch(value) else None
     if op is not None:
         return _call_torch(frame, op, value, args, kwargs)
@@ -172,14 +216,28 @@ def _call_object(
         return result
     owner = getattr(value, "__self__", None)
     if isinstance(value, types.BuiltinMethodType) and isinstance(
-        owner, (*CONSTANT_TYPES, set, frozenset)
+        owner, (*CONSTANT_TYPES, set, frozenset, tuple)
     ):
-        try:
-            values = [python_value(arg) for arg in args]
+        try:  # an iterator argument (", ".join(generator)) is consumed first
+            values = [
+                python_value(
+                    SequenceVar(iterate(tracer, arg)) if isinstance(arg, IteratorVar) else arg
+                )
+                for arg in args
+            ]
             keywords = {key: python_value(item) for key, item in kwargs.items()}
         except NotConstant:
             raise Unsupported(f"{value.__qualname__}() on non-constants is not supported") from None
         return fold(functools.partial(value, **keywords), *values)
+    if is_user_class(value):
+        return construct(frame, value, args, kwargs)
+    call = inspect.getattr_static(type(value), "__call__", None)
+    if isinstance(call, types.FunctionType) and not isinstance(value, type):
+        # an object with a Python __call__: inlined with the object as self
+        source = f"{fn.source}.__call__.__func__" if fn.source else None
+        return call_function(frame, BoundMethodVar(tracer.wrap(call, source), fn), args, kwargs)
+    if isinstance(call, types.BuiltinFunctionType) and not isinstance(value, type):
+        return call_function(frame, ObjectVar(call), args, kwargs)  # no bytecode, not bound
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
     raise Unsupported(f"call to {name} ({type(value).__name__}) is not supported")
 
@@ -192,13 +250,17 @@ def _hashable(value: Any) -> bool:
     return True
 
 
-def _construct_config(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+def _construct_config(
+    frame: CallingFrame, cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
     """A dataclass or attrs instance built from constants, for real, at capture time
     (their generated ``__init__`` only stores fields); each call gets its own copy."""
     try:
         values = [python_value(arg) for arg in args]
         keywords = {key: python_value(item) for key, item in kwargs.items()}
     except NotConstant:
+        if is_user_class(cls):  # tensor fields: a symbolic object
+            return construct(frame, cls, args, kwargs)
         if dataclasses.is_dataclass(cls):  # fields hold traced values: recorded as such
             return make_instance(cls, args, kwargs)
         raise Unsupported(
@@ -379,7 +441,7 @@ def _inline(
 
 
 def _call_container_method(
-    method: MethodVar, args: Sequence[Var], kwargs: Mapping[str, Var]
+    tracer: Tracer, method: MethodVar, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     owner, name = method.owner, method.name
     mutating = name in {
@@ -392,19 +454,32 @@ def _call_container_method(
         "update",
         "setdefault",
         "sort",
+        "popitem",
     }
-    if mutating and owner.source is not None:
-        raise Unsupported(f"mutating an argument with {name}() is not supported")
     if isinstance(owner, SequenceVar):
-        return _sequence_method(owner, name, args, kwargs)
-    assert isinstance(owner, DictVar)
-    return _dict_method(owner, name, args, kwargs)
+        if mutating and not owner.is_list:
+            raise Unsupported(f"tuple has no method {name}()")
+        result = _sequence_method(owner, name, args, kwargs)
+    else:
+        assert isinstance(owner, DictVar)
+        result = _dict_method(owner, name, args, kwargs)
+    if mutating and owner.source is not None:  # an argument, attribute or global: replayed
+        tracer.side_effects.mutate_container(owner)
+    return result
 
 
 def _sequence_method(
     owner: SequenceVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var:
     items = owner.items
+    if name == "_replace" and owner.field_names is not None:
+        unknown = set(kwargs) - set(owner.field_names)
+        if args or unknown:
+            raise Unsupported(f"{name}() got unexpected arguments {sorted(unknown)}")
+        replaced = [kwargs.get(f, item) for f, item in zip(owner.field_names, items)]
+        return SequenceVar(replaced, field_names=owner.field_names, tuple_type=owner.tuple_type)
+    if name == "_asdict" and owner.field_names is not None:
+        return DictVar(dict(zip(owner.field_names, items)))
     if name == "sort":
         if set(kwargs) - {"reverse"}:
             raise Unsupported("list.sort(key=...) is not supported")
@@ -443,6 +518,14 @@ def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping
         return SequenceVar(list(items.values()))
     if name == "copy":
         return DictVar(dict(items))
+    if name == "clear":
+        items.clear()
+        return ConstVar(None)
+    if name == "popitem":
+        if not items:
+            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
+        key, value = items.popitem()
+        return SequenceVar([ConstVar(key), value])
     key = python_value(args[0]) if args else None
     if name == "get":
         return items.get(key, args[1] if len(args) > 1 else ConstVar(None))

@@ -95,6 +95,11 @@ def _store_deref(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None
     state.cells.setdefault(inst.argval, types.CellType()).cell_contents = state.stack.pop()
 
 
+@on("LOAD_BUILD_CLASS")
+def _load_build_class(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
+    state.stack.append(builtins.__build_class__)
+
+
 @on("LOAD_GLOBAL")
 def _load_global(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
     if arg(inst) & 1:

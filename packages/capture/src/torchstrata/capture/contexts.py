@@ -4,7 +4,9 @@ Entering and leaving regions is here; what a region does to the ops in it is in
 :mod:`.modes`. ``torch.no_grad()`` regions detach the tensors that require grad before each op reads
 them (so results do not require grad, as in eager); ``torch.autocast`` regions cast the
 floating arguments of each op as autocast does in eager (see :mod:`.autocast`).
-``torch.enable_grad()`` and ``contextlib.nullcontext()`` are accepted too.
+``torch.enable_grad()``, ``torch.inference_mode()`` (as ``no_grad``),
+``contextlib.nullcontext()`` and ``torch.autograd.profiler.record_function`` (a profiler
+range: no effect on the graph) are accepted too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torchstrata.capture.variables import (
 #: Context manager classes a ``with`` may enter at capture time.
 CONTEXT_MANAGERS = (
     torch.no_grad, torch.enable_grad, torch.autocast, torch.amp.autocast, contextlib.nullcontext,
+    torch.inference_mode, torch.autograd.profiler.record_function,
 )  # fmt: skip
 
 
@@ -57,6 +60,10 @@ def _context(cls: Any, values: list[Any], keywords: dict[str, Any]) -> ContextVa
         return ContextVar(("grad", False))
     if cls is torch.enable_grad:
         return ContextVar(("grad", True))
+    if cls is torch.inference_mode:  # as no_grad for the graph: results do not require grad
+        enabled = keywords.get("mode", values[0] if values else True)
+        return ContextVar(("grad", False) if enabled else ("none", None))
+    # nullcontext; record_function: a profiler range, no effect on what the graph computes
     return ContextVar(("none", None))
 
 

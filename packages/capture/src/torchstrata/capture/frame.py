@@ -16,13 +16,20 @@ from typing import Any
 
 import attrs
 
+from torchstrata.capture.exceptions import (
+    EXCEPTION_HANDLERS,
+    TracedRaise,
+    enter_handler,
+    handler_entry,
+    user_exception,
+)
 from torchstrata.capture.opcodes_data import DATA_HANDLERS
-from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return
+from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return, Yield
 from torchstrata.capture.tracer import MAX_INSTRUCTIONS, Tracer, Unsupported
 from torchstrata.capture.variables import Cell, IteratorVar, NotConstant, Var, _Null, describe
 
 #: Every opcode capture interprets, by ``dis`` name.
-HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS}
+HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS, **EXCEPTION_HANDLERS}
 
 #: The ``dis`` names of every instruction capture interprets (some raise a graph break
 #: that names the construct: generators, ``with``, ``raise``...).
@@ -38,6 +45,14 @@ def instructions_of(code: types.CodeType) -> tuple[list[dis.Instruction], dict[i
 
 #: How deep calls may be inlined before capture gives up (recursion).
 MAX_INLINE_DEPTH = 48
+
+
+@attrs.frozen
+class Suspended:
+    """A generator frame stopped at a ``yield`` of ``value``; it goes on at ``index``."""
+
+    value: Var
+    index: int
 
 
 @attrs.frozen
@@ -82,6 +97,10 @@ class Frame:
         # A generator's frame runs to completion at once, collecting what it yields.
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
         self.yielded: list[Var] = []
+        #: Stop at each ``yield`` (a contextmanager's generator) instead of collecting.
+        self.suspend_at_yield = False
+        #: Exceptions being handled (``except`` blocks entered), innermost last.
+        self.handling: list[Any] = []
 
     # ------------------------------------------------------------------ stack
     def push(self, value: Var | _Null) -> None:
@@ -121,7 +140,8 @@ class Frame:
     def run(self, start_index: int = 0, stop_step: int | None = None) -> Var | Paused:
         """Interpret the code from instruction ``start_index`` to its ``return`` and give
         back the returned variable; or stop before running the ``stop_step``-th
-        instruction (counted from 0) and return :class:`Paused`."""
+        instruction (counted from 0) and return :class:`Paused`. (A frame that suspends
+        at ``yield`` returns :class:`Suspended` there: see :meth:`resume`.)"""
         index = start_index
         steps = 0
         while True:
@@ -132,6 +152,7 @@ class Frame:
             self.tracer.instructions_run += 1
             if inst.positions is not None and inst.positions.lineno is not None:
                 self.lineno = inst.positions.lineno
+            raised: TracedRaise | None = None
             try:
                 if self.tracer.instructions_run > MAX_INSTRUCTIONS:
                     raise Unsupported(
@@ -142,6 +163,15 @@ class Frame:
                     raise Unsupported(f"bytecode instruction {inst.opname} is not supported")
                 try:
                     outcome = handler(self, inst)
+                except TracedRaise as error:
+                    raised = error
+                    outcome = None
+                except Unsupported as error:
+                    python_exception = error.python_exception  # catchable in this frame?
+                    if python_exception is None or handler_entry(self.code, inst.offset) is None:
+                        raise
+                    raised = TracedRaise(user_exception(python_exception, error.reason))
+                    outcome = None
                 except NotConstant as error:
                     value = error.args[0] if error.args else None
                     what = describe(value) if isinstance(value, Var | _Null) else "a value"
@@ -153,13 +183,39 @@ class Frame:
                 if self.depth == 0:
                     error.top_step, error.top_index = steps - 1, index
                 raise
-            if outcome is None:
+            if raised is not None:
+                index = self._unwind(raised, inst, index, steps)
+            elif outcome is None:
                 index += 1
+            elif isinstance(outcome, Yield):
+                return Suspended(outcome.value, index + 1)  # type: ignore[return-value]
             elif isinstance(outcome, Jump):
                 index = self._index_of[outcome.offset]
             else:
                 assert isinstance(outcome, Return)
                 return IteratorVar(self.yielded) if self.is_generator else outcome.value
+
+    def _unwind(self, raised: TracedRaise, inst: dis.Instruction, index: int, steps: int) -> int:
+        """Where a handler of this frame catches ``raised`` (the index to go on at);
+        raise it into the caller when none does (at the top level: a graph break)."""
+        entry = handler_entry(self.code, inst.offset)
+        if entry is not None:
+            return self._index_of[enter_handler(self, entry, inst.offset, raised.exception)]
+        if self.depth > 0:
+            raise raised
+        name = type(raised.exception.value).__name__
+        error = Unsupported(f"{name} raised and not caught in the traced code")
+        error.location = (self.code.co_filename, self.lineno, f"{inst.opname} {inst.argrepr}")
+        error.top_step, error.top_index = steps - 1, index
+        raise error
+
+    def resume(self, index: int) -> Var | Suspended:
+        """Run a frame that suspends at ``yield`` from ``index`` to its next ``yield``
+        (:class:`Suspended`) or its return (the returned variable)."""
+        self.suspend_at_yield = True
+        result = self.run(index)
+        assert not isinstance(result, Paused)
+        return result
 
     def inline(
         self,
@@ -174,7 +230,7 @@ class Frame:
             raise Unsupported(f"calls nested deeper than {MAX_INLINE_DEPTH} (recursion?)")
         child = Frame(self.tracer, code, globals_, globals_source, bound, closure, self.depth + 1)
         result = child.run()
-        assert not isinstance(result, Paused), "only the top-level frame pauses"
+        assert not isinstance(result, Paused | Suspended), "only the top-level frame pauses"
         return result
 
     def next_offset_after(self, offset: int) -> int:

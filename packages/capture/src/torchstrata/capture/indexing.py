@@ -31,8 +31,13 @@ _SELECT = torch_op(torch.select)
 _NARROW = torch_op(torch.narrow)
 _UNSQUEEZE = torch_op(torch.unsqueeze)
 _INDEX = OpRef(OpKind.TORCH, "torch.ops.aten.index.Tensor")
-_MASKED_FILL = OpRef(OpKind.TORCH, "torch.Tensor.masked_fill_")
 _STEPPED_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
+
+
+class KeyMissing(Unsupported):
+    """A dict has no such key (a ``try``/``except KeyError`` in the trace may catch it)."""
+
+    python_exception = KeyError
 
 
 def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
@@ -57,7 +62,7 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
         return picked
     if isinstance(container, DictVar):
         if key not in container.items:
-            raise Unsupported(f"dict lookup raised KeyError: {key!r}")
+            raise KeyMissing(f"dict lookup raised KeyError: {key!r}")
         return container.items[key]
     if isinstance(container, ConstVar):
         return fold(operator.getitem, container.value, key)
@@ -76,27 +81,61 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
 
 
 def store_subscript(tracer: Tracer, container: Var, index: Var, value: Var) -> None:
-    """``container[index] = value`` for lists and dicts built during capture, and
-    ``tensor[mask] = number`` (``masked_fill_``)."""
+    """``container[index] = value``: lists and dicts (those that exist outside the trace
+    are replayed after the graph, :mod:`.side_effects`), and tensors (in place, through a
+    view or ``index_put_``: :mod:`.tensor_stores`)."""
     if isinstance(container, TensorVar):
-        is_mask = isinstance(index, TensorVar) and index.meta.dtype == torch.bool
-        if is_mask and isinstance(value, ConstVar) and isinstance(value.value, int | float):
-            tracer.call_op(_MASKED_FILL, (container, index, value), {})
-            return
-        raise Unsupported("assigning into a tensor (x[...] = value) is not supported yet")
-    if container.source is not None:
-        raise Unsupported(f"item assignment on an argument ({describe(container)})")
-    key = python_value(index) if not isinstance(index, TensorVar) else None
-    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int):
-        container.items[key] = value
+        from torchstrata.capture.tensor_stores import store_tensor_items  # it imports this
+
+        store_tensor_items(tracer, container, index, value)
         return
-    if isinstance(container, DictVar) and container.source is None and key is not None:
+    key = python_value(index) if not isinstance(index, TensorVar) else None
+    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int | slice):
+        try:
+            if isinstance(key, slice):
+                from torchstrata.capture.iteration import iterate  # iteration imports this
+
+                container.items[key] = iterate(tracer, value)
+            else:
+                container.items[key] = value
+        except (IndexError, ValueError) as error:
+            raise Unsupported(f"list item assignment raised {type(error).__name__}") from None
+        _mutated(tracer, container)
+        return
+    if isinstance(container, DictVar) and key is not None:
         container.items[key] = value
+        _mutated(tracer, container)
         return
     raise Unsupported(f"item assignment on {describe(container)} is not supported")
 
 
-def _index_elements(index: Var) -> list[Var]:
+def delete_subscript(tracer: Tracer, container: Var, index: Var) -> None:
+    """``del container[index]`` for lists and dicts (arguments too: replayed)."""
+    key = python_value(index) if not isinstance(index, TensorVar) else None
+    if isinstance(container, SequenceVar) and container.is_list and isinstance(key, int | slice):
+        try:
+            del container.items[key]
+        except IndexError:
+            raise Unsupported("del on a list raised IndexError") from None
+        _mutated(tracer, container)
+        return
+    if isinstance(container, DictVar) and key is not None:
+        if key not in container.items:
+            raise Unsupported(f"del on a dict raised KeyError: {key!r}")
+        del container.items[key]
+        _mutated(tracer, container)
+        return
+    raise Unsupported(f"del on an item of {describe(container)} is not supported")
+
+
+def _mutated(tracer: Tracer, container: SequenceVar | DictVar) -> None:
+    """A container that exists outside the trace is replayed after the graph."""
+    if container.source is not None:
+        tracer.side_effects.mutate_container(container)
+
+
+def index_elements(index: Var) -> list[Var]:
+    """The elements of a subscript: the items of a tuple index, else the index alone."""
     if isinstance(index, SequenceVar) and not index.is_list:
         return list(index.items)
     if isinstance(index, ConstVar) and type(index.value) is tuple:
@@ -105,7 +144,7 @@ def _index_elements(index: Var) -> list[Var]:
 
 
 def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
-    elements = _index_elements(index)
+    elements = index_elements(index)
     if any(isinstance(element, TensorVar) for element in elements):
         if len(elements) == 1:
             return tracer.call_op(operator_ref(operator.getitem), (tensor, elements[0]), {})
@@ -119,7 +158,7 @@ def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
         ):
             raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
         values.append(element.value)
-    return _basic_index(tracer, tensor, values)
+    return basic_index(tracer, tensor, values)
 
 
 def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> Var:
@@ -139,7 +178,7 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
         fill = [ConstVar(slice(None))] * (tensor.meta.ndim - len(elements) + 1)
         elements = [*elements[: ellipses[0]], *fill, *elements[ellipses[0] + 1 :]]
     slices = [e.value if isinstance(e, ConstVar) else slice(None) for e in elements]
-    sliced = _basic_index(tracer, tensor, slices)
+    sliced = basic_index(tracer, tensor, slices)
     indices = [None if isinstance(e, ConstVar) else e for e in elements]
     while indices and indices[-1] is None:
         indices.pop()
@@ -147,7 +186,8 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
     return tracer.call_op(_INDEX, (sliced, SequenceVar(items, is_list=True)), {})
 
 
-def _basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
+def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
+    """``tensor[values]`` for ints, slices, None and ``...``: a chain of view ops."""
     consuming = sum(1 for value in values if isinstance(value, int | slice))
     if sum(1 for value in values if value is Ellipsis) > 1:
         raise Unsupported("an index can only have a single ellipsis")

@@ -2,16 +2,18 @@
 ``forward`` that is traced, and the guards that keep it so.
 
 ``nn.Module.__call__`` runs ``module.forward`` directly when the module has no hooks of
-its own and no global module hook is registered. The capture refuses hooks and an
-overridden ``__call__`` (:func:`check_module_call`); for a module read from a source
-``S`` it guards, on every call of the compiled code:
+its own and no global module hook is registered; forward hooks (pre and post, global
+ones first) are inlined around it by :mod:`.module_hooks`. The capture refuses backward
+hooks and an overridden ``__call__`` (:func:`check_module_call`); for a module read from
+a source ``S`` it guards, on every call of the compiled code:
 
 * ``type(S)`` (``TYPE_MATCH``): the class whose ``forward`` was traced;
 * no ``forward`` in ``S.__dict__`` (``ABSENT_KEY``): one assigned to the instance
   later would shadow the class's. It joins the module's other member-shadowing guards,
   which the runtime checks as one test of the instance dict (``'forward' not in D and
   'weight' not in D ...``);
-* its four hook dicts empty, as ONE guard over that instance dict:
+* its four hook dicts empty (those that are not: their keys, see below), as ONE guard
+  over that instance dict:
   ``S.__dict__['_forward_hooks'] or S.__dict__['_forward_pre_hooks'] or ... or None``
   is None (a dict subscript and a jump per dict, then one ``is``). The runtime reads
   every subexpression of a source that it has fetched already from its variable
@@ -29,6 +31,8 @@ reading that module once (``torch`` is a name of every guard function).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from torchstrata.capture.tracer import Tracer, Unsupported
@@ -37,17 +41,19 @@ from torchstrata.core import GuardKind
 
 #: The dicts of a module's own hooks; ``_global`` + each name is the global one.
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+BACKWARD_HOOK_DICTS = HOOK_DICTS[2:]
 #: The module that holds the global hook dicts, as guard sources read it.
 _HOOKS_MODULE_SOURCE = "torch.nn.modules.module"
 
 
 def check_module_call(module: torch.nn.Module) -> None:
-    """Raise :class:`Unsupported` unless calling ``module`` just runs its ``forward``."""
+    """Raise :class:`Unsupported` unless calling ``module`` runs its ``forward`` and its
+    forward hooks (inlined by :mod:`.module_hooks`): backward hooks are not traced."""
     hooks = torch.nn.modules.module
-    if any(getattr(module, name) for name in HOOK_DICTS) or any(
-        getattr(hooks, f"_global{name}") for name in HOOK_DICTS
+    if any(getattr(module, name) for name in BACKWARD_HOOK_DICTS) or any(
+        getattr(hooks, f"_global{name}") for name in BACKWARD_HOOK_DICTS
     ):
-        raise Unsupported(f"hooks on {type(module).__name__} are not supported yet")
+        raise Unsupported(f"backward hooks on {type(module).__name__} are not supported yet")
     if type(module).__call__ is not torch.nn.Module.__call__:
         raise Unsupported(f"{type(module).__name__} overrides __call__, which is not supported")
 
@@ -68,12 +74,30 @@ def guard_module_call(tracer: Tracer, module: torch.nn.Module, source: str | Non
         function_source = tracer.forward_sources.setdefault(
             type(module), f"{source}.__class__.forward"
         )
-    hooks = [
-        f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}"
+    hooks = {
+        f"{source}.__dict__[{name!r}]" if name in instance else f"{source}.{name}": getattr(
+            module, name
+        )
         for name in HOOK_DICTS
-    ]
-    tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(hooks), None, "module hooks")
+    }
+    _guard_hook_dicts(tracer, hooks, "module hooks")
     return tracer.wrap(forward, function_source)
+
+
+def _guard_hook_dicts(tracer: Tracer, dicts: dict[str, dict[Any, Any]], what: str) -> None:
+    """Hook dicts by source: the empty ones (all four, when no hook is registered) in one
+    guard; of each other, its keys (:mod:`.module_hooks` guards each hook by identity
+    where it reads it, and which of them take keyword arguments)."""
+    empty = []
+    for source, registered in dicts.items():
+        if registered:
+            tracer.guard(
+                GuardKind.CONSTANT_MATCH, f"tuple({source}.keys())", tuple(registered), what
+            )
+        else:
+            empty.append(source)
+    if empty:
+        tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(empty), None, what)
 
 
 def _no_hooks_source(hook_dicts: list[str]) -> str:
@@ -85,5 +109,8 @@ def _no_hooks_source(hook_dicts: list[str]) -> str:
 def _guard_global_hooks(tracer: Tracer) -> None:
     hooks = torch.nn.modules.module
     tracer.guard_identity(_HOOKS_MODULE_SOURCE, hooks, "the global hooks' module")
-    sources = [f"{_HOOKS_MODULE_SOURCE}._global{name}" for name in HOOK_DICTS]
-    tracer.guard(GuardKind.CONSTANT_MATCH, _no_hooks_source(sources), None, "global module hooks")
+    sources = {
+        f"{_HOOKS_MODULE_SOURCE}._global{name}": getattr(hooks, f"_global{name}")
+        for name in HOOK_DICTS
+    }
+    _guard_hook_dicts(tracer, sources, "global module hooks")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.attributes import get_attribute
-from torchstrata.capture.indexing import store_subscript, subscript
+from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import (
     BINARY_OPERATORS,
@@ -20,7 +20,9 @@ from torchstrata.capture.operators import (
     identical,
     truth,
 )
+from torchstrata.capture.stores import delete_attribute, store_attribute
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import PropertyGet
 from torchstrata.capture.variables import (
     NULL,
     Cell,
@@ -31,6 +33,7 @@ from torchstrata.capture.variables import (
     SequenceVar,
     SuperVar,
     TensorVar,
+    Var,
     _Null,
     describe,
     python_value,
@@ -139,8 +142,10 @@ def _store_deref(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.pop()
     if inst.argval not in frame.cells:
         frame.cells[inst.argval] = _new_cell(None)
-    frame.cells[inst.argval].var = value
-    frame.cells[inst.argval].pending = None
+    cell = frame.cells[inst.argval]
+    cell.var, cell.pending = value, None
+    if cell.origin is not None:  # a cell of a function defined outside the trace
+        frame.tracer.side_effects.store_cell(cell)
 
 
 @handles("LOAD_CLOSURE")
@@ -151,11 +156,20 @@ def _load_closure(frame: Frame, inst: dis.Instruction) -> None:
 
 
 # ---------------------------------------------------------------------- globals
+@handles("LOAD_BUILD_CLASS")
+def _load_build_class(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(ObjectVar(builtins.__build_class__))
+
+
 @handles("LOAD_GLOBAL")
 def _load_global(frame: Frame, inst: dis.Instruction) -> None:
     if _arg(inst) & 1:  # 3.11 and 3.12: push NULL first
         frame.push(NULL)
     name = inst.argval
+    stored = frame.tracer.side_effects.load_global(frame.globals, name)
+    if stored is not None:  # assigned earlier in this trace
+        frame.push(stored)
+        return
     if name in frame.globals:
         source = f"{frame.globals_source}[{name!r}]" if frame.globals_source else None
         frame.push(frame.tracer.wrap(frame.globals[name], source))
@@ -175,7 +189,16 @@ def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     if method_form:
         frame.push(NULL)
-    frame.push(get_attribute(frame.tracer, owner, inst.argval))
+    frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
+
+
+def resolve_property(frame: Frame, var: Var) -> Var:
+    """The value of a property of an object made in the trace: its getter, inlined."""
+    if isinstance(var, PropertyGet):
+        from torchstrata.capture.calls import call_function  # calls imports the frame
+
+        return call_function(frame, var.getter, var.args, {})
+    return var
 
 
 def _is_312_method_load(inst: dis.Instruction) -> bool:
@@ -186,7 +209,7 @@ def _is_312_method_load(inst: dis.Instruction) -> bool:
 def _load_method(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     frame.push(NULL)
-    frame.push(get_attribute(frame.tracer, owner, inst.argval))
+    frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
 
 
 @handles("LOAD_SUPER_ATTR")
@@ -201,10 +224,18 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
 
 @handles("STORE_ATTR")
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
-    owner = frame.pop()
-    raise Unsupported(
-        f"assigning attribute {inst.argval!r} of {describe(owner)} is not supported yet"
-    )
+    owner, value = frame.pop(), frame.pop()
+    store_attribute(frame.tracer, owner, inst.argval, value)
+
+
+@handles("DELETE_ATTR")
+def _delete_attr(frame: Frame, inst: dis.Instruction) -> None:
+    delete_attribute(frame.tracer, frame.pop(), inst.argval)
+
+
+@handles("STORE_GLOBAL")
+def _store_global(frame: Frame, inst: dis.Instruction) -> None:
+    frame.tracer.side_effects.store_global(frame.globals, inst.argval, frame.pop())
 
 
 # ---------------------------------------------------------------------- operators
@@ -271,6 +302,20 @@ def _slice_part(var: Any) -> Any:
     if isinstance(var, TensorVar):
         raise Unsupported("a tensor as a slice bound makes the result depend on tensor values")
     return python_value(var)
+
+
+@handles("STORE_SLICE")
+def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
+    stop, start = frame.pop(), frame.pop()
+    container, value = frame.pop(), frame.pop()
+    index = ConstVar(slice(_slice_part(start), _slice_part(stop)))
+    store_subscript(frame.tracer, container, index, value)
+
+
+@handles("DELETE_SUBSCR")
+def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
+    index, container = frame.pop(), frame.pop()
+    delete_subscript(frame.tracer, container, index)
 
 
 @handles("BUILD_SLICE")

@@ -12,9 +12,15 @@ import attrs
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.calls import call_function
 from torchstrata.capture.contexts import enter
+from torchstrata.capture.generator_contexts import (
+    GeneratorContextVar,
+    GeneratorExitVar,
+    enter_generator_context,
+)
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import identical, truth
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     CellVar,
     ConstVar,
@@ -45,6 +51,13 @@ class Jump:
 @attrs.frozen
 class Return:
     """The frame returns this variable."""
+
+    value: Var
+
+
+@attrs.frozen
+class Yield:
+    """A frame that suspends at ``yield`` stops with this variable."""
 
     value: Var
 
@@ -210,6 +223,16 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
 @handles("BEFORE_WITH")
 def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     context = frame.pop()
+    if isinstance(context, GeneratorContextVar):
+        frame.push(GeneratorExitVar(context))
+        frame.push(enter_generator_context(frame, context))
+        return
+    if isinstance(context, UserObjectVar):  # a context manager class of user code
+        exit_method = get_attribute(frame.tracer, context, "__exit__")
+        enter_method = get_attribute(frame.tracer, context, "__enter__")
+        frame.push(exit_method)
+        frame.push(call_function(frame, enter_method, [], {}))
+        return
     if not isinstance(context, ContextVar):
         raise Unsupported(f"with {describe(context)} is not supported")
     frame.push(ContextExitVar(context))
@@ -231,6 +254,8 @@ def _return_generator(frame: Frame, inst: dis.Instruction) -> None:
 def _yield_value(frame: Frame, inst: dis.Instruction) -> None:
     if not frame.is_generator:
         raise Unsupported("generators are not supported")
+    if frame.suspend_at_yield:
+        return Yield(frame.pop())  # type: ignore[return-value]
     frame.yielded.append(frame.pop())
     frame.push(ConstVar(None))
 
@@ -242,7 +267,9 @@ def _import_name(frame: Frame, inst: dis.Instruction) -> None:
     try:
         module = __import__(inst.argval, frame.globals, None, fromlist, level)
     except ImportError as error:
-        raise Unsupported(f"import raised {type(error).__name__}: {error}") from None
+        failed = Unsupported(f"import raised {type(error).__name__}: {error}")
+        failed.python_exception = type(error)  # ``except ImportError`` in the trace catches it
+        raise failed from None
     frame.push(ObjectVar(module))
 
 
@@ -266,13 +293,7 @@ def _return_const(frame: Frame, inst: dis.Instruction) -> Return:
 _UNSUPPORTED = {
     "SEND": "generators and coroutines are not supported",
     "GET_AWAITABLE": "coroutines are not supported",
-    "RAISE_VARARGS": "raising an exception is not supported",
-    "RERAISE": "raising an exception is not supported",
     "LOAD_ASSERTION_ERROR": "a failing assert (AssertionError) is not supported",
-    "STORE_GLOBAL": "assigning a global variable is not supported",
-    "DELETE_SUBSCR": "del on a subscript is not supported",
-    "STORE_SLICE": "slice assignment is not supported yet",
-    "PUSH_EXC_INFO": "exception handling is not supported",
 }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -113,8 +114,10 @@ def identical(left: Var, right: Var) -> bool:
         return True
     if isinstance(left, TensorVar) and isinstance(right, TensorVar):
         return left.node is right.node
-    if isinstance(left, TensorVar | SequenceVar) or isinstance(right, TensorVar | SequenceVar):
-        return False  # a tensor or a container is never a constant such as None
+    # each of these variables is one object (see Tracer.wrap), never a constant like None
+    made = (TensorVar, SequenceVar, DictVar, UserObjectVar)
+    if isinstance(left, made) or isinstance(right, made):
+        return False
     if isinstance(left, ConstVar | ObjectVar) and isinstance(right, ConstVar | ObjectVar):
         return left.value is right.value
     raise Unsupported(f"'is' between {describe(left)} and {describe(right)} is not supported")

@@ -134,7 +134,8 @@ class CaptureProgram:
         self._count = 0
         #: The sources :meth:`run_direct` takes the values of; None: it cannot run.
         self.direct_sources: tuple[str, ...] | None = None
-        if first.graph is not None and first.paused is None and _from_outputs(first.returned):
+        direct = first.paused is None and not first.side_effects
+        if first.graph is not None and direct and _from_outputs(first.returned):
             self.direct_sources = first.input_sources
 
     def __call__(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import operator
 import types
@@ -16,6 +17,7 @@ from torchstrata.capture.instances import InstanceVar
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import apply_operator, fold
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
     Cell,
     ConstVar,
@@ -75,6 +77,8 @@ def python_type(var: Var) -> type:
         return type(var.value)
     if isinstance(var, FunctionVar):
         return types.FunctionType
+    if isinstance(var, UserObjectVar):
+        return var.cls
     raise Unsupported(f"type() of {describe(var)} is not supported")
 
 
@@ -167,7 +171,12 @@ def _sum(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> V
 def _getattr(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     name = python_value(args[1])
     try:
-        return get_attribute(frame.tracer, args[0], name)
+        found = get_attribute(frame.tracer, args[0], name)
+        if isinstance(found, PropertyGet):
+            from torchstrata.capture.calls import call_function  # calls imports this
+
+            return call_function(frame, found.getter, found.args, {})  # type: ignore[arg-type]
+        return found
     except AttributeMissing:
         if len(args) > 2:
             return args[2]
@@ -260,6 +269,8 @@ def _hashable(value: Any) -> bool:
 def _constant_class(fn: Any) -> bool:
     constant_classes = (
         torch.Size, torch.device, torch.finfo, torch.iinfo, operator.itemgetter,
-        operator.attrgetter,
+        operator.attrgetter, operator.methodcaller,
     )  # fmt: skip
+    if isinstance(fn, enum.EnumMeta):  # Color(2): a member looked up by value
+        return True
     return fn in constant_classes if _hashable(fn) else False

@@ -17,6 +17,7 @@ from typing import Any
 from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     BoundMethodVar,
     Cell,
@@ -138,6 +139,9 @@ class Rebuilder:
             self.collect(var.cell)
         elif isinstance(var, SuperVar):
             self.collect(var.self_var)
+        elif isinstance(var, UserObjectVar):
+            for item in var.attributes.values():
+                self.collect(item)
         else:
             raise Unsupported(f"a graph break while {describe(var)} is live is not supported")
 
@@ -219,6 +223,12 @@ class Rebuilder:
         if isinstance(var, ContextExitVar):
             manager = sub(var.context)
             return type(manager).__exit__.__get__(manager)
+        if isinstance(var, UserObjectVar):  # an object made in the trace, escaping it
+            instance: Any = object.__new__(var.cls)  # its class keeps object.__new__
+            memo[id(var)] = instance
+            for name, item in var.attributes.items():
+                object.__setattr__(instance, name, sub(item))
+            return instance
         if isinstance(var, PartialVar):
             return functools.partial(
                 sub(var.function),

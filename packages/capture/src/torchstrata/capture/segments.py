@@ -18,6 +18,7 @@ from torchstrata.capture.concrete import Returned, State
 from torchstrata.capture.frame import Frame, Paused
 from torchstrata.capture.guard_check import GuardCheck, segment_check
 from torchstrata.capture.rebuild import Rebuilder
+from torchstrata.capture.side_effects import SideEffects
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import Var
 from torchstrata.core import Graph, GraphBreak, Guard
@@ -40,6 +41,8 @@ class Segment:
     graph_break: GraphBreak | None
     fetch: Callable[..., tuple[Any, ...]]
     check: GuardCheck | None = None
+    #: Mutations of Python state the segment made, replayed after its graph.
+    side_effects: SideEffects | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -59,9 +62,24 @@ class Segment:
             )
         memo: dict[int, Any] = {}
         rebuild = self.rebuilder
+        writes: list[Callable[[], object]] = []
+        if self.side_effects:
+            # every value is built before the first write (a source read while building
+            # sees the state before the segment's writes, as the trace did)
+            writes = self.side_effects.prepare(rebuild, outputs, namespace, memo)
+        result: Returned | State
         if self.paused is None:
-            return Returned(rebuild.build(self.returned, outputs, namespace, memo))  # type: ignore[arg-type]
+            result = Returned(rebuild.build(self.returned, outputs, namespace, memo))  # type: ignore[arg-type]
+        else:
+            result = self._state(outputs, namespace, memo)
+        for write in writes:
+            write()
+        return result
+
+    def _state(self, outputs: Sequence[Any], namespace: dict[str, Any], memo: dict) -> State:
+        rebuild = self.rebuilder
         frame = self.frame
+        assert self.paused is not None
         cells = {
             name: rebuild.build_cell(cell, outputs, namespace, memo)
             for name, cell in frame.cells.items()
@@ -104,6 +122,8 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
             rebuilder.collect(item)
     else:
         rebuilder.collect(result)
+    effects = tracer.side_effects
+    effects.collect(rebuilder)
     outputs = list(rebuilder.outputs)
     outputs += [var.node for var in tracer.mutated.values() if var.node not in outputs]
     graph = tracer.builder.build(outputs) if outputs else None
@@ -121,6 +141,7 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
         graph_break,
         fetch,
         steps=steps,
+        side_effects=effects if effects else None,
     )
 
 

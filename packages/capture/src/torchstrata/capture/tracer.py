@@ -19,6 +19,7 @@ from torchstrata.capture.inplace_functions import unsupported_reason, written_fi
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
 from torchstrata.capture.modes import DETACH, apply_modes
 from torchstrata.capture.result_types import op_result_type, tuple_type_of
+from torchstrata.capture.side_effects import SideEffects
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -126,6 +127,10 @@ class Unsupported(Exception):
     The frame that raises it adds the source position (see :class:`GraphBreak`).
     """
 
+    #: The Python exception eager raises here (``AttributeError`` for a missing
+    #: attribute), when a ``try`` in the traced code may catch it (:mod:`.exceptions`).
+    python_exception: type[BaseException] | None = None
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -159,7 +164,9 @@ class Tracer:
         self.input_sources: list[str] = []
         self._inputs: dict[str, TensorVar] = {}
         self._guards: dict[tuple[Any, ...], Guard] = {}
-        self._viewed: set[Node] = set()
+        #: For each view node, the tensor with a source (an input) it views, if any: an
+        #: in-place op through the view writes that input (see :meth:`_note_inplace`).
+        self._bases: dict[Node, TensorVar] = {}
         self.instructions_run = 0
         #: Input tensors updated in place, by source (their graph must run).
         self.mutated: dict[str, TensorVar] = {}
@@ -172,6 +179,12 @@ class Tracer:
         #: instance called; see :mod:`torchstrata.capture.module_calls`).
         self.forward_sources: dict[type, str] = {}
         self._code_guarded: set[int] = set()
+        #: Mutations of Python state that exists before the call, replayed after the graph.
+        self.side_effects = SideEffects()
+        #: Mutable containers wrapped so far, by ``id()``: (object, variable). Every read
+        #: of one list, dict or set gives the same variable, so a mutation made through
+        #: one alias is seen through the others.
+        self._mutables: dict[int, tuple[Any, Var, bool]] = {}
 
     # ------------------------------------------------------------------ guards
     @property
@@ -218,6 +231,24 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             return self._lift_tensor(value, source)
         guarded = guard and source is not None
+        if type(value) in (list, dict, set):
+            known = self._mutables.get(id(value))
+            # (one first read without guards is not shared with a guarded read)
+            if known is not None and known[0] is value and (known[2] or not guarded):
+                return self._alias(known[1], source, guarded)
+        var = self._wrap(value, source, guard, guarded)
+        if type(value) in (list, dict, set) and isinstance(var, SequenceVar | DictVar | ConstVar):
+            self._mutables[id(value)] = (value, var, guarded)
+        return var
+
+    def _alias(self, var: Var, source: str | None, guarded: bool) -> Var:
+        """``var`` again, for a container reached through a second source: guarded
+        that the second source still reads the same object as the first."""
+        if guarded and source is not None and var.source is not None and source != var.source:
+            self.guard(GuardKind.CONSTANT_MATCH, f"({source}) is ({var.source})", True, "alias")
+        return var
+
+    def _wrap(self, value: Any, source: str | None, guard: bool, guarded: bool) -> Var:
         if isinstance(value, CONSTANT_TYPES):
             if guarded and source is not None:
                 self.guard(GuardKind.CONSTANT_MATCH, source, value)
@@ -299,13 +330,14 @@ class Tracer:
             op.name.startswith("torch.Tensor.") and short.endswith("_") and not short.endswith("__")
         )
         inplace = inplace or graph_kwargs.get("inplace") is True
+        if op.name.startswith("torch.ops.aten."):  # torch.ops.aten.index_put_.default
+            packet = op.name.split(".")[3]
+            inplace = inplace or (packet.endswith("_") and not packet.endswith("__"))
         written = written_first_argument(op)  # torch.relu_(x), F.leaky_relu_(x)
         if written in ("list", "unknown"):
             raise Unsupported(unsupported_reason(op, written))
         inplace = inplace or written == "tensor"
         target = args[0] if args and isinstance(args[0], TensorVar) else None
-        if inplace and target is not None:
-            self._check_inplace(op, target)
         meta: NodeMeta
         try:
             if inplace and target is not None:
@@ -318,14 +350,13 @@ class Tracer:
         if meta is None:
             raise Unsupported(f"{op.name} returns a non-tensor value")
         node = self.builder.call(op, *graph_args, meta=meta, **graph_kwargs)
-        if short in VIEW_OPS:
-            self._viewed.add(node)
-            self._viewed.update(arg for arg in graph_args[:1] if isinstance(arg, Node))
+        base = self._base_of(args[0]) if short in VIEW_OPS and args else None
+        if base is not None:
+            self._bases[node] = base
         if isinstance(meta, TensorMeta):
             if inplace and target is not None:
+                self._note_inplace(target)
                 target.node = node  # later reads of this variable see the update
-                if target.source is not None:
-                    self.mutated[target.source] = target
                 return target
             return TensorVar(node)
         items: list[Var] = []
@@ -334,8 +365,8 @@ class Tracer:
                 items.append(ConstVar(None))
                 continue
             item = self.builder.getitem(node, index)
-            if short in VIEW_OPS:
-                self._viewed.add(item)
+            if base is not None:
+                self._bases[item] = base
             items.append(TensorVar(item))
         named = cached(
             "tuple_type", op, graph_args, graph_kwargs,
@@ -362,9 +393,29 @@ class Tracer:
         )
         return attrs.evolve(target.meta, requires_grad=requires_grad)
 
-    def _check_inplace(self, op: OpRef, target: TensorVar) -> None:
-        if target.node in self._viewed:
-            raise Unsupported(f"in-place {op.name} on a tensor that has views is not supported yet")
+    def _base_of(self, var: Var) -> TensorVar | None:
+        """The input a view of ``var`` would view: ``var`` itself when it has a source."""
+        if not isinstance(var, TensorVar):
+            return None
+        if var.source is not None:
+            return var
+        return self._bases.get(var.node)
+
+    def _note_inplace(self, target: TensorVar) -> None:
+        """An in-place op writes ``target``: when it is an input or views one, that
+        input's node becomes a graph output, so the graph runs and writes it.
+
+        The graph keeps eager's aliasing: a view and its base are nodes whose values
+        share memory when the graph runs (the reference interpreter runs torch; the
+        autograd stage replays a view's chain on its base's new value), so an update
+        through one is seen by later reads of the others.
+        """
+        if target.source is not None:
+            self.mutated[target.source] = target
+            return
+        base = self._bases.get(target.node)
+        if base is not None and base.source is not None:
+            self.mutated.setdefault(base.source, base)
 
     def graph_value(self, var: Var, op: OpRef) -> Any:
         """The graph-node argument for ``var``: a node, a constant, or a list/tuple of them."""

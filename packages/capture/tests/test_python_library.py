@@ -1,0 +1,185 @@
+"""The Python constructs of issue-level model code, each through the runtime: one graph,
+no graph break (``runtime.explain``), the compiled result equal to eager's."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import warnings
+from collections import namedtuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchstrata.capture import capture
+
+Pair = namedtuple("Pair", ["left", "right"])
+
+
+@functools.lru_cache(maxsize=16)
+def _widths(n: int) -> tuple[int, ...]:
+    return tuple(range(1, n + 1))
+
+
+@dataclasses.dataclass
+class Output:
+    hidden: torch.Tensor
+    layer: int = 0
+
+
+class Guarded:
+    def __init__(self) -> None:
+        self.entered = False
+
+    def __enter__(self) -> Guarded:
+        self.entered = True
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+class Scaler:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.k
+
+
+class NativeCall:
+    __call__ = torch.tanh  # a builtin: no bytecode, not bound to the instance
+
+
+SCALER = Scaler(3.0)
+NATIVE = NativeCall()
+
+
+def callable_objects(x):
+    return SCALER(x) + Scaler(2.0)(x) + NATIVE(x)
+
+
+def reduce_add(x):
+    return functools.reduce(operator.add, [x, x * 2, x * 3])
+
+
+def lru_cached(x):
+    return x * sum(_widths(3))
+
+
+def join_constants(x):
+    return x + 1, "-".join(["a", "b", str(x.shape[0])])
+
+
+def sorted_dict_keys(x):
+    table = {"b": 2, "a": 1}
+    return [x * table[k] for k in sorted(table.keys())]
+
+
+def namedtuple_replace(x):
+    return Pair(x, x)._replace(right=x * 2).right
+
+
+def local_class(x):
+    class Local:
+        k = 2
+
+        def apply(self, t):
+            return t * self.k
+
+    return Local().apply(x)
+
+
+def threshold(x):
+    return F.threshold(x, 0.0, -1.0)
+
+
+def radd_directly(x):
+    return torch.Tensor.__radd__(x, 3.0)
+
+
+def record_function(x):
+    with torch.autograd.profiler.record_function("region"):
+        return x.exp()
+
+
+def raise_and_catch(x):
+    try:
+        raise KeyError("missing")
+    except KeyError as error:
+        return x + len(error.args)
+
+
+def dataclass_output(x):
+    out = Output(x.relu(), layer=1)
+    return out.hidden * out.layer
+
+
+def user_context(x):
+    with Guarded() as guard:
+        y = x * 2 if guard.entered else x
+    return y
+
+
+def no_grad_and_inference(x):
+    with torch.no_grad():
+        a = x * 2
+    with torch.inference_mode():
+        b = x + 1
+    return a + b
+
+
+PROGRAMS = [
+    reduce_add, lru_cached, join_constants, sorted_dict_keys, namedtuple_replace, local_class,
+    threshold, radd_directly, record_function, raise_and_catch, dataclass_output, user_context,
+    no_grad_and_inference, callable_objects,
+]  # fmt: skip
+
+
+def _same(actual, expected):
+    if isinstance(expected, list | tuple):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+    elif isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(actual, expected)
+    else:
+        assert actual == expected
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=[fn.__name__ for fn in PROGRAMS])
+def test_one_graph_no_break(fn):
+    x = torch.randn(3, 4)
+    result = capture(fn, (x,), {})
+    assert result.graph_breaks == () and len(result.graphs) == 1
+    runtime = pytest.importorskip("torchstrata.runtime")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        compiled = runtime.compile(fn, fullgraph=True, codegen="eager")
+        report = runtime.explain(compiled, x)
+        assert report.graph_break_count == 0 and report.graph_count == 1
+        _same(compiled(x), fn(x))
+
+
+def test_dataclass_returned_keeps_its_type(capture_only):
+    def make(x):
+        return Output(x * 2, layer=3)
+
+    runner = capture_only(make)
+    x = torch.randn(2)
+    out = runner(x)
+    assert type(out) is Output and out.layer == 3 and runner.breaks == []
+    torch.testing.assert_close(out.hidden, x * 2)
+
+
+def test_uncaught_exception_is_raised_as_eager_raises(capture_only):
+    def fail(x):
+        y = x * 2
+        if y.shape[0] > 1:
+            raise ValueError("too long")
+        return y
+
+    with pytest.raises(ValueError, match="too long"):
+        capture_only(fail)(torch.randn(3))
