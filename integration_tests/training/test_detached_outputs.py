@@ -125,6 +125,16 @@ def test_detached_output_shares_memory_like_eager(codegen):
     torch.testing.assert_close(loss.detach(), copy)
 
 
+class _Keeper:
+    """A forward hook that keeps a detached copy of its module's output."""
+
+    def __init__(self) -> None:
+        self.kept: torch.Tensor | None = None
+
+    def __call__(self, module, args, out):
+        self.kept = out.detach()
+
+
 def test_a_module_storing_a_detached_output(codegen):
     model = _Stores()
     reference = _Stores()
@@ -138,6 +148,28 @@ def test_a_module_storing_a_detached_output(codegen):
         assert not model.stored.requires_grad
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(model.stored, reference.stored)
+        ours = torch.autograd.grad(got.sum(), list(model.parameters()))
+        eager = torch.autograd.grad(want.sum(), list(reference.parameters()))
+        for a, b in zip(ours, eager, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+def test_a_submodule_hook_keeping_a_detached_output(codegen):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    reference.load_state_dict(model.state_dict())
+    ours_kept, eager_kept = _Keeper(), _Keeper()
+    model[1].register_forward_hook(ours_kept)  # the output returned
+    reference[1].register_forward_hook(eager_kept)
+    x = torch.randn(2, 4)
+    compiled = rt.compile(model, codegen=codegen)
+    for _ in range(2):
+        got, want = compiled(x), reference(x)
+        assert got.requires_grad and got.grad_fn is not None
+        assert ours_kept.kept is not None and eager_kept.kept is not None
+        assert not ours_kept.kept.requires_grad
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(ours_kept.kept, eager_kept.kept)
         ours = torch.autograd.grad(got.sum(), list(model.parameters()))
         eager = torch.autograd.grad(want.sum(), list(reference.parameters()))
         for a, b in zip(ours, eager, strict=True):
