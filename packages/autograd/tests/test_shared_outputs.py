@@ -79,3 +79,19 @@ def test_an_owner_that_covers_the_overlapping_outputs_needs_no_hidden_base(aot):
     result = aot_forward(b.build([first, whole, second]))
     assert result.num_hidden_outputs == 0
     assert result.output_views == ((1, (3,), (1,), 0), None, (1, (3,), (1,), 2))
+
+
+@pytest.mark.parametrize("detached_first", [False, True])
+def test_a_detached_alias_never_owns_an_output_that_requires_grad(aot, detached_first):
+    """``y.detach()`` beside ``y``: ``y`` (which requires grad) owns the detached alias,
+    whatever the order, so the caller never rebuilds ``y`` from a tensor with no history."""
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((2, 3), torch.float32, requires_grad=True))
+    y = aot.call(b, torch.sin, x)
+    detached = aot.call(b, torch.Tensor.detach, y)
+    outputs = [detached, y] if detached_first else [y, detached]
+    result = aot_graphs(b.build(outputs))
+    grad_position = 1 if detached_first else 0
+    assert result.tangent_outputs == (grad_position,)
+    assert result.output_views[grad_position] is None
+    assert result.output_views[1 - grad_position] == (grad_position, (2, 3), (3, 1), 0)

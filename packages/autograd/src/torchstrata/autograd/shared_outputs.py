@@ -42,7 +42,9 @@ def output_views(
     the intermediate itself is the owner of all of them, returned as a hidden output:
     its index in the views is ``len(results) + k`` for the ``k``-th hidden base.
     Outputs that overlap no other stay separate tensors (no update of one can show in
-    another, and a hidden base would cost an extra output).
+    another, and a hidden base would cost an extra output). An output that requires grad
+    is never owned by one that does not (a detached alias of it): the caller makes a view
+    of a detached owner, with no history to backpropagate through.
 
     :raises UnsharableOutputs: when a hidden base is needed but does not cover its views.
     """
@@ -61,7 +63,12 @@ def output_views(
         covered = {
             i: [j for j in members if j != i and _covers(results[i], results[j])] for i in members
         }
-        chosen = max(members, key=lambda i: (len(covered[i]), results[i].numel(), -i))
+        # An owner that requires grad first: a view of one that does not (a detached
+        # alias, ``y.detach()``) would rebuild a differentiable output without its history.
+        chosen = max(
+            members,
+            key=lambda i: (results[i].requires_grad, len(covered[i]), results[i].numel(), -i),
+        )
         left = [i for i in members if i != chosen and i not in covered[chosen]]
         if not any(_overlap(results[i], results[j]) for i in left for j in members if j != i):
             owner_index, owner, owned = chosen, results[chosen], covered[chosen]

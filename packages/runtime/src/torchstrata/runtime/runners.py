@@ -137,20 +137,28 @@ def _user_outputs(
     mutated: tuple[int, ...],
     aliases: tuple[Any, ...],
     views: tuple[Any, ...],
+    grad_outputs: frozenset[int],
 ) -> tuple[Any, ...]:
     """The user's outputs of one call: write-backs copied into the inputs, then the
     outputs that alias inputs or other outputs made views again, then the hidden bases
-    of those views (the last ``num_user - len(views)`` when there are views) dropped."""
+    of those views (the last ``num_user - len(views)`` when there are views) dropped.
+    ``grad_outputs``: the positions of the outputs that require grad (``tangent_outputs``);
+    the others are rebuilt as views of a detached base (``x.detach()``, ``z.detach()[0]``)."""
     _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
     user = list(outputs[:num_user])
-    _apply_aliases(inputs, user, aliases)
+    _apply_aliases(inputs, user, aliases, grad_outputs)
     if views:
-        _apply_views(user, views)
+        _apply_views(user, views, grad_outputs)
         del user[len(views) :]
     return tuple(user)
 
 
-def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any, ...]) -> None:
+def _apply_aliases(
+    inputs: Sequence[Any],
+    outputs: list[Any],
+    aliases: tuple[Any, ...],
+    grad_outputs: frozenset[int],
+) -> None:
     for position, alias in enumerate(aliases):
         if alias is not None:
             index, size, stride, offset = alias
@@ -161,6 +169,11 @@ def _apply_aliases(inputs: Sequence[Any], outputs: list[Any], aliases: tuple[Any
                 if retyped is None or computed.requires_grad:
                     continue  # the values, not a view
                 base = retyped
+            if base.requires_grad and position not in grad_outputs:
+                # ``x.detach()``: no gradient may flow through it. The computed output's own
+                # flag can't tell: a view of an input returned by an ``autograd.Function``
+                # requires grad even when marked non-differentiable.
+                base = base.detach()
             outputs[position] = base.as_strided(size, stride, base.storage_offset() + offset)
 
 
@@ -193,20 +206,20 @@ def _output_views(aot: AotResult) -> tuple[Any, ...]:
     return tuple(None if view is None else (*view, metas[view[0]]) for view in views)
 
 
-def _apply_views(outputs: list[Any], views: tuple[Any, ...]) -> None:
+def _apply_views(outputs: list[Any], views: tuple[Any, ...], grad_outputs: frozenset[int]) -> None:
     """Outputs that view another output (``AotResult.output_views``) made views of it
     again. An owner computed with other strides than its traced ones is first copied
     into a tensor that has them (the views' strides and offsets assume them; left as
     computed, views that overlap would hide an update of one from the other). A view of
-    an owner that requires grad is made of its ``detach()`` when the computed output does
-    not require grad (``z.detach()[0]``: no gradient may flow through it)."""
+    an owner that requires grad is made of its ``detach()`` when the output is not among
+    ``grad_outputs`` (``z.detach()[0]``: no gradient may flow through it)."""
     for position, view in enumerate(views):
         if view is not None:
             owner_index, size, stride, offset, owner_meta = view
             owner = outputs[owner_index]
             if not same_layout(owner_meta.shape, owner.stride(), owner_meta.strides):
                 owner = outputs[owner_index] = _restrided(owner, owner_meta)
-            if owner.requires_grad and not outputs[position].requires_grad:
+            if owner.requires_grad and position not in grad_outputs:
                 owner = owner.detach()  # shares the memory and the version counter
             outputs[position] = owner.as_strided(size, stride, owner.storage_offset() + offset)
 
@@ -244,10 +257,13 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     if plain and num_user == len(aot.forward.outputs):
         # Nothing to write back, drop or rebuild: the graph's outputs are the user's.
         return _with_constants(_tuple_runner(fn), constants)
+    # Run with grad off (or no input requiring it): a view made then of an input that
+    # requires grad keeps the flag, as in eager, and none has history to detach from.
+    grad_outputs = frozenset(range(num_user))
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = fn(*inputs, *constants)
-        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
+        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views, grad_outputs)
 
     return run
 
@@ -309,6 +325,25 @@ def _once_differentiable(grads: Sequence[Any]) -> Sequence[Any]:
     # one tensor in, that tensor out (not a tuple of one)
     wrapped = iter(delayed_grads if isinstance(delayed_grads, tuple) else (delayed_grads,))
     return [next(wrapped) if isinstance(g, torch.Tensor) else g for g in grads]
+
+
+def _apart_from_differentiable(
+    outputs: Sequence[Any], returned: int, non_differentiable: tuple[int, ...]
+) -> Sequence[Any]:
+    """``outputs`` where each non-differentiable output that is the very tensor of a
+    differentiable one is replaced by its ``detach()`` (same memory and version counter).
+
+    A graph that returns a value and its detached alias (``return loss, loss.detach()``:
+    a detach is a no-op on functional values) may return one tensor for both; marking it
+    non-differentiable would strip the gradient from the differentiable output too."""
+    differentiable = {id(outputs[i]) for i in range(returned) if i not in non_differentiable}
+    if not any(id(outputs[i]) in differentiable for i in non_differentiable):
+        return outputs
+    apart = list(outputs)
+    for i in non_differentiable:
+        if id(apart[i]) in differentiable:
+            apart[i] = apart[i].detach()
+    return apart
 
 
 def _saved_layout_checker(aot: AotResult) -> Callable[[Sequence[Any]], Sequence[Any]]:
@@ -424,6 +459,7 @@ def training_runner(
             ctx.num_inputs = len(inputs)
             ctx.save_for_backward(*outputs[returned : returned + num_saved])
             if non_differentiable:
+                outputs = _apart_from_differentiable(outputs, returned, non_differentiable)
                 ctx.mark_non_differentiable(
                     *(
                         outputs[i]
@@ -465,12 +501,13 @@ def training_runner(
     apply = direct_apply(CompiledGraphFunction, all_tensors)
     views = _output_views(aot)
     constants = tuple(aot.constants)
+    grad_outputs = frozenset(tangent_outputs)
     if not mutated and not views and all(alias is None for alias in aliases):
         # Nothing to write back or rebuild: ``apply`` returns the user's outputs as they are.
         return _with_constants(apply, constants)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = apply(*inputs, *constants)
-        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views)
+        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views, grad_outputs)
 
     return run
