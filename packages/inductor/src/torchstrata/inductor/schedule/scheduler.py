@@ -273,15 +273,21 @@ class Scheduler:
         return found
 
     def _index_candidates(self, candidates: list[Node]) -> None:
+        """Which rule-5 candidates each node's expression can reach: through pointwise
+        values only (a kernel inlines or recomputes those; it loads, reads as a
+        reduction result or refuses any other value, and never looks past it)."""
         bits = {node: 1 << i for i, node in enumerate(candidates)}
         self._candidate_bits = bits
-        reads: dict[Node, int] = {}
+        through: dict[Node, int] = {}
+        reach: dict[Node, int] = {}
         for node in self.graph.nodes:
-            mask = bits.get(node, 0)
+            mask = 0
             for arg in node.input_nodes():
-                mask |= reads.get(arg, 0)
-            reads[node] = mask
-        self._candidates = reads
+                mask |= through.get(arg, bits.get(arg, 0))
+            reach[node] = mask
+            own = bits.get(node, 0)
+            through[node] = own | mask if isinstance(self.lowered[node], Pointwise) else own
+        self._candidates = reach
 
     def _may_block(self, node: Node) -> bool:
         """Whether a refusal of ``node`` could still add a rule-5 blocker: some candidate
