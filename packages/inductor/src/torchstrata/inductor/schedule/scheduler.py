@@ -292,7 +292,9 @@ class Scheduler:
     def _may_block(self, node: Node) -> bool:
         """Whether a refusal of ``node`` could still add a rule-5 blocker: some candidate
         that ``node`` reads is not a blocker yet."""
-        pending = sum(bit for cand, bit in self._candidate_bits.items() if cand not in self.blockers)
+        pending = sum(
+            bit for cand, bit in self._candidate_bits.items() if cand not in self.blockers
+        )
         return bool(self._candidates.get(node, 0) & pending)
 
     def _append(self, step: Step, node: Node) -> None:
