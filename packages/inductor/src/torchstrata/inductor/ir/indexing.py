@@ -9,6 +9,7 @@ values are non-negative, so C-style and floor division agree.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -42,7 +43,10 @@ class Mod:
 Atom = Var | FloorDiv | Mod
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _atom_key(atom: Atom) -> str:
+    # Cached: the scheduler builds the same indices for every fusion it tries, and the
+    # repr of a nested atom is the costliest part of a sum.
     return repr(atom)
 
 
@@ -69,6 +73,9 @@ class Index:
     def __add__(self, other: Index | int) -> Index:
         if isinstance(other, int):
             return Index(self.terms, self.const + other)
+        return _sum(self, other)
+
+    def _add(self, other: Index) -> Index:
         merged: dict[Atom, int] = dict(self.terms)
         for atom, coeff in other.terms:
             merged[atom] = merged.get(atom, 0) + coeff
@@ -177,6 +184,12 @@ class Index:
         return " + ".join(parts)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _sum(left: Index, right: Index) -> Index:
+    """``left + right``, memoised: the same sums recur for every fusion tried."""
+    return left._add(right)
+
+
 def atom_bounds(atom: Atom) -> tuple[int, int]:
     """Inclusive bounds of one atom."""
     if isinstance(atom, Var):
@@ -216,6 +229,12 @@ def fold_div_mod(index: Index) -> Index:
 
 def linear_offset(index: Sequence[Index], strides: Sequence[int], offset: int = 0) -> Index:
     """``offset + sum(index[d] * strides[d])``: the element offset of a strided access."""
+    return _linear_offset(tuple(index), tuple(strides), offset)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _linear_offset(index: tuple[Index, ...], strides: tuple[int, ...], offset: int) -> Index:
+    # Memoised: each candidate fusion rebuilds its members' loads at the same offsets.
     result = Index.constant(offset)
     for item, stride in zip(index, strides, strict=True):
         result = result + item * stride

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import attrs
-import torch
 
 from torchstrata.core import Graph, Node
 from torchstrata.inductor.ir.exprs import Expr, buffers_loaded
@@ -89,9 +88,10 @@ def _kernel(
         store = Store(buffer_name(member), offset, expr, meta.dtype)
         (full_stores if is_full else row_stores).append(store)
     args: dict[str, BufferArg] = {}
+    loaded_dtypes = {buffer_name(node): node.tensor_meta.dtype for node in context.loaded}
     for expr in [r.body for r in reductions] + [s.value for s in row_stores + full_stores]:
         for buffer in sorted(buffers_loaded(expr)):
-            args.setdefault(buffer, BufferArg(buffer, _dtype_of(buffer, context)))
+            args.setdefault(buffer, BufferArg(buffer, loaded_dtypes[buffer]))
     for store in row_stores + full_stores:
         args.setdefault(store.buffer, BufferArg(store.buffer, store.dtype))
     ops = tuple(dict.fromkeys(str(node.op) for node in context.computed if node.op is not None))
@@ -105,10 +105,3 @@ def _kernel(
         tuple(args.values()),
         ops,
     )
-
-
-def _dtype_of(buffer: str, context: GroupContext) -> torch.dtype:
-    for node in context.loaded:
-        if buffer_name(node) == buffer:
-            return node.tensor_meta.dtype
-    raise KeyError(buffer)

@@ -64,6 +64,10 @@ class Group:
     row_shape: tuple[int, ...]
     red_shape: tuple[int, ...] = ()
     members: list[Node] = attrs.field(factory=list)
+    #: The (row shape, reduced shape, row index, reduced index) under which every member
+    #: was last built without a refusal: a fusion tried under the same ones builds only
+    #: the newcomer (the members' expressions cannot change, see ``Scheduler._try_join``).
+    checked: tuple[object, ...] | None = None
 
     @property
     def full_shape(self) -> tuple[int, ...]:
@@ -205,6 +209,11 @@ class Scheduler:
         self.steps: list[Step] = []
         self.step_of: dict[Node, Step] = {}
         self.blockers: set[Node] = set()  # rule 5
+        #: Per node, a bit per rule-5 candidate (a reduction reading graph inputs only)
+        #: that the node reads, directly or not: which blockers a refusal could still add.
+        self._candidates: dict[Node, int] = {}
+        self._candidate_bits: dict[Node, int] = {}
+        self._refused_later = False
 
     def realised(self) -> set[Node]:
         """Values that need a kernel: outputs, extern operands, reductions."""
@@ -226,8 +235,10 @@ class Scheduler:
     def run(self) -> list[Step]:
         """Form the steps, in execution order."""
         realised = self.realised()
+        candidates = self._input_reductions(realised)
+        self._index_candidates(candidates)
         self._form(list(self.graph.nodes), realised)
-        early = [node for node in self._input_reductions(realised) if node in self.blockers]
+        early = [node for node in candidates if node in self.blockers]
         if not early:
             return self.steps
         first = (self.steps, self.step_of)
@@ -261,6 +272,31 @@ class Scheduler:
                 found.append(node)
         return found
 
+    def _index_candidates(self, candidates: list[Node]) -> None:
+        """Which rule-5 candidates each node's expression can reach: through pointwise
+        values only (a kernel inlines or recomputes those; it loads, reads as a
+        reduction result or refuses any other value, and never looks past it)."""
+        bits = {node: 1 << i for i, node in enumerate(candidates)}
+        self._candidate_bits = bits
+        through: dict[Node, int] = {}
+        reach: dict[Node, int] = {}
+        for node in self.graph.nodes:
+            mask = 0
+            for arg in node.input_nodes():
+                mask |= through.get(arg, bits.get(arg, 0))
+            reach[node] = mask
+            own = bits.get(node, 0)
+            through[node] = own | mask if isinstance(self.lowered[node], Pointwise) else own
+        self._candidates = reach
+
+    def _may_block(self, node: Node) -> bool:
+        """Whether a refusal of ``node`` could still add a rule-5 blocker: some candidate
+        that ``node`` reads is not a blocker yet."""
+        pending = sum(
+            bit for cand, bit in self._candidate_bits.items() if cand not in self.blockers
+        )
+        return bool(self._candidates.get(node, 0) & pending)
+
     def _append(self, step: Step, node: Node) -> None:
         self.steps.append(step)
         self.step_of[node] = step
@@ -271,8 +307,15 @@ class Scheduler:
         for step in reversed(self.steps):
             if isinstance(step, Group):
                 shape = self._fit(step, node, lowered)
-                if shape is not None and self._try_join(step, node, shape):
+                if shape is None:
+                    continue
+                if self._try_join(step, node, shape):
                     return
+                if self._refused_later and not self._may_block(node):
+                    # ``node`` itself read a value of a later step, not pointwise: every
+                    # earlier group would refuse it too (the same value is later still
+                    # for it), and no refusal could add a blocker that rule 5 asks for.
+                    break
         if isinstance(lowered, Reduction):
             group = Group(len(self.steps), lowered.row_shape, lowered.red_shape, [node])
         else:
@@ -330,14 +373,27 @@ class Scheduler:
     def _try_join(
         self, group: Group, node: Node, shape: tuple[tuple[int, ...], tuple[int, ...]]
     ) -> bool:
+        """Join ``node`` to ``group`` when every member, built in the joined group's loop
+        variables, is legal (rule 3).
+
+        The members already there read only values placed before them, whose steps never
+        change, so they are built again only when the joined group's shapes or loop
+        variables differ from those they were last built under (``Group.checked``); a
+        refusal that names a later value therefore always comes from ``node``."""
+        self._refused_later = False
         trial = Group(group.position, shape[0], shape[1], [*group.members, node])
         context = GroupContext(self, trial, set(trial.members))
+        signature = (trial.row_shape, trial.red_shape, context.row_index, context.red_index)
         try:
-            for member in trial.members:
-                context.member_expr(member)
+            if group.checked != signature:
+                for member in group.members:
+                    context.member_expr(member)
+                group.checked = signature
+            context.member_expr(node)
         except NotFusable as refused:
             if refused.later is not None:
                 self.blockers.add(refused.later)
+                self._refused_later = True
             return False
         group.row_shape, group.red_shape, group.members = (
             trial.row_shape,
