@@ -105,8 +105,17 @@ def div(ctx: DecompContext, a: Any, b: Any, rounding_mode: str | None = None) ->
     return ctx.cast(out, result_dtype)
 
 
+#: Scalar exponents eager's CPU kernel computes with another function, whose special values
+#: differ from pow's: ``pow(-inf, 0.5)`` is nan (sqrt), not inf; ``pow(-0.0, 0.5)`` is
+#: -0.0. Except for float16 tensors, which take the general pow.
+_POW_AS = {0.5: "sqrt", -0.5: "rsqrt"}
+
+
 def pow_(ctx: DecompContext, a: Any, b: Any) -> Any:
-    """``a ** b``."""
+    """``a ** b`` (``sqrt``/``rsqrt`` for a scalar exponent of 0.5/-0.5, as eager)."""
+    special = _POW_AS.get(b) if isinstance(b, float | int) and not isinstance(b, bool) else None
+    if special is not None and a.tensor_meta.dtype is not torch.float16:
+        return pointwise(ctx, (a, b), lambda x, y: ctx.prim(special, x))
     return pointwise(ctx, (a, b), lambda x, y: ctx.prim("pow", x, y))
 
 
