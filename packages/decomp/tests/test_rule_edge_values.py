@@ -397,3 +397,22 @@ case("native_layer_norm", (F32, F64, BF16), edges())(_layer_norm)
 )
 def test_rule_on_edge_values(dh, name, build, dtype, prepare) -> None:
     dh.check(build(dh, dtype), seeds=(0,), prepare=prepare)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+@pytest.mark.parametrize("op", ["add.Tensor", "sub.Tensor", "rsub.Scalar"])
+def test_scalar_beside_a_16_bit_tensor_is_rounded_like_eager(dh, op, dtype) -> None:
+    """``x_f16 + 0.1`` adds float16(0.1) in eager (one ulp off otherwise, at 13% of the
+    elements), and ``-inf + 1e30`` is nan (1e30 is inf in float16): bit for bit."""
+    from torchstrata.core import interpret, random_inputs
+    from torchstrata.decomp import decompose_with_stats
+
+    for scalar in (0.1, 1e30, -0.7):
+        graph = dh.one_op(op, dh.T(256, dtype=dtype), scalar)
+        prims, _ = decompose_with_stats(graph)
+        (x,) = random_inputs(graph)
+        x[:3] = torch.tensor([float("-inf"), float("inf"), -0.0])
+        (got,) = interpret(prims, x)
+        (want,) = interpret(graph, x)
+        assert torch.equal(got.isnan(), want.isnan()), (op, scalar)
+        assert torch.equal(got.nan_to_num(), want.nan_to_num()), (op, scalar)
