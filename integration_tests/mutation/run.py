@@ -135,10 +135,13 @@ def _run_tests(tests: list[str]) -> int:
     return int(pytest.main([*PYTEST_OPTIONS, *tests]))
 
 
-def _baseline(path: str, tests: list[str]) -> tuple[float, set[int]]:
-    """Run the unmutated subset: its seconds and the lines of ``path`` it reached."""
+def _baseline(path: str, source: str, tests: list[str]) -> tuple[float, set[int]]:
+    """Run the unmutated subset: its seconds and the lines of ``path`` it reached. The
+    module is served from ``source`` as the mutants are (the same file name to trace,
+    wherever the package is installed)."""
     lines_file = ROOT / f".mutation-lines-{os.getpid()}.json"
     filename = str(ROOT / path)
+    finder = _MutatedModule(module_name(path), filename, compile(source, filename, "exec"))
 
     def traced() -> int:
         reached: set[int] = set()
@@ -154,6 +157,7 @@ def _baseline(path: str, tests: list[str]) -> tuple[float, set[int]]:
                 return local
             return None
 
+        sys.meta_path.insert(0, finder)
         sys.settrace(tracer)
         code = _run_tests(tests)
         sys.settrace(None)
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     for path, group in by_file.items():
         tests = plan[path]
-        seconds, reached = _baseline(path, tests)
+        seconds, reached = _baseline(path, sources[path], tests)
         limit = 3 * seconds + 20
         print(f"{path}: {len(group)} mutants, tests {tests} ({seconds:.1f} s)", flush=True)
         for m in group:
