@@ -444,8 +444,13 @@ def compare_outputs(
     """Assert ``compiled`` matches ``eager`` as the module docstring says."""
     assert isinstance(compiled, tuple) and len(compiled) == len(eager), type(compiled)
     wide_inputs = [t.double() if t.dtype in FLOATS else t for t in inputs]
-    reference = program.function(float64=True)(*wide_inputs)
-    every = program.function(float64=True, every_value=True)(*wide_inputs)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # int / int is float64 in the reference too
+    try:
+        reference = program.function(float64=True)(*wide_inputs)
+        every = program.function(float64=True, every_value=True)(*wide_inputs)
+    finally:
+        torch.set_default_dtype(default)
     finite = [v.double().abs()[v.isfinite()] for v in every if v.dtype in FLOATS and v.numel()]
     magnitude = max((float(v.max()) for v in finite if v.numel()), default=0.0)
     eps = max((torch.finfo(d).eps for d in program.float_dtypes), default=0.0)
