@@ -16,8 +16,10 @@ fails too), and compares:
   largest value it computes, times the square root of its longest reduction.
 
 Discontinuous ops (comparisons, ``floor``/``round``, float -> int casts, ``argmax``) read
-exact values only, so a correct compiler never flips them. What the compiler documents as
-unsupported is left out: complex dtypes (issue 30, item 3) and in-place ops on inputs.
+exact values only, so a correct compiler never flips them. Not drawn: complex dtypes
+(unsupported, issue 30 item 3) and ops outside the list above (in-place updates, tensor
+indexing, random numbers: other tests cover them). Integer values stay small (no
+overflow, which C++ leaves undefined), and float -> int casts read clamped exact values.
 
 Replay one seed (and shrink a failure to its smallest graph with the minifier)::
 

@@ -86,6 +86,8 @@ def _float_graph(dtype: torch.dtype) -> tuple[object, dict[str, bool]]:
         out(b.call(prim(name), x, y), True)
     for name in MATH_BINARY:
         out(b.call(prim(name), x, y), False)
+    for name in ("le", "ge", "eq", "ne"):  # against values the inputs hold: ties
+        out(b.call(prim(name), x, 2.5), True)
     for scalar in FLOAT_SCALARS:
         # a scalar added to a 16-bit value is rounded to its dtype first, as eager's add
         out(b.call(prim("add"), x, scalar), True)
@@ -182,6 +184,30 @@ def _check(ind, codegen: str, graph, exact: list[bool]) -> None:
     for shift in (0, 3):
         inputs = [_values(meta, shift + k) for k, meta in enumerate(graph.input_metas)]
         _compare(graph, exact, compiled, inputs)
+
+
+def _reduction_graph(dtype: torch.dtype) -> tuple[object, list[bool]]:
+    """Row reductions (9 wide: a masked tile in Triton) of edge values, NaN rows included,
+    and ``prims.rand`` (its hash must match bit for bit)."""
+    pool = FLOAT_VALUES if dtype.is_floating_point else INT_VALUES
+    rows = len(pool) // 9
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, 9), dtype))
+    outputs = [b.call(prim(name), x, (1,)) for name in ("amax", "amin")]
+    exact = [True, True]
+    if dtype.is_floating_point:
+        outputs += [b.call(prim(name), x, (1,)) for name in ("sum", "prod")]
+        exact += [False, False]
+    noise = b.call(prim("rand"), [rows, 9], 12345, 7, F32, CPU)
+    outputs.append(noise)
+    exact.append(True)
+    return b.build(outputs), exact
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, torch.int32])
+@pytest.mark.parametrize("codegen", BACKENDS)
+def test_reductions_and_rand_on_edge_values(ind, codegen, dtype):
+    _check(ind, codegen, *_reduction_graph(dtype))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64, BF16, F16])
