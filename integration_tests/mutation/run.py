@@ -72,12 +72,18 @@ def tests_for(path: str) -> list[str]:
     """The targeted test subset of one mutated module."""
     if path.startswith(INDUCTOR):
         return [t for t in PRINTER_TESTS if (ROOT / t).exists()]
-    ops = set(re.findall(r'"aten\.(\w+)\.', (ROOT / path).read_text()))
+    source = (ROOT / path).read_text()
+    ops = set(re.findall(r'"aten\.(\w+)\.', source))
+    ops |= set(re.findall(r'"aten\.(\w+?)\{', source))  # f"aten.reflection_pad{r}d..."
     family = []
     for test in sorted((ROOT / DECOMP_TESTS).glob("test_*.py")):
         text = test.read_text()
-        if any(f'"{op}.' in text or f'"{op}"' in text for op in ops):
+        if any(f'"{op}.' in text or f'"{op}"' in text or f'"{op}' in text for op in ops):
             family.append(str(test.relative_to(ROOT)))
+    if not family:  # the op's name anywhere (a parametrized list), never the whole suite
+        tests = sorted((ROOT / DECOMP_TESTS).glob("test_*.py"))
+        family = [str(t.relative_to(ROOT)) for t in tests if any(op in t.read_text() for op in ops)]
+    family = family or [DECOMP_TESTS]
     return [t for t in RULE_TESTS if (ROOT / t).exists()] + [
         t for t in family if t not in RULE_TESTS
     ]
