@@ -416,3 +416,20 @@ def test_scalar_beside_a_16_bit_tensor_is_rounded_like_eager(dh, op, dtype) -> N
         (want,) = interpret(graph, x)
         assert torch.equal(got.isnan(), want.isnan()), (op, scalar)
         assert torch.equal(got.nan_to_num(), want.nan_to_num()), (op, scalar)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "padding"),
+    [
+        ("reflection_pad1d", (2, 3, 5), [2, 3]),
+        ("reflection_pad1d", (2, 5), [4, 0]),
+        ("reflection_pad2d", (2, 4, 5), [1, 2, 3, 0]),
+        ("reflection_pad3d", (1, 3, 4, 5), [1, 2, 0, 3, 2, 1]),
+        ("replication_pad1d", (2, 3, 5), [4, 1]),
+        ("replication_pad1d", (3, 5), [-2, 3]),
+        ("replication_pad2d", (1, 2, 4, 5), [1, 2, 3, 0]),
+        ("replication_pad3d", (1, 2, 3, 4, 5), [1, 0, 2, 1, 0, 2]),
+    ],
+)
+def test_padding_on_edge_values(dh, op, shape, padding) -> None:
+    dh.check(dh.one_op(f"{op}.default", dh.T(*shape), padding), seeds=(0,), prepare=edges(True))
