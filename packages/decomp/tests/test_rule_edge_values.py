@@ -433,3 +433,37 @@ def test_scalar_beside_a_16_bit_tensor_is_rounded_like_eager(dh, op, dtype) -> N
 )
 def test_padding_on_edge_values(dh, op, shape, padding) -> None:
     dh.check(dh.one_op(f"{op}.default", dh.T(*shape), padding), seeds=(0,), prepare=edges(True))
+
+
+def _classes(count: int) -> Callable[[list], None]:
+    """Edge values everywhere, then valid class indices in the int64 input."""
+
+    def prepare(inputs: list[torch.Tensor]) -> None:
+        edges()(inputs)
+        for tensor in inputs:
+            if tensor.dtype is I64:
+                tensor.copy_(torch.arange(tensor.numel()).remainder(count).reshape(tensor.shape))
+
+    return prepare
+
+
+def test_rules_at_their_bounds(dh) -> None:
+    """Cases at the boundaries that random tests skip: float arange, uint8 any/all,
+    diagonals past the matrix, slice_scatter from the first element, nll_loss's
+    total_weight without reduction."""
+    dh.check(dh.one_op("arange.start_step", 0.5, 3.2, 0.3, dtype=F32), seeds=(0,))
+    dh.check(dh.one_op("arange.start_step", -2.5, 2.0, 0.5, dtype=F64), seeds=(0,))
+    for op in ("any.dim", "all.dim"):
+        dh.check(dh.one_op(op, dh.T(4, 7, dtype=torch.uint8), 1), seeds=(0,), prepare=edges())
+    for offset in (0, 2, -2, 5, -4):
+        dh.check(dh.one_op("diagonal.default", dh.T(3, 4), offset), seeds=(0,), prepare=edges())
+    for start, end, step in ((0, 4, 1), (0, 7, 2), (1, 6, 3), (2, 7, 1)):
+        size = len(range(start, end, step))
+        graph = dh.one_op("slice_scatter.default", dh.T(3, 7), dh.T(3, size), 1, start, end, step)
+        dh.check(graph, seeds=(0,), prepare=edges())
+    for reduction in (0, 1, 2):
+        graph = dh.one_op(
+            "nll_loss_forward.default", dh.T(6, 5), dh.T(6, dtype=I64), None, reduction, -100,
+            outputs=2,
+        )  # fmt: skip
+        dh.check(graph, seeds=(0,), prepare=_classes(5))
