@@ -461,6 +461,16 @@ def test_rules_at_their_bounds(dh) -> None:
         size = len(range(start, end, step))
         graph = dh.one_op("slice_scatter.default", dh.T(3, 7), dh.T(3, size), 1, start, end, step)
         dh.check(graph, seeds=(0,), prepare=edges())
+    x, t = dh.T(4, 7), dh.T(7)
+    dh.check(dh.one_op("addcmul.default", x, t, dh.T(4, 7)), seeds=(0,), prepare=edges())
+    dh.check(dh.one_op("addcdiv.default", x, t, dh.T(4, 7)), seeds=(0,), prepare=edges())
+    for dtype in (F32, BF16, I64, BOOL):
+        mask = dh.T(4, 7, dtype=BOOL)
+        value = 2.5 if dtype.is_floating_point else 3
+        graph = dh.one_op("masked_fill.Scalar", dh.T(4, 7, dtype=dtype), mask, value)
+        dh.check(graph, seeds=(0,), prepare=edges())
+        graph = dh.one_op("max.dim", dh.T(4, 7, dtype=dtype), 1, outputs=2)
+        dh.check(graph, seeds=(0,), prepare=edges())
     for reduction in (0, 1, 2):
         graph = dh.one_op(
             "nll_loss_forward.default", dh.T(6, 5), dh.T(6, dtype=I64), None, reduction, -100,
