@@ -453,6 +453,9 @@ def test_rules_at_their_bounds(dh) -> None:
     total_weight without reduction."""
     dh.check(dh.one_op("arange.start_step", 0.5, 3.2, 0.3, dtype=F32), seeds=(0,))
     dh.check(dh.one_op("arange.start_step", -2.5, 2.0, 0.5, dtype=F64), seeds=(0,))
+    # an integer arange truncates start and step first, as eager: 0, 1, ..., 8 (was 0, 2, 3, 5...)
+    dh.check(dh.one_op("arange.start_step", 0.5, 9.0, 1.5, dtype=I64), seeds=(0,))
+    dh.check(dh.one_op("arange.start_step", -2.5, 3.0, 1.5, dtype=I32), seeds=(0,))
     for op in ("any.dim", "all.dim"):
         dh.check(dh.one_op(op, dh.T(4, 7, dtype=torch.uint8), 1), seeds=(0,), prepare=edges())
     for offset in (0, 2, -2, 5, -4):
