@@ -29,6 +29,7 @@ import random
 import re
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -147,7 +148,7 @@ def _baseline(path: str, source: str, tests: list[str]) -> tuple[float, set[int]
     """Run the unmutated subset: its seconds and the lines of ``path`` it reached. The
     module is served from ``source`` as the mutants are (the same file name to trace,
     wherever the package is installed)."""
-    lines_file = ROOT / f".mutation-lines-{os.getpid()}.json"
+    lines_file = Path(tempfile.gettempdir()) / f"torchstrata-mutation-lines-{os.getpid()}.json"
     filename = str(ROOT / path)
     finder = _MutatedModule(module_name(path), filename, compile(source, filename, "exec"))
 
