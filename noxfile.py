@@ -9,6 +9,7 @@
     nox -s lint typecheck
     nox -s demo                     python examples/demo.py
     nox -s bench -- --device cpu    python -m bench
+    nox -s mutants -- --sample 120  mutation testing of the decomp rules and expression printers
 
 Every session builds a fresh virtualenv (pass `-r` locally to reuse one). The stage
 packages are installed as real (non-editable) wheels from their local paths, so the
@@ -226,3 +227,18 @@ def opinfo(session: nox.Session) -> None:
     """
     _install_everything(session, DEFAULT_TORCH, "expecttest")
     session.run("python", "-m", "integration_tests.opinfo.sweep", *session.posargs, env=TEST_ENV)
+
+
+@nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the decomposition rules and the C++/Triton expression printers.
+
+    Each mutant (an operator, constant, prim name or generated-code token changed; see
+    integration_tests/mutation/operators.py) runs a targeted test subset in a forked child
+    (a few seconds each); the score and every surviving mutant are printed.
+    `nox -s mutants -- --sample 120 --seed 0 --json out.json` tests a seeded sample (the
+    whole set is about 2,500 mutants); `--files activations` one module; `--list` lists.
+    Results: bench/results/mutants-*.json.
+    """
+    _install_everything(session, DEFAULT_TORCH, *TEST_TOOLS)
+    session.run("python", "-m", "integration_tests.mutation.run", *session.posargs, env=TEST_ENV)

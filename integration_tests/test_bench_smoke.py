@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,3 +30,34 @@ def test_bench_quick_cpu_run_writes_rows(tmp_path: Path) -> None:
     ours = [r for r in rows if r["compiler"] == "torchstrata"]
     assert len(ours) == len(eager)
     assert all(isinstance(r["status"], str) and r["status"] for r in ours)
+    wrong = [f"{r['workload']}: {r['status']}" for r in rows if r["status"].startswith("WRONG")]
+    assert not wrong, wrong
+    # only a right result is timed (a WRONG or failed one has no time and no speedup)
+    untimed = [r for r in rows if r["status"] not in ("ok", "falls back to eager")]
+    assert all(r["time_ms"] is None and not r.get("speedup_vs_eager") for r in untimed)
+
+
+def test_demo_ratio_flags_one_bfloat16_element_far_off() -> None:
+    """bench/demo_ratio.py's check is element by element: a small element 50x off is
+    WRONG although the overall max error stays within eager's."""
+    spec = importlib.util.spec_from_file_location("demo_ratio", REPO_ROOT / "bench/demo_ratio.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    check_result, demo = module.check_result, module.demo
+
+    x = (2 * torch.randn(16, 128, generator=torch.Generator().manual_seed(0))).bfloat16()
+    b = torch.randn(128, generator=torch.Generator().manual_seed(1)).bfloat16()
+    reference = demo(x.double(), b.double())
+    eager = demo(x, b)
+    eager_error = (eager.double() - reference).abs()
+    assert check_result(eager, torch.bfloat16, reference, eager_error) == ""
+    assert check_result(reference.bfloat16(), torch.bfloat16, reference, eager_error) == ""
+    wrong = eager.clone()
+    at = divmod(int(reference.argmin()), reference.shape[1])
+    wrong[at] *= 50
+    assert (wrong.double() - reference).abs().max() <= 3 * eager_error.max()
+    assert "1 elements off" in check_result(wrong, torch.bfloat16, reference, eager_error)
+    assert "expected torch.bfloat16" in check_result(
+        eager.float(), torch.bfloat16, reference, eager_error
+    )

@@ -23,6 +23,10 @@ from torchstrata.decomp.table import NotDecomposable, RuleTable
 def _arange(ctx: DecompContext, start: Any, end: Any, step: Any) -> Node:
     meta = ctx.out_meta
     length = meta.shape[0]
+    if is_integral(meta.dtype):
+        # eager converts start and step to the integer dtype first (truncating):
+        # arange(0.5, 9.0, 1.5, dtype=int64) is 0, 1, ..., 8
+        start, step = int(start), int(step)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in (start, step)) and is_integral(
         meta.dtype
     ):

@@ -40,13 +40,34 @@ def _scaled(ctx: DecompContext, value: Any, alpha: Any) -> Any:
     return ctx.prim("mul", value, alpha)
 
 
+def _scalar_as_operand(a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` with a Python number beside a 16-bit float tensor rounded to its dtype:
+    eager's add and sub convert the scalar to the tensor's dtype before computing in float32
+    (``x_f16 + 0.1`` adds float16(0.1); ``-inf + 1e30`` is nan, 1e30 being inf in float16),
+    where mul and div keep it in float32."""
+
+    def rounded(scalar: Any, other: Any) -> Any:
+        if isinstance(scalar, bool) or not isinstance(scalar, int | float):
+            return scalar
+        if not isinstance(other, Node) or other.tensor_meta.dtype not in _HALF_FLOATS:
+            return scalar
+        return torch.tensor(scalar, dtype=other.tensor_meta.dtype).item()
+
+    return rounded(a, b), rounded(b, a)
+
+
+_HALF_FLOATS = (torch.float16, torch.bfloat16)
+
+
 def add(ctx: DecompContext, a: Any, b: Any, alpha: Any = 1) -> Any:
     """``a + alpha * b``."""
+    a, b = _scalar_as_operand(a, b)
     return pointwise(ctx, (a, b), lambda x, y: ctx.prim("add", x, _scaled(ctx, y, alpha)))
 
 
 def sub(ctx: DecompContext, a: Any, b: Any, alpha: Any = 1) -> Any:
     """``a - alpha * b``."""
+    a, b = _scalar_as_operand(a, b)
     return pointwise(ctx, (a, b), lambda x, y: ctx.prim("sub", x, _scaled(ctx, y, alpha)))
 
 
@@ -105,8 +126,17 @@ def div(ctx: DecompContext, a: Any, b: Any, rounding_mode: str | None = None) ->
     return ctx.cast(out, result_dtype)
 
 
+#: Scalar exponents eager's CPU kernel computes with another function, whose special values
+#: differ from pow's: ``pow(-inf, 0.5)`` is nan (sqrt), not inf; ``pow(-0.0, 0.5)`` is
+#: -0.0. Except for float16 tensors, which take the general pow.
+_POW_AS = {0.5: "sqrt", -0.5: "rsqrt"}
+
+
 def pow_(ctx: DecompContext, a: Any, b: Any) -> Any:
-    """``a ** b``."""
+    """``a ** b`` (``sqrt``/``rsqrt`` for a scalar exponent of 0.5/-0.5, as eager)."""
+    special = _POW_AS.get(b) if isinstance(b, float | int) and not isinstance(b, bool) else None
+    if special is not None and a.tensor_meta.dtype is not torch.float16:
+        return pointwise(ctx, (a, b), lambda x, y: ctx.prim(special, x))
     return pointwise(ctx, (a, b), lambda x, y: ctx.prim("pow", x, y))
 
 

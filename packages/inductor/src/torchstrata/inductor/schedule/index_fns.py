@@ -62,8 +62,9 @@ def operand_expr(ctx: ValueContext, arg: Any, index: IndexTuple, dtype: torch.dt
 
 #: Prims whose result is one of their operands: a Python scalar among them is a value of
 #: the result's dtype (eager converts it, ``clamp``/``where`` alike), so a 16-bit one is
-#: rounded to that dtype here; arithmetic keeps its scalars in float32, as eager's opmath.
-_SELECTIONS = frozenset({"where", "maximum", "minimum"})
+#: rounded to that dtype here. So do eager's add and sub (``x_f16 + 0.1`` adds
+#: float16(0.1)); mul and div keep their scalars in float32, as eager's opmath.
+_SELECTIONS = frozenset({"where", "maximum", "minimum", "add", "sub"})
 
 
 def selected_scalar(value: Any, dtype: torch.dtype) -> Any:

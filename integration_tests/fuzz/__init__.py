@@ -1,0 +1,1 @@
+"""Differential fuzzing of whole programs: eager against compiled (see programs.py)."""

@@ -1,0 +1,1 @@
+"""Mutation testing: see run.py."""
