@@ -43,8 +43,15 @@ from integration_tests.mutation.operators import IN_A_COMMENT, Mutant, mutants, 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "packages/decomp/src/torchstrata/decomp/rules"
 INDUCTOR = "packages/inductor/src/torchstrata/inductor"
-PRINTERS = [f"{INDUCTOR}/{name}" for name in ("cpp_exprs.py", "triton_printer.py", "infix.py")]
-PRINTERS.append(f"{INDUCTOR}/exprs.py")
+PRINTERS = [
+    f"{INDUCTOR}/{name}"
+    for name in (
+        "codegen/cpp/exprs.py",
+        "codegen/triton/printer.py",
+        "codegen/infix.py",
+        "ir/exprs.py",
+    )
+]
 DECOMP_TESTS = "packages/decomp/tests"
 INDUCTOR_TESTS = "packages/inductor/tests"
 #: Test files run for every mutant of a rules module, before the family's own files.
