@@ -197,7 +197,7 @@ def lint(session: nox.Session) -> None:
 @_drops_venv
 def typecheck(session: nox.Session) -> None:
     """mypy over packages/*/src, with the packages' real dependencies installed."""
-    _install_everything(session, DEFAULT_TORCH, "mypy")
+    _install_everything(session, DEFAULT_TORCH, "mypy", "pytest")
     sources = sorted(
         str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/src/torchstrata/*") if p.is_dir()
     )
