@@ -40,10 +40,14 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from triton.runtime.cache import CacheManager, FileCacheManager
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover - Triton < 3.4: no knob, nothing verified
+    _knobs = None
 
 from torchstrata.core.artifacts.files import sha256_hex
 from torchstrata.core.artifacts.store import ArtifactStore
@@ -240,28 +244,38 @@ _KNOB = _Knob()
 
 def _knob_cache() -> Any:
     """``triton.knobs.cache``, or None (a Triton before 3.4)."""
-    try:
-        from triton import knobs
-    except ImportError:  # pragma: no cover - Triton < 3.4
-        return None
-    return knobs.cache
+    return None if _knobs is None else _knobs.cache
 
 
-@contextlib.contextmanager
-def verified_triton_cache(store: ArtifactStore) -> Iterator[None]:
-    """Triton's compiles and loads in this block (on this thread) go through ``store``,
+class _Scope:
+    """The block of :func:`verified_triton_cache` (a class: this is entered around each
+    launch through Triton's dispatch, where a generator's frames cost host time)."""
+
+    __slots__ = ("installed", "store", "token")
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+        self.token: contextvars.Token[ArtifactStore | None] | None = None
+        self.installed = False
+
+    def __enter__(self) -> None:
+        if _ACTIVE.get() is self.store:
+            return  # inside a block of this store already
+        self.token = _ACTIVE.set(self.store)
+        self.installed = _KNOB.acquire()
+        if not self.installed:
+            _log.debug("this Triton has no knobs: its cache is not verified")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.token is None:
+            return
+        if self.installed:
+            _KNOB.release()
+        _ACTIVE.reset(self.token)
+
+
+def verified_triton_cache(store: ArtifactStore) -> contextlib.AbstractContextManager[None]:
+    """A block in which Triton's compiles and loads (on this thread) go through ``store``,
     verified (see the module docstring). Reentrant; cheap when already inside a block of
     the same store."""
-    if _ACTIVE.get() is store:
-        yield
-        return
-    token = _ACTIVE.set(store)
-    installed = _KNOB.acquire()
-    if not installed:
-        _log.debug("this Triton has no knobs: its cache is not verified")
-    try:
-        yield
-    finally:
-        if installed:
-            _KNOB.release()
-        _ACTIVE.reset(token)
+    return _Scope(store)
