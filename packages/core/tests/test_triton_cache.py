@@ -227,3 +227,48 @@ def test_the_scoped_class_can_be_named_in_triton_s_variable(tmp_path, monkeypatc
     assert isinstance(manager, ScopedTritonCache) and type(manager.files) is FileCacheManager
     with verified_triton_cache(_store(tmp_path / "cache")):
         assert isinstance(get_cache_manager(HEX_KEY).files, VerifiedTritonCache)
+
+
+def _triton_source() -> object:
+    """A kernel for ``triton.compile`` (compiled for an sm_90 target: no GPU needed)."""
+    import triton.language as tl
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def exp_add(x, y, out, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = i < n
+        value = tl.exp(tl.load(x + i, mask=mask)) + tl.load(y + i, mask=mask)
+        tl.store(out + i, value, mask=mask)
+
+    signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    return ASTSource(exp_add, signature, {(4,): 256})
+
+
+def test_triton_s_own_compile_goes_through_the_store_and_rebuilds_a_bad_cubin(tmp_path):
+    """``triton.compile`` (as Triton's dispatch calls it) in a scope: its files land in the
+    store, a second compile is a verified hit, and a bit-flipped cubin is removed with a
+    warning and compiled again."""
+    from triton.backends.compiler import GPUTarget
+
+    store, source, target = _store(tmp_path / "cache"), _triton_source(), GPUTarget("cuda", 90, 32)
+    hits: list[bool] = []
+
+    def compile_once() -> bytes:
+        with knobs.compilation.scope(), verified_triton_cache(store):
+            knobs.compilation.listener = lambda **event: hits.append(event["cache_hit"])
+            return triton.compile(source, target=target).asm["cubin"]
+
+    cubin = compile_once()
+    (stored,) = (tmp_path / "cache" / LAYOUT / NAMESPACE).rglob("*.cubin")
+    assert stored.read_bytes() == cubin and not list((tmp_path / "triton-own").rglob("*.*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        assert compile_once() == cubin
+    data = bytearray(cubin)
+    data[len(data) // 2] ^= 0x01
+    stored.write_bytes(bytes(data))
+    with pytest.warns(CacheWarning, match="does not match its SHA-256"):
+        assert compile_once() == cubin
+    assert hits == [False, True, False]
+    assert stored.read_bytes() == cubin
