@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import stat
 import threading
 import warnings
@@ -272,3 +273,51 @@ def test_triton_s_own_compile_goes_through_the_store_and_rebuilds_a_bad_cubin(tm
         assert compile_once() == cubin
     assert hits == [False, True, False]
     assert stored.read_bytes() == cubin
+
+
+def test_racing_processes_never_take_a_sound_file_for_a_bad_one(tmp_path):
+    """Eight processes compile the same key at once, each writing files of its own (a
+    compile need not be byte-for-byte deterministic) and reading the group back: no
+    reader takes a file being replaced for a bad one (no warning, nothing removed), and
+    once they are done the group is one writer's files."""
+    root, go = tmp_path / "cache", tmp_path / "go"
+
+    def child() -> int:
+        store = _store(root)
+        while not go.exists():
+            pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CacheWarning)
+            for round_ in range(15):
+                writer = f"{os.getpid()}-{round_}"
+                manager = VerifiedTritonCache(store, KEY)
+                group = {
+                    "k.cubin": manager.put(writer.encode() * 64, "k.cubin"),
+                    "k.json": manager.put(json.dumps({"writer": writer}), "k.json"),
+                }
+                manager.put_group("k.json", group)
+                VerifiedTritonCache(store, KEY).get_group("k.json")
+        return 0
+
+    pids = []
+    for _ in range(8):
+        pid = os.fork()
+        if pid == 0:
+            status = 4  # an exception (a CacheWarning among them)
+            try:
+                status = child()
+            finally:
+                os._exit(status)
+        pids.append(pid)
+    go.write_text("")
+    statuses = [os.waitpid(pid, 0)[1] for pid in pids]
+    assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
+    manager = VerifiedTritonCache(_store(root), KEY)
+    found = manager.get_group("k.json")
+    if found is None:  # the last group written was overtaken by another writer's file
+        _compile(manager)
+        found = VerifiedTritonCache(_store(root), KEY).get_group("k.json")
+    assert found is not None
+    writer = json.loads(Path(found["k.json"]).read_text()).get("writer")
+    if writer is not None:
+        assert Path(found["k.cubin"]).read_bytes() == writer.encode() * 64
