@@ -246,33 +246,45 @@ def _triton_source() -> object:
     return ASTSource(exp_add, signature, {(4,): 256})
 
 
-def test_triton_s_own_compile_goes_through_the_store_and_rebuilds_a_bad_cubin(tmp_path):
+def test_triton_s_own_compile_goes_through_the_store_and_rebuilds_a_bad_cubin(
+    tmp_path, monkeypatch
+):
     """``triton.compile`` (as Triton's dispatch calls it) in a scope: its files land in the
     store, a second compile is a verified hit, and a bit-flipped cubin is removed with a
     warning and compiled again."""
     from triton.backends.compiler import GPUTarget
 
     store, source, target = _store(tmp_path / "cache"), _triton_source(), GPUTarget("cuda", 90, 32)
-    hits: list[bool] = []
+    writes: list[str] = []
+    real_put = VerifiedTritonCache.put
 
-    def compile_once() -> bytes:
-        with knobs.compilation.scope(), verified_triton_cache(store):
-            knobs.compilation.listener = lambda **event: hits.append(event["cache_hit"])
-            return triton.compile(source, target=target).asm["cubin"]
+    def counted_put(self, data, filename, binary=True):
+        writes.append(filename)
+        return real_put(self, data, filename, binary)
 
-    cubin = compile_once()
+    monkeypatch.setattr(VerifiedTritonCache, "put", counted_put)
+
+    def compile_once() -> tuple[bytes, bool]:
+        """The cubin and whether Triton compiled it (wrote files) or found it."""
+        before = len(writes)
+        with verified_triton_cache(store):
+            cubin = triton.compile(source, target=target).asm["cubin"]
+        return cubin, len(writes) > before
+
+    cubin, compiled = compile_once()
+    assert compiled and any(name.endswith(".cubin") for name in writes)
     (stored,) = (tmp_path / "cache" / LAYOUT / NAMESPACE).rglob("*.cubin")
     assert stored.read_bytes() == cubin and not list((tmp_path / "triton-own").rglob("*.*"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
-        assert compile_once() == cubin
+        assert compile_once() == (cubin, False)
     data = bytearray(cubin)
     data[len(data) // 2] ^= 0x01
     stored.write_bytes(bytes(data))
     with pytest.warns(CacheWarning, match="does not match its SHA-256"):
-        assert compile_once() == cubin
-    assert hits == [False, True, False]
+        assert compile_once() == (cubin, True)
     assert stored.read_bytes() == cubin
+    assert compile_once() == (cubin, False)
 
 
 def test_racing_processes_never_take_a_sound_file_for_a_bad_one(tmp_path):
