@@ -197,7 +197,11 @@ def test_other_threads_keep_triton_s_manager_while_a_scope_is_open(tmp_path):
 
 
 class UserManager(FileCacheManager):
-    """A manager the user selected before torchstrata compiled anything."""
+    """A manager the user selected before torchstrata compiled anything (taking the key
+    alone, as Triton's managers before ``override``/``dump`` did)."""
+
+    def __init__(self, key):
+        super().__init__(key)
 
 
 def test_a_user_s_manager_is_the_fallback_and_is_restored(tmp_path, monkeypatch):

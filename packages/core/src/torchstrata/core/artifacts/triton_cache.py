@@ -164,8 +164,10 @@ class ScopedTritonCache(CacheManager):
     def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
         store = _ACTIVE.get()
         self.files: Any
-        if store is None or override or dump:
+        if override or dump:  # passed only when set, as Triton does
             self.files = _KNOB.fallback(key, override=override, dump=dump)
+        elif store is None:
+            self.files = _KNOB.fallback(key)
         else:
             self.files = VerifiedTritonCache(store, key)
 
