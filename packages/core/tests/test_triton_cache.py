@@ -337,3 +337,21 @@ def test_racing_processes_never_take_a_sound_file_for_a_bad_one(tmp_path):
     writer = json.loads(Path(found["k.json"]).read_text()).get("writer")
     if writer is not None:
         assert Path(found["k.cubin"]).read_bytes() == writer.encode() * 64
+
+
+def test_a_file_the_store_cannot_take_is_still_handed_to_triton(tmp_path, monkeypatch):
+    store = _store(tmp_path / "cache")
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "put", full)
+    manager = VerifiedTritonCache(store, KEY)
+    with pytest.warns(CacheWarning, match="No space left"):
+        path = Path(manager.put(CUBIN, "k.cubin"))
+    assert path.read_bytes() == CUBIN and path.suffix == ".cubin"
+    assert (
+        not path.is_relative_to(tmp_path / "cache") and stat.S_IMODE(path.stat().st_mode) == 0o600
+    )
+    monkeypatch.undo()
+    assert manager.get_file("k.cubin") is None  # the next process compiles it again

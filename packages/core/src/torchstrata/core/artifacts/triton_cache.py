@@ -39,7 +39,10 @@ import contextvars
 import hashlib
 import json
 import re
+import tempfile
 import threading
+import warnings
+from pathlib import Path
 from typing import Any
 
 from triton.runtime.cache import CacheManager, FileCacheManager
@@ -49,8 +52,8 @@ try:
 except ImportError:  # pragma: no cover - Triton < 3.4: no knob, nothing verified
     _knobs = None
 
-from torchstrata.core.artifacts.files import sha256_hex
-from torchstrata.core.artifacts.store import ArtifactStore
+from torchstrata.core.artifacts.files import sha256_hex, write_atomically
+from torchstrata.core.artifacts.store import ArtifactStore, CacheWarning
 from torchstrata.core.logs import artifact_logger
 
 _log = artifact_logger(__name__, "cache")
@@ -104,9 +107,27 @@ class VerifiedTritonCache(CacheManager):
         """Store ``data`` (bytes, or text whatever ``binary`` says, as Triton's own manager
         does) as ``filename`` and return its path."""
         payload = _as_bytes(data)
-        path = self.store.put(NAMESPACE, *self._entry(filename), payload)
+        try:
+            path = self.store.put(NAMESPACE, *self._entry(filename), payload)
+        except OSError as error:  # a full disk, say: the compile is not lost for it
+            path = self._private_copy(filename, payload, error)
         self.written[filename] = sha256_hex(payload)
         return str(path)
+
+    def _private_copy(self, filename: str, payload: bytes, error: OSError) -> Path:
+        """``payload`` in a private temporary directory of this process, for Triton to read
+        back now, when the store cannot take it (``error``); the next process compiles
+        the kernel again."""
+        key, suffix = self._entry(filename)
+        copy = Path(tempfile.mkdtemp(prefix="torchstrata-triton-")) / f"{key}{suffix}"
+        write_atomically(copy, payload)
+        warnings.warn(
+            f"cannot write Triton's {filename} to the cache ({error}); using {copy} in this "
+            "process",
+            CacheWarning,
+            stacklevel=4,
+        )
+        return copy
 
     def get_group(self, filename: str) -> dict[str, str] | None:
         """The paths of the files of the group ``filename`` by name, or None unless every
