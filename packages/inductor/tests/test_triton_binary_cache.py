@@ -1,7 +1,7 @@
 """Triton's binaries of our kernels live in the verified store: our compiles and launches
-through Triton's dispatch run with the verified manager selected (checked on the CPU with
-a stand-in kernel), and on a GPU a corrupted binary is found and rebuilt by the next
-process."""
+through Triton's dispatch run with the verified manager selected (on the CPU: a stand-in
+kernel, and a generated kernel compiled for an sm_90 target into ``cache_dir``), and on
+a GPU a corrupted binary is found and rebuilt by the next process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.cache import get_cache_manager
 
+from torchstrata.core import CompileOptions, GraphBuilder, InductorOptions, Level, TensorMeta, prim
 from torchstrata.core.artifacts import ArtifactStore, CacheSettings, CacheWarning
 from torchstrata.core.artifacts.triton_cache import (
     NAMESPACE,
@@ -22,9 +27,12 @@ from torchstrata.core.artifacts.triton_cache import (
     VerifiedTritonCache,
     verified_triton_cache,
 )
-
-triton_tuning = pytest.importorskip("torchstrata.inductor.codegen.triton.tuning")
-from triton.runtime.cache import get_cache_manager  # noqa: E402
+from torchstrata.inductor.codegen.triton import tuning as triton_tuning
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.lowering import lower_graph
+from torchstrata.inductor.schedule.plan import plan_graph
 
 
 class RecordingJit:
@@ -68,6 +76,35 @@ def test_first_call_and_dispatch_launches_use_the_verified_manager(
         assert isinstance(manager, ScopedTritonCache)
         assert isinstance(manager.files, VerifiedTritonCache) and manager.files.store is store
     assert not isinstance(get_cache_manager("ab" * 32), ScopedTritonCache)  # only inside
+
+
+def test_a_generated_kernel_compiles_into_the_configured_cache_dir(tmp_path, monkeypatch):
+    """The Triton backend builds a GPU kernel (no GPU needed to build) whose compile scope
+    is the store of ``CompileOptions.cache_dir``: Triton's compile of that very kernel
+    (for an sm_90 target) writes its cubin there and nothing to Triton's own cache."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-own"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "no GPU: built only")
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((64, 96), torch.float32, device="cuda"))
+    graph = b.build([b.call(prim("mul"), b.call(prim("exp"), x), 0.5)])
+    inductor = InductorOptions(cluster_rows=False)
+    options = CompileOptions(cache_dir=str(tmp_path / "cache"), inductor=inductor)
+    lowered = lower_graph(graph, lambda name, dtype: supports(name, dtype, interpret=False))
+    (kernel,) = [s for s in plan_graph(graph, lowered).steps if isinstance(s, Kernel)]
+    tuned = TritonBackend(False, inductor).build(kernel, options).launch.handle
+    (jit,) = tuned.variants.values()
+    config = tuned.configs[0]
+    *buffers, xblock, rblock = jit.arg_names
+    assert (xblock, rblock) == ("XBLOCK", "RBLOCK")
+    signature = {**{name: "*fp32" for name in buffers}, xblock: "constexpr", rblock: "constexpr"}
+    constants = {(len(buffers),): config.xblock, (len(buffers) + 1,): config.rblock}
+    with tuned.compile_scope():
+        compiled = triton.compile(
+            ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32)
+        )
+    (cubin,) = (tmp_path / "cache" / "v1" / NAMESPACE).rglob("*.cubin")
+    assert cubin.read_bytes() == compiled.asm["cubin"]
+    assert not list((tmp_path / "triton-own").rglob("*.cubin"))
 
 
 _CHILD = textwrap.dedent(
