@@ -1,8 +1,8 @@
 """``python -m torchstrata.runtime cache info|clear``: look at and empty the on-disk cache.
 
 The cache is the artifact store of :mod:`torchstrata.core.artifacts`: compiled C++
-kernel libraries (``cpp``), generated Triton modules (``triton``) and tuned Triton launch
-configurations (``triton-tuning``). ``--dir`` names a cache root as
+kernel libraries (``cpp``), generated Triton modules (``triton``), tuned Triton launch
+configurations (``triton-tuning``) and what Triton compiled from them (``triton-compiled``). ``--dir`` names a cache root as
 ``CompileOptions.cache_dir`` would; without it, the location comes from the environment
 (``$TORCHSTRATA_CACHE_DIR``, ``$XDG_CACHE_HOME/torchstrata``, ``~/.cache/torchstrata``).
 """

@@ -48,6 +48,17 @@ def check(artifact: Path) -> str | None:
     return None
 
 
+def recorded_sha256(artifact: Path) -> str | None:
+    """The SHA-256 that the entry's ``.meta`` records (None: no readable ``.meta``); not
+    a check of the artifact, which :func:`check` makes."""
+    try:
+        meta = json.loads(meta_path(artifact).read_bytes())
+    except (OSError, ValueError):
+        return None
+    digest = meta.get("sha256") if isinstance(meta, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
 def touch(artifact: Path) -> None:
     """Record an access on the entry's ``.meta`` (an explicit time: ``utime(None)``
     takes the kernel's coarse clock, which would tie entries used milliseconds apart)."""

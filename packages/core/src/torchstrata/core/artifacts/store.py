@@ -38,7 +38,7 @@ from pathlib import Path
 
 import attrs
 
-from torchstrata.core.artifacts.entries import check, meta_path, touch
+from torchstrata.core.artifacts.entries import check, meta_path, recorded_sha256, touch
 from torchstrata.core.artifacts.files import (
     locked,
     private_directory,
@@ -177,6 +177,13 @@ class ArtifactStore:
         elif problem != "missing":
             self._remove_bad(artifact, problem)
         return None
+
+    def get_with_digest(self, namespace: str, key: str, suffix: str) -> tuple[Path, str] | None:
+        """:meth:`get` with the SHA-256 of the verified artifact (None: a miss, or a bad
+        entry now removed, or an entry replaced by another writer between the two reads)."""
+        found = self.get(namespace, key, suffix)
+        digest = None if found is None else recorded_sha256(found)
+        return None if found is None or digest is None else (found, digest)
 
     def discard(self, namespace: str, key: str, suffix: str, reason: str) -> None:
         """Remove an entry that passed the check but could not be loaded (``reason``)."""

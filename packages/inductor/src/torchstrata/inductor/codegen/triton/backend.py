@@ -11,16 +11,21 @@ Generated modules live in the artifact store (:mod:`torchstrata.core.artifacts`,
 namespace ``triton``), keyed by their canonical source (the names taken from graph nodes
 renamed, see :func:`~torchstrata.core.artifacts.canonical_source`): the kernels of
 identical layers are one file, one module and one Triton compile. Each file's hash is
-checked before it is executed. Triton's own binaries stay in Triton's cache
-(``TRITON_CACHE_DIR``), which torchstrata does not manage.
+checked before it is executed. What Triton compiles from them (IR, PTX, cubin, launcher
+stubs) goes to the same store, verified the same way, instead of Triton's own cache: the
+first call of a kernel and its launches through Triton's dispatch run inside
+:func:`~torchstrata.core.artifacts.triton_cache.verified_triton_cache`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import ModuleType
 
@@ -29,6 +34,7 @@ import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see a
 
 from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
 from torchstrata.core.artifacts import CacheSettings, canonical_source, open_store
+from torchstrata.core.artifacts.triton_cache import verified_triton_cache
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import CANONICAL_ENTRY, GENERATED_PREFIXES
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
@@ -171,9 +177,11 @@ class TritonBackend:
             canonical.append(text)
             paths.append(path)
         choice_cache = None
+        compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
             choice_cache = ChoiceCache(store, tuning_key(canonical, torch.cuda.get_device_name()))
+            compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,
             configs,
@@ -184,6 +192,7 @@ class TritonBackend:
             tail=tail_scratch(kernel) if kernel.tail is not None else None,
             cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
             direct_launch=self.options.direct_launch,
+            compile_scope=compile_scope,
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -25,10 +25,12 @@ and the Triton version. Under the interpreter the first candidate is used withou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
@@ -311,6 +313,7 @@ class TunedKernel:
         tail: tuple[int, int] | None = None,
         cluster_scratch: Callable[[int], int] | None = None,
         direct_launch: bool = True,
+        compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -324,6 +327,10 @@ class TunedKernel:
         #: Cluster variants' float32 partials per cluster size (``triton_cluster``).
         self.cluster_scratch = cluster_scratch
         self.direct_launch = direct_launch
+        #: Entered around whatever may make Triton compile or load a binary (the first
+        #: call, launches through Triton's dispatch): the verified binary cache, see
+        #: :func:`~torchstrata.core.artifacts.triton_cache.verified_triton_cache`.
+        self.compile_scope = compile_scope
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -344,15 +351,22 @@ class TunedKernel:
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
+        scope = self.compile_scope
         if config.cluster > 1:  # launched as clusters only, with its partials
             assert self.compiled and self.cluster_scratch is not None
             jit_fn = self.variants[config.variant]
             clustered = ClusterLaunch(jit_fn, self.rows, config.cluster, constants)
-            return _with_scratch(clustered, self.cluster_scratch(config.cluster), None)
+
+            def run_clusters(*args: Any) -> None:  # a binary is taken per alignment
+                with scope():
+                    clustered(*args)
+
+            return _with_scratch(run_clusters, self.cluster_scratch(config.cluster), None)
         launch = self.variants[config.variant][config.grid(self.rows)]
 
-        def run(*args: Any) -> None:
-            launch(*args, **constants)
+        def run(*args: Any) -> None:  # Triton's dispatch compiles each new specialization
+            with scope():
+                launch(*args, **constants)
 
         if self.compiled and self.direct_launch:
             jit_fn = self.variants[config.variant]
@@ -363,6 +377,10 @@ class TunedKernel:
         return run if self.tail is None else _with_scratch(run, *self.tail)
 
     def _first_call(self, *args: Any) -> None:
+        with self.compile_scope():
+            self._tune_and_launch(args)
+
+    def _tune_and_launch(self, args: Sequence[Any]) -> None:
         config = self.configs[0]
         if self.compiled and self.choice_cache is not None and len(self.configs) > 1:
             cached = self.choice_cache.read()
