@@ -21,15 +21,15 @@ from triton.runtime.cache import get_cache_manager
 
 from torchstrata.core import CompileOptions, GraphBuilder, InductorOptions, Level, TensorMeta, prim
 from torchstrata.core.artifacts import ArtifactStore, CacheSettings, CacheWarning
-from torchstrata.core.artifacts.triton_cache import (
+from torchstrata.inductor.codegen.triton import tuning as triton_tuning
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.printer import supports
+from torchstrata.inductor.codegen.triton.verified_cache import (
     NAMESPACE,
     ScopedTritonCache,
     VerifiedTritonCache,
     verified_triton_cache,
 )
-from torchstrata.inductor.codegen.triton import tuning as triton_tuning
-from torchstrata.inductor.codegen.triton.backend import TritonBackend
-from torchstrata.inductor.codegen.triton.printer import supports
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.schedule.lowering import lower_graph
 from torchstrata.inductor.schedule.plan import plan_graph

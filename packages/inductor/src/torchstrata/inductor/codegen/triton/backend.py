@@ -14,7 +14,7 @@ identical layers are one file, one module and one Triton compile. Each file's ha
 checked before it is executed. What Triton compiles from them (IR, PTX, cubin, launcher
 stubs) goes to the same store, verified the same way, instead of Triton's own cache: the
 first call of a kernel and its launches through Triton's dispatch run inside
-:func:`~torchstrata.core.artifacts.triton_cache.verified_triton_cache`.
+:func:`~torchstrata.inductor.codegen.triton.verified_cache.verified_triton_cache`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see a
 
 from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
 from torchstrata.core.artifacts import CacheSettings, canonical_source, open_store
-from torchstrata.core.artifacts.triton_cache import verified_triton_cache
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import CANONICAL_ENTRY, GENERATED_PREFIXES
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
@@ -54,6 +53,7 @@ from torchstrata.inductor.codegen.triton.tuning import (
     candidate_configs,
     tuning_key,
 )
+from torchstrata.inductor.codegen.triton.verified_cache import verified_triton_cache
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
 from torchstrata.inductor.launch.triton_launch import cluster_launch_supported

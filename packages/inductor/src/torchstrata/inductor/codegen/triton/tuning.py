@@ -329,7 +329,7 @@ class TunedKernel:
         self.direct_launch = direct_launch
         #: Entered around whatever may make Triton compile or load a binary (the first
         #: call, launches through Triton's dispatch): the verified binary cache, see
-        #: :func:`~torchstrata.core.artifacts.triton_cache.verified_triton_cache`.
+        #: :func:`~torchstrata.inductor.codegen.triton.verified_cache.verified_triton_cache`.
         self.compile_scope = compile_scope
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself

@@ -29,7 +29,8 @@ is the manager Triton would have used without us. The knob is set while at least
 block is open in the process and restored when the last one closes (unless someone set
 it meanwhile).
 
-This module imports Triton; :mod:`torchstrata.core.artifacts` does not import it.
+This module imports Triton, so it lives in the inductor; the store it builds on
+(:mod:`torchstrata.core.artifacts`) does not import Triton.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from triton.runtime.cache import FileCacheManager, get_cache_manager  # noqa: E4
 
 from torchstrata.core.artifacts import LAYOUT, ArtifactStore, CacheSettings, CacheWarning  # noqa: E402
 from torchstrata.core.artifacts import files as artifact_files  # noqa: E402
-from torchstrata.core.artifacts.triton_cache import (  # noqa: E402
+from torchstrata.inductor.codegen.triton.verified_cache import (  # noqa: E402
     NAMESPACE,
     ScopedTritonCache,
     VerifiedTritonCache,
@@ -226,7 +226,7 @@ def test_a_user_s_manager_is_the_fallback_and_is_restored(tmp_path, monkeypatch)
 def test_the_scoped_class_can_be_named_in_triton_s_variable(tmp_path, monkeypatch):
     """Named in ``$TRITON_CACHE_MANAGER`` it passes Triton's type check and, outside a
     scope, behaves as Triton's own manager."""
-    name = "torchstrata.core.artifacts.triton_cache:ScopedTritonCache"
+    name = "torchstrata.inductor.codegen.triton.verified_cache:ScopedTritonCache"
     monkeypatch.setenv("TRITON_CACHE_MANAGER", name)
     manager = get_cache_manager(HEX_KEY)
     assert isinstance(manager, ScopedTritonCache) and type(manager.files) is FileCacheManager
