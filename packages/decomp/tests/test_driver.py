@@ -305,3 +305,19 @@ def test_copies_of_bool_outputs_are_generated_ops():
     assert copy.op == prim("bitwise_or") and copy.tensor_meta.dtype is torch.bool
     inputs = random_inputs(graph)
     assert torch.equal(interpret(prims, *inputs)[0], inputs[0])
+
+
+def test_the_prims_graph_is_built_for_the_contracts_input_layouts():
+    """A backward's saved value comes as the lowered forward returns it (here column-major
+    where the trace had it row-major): the prims graph takes it so, and what depends on it
+    follows."""
+    builder = GraphBuilder(Level.ATEN)
+    saved = builder.input("saved", TensorMeta((2, 3), torch.float32))
+    graph = builder.build([builder.call(aten("relu.default"), saved)])
+    layout = TensorMeta((2, 3), torch.float32, strides=(1, 2))
+    contract = GraphContract(input_layouts=(layout,))
+    prims = decompose(graph, contract=contract)
+    assert prims.inputs[0].meta == layout
+    assert contract.follows_layouts(prims)
+    x = torch.randn(3, 2).t()
+    torch.testing.assert_close(interpret(prims, x)[0], torch.relu(x))

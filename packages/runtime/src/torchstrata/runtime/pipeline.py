@@ -350,7 +350,9 @@ class Pipeline:
             self._missing("decomp", options, "running ATen graphs in the reference interpreter")
             return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
         if isinstance(prims, Graph) and not contract.follows_layouts(prims):
-            ignored = ValueError("returned a graph whose inputs ignore the contract's input_layouts")
+            ignored = ValueError(
+                "returned a graph whose inputs ignore the contract's input_layouts"
+            )
             raise StageFailure("decomp", ignored)
         prims_graph = self.run_passes("post_decomp", prims, options, records)
         device = _first_device(prims_graph)
