@@ -18,6 +18,7 @@ from torchstrata.core import (
     Node,
     PassManager,
     PassRecord,
+    TensorMeta,
     current_options,
     eliminate_common_subexpressions,
     same_layout,
@@ -81,7 +82,9 @@ def compile_with(
         )
     start = time.perf_counter()
     # the launcher copies relaid outputs back: every output comes as the graph says
-    output_layouts = tuple(node.tensor_meta for node in graph.outputs)
+    output_layouts = tuple(
+        node.meta if isinstance(node.meta, TensorMeta) else None for node in graph.outputs
+    )
     scheduled = schedule_graph(graph, backend, options)
     graph, plan = scheduled.graph, scheduled.plan
     launches, infos, compile_seconds = {}, [], 0.0

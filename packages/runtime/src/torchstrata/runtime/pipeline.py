@@ -349,11 +349,8 @@ class Pipeline:
         if prims is None:
             self._missing("decomp", options, "running ATen graphs in the reference interpreter")
             return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
-        if isinstance(prims, Graph) and not contract.follows_layouts(prims):
-            ignored = ValueError(
-                "returned a graph whose inputs ignore the contract's input_layouts"
-            )
-            raise StageFailure("decomp", ignored)
+        if isinstance(prims, Graph) and contract.input_layouts:
+            self._check_layouts(prims, contract)
         prims_graph = self.run_passes("post_decomp", prims, options, records)
         device = _first_device(prims_graph)
         compiled = self._call_stage(
@@ -366,6 +363,21 @@ class Pipeline:
             error = TypeError(f"returned {type(compiled).__name__}, not CompiledGraph")
             raise StageFailure("codegen", error)
         return Lowered(compiled, prims_graph, compiled, interpreted=False)
+
+    @staticmethod
+    def _check_layouts(prims: Graph, contract: GraphContract) -> None:
+        """Raise :class:`StageFailure` unless the decomposition built ``prims`` for the
+        contract's input layouts: kernels generated for others would index those inputs
+        wrongly."""
+        try:
+            followed = contract.follows_layouts(prims)
+        except ValueError as error:
+            raise StageFailure("decomp", error) from error
+        if not followed:
+            ignored = ValueError(
+                "returned a graph whose inputs ignore the contract's input_layouts"
+            )
+            raise StageFailure("decomp", ignored)
 
     def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
