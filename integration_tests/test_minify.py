@@ -58,11 +58,11 @@ class _WrongExpCodegen:
         self.manager = manager
 
     @hookimpl(tryfirst=True)
-    def torchstrata_codegen(self, graph, device, options):
+    def torchstrata_codegen(self, graph, device, options, contract):
         if prim("exp") not in graph.ops():
             return None
         real = next(
-            impl.function(graph=graph, device=device, options=options)
+            impl.function(graph=graph, device=device, options=options, contract=contract)
             for impl in self.manager.hook.torchstrata_codegen.get_hookimpls()
             if impl.plugin is not self
         )

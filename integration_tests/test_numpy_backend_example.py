@@ -101,8 +101,8 @@ def test_an_unknown_backend_name_lists_the_registered_ones(backend_path: Path) -
     script = textwrap.dedent(
         """
         import torch
-        from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, prim
-        from torchstrata.core import create_plugin_manager
+        from torchstrata.core import CompileOptions, GraphBuilder, GraphContract, Level, TensorMeta
+        from torchstrata.core import create_plugin_manager, prim
 
         b = GraphBuilder(Level.PRIMS)
         x = b.input("x", TensorMeta((4,), torch.float32))
@@ -110,7 +110,10 @@ def test_an_unknown_backend_name_lists_the_registered_ones(backend_path: Path) -
         manager = create_plugin_manager()
         try:
             manager.hook.torchstrata_codegen(
-                graph=graph, device=torch.device("cpu"), options=CompileOptions(codegen="fortran")
+                graph=graph,
+                device=torch.device("cpu"),
+                options=CompileOptions(codegen="fortran"),
+                contract=GraphContract(),
             )
         except Exception as error:
             print(type(error).__name__, error)

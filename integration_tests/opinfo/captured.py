@@ -2,7 +2,7 @@
 
 The sample becomes a Python function (:func:`.user_fn.user_function`); ``capture``
 turns one call of it into torch-level graphs and a program. Every graph (also those
-captured after a graph break, through ``CaptureProgram.compile_graph``) goes through
+captured after a graph break, through capture's ``compile_segment`` callback) goes through
 ``aot_forward``, ``decompose_with_stats`` and ``verify``; the program runs the prims
 graphs in the reference interpreter and its result is compared with eager's.
 
@@ -184,12 +184,12 @@ def _rerun(
     through aot but not decompose; ``relative``: aliases relative); None if that fails."""
     try:
         inputs = [fresh(t) for t in tensors]
-        result = capture(fn, tuple(inputs), {}, OPTIONS)
+        pipeline = _Pipeline(decompose=False, relative_aliases=relative) if aten else None
+        segments = pipeline.compile if pipeline is not None else None
+        result = capture(fn, tuple(inputs), {}, OPTIONS, compile_segment=segments)
         if result.program is None:
             return None
-        if aten:
-            pipeline = _Pipeline(decompose=False, relative_aliases=relative)
-            result.program.compile_graph = pipeline.compile  # type: ignore[attr-defined]
+        if pipeline is not None:
             runners = [pipeline.compile(g) for g in result.graphs]
         else:
             runners = [functools.partial(interpret, g) for g in result.graphs]
@@ -249,22 +249,21 @@ def run_captured_sample(op: Any, sample: Any) -> Outcome:
         return Outcome("skip", baseline)
     outputs, eager_inputs, expected = baseline
     inputs = [fresh(t) for t in tensors]
+    pipeline = _Pipeline()
     try:
-        result = capture(fn, tuple(inputs), {}, OPTIONS)
+        # later segments go through the pipeline too
+        result = capture(fn, tuple(inputs), {}, OPTIONS, compile_segment=pipeline.compile)
     except Exception as error:  # noqa: BLE001 - a capture bug: counted, then the fallback
         return _fallback(op, sample, "error", f"capture: {first_line(error)}")
     if result.program is None:
         reason = result.graph_breaks[0].reason if result.graph_breaks else "no program"
         return _fallback(op, sample, "declined", reason.splitlines()[0][:120])
-    pipeline = _Pipeline()
     try:
         compiled = [pipeline.compile(graph) for graph in result.graphs]
     except _StageError as error:
         status = "skip" if error.stage == "trace" else "mismatch"
         return Outcome(status, str(error), capture="breaks" if result.graph_breaks else "full")
     program = result.program
-    if hasattr(program, "compile_graph"):  # later segments go through the pipeline too
-        program.compile_graph = pipeline.compile
     torch.manual_seed(SEED)
     try:
         value = program(compiled, tuple(inputs), {})

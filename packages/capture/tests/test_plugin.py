@@ -12,7 +12,11 @@ def test_hook_is_registered_and_captures():
     manager = create_plugin_manager()
     fn = lambda x, b: torch.softmax(F.gelu(x + b), -1)  # noqa: E731
     result = manager.hook.torchstrata_capture(
-        fn=fn, args=(torch.randn(4, 8), torch.randn(8)), kwargs={}, options=CompileOptions()
+        fn=fn,
+        args=(torch.randn(4, 8), torch.randn(8)),
+        kwargs={},
+        options=CompileOptions(),
+        compile_segment=None,
     )
     assert isinstance(result, CaptureResult)
     assert [op.name for op in result.graphs[0].ops()] == [

@@ -10,6 +10,7 @@ from torchstrata.core import (
     GETITEM,
     CompileOptions,
     GraphBuilder,
+    GraphContract,
     Level,
     OpKind,
     TensorMeta,
@@ -150,7 +151,9 @@ def test_plugin_rules_reach_the_decompose_hook() -> None:
     builder = GraphBuilder(Level.ATEN)
     x = builder.input("x", TensorMeta((3, 4), torch.float32))
     graph = builder.build([builder.call(aten("hardshrink.default"), x)])
-    prims = manager.hook.torchstrata_decompose(graph=graph, options=CompileOptions())
+    prims = manager.hook.torchstrata_decompose(
+        graph=graph, options=CompileOptions(), contract=GraphContract()
+    )
     verify(prims)
     assert all(op.kind is OpKind.PRIMS for op in prims.ops())
     inputs = random_inputs(graph)
@@ -176,7 +179,9 @@ def test_conflicting_plugins_are_an_error_and_override_wins() -> None:
 
 def test_decompose_hook_works_without_addhooks() -> None:
     manager = _manager(addhooks=False)
-    prims = manager.hook.torchstrata_decompose(graph=demo_graph(), options=CompileOptions())
+    prims = manager.hook.torchstrata_decompose(
+        graph=demo_graph(), options=CompileOptions(), contract=GraphContract()
+    )
     assert all(op.kind is OpKind.PRIMS for op in prims.ops())
 
 
@@ -245,8 +250,8 @@ def test_extern_ops_keep_inferred_shapes_where_the_trace_disagrees():
     assert extern.meta[1].shape == (5,)
 
 
-def _user_options(count: int) -> CompileOptions:
-    return CompileOptions(stage_options={"decomp": {"user_outputs": count}})
+def _user_outputs(count: int) -> GraphContract:
+    return GraphContract(user_outputs=count)
 
 
 def test_a_user_output_viewing_an_intermediate_takes_eagers_layout():
@@ -259,7 +264,7 @@ def test_a_user_output_viewing_an_intermediate_takes_eagers_layout():
     squeeze = builder.call(aten("squeeze.dim"), relu, 1)
     assert squeeze.tensor_meta.strides == (1, 6)
     graph = builder.build([squeeze])
-    prims = decompose(graph, _user_options(1))
+    prims = decompose(graph, contract=_user_outputs(1))
     verify(prims)
     assert prims.outputs[0].tensor_meta.strides == (1, 6)
     assert prims.outputs[0].op == prim("mul")
@@ -278,7 +283,7 @@ def test_a_user_output_that_eager_makes_fresh_is_never_an_input():
     roll = builder.call(aten("roll.default"), x, [0], [0])
     view = builder.call(aten("unsqueeze.default"), x, 0)
     graph = builder.build([roll, view])
-    prims = decompose(graph, _user_options(2))
+    prims = decompose(graph, contract=_user_outputs(2))
     verify(prims)
     copy, unsqueezed = prims.outputs
     assert copy.op == prim("mul") and copy.args[0] is prims.inputs[0]
@@ -294,9 +299,25 @@ def test_copies_of_bool_outputs_are_generated_ops():
     builder = GraphBuilder(Level.ATEN)
     x = builder.input("x", TensorMeta((4, 6), torch.bool, strides=(1, 4)))
     graph = builder.build([builder.call(aten("roll.default"), x, [0], [0])])
-    prims = decompose(graph, _user_options(1))
+    prims = decompose(graph, contract=_user_outputs(1))
     verify(prims)
     (copy,) = prims.outputs
     assert copy.op == prim("bitwise_or") and copy.tensor_meta.dtype is torch.bool
     inputs = random_inputs(graph)
     assert torch.equal(interpret(prims, *inputs)[0], inputs[0])
+
+
+def test_the_prims_graph_is_built_for_the_contracts_input_layouts():
+    """A backward's saved value comes as the lowered forward returns it (here column-major
+    where the trace had it row-major): the prims graph takes it so, and what depends on it
+    follows."""
+    builder = GraphBuilder(Level.ATEN)
+    saved = builder.input("saved", TensorMeta((2, 3), torch.float32))
+    graph = builder.build([builder.call(aten("relu.default"), saved)])
+    layout = TensorMeta((2, 3), torch.float32, strides=(1, 2))
+    contract = GraphContract(input_layouts=(layout,))
+    prims = decompose(graph, contract=contract)
+    assert prims.inputs[0].meta == layout
+    assert contract.follows_layouts(prims)
+    x = torch.randn(3, 2).t()
+    torch.testing.assert_close(interpret(prims, x)[0], torch.relu(x))

@@ -16,6 +16,7 @@ from torchstrata.core import (
     ENTRY_POINT_GROUP,
     CompileOptions,
     GraphBuilder,
+    GraphContract,
     Level,
     TensorMeta,
     aten,
@@ -87,7 +88,9 @@ def test_the_installed_override_wins_and_reaches_the_decompose_hook(site) -> Non
     builder = GraphBuilder(Level.ATEN)
     x = builder.input("x", TensorMeta((3, 4), torch.float32))
     graph = builder.build([builder.call(aten("hardshrink.default"), x)])
-    prims = manager.hook.torchstrata_decompose(graph=graph, options=CompileOptions())
+    prims = manager.hook.torchstrata_decompose(
+        graph=graph, options=CompileOptions(), contract=GraphContract()
+    )
     inputs = random_inputs(graph)
     (out,) = interpret(prims, *inputs)
     expected = torch.where(inputs[0].abs() > 0.5, inputs[0], -1.0)  # the override's fill

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchstrata.core import CompileOptions, create_plugin_manager, hookimpl, interpret
+from torchstrata.core import (
+    NO_CONTRACT,
+    CompileOptions,
+    create_plugin_manager,
+    hookimpl,
+    interpret,
+)
 from torchstrata.inductor import BackendSpec, CodegenError, plugin
 from torchstrata.inductor.codegen.backend import CppBackend
 from torchstrata.inductor.codegen.registry import backend_table, registered_backends
@@ -35,7 +41,10 @@ def test_a_plugin_backend_is_selected_by_name(ind):
     assert "renamed-cpp" in registered_backends(manager)
     graph = ind.demo_graph(4, 8)
     compiled = manager.hook.torchstrata_codegen(
-        graph=graph, device=torch.device("cpu"), options=CompileOptions(codegen="renamed-cpp")
+        graph=graph,
+        device=torch.device("cpu"),
+        options=CompileOptions(codegen="renamed-cpp"),
+        contract=NO_CONTRACT,
     )
     assert {kernel.backend for kernel in compiled.kernels} == {"renamed-cpp"}
     x, b = torch.randn(4, 8), torch.randn(8)
@@ -74,7 +83,7 @@ class _OwnCodegen:
     """A third-party codegen stage (no ``tryfirst``)."""
 
     @hookimpl
-    def torchstrata_codegen(self, graph, device, options):
+    def torchstrata_codegen(self, graph, device, options, contract):
         return "own"
 
 
@@ -82,4 +91,7 @@ def test_a_third_party_codegen_stage_still_answers_before_the_builtin_one(ind):
     manager = _manager(_OwnCodegen())
     options = CompileOptions()
     graph = ind.demo_graph(4, 8)
-    assert manager.hook.torchstrata_codegen(graph=graph, device="cpu", options=options) == "own"
+    answer = manager.hook.torchstrata_codegen(
+        graph=graph, device="cpu", options=options, contract=NO_CONTRACT
+    )
+    assert answer == "own"

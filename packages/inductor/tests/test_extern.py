@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from torchstrata.core import (
+    NO_CONTRACT,
     CompileOptions,
     GraphBuilder,
     Level,
@@ -52,6 +53,7 @@ def test_plugin_hook_adapts_compile_graph(ind):
         graph=ind.demo_graph(4, 8),
         device=torch.device("cpu"),
         options=CompileOptions(cache_dir=ind.cache_dir),
+        contract=NO_CONTRACT,
     )
     assert compiled.kernels[0].backend == "cpp"
     assert (
@@ -59,6 +61,7 @@ def test_plugin_hook_adapts_compile_graph(ind):
             graph=ind.demo_graph(4, 8),
             device=torch.device("cpu"),
             options=CompileOptions(codegen="eager"),
+            contract=NO_CONTRACT,
         )
         is None
     )
@@ -67,6 +70,7 @@ def test_plugin_hook_adapts_compile_graph(ind):
             graph=ind.demo_graph(4, 8),
             device=torch.device("cpu"),
             options=CompileOptions(codegen="numpy"),
+            contract=NO_CONTRACT,
         )
 
 

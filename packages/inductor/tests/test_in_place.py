@@ -1,12 +1,22 @@
 """Write-backs done in place (``in_place.py``): a functional update of an input whose
-result the caller writes back into that input runs as the in-place op."""
+result the caller writes back into that input (the contract's ``write_backs``) runs as
+the in-place op."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, aten, prim
+from torchstrata.core import (
+    CompileOptions,
+    GraphBuilder,
+    GraphContract,
+    Level,
+    TensorMeta,
+    WriteBack,
+    aten,
+    prim,
+)
 from torchstrata.inductor import compile_graph
 
 
@@ -28,11 +38,13 @@ def _inputs():
     return torch.randn(6, 4), torch.tensor([2]), torch.randn(1, 4)
 
 
-def _options(ind, codegen, write_backs):
-    stage = {"inductor": {"write_backs": write_backs}} if write_backs is not None else {}
-    return CompileOptions(
-        codegen=ind.backend(codegen), cache_dir=ind.cache_dir, stage_options=stage
-    )
+def _options(ind, codegen):
+    return CompileOptions(codegen=ind.backend(codegen), cache_dir=ind.cache_dir)
+
+
+def _contract(write_backs):
+    """What the runtime tells the codegen: ``{output: input}`` copies after the call."""
+    return GraphContract(write_backs=[WriteBack(j, i) for j, i in (write_backs or {}).items()])
 
 
 @pytest.mark.parametrize("codegen", ["cpp", "triton"])
@@ -41,7 +53,7 @@ def test_a_written_back_update_runs_in_place(ind, codegen, monkeypatch):
         pytest.importorskip("triton")
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     graph = _cache_update()
-    compiled = compile_graph(graph, "cpu", _options(ind, codegen, {1: 0}))
+    compiled = compile_graph(graph, "cpu", _options(ind, codegen), contract=_contract({1: 0}))
     assert ", in place" in compiled.launcher_source
     cache, pos, row = _inputs()
     want = cache.clone().index_copy_(0, pos, row * 2)
@@ -58,7 +70,7 @@ def test_a_written_back_update_runs_in_place(ind, codegen, monkeypatch):
 )
 def test_an_update_stays_functional_otherwise(ind, write_backs, read_old_after):
     graph = _cache_update(read_old_after)
-    compiled = compile_graph(graph, "cpu", _options(ind, "cpp", write_backs))
+    compiled = compile_graph(graph, "cpu", _options(ind, "cpp"), contract=_contract(write_backs))
     assert "in place" not in compiled.launcher_source
     cache, pos, row = _inputs()
     before = cache.clone()

@@ -17,6 +17,7 @@ from torchstrata.core import (
     CompiledGraph,
     GraphBreak,
     GraphBuilder,
+    GraphContract,
     GraphPass,
     Guard,
     GuardKind,
@@ -139,15 +140,16 @@ class FakeAot:
 
 
 class FakeDecomp:
-    """Keeps the ATen graph (a real decomposer would lower it to prims)."""
+    """Keeps the ATen graph (a real decomposer would lower it to prims), its inputs laid
+    out as the contract says."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     @hookimpl
-    def torchstrata_decompose(self, graph: Any, options: Any) -> Any:
+    def torchstrata_decompose(self, graph: Any, options: Any, contract: GraphContract) -> Any:
         self.calls += 1
-        return graph
+        return contract.laid_out(graph)
 
 
 class FakeCodegen:

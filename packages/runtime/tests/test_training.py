@@ -128,6 +128,31 @@ def test_the_backward_is_built_for_the_layouts_the_forward_saves(make_stages):
     torch.testing.assert_close(y.grad, 2 * y.detach())
 
 
+class IgnoresLayouts:
+    """A third-party decomposition that takes no contract: it keeps the traced layouts."""
+
+    @hookimpl(tryfirst=True)
+    def torchstrata_decompose(self, graph, options):
+        return graph
+
+
+def test_a_decomposition_that_ignores_the_saved_layouts_is_not_trusted(make_stages):
+    """The backward's contract says the saved y comes contiguous; a decomposition that
+    keeps the traced strides would have kernels index y wrongly: that backward runs in the
+    interpreter instead, with a warning, and the gradients are right."""
+    seen = StridesSeen()
+    aot = TrainingAot(saved_strides=(2,))
+    extra = (("training-aot", aot), ("seen", seen), ("ignores", IgnoresLayouts()))
+    stages = make_stages(aot=False, codegen=False, extra=extra)
+    x = torch.randn(5, requires_grad=True)
+    y = torch.randn(5, requires_grad=True)
+    out = stages.compile(scale_and_square)(x, y)
+    with pytest.warns(TorchstrataFallbackWarning, match="ignore the contract's input_layouts"):
+        out.sum().backward()
+    assert len(seen.declared) == 1  # the forward only: the backward never reached codegen
+    torch.testing.assert_close(y.grad, 2 * y.detach())
+
+
 def test_a_saved_tensor_laid_out_otherwise_is_copied_into_the_backward_layout():
     """The runner's safety net, for a forward whose layouts the pipeline could not know
     (a codegen stage that returns other strides than its graph says): the saved tensor is

@@ -52,9 +52,9 @@ def scaled(monkeypatch):
     seen: list[int] = []
     original = unit_grads.scale_in_place
 
-    def spy(grad, scale):
+    def spy(grad, scale, *launch):
         seen.append(grad.data_ptr())
-        original(grad, scale)
+        original(grad, scale, *launch)
 
     monkeypatch.setattr(unit_grads, "scale_in_place", spy)
     return seen

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from torchstrata.capture.closures import cell_source
 from torchstrata.capture.concrete import can_resume
 from torchstrata.capture.frame import Frame
 from torchstrata.capture.lookahead import find_later_breaks
@@ -16,7 +15,7 @@ from torchstrata.capture.program import CaptureProgram, entry_function, frame_lo
 from torchstrata.capture.segments import trace_segment
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import Cell
-from torchstrata.core import CaptureResult, CompileOptions, GraphBreak
+from torchstrata.core import CaptureResult, CompileOptions, GraphBreak, SegmentCompiler
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
@@ -26,6 +25,8 @@ def capture(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None = None,
     options: CompileOptions | None = None,
+    *,
+    compile_segment: SegmentCompiler | None = None,
 ) -> CaptureResult:
     """Capture one call ``fn(*args, **kwargs)`` into torch-level graphs.
 
@@ -37,6 +38,9 @@ def capture(
     follows when first reached. When the function cannot be split (it has ``try`` or
     ``with`` blocks), the result has no graphs and no program: the caller runs it
     eagerly. Either way ``graph_breaks`` say why and where.
+
+    ``compile_segment`` compiles the graph of a segment the program captures after a
+    graph break, on its first run (None: such graphs run in the reference interpreter).
 
     :return: ``CaptureResult(graphs, guards, graph_breaks, program)`` where
         ``program(compiled_graphs, args, kwargs)`` returns what ``fn`` returns.
@@ -63,7 +67,7 @@ def capture(
 
     def start(tracer: Tracer) -> tuple[Frame, int]:
         bound = {name: tracer.wrap(frame_values[name], f"L[{name!r}]") for name in parameter_names}
-        closure = [_closure_cell(closure_cells[name]) for name in code.co_freevars]
+        closure = [_closure_cell(tracer, closure_cells[name], name) for name in code.co_freevars]
         return Frame(tracer, code, plain.__globals__, "G", bound, closure), 0
 
     resumable = can_resume(code)
@@ -79,7 +83,7 @@ def capture(
         if not resumable and error.top_step is not None:
             reason += " (the function has try/with blocks, so it cannot be split: it runs eagerly)"
         return CaptureResult((), (), (GraphBreak(reason, filename, lineno, instruction),), None)
-    program = CaptureProgram(target, code, plain.__globals__, first)
+    program = CaptureProgram(target, code, plain.__globals__, first, compile_segment)
     if first.graph_break is not None:
         for graph_break in find_later_breaks(plain.__globals__, start, first.steps):
             if graph_break not in program.graph_breaks:
@@ -96,7 +100,10 @@ def capture(
     )
 
 
-def _closure_cell(cell: Any) -> Cell:
+def _closure_cell(tracer: Tracer, cell: Any, variable: str) -> Cell:
+    """A cell of the captured function (of its free ``variable``), guarded by a name the
+    guards hold (:mod:`.closures`)."""
+
     def origin(namespace: dict[str, Any]) -> Any:
         return cell
 
@@ -104,7 +111,7 @@ def _closure_cell(cell: Any) -> Cell:
         contents = cell.cell_contents
     except ValueError:  # an empty cell: the name is not bound yet
         return Cell(origin=origin)
-    return Cell(pending=(contents, cell_source(cell), True), origin=origin)
+    return Cell(pending=(contents, tracer.cell_source(cell, variable), True), origin=origin)
 
 
 def _parameter_count(code: Any) -> int:

@@ -20,7 +20,6 @@ import torch
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
-from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.exceptions import make_exception
 from torchstrata.capture.generator_contexts import (
@@ -387,7 +386,12 @@ def _inline_real_function(
         for key, value in (fn.__kwdefaults__ or {}).items()
     }
     closure = tuple(
-        _inlined_cell(cell, f"{source}.__closure__[{index}]" if source else None)
+        _inlined_cell(
+            tracer,
+            cell,
+            fn.__code__.co_freevars[index],
+            f"{source}.__closure__[{index}]" if source else None,
+        )
         for index, cell in enumerate(fn.__closure__ or ())
     )
     globals_source = "G" if fn.__globals__ is tracer.globals else None
@@ -412,14 +416,15 @@ def _binds_default(
     return position >= len(args) and positional[position] not in kwargs
 
 
-def _inlined_cell(cell: types.CellType, source: str | None) -> Cell:
-    """A cell of an inlined function: guarded through the function's source, or through
-    the cell registry when the function has none."""
+def _inlined_cell(tracer: Tracer, cell: types.CellType, variable: str, source: str | None) -> Cell:
+    """A cell of an inlined function (of its free ``variable``): guarded through the
+    function's source, or by a name of its own that the guards hold when the function
+    has none (:mod:`.closures`)."""
     try:
         contents = cell.cell_contents
     except ValueError:  # not bound yet
         return Cell(origin=lambda namespace: cell)
-    guard_source = f"{source}.cell_contents" if source else cell_source(cell)
+    guard_source = f"{source}.cell_contents" if source else tracer.cell_source(cell, variable)
     return Cell(pending=(contents, guard_source, True), origin=lambda namespace: cell)
 
 

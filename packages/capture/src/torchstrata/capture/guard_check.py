@@ -20,6 +20,7 @@ from torchstrata.core import (
     FetchedValues,
     Guard,
     global_state_guard,
+    guard_cells,
     guard_condition,
 )
 
@@ -28,8 +29,9 @@ GuardCheck = Callable[[Any, Any, Any, Any], int]
 
 
 def compile_guards(guards: Sequence[Guard]) -> GuardCheck:
-    """One generated function checking every guard, in order."""
-    constants: dict[str, Any] = dict(GUARD_NAMESPACE)
+    """One generated function checking every guard, in order (the closure cells the
+    guards hold bound by their names)."""
+    constants: dict[str, Any] = {**GUARD_NAMESPACE, **guard_cells(guards)}
 
     def constant(value: Any) -> str:
         name = f"_c{len(constants)}"

@@ -8,17 +8,27 @@ from collections.abc import Callable
 from typing import Any
 
 from torchstrata.capture.api import capture
-from torchstrata.core import CaptureResult, CompileOptions, artifact_logger, hookimpl
+from torchstrata.core import (
+    CaptureResult,
+    CompileOptions,
+    SegmentCompiler,
+    artifact_logger,
+    hookimpl,
+)
 
 graph_breaks_log = artifact_logger(__name__, "graph_breaks")
 
 
 @hookimpl
 def torchstrata_capture(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: CompileOptions
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+    compile_segment: SegmentCompiler | None,
 ) -> CaptureResult | None:
     """Capture ``fn(*args, **kwargs)`` by interpreting its bytecode (see ``capture``)."""
-    result = capture(fn, args, kwargs, options)
+    result = capture(fn, args, kwargs, options, compile_segment=compile_segment)
     if result.graph_breaks and graph_breaks_log.isEnabledFor(logging.DEBUG):
         for graph_break in result.graph_breaks:
             line = linecache.getline(graph_break.filename, graph_break.lineno).strip()

@@ -4,8 +4,8 @@ The first segment was captured with the call's arguments and its graph is compil
 the caller (``compiled_graphs[0]``). After each graph break the breaking instruction
 runs for real (:mod:`.concrete`), and the next segment is looked up by the instruction
 it starts at and its guards, or captured then from the real state. Later segments'
-graphs run through ``compile_graph`` when the caller sets it, else the reference
-interpreter. Which branch a value-dependent ``if`` takes is decided on every call.
+graphs run through the ``compile_segment`` callback the caller passed, else the
+reference interpreter. Which branch a value-dependent ``if`` takes is decided on every call.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from torchstrata.capture.variables import (
     Var,
 )
 from torchstrata.core import (
-    Graph,
     GraphBreak,
     GuardKind,
+    SegmentCompiler,
     bind_call,
     global_state,
     interpret,
@@ -114,10 +114,17 @@ class CaptureProgram:
     :param fn: the captured callable (``L`` is bound for it).
     :param code: the top-level code object; ``globals_`` its globals.
     :param first: the segment captured with the call's arguments.
+    :param compile_segment: compiles a later segment's graph into a callable (None: the
+        reference interpreter runs it).
     """
 
     def __init__(
-        self, fn: Callable[..., Any], code: Any, globals_: dict[str, Any], first: Segment
+        self,
+        fn: Callable[..., Any],
+        code: Any,
+        globals_: dict[str, Any],
+        first: Segment,
+        compile_segment: SegmentCompiler | None = None,
     ) -> None:
         self.fn = fn
         self.code = code
@@ -127,7 +134,7 @@ class CaptureProgram:
         #: Every graph break seen: the first segment's, then those found while running.
         self.graph_breaks: list[GraphBreak] = [first.graph_break] if first.graph_break else []
         #: Compiles a later segment's graph into a callable; None: the reference interpreter.
-        self.compile_graph: Callable[[Graph], Callable[..., Any]] | None = None
+        self.compile_segment = compile_segment
         self.segments: dict[int, list[Segment]] = {}
         self._runners: dict[int, Callable[..., Any]] = {}
         self._failed: set[int] = set()
@@ -203,9 +210,9 @@ class CaptureProgram:
             return None
         if id(segment) not in self._runners:
             runner: Callable[..., Any] = functools.partial(interpret, graph)
-            if self.compile_graph is not None:
+            if self.compile_segment is not None:
                 try:
-                    runner = self.compile_graph(graph)
+                    runner = self.compile_segment(graph)
                 except Exception:
                     logger.warning("compiling a segment after a graph break failed", exc_info=True)
             self._runners[id(segment)] = runner

@@ -9,6 +9,7 @@ break (see :mod:`.rebuild`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +44,9 @@ class Segment:
     check: GuardCheck | None = None
     #: Mutations of Python state the segment made, replayed after its graph.
     side_effects: SideEffects | None = None
+    #: The closure cells its sources name, by name (:mod:`.closures`): bound wherever
+    #: those sources are read.
+    cells: dict[str, types.CellType] = attrs.field(factory=dict)
 
     @property
     def is_empty(self) -> bool:
@@ -55,6 +59,8 @@ class Segment:
         """Run the graph on inputs read from ``namespace`` and rebuild what follows:
         :class:`Returned` or the real :class:`State` at the break."""
         outputs: Sequence[Any] = ()
+        if self.cells:  # sources read while rebuilding may name closure cells
+            namespace = {**namespace, **self.cells}
         if self.graph is not None:
             assert graph_fn is not None
             outputs = graph_fn(
@@ -129,7 +135,8 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
     graph = tracer.builder.build(outputs) if outputs else None
     sources = tuple(tracer.input_sources) if graph is not None else ()
     text = "lambda L, S, C, G: (" + "".join(f"{source}, " for source in sources) + ")"
-    fetch = eval(compile(text, "<torchstrata capture inputs>", "eval"), {})
+    cells = dict(tracer.cells)  # the names of closure cells that sources read
+    fetch = eval(compile(text, "<torchstrata capture inputs>", "eval"), dict(cells))
     return Segment(
         graph,
         tracer.guards,
@@ -142,6 +149,7 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
         fetch,
         steps=steps,
         side_effects=effects if effects else None,
+        cells=cells,
     )
 
 

@@ -15,6 +15,7 @@ import attrs
 import torch
 
 from torchstrata.capture.autocast import CAST, AutocastMismatch
+from torchstrata.capture.closures import cell_name, cells_read
 from torchstrata.capture.inplace_functions import unsupported_reason, written_first_argument
 from torchstrata.capture.meta_cache import cached, cached_infer_meta
 from torchstrata.capture.modes import DETACH, apply_modes
@@ -185,6 +186,8 @@ class Tracer:
         #: of one list, dict or set gives the same variable, so a mutation made through
         #: one alias is seen through the others.
         self._mutables: dict[int, tuple[Any, Var, bool]] = {}
+        #: The closure cells named in sources, by name (:mod:`torchstrata.capture.closures`).
+        self.cells: dict[str, types.CellType] = {}
 
     # ------------------------------------------------------------------ guards
     @property
@@ -196,15 +199,27 @@ class Tracer:
         """Record a guard (once per kind and source; an ``ABSENT_KEY`` guard once per
         source and key: one module dict holds every member name read from it)."""
         key = (kind, source, expected) if kind is GuardKind.ABSENT_KEY else (kind, source)
-        self._guards.setdefault(key, Guard(kind, source, expected, description))
+        if key not in self._guards:
+            cells = cells_read(source, self.cells)
+            self._guards[key] = Guard(kind, source, expected, description, cells=cells)
 
     def guard_identity(self, source: str, value: Any, description: str = "") -> None:
         """Guard that ``source`` is ``value`` itself (``ID_MATCH`` of its ``id()``), the
         guard holding ``value`` (:attr:`Guard.referent`): an object freed after the
         capture (a global rebound, a function redefined) gives its address to the next
         one of its size, whose ``id()`` would then pass the guard."""
-        guard = Guard(GuardKind.ID_MATCH, source, id(value), description, referent=value)
-        self._guards.setdefault((GuardKind.ID_MATCH, source), guard)
+        key = (GuardKind.ID_MATCH, source)
+        if key not in self._guards:
+            cells = cells_read(source, self.cells)
+            guard = Guard(GuardKind.ID_MATCH, source, id(value), description, value, cells)
+            self._guards[key] = guard
+
+    def cell_source(self, cell: types.CellType, variable: str) -> str:
+        """A source that reads ``cell.cell_contents`` at call time, for a cell that no
+        expression over ``L`` or ``G`` reaches: the guards reading it hold the cell."""
+        name = cell_name(cell, variable)
+        self.cells[name] = cell
+        return f"{name}.cell_contents"
 
     def guard_code(self, function: types.FunctionType, source: str) -> None:
         """Guard that ``function``, read from ``source``, still runs the code traced:

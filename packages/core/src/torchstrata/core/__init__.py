@@ -6,6 +6,13 @@ Every stage depends on this package and on nothing else of torchstrata.
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.call_defaults import bind_call, current_defaults
 from torchstrata.core.complex_values import COMPLEX_REASON, touches_complex
+from torchstrata.core.contracts import (
+    NO_CONTRACT,
+    DirectLauncher,
+    GraphContract,
+    SegmentCompiler,
+    WriteBack,
+)
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
@@ -98,6 +105,7 @@ from torchstrata.core.results import (
     GuardKind,
     KernelInfo,
     Program,
+    guard_cells,
 )
 from torchstrata.core.spans import (
     Span,
@@ -127,6 +135,7 @@ __all__ = [
     "GETITEM",
     "GLOBAL_STATE_SOURCE",
     "GUARD_NAMESPACE",
+    "NO_CONTRACT",
     "PASS_STAGES",
     "PRIMS_VERSION",
     "STATE_FIELDS",
@@ -136,6 +145,7 @@ __all__ = [
     "CaptureResult",
     "CompileOptions",
     "CompiledGraph",
+    "DirectLauncher",
     "DirectProgram",
     "DuplicatePluginError",
     "FetchedValues",
@@ -143,6 +153,7 @@ __all__ = [
     "Graph",
     "GraphBreak",
     "GraphBuilder",
+    "GraphContract",
     "GraphPass",
     "Guard",
     "GuardKind",
@@ -170,11 +181,13 @@ __all__ = [
     "PrimFamily",
     "Program",
     "Progress",
+    "SegmentCompiler",
     "Span",
     "StageCheck",
     "TensorMeta",
     "Transformer",
     "VerificationError",
+    "WriteBack",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",
@@ -205,6 +218,7 @@ __all__ = [
     "get_prim",
     "global_state",
     "global_state_guard",
+    "guard_cells",
     "guard_condition",
     "hookimpl",
     "hookspec",

@@ -17,6 +17,7 @@ import pluggy
 import torch
 
 if TYPE_CHECKING:  # hookspecs document types only; nothing here runs at import
+    from torchstrata.core.contracts import GraphContract, SegmentCompiler
     from torchstrata.core.graph import Graph
     from torchstrata.core.options import CompileOptions
     from torchstrata.core.passes import GraphPass
@@ -46,7 +47,11 @@ def torchstrata_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 
 @hookspec(firstresult=True)
 def torchstrata_capture(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: CompileOptions
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+    compile_segment: SegmentCompiler | None,
 ) -> CaptureResult | None:
     """Capture ``fn`` as called with ``args``/``kwargs`` into torch-level graphs.
 
@@ -54,6 +59,8 @@ def torchstrata_capture(
     :param args: positional arguments of this call (real tensors).
     :param kwargs: keyword arguments of this call.
     :param options: the compile options.
+    :param compile_segment: compiles a graph the program captures later, after a graph
+        break, on its first run (None: such graphs run in the reference interpreter).
     :return: graphs, guards, graph breaks and the program that runs them; None to let
         another plugin try. firstresult.
     """
@@ -76,11 +83,16 @@ def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
 
 
 @hookspec(firstresult=True)
-def torchstrata_decompose(graph: Graph, options: CompileOptions) -> Graph | None:
+def torchstrata_decompose(
+    graph: Graph, options: CompileOptions, contract: GraphContract
+) -> Graph | None:
     """Lower an ATen graph to prims, keeping ATen nodes it chooses not to lower (extern).
 
     :param graph: an ATen-level graph.
     :param options: the compile options.
+    :param contract: what the caller promises about the graph: the outputs the user gets
+        (laid out as eager lays them out) and the layouts its inputs come in (the prims
+        graph's inputs must have them: :meth:`GraphContract.laid_out`).
     :return: a prims-level graph; None to let another plugin try. firstresult.
     """
 
@@ -90,15 +102,34 @@ def torchstrata_decompose(graph: Graph, options: CompileOptions) -> Graph | None
 
 @hookspec(firstresult=True)
 def torchstrata_codegen(
-    graph: Graph, device: torch.device, options: CompileOptions
+    graph: Graph, device: torch.device, options: CompileOptions, contract: GraphContract
 ) -> CompiledGraph | None:
     """Generate code for a prims-level graph on ``device``.
 
     :param graph: a prims-level graph (may hold extern ATen nodes).
     :param device: where the inputs live.
     :param options: the compile options (``options.codegen`` picks the backend).
-    :return: the compiled callable with its kernels; None to let another plugin try
-        (for example a backend that does not handle this device). firstresult.
+    :param contract: what the caller promises about the graph; its ``write_backs`` name
+        the outputs the caller copies into inputs (updates that may run in place).
+    :return: the compiled callable with its kernels, and the layouts it returns its
+        outputs in (``output_layouts``); None to let another plugin try (for example a
+        backend that does not handle this device). firstresult.
+    """
+
+
+@hookspec(firstresult=True)
+def torchstrata_direct_launch(
+    kernel: Any, grid: tuple[int, ...], constants: dict[str, Any], fallback: Callable[..., None]
+) -> Callable[..., None] | None:
+    """Launch a Triton kernel without Triton's per-call dispatch (the runtime scales unit
+    gradients with a kernel of its own this way).
+
+    :param kernel: a ``triton.jit`` function.
+    :param grid: the launch grid.
+    :param constants: its constexpr arguments by name, and ``num_warps``.
+    :param fallback: launches the kernel through Triton, on the same arguments.
+    :return: a launch taking the kernel's tensor arguments (falling back to ``fallback``
+        where it cannot launch directly); None: no direct launch here. firstresult.
     """
 
 

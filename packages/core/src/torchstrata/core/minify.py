@@ -28,12 +28,14 @@ import pluggy
 import torch
 
 from torchstrata.core.builder import GraphBuilder
+from torchstrata.core.contracts import GraphContract
 from torchstrata.core.graph import Graph, Node, map_nodes
 from torchstrata.core.interpret import interpret
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.options import CompileOptions
 from torchstrata.core.passes import GraphPass, order_passes
 from torchstrata.core.plugins import create_plugin_manager
+from torchstrata.core.results import guard_cells
 from torchstrata.core.transform import eliminate_dead_code
 
 #: ``compare(actual, expected) -> ''`` when they agree, else what differs.
@@ -170,11 +172,12 @@ def _walk(
     aten = _passes("post_aot", aot.forward, manager, options, step)
     if aten is None:
         return
-    stage_options = {**options.stage_options, "decomp": {"user_outputs": len(want)}}
-    lowering = attrs.evolve(options, stage_options=stage_options)
+    contract = GraphContract(user_outputs=len(want))
     prims = step(
         "decomp",
-        lambda: _as_graph(manager.hook.torchstrata_decompose(graph=aten, options=lowering)),
+        lambda: _as_graph(
+            manager.hook.torchstrata_decompose(graph=aten, options=options, contract=contract)
+        ),
     )
     if prims is None:
         return
@@ -184,7 +187,9 @@ def _walk(
     device = next((m.device for m in prims.input_metas), torch.device("cpu"))
 
     def codegen() -> tuple[Any, None]:
-        compiled = manager.hook.torchstrata_codegen(graph=prims, device=device, options=options)
+        compiled = manager.hook.torchstrata_codegen(
+            graph=prims, device=device, options=options, contract=contract
+        )
         if compiled is None:
             raise RuntimeError("no codegen plugin answered")
         return compiled(*inputs), None
@@ -245,7 +250,7 @@ def walk_function(
     eager = list(eager) if isinstance(eager, tuple | list) else [eager]
     try:
         capture = manager.hook.torchstrata_capture(
-            fn=fn, args=tuple(args), kwargs={}, options=options
+            fn=fn, args=tuple(args), kwargs={}, options=options, compile_segment=None
         )
     except Exception as error:  # noqa: BLE001 - reported as the capture stage's failure
         return [StageCheck("capture", f"raised {type(error).__name__}: {error}")], None, []
@@ -254,7 +259,8 @@ def walk_function(
         return [StageCheck("capture", f"capture gave {why}; nothing to walk")], None, []
     (graph,) = capture.graphs
     local = inspect.signature(fn).bind(*args).arguments
-    inputs = [eval(source, {"L": local, "G": fn.__globals__}) for source in capture.direct_sources]
+    namespace = {"L": local, "G": fn.__globals__, **guard_cells(capture.guards)}
+    inputs = [eval(source, namespace) for source in capture.direct_sources]
     problem = compare(list(interpret(graph, *inputs)), eager)
     checks = [StageCheck("capture", problem, graph)]
     if problem:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import torch
 
 from torchstrata.core.graph import Graph
+from torchstrata.core.meta import TensorMeta
 
 #: The tensor types a trace takes as graph inputs, and a ``TENSOR_MATCH`` guard accepts
 #: exactly: a subclass (its ``__torch_function__`` or dispatch) would run a graph traced
@@ -33,7 +35,8 @@ class Guard:
     """One assumption of a trace, re-checked before its compiled code runs.
 
     ``source`` is a Python expression over ``L`` (the frame's arguments by parameter
-    name) and ``G`` (the function's globals), e.g. ``L['x']`` or ``G['torch'].nn``.
+    name) and ``G`` (the function's globals), e.g. ``L['x']`` or ``G['torch'].nn``, and
+    over the names of ``cells``.
     ``expected`` is a :class:`~torchstrata.core.TensorMeta` for tensor guards, the
     value for constant guards, an ``id()`` for identity guards, a type for type guards,
     the key for absent-key guards.
@@ -42,6 +45,13 @@ class Guard:
     ``expected``), held by the guard: while the guard lives no other object can take
     that address and pass it, and a check may compare with ``is``. None: not held (the
     check compares ``id()``s). It takes no part in equality or hashing.
+
+    ``cells`` holds the closure cells that ``source`` names, by name
+    (``__cell_scale_7f3a__.cell_contents``): cells no expression over ``L`` or ``G``
+    reaches, such as those of a closure inlined from a value the trace computed. The
+    guard holds them, so they live as long as the guard and nothing else; whoever
+    evaluates ``source`` binds these names (:func:`guard_cells`). No part in equality or
+    hashing.
     """
 
     kind: GuardKind
@@ -49,6 +59,13 @@ class Guard:
     expected: Any
     description: str = ""
     referent: Any = attrs.field(default=None, eq=False, repr=False)
+    cells: tuple[tuple[str, types.CellType], ...] = attrs.field(default=(), eq=False, repr=False)
+
+
+def guard_cells(guards: Iterable[Guard]) -> dict[str, types.CellType]:
+    """The names the sources of ``guards`` read besides ``L`` and ``G``, bound to the
+    cells the guards hold (for the namespace a check of those sources runs in)."""
+    return {name: cell for guard in guards for name, cell in guard.cells}
 
 
 @attrs.frozen
@@ -191,6 +208,10 @@ class CompiledGraph:
     eager_ops: tuple[str, ...] = ()
     stats: Mapping[str, Any] = attrs.field(factory=dict)
     launcher_source: str = ""
+    #: The metadata (shape, dtype, strides) of each output as ``fn`` returns it; empty:
+    #: as the compiled graph's outputs say. A backward that takes saved forward outputs
+    #: is built for these layouts (:class:`~torchstrata.core.GraphContract`).
+    output_layouts: tuple[TensorMeta | None, ...] = ()
 
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.fn(*args)

@@ -11,9 +11,11 @@ import attrs
 from torchstrata.core import (
     COMPLEX_REASON,
     GETITEM,
+    NO_CONTRACT,
     CompileOptions,
     Graph,
     GraphBuilder,
+    GraphContract,
     Level,
     MetaInferenceError,
     Node,
@@ -74,14 +76,6 @@ def _keep_extern(options: CompileOptions | None) -> frozenset[str]:
     return frozenset(options.stage(STAGE).get("keep_extern", ()))
 
 
-def _user_outputs(options: CompileOptions | None) -> int:
-    """How many leading outputs the caller returns to the user (stage option
-    ``user_outputs``; the runtime sets it): those are laid out as eager lays them out."""
-    if options is None:
-        return 0
-    return int(options.stage(STAGE).get("user_outputs", 0))
-
-
 class _Renames:
     """Gives the value a rule produced the name of the ATen node it replaces.
 
@@ -139,16 +133,22 @@ def decompose_with_stats(
     options: CompileOptions | None = None,
     *,
     rules: Mapping[str, RuleFn | Rule] | None = None,
+    contract: GraphContract = NO_CONTRACT,
 ) -> tuple[Graph, DecompStats]:
     """Lower an ATen-level ``graph`` to a prims-level graph and count what happened.
 
-    :param graph: an ATen graph (a prims graph is returned unchanged).
+    :param graph: an ATen graph (a prims graph is returned unchanged, apart from its
+        inputs' layouts).
     :param options: compile options; ``options.stage_options["decomp"]["keep_extern"]``
         lists overloads (``"aten.gelu.default"``) to keep as ATen even if a rule exists.
     :param rules: the rule table (default :data:`DEFAULT_RULES`; the plugin passes the
         table merged from every plugin's ``torchstrata_decompositions``).
+    :param contract: what the caller promises: its first ``user_outputs`` outputs go to
+        the user (they get eager's layouts), its inputs come in ``input_layouts`` (the
+        graph is built for them).
     :return: the prims graph (extern ATen nodes allowed) and :class:`DecompStats`.
     """
+    graph = contract.laid_out(graph)
     if graph.level is Level.PRIMS:
         return graph, DecompStats()
     if graph.level is not Level.ATEN:
@@ -193,8 +193,7 @@ def decompose_with_stats(
             stats.decomposed[name] += 1
             if isinstance(result, Node):
                 names.claim(result, node.name)
-    user = _user_outputs(options)
-    outputs = _distinct_outputs(builder, graph.outputs, env, user, input_aliases)
+    outputs = _distinct_outputs(builder, graph.outputs, env, contract.user_outputs, input_aliases)
     return names.apply(eliminate_dead_code(builder.build(outputs))), stats
 
 
@@ -280,6 +279,7 @@ def decompose(
     options: CompileOptions | None = None,
     *,
     rules: Mapping[str, RuleFn | Rule] | None = None,
+    contract: GraphContract = NO_CONTRACT,
 ) -> Graph:
     """Lower an ATen-level ``graph`` to prims (see :func:`decompose_with_stats`)."""
-    return decompose_with_stats(graph, options, rules=rules)[0]
+    return decompose_with_stats(graph, options, rules=rules, contract=contract)[0]

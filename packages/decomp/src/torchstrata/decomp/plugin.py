@@ -14,7 +14,7 @@ from typing import cast
 
 import pluggy
 
-from torchstrata.core import CompileOptions, Graph, hookimpl
+from torchstrata.core import CompileOptions, Graph, GraphContract, hookimpl
 from torchstrata.decomp import hookspecs
 from torchstrata.decomp.defaults import DEFAULT_RULES
 from torchstrata.decomp.driver import decompose
@@ -44,9 +44,12 @@ class DecompStage:
         self.pluginmanager = pluginmanager
 
     @hookimpl
-    def torchstrata_decompose(self, graph: Graph, options: CompileOptions) -> Graph:
-        """Lower ``graph`` with every plugin's rules."""
-        return decompose(graph, options, rules=collect_rules(self.pluginmanager))
+    def torchstrata_decompose(
+        self, graph: Graph, options: CompileOptions, contract: GraphContract
+    ) -> Graph:
+        """Lower ``graph`` with every plugin's rules, as ``contract`` asks."""
+        rules = collect_rules(self.pluginmanager)
+        return decompose(graph, options, rules=rules, contract=contract)
 
 
 @hookimpl
@@ -67,6 +70,6 @@ def torchstrata_decompositions() -> Mapping[str, RuleFn | Rule]:
 
 
 @hookimpl(trylast=True)
-def torchstrata_decompose(graph: Graph, options: CompileOptions) -> Graph:
+def torchstrata_decompose(graph: Graph, options: CompileOptions, contract: GraphContract) -> Graph:
     """Fallback when decomp's hooks were never added: the built-in rules only."""
-    return decompose(graph, options)
+    return decompose(graph, options, contract=contract)

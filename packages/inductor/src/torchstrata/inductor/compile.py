@@ -9,13 +9,16 @@ import attrs
 import torch
 
 from torchstrata.core import (
+    NO_CONTRACT,
     CompiledGraph,
     CompileOptions,
     Graph,
+    GraphContract,
     Level,
     Node,
     PassManager,
     PassRecord,
+    TensorMeta,
     current_options,
     eliminate_common_subexpressions,
     same_layout,
@@ -39,14 +42,17 @@ def compile_graph(
     device: torch.device | str | None = None,
     options: CompileOptions | None = None,
     backends: Mapping[str, BackendSpec] | None = None,
+    contract: GraphContract = NO_CONTRACT,
 ) -> CompiledGraph:
     """Compile a prims-level ``graph`` (extern ATen nodes allowed) for ``device`` with the
     backend ``options.codegen`` names among ``backends`` (default: the built-in ones; the
     pipeline passes every registered one).
 
     Returns a :class:`CompiledGraph` whose ``fn(*inputs)`` returns a tuple of tensors, with
-    one :class:`KernelInfo` per generated kernel, the extern ops run eagerly, and the
-    generated launcher's source.
+    one :class:`KernelInfo` per generated kernel, the extern ops run eagerly, the
+    generated launcher's source, and the layouts of the outputs it returns. The
+    ``contract``'s write-backs (outputs the caller copies into inputs) may be computed in
+    place (:mod:`~torchstrata.inductor.launch.in_place`).
     """
     if graph.level is not Level.PRIMS:
         raise CodegenError(
@@ -60,16 +66,25 @@ def compile_graph(
         raise CodegenError(
             f"codegen={options.codegen!r} is not a code generator (eager runs without codegen)"
         )
-    return compile_with(graph, backend, options)
+    return compile_with(graph, backend, options, contract)
 
 
-def compile_with(graph: Graph, backend: Backend, options: CompileOptions) -> CompiledGraph:
+def compile_with(
+    graph: Graph,
+    backend: Backend,
+    options: CompileOptions,
+    contract: GraphContract = NO_CONTRACT,
+) -> CompiledGraph:
     """Compile a prims-level ``graph`` with ``backend`` (see :func:`compile_graph`)."""
     if graph.level is not Level.PRIMS:
         raise CodegenError(
             f"compile_graph takes a prims-level graph, got level {graph.level.value}"
         )
     start = time.perf_counter()
+    # the launcher copies relaid outputs back: every output comes as the graph says
+    output_layouts = tuple(
+        node.meta if isinstance(node.meta, TensorMeta) else None for node in graph.outputs
+    )
     scheduled = schedule_graph(graph, backend, options)
     graph, plan = scheduled.graph, scheduled.plan
     launches, infos, compile_seconds = {}, [], 0.0
@@ -78,8 +93,8 @@ def compile_with(graph: Graph, backend: Backend, options: CompileOptions) -> Com
         launches[step.name] = built.launch
         infos.append(built.info)
         compile_seconds += built.compile_seconds
-    write_backs = options.stage("inductor").get("write_backs")
     relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
+    write_backs = contract.write_back_inputs()
     source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
     eager_ops = tuple(
@@ -94,7 +109,7 @@ def compile_with(graph: Graph, backend: Backend, options: CompileOptions) -> Com
         "codegen_seconds": time.perf_counter() - start,
         "passes": scheduled.records,
     }
-    return CompiledGraph(fn, tuple(infos), eager_ops, stats, source)
+    return CompiledGraph(fn, tuple(infos), eager_ops, stats, source, output_layouts)
 
 
 @attrs.frozen

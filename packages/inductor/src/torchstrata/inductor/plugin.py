@@ -8,10 +8,13 @@ can ask the manager which backends are registered.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pluggy
 import torch
 
-from torchstrata.core import CompiledGraph, CompileOptions, Graph, hookimpl
+from torchstrata.core import CompiledGraph, CompileOptions, Graph, GraphContract, hookimpl
 from torchstrata.inductor import hookspecs
 from torchstrata.inductor.codegen.registry import (
     BackendSpec,
@@ -20,6 +23,7 @@ from torchstrata.inductor.codegen.registry import (
     registered_backends,
 )
 from torchstrata.inductor.compile import compile_with
+from torchstrata.inductor.launch.triton_launch import DirectLaunch
 
 #: The name the codegen stage is registered under.
 STAGE_NAME = "inductor.codegen"
@@ -38,14 +42,14 @@ class CodegenStage:
 
     @hookimpl(trylast=True)
     def torchstrata_codegen(
-        self, graph: Graph, device: torch.device, options: CompileOptions
+        self, graph: Graph, device: torch.device, options: CompileOptions, contract: GraphContract
     ) -> CompiledGraph | None:
         """Compile a prims graph with the registered backend ``options.codegen`` names;
         None for a backend that runs eagerly (``codegen="eager"``)."""
         backend = choose_backend(device, options, registered_backends(self.manager))
         if backend is None:
             return None
-        return compile_with(graph, backend, options)
+        return compile_with(graph, backend, options, contract)
 
 
 @hookimpl
@@ -60,3 +64,12 @@ def torchstrata_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 def torchstrata_inductor_backends() -> tuple[BackendSpec, ...]:
     """The built-in backends: ``cpp``, ``triton`` and ``eager``."""
     return builtin_backends()
+
+
+@hookimpl
+def torchstrata_direct_launch(
+    kernel: Any, grid: tuple[int, ...], constants: dict[str, Any], fallback: Callable[..., None]
+) -> Callable[..., None]:
+    """A :class:`~torchstrata.inductor.launch.triton_launch.DirectLaunch` of ``kernel``
+    (the runtime's unit-gradient scaling launches its kernel this way)."""
+    return DirectLaunch(kernel, grid, constants, fallback)

@@ -27,6 +27,7 @@ from torchstrata.core import (
     GuardKind,
     TensorMeta,
     global_state,
+    guard_cells,
     guard_condition,
     state_changes,
 )
@@ -236,7 +237,8 @@ def _generate(
     writer.lines.append(f"def check_guards({frame_name}, G):")
     _write_checks(writer, guards, sources, groups)
     writer.lines.append("    return -1")
-    return "\n".join(writer.lines) + "\n", writer.constants
+    # the closure cells the guards hold, by the names their sources read them by
+    return "\n".join(writer.lines) + "\n", {**writer.constants, **guard_cells(guards)}
 
 
 def _fetching_check(
@@ -257,7 +259,7 @@ def _fetching_check(
     if len(values) != len(wanted) or None in values:
         return None
     writer.lines.append("    return (" + "".join(f"{value}, " for value in values) + ")")
-    constants = writer.constants
+    constants = {**writer.constants, **guard_cells(guards)}
     constants[SELF_NAME] = binder.bound_self
     check: ArgsFetch = _build("\n".join(writer.lines) + "\n", constants)
     return check

@@ -20,11 +20,13 @@ import torch
 
 from torchstrata.core import (
     ENTRY_POINT_GROUP,
+    NO_CONTRACT,
     AotResult,
     CaptureResult,
     CompiledGraph,
     CompileOptions,
     Graph,
+    GraphContract,
     GraphPass,
     Level,
     PassManager,
@@ -36,7 +38,6 @@ from torchstrata.core import (
     enabled_autocast,
     interpret,
     register,
-    with_input_metas,
 )
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
@@ -105,6 +106,17 @@ class Lowered:
     missing_stages: tuple[str, ...] = ()
     interpreted: bool = True
 
+    @property
+    def output_layouts(self) -> tuple[Any, ...]:
+        """The metadata of each output as ``fn`` returns it: as the codegen reported
+        (:attr:`CompiledGraph.output_layouts`), else as the prims graph says; empty when
+        the graph was not decomposed."""
+        if self.compiled is not None and self.compiled.output_layouts:
+            return self.compiled.output_layouts
+        if self.prims_graph is None:
+            return ()
+        return tuple(node.meta for node in self.prims_graph.outputs)
+
 
 @attrs.frozen
 class FrameArtifacts:
@@ -157,30 +169,19 @@ def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
     return CudaGraphed(forward.fn, "an inference graph")
 
 
-def _with_write_backs(options: CompileOptions, aot: AotResult) -> CompileOptions:
-    """``options`` telling the codegen stage which forward outputs the inference runner
-    copies into which inputs (``stage_options["inductor"]["write_backs"]``), so that the
-    updates producing them may run in place."""
-    first, mutated, _ = output_layout(aot)
-    if not mutated:
-        return options
-    write_backs = {first + k: index for k, index in enumerate(mutated)}
-    inductor = {**options.stage("inductor"), "write_backs": write_backs}
-    return attrs.evolve(options, stage_options={**options.stage_options, "inductor": inductor})
+def forward_contract(aot: AotResult, inference: bool) -> GraphContract:
+    """What the runner promises about ``aot``'s forward: its user outputs (they come back
+    in eager's layouts) and, for ``inference``, the outputs it copies into which inputs
+    (the updates producing them may run in place; a training graph stays functional)."""
+    num_user, mutated, _ = output_layout(aot)
+    write_backs = {num_user + k: index for k, index in enumerate(mutated)} if inference else {}
+    return GraphContract(user_outputs=num_user, write_backs=write_backs)
 
 
-def _with_user_outputs(options: CompileOptions, aot: AotResult) -> CompileOptions:
-    """``options`` telling the decomposition how many leading forward outputs the user
-    gets (``stage_options["decomp"]["user_outputs"]``): those come back in eager's
-    layout."""
-    num_user = output_layout(aot)[0]
-    decomp = {**options.stage("decomp"), "user_outputs": num_user}
-    return attrs.evolve(options, stage_options={**options.stage_options, "decomp": decomp})
-
-
-def _saved_as_lowered(aot: AotResult, forward: Graph | None) -> AotResult:
-    """``aot`` with its backward's saved inputs given the strides that the lowered
-    ``forward`` (its prims graph, None when not lowered) returns them with.
+def saved_layouts(aot: AotResult, forward: Lowered) -> tuple[TensorMeta | None, ...]:
+    """For each saved value, the layout the lowered ``forward`` returns it in where that
+    differs from the backward graph's input (None elsewhere): the backward is built for
+    it (the ``input_layouts`` of its :class:`GraphContract`).
 
     The backward graph was traced with ATen's layouts of the saved values; a
     decomposition may lay one out otherwise (a reshape that ATen makes a view of a
@@ -188,21 +189,22 @@ def _saved_as_lowered(aot: AotResult, forward: Graph | None) -> AotResult:
     inputs by the strides they were generated for, so the backward is built for the
     layout it will be given.
     """
-    if forward is None or aot.backward is None or not aot.num_saved:
-        return aot
+    produced = forward.output_layouts
+    if not produced or aot.backward is None or not aot.num_saved:
+        return ()
     first = len(aot.forward.outputs) - aot.num_unit_grads - aot.num_saved
-    produced = forward.outputs[first : first + aot.num_saved]
-    metas = {}
-    for position, (node, made) in enumerate(zip(aot.backward.inputs, produced, strict=False)):
-        want, have = node.meta, made.meta
-        if not (isinstance(want, TensorMeta) and isinstance(have, TensorMeta)):
-            continue
-        same_value = (want.shape, want.dtype) == (have.shape, have.dtype)
-        if same_value and want.strides != have.strides:
-            metas[position] = attrs.evolve(want, strides=have.strides)
-    if not metas:
-        return aot
-    return attrs.evolve(aot, backward=with_input_metas(aot.backward, metas))
+    produced = produced[first : first + aot.num_saved]
+    layouts: list[TensorMeta | None] = []
+    for node, have in zip(aot.backward.inputs, produced, strict=False):
+        want = node.meta
+        relaid = (
+            isinstance(want, TensorMeta)
+            and isinstance(have, TensorMeta)
+            and (want.shape, want.dtype) == (have.shape, have.dtype)
+            and want.strides != have.strides
+        )
+        layouts.append(have if relaid else None)
+    return tuple(layouts) if any(layouts) else ()
 
 
 def _first_device(graph: Graph) -> torch.device:
@@ -263,13 +265,23 @@ class Pipeline:
         kwargs: dict[str, Any],
         options: CompileOptions,
     ) -> CaptureResult | None:
-        """Run the capture hook; None when no capture plugin is installed."""
+        """Run the capture hook; None when no capture plugin is installed. Graphs the
+        program captures later, after a graph break, are compiled on their first run by
+        this pipeline (:meth:`compile_graph`)."""
         manager = self.plugin_manager(options)
         trace = current_trace()
+
+        def compile_segment(graph: Graph) -> Any:
+            return self._deferred_compile(graph, options)
+
         try:
             with trace.stage("capture") if trace else contextlib.nullcontext():
                 result = manager.hook.torchstrata_capture(
-                    fn=fn, args=args, kwargs=kwargs, options=options
+                    fn=fn,
+                    args=args,
+                    kwargs=kwargs,
+                    options=options,
+                    compile_segment=compile_segment,
                 )
         except Exception as error:
             raise StageFailure("capture", error) from error
@@ -323,18 +335,27 @@ class Pipeline:
         warn_once(("missing-stage", stage), message, stacklevel=6)
 
     def lower(
-        self, aten_graph: Graph, options: CompileOptions, records: list[PassRecord]
+        self,
+        aten_graph: Graph,
+        options: CompileOptions,
+        records: list[PassRecord],
+        contract: GraphContract = NO_CONTRACT,
     ) -> Lowered:
-        """Decompose and generate code for one ATen graph, as far as the stages go."""
+        """Decompose and generate code for one ATen graph, as far as the stages go, under
+        ``contract`` (what the runner promises about the graph)."""
         if options.codegen == "eager":
             return Lowered(_interpreter(aten_graph))
-        prims = self._call_stage("decomp", options, graph=aten_graph)
+        prims = self._call_stage("decomp", options, graph=aten_graph, contract=contract)
         if prims is None:
             self._missing("decomp", options, "running ATen graphs in the reference interpreter")
             return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
+        if isinstance(prims, Graph) and contract.input_layouts:
+            self._check_layouts(prims, contract)
         prims_graph = self.run_passes("post_decomp", prims, options, records)
         device = _first_device(prims_graph)
-        compiled = self._call_stage("codegen", options, graph=prims_graph, device=device)
+        compiled = self._call_stage(
+            "codegen", options, graph=prims_graph, device=device, contract=contract
+        )
         if compiled is None:
             self._missing("codegen", options, "running prims graphs in the reference interpreter")
             return Lowered(_interpreter(prims_graph), prims_graph, missing_stages=("codegen",))
@@ -342,6 +363,21 @@ class Pipeline:
             error = TypeError(f"returned {type(compiled).__name__}, not CompiledGraph")
             raise StageFailure("codegen", error)
         return Lowered(compiled, prims_graph, compiled, interpreted=False)
+
+    @staticmethod
+    def _check_layouts(prims: Graph, contract: GraphContract) -> None:
+        """Raise :class:`StageFailure` unless the decomposition built ``prims`` for the
+        contract's input layouts: kernels generated for others would index those inputs
+        wrongly."""
+        try:
+            followed = contract.follows_layouts(prims)
+        except ValueError as error:
+            raise StageFailure("decomp", error) from error
+        if not followed:
+            ignored = ValueError(
+                "returned a graph whose inputs ignore the contract's input_layouts"
+            )
+            raise StageFailure("decomp", ignored)
 
     def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
@@ -388,9 +424,9 @@ class Pipeline:
         needs_grad = torch.is_grad_enabled() and any(
             m.requires_grad for m in torch_graph.input_metas
         )
-        lowering = options if needs_grad else _with_write_backs(options, aot)
-        lowering = _with_user_outputs(lowering, aot)
-        forward = self.lower(aten_graph, lowering, records)
+        forward = self.lower(
+            aten_graph, options, records, forward_contract(aot, inference=not needs_grad)
+        )
         missing = forward.missing_stages
         backward: LazyGraphFn | None = None
         if not needs_grad:
@@ -401,11 +437,14 @@ class Pipeline:
             # No backward from the autograd stage: the torch-level graph keeps gradients right.
             runner, interpreted = _interpreter(torch_graph), True
         else:
-            aot = _saved_as_lowered(aot, forward.prims_graph)
-            assert aot.backward is not None
-            backward = self._lazy_graph(aot.backward, options, "backward graph")
+            saved = saved_layouts(aot, forward)
+            contract = GraphContract(input_layouts=saved)
+            backward = self._lazy_graph(aot.backward, options, "backward graph", contract=contract)
             plain = self._lazy_plain_forward(aten_graph, aot, options)
-            runner = training_runner(forward.fn, backward, aot, plain)
+            launch = getattr(self.plugin_manager(options).hook, "torchstrata_direct_launch", None)
+            runner = training_runner(
+                forward.fn, backward, aot, plain, saved_layouts=saved, direct_launch=launch
+            )
             runner = alias_safe(runner, _interpreter(torch_graph), aot)
             runner = offset_safe(runner, _interpreter(torch_graph), aot)
             interpreted = forward.interpreted
@@ -423,11 +462,16 @@ class Pipeline:
         )
 
     def _lazy_graph(
-        self, graph: Graph, options: CompileOptions, what: str, passes: bool = True
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        what: str,
+        passes: bool = True,
+        contract: GraphContract = NO_CONTRACT,
     ) -> LazyGraphFn:
         """``graph`` through ``post_aot`` (unless ``passes`` is False), decomp and codegen
-        on its first call; if that fails, it runs in the interpreter with a warning
-        (raises under ``fullgraph=True``)."""
+        (under ``contract``) on its first call; if that fails, it runs in the interpreter
+        with a warning (raises under ``fullgraph=True``)."""
 
         def build() -> GraphFn:
             records: list[PassRecord] = []
@@ -435,7 +479,7 @@ class Pipeline:
                 aten_graph = (
                     self.run_passes("post_aot", graph, options, records) if passes else graph
                 )
-                return self.lower(aten_graph, options, records).fn
+                return self.lower(aten_graph, options, records, contract).fn
 
         fallback = None if options.fullgraph else _interpreter(graph)
         return LazyGraphFn(build, fallback, what=what)
@@ -497,9 +541,6 @@ class Pipeline:
             raise
         runners = [artifacts.runner for artifacts in graphs]
         program = capture.program
-        if hasattr(program, "compile_graph"):
-            # Segments after a graph break are traced on first use: compile them too.
-            program.compile_graph = lambda graph: self._deferred_compile(graph, options)
         missing = tuple(dict.fromkeys(s for g in graphs for s in g.missing_stages))
         # ``run(args, kwargs)`` is ``program(runners, args, kwargs)``, without a frame of ours.
         run: FrameRunner = functools.partial(program, runners)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import AotResult, CompiledGraph, TensorMeta, same_layout
+from torchstrata.core import AotResult, CompiledGraph, DirectLauncher, TensorMeta, same_layout
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.unit_grads import UnitGrads
 
@@ -346,9 +346,12 @@ def _apart_from_differentiable(
     return apart
 
 
-def _saved_layout_checker(aot: AotResult) -> Callable[[Sequence[Any]], Sequence[Any]]:
-    """A check of the saved tensors against the backward graph's inputs: it returns the
-    saved tensors to pass to the backward.
+def _saved_layout_checker(
+    aot: AotResult, saved_layouts: Sequence[TensorMeta | None] = ()
+) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """A check of the saved tensors against the layouts the backward was built for (its
+    graph's inputs, each replaced by its entry of ``saved_layouts`` when that is not
+    None): it returns the saved tensors to pass to the backward.
 
     Compiled kernels read their inputs through typed pointers at the strides they were
     generated for: a saved tensor of another dtype or layout than the backward graph's
@@ -361,6 +364,9 @@ def _saved_layout_checker(aot: AotResult) -> Callable[[Sequence[Any]], Sequence[
     backward = aot.backward
     inputs = backward.inputs[: aot.num_saved] if backward is not None else ()
     expected = [node.meta if isinstance(node.meta, TensorMeta) else None for node in inputs]
+    for position, layout in enumerate(saved_layouts[: len(expected)]):
+        if layout is not None:
+            expected[position] = layout
     pending = [True]
     restrided: list[int] = []
 
@@ -420,23 +426,31 @@ def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | Non
 
 
 def training_runner(
-    forward: GraphFn, backward: GraphFn, aot: AotResult, plain_forward: GraphFn | None = None
+    forward: GraphFn,
+    backward: GraphFn,
+    aot: AotResult,
+    plain_forward: GraphFn | None = None,
+    *,
+    saved_layouts: Sequence[TensorMeta | None] = (),
+    direct_launch: DirectLauncher | None = None,
 ) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
     gradients, run after a backward seeded with something other than 1 (see
-    :class:`~torchstrata.runtime.unit_grads.UnitGrads`)."""
+    :class:`~torchstrata.runtime.unit_grads.UnitGrads`, which scales them with
+    ``direct_launch`` on the GPU). ``saved_layouts``: the layouts the backward was built
+    for, of the saved values (None, or no entry: as the backward graph's input says)."""
     num_user, mutated, aliases = output_layout(aot)
     forward = _unwrapped(forward)
     plain_forward = _unwrapped(plain_forward) if plain_forward is not None else None
-    check_saved = _saved_layout_checker(aot)
+    check_saved = _saved_layout_checker(aot, saved_layouts)
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
     metas = [node.meta for node in aot.forward.outputs[:num_user]]
     returned = num_user + num_mutations
     num_saved = aot.num_saved
-    unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads)
+    unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads, direct_launch)
     differentiable = set(tangent_outputs)
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
 
@@ -483,7 +497,7 @@ def training_runner(
             if ctx.unit_grads is not None and not graph_mode:
                 # the first backward only: a second one (through a retained graph) runs
                 # the backward graph
-                computed, ctx.unit_grads = UnitGrads.scaled(ctx.unit_grads, tangents[0]), None
+                computed, ctx.unit_grads = unit_grads.scaled(ctx.unit_grads, tangents[0]), None
             else:
                 saved = check_saved(ctx.saved_tensors)
                 if not graph_mode:

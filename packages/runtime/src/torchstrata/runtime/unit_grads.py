@@ -26,15 +26,19 @@ from typing import Any
 
 import torch
 
+from torchstrata.core import DirectLauncher
 from torchstrata.runtime.unit_scale import scale_in_place
 
 
 class UnitGrads:
-    """The unit gradients among a forward's outputs (``count`` from ``start``)."""
+    """The unit gradients among a forward's outputs (``count`` from ``start``);
+    ``direct_launch`` launches the GPU scaling kernel without Triton's dispatch
+    (:func:`~torchstrata.runtime.unit_scale.scale_in_place`)."""
 
-    def __init__(self, start: int, count: int) -> None:
+    def __init__(self, start: int, count: int, direct_launch: DirectLauncher | None = None) -> None:
         self.start = start
         self.count = count
+        self.direct_launch = direct_launch
         self._usable: bool | None = None if count else False
         self._one = True  # the last tangent seen was 1 (CPU tangents)
         # the same for GPU tangents: the last tangent, copied to pinned memory, its bytes
@@ -81,11 +85,12 @@ class UnitGrads:
             self._one_bytes = torch.ones(1, dtype=tangent.dtype).view(torch.uint8).numpy().tobytes()
         self._flag.copy_(tangent.reshape(1), non_blocking=True)
 
-    @staticmethod
-    def scaled(grads: Sequence[torch.Tensor], tangent: torch.Tensor) -> Sequence[torch.Tensor]:
+    def scaled(
+        self, grads: Sequence[torch.Tensor], tangent: torch.Tensor
+    ) -> Sequence[torch.Tensor]:
         """``grads``, each multiplied in place by the scalar ``tangent``."""
         for grad in grads:
-            scale_in_place(grad, tangent)
+            scale_in_place(grad, tangent, self.direct_launch)
         return grads
 
 

@@ -17,27 +17,38 @@ from typing import Any
 
 import torch
 
+from torchstrata.core import DirectLauncher
 from torchstrata.core.triton_env import triton_interpret
 
 #: Elements per program per step, warps per program, programs per SM (GPU) of the kernel.
 _BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
 
 
-def scale_in_place(grad: torch.Tensor, scale: torch.Tensor) -> None:
+def scale_in_place(
+    grad: torch.Tensor, scale: torch.Tensor, direct_launch: DirectLauncher | None = None
+) -> None:
     """``grad *= scale`` (``scale`` a one-element tensor), nothing when ``scale`` is 1.
 
-    ``grad`` must be non-overlapping and dense (every element written once)."""
+    ``grad`` must be non-overlapping and dense (every element written once).
+    ``direct_launch`` (the plugin manager's ``torchstrata_direct_launch`` hook) launches
+    the GPU kernel without Triton's dispatch when a plugin offers that (None: Triton's)."""
     if grad.numel() == 0:
         return
     if grad.device.type == "cpu" and scale.device.type == "cpu":
         if scale.item() != 1:
             _multiply(grad, scale)
         return
-    _scaler(grad.device, grad.numel(), grad.dtype, scale.dtype)(grad, scale)
+    _scaler(grad.device, grad.numel(), grad.dtype, scale.dtype, direct_launch)(grad, scale)
 
 
 @functools.cache
-def _scaler(device: torch.device, numel: int, dtype: torch.dtype, scale_dtype: torch.dtype) -> Any:
+def _scaler(
+    device: torch.device,
+    numel: int,
+    dtype: torch.dtype,
+    scale_dtype: torch.dtype,
+    direct_launch: DirectLauncher | None = None,
+) -> Any:
     """How to scale ``numel`` elements of ``dtype`` by a ``scale_dtype`` scale on
     ``device`` (chosen once per gradient shape and dtypes: the backward's host time is on
     the step's critical path)."""
@@ -46,7 +57,8 @@ def _scaler(device: torch.device, numel: int, dtype: torch.dtype, scale_dtype: t
     kernel = _build(interpreted=False) if device.type == "cuda" and small else None
     if kernel is None:
         return _multiply
-    return _launcher(kernel, device.type, _device_index(device), numel, dtype, scale_dtype)
+    index = _device_index(device)
+    return _launcher(kernel, device.type, index, numel, dtype, scale_dtype, direct_launch)
 
 
 def _multiply(grad: torch.Tensor, scale: torch.Tensor) -> None:
@@ -74,15 +86,21 @@ def _device_index(device: torch.device) -> int:
 
 @functools.cache
 def _launcher(
-    kernel: Any, device: str, index: int, numel: int, dtype: torch.dtype, scale_dtype: torch.dtype
+    kernel: Any,
+    device: str,
+    index: int,
+    numel: int,
+    dtype: torch.dtype,
+    scale_dtype: torch.dtype,
+    direct_launch: DirectLauncher | None = None,
 ) -> Any:
     """A launch of ``kernel`` over ``numel`` elements of ``dtype`` scaled by a
     ``scale_dtype`` value: its arguments are tensors only (the element count and steps
-    ride in a small device tensor made here, once), so on the GPU it goes through the
-    inductor's :class:`~torchstrata.inductor.launch.triton_launch.DirectLaunch` when that is
-    installed, without Triton's per-call dispatch (tens of microseconds of host time per
-    backward). A direct launch reuses the binary its first call compiled, for that
-    call's pointer types: the dtypes are part of this cache's key, or a float32
+    ride in a small device tensor made here, once), so on the GPU it goes through
+    ``direct_launch`` (the inductor answers that hook with its ``DirectLaunch``) when a
+    plugin offers one, without Triton's per-call dispatch (tens of microseconds of host
+    time per backward). A direct launch reuses the binary its first call compiled, for
+    that call's pointer types: the dtypes are part of this cache's key, or a float32
     gradient's launch would read a later bfloat16 gradient of the same size as float32
     (garbage, seen on the H200)."""
     wide = torch.float64 in (dtype, scale_dtype)
@@ -103,13 +121,12 @@ def _launcher(
         kernel[(programs,)](grad, scale, sizes, **constants)
 
     launch: Any = dispatched
-    if index >= 0:
-        try:
-            from torchstrata.inductor.launch.triton_launch import DirectLaunch
-        except ImportError:  # the runtime without the inductor: Triton's dispatch
-            pass
-        else:
-            launch = DirectLaunch(kernel, (programs,), constants, dispatched)
+    if index >= 0 and direct_launch is not None:
+        # None: no plugin launches directly (the runtime without the inductor)
+        direct = direct_launch(
+            kernel=kernel, grid=(programs,), constants=constants, fallback=dispatched
+        )
+        launch = direct if direct is not None else dispatched
     return lambda grad, scale: launch(grad, scale, meta)
 
 

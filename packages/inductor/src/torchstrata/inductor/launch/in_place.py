@@ -4,7 +4,7 @@ Functionalization turns a static KV cache's ``cache.index_copy_(dim, pos, k)`` i
 ``new = index_copy(cache, dim, pos, k)``, returns ``new`` as the cache's write-back, and
 the runtime copies it into ``cache`` after the call: the whole cache is copied twice per
 step where eager writes one row. When the runtime says which outputs it writes back into
-which inputs (the inductor stage option ``write_backs``, ``{output index: input index}``),
+which inputs (the ``write_backs`` of its :class:`~torchstrata.core.GraphContract`),
 an extern update whose result is such a write-back runs as its in-place form on the input
 itself, so the write-back copies a tensor onto itself (a no-op).
 
