@@ -8,6 +8,7 @@ plain values constants.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import types
 from typing import Any
@@ -23,6 +24,7 @@ from torchstrata.capture.variables import (
     BoundMethodVar,
     ConstVar,
     DictVar,
+    IteratorVar,
     MethodVar,
     ObjectVar,
     SequenceVar,
@@ -71,6 +73,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
             return MethodVar(var, name)
     if isinstance(var, DictVar) and name in DICT_METHODS:
         return MethodVar(var, name)
+    if isinstance(var, IteratorVar) and name == "__next__":  # ``it.__next__()`` is next(it)
+        return BoundMethodVar(ObjectVar(builtins.next), var)
     if isinstance(var, SuperVar):
         return _super_attribute(tracer, var, name)
     if isinstance(var, InstanceVar):
@@ -92,6 +96,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
 
 
 def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
+    if name in var.python_attributes:
+        return var.python_attributes[name]
     meta = var.meta
     simple: dict[str, Any] = {
         "shape": torch.Size(meta.shape),

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -216,8 +217,8 @@ def _call_object(
         return result
     owner = getattr(value, "__self__", None)
     if isinstance(value, types.BuiltinMethodType) and isinstance(
-        owner, (*CONSTANT_TYPES, set, frozenset, tuple)
-    ):
+        owner, (*CONSTANT_TYPES, set, frozenset, tuple, collections.Counter)
+    ):  # (a Counter in a ConstVar was made in the trace, from constants)
         try:  # an iterator argument (", ".join(generator)) is consumed first
             values = [
                 python_value(
@@ -517,7 +518,7 @@ def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping
     if name == "values":
         return SequenceVar(list(items.values()))
     if name == "copy":
-        return DictVar(dict(items))
+        return DictVar(dict(items), dict_type=owner.dict_type)
     if name == "clear":
         items.clear()
         return ConstVar(None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import enum
 import functools
 import operator
@@ -70,7 +71,7 @@ def python_type(var: Var) -> type:
     if isinstance(var, SequenceVar):
         return var.tuple_type or (list if var.is_list else tuple)
     if isinstance(var, DictVar):
-        return dict
+        return var.dict_type
     if isinstance(var, InstanceVar):
         return var.cls
     if isinstance(var, ConstVar | ObjectVar):
@@ -161,6 +162,27 @@ def _dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> 
     return DictVar(items)
 
 
+def _ordered_dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    made = _dict(frame, args, kwargs)
+    assert isinstance(made, DictVar)
+    return DictVar(made.items, dict_type=collections.OrderedDict)
+
+
+def _counter(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``collections.Counter`` of constants: counted at capture time."""
+    try:
+        values = [
+            python_value(SequenceVar(iterate(frame.tracer, arg)))
+            if isinstance(arg, IteratorVar)
+            else python_value(arg)
+            for arg in args
+        ]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported("collections.Counter over non-constants is not supported") from None
+    return ConstVar(collections.Counter(*values, **keywords))
+
+
 def _sum(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     total = args[1] if len(args) > 1 else kwargs.get("start", ConstVar(0))
     for item in iterate(frame.tracer, args[0]):
@@ -221,6 +243,8 @@ BUILTIN_HANDLERS: dict[Any, Handler] = {
     builtins.list: _sequence_of(is_list=True),
     builtins.tuple: _sequence_of(is_list=False),
     builtins.dict: _dict,
+    collections.OrderedDict: _ordered_dict,
+    collections.Counter: _counter,
     builtins.sum: _sum,
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,

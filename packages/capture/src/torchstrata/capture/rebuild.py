@@ -114,6 +114,8 @@ class Rebuilder:
             if var.node not in self._index:
                 self._index[var.node] = len(self.outputs)
                 self.outputs.append(var.node)
+            for item in var.python_attributes.values():
+                self.collect(item)
         elif isinstance(var, SequenceVar | IteratorVar):
             for item in var.items:
                 self.collect(item)
@@ -187,7 +189,10 @@ class Rebuilder:
             return self.build(item, outputs, ns, memo)
 
         if isinstance(var, TensorVar):
-            return outputs[self._index[var.node]]
+            tensor = outputs[self._index[var.node]]
+            for name, item in var.python_attributes.items():
+                setattr(tensor, name, sub(item))
+            return tensor
         if isinstance(var, SequenceVar):
             if var.is_list:
                 result: list[Any] = []
@@ -197,7 +202,7 @@ class Rebuilder:
             values = tuple(sub(item) for item in var.items)
             return make_tuple(var.tuple_type, values)
         if isinstance(var, DictVar):
-            mapping: dict[Any, Any] = {}
+            mapping: dict[Any, Any] = var.dict_type()
             memo[id(var)] = mapping
             mapping.update((key, sub(item)) for key, item in var.items.items())
             return mapping

@@ -45,11 +45,14 @@ class ConstVar(Var):
 
 @attrs.define(eq=False)
 class TensorVar(Var):
-    """A tensor produced by a graph node (inputs are nodes too)."""
+    """A tensor produced by a graph node (inputs are nodes too). ``python_attributes``:
+    Python attributes assigned to it in the trace (``y.tag = "name"``), set on the real
+    tensor when it is rebuilt."""
 
     node: Node
     python_type: type = torch.Tensor
     source: str | None = None
+    python_attributes: dict[str, Var] = attrs.Factory(dict)
 
     @property
     def meta(self) -> TensorMeta:
@@ -74,10 +77,12 @@ class SequenceVar(Var):
 
 @attrs.define(eq=False)
 class DictVar(Var):
-    """A dict with constant keys and variable values."""
+    """A dict (or ``collections.OrderedDict``: ``dict_type``) with constant keys and
+    variable values."""
 
     items: dict[Any, Var]
     source: str | None = None
+    dict_type: type = dict
 
 
 @attrs.define(eq=False)
@@ -211,7 +216,7 @@ def python_value(var: Var | _Null) -> Any:
         values = [python_value(item) for item in var.items]
         return values if var.is_list else make_tuple(var.tuple_type, values)
     if isinstance(var, DictVar):
-        return {key: python_value(value) for key, value in var.items.items()}
+        return var.dict_type((key, python_value(value)) for key, value in var.items.items())
     raise NotConstant(var)
 
 
