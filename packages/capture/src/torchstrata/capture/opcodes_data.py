@@ -98,9 +98,18 @@ def _load_const(frame: Frame, inst: dis.Instruction) -> None:
 # ---------------------------------------------------------------------- locals and cells
 @handles("LOAD_FAST", "LOAD_FAST_CHECK")
 def _load_fast(frame: Frame, inst: dis.Instruction) -> None:
-    if inst.argval not in frame.locals:
-        raise Unsupported(f"local variable {inst.argval!r} referenced before assignment")
-    frame.push(frame.locals[inst.argval])
+    load_fast(frame, inst.argval)
+
+
+def load_fast(frame: Frame, name: str) -> None:
+    """``LOAD_FAST name``; of a cell or free variable, its cell (3.13 compiles
+    ``LOAD_CLOSURE`` to ``LOAD_FAST``)."""
+    if name in frame.code.co_cellvars or name in frame.code.co_freevars:
+        frame.push(_closure_cell(frame, name))
+        return
+    if name not in frame.locals:
+        raise Unsupported(f"local variable {name!r} referenced before assignment")
+    frame.push(frame.locals[name])
 
 
 @handles("LOAD_FAST_AND_CLEAR")
@@ -150,9 +159,13 @@ def _store_deref(frame: Frame, inst: dis.Instruction) -> None:
 
 @handles("LOAD_CLOSURE")
 def _load_closure(frame: Frame, inst: dis.Instruction) -> None:
-    if inst.argval not in frame.cells:
-        frame.cells[inst.argval] = _new_cell(None)
-    frame.push(CellVar(frame.cells[inst.argval]))
+    frame.push(_closure_cell(frame, inst.argval))
+
+
+def _closure_cell(frame: Frame, name: str) -> CellVar:
+    if name not in frame.cells:
+        frame.cells[name] = _new_cell(None)
+    return CellVar(frame.cells[name])
 
 
 # ---------------------------------------------------------------------- globals
