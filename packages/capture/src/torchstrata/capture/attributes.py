@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from torchstrata.capture.counters import CounterVar, specialise
 from torchstrata.capture.instances import InstanceVar, instance_attribute
 from torchstrata.capture.operators import fold
 from torchstrata.capture.side_effects import DeletedVar
@@ -170,6 +171,8 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
             raise Unsupported(f"reading {name!r} of the class after deleting it on the object")
         raise AttributeMissing(f"{describe(var)} has no attribute {name!r} (deleted)")
+    if isinstance(stored, CounterVar):  # read after the increment: by value from now on
+        return specialise(tracer, stored)
     if stored is not None:  # assigned earlier in this trace
         return stored
     try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import builtins
 import dis
+import inspect
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.attributes import get_attribute
+from torchstrata.capture.counters import CounterVar, is_increment, read_counter, specialise, step
 from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.operators import (
@@ -180,12 +182,21 @@ def _load_global(frame: Frame, inst: dis.Instruction) -> None:
         frame.push(NULL)
     name = inst.argval
     stored = frame.tracer.side_effects.load_global(frame.globals, name)
+    increment = not _arg(inst) & 1 and _starts_increment(frame, inst, "STORE_GLOBAL", False)
+    if isinstance(stored, CounterVar):
+        frame.push(stored if increment else specialise(frame.tracer, stored))
+        return
     if stored is not None:  # assigned earlier in this trace
         frame.push(stored)
         return
     if name in frame.globals:
         source = f"{frame.globals_source}[{name!r}]" if frame.globals_source else None
-        frame.push(frame.tracer.wrap(frame.globals[name], source))
+        counter = (
+            read_counter(frame.tracer, source, frame.globals[name])
+            if (increment and source is not None)
+            else None
+        )
+        frame.push(counter or frame.tracer.wrap(frame.globals[name], source))
         return
     if hasattr(builtins, name):
         frame.push(ObjectVar(getattr(builtins, name)))
@@ -202,7 +213,34 @@ def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     if method_form:
         frame.push(NULL)
+    elif _starts_increment(frame, inst, "STORE_ATTR", True):
+        counter = _attribute_counter(frame, owner, inst.argval)
+        if counter is not None:
+            frame.push(counter)
+            return
     frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
+
+
+def _starts_increment(frame: Frame, inst: dis.Instruction, store: str, owner: bool) -> bool:
+    index = frame._index_of[inst.offset]
+    return is_increment(frame.instructions, index, inst.argval, store, owner)
+
+
+def _attribute_counter(frame: Frame, owner: Var, name: str) -> CounterVar | None:
+    """``owner.name`` as a counter (:mod:`.counters`): an int in the instance dict of an
+    object with a source, not shadowed by a data descriptor of its class."""
+    if not isinstance(owner, ObjectVar) or owner.source is None:
+        return None
+    obj = owner.value
+    stored = frame.tracer.side_effects.load_attribute(obj, name)
+    if isinstance(stored, CounterVar):  # incremented again in this trace
+        return stored
+    instance_dict = getattr(obj, "__dict__", None)
+    if stored is not None or not isinstance(instance_dict, dict) or name not in instance_dict:
+        return None
+    if hasattr(type(inspect.getattr_static(type(obj), name, None)), "__set__"):
+        return None
+    return read_counter(frame.tracer, f"{owner.source}.{name}", instance_dict[name])
 
 
 def resolve_property(frame: Frame, var: Var) -> Var:
@@ -260,6 +298,14 @@ def _binary_op(frame: Frame, inst: dis.Instruction) -> None:
         raise Unsupported(f"operator {symbol!r} is not supported")
     right = frame.pop()
     left = frame.pop()
+    if isinstance(left, CounterVar):
+        stepped = step(left, symbol, right)
+        if stepped is not None:
+            frame.push(stepped)
+            return
+        left = specialise(frame.tracer, left)
+    if isinstance(right, CounterVar):
+        right = specialise(frame.tracer, right)
     frame.push(apply_operator(frame.tracer, fn, left, right))
 
 

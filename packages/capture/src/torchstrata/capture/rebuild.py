@@ -14,6 +14,7 @@ import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from torchstrata.capture.counters import CounterVar, build_counter
 from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
@@ -95,6 +96,9 @@ class Rebuilder:
         if isinstance(var, Cell):
             if var.var is not None:
                 self.collect(var.var)
+            return
+        if isinstance(var, CounterVar):
+            self._code.setdefault(var.base, compile(var.base, "<source>", "eval"))
             return
         if isinstance(var, ObjectVar) and var.source is not None:
             self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))
@@ -178,6 +182,8 @@ class Rebuilder:
         if isinstance(var, ConstVar):
             value = var.value
             return type(value)(value) if isinstance(value, set | list | dict) else value
+        if isinstance(var, CounterVar):  # read now: prepare builds before any write
+            return build_counter(var, eval(self._code[var.base], ns))
         if isinstance(var, ObjectVar):
             if var.source is not None:  # re-read: it may be guarded by type only
                 return eval(self._code[var.source], ns)
