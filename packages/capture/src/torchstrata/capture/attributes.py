@@ -146,6 +146,24 @@ def _method_ref(name: str) -> Any:
     return op
 
 
+def _super_of_object(cls: type, self_var: UserObjectVar, name: str) -> Var:
+    """``super(cls, self_var).name`` for an object made in the trace: the first class
+    after ``cls`` in its class's MRO that defines ``name``, bound to the object (a C
+    method of ``object`` or ``dict`` too: the call handles those)."""
+    mro = self_var.cls.__mro__
+    for klass in mro[mro.index(cls) + 1 :]:
+        if name in klass.__dict__:
+            found = klass.__dict__[name]
+            if isinstance(found, staticmethod):
+                return ObjectVar(found.__func__)
+            if isinstance(found, classmethod):
+                return BoundMethodVar(ObjectVar(found.__func__), ObjectVar(self_var.cls))
+            if isinstance(found, types.FunctionType) or callable(found):
+                return BoundMethodVar(ObjectVar(found), self_var)
+            raise Unsupported(f"super().{name} of {self_var.cls.__name__} is not supported")
+    raise AttributeMissing(f"super() has no attribute {name!r}")
+
+
 def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> Var | None:
     """A :class:`BoundMethodVar` for a Python method read from ``owner`` (else None).
 
@@ -230,6 +248,9 @@ _MISSING = object()
 
 
 def _super_attribute(tracer: Tracer, var: SuperVar, name: str) -> Var:
+    if isinstance(var.self_var, UserObjectVar):  # an object made in the trace: by the MRO
+        return _super_of_object(var.cls, var.self_var, name)
+    assert isinstance(var.self_var, ObjectVar)
     try:
         value = getattr(super(var.cls, var.self_var.value), name)
     except AttributeError:

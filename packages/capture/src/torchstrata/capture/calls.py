@@ -34,6 +34,7 @@ from torchstrata.capture.indexing import subscript
 from torchstrata.capture.instances import make_instance
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.library_calls import call_library
+from torchstrata.capture.mapping_objects import call_dict_method
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
 from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
@@ -181,6 +182,9 @@ def _call_object(
         return make_generator_context(args, kwargs)
     if value is builtins.__build_class__:
         return build_class(frame, args, kwargs)
+    by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
+    if by_mapping is not None:
+        return by_mapping
     if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):
         args[0].attributes[python_value(args[1])] = args[2]  # a frozen dataclass's __init__
         return ConstVar(None)

@@ -9,6 +9,7 @@ import torch
 
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -52,6 +53,8 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
         return list(var.items)
     if isinstance(var, DictVar):
         return [ConstVar(key) for key in var.items]
+    if isinstance(var, UserObjectVar) and var.mapping is not None:  # a dict subclass's keys
+        return [ConstVar(key) for key in var.mapping.items]
     if isinstance(var, ConstVar) and isinstance(
         var.value, (tuple, range, str, bytes, set, frozenset, dict, *_DICT_VIEWS)
     ):

@@ -7,6 +7,7 @@ import builtins
 import dis
 import inspect
 import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.counters import CounterVar, is_increment, read_counter, specialise, step
 from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
 from torchstrata.capture.iteration import iterate
+from torchstrata.capture.mapping_objects import subscript_items
 from torchstrata.capture.operators import (
     BINARY_OPERATORS,
     UNARY_OPERATORS,
@@ -24,9 +26,10 @@ from torchstrata.capture.operators import (
 )
 from torchstrata.capture.stores import delete_attribute, store_attribute
 from torchstrata.capture.tracer import Unsupported
-from torchstrata.capture.user_objects import PropertyGet
+from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
     NULL,
+    BoundMethodVar,
     Cell,
     CellVar,
     ConstVar,
@@ -266,7 +269,7 @@ def _load_method(frame: Frame, inst: dis.Instruction) -> None:
 @handles("LOAD_SUPER_ATTR")
 def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
     self_var, cls, _super = frame.pop(), frame.pop(), frame.pop()
-    if not isinstance(self_var, ObjectVar):
+    if not isinstance(self_var, ObjectVar | UserObjectVar):
         raise Unsupported(f"super() with {describe(self_var)} is not supported")
     if _arg(inst) & 1:
         frame.push(NULL)
@@ -276,7 +279,26 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
 @handles("STORE_ATTR")
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner, value = frame.pop(), frame.pop()
+    if isinstance(owner, UserObjectVar):
+        setter = inspect.getattr_static(owner.cls, "__setattr__")
+        if isinstance(setter, types.FunctionType):  # the class's own: inlined
+            _call_method(frame, setter, owner, [ConstVar(inst.argval), value])
+            return
     store_attribute(frame.tracer, owner, inst.argval, value)
+
+
+def _call_method(frame: Frame, function: Any, owner: Var, args: list[Var]) -> Var:
+    from torchstrata.capture.calls import call_function  # calls imports the frame
+
+    return call_function(frame, BoundMethodVar(ObjectVar(function), owner), args, {})
+
+
+def _object_dunder(var: Var, name: str) -> Any:
+    """The Python ``__getitem__``/``__setitem__`` of an object made in the trace, or None."""
+    if not isinstance(var, UserObjectVar):
+        return None
+    method = inspect.getattr_static(var.cls, name, None)
+    return method if isinstance(method, types.FunctionType) else None
 
 
 @handles("DELETE_ATTR")
@@ -346,7 +368,13 @@ def _contains_op(frame: Frame, inst: dis.Instruction) -> None:
 def _binary_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index = frame.pop()
     container = frame.pop()
-    frame.push(subscript(frame.tracer, container, index))
+    method = _object_dunder(container, "__getitem__")
+    if method is not None:
+        frame.push(_call_method(frame, method, container, [index]))
+    elif isinstance(container, UserObjectVar) and container.mapping is not None:
+        frame.push(subscript_items(container, index))
+    else:
+        frame.push(subscript(frame.tracer, container, index))
 
 
 @handles("BINARY_SLICE")
@@ -386,7 +414,13 @@ def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
 @handles("STORE_SUBSCR")
 def _store_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index, container, value = frame.pop(), frame.pop(), frame.pop()
-    store_subscript(frame.tracer, container, index, value)
+    method = _object_dunder(container, "__setitem__")
+    if method is not None:
+        _call_method(frame, method, container, [index, value])
+    elif isinstance(container, UserObjectVar) and container.mapping is not None:
+        container.mapping.items[python_value(index)] = value
+    else:
+        store_subscript(frame.tracer, container, index, value)
 
 
 # ---------------------------------------------------------------------- containers

@@ -85,6 +85,8 @@ def python_type(var: Var) -> type:
 
 def _len(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     (value,) = args
+    if isinstance(value, UserObjectVar) and value.mapping is not None:
+        value = value.mapping
     if isinstance(value, SequenceVar | DictVar):
         return ConstVar(len(value.items))
     if isinstance(value, TensorVar):
@@ -152,6 +154,8 @@ def _dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> 
     items: dict[Any, Var] = {}
     if args:
         source = args[0]
+        if isinstance(source, UserObjectVar) and source.mapping is not None:
+            source = source.mapping  # dict(model_output)
         if isinstance(source, DictVar):
             items.update(source.items)
         else:
@@ -222,7 +226,7 @@ def _super(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) ->
             raise Unsupported("super() outside a method is not supported")
         cls = python_value(frame.read_cell("__class__"))
         self_var = frame.read_cell(first) if first in frame.cells else frame.locals[first]
-    if not isinstance(self_var, ObjectVar):
+    if not isinstance(self_var, ObjectVar | UserObjectVar):
         raise Unsupported(f"super() with {describe(self_var)} is not supported")
     return SuperVar(cls, self_var)
 

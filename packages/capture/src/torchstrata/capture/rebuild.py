@@ -148,6 +148,8 @@ class Rebuilder:
         elif isinstance(var, UserObjectVar):
             for item in var.attributes.values():
                 self.collect(item)
+            if var.mapping is not None:
+                self.collect(var.mapping)
         else:
             raise Unsupported(f"a graph break while {describe(var)} is live is not supported")
 
@@ -235,8 +237,13 @@ class Rebuilder:
             manager = sub(var.context)
             return type(manager).__exit__.__get__(manager)
         if isinstance(var, UserObjectVar):  # an object made in the trace, escaping it
-            instance: Any = object.__new__(var.cls)  # its class keeps object.__new__
+            cls: Any = var.cls
+            instance: Any = cls.__new__(cls)  # object's, dict's or OrderedDict's
             memo[id(var)] = instance
+            if var.mapping is not None:  # items through the dict base, past the class's own
+                base: Any = var.mapping.dict_type
+                for key, item in var.mapping.items.items():
+                    base.__setitem__(instance, key, sub(item))
             for name, item in var.attributes.items():
                 object.__setattr__(instance, name, sub(item))
             return instance

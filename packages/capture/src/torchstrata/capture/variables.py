@@ -167,7 +167,7 @@ class SuperVar(Var):
     """``super()`` inside a method: attribute lookups start after ``cls`` in the MRO."""
 
     cls: type
-    self_var: ObjectVar
+    self_var: Var  # an ObjectVar, or a UserObjectVar (an object made in the trace)
 
 
 @attrs.define(eq=False)
