@@ -235,7 +235,7 @@ def collections_counter(x):
     return x * counts["a"]
 
 
-@case(one)
+@case(one, expect="clean")  # a deque made in the trace, like a list
 def deque_usage(x):
     queue = collections.deque([x, x * 2])
     queue.rotate(1)

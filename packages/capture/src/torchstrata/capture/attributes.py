@@ -41,6 +41,8 @@ from torchstrata.core import GuardKind, torch_op
 SEQUENCE_METHODS = frozenset(
     {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear", "sort"}
 )
+#: Methods only a deque variable has.
+DEQUE_METHODS = frozenset({"appendleft", "popleft", "extendleft", "rotate"})
 #: Methods of a named tuple variable (``_replace``, ``_asdict``).
 NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
 DICT_METHODS = frozenset(
@@ -70,7 +72,7 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
             return MethodVar(var, name)
         if var.tuple_type is not None and name == "_fields":
             return ConstVar(var.field_names)
-        if name in SEQUENCE_METHODS:
+        if name in SEQUENCE_METHODS or (var.is_deque and name in DEQUE_METHODS):
             return MethodVar(var, name)
     if isinstance(var, DictVar) and name in DICT_METHODS:
         return MethodVar(var, name)

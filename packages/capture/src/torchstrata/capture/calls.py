@@ -507,7 +507,22 @@ def _sequence_method(
     elif name == "clear":
         items.clear()
     elif name == "copy":
-        return SequenceVar(list(items), is_list=True)
+        return SequenceVar(list(items), is_list=True, is_deque=owner.is_deque)
+    elif name == "appendleft":
+        items.insert(0, args[0])
+    elif name == "extendleft":
+        if not isinstance(args[0], SequenceVar):
+            raise Unsupported(f"deque.extendleft with {describe(args[0])} is not supported")
+        for item in args[0].items:
+            items.insert(0, item)
+    elif name in ("popleft", "rotate") and not items:
+        if name == "popleft":
+            raise Unsupported("deque.popleft() raised IndexError: the deque is empty")
+    elif name == "popleft":
+        return items.pop(0)
+    elif name == "rotate":
+        steps = python_value(args[0]) % len(items) if args else 1 % len(items)
+        items[:] = items[len(items) - steps :] + items[: len(items) - steps]
     else:  # index, count: constants only
         return fold(getattr(python_value(owner), name), *[python_value(arg) for arg in args])
     return ConstVar(None)

@@ -69,6 +69,8 @@ def python_type(var: Var) -> type:
     if isinstance(var, TensorVar):
         return var.python_type
     if isinstance(var, SequenceVar):
+        if var.is_deque:
+            return collections.deque
         return var.tuple_type or (list if var.is_list else tuple)
     if isinstance(var, DictVar):
         return var.dict_type
@@ -172,6 +174,16 @@ def _ordered_dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, V
     return DictVar(made.items, dict_type=collections.OrderedDict)
 
 
+def _deque(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``collections.deque(iterable)`` (a bounded one, ``maxlen=``, is not supported)."""
+    maxlen = args[1] if len(args) > 1 else kwargs.get("maxlen", ConstVar(None))
+    if set(kwargs) - {"maxlen", "iterable"} or python_value(maxlen) is not None:
+        raise Unsupported("collections.deque with maxlen is not supported")
+    source = args[0] if args else kwargs.get("iterable")
+    items = iterate(frame.tracer, source) if source is not None else []
+    return SequenceVar(list(items), is_list=True, is_deque=True)
+
+
 def _counter(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     """``collections.Counter`` of constants: counted at capture time."""
     try:
@@ -249,6 +261,7 @@ BUILTIN_HANDLERS: dict[Any, Handler] = {
     builtins.dict: _dict,
     collections.OrderedDict: _ordered_dict,
     collections.Counter: _counter,
+    collections.deque: _deque,
     builtins.sum: _sum,
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,

@@ -8,6 +8,7 @@ becomes one object.
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import types
@@ -202,6 +203,11 @@ class Rebuilder:
                 setattr(tensor, name, sub(item))
             return tensor
         if isinstance(var, SequenceVar):
+            if var.is_deque:
+                queue: collections.deque[Any] = collections.deque()
+                memo[id(var)] = queue
+                queue.extend(sub(item) for item in var.items)
+                return queue
             if var.is_list:
                 result: list[Any] = []
                 memo[id(var)] = result

@@ -9,6 +9,7 @@ from, or None for values computed during capture.
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -73,6 +74,8 @@ class SequenceVar(Var):
     field_names: tuple[str, ...] | None = None
     source: str | None = None
     tuple_type: type | None = None
+    #: A ``collections.deque`` made in the trace (``is_list`` too; no ``maxlen``).
+    is_deque: bool = False
 
 
 @attrs.define(eq=False)
@@ -214,6 +217,8 @@ def python_value(var: Var | _Null) -> Any:
         return var.value
     if isinstance(var, SequenceVar):
         values = [python_value(item) for item in var.items]
+        if var.is_deque:
+            return collections.deque(values)
         return values if var.is_list else make_tuple(var.tuple_type, values)
     if isinstance(var, DictVar):
         return var.dict_type((key, python_value(value)) for key, value in var.items.items())
