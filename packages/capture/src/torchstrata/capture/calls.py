@@ -21,6 +21,7 @@ import torch
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
+from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
 from torchstrata.capture.closures import cell_source
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.exceptions import make_exception
@@ -182,6 +183,8 @@ def _call_object(
         return make_generator_context(args, kwargs)
     if value is builtins.__build_class__:
         return build_class(frame, args, kwargs)
+    if value is graph_break:
+        raise Unsupported(GRAPH_BREAK_REASON)
     by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
     if by_mapping is not None:
         return by_mapping
