@@ -403,3 +403,91 @@ def model_output_used(model, ids, labels):
 def model_output_without_loss(model, ids, labels):
     out = model(ids)
     return out.loss is None, list(out), dict(out)["logits"].softmax(-1)
+
+
+@dataclasses.dataclass
+class BaseModelOutputWithPast(DictOutput):
+    last_hidden_state: torch.Tensor = None
+    past_key_values: tuple = None
+    attentions: tuple = None
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = nn.Linear(8, 8)
+        self.v = nn.Linear(8, 8)
+        self.steps = 0
+
+    def forward(self, hidden, past=None, use_cache=True):
+        self.steps += 1  # a counter: replayed, not guarded
+        k, v = self.k(hidden), self.v(hidden)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=1)
+            v = torch.cat([past[1], v], dim=1)
+        scores = (hidden @ k.transpose(1, 2)).softmax(-1)
+        out = scores @ v
+        return BaseModelOutputWithPast(
+            last_hidden_state=out, past_key_values=(k, v) if use_cache else None
+        )
+
+
+TINY_DECODER = TinyDecoder()
+
+
+def with_decoder(n):
+    return (copy.deepcopy(TINY_DECODER), torch.randn(2, n, 8))
+
+
+@case(with_decoder)
+def decoder_two_steps_with_cache(decoder, hidden):
+    first = decoder(hidden)
+    second = decoder(hidden[:, -1:], past=first.past_key_values)
+    return second.last_hidden_state, second[1][0].shape, "attentions" in second, decoder.steps
+
+
+@case(with_decoder)
+def decoder_outputs_iterated(decoder, hidden):
+    out = decoder(hidden, use_cache=False)
+    total = 0
+    for key, value in out.items():
+        total = total + value.sum() * len(key)
+    return total, list(out.keys()), out.to_tuple()[0].shape
+
+
+def with_lm_and_scale(n):
+    return (copy.deepcopy(TINY_LM), torch.randint(0, 16, (2, n)))
+
+
+@case(with_lm_and_scale)
+def scaled_parameters_in_ordered_dict(model, ids):
+    scaled = collections.OrderedDict((name, p * 0.5) for name, p in model.named_parameters())
+    logits = F.embedding(ids, scaled["embed.weight"]) @ scaled["proj.weight"].t()
+    return logits + scaled["proj.bias"], list(scaled)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.global_step = 0
+        self.history = collections.OrderedDict()
+
+    def step(self, ids, labels):
+        out = self.model(ids, labels=labels)
+        self.global_step += 1
+        self.history["loss"] = out.loss.detach()
+        return out.loss
+
+
+def with_trainer(n):
+    return (
+        Trainer(copy.deepcopy(TINY_LM)),
+        torch.randint(0, 16, (2, n)),
+        torch.randint(0, 16, (2, n)),
+    )
+
+
+@case(with_trainer)
+def trainer_step_counts_and_logs(trainer, ids, labels):
+    loss = trainer.step(ids, labels)
+    return loss, trainer.global_step, dict(trainer.history)
