@@ -204,3 +204,19 @@ def ordered_dict_argument_updated(x, params):
 def counter_of_constants(x):
     counts = collections.Counter(["a", "b", "a"])
     return x * counts["a"], counts.most_common()
+
+
+def with_lru(n):
+    cache = collections.OrderedDict((f"k{i}", torch.randn(8)) for i in range(3))
+    return (torch.randn(n, 8), cache)
+
+
+@case(with_lru)
+def lru_cache_in_ordered_dict(x, cache):
+    hit = cache["k0"]
+    cache.move_to_end("k0")  # most recently used last
+    cache["new"] = x.mean(0)
+    while len(cache) > 3:
+        cache.popitem(last=False)  # evict the least recently used
+    cache.move_to_end("new", last=False)
+    return x + hit, list(cache)

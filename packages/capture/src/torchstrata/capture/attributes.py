@@ -46,7 +46,19 @@ DEQUE_METHODS = frozenset({"appendleft", "popleft", "extendleft", "rotate"})
 #: Methods of a named tuple variable (``_replace``, ``_asdict``).
 NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
 DICT_METHODS = frozenset(
-    {"items", "keys", "values", "get", "copy", "update", "pop", "setdefault", "clear", "popitem"}
+    {
+        "items",
+        "keys",
+        "values",
+        "get",
+        "copy",
+        "update",
+        "pop",
+        "setdefault",
+        "clear",
+        "popitem",
+        "move_to_end",
+    }
 )
 _SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",

@@ -463,6 +463,11 @@ def _call_container_method(
         "setdefault",
         "sort",
         "popitem",
+        "move_to_end",
+        "appendleft",
+        "popleft",
+        "extendleft",
+        "rotate",
     }
     if isinstance(owner, SequenceVar):
         if mutating and not owner.is_list:
@@ -531,6 +536,32 @@ def _sequence_method(
     return ConstVar(None)
 
 
+def _reorder(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``popitem()`` (``OrderedDict.popitem(last=False)`` too) and
+    ``OrderedDict.move_to_end(key, last=True)``."""
+    items = owner.items
+    ordered = owner.dict_type is collections.OrderedDict
+    positional = args[1:] if name == "move_to_end" else args
+    last = bool(python_value(kwargs.get("last", positional[0] if positional else ConstVar(True))))
+    if name == "popitem":
+        if not items:
+            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
+        key = next(iter(items)) if ordered and not last else next(reversed(items))
+        return SequenceVar([ConstVar(key), items.pop(key)])
+    key = python_value(args[0])
+    if not ordered or key not in items:
+        raise Unsupported(f"move_to_end({key!r}) on {describe(owner)}")
+    value = items.pop(key)
+    if last:
+        items[key] = value
+    else:
+        rest = dict(items)
+        items.clear()
+        items[key] = value
+        items.update(rest)
+    return ConstVar(None)
+
+
 def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     items = owner.items
     if name == "items":
@@ -544,11 +575,8 @@ def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping
     if name == "clear":
         items.clear()
         return ConstVar(None)
-    if name == "popitem":
-        if not items:
-            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
-        key, value = items.popitem()
-        return SequenceVar([ConstVar(key), value])
+    if name in ("popitem", "move_to_end"):
+        return _reorder(owner, name, args, kwargs)
     key = python_value(args[0]) if args else None
     if name == "get":
         return items.get(key, args[1] if len(args) > 1 else ConstVar(None))
