@@ -61,3 +61,30 @@ def test_python_setattr_is_inlined(captured, against_eager):
     result, _ = captured(uses_tracked, torch.randn(3))
     _, last = against_eager(result, uses_tracked, torch.randn(3))
     assert last == "y"
+
+
+class Mirrored(collections.OrderedDict):
+    """OrderedDict's __init__, update and setdefault go through this; dict's do not."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        object.__setattr__(self, key, value)
+
+
+class MirroredDict(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value + 1)
+
+
+def uses_mirrored(x):
+    m = Mirrored(a=x)
+    m.update(b=x * 2)
+    m.setdefault("c", x * 3)
+    d = MirroredDict(a=x)  # dict.__init__ skips the override
+    d["b"] = x
+    return m.a + m.b + m.c, list(m), d["a"], d["b"]
+
+
+def test_ordered_dict_init_and_update_store_through_the_class(captured, against_eager):
+    result, _ = captured(uses_mirrored, torch.randn(3))
+    against_eager(result, uses_mirrored, torch.randn(3))

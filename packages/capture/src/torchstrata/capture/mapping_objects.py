@@ -14,15 +14,21 @@ Escaping the trace, the object is rebuilt with its class's ``__new__``, the base
 
 from __future__ import annotations
 
+import collections
+import inspect
+import types
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import DICT_BASES, UserObjectVar
 from torchstrata.capture.variables import (
+    BoundMethodVar,
     ConstVar,
+    DictVar,
     IteratorVar,
     MethodVar,
+    ObjectVar,
     SequenceVar,
     Var,
     python_value,
@@ -50,7 +56,25 @@ def call_dict_method(
         return None
     from torchstrata.capture.calls import call_function  # calls imports this module
 
-    mapping, rest, name = args[0].mapping, list(args[1:]), method.__name__
+    obj, mapping, rest, name = args[0], args[0].mapping, list(args[1:]), method.__name__
+    setitem = inspect.getattr_static(obj.cls, "__setitem__")
+    if mapping.dict_type is collections.OrderedDict and isinstance(setitem, types.FunctionType):
+        # OrderedDict's __init__, update, setdefault and copy store through the class's
+        # own __setitem__ (dict's do not)
+        if name == "copy":
+            raise Unsupported(f"{obj.cls.__name__}.copy() (it calls the class) is not supported")
+        if name in ("__init__", "update"):
+            entries = call_function(frame, ObjectVar(dict), rest, kwargs)
+            assert isinstance(entries, DictVar)
+            for key, value in entries.items.items():
+                call_function(
+                    frame, BoundMethodVar(ObjectVar(setitem), obj), [ConstVar(key), value], {}
+                )
+            return ConstVar(None)
+        if name == "setdefault" and python_value(rest[0]) not in mapping.items:
+            default = rest[1] if len(rest) > 1 else ConstVar(None)
+            call_function(frame, BoundMethodVar(ObjectVar(setitem), obj), [rest[0], default], {})
+            return default
     if name == "__init__":
         call_function(frame, MethodVar(mapping, "update"), rest, kwargs)
         return ConstVar(None)
