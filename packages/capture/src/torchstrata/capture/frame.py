@@ -235,6 +235,10 @@ class Frame:
         assert not isinstance(result, Paused | Suspended), "only the top-level frame pauses"
         return result
 
+    def index_of(self, offset: int) -> int:
+        """The index in :attr:`instructions` of the instruction at ``offset``."""
+        return self._index_of[offset]
+
     def next_offset_after(self, offset: int) -> int:
         """The offset of the instruction after the one at ``offset``."""
         return self.instructions[self._index_of[offset] + 1].offset

@@ -194,12 +194,9 @@ def _load_global(frame: Frame, inst: dis.Instruction) -> None:
         return
     if name in frame.globals:
         source = f"{frame.globals_source}[{name!r}]" if frame.globals_source else None
-        counter = (
-            read_counter(frame.tracer, source, frame.globals[name])
-            if (increment and source is not None)
-            else None
-        )
-        frame.push(counter or frame.tracer.wrap(frame.globals[name], source))
+        value = frame.globals[name]
+        counter = read_counter(frame.tracer, source, value) if increment and source else None
+        frame.push(frame.tracer.wrap(value, source) if counter is None else counter)
         return
     if hasattr(builtins, name):
         frame.push(ObjectVar(getattr(builtins, name)))
@@ -225,7 +222,7 @@ def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
 
 
 def _starts_increment(frame: Frame, inst: dis.Instruction, store: str, owner: bool) -> bool:
-    index = frame._index_of[inst.offset]
+    index = frame.index_of(inst.offset)
     return is_increment(frame.instructions, index, inst.argval, store, owner)
 
 
