@@ -10,6 +10,7 @@
     nox -s demo                     python examples/demo.py
     nox -s bench -- --device cpu    python -m bench
     nox -s mutants -- --sample 120  mutation testing of the decomp rules and expression printers
+    nox -s tests-py313              core and capture tests under CPython 3.13 (not in CI)
 
 Every session builds a fresh virtualenv (pass `-r` locally to reuse one). The stage
 packages are installed as real (non-editable) wheels from their local paths, so the
@@ -120,6 +121,23 @@ def tests(session: nox.Session, torch: str) -> None:
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")
     test_dirs = _existing([f"packages/{name}/tests" for name in PACKAGES] + ["integration_tests"])
     session.run("pytest", *_workers(), "--durations=15", *test_dirs, *session.posargs, env=TEST_ENV)
+
+
+@nox.session(name="tests-py313", python="3.13")
+@_drops_venv
+def tests_py313(session: nox.Session) -> None:
+    """The core and capture tests under CPython 3.13, whose bytecode capture interprets
+    beside 3.11's and 3.12's. Outside the default sessions: a second torch install (the
+    3.13 wheel, ~530 MB) does not fit CI's time budget. `-- -k corpus` goes to pytest."""
+    session.install(
+        *PIP_OPTIONS, f"torch=={DEFAULT_TORCH}", *TEST_TOOLS, _package_path("core"),
+        _package_path("capture"),
+    )  # fmt: skip
+    session.run("python", "-c", "import sys, torch; print(sys.version, torch.__version__)")
+    session.run(
+        "pytest", *_workers(), "packages/core/tests", "packages/capture/tests",
+        *session.posargs, env=TEST_ENV,
+    )  # fmt: skip
 
 
 def _installed(session: nox.Session) -> set[str]:

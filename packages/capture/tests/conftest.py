@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,8 +100,8 @@ class CaptureOnly:
                 self.breaks.append(graph_break)
 
 
-#: Corpus programs by name: True when they compiled with zero graph breaks.
-CORPUS_RESULTS: dict[str, bool] = {}
+#: Corpus programs by name: the graph breaks each one had (empty: compiled whole).
+CORPUS_RESULTS: dict[str, list[Any]] = {}
 
 
 @pytest.fixture
@@ -110,16 +111,26 @@ def capture_only() -> Callable[[Callable[..., Any]], CaptureOnly]:
 
 
 @pytest.fixture
-def corpus_results() -> dict[str, bool]:
-    """Where corpus tests record whether a program had graph breaks."""
+def corpus_results() -> dict[str, list[Any]]:
+    """Where corpus tests record the graph breaks of each program."""
     return CORPUS_RESULTS
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print how many corpus programs compiled with zero graph breaks."""
-    if CORPUS_RESULTS:
-        clean = sum(CORPUS_RESULTS.values())
-        terminalreporter.write_line(
-            f"capture corpus: {clean} of {len(CORPUS_RESULTS)} programs compiled with "
-            "zero graph breaks"
-        )
+    """Print how many corpus programs compiled with zero graph breaks, and the others
+    grouped by the reason of their first break (with its file and line)."""
+    if not CORPUS_RESULTS:
+        return
+    clean = sum(not breaks for breaks in CORPUS_RESULTS.values())
+    terminalreporter.write_line(
+        f"capture corpus: {clean} of {len(CORPUS_RESULTS)} programs compiled with zero graph breaks"
+    )
+    groups: dict[str, list[str]] = {}
+    for name, breaks in CORPUS_RESULTS.items():
+        if breaks:
+            first = breaks[0]
+            where = f"{name} ({Path(first.filename).name}:{first.lineno})"
+            groups.setdefault(first.reason[:160], []).append(where)
+    for reason, programs in sorted(groups.items(), key=lambda item: -len(item[1])):
+        terminalreporter.write_line(f"  {len(programs):3d}  {reason}")
+        terminalreporter.write_line(f"       {', '.join(programs)}")

@@ -1,8 +1,8 @@
-"""Every instruction of the test corpus has a handler, under CPython 3.11 and 3.12.
+"""Every instruction of the test corpus has a handler, under CPython 3.11, 3.12 and 3.13.
 
 The corpus is the functions in this test directory; each interpreter compiles the
-sources itself (torch is not needed for that), so 3.12's instruction set is checked
-even where torch for 3.12 is not installed.
+sources itself (torch is not needed for that), so 3.12's and 3.13's instruction sets are
+checked even where torch for them is not installed.
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ _CORPUS = sorted(str(path) for path in [*_HERE.glob("test_*.py"), *_HERE.glob("c
 _GENERATOR_ONLY = {"RETURN_GENERATOR", "YIELD_VALUE", "SEND", "END_SEND", "CLEANUP_THROW"}
 
 
-def _python_312() -> str | None:
-    pattern = os.path.expanduser("~/.pyenv/versions/3.12*/bin/python")
-    for candidate in [*sorted(glob.glob(pattern)), shutil.which("python3.12")]:
+def _python(version: str) -> str | None:
+    """A CPython ``version`` interpreter (pyenv's or on PATH), or None."""
+    pattern = os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python")
+    for candidate in [*sorted(glob.glob(pattern)), shutil.which(f"python{version}")]:
         if (
             candidate
             and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0
@@ -81,10 +82,20 @@ def test_every_instruction_can_also_run_for_real():
 
 
 def test_python_312_instruction_set_is_covered():
-    python = _python_312()
+    python = _python("3.12")
     if python is None:
         pytest.skip("no CPython 3.12 interpreter found")
     names = _opcodes(python)
     assert {"RETURN_CONST", "LOAD_FAST_AND_CLEAR", "END_FOR"} & names  # really 3.12 bytecode
+    assert names - SUPPORTED_OPCODES == set()
+    assert names - _GENERATOR_ONLY - RUNNABLE_OPCODES == set()
+
+
+def test_python_313_instruction_set_is_covered():
+    python = _python("3.13")
+    if python is None:
+        pytest.skip("no CPython 3.13 interpreter found")
+    names = _opcodes(python)
+    assert {"LOAD_FAST_LOAD_FAST", "CALL_KW", "TO_BOOL"} <= names  # really 3.13 bytecode
     assert names - SUPPORTED_OPCODES == set()
     assert names - _GENERATOR_ONLY - RUNNABLE_OPCODES == set()

@@ -80,7 +80,7 @@ def test_corpus_program(fn, make, expect, capture_only, corpus_results, request)
     runner = capture_only(fn)
     _check_calls(name, fn, runner, make)
     clean = not runner.breaks
-    corpus_results[name] = clean
+    corpus_results[name] = list(runner.breaks)
     if expect == "clean":
         assert clean, runner.breaks
     elif expect == "break":

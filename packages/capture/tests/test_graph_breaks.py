@@ -8,7 +8,13 @@ import inspect
 
 import torch
 
-from torchstrata.capture import CaptureProgram, capture, frame_locals, guard_failure
+from torchstrata.capture import (
+    CaptureProgram,
+    capture,
+    frame_locals,
+    graph_break,
+    guard_failure,
+)
 from torchstrata.core import interpret
 
 OFFSET = 1.0
@@ -188,3 +194,25 @@ def test_segment_guards_tell_zeros_apart_and_let_nan_pass():
     assert passes(0.0, 0.0) and passes(-0.0, -0.0) and passes(float("nan"), float("nan"))
     assert not passes(0.0, -0.0) and not passes(-0.0, 0.0) and not passes(0.0, 0)
     assert not passes(float("nan"), 1.0) and not passes(1.0, float("nan"))
+
+
+def split_on_request(x):
+    y = x.relu() + 1
+    graph_break()
+    return y * 2, x.shape[0]
+
+
+def test_graph_break_call_splits_the_function_there():
+    from torchstrata.capture import graph_break as called
+
+    assert called is graph_break and graph_break() is None  # eagerly: nothing
+    x = torch.randn(3)
+    result = capture(split_on_request, (x,), {})
+    (only,) = result.graph_breaks
+    assert only.reason == "graph_break() called"
+    assert only.lineno == _line_of(split_on_request, "graph_break()")
+    assert len(result.graphs) == 1 and result.graphs[0].nodes  # the ops before it
+    fresh = torch.randn(5)
+    actual, expected = _run(result, fresh), split_on_request(fresh)
+    torch.testing.assert_close(actual[0], expected[0])
+    assert actual[1] == expected[1]

@@ -242,3 +242,49 @@ def test_alias_guard_through_runtime():
     first: list = []
     torch.testing.assert_close(compiled(x, first, []), x * 0)
     assert first == [1]
+
+
+class Stepping(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        global COUNT
+        self.steps += 1  # counters only: no guard on their values
+        COUNT += 2
+        self.steps -= 3
+        self.steps += 4
+        return self.fc(x)
+
+
+def test_counters_do_not_recapture(capture_only):
+    global COUNT
+    COUNT = 5
+    model = Stepping()
+    reference = copy.deepcopy(model)
+    runner = capture_only(model)
+    for _ in range(4):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(runner(x), reference(x))
+    assert (model.steps, COUNT, runner.captures, runner.breaks) == (8, 21, 1, [])  # both ran
+    model.steps = 2.5  # no longer an int: its type guard fails, the new capture adds a float
+    runner(torch.randn(2, 4))
+    assert model.steps == 4.5 and runner.captures == 2
+
+
+class SteppingAndReading(Stepping):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        if self.steps % 2:  # read after the increment: specialised, guarded by value
+            return x * self.steps
+        return x
+
+
+def test_counter_read_after_increment_is_guarded_by_value(capture_only):
+    model = SteppingAndReading()
+    runner = capture_only(model)
+    results = [runner(torch.ones(1)).item() for _ in range(4)]
+    assert results == [1.0, 1.0, 3.0, 1.0] and model.steps == 4
+    assert runner.captures == 4

@@ -3,6 +3,7 @@ loops, each mixing what capture traces now: output dataclasses, caches in dicts 
 attributes, masks written by item assignment, counters, hooks, helper objects,
 ``try``/``except`` fallbacks and context managers."""
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -307,3 +308,186 @@ def optimizer_state_dict_updates(grad, state):
     state["exp_avg"] = 0.9 * state["exp_avg"] + 0.1 * grad
     bias = 1 - 0.9 ** state["step"]
     return state["exp_avg"] / bias
+
+
+class DictOutput(collections.OrderedDict):
+    """Hugging Face's ``ModelOutput``: a dataclass over OrderedDict whose fields that are
+    not None are also its items, indexable by name or position."""
+
+    def __post_init__(self):
+        class_fields = dataclasses.fields(self)
+        first = getattr(self, class_fields[0].name)
+        others_none = all(getattr(self, field.name) is None for field in class_fields[1:])
+        if others_none and not isinstance(first, torch.Tensor) and isinstance(first, dict):
+            for key, value in first.items():
+                self[key] = value
+        else:
+            for field in class_fields:
+                value = getattr(self, field.name)
+                if value is not None:
+                    self[field.name] = value
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            inner_dict = dict(self.items())
+            return inner_dict[k]
+        return self.to_tuple()[k]
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class CausalLMOutput(DictOutput):
+    loss: torch.Tensor = None
+    logits: torch.Tensor = None
+    hidden_states: tuple = None
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.proj = nn.Linear(8, 16)
+
+    def forward(self, ids, labels=None, return_dict=True):
+        hidden = self.embed(ids)
+        logits = self.proj(hidden)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, 16), labels.view(-1))
+        if not return_dict:
+            return (loss, logits) if loss is not None else (logits,)
+        return CausalLMOutput(loss=loss, logits=logits, hidden_states=(hidden,))
+
+
+TINY_LM = TinyLM()
+
+
+def with_tiny_lm(n):
+    ids = torch.randint(0, 16, (2, n))
+    return (copy.deepcopy(TINY_LM), ids, torch.randint(0, 16, (2, n)))
+
+
+@case(with_tiny_lm)
+def model_output_returned(model, ids, labels):
+    return model(ids, labels=labels)
+
+
+@case(with_tiny_lm)
+def model_output_used(model, ids, labels):
+    out = model(ids, labels=labels)
+    logits = out["logits"] + out.logits
+    first, second = out[0], out.to_tuple()[1]
+    out.logits = logits * 0.5  # __setattr__ keeps the item in step
+    return (
+        first + second.sum(),
+        out["logits"],
+        list(out.keys()),
+        len(out),
+        "loss" in out,
+        out.hidden_states[0].shape,
+    )
+
+
+@case(with_tiny_lm)
+def model_output_without_loss(model, ids, labels):
+    out = model(ids)
+    return out.loss is None, list(out), dict(out)["logits"].softmax(-1)
+
+
+@dataclasses.dataclass
+class BaseModelOutputWithPast(DictOutput):
+    last_hidden_state: torch.Tensor = None
+    past_key_values: tuple = None
+    attentions: tuple = None
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = nn.Linear(8, 8)
+        self.v = nn.Linear(8, 8)
+        self.steps = 0
+
+    def forward(self, hidden, past=None, use_cache=True):
+        self.steps += 1  # a counter: replayed, not guarded
+        k, v = self.k(hidden), self.v(hidden)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=1)
+            v = torch.cat([past[1], v], dim=1)
+        scores = (hidden @ k.transpose(1, 2)).softmax(-1)
+        out = scores @ v
+        return BaseModelOutputWithPast(
+            last_hidden_state=out, past_key_values=(k, v) if use_cache else None
+        )
+
+
+TINY_DECODER = TinyDecoder()
+
+
+def with_decoder(n):
+    return (copy.deepcopy(TINY_DECODER), torch.randn(2, n, 8))
+
+
+@case(with_decoder)
+def decoder_two_steps_with_cache(decoder, hidden):
+    first = decoder(hidden)
+    second = decoder(hidden[:, -1:], past=first.past_key_values)
+    return second.last_hidden_state, second[1][0].shape, "attentions" in second, decoder.steps
+
+
+@case(with_decoder)
+def decoder_outputs_iterated(decoder, hidden):
+    out = decoder(hidden, use_cache=False)
+    total = 0
+    for key, value in out.items():
+        total = total + value.sum() * len(key)
+    return total, list(out.keys()), out.to_tuple()[0].shape
+
+
+def with_lm_and_scale(n):
+    return (copy.deepcopy(TINY_LM), torch.randint(0, 16, (2, n)))
+
+
+@case(with_lm_and_scale)
+def scaled_parameters_in_ordered_dict(model, ids):
+    scaled = collections.OrderedDict((name, p * 0.5) for name, p in model.named_parameters())
+    logits = F.embedding(ids, scaled["embed.weight"]) @ scaled["proj.weight"].t()
+    return logits + scaled["proj.bias"], list(scaled)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.global_step = 0
+        self.history = collections.OrderedDict()
+
+    def step(self, ids, labels):
+        out = self.model(ids, labels=labels)
+        self.global_step += 1
+        self.history["loss"] = out.loss.detach()
+        return out.loss
+
+
+def with_trainer(n):
+    return (
+        Trainer(copy.deepcopy(TINY_LM)),
+        torch.randint(0, 16, (2, n)),
+        torch.randint(0, 16, (2, n)),
+    )
+
+
+@case(with_trainer)
+def trainer_step_counts_and_logs(trainer, ids, labels):
+    loss = trainer.step(ids, labels)
+    return loss, trainer.global_step, dict(trainer.history)

@@ -4,6 +4,7 @@ outputs with tensor fields, enums, helper objects and user context managers, cla
 defined in a function, exceptions raised and caught, torch's own context managers,
 ``has_torch_function`` checks, profiler ranges, forward hooks."""
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -463,3 +464,16 @@ def optional_dependency_fallback(x):
     except ImportError:
         fused = False
     return F.silu(x) if not fused else x
+
+
+@case(one)
+def deque_rolling_window(x):
+    window = collections.deque()
+    for step in range(4):
+        window.append(x * step)
+        if len(window) > 2:
+            window.popleft()
+    window.appendleft(x)
+    window.extendleft([x + 1])
+    window.rotate(-1)
+    return sum(window), len(window), window[-1], type(window) is collections.deque

@@ -2,6 +2,7 @@
 """Python values around tensors: strings, slices, builtins over constants, operator and
 math helpers, map/filter, nested containers, namedtuples, globals and class attributes."""
 
+import collections
 import math
 import operator
 from typing import NamedTuple
@@ -177,3 +178,45 @@ def chained_methods_on_lists(x):
     items = [3, 1, 2]
     items.sort()
     return x * items.index(3), items.count(1), items[::-1]
+
+
+@case(one)
+def ordered_dict_built(x):
+    state = collections.OrderedDict()
+    state["h"] = x.relu()
+    state["g"] = x.sigmoid()
+    state.update(out=state["h"] * state["g"])
+    return state, list(state.keys()), type(state) is collections.OrderedDict
+
+
+def with_ordered_dict(n):
+    return (torch.randn(n, 8), collections.OrderedDict(w=torch.randn(8), b=torch.randn(8)))
+
+
+@case(with_ordered_dict)
+def ordered_dict_argument_updated(x, params):
+    y = x * params["w"] + params["b"]
+    params["last"] = y.detach()
+    return y, isinstance(params, collections.OrderedDict)
+
+
+@case(one)
+def counter_of_constants(x):
+    counts = collections.Counter(["a", "b", "a"])
+    return x * counts["a"], counts.most_common()
+
+
+def with_lru(n):
+    cache = collections.OrderedDict((f"k{i}", torch.randn(8)) for i in range(3))
+    return (torch.randn(n, 8), cache)
+
+
+@case(with_lru)
+def lru_cache_in_ordered_dict(x, cache):
+    hit = cache["k0"]
+    cache.move_to_end("k0")  # most recently used last
+    cache["new"] = x.mean(0)
+    while len(cache) > 3:
+        cache.popitem(last=False)  # evict the least recently used
+    cache.move_to_end("new", last=False)
+    return x + hit, list(cache)

@@ -1,6 +1,7 @@
-"""torchstrata.capture: Python bytecode (3.11 and 3.12) to torch-level graphs and guards."""
+"""torchstrata.capture: Python bytecode (3.11, 3.12, 3.13) to torch-level graphs and guards."""
 
 from torchstrata.capture.api import capture
+from torchstrata.capture.breakpoints import graph_break
 from torchstrata.capture.concrete import RUNNABLE_OPCODES
 from torchstrata.capture.frame import SUPPORTED_OPCODES
 from torchstrata.capture.guard_check import guard_failure
@@ -12,5 +13,6 @@ __all__ = [
     "CaptureProgram",
     "capture",
     "frame_locals",
+    "graph_break",
     "guard_failure",
 ]

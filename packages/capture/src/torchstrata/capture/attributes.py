@@ -8,12 +8,14 @@ plain values constants.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import types
 from typing import Any
 
 import torch
 
+from torchstrata.capture.counters import CounterVar, specialise
 from torchstrata.capture.instances import InstanceVar, instance_attribute
 from torchstrata.capture.operators import fold
 from torchstrata.capture.side_effects import DeletedVar
@@ -23,6 +25,7 @@ from torchstrata.capture.variables import (
     BoundMethodVar,
     ConstVar,
     DictVar,
+    IteratorVar,
     MethodVar,
     ObjectVar,
     SequenceVar,
@@ -38,10 +41,24 @@ from torchstrata.core import GuardKind, torch_op
 SEQUENCE_METHODS = frozenset(
     {"index", "count", "append", "extend", "pop", "insert", "copy", "reverse", "clear", "sort"}
 )
+#: Methods only a deque variable has.
+DEQUE_METHODS = frozenset({"appendleft", "popleft", "extendleft", "rotate"})
 #: Methods of a named tuple variable (``_replace``, ``_asdict``).
 NAMEDTUPLE_METHODS = frozenset({"_replace", "_asdict"})
 DICT_METHODS = frozenset(
-    {"items", "keys", "values", "get", "copy", "update", "pop", "setdefault", "clear", "popitem"}
+    {
+        "items",
+        "keys",
+        "values",
+        "get",
+        "copy",
+        "update",
+        "pop",
+        "setdefault",
+        "clear",
+        "popitem",
+        "move_to_end",
+    }
 )
 _SET_MUTATORS = frozenset(
     {"add", "update", "discard", "remove", "pop", "clear", "difference_update",
@@ -67,10 +84,12 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
             return MethodVar(var, name)
         if var.tuple_type is not None and name == "_fields":
             return ConstVar(var.field_names)
-        if name in SEQUENCE_METHODS:
+        if name in SEQUENCE_METHODS or (var.is_deque and name in DEQUE_METHODS):
             return MethodVar(var, name)
     if isinstance(var, DictVar) and name in DICT_METHODS:
         return MethodVar(var, name)
+    if isinstance(var, IteratorVar) and name == "__next__":  # ``it.__next__()`` is next(it)
+        return BoundMethodVar(ObjectVar(builtins.next), var)
     if isinstance(var, SuperVar):
         return _super_attribute(tracer, var, name)
     if isinstance(var, InstanceVar):
@@ -92,6 +111,8 @@ def get_attribute(tracer: Tracer, var: Var, name: str) -> Var:
 
 
 def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
+    if name in var.python_attributes:
+        return var.python_attributes[name]
     meta = var.meta
     simple: dict[str, Any] = {
         "shape": torch.Size(meta.shape),
@@ -139,6 +160,24 @@ def _method_ref(name: str) -> Any:
     return op
 
 
+def _super_of_object(cls: type, self_var: UserObjectVar, name: str) -> Var:
+    """``super(cls, self_var).name`` for an object made in the trace: the first class
+    after ``cls`` in its class's MRO that defines ``name``, bound to the object (a C
+    method of ``object`` or ``dict`` too: the call handles those)."""
+    mro = self_var.cls.__mro__
+    for klass in mro[mro.index(cls) + 1 :]:
+        if name in klass.__dict__:
+            found = klass.__dict__[name]
+            if isinstance(found, staticmethod):
+                return ObjectVar(found.__func__)
+            if isinstance(found, classmethod):
+                return BoundMethodVar(ObjectVar(found.__func__), ObjectVar(self_var.cls))
+            if isinstance(found, types.FunctionType) or callable(found):
+                return BoundMethodVar(ObjectVar(found), self_var)
+            raise Unsupported(f"super().{name} of {self_var.cls.__name__} is not supported")
+    raise AttributeMissing(f"super() has no attribute {name!r}")
+
+
 def _bound(tracer: Tracer, owner: Var, value: Any, name: str | None = None) -> Var | None:
     """A :class:`BoundMethodVar` for a Python method read from ``owner`` (else None).
 
@@ -164,6 +203,8 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
             raise Unsupported(f"reading {name!r} of the class after deleting it on the object")
         raise AttributeMissing(f"{describe(var)} has no attribute {name!r} (deleted)")
+    if isinstance(stored, CounterVar):  # read after the increment: by value from now on
+        return specialise(tracer, stored)
     if stored is not None:  # assigned earlier in this trace
         return stored
     try:
@@ -221,6 +262,9 @@ _MISSING = object()
 
 
 def _super_attribute(tracer: Tracer, var: SuperVar, name: str) -> Var:
+    if isinstance(var.self_var, UserObjectVar):  # an object made in the trace: by the MRO
+        return _super_of_object(var.cls, var.self_var, name)
+    assert isinstance(var.self_var, ObjectVar)
     try:
         value = getattr(super(var.cls, var.self_var.value), name)
     except AttributeError:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -20,6 +21,7 @@ import torch
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
+from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.exceptions import make_exception
 from torchstrata.capture.generator_contexts import (
@@ -32,6 +34,7 @@ from torchstrata.capture.indexing import subscript
 from torchstrata.capture.instances import make_instance
 from torchstrata.capture.iteration import iterate
 from torchstrata.capture.library_calls import call_library
+from torchstrata.capture.mapping_objects import call_dict_method
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.module_calls import check_module_call, guard_module_call
 from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
@@ -179,6 +182,11 @@ def _call_object(
         return make_generator_context(args, kwargs)
     if value is builtins.__build_class__:
         return build_class(frame, args, kwargs)
+    if value is graph_break:
+        raise Unsupported(GRAPH_BREAK_REASON)
+    by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
+    if by_mapping is not None:
+        return by_mapping
     if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):
         args[0].attributes[python_value(args[1])] = args[2]  # a frozen dataclass's __init__
         return ConstVar(None)
@@ -215,8 +223,8 @@ def _call_object(
         return result
     owner = getattr(value, "__self__", None)
     if isinstance(value, types.BuiltinMethodType) and isinstance(
-        owner, (*CONSTANT_TYPES, set, frozenset, tuple)
-    ):
+        owner, (*CONSTANT_TYPES, set, frozenset, tuple, collections.Counter)
+    ):  # (a Counter in a ConstVar was made in the trace, from constants)
         try:  # an iterator argument (", ".join(generator)) is consumed first
             values = [
                 python_value(
@@ -460,6 +468,11 @@ def _call_container_method(
         "setdefault",
         "sort",
         "popitem",
+        "move_to_end",
+        "appendleft",
+        "popleft",
+        "extendleft",
+        "rotate",
     }
     if isinstance(owner, SequenceVar):
         if mutating and not owner.is_list:
@@ -507,9 +520,50 @@ def _sequence_method(
     elif name == "clear":
         items.clear()
     elif name == "copy":
-        return SequenceVar(list(items), is_list=True)
+        return SequenceVar(list(items), is_list=True, is_deque=owner.is_deque)
+    elif name == "appendleft":
+        items.insert(0, args[0])
+    elif name == "extendleft":
+        if not isinstance(args[0], SequenceVar):
+            raise Unsupported(f"deque.extendleft with {describe(args[0])} is not supported")
+        for item in args[0].items:
+            items.insert(0, item)
+    elif name in ("popleft", "rotate") and not items:
+        if name == "popleft":
+            raise Unsupported("deque.popleft() raised IndexError: the deque is empty")
+    elif name == "popleft":
+        return items.pop(0)
+    elif name == "rotate":
+        steps = python_value(args[0]) % len(items) if args else 1 % len(items)
+        items[:] = items[len(items) - steps :] + items[: len(items) - steps]
     else:  # index, count: constants only
         return fold(getattr(python_value(owner), name), *[python_value(arg) for arg in args])
+    return ConstVar(None)
+
+
+def _reorder(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``popitem()`` (``OrderedDict.popitem(last=False)`` too) and
+    ``OrderedDict.move_to_end(key, last=True)``."""
+    items = owner.items
+    ordered = owner.dict_type is collections.OrderedDict
+    positional = args[1:] if name == "move_to_end" else args
+    last = bool(python_value(kwargs.get("last", positional[0] if positional else ConstVar(True))))
+    if name == "popitem":
+        if not items:
+            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
+        key = next(iter(items)) if ordered and not last else next(reversed(items))
+        return SequenceVar([ConstVar(key), items.pop(key)])
+    key = python_value(args[0])
+    if not ordered or key not in items:
+        raise Unsupported(f"move_to_end({key!r}) on {describe(owner)}")
+    value = items.pop(key)
+    if last:
+        items[key] = value
+    else:
+        rest = dict(items)
+        items.clear()
+        items[key] = value
+        items.update(rest)
     return ConstVar(None)
 
 
@@ -522,15 +576,12 @@ def _dict_method(owner: DictVar, name: str, args: Sequence[Var], kwargs: Mapping
     if name == "values":
         return SequenceVar(list(items.values()))
     if name == "copy":
-        return DictVar(dict(items))
+        return DictVar(dict(items), dict_type=owner.dict_type)
     if name == "clear":
         items.clear()
         return ConstVar(None)
-    if name == "popitem":
-        if not items:
-            raise Unsupported("dict.popitem() raised KeyError: the dict is empty")
-        key, value = items.popitem()
-        return SequenceVar([ConstVar(key), value])
+    if name in ("popitem", "move_to_end"):
+        return _reorder(owner, name, args, kwargs)
     key = python_value(args[0]) if args else None
     if name == "get":
         return items.get(key, args[1] if len(args) > 1 else ConstVar(None))

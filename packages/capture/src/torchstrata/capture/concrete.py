@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import dis
 import functools
+import sys
 import types
 from typing import Any
 
+from torchstrata.capture.concrete_313 import PY313_STEPS
 from torchstrata.capture.concrete_data import DATA_STEPS
 from torchstrata.capture.concrete_flow import FLOW_STEPS
 from torchstrata.capture.concrete_state import Returned, State
 from torchstrata.capture.frame import instructions_of
 
 #: How every instruction :func:`step` runs, by ``dis`` name.
-STEPS = {**DATA_STEPS, **FLOW_STEPS}
+STEPS = {**DATA_STEPS, **FLOW_STEPS, **PY313_STEPS}
+_PY313 = sys.version_info >= (3, 13)
 
 #: The ``dis`` names of every instruction that can run for real after a graph break
 #: (``KW_NAMES`` is handled by :func:`step` itself).
@@ -68,7 +71,8 @@ def step(code: types.CodeType, state: State, globals_: dict[str, Any]) -> Return
     if isinstance(outcome, int) and not isinstance(outcome, bool):
         target = outcome
         if instructions[index_of[target]].opname == "END_FOR" and inst.opname == "FOR_ITER":
-            target = instructions[index_of[target] + 1].offset
+            # the iterator ended: skip END_FOR (3.12), and the POP_TOP after it (3.13)
+            target = instructions[index_of[target] + (2 if _PY313 else 1)].offset
         state.index = index_of[target]
     else:
         state.index += 1

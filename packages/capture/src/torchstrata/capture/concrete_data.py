@@ -52,9 +52,17 @@ def _load_const(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
 
 @on("LOAD_FAST", "LOAD_FAST_CHECK")
 def _load_fast(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
-    if inst.argval not in state.locals:
-        raise UnboundLocalError(f"local variable {inst.argval!r} referenced before assignment")
-    state.stack.append(state.locals[inst.argval])
+    load_fast(state, inst.argval)
+
+
+def load_fast(state: State, name: str) -> None:
+    """``LOAD_FAST name``; of a cell variable, its cell (3.13's ``LOAD_CLOSURE``)."""
+    if name not in state.locals and name in state.cells:
+        state.stack.append(state.cells[name])
+        return
+    if name not in state.locals:
+        raise UnboundLocalError(f"local variable {name!r} referenced before assignment")
+    state.stack.append(state.locals[name])
 
 
 @on("LOAD_FAST_AND_CLEAR")

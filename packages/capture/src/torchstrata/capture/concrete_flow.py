@@ -4,6 +4,7 @@ imports, raise, ``with`` entry, returns."""
 from __future__ import annotations
 
 import dis
+import sys
 import types
 from typing import Any
 
@@ -62,7 +63,7 @@ def _for_iter(state: State, inst: dis.Instruction, g: dict[str, Any]) -> int | N
 
 @on("END_FOR")
 def _end_for(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
-    pop(state, 2)
+    pop(state, 1 if sys.version_info >= (3, 13) else 2)
 
 
 @on("CALL")
@@ -72,6 +73,8 @@ def _call(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
     first, second = pop(state, 2)
     if isinstance(first, NullValue):
         fn = second
+    elif isinstance(second, NullValue):  # 3.13: [callable, NULL, *args]
+        fn = first
     else:
         fn, args = first, [second, *args]
     split = len(args) - len(kw_names)
@@ -82,7 +85,9 @@ def _call(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
 def _call_ex(state: State, inst: dis.Instruction, g: dict[str, Any]) -> None:
     kwargs = state.stack.pop() if arg(inst) & 1 else {}
     args, fn = state.stack.pop(), state.stack.pop()
-    if state.stack and isinstance(state.stack[-1], NullValue):
+    if isinstance(fn, NullValue):  # 3.13: [callable, NULL, args]
+        fn = state.stack.pop()
+    elif state.stack and isinstance(state.stack[-1], NullValue):
         state.stack.pop()
     state.stack.append(fn(*args, **kwargs))
 
@@ -95,6 +100,8 @@ def _make_function(state: State, inst: dis.Instruction, g: dict[str, Any]) -> No
     annotations = state.stack.pop() if flags & 0x04 else None
     kwdefaults = state.stack.pop() if flags & 0x02 else None
     defaults = tuple(state.stack.pop()) if flags & 0x01 else None
+    if closure is None and code.co_freevars:  # 3.13: SET_FUNCTION_ATTRIBUTE sets it next
+        closure = tuple(types.CellType() for _ in code.co_freevars)
     fn = types.FunctionType(code, g, code.co_name, defaults, closure)
     fn.__kwdefaults__ = kwdefaults
     if annotations is not None:

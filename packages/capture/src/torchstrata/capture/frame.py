@@ -2,7 +2,8 @@
 
 A frame walks its code object's instructions (``dis.get_instructions``) with a value
 stack of symbolic variables. Opcode handlers live in :mod:`.opcodes_data` and
-:mod:`.opcodes_flow`; they cover the CPython 3.11 and 3.12 instruction sets.
+:mod:`.opcodes_flow` (and :mod:`.opcodes_313`); they cover the CPython 3.11, 3.12 and
+3.13 instruction sets.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from torchstrata.capture.exceptions import (
     handler_entry,
     user_exception,
 )
+from torchstrata.capture.opcodes_313 import PY313_HANDLERS
 from torchstrata.capture.opcodes_data import DATA_HANDLERS
 from torchstrata.capture.opcodes_flow import FLOW_HANDLERS, Jump, Return, Yield
 from torchstrata.capture.tracer import MAX_INSTRUCTIONS, Tracer, Unsupported
 from torchstrata.capture.variables import Cell, IteratorVar, NotConstant, Var, _Null, describe
 
 #: Every opcode capture interprets, by ``dis`` name.
-HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS, **EXCEPTION_HANDLERS}
+HANDLERS = {**DATA_HANDLERS, **FLOW_HANDLERS, **PY313_HANDLERS, **EXCEPTION_HANDLERS}
 
 #: The ``dis`` names of every instruction capture interprets (some raise a graph break
 #: that names the construct: generators, ``with``, ``raise``...).
@@ -232,6 +234,10 @@ class Frame:
         result = child.run()
         assert not isinstance(result, Paused | Suspended), "only the top-level frame pauses"
         return result
+
+    def index_of(self, offset: int) -> int:
+        """The index in :attr:`instructions` of the instruction at ``offset``."""
+        return self._index_of[offset]
 
     def next_offset_after(self, offset: int) -> int:
         """The offset of the instruction after the one at ``offset``."""

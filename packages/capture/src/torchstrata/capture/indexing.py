@@ -51,6 +51,8 @@ def subscript(tracer: Tracer, container: Var, index: Var) -> Var:
             f"indexing {describe(container)} with {describe(index)} is not supported"
         ) from None
     if isinstance(container, SequenceVar):
+        if container.is_deque and not isinstance(key, int):
+            raise Unsupported(f"deque index must be an int, not {type(key).__name__}")
         try:
             picked = container.items[key]
         except (IndexError, TypeError) as error:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any, cast
+
 import torch
 
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
     ConstVar,
     DictVar,
@@ -21,6 +25,12 @@ from torchstrata.core import GuardKind
 #: Longest sequence capture unrolls a loop over.
 MAX_UNROLL = 10_000
 
+#: ``dict.keys()``, ``.values()``, ``.items()`` of a constant dict (a Counter made in the trace).
+_DICT_VIEWS: tuple[type[Collection[Any]], ...] = (
+    type({}.keys()),
+    type({}.values()),
+    type({}.items()),
+)
 _MODULE_SEQUENCES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)
 _MODULE_MAPPINGS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
 
@@ -43,12 +53,15 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
         return list(var.items)
     if isinstance(var, DictVar):
         return [ConstVar(key) for key in var.items]
+    if isinstance(var, UserObjectVar) and var.mapping is not None:  # a dict subclass's keys
+        return [ConstVar(key) for key in var.mapping.items]
     if isinstance(var, ConstVar) and isinstance(
-        var.value, tuple | range | str | bytes | set | frozenset
+        var.value, (tuple, range, str, bytes, set, frozenset, dict, *_DICT_VIEWS)
     ):
-        if len(var.value) > MAX_UNROLL:
-            raise Unsupported(f"a loop over {len(var.value)} items is too long to unroll")
-        return [ConstVar(item) for item in var.value]
+        values = cast("Collection[Any]", var.value)
+        if len(values) > MAX_UNROLL:
+            raise Unsupported(f"a loop over {len(values)} items is too long to unroll")
+        return [ConstVar(item) for item in values]
     if isinstance(var, TensorVar):
         if var.meta.ndim == 0:
             raise Unsupported("iteration over a 0-d tensor")

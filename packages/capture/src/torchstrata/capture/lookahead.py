@@ -30,7 +30,8 @@ _POPS = {
     "BINARY_SLICE": (3, 1), "STORE_SLICE": (4, 0), "BUILD_STRING": (-1, 1),
     "POP_JUMP_IF_TRUE": (1, 0), "POP_JUMP_IF_FALSE": (1, 0), "POP_JUMP_FORWARD_IF_TRUE": (1, 0),
     "POP_JUMP_FORWARD_IF_FALSE": (1, 0), "POP_JUMP_BACKWARD_IF_TRUE": (1, 0),
-    "POP_JUMP_BACKWARD_IF_FALSE": (1, 0),
+    "POP_JUMP_BACKWARD_IF_FALSE": (1, 0), "TO_BOOL": (1, 1), "CONVERT_VALUE": (1, 1),
+    "FORMAT_SIMPLE": (1, 1), "FORMAT_WITH_SPEC": (2, 1),
 }  # fmt: skip
 
 
@@ -44,8 +45,8 @@ def _step_over(frame: Frame, index: int) -> int:
     inst: dis.Instruction = frame.instructions[index]
     name, arg = inst.opname, inst.arg or 0
     stack = frame.stack
-    if name == "CALL":
-        del stack[len(stack) - arg - 2 :]
+    if name in ("CALL", "CALL_KW"):  # CALL_KW: the names above the arguments
+        del stack[len(stack) - arg - 2 - (name == "CALL_KW") :]
         frame.kw_names = ()
         stack.append(UnknownVar())
     elif name == "CALL_FUNCTION_EX":

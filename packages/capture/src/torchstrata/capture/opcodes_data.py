@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import builtins
 import dis
+import inspect
 import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchstrata.capture.attributes import get_attribute
+from torchstrata.capture.counters import CounterVar, is_increment, read_counter, specialise, step
 from torchstrata.capture.indexing import delete_subscript, store_subscript, subscript
 from torchstrata.capture.iteration import iterate
+from torchstrata.capture.mapping_objects import subscript_items
 from torchstrata.capture.operators import (
     BINARY_OPERATORS,
     UNARY_OPERATORS,
@@ -22,9 +26,10 @@ from torchstrata.capture.operators import (
 )
 from torchstrata.capture.stores import delete_attribute, store_attribute
 from torchstrata.capture.tracer import Unsupported
-from torchstrata.capture.user_objects import PropertyGet
+from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
     NULL,
+    BoundMethodVar,
     Cell,
     CellVar,
     ConstVar,
@@ -98,9 +103,18 @@ def _load_const(frame: Frame, inst: dis.Instruction) -> None:
 # ---------------------------------------------------------------------- locals and cells
 @handles("LOAD_FAST", "LOAD_FAST_CHECK")
 def _load_fast(frame: Frame, inst: dis.Instruction) -> None:
-    if inst.argval not in frame.locals:
-        raise Unsupported(f"local variable {inst.argval!r} referenced before assignment")
-    frame.push(frame.locals[inst.argval])
+    load_fast(frame, inst.argval)
+
+
+def load_fast(frame: Frame, name: str) -> None:
+    """``LOAD_FAST name``; of a cell or free variable, its cell (3.13 compiles
+    ``LOAD_CLOSURE`` to ``LOAD_FAST``)."""
+    if name in frame.code.co_cellvars or name in frame.code.co_freevars:
+        frame.push(_closure_cell(frame, name))
+        return
+    if name not in frame.locals:
+        raise Unsupported(f"local variable {name!r} referenced before assignment")
+    frame.push(frame.locals[name])
 
 
 @handles("LOAD_FAST_AND_CLEAR")
@@ -150,9 +164,13 @@ def _store_deref(frame: Frame, inst: dis.Instruction) -> None:
 
 @handles("LOAD_CLOSURE")
 def _load_closure(frame: Frame, inst: dis.Instruction) -> None:
-    if inst.argval not in frame.cells:
-        frame.cells[inst.argval] = _new_cell(None)
-    frame.push(CellVar(frame.cells[inst.argval]))
+    frame.push(_closure_cell(frame, inst.argval))
+
+
+def _closure_cell(frame: Frame, name: str) -> CellVar:
+    if name not in frame.cells:
+        frame.cells[name] = _new_cell(None)
+    return CellVar(frame.cells[name])
 
 
 # ---------------------------------------------------------------------- globals
@@ -167,12 +185,18 @@ def _load_global(frame: Frame, inst: dis.Instruction) -> None:
         frame.push(NULL)
     name = inst.argval
     stored = frame.tracer.side_effects.load_global(frame.globals, name)
+    increment = not _arg(inst) & 1 and _starts_increment(frame, inst, "STORE_GLOBAL", False)
+    if isinstance(stored, CounterVar):
+        frame.push(stored if increment else specialise(frame.tracer, stored))
+        return
     if stored is not None:  # assigned earlier in this trace
         frame.push(stored)
         return
     if name in frame.globals:
         source = f"{frame.globals_source}[{name!r}]" if frame.globals_source else None
-        frame.push(frame.tracer.wrap(frame.globals[name], source))
+        value = frame.globals[name]
+        counter = read_counter(frame.tracer, source, value) if increment and source else None
+        frame.push(frame.tracer.wrap(value, source) if counter is None else counter)
         return
     if hasattr(builtins, name):
         frame.push(ObjectVar(getattr(builtins, name)))
@@ -189,7 +213,34 @@ def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner = frame.pop()
     if method_form:
         frame.push(NULL)
+    elif _starts_increment(frame, inst, "STORE_ATTR", True):
+        counter = _attribute_counter(frame, owner, inst.argval)
+        if counter is not None:
+            frame.push(counter)
+            return
     frame.push(resolve_property(frame, get_attribute(frame.tracer, owner, inst.argval)))
+
+
+def _starts_increment(frame: Frame, inst: dis.Instruction, store: str, owner: bool) -> bool:
+    index = frame.index_of(inst.offset)
+    return is_increment(frame.instructions, index, inst.argval, store, owner)
+
+
+def _attribute_counter(frame: Frame, owner: Var, name: str) -> CounterVar | None:
+    """``owner.name`` as a counter (:mod:`.counters`): an int in the instance dict of an
+    object with a source, not shadowed by a data descriptor of its class."""
+    if not isinstance(owner, ObjectVar) or owner.source is None:
+        return None
+    obj = owner.value
+    stored = frame.tracer.side_effects.load_attribute(obj, name)
+    if isinstance(stored, CounterVar):  # incremented again in this trace
+        return stored
+    instance_dict = getattr(obj, "__dict__", None)
+    if stored is not None or not isinstance(instance_dict, dict) or name not in instance_dict:
+        return None
+    if hasattr(type(inspect.getattr_static(type(obj), name, None)), "__set__"):
+        return None
+    return read_counter(frame.tracer, f"{owner.source}.{name}", instance_dict[name])
 
 
 def resolve_property(frame: Frame, var: Var) -> Var:
@@ -215,7 +266,7 @@ def _load_method(frame: Frame, inst: dis.Instruction) -> None:
 @handles("LOAD_SUPER_ATTR")
 def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
     self_var, cls, _super = frame.pop(), frame.pop(), frame.pop()
-    if not isinstance(self_var, ObjectVar):
+    if not isinstance(self_var, ObjectVar | UserObjectVar):
         raise Unsupported(f"super() with {describe(self_var)} is not supported")
     if _arg(inst) & 1:
         frame.push(NULL)
@@ -225,7 +276,26 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
 @handles("STORE_ATTR")
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
     owner, value = frame.pop(), frame.pop()
+    if isinstance(owner, UserObjectVar):
+        setter = inspect.getattr_static(owner.cls, "__setattr__")
+        if isinstance(setter, types.FunctionType):  # the class's own: inlined
+            _call_method(frame, setter, owner, [ConstVar(inst.argval), value])
+            return
     store_attribute(frame.tracer, owner, inst.argval, value)
+
+
+def _call_method(frame: Frame, function: Any, owner: Var, args: list[Var]) -> Var:
+    from torchstrata.capture.calls import call_function  # calls imports the frame
+
+    return call_function(frame, BoundMethodVar(ObjectVar(function), owner), args, {})
+
+
+def _object_dunder(var: Var, name: str) -> Any:
+    """The Python ``__getitem__``/``__setitem__`` of an object made in the trace, or None."""
+    if not isinstance(var, UserObjectVar):
+        return None
+    method = inspect.getattr_static(var.cls, name, None)
+    return method if isinstance(method, types.FunctionType) else None
 
 
 @handles("DELETE_ATTR")
@@ -247,6 +317,14 @@ def _binary_op(frame: Frame, inst: dis.Instruction) -> None:
         raise Unsupported(f"operator {symbol!r} is not supported")
     right = frame.pop()
     left = frame.pop()
+    if isinstance(left, CounterVar):
+        stepped = step(left, symbol, right)
+        if stepped is not None:
+            frame.push(stepped)
+            return
+        left = specialise(frame.tracer, left)
+    if isinstance(right, CounterVar):
+        right = specialise(frame.tracer, right)
     frame.push(apply_operator(frame.tracer, fn, left, right))
 
 
@@ -287,7 +365,13 @@ def _contains_op(frame: Frame, inst: dis.Instruction) -> None:
 def _binary_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index = frame.pop()
     container = frame.pop()
-    frame.push(subscript(frame.tracer, container, index))
+    method = _object_dunder(container, "__getitem__")
+    if method is not None:
+        frame.push(_call_method(frame, method, container, [index]))
+    elif isinstance(container, UserObjectVar) and container.mapping is not None:
+        frame.push(subscript_items(container, index))
+    else:
+        frame.push(subscript(frame.tracer, container, index))
 
 
 @handles("BINARY_SLICE")
@@ -327,7 +411,13 @@ def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
 @handles("STORE_SUBSCR")
 def _store_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index, container, value = frame.pop(), frame.pop(), frame.pop()
-    store_subscript(frame.tracer, container, index, value)
+    method = _object_dunder(container, "__setitem__")
+    if method is not None:
+        _call_method(frame, method, container, [index, value])
+    elif isinstance(container, UserObjectVar) and container.mapping is not None:
+        container.mapping.items[python_value(index)] = value
+    else:
+        store_subscript(frame.tracer, container, index, value)
 
 
 # ---------------------------------------------------------------------- containers

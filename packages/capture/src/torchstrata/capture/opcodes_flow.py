@@ -4,6 +4,7 @@ and the constructs capture does not support (CPython 3.11 and 3.12)."""
 from __future__ import annotations
 
 import dis
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ class Yield:
 
 
 Handler = Callable[["Frame", dis.Instruction], Any]
+_PY313 = sys.version_info >= (3, 13)
 FLOW_HANDLERS: dict[str, Handler] = {}
 
 
@@ -147,15 +149,18 @@ def _for_iter(frame: Frame, inst: dis.Instruction) -> Jump | None:
     frame.pop()
     # 3.12 jumps to an END_FOR (which pops two values) and CPython skips it once the
     # iterator is popped; 3.11 jumps past the loop directly.
+    # 3.13's END_FOR pops one value and a POP_TOP follows it: both are skipped.
     if frame.instruction_at(inst.argval).opname == "END_FOR":
-        return Jump(frame.next_offset_after(inst.argval))
+        after = frame.next_offset_after(inst.argval)
+        return Jump(frame.next_offset_after(after) if _PY313 else after)
     return Jump(inst.argval)
 
 
 @handles("END_FOR")
 def _end_for(frame: Frame, inst: dis.Instruction) -> None:
     frame.pop_any()
-    frame.pop_any()
+    if not _PY313:
+        frame.pop_any()
 
 
 # ---------------------------------------------------------------------- calls
@@ -166,15 +171,18 @@ def _kw_names(frame: Frame, inst: dis.Instruction) -> None:
 
 @handles("CALL")
 def _call(frame: Frame, inst: dis.Instruction) -> None:
-    # 3.11 and 3.12: [NULL, callable, *args] or [callable, self, *args] (method form).
+    # 3.11 and 3.12: [NULL, callable, *args] or [callable, self, *args] (method form);
+    # 3.13 pushes the NULL above the callable. (LOAD_GLOBAL and LOAD_ATTR here push it
+    # below, whatever the version.)
     kw_names, frame.kw_names = frame.kw_names, ()
     args = frame.pop_n(_arg(inst))
     second, first = frame.pop_any(), frame.pop_any()
     if isinstance(first, _Null):
         assert not isinstance(second, _Null)
         fn = second
+    elif isinstance(second, _Null):  # 3.13: [callable, NULL, *args]
+        fn = first
     else:
-        assert not isinstance(second, _Null)
         fn, args = first, [second, *args]
     split = len(args) - len(kw_names)
     kwargs = dict(zip(kw_names, args[split:]))
@@ -185,8 +193,10 @@ def _call(frame: Frame, inst: dis.Instruction) -> None:
 def _call_function_ex(frame: Frame, inst: dis.Instruction) -> None:
     kwargs_var = frame.pop() if _arg(inst) & 1 else DictVar({})
     args_var = frame.pop()
-    fn = frame.pop()
-    if frame.stack and isinstance(frame.stack[-1], _Null):
+    fn = frame.pop_any()
+    if isinstance(fn, _Null):  # 3.13: [callable, NULL, args]
+        fn = frame.pop()
+    elif frame.stack and isinstance(frame.stack[-1], _Null):
         frame.pop_any()
     if not isinstance(kwargs_var, DictVar):
         raise Unsupported(f"** with {describe(kwargs_var)} is not supported")
@@ -198,7 +208,7 @@ def _call_function_ex(frame: Frame, inst: dis.Instruction) -> None:
 @handles("MAKE_FUNCTION")
 def _make_function(frame: Frame, inst: dis.Instruction) -> None:
     code = python_value(frame.pop())
-    flags = _arg(inst) or 0
+    flags = inst.arg or 0  # 3.13: none (SET_FUNCTION_ATTRIBUTE sets each part)
     closure: tuple[Any, ...] = ()
     kwdefaults: dict[str, Var] = {}
     defaults: tuple[Var, ...] = ()

@@ -125,6 +125,10 @@ def identical(left: Var, right: Var) -> bool:
 
 def contains(container: Var, item: Var) -> bool:
     """``item in container`` for containers of constants."""
+    if isinstance(container, UserObjectVar) and container.mapping is not None:
+        if "__contains__" in vars(container.cls):
+            raise Unsupported(f"'in' on {container.cls.__name__}, which defines __contains__")
+        container = container.mapping
     if isinstance(container, DictVar):
         try:
             return python_value(item) in container.items

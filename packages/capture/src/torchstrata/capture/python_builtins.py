@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import enum
 import functools
 import operator
@@ -68,9 +69,11 @@ def python_type(var: Var) -> type:
     if isinstance(var, TensorVar):
         return var.python_type
     if isinstance(var, SequenceVar):
+        if var.is_deque:
+            return collections.deque
         return var.tuple_type or (list if var.is_list else tuple)
     if isinstance(var, DictVar):
-        return dict
+        return var.dict_type
     if isinstance(var, InstanceVar):
         return var.cls
     if isinstance(var, ConstVar | ObjectVar):
@@ -84,6 +87,8 @@ def python_type(var: Var) -> type:
 
 def _len(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
     (value,) = args
+    if isinstance(value, UserObjectVar) and value.mapping is not None:
+        value = value.mapping
     if isinstance(value, SequenceVar | DictVar):
         return ConstVar(len(value.items))
     if isinstance(value, TensorVar):
@@ -151,6 +156,8 @@ def _dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> 
     items: dict[Any, Var] = {}
     if args:
         source = args[0]
+        if isinstance(source, UserObjectVar) and source.mapping is not None:
+            source = source.mapping  # dict(model_output)
         if isinstance(source, DictVar):
             items.update(source.items)
         else:
@@ -159,6 +166,37 @@ def _dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> 
                 items[python_value(key)] = value
     items.update(kwargs)
     return DictVar(items)
+
+
+def _ordered_dict(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    made = _dict(frame, args, kwargs)
+    assert isinstance(made, DictVar)
+    return DictVar(made.items, dict_type=collections.OrderedDict)
+
+
+def _deque(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``collections.deque(iterable)`` (a bounded one, ``maxlen=``, is not supported)."""
+    maxlen = args[1] if len(args) > 1 else kwargs.get("maxlen", ConstVar(None))
+    if set(kwargs) - {"maxlen", "iterable"} or python_value(maxlen) is not None:
+        raise Unsupported("collections.deque with maxlen is not supported")
+    source = args[0] if args else kwargs.get("iterable")
+    items = iterate(frame.tracer, source) if source is not None else []
+    return SequenceVar(list(items), is_list=True, is_deque=True)
+
+
+def _counter(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``collections.Counter`` of constants: counted at capture time."""
+    try:
+        values = [
+            python_value(SequenceVar(iterate(frame.tracer, arg)))
+            if isinstance(arg, IteratorVar)
+            else python_value(arg)
+            for arg in args
+        ]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported("collections.Counter over non-constants is not supported") from None
+    return ConstVar(collections.Counter(*values, **keywords))
 
 
 def _sum(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
@@ -200,7 +238,7 @@ def _super(frame: FrameState, args: Sequence[Var], kwargs: Mapping[str, Var]) ->
             raise Unsupported("super() outside a method is not supported")
         cls = python_value(frame.read_cell("__class__"))
         self_var = frame.read_cell(first) if first in frame.cells else frame.locals[first]
-    if not isinstance(self_var, ObjectVar):
+    if not isinstance(self_var, ObjectVar | UserObjectVar):
         raise Unsupported(f"super() with {describe(self_var)} is not supported")
     return SuperVar(cls, self_var)
 
@@ -221,6 +259,9 @@ BUILTIN_HANDLERS: dict[Any, Handler] = {
     builtins.list: _sequence_of(is_list=True),
     builtins.tuple: _sequence_of(is_list=False),
     builtins.dict: _dict,
+    collections.OrderedDict: _ordered_dict,
+    collections.Counter: _counter,
+    collections.deque: _deque,
     builtins.sum: _sum,
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,

@@ -8,12 +8,14 @@ becomes one object.
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import types
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from torchstrata.capture.counters import CounterVar, build_counter
 from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.tracer import Unsupported
@@ -96,6 +98,9 @@ class Rebuilder:
             if var.var is not None:
                 self.collect(var.var)
             return
+        if isinstance(var, CounterVar):
+            self._code.setdefault(var.base, compile(var.base, "<source>", "eval"))
+            return
         if isinstance(var, ObjectVar) and var.source is not None:
             self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))
             return
@@ -114,6 +119,8 @@ class Rebuilder:
             if var.node not in self._index:
                 self._index[var.node] = len(self.outputs)
                 self.outputs.append(var.node)
+            for item in var.python_attributes.values():
+                self.collect(item)
         elif isinstance(var, SequenceVar | IteratorVar):
             for item in var.items:
                 self.collect(item)
@@ -142,6 +149,8 @@ class Rebuilder:
         elif isinstance(var, UserObjectVar):
             for item in var.attributes.values():
                 self.collect(item)
+            if var.mapping is not None:
+                self.collect(var.mapping)
         else:
             raise Unsupported(f"a graph break while {describe(var)} is live is not supported")
 
@@ -176,6 +185,8 @@ class Rebuilder:
         if isinstance(var, ConstVar):
             value = var.value
             return type(value)(value) if isinstance(value, set | list | dict) else value
+        if isinstance(var, CounterVar):  # read now: prepare builds before any write
+            return build_counter(var, eval(self._code[var.base], ns))
         if isinstance(var, ObjectVar):
             if var.source is not None:  # re-read: it may be guarded by type only
                 return eval(self._code[var.source], ns)
@@ -187,8 +198,16 @@ class Rebuilder:
             return self.build(item, outputs, ns, memo)
 
         if isinstance(var, TensorVar):
-            return outputs[self._index[var.node]]
+            tensor = outputs[self._index[var.node]]
+            for name, item in var.python_attributes.items():
+                setattr(tensor, name, sub(item))
+            return tensor
         if isinstance(var, SequenceVar):
+            if var.is_deque:
+                queue: collections.deque[Any] = collections.deque()
+                memo[id(var)] = queue
+                queue.extend(sub(item) for item in var.items)
+                return queue
             if var.is_list:
                 result: list[Any] = []
                 memo[id(var)] = result
@@ -197,7 +216,7 @@ class Rebuilder:
             values = tuple(sub(item) for item in var.items)
             return make_tuple(var.tuple_type, values)
         if isinstance(var, DictVar):
-            mapping: dict[Any, Any] = {}
+            mapping: dict[Any, Any] = var.dict_type()
             memo[id(var)] = mapping
             mapping.update((key, sub(item)) for key, item in var.items.items())
             return mapping
@@ -224,8 +243,13 @@ class Rebuilder:
             manager = sub(var.context)
             return type(manager).__exit__.__get__(manager)
         if isinstance(var, UserObjectVar):  # an object made in the trace, escaping it
-            instance: Any = object.__new__(var.cls)  # its class keeps object.__new__
+            cls: Any = var.cls
+            instance: Any = cls.__new__(cls)  # object's, dict's or OrderedDict's
             memo[id(var)] = instance
+            if var.mapping is not None:  # items through the dict base, past the class's own
+                base: Any = var.mapping.dict_type
+                for key, item in var.mapping.items.items():
+                    base.__setitem__(instance, key, sub(item))
             for name, item in var.attributes.items():
                 object.__setattr__(instance, name, sub(item))
             return instance

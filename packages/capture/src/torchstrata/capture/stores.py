@@ -19,7 +19,14 @@ from torchstrata.capture.side_effects import DELETED
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.user_objects import store_attribute as user_store
-from torchstrata.capture.variables import ObjectVar, Var, describe, is_constant, python_value
+from torchstrata.capture.variables import (
+    ObjectVar,
+    TensorVar,
+    Var,
+    describe,
+    is_constant,
+    python_value,
+)
 
 #: ``__setattr__`` implementations that only store (``nn.Module``'s also registers
 #: parameters, buffers and submodules, which the real assignment after the graph does).
@@ -37,6 +44,9 @@ def store_attribute(tracer: Tracer, owner: Var, name: str, value: Var) -> None:
     """``owner.name = value``."""
     if isinstance(owner, UserObjectVar):
         user_store(owner, name, value)
+        return
+    if isinstance(owner, TensorVar) and owner.source is None and not hasattr(torch.Tensor, name):
+        owner.python_attributes[name] = value  # a tensor the graph makes: a tag on it
         return
     if not isinstance(owner, ObjectVar):
         raise Unsupported(f"assigning attribute {name!r} of {describe(owner)} is not supported")

@@ -6,6 +6,7 @@ functions inlined into it); each frame interprets its own bytecode against it.
 
 from __future__ import annotations
 
+import collections
 import re
 import types
 from collections.abc import Mapping
@@ -120,6 +121,11 @@ INPLACE_OPERATORS = frozenset(
 
 #: Largest number of bytecode instructions one capture may interpret (runaway loops).
 MAX_INSTRUCTIONS = 200_000
+
+#: Dict types read as :class:`DictVar` (keys and values), rebuilt with their type.
+_DICT_TYPES = (dict, collections.OrderedDict)
+#: Containers shared by identity within a trace (every alias is one variable).
+_MUTABLE_TYPES = (list, dict, set, collections.OrderedDict)
 
 
 class Unsupported(Exception):
@@ -246,13 +252,13 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             return self._lift_tensor(value, source)
         guarded = guard and source is not None
-        if type(value) in (list, dict, set):
+        if type(value) in _MUTABLE_TYPES:
             known = self._mutables.get(id(value))
             # (one first read without guards is not shared with a guarded read)
             if known is not None and known[0] is value and (known[2] or not guarded):
                 return self._alias(known[1], source, guarded)
         var = self._wrap(value, source, guard, guarded)
-        if type(value) in (list, dict, set) and isinstance(var, SequenceVar | DictVar | ConstVar):
+        if type(value) in _MUTABLE_TYPES and isinstance(var, SequenceVar | DictVar | ConstVar):
             self._mutables[id(value)] = (value, var, guarded)
         return var
 
@@ -293,15 +299,15 @@ class Tracer:
             return SequenceVar(
                 items, field_names=named.field_names, source=source, tuple_type=named.cls
             )
-        if type(value) is dict and all(isinstance(key, str | int) for key in value):
+        if type(value) in _DICT_TYPES and all(isinstance(key, str | int) for key in value):
             if guarded and source is not None:
-                self.guard(GuardKind.TYPE_MATCH, source, dict)
+                self.guard(GuardKind.TYPE_MATCH, source, type(value))
                 self.guard(GuardKind.CONSTANT_MATCH, f"tuple({source}.keys())", tuple(value))
             entries = {
                 key: self.wrap(item, f"{source}[{key!r}]" if source else None, guard=guard)
                 for key, item in value.items()
             }
-            return DictVar(entries, source=source)
+            return DictVar(entries, source=source, dict_type=type(value))
         if guarded and source is not None:
             self.guard_identity(source, value, describe(ObjectVar(value)))
         return ObjectVar(value, source)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import collections
 import dataclasses
 import inspect
 import sys
@@ -31,6 +32,7 @@ from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import (
     BoundMethodVar,
     ConstVar,
+    DictVar,
     FunctionVar,
     NotConstant,
     ObjectVar,
@@ -52,6 +54,17 @@ class UserObjectVar(Var):
     cls: type
     attributes: dict[str, Var] = attrs.field(factory=dict)
     source: str | None = None
+    #: The items of an object of a ``dict``/``OrderedDict`` subclass (:mod:`.mapping_objects`).
+    mapping: DictVar | None = None
+
+
+#: The dict types a user class may derive from (its objects have a ``mapping``).
+DICT_BASES: tuple[type[dict[Any, Any]], ...] = (collections.OrderedDict, dict)
+
+
+def mapping_base(cls: type) -> type[dict[Any, Any]] | None:
+    """The dict type ``cls`` derives from (``OrderedDict`` before ``dict``), or None."""
+    return next((base for base in DICT_BASES if issubclass(cls, base)), None)
 
 
 def is_user_class(value: Any) -> bool:
@@ -64,10 +77,15 @@ def is_user_class(value: Any) -> bool:
         value, torch.nn.Module | torch.Tensor | BaseException
     ):
         return False
+    base = mapping_base(value)
     return (
-        value.__new__ is object.__new__
-        and (value.__setattr__ is object.__setattr__ or _is_frozen(value))
-        and value.__getattribute__ is object.__getattribute__
+        value.__new__ is (object.__new__ if base is None else base.__new__)
+        and (
+            value.__setattr__ is object.__setattr__
+            or _is_frozen(value)
+            or isinstance(inspect.getattr_static(value, "__setattr__"), types.FunctionType)
+        )
+        and value.__getattribute__ in (object.__getattribute__, dict.__getattribute__)
     )
 
 
@@ -84,9 +102,12 @@ def construct(
     """``cls(*args, **kwargs)``: a new object, ``__init__`` inlined."""
     from torchstrata.capture.calls import call_function  # calls imports this module
 
-    instance = UserObjectVar(cls)
+    base = mapping_base(cls)
+    instance = UserObjectVar(cls, mapping=None if base is None else DictVar({}, dict_type=base))
     init = inspect.getattr_static(cls, "__init__")
-    if init is not object.__init__:
+    if base is not None and init is base.__init__:  # the dict's own: items from the arguments
+        call_function(frame, ObjectVar(init), [instance, *args], kwargs)
+    elif init is not object.__init__:
         if not isinstance(init, types.FunctionType):
             raise Unsupported(f"{cls.__name__}.__init__ is not a Python function")
         result = call_function(frame, BoundMethodVar(ObjectVar(init), instance), args, kwargs)
@@ -117,6 +138,11 @@ def object_attribute(tracer: Tracer, var: UserObjectVar, name: str) -> Var:
         raise AttributeMissing(f"{var.cls.__name__} object has no attribute {name!r}")
     if isinstance(static, types.FunctionType):
         return BoundMethodVar(ObjectVar(static), var)
+    if var.mapping is not None:
+        from torchstrata.capture.mapping_objects import is_dict_method  # it imports this
+
+        if is_dict_method(static):  # self.keys(): the call works on the mapping
+            return BoundMethodVar(ObjectVar(static), var)
     if isinstance(static, staticmethod):
         return ObjectVar(static.__func__)
     if isinstance(static, classmethod):

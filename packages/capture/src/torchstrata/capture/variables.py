@@ -9,6 +9,7 @@ from, or None for values computed during capture.
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -45,11 +46,14 @@ class ConstVar(Var):
 
 @attrs.define(eq=False)
 class TensorVar(Var):
-    """A tensor produced by a graph node (inputs are nodes too)."""
+    """A tensor produced by a graph node (inputs are nodes too). ``python_attributes``:
+    Python attributes assigned to it in the trace (``y.tag = "name"``), set on the real
+    tensor when it is rebuilt."""
 
     node: Node
     python_type: type = torch.Tensor
     source: str | None = None
+    python_attributes: dict[str, Var] = attrs.Factory(dict)
 
     @property
     def meta(self) -> TensorMeta:
@@ -70,14 +74,18 @@ class SequenceVar(Var):
     field_names: tuple[str, ...] | None = None
     source: str | None = None
     tuple_type: type | None = None
+    #: A ``collections.deque`` made in the trace (``is_list`` too; no ``maxlen``).
+    is_deque: bool = False
 
 
 @attrs.define(eq=False)
 class DictVar(Var):
-    """A dict with constant keys and variable values."""
+    """A dict (or ``collections.OrderedDict``: ``dict_type``) with constant keys and
+    variable values."""
 
     items: dict[Any, Var]
     source: str | None = None
+    dict_type: type = dict
 
 
 @attrs.define(eq=False)
@@ -162,7 +170,7 @@ class SuperVar(Var):
     """``super()`` inside a method: attribute lookups start after ``cls`` in the MRO."""
 
     cls: type
-    self_var: ObjectVar
+    self_var: Var  # an ObjectVar, or a UserObjectVar (an object made in the trace)
 
 
 @attrs.define(eq=False)
@@ -209,9 +217,11 @@ def python_value(var: Var | _Null) -> Any:
         return var.value
     if isinstance(var, SequenceVar):
         values = [python_value(item) for item in var.items]
+        if var.is_deque:
+            return collections.deque(values)
         return values if var.is_list else make_tuple(var.tuple_type, values)
     if isinstance(var, DictVar):
-        return {key: python_value(value) for key, value in var.items.items()}
+        return var.dict_type((key, python_value(value)) for key, value in var.items.items())
     raise NotConstant(var)
 
 
