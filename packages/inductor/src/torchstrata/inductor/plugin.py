@@ -63,7 +63,10 @@ class CodegenStage:
         spec = registered_backends(self.manager).get(package.get("backend", ""))
         if spec is None:
             return None
-        return load_compiled(package, spec.create(device, options), options)
+        backend = spec.create(device, options)
+        if backend is None:  # a backend that runs eagerly saves nothing to load
+            return None
+        return load_compiled(package, backend, options)
 
 
 @hookimpl

@@ -13,6 +13,7 @@ from torchstrata.runtime.errors import (
 )
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
+from torchstrata.runtime.graph_cache import GraphCacheStats, graph_cache_stats
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -22,6 +23,7 @@ __all__ = [
     "CompiledFunction",
     "CompiledModule",
     "ExplainReport",
+    "GraphCacheStats",
     "GuardFailure",
     "GuardSet",
     "Pipeline",
@@ -31,6 +33,7 @@ __all__ = [
     "compile",
     "explain",
     "explain_dynamo",
+    "graph_cache_stats",
     "reset",
     "set_logs",
 ]
