@@ -3,7 +3,8 @@
 An entry's key is the SHA-256 of
 
 - the graph's text form (its ops, arguments and every input's shape, strides, dtype,
-  device and ``requires_grad``) and whether grad mode is on;
+  device and ``requires_grad``), whether deterministic algorithms are on and, for the
+  autograd entry, whether grad mode is;
 - the options that change compilation (all of ``CompileOptions`` but where the cache
   lives, its size cap, the debug directory and the recompile limit);
 - this installation: Python, torch and Triton versions, the registered plugins by name
@@ -146,13 +147,19 @@ def installation_identity(manager: pluggy.PluginManager, options: CompileOptions
 
 def entry_key(kind: str, graph_text: str, options: CompileOptions, installation: str) -> str:
     """The key of the ``kind`` entry (``aot`` or ``lowered``) of the graph whose text is
-    ``graph_text``, compiled with ``options`` in grad mode as it is now."""
+    ``graph_text``, compiled with ``options``.
+
+    An ``aot`` key holds the grad mode too (the pipeline drops ``requires_grad`` and the
+    backward without it); a ``lowered`` one does not: an ATen graph is decomposed and
+    compiled the same with grad on (``explain()``) and off (a backward run by autograd).
+    """
+    grad = f"grad={torch.is_grad_enabled()}" if kind == "aot" else ""
     parts = (
         ENTRY_VERSION,
         kind,
         installation,
         options_identity(options),
-        f"grad={torch.is_grad_enabled()}",
+        grad,
         f"deterministic={torch.are_deterministic_algorithms_enabled()}",
         graph_text,
     )

@@ -1,0 +1,148 @@
+"""Warm start: the first training step of a fresh process, with an empty cache and with
+the cache the first process left.
+
+``python -m bench.warm_start --layers 8`` runs the bench GPT (width 128, 4 heads, vocab
+8192, batch 2, 64 tokens, fp32 on the CPU; one step = forward + cross-entropy +
+backward) compiled by ``torchstrata.runtime.compile``, first step only, in three fresh
+processes one after the other:
+
+1. eager (no compiler): what the step costs by itself in a new process;
+2. cold: torchstrata with an empty cache directory (``CompileOptions.cache_dir``);
+3. warm: torchstrata again with the cache directory that process 2 filled.
+
+It prints the three times, warm / cold, and the compiled-graph cache counters of the
+warm process (it must hit, or the ratio means nothing). ``--repeat N`` runs the three
+N times, each cold with a new empty directory, and reports medians. Model building and
+imports are outside the clock; the step is checked against eager's loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Cache locations a run must not share with the user's own caches.
+CACHE_VARIABLES = ("TORCHSTRATA_CACHE_DIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")
+
+
+def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
+    """Build the model (outside the clock), then time compile + the first training step
+    (eager when ``cache_dir`` is None)."""
+    import torch
+    import torch.nn.functional as F  # noqa: F401 - the model's import, outside the clock
+
+    from bench.workloads.nets.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layers=layers, n_heads=4, dim=128, vocab=8192, block=64))
+    idx = torch.randint(0, 8192, (2, 64))
+    targets = torch.randint(0, 8192, (2, 64))
+    with torch.no_grad():
+        expected = model(idx, targets).item()
+    if cache_dir is None:
+        start = time.perf_counter()
+        loss = model(idx, targets)
+        loss.backward()
+        return {"seconds": time.perf_counter() - start, "loss": loss.item()}
+    import torchstrata.runtime as runtime
+    from torchstrata.core import CompileOptions
+
+    start = time.perf_counter()
+    compiled = runtime.compile(model, options=CompileOptions(cache_dir=cache_dir))
+    loss = compiled(idx, targets)
+    loss.backward()
+    seconds = time.perf_counter() - start
+    stats = runtime.graph_cache_stats()
+    if abs(loss.item() - expected) > 1e-4 * max(1.0, abs(expected)):
+        raise AssertionError(f"compiled loss {loss.item()} differs from eager's {expected}")
+    return {
+        "seconds": seconds,
+        "loss": loss.item(),
+        "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
+    }
+
+
+def run_child(layers: int, cache_dir: str | None) -> dict[str, Any]:
+    """:func:`first_step` in a fresh ``python -m bench.warm_start --child`` process."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
+    command = [sys.executable, "-m", "bench.warm_start", "--child", "--layers", str(layers)]
+    command += ["--cache-dir", cache_dir] if cache_dir is not None else []
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"child failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def measure(layers: int, repeat: int) -> dict[str, Any]:
+    """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio."""
+    rounds = []
+    for _ in range(repeat):
+        scratch = tempfile.mkdtemp(prefix="bench-warm-start-")
+        try:
+            eager = run_child(layers, None)
+            cold = run_child(layers, scratch)
+            warm = run_child(layers, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        rounds.append({"eager": eager, "cold": cold, "warm": warm})
+    median = {
+        name: statistics.median(r[name]["seconds"] for r in rounds)
+        for name in ("eager", "cold", "warm")
+    }
+    return {
+        "layers": layers,
+        "rounds": rounds,
+        "median_seconds": median,
+        "warm_over_cold": median["warm"] / median["cold"],
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    """The table printed for a :func:`measure` result."""
+    median = result["median_seconds"]
+    warm_cache = result["rounds"][-1]["warm"]["graph_cache"]
+    lines = [
+        f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x 64 tokens, "
+        f"fp32 CPU; first training step in a fresh process, median of "
+        f"{len(result['rounds'])}",
+        f"  eager first step:          {median['eager']:8.2f} s",
+        f"  torchstrata cold (empty):  {median['cold']:8.2f} s",
+        f"  torchstrata warm (cached): {median['warm']:8.2f} s",
+        f"  warm / cold:               {result['warm_over_cold']:8.3f}",
+        f"  warm process graph cache:  {warm_cache}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.warm_start --layers 8 [--repeat N] [--json PATH]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(first_step(args.layers, args.cache_dir)))
+        return 0
+    result = measure(args.layers, args.repeat)
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
