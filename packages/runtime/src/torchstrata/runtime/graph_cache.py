@@ -169,7 +169,9 @@ def lookup_aot(
     document = _read(options, key, "aot")
     if document is not None:
         try:
-            hit = AotHit(read_aot(document["aot"]), read_graph(document["aten_graph"]))
+            aot = read_aot(document["aot"])
+            aten_text = document["aten_graph"]  # None: the forward, unchanged by post_aot
+            hit = AotHit(aot, aot.forward if aten_text is None else read_graph(aten_text))
         except (BadRecord, KeyError) as error:
             _discard(_store(options), key, str(error))
         else:
@@ -187,7 +189,9 @@ def store_aot(lookup: Lookup, aot: AotResult, aten_graph: Graph, options: Compil
     if lookup.key is None or lookup.hit is not None:
         return
     try:
-        body = {"aot": aot_record(aot), "aten_graph": graph_text(aten_graph)}
+        record = aot_record(aot)
+        aten_text = None if aten_graph is aot.forward else graph_text(aten_graph)
+        body = {"aot": record, "aten_graph": None if aten_text == record["forward"] else aten_text}
     except NotCacheable as reason:
         _STATS.not_cacheable += 1
         cache_log.debug("graph cache: autograd result not stored: %s", reason)

@@ -8,8 +8,9 @@ An entry's key is the SHA-256 of
 - the options that change compilation (all of ``CompileOptions`` but where the cache
   lives, its size cap, the debug directory and the recompile limit);
 - this installation: Python, torch and Triton versions, the registered plugins by name
-  and module, the versions of the distributions that provide them and a hash of their
-  source files (an editable install's edits make new entries), and what each plugin's
+  and module, a hash of the source files of the packages that provide them and of core
+  and the runtime (a new version, or an editable install's edits, make new entries),
+  and what each plugin's
   ``torchstrata_cache_key`` hook answers (the inductor's: the C++ compiler, its version,
   the host CPU).
 
@@ -23,6 +24,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterable
@@ -78,17 +80,19 @@ def _version(distribution: str) -> str:
 
 
 @functools.cache
-def _distributions_of(top_level: str) -> tuple[str, ...]:
-    return tuple(sorted(importlib.metadata.packages_distributions().get(top_level, ())))
-
-
-@functools.cache
 def _source_hash(directory: Path) -> str:
     """The SHA-256 of the Python files below ``directory`` (relative names and bytes)."""
     digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*.py")):
-        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
+    files = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(directory)
+        for name in names
+        if name.endswith(".py")
+    ]
+    for path in sorted(files):
+        digest.update(os.path.relpath(path, directory).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
     return digest.hexdigest()
 
 
@@ -112,14 +116,14 @@ def _installation(manager: pluggy.PluginManager) -> dict[str, Any]:
     plugins = sorted(_plugin_modules(manager))
     modules = {module for _, module in plugins} | {"torchstrata.core", "torchstrata.runtime"}
     directories = {d for d in map(_package_directory, sorted(modules)) if d is not None}
-    distributions = {dist for module in modules for dist in _distributions_of(module.split(".")[0])}
     return {
         "entry": ENTRY_VERSION,
         "python": sys.version,
         "torch": torch.__version__,
         "triton": _version("triton"),
         "plugins": plugins,
-        "distributions": {dist: _version(dist) for dist in sorted(distributions)},
+        # the code itself rather than distribution versions: an editable install's edits
+        # (and a plugin outside any distribution) change it too
         "sources": sorted(_source_hash(directory) for directory in directories),
     }
 
