@@ -25,6 +25,8 @@ from torchstrata.core import CompileOptions, InductorOptions
 from torchstrata.core.artifacts import LAYOUT, CacheSettings, CacheWarning, open_store
 from torchstrata.runtime.graph_cache_key import entry_key, options_identity
 
+pytestmark = pytest.mark.graph_cache
+
 
 class Net(nn.Module):
     """A small classifier: linear, LayerNorm, GELU, linear, cross-entropy."""

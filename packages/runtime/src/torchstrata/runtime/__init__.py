@@ -14,6 +14,7 @@ from torchstrata.runtime.errors import (
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
 from torchstrata.runtime.graph_cache import GraphCacheStats, graph_cache_stats
+from torchstrata.runtime.graph_cache import suspended as graph_cache_suspended
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -34,6 +35,7 @@ __all__ = [
     "explain",
     "explain_dynamo",
     "graph_cache_stats",
+    "graph_cache_suspended",
     "reset",
     "set_logs",
 ]

@@ -26,9 +26,11 @@ cannot load) is discarded the same way. Either way the stages run and store it a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -148,10 +150,27 @@ def _write(options: CompileOptions, key: str, kind: str, what: str, body: dict[s
     _note("stored", what, key)
 
 
+_SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "torchstrata_graph_cache_suspended", default=False
+)
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within the block no entry is read or written, whatever the options say: for test
+    suites whose tests count stage calls or expect a stage's warnings, and would
+    otherwise find the entries an earlier test (or an earlier run) wrote."""
+    token = _SUSPENDED.set(True)
+    try:
+        yield
+    finally:
+        _SUSPENDED.reset(token)
+
+
 def _key(
     kind: str, graph: Graph, options: CompileOptions, manager: pluggy.PluginManager
 ) -> str | None:
-    if not options.graph_cache:
+    if not options.graph_cache or _SUSPENDED.get():
         return None
     return entry_key(kind, str(graph), options, installation_identity(manager, options))
 
