@@ -111,11 +111,15 @@ def _store(options: CompileOptions) -> ArtifactStore:
     return open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
 
 
-def _note(event: str, what: str, key: str) -> None:
+def _note(event: str, what: str, key: str, stage: str = "", result: Any = None) -> None:
+    """Log and trace a cache event; a hit reports what it stands for as the ``stage``
+    hook's result (``graphs``/``output_code`` logs, the debug directory)."""
     cache_log.debug("graph cache %s: %s %s", event, what, key[:16])
     trace = current_trace()
     if trace is not None:
         trace.cache_event(f"{what}: {event}")
+        if result is not None:
+            trace.produced(stage, result)
 
 
 def _read(options: CompileOptions, key: str, kind: str) -> Mapping[str, Any] | None:
@@ -195,7 +199,7 @@ def lookup_aot(
             _discard(_store(options), key, str(error))
         else:
             _STATS.hits += 1
-            _note("hit", "autograd", key)
+            _note("hit", "autograd", key, "autograd", hit.aot)
             return Lookup(key, hit)
     _STATS.misses += 1
     _note("miss", "autograd", key)
@@ -238,7 +242,7 @@ def lookup_lowered(
                 _discard(_store(options), key, str(error))
             else:
                 _STATS.hits += 1
-                _note("hit", "decomposition", key)
+                _note("hit", "decomposition", key, "decomp", hit.prims_graph)
                 return Lookup(key, hit)
         else:
             _discard(_store(options), key, "a codegen package that is not a JSON object")
@@ -270,7 +274,7 @@ def load_compiled(
     if not isinstance(compiled, CompiledGraph):
         _discard(_store(options), lookup.key, reason)
         return None
-    _note("hit", "code generation", lookup.key)
+    _note("hit", "code generation", lookup.key, "codegen", compiled)
     return compiled
 
 
