@@ -80,30 +80,39 @@ def _version(distribution: str) -> str:
 
 
 @functools.cache
-def _source_hash(directory: Path) -> str:
-    """The SHA-256 of the Python files below ``directory`` (relative names and bytes)."""
+def _source_hash(location: Path) -> str:
+    """The SHA-256 of a module file, or of the Python files below a package directory
+    (relative names and bytes)."""
     digest = hashlib.sha256()
-    files = [
-        os.path.join(root, name)
-        for root, _, names in os.walk(directory)
-        for name in names
-        if name.endswith(".py")
-    ]
+    if location.is_file():
+        files = [str(location)]
+        location = location.parent
+    else:
+        files = [
+            os.path.join(root, name)
+            for root, _, names in os.walk(location)
+            for name in names
+            if name.endswith(".py")
+        ]
     for path in sorted(files):
-        digest.update(os.path.relpath(path, directory).encode() + b"\0")
+        digest.update(os.path.relpath(path, location).encode() + b"\0")
         with open(path, "rb") as handle:
             digest.update(handle.read())
     return digest.hexdigest()
 
 
-def _package_directory(module_name: str) -> Path | None:
-    """The directory of the package that holds ``module_name`` (``torchstrata.<stage>``
-    for the namespace's stages, the top-level package otherwise)."""
+def _source_location(module_name: str) -> Path | None:
+    """Where the code of ``module_name`` lives: the directory of its package
+    (``torchstrata.<stage>`` for the namespace's stages, the top-level package
+    otherwise), or the file of a top-level module that is no package (``__main__``)."""
     parts = module_name.split(".")
     package = ".".join(parts[:2] if parts[0] == "torchstrata" else parts[:1])
     module = sys.modules.get(package)
     file = getattr(module, "__file__", None)
-    return Path(file).parent if file else None
+    if not file:
+        return None
+    path = Path(file)
+    return path.parent if path.name == "__init__.py" else path
 
 
 def _plugin_modules(manager: pluggy.PluginManager) -> Iterable[tuple[str, str]]:
@@ -115,7 +124,7 @@ def _plugin_modules(manager: pluggy.PluginManager) -> Iterable[tuple[str, str]]:
 def _installation(manager: pluggy.PluginManager) -> dict[str, Any]:
     plugins = sorted(_plugin_modules(manager))
     modules = {module for _, module in plugins} | {"torchstrata.core", "torchstrata.runtime"}
-    directories = {d for d in map(_package_directory, sorted(modules)) if d is not None}
+    locations = {d for d in map(_source_location, sorted(modules)) if d is not None}
     return {
         "entry": ENTRY_VERSION,
         "python": sys.version,
@@ -124,7 +133,7 @@ def _installation(manager: pluggy.PluginManager) -> dict[str, Any]:
         "plugins": plugins,
         # the code itself rather than distribution versions: an editable install's edits
         # (and a plugin outside any distribution) change it too
-        "sources": sorted(_source_hash(directory) for directory in directories),
+        "sources": sorted(_source_hash(location) for location in locations),
     }
 
 
