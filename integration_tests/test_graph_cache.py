@@ -121,7 +121,7 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(tmp_path: Pat
     assert cold["stores"] == 3 and cold["hits"] == 0
     done = subprocess.run(
         [sys.executable, "-c", WARM, str(tmp_path), str(Path(__file__).parent)],
-        env={k: v for k, v in os.environ.items() if k != "TORCHSTRATA_LOGS"},
+        env={**os.environ, "TORCHSTRATA_LOGS": "cache"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -132,6 +132,9 @@ def test_a_second_process_takes_the_compiled_graphs_from_the_cache(tmp_path: Pat
     assert (warm["hits"], warm["misses"], warm["stores"]) == (3, 0, 0)
     assert warm["from_cache"], warm["events"]
     assert any(event.endswith("code generation: hit") for event in warm["events"])
+    assert "[cache] graph cache hit: autograd" in done.stderr
+    assert "[cache] graph cache hit: code generation" in done.stderr
+    assert "graph cache miss" not in done.stderr
 
 
 def test_a_corrupted_entry_is_removed_and_rebuilt(tmp_path: Path) -> None:
@@ -185,13 +188,23 @@ def test_the_key_follows_options_and_input_dtypes_not_the_cache_location() -> No
     assert entry_key("lowered", text, base, "installation") != key
 
 
-def test_another_input_dtype_or_option_is_another_entry(tmp_path: Path) -> None:
+def test_another_input_dtype_or_option_is_another_entry(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x) * 2 + 1
 
     options = CompileOptions(cache_dir=str(tmp_path))
+    tsr.set_logs("cache")
+    try:
+        with torch.no_grad():
+            tsr.compile(f, options=options)(torch.randn(8, 4))
+    finally:
+        tsr.set_logs()
+    logged = capfd.readouterr().err
+    assert "[cache] graph cache miss: autograd" in logged
+    assert "[cache] graph cache stored: decomposition and code generation" in logged
     with torch.no_grad():
-        tsr.compile(f, options=options)(torch.randn(8, 4))
         count = len(_entries(tmp_path))
         assert count == 2  # autograd, lowered
         x64 = torch.randn(8, 4, dtype=torch.float64)

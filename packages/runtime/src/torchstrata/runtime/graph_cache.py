@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import logging
-from collections.abc import Iterator, Mapping
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import attrs
 import pluggy
 import torch
 
 from torchstrata.core import AotResult, CompiledGraph, CompileOptions, Graph
-from torchstrata.core.artifacts import ArtifactStore, CacheSettings, open_store
+from torchstrata.core.artifacts import ArtifactStore, CacheSettings, CacheWarning, open_store
 from torchstrata.core.logs import artifact_logger
 from torchstrata.runtime.compile_trace import current_trace
 from torchstrata.runtime.graph_cache_key import ENTRY_VERSION, entry_key, installation_identity
@@ -105,6 +107,34 @@ class Lookup:
 
     key: str | None
     hit: Any = None
+
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _never_fatal(fallback: Any) -> Callable[[_Fn], _Fn]:
+    """The cache must never fail a compile: an unexpected error in ``fn`` is logged and
+    ``fallback`` (a miss, or nothing stored) returned; the stages then run as without
+    a cache."""
+
+    def wrap(fn: _Fn) -> _Fn:
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - see above
+                cache_log.debug("graph cache: %s failed: %r", fn.__name__, error)
+                warnings.warn(
+                    f"the compiled-graph cache failed ({type(error).__name__}: {error}); "
+                    "compiling without it",
+                    CacheWarning,
+                    stacklevel=3,
+                )
+                return fallback
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
 
 
 def _store(options: CompileOptions) -> ArtifactStore:
@@ -176,12 +206,19 @@ def _key(
 ) -> str | None:
     if not options.graph_cache or _SUSPENDED.get():
         return None
-    return entry_key(kind, str(graph), options, installation_identity(manager, options))
+    try:
+        text = str(graph)
+    except TypeError as error:  # an argument the text form cannot spell: no exact key
+        _STATS.not_cacheable += 1
+        cache_log.debug("graph cache: graph not cacheable: %s", error)
+        return None
+    return entry_key(kind, text, options, installation_identity(manager, options))
 
 
 # ---------------------------------------------------------------------------- aot
 
 
+@_never_fatal(Lookup(None))
 def lookup_aot(
     torch_graph: Graph, options: CompileOptions, manager: pluggy.PluginManager
 ) -> Lookup:
@@ -206,6 +243,7 @@ def lookup_aot(
     return Lookup(key)
 
 
+@_never_fatal(None)
 def store_aot(lookup: Lookup, aot: AotResult, aten_graph: Graph, options: CompileOptions) -> None:
     """Write the ``aot`` entry that ``lookup`` missed (nothing when the cache is off or
     the result is not plain data)."""
@@ -225,6 +263,7 @@ def store_aot(lookup: Lookup, aot: AotResult, aten_graph: Graph, options: Compil
 # ------------------------------------------------------------------------ lowered
 
 
+@_never_fatal(Lookup(None))
 def lookup_lowered(
     aten_graph: Graph, options: CompileOptions, manager: pluggy.PluginManager
 ) -> Lookup:
@@ -278,6 +317,7 @@ def load_compiled(
     return compiled
 
 
+@_never_fatal(None)
 def store_lowered(
     lookup: Lookup,
     prims_graph: Graph,
