@@ -75,7 +75,7 @@ def aot_record(aot: AotResult) -> dict[str, Any]:
 
 def _tuples(value: Any) -> Any:
     """JSON lists back into the tuples the AotResult fields hold."""
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return tuple(_tuples(item) for item in value)
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
