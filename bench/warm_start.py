@@ -10,8 +10,10 @@ processes one after the other:
 2. cold: torchstrata with an empty cache directory (``CompileOptions.cache_dir``);
 3. warm: torchstrata again with the cache directory that process 2 filled.
 
-It prints the three times, warm / cold, and the compiled-graph cache counters of the
-warm process (it must hit, or the ratio means nothing). ``--repeat N`` runs the three
+It prints the three times (wall clock, and CPU seconds of the process and its C++
+compilers, which a machine shared with other work disturbs less), warm / cold, and the
+compiled-graph cache counters of the warm processes (they must hit, or the ratio means
+nothing). ``--repeat N`` runs the three
 N times, each cold with a new empty directory, and reports medians. Model building and
 imports are outside the clock; the step is checked against eager's loss.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -33,6 +36,14 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Cache locations a run must not share with the user's own caches.
 CACHE_VARIABLES = ("TORCHSTRATA_CACHE_DIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (the C++ compilers): less
+    disturbed than wall time on a machine shared with other work."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
@@ -50,23 +61,25 @@ def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
     with torch.no_grad():
         expected = model(idx, targets).item()
     if cache_dir is None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_seconds()
         loss = model(idx, targets)
         loss.backward()
-        return {"seconds": time.perf_counter() - start, "loss": loss.item()}
+        seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+        return {"seconds": seconds, "cpu_seconds": cpu, "loss": loss.item()}
     import torchstrata.runtime as runtime
     from torchstrata.core import CompileOptions
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     compiled = runtime.compile(model, options=CompileOptions(cache_dir=cache_dir))
     loss = compiled(idx, targets)
     loss.backward()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     stats = runtime.graph_cache_stats()
     if abs(loss.item() - expected) > 1e-4 * max(1.0, abs(expected)):
         raise AssertionError(f"compiled loss {loss.item()} differs from eager's {expected}")
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "loss": loss.item(),
         "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
     }
@@ -96,31 +109,38 @@ def measure(layers: int, repeat: int) -> dict[str, Any]:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rounds.append({"eager": eager, "cold": cold, "warm": warm})
-    median = {
-        name: statistics.median(r[name]["seconds"] for r in rounds)
-        for name in ("eager", "cold", "warm")
-    }
+    names = ("eager", "cold", "warm")
+    median = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in names}
+    cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in names}
+    ratios = [r["warm"]["seconds"] / r["cold"]["seconds"] for r in rounds]
     return {
         "layers": layers,
         "rounds": rounds,
         "median_seconds": median,
+        "median_cpu_seconds": cpu,
         "warm_over_cold": median["warm"] / median["cold"],
+        "warm_over_cold_per_round": ratios,
+        "warm_over_cold_cpu": cpu["warm"] / cpu["cold"],
     }
 
 
 def report(result: dict[str, Any]) -> str:
     """The table printed for a :func:`measure` result."""
-    median = result["median_seconds"]
-    warm_cache = result["rounds"][-1]["warm"]["graph_cache"]
+    wall, cpu = result["median_seconds"], result["median_cpu_seconds"]
+    warm_cache = [r["warm"]["graph_cache"] for r in result["rounds"]]
+    per_round = ", ".join(f"{ratio:.3f}" for ratio in result["warm_over_cold_per_round"])
     lines = [
         f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x 64 tokens, "
         f"fp32 CPU; first training step in a fresh process, median of "
         f"{len(result['rounds'])}",
-        f"  eager first step:          {median['eager']:8.2f} s",
-        f"  torchstrata cold (empty):  {median['cold']:8.2f} s",
-        f"  torchstrata warm (cached): {median['warm']:8.2f} s",
-        f"  warm / cold:               {result['warm_over_cold']:8.3f}",
-        f"  warm process graph cache:  {warm_cache}",
+        "                              wall s     CPU s",
+        f"  eager first step:          {wall['eager']:8.2f}  {cpu['eager']:8.2f}",
+        f"  torchstrata cold (empty):  {wall['cold']:8.2f}  {cpu['cold']:8.2f}",
+        f"  torchstrata warm (cached): {wall['warm']:8.2f}  {cpu['warm']:8.2f}",
+        f"  warm / cold:               {result['warm_over_cold']:8.3f}  "
+        f"{result['warm_over_cold_cpu']:8.3f}",
+        f"  warm / cold wall, per round: {per_round}",
+        f"  warm processes' graph cache: {warm_cache}",
     ]
     return "\n".join(lines)
 
