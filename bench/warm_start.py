@@ -82,6 +82,8 @@ def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
         "cpu_seconds": cpu,
         "loss": loss.item(),
         "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
+        # torch's symbolic shapes (sympy) cost a second to import; a warm step needs none
+        "sympy_imported": "sympy" in sys.modules,
     }
 
 
