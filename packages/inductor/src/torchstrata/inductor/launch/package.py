@@ -170,7 +170,7 @@ def make_package(
         try:
             record = encode_value(value, index, callables)
             same = _same(decode_value(record, handles), value)
-        except (UnsaveableError, AttributeError, ValueError):
+        except Exception:  # noqa: BLE001 - no package, never a failed compile
             return None
         if not same:
             return None
