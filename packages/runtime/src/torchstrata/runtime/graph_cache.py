@@ -212,7 +212,21 @@ def _key(
         _STATS.not_cacheable += 1
         cache_log.debug("graph cache: graph not cacheable: %s", error)
         return None
-    return entry_key(kind, text, options, installation_identity(manager, options))
+    return entry_key(
+        kind, text + _accelerators(graph), options, installation_identity(manager, options)
+    )
+
+
+def _accelerators(graph: Graph) -> str:
+    """The name and compute capability of each CUDA device the graph's inputs live on:
+    ATen picks, say, its attention kernels by the GPU, so a cache shared between
+    machines must not hand one GPU's graphs to another."""
+    devices = sorted({m.device for m in graph.input_metas if m.device.type == "cuda"}, key=str)
+    return "".join(
+        f"\n{device}: {torch.cuda.get_device_name(device)} "
+        f"{torch.cuda.get_device_capability(device)}"
+        for device in devices
+    )
 
 
 # ---------------------------------------------------------------------------- aot

@@ -5,6 +5,8 @@ An entry's key is the SHA-256 of
 - the graph's text form (its ops, arguments and every input's shape, strides, dtype,
   device and ``requires_grad``), whether deterministic algorithms are on and, for the
   autograd entry, whether grad mode is;
+- the name and compute capability of each CUDA device of the graph's inputs (see
+  ``graph_cache._accelerators``);
 - the options that change compilation (all of ``CompileOptions`` but where the cache
   lives, its size cap, the debug directory and the recompile limit);
 - this installation: Python, torch and Triton versions, the registered plugins by name
