@@ -234,3 +234,23 @@ def test_graph_cache_off_neither_reads_nor_writes(tmp_path: Path) -> None:
     assert _entries(tmp_path) == []
     assert _delta(before) == {"hits": 0, "misses": 0, "stores": 0, "rebuilt": 0, "not_cacheable": 0}
     assert any((tmp_path / LAYOUT / "cpp").rglob("*.so"))  # kernels are still cached
+
+
+def test_graphs_on_both_sides_of_a_graph_break_come_from_the_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x) * 3
+        print("between graphs")
+        return torch.cos(y) + x
+
+    options = CompileOptions(cache_dir=str(tmp_path))
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        tsr.compile(f, options=options)(x)
+        tsr.reset()
+        before = tsr.graph_cache_stats()
+        result = tsr.compile(f, options=options)(x)
+    torch.testing.assert_close(result, f(x))
+    assert _delta(before) == {"hits": 4, "misses": 0, "stores": 0, "rebuilt": 0, "not_cacheable": 0}
+    assert capsys.readouterr().out.count("between graphs") == 3
