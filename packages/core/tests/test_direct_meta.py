@@ -177,3 +177,19 @@ def test_layer_norm_declines_mismatched_shapes() -> None:
     assert direct_meta("torch.nn.functional.layer_norm", [x, [8], wrong], {}) is None
     transposed = TensorMeta((4, 8), torch.float32, strides=(1, 4))
     assert direct_meta("torch.nn.functional.layer_norm", [transposed, [8]], {}) is None
+
+
+@pytest.mark.parametrize("device", [None, torch.device("cpu"), "cpu"])
+def test_arange_of_one_int_matches_the_meta_kernel(device: Any) -> None:
+    kwargs = {} if device is None else {"device": device}
+    direct = direct_meta("torch.arange", [64], kwargs)
+    real = torch.arange(64, device="meta")
+    assert direct == TensorMeta((64,), real.dtype, torch.device("cpu"), real.stride())
+
+
+def test_arange_declines_what_it_does_not_know() -> None:
+    assert direct_meta("torch.arange", [0], {}) is None
+    assert direct_meta("torch.arange", [4.5], {}) is None
+    assert direct_meta("torch.arange", [True], {}) is None
+    assert direct_meta("torch.arange", [2, 8], {}) is None
+    assert direct_meta("torch.arange", [8], {"dtype": torch.float32}) is None

@@ -3,7 +3,8 @@
 On ``meta`` tensors, PyTorch runs Python reference implementations for most ops
 (torch's "refs"), and those import sympy on first use: half a second of a cold compile.
 :func:`direct_meta` answers the common cases itself (pointwise arithmetic and activations,
-layer norm) and returns None for anything else, so callers fall back to the meta kernel.
+layer norm, ``arange(end)``) and returns None for anything else, so callers fall back to
+the meta kernel.
 
 It only answers where the answer is unambiguous and equal to the meta kernel's:
 
@@ -166,6 +167,18 @@ def _layer_norm(
     return TensorMeta(source.shape, source.dtype, source.device, None, requires_grad)
 
 
+def _arange(args: Sequence[Any], kwargs: Mapping[str, Any]) -> TensorMeta | None:
+    """``torch.arange(end)`` with one positive int ``end`` and at most a ``device``: int64
+    positions ``[end]`` (``torch.arange(x.shape[1], device=x.device)``, as a transformer's
+    position ids; the meta kernel is a Python ref that imports sympy)."""
+    if len(args) != 1 or type(args[0]) is not int or args[0] <= 0 or set(kwargs) - {"device"}:
+        return None
+    device = kwargs.get("device", "cpu")
+    if not isinstance(device, torch.device | str):
+        return None
+    return TensorMeta((args[0],), torch.int64, torch.device(device))
+
+
 def direct_meta(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NodeMeta | None:
     """The output metadata of op ``name`` (an :class:`OpRef` name such as ``operator.add``,
     ``torch.nn.functional.gelu`` or ``aten.add.Tensor``) on ``args``/``kwargs``, whose
@@ -176,6 +189,8 @@ def direct_meta(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> No
     """
     if name in _LAYER_NORM:
         return _layer_norm(name.startswith("aten."), args, kwargs)
+    if name == "torch.arange":
+        return _arange(args, kwargs)
     entry = _POINTWISE.get(name)
     if entry is None:
         return None

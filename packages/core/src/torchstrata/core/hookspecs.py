@@ -10,7 +10,7 @@ from their own ``hookspecs.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -130,6 +130,40 @@ def torchstrata_direct_launch(
     :param fallback: launches the kernel through Triton, on the same arguments.
     :return: a launch taking the kernel's tensor arguments (falling back to ``fallback``
         where it cannot launch directly); None: no direct launch here. firstresult.
+    """
+
+
+@hookspec(firstresult=True)
+def torchstrata_codegen_load(
+    package: Mapping[str, Any], device: torch.device, options: CompileOptions
+) -> CompiledGraph | None:
+    """Rebuild a compiled graph from its ``package`` (what an earlier
+    ``torchstrata_codegen`` put in :attr:`CompiledGraph.package`, read back from the
+    on-disk compiled-graph cache) without scheduling it again.
+
+    :param package: the plain data (JSON types) of the compiled graph.
+    :param device: where the inputs live.
+    :param options: the compile options.
+    :return: the compiled graph; None when this plugin did not make ``package`` (or
+        cannot load it here), to let another plugin try; the runtime then generates
+        the code afresh. firstresult.
+    """
+
+
+# ------------------------------------------------------------------------- cache
+
+
+@hookspec
+def torchstrata_cache_key(options: CompileOptions) -> str | None:
+    """What, beyond installed versions and the options, decides this plugin's output.
+
+    The runtime's compiled-graph cache adds every plugin's answer to the key of each
+    entry, so a change of, say, the C++ compiler or the host CPU makes a new entry.
+    Called once per process and options.
+
+    :param options: the compile options.
+    :return: a string (no absolute paths that differ between equal setups), or None.
+        Not firstresult: every plugin's answer is part of the key.
     """
 
 

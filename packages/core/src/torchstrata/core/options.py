@@ -100,6 +100,10 @@ class CompileOptions:
       :mod:`torchstrata.core.artifacts`).
     * ``cache_size_limit``: the cache's size cap in bytes, least recently used entries
       evicted above it (None: 1 GiB).
+    * ``graph_cache``: keep what autograd, decomposition and code generation made of each
+      captured graph in the on-disk cache (namespace ``graphs``), so another process
+      that captures the same graph skips those stages (see the runtime's
+      ``graph_cache``); False: neither read nor write it (kernels are still cached).
     * ``debug_dir``: each compile writes its graphs after every stage and pass, its
       kernels, guards and timings into a new directory under this one (see the runtime's
       ``debug_dump``); None: the logs settings' ``debug_dir``, if any.
@@ -122,6 +126,7 @@ class CompileOptions:
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )
     cache_size_limit: int | None = attrs.field(default=None, validator=_check_size_limit)
+    graph_cache: bool = attrs.field(default=True, validator=_check_type(bool))
     debug_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )

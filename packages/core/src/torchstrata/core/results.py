@@ -201,7 +201,13 @@ class KernelInfo:
 
 @attrs.frozen
 class CompiledGraph:
-    """A graph turned into a callable: ``compiled(*tensors) -> tuple of tensors``."""
+    """A graph turned into a callable: ``compiled(*tensors) -> tuple of tensors``.
+
+    ``package``: plain data (JSON types only, no absolute paths) from which the stage
+    that made this rebuilds it without scheduling again, through its
+    ``torchstrata_codegen_load`` hook; None when it cannot be rebuilt that way. The
+    runtime's compiled-graph cache stores it on disk.
+    """
 
     fn: Callable[..., tuple[torch.Tensor, ...]]
     kernels: tuple[KernelInfo, ...] = ()
@@ -212,6 +218,7 @@ class CompiledGraph:
     #: as the compiled graph's outputs say. A backward that takes saved forward outputs
     #: is built for these layouts (:class:`~torchstrata.core.GraphContract`).
     output_layouts: tuple[TensorMeta | None, ...] = ()
+    package: Mapping[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
 
     def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.fn(*args)

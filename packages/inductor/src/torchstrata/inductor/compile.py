@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -27,6 +28,7 @@ from torchstrata.inductor.codegen.backend import Backend, build_all
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
+from torchstrata.inductor.launch.package import load_package, make_package
 from torchstrata.inductor.passes.graph_passes import common_passes
 from torchstrata.inductor.schedule.lowering import Extern, Lowered, dense_strides, lower_graph
 from torchstrata.inductor.schedule.plan import Plan, plan_graph
@@ -87,11 +89,12 @@ def compile_with(
     )
     scheduled = schedule_graph(graph, backend, options)
     graph, plan = scheduled.graph, scheduled.plan
-    launches, infos, compile_seconds = {}, [], 0.0
+    launches, infos, records, compile_seconds = {}, [], [], 0.0
     kernels = [step for step in plan.steps if isinstance(step, Kernel) and step.rows > 0]
     for step, built in zip(kernels, build_all(backend, kernels, options), strict=True):
         launches[step.name] = built.launch
         infos.append(built.info)
+        records.append(built.record)
         compile_seconds += built.compile_seconds
     relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     write_backs = contract.write_back_inputs()
@@ -109,7 +112,28 @@ def compile_with(
         "codegen_seconds": time.perf_counter() - start,
         "passes": scheduled.records,
     }
-    return CompiledGraph(fn, tuple(infos), eager_ops, stats, source, output_layouts)
+    handles = [launches[step.name].handle for step in kernels]
+    ops = {node.op for node in graph.nodes if node.op is not None}
+    package = (
+        make_package(
+            backend.name, source, env, handles, records, infos, eager_ops, ops, output_layouts
+        )
+        if hasattr(backend, "load_kernels")
+        else None
+    )
+    return CompiledGraph(fn, tuple(infos), eager_ops, stats, source, output_layouts, package)
+
+
+def load_compiled(
+    package: Mapping[str, Any], backend: Backend, options: CompileOptions
+) -> CompiledGraph:
+    """The compiled graph that :func:`compile_with` saved as ``package`` (its
+    :attr:`~torchstrata.core.CompiledGraph.package`), with ``backend``'s kernels loaded
+    again: no rewriting, scheduling or code generation."""
+    load_kernels = getattr(backend, "load_kernels", None)
+    if load_kernels is None:
+        raise CodegenError(f"backend {backend.name!r} cannot load saved kernels")
+    return load_package(package, lambda records: load_kernels(records, options))
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ can ask the manager which backends are registered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pluggy
@@ -16,13 +16,15 @@ import torch
 
 from torchstrata.core import CompiledGraph, CompileOptions, Graph, GraphContract, hookimpl
 from torchstrata.inductor import hookspecs
+from torchstrata.inductor.codegen.cpp.build import cache_identity
 from torchstrata.inductor.codegen.registry import (
     BackendSpec,
     builtin_backends,
     choose_backend,
     registered_backends,
 )
-from torchstrata.inductor.compile import compile_with
+from torchstrata.inductor.compile import compile_with, load_compiled
+from torchstrata.inductor.launch.package import FORMAT as PACKAGE_FORMAT
 from torchstrata.inductor.launch.triton_launch import DirectLaunch
 
 #: The name the codegen stage is registered under.
@@ -50,6 +52,29 @@ class CodegenStage:
         if backend is None:
             return None
         return compile_with(graph, backend, options, contract)
+
+    @hookimpl(trylast=True)
+    def torchstrata_codegen_load(
+        self, package: Mapping[str, Any], device: torch.device, options: CompileOptions
+    ) -> CompiledGraph | None:
+        """A compiled graph from a package :func:`compile_with` made; None for a package
+        of another format or of a backend not registered here."""
+        if package.get("format") != PACKAGE_FORMAT:
+            return None
+        spec = registered_backends(self.manager).get(package.get("backend", ""))
+        if spec is None:
+            return None
+        backend = spec.create(device, options)
+        if backend is None:  # a backend that runs eagerly saves nothing to load
+            return None
+        return load_compiled(package, backend, options)
+
+
+@hookimpl
+def torchstrata_cache_key(options: CompileOptions) -> str:
+    """What the generated code depends on beyond the versions and options: the C++
+    compiler and its version, the host CPU and the vector math functions it has."""
+    return cache_identity()
 
 
 @hookimpl

@@ -13,6 +13,8 @@ from torchstrata.runtime.errors import (
 )
 from torchstrata.runtime.explain import ExplainReport
 from torchstrata.runtime.frames import bind_frame
+from torchstrata.runtime.graph_cache import GraphCacheStats, graph_cache_stats
+from torchstrata.runtime.graph_cache import suspended as graph_cache_suspended
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -22,6 +24,7 @@ __all__ = [
     "CompiledFunction",
     "CompiledModule",
     "ExplainReport",
+    "GraphCacheStats",
     "GuardFailure",
     "GuardSet",
     "Pipeline",
@@ -31,6 +34,8 @@ __all__ = [
     "compile",
     "explain",
     "explain_dynamo",
+    "graph_cache_stats",
+    "graph_cache_suspended",
     "reset",
     "set_logs",
 ]

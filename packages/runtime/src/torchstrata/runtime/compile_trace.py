@@ -72,6 +72,8 @@ class CompileTrace:
         self.stage_seconds: list[tuple[str, float]] = []
         #: every pass run under this trace
         self.pass_records: list[PassRecord] = []
+        #: what the compiled-graph cache did (``backward graph: autograd: hit``), in order
+        self.graph_cache: list[str] = []
         #: the part of the compile in progress when it is not the whole (``backward
         #: graph``), prefixed to stage names
         self.part = ""
@@ -92,6 +94,10 @@ class CompileTrace:
             seconds = time.perf_counter() - start
             self.stage_seconds.append((name, seconds))
             logger.debug("%s: %s took %.1f ms", self.title, name, seconds * 1000)
+
+    def cache_event(self, event: str) -> None:
+        """Record what the compiled-graph cache did (a hit, a miss, a store)."""
+        self.graph_cache.append(self._named(event))
 
     def after_pass(self, record: PassRecord, graph: Graph) -> None:
         """A pass ran (the pass manager logged it): keep its record, dump its graph."""

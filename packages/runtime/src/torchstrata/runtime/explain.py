@@ -66,6 +66,16 @@ class ExplainReport:
     eager_reasons: tuple[str, ...] = ()
     #: The options the call was compiled with (their stage options are printed).
     options: CompileOptions | None = None
+    #: What the on-disk compiled-graph cache did for each part of the compile, in order
+    #: (``"autograd: hit"``, ``"backward graph: decomposition: miss"``, ...): a graph
+    #: whose parts all hit came from the cache (see :mod:`.graph_cache`).
+    graph_cache: tuple[str, ...] = ()
+
+    @property
+    def from_graph_cache(self) -> bool:
+        """Whether every stage after capture came from the compiled-graph cache."""
+        events = [event for event in self.graph_cache if not event.endswith(": stored")]
+        return bool(events) and all(event.endswith(": hit") for event in events)
 
     @property
     def graph_count(self) -> int:
@@ -112,6 +122,10 @@ class ExplainReport:
         if self.dynamo_guards:
             lines.append(f"{len(self.dynamo_guards)} Dynamo guard(s):")
             lines += [f"  {guard}" for guard in self.dynamo_guards]
+        if self.graph_cache:
+            verdict = "from the cache" if self.from_graph_cache else "compiled"
+            lines.append(f"compiled-graph cache ({verdict}):")
+            lines += [f"  {event}" for event in self.graph_cache]
         if self.stage_seconds:
             lines.append("compile time per stage:")
             lines += [f"  {name}: {seconds * 1000:.1f} ms" for name, seconds in self.stage_seconds]
@@ -202,6 +216,7 @@ def explain_call(
                 pass_records=tuple(trace.pass_records),
                 stage_seconds=tuple(trace.stage_seconds),
                 options=options,
+                graph_cache=tuple(trace.graph_cache),
             )
         # Built inside the trace: a backward compiled for the report is timed too.
         report = report_from_artifacts(frame)
@@ -210,4 +225,5 @@ def explain_call(
             pass_records=tuple(trace.pass_records),
             stage_seconds=tuple(trace.stage_seconds),
             options=options,
+            graph_cache=tuple(trace.graph_cache),
         )

@@ -39,6 +39,7 @@ from torchstrata.core import (
     interpret,
     register,
 )
+from torchstrata.runtime import graph_cache
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
@@ -345,17 +346,26 @@ class Pipeline:
         ``contract`` (what the runner promises about the graph)."""
         if options.codegen == "eager":
             return Lowered(_interpreter(aten_graph))
-        prims = self._call_stage("decomp", options, graph=aten_graph, contract=contract)
-        if prims is None:
-            self._missing("decomp", options, "running ATen graphs in the reference interpreter")
-            return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
-        if isinstance(prims, Graph) and contract.input_layouts:
-            self._check_layouts(prims, contract)
-        prims_graph = self.run_passes("post_decomp", prims, options, records)
+        manager = self.plugin_manager(options)
+        cached = graph_cache.lookup_lowered(aten_graph, options, manager, contract)
+        if cached.hit is not None:
+            prims_graph = cached.hit.prims_graph
+        else:
+            prims = self._call_stage("decomp", options, graph=aten_graph, contract=contract)
+            if prims is None:
+                self._missing("decomp", options, "running ATen graphs in the reference interpreter")
+                return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
+            if isinstance(prims, Graph) and contract.input_layouts:
+                self._check_layouts(prims, contract)
+            prims_graph = self.run_passes("post_decomp", prims, options, records)
         device = _first_device(prims_graph)
-        compiled = self._call_stage(
-            "codegen", options, graph=prims_graph, device=device, contract=contract
-        )
+        compiled = graph_cache.load_compiled(cached, device, options, manager)
+        if compiled is None:
+            compiled = self._call_stage(
+                "codegen", options, graph=prims_graph, device=device, contract=contract
+            )
+            if compiled is None or isinstance(compiled, CompiledGraph):
+                graph_cache.store_lowered(cached, prims_graph, compiled, options)
         if compiled is None:
             self._missing("codegen", options, "running prims graphs in the reference interpreter")
             return Lowered(_interpreter(prims_graph), prims_graph, missing_stages=("codegen",))
@@ -396,12 +406,18 @@ class Pipeline:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
+        cached: graph_cache.Lookup | None = None
         if graph.level is Level.ATEN:  # already functional ATen (e.g. from Dynamo via from_fx)
             torch_graph = graph
             aot: AotResult | None = AotResult(forward=graph)
         else:
             torch_graph = self.run_passes("post_capture", graph, options, records)
-            aot = self._call_stage("autograd", options, graph=torch_graph)
+            cached = graph_cache.lookup_aot(torch_graph, options, self.plugin_manager(options))
+            aot = (
+                cached.hit.aot
+                if cached.hit
+                else self._call_stage("autograd", options, graph=torch_graph)
+            )
         if aot is None:
             fallback = "running torch-level graphs in the reference interpreter"
             self._missing("autograd", options, fallback)
@@ -420,7 +436,12 @@ class Pipeline:
             raise StageFailure(
                 "autograd", TypeError(f"returned {type(aot).__name__}, not AotResult")
             )
-        aten_graph = self.run_passes("post_aot", aot.forward, options, records)
+        if cached is not None and cached.hit is not None:
+            aten_graph = cached.hit.aten_graph
+        else:
+            aten_graph = self.run_passes("post_aot", aot.forward, options, records)
+            if cached is not None:
+                graph_cache.store_aot(cached, aot, aten_graph, options)
         needs_grad = torch.is_grad_enabled() and any(
             m.requires_grad for m in torch_graph.input_metas
         )

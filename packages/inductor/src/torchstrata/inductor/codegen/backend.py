@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 import torch
@@ -12,11 +12,13 @@ from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelI
 from torchstrata.inductor.codegen.cpp.build import (
     KernelSource,
     build_kernels,
+    canonical_of,
     simd_math_functions,
 )
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
 from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
@@ -30,6 +32,10 @@ class BuiltLaunch:
     launch: KernelLaunch
     info: KernelInfo
     compile_seconds: float = 0.0
+    #: plain data (JSON types) from which the backend's ``load_kernels`` loads this
+    #: kernel again without its IR; None: it cannot (the graph is then not saved in the
+    #: compiled-graph cache, see :mod:`torchstrata.inductor.launch.package`)
+    record: Mapping[str, Any] | None = None
 
 
 class Backend(Protocol):
@@ -37,7 +43,10 @@ class Backend(Protocol):
 
     A backend may also define ``build_all(kernels, options) -> list[BuiltLaunch]``, which
     :func:`build_all` prefers: the whole graph's kernels at once (the C++ backend compiles
-    them in parallel and builds identical ones once)."""
+    them in parallel and builds identical ones once); and ``load_kernels(records,
+    options) -> (handles, paths)``, which loads kernels from the ``record`` of their
+    :class:`BuiltLaunch` (a graph of a backend without it is not kept in the
+    compiled-graph cache)."""
 
     name: str
 
@@ -110,13 +119,25 @@ class CppBackend:
             KernelSource(source, kernel.name, len(kernel.args), kernel_checks(kernel))
             for kernel, source in zip(kernels, sources, strict=True)
         ]
+        # renamed once, for the build and for the compiled-graph cache's record
+        requests = [attrs.evolve(r, canonical=canonical_of(r)) for r in requests]
         builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
         launches = []
-        for kernel, source, built in zip(kernels, sources, builds, strict=True):
+        for kernel, source, built, request in zip(kernels, sources, builds, requests, strict=True):
             info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
             launch = KernelLaunch(kernel, built.fn, _ctypes_call)
-            launches.append(BuiltLaunch(launch, info, built.compile_seconds))
+            record = kernel_record(request)
+            launches.append(BuiltLaunch(launch, info, built.compile_seconds, record))
         return launches
+
+    def load_kernels(
+        self, records: Sequence[Mapping[str, Any]], options: CompileOptions
+    ) -> tuple[list[Any], list[str | None]]:
+        """The entry points of kernels saved by :func:`kernel_record` (their libraries
+        from the kernel cache, compiled again if evicted), and their libraries' paths."""
+        requests = [kernel_from_record(record) for record in records]
+        builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
+        return [built.fn for built in builds], [built.path for built in builds]
 
 
 def build_all(

@@ -38,14 +38,19 @@ def _restride(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     return out.copy_(tensor)
 
 
+def default_globals() -> dict[str, Any]:
+    """The globals every launcher has, whatever its graph."""
+    return {
+        "empty_strided": torch.empty_strided,
+        "as_strided": torch.as_strided,
+        "_restride": _restride,
+        "_same_layout": same_layout,
+    }
+
+
 class _Globals:
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {
-            "empty_strided": torch.empty_strided,
-            "as_strided": torch.as_strided,
-            "_restride": _restride,
-            "_same_layout": same_layout,
-        }
+        self.values: dict[str, Any] = default_globals()
         self._ids: dict[int, str] = {}
 
     def name(self, value: Any, prefix: str) -> str:
@@ -241,6 +246,6 @@ def _extern_lines(
 
 def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Execute the launcher source and return its ``launch`` function."""
-    namespace = dict(env)
+    namespace = {**default_globals(), **env}
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
     return namespace["launch"]

@@ -131,6 +131,10 @@ class KernelSource:
     name: str
     num_args: int
     checks: tuple[KernelCheck, ...] = ()
+    #: :func:`canonical_source` of ``source`` (text, entry point) when known already (a
+    #: kernel read back from the compiled-graph cache): renaming costs milliseconds per
+    #: kernel, most of loading a cached graph's kernels
+    canonical: tuple[str, str] | None = None
 
 
 @attrs.frozen
@@ -183,6 +187,18 @@ def host_fingerprint() -> str:
     except OSError:
         pass
     return f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def cache_identity() -> str:
+    """What C++ kernels depend on besides their source: the compiler (``$CXX`` read now)
+    and its version, the flags, the prelude version, the host CPU and its vector math
+    functions ("no C++ compiler" when there is none)."""
+    try:
+        compiler = find_compiler()
+    except CppCompileError:
+        return "no C++ compiler"
+    parts = (*compiler.command, compiler.version, *COMPILER_FLAGS, PRELUDE_VERSION)
+    return " ".join((*parts, host_fingerprint(), *sorted(simd_math_functions())))
 
 
 #: Libraries loaded in this process, by key; and the entries of each store already
@@ -248,10 +264,7 @@ def build_kernels(
     store = open_store(CacheSettings.resolve(cache_dir, size_limit))
     compiler = find_compiler()
     flags = (*COMPILER_FLAGS, *link_flags())
-    canonical = [
-        canonical_source(kernel.source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES)
-        for kernel in kernels
-    ]
+    canonical = [canonical_of(kernel) for kernel in kernels]
     keys = [cache_key(compiler, flags, text) for text, _ in canonical]
     distinct = dict(zip(keys, (text for text, _ in canonical), strict=True))
 
@@ -277,6 +290,13 @@ def build_kernels(
         charged.add(key)
         built.append(_entry_point(handle, symbol, kernel, path, seconds if first else 0.0))
     return built
+
+
+def canonical_of(kernel: KernelSource) -> tuple[str, str]:
+    """``kernel``'s canonical source and entry point (see :func:`canonical_source`)."""
+    if kernel.canonical is not None:
+        return kernel.canonical
+    return canonical_source(kernel.source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES)
 
 
 def _cores() -> int:

@@ -1,0 +1,170 @@
+"""Warm start: the first training step of a fresh process, with an empty cache and with
+the cache the first process left.
+
+``python -m bench.warm_start --layers 8`` runs the bench GPT (width 128, 4 heads, vocab
+8192, batch 2, 64 tokens, fp32 on the CPU; one step = forward + cross-entropy +
+backward) compiled by ``torchstrata.runtime.compile``, first step only, in three fresh
+processes one after the other:
+
+1. eager (no compiler): what the step costs by itself in a new process;
+2. cold: torchstrata with an empty cache directory (``CompileOptions.cache_dir``);
+3. warm: torchstrata again with the cache directory that process 2 filled.
+
+It prints the three times (wall clock, and CPU seconds of the process and its C++
+compilers, which a machine shared with other work disturbs less), warm / cold, and the
+compiled-graph cache counters of the warm processes (they must hit, or the ratio means
+nothing). ``--repeat N`` runs the three
+N times, each cold with a new empty directory, and reports medians. Model building and
+imports are outside the clock; the step is checked against eager's loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Cache locations a run must not share with the user's own caches.
+CACHE_VARIABLES = ("TORCHSTRATA_CACHE_DIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (the C++ compilers): less
+    disturbed than wall time on a machine shared with other work."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
+    """Build the model (outside the clock), then time compile + the first training step
+    (eager when ``cache_dir`` is None)."""
+    import torch
+    import torch.nn.functional as F  # noqa: F401 - the model's import, outside the clock
+
+    from bench.workloads.nets.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layers=layers, n_heads=4, dim=128, vocab=8192, block=64))
+    idx = torch.randint(0, 8192, (2, 64))
+    targets = torch.randint(0, 8192, (2, 64))
+    with torch.no_grad():
+        expected = model(idx, targets).item()
+    if cache_dir is None:
+        start, cpu = time.perf_counter(), _cpu_seconds()
+        loss = model(idx, targets)
+        loss.backward()
+        seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+        return {"seconds": seconds, "cpu_seconds": cpu, "loss": loss.item()}
+    import torchstrata.runtime as runtime
+    from torchstrata.core import CompileOptions
+
+    start, cpu = time.perf_counter(), _cpu_seconds()
+    compiled = runtime.compile(model, options=CompileOptions(cache_dir=cache_dir))
+    loss = compiled(idx, targets)
+    loss.backward()
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    stats = runtime.graph_cache_stats()
+    if abs(loss.item() - expected) > 1e-4 * max(1.0, abs(expected)):
+        raise AssertionError(f"compiled loss {loss.item()} differs from eager's {expected}")
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "loss": loss.item(),
+        "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
+        # torch's symbolic shapes (sympy) cost a second to import; a warm step needs none
+        "sympy_imported": "sympy" in sys.modules,
+    }
+
+
+def run_child(layers: int, cache_dir: str | None) -> dict[str, Any]:
+    """:func:`first_step` in a fresh ``python -m bench.warm_start --child`` process."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
+    command = [sys.executable, "-m", "bench.warm_start", "--child", "--layers", str(layers)]
+    command += ["--cache-dir", cache_dir] if cache_dir is not None else []
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"child failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def measure(layers: int, repeat: int) -> dict[str, Any]:
+    """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio."""
+    rounds = []
+    for _ in range(repeat):
+        scratch = tempfile.mkdtemp(prefix="bench-warm-start-")
+        try:
+            eager = run_child(layers, None)
+            cold = run_child(layers, scratch)
+            warm = run_child(layers, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        rounds.append({"eager": eager, "cold": cold, "warm": warm})
+    names = ("eager", "cold", "warm")
+    median = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in names}
+    cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in names}
+    ratios = [r["warm"]["seconds"] / r["cold"]["seconds"] for r in rounds]
+    return {
+        "layers": layers,
+        "rounds": rounds,
+        "median_seconds": median,
+        "median_cpu_seconds": cpu,
+        "warm_over_cold": median["warm"] / median["cold"],
+        "warm_over_cold_per_round": ratios,
+        "warm_over_cold_cpu": cpu["warm"] / cpu["cold"],
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    """The table printed for a :func:`measure` result."""
+    wall, cpu = result["median_seconds"], result["median_cpu_seconds"]
+    warm_cache = [r["warm"]["graph_cache"] for r in result["rounds"]]
+    per_round = ", ".join(f"{ratio:.3f}" for ratio in result["warm_over_cold_per_round"])
+    lines = [
+        f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x 64 tokens, "
+        f"fp32 CPU; first training step in a fresh process, median of "
+        f"{len(result['rounds'])}",
+        "                              wall s     CPU s",
+        f"  eager first step:          {wall['eager']:8.2f}  {cpu['eager']:8.2f}",
+        f"  torchstrata cold (empty):  {wall['cold']:8.2f}  {cpu['cold']:8.2f}",
+        f"  torchstrata warm (cached): {wall['warm']:8.2f}  {cpu['warm']:8.2f}",
+        f"  warm / cold:               {result['warm_over_cold']:8.3f}  "
+        f"{result['warm_over_cold_cpu']:8.3f}",
+        f"  warm / cold wall, per round: {per_round}",
+        f"  warm processes' graph cache: {warm_cache}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.warm_start --layers 8 [--repeat N] [--json PATH]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(first_step(args.layers, args.cache_dir)))
+        return 0
+    result = measure(args.layers, args.repeat)
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
