@@ -174,3 +174,25 @@ def test_a_corrupted_triton_binary_is_rebuilt_by_the_next_process(tmp_path, faul
             key, suffix = cubin.name.split(".", 1)
             assert store.get(NAMESPACE, key, f".{suffix}") == cubin
     assert not list(triton_dir.rglob("*.cubin"))
+
+
+def test_the_runtimes_direct_launches_compile_through_the_verified_manager(tmp_path):
+    """The unit-gradient scaling kernel (launched through ``torchstrata_direct_launch``)
+    compiles in the verified scope of its compile's cache settings, never in Triton's
+    unverified cache."""
+    from torchstrata.core import CompileOptions
+    from torchstrata.inductor.plugin import torchstrata_direct_launch
+
+    managers = []
+
+    def fallback(*args):
+        managers.append(get_cache_manager("cd" * 32))
+
+    options = CompileOptions(cache_dir=str(tmp_path / "cache"))
+    launch = torchstrata_direct_launch(
+        kernel=object(), grid=(1,), constants={}, fallback=fallback, options=options
+    )
+    launch(torch.zeros(4), torch.ones(1))
+    assert len(managers) == 1 and isinstance(managers[0], ScopedTritonCache)
+    assert managers[0].store.root == ArtifactStore(CacheSettings.resolve(options.cache_dir)).root
+    assert get_cache_manager("cd" * 32).__class__ is not ScopedTritonCache  # scope closed

@@ -135,3 +135,23 @@ def test_after_a_forward_never_backpropagated_the_forward_skips_its_unit_gradien
         compiled(x).backward()
         torch.testing.assert_close(x.grad, 2 * x.detach())
         assert (len(scaled) > before) == used
+
+
+def test_a_bound_direct_launch_passes_the_compiles_cache_settings_and_hashes_by_value():
+    from torchstrata.core import CompileOptions
+    from torchstrata.runtime.unit_scale import BoundDirectLaunch
+
+    calls = []
+
+    def hook(**kwargs):
+        calls.append(kwargs)
+        return "launch"
+
+    first = BoundDirectLaunch.of(hook, CompileOptions(cache_dir="/tmp/a", cache_size_limit=10))
+    again = BoundDirectLaunch.of(hook, CompileOptions(cache_dir="/tmp/a", cache_size_limit=10))
+    other = BoundDirectLaunch.of(hook, CompileOptions(cache_dir="/tmp/b"))
+    assert first == again and hash(first) == hash(again) and first != other
+    assert first(kernel="k", grid=(2,), constants={"BLOCK": 4}, fallback=print) == "launch"
+    (kwargs,) = calls
+    assert kwargs["options"].cache_dir == "/tmp/a" and kwargs["options"].cache_size_limit == 10
+    assert (kwargs["kernel"], kwargs["grid"], kwargs["constants"]) == ("k", (2,), {"BLOCK": 4})

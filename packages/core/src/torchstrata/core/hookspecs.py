@@ -119,7 +119,11 @@ def torchstrata_codegen(
 
 @hookspec(firstresult=True)
 def torchstrata_direct_launch(
-    kernel: Any, grid: tuple[int, ...], constants: dict[str, Any], fallback: Callable[..., None]
+    kernel: Any,
+    grid: tuple[int, ...],
+    constants: dict[str, Any],
+    fallback: Callable[..., None],
+    options: CompileOptions,
 ) -> Callable[..., None] | None:
     """Launch a Triton kernel without Triton's per-call dispatch (the runtime scales unit
     gradients with a kernel of its own this way).
@@ -128,6 +132,7 @@ def torchstrata_direct_launch(
     :param grid: the launch grid.
     :param constants: its constexpr arguments by name, and ``num_warps``.
     :param fallback: launches the kernel through Triton, on the same arguments.
+    :param options: the compile's options (where its compiled files are cached).
     :return: a launch taking the kernel's tensor arguments (falling back to ``fallback``
         where it cannot launch directly); None: no direct launch here. firstresult.
     """

@@ -8,6 +8,7 @@ can ask the manager which backends are registered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ import pluggy
 import torch
 
 from torchstrata.core import CompiledGraph, CompileOptions, Graph, GraphContract, hookimpl
+from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor import hookspecs
 from torchstrata.inductor.codegen.cpp.build import cache_identity
 from torchstrata.inductor.codegen.registry import (
@@ -93,8 +95,19 @@ def torchstrata_inductor_backends() -> tuple[BackendSpec, ...]:
 
 @hookimpl
 def torchstrata_direct_launch(
-    kernel: Any, grid: tuple[int, ...], constants: dict[str, Any], fallback: Callable[..., None]
+    kernel: Any,
+    grid: tuple[int, ...],
+    constants: dict[str, Any],
+    fallback: Callable[..., None],
+    options: CompileOptions | None = None,
 ) -> Callable[..., None]:
     """A :class:`~torchstrata.inductor.launch.triton_launch.DirectLaunch` of ``kernel``
-    (the runtime's unit-gradient scaling launches its kernel this way)."""
-    return DirectLaunch(kernel, grid, constants, fallback)
+    (the runtime's unit-gradient scaling launches its kernel this way). Its compile
+    reads and writes Triton's files through the verified store of ``options``
+    (decision 0091), as the inductor's own kernels do."""
+    from torchstrata.inductor.codegen.triton.verified_cache import verified_triton_cache
+
+    options = options if options is not None else CompileOptions()
+    store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
+    scope = functools.partial(verified_triton_cache, store)
+    return DirectLaunch(kernel, grid, constants, fallback, compile_scope=scope)

@@ -56,6 +56,7 @@ from torchstrata.runtime.runners import (
     output_layout,
     training_runner,
 )
+from torchstrata.runtime.unit_scale import BoundDirectLaunch
 
 #: Pipeline stage -> (hook name, distribution that provides it).
 STAGE_PROVIDERS = {
@@ -462,7 +463,8 @@ class Pipeline:
             contract = GraphContract(input_layouts=saved)
             backward = self._lazy_graph(aot.backward, options, "backward graph", contract=contract)
             plain = self._lazy_plain_forward(aten_graph, aot, options)
-            launch = getattr(self.plugin_manager(options).hook, "torchstrata_direct_launch", None)
+            hook = getattr(self.plugin_manager(options).hook, "torchstrata_direct_launch", None)
+            launch = None if hook is None else BoundDirectLaunch.of(hook, options)
             runner = training_runner(
                 forward.fn, backward, aot, plain, saved_layouts=saved, direct_launch=launch
             )

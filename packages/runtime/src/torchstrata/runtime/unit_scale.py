@@ -13,15 +13,47 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
-from torchstrata.core import DirectLauncher
+from torchstrata.core import CompileOptions, DirectLauncher
 from torchstrata.core.triton_env import triton_interpret
 
 #: Elements per program per step, warps per program, programs per SM (GPU) of the kernel.
 _BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
+
+
+@attrs.frozen
+class BoundDirectLaunch:
+    """The ``torchstrata_direct_launch`` ``hook`` called with a compile's cache settings
+    (where Triton's compiled files go: the verified store, decision 0091). Equal, and
+    hashing equal, for the same hook and settings, so :func:`_scaler`'s cache keeps one
+    launch per gradient shape however many graphs are compiled."""
+
+    hook: Any
+    cache_dir: str | None
+    cache_size_limit: int | None
+
+    @classmethod
+    def of(cls, hook: Any, options: CompileOptions) -> BoundDirectLaunch:
+        """``hook`` bound to ``options``' cache settings."""
+        return cls(hook, options.cache_dir, options.cache_size_limit)
+
+    def __call__(
+        self,
+        kernel: Any,
+        grid: tuple[int, ...],
+        constants: dict[str, Any],
+        fallback: Callable[..., None],
+    ) -> Callable[..., None] | None:
+        options = CompileOptions(cache_dir=self.cache_dir, cache_size_limit=self.cache_size_limit)
+        launch: Callable[..., None] | None = self.hook(
+            kernel=kernel, grid=grid, constants=constants, fallback=fallback, options=options
+        )
+        return launch
 
 
 def scale_in_place(

@@ -25,8 +25,10 @@ training step went from 183 to 165 us of host time (``prof_train.py``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -59,9 +61,15 @@ class DirectLaunch:
     guards; the unit-gradient scaling caches one per dtype pair)."""
 
     def __init__(
-        self, jit_fn: Any, grid: tuple[int, ...], constants: dict[str, int], fallback: Launch
+        self,
+        jit_fn: Any,
+        grid: tuple[int, ...],
+        constants: dict[str, int],
+        fallback: Launch,
+        compile_scope: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     ) -> None:
         self.jit_fn = jit_fn
+        self.compile_scope = compile_scope
         self.grid = (*grid, 1, 1)[:3]
         self.constants = constants
         self.fallback = fallback
@@ -94,9 +102,10 @@ class DirectLaunch:
             or _aligned(args) != self.aligned
             or _current_device() != self.device
         ):
-            self.fallback(*args)
-            if self.kernel is None and self.usable:
-                self._take_kernel(args)
+            with self.compile_scope():  # Triton compiles (or reads its cache) here
+                self.fallback(*args)
+                if self.kernel is None and self.usable:
+                    self._take_kernel(args)
             return
         try:  # the first direct launch: a launcher of another signature raises here
             self._launch(args)
