@@ -85,6 +85,11 @@ def main() -> None:
     # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address.
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise SystemExit(
+                f"LOCAL_RANK {local_rank} but {torch.cuda.device_count()} GPU(s): start at "
+                "most one process per GPU (--nproc-per-node)"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
@@ -125,9 +130,10 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     if rank == 0:
         engine = "FSDP2" if args.fsdp else "DDP"
+        compiling = " (the first steps compile)" if args.compiler != "eager" else ""
         print(
             f"{engine} x{dist.get_world_size()} ({backend}, {args.compiler}): {args.steps} steps "
-            f"in {elapsed:.1f} s (the first steps compile)"
+            f"in {elapsed:.1f} s{compiling}"
         )
     dist.destroy_process_group()
 
