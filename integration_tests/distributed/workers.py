@@ -48,10 +48,13 @@ def _train(
     micro_batches: int = 1,
     no_sync: Callable[[], Any] | None = None,
     events: list[Any] | None = None,
+    before_step: Callable[[int], None] | None = None,
 ) -> list[list[torch.Tensor]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     snapshots = []
     for step in range(STEPS):
+        if before_step is not None:
+            before_step(step)
         for micro in range(micro_batches):
             if events is not None:
                 events.append([])
@@ -87,9 +90,9 @@ def _breaks(report: rt.ExplainReport) -> list[tuple[str, int, str]]:
 
 
 def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = False) -> Any:
-    """DDP with small buckets; ``unused``: a layer forward never reads, with
-    ``find_unused_parameters``; ``accumulate``: two micro-batches per step, the first
-    under ``no_sync()``."""
+    """DDP with small buckets; ``unused``: a layer that forward reads on every third step
+    only, with ``find_unused_parameters`` (the compiled forward has an entry for each
+    case); ``accumulate``: two micro-batches per step, the first under ``no_sync()``."""
     torch.manual_seed(0)
     model = TinyLM(unused=unused)
     wrapped = DistributedDataParallel(
@@ -105,6 +108,10 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
 
     wrapped.register_comm_hook(None, hook)
     run = rt.compile(wrapped) if compiled else wrapped
+
+    def before_step(step: int) -> None:
+        model.read_unused = unused and step % 3 == 2
+
     params = _train(
         model,
         run,
@@ -112,6 +119,7 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
         2 if accumulate else 1,
         wrapped.no_sync if accumulate else None,
         embed_done,
+        before_step,
     )
     result: dict[str, Any] = {"params": params, "embed_done": embed_done}
     if compiled:
