@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import sys
@@ -156,6 +157,7 @@ def _worker(rank: int, args: argparse.Namespace, init_file: str) -> None:
         _print(rows, args, backend)
         if args.json:
             _write_json(rows, args, backend)
+    gc.collect()  # DDP reducers go while the group lives (see examples/train_ddp.py)
     dist.destroy_process_group()
 
 

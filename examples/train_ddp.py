@@ -14,6 +14,7 @@ else changes (``torchstrata.runtime.compile`` sees the DDP/FSDP module either wa
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -97,8 +98,19 @@ def main() -> None:
         device = torch.device("cpu")
         backend = "gloo"
     dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
-    rank = dist.get_rank()
+    try:
+        train(args, device, backend)
+    finally:
+        # Free the DDP/FSDP modules while the process group is still registered: a gloo
+        # group whose last reference a DDP reducer drops can deadlock on the GIL in its
+        # destructor (pytorch/pytorch#56297).
+        gc.collect()
+        dist.destroy_process_group()
 
+
+def train(args: argparse.Namespace, device: torch.device, backend: str) -> None:
+    """Wrap the model with DDP (or FSDP2), compile it and train ``args.steps`` steps."""
+    rank = dist.get_rank()
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GPT(args.vocab, args.dim, args.heads, args.layers).to(device)
     if args.fsdp:
@@ -108,7 +120,7 @@ def main() -> None:
         wrapped: nn.Module = model
     else:
         wrapped = DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == "cuda" else None
+            model, device_ids=[device.index] if device.type == "cuda" else None
         )
     run = rt.compile(wrapped) if args.compiler == "torchstrata" else wrapped
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -135,7 +147,6 @@ def main() -> None:
             f"{engine} x{dist.get_world_size()} ({backend}, {args.compiler}): {args.steps} steps "
             f"in {elapsed:.1f} s{compiling}"
         )
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
