@@ -8,6 +8,7 @@ of torch and torchstrata), so each world size costs one spawn.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import warnings
 from collections.abc import Callable
@@ -223,4 +224,5 @@ def run_all(rank: int, world: int, init_file: str, out_dir: str, names: list[str
         }
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
+        gc.collect()  # DDP reducers go while the group lives (see examples/train_ddp.py)
         dist.destroy_process_group()
