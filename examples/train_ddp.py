@@ -14,6 +14,7 @@ else changes (``torchstrata.runtime.compile`` sees the DDP/FSDP module either wa
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -85,6 +86,11 @@ def main() -> None:
     # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address.
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise SystemExit(
+                f"LOCAL_RANK {local_rank} but {torch.cuda.device_count()} GPU(s): start at "
+                "most one process per GPU (--nproc-per-node)"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
@@ -92,8 +98,19 @@ def main() -> None:
         device = torch.device("cpu")
         backend = "gloo"
     dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
-    rank = dist.get_rank()
+    try:
+        train(args, device, backend)
+    finally:
+        # Free the DDP/FSDP modules while the process group is still registered: a gloo
+        # group whose last reference a DDP reducer drops can deadlock on the GIL in its
+        # destructor (pytorch/pytorch#56297).
+        gc.collect()
+        dist.destroy_process_group()
 
+
+def train(args: argparse.Namespace, device: torch.device, backend: str) -> None:
+    """Wrap the model with DDP (or FSDP2), compile it and train ``args.steps`` steps."""
+    rank = dist.get_rank()
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GPT(args.vocab, args.dim, args.heads, args.layers).to(device)
     if args.fsdp:
@@ -103,7 +120,7 @@ def main() -> None:
         wrapped: nn.Module = model
     else:
         wrapped = DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == "cuda" else None
+            model, device_ids=[device.index] if device.type == "cuda" else None
         )
     run = rt.compile(wrapped) if args.compiler == "torchstrata" else wrapped
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -125,11 +142,11 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     if rank == 0:
         engine = "FSDP2" if args.fsdp else "DDP"
+        compiling = " (the first steps compile)" if args.compiler != "eager" else ""
         print(
             f"{engine} x{dist.get_world_size()} ({backend}, {args.compiler}): {args.steps} steps "
-            f"in {elapsed:.1f} s (the first steps compile)"
+            f"in {elapsed:.1f} s{compiling}"
         )
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ class Block(nn.Module):
 
 class TinyLM(nn.Module):
     """Embedding, ``layers`` blocks, final norm and head; returns the logits. With
-    ``unused=True`` it holds a layer that ``forward`` never reads (for DDP's
-    ``find_unused_parameters``)."""
+    ``unused=True`` it holds a layer that ``forward`` reads only while ``read_unused`` is
+    set (for DDP's ``find_unused_parameters``: unused on some steps, used on others)."""
 
     def __init__(self, layers: int = 2, unused: bool = False, checkpoint_mlp: bool = False) -> None:
         super().__init__()
@@ -58,11 +58,14 @@ class TinyLM(nn.Module):
         self.norm = nn.LayerNorm(DIM)
         self.head = nn.Linear(DIM, VOCAB, bias=False)
         self.unused = nn.Linear(DIM, DIM) if unused else None
+        self.read_unused = False
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
+        if self.unused is not None and self.read_unused:
+            x = x + self.unused(x)
         return self.head(self.norm(x))
 
 

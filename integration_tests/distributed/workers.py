@@ -1,13 +1,14 @@
 """What each gloo process of the distributed tests runs: every scenario trained eagerly
 and compiled from the same seed, the parameters saved after every step.
 
-Scenarios run one after another in the same two processes (one process group, one
-import of torch and torchstrata), so the whole file costs one spawn.
+Scenarios run one after another in the same processes (one process group, one import
+of torch and torchstrata), so each world size costs one spawn.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import warnings
 from collections.abc import Callable
@@ -48,13 +49,16 @@ def _train(
     micro_batches: int = 1,
     no_sync: Callable[[], Any] | None = None,
     events: list[Any] | None = None,
+    before_step: Callable[[int], None] | None = None,
 ) -> list[list[torch.Tensor]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     snapshots = []
     for step in range(STEPS):
-        if events is not None:
-            events.append([])
+        if before_step is not None:
+            before_step(step)
         for micro in range(micro_batches):
+            if events is not None:
+                events.append([])
             tokens, targets = batch(rank, step * micro_batches + micro)
             last = micro == micro_batches - 1
             if no_sync is not None and not last:
@@ -77,21 +81,26 @@ def _entries(compiled: list[Any]) -> list[tuple[str, bool]]:
     ]
 
 
+def _fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The messages of torchstrata's fallback warnings among ``caught``."""
+    return [str(w.message) for w in caught if issubclass(w.category, rt.TorchstrataFallbackWarning)]
+
+
 def _breaks(report: rt.ExplainReport) -> list[tuple[str, int, str]]:
     return [(b.filename, b.lineno, b.reason) for b in report.graph_breaks]
 
 
 def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = False) -> Any:
-    """DDP with small buckets; ``unused``: a layer forward never reads, with
-    ``find_unused_parameters``; ``accumulate``: two micro-batches per step, the first
-    under ``no_sync()``."""
+    """DDP with small buckets; ``unused``: a layer that forward reads on every third step
+    only, with ``find_unused_parameters`` (the compiled forward has an entry for each
+    case); ``accumulate``: two micro-batches per step, the first under ``no_sync()``."""
     torch.manual_seed(0)
     model = TinyLM(unused=unused)
     wrapped = DistributedDataParallel(
         model, bucket_cap_mb=BUCKET_CAP_MB, find_unused_parameters=unused
     )
-    # Per step, when each bucket is all-reduced: whether the embedding (read first, so
-    # its gradient comes last) already has its gradient then.
+    # Per micro-batch, when each bucket is all-reduced: whether the embedding (read
+    # first, so its gradient comes last) already has its gradient then.
     embed_done: list[list[bool]] = []
 
     def hook(state, bucket):
@@ -100,6 +109,10 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
 
     wrapped.register_comm_hook(None, hook)
     run = rt.compile(wrapped) if compiled else wrapped
+
+    def before_step(step: int) -> None:
+        model.read_unused = unused and step % 3 == 2
+
     params = _train(
         model,
         run,
@@ -107,6 +120,7 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
         2 if accumulate else 1,
         wrapped.no_sync if accumulate else None,
         embed_done,
+        before_step,
     )
     result: dict[str, Any] = {"params": params, "embed_done": embed_done}
     if compiled:
@@ -117,12 +131,20 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
     return result
 
 
-def fsdp(rank: int, compiled: bool, mixed: bool = False, checkpointed: bool = False) -> Any:
+def fsdp(
+    rank: int,
+    compiled: bool,
+    mixed: bool = False,
+    checkpointed: bool = False,
+    inline_checkpoint: bool = False,
+) -> Any:
     """FSDP2: ``fully_shard`` on each block and on the root. ``mixed``: bfloat16
     parameters, float32 gradient reduction; ``checkpointed``: blocks wrapped with
-    ``checkpoint_wrapper`` (activation checkpointing)."""
+    ``checkpoint_wrapper`` (activation checkpointing around each compiled block);
+    ``inline_checkpoint``: each block calls ``torch.utils.checkpoint.checkpoint`` inside
+    its compiled ``forward`` (a graph break, with a warning)."""
     torch.manual_seed(0)
-    model = TinyLM()
+    model = TinyLM(checkpoint_mlp=inline_checkpoint)
     policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
     kwargs = {"mp_policy": policy} if policy is not None else {}
     for index, block in enumerate(list(model.blocks)):
@@ -134,7 +156,7 @@ def fsdp(rank: int, compiled: bool, mixed: bool = False, checkpointed: bool = Fa
     run = rt.compile(model) if compiled else model
     reports: list[rt.ExplainReport] = []
     handles = []
-    if compiled and not mixed and not checkpointed:
+    if compiled and not mixed and not checkpointed and not inline_checkpoint:
         # explain a block where its compiled forward runs: between FSDP's hooks (after
         # the all-gather; FSDP's pre-hook comes first)
         def explain_block(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
@@ -142,10 +164,12 @@ def fsdp(rank: int, compiled: bool, mixed: bool = False, checkpointed: bool = Fa
                 reports.append(rt.explain(module.forward, *args))
 
         handles = [b.register_forward_pre_hook(explain_block) for b in model.blocks]
-    params = _train(model, run, rank)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", rt.TorchstrataFallbackWarning)
+        params = _train(model, run, rank)
     for handle in handles:
         handle.remove()
-    result: dict[str, Any] = {"params": params}
+    result: dict[str, Any] = {"params": params, "warnings": _fallbacks(caught)}
     if compiled:
         result["regions"] = [type(m).__name__ for m in run.regions]
         result["entries"] = _entries(list(run.regions.values()))
@@ -168,7 +192,7 @@ def inline_checkpoint(rank: int, compiled: bool) -> Any:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", rt.TorchstrataFallbackWarning)
         params = _train(model, run, rank)
-    return {"params": params, "warnings": [str(w.message) for w in caught]}
+    return {"params": params, "warnings": _fallbacks(caught)}
 
 
 SCENARIOS: dict[str, Callable[..., Any]] = {
@@ -177,6 +201,7 @@ SCENARIOS: dict[str, Callable[..., Any]] = {
     "fsdp": lambda rank, compiled: fsdp(rank, compiled),
     "fsdp_mixed": lambda rank, compiled: fsdp(rank, compiled, mixed=True),
     "fsdp_checkpointed": lambda rank, compiled: fsdp(rank, compiled, checkpointed=True),
+    "fsdp_inline_checkpoint": lambda rank, compiled: fsdp(rank, compiled, inline_checkpoint=True),
     "inline_checkpoint": inline_checkpoint,
 }
 
@@ -199,4 +224,5 @@ def run_all(rank: int, world: int, init_file: str, out_dir: str, names: list[str
         }
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
+        gc.collect()  # DDP reducers go while the group lives (see examples/train_ddp.py)
         dist.destroy_process_group()
