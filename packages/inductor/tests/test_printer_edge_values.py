@@ -216,9 +216,25 @@ def test_float_prims_on_edge_values(ind, codegen, dtype):
     _check(ind, codegen, *_float_graph(dtype))
 
 
+def _interpreter_inverts_unsigned() -> bool:
+    """Triton's interpreter before 3.9 builds ``~x``'s all-ones value of an unsigned type
+    as ``np.full(1, -1, uint8)``, which NumPy 2 refuses (OverflowError): torch 2.14.1
+    pins Triton 3.8. Compiled GPU code is not affected."""
+    try:
+        import triton
+    except ImportError:
+        return True
+    major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    return (major, minor) >= (3, 9)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])
 @pytest.mark.parametrize("codegen", BACKENDS)
-def test_integer_prims_on_edge_values(ind, codegen, dtype):
+def test_integer_prims_on_edge_values(ind, codegen, dtype, request):
+    if codegen == "triton" and dtype == torch.uint8 and not _interpreter_inverts_unsigned():
+        request.applymarker(
+            pytest.mark.xfail(raises=OverflowError, strict=True, reason="Triton < 3.9 interpreter")
+        )
     _check(ind, codegen, *_int_graph(dtype))
 
 
