@@ -195,14 +195,6 @@ def test_graphs_compiled_under_no_grad_require_no_grad(make_stages):
     assert module.weight.requires_grad
 
 
-def test_an_unregistered_codegen_name_falls_back_naming_the_registered_ones():
-    x, b = torch.randn(4, 8), torch.randn(8)
-    compiled = rt.compile(demo_fn, codegen="cuda")
-    with pytest.warns(rt.TorchstrataFallbackWarning, match="registered: .*cpp, eager, .*triton"):
-        result = compiled(x, b)
-    torch.testing.assert_close(result, demo_fn(x, b))
-
-
 def test_explain_shows_the_stage_options():
     from torchstrata.core import InductorOptions
 

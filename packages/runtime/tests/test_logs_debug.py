@@ -146,15 +146,6 @@ def test_a_long_compile_shows_progress_when_asked(stages, monkeypatch, capsys):
     assert "done in" in err
 
 
-def test_a_backward_compiled_for_explain_is_timed_as_its_own_part():
-    # the real stages (the fake autograd stage makes no backward)
-    x = torch.randn(4, 8, requires_grad=True)
-    report = rt.explain(demo_fn, x, torch.randn(8))
-    names = [stage for stage, _ in report.stage_seconds]
-    assert names[:4] == ["capture", "autograd", "decomp", "codegen"]
-    assert names[4:] == ["backward graph: decomp", "backward graph: codegen"]
-
-
 def test_a_debug_dir_that_cannot_be_made_is_named(stages, tmp_path):
     taken = tmp_path / "a-file"
     taken.write_text("")
