@@ -82,3 +82,10 @@ def test_a_shared_value_reshaped_for_an_extern_call_is_a_view_of_its_buffer():
     stored = {store.buffer for k in _kernels(plan) for store in k.full_stores + k.row_stores}
     assert "buf_" + flat.name not in stored
     assert "buf_" + grad.name in stored
+
+
+def test_blocking_the_rule_inlines_the_stream_again():
+    graph, streams = _residual_blocks(6)
+    plan = plan_graph(graph, lower_graph(graph, CppBackend().supports), store_shared=False)
+    assert not set(streams[:-1]) & plan.stored
+    assert max(len(kernel.args) for kernel in _kernels(plan)) > 6

@@ -38,12 +38,13 @@ class Plan:
         return None
 
 
-def plan_graph(graph: Graph, lowered: dict[Node, Lowered]) -> Plan:
+def plan_graph(graph: Graph, lowered: dict[Node, Lowered], store_shared: bool = True) -> Plan:
     """Schedule ``graph`` and describe every kernel.
 
-    Pointwise values shared down a chain are stored (:mod:`.shared_values`); the plan's
-    ``lowered`` holds the views of them that extern calls read without a copy."""
-    shared = shared_values(graph, lowered)
+    Pointwise values shared down a chain are stored (:mod:`.shared_values`; not with
+    ``store_shared=False``); the plan's ``lowered`` holds the views of them that extern
+    calls read without a copy."""
+    shared = shared_values(graph, lowered) if store_shared else frozenset()
     lowered = with_views_of(graph, lowered, shared)
     scheduler = Scheduler(graph, lowered, shared)
     steps = scheduler.run()
