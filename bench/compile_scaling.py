@@ -8,7 +8,9 @@ fp32; one step is forward + cross-entropy + backward. Eager's first step (also i
 process) is the baseline: a compiler's cold compile is its first step minus eager's.
 Reported: the median over ``--repeat`` processes of each first step, the cold compile,
 its growth from the smallest depth, torchstrata's cold compile over torch.compile's and
-the load average when each row started (the machine may be shared).
+the load average when each row started (the machine may be shared). Each run uses one
+torch thread unless ``--threads`` says otherwise: on a loaded 2-core machine OpenMP teams
+wait for descheduled threads, and the compile is what is measured.
 
     python -m bench.compile_scaling --layers 2,4,8,16,24 --compilers torchstrata,inductor
 """
@@ -59,14 +61,16 @@ def first_step_seconds(layers: int, compiler: str, device: str) -> float:
     return seconds
 
 
-def run_fresh(layers: int, compiler: str, device: str, timeout_s: float) -> float | str:
+def run_fresh(
+    layers: int, compiler: str, device: str, timeout_s: float, threads: int = 1
+) -> float | str:
     """:func:`first_step_seconds` in a new process with empty caches; seconds or an error."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     env = dict(os.environ)
     for variable in CACHE_VARIABLES:
         env[variable] = str(scratch / variable.lower())
     command = [sys.executable, "-m", "bench.compile_scaling", "--child", "--device", device]
-    command += ["--layers", str(layers), "--compilers", compiler]
+    command += ["--layers", str(layers), "--compilers", compiler, "--threads", str(threads)]
     try:
         done = subprocess.run(
             command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -84,12 +88,12 @@ def run_fresh(layers: int, compiler: str, device: str, timeout_s: float) -> floa
 
 
 def median_fresh(
-    layers: int, compiler: str, device: str, timeout_s: float, repeat: int
+    layers: int, compiler: str, device: str, timeout_s: float, repeat: int, threads: int = 1
 ) -> float | str:
     """The median of ``repeat`` fresh runs, or the first error."""
     times: list[float] = []
     for _ in range(repeat):
-        result = run_fresh(layers, compiler, device, timeout_s)
+        result = run_fresh(layers, compiler, device, timeout_s, threads)
         if isinstance(result, str):
             return result
         times.append(result)
@@ -97,6 +101,7 @@ def median_fresh(
 
 
 def _child(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
     layers = int(args.layers.split(",")[0])
     compiler = parse_compilers(args.compilers)[-1]
     try:
@@ -134,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--repeat", type=int, default=1, help="fresh processes per cell")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of each run (default 1: OpenMP teams stall on a shared machine)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -144,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# command: python -m bench.compile_scaling {' '.join(argv or sys.argv[1:])}")
     print(
         f"# commit {_commit()}, torch {torch.__version__}, {args.device}, "
-        f"{os.cpu_count()} CPUs, median of {args.repeat} fresh process(es) per cell"
+        f"{os.cpu_count()} CPUs, {args.threads} torch thread(s), "
+        f"median of {args.repeat} fresh process(es) per cell"
     )
     print(f"# GPT d={WIDTH} heads={HEADS} vocab={VOCAB} batch={BATCH} tokens={TOKENS} fp32")
     print("# first step: compile + forward + loss + backward, empty caches;")
@@ -160,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     for layers in depths:
         load = _load()
         results = {
-            c: median_fresh(layers, c, args.device, args.timeout, args.repeat) for c in compilers
+            c: median_fresh(layers, c, args.device, args.timeout, args.repeat, args.threads)
+            for c in compilers
         }
         cells = [str(layers), load]
         cells += [f"{r:.1f} s" if isinstance(r, float) else r for r in results.values()]
