@@ -89,3 +89,18 @@ def test_blocking_the_rule_inlines_the_stream_again():
     plan = plan_graph(graph, lower_graph(graph, CppBackend().supports), store_shared=False)
     assert not set(streams[:-1]) & plan.stored
     assert max(len(kernel.args) for kernel in _kernels(plan)) > 6
+
+
+def test_a_transposed_extern_operand_is_a_view_not_a_copy_kernel():
+    b = GraphBuilder(Level.PRIMS)
+    a = b.input("a", TensorMeta((ROWS, WIDTH), torch.float32))
+    w = b.input("w", TensorMeta((WIDTH, WIDTH), torch.float32))
+    grad = b.call(prim("mul"), a, 3.0)
+    first = b.call(aten("mm.default"), grad, w)
+    flipped = b.call(prim("permute"), grad, (1, 0))
+    second = b.call(aten("mm.default"), flipped, a)
+    graph = b.build([first, second])
+    plan = _plan(graph)
+    view = plan.view(flipped)
+    assert view is not None and view.base is grad and view.strides == (1, WIDTH), view
+    assert len(_kernels(plan)) == 1  # the product's kernel; no copy of its transpose

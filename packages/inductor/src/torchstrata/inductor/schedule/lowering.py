@@ -294,11 +294,11 @@ def buffer_view(
     operand = lowered[source]
     if _is_buffer(operand):
         base = StridedView(source, source.tensor_meta.shape, source.tensor_meta.strides, 0)
+    elif isinstance(operand, Pointwise) and operand.view is not None:
+        base = operand.view
     elif source in stored:
         meta = source.tensor_meta
         base = StridedView(source, meta.shape, dense_strides(meta.shape, meta.strides), 0)
-    elif isinstance(operand, Pointwise) and operand.view is not None:
-        base = operand.view
     else:
         return None
     name = node.op.name.removeprefix("prims.") if node.op is not None else ""

@@ -18,7 +18,11 @@ from torchstrata.inductor.schedule.scheduler import (
     buffer_strides,
     member_index,
 )
-from torchstrata.inductor.schedule.shared_values import shared_values, with_views_of
+from torchstrata.inductor.schedule.shared_values import (
+    shared_values,
+    stored_anyway,
+    with_views_of,
+)
 
 
 @attrs.frozen
@@ -42,10 +46,12 @@ def plan_graph(graph: Graph, lowered: dict[Node, Lowered], store_shared: bool = 
     """Schedule ``graph`` and describe every kernel.
 
     Pointwise values shared down a chain are stored (:mod:`.shared_values`; not with
-    ``store_shared=False``); the plan's ``lowered`` holds the views of them that extern
+    ``store_shared=False``, which also keeps views of outputs and extern operands
+    copies); the plan's ``lowered`` holds the views of them that extern
     calls read without a copy."""
     shared = shared_values(graph, lowered) if store_shared else frozenset()
-    lowered = with_views_of(graph, lowered, shared)
+    if store_shared:
+        lowered = with_views_of(graph, lowered, shared | stored_anyway(graph, lowered))
     scheduler = Scheduler(graph, lowered, shared)
     steps = scheduler.run()
     built: list[tuple[Group, GroupContext, dict[Node, Expr]]] = []

@@ -24,7 +24,9 @@ A value with two users or more of which one is a view prim that an extern call (
 graph's output) reads is stored too: the view would otherwise be a copy kernel that
 recomputes the value (the backward's residual gradient reshaped for a matmul). A view
 prim of a stored value becomes a view of its buffer (an extern call reads it through
-``as_strided``, no copy), as views of inputs and extern results already are.
+``as_strided``, no copy), as views of inputs and extern results already are; so does a
+view prim of a graph output or of an extern operand (stored anyway): a transposed
+gradient that a matmul reads was a copy kernel.
 """
 
 from __future__ import annotations
@@ -112,6 +114,22 @@ def _full_sources(graph: Graph, lowered: dict[Node, Lowered]) -> dict[Node, froz
             sorted((r for r in reads if r.tensor_meta.numel == size), key=lambda r: r.name)[:2]
         )
     return found
+
+
+def stored_anyway(graph: Graph, lowered: dict[Node, Lowered]) -> frozenset[Node]:
+    """Computed values the scheduler realises whatever the rule says: graph outputs and
+    operands of extern calls (a transposed gradient that a matmul reads is then a view of
+    the gradient's buffer, not a copy kernel)."""
+    found = set()
+    for node in graph.nodes:
+        if isinstance(lowered[node], Extern):
+            found.update(node.input_nodes())
+    found.update(graph.outputs)
+    return frozenset(
+        node
+        for node in found
+        if isinstance(own := lowered.get(node), Pointwise) and own.view is None
+    )
 
 
 def with_views_of(
