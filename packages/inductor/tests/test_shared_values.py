@@ -13,6 +13,7 @@ import torch
 from torchstrata.core import Graph, GraphBuilder, Level, Node, TensorMeta, aten, prim
 from torchstrata.inductor.codegen.backend import CppBackend
 from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.passes.identity_views import drop_identity_views
 from torchstrata.inductor.schedule.lowering import lower_graph
 from torchstrata.inductor.schedule.plan import Plan, plan_graph
 
@@ -104,3 +105,15 @@ def test_a_transposed_extern_operand_is_a_view_not_a_copy_kernel():
     view = plan.view(flipped)
     assert view is not None and view.base is grad and view.strides == (1, WIDTH), view
     assert len(_kernels(plan)) == 1  # the product's kernel; no copy of its transpose
+
+
+def test_a_weight_gradient_transposed_twice_is_the_matmul_result():
+    b = GraphBuilder(Level.PRIMS)
+    a = b.input("a", TensorMeta((ROWS, WIDTH), torch.float32))
+    g = b.input("g", TensorMeta((ROWS, WIDTH), torch.float32))
+    product = b.call(aten("mm.default"), b.call(prim("permute"), g, (1, 0)), a)
+    twice = b.call(prim("permute"), b.call(prim("permute"), product, (1, 0)), (1, 0))
+    graph = drop_identity_views(b.build([twice]))
+    (output,) = graph.outputs
+    assert str(output.op) == "aten.mm.default"
+    assert not _kernels(_plan(graph))  # no copy kernel left
