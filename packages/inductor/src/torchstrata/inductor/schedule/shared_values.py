@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import attrs
 
-from torchstrata.core import Graph, Node, Prim
+from torchstrata.core import Graph, Node, Prim, TensorMeta
 from torchstrata.inductor.schedule.lowering import (
     Extern,
     Lowered,
@@ -110,9 +110,8 @@ def _full_sources(graph: Graph, lowered: dict[Node, Lowered]) -> dict[Node, froz
         reads: set[Node] = set()
         for arg in node.input_nodes():
             reads.update(found.get(arg, (arg,)))
-        found[node] = frozenset(
-            sorted((r for r in reads if r.tensor_meta.numel == size), key=lambda r: r.name)[:2]
-        )
+        same = (r for r in reads if isinstance(r.meta, TensorMeta) and r.meta.numel == size)
+        found[node] = frozenset(sorted(same, key=lambda r: r.name)[:2])
     return found
 
 
