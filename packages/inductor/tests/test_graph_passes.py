@@ -19,6 +19,7 @@ COMMON = [
     "inductor.narrow_counts",
     "inductor.factor_sums",
     "inductor.cse",
+    "inductor.identity_views",
     "inductor.dce",
 ]
 
@@ -48,7 +49,7 @@ def test_triton_adds_its_own_graph_and_plan_passes():
         for record in compile_graph(_cross_entropy_rows(), "cpu", options).stats["passes"]
     ]
     assert names == [
-        *COMMON[:5],
+        *COMMON[:6],
         "triton.split_long_sums",
         "inductor.dce",
         "triton.fuse_partials",

@@ -177,10 +177,14 @@ def _source_side(flow: nx.DiGraph) -> set[object]:
 
     Of all minimum cuts this is the one nearest the source, so ties go to saving
     earlier values (a primal input rather than a view of it) and recomputing more.
+    That set is the same for every maximum flow, so the algorithm only decides the
+    time: on the joint graph of a 24-layer GPT (4307 vertices) Boykov-Kolmogorov takes
+    0.8 s where Edmonds-Karp, one breadth-first search per augmenting path (about one
+    per saved value), took 13.8 s: a time that grew with the square of the depth.
     """
-    from networkx.algorithms.flow import edmonds_karp  # type: ignore[import-untyped]
+    from networkx.algorithms.flow import boykov_kolmogorov  # type: ignore[import-untyped]
 
-    residual = edmonds_karp(flow, "source", "sink")
+    residual = boykov_kolmogorov(flow, "source", "sink")
     reachable: set[object] = {"source"}
     stack: list[object] = ["source"]
     while stack:

@@ -35,6 +35,10 @@ from torchstrata.inductor.schedule.plan import Plan, plan_graph
 from torchstrata.inductor.schedule.plan_passes import run_plan_passes
 from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
 
+#: The name in ``CompileOptions.blocked_plugins`` that keeps shared values inlined
+#: (:mod:`~torchstrata.inductor.schedule.shared_values`): for measuring the rule.
+SHARED_VALUES = "inductor.shared_values"
+
 #: The ``stage`` of the records of the inductor's graph passes.
 PASS_STAGE = "inductor"
 
@@ -172,7 +176,7 @@ def schedule_graph(
     )
     graph = manager.run(graph, stage=PASS_STAGE)
     lowered = lower_graph(graph, backend.supports)
-    plan = plan_graph(graph, lowered)
+    plan = plan_graph(graph, lowered, SHARED_VALUES not in options.blocked_plugins)
     plan, records = run_plan_passes(plan, backend.plan_passes(), options.blocked_plugins)
     return Scheduled(tuple(promised), graph, plan, (*manager.records, *records))
 

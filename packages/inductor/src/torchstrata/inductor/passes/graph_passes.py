@@ -13,6 +13,7 @@ from __future__ import annotations
 from torchstrata.core import Graph, GraphPass, eliminate_common_subexpressions, eliminate_dead_code
 from torchstrata.inductor.passes.counts import narrow_counts
 from torchstrata.inductor.passes.factored_sums import factor_sums
+from torchstrata.inductor.passes.identity_views import drop_identity_views
 from torchstrata.inductor.passes.one_hot import one_hot_sums
 from torchstrata.inductor.passes.rewrites import gather_as_reduction
 
@@ -66,11 +67,22 @@ class MergeCommonSubexpressions(GraphPass):
         return eliminate_common_subexpressions(graph)
 
 
+class DropIdentityViews(GraphPass):
+    """Permutes that undo the permute they read, replaced by its operand (a weight's
+    gradient ``t(t(mm))`` was a copy kernel)."""
+
+    name = "inductor.identity_views"
+    after = ("inductor.cse",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return drop_identity_views(graph)
+
+
 class DropDeadCode(GraphPass):
     """Nodes no output needs any more, dropped: the last pass before lowering."""
 
     name = "inductor.dce"
-    after = ("inductor.cse",)
+    after = ("inductor.identity_views",)
 
     def __call__(self, graph: Graph) -> Graph:
         return eliminate_dead_code(graph)
@@ -84,5 +96,6 @@ def common_passes() -> tuple[GraphPass, ...]:
         NarrowCounts(),
         FactorSums(),
         MergeCommonSubexpressions(),
+        DropIdentityViews(),
         DropDeadCode(),
     )

@@ -20,7 +20,7 @@ as a reduction result of the current kernel.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import attrs
 import torch
@@ -283,14 +283,22 @@ def _gather_fn(node: Node, view: StridedView) -> IndexFn:
     return gather_fn
 
 
-def buffer_view(node: Node, lowered: dict[Node, Lowered]) -> StridedView | None:
-    """The :class:`StridedView` of a view prim whose operand is a buffer or a view of one."""
+def buffer_view(
+    node: Node, lowered: dict[Node, Lowered], stored: Collection[Node] = ()
+) -> StridedView | None:
+    """The :class:`StridedView` of a view prim whose operand is a buffer or a view of one.
+
+    ``stored``: computed values that a kernel stores (densely, see :func:`dense_strides`)
+    though rule 1 of the scheduler would inline them; they count as buffers too."""
     source: Node = node.args[0]
     operand = lowered[source]
     if _is_buffer(operand):
         base = StridedView(source, source.tensor_meta.shape, source.tensor_meta.strides, 0)
     elif isinstance(operand, Pointwise) and operand.view is not None:
         base = operand.view
+    elif source in stored:
+        meta = source.tensor_meta
+        base = StridedView(source, meta.shape, dense_strides(meta.shape, meta.strides), 0)
     else:
         return None
     name = node.op.name.removeprefix("prims.") if node.op is not None else ""

@@ -18,6 +18,11 @@ from torchstrata.inductor.schedule.scheduler import (
     buffer_strides,
     member_index,
 )
+from torchstrata.inductor.schedule.shared_values import (
+    shared_values,
+    stored_anyway,
+    with_views_of,
+)
 
 
 @attrs.frozen
@@ -37,15 +42,27 @@ class Plan:
         return None
 
 
-def plan_graph(graph: Graph, lowered: dict[Node, Lowered]) -> Plan:
-    """Schedule ``graph`` and describe every kernel."""
-    scheduler = Scheduler(graph, lowered)
+def plan_graph(graph: Graph, lowered: dict[Node, Lowered], store_shared: bool = True) -> Plan:
+    """Schedule ``graph`` and describe every kernel.
+
+    Pointwise values shared down a chain are stored (:mod:`.shared_values`; not with
+    ``store_shared=False``, which also keeps views of outputs and extern operands
+    copies); the plan's ``lowered`` holds the views of them that extern
+    calls read without a copy."""
+    shared = shared_values(graph, lowered) if store_shared else frozenset()
+    if store_shared:
+        lowered = with_views_of(graph, lowered, shared | stored_anyway(graph, lowered))
+    scheduler = Scheduler(graph, lowered, shared)
     steps = scheduler.run()
     built: list[tuple[Group, GroupContext, dict[Node, Expr]]] = []
     stored: set[Node] = set(graph.outputs)
     for step in steps:
         if isinstance(step, ExternStep):
-            stored.update(step.node.input_nodes())
+            for operand in step.node.input_nodes():
+                stored.add(operand)
+                operand_lowered = lowered[operand]
+                if isinstance(operand_lowered, Pointwise) and operand_lowered.view is not None:
+                    stored.add(operand_lowered.view.base)  # the launcher's view reads it
             continue
         context = GroupContext(scheduler, step, set(step.members))
         exprs = {member: context.member_expr(member) for member in step.members}

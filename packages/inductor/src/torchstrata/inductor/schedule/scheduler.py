@@ -203,9 +203,13 @@ class GroupContext:
 class Scheduler:
     """Runs the rules of the module docstring over a lowered graph."""
 
-    def __init__(self, graph: Graph, lowered: dict[Node, Lowered]) -> None:
+    def __init__(
+        self, graph: Graph, lowered: dict[Node, Lowered], stored: frozenset[Node] = frozenset()
+    ) -> None:
         self.graph = graph
         self.lowered = lowered
+        #: Pointwise values realised though rule 1 would inline them (:mod:`.shared_values`).
+        self.stored = stored
         self.steps: list[Step] = []
         self.step_of: dict[Node, Step] = {}
         self.blockers: set[Node] = set()  # rule 5
@@ -226,6 +230,7 @@ class Scheduler:
                 # Views of buffers reach extern calls as torch views, not copies.
                 result.update(o for o in node.input_nodes() if not self._is_view(o))
         result.update(self.graph.outputs)
+        result.update(self.stored)
         return {node for node in result if isinstance(self.lowered[node], Pointwise | Reduction)}
 
     def _is_view(self, node: Node) -> bool:
