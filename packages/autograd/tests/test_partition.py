@@ -197,3 +197,19 @@ def test_cross_entropy_over_matmul_logits_saves_them_not_the_log_softmax():
     assert [n.op.name for n in before.saved if tuple(n.meta.shape) == (8, 64)] == [
         "aten.sub.Tensor"
     ]
+
+
+def test_gathered_rows_are_not_priced_like_written_results():
+    """An embedding's rows are gathered where they are read, not written by the forward:
+    the sum of two embeddings is saved, not both of them."""
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    tok = b.input("tok", TensorMeta((32, 16), torch.float32, requires_grad=True))
+    pos = b.input("pos", TensorMeta((8, 16), torch.float32, requires_grad=True))
+    idx = b.input("idx", TensorMeta((8,), torch.int64))
+    x = _call(b, operator.add, _call(b, F.embedding, idx, tok), _call(b, F.embedding, idx, pos))
+    graph = b.build([_call(b, torch.sum, _call(b, torch.sin, x))])
+    saved = partition(trace_graph(graph, training=True)).saved
+    ops = [node.op.name for node in saved if node.op is not None]
+    assert ops == ["aten.add.Tensor"], ops

@@ -52,6 +52,20 @@ _CHEAP_OPS = frozenset(
 )
 
 
+#: Non-recomputable ops whose results the inductor reads where they are used (gathers
+#: lowered pointwise) rather than writing them: no discount for those (see choose_saved).
+_GATHER_OPS = frozenset({"embedding", "index", "index_select", "gather", "take"})
+
+
+def writes_result(node: Node) -> bool:
+    """True for a node whose result the forward writes whether saved or not: a matmul,
+    reduction or other op that may not be recomputed, draws no random numbers and is no
+    gather (those are read in the kernels that use them)."""
+    if node.op is None or is_random(node) or is_recomputable(node):
+        return False
+    return _overload(node)._overloadpacket.__name__ not in _GATHER_OPS
+
+
 #: The cut counts a saved primal input or user output at this fraction of its bytes (see
 #: choose_saved).
 PRIMAL_DISCOUNT = 0.5
@@ -158,7 +172,7 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
         if node in grads:
             flow.add_edge(vout, "sink")
         weight = _weight(node)
-        if node in held or (discount_results and forced and not is_random(node)):
+        if node in held or (discount_results and writes_result(node)):
             # Saving an input or a returned value writes nothing more in the forward and
             # usually keeps nothing alive that the caller does not hold anyway: half the
             # price of saving a value of the same size (an fp32 log-softmax is recomputed
