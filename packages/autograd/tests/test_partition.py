@@ -213,3 +213,23 @@ def test_gathered_rows_are_not_priced_like_written_results():
     saved = partition(trace_graph(graph, training=True)).saved
     ops = [node.op.name for node in saved if node.op is not None]
     assert ops == ["aten.add.Tensor"], ops
+
+
+def test_a_bias_less_linear_of_3d_input_saves_its_matmul_not_the_unsafe_view():
+    """``_unsafe_view`` reshapes the matmul's result; saved itself, it was a copy kernel."""
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    h = b.input("h", TensorMeta((2, 4, 16), torch.float32, requires_grad=True))
+    w = b.input("w", TensorMeta((64, 16), torch.float32, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    logits = _call(b, torch.Tensor.view, _call(b, F.linear, h, w), -1, 64)
+    graph = b.build([_call(b, F.cross_entropy, logits, target)])
+    parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
+    ops = [node.op.name for node in parts.saved if node.op is not None]
+    assert "aten.mm.default" in ops and "aten._unsafe_view.default" not in ops, ops
+    assert all(
+        node.meta.numel < 8 * 64
+        for node in parts.saved
+        if node.op is not None and node.op.name != "aten.mm.default"
+    )

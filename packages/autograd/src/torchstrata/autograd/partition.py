@@ -48,6 +48,9 @@ _CHEAP_OPS = frozenset(
         "diagonal_scatter",
         "cat",
         "constant_pad_nd",
+        # a view in all but its schema (a bias-less linear's 3-D result): saving it rather
+        # than the matmul it reshapes made the forward copy a tied head's 4 MB of logits
+        "_unsafe_view",
     }
 )
 
