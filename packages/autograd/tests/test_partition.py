@@ -169,3 +169,67 @@ def test_inputs_read_by_as_strided_are_listed_for_their_storage_offset():
     plain = b.call(aten("mul.Tensor"), y, 2)
     graph = b.build([window, plain])
     assert offset_inputs(graph, num_primals=2) == (0,)
+
+
+def test_cross_entropy_over_matmul_logits_saves_them_not_the_log_softmax():
+    """Logits made in the graph (a tied head's matmul) are written by the forward anyway:
+    the backward recomputes the log-softmax from them and the row statistics rather than
+    the forward storing a second [rows, vocab] tensor."""
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    h = b.input("h", TensorMeta((8, 16), torch.float32, requires_grad=True))
+    w = b.input("w", TensorMeta((64, 16), torch.float32, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    logits = _call(b, F.linear, h, w)
+    graph = b.build([_call(b, F.cross_entropy, logits, target)])
+    parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
+    full = [node for node in parts.saved if tuple(node.meta.shape) == (8, 64)]
+    assert [node.op.name for node in full if node.op is not None] == ["aten.mm.default"]
+    assert all(node.op is not None for node in full)  # no input of that shape exists
+    rest = [tuple(node.meta.shape) for node in parts.saved if node not in full]
+    assert all(shape in ((8, 1), (8,), (), (8, 16), (64, 16), (16, 64)) for shape in rest), rest
+    ops = [op.name for op in parts.backward.ops()]
+    assert "aten.amax.default" not in ops  # the statistics are saved ...
+    assert "aten.log.default" in ops  # ... and the log-softmax rebuilt from them
+    # priced like a pointwise value, the matmul's result loses to the log-softmax
+    before = partition(spell_out_softmax(trace_graph(graph, training=True)), None, False)
+    assert [n.op.name for n in before.saved if tuple(n.meta.shape) == (8, 64)] == [
+        "aten.sub.Tensor"
+    ]
+
+
+def test_gathered_rows_are_not_priced_like_written_results():
+    """An embedding's rows are gathered where they are read, not written by the forward:
+    the sum of two embeddings is saved, not both of them."""
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    tok = b.input("tok", TensorMeta((32, 16), torch.float32, requires_grad=True))
+    pos = b.input("pos", TensorMeta((8, 16), torch.float32, requires_grad=True))
+    idx = b.input("idx", TensorMeta((8,), torch.int64))
+    x = _call(b, operator.add, _call(b, F.embedding, idx, tok), _call(b, F.embedding, idx, pos))
+    graph = b.build([_call(b, torch.sum, _call(b, torch.sin, x))])
+    saved = partition(trace_graph(graph, training=True)).saved
+    ops = [node.op.name for node in saved if node.op is not None]
+    assert ops == ["aten.add.Tensor"], ops
+
+
+def test_a_bias_less_linear_of_3d_input_saves_its_matmul_not_the_unsafe_view():
+    """``_unsafe_view`` reshapes the matmul's result; saved itself, it was a copy kernel."""
+    import torch.nn.functional as F
+
+    b = GraphBuilder(Level.TORCH)
+    h = b.input("h", TensorMeta((2, 4, 16), torch.float32, requires_grad=True))
+    w = b.input("w", TensorMeta((64, 16), torch.float32, requires_grad=True))
+    target = b.input("target", TensorMeta((8,), torch.int64))
+    logits = _call(b, torch.Tensor.view, _call(b, F.linear, h, w), -1, 64)
+    graph = b.build([_call(b, F.cross_entropy, logits, target)])
+    parts = partition(spell_out_softmax(trace_graph(graph, training=True)))
+    ops = [node.op.name for node in parts.saved if node.op is not None]
+    assert "aten.mm.default" in ops and "aten._unsafe_view.default" not in ops, ops
+    assert all(
+        node.meta.numel < 8 * 64
+        for node in parts.saved
+        if node.op is not None and node.op.name != "aten.mm.default"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.autograd.factored_sums import factor_joint_sums
 from torchstrata.autograd.offsets import offset_inputs
-from torchstrata.autograd.partition import partition
+from torchstrata.autograd.partition import RESULT_DISCOUNT, partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
 from torchstrata.autograd.unit_grads import unit_grad_forward, unit_grads_enabled
 from torchstrata.core import AotResult, CompileOptions, Graph, verify
@@ -37,7 +37,8 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
         result = _inference(trace)
     else:
         trace = factor_joint_sums(spell_out_softmax(trace))
-        parts = partition(trace)
+        blocked = options.blocked_plugins if options is not None else frozenset()
+        parts = partition(trace, discount_results=RESULT_DISCOUNT not in blocked)
         unit = unit_grad_forward(trace, parts) if unit_grads_enabled(options) else None
         result = AotResult(
             forward=parts.forward if unit is None else unit,

@@ -48,13 +48,34 @@ _CHEAP_OPS = frozenset(
         "diagonal_scatter",
         "cat",
         "constant_pad_nd",
+        # a view in all but its schema (a bias-less linear's 3-D result): saving it rather
+        # than the matmul it reshapes made the forward copy a tied head's 4 MB of logits
+        "_unsafe_view",
     }
 )
+
+
+#: Non-recomputable ops whose results the inductor reads where they are used (gathers
+#: lowered pointwise) rather than writing them: no discount for those (see choose_saved).
+_GATHER_OPS = frozenset({"embedding", "index", "index_select", "gather", "take"})
+
+
+def writes_result(node: Node) -> bool:
+    """True for a node whose result the forward writes whether saved or not: a matmul,
+    reduction or other op that may not be recomputed, draws no random numbers and is no
+    gather (those are read in the kernels that use them)."""
+    if node.op is None or is_random(node) or is_recomputable(node):
+        return False
+    return _overload(node)._overloadpacket.__name__ not in _GATHER_OPS
 
 
 #: The cut counts a saved primal input or user output at this fraction of its bytes (see
 #: choose_saved).
 PRIMAL_DISCOUNT = 0.5
+
+#: The name in ``CompileOptions.blocked_plugins`` that prices a matmul's or reduction's
+#: result at its full bytes, like a pointwise value's (for measuring the discount).
+RESULT_DISCOUNT = "autograd.result_discount"
 
 
 @attrs.frozen
@@ -118,8 +139,11 @@ def ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
     return seen
 
 
-def choose_saved(trace: JointTrace) -> list[Node]:
-    """The joint nodes the forward saves, chosen by a minimum cut (in joint order)."""
+def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]:
+    """The joint nodes the forward saves, chosen by a minimum cut (in joint order).
+
+    ``discount_results``: price the result of a matmul or reduction, which the forward
+    writes anyway, like a primal input (at :data:`PRIMAL_DISCOUNT`)."""
     joint = trace.graph
     primals = set(joint.inputs[: trace.num_primals])
     tangents = set(joint.inputs[trace.num_primals :])
@@ -151,12 +175,16 @@ def choose_saved(trace: JointTrace) -> list[Node]:
         if node in grads:
             flow.add_edge(vout, "sink")
         weight = _weight(node)
-        if node in held:
+        if node in held or (discount_results and writes_result(node)):
             # Saving an input or a returned value writes nothing more in the forward and
             # usually keeps nothing alive that the caller does not hold anyway: half the
             # price of saving a value of the same size (an fp32 log-softmax is recomputed
             # from its fp32 logits; a returned residual sum ``h = x + dropout(r)`` is
-            # saved once rather than ``x`` and ``r``, read again to recompute it).
+            # saved once rather than ``x`` and ``r``, read again to recompute it). The
+            # result of a matmul or reduction is written by the forward anyway, where a
+            # pointwise value may be fused into its readers and never stored: a tied
+            # head's logits and two row statistics are saved rather than a log-softmax
+            # of the logits' size, which the forward would write only to be saved.
             weight *= PRIMAL_DISCOUNT
         if math.isinf(weight):
             flow.add_edge(vin, vout)
@@ -196,15 +224,18 @@ def _source_side(flow: nx.DiGraph) -> set[object]:
     return reachable
 
 
-def partition(trace: JointTrace, saved: list[Node] | None = None) -> Partition:
+def partition(
+    trace: JointTrace, saved: list[Node] | None = None, discount_results: bool = True
+) -> Partition:
     """Split ``trace.graph`` into forward and backward graphs around the saved values.
 
     Forward: the primal inputs → user outputs, write-backs, saved values. Backward:
     saved values, then tangents → gradients. A saved primal input that the forward also
     writes back to is saved as a clone (the write-back would change it otherwise).
+    ``discount_results`` goes to :func:`choose_saved` when ``saved`` is None.
     """
     joint = trace.graph
-    saved = choose_saved(trace) if saved is None else saved
+    saved = choose_saved(trace, discount_results) if saved is None else saved
     primals = joint.inputs[: trace.num_primals]
     tangents = joint.inputs[trace.num_primals :]
     names = {node.name for node in joint.all_nodes()}
