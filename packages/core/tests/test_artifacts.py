@@ -20,7 +20,7 @@ from torchstrata.core.artifacts import (
     canonical_source,
 )
 from torchstrata.core.artifacts import store as store_module
-from torchstrata.core.environment import Environment
+from torchstrata.core.env_options import Environment
 
 KEY = "ab" + "0" * 62
 OTHER = "cd" + "1" * 62

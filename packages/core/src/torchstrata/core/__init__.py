@@ -85,10 +85,10 @@ from torchstrata.core.plugins import (
     register,
 )
 from torchstrata.core.prim_enum import Prim, prims_of
+from torchstrata.core.prim_errors import PrimError
 from torchstrata.core.prims import (
     PRIMS_VERSION,
     PrimDef,
-    PrimError,
     PrimFamily,
     all_prims,
     get_prim,

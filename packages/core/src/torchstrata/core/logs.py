@@ -36,10 +36,17 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from torchstrata.core.env_options import (
+    DEBUG_DIR_VARIABLE,
+    LOGS_VARIABLE,
+    PROGRESS_VARIABLE,
+    Environment,
+)
+
 #: The environment variables :func:`from_env` reads (and nothing else does).
-LOGS_ENV = "TORCHSTRATA_LOGS"
-DEBUG_DIR_ENV = "TORCHSTRATA_DEBUG_DIR"
-PROGRESS_ENV = "TORCHSTRATA_PROGRESS"
+LOGS_ENV = LOGS_VARIABLE
+DEBUG_DIR_ENV = DEBUG_DIR_VARIABLE
+PROGRESS_ENV = PROGRESS_VARIABLE
 
 ROOT_LOGGER = "torchstrata"
 #: Component name -> logger name.
@@ -296,11 +303,10 @@ def from_env() -> LogSettings:
         if _configured:
             return _settings
         _configured = True
-        if os.environ.get(LOGS_ENV, "").strip() == "help":
+        environ = dict(Environment.from_env().logs)
+        if environ.get(LOGS_ENV, "").strip() == "help":
             print(help_text(), file=sys.stderr)
-            environ = {k: v for k, v in os.environ.items() if k != LOGS_ENV}
-        else:
-            environ = dict(os.environ)
+            del environ[LOGS_ENV]
         try:
             settings = settings_from_environ(environ)
         except LogsSyntaxError as error:

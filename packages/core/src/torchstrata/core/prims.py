@@ -22,7 +22,6 @@ changing one's semantics bumps the major part. 1.2 states that prims are real-va
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,8 +30,23 @@ import torch
 
 from torchstrata.core import prims_indexing as _ix
 from torchstrata.core.dtypes import wrapped_integer
-from torchstrata.core.meta import TensorMeta, broadcast_strides, contiguous_strides
-from torchstrata.core.prim_errors import PrimError
+from torchstrata.core.meta import TensorMeta, contiguous_strides
+from torchstrata.core.prim_metas import (
+    as_strided_meta,
+    broadcast_in_dim,
+    broadcast_in_dim_meta,
+    convert_meta,
+    elementwise_meta,
+    full_meta,
+    iota_meta,
+    permute_meta,
+    real_only,
+    reduction_meta,
+    reshape_meta,
+    slice_meta,
+    slice_prim,
+    where_meta,
+)
 
 PRIMS_VERSION = (1, 2)
 
@@ -116,219 +130,7 @@ def _define(
 ) -> None:
     if name in _PRIMS:
         raise ValueError(f"prim {name} defined twice")
-    _PRIMS[name] = PrimDef(name, family, f"{name}{schema}", _real_only(name, meta), impl, doc)
-
-
-# ---------------------------------------------------------------------------- meta rules
-
-
-def _complex_value(value: Any) -> str | None:
-    """A description of the first complex tensor, dtype or number in ``value``, if any."""
-    if isinstance(value, TensorMeta):
-        return f"a {value.dtype} tensor" if value.dtype.is_complex else None
-    if isinstance(value, torch.dtype):
-        return f"dtype {value}" if value.is_complex else None
-    if isinstance(value, complex):
-        return f"the complex number {value!r}"
-    if isinstance(value, list | tuple):
-        for item in value:
-            found = _complex_value(item)
-            if found is not None:
-                return found
-    return None
-
-
-def _real_only(name: str, meta: Callable[..., TensorMeta]) -> Callable[..., TensorMeta]:
-    """``meta`` refusing complex operands, dtypes and numbers: prims are real-valued (no
-    backend computes complex arithmetic), so complex values stay ATen calls."""
-
-    def checked(*args: Any, **kwargs: Any) -> TensorMeta:
-        found = _complex_value(args) or _complex_value(tuple(kwargs.values()))
-        if found is not None:
-            raise PrimError(
-                f"prims.{name} takes real values, got {found}: prims are real-valued, "
-                "complex values stay ATen calls (docs/decisions/0070-complex-stays-aten.md)"
-            )
-        return meta(*args, **kwargs)
-
-    checked.__doc__ = meta.__doc__
-    return checked
-
-
-Operand = TensorMeta | int | float | bool
-
-
-def _tensor_operands(name: str, operands: Sequence[Any]) -> list[TensorMeta]:
-    tensors = [op for op in operands if isinstance(op, TensorMeta)]
-    if not tensors:
-        raise PrimError(f"prims.{name} needs at least one tensor operand")
-    first = tensors[0]
-    for other in tensors[1:]:
-        if other.shape != first.shape:
-            raise PrimError(
-                f"prims.{name}: shapes {first.shape} and {other.shape} differ "
-                "(broadcast explicitly with prims.broadcast_in_dim)"
-            )
-        if other.dtype != first.dtype:
-            raise PrimError(
-                f"prims.{name}: dtypes {first.dtype} and {other.dtype} differ "
-                "(cast explicitly with prims.convert_element_type)"
-            )
-        if other.device != first.device:
-            raise PrimError(f"prims.{name}: devices {first.device} and {other.device} differ")
-    for op in operands:
-        if not isinstance(op, TensorMeta | int | float | bool):
-            raise PrimError(f"prims.{name}: operand {op!r} is neither a tensor nor a number")
-    return tensors
-
-
-def _elementwise_meta(name: str, dtype_rule: str) -> Callable[..., TensorMeta]:
-    def meta(*operands: Any) -> TensorMeta:
-        first = _tensor_operands(name, operands)[0]
-        if dtype_rule == "float" and not first.dtype.is_floating_point:
-            raise PrimError(f"prims.{name} takes floating-point tensors, got {first.dtype}")
-        if dtype_rule == "int" and (first.dtype.is_floating_point or first.dtype.is_complex):
-            raise PrimError(f"prims.{name} takes integer or bool tensors, got {first.dtype}")
-        dtype = torch.bool if dtype_rule == "bool" else first.dtype
-        return TensorMeta(first.shape, dtype, first.device)
-
-    return meta
-
-
-def _where_meta(pred: Any, a: Any, b: Any) -> TensorMeta:
-    if not isinstance(pred, TensorMeta) or pred.dtype is not torch.bool:
-        raise PrimError("prims.where needs a bool tensor predicate")
-    values = (
-        _tensor_operands("where", [a, b])
-        if isinstance(a, TensorMeta) or isinstance(b, TensorMeta)
-        else []
-    )
-    if values and values[0].shape != pred.shape:
-        raise PrimError(f"prims.where: predicate shape {pred.shape} differs from {values[0].shape}")
-    if not values:
-        raise PrimError("prims.where needs at least one tensor value operand")
-    return TensorMeta(pred.shape, values[0].dtype, pred.device)
-
-
-def _convert_meta(a: TensorMeta, dtype: torch.dtype) -> TensorMeta:
-    if not isinstance(dtype, torch.dtype):
-        raise PrimError(f"prims.convert_element_type: {dtype!r} is not a dtype")
-    return TensorMeta(a.shape, dtype, a.device)
-
-
-def _check_dims(name: str, a: TensorMeta, dims: Sequence[int]) -> tuple[int, ...]:
-    dims = tuple(dims)
-    if any(not 0 <= d < a.ndim for d in dims) or len(set(dims)) != len(dims):
-        raise PrimError(
-            f"prims.{name}: dims {dims} invalid for rank {a.ndim} (use non-negative, distinct dims)"
-        )
-    return dims
-
-
-def _reduction_meta(name: str) -> Callable[..., TensorMeta]:
-    def meta(a: TensorMeta, dims: Sequence[int]) -> TensorMeta:
-        reduced = set(_check_dims(name, a, dims))
-        if a.dtype is torch.bool:
-            raise PrimError(f"prims.{name} does not reduce bool tensors; cast first")
-        shape = tuple(s for i, s in enumerate(a.shape) if i not in reduced)
-        return TensorMeta(shape, a.dtype, a.device)
-
-    return meta
-
-
-def _broadcast_in_dim_meta(
-    a: TensorMeta, shape: Sequence[int], broadcast_dims: Sequence[int]
-) -> TensorMeta:
-    shape, broadcast_dims = tuple(shape), tuple(broadcast_dims)
-    if len(broadcast_dims) != a.ndim:
-        raise PrimError(
-            f"prims.broadcast_in_dim: {len(broadcast_dims)} broadcast dims for rank {a.ndim}"
-        )
-    if list(broadcast_dims) != sorted(set(broadcast_dims)) or any(
-        not 0 <= d < len(shape) for d in broadcast_dims
-    ):
-        raise PrimError(
-            f"prims.broadcast_in_dim: broadcast dims {broadcast_dims} must increase within rank {len(shape)}"
-        )
-    for in_dim, out_dim in enumerate(broadcast_dims):
-        if a.shape[in_dim] not in (1, shape[out_dim]):
-            raise PrimError(
-                f"prims.broadcast_in_dim: cannot broadcast size {a.shape[in_dim]} to {shape[out_dim]}"
-            )
-    strides = broadcast_strides(a.shape, a.strides, shape, broadcast_dims)
-    return TensorMeta(shape, a.dtype, a.device, strides)
-
-
-def _broadcast_in_dim(
-    a: torch.Tensor, shape: Sequence[int], broadcast_dims: Sequence[int]
-) -> torch.Tensor:
-    # the new dimensions as ``unsqueeze`` makes them (see meta.broadcast_strides)
-    kept = set(broadcast_dims)
-    for out_dim in range(len(shape)):
-        if out_dim not in kept:
-            a = a.unsqueeze(out_dim)
-    return a.expand(tuple(shape))
-
-
-def _reshape_meta(a: TensorMeta, shape: Sequence[int]) -> TensorMeta:
-    shape = tuple(shape)
-    if math.prod(shape) != a.numel or any(s < 0 for s in shape):
-        raise PrimError(f"prims.reshape: cannot reshape {a.shape} ({a.numel} elements) to {shape}")
-    return TensorMeta(shape, a.dtype, a.device)
-
-
-def _permute_meta(a: TensorMeta, dims: Sequence[int]) -> TensorMeta:
-    dims = tuple(dims)
-    if sorted(dims) != list(range(a.ndim)):
-        raise PrimError(f"prims.permute: {dims} is not a permutation of rank {a.ndim}")
-    return TensorMeta(
-        tuple(a.shape[d] for d in dims), a.dtype, a.device, tuple(a.strides[d] for d in dims)
-    )
-
-
-def _slice_meta(
-    a: TensorMeta, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]
-) -> TensorMeta:
-    if not len(starts) == len(limits) == len(steps) == a.ndim:
-        raise PrimError("prims.slice needs one start, limit and step per dim")
-    shape, strides = [], []
-    for size, stride, start, limit, step in zip(
-        a.shape, a.strides, starts, limits, steps, strict=True
-    ):
-        if not (0 <= start <= limit <= size) or step < 1:
-            raise PrimError(f"prims.slice: [{start}:{limit}:{step}] out of range for size {size}")
-        shape.append(max(0, (limit - start + step - 1) // step))
-        strides.append(stride * step)
-    return TensorMeta(tuple(shape), a.dtype, a.device, tuple(strides))
-
-
-def _slice(
-    a: torch.Tensor, starts: Sequence[int], limits: Sequence[int], steps: Sequence[int]
-) -> torch.Tensor:
-    index = tuple(slice(s, e, k) for s, e, k in zip(starts, limits, steps, strict=True))
-    return a[index]
-
-
-def _as_strided_meta(
-    a: TensorMeta, shape: Sequence[int], strides: Sequence[int], offset: int
-) -> TensorMeta:
-    if len(shape) != len(strides) or offset < 0:
-        raise PrimError("prims.as_strided: shape and strides differ in length, or offset < 0")
-    return TensorMeta(tuple(shape), a.dtype, a.device, tuple(strides))
-
-
-def _full_meta(
-    shape: Sequence[int], value: Any, dtype: torch.dtype, device: torch.device
-) -> TensorMeta:
-    return TensorMeta(tuple(shape), dtype, device)
-
-
-def _iota_meta(
-    length: int, start: int, step: int, dtype: torch.dtype, device: torch.device
-) -> TensorMeta:
-    if length < 0:
-        raise PrimError("prims.iota: negative length")
-    return TensorMeta((length,), dtype, device)
+    _PRIMS[name] = PrimDef(name, family, f"{name}{schema}", real_only(name, meta), impl, doc)
 
 
 # ------------------------------------------------------------------- implementations
@@ -466,7 +268,7 @@ for _name, _rule, _fn, _doc in _UNARY:
         _name,
         PrimFamily.UNARY,
         "(a: Tensor) -> Tensor",
-        _elementwise_meta(_name, _rule),
+        elementwise_meta(_name, _rule),
         _elementwise_impl(_fn),
         _doc,
     )
@@ -475,7 +277,7 @@ for _name, _rule, _fn, _doc in _BINARY:
         _name,
         PrimFamily.BINARY,
         "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
-        _elementwise_meta(_name, _rule),
+        elementwise_meta(_name, _rule),
         _elementwise_impl(_fn),
         _doc,
     )
@@ -484,7 +286,7 @@ for _name, _fn, _doc in _COMPARISON:
         _name,
         PrimFamily.COMPARISON,
         "(a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor[bool]",
-        _elementwise_meta(_name, "bool"),
+        elementwise_meta(_name, "bool"),
         _elementwise_impl(_fn),
         _doc,
     )
@@ -493,7 +295,7 @@ for _name, _fn, _doc in _REDUCTIONS:
         _name,
         PrimFamily.REDUCTION,
         "(a: Tensor, dims: int[]) -> Tensor",
-        _reduction_meta(_name),
+        reduction_meta(_name),
         _reduce_impl(_fn),
         _doc,
     )
@@ -502,7 +304,7 @@ _define(
     "where",
     PrimFamily.TERNARY,
     "(pred: Tensor[bool], a: Tensor|Scalar, b: Tensor|Scalar) -> Tensor",
-    _where_meta,
+    where_meta,
     _elementwise_impl(torch.where, first_value=1),
     "a where pred else b",
 )
@@ -510,7 +312,7 @@ _define(
     "convert_element_type",
     PrimFamily.CAST,
     "(a: Tensor, dtype: dtype) -> Tensor",
-    _convert_meta,
+    convert_meta,
     lambda a, dtype: a.to(dtype),
     "cast to dtype (float->int truncates, like torch)",
 )
@@ -518,15 +320,15 @@ _define(
     "broadcast_in_dim",
     PrimFamily.VIEW,
     "(a: Tensor, shape: int[], broadcast_dims: int[]) -> Tensor",
-    _broadcast_in_dim_meta,
-    _broadcast_in_dim,
+    broadcast_in_dim_meta,
+    broadcast_in_dim,
     "view of a with shape; input dim i maps to output dim broadcast_dims[i]; size-1 dims expand",
 )
 _define(
     "reshape",
     PrimFamily.VIEW,
     "(a: Tensor, shape: int[]) -> Tensor",
-    _reshape_meta,
+    reshape_meta,
     lambda a, shape: a.reshape(tuple(shape)),
     "the elements of a in row-major order, in a new shape",
 )
@@ -534,7 +336,7 @@ _define(
     "permute",
     PrimFamily.VIEW,
     "(a: Tensor, dims: int[]) -> Tensor",
-    _permute_meta,
+    permute_meta,
     lambda a, dims: a.permute(tuple(dims)),
     "output dim i is input dim dims[i]",
 )
@@ -542,15 +344,15 @@ _define(
     "slice",
     PrimFamily.VIEW,
     "(a: Tensor, starts: int[], limits: int[], steps: int[]) -> Tensor",
-    _slice_meta,
-    _slice,
+    slice_meta,
+    slice_prim,
     "a[starts:limits:steps] per dim (steps >= 1)",
 )
 _define(
     "as_strided",
     PrimFamily.VIEW,
     "(a: Tensor, shape: int[], strides: int[], offset: int) -> Tensor",
-    _as_strided_meta,
+    as_strided_meta,
     lambda a, shape, strides, offset: torch.as_strided(a, tuple(shape), tuple(strides), offset),
     "raw view of a's storage (a must be contiguous)",
 )
@@ -558,7 +360,7 @@ _define(
     "full",
     PrimFamily.CREATION,
     "(shape: int[], value: Scalar, dtype: dtype, device: Device) -> Tensor",
-    _full_meta,
+    full_meta,
     lambda shape, value, dtype, device: torch.full(tuple(shape), value, dtype=dtype, device=device),
     "a new tensor filled with value",
 )
@@ -566,7 +368,7 @@ _define(
     "iota",
     PrimFamily.CREATION,
     "(length: int, start: int, step: int, dtype: dtype, device: Device) -> Tensor",
-    _iota_meta,
+    iota_meta,
     lambda length, start, step, dtype, device: torch.arange(
         start, start + length * step, step, dtype=dtype, device=device
     )[:length],

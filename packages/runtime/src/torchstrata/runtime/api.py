@@ -148,8 +148,8 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
     ``fn`` may be a plain function, an ``nn.Module`` or what :func:`compile` returned
     (then its options and pipeline are used). The in-memory caches are neither read nor
     written; the on-disk compiled-graph cache is, as by a compile (the report's
-    ``graph_cache`` says what came from it). The function is not run. What ``torch.compile(..., backend="torchstrata")``
-    returned is reported by :func:`~torchstrata.runtime.explain_dynamo` (which runs it).
+    ``graph_cache`` says what came from it). The function is not run. What Dynamo returned for the torchstrata backend
+    is reported by :func:`~torchstrata.runtime.explain_dynamo` (which runs it).
     """
     if is_dynamo_compiled(fn):
         return explain_dynamo(fn, *args, **kwargs)

@@ -36,8 +36,8 @@ class ExplainReport:
     extern kernels, each with its ``source``; ``eager_ops`` the ops that run eagerly
     (extern calls the backend left to ATen, and every op of a graph run by the
     reference interpreter). ``fallback`` says why the whole call runs eagerly ("" if
-    it does not). ``dynamo_guards``: for a ``torch.compile(..., backend="torchstrata")``
-    object, Dynamo's guards as Dynamo names them, with the values they check where the
+    it does not). ``dynamo_guards``: for a model compiled by Dynamo with the torchstrata
+    backend, Dynamo's guards as Dynamo names them, with the values they check where the
     call's arguments give them (``guards`` holds torchstrata's own). ``pass_records``:
     every graph pass run for the graphs (name, stage, seconds, node counts);
     ``stage_seconds``: (stage, seconds) for each stage that ran during this call (empty

@@ -12,7 +12,6 @@ gradients are multiplied by ``torch`` (a pass even when the tangent is 1).
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ import attrs
 import torch
 
 from torchstrata.core import CompileOptions, DirectLauncher
-from torchstrata.core.triton_env import triton_interpret
+from torchstrata.core.env_options import Environment, triton_interpret
 
 #: Elements per program per step, warps per program, programs per SM (GPU) of the kernel.
 _BLOCK, _WARPS, _PROGRAMS_PER_SM = 4096, 8, 4
@@ -171,7 +170,7 @@ def _kernel() -> Any:
 
 def _interpreted() -> bool:
     """``TRITON_INTERPRET=1``: ``triton.jit`` builds interpreted kernels."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return Environment.from_env().triton_interpret
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from torchstrata.core.environment import CACHE_DIR_VARIABLE, XDG_CACHE_VARIABLE, Environment
+from torchstrata.core.env_options import CACHE_DIR_VARIABLE, XDG_CACHE_VARIABLE, Environment
 
 #: The default size cap: least recently used entries are evicted above it.
 DEFAULT_SIZE_LIMIT = 1 << 30

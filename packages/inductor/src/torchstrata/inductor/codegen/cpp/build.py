@@ -39,7 +39,7 @@ import attrs
 import torch
 
 from torchstrata.core.artifacts import ArtifactStore, CacheSettings, canonical_source, open_store
-from torchstrata.core.environment import CXX_VARIABLE, Environment
+from torchstrata.core.env_options import CXX_VARIABLE, Environment
 from torchstrata.inductor.codegen.cpp.checks import CheckedKernel, KernelCheck
 from torchstrata.inductor.codegen.cpp.prelude import lighten
 

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from torchstrata.core.triton_env import triton_interpret
+from torchstrata.core.env_options import triton_interpret
 
 __all__ = ["interpreted", "library_compiled", "triton_interpret"]
 
