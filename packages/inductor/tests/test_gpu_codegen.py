@@ -145,3 +145,81 @@ def test_a_column_sum_with_a_per_row_statistic_is_outer():
     body = b.call(prim("mul"), b.call(prim("mul"), dy, x), scale)
     kernel = _kernel(b.build([b.call(prim("sum"), body, (1,))]))
     assert kernel.row_shape == (16, 256) and is_column_reduction(kernel, unanimous=True)
+
+
+def _sum_of_products(dtype: torch.dtype):
+    """``a * b + c * d`` of 16-bit tensors as eager computes it: each op rounded."""
+    b = GraphBuilder(Level.PRIMS)
+    a, x, c, y = (b.input(name, TensorMeta((64, 128), dtype)) for name in "axcy")
+
+    def wide(v):
+        return b.call(prim("convert_element_type"), v, torch.float32)
+
+    def narrow(v):
+        return b.call(prim("convert_element_type"), v, dtype)
+
+    first = narrow(b.call(prim("mul"), wide(a), wide(x)))
+    second = narrow(b.call(prim("mul"), wide(c), wide(y)))
+    return b.build([narrow(b.call(prim("add"), wide(first), wide(second)))])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_kernel_that_rounds_as_eager_is_compiled_without_contraction(dtype, tmp_path):
+    """With contraction, LLVM narrows a rounded product to a 16-bit multiply and fuses it
+    with the add into one 16-bit FMA: the product is never rounded where eager rounds it.
+    The backend compiles such kernels without contraction: no FMA in their PTX."""
+    kernel = _kernel(_sum_of_products(dtype))
+    config = candidate_configs(kernel, interpret=False)[0]
+    suffix = "bf16" if dtype is torch.bfloat16 else "f16"
+    contracted = _ptx(kernel, config, str(tmp_path), fp_fusion=True)
+    assert re.search(rf"\bfma\.rn\.{suffix}", contracted)  # what the default would do
+    ptx = _ptx(kernel, config, str(tmp_path))
+    assert not re.search(r"\bfma\.", ptx)
+    assert re.search(rf"\bmul\.rn\.{suffix}|\bmul\.f32", ptx)
+
+
+def test_a_float32_kernel_keeps_contraction(tmp_path):
+    b = GraphBuilder(Level.PRIMS)
+    x, y, z = (b.input(name, TensorMeta((64, 128), torch.float32)) for name in "xyz")
+    kernel = _kernel(b.build([b.call(prim("add"), b.call(prim("mul"), x, y), z)]))
+    config = candidate_configs(kernel, interpret=False)[0]
+    assert re.search(r"\bfma\.rn\.f32", _ptx(kernel, config, str(tmp_path)))
+
+
+class _ConstantsJit:
+    """A jit function's stand-in recording the constants of each launch."""
+
+    __name__ = "triton_fused_mul"
+    arg_names = ("a", "XBLOCK", "RBLOCK")
+
+    def __init__(self) -> None:
+        self.launches: list[dict[str, object]] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **constants: self.launches.append(constants)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_backend_launches_rounding_kernels_without_contraction(dtype, tmp_path, monkeypatch):
+    from torchstrata.core import CompileOptions, InductorOptions
+    from torchstrata.inductor.codegen.triton import tuning
+    from torchstrata.inductor.codegen.triton.backend import TritonBackend
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "no GPU: built only")
+    kernel = _kernel(_sum_of_products(torch.bfloat16)) if dtype is torch.bfloat16 else None
+    if kernel is None:
+        b = GraphBuilder(Level.PRIMS)
+        x, y = (b.input(name, TensorMeta((64, 128), dtype)) for name in "xy")
+        kernel = _kernel(b.build([b.call(prim("mul"), x, y)]))
+    inductor = InductorOptions(cluster_rows=False, direct_launch=False)
+    options = CompileOptions(cache_dir=str(tmp_path / "cache"), inductor=inductor)
+    built = TritonBackend(False, inductor).build(kernel, options).launch.handle
+    assert built.fp_fusion is (dtype is torch.float32)
+    jit = _ConstantsJit()
+    stand_in = tuning.TunedKernel(
+        {built.configs[0].variant: jit}, built.configs[:1], 64, None, True,
+        direct_launch=False, fp_fusion=built.fp_fusion,
+    )  # fmt: skip
+    stand_in.bind(built.configs[0])(torch.zeros(1))
+    (constants,) = jit.launches
+    assert constants.get("enable_fp_fusion", True) is built.fp_fusion

@@ -41,6 +41,7 @@ from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_
 from torchstrata.inductor.codegen.triton.env import triton_interpret
 from torchstrata.inductor.codegen.triton.generate import generate_triton
 from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
+from torchstrata.inductor.codegen.triton.printer import rounds_to_half
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
@@ -193,6 +194,7 @@ class TritonBackend:
             cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
             direct_launch=self.options.direct_launch,
             compile_scope=compile_scope,
+            fp_fusion=not any(rounds_to_half(source) for source in sources),
         )
 
         def call(handle: str, args: Sequence[str]) -> str:

@@ -50,6 +50,26 @@ TL_TYPES = {
 }
 HALF_TYPES = (torch.float16, torch.bfloat16)
 
+
+def half_round(value: str, dtype: torch.dtype) -> str:
+    """``value`` (float32) rounded to the 16-bit ``dtype`` and widened again: an
+    intermediate rounded where eager rounds it (each eager op's result is stored in
+    ``dtype``)."""
+    return f"{value}.to({TL_TYPES[dtype]}).to(tl.float32)"
+
+
+def rounds_to_half(source: str) -> bool:
+    """True when a kernel's ``source`` rounds an intermediate to 16 bits (:func:`half_round`).
+
+    Such a kernel must be compiled without floating-point contraction: LLVM narrows
+    ``fptrunc(fmul(fpext a, fpext b))`` to a 16-bit multiply (exact), and the contraction
+    that follows fuses it with the next add into one 16-bit FMA, so the product is never
+    rounded where eager rounds it (seen on the H100/H200 with Triton 3.6: RoPE's
+    ``q * cos + rotate_half(q) * sin`` in bf16 differed from eager in a quarter of its
+    elements, one rounding short)."""
+    return any(half_round("", dtype) in source for dtype in HALF_TYPES)
+
+
 HEADER = """import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max, _elementwise_min, _sum_combine
@@ -360,7 +380,7 @@ class TritonPrinter:
             if expr.dtype is torch.bfloat16 and self.interpret:
                 return f"_ts_round_bf16({args[0]}.to(tl.float32))"
             if expr.dtype in HALF_TYPES:
-                return f"{args[0]}.to({TL_TYPES[expr.dtype]}).to(tl.float32)"
+                return half_round(args[0], expr.dtype)
             return f"{args[0]}.to({compute_type(expr.dtype)})"
         if name == "where":
             return f"tl.where({args[0]}, {args[1]}, {args[2]})"

@@ -16,6 +16,7 @@ import torch
 from torchstrata.inductor.codegen.triton.backend import load_module
 from torchstrata.inductor.codegen.triton.cluster import CLUSTER_PARAMS
 from torchstrata.inductor.codegen.triton.generate import generate_triton
+from torchstrata.inductor.codegen.triton.printer import rounds_to_half
 from torchstrata.inductor.codegen.triton.split import SCRATCH_PARAMS, generate_split_triton
 from torchstrata.inductor.codegen.triton.tuning import Config
 from torchstrata.inductor.ir.kernel import Kernel
@@ -38,11 +39,14 @@ def kernel_ptx(
     *,
     capability: int = 90,
     cache_dir: str | None = None,
+    fp_fusion: bool | None = None,
     **flags: bool,
 ) -> str:
     """PTX of ``kernel`` launched with ``config`` on a GPU of compute ``capability``.
 
-    ``flags`` go to :func:`generate_triton` (``even_rows``, ``even_row``).
+    ``flags`` go to :func:`generate_triton` (``even_rows``, ``even_row``). ``fp_fusion``:
+    Triton's ``enable_fp_fusion``; by default as the backend sets it (off for a kernel
+    that rounds intermediates to 16 bits, :func:`rounds_to_half`).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -69,6 +73,10 @@ def kernel_ptx(
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}
     constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
     ast = ASTSource(getattr(module, kernel.name), signature, constants, attrs)
-    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    options = {
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "enable_fp_fusion": not rounds_to_half(source) if fp_fusion is None else fp_fusion,
+    }
     target = GPUTarget("cuda", capability, 32)
     return triton.compile(ast, target=target, options=options).asm["ptx"]

@@ -314,6 +314,7 @@ class TunedKernel:
         cluster_scratch: Callable[[int], int] | None = None,
         direct_launch: bool = True,
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        fp_fusion: bool = True,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -331,6 +332,10 @@ class TunedKernel:
         #: call, launches through Triton's dispatch): the verified binary cache, see
         #: :func:`~torchstrata.inductor.codegen.triton.verified_cache.verified_triton_cache`.
         self.compile_scope = compile_scope
+        #: False: compiled without floating-point contraction (Triton's
+        #: ``enable_fp_fusion``), for kernels that round intermediates as eager does
+        #: (:func:`~torchstrata.inductor.codegen.triton.printer.rounds_to_half`).
+        self.fp_fusion = fp_fusion
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -351,6 +356,8 @@ class TunedKernel:
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
+            if not self.fp_fusion:
+                constants["enable_fp_fusion"] = False
         scope = self.compile_scope
         if config.cluster > 1:  # launched as clusters only, with its partials
             assert self.compiled and self.cluster_scratch is not None
