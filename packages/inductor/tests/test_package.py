@@ -68,8 +68,11 @@ def _softmax_graph():
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((6, 40), torch.float32))
     w = b.input("w", TensorMeta((40, 3), torch.float32))
-    e = b.call(prim("exp"), b.call(prim("sub"), x, b.call(prim("amax"), x, [1], True)))
-    soft = b.call(prim("div"), e, b.call(prim("sum"), e, [1], True))
+    shape = (6, 40)
+    peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, (1,)), shape, (0,))
+    e = b.call(prim("exp"), b.call(prim("sub"), x, peak))
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), e, (1,)), shape, (0,))
+    soft = b.call(prim("div"), e, total)
     mm = b.call(aten("mm.default"), b.call(prim("tanh"), x), w)
     return b.build([soft, b.call(prim("mul"), mm, 2.0)])
 
