@@ -13,8 +13,8 @@ Two kinds of entry, both JSON documents in the artifact store's ``graphs`` names
   globals as plain data), which its ``torchstrata_codegen_load`` hook loads again.
 
 So a second process with the same graphs runs capture, then reads: no autograd trace, no
-decomposition, no scheduling or code generation (the kernel libraries come from the
-kernel cache). Keys: :mod:`.graph_cache_key`. Only plain data is stored, never a pickle:
+decomposition, no scheduling or code generation (C++ libraries, Triton modules and
+Triton's binaries come from the artifact store). Keys: :mod:`.graph_cache_key`. Only plain data is stored, never a pickle:
 capture's guards and programs hold Python objects and are rebuilt by capture every time.
 
 An entry that fails the store's check is removed by the store with a
