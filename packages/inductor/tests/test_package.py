@@ -63,11 +63,11 @@ def test_globals_without_a_plain_record_are_refused(value):
         encode_value(value, {})
 
 
-def _softmax_graph():
+def _softmax_graph(device="cpu"):
     """A row softmax (a persistent reduction kernel), a pointwise kernel and an extern mm."""
     b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((6, 40), torch.float32))
-    w = b.input("w", TensorMeta((40, 3), torch.float32))
+    x = b.input("x", TensorMeta((6, 40), torch.float32, torch.device(device)))
+    w = b.input("w", TensorMeta((40, 3), torch.float32, torch.device(device)))
     shape = (6, 40)
     peak = b.call(prim("broadcast_in_dim"), b.call(prim("amax"), x, (1,)), shape, (0,))
     e = b.call(prim("exp"), b.call(prim("sub"), x, peak))
@@ -77,12 +77,32 @@ def _softmax_graph():
     return b.build([soft, b.call(prim("mul"), mm, 2.0)])
 
 
-@pytest.mark.triton
-def test_a_triton_package_loads_its_kernels_without_generating_code(tmp_path, monkeypatch):
+#: The interpreter on CPU tensors, compiled kernels on a GPU.
+TRITON_DEVICES = [
+    pytest.param("cpu", marks=pytest.mark.triton),
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_a_triton_package_loads_its_kernels_without_generating_code(tmp_path, monkeypatch, device):
+    """Loaded in a fresh process's state (no kernel module imported), a package's kernels
+    come from the store: nothing is generated and, on a GPU, Triton writes no binary
+    (each is read from the verified store)."""
     from torchstrata.inductor.codegen.triton import backend as triton_backend
+    from torchstrata.inductor.codegen.triton.verified_cache import VerifiedTritonCache
 
     options = CompileOptions(cache_dir=str(tmp_path), codegen="triton")
-    compiled = compile_graph(_softmax_graph(), "cpu", options)
+    compiled = compile_graph(_softmax_graph(device), device, options)
+    x = torch.randn(6, 40, device=device)
+    w = torch.randn(40, 3, device=device)
+    expected = compiled(x, w)  # the first call: tuned, compiled, stored
     assert compiled.package is not None and compiled.package["backend"] == "triton"
     assert len(compiled.package["kernels"]) == len(compiled.kernels) >= 2
     text = json.dumps(compiled.package)
@@ -97,19 +117,27 @@ def test_a_triton_package_loads_its_kernels_without_generating_code(tmp_path, mo
         raise AssertionError("Triton code generated while loading a package")
 
     monkeypatch.setattr(triton_backend.TritonBackend, "generate", no_generation)
+    binaries = []
+    put = VerifiedTritonCache.put
+
+    def counting_put(self, data, filename, binary=True):
+        binaries.append(filename)
+        return put(self, data, filename, binary)
+
+    monkeypatch.setattr(VerifiedTritonCache, "put", counting_put)
     manager = create_plugin_manager(load_entrypoints=False, plugins=[("inductor", plugin)])
     loaded = manager.hook.torchstrata_codegen_load(
-        package=json.loads(text), device=torch.device("cpu"), options=options
+        package=json.loads(text), device=torch.device(device), options=options
     )
     assert generated == []
     assert triton_backend._MODULES  # its modules imported again, from the store
     assert loaded.launcher_source == compiled.launcher_source
     assert [k.source for k in loaded.kernels] == [k.source for k in compiled.kernels]
     assert [k.path for k in loaded.kernels] == [k.path for k in compiled.kernels]
-    x, w = torch.randn(6, 40), torch.randn(40, 3)
-    for got, want in zip(loaded(x, w), compiled(x, w), strict=True):
+    for got, want in zip(loaded(x, w), expected, strict=True):
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(loaded(x, w)[0], torch.softmax(x, 1))
+    assert binaries == []
 
 
 @pytest.mark.triton
