@@ -106,7 +106,7 @@ def _ints(values: Any, count: int, what: str) -> tuple[int, ...]:
 def _variant(value: Any) -> Variant:
     if not isinstance(value, list) or len(value) != 4 or type(value[0]) is not bool:
         raise ValueError("a Triton kernel record's variant is [persistent, group, split, cluster]")
-    _, group, split, cluster = (0, *_ints(value[1:], 3, "variant"))
+    group, split, cluster = _ints(value[1:], 3, "variant")
     return value[0], group, split, cluster
 
 
