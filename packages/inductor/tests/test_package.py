@@ -159,3 +159,27 @@ def test_a_triton_record_with_a_missing_module_or_scratch_is_refused(tmp_path):
         from_json({key: value for key, value in record.items() if key != "rows"})
     with pytest.raises(ValueError, match="launch configuration of ints"):
         from_json({**record, "configs": [{**record["configs"][0], "xblock": "8"}]})
+
+
+@pytest.mark.triton
+def test_a_triton_package_whose_modules_were_evicted_writes_them_again(tmp_path, monkeypatch):
+    import shutil
+
+    from torchstrata.core.artifacts import LAYOUT
+    from torchstrata.inductor.codegen.triton import backend as triton_backend
+
+    options = CompileOptions(cache_dir=str(tmp_path), codegen="triton")
+    compiled = compile_graph(_softmax_graph(), "cpu", options)
+    modules = tmp_path / LAYOUT / triton_backend.CACHE_NAMESPACE
+    count = len(list(modules.rglob("*.py")))
+    assert count >= 2
+    shutil.rmtree(modules)
+    monkeypatch.setattr(triton_backend, "_MODULES", {})
+    manager = create_plugin_manager(load_entrypoints=False, plugins=[("inductor", plugin)])
+    loaded = manager.hook.torchstrata_codegen_load(
+        package=compiled.package, device=torch.device("cpu"), options=options
+    )
+    assert len(list(modules.rglob("*.py"))) == count
+    x, w = torch.randn(6, 40), torch.randn(40, 3)
+    for got, want in zip(loaded(x, w), compiled(x, w), strict=True):
+        torch.testing.assert_close(got, want)
