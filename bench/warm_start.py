@@ -16,6 +16,12 @@ compiled-graph cache counters of the warm processes (they must hit, or the ratio
 nothing). ``--repeat N`` runs the three
 N times, each cold with a new empty directory, and reports medians. Model building and
 imports are outside the clock; the step is checked against eager's loss.
+
+``--codegen triton`` compiles with the Triton backend (on the CPU: under Triton's
+interpreter, slow, but what a warm process skips is the same: scheduling and code
+generation); ``--device cuda`` runs the model on the GPU (Triton's compiled kernels,
+their binaries from the verified store in the warm process; the step is synchronized
+before the clock stops).
 """
 
 from __future__ import annotations
@@ -46,9 +52,11 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
-    """Build the model (outside the clock), then time compile + the first training step
-    (eager when ``cache_dir`` is None)."""
+def first_step(
+    layers: int, cache_dir: str | None, device: str = "cpu", codegen: str = "default"
+) -> dict[str, Any]:
+    """Build the model on ``device`` (outside the clock), then time compile + the first
+    training step (eager when ``cache_dir`` is None) with the ``codegen`` backend."""
     import torch
     import torch.nn.functional as F  # noqa: F401 - the model's import, outside the clock
 
@@ -58,28 +66,54 @@ def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
     model = GPT(GPTConfig(n_layers=layers, n_heads=4, dim=128, vocab=8192, block=64))
     idx = torch.randint(0, 8192, (2, 64))
     targets = torch.randint(0, 8192, (2, 64))
+    model, idx, targets = model.to(device), idx.to(device), targets.to(device)
     with torch.no_grad():
         expected = model(idx, targets).item()
-    if cache_dir is None:
+
+    def synchronize() -> None:
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    def timed_step(step: Any) -> tuple[Any, float, float]:
+        """The loss of one training step, its wall and CPU seconds."""
+        synchronize()
         start, cpu = time.perf_counter(), _cpu_seconds()
-        loss = model(idx, targets)
+        loss = step(idx, targets)
         loss.backward()
-        seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
-        return {"seconds": seconds, "cpu_seconds": cpu, "loss": loss.item()}
+        synchronize()
+        return loss, time.perf_counter() - start, _cpu_seconds() - cpu
+
+    if cache_dir is None:
+        loss, seconds, cpu = timed_step(model)
+        next_seconds = timed_step(model)[1]
+        return {
+            "seconds": seconds,
+            "cpu_seconds": cpu,
+            "next_step_seconds": next_seconds,
+            "loss": loss.item(),
+        }
     import torchstrata.runtime as runtime
     from torchstrata.core import CompileOptions
 
-    start, cpu = time.perf_counter(), _cpu_seconds()
-    compiled = runtime.compile(model, options=CompileOptions(cache_dir=cache_dir))
-    loss = compiled(idx, targets)
-    loss.backward()
-    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    options = CompileOptions(cache_dir=cache_dir)
+    if codegen != "default":
+        options = CompileOptions(cache_dir=cache_dir, codegen=codegen)
+    compiled: list[Any] = []
+
+    def compile_and_step(*inputs: Any) -> Any:
+        compiled.append(runtime.compile(model, options=options))
+        return compiled[0](*inputs)
+
+    loss, seconds, cpu = timed_step(compile_and_step)
     stats = runtime.graph_cache_stats()
+    # the step itself, compiled (under Triton's interpreter most of a warm first step)
+    next_seconds = timed_step(compiled[0])[1]
     if abs(loss.item() - expected) > 1e-4 * max(1.0, abs(expected)):
         raise AssertionError(f"compiled loss {loss.item()} differs from eager's {expected}")
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
+        "next_step_seconds": next_seconds,
         "loss": loss.item(),
         "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
         # torch's symbolic shapes (sympy) cost a second to import; a warm step needs none
@@ -87,10 +121,13 @@ def first_step(layers: int, cache_dir: str | None) -> dict[str, Any]:
     }
 
 
-def run_child(layers: int, cache_dir: str | None) -> dict[str, Any]:
+def run_child(
+    layers: int, cache_dir: str | None, device: str = "cpu", codegen: str = "default"
+) -> dict[str, Any]:
     """:func:`first_step` in a fresh ``python -m bench.warm_start --child`` process."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
     command = [sys.executable, "-m", "bench.warm_start", "--child", "--layers", str(layers)]
+    command += ["--device", device, "--codegen", codegen]
     command += ["--cache-dir", cache_dir] if cache_dir is not None else []
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
@@ -99,15 +136,17 @@ def run_child(layers: int, cache_dir: str | None) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def measure(layers: int, repeat: int) -> dict[str, Any]:
+def measure(
+    layers: int, repeat: int, device: str = "cpu", codegen: str = "default"
+) -> dict[str, Any]:
     """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio."""
     rounds = []
     for _ in range(repeat):
         scratch = tempfile.mkdtemp(prefix="bench-warm-start-")
         try:
-            eager = run_child(layers, None)
-            cold = run_child(layers, scratch)
-            warm = run_child(layers, scratch)
+            eager = run_child(layers, None, device, codegen)
+            cold = run_child(layers, scratch, device, codegen)
+            warm = run_child(layers, scratch, device, codegen)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         rounds.append({"eager": eager, "cold": cold, "warm": warm})
@@ -115,11 +154,17 @@ def measure(layers: int, repeat: int) -> dict[str, Any]:
     median = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in names}
     cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in names}
     ratios = [r["warm"]["seconds"] / r["cold"]["seconds"] for r in rounds]
+    steady = {
+        name: statistics.median(r[name]["next_step_seconds"] for r in rounds) for name in names
+    }
     return {
         "layers": layers,
+        "device": device,
+        "codegen": codegen,
         "rounds": rounds,
         "median_seconds": median,
         "median_cpu_seconds": cpu,
+        "median_next_step_seconds": steady,
         "warm_over_cold": median["warm"] / median["cold"],
         "warm_over_cold_per_round": ratios,
         "warm_over_cold_cpu": cpu["warm"] / cpu["cold"],
@@ -129,11 +174,13 @@ def measure(layers: int, repeat: int) -> dict[str, Any]:
 def report(result: dict[str, Any]) -> str:
     """The table printed for a :func:`measure` result."""
     wall, cpu = result["median_seconds"], result["median_cpu_seconds"]
+    steady = result["median_next_step_seconds"]
     warm_cache = [r["warm"]["graph_cache"] for r in result["rounds"]]
     per_round = ", ".join(f"{ratio:.3f}" for ratio in result["warm_over_cold_per_round"])
     lines = [
         f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x 64 tokens, "
-        f"fp32 CPU; first training step in a fresh process, median of "
+        f"fp32 {result.get('device', 'cpu')}, codegen {result.get('codegen', 'default')}; "
+        f"first training step in a fresh process, median of "
         f"{len(result['rounds'])}",
         "                              wall s     CPU s",
         f"  eager first step:          {wall['eager']:8.2f}  {cpu['eager']:8.2f}",
@@ -142,24 +189,29 @@ def report(result: dict[str, Any]) -> str:
         f"  warm / cold:               {result['warm_over_cold']:8.3f}  "
         f"{result['warm_over_cold_cpu']:8.3f}",
         f"  warm / cold wall, per round: {per_round}",
+        "  second step (compiled, no compile), wall s: "
+        + ", ".join(f"{name} {seconds:.2f}" for name, seconds in steady.items()),
         f"  warm processes' graph cache: {warm_cache}",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.warm_start --layers 8 [--repeat N] [--json PATH]``."""
+    """``python -m bench.warm_start --layers 8 [--repeat N] [--device cuda] [--codegen
+    triton] [--json PATH]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--codegen", choices=("default", "cpp", "triton"), default="default")
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(first_step(args.layers, args.cache_dir)))
+        print(json.dumps(first_step(args.layers, args.cache_dir, args.device, args.codegen)))
         return 0
-    result = measure(args.layers, args.repeat)
+    result = measure(args.layers, args.repeat, args.device, args.codegen)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

@@ -13,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -286,3 +288,142 @@ def test_the_lowered_key_follows_the_graph_contract(tmp_path: Path) -> None:
     assert graph_cache.lookup_lowered(graph, options, manager, contracts[0]).hit is not None
     for contract in contracts[1:]:
         assert graph_cache.lookup_lowered(graph, options, manager, contract).hit is None
+
+
+#: The Triton path: the interpreter on CPU tensors here, compiled kernels on a GPU.
+TRITON_DEVICES = [
+    pytest.param("cpu", marks=pytest.mark.triton),
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ],
+    ),
+]
+
+
+def _triton_step(cache_dir: Path | None, device: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A training step of the model on ``device``, compiled with Triton (eager when
+    ``cache_dir`` is None); the loss and gradients on the CPU."""
+    model, x, target = make()
+    model = model.to(device)
+    step: Any = model
+    if cache_dir is not None:
+        options = CompileOptions(cache_dir=str(cache_dir), codegen="triton")
+        step = tsr.compile(model, options=options)
+    loss = step(x.to(device), target.to(device))
+    loss.backward()
+    return loss.detach().cpu(), [p.grad.cpu() for p in model.parameters()]
+
+
+def _assert_eager_on(device: str, result: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    loss, grads = result
+    eager_loss, eager_grads = _triton_step(None, device)
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=1e-6)
+    for grad, eager_grad in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(grad, eager_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_triton_kernels_load_from_the_cache_without_code_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """A warm compile (the in-memory caches emptied: the runtime's, and the imported
+    kernel modules) takes the Triton kernels from their package: the backend generates
+    nothing, and on a GPU Triton writes no binary (each comes from the verified store)."""
+    from torchstrata.inductor.codegen.triton import backend as triton_backend
+    from torchstrata.inductor.codegen.triton.verified_cache import VerifiedTritonCache
+
+    generated: list[str] = []
+    binaries: list[str] = []
+    generate, put = triton_backend.TritonBackend.generate, VerifiedTritonCache.put
+
+    def counting_generate(self: Any, kernel: Any, clusters: bool) -> Any:
+        generated.append(kernel.name)
+        return generate(self, kernel, clusters)
+
+    def counting_put(self: Any, data: Any, filename: str, binary: bool = True) -> str:
+        binaries.append(filename)
+        return put(self, data, filename, binary)
+
+    monkeypatch.setattr(triton_backend.TritonBackend, "generate", counting_generate)
+    monkeypatch.setattr(VerifiedTritonCache, "put", counting_put)
+    before = tsr.graph_cache_stats()
+    _assert_eager_on(device, _triton_step(tmp_path, device))
+    assert generated and _delta(before)["stores"] == 3
+    assert bool(binaries) == (device == "cuda")
+    packages = [json.loads(path.read_bytes()).get("package") for path in _entries(tmp_path)]
+    assert sum(p is not None and p["backend"] == "triton" for p in packages) == 2
+
+    tsr.reset()
+    monkeypatch.setattr(triton_backend, "_MODULES", {})
+    generated.clear()
+    binaries.clear()
+    before = tsr.graph_cache_stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _triton_step(tmp_path, device)
+    _assert_eager_on(device, result)
+    unexpected = [
+        w for w in caught if issubclass(w.category, tsr.TorchstrataFallbackWarning | CacheWarning)
+    ]
+    assert not unexpected, [str(w.message) for w in unexpected]  # no fallback, no bad entry
+    assert generated == [] and binaries == []
+    assert _delta(before) == {"hits": 3, "misses": 0, "stores": 0, "rebuilt": 0, "not_cacheable": 0}
+    assert triton_backend._MODULES  # the kernels' modules imported again, from the store
+
+
+def test_the_key_of_a_cuda_graph_follows_the_gpu_cuda_and_triton(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package of CUDA kernels is for one GPU model, CUDA and Triton: another of any
+    of them is another key (the functions the key reads are replaced here, so the test
+    needs no GPU); a CPU graph's key reads none of them."""
+    from torchstrata.core import create_plugin_manager
+    from torchstrata.core import parse as parse_graph
+    from torchstrata.runtime import graph_cache, graph_cache_key
+
+    def graph_on(device: str) -> Any:
+        return parse_graph(
+            "graph aten {\n"
+            f"  %x: f32[4, 3] {device} = input\n"
+            f"  %y: f32[4, 3] {device} = aten.tanh.default(%x)\n"
+            "  return %y\n"
+            "}\n"
+        )
+
+    options = CompileOptions(cache_dir=str(tmp_path))
+    manager = create_plugin_manager(load_entrypoints=False)
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "cuda": "12.8", "triton": "3.6.0"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu["name"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: gpu["capability"])
+    monkeypatch.setattr(graph_cache_key, "triton_version", lambda: gpu["triton"])
+
+    def keys() -> tuple[str | None, str | None]:
+        monkeypatch.setattr(torch.version, "cuda", gpu["cuda"])
+        graph = graph_on("cuda:0")
+        aot = graph_cache.lookup_aot(graph, options, manager).key
+        return aot, graph_cache.lookup_lowered(graph, options, manager).key
+
+    base = keys()
+    assert None not in base and keys() == base
+    for name, other in [
+        ("name", "NVIDIA H200"),
+        ("capability", (8, 0)),
+        ("cuda", "12.6"),
+        ("triton", "3.7.0"),
+    ]:
+        saved, gpu[name] = gpu[name], other
+        changed = keys()
+        assert changed[0] != base[0] and changed[1] != base[1], name
+        gpu[name] = saved
+    assert keys() == base
+
+    def no_gpu(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a CPU graph's key asked about a GPU")
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", no_gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_gpu)
+    monkeypatch.setattr(graph_cache_key, "triton_version", no_gpu)
+    assert graph_cache.lookup_lowered(graph_on("cpu"), options, manager).key is not None

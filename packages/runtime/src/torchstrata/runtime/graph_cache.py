@@ -13,8 +13,8 @@ Two kinds of entry, both JSON documents in the artifact store's ``graphs`` names
   globals as plain data), which its ``torchstrata_codegen_load`` hook loads again.
 
 So a second process with the same graphs runs capture, then reads: no autograd trace, no
-decomposition, no scheduling or code generation (the kernel libraries come from the
-kernel cache). Keys: :mod:`.graph_cache_key`. Only plain data is stored, never a pickle:
+decomposition, no scheduling or code generation (C++ libraries, Triton modules and
+Triton's binaries come from the artifact store). Keys: :mod:`.graph_cache_key`. Only plain data is stored, never a pickle:
 capture's guards and programs hold Python objects and are rebuilt by capture every time.
 
 An entry that fails the store's check is removed by the store with a
@@ -50,7 +50,12 @@ from torchstrata.core import (
 from torchstrata.core.artifacts import ArtifactStore, CacheSettings, CacheWarning, open_store
 from torchstrata.core.logs import artifact_logger
 from torchstrata.runtime.compile_trace import current_trace
-from torchstrata.runtime.graph_cache_key import ENTRY_VERSION, entry_key, installation_identity
+from torchstrata.runtime.graph_cache_key import (
+    ENTRY_VERSION,
+    accelerator_identity,
+    entry_key,
+    installation_identity,
+)
 from torchstrata.runtime.graph_records import (
     BadRecord,
     NotCacheable,
@@ -232,15 +237,9 @@ def _key(
 
 
 def _accelerators(graph: Graph) -> str:
-    """The name and compute capability of each CUDA device the graph's inputs live on:
-    ATen picks, say, its attention kernels by the GPU, so a cache shared between
-    machines must not hand one GPU's graphs to another."""
-    devices = sorted({m.device for m in graph.input_metas if m.device.type == "cuda"}, key=str)
-    return "".join(
-        f"\n{device}: {torch.cuda.get_device_name(device)} "
-        f"{torch.cuda.get_device_capability(device)}"
-        for device in devices
-    )
+    """What makes a graph compiled for the CUDA devices of its inputs wrong on another
+    machine (see :func:`~torchstrata.runtime.graph_cache_key.accelerator_identity`)."""
+    return accelerator_identity(meta.device for meta in graph.input_metas)
 
 
 # ---------------------------------------------------------------------------- aot

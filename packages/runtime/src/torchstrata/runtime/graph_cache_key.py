@@ -5,8 +5,9 @@ An entry's key is the SHA-256 of
 - the graph's text form (its ops, arguments and every input's shape, strides, dtype,
   device and ``requires_grad``), whether deterministic algorithms are on and, for the
   autograd entry, whether grad mode is;
-- the name and compute capability of each CUDA device of the graph's inputs (see
-  ``graph_cache._accelerators``);
+- for a graph with inputs on CUDA devices, each device's name and compute capability,
+  the CUDA version torch was built with and Triton's version (:func:`accelerator_identity`:
+  what makes a package of CUDA kernels invalid on another machine);
 - the options that change compilation (all of ``CompileOptions`` but where the cache
   lives, its size cap, the debug directory and the recompile limit);
 - this installation: Python, torch and Triton versions, the registered plugins by name
@@ -121,6 +122,29 @@ def _plugin_modules(manager: pluggy.PluginManager) -> Iterable[tuple[str, str]]:
     for name, plugin in manager.list_name_plugin():
         module = getattr(plugin, "__name__", None) or type(plugin).__module__
         yield name, str(module)
+
+
+def triton_version() -> str:
+    """The installed Triton's version ("not installed" without one)."""
+    return _version("triton")
+
+
+def accelerator_identity(devices: Iterable[torch.device]) -> str:
+    """What makes code compiled for the CUDA devices among ``devices`` wrong elsewhere:
+    each one's name and compute capability (ATen picks its attention kernels by GPU;
+    the Triton kernels' candidate configurations, tuned choices and binaries are for
+    one), the CUDA version torch was built with and Triton's version (the binaries
+    Triton builds for it). Empty when no device is a CUDA one, so CPU keys need no GPU."""
+    cuda = sorted({device for device in devices if device.type == "cuda"}, key=str)
+    if not cuda:
+        return ""
+    lines = [f"cuda {torch.version.cuda}, triton {triton_version()}"]
+    lines += [
+        f"{device}: {torch.cuda.get_device_name(device)} "
+        f"{tuple(torch.cuda.get_device_capability(device))}"
+        for device in cuda
+    ]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def _installation(manager: pluggy.PluginManager) -> dict[str, Any]:

@@ -14,7 +14,9 @@ package that loads is the launcher that was generated, name for name.
 
 Kernels are saved as what their backend needs to load them again (for C++: the source,
 entry point, argument count and checks; the library itself comes from the kernel cache,
-rebuilt if it was evicted). No path is saved: a package is relocatable.
+rebuilt if it was evicted; for Triton: each code variant's canonical module, the launch
+configurations and scratch sizes, see :mod:`.triton_records`). No path is saved: a
+package is relocatable.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.launcher import build_launcher, default_globals
 
 #: The format tag of a package; a package of another format is not loaded.
-FORMAT = "torchstrata.inductor.package/2"
+FORMAT = "torchstrata.inductor.package/3"
 
 #: Loads one backend's kernels from their records: ``load(records) -> (handles, paths)``.
 KernelLoader = Callable[[Sequence[Mapping[str, Any]]], tuple[list[Any], list[str | None]]]

@@ -24,10 +24,11 @@ import functools
 import hashlib
 import importlib.util
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
@@ -58,6 +59,12 @@ from torchstrata.inductor.codegen.triton.verified_cache import verified_triton_c
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
 from torchstrata.inductor.launch.triton_launch import cluster_launch_supported
+from torchstrata.inductor.launch.triton_records import (
+    TritonKernelRecord,
+    from_json,
+    make_record,
+    to_json,
+)
 from torchstrata.inductor.schedule.plan_passes import PlanPass
 
 #: The artifact store's namespace for generated Triton modules.
@@ -161,20 +168,44 @@ class TritonBackend:
         A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
         divisions by per-row values become multiplications (``reciprocals``); a row's
         ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
-        output reuses the statistics' own exps."""
+        output reuses the statistics' own exps. The launch's record (for the
+        compiled-graph cache) is what :meth:`load` builds it from."""
         clusters = not self.interpret and self.options.cluster_rows and cluster_launch_supported()
         kernel, configs, generated = self.generate(kernel, clusters)
-        variants, sources, canonical, paths = {}, [], [], []
-        for variant, source in generated:
-            # Named as in every identical kernel (repeated layers): one module, one entry.
-            text, symbol = canonical_source(
-                source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES
+        # Named as in every identical kernel (repeated layers): one module, one entry.
+        named = [
+            (
+                variant,
+                source,
+                canonical_source(source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES),
             )
+            for variant, source in generated
+        ]
+        record = make_record(
+            kernel.name,
+            kernel.rows,
+            self.interpret,
+            configs,
+            named,
+            lambda split: scratch_sizes(kernel, split),
+            tail_scratch(kernel) if kernel.tail is not None else None,
+            lambda size: cluster_scratch_size(kernel, size),
+        )
+        tuned, path = self.load(record, options)
+        info = KernelInfo(kernel.name, self.name, record.source, path, kernel.ops)
+        return BuiltLaunch(KernelLaunch(kernel, tuned, _run_call), info, record=to_json(record))
+
+    def load(self, record: TritonKernelRecord, options: CompileOptions) -> tuple[TunedKernel, str]:
+        """The launchable kernel of ``record`` (its modules from the store, generated
+        no more) and its first module's path."""
+        if record.interpret != self.interpret:
+            raise ValueError(f"{record.name} was generated for another Triton mode")
+        variants, canonical, paths = {}, [], []
+        for variant, (text, symbol) in record.variants.items():
             module, path = load_module(
                 text, symbol, options.cache_dir, self.interpret, options.cache_size_limit
             )
             variants[variant] = getattr(module, symbol)
-            sources.append(source)
             canonical.append(text)
             paths.append(path)
         choice_cache = None
@@ -185,20 +216,27 @@ class TritonBackend:
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,
-            configs,
-            kernel.rows,
+            list(record.configs),
+            record.rows,
             choice_cache,
             not self.interpret,
-            scratch=lambda split: scratch_sizes(kernel, split),
-            tail=tail_scratch(kernel) if kernel.tail is not None else None,
-            cluster_scratch=lambda size: cluster_scratch_size(kernel, size),
+            scratch=record.split_sizes,
+            tail=record.tail,
+            cluster_scratch=record.cluster_size,
             direct_launch=self.options.direct_launch,
             compile_scope=compile_scope,
             fp_fusion=not any(rounds_to_half(source) for source in sources),
         )
+        return tuned, paths[0]
 
-        def call(handle: str, args: Sequence[str]) -> str:
-            return f"{handle}.run({', '.join(args)})"
+    def load_kernels(
+        self, records: Sequence[Mapping[str, Any]], options: CompileOptions
+    ) -> tuple[list[Any], list[str | None]]:
+        """The kernels of the records :meth:`build` made (see :meth:`load`), and their
+        first modules' paths."""
+        loaded = [self.load(from_json(record), options) for record in records]
+        return [tuned for tuned, _ in loaded], [path for _, path in loaded]
 
-        info = KernelInfo(kernel.name, self.name, "\n".join(sources), paths[0], kernel.ops)
-        return BuiltLaunch(KernelLaunch(kernel, tuned, call), info)
+
+def _run_call(handle: str, args: Sequence[str]) -> str:
+    return f"{handle}.run({', '.join(args)})"
