@@ -225,7 +225,7 @@ class TritonBackend:
             cluster_scratch=record.cluster_size,
             direct_launch=self.options.direct_launch,
             compile_scope=compile_scope,
-            fp_fusion=not any(rounds_to_half(source) for source in sources),
+            fp_fusion=not any(rounds_to_half(text) for text in canonical),
         )
         return tuned, paths[0]
 
