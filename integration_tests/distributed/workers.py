@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -146,7 +147,12 @@ def fsdp(
     torch.manual_seed(0)
     model = TinyLM(checkpoint_mlp=inline_checkpoint)
     policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
-    kwargs = {"mp_policy": policy} if policy is not None else {}
+    # fully_shard's default mesh is on the accelerator when there is one: the gloo tests
+    # shard over the CPU wherever they run (the data stays on the CPU)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if policy is not None:
+        kwargs["mp_policy"] = policy
     for index, block in enumerate(list(model.blocks)):
         if checkpointed:
             block = checkpoint_wrapper(block)
