@@ -3,11 +3,13 @@ eagerly and compiled, the parameters compared after every step.
 
 World sizes: the plain transformer under DDP and under FSDP2 runs with 2 and with 4
 processes (4: a 4-way all-reduce and reduce-scatter, a quarter of each parameter per
-rank); the variants (unused parameters with ``no_sync()`` accumulation, mixed precision,
-activation checkpointing) run with 2 only, each world size in one spawn. The 4-process
-spawn is marked slow: on CI's 2 cores its four processes each import torch and
-torchstrata and compile their own graphs, about 45 CPU-seconds (the 2-process spawn of
-all seven scenarios: about 40).
+rank); the variants (unused parameters with ``no_sync()`` accumulation, a parameter read
+through ``detach()`` only, mixed precision, activation checkpointing) run with 2 only,
+each world size in one spawn. FSDP2 shards over an explicit CPU mesh (its default mesh is
+on the accelerator when there is one). The 4-process spawn is marked slow: on CI's 2
+cores its four processes each import torch and torchstrata and compile their own graphs,
+about 45 CPU-seconds (the 2-process spawn of all eight scenarios: about 45; 50 s wall
+with the machine's load at 4).
 
 Tolerances: float32 runs must match eager to 1e-5 (absolute and relative): the compiled
 kernels reassociate sums (layer norm, softmax, matmul epilogues), about 1e-7 per step
