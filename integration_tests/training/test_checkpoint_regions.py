@@ -4,6 +4,7 @@ the forward and in the backward's recomputation."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,14 +34,25 @@ class CheckpointedBlock(nn.Module):
 
 
 def test_checkpointed_block_is_one_graph_with_eager_gradients(codegen):
-    model = CheckpointedBlock()
+    _check_block(codegen, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_checkpointed_block_on_cuda():
+    """The same block on the GPU (Triton kernels; the backward recomputes the MLP)."""
+    _check_block(None, "cuda")
+
+
+def _check_block(codegen: str | None, device: str) -> None:
+    model = CheckpointedBlock().to(device)
     eager = twin(model)
-    x = torch.randn(4, 8, 16, requires_grad=True)
+    x = torch.randn(4, 8, 16, device=device, requires_grad=True)
     x_eager = x.detach().clone().requires_grad_(True)
     report = rt.explain(model, x)
     assert report.graph_count == 1 and not report.graph_breaks
     compiled = rt.compile(model, codegen=codegen, fullgraph=True)
-    tangent = torch.randn(4, 8, 16)
+    tangent = torch.randn(4, 8, 16, device=device)
     compiled(x).backward(tangent)
     eager(x_eager).backward(tangent)
     torch.testing.assert_close(x.grad, x_eager.grad)
