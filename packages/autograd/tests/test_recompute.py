@@ -8,7 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from torchstrata.autograd import aot, partition, trace_graph
-from torchstrata.core import RECOMPUTE, GraphBuilder, Level, TensorMeta, interpret, torch_op
+from torchstrata.core import (
+    RECOMPUTE,
+    GraphBuilder,
+    Level,
+    TensorMeta,
+    interpret,
+    recompute_region,
+    torch_op,
+)
 
 
 def _mlp_graph(checkpointed: bool, dropout: bool = False):
@@ -73,3 +81,43 @@ def test_a_random_draw_inside_the_region_is_saved_not_drawn_again(checkpointed):
     assert not any("dropout" in name or "bernoulli" in name for name in backward_ops)
     if checkpointed:
         assert "aten.mm.default" in backward_ops
+
+
+def _two_regions_graph():
+    """``x + r2(r1(x))``, ``r(h) = gelu(h @ w.T)``, each ``r`` its own checkpoint."""
+    b = GraphBuilder(Level.TORCH)
+    x = b.input("x", TensorMeta((4, 8), torch.float32, requires_grad=True))
+    w1 = b.input("w1", TensorMeta((8, 8), torch.float32, requires_grad=True))
+    w2 = b.input("w2", TensorMeta((8, 8), torch.float32, requires_grad=True))
+    h = x
+    for number, w in ((1, w1), (2, w2)):
+        with b.tagged({RECOMPUTE, recompute_region(number)}):
+            h = b.call(torch_op(F.gelu), b.call(torch_op(F.linear), h, w, name=f"linear{number}"))
+    return b.build([b.call(torch_op(torch.add), x, h)])
+
+
+def test_a_region_output_read_by_the_next_region_is_saved():
+    """As eager's second checkpoint saves its input: the first region's output is saved
+    (not recomputed from ``x``: that would rerun the first region before the backward of
+    the second), its inside is not."""
+    trace = trace_graph(_two_regions_graph(), training=True)
+    parts = partition(trace)
+    saved = [node for node in parts.saved if not node.is_input]
+    assert len(saved) == 1 and saved[0].name in trace.region_outputs
+    assert saved[0].op.name == "aten.gelu.default"
+    assert not [node for node in parts.saved if node.name in trace.recompute]
+
+
+def test_the_backward_recomputes_a_region_just_before_its_first_use():
+    """The first region's matmul (``x @ w1.T``) is recomputed after the second region's
+    gradient (joint order would put every recomputation first, holding all at once)."""
+    backward = partition(trace_graph(_two_regions_graph(), training=True)).backward
+    x = backward.inputs[0]
+    ops = [node.op.name for node in backward.nodes]
+    recomputed = [
+        i
+        for i, node in enumerate(backward.nodes)
+        if node.op.name == "aten.mm.default" and node.args[0] is x
+    ]
+    assert len(recomputed) == 1, str(backward)
+    assert recomputed[0] > ops.index("aten.gelu_backward.default"), str(backward)

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
 from torchstrata.capture import capture
-from torchstrata.core import RECOMPUTE
+from torchstrata.core import RECOMPUTE, recompute_region, recompute_regions
 
 
 class Block(nn.Module):
@@ -48,7 +48,31 @@ def test_checkpointed_nodes_are_tagged_recompute(captured, against_eager):
         "operator.mul",  # the function's keyword argument reached it
     ]
     assert "torch.tanh" in untagged and "torch.Tensor.relu" in untagged
+    assert {recompute_regions(node) for node in graph.nodes if node.tags} == {
+        frozenset({recompute_region(1)})
+    }
     against_eager(result, block, torch.randn(2, 4))
+
+
+def test_each_checkpoint_call_is_a_region_of_its_own(captured, against_eager):
+    blocks = nn.ModuleList(Block() for _ in range(2))
+
+    def chain(x):
+        for block in blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return x
+
+    result, graph = captured(chain, torch.randn(2, 4))
+    regions = [recompute_regions(node) for node in graph.nodes]
+    assert all(RECOMPUTE in node.tags for node in graph.nodes)
+    # the outer checkpoints 1 and 3, each block's inner MLP checkpoint 2 and 4
+    assert set(regions) == {
+        frozenset({recompute_region(1)}),
+        frozenset({recompute_region(1), recompute_region(2)}),
+        frozenset({recompute_region(3)}),
+        frozenset({recompute_region(3), recompute_region(4)}),
+    }
+    against_eager(result, chain, torch.randn(2, 4))
 
 
 @pytest.mark.parametrize(

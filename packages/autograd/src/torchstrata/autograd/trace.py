@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchstrata.autograd.constants import hoist_constants, place_index_constants
 from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
-from torchstrata.autograd.recompute import recompute_names, recording
+from torchstrata.autograd.recompute import classify, recording
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.autograd.shared_outputs import OutputAlias, output_views
 from torchstrata.core import (
@@ -61,9 +61,12 @@ class JointTrace:
     num_hidden_outputs: int = 0
     #: See ``AotResult.constants``.
     constants: tuple[torch.Tensor, ...] = attrs.field(default=(), eq=False)
-    #: The names of the joint nodes recorded for torch nodes tagged ``recompute``
-    #: (a checkpointed region: :mod:`torchstrata.autograd.recompute`).
+    #: The names of the joint nodes recorded for torch nodes tagged ``recompute`` (a
+    #: checkpointed region), less the region outputs: the partition never saves them
+    #: (:mod:`torchstrata.autograd.recompute`).
     recompute: frozenset[str] = frozenset()
+    #: The names of the region outputs: computed in the forward, saved where needed.
+    region_outputs: frozenset[str] = frozenset()
 
     @property
     def num_forward_outputs(self) -> int:
@@ -125,6 +128,7 @@ def _trace(
     results += hidden  # the hidden bases are user outputs to the graphs
     aliases += (None,) * len(hidden)
     views += (None,) * len(hidden)
+    forward_count = len(recorder.builder)  # the nodes after these are the backward's
     tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
     wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
     grad_nodes: list[Node] = []
@@ -156,6 +160,7 @@ def _trace(
         tangent_outputs = ()
     outputs = [*user_nodes, *(node for _, node in mutations), *grad_nodes]
     recorded = recorder.builder.build(outputs)
+    recompute, region_outputs = classify(recorded, forward_count)
     joint = eliminate_dead_code(_drop_detach(recorded))
     joint, constants = hoist_constants(joint, len(graph.inputs), recorder.constants)
     if stand_in is not None:
@@ -172,7 +177,8 @@ def _trace(
         tangent_outputs=tangent_outputs,
         grad_inputs=tuple(grad_inputs),
         constants=constants,
-        recompute=recompute_names(recorded),
+        recompute=recompute,
+        region_outputs=region_outputs,
     )
 
 

@@ -1,5 +1,8 @@
 """``torch.utils.checkpoint.checkpoint`` inside a captured function: its function is
-inlined into the graph, every node it makes tagged :data:`~torchstrata.core.RECOMPUTE`.
+inlined into the graph, every node it makes tagged :data:`~torchstrata.core.RECOMPUTE`
+and with its region's own tag, ``recompute_<n>`` (numbered in call order): a value one
+region makes and another reads (``x = checkpoint(block, x)`` in a loop) is that region's
+output, saved as eager's next checkpoint saves its input.
 
 Eager checkpointing runs the function without saving its intermediate values and runs it
 again in the backward. In a graph the autograd stage gives the same trade: it recomputes
@@ -18,7 +21,7 @@ import torch.utils.checkpoint as torch_checkpoint
 
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import NotConstant, Var, python_value
-from torchstrata.core import RECOMPUTE
+from torchstrata.core import RECOMPUTE, recompute_region
 
 #: ``call(fn, args, kwargs)``: the capture-time call (``calls.call_function``).
 Call = Callable[[Var, list[Var], dict[str, Var]], Var]
@@ -66,7 +69,8 @@ def call_checkpoint(
         )
     for name in _NO_EFFECT:
         passed.pop(name, None)
-    with tracer.builder.tagged({RECOMPUTE}):
+    tracer.checkpoint_regions += 1
+    with tracer.builder.tagged({RECOMPUTE, recompute_region(tracer.checkpoint_regions)}):
         return call(args[0], list(args[1:]), passed)
 
 

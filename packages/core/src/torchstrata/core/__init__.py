@@ -25,6 +25,8 @@ from torchstrata.core.graph import (
     format_graph,
     iter_nodes,
     map_nodes,
+    recompute_region,
+    recompute_regions,
 )
 from torchstrata.core.guard_conditions import constant_condition, guard_condition
 from torchstrata.core.guard_sources import FetchedValues
@@ -246,6 +248,8 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "recompute_region",
+    "recompute_regions",
     "register",
     "same_layout",
     "set_logs",

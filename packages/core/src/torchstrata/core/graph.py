@@ -41,6 +41,18 @@ Constant = (
 RECOMPUTE = "recompute"
 
 
+def recompute_region(number: int) -> str:
+    """The tag of the ``number``-th checkpointed region (``recompute_3``), which its
+    nodes carry beside :data:`RECOMPUTE`: where one region ends and the next begins."""
+    return f"{RECOMPUTE}_{number}"
+
+
+def recompute_regions(node: Node) -> frozenset[str]:
+    """The region tags of ``node`` (more than one in nested checkpoints)."""
+    prefix = f"{RECOMPUTE}_"
+    return frozenset(tag for tag in node.tags if tag.startswith(prefix))
+
+
 @attrs.frozen(eq=False)
 class Node:
     """One SSA value: ``name = op(*args, **kwargs)`` with its metadata.
