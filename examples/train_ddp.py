@@ -4,11 +4,13 @@ PyTorch's own DistributedDataParallel (or FSDP2 with ``--fsdp``).
     torchrun --nproc-per-node 2 examples/train_ddp.py              # CPU, gloo
     torchrun --nproc-per-node 2 examples/train_ddp.py --fsdp       # FSDP2 instead of DDP
     torchrun --nproc-per-node 2 examples/train_ddp.py --compiler eager
+    torchrun --nproc-per-node 2 examples/train_ddp.py --device cpu  # gloo even with GPUs
 
 (``--master-port N`` when another job holds torchrun's default port 29500.)
 
-On a machine with CUDA GPUs the same code runs one process per GPU with NCCL; nothing
-else changes (``torchstrata.runtime.compile`` sees the DDP/FSDP module either way).
+On a machine with CUDA GPUs the same code runs one process per GPU with NCCL
+(``--device auto``, the default; ``--device cpu`` keeps gloo on the CPU); nothing else
+changes (``torchstrata.runtime.compile`` sees the DDP/FSDP module either way).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -70,6 +73,12 @@ class GPT(nn.Module):
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) instead of DDP")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: CUDA (NCCL) when present, else the CPU (gloo)",
+    )
     parser.add_argument("--compiler", choices=("torchstrata", "eager"), default="torchstrata")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--layers", type=int, default=2)
@@ -85,7 +94,10 @@ def main() -> None:
     args = parse_args()
     # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address.
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise SystemExit("--device cuda but CUDA is not available")
+    if use_cuda:
         if local_rank >= torch.cuda.device_count():
             raise SystemExit(
                 f"LOCAL_RANK {local_rank} but {torch.cuda.device_count()} GPU(s): start at "
@@ -114,9 +126,11 @@ def train(args: argparse.Namespace, device: torch.device, backend: str) -> None:
     torch.manual_seed(0)  # the same initial weights on every rank
     model = GPT(args.vocab, args.dim, args.heads, args.layers).to(device)
     if args.fsdp:
+        # the mesh on the chosen device (fully_shard's default follows the accelerator)
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         wrapped: nn.Module = model
     else:
         wrapped = DistributedDataParallel(

@@ -49,9 +49,17 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """Embedding, ``layers`` blocks, final norm and head; returns the logits. With
     ``unused=True`` it holds a layer that ``forward`` reads only while ``read_unused`` is
-    set (for DDP's ``find_unused_parameters``: unused on some steps, used on others)."""
+    set (for DDP's ``find_unused_parameters``: unused on some steps, used on others);
+    with ``detached=True`` a layer whose weight ``forward`` reads through ``detach()``
+    only (a parameter read without a gradient) and whose bias it never reads."""
 
-    def __init__(self, layers: int = 2, unused: bool = False, checkpoint_mlp: bool = False) -> None:
+    def __init__(
+        self,
+        layers: int = 2,
+        unused: bool = False,
+        checkpoint_mlp: bool = False,
+        detached: bool = False,
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, DIM)
         self.blocks = nn.ModuleList(Block(checkpoint_mlp=checkpoint_mlp) for _ in range(layers))
@@ -59,6 +67,7 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(DIM, VOCAB, bias=False)
         self.unused = nn.Linear(DIM, DIM) if unused else None
         self.read_unused = False
+        self.frozen = nn.Linear(DIM, DIM) if detached else None
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
@@ -66,6 +75,8 @@ class TinyLM(nn.Module):
             x = block(x)
         if self.unused is not None and self.read_unused:
             x = x + self.unused(x)
+        if self.frozen is not None:
+            x = x + F.linear(x, self.frozen.weight.detach())
         return self.head(self.norm(x))
 
 

@@ -1,5 +1,7 @@
 """``examples/train_ddp.py`` started as torchrun starts each of its processes (``env://``
-rendezvous), as a world of one: DDP, compiled with torchstrata, a tiny GPT for two steps.
+rendezvous), as a world of one: DDP, compiled with torchstrata, a tiny GPT for two steps,
+on the CPU with gloo (``--device cpu``: on a machine with a GPU the example's default is
+NCCL on CUDA).
 The 2-process run is ``torchrun --nproc-per-node 2 examples/train_ddp.py [--fsdp]``.
 
 The run is a fresh process (about 6 CPU-seconds: importing torch and torchstrata, then
@@ -37,7 +39,7 @@ def test_train_ddp_example_runs_compiled():
         OMP_NUM_THREADS="1",
     )
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), *TINY, "--seq", "8"],
+        [sys.executable, str(EXAMPLE), *TINY, "--seq", "8", "--device", "cpu"],
         env=env,
         capture_output=True,
         text=True,

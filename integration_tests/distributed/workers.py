@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -50,7 +51,10 @@ def _train(
     no_sync: Callable[[], Any] | None = None,
     events: list[Any] | None = None,
     before_step: Callable[[int], None] | None = None,
+    without_grad: list[list[bool]] | None = None,
 ) -> list[list[torch.Tensor]]:
+    """``without_grad``: gets, for each step, whether each parameter has no gradient
+    before the optimizer step."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     snapshots = []
     for step in range(STEPS):
@@ -66,6 +70,8 @@ def _train(
                     loss_of(run(tokens), targets).backward()
             else:
                 loss_of(run(tokens), targets).backward()
+        if without_grad is not None:
+            without_grad.append([param.grad is None for param in model.parameters()])
         optimizer.step()
         optimizer.zero_grad()
         snapshots.append(_snapshot(model))
@@ -90,14 +96,22 @@ def _breaks(report: rt.ExplainReport) -> list[tuple[str, int, str]]:
     return [(b.filename, b.lineno, b.reason) for b in report.graph_breaks]
 
 
-def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = False) -> Any:
+def ddp(
+    rank: int,
+    compiled: bool,
+    unused: bool = False,
+    accumulate: bool = False,
+    detached: bool = False,
+) -> Any:
     """DDP with small buckets; ``unused``: a layer that forward reads on every third step
     only, with ``find_unused_parameters`` (the compiled forward has an entry for each
-    case); ``accumulate``: two micro-batches per step, the first under ``no_sync()``."""
+    case); ``accumulate``: two micro-batches per step, the first under ``no_sync()``;
+    ``detached``: a weight read through ``detach()`` only, with
+    ``find_unused_parameters`` (which parameters have no gradient is recorded)."""
     torch.manual_seed(0)
-    model = TinyLM(unused=unused)
+    model = TinyLM(unused=unused, detached=detached)
     wrapped = DistributedDataParallel(
-        model, bucket_cap_mb=BUCKET_CAP_MB, find_unused_parameters=unused
+        model, bucket_cap_mb=BUCKET_CAP_MB, find_unused_parameters=unused or detached
     )
     # Per micro-batch, when each bucket is all-reduced: whether the embedding (read
     # first, so its gradient comes last) already has its gradient then.
@@ -113,6 +127,7 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
     def before_step(step: int) -> None:
         model.read_unused = unused and step % 3 == 2
 
+    without_grad: list[list[bool]] = []
     params = _train(
         model,
         run,
@@ -121,8 +136,13 @@ def ddp(rank: int, compiled: bool, unused: bool = False, accumulate: bool = Fals
         wrapped.no_sync if accumulate else None,
         embed_done,
         before_step,
+        without_grad,
     )
-    result: dict[str, Any] = {"params": params, "embed_done": embed_done}
+    result: dict[str, Any] = {
+        "params": params,
+        "embed_done": embed_done,
+        "without_grad": without_grad,
+    }
     if compiled:
         inner = run.compiled_forward
         result["entries"] = _entries([inner])
@@ -142,11 +162,16 @@ def fsdp(
     parameters, float32 gradient reduction; ``checkpointed``: blocks wrapped with
     ``checkpoint_wrapper`` (activation checkpointing around each compiled block);
     ``inline_checkpoint``: each block calls ``torch.utils.checkpoint.checkpoint`` inside
-    its compiled ``forward`` (a graph break, with a warning)."""
+    its compiled ``forward`` (captured: its nodes are recomputed in the backward)."""
     torch.manual_seed(0)
     model = TinyLM(checkpoint_mlp=inline_checkpoint)
     policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
-    kwargs = {"mp_policy": policy} if policy is not None else {}
+    # fully_shard's default mesh is on the accelerator when there is one: the gloo tests
+    # shard over the CPU wherever they run (the data stays on the CPU)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if policy is not None:
+        kwargs["mp_policy"] = policy
     for index, block in enumerate(list(model.blocks)):
         if checkpointed:
             block = checkpoint_wrapper(block)
@@ -184,7 +209,7 @@ def fsdp(
 
 def inline_checkpoint(rank: int, compiled: bool) -> Any:
     """DDP over a model whose blocks call ``torch.utils.checkpoint.checkpoint`` inside
-    ``forward`` (not captured: a graph break, with a warning)."""
+    ``forward`` (captured: its nodes are recomputed in the backward)."""
     torch.manual_seed(0)
     model = TinyLM(layers=1, checkpoint_mlp=True)
     wrapped = DistributedDataParallel(model)
@@ -192,12 +217,17 @@ def inline_checkpoint(rank: int, compiled: bool) -> Any:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", rt.TorchstrataFallbackWarning)
         params = _train(model, run, rank)
-    return {"params": params, "warnings": _fallbacks(caught)}
+    result: dict[str, Any] = {"params": params, "warnings": _fallbacks(caught)}
+    if compiled:
+        result["entries"] = _entries([run.compiled_forward])
+        result["breaks"] = _breaks(rt.explain(run, batch(rank, 0)[0]))
+    return result
 
 
 SCENARIOS: dict[str, Callable[..., Any]] = {
     "ddp": lambda rank, compiled: ddp(rank, compiled),
     "ddp_unused_accumulate": lambda rank, compiled: ddp(rank, compiled, True, True),
+    "ddp_detached": lambda rank, compiled: ddp(rank, compiled, detached=True),
     "fsdp": lambda rank, compiled: fsdp(rank, compiled),
     "fsdp_mixed": lambda rank, compiled: fsdp(rank, compiled, mixed=True),
     "fsdp_checkpointed": lambda rank, compiled: fsdp(rank, compiled, checkpointed=True),

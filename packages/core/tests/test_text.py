@@ -4,12 +4,14 @@ import pytest
 import torch
 
 from torchstrata.core import (
+    RECOMPUTE,
     GraphBuilder,
     Level,
     OpKind,
     OpRef,
     ParseError,
     TensorMeta,
+    Transformer,
     aten,
     parse,
     prim,
@@ -86,3 +88,25 @@ def test_built_graphs_round_trip(level):
 def test_parse_errors_name_the_problem(text, message):
     with pytest.raises(ParseError, match=message):
         parse(text)
+
+
+def test_node_tags_print_parse_back_and_survive_a_transformer():
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((4,), torch.float32))
+    with b.tagged({RECOMPUTE}):
+        y = b.call(aten("sin"), x)
+        with b.tagged({"other"}):
+            z = b.call(aten("cos"), y)
+    graph = b.build([b.call(aten("exp"), z)])
+    text = str(graph)
+    assert "aten.sin.default(%x) @recompute\n" in text
+    assert "aten.cos.default(%sin) @other @recompute\n" in text
+    assert "aten.exp.default(%cos)\n" in text
+    parsed = parse(text)
+    assert [node.tags for node in parsed.nodes] == [
+        {RECOMPUTE},
+        {RECOMPUTE, "other"},
+        frozenset(),
+    ]
+    assert str(parsed) == text
+    assert str(Transformer(graph).run()) == text

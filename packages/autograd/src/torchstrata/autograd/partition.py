@@ -8,7 +8,8 @@ and every node that reads no tangent and may not be recomputed (matmuls, reducti
 RNG...), even one that only the backward needs; tangent-dependent nodes drain into the
 sink. A minimum cut then picks the cheapest set of values to save: cheap ops (pointwise,
 views, copies) on the sink side of the cut are recomputed in the backward instead of
-being saved.
+being saved. Nodes of a checkpointed region (:mod:`torchstrata.autograd.recompute`) are
+neither fed by the source nor ever cut: the backward recomputes them, matmuls included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 import torch
 
+from torchstrata.autograd.recompute import lazy_order, must_recompute
 from torchstrata.autograd.trace import JointTrace
 from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes
 
@@ -150,6 +152,7 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
     grads = joint.outputs[trace.num_forward_outputs :]
     # the caller holds these anyway (write-backs are copied into inputs: not these)
     held = primals | set(joint.outputs[: trace.num_user_outputs])
+    recomputed = must_recompute(joint, trace.recompute, held, is_random)
     tangent_dependent = set(tangents)
     for node in joint.nodes:
         if any(arg in tangent_dependent for arg in node.input_nodes()):
@@ -170,7 +173,8 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
         # the backward needs it: there it shares the forward's walk over its input, where
         # in the backward it would walk that input again (amax's count of maxima)
         forced = node in primals or is_random(node) or not is_recomputable(node)
-        if forced:
+        forced = forced or node.name in trace.region_outputs
+        if forced and node not in recomputed:
             flow.add_edge("source", vin)
         if node in grads:
             flow.add_edge(vout, "sink")
@@ -186,7 +190,7 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
             # head's logits and two row statistics are saved rather than a log-softmax
             # of the logits' size, which the forward would write only to be saved.
             weight *= PRIMAL_DISCOUNT
-        if math.isinf(weight):
+        if math.isinf(weight) or node in recomputed:
             flow.add_edge(vin, vout)
         else:
             flow.add_edge(vin, vout, capacity=weight)
@@ -256,13 +260,21 @@ def partition(
         raise AssertionError("partition: the forward graph reads a tangent")
     forward_nodes = tuple(node for node in joint.nodes if node in forward_live) + tuple(clones)
     forward = Graph(Level.ATEN, primals, forward_nodes, forward_outputs)
-    backward = _backward_graph(joint, saved, tangents, joint.outputs[trace.num_forward_outputs :])
+    grads = joint.outputs[trace.num_forward_outputs :]
+    backward = _backward_graph(joint, saved, tangents, grads, lazy=bool(trace.recompute))
     return Partition(forward=forward, backward=backward, saved=tuple(saved))
 
 
 def _backward_graph(
-    joint: Graph, saved: list[Node], tangents: tuple[Node, ...], grads: tuple[Node, ...]
+    joint: Graph,
+    saved: list[Node],
+    tangents: tuple[Node, ...],
+    grads: tuple[Node, ...],
+    lazy: bool = False,
 ) -> Graph:
+    """The backward graph: ``saved`` and ``tangents`` in, ``grads`` out. ``lazy``: the
+    values it recomputes come just before their first use (a checkpointed region's, see
+    :func:`~torchstrata.autograd.recompute.lazy_order`), else in joint order."""
     stop = set(saved) | set(tangents)
     live = ancestors(grads, stop)
     leaked = [node for node in live if node.is_input and node not in stop]
@@ -280,17 +292,23 @@ def _backward_graph(
         env[node] = node
         inputs.append(node)
     nodes: list[Node] = []
-    for node in joint.nodes:
-        if node in live and node not in stop:
-            copy = Node(
-                node.name,
-                node.op,
-                map_nodes(node.args, env.__getitem__),
-                map_nodes(dict(node.kwargs), env.__getitem__),
-                node.meta,
-            )
-            env[node] = copy
-            nodes.append(copy)
+    order = [node for node in joint.nodes if node in live and node not in stop]
+    if lazy:
+        reads_tangent = set(tangents)
+        for node in order:
+            if any(arg in reads_tangent for arg in node.input_nodes()):
+                reads_tangent.add(node)
+        order = lazy_order(order, reads_tangent)
+    for node in order:
+        copy = Node(
+            node.name,
+            node.op,
+            map_nodes(node.args, env.__getitem__),
+            map_nodes(dict(node.kwargs), env.__getitem__),
+            node.meta,
+        )
+        env[node] = copy
+        nodes.append(copy)
     return Graph(Level.ATEN, tuple(inputs), tuple(nodes), tuple(env[grad] for grad in grads))
 
 

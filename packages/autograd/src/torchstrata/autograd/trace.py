@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchstrata.autograd.constants import hoist_constants, place_index_constants
 from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_device
+from torchstrata.autograd.recompute import classify, recording
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.autograd.shared_outputs import OutputAlias, output_views
 from torchstrata.core import (
@@ -60,6 +61,12 @@ class JointTrace:
     num_hidden_outputs: int = 0
     #: See ``AotResult.constants``.
     constants: tuple[torch.Tensor, ...] = attrs.field(default=(), eq=False)
+    #: The names of the joint nodes recorded for torch nodes tagged ``recompute`` (a
+    #: checkpointed region), less the region outputs: the partition never saves them
+    #: (:mod:`torchstrata.autograd.recompute`).
+    recompute: frozenset[str] = frozenset()
+    #: The names of the region outputs: computed in the forward, saved where needed.
+    region_outputs: frozenset[str] = frozenset()
 
     @property
     def num_forward_outputs(self) -> int:
@@ -107,7 +114,7 @@ def _trace(
     grad_mode = torch.enable_grad() if training else torch.no_grad()
     # cuDNN batch norm writes running stats with no functional variant: trace natively.
     with fake_mode, recorder, grad_mode, torch.backends.cudnn.flags(enabled=False):
-        values = _run(graph, primals)
+        values = _run(graph, primals, recorder)
     results = [_tensor_output(output, values[output]) for output in graph.outputs]
     aliases = tuple(_alias(recorder, value) for value in results)
     views, hidden = output_views(recorder, results, aliases)
@@ -121,6 +128,7 @@ def _trace(
     results += hidden  # the hidden bases are user outputs to the graphs
     aliases += (None,) * len(hidden)
     views += (None,) * len(hidden)
+    forward_count = len(recorder.builder)  # the nodes after these are the backward's
     tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
     wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
     grad_nodes: list[Node] = []
@@ -151,7 +159,9 @@ def _trace(
     else:
         tangent_outputs = ()
     outputs = [*user_nodes, *(node for _, node in mutations), *grad_nodes]
-    joint = eliminate_dead_code(_drop_detach(recorder.builder.build(outputs)))
+    recorded = recorder.builder.build(outputs)
+    recompute, region_outputs = classify(recorded, forward_count)
+    joint = eliminate_dead_code(_drop_detach(recorded))
     joint, constants = hoist_constants(joint, len(graph.inputs), recorder.constants)
     if stand_in is not None:
         joint = move_graph(joint, stand_in, tracing_on or _CPU)
@@ -167,6 +177,8 @@ def _trace(
         tangent_outputs=tangent_outputs,
         grad_inputs=tuple(grad_inputs),
         constants=constants,
+        recompute=recompute,
+        region_outputs=region_outputs,
     )
 
 
@@ -198,15 +210,17 @@ def _fake_input(meta: TensorMeta, training: bool, tracing_on: torch.device | Non
     return tensor
 
 
-def _run(graph: Graph, inputs: list[torch.Tensor]) -> dict[Node, Any]:
-    """Evaluate the torch graph node by node (like ``interpret``, naming the failing node)."""
+def _run(graph: Graph, inputs: list[torch.Tensor], recorder: AtenRecorder) -> dict[Node, Any]:
+    """Evaluate the torch graph node by node (like ``interpret``, naming the failing node);
+    the ATen nodes recorded for a tagged node get its tags."""
     env: dict[Node, Any] = dict(zip(graph.inputs, inputs, strict=True))
     for node in graph.nodes:
         assert node.op is not None
         call_args = map_nodes(node.args, env.__getitem__)
         call_kwargs = map_nodes(dict(node.kwargs), env.__getitem__)
         try:
-            env[node] = node.op.resolve()(*call_args, **call_kwargs)
+            with recording(recorder.builder, node):
+                env[node] = node.op.resolve()(*call_args, **call_kwargs)
         except NotImplementedError as error:
             raise NotImplementedError(f"%{node.name} = {node.op.name}(...): {error}") from error
         except Exception as error:

@@ -22,6 +22,7 @@ import torch
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
+from torchstrata.capture.checkpoints import call_checkpoint, is_checkpoint
 from torchstrata.capture.container_methods import call_container_method
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
 from torchstrata.capture.exceptions import make_exception
@@ -192,6 +193,8 @@ def _call_object(
         return ConstVar(None)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
         return _construct_config(frame, value, args, kwargs)
+    if is_checkpoint(value):
+        return call_checkpoint(tracer, lambda f, a, k: call_function(frame, f, a, k), args, kwargs)
     library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
     if library is not None:
         return library

@@ -194,6 +194,9 @@ class Tracer:
         self._mutables: dict[int, tuple[Any, Var, bool]] = {}
         #: The closure cells named in sources, by name (:mod:`torchstrata.capture.closures`).
         self.cells: dict[str, types.CellType] = {}
+        #: ``torch.utils.checkpoint`` calls inlined so far (each region's own tag is
+        #: numbered by it: :mod:`torchstrata.capture.checkpoints`).
+        self.checkpoint_regions = 0
 
     # ------------------------------------------------------------------ guards
     @property

@@ -17,7 +17,17 @@ from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
-from torchstrata.core.graph import Graph, Node, NodeMeta, format_graph, iter_nodes, map_nodes
+from torchstrata.core.graph import (
+    RECOMPUTE,
+    Graph,
+    Node,
+    NodeMeta,
+    format_graph,
+    iter_nodes,
+    map_nodes,
+    recompute_region,
+    recompute_regions,
+)
 from torchstrata.core.guard_conditions import constant_condition, guard_condition
 from torchstrata.core.guard_sources import FetchedValues
 from torchstrata.core.guard_state import (
@@ -138,6 +148,7 @@ __all__ = [
     "NO_CONTRACT",
     "PASS_STAGES",
     "PRIMS_VERSION",
+    "RECOMPUTE",
     "STATE_FIELDS",
     "TENSOR_TYPES",
     "AotResult",
@@ -237,6 +248,8 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "recompute_region",
+    "recompute_regions",
     "register",
     "same_layout",
     "set_logs",

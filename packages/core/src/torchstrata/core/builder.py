@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -109,6 +110,7 @@ class GraphBuilder:
         self._inputs: list[Node] = []
         self._nodes: list[Node] = []
         self._names: set[str] = set()
+        self._tags: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         """The number of calls built so far (inputs not counted)."""
@@ -138,9 +140,21 @@ class GraphBuilder:
         """Append ``op(*args, **kwargs)``; its metadata is inferred unless given."""
         if meta is None:
             meta = infer_meta(op, args, kwargs)
-        node = Node(self._unique_name(name or op.short_name), op, tuple(args), dict(kwargs), meta)
+        name = self._unique_name(name or op.short_name)
+        node = Node(name, op, tuple(args), dict(kwargs), meta, self._tags)
         self._nodes.append(node)
         return node
+
+    @contextlib.contextmanager
+    def tagged(self, tags: frozenset[str] | set[str]) -> Iterator[None]:
+        """Calls built inside the ``with`` block get ``tags`` besides those of the blocks
+        around it (``Node.tags``)."""
+        outer = self._tags
+        self._tags = outer | frozenset(tags)
+        try:
+            yield
+        finally:
+            self._tags = outer
 
     def built_since(self, node: Node, count: int) -> bool:
         """Whether ``node`` is among the calls built after the first ``count`` and no
@@ -158,7 +172,7 @@ class GraphBuilder:
         if self._read_after(node, position):
             raise ValueError(f"relayout: %{node.name} is already read by later nodes")
         meta = attrs.evolve(node.meta, strides=tuple(strides))
-        self._nodes[position] = Node(node.name, node.op, node.args, dict(node.kwargs), meta)
+        self._nodes[position] = attrs.evolve(node, meta=meta)
         return self._nodes[position]
 
     def _position(self, node: Node, count: int) -> int | None:

@@ -36,12 +36,31 @@ Constant = (
 )
 
 
+#: The tag of a node that the backward recomputes rather than the forward saving it: a
+#: node of a region that ``torch.utils.checkpoint.checkpoint`` ran (capture tags them).
+RECOMPUTE = "recompute"
+
+
+def recompute_region(number: int) -> str:
+    """The tag of the ``number``-th checkpointed region (``recompute_3``), which its
+    nodes carry beside :data:`RECOMPUTE`: where one region ends and the next begins."""
+    return f"{RECOMPUTE}_{number}"
+
+
+def recompute_regions(node: Node) -> frozenset[str]:
+    """The region tags of ``node`` (more than one in nested checkpoints)."""
+    prefix = f"{RECOMPUTE}_"
+    return frozenset(tag for tag in node.tags if tag.startswith(prefix))
+
+
 @attrs.frozen(eq=False)
 class Node:
     """One SSA value: ``name = op(*args, **kwargs)`` with its metadata.
 
     Graph inputs are nodes with ``op=None``. ``args`` hold other nodes, constants, and
-    lists/tuples of those; ``kwargs`` likewise.
+    lists/tuples of those; ``kwargs`` likewise. ``tags`` are words that later stages read
+    (:data:`RECOMPUTE`); they print after the call (``@recompute``) and change nothing
+    about what the node computes.
     """
 
     name: str
@@ -49,6 +68,7 @@ class Node:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     meta: NodeMeta = None
+    tags: frozenset[str] = frozenset()
 
     @property
     def is_input(self) -> bool:
@@ -190,13 +210,15 @@ def format_value(value: Any) -> str:
 
 
 def format_node(node: Node) -> str:
-    """One line of the listing: ``%name: META = op(args, key=value)``."""
+    """One line of the listing: ``%name: META = op(args, key=value)``, then the node's
+    tags (``@recompute``)."""
     head = f"%{node.name}: {format_meta(node.meta)} = "
     if node.op is None:
         return head + "input"
     args = [format_value(arg) for arg in node.args]
     args += [f"{key}={format_value(value)}" for key, value in node.kwargs.items()]
-    return head + f"{node.op.name}({', '.join(args)})"
+    tags = "".join(f" @{tag}" for tag in sorted(node.tags))
+    return head + f"{node.op.name}({', '.join(args)}){tags}"
 
 
 def format_graph(graph: Graph) -> str:

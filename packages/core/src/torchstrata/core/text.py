@@ -4,14 +4,15 @@ Grammar, one statement per line::
 
     graph <level> {
       %<name>: <meta> = input
-      %<name>: <meta> = <op>(<arg>, ..., <key>=<arg>)
+      %<name>: <meta> = <op>(<arg>, ..., <key>=<arg>) @<tag> ...
       return %<name>, ...
     }
 
 ``<meta>`` is ``_`` (no tensor), ``f32[4, 8]`` with optional ``{strides}``, device
 (``cuda:0``) and ``grad`` suffixes, or a parenthesised tuple of those. Arguments are
 ``%node`` references, Python literals, ``inf``/``nan``, ``torch.<dtype>``,
-``torch.<memory_format>``, ``device('cuda:0')``, and lists/tuples of those. Node metadata
+``torch.<memory_format>``, ``device('cuda:0')``, and lists/tuples of those. A call may end
+with tags, each a word after ``@`` (``@recompute``). Node metadata
 is taken from the text as written, not re-inferred, so a golden file is checked exactly.
 """
 
@@ -40,7 +41,7 @@ _TENSOR_META = re.compile(
     r"(?:\s+(?P<grad>grad))?"
 )
 _NODE_LINE = re.compile(r"%(?P<name>\w+)\s*:\s*(?P<meta>.+?)\s*=\s*(?P<rhs>.+)")
-_CALL = re.compile(r"(?P<op>[\w.]+)\((?P<args>.*)\)")
+_CALL = re.compile(r"(?P<op>[\w.]+)\((?P<args>.*)\)(?P<tags>(?:\s+@\w+)*)")
 _REF = re.compile(r"%(\w+)")
 _REF_PREFIX = "__node_ref_"
 
@@ -201,4 +202,5 @@ def _parse_node_line(line: str, reader: _ArgReader) -> Node:
     assert isinstance(expr, ast.Call)
     args = tuple(reader.read(arg) for arg in expr.args)
     kwargs = {kw.arg: reader.read(kw.value) for kw in expr.keywords if kw.arg is not None}
-    return Node(match["name"], parse_op(call["op"]), args, kwargs, meta)
+    tags = frozenset(tag.lstrip("@") for tag in call["tags"].split())
+    return Node(match["name"], parse_op(call["op"]), args, kwargs, meta, tags)

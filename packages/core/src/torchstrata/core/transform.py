@@ -41,7 +41,8 @@ class Transformer:
         """Produce the new node for ``node``, whose inputs are already mapped in ``args``."""
         assert node.op is not None
         keep_meta = node.meta if self.level is self.graph.level else None
-        return self.builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
+        with self.builder.tagged(node.tags):
+            return self.builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
 
     def run(self) -> Graph:
         """Transform every node and return the new graph."""
@@ -75,7 +76,8 @@ class _Retyped(Transformer):
         if not any(source in self.changed for source in node.input_nodes()):
             return super().transform_node(node, args, kwargs)
         self.changed.add(node)
-        return self.builder.call(node.op, *args, name=node.name, **kwargs)
+        with self.builder.tagged(node.tags):
+            return self.builder.call(node.op, *args, name=node.name, **kwargs)
 
 
 def with_input_metas(graph: Graph, metas: Mapping[int, TensorMeta]) -> Graph:

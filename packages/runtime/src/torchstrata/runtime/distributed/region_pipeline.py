@@ -3,11 +3,11 @@ warning when a region's graph breaks inside PyTorch's own code.
 
 Such a break leaves the call that leads there to eager PyTorch (the graph ends before it
 and resumes after it): right numbers, less compiled.
-The common case is ``torch.utils.checkpoint.checkpoint`` called inside a compiled
-``forward``: capture stops at it (checkpointing runs the function under saved-tensor
-hooks and again in the backward), so the checkpointed function runs eagerly. Wrapping
-the module with ``checkpoint_wrapper`` makes the checkpoint a region boundary instead,
-and the wrapped module's forward is compiled (:mod:`.fsdp`).
+The common case is a reentrant ``torch.utils.checkpoint.checkpoint`` called inside a
+compiled ``forward`` (the non-reentrant one is captured, decision 0134): capture stops
+at it, so the checkpointed function runs eagerly. Passing ``use_reentrant=False``, or
+wrapping the module with ``checkpoint_wrapper`` (a region boundary; the wrapped module's
+forward is compiled, :mod:`.fsdp`), avoids the break.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class RegionPipeline(Pipeline):
                     f"torchstrata: {describe(fn)} breaks its graph inside PyTorch "
                     f"({graph_break}); the call of {describe(fn)} that leads there runs eagerly "
                     "(its graph ends before that call and resumes after it). "
-                    "torch.utils.checkpoint.checkpoint inside a compiled forward does this: "
-                    "wrap the module with checkpoint_wrapper instead, so that its forward "
-                    "is compiled and the checkpoint is a graph boundary",
+                    "A reentrant torch.utils.checkpoint.checkpoint inside a compiled forward "
+                    "does this: pass use_reentrant=False (captured, recomputed in the "
+                    "backward) or wrap the module with checkpoint_wrapper",
                     stacklevel=4,
                 )
         return artifacts
