@@ -41,6 +41,7 @@ from torchstrata.capture.module_calls import check_module_call, guard_module_cal
 from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
+from torchstrata.capture.printing import record_print
 from torchstrata.capture.python_builtins import FrameState, call_builtin
 from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar, build_class, construct, is_user_class
@@ -184,6 +185,8 @@ def _call_object(
         return build_class(frame, args, kwargs)
     if value is graph_break:
         raise Unsupported(GRAPH_BREAK_REASON)
+    if value is builtins.print:
+        return record_print(tracer, args, kwargs)
     by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
     if by_mapping is not None:
         return by_mapping

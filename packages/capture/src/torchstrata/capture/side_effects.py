@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from torchstrata.capture.print_replay import print_now
 from torchstrata.capture.variables import Cell, ConstVar, DictVar, ObjectVar, SequenceVar, Var
 
 if TYPE_CHECKING:  # the rebuilder is only needed for annotations
@@ -49,7 +50,9 @@ class Effect:
 
     ``kind``: ``"list"``, ``"dict"``, ``"set"`` (``target`` is the container variable,
     with a source), ``"attr"`` (``target`` the owner, ``name`` the attribute, ``value``
-    its final value), ``"global"`` (``holder`` the globals dict), ``"cell"`` (``cell``).
+    its final value), ``"global"`` (``holder`` the globals dict), ``"cell"`` (``cell``),
+    ``"print"`` (``value`` a tuple of the values printed, ``holder`` a
+    :class:`PrintCall`).
     ``referent`` holds the real object the key names, so its ``id()`` stays unique.
     """
 
@@ -62,12 +65,23 @@ class Effect:
     referent: Any = None
 
 
+@attrs.frozen
+class PrintCall:
+    """How a logged ``print`` prints: its keyword arguments (``sep``, ``end``, ``flush``)
+    and, by position, the ``grad_fn`` name eager shows for tensors (:mod:`.printing`)."""
+
+    options: dict[str, Any]
+    grad_fns: dict[int, str]
+
+
 class SideEffects:
-    """The ordered log of one trace's mutations of pre-existing Python state."""
+    """The ordered log of one trace's mutations of pre-existing Python state (and of its
+    calls of ``print``, which write to the world)."""
 
     def __init__(self) -> None:
         self._effects: dict[tuple[Any, ...], Effect] = {}
         self._code: dict[str, types.CodeType] = {}
+        self._prints = 0
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -126,6 +140,16 @@ class SideEffects:
         """A cell that exists outside the trace (``cell.origin``) was rebound; its
         variable holds the new value."""
         self._effects.setdefault(("cell", id(cell)), Effect("cell", cell=cell, referent=cell))
+
+    def record_print(
+        self, values: SequenceVar, options: dict[str, Any], grad_fns: dict[int, str]
+    ) -> None:
+        """``print(*values, **options)``, replayed in program order: after the writes
+        of targets first mutated before it, before those of targets first mutated after."""
+        self._prints += 1
+        self._effects[("print", self._prints)] = Effect(
+            "print", value=values, holder=PrintCall(options, grad_fns)
+        )
 
     def collect(self, rebuilder: Rebuilder) -> None:
         """Note what replaying needs: the graph outputs of every value written, and the
@@ -217,6 +241,10 @@ class SideEffects:
             assert effect.cell is not None and effect.cell.var is not None
             contents = build(effect.cell.var)
             return lambda: setattr(real, "cell_contents", contents)
+        if effect.kind == "print":
+            values = build(effect.value)
+            call = effect.holder
+            return lambda: print_now(values, call.options, call.grad_fns)
         if effect.value is DELETED:
             assert effect.kind == "attr" and effect.name is not None
             deleted = effect.name

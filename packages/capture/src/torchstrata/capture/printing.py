@@ -1,0 +1,110 @@
+"""``print(...)`` in traced code: logged with the other side effects, printed after the graph.
+
+Printing is a side effect on the world, not a computation: capture records the call in
+the trace's side-effect log (:mod:`.side_effects`, decision 0060) instead of breaking the
+graph, and the replay after the graph calls the real ``print`` with the values the trace
+printed, in program order with the other writes (decision 0066).
+
+The arguments are snapshots taken at the call: a tensor is the graph value it had then
+(an in-place update later in the trace does not change what is printed), a list or dict
+the items it held then. Constants print themselves; tensors print as eager prints them,
+with the values the graph computed and the ``grad_fn`` eager would show (a compiled
+graph's outputs come from the runtime's own autograd function, whose name is not eager's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.capture.tracer import Tracer, Unsupported
+from torchstrata.capture.variables import (
+    ConstVar,
+    DictVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+    describe,
+)
+from torchstrata.core import MetaInferenceError, Node, OpKind, TensorMeta, map_nodes
+
+#: ``print``'s keyword arguments capture replays (``file`` is read when the print runs).
+_KEYWORDS = frozenset({"sep", "end", "file", "flush"})
+
+
+def record_print(tracer: Tracer, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``print(*args, **kwargs)`` at capture time: log it, return ``None``.
+
+    Raises :class:`Unsupported` (a graph break at the call) for keyword arguments that
+    are not constants of the right type, or a ``file`` other than ``None``.
+    """
+    unknown = set(kwargs) - _KEYWORDS
+    if unknown:
+        raise Unsupported(f"print() got unexpected keyword arguments {sorted(unknown)}")
+    options: dict[str, Any] = {}
+    for name, var in kwargs.items():
+        value = var.value if isinstance(var, ConstVar) else var
+        if name == "file" and value is not None:
+            raise Unsupported("print(file=...) to a stream other than sys.stdout")
+        if name in ("sep", "end") and not (value is None or isinstance(value, str)):
+            raise Unsupported(f"print({name}=...) with {describe(var)}")
+        if name == "flush" and not isinstance(value, bool):
+            raise Unsupported(f"print(flush=...) with {describe(var)}")
+        if name != "file":
+            options[name] = value
+    values = SequenceVar([_snapshot(arg) for arg in args])
+    tracer.side_effects.record_print(values, options, _grad_fn_names(args))
+    return ConstVar(None)
+
+
+def _snapshot(var: Var) -> Var:
+    """``var`` as it is now: later updates in the trace must not change what is printed."""
+    if isinstance(var, TensorVar) and var.source is None:
+        return attrs.evolve(var, python_attributes={})  # the node it has now
+    if isinstance(var, SequenceVar):
+        return attrs.evolve(var, items=[_snapshot(item) for item in var.items], source=None)
+    if isinstance(var, DictVar):
+        entries = {key: _snapshot(item) for key, item in var.items.items()}
+        return attrs.evolve(var, items=entries, source=None)
+    return var
+
+
+def _grad_fn_names(args: Sequence[Var]) -> dict[int, str]:
+    """For each top-level tensor argument the graph computes with grad, by position, the
+    ``grad_fn`` class eager gives it."""
+    names: dict[int, str] = {}
+    for position, var in enumerate(args):
+        if isinstance(var, TensorVar) and var.source is None and var.meta.requires_grad:
+            name = _eager_grad_fn(var.node)
+            if name is not None:
+                names[position] = name
+    return names
+
+
+def _eager_grad_fn(node: Node) -> str | None:
+    """The name of the ``grad_fn`` eager gives ``node``'s value: its torch op run on meta
+    tensors with grad. None when that cannot be told (the real one is printed then)."""
+    if node.op is None or node.op.kind is not OpKind.TORCH:
+        return None
+
+    def to_meta(value: Node) -> Any:
+        meta = value.meta
+        if not isinstance(meta, TensorMeta):
+            raise MetaInferenceError(f"%{value.name} is not one tensor")
+        tensor = meta.to_meta_tensor()
+        if meta.requires_grad:
+            tensor = tensor.requires_grad_(True).clone()
+        return tensor
+
+    try:
+        with torch.enable_grad():
+            result = node.op.resolve()(
+                *map_nodes(node.args, to_meta), **map_nodes(dict(node.kwargs), to_meta)
+            )
+    except Exception:  # noqa: BLE001 - any failure: print the real tensor's own
+        return None
+    grad_fn = getattr(result, "grad_fn", None)
+    return None if grad_fn is None else type(grad_fn).__name__
