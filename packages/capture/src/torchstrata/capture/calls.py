@@ -20,6 +20,7 @@ import attrs
 import torch
 
 from torchstrata.capture.attributes import get_attribute
+from torchstrata.capture.backward_hooks import BackwardHookSite, has_backward_hooks
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
 from torchstrata.capture.container_methods import call_container_method
@@ -30,6 +31,7 @@ from torchstrata.capture.generator_contexts import (
     exit_generator_context,
     make_generator_context,
 )
+from torchstrata.capture.grad_hooks import register_tensor_hook
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.instances import make_instance
@@ -151,7 +153,8 @@ def _call_object(
         if getattr(value.forward, "__func__", None) is not type(value).forward:
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
         function = guard_module_call(tracer, value, fn.source)
-        if has_forward_hooks(value):
+        backward = BackwardHookSite(tracer, value, fn.source) if has_backward_hooks(value) else None
+        if backward is not None or has_forward_hooks(value):
             return call_with_hooks(
                 tracer,
                 lambda f, a, k: call_function(frame, f, a, k),
@@ -159,6 +162,7 @@ def _call_object(
                 BoundMethodVar(function, fn),
                 args,
                 kwargs,
+                backward,
             )
         return call_function(frame, BoundMethodVar(function, fn), args, kwargs)
     if _hashable(value) and value in CONTEXT_MANAGERS:
@@ -350,6 +354,8 @@ def call_tensor_method(
     """``tensor.name(*args, **kwargs)``."""
     if name in DATA_DEPENDENT_METHODS:
         raise Unsupported(f"Tensor.{name}() makes the result depend on tensor values")
+    if name == "register_hook":
+        return register_tensor_hook(frame.tracer, tensor, args, kwargs)
     if name in METADATA_METHODS:
         try:
             values = [python_value(arg) for arg in args]

@@ -195,6 +195,16 @@ class Tracer:
         #: The closure cells named in sources, by name (:mod:`torchstrata.capture.closures`).
         self.cells: dict[str, types.CellType] = {}
 
+    def real_object(self, var: Var) -> Any:
+        """The real object a variable read from a source stands for (an object, or a
+        list, dict or set wrapped by :meth:`wrap`), or None."""
+        if isinstance(var, ObjectVar):
+            return var.value
+        for value, known, _ in self._mutables.values():
+            if known is var:
+                return value
+        return None
+
     # ------------------------------------------------------------------ guards
     @property
     def guards(self) -> tuple[Guard, ...]:

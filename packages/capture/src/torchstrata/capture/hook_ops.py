@@ -1,0 +1,109 @@
+"""The two ops that put a Python gradient hook into a graph (decision 0067).
+
+``aten::_torchstrata_grad_hook(Tensor x, int slot) -> Tensor`` is the torch-level node
+capture records where the trace registers a hook: in the forward it is the identity (a
+copy), and its derivative is the second op, ``aten::_torchstrata_call_grad_hook(Tensor
+grad, int slot) -> Tensor``, which calls the Python function of ``slot`` on the gradient
+when the backward runs and returns what it returned (the gradient itself for ``None``).
+
+The autograd stage traces the first through PyTorch's autograd like any op, so the second
+lands in the backward ATen graph, where later stages keep it as an extern ATen call. The
+ops live in the ``aten`` namespace because graphs at ATen level name ATen overloads only
+(``torchstrata.core`` resolves ``aten.<name>.<overload>``); the leading underscore and
+the prefix keep them apart from PyTorch's own.
+
+``slot`` is an index into :data:`HOOKS`, this process's table of hook functions: a graph
+holds a number, never a Python object, so it prints, parses and is cached as text. A
+compiled graph read from the disk cache calls the slot numbers its capture gave in this
+process, where the same graph text means the same hooks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: The hook functions by slot: each takes the gradient and returns a replacement or None.
+HOOKS: dict[int, Callable[[torch.Tensor], Any]] = {}
+
+#: The slot of each hook function already in :data:`HOOKS`, by the key it was added under.
+_SLOTS: dict[Any, int] = {}
+
+FORWARD_NAME = "_torchstrata_grad_hook"
+CALL_NAME = "_torchstrata_call_grad_hook"
+
+_LOCK = threading.Lock()
+_LIBRARY: torch.library.Library | None = None
+
+
+def slot_for(key: Any, hook: Callable[[torch.Tensor], Any]) -> int:
+    """The slot of ``hook`` (added under ``key`` the first time; a later hook with an
+    equal key reuses the slot and must behave the same)."""
+    with _LOCK:
+        slot = _SLOTS.get(key)
+        if slot is None:
+            slot = len(HOOKS)
+            HOOKS[slot] = hook
+            _SLOTS[key] = slot
+        return slot
+
+
+def forward_op() -> Any:
+    """``torch.ops.aten._torchstrata_grad_hook.default``, defined on first use."""
+    _define()
+    return getattr(torch.ops.aten, FORWARD_NAME).default
+
+
+def _define() -> None:
+    global _LIBRARY
+    with _LOCK:
+        if _LIBRARY is not None:
+            return
+        library = torch.library.Library("aten", "FRAGMENT")
+        library.define(f"{FORWARD_NAME}(Tensor x, int slot) -> Tensor")
+        library.define(f"{CALL_NAME}(Tensor grad, int slot) -> Tensor")
+        library.impl(FORWARD_NAME, _copy, "CompositeExplicitAutograd")
+        library.impl(CALL_NAME, _call_hook, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"aten::{FORWARD_NAME}", _empty_like, lib=library)
+        torch.library.register_fake(f"aten::{CALL_NAME}", _empty_like, lib=library)
+        torch.library.register_autograd(
+            f"aten::{FORWARD_NAME}", _backward, setup_context=_setup_context, lib=library
+        )
+        _LIBRARY = library
+
+
+def _copy(x: torch.Tensor, slot: int) -> torch.Tensor:
+    return x.clone()
+
+
+def _empty_like(x: torch.Tensor, slot: int) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.slot = inputs[1]
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    call = getattr(torch.ops.aten, CALL_NAME).default
+    return call(grad, ctx.slot), None
+
+
+def _call_hook(grad: torch.Tensor, slot: int) -> torch.Tensor:
+    hook = HOOKS.get(slot)
+    if hook is None:
+        raise RuntimeError(f"torchstrata: no gradient hook in slot {slot} of this process")
+    result = hook(grad)
+    if result is None:
+        return grad.clone()  # an op's output may not alias its input
+    if not isinstance(result, torch.Tensor):
+        raise TypeError(f"a gradient hook returned {type(result).__name__}, not a tensor")
+    if result.shape != grad.shape or result.dtype != grad.dtype:
+        raise RuntimeError(
+            f"a gradient hook returned a {result.dtype} tensor of shape {tuple(result.shape)} "
+            f"for a {grad.dtype} gradient of shape {tuple(grad.shape)}"
+        )
+    return result.clone() if result is grad else result
