@@ -4,7 +4,9 @@ On a tensor the graph computes, the hook becomes a node: the tensor's variable i
 rebound to ``aten._torchstrata_grad_hook(tensor, slot)`` (:mod:`.hook_ops`), so every
 later use, and the value returned, reads the hooked tensor, and the backward calls
 ``hook`` on the sum of their gradients, as eager calls it on the tensor's gradient. What
-the hook returns replaces the gradient. A tensor the trace read before the hook was
+the hook returns replaces the gradient. A second hook on the same tensor makes a node
+over the same tensor whose slot runs both in registration order (the first node is left
+unread). A tensor the trace read before the hook was
 registered is refused (a graph break): its earlier uses would bypass the hook.
 
 On a tensor with a source (an argument, a parameter: a tensor that exists before the
@@ -58,9 +60,28 @@ def register_tensor_hook(
     if not tracer.builder.built_since(tensor.node, 0):
         raise Unsupported("register_hook on a tensor the trace has already used")
     hook_ops.forward_op()  # defined before the graph can run
-    slot = hook_ops.slot_for(key, hook)
-    tensor.node = tracer.builder.call(HOOK_OP, tensor.node, slot, meta=tensor.meta)
+    base, keys, hooks = tensor.node, (key,), (hook,)
+    chain = tracer.hook_chains.get(tensor.node)
+    if chain is not None:  # a second hook on the tensor: one node runs both, in order
+        base, keys, hooks = chain[0], (*chain[1], key), (*chain[2], hook)
+    slot = hook_ops.slot_for(keys, hook if len(hooks) == 1 else _in_order(hooks))
+    tensor.node = tracer.builder.call(HOOK_OP, base, slot, meta=tensor.meta)
+    tracer.hook_chains[tensor.node] = (base, keys, hooks)
     return HookHandleVar()
+
+
+def _in_order(hooks: tuple[Callable[..., Any], ...]) -> Callable[[Any], Any]:
+    """One hook that runs ``hooks`` as eager runs a tensor's hooks: in registration
+    order, each given what the one before returned (or the gradient it was given)."""
+
+    def run(grad: Any) -> Any:
+        for hook in hooks:
+            result = hook(grad)
+            if result is not None:
+                grad = result
+        return grad
+
+    return run
 
 
 def real_hook(tracer: Tracer, var: Var) -> tuple[Callable[..., Any], Any]:

@@ -194,6 +194,9 @@ class Tracer:
         self._mutables: dict[int, tuple[Any, Var, bool]] = {}
         #: The closure cells named in sources, by name (:mod:`torchstrata.capture.closures`).
         self.cells: dict[str, types.CellType] = {}
+        #: Each gradient-hook node made so far: the node it hooks, and the keys and
+        #: functions of its hooks in registration order (:mod:`.grad_hooks`).
+        self.hook_chains: dict[Node, tuple[Node, tuple[Any, ...], tuple[Any, ...]]] = {}
 
     def real_object(self, var: Var) -> Any:
         """The real object a variable read from a source stands for (an object, or a
