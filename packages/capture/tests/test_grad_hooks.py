@@ -222,4 +222,46 @@ def test_backward_hooks_on_a_module_of_two_tensor_arguments_break():
     module.register_full_backward_hook(full_hook)
     x = torch.ones(2, requires_grad=True)
     result = capture(calls_two_inputs, (module, x, x), {})
-    assert "2 tensor arguments" in result.graph_breaks[0].reason
+    assert "2 tensor arguments that require grad" in result.graph_breaks[0].reason
+
+
+class Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, mask, scale):
+        return self.fc(x) * mask * scale
+
+
+class UsesMasked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Masked()
+
+    def forward(self, x, mask):
+        return self.inner(x, mask, 2.0).sum()
+
+
+def masked_hook(module, grad_input, grad_output):
+    LOG.append(("full", [g if g is None else g.clone() for g in grad_input], grad_output[0]))
+    return (grad_input[0] * 3, None, None)
+
+
+def test_a_mask_argument_gets_zeros_in_grad_input_like_eager():
+    torch.manual_seed(2)
+    model = UsesMasked()
+    model.inner.register_full_backward_hook(masked_hook)
+    x = torch.randn(3, 4, requires_grad=True)
+    mask = (torch.rand(3, 4) > 0.5).float()
+    eager = copy.deepcopy(model)
+    run = _captured(model, x, mask)
+    LOG.clear()
+    run(x, mask).backward()
+    log, grad = list(LOG), x.grad.clone()
+    LOG.clear()
+    x.grad = None
+    eager(x, mask).backward()
+    _same_log(log, LOG)
+    assert [g is None for g in log[0][1]] == [False, False, True]  # the mask: zeros
+    torch.testing.assert_close(grad, x.grad)

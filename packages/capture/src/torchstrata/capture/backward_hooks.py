@@ -10,8 +10,9 @@ argument's, whose gradient is ``grad_input``, runs the full hooks with both (a t
 return replaces ``grad_input``). A module none of whose arguments requires grad runs the
 full hooks at the output's node with ``grad_input`` all None, as eager does.
 
-Supported: one tensor among the positional arguments (others are None in
-``grad_input``) and one tensor as the output. More tensors, old-style
+Supported: at most one positional tensor argument that requires grad (in
+``grad_input`` the other tensor arguments get zeros and the other arguments None, as
+eager gives them) and one tensor as the output. More tensors, old-style
 ``register_backward_hook`` hooks and global backward hooks are graph breaks.
 
 The hooks are read from the module's dicts when the backward runs, in their order; the
@@ -34,7 +35,7 @@ from torchstrata.capture.grad_hooks import HOOK_OP
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import SequenceVar, TensorVar, Var
-from torchstrata.core import GuardKind
+from torchstrata.core import GuardKind, TensorMeta
 
 #: The state of each call site, by (module id, site, layout): reused when it is captured
 #: again, dropped with the module.
@@ -59,12 +60,18 @@ class ModuleBackward:
     """The two gradient callbacks of one module call site (see the module docstring)."""
 
     def __init__(
-        self, module: torch.nn.Module, n_inputs: int, input_index: int | None, n_outputs: int
+        self,
+        module: torch.nn.Module,
+        n_inputs: int,
+        input_index: int | None,
+        zero_inputs: dict[int, TensorMeta],
     ) -> None:
         self._module = weakref.ref(module)
         self.n_inputs = n_inputs
         self.input_index = input_index
-        self.n_outputs = n_outputs
+        #: Tensor arguments that do not require grad: eager's ``grad_input`` holds zeros
+        #: for them (its autograd function materializes their gradients).
+        self.zero_inputs = zero_inputs
         self.grad_outputs: tuple[Any, ...] | None = None
 
     def module(self) -> torch.nn.Module:
@@ -114,7 +121,8 @@ class ModuleBackward:
         assert self.input_index is not None
         module = self.module()
         grad_inputs: tuple[Any, ...] = tuple(
-            grad if index == self.input_index else None for index in range(self.n_inputs)
+            grad if index == self.input_index else self._zeros(index)
+            for index in range(self.n_inputs)
         )
         grad_outputs, self.grad_outputs = self.grad_outputs, None
         for hook in self._full_hooks(module):
@@ -129,6 +137,12 @@ class ModuleBackward:
             grad_inputs = tuple(result)
         replaced = grad_inputs[self.input_index]
         return torch.zeros_like(grad) if replaced is None else replaced
+
+    def _zeros(self, index: int) -> torch.Tensor | None:
+        meta = self.zero_inputs.get(index)
+        if meta is None:
+            return None
+        return torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
 
 
 class BackwardHookSite:
@@ -156,19 +170,32 @@ class BackwardHookSite:
         """The arguments, the tensor among them replaced by its hooked value."""
         if not self.active:
             return args
-        tensors = [index for index, item in enumerate(args.items) if isinstance(item, TensorVar)]
-        if len(tensors) != 1:
+        tensors = [item for item in args.items if isinstance(item, TensorVar)]
+        if not tensors:
+            raise Unsupported(  # eager raises it too
+                "Cannot set Module backward hook for a Module with no input Tensors."
+            )
+        graded = [
+            index
+            for index, item in enumerate(args.items)
+            if isinstance(item, TensorVar) and item.meta.requires_grad
+        ]
+        if len(graded) > 1:
             raise Unsupported(
                 f"backward hooks on a {type(self.module).__name__} call with "
-                f"{len(tensors)} tensor arguments are not supported"
+                f"{len(graded)} tensor arguments that require grad are not supported"
             )
-        (index,) = tensors
+        index = graded[0] if graded else None
+        zeros = {
+            position: item.meta
+            for position, item in enumerate(args.items)
+            if isinstance(item, TensorVar) and position != index
+        }
+        self.state = self._state(len(args.items), index, zeros)
+        if index is None:
+            return args
         tensor = args.items[index]
         assert isinstance(tensor, TensorVar)
-        requires_grad = tensor.meta.requires_grad
-        self.state = self._state(len(args.items), index if requires_grad else None)
-        if not requires_grad:
-            return args
         items = list(args.items)
         items[index] = self._hooked(tensor, self.state.on_input, "input")
         return SequenceVar(items, args.is_list, args.field_names, tuple_type=args.tuple_type)
@@ -185,11 +212,14 @@ class BackwardHookSite:
             return output
         return self._hooked(output, self.state.on_output, "output")
 
-    def _state(self, n_inputs: int, input_index: int | None) -> ModuleBackward:
-        key = (id(self.module), self._site, n_inputs, input_index)
+    def _state(
+        self, n_inputs: int, input_index: int | None, zeros: dict[int, TensorMeta]
+    ) -> ModuleBackward:
+        layout = tuple((position, meta.shape, meta.dtype) for position, meta in zeros.items())
+        key = (id(self.module), self._site, n_inputs, input_index, layout)
         state = _STATES.get(key)
         if state is None or state._module() is not self.module:
-            state = ModuleBackward(self.module, n_inputs, input_index, 1)
+            state = ModuleBackward(self.module, n_inputs, input_index, zeros)
             _STATES[key] = state
             weakref.finalize(self.module, _STATES.pop, key, None)
         return state
