@@ -208,21 +208,47 @@ def test_module_backward_hooks_in_the_reference_interpreter():
         torch.testing.assert_close(got.grad, want.grad)
 
 
-class TwoInputs(nn.Module):
-    def forward(self, x, y):
-        return x * y
+class TwoInOut(nn.Module):
+    def forward(self, x, y, mask):
+        return x * y, (x + y) * mask, mask
 
 
-def calls_two_inputs(module, x, y):
-    return module(x, y)
+def swap_hook(module, grad_input, grad_output):
+    LOG.append(("full", [g if g is None else g.clone() for g in grad_input], *grad_output))
+    return (grad_input[1] * 2, grad_input[0], None)
 
 
-def test_backward_hooks_on_a_module_of_two_tensor_arguments_break():
-    module = TwoInputs()
-    module.register_full_backward_hook(full_hook)
-    x = torch.ones(2, requires_grad=True)
-    result = capture(calls_two_inputs, (module, x, x), {})
-    assert "2 tensor arguments that require grad" in result.graph_breaks[0].reason
+def pre_scale(module, grad_output):
+    LOG.append(("pre", *grad_output))
+    return (grad_output[0] * 3, grad_output[1], grad_output[2])
+
+
+class UsesTwo(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TwoInOut()
+
+    def forward(self, x, y, mask):
+        product, total, _ = self.inner(x, y, mask)
+        return (product * total).sum()
+
+
+def test_module_hooks_on_several_tensors_and_a_tuple_output_like_eager():
+    model = UsesTwo()
+    model.inner.register_full_backward_hook(swap_hook)
+    model.inner.register_full_backward_pre_hook(pre_scale)
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3, requires_grad=True)
+    mask = torch.rand(3)
+    run = _captured(model, x, y, mask)
+    LOG.clear()
+    run(x, y, mask).backward()
+    log, grads = list(LOG), (x.grad.clone(), y.grad.clone())
+    LOG.clear()
+    x.grad = y.grad = None
+    model(x, y, mask).backward()
+    _same_log(log, LOG)
+    torch.testing.assert_close(grads, (x.grad, y.grad))
 
 
 class Masked(nn.Module):

@@ -3,17 +3,18 @@
 ``nn.Module._call_impl`` wraps a module's tensor arguments and its output in identity
 autograd nodes (``torch.utils.hooks.BackwardHook``) when the module has full backward
 hooks (``register_full_backward_hook``) or backward pre-hooks
-(``register_full_backward_pre_hook``). Capture puts a hook node (:mod:`.hook_ops`) at
-each of the two places instead: the output's, whose gradient is ``grad_output``, runs the
-pre-hooks (a tuple they return replaces ``grad_output``) and keeps ``grad_output``; the
-argument's, whose gradient is ``grad_input``, runs the full hooks with both (a tuple they
-return replaces ``grad_input``). A module none of whose arguments requires grad runs the
-full hooks at the output's node with ``grad_input`` all None, as eager does.
+(``register_full_backward_pre_hook``). Capture puts a hook node over several tensors
+(``aten._torchstrata_grad_hooks``, :mod:`.hook_ops`) at each of the two places instead:
+the output's, whose gradients make ``grad_output``, runs the pre-hooks (a tuple they
+return replaces ``grad_output``) and keeps ``grad_output``; the arguments', whose
+gradients make ``grad_input``, runs the full hooks with both (a tuple they return
+replaces ``grad_input``). A module none of whose arguments requires grad runs the full
+hooks at the output's node with ``grad_input`` all None, as eager does.
 
-Supported: at most one positional tensor argument that requires grad (in
-``grad_input`` the other tensor arguments get zeros and the other arguments None, as
-eager gives them) and one tensor as the output. More tensors, old-style
-``register_backward_hook`` hooks and global backward hooks are graph breaks.
+The nodes take the tensors that require grad; the other tensors get zeros in
+``grad_input`` and None in ``grad_output``, other values None, as eager gives them. The output
+is a tensor or a tuple. Old-style ``register_backward_hook`` hooks and global backward
+hooks are graph breaks.
 
 The hooks are read from the module's dicts when the backward runs, in their order; the
 keys of those dicts and ``_is_full_backward_hook`` are guarded
@@ -24,18 +25,20 @@ graph's backward as one autograd node, so the two run one after the other for on
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.capture import hook_ops
-from torchstrata.capture.grad_hooks import HOOK_OP
+from torchstrata.capture.grad_hooks import HOOKS_OP
 from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import SequenceVar, TensorVar, Var
-from torchstrata.core import GuardKind, TensorMeta
+from torchstrata.core import GuardKind
 
 #: The state of each call site, by (module id, site, layout): reused when it is captured
 #: again, dropped with the module.
@@ -57,21 +60,14 @@ def has_backward_hooks(module: torch.nn.Module) -> bool:
 
 
 class ModuleBackward:
-    """The two gradient callbacks of one module call site (see the module docstring)."""
+    """The two gradient callbacks of one module call site (see the module docstring).
 
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        n_inputs: int,
-        input_index: int | None,
-        zero_inputs: dict[int, TensorMeta],
-    ) -> None:
+    Each node's slot holds one of them bound to the :class:`Layout` of its tuples, so a
+    site captured again with other tensors gets slots of its own.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
         self._module = weakref.ref(module)
-        self.n_inputs = n_inputs
-        self.input_index = input_index
-        #: Tensor arguments that do not require grad: eager's ``grad_input`` holds zeros
-        #: for them (its autograd function materializes their gradients).
-        self.zero_inputs = zero_inputs
         self.grad_outputs: tuple[Any, ...] | None = None
 
     def module(self) -> torch.nn.Module:
@@ -84,10 +80,12 @@ class ModuleBackward:
     def _full_hooks(self, module: torch.nn.Module) -> list[Any]:
         return list(module._backward_hooks.values()) if module._is_full_backward_hook else []
 
-    def on_output(self, grad: torch.Tensor) -> torch.Tensor:
+    def on_output(
+        self, inputs: Layout, outputs: Layout, grads: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
         """``grad_output`` arrived: run the pre-hooks, keep it for :meth:`on_input`."""
         module = self.module()
-        grad_outputs: tuple[Any, ...] = (grad,)
+        grad_outputs = outputs.pack(grads)
         for hook in module._backward_pre_hooks.values():
             result = hook(module, grad_outputs)
             if result is None:
@@ -98,10 +96,10 @@ class ModuleBackward:
                     f"got {len(result)}, but expected {len(grad_outputs)}"
                 )
             grad_outputs = tuple(result)
-        if self.input_index is None:  # no argument requires grad: the hooks run now
+        if not inputs.positions:  # no argument requires grad: the hooks run now
             if self._full_hooks(module):
                 warnings.warn(_NO_INPUT_GRAD_WARNING, stacklevel=2)  # eager's, word for word
-            empty = (None,) * self.n_inputs
+            empty = (None,) * inputs.size
             for hook in self._full_hooks(module):
                 result = hook(module, empty, grad_outputs)
                 if result is not None and not all(item is None for item in result):
@@ -111,19 +109,14 @@ class ModuleBackward:
                     )
         else:
             self.grad_outputs = grad_outputs
-        replaced = grad_outputs[0]
-        return torch.zeros_like(grad) if replaced is None else replaced
+        return outputs.unpack(grad_outputs, grads)
 
-    def on_input(self, grad: torch.Tensor) -> torch.Tensor | None:
+    def on_input(self, inputs: Layout, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """``grad_input`` arrived: run the full hooks with it and ``grad_output``."""
         if self.grad_outputs is None:  # as eager: no grad_output seen, no hook
-            return None
-        assert self.input_index is not None
+            return grads
         module = self.module()
-        grad_inputs: tuple[Any, ...] = tuple(
-            grad if index == self.input_index else self._zeros(index)
-            for index in range(self.n_inputs)
-        )
+        grad_inputs = inputs.pack(grads)
         grad_outputs, self.grad_outputs = self.grad_outputs, None
         for hook in self._full_hooks(module):
             result = hook(module, grad_inputs, grad_outputs)
@@ -135,14 +128,45 @@ class ModuleBackward:
                     f"got {len(result)}, but expected {len(grad_inputs)}"
                 )
             grad_inputs = tuple(result)
-        replaced = grad_inputs[self.input_index]
-        return torch.zeros_like(grad) if replaced is None else replaced
+        return inputs.unpack(grad_inputs, grads)
 
-    def _zeros(self, index: int) -> torch.Tensor | None:
-        meta = self.zero_inputs.get(index)
-        if meta is None:
-            return None
-        return torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+
+class Layout:
+    """Where the gradients a node takes sit in a ``grad_input`` or ``grad_output`` tuple."""
+
+    def __init__(self, items: list[Var], zeros: bool) -> None:
+        self.size = len(items)
+        self.positions = [
+            index
+            for index, item in enumerate(items)
+            if isinstance(item, TensorVar) and item.meta.requires_grad
+        ]
+        self.zeros = {  # eager's grad_input has zeros for them, its grad_output None
+            index: item.meta
+            for index, item in enumerate(items)
+            if zeros and isinstance(item, TensorVar) and not item.meta.requires_grad
+        }
+
+    def key(self) -> tuple[Any, ...]:
+        """What tells two layouts apart."""
+        zeros = tuple((index, meta.shape, meta.dtype) for index, meta in self.zeros.items())
+        return (self.size, tuple(self.positions), zeros)
+
+    def pack(self, grads: list[torch.Tensor]) -> tuple[Any, ...]:
+        """The tuple a hook gets."""
+        packed: list[Any] = [None] * self.size
+        for index, meta in self.zeros.items():
+            packed[index] = torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+        for index, grad in zip(self.positions, grads, strict=True):
+            packed[index] = grad
+        return tuple(packed)
+
+    def unpack(self, packed: tuple[Any, ...], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The node's gradients from the tuple a hook returned (None: zeros)."""
+        return [
+            torch.zeros_like(grad) if packed[index] is None else packed[index]
+            for index, grad in zip(self.positions, grads, strict=True)
+        ]
 
 
 class BackwardHookSite:
@@ -163,69 +187,74 @@ class BackwardHookSite:
         self.tracer = tracer
         self.module = module
         self.active = grad_enabled(tracer)
+        self.inputs: Layout | None = None
         self.state: ModuleBackward | None = None
         self._site = len(tracer.builder)
 
     def wrap_inputs(self, args: SequenceVar) -> SequenceVar:
-        """The arguments, the tensor among them replaced by its hooked value."""
+        """The arguments, those that require grad replaced by their hooked values."""
         if not self.active:
             return args
-        tensors = [item for item in args.items if isinstance(item, TensorVar)]
-        if not tensors:
+        if not any(isinstance(item, TensorVar) for item in args.items):
             raise Unsupported(  # eager raises it too
                 "Cannot set Module backward hook for a Module with no input Tensors."
             )
-        graded = [
-            index
-            for index, item in enumerate(args.items)
-            if isinstance(item, TensorVar) and item.meta.requires_grad
-        ]
-        if len(graded) > 1:
-            raise Unsupported(
-                f"backward hooks on a {type(self.module).__name__} call with "
-                f"{len(graded)} tensor arguments that require grad are not supported"
-            )
-        index = graded[0] if graded else None
-        zeros = {
-            position: item.meta
-            for position, item in enumerate(args.items)
-            if isinstance(item, TensorVar) and position != index
-        }
-        self.state = self._state(len(args.items), index, zeros)
-        if index is None:
+        self.inputs = inputs = Layout(list(args.items), zeros=True)
+        self.state = state = self._state()
+        if not inputs.positions:
             return args
-        tensor = args.items[index]
-        assert isinstance(tensor, TensorVar)
-        items = list(args.items)
-        items[index] = self._hooked(tensor, self.state.on_input, "input")
-        return SequenceVar(items, args.is_list, args.field_names, tuple_type=args.tuple_type)
+        callback = functools.partial(state.on_input, inputs)
+        hooked = self._hooked(list(args.items), inputs.positions, callback, inputs.key())
+        return attrs.evolve(args, items=hooked, source=None)
 
     def wrap_output(self, output: Var) -> Var:
-        """The output, hooked (eager hooks only an output that requires grad)."""
-        if not self.active or self.state is None:
+        """The output, hooked (eager hooks only outputs when some tensor requires grad)."""
+        if not self.active or self.inputs is None or self.state is None:
             return output
-        if not isinstance(output, TensorVar):
+        is_tuple = isinstance(output, SequenceVar) and not output.is_list
+        if not is_tuple and not isinstance(output, TensorVar):
             raise Unsupported(
-                f"backward hooks on a {type(self.module).__name__} whose output is not one tensor"
+                f"backward hooks on a {type(self.module).__name__} whose output is "
+                "neither a tensor nor a tuple"
             )
-        if not output.meta.requires_grad:
-            return output
-        return self._hooked(output, self.state.on_output, "output")
+        items = list(output.items) if isinstance(output, SequenceVar) else [output]
+        outputs = Layout(items, zeros=False)
+        if not outputs.positions:
+            return output  # no gradient reaches the module: eager runs no hook
+        callback = functools.partial(self.state.on_output, self.inputs, outputs)
+        key = (self.inputs.key(), outputs.key())
+        hooked = self._hooked(items, outputs.positions, callback, key)
+        if isinstance(output, SequenceVar):
+            return attrs.evolve(output, items=hooked, source=None)
+        return hooked[0]
 
-    def _state(
-        self, n_inputs: int, input_index: int | None, zeros: dict[int, TensorMeta]
-    ) -> ModuleBackward:
-        layout = tuple((position, meta.shape, meta.dtype) for position, meta in zeros.items())
-        key = (id(self.module), self._site, n_inputs, input_index, layout)
+    def _state(self) -> ModuleBackward:
+        key = (id(self.module), self._site)
         state = _STATES.get(key)
         if state is None or state._module() is not self.module:
-            state = ModuleBackward(self.module, n_inputs, input_index, zeros)
+            state = ModuleBackward(self.module)
             _STATES[key] = state
             weakref.finalize(self.module, _STATES.pop, key, None)
         return state
 
-    def _hooked(self, tensor: TensorVar, callback: Any, side: str) -> TensorVar:
+    def _hooked(
+        self, items: list[Var], positions: list[int], callback: Any, layout: Any
+    ) -> list[Var]:
+        """``items`` with those at ``positions`` replaced by one node's outputs."""
         hook_ops.forward_op()
-        slot = hook_ops.slot_for((id(callback.__self__), side), callback)
-        node = self.tracer.builder.call(HOOK_OP, tensor.node, slot, meta=tensor.meta)
-        return TensorVar(node, tensor.python_type)
+        slot = hook_ops.slot_for(
+            (id(callback.func.__self__), callback.func.__name__, layout), callback
+        )
+        tensors = [item for index in positions if isinstance(item := items[index], TensorVar)]
+        assert len(tensors) == len(positions)
+        node = self.tracer.builder.call(
+            HOOKS_OP,
+            [tensor.node for tensor in tensors],
+            slot,
+            meta=tuple(tensor.meta for tensor in tensors),
+        )
+        hooked = list(items)
+        for number, (index, tensor) in enumerate(zip(positions, tensors, strict=True)):
+            value = self.tracer.builder.getitem(node, number)
+            hooked[index] = TensorVar(value, tensor.python_type)
+        return hooked

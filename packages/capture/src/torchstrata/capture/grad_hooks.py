@@ -39,6 +39,8 @@ from torchstrata.core import OpKind, OpRef
 
 #: The torch-level op of a hook node.
 HOOK_OP = OpRef(OpKind.TORCH, f"torch.ops.aten.{hook_ops.FORWARD_NAME}.default")
+#: The torch-level op of a hook node over several tensors (module backward hooks).
+HOOKS_OP = OpRef(OpKind.TORCH, f"torch.ops.aten.{hook_ops.LIST_FORWARD_NAME}.default")
 
 
 class HookHandleVar(Var):

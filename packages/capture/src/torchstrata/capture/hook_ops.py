@@ -26,20 +26,25 @@ from typing import Any
 
 import torch
 
-#: The hook functions by slot: each takes the gradient and returns a replacement or None.
-HOOKS: dict[int, Callable[[torch.Tensor], Any]] = {}
+#: The hook functions by slot: each takes the gradient (a list of them, for the list op)
+#: and returns a replacement or None (a list of them).
+HOOKS: dict[int, Callable[[Any], Any]] = {}
 
 #: The slot of each hook function already in :data:`HOOKS`, by the key it was added under.
 _SLOTS: dict[Any, int] = {}
 
 FORWARD_NAME = "_torchstrata_grad_hook"
 CALL_NAME = "_torchstrata_call_grad_hook"
+#: The same for several tensors whose gradients one function takes together (a module's
+#: backward hooks see every ``grad_input`` at once): ``Tensor[] -> Tensor[]``.
+LIST_FORWARD_NAME = "_torchstrata_grad_hooks"
+LIST_CALL_NAME = "_torchstrata_call_grad_hooks"
 
 _LOCK = threading.Lock()
 _LIBRARY: torch.library.Library | None = None
 
 
-def slot_for(key: Any, hook: Callable[[torch.Tensor], Any]) -> int:
+def slot_for(key: Any, hook: Callable[[Any], Any]) -> int:
     """The slot of ``hook`` (added under ``key`` the first time; a later hook with an
     equal key reuses the slot and must behave the same)."""
     with _LOCK:
@@ -52,7 +57,8 @@ def slot_for(key: Any, hook: Callable[[torch.Tensor], Any]) -> int:
 
 
 def forward_op() -> Any:
-    """``torch.ops.aten._torchstrata_grad_hook.default``, defined on first use."""
+    """``torch.ops.aten._torchstrata_grad_hook.default``, defined on first use (with the
+    other three)."""
     _define()
     return getattr(torch.ops.aten, FORWARD_NAME).default
 
@@ -71,6 +77,18 @@ def _define() -> None:
         torch.library.register_fake(f"aten::{CALL_NAME}", _empty_like, lib=library)
         torch.library.register_autograd(
             f"aten::{FORWARD_NAME}", _backward, setup_context=_setup_context, lib=library
+        )
+        library.define(f"{LIST_FORWARD_NAME}(Tensor[] xs, int slot) -> Tensor[]")
+        library.define(f"{LIST_CALL_NAME}(Tensor[] grads, int slot) -> Tensor[]")
+        library.impl(LIST_FORWARD_NAME, _copies, "CompositeExplicitAutograd")
+        library.impl(LIST_CALL_NAME, _call_list_hook, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"aten::{LIST_FORWARD_NAME}", _empties, lib=library)
+        torch.library.register_fake(f"aten::{LIST_CALL_NAME}", _empties, lib=library)
+        torch.library.register_autograd(
+            f"aten::{LIST_FORWARD_NAME}",
+            _list_backward,
+            setup_context=_setup_context,
+            lib=library,
         )
         _LIBRARY = library
 
@@ -92,13 +110,41 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
     return call(grad, ctx.slot), None
 
 
+def _copies(xs: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    return [x.clone() for x in xs]
+
+
+def _empties(xs: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    return [torch.empty_like(x) for x in xs]
+
+
+def _list_backward(ctx: Any, grads: Any) -> tuple[list[torch.Tensor], None]:
+    call = getattr(torch.ops.aten, LIST_CALL_NAME).default
+    return list(call(list(grads), ctx.slot)), None
+
+
+def _call_list_hook(grads: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    hook = HOOKS.get(slot)
+    if hook is None:
+        raise RuntimeError(f"torchstrata: no gradient hook in slot {slot} of this process")
+    results = list(hook(list(grads)))
+    if len(results) != len(grads):
+        raise RuntimeError(f"a gradient hook returned {len(results)} gradients for {len(grads)}")
+    return [_checked(grad, result) for grad, result in zip(grads, results, strict=True)]
+
+
 def _call_hook(grad: torch.Tensor, slot: int) -> torch.Tensor:
     hook = HOOKS.get(slot)
     if hook is None:
         raise RuntimeError(f"torchstrata: no gradient hook in slot {slot} of this process")
-    result = hook(grad)
+    return _checked(grad, hook(grad))
+
+
+def _checked(grad: torch.Tensor, result: Any) -> torch.Tensor:
+    """What a hook returned for ``grad``, as the op's output: a new tensor of its shape
+    and dtype (None: a copy of ``grad``; an op's output may not alias its input)."""
     if result is None:
-        return grad.clone()  # an op's output may not alias its input
+        return grad.clone()
     if not isinstance(result, torch.Tensor):
         raise TypeError(f"a gradient hook returned {type(result).__name__}, not a tensor")
     if result.shape != grad.shape or result.dtype != grad.dtype:
