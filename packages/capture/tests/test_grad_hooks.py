@@ -291,3 +291,32 @@ def test_a_mask_argument_gets_zeros_in_grad_input_like_eager():
     _same_log(log, LOG)
     assert [g is None for g in log[0][1]] == [False, False, True]  # the mask: zeros
     torch.testing.assert_close(grad, x.grad)
+
+
+class SavesGrad(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.saved: list[torch.Tensor] = []
+
+    def save_grad(self, grad: torch.Tensor) -> torch.Tensor:
+        self.saved.append(grad.clone())
+        return grad * 2
+
+    def forward(self, x):
+        hidden = self.fc(x)
+        hidden.register_hook(self.save_grad)
+        return hidden.tanh().sum()
+
+
+def test_a_method_of_the_module_as_a_hook():
+    torch.manual_seed(3)
+    model = SavesGrad()
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 3)
+    run = _captured(model, x)
+    run(x).backward()
+    eager(x).backward()
+    assert len(model.saved) == len(eager.saved) == 1
+    torch.testing.assert_close(model.saved[0], eager.saved[0])
+    torch.testing.assert_close(model.fc.weight.grad, eager.fc.weight.grad)

@@ -14,8 +14,9 @@ call) the registration itself is the side effect: it is replayed on the real ten
 the graph (:mod:`.side_effects`), so the hook stays registered, as in eager.
 
 The hook must be a function that is the same on every call: one read by source (a global,
-a module attribute, guarded by identity), or a function made in the trace whose closure
-holds constants and objects read by source (each guarded by identity). The handle
+a module attribute, guarded by identity), a function made in the trace whose closure
+holds constants and objects read by source (each guarded by identity), or a method of an
+object read by source (``self.save_grad``). The handle
 ``register_hook`` returns cannot be used in the trace.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 from torchstrata.capture import hook_ops
 from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
 from torchstrata.capture.variables import (
+    BoundMethodVar,
     ConstVar,
     FunctionVar,
     ObjectVar,
@@ -111,6 +113,10 @@ def real_hook(tracer: Tracer, var: Var) -> tuple[Callable[..., Any], Any]:
         )
         key = ("function", var.code, id(var.globals), *map(_key_part, (*defaults, *contents)))
         return function, key
+    if isinstance(var, BoundMethodVar):  # self.save_grad: the method bound to the object
+        function, function_key = real_hook(tracer, var.function)
+        owner = _constant(tracer, var.self_var)
+        return types.MethodType(function, owner), ("method", function_key, _key_part(owner))
     raise Unsupported(f"a gradient hook that is {describe(var)}")
 
 
