@@ -114,9 +114,9 @@ def real_hook(tracer: Tracer, var: Var) -> tuple[Callable[..., Any], Any]:
         key = ("function", var.code, id(var.globals), *map(_key_part, (*defaults, *contents)))
         return function, key
     if isinstance(var, BoundMethodVar):  # self.save_grad: the method bound to the object
-        function, function_key = real_hook(tracer, var.function)
+        method, method_key = real_hook(tracer, var.function)
         owner = _constant(tracer, var.self_var)
-        return types.MethodType(function, owner), ("method", function_key, _key_part(owner))
+        return types.MethodType(method, owner), ("method", method_key, _key_part(owner))
     raise Unsupported(f"a gradient hook that is {describe(var)}")
 
 
