@@ -115,3 +115,20 @@ def test_a_tensor_prints_eagers_grad_fn_through_the_runtime():
     torch.testing.assert_close(value, expected)
     report = runtime.explain(prints_a_tensor_that_requires_grad, w, x)
     assert report.graph_break_count == 0
+
+
+def prints_a_hooked_tensor(w, x):
+    y = w * x
+    y.register_hook(lambda g: g * 2)
+    print(y)
+    return y.sum()
+
+
+def test_a_hooked_tensor_prints_the_grad_fn_of_its_op():
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3)
+    _, text, result = _run(prints_a_hooked_tensor, w, x)
+    _, expected_text = _eager(prints_a_hooked_tensor, w, x)
+    assert result.graph_breaks == ()
+    assert "grad_fn=<MulBackward0>" in expected_text
+    assert text == expected_text

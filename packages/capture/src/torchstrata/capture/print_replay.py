@@ -9,7 +9,11 @@ from typing import Any
 
 import torch
 
-_GRAD_FN = re.compile(r"grad_fn=<\w+>")
+#: The last suffix of a tensor's repr when it has a grad_fn, with what separates it.
+_GRAD_FN_SUFFIX = re.compile(r"(,\n *|, )grad_fn=<[^>]*>\)$")
+
+#: Where a suffix that does not fit is indented to: under ``tensor(``'s contents.
+_INDENT = len("tensor(")
 
 
 def print_now(
@@ -21,5 +25,21 @@ def print_now(
     for position, name in grad_fns.items():
         tensor = shown[position]
         if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
-            shown[position] = _GRAD_FN.sub(f"grad_fn=<{name}>", str(tensor), count=1)
+            shown[position] = with_grad_fn(str(tensor), name)
     print(*shown, **options, file=sys.stdout)  # the stream of now (redirect_stdout)
+
+
+def with_grad_fn(text: str, name: str) -> str:
+    """A tensor's repr ``text`` with its grad_fn named ``name``, the suffix placed as
+    ``torch._tensor_str`` places it (on a new line when the last line would pass the
+    print options' line width)."""
+    match = _GRAD_FN_SUFFIX.search(text)
+    if match is None:
+        return text
+    head = text[: match.start()]
+    suffix = f"grad_fn=<{name}>"
+    last_line = len(head) - head.rfind("\n") + 1
+    options = getattr(torch._tensor_str, "PRINT_OPTS", None)
+    width = getattr(options, "linewidth", 80)
+    separator = ",\n" + " " * _INDENT if last_line + len(suffix) + 2 > width else ", "
+    return f"{head}{separator}{suffix})"

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.capture.grad_hooks import HOOK_OP
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import (
     ConstVar,
@@ -87,6 +88,8 @@ def _grad_fn_names(args: Sequence[Var]) -> dict[int, str]:
 def _eager_grad_fn(node: Node) -> str | None:
     """The name of the ``grad_fn`` eager gives ``node``'s value: its torch op run on meta
     tensors with grad. None when that cannot be told (the real one is printed then)."""
+    while node.op == HOOK_OP:  # a tensor hook leaves eager's grad_fn as it was
+        node = node.args[0]
     if node.op is None or node.op.kind is not OpKind.TORCH:
         return None
 
@@ -107,4 +110,7 @@ def _eager_grad_fn(node: Node) -> str | None:
     except Exception:  # noqa: BLE001 - any failure: print the real tensor's own
         return None
     grad_fn = getattr(result, "grad_fn", None)
-    return None if grad_fn is None else type(grad_fn).__name__
+    if grad_fn is None:
+        return None
+    name = type(grad_fn).__name__
+    return grad_fn.name().rsplit("::", 1)[-1] if name == "CppFunction" else name  # as torch
