@@ -98,6 +98,7 @@ def test_a_print_capture_cannot_replay_breaks_with_a_reason(fn, reason):
 def prints_a_tensor_that_requires_grad(w, x):
     y = w * x
     print(y)
+    print("in containers", [y, 1], {"y": y.exp()}, (y,))
     return y.sum()
 
 
@@ -110,7 +111,7 @@ def test_a_tensor_prints_eagers_grad_fn_through_the_runtime():
         warnings.simplefilter("error")  # no fallback to eager
         value, text = _eager(compiled, w, x)
     expected, expected_text = _eager(prints_a_tensor_that_requires_grad, w, x)
-    assert "grad_fn=<MulBackward0>" in expected_text
+    assert "grad_fn=<MulBackward0>" in expected_text and "grad_fn=<ExpBackward0>" in expected_text
     assert text == expected_text
     torch.testing.assert_close(value, expected)
     report = runtime.explain(prints_a_tensor_that_requires_grad, w, x)

@@ -16,17 +16,37 @@ _GRAD_FN_SUFFIX = re.compile(r"(,\n *|, )grad_fn=<[^>]*>\)$")
 _INDENT = len("tensor(")
 
 
-def print_now(
-    values: Sequence[Any], options: Mapping[str, Any], grad_fns: Mapping[int, str]
-) -> None:
-    """Print ``values`` to ``sys.stdout`` as eager printed them: a tensor at a position of
-    ``grad_fns`` shows that ``grad_fn`` name, eager's, in place of its own."""
-    shown: list[Any] = list(values)
-    for position, name in grad_fns.items():
-        tensor = shown[position]
-        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
-            shown[position] = with_grad_fn(str(tensor), name)
+def print_now(values: Sequence[Any], options: Mapping[str, Any], names: Mapping[int, str]) -> None:
+    """Print ``values`` to ``sys.stdout`` as eager printed them: each tensor whose
+    ``id()`` is in ``names`` (at the top or in lists, tuples and dicts) shows that
+    ``grad_fn`` name, eager's, in place of its own."""
+    shown = [_shown(value, names) for value in values]
     print(*shown, **options, file=sys.stdout)  # the stream of now (redirect_stdout)
+
+
+class _Text:
+    """Prints as ``text`` (str and repr): a tensor inside a printed container."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def _shown(value: Any, names: Mapping[int, str]) -> Any:
+    if isinstance(value, torch.Tensor):
+        name = names.get(id(value))
+        if name is None or value.grad_fn is None:
+            return value
+        return _Text(with_grad_fn(str(value), name))
+    if type(value) in (list, tuple):
+        return type(value)(_shown(item, names) for item in value)
+    if type(value) is dict:
+        return {key: _shown(item, names) for key, item in value.items()}
+    return value
 
 
 def with_grad_fn(text: str, name: str) -> str:

@@ -57,7 +57,7 @@ def record_print(tracer: Tracer, args: Sequence[Var], kwargs: Mapping[str, Var])
         if name != "file":
             options[name] = value
     values = SequenceVar([_snapshot(arg) for arg in args])
-    tracer.side_effects.record_print(values, options, _grad_fn_names(args))
+    tracer.side_effects.record_print(values, options, _grad_fn_names(values))
     return ConstVar(None)
 
 
@@ -73,16 +73,20 @@ def _snapshot(var: Var) -> Var:
     return var
 
 
-def _grad_fn_names(args: Sequence[Var]) -> dict[int, str]:
-    """For each top-level tensor argument the graph computes with grad, by position, the
-    ``grad_fn`` class eager gives it."""
-    names: dict[int, str] = {}
-    for position, var in enumerate(args):
-        if isinstance(var, TensorVar) and var.source is None and var.meta.requires_grad:
+def _grad_fn_names(var: Var) -> list[tuple[TensorVar, str]]:
+    """Each tensor printed (in lists, tuples and dicts too) that the graph computes with
+    grad, with the ``grad_fn`` name eager gives it."""
+    if isinstance(var, TensorVar):
+        if var.source is None and var.meta.requires_grad:
             name = _eager_grad_fn(var.node)
             if name is not None:
-                names[position] = name
-    return names
+                return [(var, name)]
+        return []
+    if isinstance(var, SequenceVar):
+        return [pair for item in var.items for pair in _grad_fn_names(item)]
+    if isinstance(var, DictVar):
+        return [pair for item in var.items.values() for pair in _grad_fn_names(item)]
+    return []
 
 
 def _eager_grad_fn(node: Node) -> str | None:

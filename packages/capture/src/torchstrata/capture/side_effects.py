@@ -77,10 +77,10 @@ class Effect:
 @attrs.frozen
 class PrintCall:
     """How a logged ``print`` prints: its keyword arguments (``sep``, ``end``, ``flush``)
-    and, by position, the ``grad_fn`` name eager shows for tensors (:mod:`.printing`)."""
+    and the ``grad_fn`` name eager shows for each tensor printed (:mod:`.printing`)."""
 
     options: dict[str, Any]
-    grad_fns: dict[int, str]
+    grad_fns: list[tuple[TensorVar, str]]
 
 
 class SideEffects:
@@ -151,7 +151,7 @@ class SideEffects:
         self._effects.setdefault(("cell", id(cell)), Effect("cell", cell=cell, referent=cell))
 
     def record_print(
-        self, values: SequenceVar, options: dict[str, Any], grad_fns: dict[int, str]
+        self, values: SequenceVar, options: dict[str, Any], grad_fns: list[tuple[TensorVar, str]]
     ) -> None:
         """``print(*values, **options)``, replayed in program order: after the writes
         of targets first mutated before it, before those of targets first mutated after."""
@@ -263,7 +263,8 @@ class SideEffects:
         if effect.kind == "print":
             values = build(effect.value)
             call = effect.holder
-            return lambda: print_now(values, call.options, call.grad_fns)
+            names = {id(build(var)): name for var, name in call.grad_fns}  # the same objects
+            return lambda: print_now(values, call.options, names)
         if effect.value is DELETED:
             assert effect.kind == "attr" and effect.name is not None
             deleted = effect.name
