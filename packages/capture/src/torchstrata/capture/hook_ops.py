@@ -5,9 +5,13 @@ capture records where the trace registers a hook: in the forward it is the ident
 copy), and its derivative is the second op, ``aten::_torchstrata_call_grad_hook(Tensor
 grad, int slot) -> Tensor``, which calls the Python function of ``slot`` on the gradient
 when the backward runs and returns what it returned (the gradient itself for ``None``).
+``_torchstrata_grad_hooks`` and ``_torchstrata_call_grad_hooks`` are the same over
+``Tensor[]`` (a module's hooks see all their gradients at once).
 
-The autograd stage traces the first through PyTorch's autograd like any op, so the second
-lands in the backward ATen graph, where later stages keep it as an extern ATen call. The
+The forward ops are ``CompositeImplicitAutograd``: they decompose, above autograd, into
+an autograd function of ``clone`` calls whose derivative is the call op. The autograd
+stage traces them like any op, so its forward records plain clones (which fuse) and the
+call op lands in the backward ATen graph, where later stages keep it as an extern call. The
 ops live in the ``aten`` namespace because graphs at ATen level name ATen overloads only
 (``torchstrata.core`` resolves ``aten.<name>.<overload>``); the leading underscore and
 the prefix keep them apart from PyTorch's own.
@@ -71,56 +75,52 @@ def _define() -> None:
         library = torch.library.Library("aten", "FRAGMENT")
         library.define(f"{FORWARD_NAME}(Tensor x, int slot) -> Tensor")
         library.define(f"{CALL_NAME}(Tensor grad, int slot) -> Tensor")
-        library.impl(FORWARD_NAME, _copy, "CompositeExplicitAutograd")
-        library.impl(CALL_NAME, _call_hook, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"aten::{FORWARD_NAME}", _empty_like, lib=library)
-        torch.library.register_fake(f"aten::{CALL_NAME}", _empty_like, lib=library)
-        torch.library.register_autograd(
-            f"aten::{FORWARD_NAME}", _backward, setup_context=_setup_context, lib=library
-        )
         library.define(f"{LIST_FORWARD_NAME}(Tensor[] xs, int slot) -> Tensor[]")
         library.define(f"{LIST_CALL_NAME}(Tensor[] grads, int slot) -> Tensor[]")
-        library.impl(LIST_FORWARD_NAME, _copies, "CompositeExplicitAutograd")
+        # The forward ops decompose (above autograd) into an autograd function of copies:
+        # a trace records plain ``aten.clone`` calls, which fuse, and the function's
+        # derivative, the call op, which stays one extern call.
+        library.impl(FORWARD_NAME, _hook_one, "CompositeImplicitAutograd")
+        library.impl(LIST_FORWARD_NAME, _hook_many, "CompositeImplicitAutograd")
+        library.impl(CALL_NAME, _call_hook, "CompositeExplicitAutograd")
         library.impl(LIST_CALL_NAME, _call_list_hook, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"aten::{LIST_FORWARD_NAME}", _empties, lib=library)
+        torch.library.register_fake(f"aten::{CALL_NAME}", _empty_like, lib=library)
         torch.library.register_fake(f"aten::{LIST_CALL_NAME}", _empties, lib=library)
-        torch.library.register_autograd(
-            f"aten::{LIST_FORWARD_NAME}",
-            _list_backward,
-            setup_context=_setup_context,
-            lib=library,
-        )
         _LIBRARY = library
 
 
-def _copy(x: torch.Tensor, slot: int) -> torch.Tensor:
-    return x.clone()
+class _Hooked(torch.autograd.Function):
+    """Copies of tensors whose gradients go through the hook function of ``slot``."""
+
+    @staticmethod
+    def forward(ctx: Any, slot: int, many: bool, *xs: torch.Tensor) -> Any:
+        ctx.slot = slot
+        ctx.many = many
+        return tuple(x.clone() for x in xs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        if ctx.many:
+            call = getattr(torch.ops.aten, LIST_CALL_NAME).default
+            return None, None, *call(list(grads), ctx.slot)
+        call = getattr(torch.ops.aten, CALL_NAME).default
+        return None, None, call(grads[0], ctx.slot)
+
+
+def _hook_one(x: torch.Tensor, slot: int) -> torch.Tensor:
+    return _Hooked.apply(slot, False, x)[0]
+
+
+def _hook_many(xs: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    return list(_Hooked.apply(slot, True, *xs))
 
 
 def _empty_like(x: torch.Tensor, slot: int) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.slot = inputs[1]
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-    call = getattr(torch.ops.aten, CALL_NAME).default
-    return call(grad, ctx.slot), None
-
-
-def _copies(xs: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
-    return [x.clone() for x in xs]
-
-
 def _empties(xs: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
     return [torch.empty_like(x) for x in xs]
-
-
-def _list_backward(ctx: Any, grads: Any) -> tuple[list[torch.Tensor], None]:
-    call = getattr(torch.ops.aten, LIST_CALL_NAME).default
-    return list(call(list(grads), ctx.slot)), None
 
 
 def _call_list_hook(grads: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
