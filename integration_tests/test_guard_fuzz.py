@@ -9,7 +9,7 @@ Each hypothesis example builds a fresh compiled function from three choices:
   ``nn.Module`` attribute (``self.s``), an attribute of a plain object passed in, or an
   item of a list or dict passed in (the same container changed in place);
 * what happens before the value is read: nothing (one graph), or a graph break
-  (``.item()`` feeding a Python ``range``, or a ``print``), so that the value is first
+  (``.item()`` feeding a Python ``range``, or a ``graph_break()``), so that the value is first
   read by a segment captured after the break and checked by that segment's guards;
 * how the value is used: tensor math (``x * s``, ``x / s``), ``torch.full_like``,
   ``torch.where(x > s, ...)``, Python control flow (``if s > 0``), an index
@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torchstrata.runtime as rt
+from torchstrata.capture import graph_break
 
 EXAMPLES = int(os.environ.get("TORCHSTRATA_FUZZ_EXAMPLES", "60"))
 
@@ -236,13 +237,13 @@ def before_item_loop(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def before_print(x: torch.Tensor) -> torch.Tensor:
+def before_break(x: torch.Tensor) -> torch.Tensor:
     y = x + 0.5
-    print("", end="")  # a graph break
+    graph_break()
     return y * 1.5
 
 
-BEFORE = {"nothing": before_nothing, "item_loop": before_item_loop, "print": before_print}
+BEFORE = {"nothing": before_nothing, "item_loop": before_item_loop, "graph_break": before_break}
 
 Before = Callable[[torch.Tensor], torch.Tensor]
 Use = Callable[[torch.Tensor, Any], torch.Tensor]
@@ -551,7 +552,7 @@ def test_rewritten_default_argument_is_not_stale():
 def test_keyword_only_default_changed_in_place_is_not_stale():
     def scale(x: torch.Tensor, *, s: float = 1.0) -> torch.Tensor:
         y = x + 1
-        print("", end="")  # the default is first read after a graph break
+        graph_break()  # the default is first read after the break
         return y * s
 
     compiled = rt.compile(scale)

@@ -11,13 +11,14 @@ SCRIPT = textwrap.dedent(
     """
     import torch
     import torchstrata.runtime as rt
+    from torchstrata.capture import graph_break
 
-    def with_print(x):
+    def with_break(x):
         y = torch.relu(x) + 1
-        print("between graphs")
+        graph_break()
         return y * 2
 
-    compiled = rt.compile(with_print, codegen="cpp")
+    compiled = rt.compile(with_break, codegen="cpp")
     compiled(torch.randn(4, 8))
     compiled(torch.randn(5, 8))
     """
@@ -39,9 +40,9 @@ def test_logs_from_the_environment(tmp_path):
     assert result.returncode == 0, result.stderr
     err = result.stderr
     # the break with its reason, file:line and the source line itself
-    assert f"[graph_breaks] graph break in with_print at {script}:7:" in err
-    assert '    print("between graphs")' in err
+    assert f"[graph_breaks] graph break in with_break at {script}:8:" in err
+    assert "    graph_break()" in err
     assert "[guards]" in err and "L['x']: Tensor, shape == (4, 8)" in err
-    assert "[recompiles] recompiling with_print" in err and "tensor_match on L['x']" in err
+    assert "[recompiles] recompiling with_break" in err and "tensor_match on L['x']" in err
     assert "[output_code] kernel" in err and 'extern "C"' in err
     assert "[graphs]" not in err and "[passes]" not in err  # only what was asked for

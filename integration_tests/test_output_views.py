@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import torchstrata.runtime as tsr
+from torchstrata.capture import graph_break
 from torchstrata.runtime import TorchstrataFallbackWarning
 
 
@@ -22,7 +23,7 @@ def test_an_update_after_a_graph_break_shows_in_an_earlier_view():
     def f(a):
         z = a * 2
         row = z[0]
-        print(end="")  # a graph break: the update below runs in the next segment
+        graph_break()  # the update below runs in the next segment
         z.mul_(3)
         return z + 1, row * 1
 
@@ -127,7 +128,7 @@ def test_a_graph_break_between_two_views_and_an_update():
         z = a * 2
         flat, t = z.view(-1), z.t()
         del z
-        print(end="")  # a graph break: flat and t cross it, z does not
+        graph_break()  # flat and t cross it, z does not
         flat.add_(1)
         return t * 1
 
@@ -222,7 +223,7 @@ def _views_across_a_break(a):
     z = a * 2
     first, second = z[0:3], z[2:5]
     del z
-    print(end="")  # a graph break: both views cross it, z does not
+    graph_break()  # both views cross it, z does not
     first.add_(1)
     return second * 1
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torchstrata.runtime as rt
+from torchstrata.capture import graph_break
 from torchstrata.core import Level
 
 
@@ -66,20 +67,20 @@ def test_mlp_inference_matches_eager_and_follows_parameter_updates():
 
 
 def test_graph_break_is_reported_and_results_stay_right():
-    def with_print(x: torch.Tensor) -> torch.Tensor:
+    def with_break(x: torch.Tensor) -> torch.Tensor:
         y = x.sin()
-        print("side effect")
+        graph_break()
         return y.cos()
 
     x = torch.randn(8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rt.TorchstrataFallbackWarning)
-        torch.testing.assert_close(rt.compile(with_print)(x), x.sin().cos())
-        report = rt.explain(with_print, x)
+        torch.testing.assert_close(rt.compile(with_break)(x), x.sin().cos())
+        report = rt.explain(with_break, x)
     assert report.graph_break_count >= 1
     assert all(b.reason and b.filename and b.lineno for b in report.graph_breaks)
     with pytest.raises(rt.CompilationError):
-        rt.compile(with_print, fullgraph=True)(x)
+        rt.compile(with_break, fullgraph=True)(x)
 
 
 def test_dynamo_backend_entry_point():

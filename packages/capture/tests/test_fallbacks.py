@@ -8,7 +8,7 @@ import inspect
 import pytest
 import torch
 
-from torchstrata.capture import capture
+from torchstrata.capture import capture, graph_break
 
 
 def _line_of(fn, text: str) -> int:
@@ -16,9 +16,9 @@ def _line_of(fn, text: str) -> int:
     return first + next(index for index, line in enumerate(lines) if text in line)
 
 
-def uses_print(x):
+def breaks_on_request(x):
     y = x + 1
-    print(y)
+    graph_break()
     return y
 
 
@@ -48,8 +48,8 @@ def sets_attribute(x):
     return x
 
 
-def calls_helper_that_prints(x):
-    return uses_print(x) * 2
+def calls_helper_that_breaks(x):
+    return breaks_on_request(x) * 2
 
 
 def converts_to_int(x):
@@ -59,7 +59,7 @@ def converts_to_int(x):
 @pytest.mark.parametrize(
     ("fn", "reason", "line_text"),
     [
-        (uses_print, "call to print (builtin_function_or_method) is not supported", "print(y)"),
+        (breaks_on_request, "graph_break() called", "graph_break()"),
         (uses_item, "Tensor.item() makes the result depend on tensor values", ".item()"),
         (branches_on_tensor, "data-dependent control flow", "if y.sum() > 0"),
         (sets_attribute, "assigning attribute 'foo'", "x.foo = 1"),
@@ -69,21 +69,22 @@ def converts_to_int(x):
 def test_fallback_reason_and_line(fn, reason, line_text):
     result = capture(fn, (torch.randn(3),), {})
     assert result.program is not None
-    (graph_break,) = result.graph_breaks
-    assert reason in graph_break.reason
-    assert graph_break.filename == __file__
-    assert graph_break.lineno == _line_of(fn, line_text)
-    assert graph_break.instruction
+    (only,) = result.graph_breaks
+    assert reason in only.reason
+    assert only.filename == __file__
+    assert only.lineno == _line_of(fn, line_text)
+    assert only.instruction
 
 
 def test_break_in_inlined_function_points_into_it():
-    result = capture(calls_helper_that_prints, (torch.randn(3),), {})
-    (graph_break,) = result.graph_breaks
-    assert graph_break.lineno == _line_of(uses_print, "print(y)")
+    result = capture(calls_helper_that_breaks, (torch.randn(3),), {})
+    (only,) = result.graph_breaks
+    assert only.lineno == _line_of(breaks_on_request, "graph_break()")
 
 
 def breaks_inside_with(x):
     with torch.no_grad():
+        graph_break()
         print(x)
     return x + 1
 
@@ -91,7 +92,7 @@ def breaks_inside_with(x):
 def test_break_inside_with_block_is_split(capsys):
     x = torch.randn(3, requires_grad=True)
     result = capture(breaks_inside_with, (x,), {})
-    assert result.program is not None and "print" in result.graph_breaks[0].reason
+    assert result.program is not None and "graph_break" in result.graph_breaks[0].reason
     out = result.program([], (x,), {})
     assert out.requires_grad and capsys.readouterr().out == f"{x}\n"
 
@@ -104,7 +105,7 @@ def test_generator_function_falls_back():
 def test_builtin_callable_and_bad_call_fall_back():
     result = capture(torch.relu, (torch.randn(3),), {})
     assert "has no Python bytecode" in result.graph_breaks[0].reason
-    result = capture(uses_print, (torch.randn(3), 1), {})
+    result = capture(breaks_on_request, (torch.randn(3), 1), {})
     assert "does not match the signature" in result.graph_breaks[0].reason
 
 

@@ -36,7 +36,8 @@ def branchy(x):
         y = y + 100
     else:
         y = y - 100
-    print("after branch")
+    print("after branch")  # replayed after the graph, before the break below
+    graph_break()
     return y.relu().sum().item()
 
 
@@ -54,7 +55,7 @@ def test_later_breaks_are_reported_with_lines():
     result = capture(branchy, (torch.ones(3),), {})
     expected = [
         _line_of(branchy, "if y.sum() > 0"),
-        _line_of(branchy, 'print("after branch")'),
+        _line_of(branchy, "graph_break()"),
         _line_of(branchy, ".item()"),
     ]
     assert [graph_break.lineno for graph_break in result.graph_breaks] == expected
@@ -66,7 +67,7 @@ def test_later_breaks_are_reported_with_lines():
 def uses_item_result(x):
     n = x.sum().item()
     y = x * n
-    print("later")
+    graph_break()
     return y
 
 
@@ -94,6 +95,7 @@ def loop_with_prints(x, steps):
     for i in range(steps):
         x = x + i
         print(i)
+        graph_break()
     return x
 
 

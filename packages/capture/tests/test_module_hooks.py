@@ -4,6 +4,7 @@ replaced, global ones), and the guards that notice hooks added, removed or repla
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -131,10 +132,19 @@ def test_hooks_added_removed_replaced_fail_guards(capture_only):
     assert runner.captures == 4
 
 
-def test_backward_hooks_still_break(capture_only):
+def test_full_backward_hooks_are_inlined_old_style_ones_break(capture_only):
     model = Outer()
     model.block.register_full_backward_hook(lambda mod, gi, go: None)
     runner = capture_only(model)
     x = torch.randn(3, 4)
     torch.testing.assert_close(runner(x), model(x))
-    assert any("backward hooks" in b.reason for b in runner.breaks)
+    assert runner.breaks == []  # decision 0067; gradients: test_grad_hooks.py
+    old_style = Outer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        old_style.block.register_backward_hook(lambda mod, gi, go: None)
+    runner = capture_only(old_style)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # eager's, on calling it
+        torch.testing.assert_close(runner(x), old_style(x))
+    assert any("register_backward_hook (not full)" in b.reason for b in runner.breaks)

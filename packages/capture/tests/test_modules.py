@@ -113,12 +113,18 @@ def test_forward_hooks_are_inlined(against_eager):
     against_eager(result, model.forward, torch.randn(4, 16))
 
 
-def test_backward_hooks_break_the_graph(against_eager):
+def test_full_backward_hooks_are_traced_global_ones_break(against_eager):
     model = MLP()
     model.fc1.register_full_backward_hook(lambda module, grad_in, grad_out: None)
     result = capture(model.forward, (torch.randn(4, 16),), {})
-    assert "backward hooks on Linear" in result.graph_breaks[0].reason
+    assert result.graph_breaks == ()
     against_eager(result, model.forward, torch.randn(4, 16))
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None)
+    try:
+        result = capture(model.forward, (torch.randn(4, 16),), {})
+    finally:
+        handle.remove()
+    assert "global module backward hooks (calling Linear)" in result.graph_breaks[0].reason
 
 
 class _Lookup(nn.Module):

@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from torchstrata.autograd.python_calls import overload_calls_python
+
 __all__ = ["check_like_eager_kernels"]
 
 #: Messages of checks that depend on the Scalar arguments' values.
@@ -85,8 +87,8 @@ def check_like_eager_kernels(
     positions = _SCALAR_ARGUMENTS.get(func)
     if positions is None:
         positions = _SCALAR_ARGUMENTS.setdefault(func, _scalar_positions(func))
-    if positions is _RANDOM:
-        return
+    if positions is _RANDOM or overload_calls_python(func):
+        return  # a random op would draw from the user's generator; a hook would run
     if device.type == "meta":
         device = torch.device("cpu")
     elif device.type == "cpu":

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from torchstrata.autograd.partition import Partition, ancestors, fresh_name
+from torchstrata.autograd.python_calls import calls_python
 from torchstrata.autograd.trace import JointTrace
 from torchstrata.core import CompileOptions, Graph, Level, Node, aten, map_nodes
 
@@ -59,8 +60,8 @@ def unit_grad_forward(trace: JointTrace, parts: Partition) -> Graph | None:
     if math.prod(meta.shape) != 1 or not meta.dtype.is_floating_point:
         return None
     dependent = _tangent_dependent(joint, tangent)
-    if any(_compute_bound(node) for node in dependent):
-        return None
+    if any(_compute_bound(node) or calls_python(node) for node in dependent):
+        return None  # a Python call (a gradient hook) runs in the backward only
     names = {node.name for node in joint.all_nodes()} | {n.name for n in parts.forward.nodes}
     one = Node(
         fresh_name(f"{tangent.name}_unit", names),

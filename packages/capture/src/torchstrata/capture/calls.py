@@ -20,6 +20,7 @@ import attrs
 import torch
 
 from torchstrata.capture.attributes import get_attribute
+from torchstrata.capture.backward_hooks import BackwardHookSite, has_backward_hooks
 from torchstrata.capture.binding import bind_arguments
 from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
 from torchstrata.capture.checkpoints import call_checkpoint, is_checkpoint
@@ -31,6 +32,7 @@ from torchstrata.capture.generator_contexts import (
     exit_generator_context,
     make_generator_context,
 )
+from torchstrata.capture.grad_hooks import register_tensor_hook
 from torchstrata.capture.higher_order import call_higher_order
 from torchstrata.capture.indexing import subscript
 from torchstrata.capture.instances import make_instance
@@ -42,6 +44,7 @@ from torchstrata.capture.module_calls import check_module_call, guard_module_cal
 from torchstrata.capture.module_hooks import call_with_hooks, has_forward_hooks
 from torchstrata.capture.module_members import MEMBER_METHODS, call_member_method
 from torchstrata.capture.operators import apply_operator, fold
+from torchstrata.capture.printing import record_print
 from torchstrata.capture.python_builtins import FrameState, call_builtin
 from torchstrata.capture.tracer import CONSTANT_TYPES, Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar, build_class, construct, is_user_class
@@ -151,7 +154,8 @@ def _call_object(
         if getattr(value.forward, "__func__", None) is not type(value).forward:
             raise Unsupported(f"{type(value).__name__}.forward is replaced on the instance")
         function = guard_module_call(tracer, value, fn.source)
-        if has_forward_hooks(value):
+        backward = BackwardHookSite(tracer, value, fn.source) if has_backward_hooks(value) else None
+        if backward is not None or has_forward_hooks(value):
             return call_with_hooks(
                 tracer,
                 lambda f, a, k: call_function(frame, f, a, k),
@@ -159,6 +163,7 @@ def _call_object(
                 BoundMethodVar(function, fn),
                 args,
                 kwargs,
+                backward,
             )
         return call_function(frame, BoundMethodVar(function, fn), args, kwargs)
     if _hashable(value) and value in CONTEXT_MANAGERS:
@@ -185,6 +190,8 @@ def _call_object(
         return build_class(frame, args, kwargs)
     if value is graph_break:
         raise Unsupported(GRAPH_BREAK_REASON)
+    if value is builtins.print:
+        return record_print(tracer, args, kwargs)
     by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
     if by_mapping is not None:
         return by_mapping
@@ -350,6 +357,8 @@ def call_tensor_method(
     """``tensor.name(*args, **kwargs)``."""
     if name in DATA_DEPENDENT_METHODS:
         raise Unsupported(f"Tensor.{name}() makes the result depend on tensor values")
+    if name == "register_hook":
+        return register_tensor_hook(frame.tracer, tensor, args, kwargs)
     if name in METADATA_METHODS:
         try:
             values = [python_value(arg) for arg in args]

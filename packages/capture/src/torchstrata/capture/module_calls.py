@@ -3,8 +3,9 @@
 
 ``nn.Module.__call__`` runs ``module.forward`` directly when the module has no hooks of
 its own and no global module hook is registered; forward hooks (pre and post, global
-ones first) are inlined around it by :mod:`.module_hooks`. The capture refuses backward
-hooks and an overridden ``__call__`` (:func:`check_module_call`); for a module read from
+ones first) are inlined around it by :mod:`.module_hooks`, full backward hooks as hook
+nodes by :mod:`.backward_hooks`. The capture refuses global backward hooks and an
+overridden ``__call__`` (:func:`check_module_call`); for a module read from
 a source ``S`` it guards, on every call of the compiled code:
 
 * ``type(S)`` (``TYPE_MATCH``): the class whose ``forward`` was traced;
@@ -47,13 +48,12 @@ _HOOKS_MODULE_SOURCE = "torch.nn.modules.module"
 
 
 def check_module_call(module: torch.nn.Module) -> None:
-    """Raise :class:`Unsupported` unless calling ``module`` runs its ``forward`` and its
-    forward hooks (inlined by :mod:`.module_hooks`): backward hooks are not traced."""
+    """Raise :class:`Unsupported` unless calling ``module`` runs its ``forward``, its
+    forward hooks (inlined by :mod:`.module_hooks`) and its own backward hooks
+    (:mod:`.backward_hooks`): global backward hooks are not traced."""
     hooks = torch.nn.modules.module
-    if any(getattr(module, name) for name in BACKWARD_HOOK_DICTS) or any(
-        getattr(hooks, f"_global{name}") for name in BACKWARD_HOOK_DICTS
-    ):
-        raise Unsupported(f"backward hooks on {type(module).__name__} are not supported yet")
+    if any(getattr(hooks, f"_global{name}") for name in BACKWARD_HOOK_DICTS):
+        raise Unsupported(f"global module backward hooks (calling {type(module).__name__})")
     if type(module).__call__ is not torch.nn.Module.__call__:
         raise Unsupported(f"{type(module).__name__} overrides __call__, which is not supported")
 

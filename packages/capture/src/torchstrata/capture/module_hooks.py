@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from torchstrata.capture.backward_hooks import BackwardHookSite
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import ConstVar, DictVar, ObjectVar, SequenceVar, Var, describe
 from torchstrata.core import GuardKind
@@ -48,8 +49,11 @@ def call_with_hooks(
     forward: Var,
     args: Sequence[Var],
     kwargs: Mapping[str, Var],
+    backward: BackwardHookSite | None = None,
 ) -> Var:
-    """``module(*args, **kwargs)`` with its forward hooks (see the module docstring)."""
+    """``module(*args, **kwargs)`` with its forward hooks (see the module docstring) and
+    the hook nodes of its backward hooks, where ``_call_impl`` sets them up: on the
+    arguments after the pre-hooks, on the result after the forward hooks."""
     real: torch.nn.Module = module.value
     hooks = torch.nn.modules.module
     source = module.source
@@ -75,6 +79,8 @@ def call_with_hooks(
                 continue
             is_tuple = isinstance(result, SequenceVar) and not result.is_list
             args_var = result if is_tuple else SequenceVar([result])  # type: ignore[assignment]
+    if backward is not None:
+        args_var = backward.wrap_inputs(args_var)
     output = call(forward, list(args_var.items), {str(k): v for k, v in kwargs_var.items.items()})
     post_kwargs = _keys(
         tracer, real._forward_hooks_with_kwargs, source, "_forward_hooks_with_kwargs"
@@ -92,6 +98,8 @@ def call_with_hooks(
             result = call(hook, [module, args_var, output], {})
         if not _is_none(result):
             output = result
+    if backward is not None:
+        output = backward.wrap_output(output)
     return output
 
 

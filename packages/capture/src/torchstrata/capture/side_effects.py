@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from torchstrata.capture.variables import Cell, ConstVar, DictVar, ObjectVar, SequenceVar, Var
+from torchstrata.capture.print_replay import print_now
+from torchstrata.capture.variables import (
+    Cell,
+    ConstVar,
+    DictVar,
+    ObjectVar,
+    SequenceVar,
+    TensorVar,
+    Var,
+)
 
 if TYPE_CHECKING:  # the rebuilder is only needed for annotations
     from torchstrata.capture.rebuild import Rebuilder
@@ -49,7 +58,10 @@ class Effect:
 
     ``kind``: ``"list"``, ``"dict"``, ``"set"`` (``target`` is the container variable,
     with a source), ``"attr"`` (``target`` the owner, ``name`` the attribute, ``value``
-    its final value), ``"global"`` (``holder`` the globals dict), ``"cell"`` (``cell``).
+    its final value), ``"global"`` (``holder`` the globals dict), ``"cell"`` (``cell``),
+    ``"print"`` (``value`` a tuple of the values printed, ``holder`` a
+    :class:`PrintCall`), ``"hook"`` (``target`` a tensor with a source, ``holder`` the
+    gradient hook registered on it).
     ``referent`` holds the real object the key names, so its ``id()`` stays unique.
     """
 
@@ -62,12 +74,23 @@ class Effect:
     referent: Any = None
 
 
+@attrs.frozen
+class PrintCall:
+    """How a logged ``print`` prints: its keyword arguments (``sep``, ``end``, ``flush``)
+    and the ``grad_fn`` name eager shows for each tensor printed (:mod:`.printing`)."""
+
+    options: dict[str, Any]
+    grad_fns: list[tuple[TensorVar, str]]
+
+
 class SideEffects:
-    """The ordered log of one trace's mutations of pre-existing Python state."""
+    """The ordered log of one trace's mutations of pre-existing Python state (and of its
+    calls of ``print``, which write to the world)."""
 
     def __init__(self) -> None:
         self._effects: dict[tuple[Any, ...], Effect] = {}
         self._code: dict[str, types.CodeType] = {}
+        self._calls = 0
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -127,6 +150,23 @@ class SideEffects:
         variable holds the new value."""
         self._effects.setdefault(("cell", id(cell)), Effect("cell", cell=cell, referent=cell))
 
+    def record_print(
+        self, values: SequenceVar, options: dict[str, Any], grad_fns: list[tuple[TensorVar, str]]
+    ) -> None:
+        """``print(*values, **options)``, replayed in program order: after the writes
+        of targets first mutated before it, before those of targets first mutated after."""
+        self._calls += 1
+        self._effects[("print", self._calls)] = Effect(
+            "print", value=values, holder=PrintCall(options, grad_fns)
+        )
+
+    def register_hook(self, tensor: TensorVar, hook: Any) -> None:
+        """``tensor.register_hook(hook)`` on a tensor with a source: registered on the
+        real tensor after the graph, once per call, as eager registers it."""
+        assert tensor.source is not None
+        self._calls += 1
+        self._effects[("hook", self._calls)] = Effect("hook", tensor, holder=hook)
+
     def collect(self, rebuilder: Rebuilder) -> None:
         """Note what replaying needs: the graph outputs of every value written, and the
         compiled sources of every target.
@@ -140,7 +180,7 @@ class SideEffects:
             if effect.target is None or effect.target.source is not None
         }
         for effect in self._effects.values():
-            if effect.kind in ("list", "dict", "set", "attr"):
+            if effect.kind in ("list", "dict", "set", "attr", "hook"):
                 assert effect.target is not None and effect.target.source is not None
                 self._compile(effect.target.source)
             if effect.kind == "list":
@@ -217,6 +257,14 @@ class SideEffects:
             assert effect.cell is not None and effect.cell.var is not None
             contents = build(effect.cell.var)
             return lambda: setattr(real, "cell_contents", contents)
+        if effect.kind == "hook":
+            hook = effect.holder
+            return lambda: real.register_hook(hook)
+        if effect.kind == "print":
+            values = build(effect.value)
+            call = effect.holder
+            names = {id(build(var)): name for var, name in call.grad_fns}  # the same objects
+            return lambda: print_now(values, call.options, names)
         if effect.value is DELETED:
             assert effect.kind == "attr" and effect.name is not None
             deleted = effect.name

@@ -197,6 +197,19 @@ class Tracer:
         #: ``torch.utils.checkpoint`` calls inlined so far (each region's own tag is
         #: numbered by it: :mod:`torchstrata.capture.checkpoints`).
         self.checkpoint_regions = 0
+        #: Each gradient-hook node made so far: the node it hooks, and the keys and
+        #: functions of its hooks in registration order (:mod:`.grad_hooks`).
+        self.hook_chains: dict[Node, tuple[Node, tuple[Any, ...], tuple[Any, ...]]] = {}
+
+    def real_object(self, var: Var) -> Any:
+        """The real object a variable read from a source stands for (an object, or a
+        list, dict or set wrapped by :meth:`wrap`), or None."""
+        if isinstance(var, ObjectVar):
+            return var.value
+        for value, known, _ in self._mutables.values():
+            if known is var:
+                return value
+        return None
 
     # ------------------------------------------------------------------ guards
     @property
