@@ -9,6 +9,7 @@ import torch
 
 from torchstrata.core import CompileOptions, GraphBuilder, Level, TensorMeta, aten, prim
 from torchstrata.inductor import compile_graph
+from torchstrata.inductor.passes.row_scatters import row_scatters
 from torchstrata.inductor.passes.scatter_sums import scatter_into_addends
 
 VOCAB, WIDTH, ROWS = 32, 8, 6
@@ -100,10 +101,10 @@ def test_the_tied_gradient_accumulates_into_the_matmul_in_place(ind, codegen, mo
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     compiled = _compiled(ind, _tied_gradient(), codegen)
     source = compiled.launcher_source
-    assert "prims.scatter_add" in source and ", in place" in source
+    assert "aten.index_add.default" in source and ", in place" in source
     assert "full" not in source  # no zero fill
-    assert sorted(compiled.eager_ops) == ["aten.mm.default", "prims.scatter_add"]
-    assert len(compiled.kernels) <= 1  # no zero fill, no add: at most the index broadcast
+    assert sorted(compiled.eager_ops) == ["aten.index_add.default", "aten.mm.default"]
+    assert not compiled.kernels  # no zero fill, no add, no index broadcast
     args = _inputs()
     (total,) = compiled(*args)
     torch.testing.assert_close(total, _eager(*args))
@@ -137,3 +138,29 @@ def test_a_buffer_read_after_the_update_is_not_updated(ind):
     product = args[0] @ args[1]
     torch.testing.assert_close(got, product.index_add(0, args[2], args[3]))
     torch.testing.assert_close(twice, product * 2)
+
+
+def test_an_untied_embedding_gradient_is_an_index_add_into_its_zeros(ind):
+    """The rows scattered along dim 0 with a broadcast 1-D index: ``index_add`` in place
+    on the zero fill, no index kernel, no copy of the zeros."""
+    b = GraphBuilder(Level.PRIMS)
+    index = b.input("index", TensorMeta((ROWS,), torch.int64))
+    rows = b.input("rows", TensorMeta((ROWS, WIDTH), torch.float32))
+    where = b.call(prim("broadcast_in_dim"), index, [ROWS, WIDTH], [0])
+    scatter = b.call(prim("scatter_add"), _zeros(b, (VOCAB, WIDTH)), 0, where, rows)
+    compiled = _compiled(ind, b.build([b.call(prim("mul"), scatter, 3.0)]))
+    source = compiled.launcher_source
+    assert "aten.index_add.default" in source and ", in place" in source
+    assert compiled.eager_ops == ("aten.index_add.default",)
+    assert len(compiled.kernels) == 2  # the zero fill, the product: no index kernel
+    args = _inputs()[2:4]
+    (got,) = compiled(*args)
+    torch.testing.assert_close(got, torch.zeros(VOCAB, WIDTH).index_add_(0, *args) * 3)
+
+
+def test_a_scatter_of_single_elements_stays_a_scatter():
+    b = GraphBuilder(Level.PRIMS)
+    index = b.input("index", TensorMeta((ROWS, WIDTH), torch.int64))
+    rows = b.input("rows", TensorMeta((ROWS, WIDTH), torch.float32))
+    graph = b.build([b.call(prim("scatter_add"), _zeros(b, (VOCAB, WIDTH)), 0, index, rows)])
+    assert row_scatters(graph) is graph

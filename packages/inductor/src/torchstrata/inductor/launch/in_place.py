@@ -38,11 +38,12 @@ IN_PLACE = {
     aten("index_copy.default"): aten("index_copy_.default"),
     aten("index_put.default"): aten("index_put_.default"),
     prim("scatter_add"): aten("scatter_add_.default"),
+    aten("index_add.default"): aten("index_add_.default"),
 }
 
 #: Extern ops whose result is a new tensor, never a view of an operand.
 FRESH_RESULTS = frozenset(
-    aten(name) for name in ("mm", "addmm", "bmm", "baddbmm", "convolution")
+    aten(name) for name in ("mm", "addmm", "bmm", "baddbmm", "convolution", "index_add")
 ) | frozenset(prim(name) for name in ("scatter", "scatter_add"))
 
 
