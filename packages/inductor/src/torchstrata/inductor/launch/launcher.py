@@ -189,6 +189,11 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
 def _view_line(node: Node, view: StridedView) -> str:
     base = buffer_name(view.base)
     strides = view.strides
+    meta = view.base.tensor_meta
+    same = (view.shape, strides, view.offset) == (meta.shape, meta.strides, 0)
+    if same and view.base.is_input:
+        # a weight's t(t(w)) in a backward: the input itself (its layout is guarded)
+        return f"    {buffer_name(node)} = {base}  # the input itself, no view"
     if view.offset == 0:  # as_strided keeps the base's storage offset
         call = f"{base}.as_strided({view.shape!r}, {strides!r})"
     else:
