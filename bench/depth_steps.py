@@ -11,6 +11,10 @@ order rotating per round, and the median step time of each is reported with its 
 against eager and against torch.compile, and the load average.
 
     python -m bench.depth_steps --layers 2,8,24 --blocked inductor.shared_values
+
+``--clock cpu`` times the steps by this process's CPU time rather than the wall clock: on a
+machine whose cores other processes share, a step's wall time counts the time it waited
+for a core (one torch thread: the process's CPU time is the step's).
 """
 
 from __future__ import annotations
@@ -65,8 +69,11 @@ def _check(model: torch.nn.Module, step: Step, reference: dict[str, torch.Tensor
     return "ok" if worst < 1e-3 else f"WRONG: max relative gradient error {worst:.2e}"
 
 
-def measure(layers: int, names: list[str], rounds: int, steps: int) -> dict[str, object]:
-    """Median seconds per step of each contender at ``layers`` (or a status string)."""
+def measure(
+    layers: int, names: list[str], rounds: int, steps: int, clock: Callable[[], float]
+) -> dict[str, object]:
+    """Median seconds per step of each contender at ``layers`` (or a status string), timed
+    by ``clock`` (``time.perf_counter``, or ``time.process_time`` on a shared machine)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(layers, HEADS, WIDTH, VOCAB, TOKENS))
     idx = torch.randint(0, VOCAB, (BATCH, TOKENS))
@@ -96,10 +103,10 @@ def measure(layers: int, names: list[str], rounds: int, steps: int) -> dict[str,
     order = list(live)
     for r in range(rounds):
         for name in order[r % len(order) :] + order[: r % len(order)]:
-            start = time.perf_counter()
+            start = clock()
             for _ in range(steps):
                 live[name]()
-            times[name].append((time.perf_counter() - start) / steps)
+            times[name].append((clock() - start) / steps)
     result.update({name: statistics.median(t) for name, t in times.items()})
     return result
 
@@ -116,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="torch threads (default 1: OpenMP teams stall on a shared, loaded machine)",
     )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or this process's CPU time (steadier while other processes share the cores)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument(
         "--blocked", action="append", default=[], help="a torchstrata variant: NAME[+NAME]"
@@ -128,13 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# commit {_commit()}, torch {torch.__version__}, cpu, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} threads; median of {args.rounds} rounds of {args.steps} steps"
+        f" ({'process CPU' if args.clock == 'cpu' else 'wall'} time)"
     )
     print(f"# GPT d={WIDTH} heads={HEADS} vocab={VOCAB} batch={BATCH} tokens={TOKENS} fp32")
     print("# x eager / x torch.compile: their median / this one (> 1: faster)")
     print("| layers | contender | step ms | x eager | x torch.compile | load avg 1/5/15 |")
     print("| --- | --- | --- | --- | --- | --- |")
     for layers in (int(part) for part in args.layers.split(",")):
-        result = measure(layers, names, args.rounds, args.steps)
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
+        result = measure(layers, names, args.rounds, args.steps, clock)
         load = _load()
         eager, compiled = result.get("eager"), result.get("torch.compile")
         for name in names:

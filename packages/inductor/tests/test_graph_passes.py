@@ -20,6 +20,8 @@ COMMON = [
     "inductor.factor_sums",
     "inductor.cse",
     "inductor.identity_views",
+    "inductor.scatter_sums",
+    "inductor.row_scatters",
     "inductor.dce",
 ]
 
@@ -49,7 +51,7 @@ def test_triton_adds_its_own_graph_and_plan_passes():
         for record in compile_graph(_cross_entropy_rows(), "cpu", options).stats["passes"]
     ]
     assert names == [
-        *COMMON[:6],
+        *COMMON[:8],
         "triton.split_long_sums",
         "inductor.dce",
         "triton.fuse_partials",

@@ -170,6 +170,9 @@ class Tracer:
         self.globals = globals_
         self.input_sources: list[str] = []
         self._inputs: dict[str, TensorVar] = {}
+        #: The lifted tensors by ``id()``: (tensor, variable); a tensor lifted again
+        #: through another source is the same input (see :meth:`_lift_tensor`).
+        self._input_tensors: dict[int, tuple[torch.Tensor, TensorVar]] = {}
         self._guards: dict[tuple[Any, ...], Guard] = {}
         #: For each view node, the tensor with a source (an input) it views, if any: an
         #: in-place op through the view writes that input (see :meth:`_note_inplace`).
@@ -340,11 +343,21 @@ class Tracer:
             )
         if source in self._inputs:
             return self._inputs[source]
+        known = self._input_tensors.get(id(value))
+        if known is not None and known[0] is value:
+            # One tensor reached through two sources (a tied weight: ``lm_head.weight is
+            # wte.weight``) is one graph input, so its gradient halves are summed in the
+            # graph; guarded that both sources still read the same tensor.
+            first = known[1]
+            self.guard(GuardKind.CONSTANT_MATCH, f"({source}) is ({first.source})", True, "alias")
+            self._inputs[source] = first
+            return first
         meta = TensorMeta.from_tensor(value)
         self.guard(GuardKind.TENSOR_MATCH, source, meta)
         node = self.builder.input(input_name(source), meta)
         var = TensorVar(node, type(value), source)
         self._inputs[source] = var
+        self._input_tensors[id(value)] = (value, var)
         self.input_sources.append(source)
         return var
 

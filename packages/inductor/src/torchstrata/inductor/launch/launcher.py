@@ -97,6 +97,8 @@ def generate_launcher(
     kernel_loads |= {buffer_name(view.base) for view in views.values()}
     made: set[Node] = set()
     graph_outputs = set(graph.outputs)
+    #: kernel stores allocated by the launcher: {buffer name: (shape, strides, dtype, device)}
+    allocated: dict[str, tuple[Any, ...]] = {}
     for step in plan.steps:
         if isinstance(step, ExternStep):
             for operand in step.node.input_nodes():
@@ -128,10 +130,20 @@ def generate_launcher(
                 f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
                 f"device={device})"
             )
+            allocated[store.buffer] = (meta.shape, strides, meta.dtype, str(meta.device))
         if launch is not None:
             handle = env.name(launch.handle, step.name + "_")
             lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
-    lines = _release_at_last_use(lines, set(params) | {buffer_name(n) for n in graph.outputs})
+    keep = set(params) | {buffer_name(n) for n in graph.outputs}
+    lines = _release_at_last_use(lines, keep)
+    shared = keep | {buffer_name(view.base) for view in views.values()}
+    shared |= {
+        buffer_name(arg)
+        for step in plan.steps
+        if isinstance(step, ExternStep)
+        for arg in step.node.input_nodes()
+    }
+    lines = reuse_buffers(lines, {k: v for k, v in allocated.items() if k not in shared})
     names = [buffer_name(node) for node in graph.outputs]
     for index, strides in sorted((relaid_outputs or {}).items()):
         lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
@@ -174,6 +186,50 @@ def _release_at_last_use(lines: list[str], keep: set[str]) -> list[str]:
     return out
 
 
+def reuse_buffers(lines: list[str], reusable: Mapping[str, tuple[Any, ...]]) -> list[str]:
+    """``lines`` (after :func:`_release_at_last_use`) with an allocation handed the buffer of
+    one released before it with the same shape, strides, dtype and device.
+
+    ``reusable``: those buffers' kinds, by name: the kernel stores that only kernels read
+    (no extern call, view or output holds them), so nothing aliases a released one. An
+    allocation is uninitialised anyway, so a kernel writing into a dead buffer of its kind
+    computes the same; the buffer stays allocated from its release to its reuse, and the
+    allocator's call (and, for large buffers, the fresh pages' faults) is saved. A released
+    buffer is held only when a later allocation takes it (paired in order, the last
+    released first).
+    """
+    pairs: dict[str, str] = {}  # new buffer -> the released buffer it takes
+    free: dict[tuple[Any, ...], list[str]] = {}
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("del "):
+            for name in stripped[4:].split(", "):
+                if name in reusable:
+                    free.setdefault(reusable[name], []).append(name)
+            continue
+        name = stripped.partition(" = empty_strided(")[0]
+        if name in reusable and name != stripped and free.get(reusable[name]):
+            pairs[name] = free[reusable[name]].pop()
+    if not pairs:
+        return lines
+    held = set(pairs.values())
+    out: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("del "):
+            names = [name for name in stripped[4:].split(", ") if name not in held]
+            if names:
+                out.append(f"    del {', '.join(names)}")
+            continue
+        name = stripped.partition(" = empty_strided(")[0]
+        if name in pairs:
+            out.append(f"    {name} = {pairs[name]}  # reused")
+            out.append(f"    del {pairs[name]}")
+            continue
+        out.append(line)
+    return out
+
+
 def _extern_views(plan: Plan) -> dict[Node, StridedView]:
     """Extern operands that are views of buffers: made with ``as_strided``, never copied."""
     views: dict[Node, StridedView] = {}
@@ -189,6 +245,11 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
 def _view_line(node: Node, view: StridedView) -> str:
     base = buffer_name(view.base)
     strides = view.strides
+    meta = view.base.tensor_meta
+    same = (view.shape, strides, view.offset) == (meta.shape, meta.strides, 0)
+    if same and view.base.is_input:
+        # a weight's t(t(w)) in a backward: the input itself (its layout is guarded)
+        return f"    {buffer_name(node)} = {base}  # the input itself, no view"
     if view.offset == 0:  # as_strided keeps the base's storage offset
         call = f"{base}.as_strided({view.shape!r}, {strides!r})"
     else:

@@ -16,6 +16,8 @@ from torchstrata.inductor.passes.factored_sums import factor_sums
 from torchstrata.inductor.passes.identity_views import drop_identity_views
 from torchstrata.inductor.passes.one_hot import one_hot_sums
 from torchstrata.inductor.passes.rewrites import gather_as_reduction
+from torchstrata.inductor.passes.row_scatters import row_scatters
+from torchstrata.inductor.passes.scatter_sums import scatter_into_addends
 
 
 class GatherAsReduction(GraphPass):
@@ -78,11 +80,33 @@ class DropIdentityViews(GraphPass):
         return drop_identity_views(graph)
 
 
+class ScatterIntoAddends(GraphPass):
+    """``add(scatter_add(zeros, d, i, s), y)`` as ``scatter_add(y, d, i, s)``: a tied
+    embedding's gradient accumulated into the head's half, no zero fill, no add kernel."""
+
+    name = "inductor.scatter_sums"
+    after = ("inductor.identity_views",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return scatter_into_addends(graph)
+
+
+class RowScatters(GraphPass):
+    """A ``scatter_add`` of whole rows (an embedding's gradient) as ATen's ``index_add``:
+    no index kernel, a tenth of the scatter's time."""
+
+    name = "inductor.row_scatters"
+    after = ("inductor.scatter_sums",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return row_scatters(graph)
+
+
 class DropDeadCode(GraphPass):
     """Nodes no output needs any more, dropped: the last pass before lowering."""
 
     name = "inductor.dce"
-    after = ("inductor.identity_views",)
+    after = ("inductor.row_scatters",)
 
     def __call__(self, graph: Graph) -> Graph:
         return eliminate_dead_code(graph)
@@ -97,5 +121,7 @@ def common_passes() -> tuple[GraphPass, ...]:
         FactorSums(),
         MergeCommonSubexpressions(),
         DropIdentityViews(),
+        ScatterIntoAddends(),
+        RowScatters(),
         DropDeadCode(),
     )
