@@ -110,3 +110,26 @@ def test_bucket_layout_is_ddps(graph, caps):
         tensors, list(caps), [False] * len(tensors), list(range(len(tensors)))
     )
     assert [[ready[i] for i in bucket] for bucket in ddp_buckets] == layout
+
+
+class _OldDDP:
+    """What torch < 2.13's DDP exposes of its bucket caps (no ``_bucket_config``)."""
+
+    def __init__(self, cap_mb: float | None) -> None:
+        self.bucket_bytes_cap_default = cap_mb is None
+        self.bucket_bytes_cap = int((25 if cap_mb is None else cap_mb) * 1024 * 1024)
+
+
+@pytest.mark.parametrize("cap_mb", [None, 0.006])
+def test_bucket_caps_of_a_ddp_without_a_bucket_config(cap_mb):
+    """Older DDP (seen on torch 2.11) rebuilds with a small first bucket only when no
+    ``bucket_cap_mb`` was given; with one given, every bucket has that cap (as torch 2.13
+    says through ``_bucket_config``)."""
+    from torchstrata.runtime.distributed.ddp import ddp_bucket_caps
+
+    caps = ddp_bucket_caps(_OldDDP(cap_mb))  # type: ignore[arg-type]
+    if cap_mb is None:
+        assert caps.limits == (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024)
+    else:
+        assert caps.limits == (int(cap_mb * 1024 * 1024),)
+

@@ -39,6 +39,10 @@ def ddp_bucket_caps(ddp: torch.nn.parallel.DistributedDataParallel) -> BucketCap
         if config.per_bucket_bytes_caps:
             return BucketCaps(tuple(config.per_bucket_bytes_caps))
         return BucketCaps((config.first_bucket_bytes_cap, config.bucket_bytes_cap))
+    # Older DDP: its reducer rebuilds with a small first bucket only when the user gave no
+    # ``bucket_cap_mb`` (seen on torch 2.11: with a cap given, every bucket had that cap).
+    if not getattr(ddp, "bucket_bytes_cap_default", True):
+        return BucketCaps((ddp.bucket_bytes_cap,))
     first = getattr(torch.distributed, "_DEFAULT_FIRST_BUCKET_BYTES", _FIRST_BUCKET_BYTES)
     return BucketCaps((first, ddp.bucket_bytes_cap))
 
