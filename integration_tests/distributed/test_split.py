@@ -132,4 +132,3 @@ def test_bucket_caps_of_a_ddp_without_a_bucket_config(cap_mb):
         assert caps.limits == (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024)
     else:
         assert caps.limits == (int(cap_mb * 1024 * 1024),)
-
