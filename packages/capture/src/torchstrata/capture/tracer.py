@@ -44,6 +44,7 @@ from torchstrata.core import (
     TensorMeta,
     enabled_autocast,
     infer_meta,
+    input_meta,
     iter_nodes,
 )
 
@@ -324,7 +325,7 @@ class Tracer:
             )
         if source in self._inputs:
             return self._inputs[source]
-        meta = TensorMeta.from_tensor(value)
+        meta = input_meta(source, value)  # dynamic dims as symbols (core.symbolic)
         self.guard(GuardKind.TENSOR_MATCH, source, meta)
         node = self.builder.input(input_name(source), meta)
         var = TensorVar(node, type(value), source)

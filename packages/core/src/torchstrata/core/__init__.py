@@ -58,6 +58,23 @@ from torchstrata.core.minify import (
     stage_walk,
     walk_function,
 )
+from torchstrata.core.symbolic import (
+    SYMBOLIC_TYPES,
+    SymbolBinding,
+    SymbolicSizes,
+    active_symbolic_sizes,
+    concretize,
+    has_symbols,
+    is_symbolic,
+    symbolic_scope,
+)
+from torchstrata.core.symbolic_graphs import (
+    concretize_graph,
+    graph_has_symbols,
+    graph_symbols,
+    input_symbol_slots,
+)
+from torchstrata.core.symbolic_inputs import input_meta
 from torchstrata.core.ops import (
     GETITEM,
     Level,
@@ -185,6 +202,19 @@ __all__ = [
     "Span",
     "StageCheck",
     "TensorMeta",
+    "SYMBOLIC_TYPES",
+    "SymbolBinding",
+    "SymbolicSizes",
+    "active_symbolic_sizes",
+    "concretize",
+    "concretize_graph",
+    "graph_has_symbols",
+    "graph_symbols",
+    "input_symbol_slots",
+    "has_symbols",
+    "input_meta",
+    "is_symbolic",
+    "symbolic_scope",
     "Transformer",
     "VerificationError",
     "WriteBack",

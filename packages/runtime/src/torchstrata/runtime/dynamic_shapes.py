@@ -1,0 +1,322 @@
+"""Dynamic shapes in the runtime: which dimensions a compile makes symbolic, the guard
+that checks a call's sizes against a symbolic entry, and the runner that lowers a
+symbolic graph for each size it meets (decision 0200).
+
+Policy, as torch.compile's: ``dynamic=None`` compiles static first and makes a
+dimension symbolic when a compile sees it at a second size (automatic dynamic);
+``dynamic=True`` makes every dimension symbolic from the first call; ``dynamic=False``
+always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
+dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
+specialised: such a call gets its own static entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import (
+    CaptureResult,
+    CompileOptions,
+    Graph,
+    Guard,
+    GuardKind,
+    SymbolicSizes,
+    TensorMeta,
+    artifact_logger,
+    concretize,
+    concretize_graph,
+    graph_has_symbols,
+    graph_symbols,
+    has_symbols,
+    input_symbol_slots,
+    interpret,
+)
+
+logger = logging.getLogger("torchstrata.runtime")
+dynamic_log = artifact_logger(__name__, "dynamic")
+
+_DYNAMIC_ATTR = "_torchstrata_dynamic_dims"
+_STATIC_ATTR = "_torchstrata_static_dims"
+
+
+def _check_dim(tensor: Any, dim: int) -> int:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    if not -tensor.dim() <= dim < max(tensor.dim(), 1):
+        raise IndexError(f"dimension {dim} out of range for a tensor of rank {tensor.dim()}")
+    return dim % tensor.dim()
+
+
+def mark_dynamic(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
+    """Compile ``tensor``'s dimension(s) ``dim`` as symbolic from the first call that
+    passes it (unless ``dynamic=False``, or its size there is 0 or 1)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(tensor, _DYNAMIC_ATTR, set()))
+    marked.update(_check_dim(tensor, d) for d in dims)
+    setattr(tensor, _DYNAMIC_ATTR, marked)
+
+
+def mark_static(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
+    """Always specialise ``tensor``'s dimension(s) ``dim`` (even with ``dynamic=True``)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(tensor, _STATIC_ATTR, set()))
+    marked.update(_check_dim(tensor, d) for d in dims)
+    setattr(tensor, _STATIC_ATTR, marked)
+
+
+class DynamicPolicy:
+    """Decides, per compile, which dimensions of the arguments become symbolic.
+
+    :param dynamic: the ``dynamic`` compile option (None, True or False).
+    """
+
+    def __init__(self, dynamic: bool | None) -> None:
+        self.dynamic = dynamic
+        #: (source, dim) -> the sizes compiles have seen it at
+        self.seen: dict[tuple[str, int], set[int]] = {}
+        #: the last (source, dim, old sizes, new size) that made a dimension symbolic
+        self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
+
+    def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
+        sizes are remembered for later calls' decisions."""
+        plan: dict[str, tuple[int, ...]] = {}
+        self.changed = []
+        for name, value in frame.items():
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+                continue
+            source = f"L[{name!r}]"
+            static = getattr(value, _STATIC_ATTR, set())
+            marked = getattr(value, _DYNAMIC_ATTR, set())
+            dims = []
+            for dim, size in enumerate(value.shape):
+                seen = self.seen.setdefault((source, dim), set())
+                earlier = tuple(sorted(seen))
+                seen.add(size)
+                if self.dynamic is False or size < 2 or dim in static:
+                    continue
+                if self.dynamic is True or dim in marked:
+                    dims.append(dim)
+                elif any(old != size for old in earlier):
+                    dims.append(dim)
+                    self.changed.append((source, dim, earlier, size))
+            if dims:
+                plan[source] = tuple(dims)
+        return plan
+
+    def reason(self) -> str:
+        """Why the last plan made dimensions symbolic (automatic dynamic), or ''."""
+        return "; ".join(
+            f"{source}.size()[{dim}] is {size}, was {', '.join(map(str, earlier))}: "
+            f"dimension {dim} of {source} becomes symbolic"
+            for source, dim, earlier, size in self.changed
+        )
+
+
+class SymbolicRefused(Exception):
+    """A frame that cannot be compiled with symbolic sizes (yet): the message says why."""
+
+
+def eligible(capture: CaptureResult, options: CompileOptions) -> None:
+    """Raise :class:`SymbolicRefused` unless the symbolic capture can run as one graph
+    lowered per size: what is not symbolic-capable yet compiles static per shape."""
+    if capture.graph_breaks or capture.program is None or len(capture.graphs) != 1:
+        raise SymbolicRefused("graph breaks are not symbolic-capable yet")
+    if options.mode == "reduce-overhead":
+        raise SymbolicRefused("CUDA graphs (mode='reduce-overhead') record one graph per size")
+    graph = capture.graphs[0]
+    metas = [node.meta for node in graph.inputs]
+    if any(isinstance(m, TensorMeta) and m.device.type != "cpu" for m in metas):
+        raise SymbolicRefused("only CPU (C++ backend) graphs are symbolic-capable yet")
+    if torch.is_grad_enabled() and any(getattr(m, "requires_grad", False) for m in metas):
+        raise SymbolicRefused("training (backward) graphs are not symbolic-capable yet")
+    if not graph_has_symbols(graph):
+        raise SymbolicRefused("no dimension stayed symbolic")
+    unbound = graph_symbols(graph) - set(input_symbol_slots(graph))
+    if unbound:
+        raise SymbolicRefused(f"symbols {sorted(unbound)} are not sizes of a graph input")
+
+
+class SizeCheck:
+    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
+    strides, each symbol at least 2, and the size relations the trace relied on.
+    Results are remembered per layout of the inputs."""
+
+    def __init__(self, metas: Sequence[TensorMeta], sizes: SymbolicSizes) -> None:
+        self.metas = tuple(metas)
+        self.sizes = sizes
+        self.exprs = sizes.guard_exprs()
+        # symbol -> (tensor position, dim) of its first appearance as a bare size
+        self.slots: dict[str, tuple[int, int]] = {}
+        for position, meta in enumerate(self.metas):
+            for dim, size in enumerate(meta.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    self.slots.setdefault(size.node.expr.name, (position, dim))
+        self._known: dict[Any, bool] = {}
+
+    def __call__(self, *tensors: Any) -> bool:
+        try:
+            key = tuple(
+                (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.is_neg())
+                for t in tensors
+            )
+        except AttributeError:
+            return False
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = self._check(tensors)
+        return known
+
+    def _check(self, tensors: Sequence[torch.Tensor]) -> bool:
+        import sympy
+
+        values = {name: tensors[p].shape[d] for name, (p, d) in self.slots.items()}
+        if any(value < 2 for value in values.values()):
+            return False
+        for tensor, meta in zip(tensors, self.metas, strict=True):
+            if (tensor.dtype, tensor.device, tensor.requires_grad) != (
+                meta.dtype, meta.device, meta.requires_grad,
+            ) or tensor.is_neg():  # fmt: skip
+                return False
+            if tuple(tensor.shape) != concretize(tuple(meta.shape), values):
+                return False
+            if tuple(tensor.stride()) != concretize(tuple(meta.strides), values):
+                return False
+        for expr in self.exprs:
+            free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
+            if not bool(expr.xreplace(free)):
+                return False
+        return True
+
+    def description(self) -> str:
+        """The checked conditions, each symbol named by the dimension it stands for."""
+        symbols = ", ".join(f"{b.source}.size()[{b.dim}] >= 2" for b in self.sizes.bindings)
+        relations = "; ".join(self.sizes.describe_guards())
+        return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
+
+
+def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard, ...]:
+    """The capture's guards for a symbolic entry: a symbolic tensor guard checks only the
+    type; one more guard runs :class:`SizeCheck` over every symbolic input."""
+    kept: list[Guard] = []
+    sources: list[str] = []
+    metas: list[TensorMeta] = []
+    for guard in capture.guards:
+        meta = guard.expected
+        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
+            if has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides)):
+                kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+                sources.append(guard.source)
+                metas.append(meta)
+                continue
+        kept.append(guard)
+    check = SizeCheck(metas, sizes)
+    name = f"__torchstrata_sizes_{id(check):x}__"
+    cell = types.CellType(check)
+    kept.append(
+        Guard(
+            GuardKind.CONSTANT_MATCH,
+            f"{name}.cell_contents({', '.join(sources)})",
+            True,
+            check.description(),
+            cells=((name, cell),),
+        )
+    )
+    return tuple(kept)
+
+
+class SizeSpecialisedRunner:
+    """Runs a graph with symbolic sizes: lowers it (aot, decomp, codegen) for the sizes
+    of each call, once per distinct size, and runs that.
+
+    :param graph: the torch-level graph with symbolic sizes.
+    :param lower: lowers a static torch-level graph to a runner (the pipeline's
+        ``compile_graph(graph, options).runner``).
+    """
+
+    def __init__(self, graph: Graph, lower: Callable[[Graph], Callable[..., Any]]) -> None:
+        self.graph = graph
+        self.lower = lower
+        self.slots = input_symbol_slots(graph)
+        self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = tuple(inputs[p].shape[d] for p, d in self.slots.values())
+        runner = self.runners.get(key)
+        if runner is None:
+            runner = self.runners[key] = self._lower(key)
+        return runner(*inputs)
+
+    def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
+        values = dict(zip(self.slots, key, strict=True))
+        graph = concretize_graph(self.graph, values)
+        dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
+        try:
+            return self.lower(graph)
+        except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
+            logger.warning(
+                "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
+                values,
+                type(error).__name__,
+                error,
+            )
+            return lambda *inputs: interpret(graph, *inputs)
+
+
+def compile_symbolic(
+    pipeline: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+    plan: Mapping[str, Sequence[int]],
+) -> Any:
+    """Capture ``fn`` with the dimensions of ``plan`` symbolic and build its
+    :class:`~torchstrata.runtime.pipeline.FrameArtifacts` (guards from
+    :func:`symbolic_guards`, the graph run by a :class:`SizeSpecialisedRunner`); None
+    when the frame is not symbolic-capable, after one log line saying why (the caller
+    compiles it static)."""
+    import functools
+
+    from torchstrata.core import dynamo_import_deferred, symbolic_scope
+    from torchstrata.runtime.compile_trace import compile_trace, function_title
+    from torchstrata.runtime.pipeline import FrameArtifacts
+
+    sizes = SymbolicSizes(plan)
+    try:
+        with dynamo_import_deferred(), compile_trace(function_title(fn), options):
+            with symbolic_scope(sizes):
+                capture = pipeline.capture(fn, args, kwargs, options)
+            if capture is None:
+                return None
+            eligible(capture, options)
+    except SymbolicRefused as refused:
+        logger.info("compiling %s static per shape: %s", function_title(fn), refused)
+        dynamic_log.debug("symbolic compile refused: %s", refused)
+        return None
+    except Exception as error:  # noqa: BLE001 - symbolic capture is optional: fall back
+        logger.info(
+            "compiling %s static per shape: symbolic capture failed (%s: %s)",
+            function_title(fn),
+            type(error).__name__,
+            error,
+        )
+        return None
+
+    def lower(graph: Graph) -> Callable[..., Any]:
+        with dynamo_import_deferred():
+            return pipeline.compile_graph(graph, options).runner  # type: ignore[no-any-return]
+
+    runner = SizeSpecialisedRunner(capture.graphs[0], lower)
+    guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes), direct_program=None)
+    dims = ", ".join(f"{b.source}.size()[{b.dim}] as {b.name}" for b in sizes.bindings)
+    logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
+    dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
+    run = functools.partial(guarded.program, [runner])
+    return FrameArtifacts(guarded, (), run)
