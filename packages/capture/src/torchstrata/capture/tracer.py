@@ -57,7 +57,7 @@ CONSTANT_TYPES = (
 #: Constants a graph node may take as an argument (see ``torchstrata.core.graph.Constant``).
 GRAPH_CONSTANT_TYPES = (
     int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
-    torch.layout,
+    torch.layout, torch.SymInt,  # a symbolic size (torch.SymInt: decision 0200)
 )  # fmt: skip
 
 #: Ops whose output aliases their first input; an in-place update after one of these

@@ -58,23 +58,6 @@ from torchstrata.core.minify import (
     stage_walk,
     walk_function,
 )
-from torchstrata.core.symbolic import (
-    SYMBOLIC_TYPES,
-    SymbolBinding,
-    SymbolicSizes,
-    active_symbolic_sizes,
-    concretize,
-    has_symbols,
-    is_symbolic,
-    symbolic_scope,
-)
-from torchstrata.core.symbolic_graphs import (
-    concretize_graph,
-    graph_has_symbols,
-    graph_symbols,
-    input_symbol_slots,
-)
-from torchstrata.core.symbolic_inputs import input_meta
 from torchstrata.core.ops import (
     GETITEM,
     Level,
@@ -133,6 +116,23 @@ from torchstrata.core.spans import (
     tensor_element_span,
 )
 from torchstrata.core.stage_options import AutogradOptions, InductorOptions
+from torchstrata.core.symbolic import (
+    SYMBOLIC_TYPES,
+    SymbolBinding,
+    SymbolicSizes,
+    active_symbolic_sizes,
+    concretize,
+    has_symbols,
+    is_symbolic,
+    symbolic_scope,
+)
+from torchstrata.core.symbolic_graphs import (
+    concretize_graph,
+    graph_has_symbols,
+    graph_symbols,
+    input_symbol_slots,
+)
+from torchstrata.core.symbolic_inputs import input_meta
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -156,6 +156,7 @@ __all__ = [
     "PASS_STAGES",
     "PRIMS_VERSION",
     "STATE_FIELDS",
+    "SYMBOLIC_TYPES",
     "TENSOR_TYPES",
     "AotResult",
     "AutogradOptions",
@@ -201,23 +202,13 @@ __all__ = [
     "SegmentCompiler",
     "Span",
     "StageCheck",
-    "TensorMeta",
-    "SYMBOLIC_TYPES",
     "SymbolBinding",
     "SymbolicSizes",
-    "active_symbolic_sizes",
-    "concretize",
-    "concretize_graph",
-    "graph_has_symbols",
-    "graph_symbols",
-    "input_symbol_slots",
-    "has_symbols",
-    "input_meta",
-    "is_symbolic",
-    "symbolic_scope",
+    "TensorMeta",
     "Transformer",
     "VerificationError",
     "WriteBack",
+    "active_symbolic_sizes",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",
@@ -226,6 +217,8 @@ __all__ = [
     "bind_call",
     "broadcast_strides",
     "byte_span",
+    "concretize",
+    "concretize_graph",
     "constant_condition",
     "contiguous_strides",
     "create_plugin_manager",
@@ -248,13 +241,19 @@ __all__ = [
     "get_prim",
     "global_state",
     "global_state_guard",
+    "graph_has_symbols",
+    "graph_symbols",
     "guard_cells",
     "guard_condition",
+    "has_symbols",
     "hookimpl",
     "hookspec",
     "infer_meta",
+    "input_meta",
+    "input_symbol_slots",
     "interpret",
     "is_dense",
+    "is_symbolic",
     "iter_nodes",
     "log_settings",
     "map_nodes",
@@ -273,6 +272,7 @@ __all__ = [
     "spans_overlap",
     "stage_walk",
     "state_changes",
+    "symbolic_scope",
     "tensor_byte_span",
     "tensor_element_span",
     "to_fx",

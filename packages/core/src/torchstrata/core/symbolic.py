@@ -85,10 +85,10 @@ def _metas_symbolic(values: Any) -> bool:
     meta = getattr(values, "meta", values)
     if isinstance(meta, tuple):
         return any(_metas_symbolic(item) for item in meta)
-    shape = getattr(meta, "shape", None)
-    if shape is not None and has_symbols(tuple(shape)):
+    shape = getattr(meta, "shape", None)  # any SymInt, even one specialised since
+    if shape is not None and any(isinstance(size, SYMBOLIC_TYPES) for size in shape):
         return True
-    return is_symbolic(values)
+    return isinstance(values, SYMBOLIC_TYPES)
 
 
 def _size_source() -> type:

@@ -126,8 +126,12 @@ class SymbolicRefused(Exception):
 def eligible(capture: CaptureResult, options: CompileOptions) -> None:
     """Raise :class:`SymbolicRefused` unless the symbolic capture can run as one graph
     lowered per size: what is not symbolic-capable yet compiles static per shape."""
-    if capture.graph_breaks or capture.program is None or len(capture.graphs) != 1:
-        raise SymbolicRefused("graph breaks are not symbolic-capable yet")
+    if capture.graph_breaks:
+        raise SymbolicRefused(
+            f"graph breaks are not symbolic-capable yet (symbolic capture: {capture.graph_breaks[0]})"
+        )
+    if capture.program is None or len(capture.graphs) != 1:
+        raise SymbolicRefused("only frames of one graph are symbolic-capable yet")
     if options.mode == "reduce-overhead":
         raise SymbolicRefused("CUDA graphs (mode='reduce-overhead') record one graph per size")
     graph = capture.graphs[0]
@@ -209,13 +213,15 @@ def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard
     metas: list[TensorMeta] = []
     for guard in capture.guards:
         meta = guard.expected
-        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
-            if has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides)):
-                kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
-                sources.append(guard.source)
-                metas.append(meta)
-                continue
-        kept.append(guard)
+        symbolic = isinstance(meta, TensorMeta) and (
+            has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides))
+        )
+        if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
+            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+            sources.append(guard.source)
+            metas.append(meta)
+        else:
+            kept.append(guard)
     check = SizeCheck(metas, sizes)
     name = f"__torchstrata_sizes_{id(check):x}__"
     cell = types.CellType(check)

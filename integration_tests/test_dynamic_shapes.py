@@ -1,0 +1,193 @@
+"""Dynamic shapes, first slice (decision 0200): a corpus of programs called with many
+sizes of one dimension, every call compared with eager, compiles counted.
+
+The broad corpus lowers through ``codegen="eager"`` (ATen graphs in the reference
+interpreter: capture, guards and the policy are what is tested, in seconds); the
+issue's target program and a few others go through the C++ backend.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchstrata.runtime as rt
+
+#: Sizes of the dynamic dimension: odd, even, small and large (never 0 or 1 here).
+SIZES = (16, 17, 5, 33, 2, 64, 9, 40)
+
+
+def softmax_gelu(x, w):
+    return torch.softmax(F.gelu(x @ w), -1) * 2
+
+
+def pointwise(x, w):
+    return torch.sigmoid(x) * x + w.sum()
+
+
+def reduce_dynamic_dim(x, w):
+    return x.sum(0) + w.mean()
+
+
+def reduce_static_dim(x, w):
+    return x.amax(1, keepdim=True) - x.mean(-1, keepdim=True)
+
+
+def matmul(x, w):
+    return x @ w
+
+
+def softmax(x, w):
+    return torch.softmax(x, dim=0) + torch.log_softmax(x, dim=1)
+
+
+def layer_norm(x, w):
+    return F.layer_norm(x, (x.shape[-1],))
+
+
+def slice_half(x, w):
+    n = x.shape[0]
+    return x[: n // 2] * 2 + x[n - n // 2 :]
+
+
+def slice_last(x, w):
+    return x[1:] - x[:-1]
+
+
+def narrow_from_size(x, w):
+    return x.narrow(0, 1, x.size(0) - 2).relu()
+
+
+def reshape_flat(x, w):
+    return x.reshape(-1).cumsum(0) if False else x.reshape(x.shape[0] * 2, -1).sum(1)
+
+
+def view_split(x, w):
+    return x.view(x.shape[0], 4, 16).transpose(0, 1).contiguous().sum(-1)
+
+
+def cat_rows(x, w):
+    return torch.cat([x, x * 2], dim=0).mean(0)
+
+
+def cat_cols(x, w):
+    return torch.cat([x, x.flip(0)], dim=1) + 1
+
+
+def expand_mask(x, w):
+    mask = torch.arange(x.shape[0]) < x.shape[0] // 3
+    return torch.where(mask[:, None], x, -x)
+
+
+def mean_by_size(x, w):
+    return x.sum(0) / x.shape[0]
+
+
+CORPUS = [
+    softmax_gelu, pointwise, reduce_dynamic_dim, reduce_static_dim, matmul, softmax,
+    layer_norm, slice_half, slice_last, narrow_from_size, reshape_flat, view_split, cat_rows,
+    cat_cols, expand_mask, mean_by_size,
+]  # fmt: skip
+
+
+def _call_all(compiled, fn, sizes, *, cols=64):
+    w = torch.randn(cols, 32)
+    for size in sizes:
+        x = torch.randn(size, cols)
+        torch.testing.assert_close(compiled(x, w), fn(x, w), msg=lambda m, s=size: f"{s}: {m}")
+
+
+@pytest.mark.parametrize("fn", CORPUS, ids=lambda f: f.__name__)
+def test_corpus_compiles_twice_over_eight_sizes(fn):
+    compiled = rt.compile(fn, codegen="eager")
+    _call_all(compiled, fn, SIZES)
+    assert len(compiled.cache) == 2  # static for 16, symbolic from 17 on
+    assert "dimension 0 of L['x'] becomes symbolic" in compiled.recompile_reasons[0]
+
+
+def branchy(x):
+    if x.shape[0] > 20:
+        return x[: x.shape[0] // 2] * 2
+    return x.sum(0)
+
+
+def test_a_branch_on_a_size_is_guarded():
+    compiled = rt.compile(branchy, codegen="eager", dynamic=True)
+    for size in (8, 9, 30, 31, 20, 21, 3, 50):
+        x = torch.randn(size, 4)
+        torch.testing.assert_close(compiled(x), branchy(x))
+    # one symbolic entry per side of the branch
+    assert len(compiled.cache) == 2
+    assert "L['x'].size()[0] > 20" in compiled.recompile_reasons[0] or "<= 20" in (
+        compiled.recompile_reasons[0]
+    )
+
+
+def test_sizes_zero_and_one_get_static_entries():
+    compiled = rt.compile(pointwise, codegen="eager", dynamic=True)
+    _call_all(compiled, pointwise, (7, 8, 1, 0, 9, 1, 0))
+    assert len(compiled.cache) == 3  # symbolic, size 1, size 0
+
+
+def test_dynamic_false_specialises_every_shape():
+    compiled = rt.compile(pointwise, codegen="eager", dynamic=False)
+    _call_all(compiled, pointwise, (3, 4, 5))
+    assert len(compiled.cache) == 3
+
+
+def test_mark_dynamic_and_mark_static():
+    compiled = rt.compile(pointwise, codegen="eager")
+    w = torch.randn(64, 32)
+    x = torch.randn(6, 64)
+    rt.mark_dynamic(x, 0)
+    torch.testing.assert_close(compiled(x, w), pointwise(x, w))
+    y = torch.randn(7, 64)
+    torch.testing.assert_close(compiled(y, w), pointwise(y, w))
+    assert len(compiled.cache) == 1  # symbolic from the first call
+
+    fixed = rt.compile(pointwise, codegen="eager", dynamic=True)
+    for size in (6, 7):
+        x = torch.randn(size, 64)
+        rt.mark_static(x, 0)
+        torch.testing.assert_close(fixed(x, w), pointwise(x, w))
+    assert len(fixed.cache) == 2
+    with pytest.raises(IndexError, match="dimension 3 out of range"):
+        rt.mark_dynamic(x, 3)
+
+
+def test_training_compiles_static_and_says_why(caplog):
+    compiled = rt.compile(pointwise, codegen="eager", dynamic=True)
+    w = torch.randn(64, 32, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
+        for size in (3, 4):
+            x = torch.randn(size, 64)
+            torch.testing.assert_close(compiled(x, w), pointwise(x, w))
+    assert len(compiled.cache) == 2
+    assert "training (backward) graphs are not symbolic-capable yet" in caplog.text
+
+
+def test_a_graph_break_compiles_static_and_says_why(caplog):
+    from torchstrata.capture import graph_break
+
+    def broken(x, w):
+        y = x * 2
+        graph_break()
+        return y + 1
+
+    compiled = rt.compile(broken, codegen="eager", dynamic=True)
+    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
+        _call_all(compiled, broken, (3, 4))
+    assert "graph breaks are not symbolic-capable yet" in caplog.text
+
+
+@pytest.mark.parametrize("fn", [softmax_gelu, slice_half, layer_norm], ids=lambda f: f.__name__)
+def test_cpp_backend_sixteen_sizes_two_compiles(fn):
+    compiled = rt.compile(fn, codegen="cpp")
+    sizes = (16, 17, 5, 33, 2, 64, 9, 40, 3, 11, 23, 7, 128, 31, 6, 19)
+    _call_all(compiled, fn, sizes)
+    assert len(compiled.cache) == 2
+    report = rt.explain(fn, torch.randn(5, 64), torch.randn(64, 32))
+    assert report is not None
