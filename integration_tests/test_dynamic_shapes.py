@@ -62,7 +62,7 @@ def narrow_from_size(x, w):
 
 
 def reshape_flat(x, w):
-    return x.reshape(-1).cumsum(0) if False else x.reshape(x.shape[0] * 2, -1).sum(1)
+    return x.reshape(x.shape[0] * 2, -1).sum(1)
 
 
 def view_split(x, w):
@@ -100,11 +100,17 @@ def _call_all(compiled, fn, sizes, *, cols=64):
         torch.testing.assert_close(compiled(x, w), fn(x, w), msg=lambda m, s=size: f"{s}: {m}")
 
 
+#: Programs whose slices are 0 or 1 long at size 2: the meta functions specialise
+#: such a derived size (as torch.compile's do), so size 2 gets a symbolic entry of its own.
+SLICING = {slice_half, slice_last, narrow_from_size}
+
+
 @pytest.mark.parametrize("fn", CORPUS, ids=lambda f: f.__name__)
 def test_corpus_compiles_twice_over_eight_sizes(fn):
     compiled = rt.compile(fn, codegen="eager")
     _call_all(compiled, fn, SIZES)
-    assert len(compiled.cache) == 2  # static for 16, symbolic from 17 on
+    # static for 16, symbolic from 17 on (and for size 2 where a slice is 0 or 1 long)
+    assert len(compiled.cache) == (3 if fn in SLICING else 2)
     assert "dimension 0 of L['x'] becomes symbolic" in compiled.recompile_reasons[0]
 
 
@@ -121,8 +127,9 @@ def test_a_branch_on_a_size_is_guarded():
         torch.testing.assert_close(compiled(x), branchy(x))
     # one symbolic entry per side of the branch
     assert len(compiled.cache) == 2
-    assert "L['x'].size()[0] > 20" in compiled.recompile_reasons[0] or "<= 20" in (
-        compiled.recompile_reasons[0]
+    assert (
+        "L['x'].size()[0] > 20" in compiled.recompile_reasons[0]
+        or "<= 20" in (compiled.recompile_reasons[0])
     )
 
 
@@ -188,6 +195,6 @@ def test_cpp_backend_sixteen_sizes_two_compiles(fn):
     compiled = rt.compile(fn, codegen="cpp")
     sizes = (16, 17, 5, 33, 2, 64, 9, 40, 3, 11, 23, 7, 128, 31, 6, 19)
     _call_all(compiled, fn, sizes)
-    assert len(compiled.cache) == 2
+    assert len(compiled.cache) == (3 if fn in SLICING else 2)
     report = rt.explain(fn, torch.randn(5, 64), torch.randn(64, 32))
     assert report is not None

@@ -254,6 +254,4 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
 def _symbolic_slice(size: Any, value: slice) -> bool:
     """Whether a slice's size or bounds are symbolic (``slice.indices`` would
     specialise them; see torchstrata.core.symbolic)."""
-    return any(
-        isinstance(v, torch.SymInt) for v in (size, value.start, value.stop, value.step)
-    )
+    return any(isinstance(v, torch.SymInt) for v in (size, value.start, value.stop, value.step))
