@@ -198,3 +198,13 @@ def test_cpp_backend_sixteen_sizes_two_compiles(fn):
     assert len(compiled.cache) == (3 if fn in SLICING else 2)
     report = rt.explain(fn, torch.randn(5, 64), torch.randn(64, 32))
     assert report is not None
+
+
+def test_dynamic_true_every_dim_symbolic_one_entry():
+    # x.size(1) == w.size(0) is a relation the ShapeEnv records by replacing one symbol
+    # with the other; the guard still reads both
+    compiled = rt.compile(softmax_gelu, codegen="eager", dynamic=True)
+    for rows, cols in ((17, 64), (17, 64), (9, 64), (30, 48)):
+        x, w = torch.randn(rows, cols), torch.randn(cols, 8)
+        torch.testing.assert_close(compiled(x, w), softmax_gelu(x, w))
+    assert len(compiled.cache) == 1

@@ -152,16 +152,19 @@ class SizeCheck:
     strides, each symbol at least 2, and the size relations the trace relied on.
     Results are remembered per layout of the inputs."""
 
-    def __init__(self, metas: Sequence[TensorMeta], sizes: SymbolicSizes) -> None:
+    def __init__(
+        self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
+    ) -> None:
         self.metas = tuple(metas)
         self.sizes = sizes
         self.exprs = sizes.guard_exprs()
-        # symbol -> (tensor position, dim) of its first appearance as a bare size
-        self.slots: dict[str, tuple[int, int]] = {}
-        for position, meta in enumerate(self.metas):
-            for dim, size in enumerate(meta.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    self.slots.setdefault(size.node.expr.name, (position, dim))
+        # symbol -> (tensor position, dim) it was made for: every symbol, also those the
+        # ShapeEnv replaced by an equal one since (their guards still name them)
+        self.slots: dict[str, tuple[int, int]] = {
+            b.name: (list(sources).index(b.source), b.dim)
+            for b in sizes.bindings
+            if b.source in sources
+        }
         self._known: dict[Any, bool] = {}
 
     def __call__(self, *tensors: Any) -> bool:
@@ -193,6 +196,8 @@ class SizeCheck:
             if tuple(tensor.stride()) != concretize(tuple(meta.strides), values):
                 return False
         for expr in self.exprs:
+            if any(s.name not in values for s in expr.free_symbols):
+                return False  # a symbol of an input that has no tensor guard: never
             free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
             if not bool(expr.xreplace(free)):
                 return False
@@ -222,7 +227,7 @@ def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard
             metas.append(meta)
         else:
             kept.append(guard)
-    check = SizeCheck(metas, sizes)
+    check = SizeCheck(sources, metas, sizes)
     name = f"__torchstrata_sizes_{id(check):x}__"
     cell = types.CellType(check)
     kept.append(
