@@ -227,7 +227,7 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
             if not isinstance(bounds[2], int) or bounds[2] <= 0:
                 raise Unsupported("tensor slices with a non-positive step are not supported")
             sliced = (current, ConstVar(dim), *(ConstVar(bound) for bound in bounds))
-            result = tracer.call_op(_STEPPED_SLICE, sliced, {})  # type: ignore[arg-type]
+            result = tracer.call_op(_STEPPED_SLICE, sliced, {})
             dim += 1
             continue
         start, stop, step = value.indices(size)

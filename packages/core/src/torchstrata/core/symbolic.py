@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -95,16 +96,19 @@ def _size_source() -> type:
     from torch._guards import GuardSource, Source
 
     @dataclasses.dataclass(frozen=True)
-    class SizeSource(Source):  # type: ignore[misc]
+    class SizeSource(Source):
         """Where a symbol's value is read: ``L['x'].size()[0]``."""
 
         text: str
 
-        @property
+        # properties as in torch 2.13 (older torch calls them: symbolic capture then
+        # fails and the runtime compiles static, saying why)
+        @functools.cached_property
         def name(self) -> str:
             return self.text
 
-        def guard_source(self) -> Any:
+        @functools.cached_property
+        def guard_source(self) -> GuardSource:
             return GuardSource.LOCAL
 
         def reconstruct(self, codegen: Any) -> None:
@@ -170,7 +174,7 @@ class SymbolicSizes:
 
 def evaluate(value: Any, values: Mapping[str, int]) -> Any:
     """A symbolic scalar evaluated with ``values`` (symbol name -> int)."""
-    import sympy
+    import sympy  # type: ignore[import-untyped]
 
     expr = value.node.expr if isinstance(value, SYMBOLIC_TYPES) else value
     if not isinstance(expr, sympy.Basic):

@@ -92,8 +92,8 @@ class DynamicPolicy:
             if type(value) not in (torch.Tensor, torch.nn.Parameter):
                 continue
             source = f"L[{name!r}]"
-            static = getattr(value, _STATIC_ATTR, set())
-            marked = getattr(value, _DYNAMIC_ATTR, set())
+            static: set[int] = getattr(value, _STATIC_ATTR, set())
+            marked: set[int] = getattr(value, _DYNAMIC_ATTR, set())
             dims = []
             for dim, size in enumerate(value.shape):
                 seen = self.seen.setdefault((source, dim), set())
@@ -181,7 +181,7 @@ class SizeCheck:
         return known
 
     def _check(self, tensors: Sequence[torch.Tensor]) -> bool:
-        import sympy
+        import sympy  # type: ignore[import-untyped]
 
         values = {name: tensors[p].shape[d] for name, (p, d) in self.slots.items()}
         if any(value < 2 for value in values.values()):
@@ -322,7 +322,7 @@ def compile_symbolic(
 
     def lower(graph: Graph) -> Callable[..., Any]:
         with dynamo_import_deferred():
-            return pipeline.compile_graph(graph, options).runner  # type: ignore[no-any-return]
+            return pipeline.compile_graph(graph, options).runner
 
     runner = SizeSpecialisedRunner(capture.graphs[0], lower)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes), direct_program=None)
