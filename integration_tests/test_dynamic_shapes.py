@@ -208,3 +208,45 @@ def test_dynamic_true_every_dim_symbolic_one_entry():
         x, w = torch.randn(rows, cols), torch.randn(cols, 8)
         torch.testing.assert_close(compiled(x, w), softmax_gelu(x, w))
     assert len(compiled.cache) == 1
+
+
+SEEN: list[int] = []
+
+
+def python_values(x):
+    n = x.shape[0]
+    SEEN.append(n)  # a side effect of a size: replayed with its value
+    tag = f"rows={n}" + str(n)  # formatting a size specialises it (guarded)
+    return x * len(tag), n, x.numel(), x.shape, torch.ones(n // 2)
+
+
+def sizes_as_values(x):
+    n = x.shape[0]
+    return torch.ones(n // 2) * x.sum(), x.new_zeros(n, 2)
+
+
+def test_python_values_of_sizes_are_plain_and_correct():
+    compiled = rt.compile(python_values, codegen="eager", dynamic=True)
+    for size in (5, 6, 7, 17):
+        x = torch.randn(size, 3)
+        SEEN.clear()
+        got = compiled(x)
+        seen_compiled = list(SEEN)
+        SEEN.clear()
+        expected = python_values(x)
+        assert seen_compiled == SEEN
+        for a, b in zip(got, expected, strict=True):
+            assert type(a) is type(b)
+            if isinstance(a, torch.Tensor):
+                torch.testing.assert_close(a, b)
+            else:
+                assert a == b
+
+
+def test_sizes_passed_to_factories_stay_symbolic():
+    compiled = rt.compile(sizes_as_values, codegen="eager", dynamic=True)
+    for size in (5, 6, 7, 17, 4):
+        x = torch.randn(size, 3)
+        for a, b in zip(compiled(x), sizes_as_values(x), strict=True):
+            torch.testing.assert_close(a, b)
+    assert len(compiled.cache) == 1

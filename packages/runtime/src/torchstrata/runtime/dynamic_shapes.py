@@ -297,9 +297,17 @@ def compile_symbolic(
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
     from torchstrata.runtime.compile_trace import compile_trace, function_title
-    from torchstrata.runtime.pipeline import FrameArtifacts
+    from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
 
+    if type(pipeline) is not Pipeline:  # distributed region pipelines and the like
+        logger.info(
+            "compiling %s static per shape: %s",
+            function_title(fn),
+            f"only the plain Pipeline is symbolic-capable yet, not {type(pipeline).__name__}",
+        )
+        return None
     sizes = SymbolicSizes(plan)
+    capture = None
     try:
         with dynamo_import_deferred(), compile_trace(function_title(fn), options):
             with symbolic_scope(sizes):
@@ -310,6 +318,11 @@ def compile_symbolic(
     except SymbolicRefused as refused:
         logger.info("compiling %s static per shape: %s", function_title(fn), refused)
         dynamic_log.debug("symbolic compile refused: %s", refused)
+        static = capture is not None and not any(map(graph_has_symbols, capture.graphs))
+        if static and not capture.graph_breaks and capture.program is not None:  # type: ignore[union-attr]
+            # no symbol made it into the graph (a capture plugin that ignores the
+            # symbolic scope, or every symbolic size was specialised): a static capture
+            return pipeline.compile_frame(fn, args, kwargs, options, captured=capture)
         return None
     except Exception as error:  # noqa: BLE001 - symbolic capture is optional: fall back
         logger.info(
@@ -329,5 +342,7 @@ def compile_symbolic(
     dims = ", ".join(f"{b.source}.size()[{b.dim}] as {b.name}" for b in sizes.bindings)
     logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
     dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
-    run = functools.partial(guarded.program, [runner])
+    program = guarded.program
+    assert program is not None  # eligible() checked
+    run = functools.partial(program, [runner])
     return FrameArtifacts(guarded, (), run)
