@@ -137,6 +137,8 @@ def test_sizes_zero_and_one_get_static_entries():
     compiled = rt.compile(pointwise, codegen="eager", dynamic=True)
     _call_all(compiled, pointwise, (7, 8, 1, 0, 9, 1, 0))
     assert len(compiled.cache) == 3  # symbolic, size 1, size 0
+    assert "L['x'].size()[0] is 1: sizes 0 and 1 are specialised" in compiled.recompile_reasons[0]
+    assert "L['x'].size()[0] is 0: sizes 0 and 1 are specialised" in compiled.recompile_reasons[1]
 
 
 def test_dynamic_false_specialises_every_shape():
@@ -250,3 +252,39 @@ def test_sizes_passed_to_factories_stay_symbolic():
         for a, b in zip(compiled(x), sizes_as_values(x), strict=True):
             torch.testing.assert_close(a, b)
     assert len(compiled.cache) == 1
+
+
+def test_sizes_beyond_the_lowering_cap_run_unlowered():
+    from torchstrata.capture import capture
+    from torchstrata.core import SymbolicSizes, interpret, symbolic_scope
+    from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
+
+    lowered = []
+
+    def lower(graph):
+        lowered.append(graph)
+        return lambda *inputs: interpret(graph, *inputs)
+
+    sizes = SymbolicSizes({"L['x']": [0]})
+    with symbolic_scope(sizes):
+        graph = capture(pointwise, (torch.randn(6, 64), torch.randn(64, 32)), {}).graphs[0]
+    runner = SizeSpecialisedRunner(graph, lower, max_lowered=2)
+    w = torch.randn(64, 32)
+    for size in (6, 7, 6, 8, 9):
+        x = torch.randn(size, 64)
+        torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
+    assert len(lowered) == 2  # 6 and 7; 8 and 9 ran unlowered
+
+
+@pytest.mark.gpu
+def test_cuda_inputs_compile_static_per_shape_and_say_why(caplog):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    compiled = rt.compile(pointwise, dynamic=True)
+    w = torch.randn(64, 32, device="cuda")
+    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
+        for size in (5, 6, 7):
+            x = torch.randn(size, 64, device="cuda")
+            torch.testing.assert_close(compiled(x, w), pointwise(x, w))
+    assert len(compiled.cache) == 3
+    assert "only CPU (C++ backend) graphs are symbolic-capable yet" in caplog.text

@@ -82,12 +82,14 @@ class DynamicPolicy:
         self.seen: dict[tuple[str, int], set[int]] = {}
         #: the last (source, dim, old sizes, new size) that made a dimension symbolic
         self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
+        #: the (source, dim, size) the last plan kept static for being 0 or 1
+        self.specialised: list[tuple[str, int, int]] = []
 
     def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
         sizes are remembered for later calls' decisions."""
         plan: dict[str, tuple[int, ...]] = {}
-        self.changed = []
+        self.changed, self.specialised = [], []
         for name, value in frame.items():
             if type(value) not in (torch.Tensor, torch.nn.Parameter):
                 continue
@@ -99,7 +101,11 @@ class DynamicPolicy:
                 seen = self.seen.setdefault((source, dim), set())
                 earlier = tuple(sorted(seen))
                 seen.add(size)
-                if self.dynamic is False or size < 2 or dim in static:
+                if self.dynamic is False or dim in static:
+                    continue
+                if size < 2:
+                    if self.dynamic is True or dim in marked or any(o != size for o in earlier):
+                        self.specialised.append((source, dim, size))
                     continue
                 if self.dynamic is True or dim in marked:
                     dims.append(dim)
@@ -111,12 +117,18 @@ class DynamicPolicy:
         return plan
 
     def reason(self) -> str:
-        """Why the last plan made dimensions symbolic (automatic dynamic), or ''."""
-        return "; ".join(
+        """Why the last plan made dimensions symbolic (automatic dynamic) or kept a
+        dimension of size 0 or 1 static, or ''."""
+        made = [
             f"{source}.size()[{dim}] is {size}, was {', '.join(map(str, earlier))}: "
             f"dimension {dim} of {source} becomes symbolic"
             for source, dim, earlier, size in self.changed
-        )
+        ]
+        kept = [
+            f"{source}.size()[{dim}] is {size}: sizes 0 and 1 are specialised"
+            for source, dim, size in self.specialised
+        ]
+        return "; ".join(made + kept)
 
 
 class SymbolicRefused(Exception):
@@ -251,11 +263,18 @@ class SizeSpecialisedRunner:
         ``compile_graph(graph, options).runner``).
     """
 
-    def __init__(self, graph: Graph, lower: Callable[[Graph], Callable[..., Any]]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        lower: Callable[[Graph], Callable[..., Any]],
+        max_lowered: int = 64,
+    ) -> None:
         self.graph = graph
         self.lower = lower
         self.slots = input_symbol_slots(graph)
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
+        #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
+        self.max_lowered = max_lowered
 
     def __call__(self, *inputs: Any) -> Any:
         key = tuple(inputs[p].shape[d] for p, d in self.slots.values())
@@ -267,6 +286,13 @@ class SizeSpecialisedRunner:
     def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
         values = dict(zip(self.slots, key, strict=True))
         graph = concretize_graph(self.graph, values)
+        if len(self.runners) >= self.max_lowered:
+            if len(self.runners) == self.max_lowered:
+                logger.info(
+                    "a symbolic graph met %d sizes: further sizes run its torch ops unlowered",
+                    self.max_lowered,
+                )
+            return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
             return self.lower(graph)
