@@ -180,10 +180,20 @@ class SizeCheck:
         self._known: dict[Any, bool] = {}
 
     def __call__(self, *tensors: Any) -> bool:
-        try:
+        try:  # the device as is_cpu: symbolic entries are CPU-only (eligible())
             key = tuple(
-                (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.is_neg())
-                for t in tensors
+                [
+                    (
+                        t.shape,
+                        t.stride(),
+                        t.dtype,
+                        t.is_cpu,
+                        t.requires_grad,
+                        t.is_neg(),
+                        t.is_conj(),
+                    )
+                    for t in tensors
+                ]
             )
         except AttributeError:
             return False
@@ -199,9 +209,12 @@ class SizeCheck:
         if any(value < 2 for value in values.values()):
             return False
         for tensor, meta in zip(tensors, self.metas, strict=True):
-            if (tensor.dtype, tensor.device, tensor.requires_grad) != (
-                meta.dtype, meta.device, meta.requires_grad,
-            ) or tensor.is_neg():  # fmt: skip
+            same = (tensor.dtype, tensor.device, tensor.requires_grad) == (
+                meta.dtype,
+                meta.device,
+                meta.requires_grad,
+            )
+            if not same or tensor.is_neg() or tensor.is_conj():  # kernels read lazy bits raw
                 return False
             if tuple(tensor.shape) != concretize(tuple(meta.shape), values):
                 return False
@@ -272,12 +285,13 @@ class SizeSpecialisedRunner:
         self.graph = graph
         self.lower = lower
         self.slots = input_symbol_slots(graph)
+        self._slot_list = list(self.slots.values())
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
 
     def __call__(self, *inputs: Any) -> Any:
-        key = tuple(inputs[p].shape[d] for p, d in self.slots.values())
+        key = tuple([inputs[p].shape[d] for p, d in self._slot_list])
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = self._lower(key)
@@ -364,11 +378,13 @@ def compile_symbolic(
             return pipeline.compile_graph(graph, options).runner
 
     runner = SizeSpecialisedRunner(capture.graphs[0], lower)
-    guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes), direct_program=None)
+    guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     dims = ", ".join(f"{b.source}.size()[{b.dim}] as {b.name}" for b in sizes.bindings)
     logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
     dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
     program = guarded.program
     assert program is not None  # eligible() checked
     run = functools.partial(program, [runner])
-    return FrameArtifacts(guarded, (), run)
+    direct = guarded.direct_program
+    run_inputs = functools.partial(direct, [runner]) if direct is not None else None
+    return FrameArtifacts(guarded, (), run, run_inputs=run_inputs)
