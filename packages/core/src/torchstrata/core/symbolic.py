@@ -95,17 +95,23 @@ def _metas_symbolic(values: Any) -> bool:
 def _size_source() -> type:
     from torch._guards import GuardSource, Source
 
+    class _Name(str):
+        """The source's name: a str (torch 2.13 reads ``source.name``) that also answers
+        a call (versions that call ``source.name()``)."""
+
+        def __call__(self) -> str:
+            return str(self)
+
     @dataclasses.dataclass(frozen=True)
     class SizeSource(Source):
         """Where a symbol's value is read: ``L['x'].size()[0]``."""
 
         text: str
 
-        # properties as in torch 2.13 (older torch calls them: symbolic capture then
-        # fails and the runtime compiles static, saying why)
+        # properties as in torch 2.13; the name also answers a call (see _Name)
         @functools.cached_property
         def name(self) -> str:
-            return self.text
+            return _Name(self.text)
 
         @functools.cached_property
         def guard_source(self) -> GuardSource:
