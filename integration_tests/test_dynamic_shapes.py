@@ -288,3 +288,53 @@ def test_cuda_inputs_compile_static_per_shape_and_say_why(caplog):
             torch.testing.assert_close(compiled(x, w), pointwise(x, w))
     assert len(compiled.cache) == 3
     assert "only CPU (C++ backend) graphs are symbolic-capable yet" in caplog.text
+
+
+def growing_cache(cache, new):
+    # a KV cache that grows by one row per step
+    cache = torch.cat([cache, new], dim=0)
+    scores = torch.softmax(cache @ new.T, dim=0)
+    return cache, (scores * cache).sum(0)
+
+
+def length_mask(x, lengths):
+    mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+    return torch.where(mask, x, 0.0).sum(1) / lengths
+
+
+def loop_over_columns(x):
+    total = x[:, 0]
+    for i in range(1, x.size(1)):  # a loop over a size: unrolled, so specialised
+        total = total + x[:, i] * i
+    return total
+
+
+def test_a_growing_cache_compiles_twice():
+    compiled = rt.compile(growing_cache, codegen="cpp")
+    cache = torch.randn(3, 16)
+    for _ in range(10):
+        new = torch.randn(1, 16)
+        got, got_out = compiled(cache, new)
+        want, want_out = growing_cache(cache, new)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_out, want_out)
+        cache = want
+    assert len(compiled.cache) == 2
+
+
+def test_a_mask_from_arange_and_lengths():
+    compiled = rt.compile(length_mask, codegen="eager")
+    for time_steps in (6, 7, 11, 30, 5, 9, 13, 8):
+        x = torch.randn(4, time_steps)
+        lengths = torch.randint(1, time_steps + 1, (4,))
+        torch.testing.assert_close(compiled(x, lengths), length_mask(x, lengths))
+    assert len(compiled.cache) == 2
+
+
+def test_a_loop_over_a_size_specialises_and_stays_correct():
+    compiled = rt.compile(loop_over_columns, codegen="eager")
+    for cols in (3, 4, 5, 3, 6, 4, 7, 8):
+        x = torch.randn(5, cols)
+        torch.testing.assert_close(compiled(x), loop_over_columns(x))
+    # range(n) unrolls the loop: every column count is its own entry, guarded on the size
+    assert len(compiled.cache) == 6
