@@ -320,6 +320,32 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
 
 
+def refused_before_capture(
+    pipeline: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+) -> str:
+    """Why the frame cannot compile symbolic, where that shows before capture: ''
+    when it may (:func:`eligible` decides after capture)."""
+    from torchstrata.runtime.pipeline import Pipeline
+
+    if type(pipeline) is not Pipeline:  # distributed region pipelines and the like
+        return f"only the plain Pipeline is symbolic-capable yet, not {type(pipeline).__name__}"
+    if options.mode == "reduce-overhead":
+        return "CUDA graphs (mode='reduce-overhead') record one graph per size"
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        tensors += list(owner.parameters())
+    if any(t.device.type != "cpu" for t in tensors):
+        return "only CPU (C++ backend) graphs are symbolic-capable yet"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "training (backward) graphs are not symbolic-capable yet"
+    return ""
+
+
 def compile_symbolic(
     pipeline: Any,
     fn: Callable[..., Any],
@@ -337,14 +363,11 @@ def compile_symbolic(
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
     from torchstrata.runtime.compile_trace import compile_trace, function_title
-    from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
+    from torchstrata.runtime.pipeline import FrameArtifacts
 
-    if type(pipeline) is not Pipeline:  # distributed region pipelines and the like
-        logger.info(
-            "compiling %s static per shape: %s",
-            function_title(fn),
-            f"only the plain Pipeline is symbolic-capable yet, not {type(pipeline).__name__}",
-        )
+    refused = refused_before_capture(pipeline, fn, args, kwargs, options)
+    if refused:  # known without capturing: no capture spent on it
+        logger.info("compiling %s static per shape: %s", function_title(fn), refused)
         return None
     sizes = SymbolicSizes(plan)
     capture = None
