@@ -68,6 +68,7 @@ def test_every_documented_artifact_exists():
         "passes",
         "perf_hints",
         "cache",
+        "dynamic",
     }
 
 

@@ -218,6 +218,18 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
                 )
             result = tracer.call_op(_SELECT, (current, ConstVar(dim), ConstVar(value % size)), {})  # type: ignore[arg-type]
             continue
+        if _symbolic_slice(size, value):  # symbolic sizes: ATen's slice bounds them
+            bounds = (
+                0 if value.start is None else value.start,
+                size if value.stop is None else value.stop,
+                1 if value.step is None else value.step,
+            )
+            if not isinstance(bounds[2], int) or bounds[2] <= 0:
+                raise Unsupported("tensor slices with a non-positive step are not supported")
+            sliced = (current, ConstVar(dim), *(ConstVar(bound) for bound in bounds))
+            result = tracer.call_op(_STEPPED_SLICE, sliced, {})
+            dim += 1
+            continue
         start, stop, step = value.indices(size)
         if step <= 0:
             raise Unsupported("tensor slices with a non-positive step are not supported")
@@ -237,3 +249,9 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
                 result = tracer.call_op(_STEPPED_SLICE, args, {})
         dim += 1
     return result
+
+
+def _symbolic_slice(size: Any, value: slice) -> bool:
+    """Whether a slice's size or bounds are symbolic (``slice.indices`` would
+    specialise them; see torchstrata.core.symbolic)."""
+    return any(isinstance(v, torch.SymInt) for v in (size, value.start, value.stop, value.step))

@@ -19,6 +19,7 @@ from torchstrata.capture.iteration import iterate
 from torchstrata.capture.opcodes_data import load_fast
 from torchstrata.capture.opcodes_flow import FLOW_HANDLERS
 from torchstrata.capture.operators import truth
+from torchstrata.capture.symbolic_values import specialise_sizes
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     CellVar,
@@ -122,7 +123,7 @@ def _set_function_attribute(frame: Frame, inst: dis.Instruction) -> None:
 def _constant_to_format(value: Var) -> Any:
     if isinstance(value, TensorVar):
         raise Unsupported("formatting a tensor into a string depends on its values")
-    return python_value(value)
+    return specialise_sizes(python_value(value))  # a symbolic size prints its value
 
 
 @handles("CONVERT_VALUE")

@@ -25,6 +25,7 @@ from torchstrata.capture.operators import (
     truth,
 )
 from torchstrata.capture.stores import delete_attribute, store_attribute
+from torchstrata.capture.symbolic_values import specialise_sizes
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
@@ -520,7 +521,7 @@ def _format_value(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.pop()
     if isinstance(value, TensorVar):
         raise Unsupported("formatting a tensor into a string depends on its values")
-    converted = python_value(value)
+    converted = specialise_sizes(python_value(value))  # a symbolic size prints its value
     conversion = _arg(inst) & 0x03
     if conversion == 1:
         converted = str(converted)

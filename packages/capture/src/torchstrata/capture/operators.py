@@ -11,6 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from torchstrata.capture.symbolic_values import fold_arguments
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
@@ -55,6 +56,7 @@ def operator_ref(fn: Callable[..., Any]) -> OpRef:
 
 def fold(fn: Callable[..., Any], *values: Any) -> Var:
     """Evaluate ``fn`` on real constants now; a Python exception becomes a graph break."""
+    values = fold_arguments(fn, values)  # symbolic sizes: specialised unless safe
     try:
         result = fn(*values)
     except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it

@@ -18,6 +18,7 @@ from typing import Any
 from torchstrata.capture.counters import CounterVar, build_counter
 from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
+from torchstrata.capture.symbolic_values import has_symbolic, specialise_sizes
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
@@ -104,6 +105,8 @@ class Rebuilder:
         if isinstance(var, ObjectVar) and var.source is not None:
             self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))
             return
+        if isinstance(var, ConstVar) and has_symbolic(var.value):
+            var.value = specialise_sizes(var.value)  # handed to Python: its value, guarded now
         if isinstance(var, _Null | ConstVar | ObjectVar):
             return
         if isinstance(var, PartialVar):

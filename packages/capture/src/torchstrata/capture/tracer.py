@@ -44,6 +44,7 @@ from torchstrata.core import (
     TensorMeta,
     enabled_autocast,
     infer_meta,
+    input_meta,
     iter_nodes,
 )
 
@@ -56,7 +57,7 @@ CONSTANT_TYPES = (
 #: Constants a graph node may take as an argument (see ``torchstrata.core.graph.Constant``).
 GRAPH_CONSTANT_TYPES = (
     int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
-    torch.layout,
+    torch.layout, torch.SymInt,  # a symbolic size (torch.SymInt: decision 0200)
 )  # fmt: skip
 
 #: Ops whose output aliases their first input; an in-place update after one of these
@@ -352,7 +353,7 @@ class Tracer:
             self.guard(GuardKind.CONSTANT_MATCH, f"({source}) is ({first.source})", True, "alias")
             self._inputs[source] = first
             return first
-        meta = TensorMeta.from_tensor(value)
+        meta = input_meta(source, value)  # dynamic dims as symbols (core.symbolic)
         self.guard(GuardKind.TENSOR_MATCH, source, meta)
         node = self.builder.input(input_name(source), meta)
         var = TensorVar(node, type(value), source)

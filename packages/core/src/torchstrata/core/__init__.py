@@ -126,6 +126,23 @@ from torchstrata.core.spans import (
     tensor_element_span,
 )
 from torchstrata.core.stage_options import AutogradOptions, InductorOptions
+from torchstrata.core.symbolic import (
+    SYMBOLIC_TYPES,
+    SymbolBinding,
+    SymbolicSizes,
+    active_symbolic_sizes,
+    concretize,
+    has_symbols,
+    is_symbolic,
+    symbolic_scope,
+)
+from torchstrata.core.symbolic_graphs import (
+    concretize_graph,
+    graph_has_symbols,
+    graph_symbols,
+    input_symbol_slots,
+)
+from torchstrata.core.symbolic_inputs import input_meta
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -150,6 +167,7 @@ __all__ = [
     "PRIMS_VERSION",
     "RECOMPUTE",
     "STATE_FIELDS",
+    "SYMBOLIC_TYPES",
     "TENSOR_TYPES",
     "AotResult",
     "AutogradOptions",
@@ -195,10 +213,13 @@ __all__ = [
     "SegmentCompiler",
     "Span",
     "StageCheck",
+    "SymbolBinding",
+    "SymbolicSizes",
     "TensorMeta",
     "Transformer",
     "VerificationError",
     "WriteBack",
+    "active_symbolic_sizes",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",
@@ -207,6 +228,8 @@ __all__ = [
     "bind_call",
     "broadcast_strides",
     "byte_span",
+    "concretize",
+    "concretize_graph",
     "constant_condition",
     "contiguous_strides",
     "create_plugin_manager",
@@ -229,13 +252,19 @@ __all__ = [
     "get_prim",
     "global_state",
     "global_state_guard",
+    "graph_has_symbols",
+    "graph_symbols",
     "guard_cells",
     "guard_condition",
+    "has_symbols",
     "hookimpl",
     "hookspec",
     "infer_meta",
+    "input_meta",
+    "input_symbol_slots",
     "interpret",
     "is_dense",
+    "is_symbolic",
     "iter_nodes",
     "log_settings",
     "map_nodes",
@@ -256,6 +285,7 @@ __all__ = [
     "spans_overlap",
     "stage_walk",
     "state_changes",
+    "symbolic_scope",
     "tensor_byte_span",
     "tensor_element_span",
     "to_fx",

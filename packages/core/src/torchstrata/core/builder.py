@@ -15,6 +15,7 @@ from torchstrata.core.graph import Graph, Node, NodeMeta, iter_nodes, map_nodes
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
 from torchstrata.core.prims import get_prim
+from torchstrata.core.symbolic import fake_mode_for
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -88,7 +89,8 @@ def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> N
         return direct
     device = _device_of(args, kwargs)
     try:
-        result = op.resolve()(*map_nodes(args, _to_meta_tensor), **_meta_kwargs(kwargs))
+        with fake_mode_for((args, dict(kwargs))):  # symbolic sizes: fake tensors
+            result = op.resolve()(*map_nodes(args, _to_meta_tensor), **_meta_kwargs(kwargs))
     except Exception as error:
         raise MetaInferenceError(
             f"cannot infer the output of {op.name} on meta tensors: {error}"

@@ -201,6 +201,8 @@ def format_value(value: Any) -> str:
         return str(value)
     if isinstance(value, torch.device):
         return f"device({str(value)!r})"
+    if isinstance(value, torch.SymInt):  # a symbolic size (decision 0200): not parsed yet
+        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(format_value(item) for item in value) + "]"
     if isinstance(value, tuple):

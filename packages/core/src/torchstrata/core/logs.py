@@ -89,6 +89,7 @@ ARTIFACTS: Mapping[str, Artifact] = {
         Artifact("passes", "each graph pass: name, stage, time, node counts before/after"),
         Artifact("perf_hints", "what makes a compiled graph slower than it could be"),
         Artifact("cache", "cache hits, misses and writes"),
+        Artifact("dynamic", "symbolic sizes: which dims, why not, lowerings per size"),
     )
 }
 

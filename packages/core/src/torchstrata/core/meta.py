@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import attrs
 import torch
 
+from torchstrata.core.symbolic import size_or_int
+
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides of ``shape`` (size-0 and size-1 dims get the usual torch strides)."""
@@ -65,7 +67,9 @@ def broadcast_strides(
 
 
 def _as_int_tuple(values: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+    # A symbolic size (torch.SymInt, see core.symbolic) stays symbolic; int() would
+    # specialise it.
+    return tuple(size_or_int(v) for v in values)
 
 
 def _as_device(value: torch.device | str) -> torch.device:
@@ -79,8 +83,8 @@ def _as_device(value: torch.device | str) -> torch.device:
 class TensorMeta:
     """Shape, strides, dtype, device and ``requires_grad`` of one tensor value.
 
-    Sizes are plain ints for now; symbolic sizes will be a separate type that these
-    fields also accept once dynamic shapes land.
+    Sizes and strides are ints, or ``torch.SymInt`` symbolic sizes while a compile
+    makes dimensions dynamic (:mod:`torchstrata.core.symbolic`, decision 0200).
     """
 
     shape: tuple[int, ...] = attrs.field(converter=_as_int_tuple)

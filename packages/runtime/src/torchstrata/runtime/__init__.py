@@ -4,6 +4,7 @@ caches, eager fallback and the Dynamo backend."""
 from torchstrata.core.logs import set_logs
 from torchstrata.runtime.api import compile, explain, reset
 from torchstrata.runtime.compiled import CompiledFunction, CompiledModule
+from torchstrata.runtime.dynamic_shapes import mark_dynamic, mark_static
 from torchstrata.runtime.dynamo_explain import explain_dynamo
 from torchstrata.runtime.dynamo_options import BackendOptionError
 from torchstrata.runtime.errors import (
@@ -36,6 +37,8 @@ __all__ = [
     "explain_dynamo",
     "graph_cache_stats",
     "graph_cache_suspended",
+    "mark_dynamic",
+    "mark_static",
     "reset",
     "set_logs",
 ]

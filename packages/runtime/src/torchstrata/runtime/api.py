@@ -41,17 +41,15 @@ def resolve_options(
     else:
         raise TypeError(f"options must be a CompileOptions or a dict, not {type(options).__name__}")
     changes = {
-        name: value for name, value in explicit.items() if value is not None and value is not False
+        name: value
+        for name, value in explicit.items()
+        if value is not None and (value is not False or name == "dynamic")
     }
     return attrs.evolve(resolved, **changes) if changes else resolved
 
 
 #: What each option value that does less than its name says does instead.
 _OPTION_NOTES = {
-    ("dynamic", True): (
-        "dynamic=True: symbolic (dynamic) shapes are not implemented yet; torchstrata "
-        "compiles each distinct input shape on its own (up to recompile_limit entries)"
-    ),
     ("mode", "max-autotune"): (
         "mode='max-autotune' records CUDA graphs as 'reduce-overhead' does; there is no "
         "more autotuning than in every mode (Triton launch configurations are timed on "
@@ -93,8 +91,10 @@ def compile(
 
     :param fullgraph: raise :class:`CompilationError` on a graph break or stage failure
         instead of falling back to eager.
-    :param dynamic: ``True`` warns (:class:`TorchstrataOptionWarning`): symbolic shapes
-        are not implemented yet, every distinct input shape is compiled on its own.
+    :param dynamic: ``None``: a dimension becomes symbolic on the second distinct size a
+        compile sees; ``True``: symbolic from the first call; ``False``: every shape
+        specialised (decision 0200; forward CPU graphs only so far, others specialise
+        and log why).
     :param codegen: ``None`` (by device), ``"triton"``, ``"cpp"`` or ``"eager"`` (stop
         at ATen graphs, run them in the reference interpreter).
     :param mode: ``None``/``"default"``; ``"reduce-overhead"`` (CUDA graphs of compiled

@@ -20,6 +20,7 @@ from torchstrata.core import (
     unsupported_state,
 )
 from torchstrata.runtime.cache import CacheEntry, FrameCache
+from torchstrata.runtime.dynamic_shapes import DynamicPolicy, compile_symbolic
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.frames import FrameBinder, frame_globals
@@ -63,6 +64,8 @@ class CompiledFunction:
         self._code = getattr(self._plain, "__code__", None)
         #: Why each recompile happened: the first guard that failed, in order.
         self.recompile_reasons: list[str] = []
+        #: which dimensions each compile makes symbolic (decision 0200)
+        self.dynamic = DynamicPolicy(options.dynamic)
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -174,7 +177,9 @@ class CompiledFunction:
         if refused is not None:
             return self._state_refused(refused, state_guard)
         try:
-            artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
+            artifacts = self._compile_symbolic(args, kwargs)
+            if artifacts is None:
+                artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
         except StageFailure as failure:
             return self._stage_failed(failure, state_guard)
         capture = artifacts.capture
@@ -205,6 +210,22 @@ class CompiledFunction:
             has_side_effects=bool(capture.graph_breaks),
             run_inputs=run_inputs if guards.fetch_args is not None else None,
         )
+
+    def _compile_symbolic(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The frame compiled with symbolic sizes where the policy makes dimensions
+        dynamic (:mod:`.dynamic_shapes`); None: compile it static."""
+        try:
+            plan = self.dynamic.plan(self._bind(args, kwargs))
+        except TypeError:
+            return None
+        reason = self.dynamic.reason()
+        if reason:
+            if self.recompile_reasons:
+                self.recompile_reasons[-1] += f" ({reason})"
+            recompiles_log.debug("%s: %s", describe(self.fn), reason)
+        if not plan:
+            return None
+        return compile_symbolic(self.pipeline, self.fn, args, kwargs, self.options, plan)
 
     def _state_refused(self, reason: str, state_guard: Guard) -> CacheEntry:
         """An eager entry for a global state the compiler cannot reproduce (a user

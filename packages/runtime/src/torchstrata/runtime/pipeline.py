@@ -530,15 +530,17 @@ class Pipeline:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: CompileOptions,
+        captured: CaptureResult | None = None,
     ) -> FrameArtifacts:
-        """Capture ``fn`` for this call and compile every graph it holds.
+        """Capture ``fn`` for this call (or take ``captured``, a capture of it made
+        already) and compile every graph it holds.
 
         Runs under :func:`~torchstrata.core.dynamo_import_deferred`, as do the graphs
         compiled later (segments after a graph break, backward graphs): meta and fake
         tensor calls would otherwise import Dynamo, seconds of a cold start.
         """
         with dynamo_import_deferred(), compile_trace(function_title(fn), options):
-            return self._compile_frame(fn, args, kwargs, options)
+            return self._compile_frame(fn, args, kwargs, options, captured)
 
     def _compile_frame(
         self,
@@ -546,8 +548,9 @@ class Pipeline:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: CompileOptions,
+        captured: CaptureResult | None = None,
     ) -> FrameArtifacts:
-        capture = self.capture(fn, args, kwargs, options)
+        capture = captured or self.capture(fn, args, kwargs, options)
         if capture is None:
             return FrameArtifacts(
                 None, (), None, "torchstrata-capture is not installed", ("capture",)

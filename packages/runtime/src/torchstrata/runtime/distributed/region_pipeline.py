@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 import torch
 
-from torchstrata.core import CompileOptions, Graph
+from torchstrata.core import CaptureResult, CompileOptions, Graph
 from torchstrata.runtime.compiled import describe
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
@@ -63,10 +63,11 @@ class RegionPipeline(Pipeline):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: CompileOptions,
+        captured: CaptureResult | None = None,
     ) -> FrameArtifacts:
         """As :meth:`Pipeline.compile_frame`, warning about breaks inside PyTorch."""
         with apart_from_saved_tensor_hooks():
-            artifacts = super().compile_frame(fn, args, kwargs, options)
+            artifacts = super().compile_frame(fn, args, kwargs, options, captured)
         capture = artifacts.capture
         for graph_break in capture.graph_breaks if capture is not None else ():
             if graph_break.filename.startswith(TORCH_DIR):

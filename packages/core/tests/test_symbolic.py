@@ -1,0 +1,76 @@
+"""Symbolic sizes in core (decision 0200): symbols in TensorMeta, meta inference on fake
+tensors, guards recorded by the ShapeEnv, printing, and concretizing a graph."""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.core import (
+    GraphBuilder,
+    Level,
+    SymbolicSizes,
+    TensorMeta,
+    concretize,
+    concretize_graph,
+    graph_has_symbols,
+    has_symbols,
+    input_meta,
+    input_symbol_slots,
+    interpret,
+    symbolic_scope,
+    torch_op,
+)
+
+
+def _symbolic_x(rows: int = 16, cols: int = 8) -> tuple[SymbolicSizes, TensorMeta]:
+    sizes = SymbolicSizes({"L['x']": [0]})
+    with symbolic_scope(sizes):
+        meta = input_meta("L['x']", torch.randn(rows, cols))
+    return sizes, meta
+
+
+def test_input_meta_gives_the_marked_dim_a_symbol():
+    sizes, meta = _symbolic_x()
+    assert has_symbols(meta.shape)
+    assert meta.shape[1] == 8 and isinstance(meta.shape[1], int)
+    assert meta.strides[1] == 1 and str(meta.strides[0]) == "8"
+    (binding,) = sizes.bindings
+    assert (binding.source, binding.dim) == ("L['x']", 0)
+    assert str(meta.shape[0]) == binding.name
+
+
+def test_without_a_scope_or_for_sizes_0_and_1_nothing_is_symbolic():
+    assert not has_symbols(input_meta("L['x']", torch.randn(16, 8)).shape)
+    sizes = SymbolicSizes({"L['x']": [0]})
+    with symbolic_scope(sizes):
+        assert input_meta("L['x']", torch.randn(1, 8)).shape == (1, 8)
+        assert input_meta("L['y']", torch.randn(16, 8)).shape == (16, 8)
+    assert not sizes.bindings
+
+
+def test_a_graph_with_symbols_prints_infers_and_concretizes():
+    sizes, meta = _symbolic_x()
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", meta)
+        half = meta.shape[0] // 2
+        y = builder.call(torch_op(torch.narrow), x, 0, 0, half)
+        z = builder.call(torch_op(torch.sigmoid), y)
+        graph = builder.build([z])
+    symbol = sizes.bindings[0].name
+    assert f"f32[({symbol}//2), 8]" in str(graph)
+    assert graph_has_symbols(graph)
+    assert input_symbol_slots(graph) == {symbol: (0, 0)}
+    for rows in (2, 5, 33):
+        static = concretize_graph(graph, {symbol: rows})
+        assert not graph_has_symbols(static)
+        x_value = torch.randn(rows, 8)
+        (out,) = interpret(static, x_value)
+        torch.testing.assert_close(out, torch.sigmoid(x_value[: rows // 2]))
+
+
+def test_a_decision_on_a_size_is_a_guard():
+    sizes, meta = _symbolic_x()
+    assert bool(meta.shape[0] > 10)
+    assert sizes.describe_guards() == ("L['x'].size()[0] > 10",)
+    assert concretize((meta.shape[0] * 3, 4), {sizes.bindings[0].name: 7}) == (21, 4)

@@ -1,0 +1,413 @@
+"""Dynamic shapes in the runtime: which dimensions a compile makes symbolic, the guard
+that checks a call's sizes against a symbolic entry, and the runner that lowers a
+symbolic graph for each size it meets (decision 0200).
+
+Policy, as torch.compile's: ``dynamic=None`` compiles static first and makes a
+dimension symbolic when a compile sees it at a second size (automatic dynamic);
+``dynamic=True`` makes every dimension symbolic from the first call; ``dynamic=False``
+always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
+dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
+specialised: such a call gets its own static entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from torchstrata.core import (
+    CaptureResult,
+    CompileOptions,
+    Graph,
+    Guard,
+    GuardKind,
+    SymbolicSizes,
+    TensorMeta,
+    artifact_logger,
+    concretize,
+    concretize_graph,
+    graph_has_symbols,
+    graph_symbols,
+    has_symbols,
+    input_symbol_slots,
+    interpret,
+)
+
+logger = logging.getLogger("torchstrata.runtime")
+dynamic_log = artifact_logger(__name__, "dynamic")
+
+_DYNAMIC_ATTR = "_torchstrata_dynamic_dims"
+_STATIC_ATTR = "_torchstrata_static_dims"
+
+
+def _check_dim(tensor: Any, dim: int) -> int:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    if not -tensor.dim() <= dim < max(tensor.dim(), 1):
+        raise IndexError(f"dimension {dim} out of range for a tensor of rank {tensor.dim()}")
+    return dim % tensor.dim()
+
+
+def mark_dynamic(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
+    """Compile ``tensor``'s dimension(s) ``dim`` as symbolic from the first call that
+    passes it (unless ``dynamic=False``, or its size there is 0 or 1)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(tensor, _DYNAMIC_ATTR, set()))
+    marked.update(_check_dim(tensor, d) for d in dims)
+    setattr(tensor, _DYNAMIC_ATTR, marked)
+
+
+def mark_static(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
+    """Always specialise ``tensor``'s dimension(s) ``dim`` (even with ``dynamic=True``)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(tensor, _STATIC_ATTR, set()))
+    marked.update(_check_dim(tensor, d) for d in dims)
+    setattr(tensor, _STATIC_ATTR, marked)
+
+
+class DynamicPolicy:
+    """Decides, per compile, which dimensions of the arguments become symbolic.
+
+    :param dynamic: the ``dynamic`` compile option (None, True or False).
+    """
+
+    def __init__(self, dynamic: bool | None) -> None:
+        self.dynamic = dynamic
+        #: (source, dim) -> the sizes compiles have seen it at
+        self.seen: dict[tuple[str, int], set[int]] = {}
+        #: the last (source, dim, old sizes, new size) that made a dimension symbolic
+        self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
+        #: the (source, dim, size) the last plan kept static for being 0 or 1
+        self.specialised: list[tuple[str, int, int]] = []
+
+    def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
+        sizes are remembered for later calls' decisions."""
+        plan: dict[str, tuple[int, ...]] = {}
+        self.changed, self.specialised = [], []
+        for name, value in frame.items():
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+                continue
+            source = f"L[{name!r}]"
+            static: set[int] = getattr(value, _STATIC_ATTR, set())
+            marked: set[int] = getattr(value, _DYNAMIC_ATTR, set())
+            dims = []
+            for dim, size in enumerate(value.shape):
+                seen = self.seen.setdefault((source, dim), set())
+                earlier = tuple(sorted(seen))
+                seen.add(size)
+                if self.dynamic is False or dim in static:
+                    continue
+                if size < 2:
+                    if self.dynamic is True or dim in marked or any(o != size for o in earlier):
+                        self.specialised.append((source, dim, size))
+                    continue
+                if self.dynamic is True or dim in marked:
+                    dims.append(dim)
+                elif any(old != size for old in earlier):
+                    dims.append(dim)
+                    self.changed.append((source, dim, earlier, size))
+            if dims:
+                plan[source] = tuple(dims)
+        return plan
+
+    def reason(self) -> str:
+        """Why the last plan made dimensions symbolic (automatic dynamic) or kept a
+        dimension of size 0 or 1 static, or ''."""
+        made = [
+            f"{source}.size()[{dim}] is {size}, was {', '.join(map(str, earlier))}: "
+            f"dimension {dim} of {source} becomes symbolic"
+            for source, dim, earlier, size in self.changed
+        ]
+        kept = [
+            f"{source}.size()[{dim}] is {size}: sizes 0 and 1 are specialised"
+            for source, dim, size in self.specialised
+        ]
+        return "; ".join(made + kept)
+
+
+class SymbolicRefused(Exception):
+    """A frame that cannot be compiled with symbolic sizes (yet): the message says why."""
+
+
+def eligible(capture: CaptureResult, options: CompileOptions) -> None:
+    """Raise :class:`SymbolicRefused` unless the symbolic capture can run as one graph
+    lowered per size: what is not symbolic-capable yet compiles static per shape."""
+    if capture.graph_breaks:
+        raise SymbolicRefused(
+            f"graph breaks are not symbolic-capable yet (symbolic capture: {capture.graph_breaks[0]})"
+        )
+    if capture.program is None or len(capture.graphs) != 1:
+        raise SymbolicRefused("only frames of one graph are symbolic-capable yet")
+    if options.mode == "reduce-overhead":
+        raise SymbolicRefused("CUDA graphs (mode='reduce-overhead') record one graph per size")
+    graph = capture.graphs[0]
+    metas = [node.meta for node in graph.inputs]
+    if any(isinstance(m, TensorMeta) and m.device.type != "cpu" for m in metas):
+        raise SymbolicRefused("only CPU (C++ backend) graphs are symbolic-capable yet")
+    if torch.is_grad_enabled() and any(getattr(m, "requires_grad", False) for m in metas):
+        raise SymbolicRefused("training (backward) graphs are not symbolic-capable yet")
+    if not graph_has_symbols(graph):
+        raise SymbolicRefused("no dimension stayed symbolic")
+    unbound = graph_symbols(graph) - set(input_symbol_slots(graph))
+    if unbound:
+        raise SymbolicRefused(f"symbols {sorted(unbound)} are not sizes of a graph input")
+
+
+class SizeCheck:
+    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
+    strides, each symbol at least 2, and the size relations the trace relied on.
+    Results are remembered per layout of the inputs."""
+
+    def __init__(
+        self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
+    ) -> None:
+        self.metas = tuple(metas)
+        self.sizes = sizes
+        self.exprs = sizes.guard_exprs()
+        # symbol -> (tensor position, dim) it was made for: every symbol, also those the
+        # ShapeEnv replaced by an equal one since (their guards still name them)
+        self.slots: dict[str, tuple[int, int]] = {
+            b.name: (list(sources).index(b.source), b.dim)
+            for b in sizes.bindings
+            if b.source in sources
+        }
+        self._known: dict[Any, bool] = {}
+
+    def __call__(self, *tensors: Any) -> bool:
+        try:  # the device as is_cpu: symbolic entries are CPU-only (eligible())
+            key = tuple(
+                [
+                    (
+                        t.shape,
+                        t.stride(),
+                        t.dtype,
+                        t.is_cpu,
+                        t.requires_grad,
+                        t.is_neg(),
+                        t.is_conj(),
+                    )
+                    for t in tensors
+                ]
+            )
+        except AttributeError:
+            return False
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = self._check(tensors)
+        return known
+
+    def _check(self, tensors: Sequence[torch.Tensor]) -> bool:
+        import sympy  # type: ignore[import-untyped]
+
+        values = {name: tensors[p].shape[d] for name, (p, d) in self.slots.items()}
+        if any(value < 2 for value in values.values()):
+            return False
+        for tensor, meta in zip(tensors, self.metas, strict=True):
+            same = (tensor.dtype, tensor.device, tensor.requires_grad) == (
+                meta.dtype,
+                meta.device,
+                meta.requires_grad,
+            )
+            if not same or tensor.is_neg() or tensor.is_conj():  # kernels read lazy bits raw
+                return False
+            if tuple(tensor.shape) != concretize(tuple(meta.shape), values):
+                return False
+            if tuple(tensor.stride()) != concretize(tuple(meta.strides), values):
+                return False
+        for expr in self.exprs:
+            if any(s.name not in values for s in expr.free_symbols):
+                return False  # a symbol of an input that has no tensor guard: never
+            free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
+            if not bool(expr.xreplace(free)):
+                return False
+        return True
+
+    def description(self) -> str:
+        """The checked conditions, each symbol named by the dimension it stands for."""
+        symbols = ", ".join(f"{b.source}.size()[{b.dim}] >= 2" for b in self.sizes.bindings)
+        relations = "; ".join(self.sizes.describe_guards())
+        return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
+
+
+def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard, ...]:
+    """The capture's guards for a symbolic entry: a symbolic tensor guard checks only the
+    type; one more guard runs :class:`SizeCheck` over every symbolic input."""
+    kept: list[Guard] = []
+    sources: list[str] = []
+    metas: list[TensorMeta] = []
+    for guard in capture.guards:
+        meta = guard.expected
+        symbolic = isinstance(meta, TensorMeta) and (
+            has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides))
+        )
+        if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
+            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+            sources.append(guard.source)
+            metas.append(meta)
+        else:
+            kept.append(guard)
+    check = SizeCheck(sources, metas, sizes)
+    name = f"__torchstrata_sizes_{id(check):x}__"
+    cell = types.CellType(check)
+    kept.append(
+        Guard(
+            GuardKind.CONSTANT_MATCH,
+            f"{name}.cell_contents({', '.join(sources)})",
+            True,
+            check.description(),
+            cells=((name, cell),),
+        )
+    )
+    return tuple(kept)
+
+
+class SizeSpecialisedRunner:
+    """Runs a graph with symbolic sizes: lowers it (aot, decomp, codegen) for the sizes
+    of each call, once per distinct size, and runs that.
+
+    :param graph: the torch-level graph with symbolic sizes.
+    :param lower: lowers a static torch-level graph to a runner (the pipeline's
+        ``compile_graph(graph, options).runner``).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        lower: Callable[[Graph], Callable[..., Any]],
+        max_lowered: int = 64,
+    ) -> None:
+        self.graph = graph
+        self.lower = lower
+        self.slots = input_symbol_slots(graph)
+        self._slot_list = list(self.slots.values())
+        self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
+        #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
+        self.max_lowered = max_lowered
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = tuple([inputs[p].shape[d] for p, d in self._slot_list])
+        runner = self.runners.get(key)
+        if runner is None:
+            runner = self.runners[key] = self._lower(key)
+        return runner(*inputs)
+
+    def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
+        values = dict(zip(self.slots, key, strict=True))
+        graph = concretize_graph(self.graph, values)
+        if len(self.runners) >= self.max_lowered:
+            if len(self.runners) == self.max_lowered:
+                logger.info(
+                    "a symbolic graph met %d sizes: further sizes run its torch ops unlowered",
+                    self.max_lowered,
+                )
+            return lambda *inputs: interpret(graph, *inputs)
+        dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
+        try:
+            return self.lower(graph)
+        except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
+            logger.warning(
+                "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
+                values,
+                type(error).__name__,
+                error,
+            )
+            return lambda *inputs: interpret(graph, *inputs)
+
+
+def refused_before_capture(
+    pipeline: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+) -> str:
+    """Why the frame cannot compile symbolic, where that shows before capture: ''
+    when it may (:func:`eligible` decides after capture)."""
+    from torchstrata.runtime.pipeline import Pipeline
+
+    if type(pipeline) is not Pipeline:  # distributed region pipelines and the like
+        return f"only the plain Pipeline is symbolic-capable yet, not {type(pipeline).__name__}"
+    if options.mode == "reduce-overhead":
+        return "CUDA graphs (mode='reduce-overhead') record one graph per size"
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        tensors += list(owner.parameters())
+    if any(t.device.type != "cpu" for t in tensors):
+        return "only CPU (C++ backend) graphs are symbolic-capable yet"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "training (backward) graphs are not symbolic-capable yet"
+    return ""
+
+
+def compile_symbolic(
+    pipeline: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: CompileOptions,
+    plan: Mapping[str, Sequence[int]],
+) -> Any:
+    """Capture ``fn`` with the dimensions of ``plan`` symbolic and build its
+    :class:`~torchstrata.runtime.pipeline.FrameArtifacts` (guards from
+    :func:`symbolic_guards`, the graph run by a :class:`SizeSpecialisedRunner`); None
+    when the frame is not symbolic-capable, after one log line saying why (the caller
+    compiles it static)."""
+    import functools
+
+    from torchstrata.core import dynamo_import_deferred, symbolic_scope
+    from torchstrata.runtime.compile_trace import compile_trace, function_title
+    from torchstrata.runtime.pipeline import FrameArtifacts
+
+    refused = refused_before_capture(pipeline, fn, args, kwargs, options)
+    if refused:  # known without capturing: no capture spent on it
+        logger.info("compiling %s static per shape: %s", function_title(fn), refused)
+        return None
+    sizes = SymbolicSizes(plan)
+    capture = None
+    try:
+        with dynamo_import_deferred(), compile_trace(function_title(fn), options):
+            with symbolic_scope(sizes):
+                capture = pipeline.capture(fn, args, kwargs, options)
+            if capture is None:
+                return None
+            eligible(capture, options)
+    except SymbolicRefused as refused:
+        logger.info("compiling %s static per shape: %s", function_title(fn), refused)
+        dynamic_log.debug("symbolic compile refused: %s", refused)
+        static = capture is not None and not any(map(graph_has_symbols, capture.graphs))
+        if static and not capture.graph_breaks and capture.program is not None:  # type: ignore[union-attr]
+            # no symbol made it into the graph (a capture plugin that ignores the
+            # symbolic scope, or every symbolic size was specialised): a static capture
+            return pipeline.compile_frame(fn, args, kwargs, options, captured=capture)
+        return None
+    except Exception as error:  # noqa: BLE001 - symbolic capture is optional: fall back
+        logger.info(
+            "compiling %s static per shape: symbolic capture failed (%s: %s)",
+            function_title(fn),
+            type(error).__name__,
+            error,
+        )
+        return None
+
+    def lower(graph: Graph) -> Callable[..., Any]:
+        with dynamo_import_deferred():
+            return pipeline.compile_graph(graph, options).runner
+
+    runner = SizeSpecialisedRunner(capture.graphs[0], lower)
+    guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
+    dims = ", ".join(f"{b.source}.size()[{b.dim}] as {b.name}" for b in sizes.bindings)
+    logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
+    dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
+    program = guarded.program
+    assert program is not None  # eligible() checked
+    run = functools.partial(program, [runner])
+    direct = guarded.direct_program
+    run_inputs = functools.partial(direct, [runner]) if direct is not None else None
+    return FrameArtifacts(guarded, (), run, run_inputs=run_inputs)
