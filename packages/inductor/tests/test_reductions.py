@@ -49,6 +49,18 @@ def test_integer_sum(ind, codegen):
     ind.check(_reduce("amax", (4, 33), (1,), torch.int64), codegen)
 
 
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("kind", ["amax", "amin"])
+@pytest.mark.parametrize("shape", [(2,), (3, 8), (16,), (2, 17)])
+def test_integer_extrema_of_short_rows(ind, codegen, dtype, kind, shape):
+    """GCC 12 miscompiled an `omp simd reduction(max:)` whose update was a masked select
+    on integers, at row lengths 2, 8 and 16: amax of -[3, 2] came back as INT_MIN."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta(shape, dtype))
+    graph = b.build([b.call(prim(kind), b.call(prim("mul"), x, -1), (len(shape) - 1,))])
+    ind.check(graph, codegen)
+
+
 def test_max_propagates_nan(ind, codegen):
     graph = _reduce("amax", (3, 4), (1,))
     x = torch.randn(3, 4)

@@ -35,8 +35,15 @@ template <> inline double ts_where<double>(bool c, double a, double b) {
   uint64_t x, y; std::memcpy(&x, &a, 8); std::memcpy(&y, &b, 8);
   const uint64_t m = -static_cast<uint64_t>(c); x = (x & m) | (y & ~m); std::memcpy(&a, &x, 8); return a;
 }
-template <typename T> static inline T ts_max(T a, T b) { return ts_where<T>((a != a) | (a > b), a, b); }
-template <typename T> static inline T ts_min(T a, T b) { return ts_where<T>((a != a) | (a < b), a, b); }
+// Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
+// reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
+// 16: amax of [-3, -2] was INT_MIN). Floats: NaN wins, as in torch.
+template <typename T> static inline T ts_max(T a, T b) { return a > b ? a : b; }
+template <typename T> static inline T ts_min(T a, T b) { return a < b ? a : b; }
+template <> inline float ts_max<float>(float a, float b) { return ts_where<float>((a != a) | (a > b), a, b); }
+template <> inline float ts_min<float>(float a, float b) { return ts_where<float>((a != a) | (a < b), a, b); }
+template <> inline double ts_max<double>(double a, double b) { return ts_where<double>((a != a) | (a > b), a, b); }
+template <> inline double ts_min<double>(double a, double b) { return ts_where<double>((a != a) | (a < b), a, b); }
 // exp of a float, inline so that omp simd loops vectorise it (a call to libmvec's expf
 // costs about twice as much): x = k ln2 + r (Cody-Waite, |r| <= ln2/2), e^r by Cephes'
 // polynomial 1 + r + r^2 P(r) (within about 1 ulp), then 2**k in two exact steps so that
