@@ -316,16 +316,29 @@ class CompiledModule(torch.nn.Module):
         self.compiled_forward = forward
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the compiled ``forward`` (eagerly when the original module has hooks)."""
+        """Run the compiled ``forward``; a module with hooks of its own runs its compiled
+        ``__call__`` instead, whose trace inlines the hooks (see :func:`_called`)."""
         module = self._modules["_orig_mod"]  # not through nn.Module.__getattr__ (1.5 us)
         assert module is not None
-        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
-            warn_once(
-                ("module-hooks", id(module)),
-                f"torchstrata: {type(module).__name__} has hooks; running it eagerly",
-            )
-            return module(*args, **kwargs)
+        if (
+            module._forward_hooks
+            or module._forward_pre_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+        ):
+            return self._compiled_call(module)(*args, **kwargs)
         return self.compiled_forward(*args, **kwargs)
+
+    def _compiled_call(self, module: torch.nn.Module) -> CompiledFunction:
+        """``module(*args, **kwargs)`` compiled (made on the first call with hooks): the
+        hooks are traced with the forward, or break the graph where capture cannot trace
+        them, and the hook-dict guards recompile when hooks are added or removed."""
+        compiled = self.__dict__.get("_call_with_hooks")
+        if compiled is None:
+            forward = self.compiled_forward
+            compiled = CompiledFunction(_called(module), forward.options, forward.pipeline)
+            self.__dict__["_call_with_hooks"] = compiled
+        return compiled
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -334,3 +347,14 @@ class CompiledModule(torch.nn.Module):
             if name == "_orig_mod":
                 raise
             return getattr(self._orig_mod, name)
+
+
+def _called(module: torch.nn.Module) -> Callable[..., Any]:
+    """A function that calls ``module`` as users do (``nn.Module.__call__``: its hooks
+    run around ``forward``), for capture to trace."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return module(*args, **kwargs)
+
+    call.__qualname__ = f"{type(module).__qualname__}.__call__"
+    return call
