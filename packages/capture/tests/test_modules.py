@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from torchstrata.capture import capture
+from torchstrata.capture import capture, frame_locals, guard_failure
 from torchstrata.core import GuardKind, TensorMeta, interpret
 
 
@@ -182,3 +184,74 @@ def test_a_member_shadowed_in_the_instance_dict_keeps_its_plain_source(captured,
     result, _ = captured(model.forward, torch.randn(4, 16))
     assert "L['self']._modules['fc1'].weight" in result.program.input_sources
     against_eager(result, model.forward, torch.randn(4, 16))
+
+
+class GrowingCache(nn.Module):
+    """Replaces its buffer with ``register_buffer`` during forward, then reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(5.0))
+
+    def forward(self, x):
+        if x.shape[0] > self.table.shape[0]:
+            self.register_buffer("table", torch.arange(float(x.shape[0])) * 2)
+        return x + self.table[: x.shape[0]]
+
+
+def test_a_buffer_replaced_by_register_buffer_is_read_back_from_the_trace():
+    module = GrowingCache()
+    result = capture(module, (torch.ones(7),), {})
+    assert result.graph_breaks == ()
+    assert module.table.shape == (5,)  # capture changed nothing yet
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    out = result.program(runners, (torch.ones(7),), {})
+    torch.testing.assert_close(out, torch.ones(7) + torch.arange(7.0) * 2)
+    assert module.table.shape == (7,)  # the replacement reached the real module
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.embed(ids)), self.head.weight is self.embed.weight
+
+
+def test_a_tied_weight_is_one_graph_input_seen_as_one_object(captured, against_eager):
+    model = Tied()
+    ids = torch.tensor([1, 2, 3])
+    result, graph = captured(model, ids)
+    assert len(graph.inputs) == 2  # ids and the one weight
+    _, same = against_eager(result, model, ids)
+    assert same is True
+    untied = Tied()
+    untied.head.weight = nn.Parameter(untied.embed.weight.detach().clone())
+    assert any(g.description == "alias" for g in result.guards)
+    frame = frame_locals(untied.forward, (ids,), {})
+    assert guard_failure(result.guards, frame, {}) is not None  # untied: a recompile
+
+
+def test_a_constant_tuple_concatenated_with_tensors():
+    def fn(x):
+        states = ()
+        for i in range(3):
+            states = states + (x * i,)
+        return states, [] + [x] if x.shape[0] else None
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+
+
+def test_a_list_plus_a_tuple_still_raises_as_eager():
+    def fn(x):
+        try:
+            return [x] + (x,)
+        except TypeError:
+            return x
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks  # eager raises the TypeError when the break runs it

@@ -207,6 +207,11 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         return specialise(tracer, stored)
     if stored is not None:  # assigned earlier in this trace
         return stored
+    member = _member_in_trace(tracer, obj, name)
+    if member is not None:
+        if var.source:  # (as below: a value in the instance dict would shadow it)
+            tracer.guard(GuardKind.ABSENT_KEY, f"{var.source}.__dict__", name)
+        return member
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -227,6 +232,23 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         tracer.guard(GuardKind.ABSENT_KEY, f"{var.source}.__dict__", name)
     # Library modules (torch, torch.nn.functional, math) are trusted not to change.
     return tracer.wrap(value, source, guard=not isinstance(obj, types.ModuleType))
+
+
+def _member_in_trace(tracer: Tracer, obj: Any, name: str) -> Var | None:
+    """``obj.name`` for an ``nn.Module`` whose member dict (``_buffers``, ...) this trace
+    already read and may have changed in place (``register_buffer`` replacing a buffer
+    writes ``self._buffers[name]``): the trace's item, not the stale real one."""
+    if not isinstance(obj, torch.nn.Module):
+        return None
+    if type(obj).__getattr__ is not torch.nn.Module.__getattr__ or name in vars(obj):
+        return None
+    if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
+        return None
+    for members in ("_parameters", "_buffers", "_modules"):
+        known = tracer.known_mutable(vars(obj).get(members))
+        if isinstance(known, DictVar) and name in known.items:
+            return known.items[name]
+    return None
 
 
 def _member_dict(obj: Any, name: str) -> str | None:

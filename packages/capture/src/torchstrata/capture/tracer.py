@@ -170,6 +170,8 @@ class Tracer:
         self.globals = globals_
         self.input_sources: list[str] = []
         self._inputs: dict[str, TensorVar] = {}
+        #: Lifted tensors by id (with the tensor, kept alive): one input per tensor.
+        self._lifted: dict[int, tuple[torch.Tensor, TensorVar]] = {}
         self._guards: dict[tuple[Any, ...], Guard] = {}
         #: For each view node, the tensor with a source (an input) it views, if any: an
         #: in-place op through the view writes that input (see :meth:`_note_inplace`).
@@ -278,6 +280,12 @@ class Tracer:
             self._mutables[id(value)] = (value, var, guarded)
         return var
 
+    def known_mutable(self, value: Any) -> Var | None:
+        """The variable this trace made for the list, dict or set ``value`` (whose items
+        hold the trace's changes to it), or None when it made none."""
+        known = self._mutables.get(id(value))
+        return known[1] if known is not None and known[0] is value else None
+
     def _alias(self, var: Var, source: str | None, guarded: bool) -> Var:
         """``var`` again, for a container reached through a second source: guarded
         that the second source still reads the same object as the first."""
@@ -340,11 +348,18 @@ class Tracer:
             )
         if source in self._inputs:
             return self._inputs[source]
+        lifted = self._lifted.get(id(value))
+        if lifted is not None and lifted[0] is value:
+            # one tensor reached through two sources (a tied weight): one input, so that
+            # ``is`` and in-place changes see one tensor; guarded to stay one object
+            self._inputs[source] = lifted[1]
+            return self._alias(lifted[1], source, True)  # type: ignore[return-value]
         meta = TensorMeta.from_tensor(value)
         self.guard(GuardKind.TENSOR_MATCH, source, meta)
         node = self.builder.input(input_name(source), meta)
         var = TensorVar(node, type(value), source)
         self._inputs[source] = var
+        self._lifted[id(value)] = (value, var)
         self.input_sources.append(source)
         return var
 
