@@ -239,8 +239,8 @@ def test_a_constant_tuple_concatenated_with_tensors():
     def fn(x):
         states = ()
         for i in range(3):
-            states = states + (x * i,)
-        return states, [] + [x] if x.shape[0] else None
+            states = states + (x * i,)  # noqa: RUF005 - the form under test
+        return states, [] + [x] if x.shape[0] else None  # noqa: RUF005
 
     result = capture(fn, (torch.ones(2),), {})
     assert result.graph_breaks == ()

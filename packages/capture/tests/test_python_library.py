@@ -183,3 +183,38 @@ def test_uncaught_exception_is_raised_as_eager_raises(capture_only):
 
     with pytest.raises(ValueError, match="too long"):
         capture_only(fail)(torch.randn(3))
+
+
+class _Processors(list):
+    """A list subclass called like Hugging Face's LogitsProcessorList."""
+
+    def __call__(self, x):
+        for processor in self:
+            x = processor(x)
+        return x
+
+
+class _Unhashable(list):
+    def __call__(self, x):
+        return x * len(self)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_list_subclass_is_iterated_by_index_under_a_length_guard(against_eager):
+    processors = _Processors([torch.tanh, functools.partial(torch.mul, other=2.0)])
+    x = torch.randn(3)
+    result = capture(lambda p, x: p(x), (processors, x), {})
+    assert result.graph_breaks == ()
+    against_eager(result, lambda p, x: p(x), processors, x)
+    assert any(g.source == "len(L['p'])" for g in result.guards)
+
+
+def test_calling_an_unhashable_callable_object_does_not_crash_capture(against_eager):
+    def fn(scale, x):
+        return scale(x) + 1
+
+    scale = _Unhashable([1, 2])
+    result = capture(fn, (scale, torch.ones(2)), {})
+    if result.program is not None:  # traced, or split at the call: the same as eager
+        against_eager(result, fn, scale, torch.ones(2))

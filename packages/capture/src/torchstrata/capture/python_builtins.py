@@ -274,7 +274,7 @@ def call_builtin(
     frame: FrameState, fn: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var | None:
     """The result of calling builtin ``fn``, or None when ``fn`` is not one capture handles."""
-    if fn in _DATA_DEPENDENT and args and isinstance(args[0], TensorVar):
+    if _hashable(fn) and fn in _DATA_DEPENDENT and args and isinstance(args[0], TensorVar):
         raise Unsupported(f"{_DATA_DEPENDENT[fn]}(tensor) makes the result depend on tensor values")
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is not None:
