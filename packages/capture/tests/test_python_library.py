@@ -218,3 +218,14 @@ def test_calling_an_unhashable_callable_object_does_not_crash_capture(against_ea
     result = capture(fn, (scale, torch.ones(2)), {})
     if result.program is not None:  # traced, or split at the call: the same as eager
         against_eager(result, fn, scale, torch.ones(2))
+
+
+def test_jit_is_tracing_folds_to_false(against_eager):
+    def fn(x):
+        if torch.jit.is_tracing():
+            return x * 0
+        return x + 1
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))

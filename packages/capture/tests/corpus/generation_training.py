@@ -222,19 +222,6 @@ def greedy_decode_fixed_steps_with_finished_mask(model, input_ids):
     return input_ids, unfinished
 
 
-@case(lambda n: (LM, torch.randint(2, VOCAB, (2, n))), expect="break")
-def greedy_decode_stops_when_all_finished(model, input_ids):
-    # a real break: the loop stops on a tensor value (every sequence has finished)
-    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long)
-    for _ in range(4):
-        next_tokens = model(input_ids)[:, -1, :].argmax(-1)
-        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
-        unfinished = unfinished & (next_tokens != 0)
-        if unfinished.max() == 0:
-            break
-    return input_ids
-
-
 @case(lambda n: (LM, torch.randint(2, VOCAB, (1, n))))
 def beam_search_scores_fixed_beams(model, input_ids):
     num_beams, steps = 3, 2

@@ -412,43 +412,6 @@ def module_list_slicing_and_reversed(model, x):
     return x, len(model.blocks[1:])
 
 
-class MixtralSparseMoE(nn.Module):
-    """Top-2 routing as Mixtral writes it: experts picked with one_hot and torch.where."""
-
-    def __init__(self, num_experts=4, top_k=2):
-        super().__init__()
-        self.num_experts = num_experts
-        self.top_k = top_k
-        self.gate = nn.Linear(D, num_experts, bias=False)
-        self.experts = nn.ModuleList([LlamaMLP(intermediate=24) for _ in range(num_experts)])
-
-    def forward(self, hidden_states):
-        batch_size, sequence_length, hidden_dim = hidden_states.shape
-        hidden_states = hidden_states.view(-1, hidden_dim)
-        router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-        final = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype)
-        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
-        for expert_idx in range(self.num_experts):
-            idx, top_x = torch.where(expert_mask[expert_idx])
-            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
-            current = self.experts[expert_idx](current_state) * routing_weights[top_x, idx, None]
-            final.index_add_(0, top_x, current)
-        return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
-
-
-MIXTRAL = MixtralSparseMoE()
-
-
-@case(lambda n: (MIXTRAL, *seq(n)), expect="break")
-def moe_token_dispatch_by_where(moe, x):
-    # a real break: the tokens routed to each expert (torch.where on the one-hot mask)
-    # make a tensor whose length depends on the router's values
-    return moe(x)
-
-
 class DenseMoE(nn.Module):
     """Top-k routing computed densely: every expert runs on every token and the top-k
     weights are scattered back into a (tokens, experts) matrix: no data-dependent shape."""

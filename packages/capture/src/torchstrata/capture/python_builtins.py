@@ -58,6 +58,9 @@ PURE_BUILTINS = frozenset({
     builtins.sorted, builtins.callable, builtins.repr, builtins.hash, builtins.slice,
     builtins.range, builtins.issubclass, builtins.chr, builtins.ord, builtins.format,
     builtins.set, builtins.frozenset,
+    # (torch.jit.is_tracing(), asked by pad_sequence and others: a captured function is
+    # not traced by torch.jit, and capture runs no jit trace, so it folds to False)
+    torch._C._is_tracing,
 })  # fmt: skip
 
 #: Calls that turn a tensor's data into a Python value.
