@@ -264,3 +264,37 @@ def test_lstm_calls_the_weak_references_to_its_weights(against_eager):
     assert result.graph_breaks == ()
     assert any("._flat_weight_refs[0]()) is (" in g.source for g in result.guards)
     against_eager(result, lstm, x)
+
+
+def test_a_torch_loss_module_built_in_forward_is_made_at_capture_time(against_eager):
+    def fn(logits, labels):
+        loss_fct = nn.CrossEntropyLoss(ignore_index=logits.size(1))
+        return loss_fct(logits, labels.clamp(0, logits.size(1)))
+
+    args = (torch.randn(4, 3), torch.tensor([0, 2, 5, 1]))
+    result = capture(fn, args, {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, *args)
+
+
+def test_a_torch_loss_module_holding_class_weights_is_not_built_at_capture_time():
+    def fn(logits, labels, weight):
+        return nn.CrossEntropyLoss(weight=weight)(logits, labels)
+
+    result = capture(fn, (torch.randn(4, 3), torch.tensor([0, 2, 1, 1]), torch.ones(3)), {})
+    assert result.graph_breaks  # a tensor argument: not folded
+
+
+def test_requires_grad_on_a_parameter_runs_eagerly():
+    model = nn.Linear(2, 2)
+
+    def fn(model, x):
+        model.weight.requires_grad_(False)
+        return model(x), model.weight.requires_grad
+
+    result = capture(fn, (model, torch.ones(2)), {})
+    assert result.graph_breaks
+    assert "requires_grad_" in result.graph_breaks[0].reason
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    _, flag = result.program(runners, (model, torch.ones(2)), {})
+    assert flag is False and model.weight.requires_grad is False

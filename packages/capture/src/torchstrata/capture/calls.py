@@ -205,6 +205,8 @@ def _call_object(
         return ConstVar(None)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
         return _construct_config(frame, value, args, kwargs)
+    if _stateless_torch_module(value):
+        return _construct_stateless_module(value, args, kwargs)
     if is_checkpoint(value):
         return call_checkpoint(tracer, lambda f, a, k: call_function(frame, f, a, k), args, kwargs)
     library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
@@ -292,6 +294,35 @@ def _construct_config(
         instance = cls(*values, **keywords)
     except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it
         raise Unsupported(f"{cls.__name__}(...) raised {type(error).__name__}: {error}") from None
+    return ObjectVar(instance, fresh=True)
+
+
+def _stateless_torch_module(value: Any) -> bool:
+    """A loss or activation class of ``torch.nn`` (``nn.CrossEntropyLoss``, ``nn.GELU``),
+    which task heads build in their forward: ``loss_fct = CrossEntropyLoss()``."""
+    return (
+        isinstance(value, type)
+        and issubclass(value, torch.nn.Module)
+        and value.__module__ in ("torch.nn.modules.loss", "torch.nn.modules.activation")
+    )
+
+
+def _construct_stateless_module(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """Such a module built from constants, for real, at capture time: one holding no
+    parameters and no tensors (a loss without class weights); each call gets its own."""
+    try:
+        values = [python_value(arg) for arg in args]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported(f"{cls.__name__}(...) with tensor arguments is not supported") from None
+    try:
+        instance = cls(*values, **keywords)
+    except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it
+        raise Unsupported(f"{cls.__name__}(...) raised {type(error).__name__}: {error}") from None
+    if any(True for _ in instance.parameters()) or any(
+        buffer is not None for buffer in instance._buffers.values()
+    ):
+        raise Unsupported(f"{cls.__name__}(...) holding tensors is not supported")
     return ObjectVar(instance, fresh=True)
 
 

@@ -368,6 +368,10 @@ class Tracer:
         """Record ``op(*args, **kwargs)`` in the graph and return its result variable(s)."""
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
+        if op.name == "torch.Tensor.requires_grad_":
+            # autograd state, not a computation: as a graph node it changed the real
+            # tensor while the trace kept reading the old flag
+            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
         if (self.modes or self.ambient_autocast) and op not in (DETACH, CAST):
             try:
                 args = apply_modes(self, op, args, kwargs)
