@@ -298,3 +298,30 @@ def test_requires_grad_on_a_parameter_runs_eagerly():
     runners = [functools.partial(interpret, graph) for graph in result.graphs]
     _, flag = result.program(runners, (model, torch.ones(2)), {})
     assert flag is False and model.weight.requires_grad is False
+
+
+def test_parameter_data_written_under_no_grad_reaches_the_parameter():
+    model = nn.Linear(3, 3)
+    expected = model.weight.detach().clone() * 2 + 1
+
+    def fn(model, delta):
+        with torch.no_grad():
+            model.weight.data += delta
+            model.weight.data.mul_(2)
+        return model.weight.detach().sum(), model.weight.requires_grad
+
+    result = capture(fn, (model, torch.full((3, 3), 0.5)), {})
+    assert result.graph_breaks == ()
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    total, flag = result.program(runners, (model, torch.full((3, 3), 0.5)), {})
+    torch.testing.assert_close(model.weight.detach(), expected)
+    torch.testing.assert_close(total, expected.sum())
+    assert flag is True and isinstance(model.weight, nn.Parameter)
+
+
+def test_parameter_data_outside_no_grad_stays_a_graph_break():
+    def fn(model):
+        return model.weight.data * 2
+
+    result = capture(fn, (nn.Linear(3, 3),), {})
+    assert result.graph_breaks and "Tensor.data" in result.graph_breaks[0].reason

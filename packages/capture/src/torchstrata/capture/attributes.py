@@ -17,6 +17,7 @@ import torch
 
 from torchstrata.capture.counters import CounterVar, specialise
 from torchstrata.capture.instances import InstanceVar, instance_attribute
+from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.operators import fold
 from torchstrata.capture.side_effects import DeletedVar
 from torchstrata.capture.tracer import Tracer, Unsupported
@@ -144,6 +145,15 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
         op = torch_op(getattr(torch, name))
         assert op is not None, name
         return tracer.call_op(op, (var,), {})
+    if name == "data" and var.source is not None and not grad_enabled(tracer):
+        # ``param.data`` under no_grad (a merge, an initialiser, an optimizer step): the
+        # parameter's storage without autograd, as ``detach()`` gives it; in-place
+        # writes through it reach the parameter. (Outside no_grad a tensor saved for
+        # backward could be changed behind autograd's back: that stays a graph break.)
+        detached = tracer.call_op(_method_ref("detach"), (var,), {})
+        assert isinstance(detached, TensorVar)
+        tracer.data_views[id(var)] = (var, detached)
+        return detached
     if name in _DATA_ATTRIBUTES:
         raise Unsupported(f"Tensor.{name} is not supported")
     static = inspect.getattr_static(torch.Tensor, name, None)

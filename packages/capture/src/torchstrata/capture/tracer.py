@@ -170,6 +170,9 @@ class Tracer:
         self.globals = globals_
         self.input_sources: list[str] = []
         self._inputs: dict[str, TensorVar] = {}
+        #: ``param.data`` read under no_grad: the detached variable, by the parameter's
+        #: variable (``param.data += d`` stores it back: nothing more to do).
+        self.data_views: dict[int, tuple[TensorVar, TensorVar]] = {}
         #: Lifted tensors by id (with the tensor, kept alive): one input per tensor.
         self._lifted: dict[int, tuple[torch.Tensor, TensorVar]] = {}
         self._guards: dict[tuple[Any, ...], Guard] = {}
