@@ -257,15 +257,6 @@ def test_a_list_plus_a_tuple_still_raises_as_eager():
     assert result.graph_breaks  # eager raises the TypeError when the break runs it
 
 
-def test_lstm_calls_the_weak_references_to_its_weights(against_eager):
-    lstm = nn.LSTM(4, 4, batch_first=True)
-    x = torch.randn(2, 3, 4)
-    result = capture(lstm, (x,), {})
-    assert result.graph_breaks == ()
-    assert any("._flat_weight_refs[0]()) is (" in g.source for g in result.guards)
-    against_eager(result, lstm, x)
-
-
 def test_a_torch_loss_module_built_in_forward_is_made_at_capture_time(against_eager):
     def fn(logits, labels):
         loss_fct = nn.CrossEntropyLoss(ignore_index=logits.size(1))

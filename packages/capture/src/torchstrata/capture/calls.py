@@ -13,7 +13,6 @@ import functools
 import inspect
 import operator
 import types
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -196,10 +195,6 @@ def _call_object(
     by_mapping = call_dict_method(frame, value, args, kwargs)  # dict.__setitem__(obj, ...)
     if by_mapping is not None:
         return by_mapping
-    if type(value) is weakref.ref and not args and not kwargs and fn.source:
-        # a weak reference read from a source (nn.RNNBase's _flat_weight_refs): its
-        # referent, fetched the same way at call time (a dead one gives None)
-        return tracer.wrap(value(), f"{fn.source}()")
     if value is object.__setattr__ and len(args) == 3 and isinstance(args[0], UserObjectVar):
         args[0].attributes[python_value(args[1])] = args[2]  # a frozen dataclass's __init__
         return ConstVar(None)
