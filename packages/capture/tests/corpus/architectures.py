@@ -651,7 +651,9 @@ BIGRU = nn.GRU(D, 8, batch_first=True, bidirectional=True)
 
 
 # (a deep copy, as the test's eager copy is one: an RNN's deepcopy reorders its __dict__)
-@case(lambda n: (copy.deepcopy(BIGRU), torch.randn(2, n, D)))
+# known capture limitation: the RNN modules call weak references to their flat weights
+# ("call to <weakref ...>"), a graph break (see vision_audio.lstm_with_initial_state)
+@case(lambda n: (copy.deepcopy(BIGRU), torch.randn(2, n, D)), expect="any")
 def bidirectional_gru_final_states_concatenated(gru, x):
     output, h_n = gru(x)
     final = torch.cat([h_n[-2], h_n[-1]], dim=-1)
