@@ -229,3 +229,17 @@ def test_jit_is_tracing_folds_to_false(against_eager):
     result = capture(fn, (torch.ones(2),), {})
     assert result.graph_breaks == ()
     against_eager(result, fn, torch.ones(2))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_pad_sequence_is_traced_as_pads_and_a_stack(against_eager, side, batch_first):
+    def fn(sequences):
+        return torch.nn.utils.rnn.pad_sequence(
+            sequences, batch_first=batch_first, padding_value=-1.0, padding_side=side
+        )
+
+    sequences = [torch.randn(2, 3), torch.randn(4, 3), torch.randn(1, 3)]
+    result = capture(fn, (sequences,), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, sequences)
