@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from torchstrata.capture import capture
+from torchstrata.core import interpret
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -243,3 +244,44 @@ def test_pad_sequence_is_traced_as_pads_and_a_stack(against_eager, side, batch_f
     result = capture(fn, (sequences,), {})
     assert result.graph_breaks == ()
     against_eager(result, fn, sequences)
+
+
+@dataclasses.dataclass
+class _Config:
+    hidden: int = 8
+    act: str = "gelu"
+
+    def __post_init__(self):
+        if self.hidden % 4:
+            raise ValueError("hidden must be divisible by 4")
+
+
+def test_a_config_that_raises_in_post_init_is_caught_in_the_trace(against_eager):
+    def fn(x):
+        try:
+            _Config(hidden=6)
+            message = ""
+        except ValueError as error:
+            message = str(error)
+        smaller = dataclasses.replace(_Config(), hidden=4)
+        return (
+            x * smaller.hidden,
+            message,
+            dataclasses.asdict(smaller),
+            dataclasses.astuple(smaller),
+        )
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))
+
+
+def test_a_config_error_nobody_catches_is_a_graph_break():
+    def fn(x):
+        return x * _Config(hidden=6).hidden
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks
+    with pytest.raises(ValueError, match="divisible"):
+        runners = [functools.partial(interpret, g) for g in result.graphs]
+        result.program(runners, (torch.ones(2),), {})
