@@ -285,3 +285,24 @@ def test_a_config_error_nobody_catches_is_a_graph_break():
     with pytest.raises(ValueError, match="divisible"):
         runners = [functools.partial(interpret, g) for g in result.graphs]
         result.program(runners, (torch.ones(2),), {})
+
+
+def test_set_and_sorted_of_a_dict_holding_tensors_read_its_keys(against_eager):
+    def fn(x):
+        outputs = {"b": x * 2, "a": x + 1}
+        return sorted(outputs), set(outputs) - {"a"}, frozenset(outputs)
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))
+
+
+def test_parameters_to_vector_traces(against_eager):
+    model = torch.nn.Linear(3, 2)
+
+    def fn(model):
+        return torch.nn.utils.parameters_to_vector(model.parameters()) * 2
+
+    result = capture(fn, (model,), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, model)
