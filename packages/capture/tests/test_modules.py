@@ -276,7 +276,7 @@ def test_a_torch_loss_module_holding_class_weights_is_not_built_at_capture_time(
     assert result.graph_breaks  # a tensor argument: not folded
 
 
-def test_requires_grad_on_a_parameter_runs_eagerly():
+def test_freezing_a_parameter_is_set_after_the_graph_and_read_as_detached():
     model = nn.Linear(2, 2)
 
     def fn(model, x):
@@ -284,11 +284,23 @@ def test_requires_grad_on_a_parameter_runs_eagerly():
         return model(x), model.weight.requires_grad
 
     result = capture(fn, (model, torch.ones(2)), {})
+    assert result.graph_breaks == ()
+    assert model.weight.requires_grad is True  # capture changed nothing yet
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    out, flag = result.program(runners, (model, torch.ones(2)), {})
+    assert flag is False and model.weight.requires_grad is False
+    out.sum().backward()
+    assert model.weight.grad is None and model.bias.grad is not None
+
+
+def test_requires_grad_true_on_a_frozen_input_runs_eagerly():
+    def fn(x):
+        x.requires_grad_(True)
+        return x * 2
+
+    result = capture(fn, (torch.ones(2),), {})
     assert result.graph_breaks
     assert "requires_grad_" in result.graph_breaks[0].reason
-    runners = [functools.partial(interpret, graph) for graph in result.graphs]
-    _, flag = result.program(runners, (model, torch.ones(2)), {})
-    assert flag is False and model.weight.requires_grad is False
 
 
 def test_parameter_data_written_under_no_grad_reaches_the_parameter():

@@ -45,6 +45,7 @@ from torchstrata.core import (
     enabled_autocast,
     infer_meta,
     iter_nodes,
+    torch_op,
 )
 
 #: Python values that are constants of the trace (specialised on, guarded by value).
@@ -372,9 +373,7 @@ class Tracer:
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
         if op.name == "torch.Tensor.requires_grad_":
-            # autograd state, not a computation: as a graph node it changed the real
-            # tensor while the trace kept reading the old flag
-            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
+            return self._requires_grad(args, kwargs)
         if (self.modes or self.ambient_autocast) and op not in (DETACH, CAST):
             try:
                 args = apply_modes(self, op, args, kwargs)
@@ -434,6 +433,29 @@ class Tracer:
         if named is None or len(named.field_names) != len(items):
             return SequenceVar(items)
         return SequenceVar(items, field_names=named.field_names, tuple_type=named.cls)
+
+    def _requires_grad(self, args: tuple[Var, ...], kwargs: Mapping[str, Var]) -> Var:
+        """``x.requires_grad_(flag)``: autograd state, not a computation. Turned off on a
+        tensor with a source (freezing a parameter), later reads see it detached and the
+        real tensor gets the flag after the graph; anything else runs eagerly (as a graph
+        node it changed the real tensor while the trace kept reading the old flag)."""
+        target = args[0] if args else None
+        flag_var = args[1] if len(args) > 1 else kwargs.get("requires_grad", ConstVar(True))
+        flag = flag_var.value if isinstance(flag_var, ConstVar) else None
+        if not isinstance(target, TensorVar) or target.source is None or not isinstance(flag, bool):
+            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
+        if flag == target.meta.requires_grad:
+            self.side_effects.set_requires_grad(target, flag)
+            return target
+        if flag:
+            raise Unsupported("Tensor.requires_grad_(True) on an input runs eagerly")
+        detach = torch_op(torch.Tensor.detach)
+        assert detach is not None
+        detached = self.call_op(detach, (target,), {})
+        assert isinstance(detached, TensorVar)
+        target.node = detached.node  # later reads of this tensor see it without grad
+        self.side_effects.set_requires_grad(target, flag)
+        return target
 
     @staticmethod
     def _inplace_meta(
