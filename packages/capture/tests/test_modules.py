@@ -328,3 +328,13 @@ def test_parameter_data_outside_no_grad_stays_a_graph_break():
 
     result = capture(fn, (nn.Linear(3, 3),), {})
     assert result.graph_breaks and "Tensor.data" in result.graph_breaks[0].reason
+
+
+def test_requires_grad_false_on_a_detached_tensor_changes_nothing(against_eager):
+    def fn(w, x):
+        return x @ w.detach().requires_grad_(False).T
+
+    args = (torch.randn(3, 3, requires_grad=True), torch.randn(2, 3))
+    result = capture(fn, args, {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, *args)

@@ -442,7 +442,11 @@ class Tracer:
         target = args[0] if args else None
         flag_var = args[1] if len(args) > 1 else kwargs.get("requires_grad", ConstVar(True))
         flag = flag_var.value if isinstance(flag_var, ConstVar) else None
-        if not isinstance(target, TensorVar) or target.source is None or not isinstance(flag, bool):
+        if not isinstance(target, TensorVar) or not isinstance(flag, bool):
+            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
+        if target.source is None and flag == target.meta.requires_grad:
+            return target  # a tensor the graph makes, already so: nothing changes
+        if target.source is None:
             raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
         if flag == target.meta.requires_grad:
             self.side_effects.set_requires_grad(target, flag)
