@@ -3,7 +3,8 @@ capsule routing, neural additive models by grouped convolution, hypernetworks, F
 deep sets and set-transformer pooling, slot attention with a GRU cell, a memory network
 with erase/add writes, pointer-network decoding with a visited mask, NCF, DCN cross
 layers, Time2Vec, N-BEATS bases, gated residual networks, JEM energies, prototypical
-networks, and a functional fast-weights step."""
+networks, a functional fast-weights step, knowledge tracing, siamese, style, total-variation
+and center losses."""
 
 import math
 
@@ -331,3 +332,62 @@ def functional_fast_weights_inner_step(weight, bias, x, labels):
     fast_weight = weight - inner_lr * grad_logits.T @ x
     fast_bias = bias - inner_lr * grad_logits.sum(0)
     return F.cross_entropy(F.linear(x, fast_weight, fast_bias), labels)
+
+
+@case(
+    lambda n: (
+        nn.Linear(2 * 5, 5),
+        torch.arange(n)[None].expand(2, n) % 5,
+        torch.arange(2 * n).view(2, n) % 2,
+    )
+)
+def deep_knowledge_tracing_interaction_encoding(predictor, skills, correct):
+    num_skills = 5
+    interactions = F.one_hot(skills + num_skills * correct, 2 * num_skills).float()
+    states = interactions.cumsum(1) / torch.arange(1, skills.shape[1] + 1)[None, :, None]
+    probs = predictor(states).sigmoid()
+    next_skill = skills[:, 1:]
+    predicted = probs[:, :-1].gather(-1, next_skill[..., None]).squeeze(-1)
+    return F.binary_cross_entropy(predicted, correct[:, 1:].float())
+
+
+@case(lambda n: (torch.randn(n, D), torch.randn(n, D), torch.arange(n) % 2))
+def siamese_contrastive_margin_loss(left, right, same):
+    margin = 1.0
+    distance = F.pairwise_distance(left, right)
+    loss = same * distance.pow(2) + (1 - same) * F.relu(margin - distance).pow(2)
+    return loss.mean() / 2
+
+
+@case(
+    lambda n: (
+        [torch.randn(1, 4, 2 * n, 2 * n), torch.randn(1, 6, n, n)],
+        [torch.randn(1, 4, 2 * n, 2 * n), torch.randn(1, 6, n, n)],
+    )
+)
+def style_gram_and_perceptual_losses(features, targets):
+    def gram(x):
+        b, c, h, w = x.shape
+        f = x.view(b, c, h * w)
+        return f @ f.transpose(1, 2) / (c * h * w)
+
+    weights = [1.0, 0.5]
+    style = sum(w * F.mse_loss(gram(f), gram(t)) for w, f, t in zip(weights, features, targets))
+    content = F.l1_loss(features[-1], targets[-1])
+    return style, content
+
+
+@case(lambda n: (torch.randn(2, 3, n, n + 1),))
+def total_variation_image_prior(images):
+    dh = (images[:, :, 1:, :] - images[:, :, :-1, :]).abs().mean()
+    dw = (images[:, :, :, 1:] - images[:, :, :, :-1]).abs().mean()
+    return dh + dw
+
+
+CENTERS = nn.Parameter(torch.randn(4, D))
+
+
+@case(lambda n: (CENTERS, torch.randn(n, D), torch.arange(n) % 4))
+def center_loss_to_class_centers(centers, features, labels):
+    batch_centers = centers.index_select(0, labels)
+    return 0.5 * (features - batch_centers).pow(2).sum(-1).mean()
