@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from torchstrata.capture import capture
+from torchstrata.capture import capture, frame_locals, guard_failure
 from torchstrata.core import GuardKind, TensorMeta, interpret
 
 
@@ -182,3 +184,157 @@ def test_a_member_shadowed_in_the_instance_dict_keeps_its_plain_source(captured,
     result, _ = captured(model.forward, torch.randn(4, 16))
     assert "L['self']._modules['fc1'].weight" in result.program.input_sources
     against_eager(result, model.forward, torch.randn(4, 16))
+
+
+class GrowingCache(nn.Module):
+    """Replaces its buffer with ``register_buffer`` during forward, then reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(5.0))
+
+    def forward(self, x):
+        if x.shape[0] > self.table.shape[0]:
+            self.register_buffer("table", torch.arange(float(x.shape[0])) * 2)
+        return x + self.table[: x.shape[0]]
+
+
+def test_a_buffer_replaced_by_register_buffer_is_read_back_from_the_trace():
+    module = GrowingCache()
+    result = capture(module, (torch.ones(7),), {})
+    assert result.graph_breaks == ()
+    assert module.table.shape == (5,)  # capture changed nothing yet
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    out = result.program(runners, (torch.ones(7),), {})
+    torch.testing.assert_close(out, torch.ones(7) + torch.arange(7.0) * 2)
+    assert module.table.shape == (7,)  # the replacement reached the real module
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.embed(ids)), self.head.weight is self.embed.weight
+
+
+def test_a_tied_weight_is_one_graph_input_seen_as_one_object(captured, against_eager):
+    model = Tied()
+    ids = torch.tensor([1, 2, 3])
+    result, graph = captured(model, ids)
+    assert len(graph.inputs) == 2  # ids and the one weight
+    _, same = against_eager(result, model, ids)
+    assert same is True
+    untied = Tied()
+    untied.head.weight = nn.Parameter(untied.embed.weight.detach().clone())
+    assert any(g.description == "alias" for g in result.guards)
+    frame = frame_locals(untied.forward, (ids,), {})
+    assert guard_failure(result.guards, frame, {}) is not None  # untied: a recompile
+
+
+def test_a_constant_tuple_concatenated_with_tensors():
+    def fn(x):
+        states = ()
+        for i in range(3):
+            states = states + (x * i,)  # noqa: RUF005 - the form under test
+        return states, [] + [x] if x.shape[0] else None  # noqa: RUF005
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+
+
+def test_a_list_plus_a_tuple_still_raises_as_eager():
+    def fn(x):
+        try:
+            return [x] + (x,)
+        except TypeError:
+            return x
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks  # eager raises the TypeError when the break runs it
+
+
+def test_a_torch_loss_module_built_in_forward_is_made_at_capture_time(against_eager):
+    def fn(logits, labels):
+        loss_fct = nn.CrossEntropyLoss(ignore_index=logits.size(1))
+        return loss_fct(logits, labels.clamp(0, logits.size(1)))
+
+    args = (torch.randn(4, 3), torch.tensor([0, 2, 5, 1]))
+    result = capture(fn, args, {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, *args)
+
+
+def test_a_torch_loss_module_holding_class_weights_is_not_built_at_capture_time():
+    def fn(logits, labels, weight):
+        return nn.CrossEntropyLoss(weight=weight)(logits, labels)
+
+    result = capture(fn, (torch.randn(4, 3), torch.tensor([0, 2, 1, 1]), torch.ones(3)), {})
+    assert result.graph_breaks  # a tensor argument: not folded
+
+
+def test_freezing_a_parameter_is_set_after_the_graph_and_read_as_detached():
+    model = nn.Linear(2, 2)
+
+    def fn(model, x):
+        model.weight.requires_grad_(False)
+        return model(x), model.weight.requires_grad
+
+    result = capture(fn, (model, torch.ones(2)), {})
+    assert result.graph_breaks == ()
+    assert model.weight.requires_grad is True  # capture changed nothing yet
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    out, flag = result.program(runners, (model, torch.ones(2)), {})
+    assert flag is False and model.weight.requires_grad is False
+    out.sum().backward()
+    assert model.weight.grad is None and model.bias.grad is not None
+
+
+def test_requires_grad_true_on_a_frozen_input_runs_eagerly():
+    def fn(x):
+        x.requires_grad_(True)
+        return x * 2
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks
+    assert "requires_grad_" in result.graph_breaks[0].reason
+
+
+def test_parameter_data_written_under_no_grad_reaches_the_parameter():
+    model = nn.Linear(3, 3)
+    expected = model.weight.detach().clone() * 2 + 1
+
+    def fn(model, delta):
+        with torch.no_grad():
+            model.weight.data += delta
+            model.weight.data.mul_(2)
+        return model.weight.detach().sum(), model.weight.requires_grad
+
+    result = capture(fn, (model, torch.full((3, 3), 0.5)), {})
+    assert result.graph_breaks == ()
+    runners = [functools.partial(interpret, graph) for graph in result.graphs]
+    total, flag = result.program(runners, (model, torch.full((3, 3), 0.5)), {})
+    torch.testing.assert_close(model.weight.detach(), expected)
+    torch.testing.assert_close(total, expected.sum())
+    assert flag is True and isinstance(model.weight, nn.Parameter)
+
+
+def test_parameter_data_outside_no_grad_stays_a_graph_break():
+    def fn(model):
+        return model.weight.data * 2
+
+    result = capture(fn, (nn.Linear(3, 3),), {})
+    assert result.graph_breaks and "Tensor.data" in result.graph_breaks[0].reason
+
+
+def test_requires_grad_false_on_a_detached_tensor_changes_nothing(against_eager):
+    def fn(w, x):
+        return x @ w.detach().requires_grad_(False).T
+
+    args = (torch.randn(3, 3, requires_grad=True), torch.randn(2, 3))
+    result = capture(fn, args, {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, *args)

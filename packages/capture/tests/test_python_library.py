@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from torchstrata.capture import capture
+from torchstrata.core import interpret
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -183,3 +184,125 @@ def test_uncaught_exception_is_raised_as_eager_raises(capture_only):
 
     with pytest.raises(ValueError, match="too long"):
         capture_only(fail)(torch.randn(3))
+
+
+class _Processors(list):
+    """A list subclass called like Hugging Face's LogitsProcessorList."""
+
+    def __call__(self, x):
+        for processor in self:
+            x = processor(x)
+        return x
+
+
+class _Unhashable(list):
+    def __call__(self, x):
+        return x * len(self)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_list_subclass_is_iterated_by_index_under_a_length_guard(against_eager):
+    processors = _Processors([torch.tanh, functools.partial(torch.mul, other=2.0)])
+    x = torch.randn(3)
+    result = capture(lambda p, x: p(x), (processors, x), {})
+    assert result.graph_breaks == ()
+    against_eager(result, lambda p, x: p(x), processors, x)
+    assert any(g.source == "len(L['p'])" for g in result.guards)
+
+
+def test_calling_an_unhashable_callable_object_does_not_crash_capture(against_eager):
+    def fn(scale, x):
+        return scale(x) + 1
+
+    scale = _Unhashable([1, 2])
+    result = capture(fn, (scale, torch.ones(2)), {})
+    if result.program is not None:  # traced, or split at the call: the same as eager
+        against_eager(result, fn, scale, torch.ones(2))
+
+
+def test_jit_is_tracing_folds_to_false(against_eager):
+    def fn(x):
+        if torch.jit.is_tracing():
+            return x * 0
+        return x + 1
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_pad_sequence_is_traced_as_pads_and_a_stack(against_eager, side, batch_first):
+    def fn(sequences):
+        return torch.nn.utils.rnn.pad_sequence(
+            sequences, batch_first=batch_first, padding_value=-1.0, padding_side=side
+        )
+
+    sequences = [torch.randn(2, 3), torch.randn(4, 3), torch.randn(1, 3)]
+    result = capture(fn, (sequences,), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, sequences)
+
+
+@dataclasses.dataclass
+class _Config:
+    hidden: int = 8
+    act: str = "gelu"
+
+    def __post_init__(self):
+        if self.hidden % 4:
+            raise ValueError("hidden must be divisible by 4")
+
+
+def test_a_config_that_raises_in_post_init_is_caught_in_the_trace(against_eager):
+    def fn(x):
+        try:
+            _Config(hidden=6)
+            message = ""
+        except ValueError as error:
+            message = str(error)
+        smaller = dataclasses.replace(_Config(), hidden=4)
+        return (
+            x * smaller.hidden,
+            message,
+            dataclasses.asdict(smaller),
+            dataclasses.astuple(smaller),
+        )
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))
+
+
+def test_a_config_error_nobody_catches_is_a_graph_break():
+    def fn(x):
+        return x * _Config(hidden=6).hidden
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks
+    with pytest.raises(ValueError, match="divisible"):
+        runners = [functools.partial(interpret, g) for g in result.graphs]
+        result.program(runners, (torch.ones(2),), {})
+
+
+def test_set_and_sorted_of_a_dict_holding_tensors_read_its_keys(against_eager):
+    def fn(x):
+        outputs = {"b": x * 2, "a": x + 1}
+        return sorted(outputs), set(outputs) - {"a"}, frozenset(outputs)
+
+    result = capture(fn, (torch.ones(2),), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, torch.ones(2))
+
+
+def test_parameters_to_vector_traces(against_eager):
+    model = torch.nn.Linear(3, 2)
+
+    def fn(model):
+        return torch.nn.utils.parameters_to_vector(model.parameters()) * 2
+
+    result = capture(fn, (model,), {})
+    assert result.graph_breaks == ()
+    against_eager(result, fn, model)

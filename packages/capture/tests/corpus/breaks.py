@@ -10,6 +10,7 @@ import copy
 import itertools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 try:  # numpy is optional for torch; its programs are left out without it
@@ -450,3 +451,116 @@ def nested_with_and_print(x):
             y = x * 2
         z = y + 1
     return z
+
+
+# Model-library code that breaks for a real reason: a shape or a loop that depends on
+# tensor values, or an operator with no shape-only (meta) implementation.
+
+
+class SparseMoE(nn.Module):
+    """Mixtral's top-2 routing: the tokens of each expert are found with torch.where."""
+
+    def __init__(self, dim=8, num_experts=4, top_k=2):
+        super().__init__()
+        self.num_experts, self.top_k = num_experts, top_k
+        self.gate = nn.Linear(dim, num_experts, bias=False)
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, 16), nn.SiLU(), nn.Linear(16, dim))
+            for _ in range(num_experts)
+        )
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        final = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype)
+        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        for expert_idx in range(self.num_experts):
+            idx, top_x = torch.where(expert_mask[expert_idx])
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            current = self.experts[expert_idx](current_state) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, current)
+        return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+SPARSE_MOE = SparseMoE()
+
+
+@case(lambda n: (SPARSE_MOE, torch.randn(2, n, 8)))
+def moe_token_dispatch_by_where(moe, x):
+    # the number of tokens routed to each expert depends on the router's values
+    return moe(x)
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self, vocab=12):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 8)
+        self.head = nn.Linear(8, vocab)
+
+    def forward(self, input_ids):
+        return self.head(torch.tanh(self.embed(input_ids)).cumsum(1))
+
+
+DECODER = TinyDecoder()
+
+
+@case(lambda n: (DECODER, torch.randint(2, 12, (2, n))))
+def greedy_decode_stops_when_all_finished(model, input_ids):
+    # the loop stops on a tensor value: every sequence has produced the end token
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long)
+    for _ in range(4):
+        next_tokens = model(input_ids)[:, -1, :].argmax(-1)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        unfinished = unfinished & (next_tokens != 0)
+        if unfinished.max() == 0:
+            break
+    return input_ids
+
+
+@case(
+    lambda n: (
+        torch.randn(n, 2, 5).log_softmax(-1),
+        torch.tensor([[1, 2], [3, 3]]),
+        torch.tensor([n, n - 1]),
+        torch.tensor([2, 1]),
+    )
+)
+def ctc_loss_with_lengths(log_probs, targets, input_lengths, target_lengths):
+    # an opaque C call: aten::_ctc_loss has no meta (shape-only) implementation
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, zero_infinity=True)
+
+
+PACKED_LSTM = nn.LSTM(8, 8, batch_first=True)
+
+
+@case(lambda n: (copy.deepcopy(PACKED_LSTM), torch.randn(2, n, 8), torch.tensor([n, n - 2])))
+def lstm_packed_sequence(lstm, x, lengths):
+    # packing reads the lengths' values (the batch sizes of each time step come from them)
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    output, (h, _) = lstm(packed)
+    padded, out_lengths = nn.utils.rnn.pad_packed_sequence(
+        output, batch_first=True, total_length=x.shape[1]
+    )
+    return padded, h, out_lengths
+
+
+@case(lambda n: (torch.randn(2, n, 8), torch.tensor([[1] * 3 + [0] * 9, [1] * 2 + [0] * 10])))
+def unpad_tokens_by_attention_mask(hidden, attention_mask):
+    # flash-attention's unpadding: the kept tokens' count depends on the mask's values
+    mask = attention_mask[:, : hidden.shape[1]]
+    indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
+    cu_seqlens = F.pad(
+        torch.cumsum(mask.sum(-1, dtype=torch.int32), dim=0, dtype=torch.int32), (1, 0)
+    )
+    return hidden.reshape(-1, hidden.shape[-1])[indices], cu_seqlens
+
+
+@case(lambda n: (torch.randn(n, 5), torch.randint(0, 3, (n,))))
+def per_class_mean_over_present_labels(features, labels):
+    # the classes present are found with unique(): their count depends on the values
+    classes = labels.unique()
+    return torch.stack([features[labels == c].mean(0) for c in classes])

@@ -17,6 +17,7 @@ import torch
 
 from torchstrata.capture.counters import CounterVar, specialise
 from torchstrata.capture.instances import InstanceVar, instance_attribute
+from torchstrata.capture.modes import grad_enabled
 from torchstrata.capture.operators import fold
 from torchstrata.capture.side_effects import DeletedVar
 from torchstrata.capture.tracer import Tracer, Unsupported
@@ -144,6 +145,15 @@ def _tensor_attribute(tracer: Tracer, var: TensorVar, name: str) -> Var:
         op = torch_op(getattr(torch, name))
         assert op is not None, name
         return tracer.call_op(op, (var,), {})
+    if name == "data" and var.source is not None and not grad_enabled(tracer):
+        # ``param.data`` under no_grad (a merge, an initialiser, an optimizer step): the
+        # parameter's storage without autograd, as ``detach()`` gives it; in-place
+        # writes through it reach the parameter. (Outside no_grad a tensor saved for
+        # backward could be changed behind autograd's back: that stays a graph break.)
+        detached = tracer.call_op(_method_ref("detach"), (var,), {})
+        assert isinstance(detached, TensorVar)
+        tracer.data_views[id(var)] = (var, detached)
+        return detached
     if name in _DATA_ATTRIBUTES:
         raise Unsupported(f"Tensor.{name} is not supported")
     static = inspect.getattr_static(torch.Tensor, name, None)
@@ -207,6 +217,11 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         return specialise(tracer, stored)
     if stored is not None:  # assigned earlier in this trace
         return stored
+    member = _member_in_trace(tracer, obj, name)
+    if member is not None:
+        if var.source:  # (as below: a value in the instance dict would shadow it)
+            tracer.guard(GuardKind.ABSENT_KEY, f"{var.source}.__dict__", name)
+        return member
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -227,6 +242,23 @@ def _object_attribute(tracer: Tracer, var: ObjectVar, name: str) -> Var:
         tracer.guard(GuardKind.ABSENT_KEY, f"{var.source}.__dict__", name)
     # Library modules (torch, torch.nn.functional, math) are trusted not to change.
     return tracer.wrap(value, source, guard=not isinstance(obj, types.ModuleType))
+
+
+def _member_in_trace(tracer: Tracer, obj: Any, name: str) -> Var | None:
+    """``obj.name`` for an ``nn.Module`` whose member dict (``_buffers``, ...) this trace
+    already read and may have changed in place (``register_buffer`` replacing a buffer
+    writes ``self._buffers[name]``): the trace's item, not the stale real one."""
+    if not isinstance(obj, torch.nn.Module):
+        return None
+    if type(obj).__getattr__ is not torch.nn.Module.__getattr__ or name in vars(obj):
+        return None
+    if inspect.getattr_static(type(obj), name, _MISSING) is not _MISSING:
+        return None
+    for members in ("_parameters", "_buffers", "_modules"):
+        known = tracer.known_mutable(vars(obj).get(members))
+        if isinstance(known, DictVar) and name in known.items:
+            return known.items[name]
+    return None
 
 
 def _member_dict(obj: Any, name: str) -> str | None:

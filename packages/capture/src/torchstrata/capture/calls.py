@@ -26,7 +26,7 @@ from torchstrata.capture.breakpoints import GRAPH_BREAK_REASON, graph_break
 from torchstrata.capture.checkpoints import call_checkpoint, is_checkpoint
 from torchstrata.capture.container_methods import call_container_method
 from torchstrata.capture.contexts import CONTEXT_MANAGERS, exit_context, make_context
-from torchstrata.capture.exceptions import make_exception
+from torchstrata.capture.exceptions import TracedRaise, make_exception
 from torchstrata.capture.generator_contexts import (
     GeneratorExitVar,
     exit_generator_context,
@@ -200,6 +200,12 @@ def _call_object(
         return ConstVar(None)
     if isinstance(value, type) and (dataclasses.is_dataclass(value) or attrs.has(value)):
         return _construct_config(frame, value, args, kwargs)
+    if value in (dataclasses.asdict, dataclasses.astuple, dataclasses.replace) and _fresh_config(
+        args
+    ):
+        return _fold_config_helper(tracer, value, args, kwargs)
+    if _stateless_torch_module(value):
+        return _construct_stateless_module(value, args, kwargs)
     if is_checkpoint(value):
         return call_checkpoint(tracer, lambda f, a, k: call_function(frame, f, a, k), args, kwargs)
     library = call_library(tracer, lambda f, a: call_function(frame, f, a, {}), value, args, kwargs)
@@ -285,8 +291,81 @@ def _construct_config(
         ) from None
     try:
         instance = cls(*values, **keywords)
+    except Exception as error:  # noqa: BLE001 - the user's exception: raised in the trace
+        # built from constants, the config raises the same error on every call: raised
+        # in the trace, a ``try``/``except`` of the traced code handles it as eager does
+        # (uncaught, it leaves the function: a graph break where eager raises it)
+        raise TracedRaise(ObjectVar(error)) from None
+    return ObjectVar(instance, fresh=True)
+
+
+def _fresh_config(args: Sequence[Var]) -> bool:
+    """A dataclass instance this trace built from constants (see :func:`_construct_config`)."""
+    return (
+        bool(args)
+        and isinstance(args[0], ObjectVar)
+        and args[0].fresh
+        and dataclasses.is_dataclass(args[0].value)
+    )
+
+
+def _plain_constant(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_plain_constant(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain_constant(k) and _plain_constant(v) for k, v in value.items())
+    return isinstance(value, CONSTANT_TYPES)
+
+
+def _fold_config_helper(
+    tracer: Tracer, fn: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
+) -> Var:
+    """``dataclasses.asdict``/``astuple``/``replace`` of such a config, evaluated now: its
+    fields are constants (a field holding anything else is not folded)."""
+    config = args[0]
+    assert isinstance(config, ObjectVar)
+    fields = [getattr(config.value, field.name) for field in dataclasses.fields(config.value)]
+    if not _plain_constant(fields) or len(args) != 1:
+        raise Unsupported(f"dataclasses.{fn.__name__} of a config with non-constant fields")
+    try:
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported(f"dataclasses.{fn.__name__} with non-constant fields") from None
+    try:
+        result = fn(config.value, **keywords)
+    except Exception as error:  # noqa: BLE001 - raised in the trace, as eager raises it
+        raise TracedRaise(ObjectVar(error)) from None
+    if fn is dataclasses.replace:
+        return ObjectVar(result, fresh=True)
+    return tracer.wrap(result, None, guard=False)
+
+
+def _stateless_torch_module(value: Any) -> bool:
+    """A loss or activation class of ``torch.nn`` (``nn.CrossEntropyLoss``, ``nn.GELU``),
+    which task heads build in their forward: ``loss_fct = CrossEntropyLoss()``."""
+    return (
+        isinstance(value, type)
+        and issubclass(value, torch.nn.Module)
+        and value.__module__ in ("torch.nn.modules.loss", "torch.nn.modules.activation")
+    )
+
+
+def _construct_stateless_module(cls: type, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """Such a module built from constants, for real, at capture time: one holding no
+    parameters and no tensors (a loss without class weights); each call gets its own."""
+    try:
+        values = [python_value(arg) for arg in args]
+        keywords = {key: python_value(item) for key, item in kwargs.items()}
+    except NotConstant:
+        raise Unsupported(f"{cls.__name__}(...) with tensor arguments is not supported") from None
+    try:
+        instance = cls(*values, **keywords)
     except Exception as error:  # noqa: BLE001 - the user's exception: let eager raise it
         raise Unsupported(f"{cls.__name__}(...) raised {type(error).__name__}: {error}") from None
+    if any(True for _ in instance.parameters()) or any(
+        buffer is not None for buffer in instance._buffers.values()
+    ):
+        raise Unsupported(f"{cls.__name__}(...) holding tensors is not supported")
     return ObjectVar(instance, fresh=True)
 
 

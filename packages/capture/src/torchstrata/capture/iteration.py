@@ -88,4 +88,18 @@ def iterate(tracer: Tracer, var: Var) -> list[Var]:
             keys = tuple(var.value.keys())
             tracer.guard(GuardKind.CONSTANT_MATCH, f"tuple({var.source}.keys())", keys)
         return [ConstVar(key) for key in var.value]
+    if isinstance(var, ObjectVar) and var.source and _stock_sequence(var.value):
+        # a list or tuple subclass (Hugging Face's LogitsProcessorList) iterated as its
+        # base iterates: its items by index, under a guard on the length
+        tracer.guard(GuardKind.CONSTANT_MATCH, f"len({var.source})", len(var.value))
+        return [tracer.wrap(item, f"{var.source}[{index}]") for index, item in enumerate(var.value)]
     raise Unsupported(f"iteration over {describe(var)} is not supported")
+
+
+def _stock_sequence(value: object) -> bool:
+    """A list or tuple subclass instance whose iteration and indexing are its base's."""
+    for base in (list, tuple):
+        if isinstance(value, base) and type(value) is not base:
+            cls = type(value)
+            return cls.__iter__ is base.__iter__ and cls.__getitem__ is base.__getitem__
+    return False

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from torchstrata.capture.attributes import get_attribute
 from torchstrata.capture.iteration import iterate
@@ -26,9 +27,11 @@ from torchstrata.capture.variables import (
     IteratorVar,
     NotConstant,
     SequenceVar,
+    TensorVar,
     Var,
     python_value,
 )
+from torchstrata.core import torch_op
 
 Call = Callable[[Var, list[Var]], Var]
 
@@ -69,6 +72,8 @@ def call_library(
         return _reduce(tracer, call, args)
     if isinstance(fn, operator.methodcaller) and len(args) == 1:
         return _methodcaller(tracer, call, fn, args[0])
+    if fn is torch._C._nn.pad_sequence:
+        return _pad_sequence(tracer, args, kwargs)
     handler = _ITERTOOLS.get(fn)
     if handler is not None:
         try:
@@ -76,6 +81,40 @@ def call_library(
         except NotConstant:
             raise Unsupported(f"itertools.{fn.__name__} with non-constant arguments") from None
     return None
+
+
+def _pad_sequence(tracer: Tracer, args: Sequence[Var], kwargs: Mapping[str, Var]) -> Var:
+    """``torch._C._nn.pad_sequence`` (what ``nn.utils.rnn.pad_sequence`` calls), a C
+    binding capture cannot record: each sequence padded to the longest with ``F.pad``,
+    then stacked, as the kernel does (the lengths are the tensors' static shapes)."""
+    names = ("sequences", "batch_first", "padding_value", "padding_side")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    sequences = bound.get("sequences")
+    if not isinstance(sequences, SequenceVar) or not sequences.items:
+        raise Unsupported("pad_sequence of something other than a list of tensors")
+    items = [item for item in sequences.items if isinstance(item, TensorVar)]
+    if len(items) != len(sequences.items) or any(item.meta.ndim == 0 for item in items):
+        raise Unsupported("pad_sequence of something other than a list of tensors")
+    try:
+        batch_first = bool(python_value(bound.get("batch_first", ConstVar(False))))
+        value = python_value(bound.get("padding_value", ConstVar(0.0)))
+        side = python_value(bound.get("padding_side", ConstVar("right")))
+    except NotConstant:
+        raise Unsupported("pad_sequence with non-constant options") from None
+    longest = max(item.meta.shape[0] for item in items)
+    pad_op = torch_op(F.pad)
+    stack_op = torch_op(torch.stack)
+    assert pad_op is not None and stack_op is not None
+    padded = []
+    for item in items:
+        extra = longest - item.meta.shape[0]
+        first = (0, extra) if side == "right" else (extra, 0)
+        spec = (0, 0) * (item.meta.ndim - 1) + first
+        padded.append(tracer.call_op(pad_op, (item, ConstVar(spec)), {"value": ConstVar(value)}))
+    return tracer.call_op(
+        stack_op, (SequenceVar(padded, is_list=True),), {"dim": ConstVar(0 if batch_first else 1)}
+    )
 
 
 def _tensor_dunder(fn: Any) -> tuple[Callable[..., Any], bool] | None:

@@ -73,9 +73,17 @@ def apply_operator(tracer: Tracer, fn: Callable[..., Any], *operands: Var) -> Va
     """``fn(*operands)`` for an ``operator`` function: folded, or recorded as a node."""
     if any(isinstance(var, TensorVar) for var in operands):
         return tracer.call_op(operator_ref(fn), operands, {})
+    if fn in (operator.add, operator.iadd) and any(isinstance(v, SequenceVar) for v in operands):
+        # a constant tuple or list beside one holding variables: ``() + (hidden,)``
+        operands = tuple(
+            _sequence(v.value) if isinstance(v, ConstVar) and type(v.value) in (tuple, list) else v
+            for v in operands
+        )
     if fn in (operator.add, operator.iadd) and all(isinstance(v, SequenceVar) for v in operands):
         left, right = operands
         assert isinstance(left, SequenceVar) and isinstance(right, SequenceVar)
+        if left.is_list != right.is_list and not (fn is operator.iadd and left.is_list):
+            raise Unsupported(f"operator.{fn.__name__} of a list and a tuple raises TypeError")
         if fn is operator.iadd and left.is_list:
             if left.source is not None:
                 raise Unsupported("mutating an argument with += is not supported")

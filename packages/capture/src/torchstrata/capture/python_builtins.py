@@ -58,7 +58,16 @@ PURE_BUILTINS = frozenset({
     builtins.sorted, builtins.callable, builtins.repr, builtins.hash, builtins.slice,
     builtins.range, builtins.issubclass, builtins.chr, builtins.ord, builtins.format,
     builtins.set, builtins.frozenset,
+    # (torch.jit.is_tracing(), asked by pad_sequence and others: a captured function is
+    # not traced by torch.jit, and capture runs no jit trace, so it folds to False)
+    torch._C._is_tracing,
+    # (the name of the private-use backend, a process-wide constant: parameters_to_vector
+    # asks it when it checks devices)
+    torch._C._get_privateuse1_backend_name,
 })  # fmt: skip
+
+#: Builtins that only iterate their argument: given a dict, they read its keys.
+_KEY_CONSUMERS = frozenset({builtins.set, builtins.frozenset, builtins.sorted})
 
 #: Calls that turn a tensor's data into a Python value.
 _DATA_DEPENDENT = {builtins.int: "int", builtins.float: "float", builtins.bool: "bool"}
@@ -274,7 +283,7 @@ def call_builtin(
     frame: FrameState, fn: Any, args: Sequence[Var], kwargs: Mapping[str, Var]
 ) -> Var | None:
     """The result of calling builtin ``fn``, or None when ``fn`` is not one capture handles."""
-    if fn in _DATA_DEPENDENT and args and isinstance(args[0], TensorVar):
+    if _hashable(fn) and fn in _DATA_DEPENDENT and args and isinstance(args[0], TensorVar):
         raise Unsupported(f"{_DATA_DEPENDENT[fn]}(tensor) makes the result depend on tensor values")
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is not None:
@@ -290,6 +299,9 @@ def call_builtin(
         SequenceVar(iterate(frame.tracer, arg)) if isinstance(arg, IteratorVar) else arg
         for arg in args
     ]
+    if fn in _KEY_CONSUMERS and len(args) == 1 and isinstance(args[0], DictVar):
+        # set(kwargs), sorted(outputs): what they iterate is the keys, all constants
+        args = [SequenceVar([ConstVar(key) for key in args[0].items])]
     try:
         values = [python_value(arg) for arg in args]
         keywords = {key: python_value(value) for key, value in kwargs.items()}

@@ -61,7 +61,8 @@ class Effect:
     its final value), ``"global"`` (``holder`` the globals dict), ``"cell"`` (``cell``),
     ``"print"`` (``value`` a tuple of the values printed, ``holder`` a
     :class:`PrintCall`), ``"hook"`` (``target`` a tensor with a source, ``holder`` the
-    gradient hook registered on it).
+    gradient hook registered on it), ``"requires_grad"`` (``target`` a tensor with a
+    source, ``holder`` the flag set on it).
     ``referent`` holds the real object the key names, so its ``id()`` stays unique.
     """
 
@@ -167,6 +168,14 @@ class SideEffects:
         self._calls += 1
         self._effects[("hook", self._calls)] = Effect("hook", tensor, holder=hook)
 
+    def set_requires_grad(self, tensor: TensorVar, flag: bool) -> None:
+        """``tensor.requires_grad_(flag)`` on a tensor with a source (freezing a
+        parameter): set on the real tensor after the graph; the last call wins."""
+        assert tensor.source is not None
+        self._effects[("requires_grad", tensor.source)] = Effect(
+            "requires_grad", tensor, holder=flag
+        )
+
     def collect(self, rebuilder: Rebuilder) -> None:
         """Note what replaying needs: the graph outputs of every value written, and the
         compiled sources of every target.
@@ -180,7 +189,7 @@ class SideEffects:
             if effect.target is None or effect.target.source is not None
         }
         for effect in self._effects.values():
-            if effect.kind in ("list", "dict", "set", "attr", "hook"):
+            if effect.kind in ("list", "dict", "set", "attr", "hook", "requires_grad"):
                 assert effect.target is not None and effect.target.source is not None
                 self._compile(effect.target.source)
             if effect.kind == "list":
@@ -260,6 +269,9 @@ class SideEffects:
         if effect.kind == "hook":
             hook = effect.holder
             return lambda: real.register_hook(hook)
+        if effect.kind == "requires_grad":
+            flag = effect.holder
+            return lambda: real.requires_grad_(flag)
         if effect.kind == "print":
             values = build(effect.value)
             call = effect.holder

@@ -48,6 +48,10 @@ def store_attribute(tracer: Tracer, owner: Var, name: str, value: Var) -> None:
     if isinstance(owner, TensorVar) and owner.source is None and not hasattr(torch.Tensor, name):
         owner.python_attributes[name] = value  # a tensor the graph makes: a tag on it
         return
+    if isinstance(owner, TensorVar) and name == "data":
+        view = tracer.data_views.get(id(owner))
+        if view is not None and view[0] is owner and view[1] is value:
+            return  # ``param.data += d``: written in place through the view already
     if not isinstance(owner, ObjectVar):
         raise Unsupported(f"assigning attribute {name!r} of {describe(owner)} is not supported")
     obj = owner.value

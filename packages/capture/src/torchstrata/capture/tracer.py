@@ -46,6 +46,7 @@ from torchstrata.core import (
     infer_meta,
     input_meta,
     iter_nodes,
+    torch_op,
 )
 
 #: Python values that are constants of the trace (specialised on, guarded by value).
@@ -174,6 +175,9 @@ class Tracer:
         #: The lifted tensors by ``id()``: (tensor, variable); a tensor lifted again
         #: through another source is the same input (see :meth:`_lift_tensor`).
         self._input_tensors: dict[int, tuple[torch.Tensor, TensorVar]] = {}
+        #: ``param.data`` read under no_grad: the detached variable, by the parameter's
+        #: variable (``param.data += d`` stores it back: nothing more to do).
+        self.data_views: dict[int, tuple[TensorVar, TensorVar]] = {}
         self._guards: dict[tuple[Any, ...], Guard] = {}
         #: For each view node, the tensor with a source (an input) it views, if any: an
         #: in-place op through the view writes that input (see :meth:`_note_inplace`).
@@ -282,6 +286,12 @@ class Tracer:
             self._mutables[id(value)] = (value, var, guarded)
         return var
 
+    def known_mutable(self, value: Any) -> Var | None:
+        """The variable this trace made for the list, dict or set ``value`` (whose items
+        hold the trace's changes to it), or None when it made none."""
+        known = self._mutables.get(id(value))
+        return known[1] if known is not None and known[0] is value else None
+
     def _alias(self, var: Var, source: str | None, guarded: bool) -> Var:
         """``var`` again, for a container reached through a second source: guarded
         that the second source still reads the same object as the first."""
@@ -367,6 +377,8 @@ class Tracer:
         """Record ``op(*args, **kwargs)`` in the graph and return its result variable(s)."""
         if "meta" in kwargs or "name" in kwargs:
             raise Unsupported(f"keyword 'meta'/'name' passed to {op.name} is not supported")
+        if op.name == "torch.Tensor.requires_grad_":
+            return self._requires_grad(args, kwargs)
         if (self.modes or self.ambient_autocast) and op not in (DETACH, CAST):
             try:
                 args = apply_modes(self, op, args, kwargs)
@@ -426,6 +438,33 @@ class Tracer:
         if named is None or len(named.field_names) != len(items):
             return SequenceVar(items)
         return SequenceVar(items, field_names=named.field_names, tuple_type=named.cls)
+
+    def _requires_grad(self, args: tuple[Var, ...], kwargs: Mapping[str, Var]) -> Var:
+        """``x.requires_grad_(flag)``: autograd state, not a computation. Turned off on a
+        tensor with a source (freezing a parameter), later reads see it detached and the
+        real tensor gets the flag after the graph; anything else runs eagerly (as a graph
+        node it changed the real tensor while the trace kept reading the old flag)."""
+        target = args[0] if args else None
+        flag_var = args[1] if len(args) > 1 else kwargs.get("requires_grad", ConstVar(True))
+        flag = flag_var.value if isinstance(flag_var, ConstVar) else None
+        if not isinstance(target, TensorVar) or not isinstance(flag, bool):
+            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
+        if target.source is None and flag == target.meta.requires_grad:
+            return target  # a tensor the graph makes, already so: nothing changes
+        if target.source is None:
+            raise Unsupported("Tensor.requires_grad_() changes autograd state; it runs eagerly")
+        if flag == target.meta.requires_grad:
+            self.side_effects.set_requires_grad(target, flag)
+            return target
+        if flag:
+            raise Unsupported("Tensor.requires_grad_(True) on an input runs eagerly")
+        detach = torch_op(torch.Tensor.detach)
+        assert detach is not None
+        detached = self.call_op(detach, (target,), {})
+        assert isinstance(detached, TensorVar)
+        target.node = detached.node  # later reads of this tensor see it without grad
+        self.side_effects.set_requires_grad(target, flag)
+        return target
 
     @staticmethod
     def _inplace_meta(
