@@ -1,4 +1,4 @@
-"""``explain()`` of a ``torch.compile(..., backend="torchstrata")`` object.
+"""``explain()`` of what ``torch.compile`` returns with ``backend="torchstrata"``.
 
 Dynamo decides which graphs a call runs only when the call runs (it traces lazily and
 keeps its compiled graphs in its own caches), so the report comes from running the call
@@ -114,7 +114,7 @@ def dynamo_report(graphs: Sequence[BackendGraph]) -> ExplainReport:
 
 
 def explain_dynamo(compiled: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
-    """Report what ``torch.compile(..., backend="torchstrata")`` made of this call:
+    """Report what ``torch.compile`` with ``backend="torchstrata"`` made of this call:
     ``graphs`` (each graph Dynamo handed over, at torch level), ``aten_graphs`` and
     ``prims_graphs``, ``kernels`` (forward and backward), ``eager_ops`` (every op of a
     graph that runs eagerly, with the reason in ``fallback``) and ``dynamo_guards``.
@@ -122,7 +122,7 @@ def explain_dynamo(compiled: Callable[..., Any], *args: Any, **kwargs: Any) -> E
     Unlike :func:`torchstrata.runtime.explain`'s own captures, this RUNS the call once
     (Dynamo compiles lazily; its result is discarded), through Dynamo's cache as any
     call would. ``graph_breaks`` stay empty: Dynamo does not tell a backend where it
-    broke the frame (``torch._dynamo.explain`` does). ``dynamo_guards`` carry the values
+    broke the frame (Dynamo's own ``explain`` does). ``dynamo_guards`` carry the values
     their sources have in this call (``CONSTANT_MATCH: L['self'].p == 0.1``, a tensor's
     shape, strides, dtype...) where the call's arguments and the function's globals give
     them; ``pass_records`` and ``stage_seconds`` are as for ``explain()``.

@@ -1,4 +1,4 @@
-"""``mode=`` and ``options=`` of ``torch.compile(..., backend="torchstrata")``.
+"""``mode=`` and ``options=`` given to ``torch.compile`` with ``backend="torchstrata"``.
 
 ``torch.compile`` hands them to the backend as keyword arguments (``mode`` only when it
 is not ``"default"``, ``options`` only when it is not empty). They become fields of
@@ -34,12 +34,12 @@ BACKEND_FIELDS = frozenset(
 DYNAMO_OWNED = {
     "dynamic": "pass dynamic= to torch.compile itself (Dynamo decides which sizes are symbolic)",
     "recompile_limit": "Dynamo recompiles frames, not torchstrata: set "
-    "torch._dynamo.config.recompile_limit",
+    "Dynamo's config.recompile_limit",
 }
 
 
 class BackendOptionError(ValueError):
-    """``torch.compile(..., backend="torchstrata")`` was given an option it cannot honour."""
+    """``torch.compile`` with ``backend="torchstrata"`` was given an option it cannot honour."""
 
 
 def backend_options(base: CompileOptions, given: Mapping[str, Any]) -> CompileOptions:

@@ -97,7 +97,7 @@ def _replace_uses(node: torch.fx.Node, constant: Any) -> None:
 
 
 class MarkedDynamic(ValueError):
-    """The user marked a size dynamic (``torch._dynamo.mark_dynamic``): Dynamo would
+    """The user marked a size dynamic (Dynamo's ``mark_dynamic``): Dynamo would
     reject a specialisation of it when it builds the guards."""
 
 
