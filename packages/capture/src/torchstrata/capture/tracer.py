@@ -359,10 +359,8 @@ class Tracer:
             # One tensor reached through two sources (a tied weight: ``lm_head.weight is
             # wte.weight``) is one graph input, so its gradient halves are summed in the
             # graph; guarded that both sources still read the same tensor.
-            first = known[1]
-            self.guard(GuardKind.CONSTANT_MATCH, f"({source}) is ({first.source})", True, "alias")
-            self._inputs[source] = first
-            return first
+            self._inputs[source] = known[1]
+            return self._alias(known[1], source, True)  # type: ignore[return-value]
         meta = input_meta(source, value)  # dynamic dims as symbols (core.symbolic)
         self.guard(GuardKind.TENSOR_MATCH, source, meta)
         node = self.builder.input(input_name(source), meta)
