@@ -52,6 +52,13 @@ def _check_bool(instance: Any, attribute: Any, value: Any) -> None:
         raise TypeError(f"{attribute.name}={value!r} must be a bool")
 
 
+def _check_threads(instance: Any, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name}={value!r} must be None or a positive int")
+
+
 @attrs.frozen
 class InductorOptions:
     """Switches of the inductor's optimisations (all on by default; each off for
@@ -68,6 +75,8 @@ class InductorOptions:
     * ``reciprocals``: a division by a per-row value as a multiplication (both backends).
     * ``direct_launch``: compiled Triton kernels launched without Triton's dispatch.
     * ``cluster_rows``: long rows walked by thread-block clusters (Hopper).
+    * ``compile_threads``: threads compiling a Triton kernel's launch configurations at
+      once before they are timed (None: one per CPU core, at most 16; 1: one by one).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -81,6 +90,7 @@ class InductorOptions:
     reciprocals: bool = attrs.field(default=True, validator=_check_bool)
     direct_launch: bool = attrs.field(default=True, validator=_check_bool)
     cluster_rows: bool = attrs.field(default=True, validator=_check_bool)
+    compile_threads: int | None = attrs.field(default=None, validator=_check_threads)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

@@ -42,6 +42,7 @@ from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_
 from torchstrata.inductor.codegen.triton.env import triton_interpret
 from torchstrata.inductor.codegen.triton.generate import generate_triton
 from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
+from torchstrata.inductor.codegen.triton.precompile import default_threads
 from torchstrata.inductor.codegen.triton.printer import rounds_to_half
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
@@ -226,6 +227,7 @@ class TritonBackend:
             direct_launch=self.options.direct_launch,
             compile_scope=compile_scope,
             fp_fusion=not any(rounds_to_half(text) for text in canonical),
+            compile_threads=self.options.compile_threads or default_threads(),
         )
         return tuned, paths[0]
 

@@ -42,6 +42,11 @@ from torchstrata.core import Progress, progress
 from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.codegen.triton.cluster import can_cluster
 from torchstrata.inductor.codegen.triton.env import interpreted
+from torchstrata.inductor.codegen.triton.precompile import (
+    CompileJob,
+    compile_configs,
+    scratch_tensors,
+)
 from torchstrata.inductor.codegen.triton.printer import next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
@@ -315,6 +320,7 @@ class TunedKernel:
         direct_launch: bool = True,
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         fp_fusion: bool = True,
+        compile_threads: int = 1,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -336,6 +342,9 @@ class TunedKernel:
         #: ``enable_fp_fusion``), for kernels that round intermediates as eager does
         #: (:func:`~torchstrata.inductor.codegen.triton.printer.rounds_to_half`).
         self.fp_fusion = fp_fusion
+        #: Threads compiling the configurations at once before they are timed
+        #: (:mod:`~torchstrata.inductor.codegen.triton.precompile`).
+        self.compile_threads = compile_threads
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -351,13 +360,39 @@ class TunedKernel:
         launcher = self._launcher(config)
         return launcher if self.compiled else interpreted(launcher)
 
-    def _launcher(self, config: Config) -> Callable[..., Any]:
-        constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
+    def constants(self, config: Config) -> dict[str, Any]:
+        """The keyword arguments of a launch of ``config``: its constexprs and, compiled,
+        its warps, stages and floating-point contraction (explicit: Triton's default is
+        changing)."""
+        constants: dict[str, Any] = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
-            if not self.fp_fusion:
-                constants["enable_fp_fusion"] = False
+            constants["enable_fp_fusion"] = self.fp_fusion
+        return constants
+
+    def compile_jobs(self, args: Sequence[Any]) -> list[CompileJob]:
+        """``(jit function, arguments, grid, constants)`` of every configuration launched
+        through Triton's dispatch (cluster launches compile their own way, when timed),
+        the scratch arguments its launch appends included."""
+        jobs: list[CompileJob] = []
+        device = args[0].device
+        for config in self.configs:
+            if config.cluster > 1:
+                continue
+            extra: tuple[Any, ...] = ()
+            if config.split > 1 and self.scratch is not None:
+                extra = scratch_tensors(self.scratch(config.split), device)
+            elif config.split == 1 and self.tail is not None:
+                extra = scratch_tensors(self.tail, device)
+            jit_fn = self.variants[config.variant]
+            jobs.append(
+                (jit_fn, (*args, *extra), tuple(config.grid(self.rows)), self.constants(config))
+            )
+        return jobs
+
+    def _launcher(self, config: Config) -> Callable[..., Any]:
+        constants = self.constants(config)
         scope = self.compile_scope
         if config.cluster > 1:  # launched as clusters only, with its partials
             assert self.compiled and self.cluster_scratch is not None
@@ -400,6 +435,9 @@ class TunedKernel:
 
     def _benchmark(self, args: Sequence[Any]) -> Config:
         name = getattr(next(iter(self.variants.values())), "__name__", "a kernel")
+        if self.compile_threads > 1:
+            with progress(f"compiling {name}", total=None, delay=0.5):
+                compile_configs(self.compile_jobs(args), self.compile_scope, self.compile_threads)
         with progress(f"autotuning {name}", total=len(self.configs), delay=0) as report:
             return self._time_configs(args, report)
 
