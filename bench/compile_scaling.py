@@ -28,6 +28,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -38,7 +39,9 @@ from bench.workloads.nets.gpt import GPT, GPTConfig
 HEADS, WIDTH, VOCAB, BATCH, TOKENS = 4, 128, 8192, 2, 64
 
 
-def first_step_seconds(layers: int, compiler: str, device: str) -> float:
+def first_step_seconds(
+    layers: int, compiler: str, device: str, compile_threads: int | None = None
+) -> float:
     """Build the model (outside the clock), then time compile + the first training step.
 
     Raises RuntimeError when the compiler said it fell back to eager (its time would
@@ -51,7 +54,7 @@ def first_step_seconds(layers: int, compiler: str, device: str) -> float:
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         start = time.perf_counter()
-        compile_with(compiler, model)(idx, targets).backward()
+        compile_with(compiler, model, _options(compile_threads))(idx, targets).backward()
         if device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -61,8 +64,22 @@ def first_step_seconds(layers: int, compiler: str, device: str) -> float:
     return seconds
 
 
+def _options(compile_threads: int | None) -> Any:
+    """torchstrata's options with ``compile_threads`` (None: the defaults)."""
+    if compile_threads is None:
+        return None
+    from torchstrata.core import CompileOptions, InductorOptions
+
+    return CompileOptions(inductor=InductorOptions(compile_threads=compile_threads))
+
+
 def run_fresh(
-    layers: int, compiler: str, device: str, timeout_s: float, threads: int = 1
+    layers: int,
+    compiler: str,
+    device: str,
+    timeout_s: float,
+    threads: int = 1,
+    compile_threads: int | None = None,
 ) -> float | str:
     """:func:`first_step_seconds` in a new process with empty caches; seconds or an error."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
@@ -71,6 +88,8 @@ def run_fresh(
         env[variable] = str(scratch / variable.lower())
     command = [sys.executable, "-m", "bench.compile_scaling", "--child", "--device", device]
     command += ["--layers", str(layers), "--compilers", compiler, "--threads", str(threads)]
+    if compile_threads is not None:
+        command += ["--compile-threads", str(compile_threads)]
     try:
         done = subprocess.run(
             command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -88,12 +107,18 @@ def run_fresh(
 
 
 def median_fresh(
-    layers: int, compiler: str, device: str, timeout_s: float, repeat: int, threads: int = 1
+    layers: int,
+    compiler: str,
+    device: str,
+    timeout_s: float,
+    repeat: int,
+    threads: int = 1,
+    compile_threads: int | None = None,
 ) -> float | str:
     """The median of ``repeat`` fresh runs, or the first error."""
     times: list[float] = []
     for _ in range(repeat):
-        result = run_fresh(layers, compiler, device, timeout_s, threads)
+        result = run_fresh(layers, compiler, device, timeout_s, threads, compile_threads)
         if isinstance(result, str):
             return result
         times.append(result)
@@ -105,7 +130,7 @@ def _child(args: argparse.Namespace) -> int:
     layers = int(args.layers.split(",")[0])
     compiler = parse_compilers(args.compilers)[-1]
     try:
-        seconds = first_step_seconds(layers, compiler, args.device)
+        seconds = first_step_seconds(layers, compiler, args.device, args.compile_threads)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a status
         print(json.dumps({"error": describe_error(exc)}))
         return 1
@@ -145,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="torch threads of each run (default 1: OpenMP teams stall on a shared machine)",
     )
+    parser.add_argument(
+        "--compile-threads",
+        type=int,
+        default=None,
+        help="torchstrata's InductorOptions.compile_threads (default: its own default)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -172,7 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     for layers in depths:
         load = _load()
         results = {
-            c: median_fresh(layers, c, args.device, args.timeout, args.repeat, args.threads)
+            c: median_fresh(
+                layers,
+                c,
+                args.device,
+                args.timeout,
+                args.repeat,
+                args.threads,
+                args.compile_threads,
+            )
             for c in compilers
         }
         cells = [str(layers), load]

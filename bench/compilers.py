@@ -33,8 +33,9 @@ def parse_compilers(spec: str) -> list[str]:
     return ["eager"] + [n for n in COMPILERS[1:] if n in names]
 
 
-def compile_with(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``fn`` (a function or ``nn.Module``) with the named compiler."""
+def compile_with(name: str, fn: Callable[..., Any], options: Any = None) -> Callable[..., Any]:
+    """Wrap ``fn`` (a function or ``nn.Module``) with the named compiler; ``options``:
+    torchstrata's ``CompileOptions`` (ignored by the others)."""
     if name == "eager":
         return fn
     if name == "inductor":
@@ -43,7 +44,7 @@ def compile_with(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         import torchstrata.runtime as tsr
     except ImportError as exc:
         raise CompilerUnavailable("not installed") from exc
-    return tsr.compile(fn)
+    return tsr.compile(fn, options=options)
 
 
 def reset(name: str) -> None:
