@@ -113,3 +113,72 @@ def test_compile_threads_option() -> None:
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="compile_threads"):
             InductorOptions(compile_threads=bad)
+
+
+class FakeChoices:
+    """A tuning cache holding ``config``."""
+
+    def __init__(self, config: Config | None) -> None:
+        self.config = config
+
+    def read(self) -> Config | None:
+        return self.config
+
+
+def test_a_built_kernel_queues_its_compiles_with_dtypes_for_tensors() -> None:
+    jit, split = FakeJit(), FakeJit()
+    configs = [
+        Config(1, 1024, 4, True),
+        Config(1, 1024, 8, True),
+        Config(1, 2048, 4, True, split=2),
+    ]
+    tuned = _tuned(
+        {(True, 0, 1, 1): jit, (True, 0, 2, 1): split},
+        configs,
+        scratch=lambda parts: (parts * 8, 8),
+        compile_threads=3,
+    )
+    tuned.start_compiles([torch.bfloat16, torch.float32], device=None)
+    assert tuned.pending is not None and len(tuned.pending) == 3
+    assert all(future.result() for future in tuned.pending)
+    assert {call[1] for call in jit.calls} == {(torch.bfloat16, torch.float32)}
+    [(_, split_args, _, _)] = split.calls
+    assert split_args == (torch.bfloat16, torch.float32, torch.float32, torch.int32)
+
+
+def test_a_tuned_choice_in_the_cache_is_the_only_config_compiled_ahead() -> None:
+    jit = FakeJit()
+    configs = [Config(1, 1024, 4, True), Config(1, 1024, 8, True), Config(2, 1024, 8, True)]
+    tuned = TunedKernel({(True, 0, 1, 1): jit}, configs, 4096, FakeChoices(configs[2]), True)  # type: ignore[arg-type]
+    tuned.start_compiles([torch.float32], device=None)
+    assert tuned.pending is not None
+    for future in tuned.pending:
+        future.result()
+    assert [c["num_warps"] for *_, c in jit.calls] == [8] and jit.calls[0][2] == (2048,)
+
+
+def test_the_first_call_waits_for_queued_compiles_and_compiles_no_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+
+    class SlowJit(FakeJit):
+        def warmup(self, *args: Any, grid: tuple[int, ...], **constants: Any) -> None:
+            release.wait(5)
+            super().warmup(*args, grid=grid, **constants)
+
+    jit = SlowJit()
+    configs = [Config(1, 1024, 4, True), Config(1, 1024, 8, True)]
+    tuned = _tuned({(True, 0, 1, 1): jit}, configs, compile_threads=2)
+    tuned.choice_cache = FakeChoices(None)  # type: ignore[assignment]
+    tuned.choice_cache.write = lambda config: None  # type: ignore[attr-defined]
+    tuned.start_compiles([torch.float32], device=None)
+    seen: list[int] = []
+    monkeypatch.setattr(
+        tuned, "_time_configs", lambda args, report: seen.append(len(jit.calls)) or configs[0]
+    )
+    monkeypatch.setattr(tuned, "bind", lambda config: lambda *args: None)
+    threading.Timer(0.2, release.set).start()
+    tuned._tune_and_launch((torch.zeros(8),))
+    assert seen == [2]  # both queued compiles done before timing, none compiled again
+    assert len(jit.calls) == 2

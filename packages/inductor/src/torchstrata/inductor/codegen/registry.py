@@ -61,7 +61,9 @@ def _triton(device: torch.device, options: CompileOptions) -> Backend:
             "interpreted and no GPU kernel can be compiled in this process; unset "
             "TRITON_INTERPRET (torchstrata runs CPU tensors under the interpreter itself)"
         )
-    return TritonBackend(interpret=device.type == "cpu", options=options.inductor)
+    return TritonBackend(
+        interpret=device.type == "cpu", options=options.inductor, device_index=device.index
+    )
 
 
 def _eager(device: torch.device, options: CompileOptions) -> None:

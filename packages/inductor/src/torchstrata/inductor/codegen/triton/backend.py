@@ -110,9 +110,16 @@ class TritonBackend:
 
     name = "triton"
 
-    def __init__(self, interpret: bool, options: InductorOptions | None = None) -> None:
+    def __init__(
+        self,
+        interpret: bool,
+        options: InductorOptions | None = None,
+        device_index: int | None = None,
+    ) -> None:
         self.interpret = interpret
         self.options = options if options is not None else InductorOptions()
+        #: The CUDA device compiled for (None: the current one when a kernel is built).
+        self.device_index = device_index
 
     def supports(self, prim: str, dtype: torch.dtype) -> bool:
         """See :class:`~torchstrata.inductor.codegen.backend.Backend`."""
@@ -193,6 +200,12 @@ class TritonBackend:
             lambda size: cluster_scratch_size(kernel, size),
         )
         tuned, path = self.load(record, options)
+        if not self.interpret:  # compiled on the pool while the graph is lowered further
+            device = self.device_index
+            tuned.start_compiles(
+                [arg.dtype for arg in kernel.args],
+                torch.cuda.current_device() if device is None else device,
+            )
         info = KernelInfo(kernel.name, self.name, record.source, path, kernel.ops)
         return BuiltLaunch(KernelLaunch(kernel, tuned, _run_call), info, record=to_json(record))
 

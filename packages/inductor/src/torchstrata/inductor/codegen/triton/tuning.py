@@ -25,6 +25,7 @@ and the Triton version. Under the interpreter the first candidate is used withou
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -46,6 +47,7 @@ from torchstrata.inductor.codegen.triton.precompile import (
     CompileJob,
     compile_configs,
     scratch_tensors,
+    submit_compiles,
 )
 from torchstrata.inductor.codegen.triton.printer import next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
@@ -345,6 +347,8 @@ class TunedKernel:
         #: Threads compiling the configurations at once before they are timed
         #: (:mod:`~torchstrata.inductor.codegen.triton.precompile`).
         self.compile_threads = compile_threads
+        #: Compiles queued when the kernel was built (:meth:`start_compiles`).
+        self.pending: list[concurrent.futures.Future[bool]] | None = None
         self.chosen: Config | None = None
         #: Launches the kernel: the first call's tuning, then the chosen launcher itself
         #: (the generated launcher calls ``kernel.run(...)``: no frame of this class).
@@ -371,25 +375,47 @@ class TunedKernel:
             constants["enable_fp_fusion"] = self.fp_fusion
         return constants
 
-    def compile_jobs(self, args: Sequence[Any]) -> list[CompileJob]:
-        """``(jit function, arguments, grid, constants)`` of every configuration launched
-        through Triton's dispatch (cluster launches compile their own way, when timed),
-        the scratch arguments its launch appends included."""
+    def compile_jobs(
+        self, args: Sequence[Any], configs: Sequence[Config] | None = None
+    ) -> list[CompileJob]:
+        """``(jit function, arguments, grid, constants)`` of every configuration (of
+        ``configs``, by default all) launched through Triton's dispatch (cluster launches
+        compile their own way, when timed), the scratch arguments its launch appends
+        included. ``args``: the tensors, or their dtypes (then the scratch's too)."""
         jobs: list[CompileJob] = []
-        device = args[0].device
-        for config in self.configs:
+        dtypes = all(isinstance(arg, torch.dtype) for arg in args)
+        for config in self.configs if configs is None else configs:
             if config.cluster > 1:
                 continue
-            extra: tuple[Any, ...] = ()
+            sizes = None
             if config.split > 1 and self.scratch is not None:
-                extra = scratch_tensors(self.scratch(config.split), device)
+                sizes = self.scratch(config.split)
             elif config.split == 1 and self.tail is not None:
-                extra = scratch_tensors(self.tail, device)
+                sizes = self.tail
+            extra: tuple[Any, ...] = ()
+            if sizes is not None and dtypes:
+                extra = (torch.float32,) if sizes[1] is None else (torch.float32, torch.int32)
+            elif sizes is not None:
+                extra = scratch_tensors(sizes, args[0].device)
             jit_fn = self.variants[config.variant]
             jobs.append(
                 (jit_fn, (*args, *extra), tuple(config.grid(self.rows)), self.constants(config))
             )
         return jobs
+
+    def start_compiles(self, dtypes: Sequence[torch.dtype], device: int | None) -> None:
+        """Queue the compiles of this kernel's configurations (the tuned one alone when
+        the tuning cache has it) for arguments of ``dtypes`` on CUDA device ``device``;
+        its first call waits for them (see
+        :mod:`~torchstrata.inductor.codegen.triton.precompile`)."""
+        if not self.compiled or self.pending is not None:
+            return
+        configs = self.configs
+        if self.choice_cache is not None and len(configs) > 1:
+            cached = self.choice_cache.read()
+            configs = [cached] if cached in configs else configs
+        jobs = self.compile_jobs(tuple(dtypes), configs)
+        self.pending = submit_compiles(jobs, self.compile_scope, self.compile_threads, device)
 
     def _launcher(self, config: Config) -> Callable[..., Any]:
         constants = self.constants(config)
@@ -423,6 +449,8 @@ class TunedKernel:
             self._tune_and_launch(args)
 
     def _tune_and_launch(self, args: Sequence[Any]) -> None:
+        if self.pending is not None:
+            concurrent.futures.wait(self.pending)
         config = self.configs[0]
         if self.compiled and self.choice_cache is not None and len(self.configs) > 1:
             cached = self.choice_cache.read()
@@ -435,7 +463,7 @@ class TunedKernel:
 
     def _benchmark(self, args: Sequence[Any]) -> Config:
         name = getattr(next(iter(self.variants.values())), "__name__", "a kernel")
-        if self.compile_threads > 1:
+        if self.compile_threads > 1 and self.pending is None:
             with progress(f"compiling {name}", total=None, delay=0.5):
                 compile_configs(self.compile_jobs(args), self.compile_scope, self.compile_threads)
         with progress(f"autotuning {name}", total=len(self.configs), delay=0) as report:
