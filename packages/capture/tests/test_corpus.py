@@ -20,6 +20,8 @@ CORPUS = Path(__file__).parent / "corpus"
 
 
 def _load(path: Path) -> Any:
+    if str(CORPUS) not in sys.path:  # the modules import their registration, _registry
+        sys.path.insert(0, str(CORPUS))
     name = f"torchstrata_capture_corpus_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

@@ -11,6 +11,7 @@ import itertools
 
 import torch
 import torch.nn.functional as F
+from _registry import registry
 from torch import nn
 
 try:  # numpy is optional for torch; its programs are left out without it
@@ -18,19 +19,10 @@ try:  # numpy is optional for torch; its programs are left out without it
 except ImportError:
     np = None
 
-PROGRAMS: list = []
+PROGRAMS, case = registry("break")
 
 #: The expectation of a program whose only former break was a ``print``.
 PRINTS = "clean"
-
-
-def case(make, expect="break"):
-    def register(fn):
-        if expect != "skip":
-            PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
 
 
 def one(n):

@@ -7,16 +7,9 @@ import functools
 
 import attrs
 import torch
+from _registry import registry
 
-PROGRAMS: list = []
-
-
-def case(make, expect="clean"):
-    def register(fn):
-        PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
+PROGRAMS, case = registry()
 
 
 def one(n):

@@ -9,17 +9,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from _registry import registry
 from torch import nn
 
-PROGRAMS: list = []
-
-
-def case(make, expect="clean"):
-    def register(fn):
-        PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
+PROGRAMS, case = registry()
 
 
 torch.manual_seed(34)

@@ -1,16 +1,9 @@
 """Tensor indexing and slicing, masks, integer tensors, in-place updates."""
 
 import torch
+from _registry import registry
 
-PROGRAMS: list = []
-
-
-def case(make, expect="clean"):
-    def register(fn):
-        PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
+PROGRAMS, case = registry()
 
 
 def one(n):

@@ -11,18 +11,11 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from _registry import registry
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-PROGRAMS: list = []
-
-
-def case(make, expect="clean"):
-    def register(fn):
-        PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
+PROGRAMS, case = registry()
 
 
 torch.manual_seed(45)

@@ -5,17 +5,10 @@ intermediates and of inputs (the corpus test compares the mutated arguments too)
 import copy
 
 import torch
+from _registry import registry
 from torch import nn
 
-PROGRAMS: list = []
-
-
-def case(make, expect="clean"):
-    def register(fn):
-        PROGRAMS.append((getattr(fn, "__name__", type(fn).__name__), fn, make, expect))
-        return fn
-
-    return register
+PROGRAMS, case = registry()
 
 
 def one(n):
