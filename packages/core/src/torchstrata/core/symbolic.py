@@ -70,12 +70,21 @@ def symbolic_scope(sizes: SymbolicSizes | None) -> Iterator[None]:
 
 
 def fake_mode_for(values: Any) -> contextlib.AbstractContextManager[Any]:
-    """The fake-tensor mode meta inference runs under when ``values`` hold symbolic
-    sizes (meta tensors alone cannot carry them); a null context otherwise."""
+    """The fake-tensor mode (and torch's Python dispatcher) meta inference runs under
+    when ``values`` hold symbolic sizes (meta tensors alone cannot carry them); a null
+    context otherwise."""
     sizes = _ACTIVE.get()
     if sizes is None or not _metas_symbolic(values):
         return contextlib.nullcontext()
-    return sizes.fake_mode
+    from torch._dispatch.python import enable_python_dispatcher
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(sizes.fake_mode)
+    # Composite ops whose C++ kernels read plain sizes (``aten.pad``'s ``sizes()``)
+    # would specialise every symbol they meet; the Python dispatcher runs torch's
+    # SymInt-aware Python kernels of those ops instead, as torch.compile's tracing does.
+    stack.enter_context(enable_python_dispatcher())
+    return stack
 
 
 def _metas_symbolic(values: Any) -> bool:
