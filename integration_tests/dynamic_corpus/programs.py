@@ -364,6 +364,7 @@ PROGRAMS = [
     Program(cumulative_sums, lambda n: (torch.randn(n, 4),)),
     # topk(3) and max need 3 columns (eager raises below)
     Program(topk_static_k, lambda n: (torch.randn(4, n),), sizes=(3, 16, 17, 4, 5, 33, 9, 64)),
+    # argmax over 0 rows raises in eager
     Program(sort_rows, lambda n: (torch.randn(n, 5),), sizes=(1, 16, 17, 2, 5, 33, 3, 9)),
     Program(linear_relu, lambda n: (torch.randn(n, 16), torch.randn(8, 16), torch.randn(8))),
     Program(gram_over_rows, lambda n: (torch.randn(n, 8),)),
@@ -404,6 +405,7 @@ PROGRAMS = [
     Program(new_factories, lambda n: (torch.randn(n, 3),)),
     # one symbolic entry for each side of `x.shape[0] > 20`
     Program(branch_on_size, lambda n: (torch.randn(n, 4),), extra_entries=1),
+    # x[:, 0] needs a column; small sizes: every one is its own entry
     Program(loop_over_columns, lambda n: (torch.randn(5, n),), sizes=(1, 2, 3, 4, 2, 5, 3, 6),
             per_size=True),
     Program(LINEAR, lambda n: (torch.randn(n, 16),)),

@@ -132,3 +132,19 @@ def test_the_verifier_checks_symbolic_metadata_against_its_inputs():
     text = str(graph).replace(f"[({symbol}//2), 11]", f"[{symbol} - 1, 11]")
     with pytest.raises(VerificationError, match=r"%pad: metadata .* differs from the inferred"):
         verify(parse(text))
+
+
+def test_a_data_dependent_symbol_prints_and_does_not_parse():
+    sizes, graph = _symbolic_graph()
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", graph.inputs[0].meta)  # type: ignore[arg-type]
+        positive = builder.call(torch_op(torch.gt), x, 0)
+        picked = builder.call(torch_op(torch.masked_select), x, positive)
+        masked = builder.build([picked])
+    text = str(masked)
+    assert "(data-dependent, no hint)" in text
+    with pytest.raises(VerificationError, match=r"%masked_select uses symbol u\d+"):
+        verify(masked)
+    with pytest.raises(ParseError, match="a data-dependent size does not parse"):
+        parse(text)

@@ -86,8 +86,8 @@ def declaration(symbol: Any, shape_env: Any) -> str:
     if values is None:
         values = shape_env.var_to_val
     hint = values.get(symbol)
-    if hint is None:
-        raise SymbolError(f"symbol {symbol} has no hint (a data-dependent size) to print")
+    if hint is None:  # printing never fails; parsing such a listing does
+        return f"symbol {symbol} (data-dependent, no hint)"
     sources = shape_env.var_to_sources.get(symbol) or ()
     where = f" = {sources[0].name}" if sources else ""
     return f"symbol {symbol}{where}, hint {int(hint)}"
@@ -105,6 +105,10 @@ class SizeReader:
         """Read one ``symbol`` line; the symbol gets the declared name back when the
         source is the one it was captured from (the ShapeEnv names symbols by source)."""
         match = _DECLARATION.fullmatch(line.strip())
+        if line.strip().endswith("(data-dependent, no hint)"):
+            raise SymbolError(
+                f"{line.strip().removeprefix('symbol ')}: a data-dependent size does not parse"
+            )
         if not match:
             raise SymbolError(
                 f"expected 'symbol <name> = <source>, hint <size>' but found {line.strip()!r}"
