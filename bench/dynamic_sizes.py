@@ -15,7 +15,7 @@ entry from the second, lowered per size); torchstrata ``dynamic=False`` with the
 recompile limit raised to the number of sizes (one static compile per size, as before
 issue 33); ``torch.compile(dynamic=True)`` (Inductor, one symbolic graph). For each:
 the entries (graphs) it compiled, the total time of the first call at every size
-(compiles included; wall clock, since compilers run in subprocesses), and the steady
+(compiles included, caches cold; wall clock, since compilers run in subprocesses), and the steady
 per-call time: the median over rounds of one pass over all sizes, divided by the
 number of sizes, contenders in rotating order. Every first call is checked against
 eager; a contender that warns it fell back to eager says so in its row.
@@ -143,7 +143,15 @@ def first_calls(name: str, workload: Workload) -> tuple[Any, dict[str, str | flo
 
     counters.clear()
     row: dict[str, str | float] = {}
-    with tempfile.TemporaryDirectory() as cache_dir, tsr.graph_cache_suspended():
+    # cold compiles for both: a fresh kernel cache directory and no compiled-graph cache
+    # for torchstrata, Inductor's on-disk caches off (an earlier run would serve them)
+    from torch._inductor import config as inductor_config
+
+    with (
+        tempfile.TemporaryDirectory() as cache_dir,
+        tsr.graph_cache_suspended(),
+        inductor_config.patch(force_disable_caches=True),
+    ):
         compiled = _compiled(name, workload.fn, len(workload.calls), cache_dir)
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
