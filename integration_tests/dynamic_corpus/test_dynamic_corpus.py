@@ -1,10 +1,17 @@
 """Every corpus program (:mod:`.programs`) at every one of its sizes: each call equal to
 eager's, no warning, and exactly the entries the dynamic-shapes policy should make
-(decision 0200; the counts in :func:`.harness.expected_entries`)."""
+(decision 0200; the counts in :func:`.harness.expected_entries`); and each program's
+symbolic graph printed, parsed back to the same text, and verified (decision 0211)."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import torch
+
+from torchstrata.capture import capture
+from torchstrata.core import SymbolicSizes, parse, symbolic_scope, verify
 
 from .harness import (
     EDGE_SIZES,
@@ -52,3 +59,27 @@ def test_corpus_program(program: Program, caplog: pytest.LogCaptureFixture):
     assert not unexpected, why
     if not (program.per_size or program.extra_entries):
         assert not static_reasons(caplog), why
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+def test_corpus_graph_text_round_trips_and_verifies(program: Program):
+    # the dimensions that change with the program's size symbolic (decision 0211)
+    fn = program.fn.forward if isinstance(program.fn, torch.nn.Module) else program.fn
+    torch.manual_seed(0)
+    args, other = program.make_args(17), program.make_args(9)
+    names = inspect.signature(fn).parameters
+    dims = {
+        f"L[{name!r}]": [d for d in range(a.dim()) if a.shape[d] != b.shape[d]]
+        for name, a, b in zip(names, args, other, strict=False)
+    }
+    sizes = SymbolicSizes(dims)
+    with symbolic_scope(sizes):
+        graph = capture(fn, args, {}).graphs[0]
+        guards = sizes.guard_exprs()
+        verify(graph)
+    assert sizes.guard_exprs() == guards  # verifying decided nothing on a size
+    text = str(graph)
+    assert ("symbol s" in text) is not program.per_size  # range(n) specialises n
+    parsed = parse(text)
+    assert str(parsed) == text
+    verify(parsed)
