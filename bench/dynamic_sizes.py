@@ -18,7 +18,8 @@ the entries (graphs) it compiled, the total time of the first call at every size
 (compiles included, caches cold; wall clock, since compilers run in subprocesses), and the steady
 per-call time: the median over rounds of one pass over all sizes, divided by the
 number of sizes, contenders in rotating order. Every first call is checked against
-eager; a contender that warns it fell back to eager says so in its row.
+eager; a contender that warns it fell back to eager says so in its row. Each compiler
+first compiles a small function once (its one-time start is not the first workload's).
 
     python -m bench.dynamic_sizes --clock cpu
 
@@ -170,6 +171,19 @@ def first_calls(name: str, workload: Workload) -> tuple[Any, dict[str, str | flo
     return compiled, row
 
 
+def warm_up(names: Sequence[str]) -> None:
+    """Compile and call a small function with each compiler once, so that the first
+    workload's first calls do not pay a compiler's one-time start (imports, headers)."""
+
+    def tiny(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2 + 1, -1)
+
+    for name in names:
+        first_calls(
+            name, Workload("warm-up", tiny, [(torch.randn(5, 3),), (torch.randn(6, 3),)], "")
+        )
+
+
 def steady(
     live: dict[str, Any], workload: Workload, rounds: int, clock: Callable[[], float]
 ) -> dict[str, float]:
@@ -215,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
           "| x eager | x static | status | load avg 1/5/15 |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     only = {part for part in args.only.split(",") if part}
+    warm_up(names)
     for workload in workloads(args.quick):
         if only and workload.name not in only:
             continue
