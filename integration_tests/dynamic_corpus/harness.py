@@ -75,10 +75,10 @@ def expected_entries(program: Program) -> int:
     return policy_entries(program.sizes, program.dynamic) + program.extra_entries
 
 
-def compile_program(program: Program) -> Any:
-    """``program.fn`` compiled as the corpus compiles it (ATen graphs run by the
-    reference interpreter: capture, guards and the policy are what is tested)."""
-    return rt.compile(program.fn, codegen="eager", dynamic=program.dynamic)
+def compile_program(program: Program, codegen: str = "eager") -> Any:
+    """``program.fn`` compiled as the corpus compiles it: by default its ATen graphs run
+    by the reference interpreter (capture, guards and the policy are what is tested)."""
+    return rt.compile(program.fn, codegen=codegen, dynamic=program.dynamic)
 
 
 def assert_same(got: Any, want: Any, where: str) -> None:
