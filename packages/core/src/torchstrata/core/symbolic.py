@@ -182,6 +182,8 @@ class SymbolicSizes:
         source = self._source_type(where)
         number = _SYMBOL_NAME.fullmatch(name or "")
         taken = getattr(self.shape_env, "unique_ids", None)
+        if not hasattr(self.shape_env, "_generate_unique_id"):
+            taken = None  # a torch that names symbols otherwise: the name is not kept
         naming: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if number and taken is not None and int(number[1]) not in taken:
             # the ShapeEnv numbers a symbol by its source's hash; this one keeps its name

@@ -89,7 +89,9 @@ def declaration(symbol: Any, shape_env: Any) -> str:
     if hint is None:  # printing never fails; parsing such a listing does
         return f"symbol {symbol} (data-dependent, no hint)"
     sources = shape_env.var_to_sources.get(symbol) or ()
-    where = f" = {sources[0].name}" if sources else ""
+    name = sources[0].name if sources else ""
+    name = name() if callable(name) else name  # a method in some torch versions
+    where = f" = {name}" if name else ""
     return f"symbol {symbol}{where}, hint {int(hint)}"
 
 
