@@ -18,7 +18,7 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     for size in reversed(shape):
         strides.append(running)
         # sym_max: max() of a data-dependent size would guard on it (and cannot)
-        running *= max(size, 1) if isinstance(size, int) else torch.sym_max(size, 1)
+        running *= torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1)
     return tuple(reversed(strides))
 
 
