@@ -1,5 +1,6 @@
-"""Dynamic shapes, first slice (decision 0200): a corpus of programs called with many
-sizes of one dimension, every call compared with eager, compiles counted.
+"""Dynamic shapes, first slice (decision 0200): the policy, guards and limits, on the
+first sixteen programs of the corpus (``dynamic_corpus/``, which calls all of them at
+sizes 0 and 1 too) called with many sizes of one dimension, compared with eager.
 
 The broad corpus lowers through ``codegen="eager"`` (ATen graphs in the reference
 interpreter: capture, guards and the policy are what is tested, in seconds); the
@@ -12,85 +13,22 @@ import logging
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torchstrata.runtime as rt
+from integration_tests.dynamic_corpus.programs import (
+    SIXTEEN,
+    SLICING,
+    layer_norm,
+    pointwise,
+    slice_half,
+    softmax_gelu,
+)
 
 #: Sizes of the dynamic dimension: odd, even, small and large (never 0 or 1 here).
 SIZES = (16, 17, 5, 33, 2, 64, 9, 40)
 
 
-def softmax_gelu(x, w):
-    return torch.softmax(F.gelu(x @ w), -1) * 2
-
-
-def pointwise(x, w):
-    return torch.sigmoid(x) * x + w.sum()
-
-
-def reduce_dynamic_dim(x, w):
-    return x.sum(0) + w.mean()
-
-
-def reduce_static_dim(x, w):
-    return x.amax(1, keepdim=True) - x.mean(-1, keepdim=True)
-
-
-def matmul(x, w):
-    return x @ w
-
-
-def softmax(x, w):
-    return torch.softmax(x, dim=0) + torch.log_softmax(x, dim=1)
-
-
-def layer_norm(x, w):
-    return F.layer_norm(x, (x.shape[-1],))
-
-
-def slice_half(x, w):
-    n = x.shape[0]
-    return x[: n // 2] * 2 + x[n - n // 2 :]
-
-
-def slice_last(x, w):
-    return x[1:] - x[:-1]
-
-
-def narrow_from_size(x, w):
-    return x.narrow(0, 1, x.size(0) - 2).relu()
-
-
-def reshape_flat(x, w):
-    return x.reshape(x.shape[0] * 2, -1).sum(1)
-
-
-def view_split(x, w):
-    return x.view(x.shape[0], 4, 16).transpose(0, 1).contiguous().sum(-1)
-
-
-def cat_rows(x, w):
-    return torch.cat([x, x * 2], dim=0).mean(0)
-
-
-def cat_cols(x, w):
-    return torch.cat([x, x.flip(0)], dim=1) + 1
-
-
-def expand_mask(x, w):
-    mask = torch.arange(x.shape[0]) < x.shape[0] // 3
-    return torch.where(mask[:, None], x, -x)
-
-
-def mean_by_size(x, w):
-    return x.sum(0) / x.shape[0]
-
-
-CORPUS = [
-    softmax_gelu, pointwise, reduce_dynamic_dim, reduce_static_dim, matmul, softmax,
-    layer_norm, slice_half, slice_last, narrow_from_size, reshape_flat, view_split, cat_rows,
-    cat_cols, expand_mask, mean_by_size,
-]  # fmt: skip
+CORPUS = SIXTEEN
 
 
 def _call_all(compiled, fn, sizes, *, cols=64):
@@ -98,11 +36,6 @@ def _call_all(compiled, fn, sizes, *, cols=64):
     for size in sizes:
         x = torch.randn(size, cols)
         torch.testing.assert_close(compiled(x, w), fn(x, w), msg=lambda m, s=size: f"{s}: {m}")
-
-
-#: Programs whose slices are 0 or 1 long at size 2: the meta functions specialise
-#: such a derived size (as torch.compile's do), so size 2 gets a symbolic entry of its own.
-SLICING = {slice_half, slice_last, narrow_from_size}
 
 
 @pytest.mark.parametrize("fn", CORPUS, ids=lambda f: f.__name__)

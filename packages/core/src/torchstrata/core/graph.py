@@ -16,6 +16,7 @@ import torch
 from torchstrata.core.dtypes import dtype_short_name
 from torchstrata.core.meta import TensorMeta, contiguous_strides
 from torchstrata.core.ops import Level, OpRef
+from torchstrata.core.symbolic_text import declaration, symbols_of
 
 #: What a node produces: one tensor, several (then read with ``builtin.getitem``), or
 #: ``None`` for a value that is not a tensor.
@@ -201,7 +202,7 @@ def format_value(value: Any) -> str:
         return str(value)
     if isinstance(value, torch.device):
         return f"device({str(value)!r})"
-    if isinstance(value, torch.SymInt):  # a symbolic size (decision 0200): not parsed yet
+    if isinstance(value, torch.SymInt):  # a symbolic size (decisions 0200, 0211)
         return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(format_value(item) for item in value) + "]"
@@ -226,6 +227,8 @@ def format_node(node: Node) -> str:
 def format_graph(graph: Graph) -> str:
     """The whole listing; :func:`torchstrata.core.parse` reads it back."""
     lines = [f"graph {graph.level.value} {{"]
+    values = [(node.meta, node.args, dict(node.kwargs)) for node in graph.all_nodes()]
+    lines += [f"  {declaration(s, env)}" for s, env in symbols_of(values).items()]
     lines += [f"  {format_node(node)}" for node in graph.all_nodes()]
     lines.append("  return " + ", ".join(f"%{node.name}" for node in graph.outputs))
     lines.append("}")

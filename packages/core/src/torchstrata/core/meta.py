@@ -17,7 +17,8 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     running = 1
     for size in reversed(shape):
         strides.append(running)
-        running *= max(size, 1)
+        # sym_max: max() of a data-dependent size would guard on it (and cannot)
+        running *= torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1)
     return tuple(reversed(strides))
 
 

@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,9 @@ import torch
 
 #: Symbolic scalar types (their ``.node.expr`` is a sympy expression over the symbols).
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
+
+_SYMBOL_NAME = re.compile(r"s(\d+)")
+_SIZE_OF = re.compile(r"(?P<source>.+)\.size\(\)\[(?P<dim>\d+)\]")
 
 _ACTIVE: contextvars.ContextVar[SymbolicSizes | None] = contextvars.ContextVar(
     "torchstrata_symbolic_sizes", default=None
@@ -70,12 +74,21 @@ def symbolic_scope(sizes: SymbolicSizes | None) -> Iterator[None]:
 
 
 def fake_mode_for(values: Any) -> contextlib.AbstractContextManager[Any]:
-    """The fake-tensor mode meta inference runs under when ``values`` hold symbolic
-    sizes (meta tensors alone cannot carry them); a null context otherwise."""
+    """The fake-tensor mode (and torch's Python dispatcher) meta inference runs under
+    when ``values`` hold symbolic sizes (meta tensors alone cannot carry them); a null
+    context otherwise."""
     sizes = _ACTIVE.get()
     if sizes is None or not _metas_symbolic(values):
         return contextlib.nullcontext()
-    return sizes.fake_mode
+    from torch._dispatch.python import enable_python_dispatcher
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(sizes.fake_mode)
+    # Composite ops whose C++ kernels read plain sizes (``aten.pad``'s ``sizes()``)
+    # would specialise every symbol they meet; the Python dispatcher runs torch's
+    # SymInt-aware Python kernels of those ops instead, as torch.compile's tracing does.
+    stack.enter_context(enable_python_dispatcher())
+    return stack
 
 
 def _metas_symbolic(values: Any) -> bool:
@@ -136,14 +149,15 @@ class SymbolicSizes:
     """The symbols of one compile and the guards recorded on them.
 
     :param dims: input source (``L['x']``) -> the dimensions of it to make symbolic.
+    :param shape_env: the ``ShapeEnv`` to hold the symbols (default: a new one).
     """
 
-    def __init__(self, dims: Mapping[str, Sequence[int]]) -> None:
+    def __init__(self, dims: Mapping[str, Sequence[int]], shape_env: Any = None) -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         self.dims = {source: tuple(sorted(set(d))) for source, d in dims.items()}
-        self.shape_env = ShapeEnv()
+        self.shape_env = ShapeEnv() if shape_env is None else shape_env
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self.bindings: list[SymbolBinding] = []
         #: inputs whose dims were asked to be symbolic but stayed static, and why
@@ -155,12 +169,37 @@ class SymbolicSizes:
         dimension is symbolic (and its size is not 0 or 1), else ``hint``."""
         if dim not in self.dims.get(source, ()) or hint < 2:
             return hint
+        return self.declare(f"{source}.size()[{dim}]", hint)
+
+    def declare(self, where: str, hint: int, name: str | None = None) -> Any:
+        """A new symbol read at ``where`` (``L['x'].size()[0]``: bound to that input
+        dimension; any other text only names it), captured at size ``hint``; called
+        ``name`` (``s77``) where that name is free (a parsed graph keeps its names)."""
+        from unittest import mock
+
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-        where = self._source_type(f"{source}.size()[{dim}]")
-        symbol = self.shape_env.create_symbol(hint, source=where, dynamic_dim=DimDynamic.DYNAMIC)
-        self.bindings.append(SymbolBinding(str(symbol), source, dim))
-        return self.shape_env.create_symintnode(symbol, hint=hint, source=where)
+        source = self._source_type(where)
+        number = _SYMBOL_NAME.fullmatch(name or "")
+        taken = getattr(self.shape_env, "unique_ids", None)
+        if not hasattr(self.shape_env, "_generate_unique_id"):
+            taken = None  # a torch that names symbols otherwise: the name is not kept
+        naming: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if number and taken is not None and int(number[1]) not in taken:
+            # the ShapeEnv numbers a symbol by its source's hash; this one keeps its name
+            def keep(_: str, wanted: int = int(number[1])) -> int:
+                taken.add(wanted)
+                return wanted
+
+            naming = mock.patch.object(self.shape_env, "_generate_unique_id", keep)
+        with naming:
+            symbol = self.shape_env.create_symbol(
+                hint, source=source, dynamic_dim=DimDynamic.DYNAMIC
+            )
+        bound = _SIZE_OF.fullmatch(where)
+        if bound:
+            self.bindings.append(SymbolBinding(str(symbol), bound["source"], int(bound["dim"])))
+        return self.shape_env.create_symintnode(symbol, hint=hint, source=source)
 
     def guard_exprs(self) -> tuple[Any, ...]:
         """The sympy conditions the trace relied on (``s0 > 20``, ``Eq(s1, 64)``...)."""

@@ -3,6 +3,7 @@
 Grammar, one statement per line::
 
     graph <level> {
+      symbol <name> = <source>, hint <size>
       %<name>: <meta> = input
       %<name>: <meta> = <op>(<arg>, ..., <key>=<arg>) @<tag> ...
       return %<name>, ...
@@ -14,6 +15,11 @@ Grammar, one statement per line::
 ``torch.<memory_format>``, ``device('cuda:0')``, and lists/tuples of those. A call may end
 with tags, each a word after ``@`` (``@recompute``). Node metadata
 is taken from the text as written, not re-inferred, so a golden file is checked exactly.
+
+Symbolic sizes (decision 0211): each ``symbol`` line declares one, before the inputs;
+shapes, strides and arguments may then hold size expressions over the declared symbols
+(``f32[s77, 64]``, ``(s77//2)``), read back as ``torch.SymInt`` values of one
+:class:`~torchstrata.core.SymbolicSizes` (``parse(text, sizes)``, or a new one).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from torchstrata.core.dtypes import dtype_from_short_name
 from torchstrata.core.graph import Graph, Node, NodeMeta
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import Level, parse_op
+from torchstrata.core.symbolic import SymbolicSizes
+from torchstrata.core.symbolic_text import SizeReader, SymbolError
 
 
 class ParseError(ValueError):
@@ -35,8 +43,8 @@ class ParseError(ValueError):
 
 
 _TENSOR_META = re.compile(
-    r"(?P<dtype>[a-z]+\d*)\[(?P<shape>[\d,\s]*)\]"
-    r"(?:\{(?P<strides>[-\d,\s]*)\})?"
+    r"(?P<dtype>[a-z]+\d*)\[(?P<shape>[^\]]*)\]"
+    r"(?:\{(?P<strides>[^}]*)\})?"
     r"(?:\s+(?P<device>(?:cpu|cuda|meta|xpu|mps)(?::\d+)?))?"
     r"(?:\s+(?P<grad>grad))?"
 )
@@ -46,8 +54,16 @@ _REF = re.compile(r"%(\w+)")
 _REF_PREFIX = "__node_ref_"
 
 
-def _ints(text: str | None) -> tuple[int, ...]:
-    return tuple(int(part) for part in (text or "").split(",") if part.strip())
+def _sizes(text: str | None, symbols: SizeReader | None) -> tuple[int, ...]:
+    sizes = []
+    for part in _split_top_level(text or ""):
+        if part.lstrip("-").isdigit():
+            sizes.append(int(part))
+        elif symbols is None:
+            raise ParseError(f"size {part!r} is not an integer and no symbol is declared")
+        else:
+            sizes.append(symbols.read(part))
+    return tuple(sizes)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -67,18 +83,19 @@ def _split_top_level(text: str) -> list[str]:
     return [part.strip() for part in parts]
 
 
-def parse_meta(text: str) -> NodeMeta:
-    """Parse the metadata part of a node line."""
+def parse_meta(text: str, symbols: SizeReader | None = None) -> NodeMeta:
+    """Parse the metadata part of a node line (size expressions over the symbols
+    ``symbols`` has read)."""
     text = text.strip()
     if text == "_":
         return None
     if text.startswith("(") and text.endswith(")"):
-        return tuple(parse_meta(part) for part in _split_top_level(text[1:-1]))  # type: ignore[misc]
+        return tuple(parse_meta(part, symbols) for part in _split_top_level(text[1:-1]))  # type: ignore[misc]
     match = _TENSOR_META.fullmatch(text)
     if not match:
         raise ParseError(f"cannot read tensor metadata {text!r}")
-    shape = _ints(match["shape"])
-    strides = _ints(match["strides"]) if match["strides"] is not None else None
+    shape = _sizes(match["shape"], symbols)
+    strides = _sizes(match["strides"], symbols) if match["strides"] is not None else None
     return TensorMeta(
         shape,
         dtype_from_short_name(match["dtype"]),
@@ -89,10 +106,13 @@ def parse_meta(text: str) -> NodeMeta:
 
 
 class _ArgReader:
-    def __init__(self, env: dict[str, Node]) -> None:
+    def __init__(self, env: dict[str, Node], symbols: SizeReader | None) -> None:
         self.env = env
+        self.symbols = symbols
 
     def read(self, node: ast.expr) -> Any:
+        if self.symbols is not None and SizeReader.is_size_expression(node):
+            return self.symbols.evaluate(node)
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.List):
@@ -145,11 +165,14 @@ class _ArgReader:
         }
         if name in special:
             return special[name]
+        if self.symbols is not None and name in self.symbols.symbols:
+            return self.symbols.symbols[name]
         raise ParseError(f"unknown name {name!r} in arguments")
 
 
-def parse(text: str) -> Graph:
-    """Read a graph listing produced by ``str(graph)``."""
+def parse(text: str, sizes: SymbolicSizes | None = None) -> Graph:
+    """Read a graph listing produced by ``str(graph)``; its declared symbols become
+    symbols of ``sizes`` (a new :class:`SymbolicSizes` when None)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines or not lines[0].startswith("graph ") or lines[-1] != "}":
         raise ParseError("a graph listing starts with 'graph <level> {' and ends with '}'")
@@ -162,9 +185,18 @@ def parse(text: str) -> Graph:
     inputs: list[Node] = []
     nodes: list[Node] = []
     outputs: list[Node] | None = None
-    reader = _ArgReader(env)
+    symbols: SizeReader | None = None
+    reader = _ArgReader(env, None)
     for number, line in enumerate(lines[1:-1], start=2):
         try:
+            if line.startswith("symbol "):
+                if env:
+                    raise ParseError("symbols are declared before the inputs")
+                if symbols is None:
+                    symbols = SizeReader(sizes if sizes is not None else SymbolicSizes({}))
+                    reader.symbols = symbols
+                symbols.declare(line)
+                continue
             if line.startswith("return"):
                 names = [
                     part.strip() for part in line.removeprefix("return").split(",") if part.strip()
@@ -175,7 +207,7 @@ def parse(text: str) -> Graph:
                 ]
                 continue
             node = _parse_node_line(line, reader)
-        except (ParseError, SyntaxError, ValueError, TypeError) as error:
+        except (ParseError, SymbolError, SyntaxError, ValueError, TypeError) as error:
             raise ParseError(f"line {number}: {error}: {line}") from None
         if node.name in env:
             raise ParseError(f"line {number}: %{node.name} is defined twice")
@@ -190,7 +222,7 @@ def _parse_node_line(line: str, reader: _ArgReader) -> Node:
     match = _NODE_LINE.fullmatch(line)
     if not match:
         raise ParseError("expected '%name: meta = rhs'")
-    meta = parse_meta(match["meta"])
+    meta = parse_meta(match["meta"], reader.symbols)
     rhs = match["rhs"].strip()
     if rhs == "input":
         return Node(match["name"], None, meta=meta)

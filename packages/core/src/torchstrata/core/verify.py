@@ -9,6 +9,7 @@ from torchstrata.core.graph import Graph, Node
 from torchstrata.core.meta import TensorMeta, is_dense
 from torchstrata.core.ops import Level, OpKind
 from torchstrata.core.prims import get_prim
+from torchstrata.core.symbolic_verify import same_sizes, symbol_problems, symbols_in_scope
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -31,12 +32,9 @@ class VerificationError(ValueError):
 
 def _same_meta(expected: object, actual: object, check_strides: bool) -> bool:
     if isinstance(expected, TensorMeta) and isinstance(actual, TensorMeta):
-        same = (expected.shape, expected.dtype, expected.device) == (
-            actual.shape,
-            actual.dtype,
-            actual.device,
-        )
-        return same and (not check_strides or expected.strides == actual.strides)
+        same = (expected.dtype, expected.device) == (actual.dtype, actual.device)
+        same = same and same_sizes(expected.shape, actual.shape)
+        return same and (not check_strides or same_sizes(expected.strides, actual.strides))
     if isinstance(expected, tuple) and isinstance(actual, tuple) and len(expected) == len(actual):
         return all(_same_meta(e, a, check_strides) for e, a in zip(expected, actual, strict=True))
     return expected == actual
@@ -49,7 +47,9 @@ def verify(graph: Graph, *, check_meta: bool = True) -> None:
     defined before use; outputs are defined; each op is allowed at the graph's level
     and resolves to a callable; with ``check_meta``, prim nodes' metadata equals what
     their meta function computes (ATen and torch nodes are re-inferred on meta tensors
-    when that is possible).
+    when that is possible). Symbolic sizes (decision 0211): every symbol is declared by
+    an input dimension, and re-inferred metadata equals the node's for every value of
+    the symbols.
     """
     problems: list[str] = []
     defined: set[int] = set()
@@ -59,15 +59,18 @@ def verify(graph: Graph, *, check_meta: bool = True) -> None:
             problems.append(f"input %{node.name} has an op")
         if not isinstance(node.meta, TensorMeta):
             problems.append(f"input %{node.name} has no tensor metadata")
-    for node in graph.all_nodes():
-        if not _NAME.fullmatch(node.name):
-            problems.append(f"%{node.name} is not a valid name")
-        if node.name in names:
-            problems.append(f"%{node.name} is defined twice")
-        names.add(node.name)
-        if node.op is not None:
-            problems += _check_node(graph, node, defined, check_meta)
-        defined.add(id(node))
+    symbols = symbol_problems(graph)
+    problems += symbols
+    with symbols_in_scope(graph):
+        for node in graph.all_nodes():
+            if not _NAME.fullmatch(node.name):
+                problems.append(f"%{node.name} is not a valid name")
+            if node.name in names:
+                problems.append(f"%{node.name} is defined twice")
+            names.add(node.name)
+            if node.op is not None:
+                problems += _check_node(graph, node, defined, check_meta and not symbols)
+            defined.add(id(node))
     for output in graph.outputs:
         if not isinstance(output, Node) or id(output) not in defined:
             problems.append(f"output {output!r} is not a node of this graph")
