@@ -124,8 +124,8 @@ class BuiltKernel:
 @attrs.frozen
 class KernelSource:
     """One kernel to build: its C++ ``source``, whose ``extern "C"`` function ``name``
-    takes ``num_args`` buffer addresses, and the ``checks`` it makes (see
-    :func:`build_kernels`)."""
+    takes ``num_args`` buffer addresses then ``num_sizes`` ``int64_t`` sizes, and the
+    ``checks`` it makes (see :func:`build_kernels`)."""
 
     source: str
     name: str
@@ -135,6 +135,8 @@ class KernelSource:
     #: kernel read back from the compiled-graph cache): renaming costs milliseconds per
     #: kernel, most of loading a cached graph's kernels
     canonical: tuple[str, str] | None = None
+    #: ``int64_t`` arguments after the buffers (the outer loop's trip count, ``rows``)
+    num_sizes: int = 0
 
 
 @attrs.frozen
@@ -356,12 +358,13 @@ def _entry_point(
     # caches one): identical kernels share the library but set their own signatures.
     fn = handle[symbol]
     cached = seconds == 0.0
+    arguments = [ctypes.c_void_p] * kernel.num_args + [ctypes.c_int64] * kernel.num_sizes
     if not kernel.checks:
-        fn.argtypes = [ctypes.c_void_p] * kernel.num_args
+        fn.argtypes = arguments
         fn.restype = None
         return BuiltKernel(fn, str(path), seconds, cached)
     # A checking kernel: an error slot, and the number of a failed check back.
-    fn.argtypes = [ctypes.c_void_p] * kernel.num_args + [ctypes.POINTER(ctypes.c_int64)]
+    fn.argtypes = [*arguments, ctypes.POINTER(ctypes.c_int64)]
     fn.restype = ctypes.c_int64
     return BuiltKernel(CheckedKernel(fn, kernel.name, kernel.checks), str(path), seconds, cached)
 

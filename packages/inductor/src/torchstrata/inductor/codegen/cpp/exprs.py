@@ -472,11 +472,17 @@ def simd_declarations(functions: frozenset[str]) -> str:
 SIMD_ARITY = {"pow": 2, "atan2": 2}
 
 
-def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset[str]) -> str:
+def kernel_source(
+    kernel: Kernel,
+    body: Sequence[str],
+    simd_functions: frozenset[str],
+    sizes: Sequence[str] = (),
+) -> str:
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
     ``body`` holds the function's statements; buffers the kernel stores to are the only
-    non-``const`` pointers. A kernel with indirect loads or integer divisions by values
+    non-``const`` pointers; ``sizes`` name ``int64_t`` parameters after the buffers (the
+    outer loop's trip count). A kernel with indirect loads or integer divisions by values
     also checks their indices or divisors
     (:func:`~torchstrata.inductor.codegen.cpp.checks.checked_function`); any other is a ``void``
     function of its buffers alone. The helpers of checked divisions follow the prelude in
@@ -484,8 +490,13 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
-        f"{'' if arg.name in stored else 'const '}{STORAGE_TYPES[arg.dtype]}* __restrict__ {arg.name}"
-        for arg in kernel.args
+        [
+            *(
+                f"{'' if arg.name in stored else 'const '}{STORAGE_TYPES[arg.dtype]}* __restrict__ {arg.name}"
+                for arg in kernel.args
+            ),
+            *(f"const int64_t {size}" for size in sizes),
+        ]
     )
     text = "\n".join(body)
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
