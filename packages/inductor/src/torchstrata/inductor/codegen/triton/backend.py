@@ -212,7 +212,9 @@ class TritonBackend:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
-            choice_cache = ChoiceCache(store, tuning_key(canonical, torch.cuda.get_device_name()))
+            choice_cache = ChoiceCache(
+                store, tuning_key(canonical, torch.cuda.get_device_name(), record.rows)
+            )
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,

@@ -42,7 +42,7 @@ from torchstrata.core import Progress, progress
 from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.codegen.triton.cluster import can_cluster
 from torchstrata.inductor.codegen.triton.env import interpreted
-from torchstrata.inductor.codegen.triton.printer import next_power_of_2
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -242,9 +242,10 @@ def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
     return [Config(x, rblock, _warps_for(x * rblock), True, programs=partials.programs)]
 
 
-def tuning_key(sources: Sequence[str], device: str) -> str:
-    """Hash of the kernel sources, the device name and the Triton version."""
-    text = "\0".join([*sources, device, triton.__version__])
+def tuning_key(sources: Sequence[str], device: str, rows: int) -> str:
+    """Hash of the kernel sources, the device name, the Triton version and the number of
+    rows (a source serves every number of rows; the best launch depends on it)."""
+    text = "\0".join([*sources, device, triton.__version__, f"rows={rows}"])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -352,7 +353,8 @@ class TunedKernel:
         return launcher if self.compiled else interpreted(launcher)
 
     def _launcher(self, config: Config) -> Callable[..., Any]:
-        constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
+        # the rows too: one source serves every number of rows (``module_source``)
+        constants = {ROWS_PARAM: self.rows, "XBLOCK": config.xblock, "RBLOCK": config.rblock}
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
