@@ -17,9 +17,11 @@ from torchstrata.inductor.codegen.cpp.build import (
     simd_math_functions,
 )
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
 from torchstrata.inductor.codegen.cpp.generate import generate_cpp, outer_rows
 from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
+from torchstrata.inductor.codegen.flat_rows import flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
@@ -103,11 +105,14 @@ class CppBackend:
         return generate_cpp(self._rewritten(kernel), simd_functions)
 
     def _rewritten(self, kernel: Kernel) -> Kernel:
+        if not uses_column_loop(kernel):  # contiguous leading row dims as one outer loop
+            kernel = flatten_rows(kernel)
         return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`Backend`; divisions by per-row values become multiplications
-        (``reciprocals``)."""
+        """See :class:`Backend`; contiguous leading row dims are walked as one
+        (:func:`~torchstrata.inductor.codegen.flat_rows.flatten_rows`), divisions by
+        per-row values become multiplications (``reciprocals``)."""
         (built,) = self.build_all([kernel], options)
         return built
 
