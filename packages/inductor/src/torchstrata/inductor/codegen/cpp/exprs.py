@@ -391,7 +391,12 @@ def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
 
 
 def _loop_header(var: Var) -> str:
-    return f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{"
+    return loop_header(var, var.size)
+
+
+def loop_header(var: Var, bound: str | int) -> str:
+    """The ``for`` line of a loop of ``var`` from 0 to ``bound`` (a size or a parameter)."""
+    return f"for (int64_t {var.name} = 0; {var.name} < {bound}; ++{var.name}) {{"
 
 
 def nested_loops(vars_: Sequence[Var], body: list[str], pragma: str) -> list[str]:

@@ -33,6 +33,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     enclose_loops,
     kernel_source,
     literal,
+    loop_header,
     nested_loops,
     render_index,
     split_loops,
@@ -69,15 +70,18 @@ def _outer_vars(kernel: Kernel) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
 
 
 def outer_rows(kernel: Kernel) -> int | None:
-    """The trip count of ``kernel``'s outer loop, which its C++ function takes as its last
-    argument ``int64_t rows``; None when it takes none. The outermost row dim's size is
-    read nowhere else in the source (the row index is split into variables by the inner
-    dims' sizes), so it need not be a literal. Kernels without an outer loop keep their
-    bounds in the source: column reductions, 1-D pointwise and 0-d kernels."""
+    """The trip count of ``kernel``'s loop over rows, which its C++ function takes as its
+    last argument ``int64_t rows``; None when it takes none. That is the outer loop (the
+    outermost row dim's size is read nowhere else in the source: the row index is split
+    into variables by the inner dims' sizes), or the one loop of a 1-D pointwise kernel
+    (unless it is split into ranges, whose bounds stay literals). Column reductions and
+    0-d kernels keep their bounds in the source."""
     if uses_column_loop(kernel):
         return None
     outer_vars, _ = _outer_vars(kernel)
-    return math.prod(v.size for v in outer_vars) if outer_vars else None
+    if outer_vars:
+        return math.prod(v.size for v in outer_vars)
+    return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -266,9 +270,14 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
             parallel = outer_count == 1 and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
-        body += _store_loops(
+        loops = _store_loops(
             emitter, kernel.row_stores, inner_vars, splits[0], inner_pragma, lambda: None
         )
+        if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
+            header = loop_header(inner_vars[-1], inner_vars[-1].size)
+            row_loop = loop_header(inner_vars[-1], ROWS_PARAM)
+            loops = [row_loop if line == header else line for line in loops]
+        body += loops
     # Whether the rows run in parallel depends on their number, and is in the source: a
     # kernel's sources over few rows and over many differ by this pragma (two builds).
     pragma = "#pragma omp parallel for" if outer_count > 1 and total >= PARALLEL_THRESHOLD else ""
@@ -277,7 +286,7 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
     lines += ["  " + line for line in body]
     lines.append("}")
-    sizes = (ROWS_PARAM,) if outer_vars else ()
+    sizes = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     return kernel_source(kernel, lines, simd_functions, sizes)
 
 
