@@ -31,6 +31,11 @@ def norm_attention_scores(x, w):
     return torch.softmax(h @ w, -1) + x.sum(-1, keepdim=True)
 
 
+def flat_pointwise(x):
+    # a 1-D pointwise kernel: its one loop is over the rows
+    return (x.reshape(-1) * 2).relu() + 1
+
+
 def _entries(store: Path, suffix: str) -> list[str]:
     return sorted(path.name for path in store.rglob(f"*{suffix}"))
 
@@ -59,6 +64,11 @@ def test_cpp_kernels_over_batch_and_sequence_rows_are_built_once(tmp_path):
     w = torch.randn(32, 32)
     inputs = [(torch.randn(2, n, 32), w) for n in SIZES]
     _check_builds_once(norm_attention_scores, inputs, tmp_path, ".so", "cpp")
+
+
+def test_a_one_dimensional_cpp_kernel_is_built_once_over_row_counts(tmp_path):
+    inputs = [(torch.randn(n, 64),) for n in SIZES]
+    _check_builds_once(flat_pointwise, inputs, tmp_path, ".so", "cpp")
 
 
 def test_triton_kernels_are_generated_once_over_row_counts(tmp_path):
