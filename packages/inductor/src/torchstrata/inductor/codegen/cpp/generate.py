@@ -270,14 +270,14 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
             parallel = outer_count == 1 and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
-        loops = _store_loops(
+        store_lines = _store_loops(
             emitter, kernel.row_stores, inner_vars, splits[0], inner_pragma, lambda: None
         )
         if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
             header = loop_header(inner_vars[-1], inner_vars[-1].size)
             row_loop = loop_header(inner_vars[-1], ROWS_PARAM)
-            loops = [row_loop if line == header else line for line in loops]
-        body += loops
+            store_lines = [row_loop if line == header else line for line in store_lines]
+        body += store_lines
     # Whether the rows run in parallel depends on their number, and is in the source: a
     # kernel's sources over few rows and over many differ by this pragma (two builds).
     pragma = "#pragma omp parallel for" if outer_count > 1 and total >= PARALLEL_THRESHOLD else ""
