@@ -301,11 +301,12 @@ def canonical_of(kernel: KernelSource) -> tuple[str, str]:
     return canonical_text(kernel.source, kernel.name)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=512)
 def canonical_text(source: str, name: str) -> tuple[str, str]:
     """:func:`canonical_source` of the kernel ``name`` in ``source`` (C++ or Triton),
-    memoised: renaming costs about 10 ms per kernel (a regular expression over the whole
-    prelude), and a graph lowered again for another size generates the same sources."""
+    memoised: renaming costs milliseconds per kernel (a regular expression over the whole
+    prelude), and a graph lowered again for another size generates the same sources. At
+    most 512 entries (sources of 1-16 KB and their renamed texts)."""
     return canonical_source(source, name, CANONICAL_ENTRY, GENERATED_PREFIXES)
 
 
