@@ -127,9 +127,9 @@ def test_masks_vanish_when_every_block_divides_the_sizes(ind, tmp_path):
     kernel = _kernel(_softmax_bf16(ind, 64, 1024))
     config = Config(2, 1024, 4, True)
     even = generate_triton(kernel, interpret=False, persistent=True, even_rows=True, even_row=True)
-    assert "xindex < 64" not in even and "rindex < 1024" not in even
+    assert "xindex < xnumel" not in even and "rindex < 1024" not in even
     odd = generate_triton(kernel, interpret=False, persistent=True)
-    assert "xindex < 64" in odd and "rindex < 1024" in odd
+    assert "xindex < xnumel" in odd and "rindex < 1024" in odd
     ptx = _ptx(kernel, config, str(tmp_path), even_rows=True, even_row=True)
     assert not re.search(r"@%p\d+ ld\.global", ptx)  # unpredicated loads
 
@@ -223,3 +223,14 @@ def test_the_backend_launches_rounding_kernels_without_contraction(dtype, tmp_pa
     stand_in.bind(built.configs[0])(torch.zeros(1))
     (constants,) = jit.launches
     assert constants.get("enable_fp_fusion", True) is built.fp_fusion
+
+
+@pytest.mark.parametrize("numel", [1000, 4100, 1024])
+def test_a_masked_pointwise_kernel_keeps_vector_loads_with_its_size_an_argument(numel, tmp_path):
+    # the mask compares with the xnumel argument; its divisor by 4 or 8 is spelled in
+    # the source, else Triton loads one float at a time
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((numel,), torch.float32))
+    kernel = _kernel(b.build([b.call(prim("mul"), b.call(prim("exp"), x), x)]))
+    ptx = _ptx(kernel, Config(1024, 1, 4, True), str(tmp_path))
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)

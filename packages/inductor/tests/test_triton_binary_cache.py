@@ -94,10 +94,11 @@ def test_a_generated_kernel_compiles_into_the_configured_cache_dir(tmp_path, mon
     tuned = TritonBackend(False, inductor).build(kernel, options).launch.handle
     (jit,) = tuned.variants.values()
     config = tuned.configs[0]
-    *buffers, xblock, rblock = jit.arg_names
-    assert (xblock, rblock) == ("XBLOCK", "RBLOCK")
-    signature = {**{name: "*fp32" for name in buffers}, xblock: "constexpr", rblock: "constexpr"}
-    constants = {(len(buffers),): config.xblock, (len(buffers) + 1,): config.rblock}
+    *buffers, xnumel, xblock, rblock = jit.arg_names
+    assert (xnumel, xblock, rblock) == ("xnumel", "XBLOCK", "RBLOCK")
+    signature = {name: "*fp32" for name in buffers}
+    signature |= {xnumel: "i32", xblock: "constexpr", rblock: "constexpr"}
+    constants = {(len(buffers) + 1,): config.xblock, (len(buffers) + 2,): config.rblock}
     with tuned.compile_scope():
         compiled = triton.compile(
             ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32)

@@ -94,17 +94,16 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_bmm, float* __restrict__ buf_softmax) {
-  for (int64_t xi = 0; xi < 16; ++xi) {
-    const int64_t x0 = xi / 8;
-    const int64_t x1 = (xi) % 8;
+extern "C" void kernel0(const float* __restrict__ buf_bmm, float* __restrict__ buf_softmax, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
+    const int64_t x0 = xi;
     alignas(64) float row_cache0[8];
     alignas(64) float row_cache1[8];
     float acc_softmax_amax = static_cast<float>(-INFINITY);
     int32_t nan_softmax_amax = 0;
     #pragma omp simd reduction(max:acc_softmax_amax) reduction(|:nan_softmax_amax)
     for (int64_t r0 = 0; r0 < 8; ++r0) {
-      const float tmp0 = buf_bmm[r0 + 64*x0 + 8*x1];
+      const float tmp0 = buf_bmm[r0 + 8*x0];
       const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(0.25));
       acc_softmax_amax = static_cast<float>(ts_max(acc_softmax_amax, tmp1));
       nan_softmax_amax |= static_cast<int32_t>(tmp1 != tmp1);
@@ -126,7 +125,7 @@ extern "C" void kernel0(const float* __restrict__ buf_bmm, float* __restrict__ b
     #pragma omp simd
     for (int64_t r0 = 0; r0 < 8; ++r0) {
       const float tmp7 = static_cast<float>(row_cache1[r0] * tmp6);
-      buf_softmax[r0 + 64*x0 + 8*x1] = static_cast<float>(tmp7);
+      buf_softmax[r0 + 8*x0] = static_cast<float>(tmp7);
     }
   }
 }

@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, const float* __restrict__ buf_c, float* __restrict__ buf_cat) {
-  for (int64_t xi = 0; xi < 9; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, const float* __restrict__ buf_c, float* __restrict__ buf_cat, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     const int64_t tmp0 = static_cast<int64_t>(x0);
     const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(4LL));

@@ -74,9 +74,10 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_a, buf_b, buf_c, buf_cat, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = (xnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < 72
+    xmask = xindex < xnumel
     xzero = xindex * 0
     x0 = xindex // 8
     x1 = (xindex) % 8

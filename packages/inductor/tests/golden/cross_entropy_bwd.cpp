@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_logits, const int64_t* __restrict__ buf_target, float* __restrict__ buf_div) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_logits, const int64_t* __restrict__ buf_target, float* __restrict__ buf_div, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[32];
     float acc_softmax_amax = static_cast<float>(-INFINITY);

@@ -90,8 +90,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax_amax, float* __restrict__ buf_log_softmax_sum) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax_amax, float* __restrict__ buf_log_softmax_sum, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     float acc_log_softmax_amax = static_cast<float>(-INFINITY);
     int32_t nan_log_softmax_amax = 0;

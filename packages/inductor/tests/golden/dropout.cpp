@@ -90,8 +90,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const int64_t* __restrict__ buf_bernoulli_seed, const float* __restrict__ buf_x, float* __restrict__ buf_mul) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const int64_t* __restrict__ buf_bernoulli_seed, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     const int64_t tmp1 = buf_bernoulli_seed[0];
     #pragma omp simd

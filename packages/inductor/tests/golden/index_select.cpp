@@ -87,9 +87,9 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 
 
 // torchstrata gather checks: buf_x 16
-extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_add, int64_t* __restrict__ ts_gather_error) {
+extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, int64_t* __restrict__ ts_gather_error) {
   uint64_t oob_buf_x_16 = 0;
-  for (int64_t xi = 0; xi < 6; ++xi) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     const int64_t tmp0 = buf_i[x0];
     const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(0LL));

@@ -74,9 +74,9 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_i, buf_x, buf_add, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_i, buf_x, buf_add, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < 48
+    xmask = xindex < xnumel
     xzero = xindex * 0
     x0 = xindex // 8
     x1 = (xindex) % 8

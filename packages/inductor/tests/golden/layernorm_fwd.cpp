@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_b, const float* __restrict__ buf_w, float* __restrict__ buf_native_layer_norm_add_1) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_b, const float* __restrict__ buf_w, float* __restrict__ buf_native_layer_norm_add_1, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
     float acc_native_layer_norm_sum = static_cast<float>(0.0);

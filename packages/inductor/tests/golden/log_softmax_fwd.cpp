@@ -91,8 +91,8 @@ float logf(float);
 #pragma omp declare simd notinbranch
 double log(double);
 }
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
     float acc_log_softmax_amax = static_cast<float>(-INFINITY);

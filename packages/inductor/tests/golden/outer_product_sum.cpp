@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_sum) {
-  for (int64_t xi = 0; xi < 24; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_sum, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     const float tmp1 = buf_b[x0];
     float acc_sum = static_cast<float>(0.0);

@@ -95,8 +95,8 @@ float tanhf(float);
 #pragma omp declare simd notinbranch
 double tanh(double);
 }
-extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 64; ++x1) {

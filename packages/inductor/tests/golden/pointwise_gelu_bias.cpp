@@ -91,8 +91,8 @@ float erff(float);
 #pragma omp declare simd notinbranch
 double erf(double);
 }
-extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 32; ++x1) {

@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_w, uint16_t* __restrict__ buf_to_copy_2) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_w, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
     float acc_mean_sum = static_cast<float>(0.0);

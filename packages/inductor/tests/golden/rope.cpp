@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add) {
-  for (int64_t xi = 0; xi < 64; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi / 32;
     const int64_t x1 = (xi / 8) % 4;
     const int64_t x2 = (xi) % 8;

@@ -86,8 +86,8 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_gy, const float* __restrict__ buf_y, float* __restrict__ buf_mul_1) {
-  for (int64_t xi = 0; xi < 8; ++xi) {
+extern "C" void kernel0(const float* __restrict__ buf_gy, const float* __restrict__ buf_y, float* __restrict__ buf_mul_1, const int64_t rows) {
+  for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum_sum)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -16,9 +17,11 @@ from torchstrata.inductor.codegen.cpp.build import (
     simd_math_functions,
 )
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
-from torchstrata.inductor.codegen.cpp.generate import generate_cpp
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp, outer_rows
 from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
+from torchstrata.inductor.codegen.flat_rows import flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
@@ -67,8 +70,10 @@ class Backend(Protocol):
         ...
 
 
-def _ctypes_call(handle: str, args: Sequence[str]) -> str:
-    return f"{handle}({', '.join(arg + '.data_ptr()' for arg in args)})"
+def _ctypes_call(handle: str, args: Sequence[str], sizes: Sequence[int] = ()) -> str:
+    """The launcher's call of a C++ kernel: buffer addresses, then its sizes as literals
+    (the launcher is generated per size; the kernel may serve several)."""
+    return f"{handle}({', '.join([*(arg + '.data_ptr()' for arg in args), *map(str, sizes)])})"
 
 
 class CppBackend:
@@ -100,11 +105,14 @@ class CppBackend:
         return generate_cpp(self._rewritten(kernel), simd_functions)
 
     def _rewritten(self, kernel: Kernel) -> Kernel:
+        if not uses_column_loop(kernel):  # contiguous leading row dims as one outer loop
+            kernel = flatten_rows(kernel)
         return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
-        """See :class:`Backend`; divisions by per-row values become multiplications
-        (``reciprocals``)."""
+        """See :class:`Backend`; contiguous leading row dims are walked as one
+        (:func:`~torchstrata.inductor.codegen.flat_rows.flatten_rows`), divisions by
+        per-row values become multiplications (``reciprocals``)."""
         (built,) = self.build_all([kernel], options)
         return built
 
@@ -115,17 +123,22 @@ class CppBackend:
         simd_functions = simd_math_functions()
         kernels = [self._rewritten(kernel) for kernel in kernels]
         sources = [generate_cpp(kernel, simd_functions) for kernel in kernels]
+        sizes = [_sizes(kernel) for kernel in kernels]
         requests = [
-            KernelSource(source, kernel.name, len(kernel.args), kernel_checks(kernel))
-            for kernel, source in zip(kernels, sources, strict=True)
+            KernelSource(
+                source, kernel.name, len(kernel.args), kernel_checks(kernel), None, len(size)
+            )
+            for kernel, source, size in zip(kernels, sources, sizes, strict=True)
         ]
         # renamed once, for the build and for the compiled-graph cache's record
         requests = [attrs.evolve(r, canonical=canonical_of(r)) for r in requests]
         builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
         launches = []
-        for kernel, source, built, request in zip(kernels, sources, builds, requests, strict=True):
+        for kernel, source, built, request, size in zip(
+            kernels, sources, builds, requests, sizes, strict=True
+        ):
             info = KernelInfo(kernel.name, self.name, source, built.path, kernel.ops)
-            launch = KernelLaunch(kernel, built.fn, _ctypes_call)
+            launch = KernelLaunch(kernel, built.fn, functools.partial(_ctypes_call, sizes=size))
             record = kernel_record(request)
             launches.append(BuiltLaunch(launch, info, built.compile_seconds, record))
         return launches
@@ -138,6 +151,12 @@ class CppBackend:
         requests = [kernel_from_record(record) for record in records]
         builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
         return [built.fn for built in builds], [built.path for built in builds]
+
+
+def _sizes(kernel: Kernel) -> tuple[int, ...]:
+    """The size arguments the C++ function of ``kernel`` takes after its buffers."""
+    rows = outer_rows(kernel)
+    return () if rows is None else (rows,)
 
 
 def build_all(

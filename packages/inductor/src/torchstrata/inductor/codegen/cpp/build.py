@@ -124,8 +124,8 @@ class BuiltKernel:
 @attrs.frozen
 class KernelSource:
     """One kernel to build: its C++ ``source``, whose ``extern "C"`` function ``name``
-    takes ``num_args`` buffer addresses, and the ``checks`` it makes (see
-    :func:`build_kernels`)."""
+    takes ``num_args`` buffer addresses then ``num_sizes`` ``int64_t`` sizes, and the
+    ``checks`` it makes (see :func:`build_kernels`)."""
 
     source: str
     name: str
@@ -135,6 +135,8 @@ class KernelSource:
     #: kernel read back from the compiled-graph cache): renaming costs milliseconds per
     #: kernel, most of loading a cached graph's kernels
     canonical: tuple[str, str] | None = None
+    #: ``int64_t`` arguments after the buffers (the outer loop's trip count, ``rows``)
+    num_sizes: int = 0
 
 
 @attrs.frozen
@@ -296,7 +298,16 @@ def canonical_of(kernel: KernelSource) -> tuple[str, str]:
     """``kernel``'s canonical source and entry point (see :func:`canonical_source`)."""
     if kernel.canonical is not None:
         return kernel.canonical
-    return canonical_source(kernel.source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES)
+    return canonical_text(kernel.source, kernel.name)
+
+
+@functools.lru_cache(maxsize=512)
+def canonical_text(source: str, name: str) -> tuple[str, str]:
+    """:func:`canonical_source` of the kernel ``name`` in ``source`` (C++ or Triton),
+    memoised: renaming costs milliseconds per kernel (a regular expression over the whole
+    prelude), and a graph lowered again for another size generates the same sources. At
+    most 512 entries (sources of 1-16 KB and their renamed texts)."""
+    return canonical_source(source, name, CANONICAL_ENTRY, GENERATED_PREFIXES)
 
 
 def _cores() -> int:
@@ -356,12 +367,13 @@ def _entry_point(
     # caches one): identical kernels share the library but set their own signatures.
     fn = handle[symbol]
     cached = seconds == 0.0
+    arguments = [ctypes.c_void_p] * kernel.num_args + [ctypes.c_int64] * kernel.num_sizes
     if not kernel.checks:
-        fn.argtypes = [ctypes.c_void_p] * kernel.num_args
+        fn.argtypes = arguments
         fn.restype = None
         return BuiltKernel(fn, str(path), seconds, cached)
     # A checking kernel: an error slot, and the number of a failed check back.
-    fn.argtypes = [ctypes.c_void_p] * kernel.num_args + [ctypes.POINTER(ctypes.c_int64)]
+    fn.argtypes = [*arguments, ctypes.POINTER(ctypes.c_int64)]
     fn.restype = ctypes.c_int64
     return BuiltKernel(CheckedKernel(fn, kernel.name, kernel.checks), str(path), seconds, cached)
 

@@ -391,7 +391,12 @@ def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
 
 
 def _loop_header(var: Var) -> str:
-    return f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{"
+    return loop_header(var, var.size)
+
+
+def loop_header(var: Var, bound: str | int) -> str:
+    """The ``for`` line of a loop of ``var`` from 0 to ``bound`` (a size or a parameter)."""
+    return f"for (int64_t {var.name} = 0; {var.name} < {bound}; ++{var.name}) {{"
 
 
 def nested_loops(vars_: Sequence[Var], body: list[str], pragma: str) -> list[str]:
@@ -472,11 +477,17 @@ def simd_declarations(functions: frozenset[str]) -> str:
 SIMD_ARITY = {"pow": 2, "atan2": 2}
 
 
-def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset[str]) -> str:
+def kernel_source(
+    kernel: Kernel,
+    body: Sequence[str],
+    simd_functions: frozenset[str],
+    sizes: Sequence[str] = (),
+) -> str:
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
     ``body`` holds the function's statements; buffers the kernel stores to are the only
-    non-``const`` pointers. A kernel with indirect loads or integer divisions by values
+    non-``const`` pointers; ``sizes`` name ``int64_t`` parameters after the buffers (the
+    outer loop's trip count). A kernel with indirect loads or integer divisions by values
     also checks their indices or divisors
     (:func:`~torchstrata.inductor.codegen.cpp.checks.checked_function`); any other is a ``void``
     function of its buffers alone. The helpers of checked divisions follow the prelude in
@@ -484,8 +495,13 @@ def kernel_source(kernel: Kernel, body: Sequence[str], simd_functions: frozenset
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
-        f"{'' if arg.name in stored else 'const '}{STORAGE_TYPES[arg.dtype]}* __restrict__ {arg.name}"
-        for arg in kernel.args
+        [
+            *(
+                f"{'' if arg.name in stored else 'const '}{STORAGE_TYPES[arg.dtype]}* __restrict__ {arg.name}"
+                for arg in kernel.args
+            ),
+            *(f"const int64_t {size}" for size in sizes),
+        ]
     )
     text = "\n".join(body)
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)

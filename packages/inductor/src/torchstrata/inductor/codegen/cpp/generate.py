@@ -9,6 +9,10 @@ max and its sums of ``exp(v - max)`` share one chunked loop
 (:mod:`~torchstrata.inductor.codegen.cpp.online`). An innermost loop whose body has conditions on
 the loop variable (a cat's pieces) is split into contiguous ranges where they are constant
 (:mod:`~torchstrata.inductor.codegen.cpp.ranges`).
+
+The outermost loop's trip count is the kernel's ``rows`` argument (:func:`outer_rows`),
+passed by the launcher, not a literal: kernels that differ only in their number of rows
+(one graph lowered for several sizes) are one source, so one build.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     enclose_loops,
     kernel_source,
     literal,
+    loop_header,
     nested_loops,
     render_index,
     split_loops,
@@ -51,6 +56,32 @@ from torchstrata.inductor.ir.kernel import (
 from torchstrata.inductor.ir.online import online_pairs, reduction_phases
 
 _OMP_REDUCTION = {"sum": "+", "prod": "*", "amax": "max", "amin": "min"}
+#: The parameter holding the outermost loop's trip count (see :func:`outer_rows`).
+ROWS_PARAM = "rows"
+
+
+def _outer_vars(kernel: Kernel) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
+    """The variables of ``kernel``'s outer (row, parallel) loop and of its inner loops."""
+    if kernel.red_shape:
+        return row_vars(kernel.row_shape), red_vars(kernel.red_shape)
+    all_vars = row_vars(kernel.row_shape)
+    # A 0-d kernel still gets a loop (of one) to keep a single code path.
+    return all_vars[:-1], all_vars[-1:] or (Var("x0", 1),)
+
+
+def outer_rows(kernel: Kernel) -> int | None:
+    """The trip count of ``kernel``'s loop over rows, which its C++ function takes as its
+    last argument ``int64_t rows``; None when it takes none. That is the outer loop (the
+    outermost row dim's size is read nowhere else in the source: the row index is split
+    into variables by the inner dims' sizes), or the one loop of a 1-D pointwise kernel
+    (unless it is split into ranges, whose bounds stay literals). Column reductions and
+    0-d kernels keep their bounds in the source."""
+    if uses_column_loop(kernel):
+        return None
+    outer_vars, _ = _outer_vars(kernel)
+    if outer_vars:
+        return math.prod(v.size for v in outer_vars)
+    return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -187,12 +218,7 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     """
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
-    if kernel.red_shape:
-        outer_vars, inner_vars = row_vars(kernel.row_shape), red_vars(kernel.red_shape)
-    else:
-        all_vars = row_vars(kernel.row_shape)
-        # A 0-d kernel still gets a loop (of one) to keep a single code path.
-        outer_vars, inner_vars = all_vars[:-1], all_vars[-1:] or (Var("x0", 1),)
+    outer_vars, inner_vars = _outer_vars(kernel)
     phases = reduction_phases(kernel.reductions)
     pairs = online_pairs(kernel.reductions) if wants_online(kernel.row_length, inner_vars) else {}
     # A phase of sums paired with an earlier max is computed in that max's chunked loop.
@@ -244,15 +270,24 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
             parallel = outer_count == 1 and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
-        body += _store_loops(
+        store_lines = _store_loops(
             emitter, kernel.row_stores, inner_vars, splits[0], inner_pragma, lambda: None
         )
+        if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
+            header = loop_header(inner_vars[-1], inner_vars[-1].size)
+            row_loop = loop_header(inner_vars[-1], ROWS_PARAM)
+            store_lines = [row_loop if line == header else line for line in store_lines]
+        body += store_lines
+    # Whether the rows run in parallel depends on their number, and is in the source: a
+    # kernel's sources over few rows and over many differ by this pragma (two builds).
     pragma = "#pragma omp parallel for" if outer_count > 1 and total >= PARALLEL_THRESHOLD else ""
     lines = [pragma] if pragma else []
-    lines.append(f"for (int64_t xi = 0; xi < {outer_count}; ++xi) {{")
+    bound = ROWS_PARAM if outer_vars else outer_count
+    lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
     lines += ["  " + line for line in body]
     lines.append("}")
-    return kernel_source(kernel, lines, simd_functions)
+    sizes = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
+    return kernel_source(kernel, lines, simd_functions, sizes)
 
 
 def _store_loops(

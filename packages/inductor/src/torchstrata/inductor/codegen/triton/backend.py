@@ -34,9 +34,9 @@ import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
 from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
-from torchstrata.core.artifacts import CacheSettings, canonical_source, open_store
+from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
-from torchstrata.inductor.codegen.cpp.build import CANONICAL_ENTRY, GENERATED_PREFIXES
+from torchstrata.inductor.codegen.cpp.build import canonical_text
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
@@ -185,7 +185,7 @@ class TritonBackend:
             (
                 variant,
                 source,
-                canonical_source(source, kernel.name, CANONICAL_ENTRY, GENERATED_PREFIXES),
+                canonical_text(source, kernel.name),
             )
             for variant, source in generated
         ]
@@ -228,7 +228,9 @@ class TritonBackend:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
-            choice_cache = ChoiceCache(store, tuning_key(canonical, torch.cuda.get_device_name()))
+            choice_cache = ChoiceCache(
+                store, tuning_key(canonical, torch.cuda.get_device_name(), record.rows)
+            )
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,

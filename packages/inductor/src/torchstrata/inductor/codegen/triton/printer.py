@@ -476,15 +476,22 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+#: The parameter of every generated kernel holding its number of rows (elements of a
+#: pointwise kernel): the masks of the plain row and pointwise kernels compare with it.
+ROWS_PARAM = "xnumel"
+
+
 def module_source(
     kernel: Kernel, lines: Sequence[str], interpret: bool, extra_params: Sequence[str] = ()
 ) -> str:
     """The module text: the header, then ``kernel`` as a ``@triton.jit`` function of its
-    buffers, ``extra_params`` (scratch buffers) and ``XBLOCK``/``RBLOCK``, body ``lines``."""
+    buffers, ``extra_params`` (scratch buffers), its number of rows ``xnumel`` (passed at
+    launch: kernels that differ only in it are one source) and ``XBLOCK``/``RBLOCK``, body
+    ``lines``."""
     params = ", ".join(
         [arg.name for arg in kernel.args]
         + list(extra_params)
-        + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        + [ROWS_PARAM, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice",

@@ -16,7 +16,7 @@ import torch
 from torchstrata.inductor.codegen.triton.backend import load_module
 from torchstrata.inductor.codegen.triton.cluster import CLUSTER_PARAMS
 from torchstrata.inductor.codegen.triton.generate import generate_triton
-from torchstrata.inductor.codegen.triton.printer import rounds_to_half
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, rounds_to_half
 from torchstrata.inductor.codegen.triton.split import SCRATCH_PARAMS, generate_split_triton
 from torchstrata.inductor.codegen.triton.tuning import Config
 from torchstrata.inductor.ir.kernel import Kernel
@@ -68,9 +68,15 @@ def kernel_ptx(
     module, _ = load_module(source, kernel.name, cache_dir or tempfile.mkdtemp(), False)
     signature = {arg.name: POINTER_TYPES[arg.dtype] for arg in kernel.args}
     signature |= {name: _SCRATCH_TYPES[name] for name in extra}
+    # the number of rows as a launch passes it: an i32 (i64 from 2**31), specialised by
+    # Triton as a multiple of 16 when it is one
+    rows = kernel.rows
+    signature |= {ROWS_PARAM: "i64" if rows >= 2**31 else "i32"}
     signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
     pointers = len(kernel.args) + len(extra)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}
+    if rows % 16 == 0:
+        attrs[(pointers,)] = [["tt.divisibility", 16]]
     constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
     ast = ASTSource(getattr(module, kernel.name), signature, constants, attrs)
     options = {

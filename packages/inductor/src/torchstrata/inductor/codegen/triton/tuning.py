@@ -49,7 +49,7 @@ from torchstrata.inductor.codegen.triton.precompile import (
     scratch_tensors,
     submit_compiles,
 )
-from torchstrata.inductor.codegen.triton.printer import next_power_of_2
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -249,9 +249,10 @@ def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
     return [Config(x, rblock, _warps_for(x * rblock), True, programs=partials.programs)]
 
 
-def tuning_key(sources: Sequence[str], device: str) -> str:
-    """Hash of the kernel sources, the device name and the Triton version."""
-    text = "\0".join([*sources, device, triton.__version__])
+def tuning_key(sources: Sequence[str], device: str, rows: int) -> str:
+    """Hash of the kernel sources, the device name, the Triton version and the number of
+    rows (a source serves every number of rows; the best launch depends on it)."""
+    text = "\0".join([*sources, device, triton.__version__, f"rows={rows}"])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -365,10 +366,14 @@ class TunedKernel:
         return launcher if self.compiled else interpreted(launcher)
 
     def constants(self, config: Config) -> dict[str, Any]:
-        """The keyword arguments of a launch of ``config``: its constexprs and, compiled,
-        its warps, stages and floating-point contraction (explicit: Triton's default is
-        changing)."""
-        constants: dict[str, Any] = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
+        """The keyword arguments of a launch of ``config``: the rows (one source serves
+        every number of rows, ``module_source``), its constexprs and, compiled, its warps,
+        stages and floating-point contraction (explicit: Triton's default is changing)."""
+        constants: dict[str, Any] = {
+            ROWS_PARAM: self.rows,
+            "XBLOCK": config.xblock,
+            "RBLOCK": config.rblock,
+        }
         if self.compiled:
             constants["num_warps"] = config.num_warps
             constants["num_stages"] = config.num_stages
