@@ -150,8 +150,6 @@ def eligible(capture: CaptureResult, options: CompileOptions) -> None:
     metas = [node.meta for node in graph.inputs]
     if any(isinstance(m, TensorMeta) and m.device.type != "cpu" for m in metas):
         raise SymbolicRefused("only CPU (C++ backend) graphs are symbolic-capable yet")
-    if torch.is_grad_enabled() and any(getattr(m, "requires_grad", False) for m in metas):
-        raise SymbolicRefused("training (backward) graphs are not symbolic-capable yet")
     if not graph_has_symbols(graph):
         raise SymbolicRefused("no dimension stayed symbolic")
     unbound = graph_symbols(graph) - set(input_symbol_slots(graph))
@@ -341,8 +339,6 @@ def refused_before_capture(
         tensors += list(owner.parameters())
     if any(t.device.type != "cpu" for t in tensors):
         return "only CPU (C++ backend) graphs are symbolic-capable yet"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "training (backward) graphs are not symbolic-capable yet"
     return ""
 
 
