@@ -87,7 +87,9 @@ def test_two_block_transformer_sixteen_sequence_lengths(monkeypatch):
     # static for the first length, one symbolic entry for the other fifteen
     assert len(compiled.compiled_forward.cache) == 2
     assert len(lowered) == len(SIXTEEN)
-    assert "dimension 1 of L['x'] becomes symbolic" in compiled.compiled_forward.recompile_reasons[0]
+    assert (
+        "dimension 1 of L['x'] becomes symbolic" in compiled.compiled_forward.recompile_reasons[0]
+    )
 
 
 def test_one_block_eight_sequence_lengths(monkeypatch):
