@@ -34,7 +34,11 @@ class SizeCheck:
             for b in sizes.bindings
             if b.source in sources
         }
-        self._known: dict[Any, bool] = {}
+        self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
+        self.sources = tuple(sources)
+        #: why the last call that failed it did ('' when it held)
+        self.last_failure = ""
+        self._known: dict[Any, str] = {}
 
     def __call__(self, *tensors: Any) -> bool:
         try:  # the device as is_cpu: symbolic entries are CPU-only (eligible())
@@ -53,42 +57,64 @@ class SizeCheck:
                 ]
             )
         except AttributeError:
+            self.last_failure = "an input is not a tensor"
             return False
-        known = self._known.get(key)
-        if known is None:
-            known = self._known[key] = self._check(tensors)
-        return known
+        failure = self._known.get(key)
+        if failure is None:
+            failure = self._known[key] = self.failure(tensors)
+        if failure:
+            self.last_failure = failure
+            return False
+        return True
 
-    def _check(self, tensors: Sequence[torch.Tensor]) -> bool:
+    def failure(self, tensors: Sequence[torch.Tensor]) -> str:
+        """Why ``tensors`` fail the check, each symbol named by its dimension (the
+        condition and the sizes of this call); '' when they pass."""
         import sympy  # type: ignore[import-untyped]
 
         values = {name: tensors[p].shape[d] for name, (p, d) in self.slots.items()}
-        if any(value < 2 for value in values.values()):
-            return False
-        for tensor, meta in zip(tensors, self.metas, strict=True):
-            same = (tensor.dtype, tensor.device, tensor.requires_grad) == (
-                meta.dtype,
-                meta.device,
-                meta.requires_grad,
-            )
-            if not same or tensor.is_neg() or tensor.is_conj():  # kernels read lazy bits raw
-                return False
-            if tuple(tensor.shape) != concretize(tuple(meta.shape), values):
-                return False
-            if tuple(tensor.stride()) != concretize(tuple(meta.strides), values):
-                return False
+        for name, value in values.items():
+            if value < 2:
+                return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
+        for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
+            for what, got, want in (
+                ("dtype", tensor.dtype, meta.dtype),
+                ("device", tensor.device, meta.device),
+                ("requires_grad", tensor.requires_grad, meta.requires_grad),
+                ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
+                ("is_conj()", tensor.is_conj(), False),
+            ):
+                if got != want:
+                    return f"{source}.{what} is {got}, expected {want}"
+            shape = concretize(tuple(meta.shape), values)
+            if tuple(tensor.shape) != shape:
+                return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
+            strides = concretize(tuple(meta.strides), values)
+            if tuple(tensor.stride()) != strides:
+                return f"{source}.stride() is {list(tensor.stride())}, expected {list(strides)}"
         for expr in self.exprs:
             if any(s.name not in values for s in expr.free_symbols):
-                return False  # a symbol of an input that has no tensor guard: never
+                return f"{self._named(expr)} reads a size of an input with no tensor guard"
             free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
             if not bool(expr.xreplace(free)):
-                return False
-        return True
+                sizes = ", ".join(
+                    f"{self.names[s.name]} = {values[s.name]}"
+                    for s in sorted(expr.free_symbols, key=str)
+                )
+                return f"size relation {self._named(expr)} is false for {sizes}"
+        return ""
+
+    def _named(self, expr: Any) -> str:
+        text = str(expr)
+        for name in sorted(self.names, key=len, reverse=True):
+            text = text.replace(name, self.names[name])
+        return text
 
     def description(self) -> str:
         """The checked conditions, each symbol named by the dimension it stands for."""
-        symbols = ", ".join(f"{b.source}.size()[{b.dim}] >= 2" for b in self.sizes.bindings)
-        relations = "; ".join(self.sizes.describe_guards())
+        dims = dict.fromkeys(self.names.values())  # a retraced frame names a dim twice
+        symbols = ", ".join(f"{dim} >= 2" for dim in dims)
+        relations = "; ".join(dict.fromkeys(self.sizes.describe_guards()))
         return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
 
 

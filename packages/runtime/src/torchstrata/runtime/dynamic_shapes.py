@@ -81,12 +81,16 @@ class DynamicPolicy:
         self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
         #: the (source, dim, size) the last plan kept static for being 0 or 1
         self.specialised: list[tuple[str, int, int]] = []
+        #: whether the last plan made a dimension symbolic, or met a size 0 or 1 of a
+        #: dimension, for the first time: its compile is the policy's, not a recompile
+        #: that ``recompile_limit`` counts (decision 0208)
+        self.first_time = False
 
     def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
         sizes are remembered for later calls' decisions."""
         plan: dict[str, tuple[int, ...]] = {}
-        self.changed, self.specialised = [], []
+        self.changed, self.specialised, self.first_time = [], [], False
         for name, value in frame.items():
             if type(value) not in (torch.Tensor, torch.nn.Parameter):
                 continue
@@ -103,12 +107,14 @@ class DynamicPolicy:
                 if size < 2:
                     if self.dynamic is True or dim in marked or any(o != size for o in earlier):
                         self.specialised.append((source, dim, size))
+                        self.first_time |= size not in earlier
                     continue
                 if self.dynamic is True or dim in marked:
                     dims.append(dim)
                 elif any(old != size for old in earlier):
                     dims.append(dim)
                     self.changed.append((source, dim, earlier, size))
+                    self.first_time |= len([old for old in earlier if old >= 2]) == 1
             if dims:
                 plan[source] = tuple(dims)
         return plan
