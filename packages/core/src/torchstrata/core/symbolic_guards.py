@@ -15,11 +15,29 @@ from torchstrata.core.meta import TensorMeta
 from torchstrata.core.results import Guard, GuardKind
 from torchstrata.core.symbolic import SymbolicSizes, concretize, has_symbols
 
+#: layouts a :class:`SizeCheck` remembers its answer for (then it starts over)
+_MAX_KNOWN = 4096
+
+
+def _layout_key(count: int) -> Any:
+    """A function of ``count`` tensors giving one flat tuple of everything
+    :meth:`SizeCheck.failure` reads (generated: a loop and a tuple per tensor cost as
+    much again on a tiny call). The device as ``is_cpu``: symbolic entries are CPU-only."""
+    names = [f"t{i}" for i in range(count)]
+    items = "".join(
+        f"{t}.shape, {t}.stride(), {t}.dtype, {t}.is_cpu, {t}.requires_grad, "
+        f"{t}.is_neg(), {t}.is_conj(), "
+        for t in names
+    )
+    return eval(f"lambda {', '.join(names)}: ({items})")
+
 
 class SizeCheck:
-    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
-    strides, each symbol at least 2, and the size relations the trace relied on.
-    Results are remembered per layout of the inputs."""
+    """The size guard of a symbolic entry: the inputs' static sizes and strides, each
+    symbol at least 2, and the size relations the trace relied on. Results are
+    remembered per sizes and strides of the inputs. The rest of each input's tensor
+    guard (type, dtype, device, requires_grad, lazy bits) are guards of their own
+    (:func:`size_guards`), generated inline as a static entry's are."""
 
     def __init__(
         self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
@@ -39,28 +57,18 @@ class SizeCheck:
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""
         self._known: dict[Any, str] = {}
+        self._key = _layout_key(len(self.metas))
 
     def __call__(self, *tensors: Any) -> bool:
-        try:  # the device as is_cpu: symbolic entries are CPU-only (eligible())
-            key = tuple(
-                [
-                    (
-                        t.shape,
-                        t.stride(),
-                        t.dtype,
-                        t.is_cpu,
-                        t.requires_grad,
-                        t.is_neg(),
-                        t.is_conj(),
-                    )
-                    for t in tensors
-                ]
-            )
-        except AttributeError:
+        try:
+            key = self._key(*tensors)
+        except (AttributeError, TypeError):
             self.last_failure = "an input is not a tensor"
             return False
         failure = self._known.get(key)
         if failure is None:
+            if len(self._known) >= _MAX_KNOWN:  # a cache growing by one row per call
+                self._known.clear()
             failure = self._known[key] = self.failure(tensors)
         if failure:
             self.last_failure = failure
@@ -77,15 +85,6 @@ class SizeCheck:
             if value < 2:
                 return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
-            for what, got, want in (
-                ("dtype", tensor.dtype, meta.dtype),
-                ("device", tensor.device, meta.device),
-                ("requires_grad", tensor.requires_grad, meta.requires_grad),
-                ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
-                ("is_conj()", tensor.is_conj(), False),
-            ):
-                if got != want:
-                    return f"{source}.{what} is {got}, expected {want}"
             shape = concretize(tuple(meta.shape), values)
             if tuple(tensor.shape) != shape:
                 return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
@@ -118,9 +117,31 @@ class SizeCheck:
         return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
 
 
+def _attribute_guards(source: str, meta: TensorMeta) -> list[Guard]:
+    """What a static tensor guard checks besides sizes and strides, as guards the guard
+    function generates inline: dtype, device, requires_grad, no lazy negative or
+    conjugate bit (kernels read memory as it is)."""
+    device = (
+        Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_cpu", True)
+        if meta.device.type == "cpu"
+        else Guard(GuardKind.CONSTANT_MATCH, f"{source}.device", meta.device)
+    )
+    guards = [
+        Guard(GuardKind.CONSTANT_MATCH, f"{source}.dtype", meta.dtype),
+        device,
+        Guard(GuardKind.CONSTANT_MATCH, f"{source}.requires_grad", bool(meta.requires_grad)),
+    ]
+    if meta.dtype.is_floating_point or meta.dtype.is_complex:
+        guards.append(Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_neg()", False))
+    if meta.dtype.is_complex:
+        guards.append(Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_conj()", False))
+    return guards
+
+
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
-    tensor guard checks only the type; one more guard runs :class:`SizeCheck` over every
+    tensor guard becomes a type check and a guard on each of its dtype, device,
+    requires_grad and lazy bits; one more guard runs :class:`SizeCheck` over every
     symbolic input."""
     kept: list[Guard] = []
     sources: list[str] = []
@@ -132,6 +153,7 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
             kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+            kept += _attribute_guards(guard.source, meta)
             sources.append(guard.source)
             metas.append(meta)
         else:
