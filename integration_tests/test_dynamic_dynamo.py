@@ -99,3 +99,22 @@ def test_training_through_dynamo_per_size():
             torch.testing.assert_close(a.grad, b.grad)
             a.grad = b.grad = None
     assert len(graphs) == 2  # static for 4, symbolic for the other seven
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_cuda_graphs_per_size_on_a_gpu(mode):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    compiled = torch.compile(sizes_in_the_graph, backend="torchstrata", mode=mode)
+    w = torch.randn(8, 4, device="cuda")
+    graphs = []
+    for size in (4, 5, 6, 9, 17, 3, 33, 8, 5, 9):  # repeated sizes replay their graphs
+        x = torch.randn(size, 8, device="cuda")
+        with recording() as ran:
+            torch.testing.assert_close(compiled(x, w), sizes_in_the_graph(x, w))
+        assert len(ran) == 1 and ran[0].is_compiled
+        if all(graph is not ran[0] for graph in graphs):
+            graphs.append(ran[0])
+    assert len(graphs) == 2
+    assert len(graphs[1]._run.per_size.runners) == 7
