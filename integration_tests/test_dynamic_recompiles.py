@@ -59,7 +59,8 @@ def test_distinct_relation_failures_count():
     # 3 static, 4 symbolic (the policy), then 5 and 6 fail the relation Eq(cols, 4): two
     # more compiles reach the limit of 3, and 7 runs eagerly
     assert (compiled.cache.recompiles, compiled.cache.policy_entries) == (3, 1)
-    assert "L['x'].size()[1]" in compiled.recompile_reasons[1]
+    assert "dimension 1 of L['x'] becomes symbolic" in compiled.recompile_reasons[0]
+    assert "becomes symbolic" not in compiled.recompile_reasons[1]  # said once
 
 
 def test_the_failed_relation_and_the_sizes_are_named(caplog):
@@ -79,3 +80,14 @@ def test_the_failed_relation_and_the_sizes_are_named(caplog):
     assert "sizes 0 and 1" not in report
     report = str(rt.explain(compiled, torch.randn(1, 4)))
     assert "L['x'].size()[0] is 1: sizes 0 and 1 are specialised" in report
+
+
+def test_after_a_static_entry_the_symbolic_entrys_failure_is_named():
+    compiled = rt.compile(branchy, codegen="eager")
+    for rows in (8, 9, 30):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x), branchy(x))
+    # 9 made the dimension symbolic; 30 failed the static entry, then the symbolic one
+    assert compiled.recompile_reasons[-1].endswith(
+        "; symbolic entry: size relation L['x'].size()[0] <= 20 is false for L['x'].size()[0] = 30"
+    )

@@ -133,13 +133,17 @@ class CompiledFunction:
             if self.cache.recompiles >= self.options.recompile_limit:
                 return self._limit_reached(failures)
             if failures:
-                self.recompile_reasons.append(str(failures[0]))
-                logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
+                reason = str(failures[0])
+                sized = [f for f in failures[1:] if f.detail]
+                if sized:  # the static entry failed first; say why the symbolic one did
+                    reason += f"; symbolic entry: {sized[-1].detail}"
+                self.recompile_reasons.append(reason)
+                logger.info("recompiling %s: guard failed: %s", describe(self.fn), reason)
                 recompiles_log.debug(
                     "recompiling %s (entry %d): guard failed: %s",
                     describe(self.fn),
                     len(self.cache) + 1,
-                    failures[0],
+                    "; ".join(f"entry {i}: {f}" for i, f in enumerate(failures)),
                 )
             cache_log.debug(
                 "%s: no cached entry of %d holds for this call; compiling",

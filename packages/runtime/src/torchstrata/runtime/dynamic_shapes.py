@@ -77,7 +77,8 @@ class DynamicPolicy:
         self.dynamic = dynamic
         #: (source, dim) -> the sizes compiles have seen it at
         self.seen: dict[tuple[str, int], set[int]] = {}
-        #: the last (source, dim, old sizes, new size) that made a dimension symbolic
+        #: the (source, dim, old sizes, new size) the last plan made symbolic for the
+        #: first time (a dimension seen at its second size of 2 or more)
         self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
         #: the (source, dim, size) the last plan kept static for being 0 or 1
         self.specialised: list[tuple[str, int, int]] = []
@@ -113,8 +114,9 @@ class DynamicPolicy:
                     dims.append(dim)
                 elif any(old != size for old in earlier):
                     dims.append(dim)
-                    self.changed.append((source, dim, earlier, size))
-                    self.first_time |= len([old for old in earlier if old >= 2]) == 1
+                    if len([old for old in earlier if old >= 2]) == 1:  # its second size
+                        self.changed.append((source, dim, earlier, size))
+                        self.first_time = True
             if dims:
                 plan[source] = tuple(dims)
         return plan
