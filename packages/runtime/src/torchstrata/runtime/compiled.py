@@ -143,7 +143,8 @@ class CompiledFunction:
                     "recompiling %s (entry %d): guard failed: %s",
                     describe(self.fn),
                     len(self.cache) + 1,
-                    "; ".join(f"entry {i}: {f}" for i, f in enumerate(failures)),
+                    str(failures[0])
+                    + "".join(f"; entry {i}: {f}" for i, f in enumerate(failures[1:], 1)),
                 )
             cache_log.debug(
                 "%s: no cached entry of %d holds for this call; compiling",
