@@ -33,11 +33,9 @@ def _layout_key(count: int) -> Any:
 
 
 class SizeCheck:
-    """The size guard of a symbolic entry: the inputs' static sizes and strides, each
-    symbol at least 2, and the size relations the trace relied on. Results are
-    remembered per sizes and strides of the inputs. The rest of each input's tensor
-    guard (type, dtype, device, requires_grad, lazy bits) are guards of their own
-    (:func:`size_guards`), generated inline as a static entry's are."""
+    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
+    strides, each symbol at least 2, and the size relations the trace relied on.
+    Results are remembered per layout of the inputs (one generated flat key)."""
 
     def __init__(
         self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
@@ -85,6 +83,15 @@ class SizeCheck:
             if value < 2:
                 return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
+            for what, got, want in (
+                ("dtype", tensor.dtype, meta.dtype),
+                ("device", tensor.device, meta.device),
+                ("requires_grad", tensor.requires_grad, meta.requires_grad),
+                ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
+                ("is_conj()", tensor.is_conj(), False),
+            ):
+                if got != want:
+                    return f"{source}.{what} is {got}, expected {want}"
             shape = concretize(tuple(meta.shape), values)
             if tuple(tensor.shape) != shape:
                 return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
@@ -117,31 +124,9 @@ class SizeCheck:
         return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
 
 
-def _attribute_guards(source: str, meta: TensorMeta) -> list[Guard]:
-    """What a static tensor guard checks besides sizes and strides, as guards the guard
-    function generates inline: dtype, device, requires_grad, no lazy negative or
-    conjugate bit (kernels read memory as it is)."""
-    device = (
-        Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_cpu", True)
-        if meta.device.type == "cpu"
-        else Guard(GuardKind.CONSTANT_MATCH, f"{source}.device", meta.device)
-    )
-    guards = [
-        Guard(GuardKind.CONSTANT_MATCH, f"{source}.dtype", meta.dtype),
-        device,
-        Guard(GuardKind.CONSTANT_MATCH, f"{source}.requires_grad", bool(meta.requires_grad)),
-    ]
-    if meta.dtype.is_floating_point or meta.dtype.is_complex:
-        guards.append(Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_neg()", False))
-    if meta.dtype.is_complex:
-        guards.append(Guard(GuardKind.CONSTANT_MATCH, f"{source}.is_conj()", False))
-    return guards
-
-
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
-    tensor guard becomes a type check and a guard on each of its dtype, device,
-    requires_grad and lazy bits; one more guard runs :class:`SizeCheck` over every
+    tensor guard checks only the type; one more guard runs :class:`SizeCheck` over every
     symbolic input."""
     kept: list[Guard] = []
     sources: list[str] = []
@@ -153,7 +138,6 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
             kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
-            kept += _attribute_guards(guard.source, meta)
             sources.append(guard.source)
             metas.append(meta)
         else:
