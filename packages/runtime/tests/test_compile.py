@@ -59,14 +59,14 @@ def test_dtype_and_constant_changes_recompile(stages):
 
 def test_recompile_limit_warns_once_and_runs_eagerly(stages):
     compiled = stages.compile(demo_fn, options={"recompile_limit": 2})
-    for rows in (1, 2):
-        compiled(torch.randn(rows, 4), torch.randn(4))
+    for dtype in (torch.float32, torch.float64):
+        compiled(torch.randn(2, 4, dtype=dtype), torch.randn(4, dtype=dtype))
     with pytest.warns(rt.TorchstrataFallbackWarning, match="recompile limit reached.*L\\['x'\\]"):
-        out = compiled(torch.randn(3, 4), torch.randn(4))
+        out = compiled(torch.randn(3, 4).half(), torch.randn(4).half())
     assert out.shape == (3, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        compiled(torch.randn(6, 4), torch.randn(4))
+        compiled(torch.randn(6, 4).bfloat16(), torch.randn(4).bfloat16())
     assert stages.capture.calls == 2
 
 

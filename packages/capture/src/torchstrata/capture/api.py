@@ -15,7 +15,13 @@ from torchstrata.capture.program import CaptureProgram, entry_function, frame_lo
 from torchstrata.capture.segments import trace_segment
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import Cell
-from torchstrata.core import CaptureResult, CompileOptions, GraphBreak, SegmentCompiler
+from torchstrata.core import (
+    CaptureResult,
+    CompileOptions,
+    GraphBreak,
+    SegmentCompiler,
+    active_symbolic_sizes,
+)
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
@@ -83,7 +89,10 @@ def capture(
         if not resumable and error.top_step is not None:
             reason += " (the function has try/with blocks, so it cannot be split: it runs eagerly)"
         return CaptureResult((), (), (GraphBreak(reason, filename, lineno, instruction),), None)
-    program = CaptureProgram(target, code, plain.__globals__, first, compile_segment)
+    dynamic = active_symbolic_sizes() is not None  # later segments symbolic where sizes vary
+    program = CaptureProgram(
+        target, code, plain.__globals__, first, compile_segment, dynamic=dynamic
+    )
     if first.graph_break is not None:
         for graph_break in find_later_breaks(plain.__globals__, start, first.steps):
             if graph_break not in program.graph_breaks:

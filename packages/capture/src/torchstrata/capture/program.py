@@ -6,6 +6,13 @@ runs for real (:mod:`.concrete`), and the next segment is looked up by the instr
 it starts at and its guards, or captured then from the real state. Later segments'
 graphs run through the ``compile_segment`` callback the caller passed, else the
 reference interpreter. Which branch a value-dependent ``if`` takes is decided on every call.
+
+A program captured under a symbolic scope (a dynamic-shape compile, decision 0206)
+traces its later segments as the runtime compiles frames with ``dynamic=None``: the
+first segment at an instruction is static; when one is traced there again for a tensor
+whose size changed, those dimensions are symbolic, its guards check sizes by their
+relations (:func:`~torchstrata.core.size_guards`), and ``compile_segment`` gets a
+graph with symbolic sizes.
 """
 
 from __future__ import annotations
@@ -40,9 +47,13 @@ from torchstrata.core import (
     GraphBreak,
     GuardKind,
     SegmentCompiler,
+    SymbolicSizes,
     bind_call,
     global_state,
+    graph_has_symbols,
     interpret,
+    size_guards,
+    symbolic_scope,
     unsupported_state,
 )
 
@@ -116,6 +127,8 @@ class CaptureProgram:
     :param first: the segment captured with the call's arguments.
     :param compile_segment: compiles a later segment's graph into a callable (None: the
         reference interpreter runs it).
+    :param dynamic: trace later segments with symbolic sizes where a size changes (see
+        the module docstring); needs ``compile_segment`` to take symbolic graphs.
     """
 
     def __init__(
@@ -125,6 +138,7 @@ class CaptureProgram:
         globals_: dict[str, Any],
         first: Segment,
         compile_segment: SegmentCompiler | None = None,
+        dynamic: bool = False,
     ) -> None:
         self.fn = fn
         self.code = code
@@ -139,6 +153,9 @@ class CaptureProgram:
         self._runners: dict[int, Callable[..., Any]] = {}
         self._failed: set[int] = set()
         self._count = 0
+        self.dynamic = dynamic and compile_segment is not None
+        #: (instruction, source, dim) -> the sizes segments were traced for there
+        self._sizes_seen: dict[tuple[int, str, int], set[int]] = {}
         #: The sources :meth:`run_direct` takes the values of; None: it cannot run.
         self.direct_sources: tuple[str, ...] | None = None
         direct = first.paused is None and not first.side_effects
@@ -194,7 +211,7 @@ class CaptureProgram:
         if unsupported_state(global_state()) is not None:
             return None  # run for real under this state (not a failure: others may trace)
         try:
-            segment = with_check(trace_segment(self.globals, _starter(self.code, state), True))
+            segment = with_check(self._trace(state))
         except Unsupported:
             self._failed.add(state.index)
             return None
@@ -203,6 +220,44 @@ class CaptureProgram:
         if segment.graph_break is not None and segment.graph_break not in self.graph_breaks:
             self.graph_breaks.append(segment.graph_break)
         return None if segment.is_empty else segment
+
+    def _trace(self, state: State) -> Segment:
+        """A segment from ``state``: with the sizes that changed at its instruction
+        symbolic in a dynamic program (static where the symbolic trace fails)."""
+        plan = self._symbolic_dims(state) if self.dynamic else {}
+        if plan:
+            sizes = SymbolicSizes(plan)
+            try:
+                with symbolic_scope(sizes):
+                    segment = trace_segment(self.globals, _starter(self.code, state), True)
+            except Exception as error:  # noqa: BLE001 - symbolic tracing is optional
+                logger.info("tracing a segment with symbolic sizes failed (%s); static", error)
+            else:
+                if segment.graph is not None and graph_has_symbols(segment.graph):
+                    segment.guards = size_guards(segment.guards, sizes)
+                return segment
+        with symbolic_scope(None):
+            return trace_segment(self.globals, _starter(self.code, state), True)
+
+    def _symbolic_dims(self, state: State) -> dict[str, tuple[int, ...]]:
+        """Source -> dims of the tensors in ``state`` whose size differs from the one an
+        earlier segment at this instruction was traced for (sizes 0 and 1 stay static);
+        the sizes are remembered."""
+        values = [(f"L[{name!r}]", value) for name, value in state.locals.items()]
+        values += [(f"S[{index}]", value) for index, value in enumerate(state.stack)]
+        plan: dict[str, tuple[int, ...]] = {}
+        for source, value in values:
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+                continue
+            dims = []
+            for dim, size in enumerate(value.shape):
+                seen = self._sizes_seen.setdefault((state.index, source, dim), set())
+                if size >= 2 and any(old != size for old in seen):
+                    dims.append(dim)
+                seen.add(size)
+            if dims:
+                plan[source] = tuple(dims)
+        return plan
 
     def _runner(self, segment: Segment) -> Callable[..., Any] | None:
         graph = segment.graph

@@ -142,6 +142,7 @@ from torchstrata.core.symbolic_graphs import (
     graph_symbols,
     input_symbol_slots,
 )
+from torchstrata.core.symbolic_guards import SizeCheck, size_guards
 from torchstrata.core.symbolic_inputs import input_meta
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
@@ -211,6 +212,7 @@ __all__ = [
     "Program",
     "Progress",
     "SegmentCompiler",
+    "SizeCheck",
     "Span",
     "StageCheck",
     "SymbolBinding",
@@ -282,6 +284,7 @@ __all__ = [
     "register",
     "same_layout",
     "set_logs",
+    "size_guards",
     "spans_overlap",
     "stage_walk",
     "state_changes",

@@ -93,8 +93,9 @@ def compile(
         instead of falling back to eager.
     :param dynamic: ``None``: a dimension becomes symbolic on the second distinct size a
         compile sees; ``True``: symbolic from the first call; ``False``: every shape
-        specialised (decision 0200; forward CPU graphs only so far, others specialise
-        and log why).
+        specialised (decisions 0200, 0205-0208: CPU graphs, training and graph breaks
+        included; CUDA inputs, CUDA graphs and distributed pipelines specialise and log
+        why).
     :param codegen: ``None`` (by device), ``"triton"``, ``"cpp"`` or ``"eager"`` (stop
         at ATen graphs, run them in the reference interpreter).
     :param mode: ``None``/``"default"``; ``"reduce-overhead"`` (CUDA graphs of compiled

@@ -45,6 +45,12 @@ class FrameCache:
         self.entries: list[CacheEntry] = []
         self.lock = threading.RLock()
         self.limit_warned = False
+        #: the first entry and those made because a guard failed (what
+        #: ``recompile_limit`` counts)
+        self.recompiles = 0
+        #: entries the dynamic-shape policy made (a dimension turned symbolic, a size 0
+        #: or 1 specialised: each once per dimension), not counted by the limit
+        self.policy_entries = 0
         _ALL_CACHES.add(self)
 
     def find(self, frame: dict[str, Any], globals_: dict[str, Any]) -> CacheEntry | None:
@@ -107,6 +113,7 @@ class FrameCache:
         with self.lock:
             self.entries.clear()
             self.limit_warned = False
+            self.recompiles = self.policy_entries = 0
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -64,8 +64,10 @@ class CompiledFunction:
         self._code = getattr(self._plain, "__code__", None)
         #: Why each recompile happened: the first guard that failed, in order.
         self.recompile_reasons: list[str] = []
+
         #: which dimensions each compile makes symbolic (decision 0200)
         self.dynamic = DynamicPolicy(options.dynamic)
+        self._by_policy = False
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -128,23 +130,36 @@ class CompiledFunction:
             entry, failures = self.cache.lookup(frame, self._globals)
             if entry is not None:
                 return entry
-            if len(self.cache) >= self.options.recompile_limit:
+            if self.cache.recompiles >= self.options.recompile_limit:
                 return self._limit_reached(failures)
             if failures:
-                self.recompile_reasons.append(str(failures[0]))
-                logger.info("recompiling %s: guard failed: %s", describe(self.fn), failures[0])
+                reason = str(failures[0])
+                sized = [f for f in failures[1:] if f.detail]
+                if sized:  # the static entry failed first; say why the symbolic one did
+                    reason += f"; symbolic entry: {sized[-1].detail}"
+                self.recompile_reasons.append(reason)
+                logger.info("recompiling %s: guard failed: %s", describe(self.fn), reason)
                 recompiles_log.debug(
                     "recompiling %s (entry %d): guard failed: %s",
                     describe(self.fn),
                     len(self.cache) + 1,
-                    failures[0],
+                    str(failures[0])
+                    + "".join(f"; entry {i}: {f}" for i, f in enumerate(failures[1:], 1)),
                 )
             cache_log.debug(
                 "%s: no cached entry of %d holds for this call; compiling",
                 describe(self.fn),
                 len(self.cache),
             )
+            self._by_policy = False
             entry = self._compile(args, kwargs)
+            # recompile_limit counts the compiles guard failures force, not the entries the
+            # dynamic-shape policy makes: a dimension turning symbolic, a size 0 or 1 of a
+            # dimension, each once per dimension (at most 3 per dimension; decision 0208)
+            if self._by_policy:
+                self.cache.policy_entries += 1
+            else:
+                self.cache.recompiles += 1
             self.cache.add(entry)
             return entry
 
@@ -219,8 +234,9 @@ class CompiledFunction:
         except TypeError:
             return None
         reason = self.dynamic.reason()
+        self._by_policy = self.dynamic.first_time
         if reason:
-            if self.recompile_reasons:
+            if self.recompile_reasons and reason not in self.recompile_reasons[-1]:
                 self.recompile_reasons[-1] += f" ({reason})"
             recompiles_log.debug("%s: %s", describe(self.fn), reason)
         if not plan:

@@ -13,7 +13,6 @@ specialised: such a call gets its own static entry.
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,17 +24,15 @@ from torchstrata.core import (
     CompileOptions,
     Graph,
     Guard,
-    GuardKind,
     SymbolicSizes,
     TensorMeta,
     artifact_logger,
-    concretize,
     concretize_graph,
     graph_has_symbols,
     graph_symbols,
-    has_symbols,
     input_symbol_slots,
     interpret,
+    size_guards,
 )
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -80,16 +77,21 @@ class DynamicPolicy:
         self.dynamic = dynamic
         #: (source, dim) -> the sizes compiles have seen it at
         self.seen: dict[tuple[str, int], set[int]] = {}
-        #: the last (source, dim, old sizes, new size) that made a dimension symbolic
+        #: the (source, dim, old sizes, new size) the last plan made symbolic for the
+        #: first time (a dimension seen at its second size of 2 or more)
         self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
         #: the (source, dim, size) the last plan kept static for being 0 or 1
         self.specialised: list[tuple[str, int, int]] = []
+        #: whether the last plan made a dimension symbolic, or met a size 0 or 1 of a
+        #: dimension, for the first time: its compile is the policy's, not a recompile
+        #: that ``recompile_limit`` counts (decision 0208)
+        self.first_time = False
 
     def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
         sizes are remembered for later calls' decisions."""
         plan: dict[str, tuple[int, ...]] = {}
-        self.changed, self.specialised = [], []
+        self.changed, self.specialised, self.first_time = [], [], False
         for name, value in frame.items():
             if type(value) not in (torch.Tensor, torch.nn.Parameter):
                 continue
@@ -106,12 +108,15 @@ class DynamicPolicy:
                 if size < 2:
                     if self.dynamic is True or dim in marked or any(o != size for o in earlier):
                         self.specialised.append((source, dim, size))
+                        self.first_time |= size not in earlier
                     continue
                 if self.dynamic is True or dim in marked:
                     dims.append(dim)
                 elif any(old != size for old in earlier):
                     dims.append(dim)
-                    self.changed.append((source, dim, earlier, size))
+                    if len([old for old in earlier if old >= 2]) == 1:  # its second size
+                        self.changed.append((source, dim, earlier, size))
+                        self.first_time = True
             if dims:
                 plan[source] = tuple(dims)
         return plan
@@ -138,20 +143,14 @@ class SymbolicRefused(Exception):
 def eligible(capture: CaptureResult, options: CompileOptions) -> None:
     """Raise :class:`SymbolicRefused` unless the symbolic capture can run as one graph
     lowered per size: what is not symbolic-capable yet compiles static per shape."""
-    if capture.graph_breaks:
-        raise SymbolicRefused(
-            f"graph breaks are not symbolic-capable yet (symbolic capture: {capture.graph_breaks[0]})"
-        )
     if capture.program is None or len(capture.graphs) != 1:
-        raise SymbolicRefused("only frames of one graph are symbolic-capable yet")
+        raise SymbolicRefused("only frames that start with a graph are symbolic-capable yet")
     if options.mode == "reduce-overhead":
         raise SymbolicRefused("CUDA graphs (mode='reduce-overhead') record one graph per size")
     graph = capture.graphs[0]
     metas = [node.meta for node in graph.inputs]
     if any(isinstance(m, TensorMeta) and m.device.type != "cpu" for m in metas):
         raise SymbolicRefused("only CPU (C++ backend) graphs are symbolic-capable yet")
-    if torch.is_grad_enabled() and any(getattr(m, "requires_grad", False) for m in metas):
-        raise SymbolicRefused("training (backward) graphs are not symbolic-capable yet")
     if not graph_has_symbols(graph):
         raise SymbolicRefused("no dimension stayed symbolic")
     unbound = graph_symbols(graph) - set(input_symbol_slots(graph))
@@ -159,112 +158,11 @@ def eligible(capture: CaptureResult, options: CompileOptions) -> None:
         raise SymbolicRefused(f"symbols {sorted(unbound)} are not sizes of a graph input")
 
 
-class SizeCheck:
-    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
-    strides, each symbol at least 2, and the size relations the trace relied on.
-    Results are remembered per layout of the inputs."""
-
-    def __init__(
-        self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
-    ) -> None:
-        self.metas = tuple(metas)
-        self.sizes = sizes
-        self.exprs = sizes.guard_exprs()
-        # symbol -> (tensor position, dim) it was made for: every symbol, also those the
-        # ShapeEnv replaced by an equal one since (their guards still name them)
-        self.slots: dict[str, tuple[int, int]] = {
-            b.name: (list(sources).index(b.source), b.dim)
-            for b in sizes.bindings
-            if b.source in sources
-        }
-        self._known: dict[Any, bool] = {}
-
-    def __call__(self, *tensors: Any) -> bool:
-        try:  # the device as is_cpu: symbolic entries are CPU-only (eligible())
-            key = tuple(
-                [
-                    (
-                        t.shape,
-                        t.stride(),
-                        t.dtype,
-                        t.is_cpu,
-                        t.requires_grad,
-                        t.is_neg(),
-                        t.is_conj(),
-                    )
-                    for t in tensors
-                ]
-            )
-        except AttributeError:
-            return False
-        known = self._known.get(key)
-        if known is None:
-            known = self._known[key] = self._check(tensors)
-        return known
-
-    def _check(self, tensors: Sequence[torch.Tensor]) -> bool:
-        import sympy  # type: ignore[import-untyped]
-
-        values = {name: tensors[p].shape[d] for name, (p, d) in self.slots.items()}
-        if any(value < 2 for value in values.values()):
-            return False
-        for tensor, meta in zip(tensors, self.metas, strict=True):
-            same = (tensor.dtype, tensor.device, tensor.requires_grad) == (
-                meta.dtype,
-                meta.device,
-                meta.requires_grad,
-            )
-            if not same or tensor.is_neg() or tensor.is_conj():  # kernels read lazy bits raw
-                return False
-            if tuple(tensor.shape) != concretize(tuple(meta.shape), values):
-                return False
-            if tuple(tensor.stride()) != concretize(tuple(meta.strides), values):
-                return False
-        for expr in self.exprs:
-            if any(s.name not in values for s in expr.free_symbols):
-                return False  # a symbol of an input that has no tensor guard: never
-            free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
-            if not bool(expr.xreplace(free)):
-                return False
-        return True
-
-    def description(self) -> str:
-        """The checked conditions, each symbol named by the dimension it stands for."""
-        symbols = ", ".join(f"{b.source}.size()[{b.dim}] >= 2" for b in self.sizes.bindings)
-        relations = "; ".join(self.sizes.describe_guards())
-        return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
-
-
 def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard, ...]:
-    """The capture's guards for a symbolic entry: a symbolic tensor guard checks only the
-    type; one more guard runs :class:`SizeCheck` over every symbolic input."""
-    kept: list[Guard] = []
-    sources: list[str] = []
-    metas: list[TensorMeta] = []
-    for guard in capture.guards:
-        meta = guard.expected
-        symbolic = isinstance(meta, TensorMeta) and (
-            has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides))
-        )
-        if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
-            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
-            sources.append(guard.source)
-            metas.append(meta)
-        else:
-            kept.append(guard)
-    check = SizeCheck(sources, metas, sizes)
-    name = f"__torchstrata_sizes_{id(check):x}__"
-    cell = types.CellType(check)
-    kept.append(
-        Guard(
-            GuardKind.CONSTANT_MATCH,
-            f"{name}.cell_contents({', '.join(sources)})",
-            True,
-            check.description(),
-            cells=((name, cell),),
-        )
-    )
-    return tuple(kept)
+    """The capture's guards for a symbolic entry (:func:`torchstrata.core.size_guards`:
+    a symbolic tensor guard checks only the type; one ``SizeCheck`` guard checks
+    every symbolic input's sizes and the relations the trace relied on)."""
+    return size_guards(capture.guards, sizes)
 
 
 class SizeSpecialisedRunner:
@@ -286,12 +184,15 @@ class SizeSpecialisedRunner:
         self.lower = lower
         self.slots = input_symbol_slots(graph)
         self._slot_list = list(self.slots.values())
+        # the sizes of a call as one generated expression (a loop costs a tiny call 1 us)
+        sizes = "".join(f"inputs[{p}].shape[{d}], " for p, d in self._slot_list)
+        self._key: Callable[[Sequence[Any]], tuple[int, ...]] = eval(f"lambda inputs: ({sizes})")
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
 
     def __call__(self, *inputs: Any) -> Any:
-        key = tuple([inputs[p].shape[d] for p, d in self._slot_list])
+        key = self._key(inputs)
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = self._lower(key)
@@ -341,8 +242,6 @@ def refused_before_capture(
         tensors += list(owner.parameters())
     if any(t.device.type != "cpu" for t in tensors):
         return "only CPU (C++ backend) graphs are symbolic-capable yet"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "training (backward) graphs are not symbolic-capable yet"
     return ""
 
 
@@ -402,7 +301,11 @@ def compile_symbolic(
 
     runner = SizeSpecialisedRunner(capture.graphs[0], lower)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
-    dims = ", ".join(f"{b.source}.size()[{b.dim}] as {b.name}" for b in sizes.bindings)
+    # a frame with graph breaks is traced more than once: the first symbol of each dim
+    first: dict[tuple[str, int], str] = {}
+    for binding in sizes.bindings:
+        first.setdefault((binding.source, binding.dim), binding.name)
+    dims = ", ".join(f"{source}.size()[{dim}] as {name}" for (source, dim), name in first.items())
     logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
     dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
     program = guarded.program

@@ -10,9 +10,9 @@ Training steps therefore run generated kernels both ways.
 
 Dynamo guards every graph it hands over (grad mode, ``requires_grad`` and sizes of
 each input...), so the choice between an inference and a training graph, made from the
-example inputs, holds for every call Dynamo routes here. Sizes Dynamo made symbolic
-are specialised to this call's values under Dynamo's own guards
-(:mod:`torchstrata.runtime.dynamo_sizes`).
+example inputs, holds for every call Dynamo routes here. A graph with sizes Dynamo
+made symbolic is lowered once per distinct size it is called with, under Dynamo's
+symbolic guards (:mod:`torchstrata.runtime.dynamo_sizes`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ from torchstrata.core import CompileOptions, current_options, enabled_autocast, 
 from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
-from torchstrata.runtime.dynamo_sizes import StaticGraph, is_symbolic, specialise
+from torchstrata.runtime.dynamo_sizes import (
+    PerSizeGraph,
+    StaticGraph,
+    is_symbolic,
+    specialise,
+    symbol_slots,
+)
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import GraphArtifacts, Pipeline
@@ -107,6 +113,72 @@ def _static(
     return static
 
 
+def _per_size(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions
+) -> BackendGraph | None:
+    """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph` (this call's
+    sizes lowered now, others on their first call); None when a symbol cannot be read
+    from the arguments (the caller specialises under Dynamo's guards instead)."""
+    try:
+        slots = symbol_slots(gm, example_inputs)
+    except ValueError as error:
+        logger.info("dynamo backend: %s; specialising the graph to this call's sizes", error)
+        return None
+    structure = _output_structure(gm)
+    made: list[GraphArtifacts] = []
+
+    def lower(static: StaticGraph) -> Callable[..., Any]:
+        graph = from_fx(static.gm, list(static.examples))
+        with compile_trace("a Dynamo graph for one size", options):
+            artifacts = _PIPELINE.compile_graph(graph, options)
+        made.append(artifacts)
+        return _compiled_call(artifacts, structure, static.kept)
+
+    per_size = PerSizeGraph(gm, slots, lower)
+    try:
+        per_size.runner_for(example_inputs)  # this call's sizes, as a static graph would
+    except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
+        return _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
+    logger.info(
+        "dynamo backend: symbolic sizes %s lowered per size (no Dynamo recompile)",
+        ", ".join(slots),
+    )
+    run = _SizeFallback(per_size, gm, strict=options.fullgraph)
+    return BackendGraph(gm, made[0], "", run, dynamo_guards(), strict=options.fullgraph)
+
+
+class _SizeFallback:
+    """Calls a :class:`PerSizeGraph`; a size whose lowering or first run fails runs
+    ``gm`` eagerly from then on, with a warning (re-raised under ``strict``)."""
+
+    def __init__(self, per_size: PerSizeGraph, gm: torch.fx.GraphModule, strict: bool) -> None:
+        self.per_size = per_size
+        self.gm = gm
+        self.strict = strict
+        self.checked: set[tuple[int, ...]] = set()
+
+    def __call__(self, *args: Any) -> Any:
+        key = self.per_size.key(args)
+        if key in self.checked:
+            return self.per_size.runners.get(key, self.gm.forward)(*args)
+        try:
+            result = self.per_size.runner_for(args)(*args)
+        except Exception as error:
+            if self.strict or not self.checked:  # the first size: BackendGraph falls back
+                raise
+            self.per_size.runners[key] = self.gm.forward
+            self.checked.add(key)
+            warnings.warn(
+                f"torchstrata dynamo backend: sizes {key} failed ({type(error).__name__}: "
+                f"{error}); running the graph eagerly for them",
+                TorchstrataFallbackWarning,
+                stacklevel=3,
+            )
+            return self.gm.forward(*args)
+        self.checked.add(key)
+        return result
+
+
 def torchstrata_backend(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
 ) -> Callable[..., Any]:
@@ -133,6 +205,12 @@ def torchstrata_backend(
         )
         fallback.dynamo_guards = dynamo_guards()
         return fallback
+    if is_symbolic(gm, example_inputs):
+        per_size = _per_size(gm, example_inputs, options)
+        if per_size is not None:
+            if not per_size.is_compiled:
+                per_size.dynamo_guards = dynamo_guards()
+            return per_size
     static = _static(gm, example_inputs, options)
     if isinstance(static, BackendGraph):
         static.dynamo_guards = dynamo_guards()

@@ -1,21 +1,28 @@
-"""Graphs that Dynamo hands over with symbolic sizes, made static for this call.
+"""Graphs that Dynamo hands over with symbolic sizes, run per size.
 
 On a frame's second shape Dynamo's automatic dynamic shapes (or ``dynamic=True``) trace
 the graph with symbolic sizes: its placeholders include size symbols (``s77``, a
 ``SymInt``), its tensors' ``example_value`` have symbolic shapes, and nodes compute
-sizes (``x.size(0) * 2``). torchstrata compiles static shapes only, so each symbol is
-evaluated through :func:`torch.fx.experimental.symbolic_shapes.guard_int`: that gives
-its value in this call AND records ``s77 == 5`` in Dynamo's shape environment, so the
-guards Dynamo builds after the backend returns admit only calls of these very sizes.
-Another size fails them and Dynamo compiles again (up to its own recompile limit).
+sizes (``x.size(0) * 2``). The stages lower static graphs, so :class:`PerSizeGraph`
+reads each symbol's value from the call's arguments (the ``s77`` argument, or the
+dimension of a tensor it is the size of), makes the graph static for those values
+(:func:`concretised`) and lowers it once per distinct size, as the runtime's own
+symbolic entries do (decision 0207). Nothing is guarded: Dynamo's guards stay symbolic,
+so one Dynamo compile serves every size.
 
-The size symbols' placeholders are dropped from the graph (their uses become the
+Where a symbol cannot be read from the arguments (a data-dependent size), the graph is
+made static for this call through
+:func:`torch.fx.experimental.symbolic_shapes.guard_int` instead (:func:`specialise`):
+that records ``s77 == 5`` in Dynamo's shape environment, so Dynamo compiles again for
+another size.
+
+The size symbols' placeholders are dropped from the static graphs (their uses become
 constants); the compiled code is called without those arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -113,7 +120,9 @@ def _check_not_marked(example_inputs: Sequence[Any]) -> None:
 
 
 def specialise(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> StaticGraph:
-    """``gm`` made static for the sizes of this call (``gm`` itself is not changed).
+    """``gm`` made static for the sizes of this call under Dynamo's guards (``gm``
+    itself is not changed): each symbol is evaluated with ``guard_int``, which records
+    its value as a guard, so Dynamo recompiles for other sizes.
 
     :raises MarkedDynamic: a size the user marked dynamic would be specialised.
     :raises Exception: from ``guard_int`` when a symbol has no value to specialise to
@@ -122,6 +131,19 @@ def specialise(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Stati
     if not is_symbolic(gm, example_inputs):
         return StaticGraph(gm, tuple(example_inputs))
     _check_not_marked(example_inputs)
+    return _folded(gm, example_inputs, _concrete, guarded=True)
+
+
+def _folded(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    evaluate: Callable[[Any], Any],
+    *,
+    guarded: bool,
+) -> StaticGraph:
+    """``gm`` with its symbol placeholders and computed sizes replaced by
+    ``evaluate(value)``; with ``guarded``, every other symbolic value is evaluated too
+    (for the guards that records)."""
     graph = torch.fx.Graph()
     output = graph.graph_copy(gm.graph, {})
     graph.output(output)
@@ -137,19 +159,153 @@ def specialise(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Stati
         if isinstance(symbol, _SYMBOLIC):
             # Only a symbol is folded: its guard keeps the constant right. A plain
             # number stays an input (and the import refuses it: the graph runs eagerly).
-            _replace_uses(node, _concrete(symbol))
+            _replace_uses(node, evaluate(symbol))
             graph.erase_node(node)
-        else:
-            _concrete(value)
-            kept.append(position)
+            continue
+        if guarded:
+            evaluate(value)
+        else:  # the example input gives the metadata (the fake value's is symbolic)
+            node.meta.pop("val", None)
+            node.meta.pop("example_value", None)
+        kept.append(position)
     for node in list(graph.nodes):
         if node.op in ("call_function", "call_method"):
             value = _example_value(node)
             if _is_size_value(value):
-                _replace_uses(node, _concrete(value))
+                _replace_uses(node, evaluate(value))
                 graph.erase_node(node)
-            else:
-                _concrete(value)
+            elif guarded:
+                evaluate(value)
     graph.lint()
     static = torch.fx.GraphModule(gm, graph)
     return StaticGraph(static, tuple(example_inputs[i] for i in kept), tuple(kept))
+
+
+def _hint(value: Any) -> int:
+    """The value of an example input that may be a ``SymInt`` (its hint: this call's)."""
+    if isinstance(value, torch.SymInt):
+        hint = value.node.hint
+        if hint is None:
+            raise ValueError(f"size {value} has no value in this call (data-dependent)")
+        return int(hint)
+    return int(value)
+
+
+def symbol_slots(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> dict[str, tuple[int, int | None]]:
+    """Where each size symbol of ``gm`` is read in a call: symbol name -> (argument
+    position, dimension), the dimension None for a symbol passed as a number (Dynamo's
+    ``s77`` placeholder).
+
+    :raises ValueError: a symbol that no argument gives (a data-dependent size).
+    """
+    slots: dict[str, tuple[int, int | None]] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    wanted: set[str] = set()
+    for position, node in enumerate(placeholders):
+        value = _example_value(node)
+        if value is None and position < len(example_inputs):
+            value = example_inputs[position]
+        if isinstance(value, torch.SymInt):
+            expr = value.node.expr
+            wanted |= {s.name for s in expr.free_symbols}
+            if expr.is_Symbol:
+                slots.setdefault(expr.name, (position, None))
+        elif isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt):
+                    expr = size.node.expr
+                    wanted |= {s.name for s in expr.free_symbols}
+                    if expr.is_Symbol:
+                        slots.setdefault(expr.name, (position, dim))
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method"):
+            wanted |= _free_symbols(_example_value(node))
+    unbound = wanted - set(slots)
+    if unbound:
+        raise ValueError(f"sizes {sorted(unbound)} are not read from any input")
+    return slots
+
+
+def _free_symbols(value: Any) -> set[str]:
+    if isinstance(value, _SYMBOLIC):
+        return {s.name for s in value.node.expr.free_symbols}
+    if isinstance(value, torch.Tensor):
+        sizes = (*value.shape, *value.stride(), value.storage_offset())
+        return set().union(*(_free_symbols(size) for size in sizes))
+    if isinstance(value, list | tuple):
+        return set().union(*(_free_symbols(item) for item in value))
+    return set()
+
+
+def concretised(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], values: Mapping[str, int]
+) -> StaticGraph:
+    """``gm`` made static for the sizes ``values`` (symbol name -> size), without
+    guarding anything: Dynamo's guards keep admitting every size, and the caller
+    lowers one static graph per size (:class:`PerSizeGraph`). ``gm`` is not changed."""
+    import sympy  # type: ignore[import-untyped]
+
+    def evaluate(value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return type(value)(evaluate(item) for item in value)
+        if not isinstance(value, _SYMBOLIC):
+            return value
+        expr = value.node.expr
+        free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
+        result = expr.xreplace(free)
+        if isinstance(value, torch.SymInt):
+            return int(result)
+        if isinstance(value, torch.SymFloat):
+            return float(result)
+        return bool(result)
+
+    return _folded(gm, example_inputs, evaluate, guarded=False)
+
+
+class PerSizeGraph:
+    """Runs a Dynamo graph traced with symbolic sizes: made static (:func:`concretised`)
+    and lowered for the sizes of each call, once per distinct size; Dynamo's guards
+    stay symbolic, so Dynamo does not recompile for a new size (decision 0207).
+
+    :param gm: Dynamo's graph.
+    :param slots: where each symbol is read (:func:`symbol_slots`).
+    :param lower: lowers a :class:`StaticGraph` into a callable of the kept arguments.
+    :param max_lowered: sizes lowered at most; later sizes run ``gm`` as it is.
+    """
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        slots: Mapping[str, tuple[int, int | None]],
+        lower: Callable[[StaticGraph], Callable[..., Any]],
+        max_lowered: int = 64,
+    ) -> None:
+        self.gm = gm
+        self.names = tuple(slots)
+        self._slots = tuple(slots.values())
+        self.lower = lower
+        self.max_lowered = max_lowered
+        #: sizes (in the order of ``names``) -> the runner lowered for them
+        self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
+
+    def key(self, args: Sequence[Any]) -> tuple[int, ...]:
+        """The sizes of the symbols in a call with ``args``."""
+        return tuple([_hint(args[p]) if d is None else args[p].shape[d] for p, d in self._slots])
+
+    def runner_for(self, args: Sequence[Any]) -> Callable[..., Any]:
+        """The runner for the sizes of ``args`` (lowered now if they are new); raises
+        what lowering raises."""
+        key = self.key(args)
+        runner = self.runners.get(key)
+        if runner is None:
+            if len(self.runners) >= self.max_lowered:
+                return self.gm.forward
+            values = dict(zip(self.names, key, strict=True))
+            static = concretised(self.gm, args, values)
+            runner = self.runners[key] = self.lower(static)
+        return runner
+
+    def __call__(self, *args: Any) -> Any:
+        return self.runner_for(args)(*args)

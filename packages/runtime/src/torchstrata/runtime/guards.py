@@ -25,6 +25,7 @@ from torchstrata.core import (
     FetchedValues,
     Guard,
     GuardKind,
+    SizeCheck,
     TensorMeta,
     global_state,
     guard_cells,
@@ -53,17 +54,26 @@ class GuardFailure:
 
     guard: Guard
     actual: Any = None
+    #: why a guard that checks many conditions failed (a symbolic entry's size check:
+    #: the relation and the sizes of the call), '' where the guard says it all
+    detail: str = ""
 
     @classmethod
     def of(cls, guard: Guard) -> GuardFailure:
-        """The failure of ``guard`` now (reading the global state for a state guard)."""
-        return cls(guard, global_state() if guard.kind is GuardKind.GLOBAL_STATE else None)
+        """The failure of ``guard`` now (reading the global state for a state guard, and
+        the reason a size check gave for the call it just refused)."""
+        actual = global_state() if guard.kind is GuardKind.GLOBAL_STATE else None
+        checks = [_size_check(cell) for _, cell in guard.cells]
+        details = [check.last_failure for check in checks if check is not None]
+        return cls(guard, actual, next((d for d in details if d), ""))
 
     def __str__(self) -> str:
         expected = self.guard.expected
         if self.guard.kind is GuardKind.GLOBAL_STATE and self.actual is not None:
             changes = "; ".join(state_changes(expected, self.actual)) or "unchanged"
             return f"global torch state: {changes}"
+        if self.detail:
+            return f"{self.detail} ({self.guard.description})"
         text = f"{self.guard.kind.value} on {self.guard.source}"
         if self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
             text += f" (expected {_describe_meta(expected)})"
@@ -74,6 +84,14 @@ class GuardFailure:
         if self.guard.description:
             text += f": {self.guard.description}"
         return text
+
+
+def _size_check(cell: Any) -> SizeCheck | None:
+    try:
+        contents = cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+    return contents if isinstance(contents, SizeCheck) else None
 
 
 def _describe_meta(meta: TensorMeta) -> str:

@@ -36,6 +36,7 @@ from torchstrata.core import (
     dynamo_import_deferred,
     eliminate_dead_code,
     enabled_autocast,
+    graph_has_symbols,
     interpret,
     register,
 )
@@ -44,6 +45,7 @@ from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
+from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
@@ -520,7 +522,15 @@ class Pipeline:
         return self._lazy_graph(plain, options, "forward without unit gradients", passes=False)
 
     def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
-        """The runner of a graph compiled after the frame (a segment after a break)."""
+        """The runner of a graph compiled after the frame (a segment after a break); a
+        graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
+        if graph_has_symbols(graph):
+
+            def lower(static: Graph) -> Any:
+                with dynamo_import_deferred(), compile_trace("a graph after a break", options):
+                    return self.compile_graph(static, options).runner
+
+            return SizeSpecialisedRunner(graph, lower)
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 

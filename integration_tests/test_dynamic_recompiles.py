@@ -1,0 +1,95 @@
+"""The recompile limit and dynamic shapes (decision 0208): the limit counts compiles that
+guard failures force, not the entries the shape policy makes; the recompile reasons,
+the log and ``explain`` name the size relation that failed and the sizes of the call."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+import torchstrata.runtime as rt
+
+
+def pointwise(x):
+    return torch.sigmoid(x) * x + 1
+
+
+def branchy(x):
+    if x.shape[0] > 20:
+        return x[: x.shape[0] // 2] * 2
+    return x.sum(0)
+
+
+def loop_over_columns(x):
+    total = x[:, 0]
+    for i in range(1, x.size(1)):  # unrolled: one entry per column count
+        total = total + x[:, i] * i
+    return total
+
+
+def test_sizes_do_not_use_up_the_limit():
+    compiled = rt.compile(pointwise, codegen="eager", options={"recompile_limit": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        # static, then symbolic, then sizes 1 and 0: entries of the shape policy
+        for rows in (16, 17, 5, 1, 0, 33, 2, 64, 9):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(compiled(x), pointwise(x))
+        x = torch.randn(7, 8, dtype=torch.float64)  # a guard failure: counted (with the first)
+        torch.testing.assert_close(compiled(x), pointwise(x))
+    assert len(compiled.cache) == 5
+    assert (compiled.cache.recompiles, compiled.cache.policy_entries) == (2, 3)
+    failures = compiled.guard_failures((torch.randn(7, 8, dtype=torch.float16),), {})
+    # the symbolic entry's size check names what differs
+    assert any(
+        f.startswith("L['x'].dtype is torch.float16, expected torch.float32") for f in failures
+    )
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="recompile limit reached"):
+        x = torch.randn(7, 8, dtype=torch.float16)  # a third: over the limit, eager
+        torch.testing.assert_close(compiled(x), pointwise(x))
+
+
+def test_distinct_relation_failures_count():
+    compiled = rt.compile(loop_over_columns, codegen="eager", options={"recompile_limit": 3})
+    with pytest.warns(rt.TorchstrataFallbackWarning, match="recompile limit reached"):
+        for cols in (3, 4, 5, 6, 7, 3):
+            x = torch.randn(5, cols)
+            torch.testing.assert_close(compiled(x), loop_over_columns(x))
+    # 3 static, 4 symbolic (the policy), then 5 and 6 fail the relation Eq(cols, 4): two
+    # more compiles reach the limit of 3, and 7 runs eagerly
+    assert (compiled.cache.recompiles, compiled.cache.policy_entries) == (3, 1)
+    assert "dimension 1 of L['x'] becomes symbolic" in compiled.recompile_reasons[0]
+    assert "becomes symbolic" not in compiled.recompile_reasons[1]  # said once
+
+
+def test_the_failed_relation_and_the_sizes_are_named(caplog):
+    compiled = rt.compile(branchy, codegen="eager", dynamic=True)
+    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
+        for rows in (8, 9, 30, 31):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(compiled(x), branchy(x))
+    reason = "size relation L['x'].size()[0] <= 20 is false for L['x'].size()[0] = 30"
+    assert compiled.recompile_reasons == [
+        f"{reason} (symbolic sizes: L['x'].size()[0] >= 2, L['x'].size()[1] >= 2; "
+        "relations: L['x'].size()[0] <= 20)"
+    ]
+    assert reason in caplog.text
+    report = str(rt.explain(compiled, torch.randn(3, 4)))
+    assert f"recompiled: guard failed: {reason}" in report
+    assert "sizes 0 and 1" not in report
+    report = str(rt.explain(compiled, torch.randn(1, 4)))
+    assert "L['x'].size()[0] is 1: sizes 0 and 1 are specialised" in report
+
+
+def test_after_a_static_entry_the_symbolic_entrys_failure_is_named():
+    compiled = rt.compile(branchy, codegen="eager")
+    for rows in (8, 9, 30):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x), branchy(x))
+    # 9 made the dimension symbolic; 30 failed the static entry, then the symbolic one
+    assert compiled.recompile_reasons[-1].endswith(
+        "; symbolic entry: size relation L['x'].size()[0] <= 20 is false for L['x'].size()[0] = 30"
+    )
