@@ -100,31 +100,6 @@ def test_mark_dynamic_and_mark_static():
         rt.mark_dynamic(x, 3)
 
 
-def test_training_compiles_static_and_says_why(caplog):
-    compiled = rt.compile(pointwise, codegen="eager", dynamic=True)
-    w = torch.randn(64, 32, requires_grad=True)
-    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
-        for size in (3, 4):
-            x = torch.randn(size, 64)
-            torch.testing.assert_close(compiled(x, w), pointwise(x, w))
-    assert len(compiled.cache) == 2
-    assert "training (backward) graphs are not symbolic-capable yet" in caplog.text
-
-
-def test_a_graph_break_compiles_static_and_says_why(caplog):
-    from torchstrata.capture import graph_break
-
-    def broken(x, w):
-        y = x * 2
-        graph_break()
-        return y + 1
-
-    compiled = rt.compile(broken, codegen="eager", dynamic=True)
-    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
-        _call_all(compiled, broken, (3, 4))
-    assert "graph breaks are not symbolic-capable yet" in caplog.text
-
-
 @pytest.mark.parametrize("fn", [softmax_gelu, slice_half, layer_norm], ids=lambda f: f.__name__)
 def test_cpp_backend_sixteen_sizes_two_compiles(fn):
     compiled = rt.compile(fn, codegen="cpp")
