@@ -6,7 +6,10 @@ Rules (applied in topological order):
    operands of extern calls and reductions are *realised* (need a kernel).
 2. A realised value joins the latest kernel group it fits, else starts a new group:
    a reduction fits a group over the same rows and reduced sizes (several reductions
-   over the same rows share one kernel: softmax's max and sum); a pointwise value fits
+   over the same rows share one kernel: softmax's max and sum), or over the same rows
+   and as many reduced elements split into other dims (a bias gradient summed over a
+   ``[B*T, C]`` view joins a norm's weight gradient summed over ``[B, T, C]``'s first
+   two dims: :func:`same_rows_regrouped`); a pointwise value fits
    a group whose whole domain or whose rows have its shape (reduction prologues and
    epilogues), or a pointwise group of its shape. A pointwise group becomes a reduction
    group when a reduction over its shape joins it. A pointwise value over the rows of a
@@ -33,7 +36,12 @@ import attrs
 
 from torchstrata.core import Graph, Node
 from torchstrata.inductor.ir.exprs import Expr, Load, ReduceRef
-from torchstrata.inductor.ir.indexing import Index, linear_offset
+from torchstrata.inductor.ir.indexing import (
+    Index,
+    delinearize,
+    linear_offset,
+    row_major_strides,
+)
 from torchstrata.inductor.ir.kernel import red_vars, row_vars
 from torchstrata.inductor.schedule.lowering import (
     Extern,
@@ -112,6 +120,19 @@ def member_index(
     return None
 
 
+def same_rows_regrouped(group: Group, reduction: Reduction) -> bool:
+    """True when ``reduction`` has ``group``'s rows and reduces as many elements per row,
+    its reduced dims split another way: a bias gradient summed over a ``[B*T, C]`` view's
+    rows and a norm's weight gradient summed over the ``[B, T, C]`` value's first two dims
+    walk the same elements of each column, so they join one column kernel (the member reads
+    the group's reduced position delinearised into its own reduced shape)."""
+    return (
+        reduction.row_shape == group.row_shape
+        and bool(reduction.red_shape)
+        and math.prod(reduction.red_shape) == math.prod(group.red_shape)
+    )
+
+
 def buffer_name(node: Node) -> str:
     """The name of the memory buffer that holds ``node``."""
     return f"buf_{node.name}"
@@ -187,12 +208,22 @@ class GroupContext:
         self.loaded.add(node)
         return Load(buffer_name(node), offset, node.tensor_meta.dtype)
 
+    def _red_index_of(self, lowered: Reduction) -> IndexTuple:
+        """The reduced index of a member reduction in the group's loop variables: the
+        group's own, or, for reduced dims split another way (:func:`same_rows_regrouped`),
+        the group's row-major position among the reduced elements, delinearised into the
+        member's reduced shape (the same elements in the same order)."""
+        if lowered.red_shape == self.group.red_shape:
+            return self.red_index
+        position = linear_offset(self.red_index, row_major_strides(self.group.red_shape))
+        return tuple(delinearize(position, lowered.red_shape))
+
     def member_expr(self, node: Node) -> Expr:
         """The expression of a member: a reduction's body, or the value at its own index."""
         lowered = self.schedule.lowered[node]
         self.computed[node] = None
         if isinstance(lowered, Reduction):
-            return lowered.body(self, self.row_index, self.red_index)
+            return lowered.body(self, self.row_index, self._red_index_of(lowered))
         assert isinstance(lowered, Pointwise)
         placed = member_index(node.tensor_meta.shape, self.group, self.row_index, self.red_index)
         if placed is None:
@@ -367,7 +398,11 @@ class Scheduler:
         if isinstance(lowered, Reduction):
             key = (lowered.row_shape, lowered.red_shape)
             if group.red_shape:
-                return key if (group.row_shape, group.red_shape) == key else None
+                if (group.row_shape, group.red_shape) == key:
+                    return key
+                if same_rows_regrouped(group, lowered):
+                    return group.row_shape, group.red_shape
+                return None
             fits = group.row_shape in (key[0] + key[1], key[0])
             return key if fits else None
         shape = _squeezed(node.tensor_meta.shape)
