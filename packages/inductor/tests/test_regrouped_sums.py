@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from torchstrata.core import Graph, GraphBuilder, Level, TensorMeta, prim
+from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import supports
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.schedule.lowering import lower_graph
@@ -52,3 +53,35 @@ def test_sums_over_other_elements_stay_apart():
 def test_regrouped_sums_compute_what_the_reference_does(ind, codegen):
     compiled = ind.check(_sums((3, 40), 24), codegen, seeds=(0, 1))
     assert len(compiled.kernels) == 2
+
+
+def _bias_gradient(transposed: bool = False) -> Graph:
+    """``g = dy * (x + 1)`` over ``[M, N]`` (an output, as a gradient a matmul reads is) and
+    its column sum over ``M``; ``transposed``: ``x`` is read through a permute of an
+    ``[N, M]`` input, across the columns."""
+    b = GraphBuilder(Level.PRIMS)
+    dy = b.input("dy", TensorMeta((48, 40), torch.float32))
+    if transposed:
+        x = b.call(prim("permute"), b.input("x", TensorMeta((40, 48), torch.float32)), (1, 0))
+        dy = b.call(prim("permute"), b.input("dyt", TensorMeta((40, 48), torch.float32)), (1, 0))
+    else:
+        x = b.input("x", TensorMeta((48, 40), torch.float32))
+    g = b.call(prim("mul"), dy, b.call(prim("add"), x, 1.0))
+    return b.build([g, b.call(prim("sum"), g, (0,))])
+
+
+def test_a_column_sum_joins_the_kernel_that_computes_its_operand():
+    (kernel,) = _kernels(_bias_gradient())
+    assert kernel.row_shape == (40,) and kernel.red_shape == (48,)
+    assert len(kernel.full_stores) == 1 and len(kernel.reductions) == 1
+    assert uses_column_loop(kernel)
+
+
+def test_a_column_sum_of_values_read_across_the_columns_stays_apart():
+    kernels = _kernels(_bias_gradient(transposed=True))
+    assert sorted(len(k.reductions) for k in kernels) == [0, 1]
+
+
+def test_a_column_sum_with_its_operand_computes_what_the_reference_does(ind, codegen):
+    for transposed in (False, True):
+        ind.check(_bias_gradient(transposed), codegen, seeds=(0, 1))

@@ -43,6 +43,7 @@ from torchstrata.inductor.ir.indexing import (
     row_major_strides,
 )
 from torchstrata.inductor.ir.kernel import red_vars, row_vars
+from torchstrata.inductor.schedule.columns import walks_columns
 from torchstrata.inductor.schedule.lowering import (
     Extern,
     IndexTuple,
@@ -76,11 +77,20 @@ class Group:
     #: was last built without a refusal: a fusion tried under the same ones builds only
     #: the newcomer (the members' expressions cannot change, see ``Scheduler._try_join``).
     checked: tuple[object, ...] | None = None
+    #: Members over the whole domain are laid out reduced dims first (``red_shape +
+    #: row_shape``): a pointwise group that a sum over its leading dims joined (a bias
+    #: gradient's column sum joins the kernel that computes the gradient).
+    red_first: bool = False
 
     @property
     def full_shape(self) -> tuple[int, ...]:
         """The shape of the whole iteration domain."""
         return self.row_shape + self.red_shape
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """The shape of a member over the whole domain (see ``red_first``)."""
+        return self.red_shape + self.row_shape if self.red_first else self.full_shape
 
 
 @attrs.define(eq=False)
@@ -92,6 +102,8 @@ class ExternStep:
 
 
 Step = Group | ExternStep
+#: A group's (row shape, reduced shape, ``red_first``) with a candidate member in it.
+Shapes = tuple[tuple[int, ...], tuple[int, ...], bool]
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -105,14 +117,16 @@ def member_index(
     spans the whole domain (a full store) or only the rows; None if it fits neither.
 
     Shapes match exactly or up to size-1 dims (a keep-dim ``[M, 1]`` joins rows ``[M]``).
+    In a ``red_first`` group a member over the whole domain has the reduced dims first.
     """
-    if shape == group.full_shape and group.red_shape:
-        return row + red, True
+    whole = red + row if group.red_first else row + red
+    if shape == group.stored_shape and group.red_shape:
+        return whole, True
     if shape == group.row_shape:
         return row, False
     candidates = [(group.row_shape, row, False)]
     if group.red_shape:
-        candidates.append((group.full_shape, row + red, True))
+        candidates.append((group.stored_shape, whole, True))
     for source, base, full in candidates:
         if _squeezed(shape) == _squeezed(source):
             kept = iter([index for index, size in zip(base, source, strict=True) if size != 1])
@@ -130,6 +144,22 @@ def same_rows_regrouped(group: Group, reduction: Reduction) -> bool:
         reduction.row_shape == group.row_shape
         and bool(reduction.red_shape)
         and math.prod(reduction.red_shape) == math.prod(group.red_shape)
+    )
+
+
+def sums_leading_dims(group: Group, reduction: Reduction) -> bool:
+    """True when ``reduction`` sums a pointwise ``group``'s domain over its leading dims
+    into the trailing ones (a bias gradient: a ``[M, N]`` value summed over ``M``): the
+    group becomes a column reduction over rows ``N`` whose members over the whole domain
+    keep their ``[M, N]`` layout (``Group.red_first``), so the value and its column sum
+    come from one walk of it."""
+    leading = tuple(range(len(reduction.red_shape)))
+    return (
+        not group.red_shape
+        and reduction.kind == "sum"
+        and bool(reduction.row_shape)
+        and reduction.dims == leading
+        and group.row_shape == reduction.red_shape + reduction.row_shape
     )
 
 
@@ -391,28 +421,27 @@ class Scheduler:
                 stack.extend(current.input_nodes())
         return found
 
-    def _fit(
-        self, group: Group, node: Node, lowered: Lowered
-    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """The (row, red) shapes of ``group`` with ``node`` in it, or None if they do not fit."""
+    def _fit(self, group: Group, node: Node, lowered: Lowered) -> Shapes | None:
+        """The (row, red, red_first) shapes of ``group`` with ``node`` in it, or None if
+        they do not fit."""
         if isinstance(lowered, Reduction):
             key = (lowered.row_shape, lowered.red_shape)
             if group.red_shape:
                 if (group.row_shape, group.red_shape) == key:
-                    return key
+                    return (*key, group.red_first)
                 if same_rows_regrouped(group, lowered):
-                    return group.row_shape, group.red_shape
+                    return group.row_shape, group.red_shape, group.red_first
                 return None
+            if sums_leading_dims(group, lowered):
+                return (*key, True)
             fits = group.row_shape in (key[0] + key[1], key[0])
-            return key if fits else None
+            return (*key, False) if fits else None
         shape = _squeezed(node.tensor_meta.shape)
-        if shape in (_squeezed(group.row_shape), _squeezed(group.full_shape)):
-            return group.row_shape, group.red_shape
+        if shape in (_squeezed(group.row_shape), _squeezed(group.stored_shape)):
+            return group.row_shape, group.red_shape, group.red_first
         return None
 
-    def _try_join(
-        self, group: Group, node: Node, shape: tuple[tuple[int, ...], tuple[int, ...]]
-    ) -> bool:
+    def _try_join(self, group: Group, node: Node, shape: Shapes) -> bool:
         """Join ``node`` to ``group`` when every member, built in the joined group's loop
         variables, is legal (rule 3).
 
@@ -422,24 +451,41 @@ class Scheduler:
         refusal that names a later value therefore always comes from ``node``."""
         self._refused_later = False
         trial = Group(group.position, shape[0], shape[1], [*group.members, node])
+        trial.red_first = shape[2]
         context = GroupContext(self, trial, set(trial.members))
-        signature = (trial.row_shape, trial.red_shape, context.row_index, context.red_index)
+        signature = (
+            trial.row_shape,
+            trial.red_shape,
+            trial.red_first,
+            context.row_index,
+            context.red_index,
+        )
+        previous = group.checked
+        exprs: list[Expr] = []
         try:
             if group.checked != signature:
                 for member in group.members:
-                    context.member_expr(member)
+                    exprs.append(context.member_expr(member))
                 group.checked = signature
-            context.member_expr(node)
+            exprs.append(context.member_expr(node))
         except NotFusable as refused:
             if refused.later is not None:
                 self.blockers.add(refused.later)
                 self._refused_later = True
+            return False
+        # A column sum joining its producer: only where the joined kernel walks the
+        # producer's loads along the columns (a cat of attention's gradients, read
+        # across heads, would be walked down each column instead).
+        joins_producer = trial.red_first and not group.red_first
+        if joins_producer and not walks_columns(exprs, trial.row_shape, trial.red_shape):
+            group.checked = previous
             return False
         group.row_shape, group.red_shape, group.members = (
             trial.row_shape,
             trial.red_shape,
             trial.members,
         )
+        group.red_first = trial.red_first
         self.step_of[node] = group
         return True
 
