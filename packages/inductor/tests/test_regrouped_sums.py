@@ -85,3 +85,10 @@ def test_a_column_sum_of_values_read_across_the_columns_stays_apart():
 def test_a_column_sum_with_its_operand_computes_what_the_reference_does(ind, codegen):
     for transposed in (False, True):
         ind.check(_bias_gradient(transposed), codegen, seeds=(0, 1))
+
+
+def test_blocking_the_column_joins_keeps_each_sum_in_a_kernel_of_its_own():
+    graph = _bias_gradient()
+    plan = plan_graph(graph, lower_graph(graph, supports), join_columns=False)
+    kernels = [step for step in plan.steps if isinstance(step, Kernel)]
+    assert sorted(len(k.reductions) for k in kernels) == [0, 1]

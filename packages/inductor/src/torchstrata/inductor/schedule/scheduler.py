@@ -265,10 +265,17 @@ class Scheduler:
     """Runs the rules of the module docstring over a lowered graph."""
 
     def __init__(
-        self, graph: Graph, lowered: dict[Node, Lowered], stored: frozenset[Node] = frozenset()
+        self,
+        graph: Graph,
+        lowered: dict[Node, Lowered],
+        stored: frozenset[Node] = frozenset(),
+        join_columns: bool = True,
     ) -> None:
         self.graph = graph
         self.lowered = lowered
+        #: Whether a reduction may join a group over its rows with the reduced dims split
+        #: another way, or a pointwise group as a sum over its leading dims.
+        self.join_columns = join_columns
         #: Pointwise values realised though rule 1 would inline them (:mod:`.shared_values`).
         self.stored = stored
         self.steps: list[Step] = []
@@ -429,10 +436,10 @@ class Scheduler:
             if group.red_shape:
                 if (group.row_shape, group.red_shape) == key:
                     return (*key, group.red_first)
-                if same_rows_regrouped(group, lowered):
+                if self.join_columns and same_rows_regrouped(group, lowered):
                     return group.row_shape, group.red_shape, group.red_first
                 return None
-            if sums_leading_dims(group, lowered):
+            if self.join_columns and sums_leading_dims(group, lowered):
                 return (*key, True)
             fits = group.row_shape in (key[0] + key[1], key[0])
             return (*key, False) if fits else None
