@@ -38,6 +38,10 @@ from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_strides
 #: The name in ``CompileOptions.blocked_plugins`` that keeps shared values inlined
 #: (:mod:`~torchstrata.inductor.schedule.shared_values`): for measuring the rule.
 SHARED_VALUES = "inductor.shared_values"
+#: The name in ``CompileOptions.blocked_plugins`` that keeps column sums out of kernels over
+#: other reduced dims or of their operand's kernel (``schedule.scheduler.same_rows_regrouped``,
+#: ``sums_leading_dims``): for measuring the rules.
+COLUMN_JOINS = "inductor.column_joins"
 
 #: The ``stage`` of the records of the inductor's graph passes.
 PASS_STAGE = "inductor"
@@ -176,7 +180,8 @@ def schedule_graph(
     )
     graph = manager.run(graph, stage=PASS_STAGE)
     lowered = lower_graph(graph, backend.supports)
-    plan = plan_graph(graph, lowered, SHARED_VALUES not in options.blocked_plugins)
+    blocked = options.blocked_plugins
+    plan = plan_graph(graph, lowered, SHARED_VALUES not in blocked, COLUMN_JOINS not in blocked)
     plan, records = run_plan_passes(plan, backend.plan_passes(), options.blocked_plugins)
     return Scheduled(tuple(promised), graph, plan, (*manager.records, *records))
 

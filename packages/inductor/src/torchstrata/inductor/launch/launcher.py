@@ -136,14 +136,16 @@ def generate_launcher(
             lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
     keep = set(params) | {buffer_name(n) for n in graph.outputs}
     lines = _release_at_last_use(lines, keep)
-    shared = keep | {buffer_name(view.base) for view in views.values()}
-    shared |= {
-        buffer_name(arg)
-        for step in plan.steps
-        if isinstance(step, ExternStep)
-        for arg in step.node.input_nodes()
-    }
-    lines = reuse_buffers(lines, {k: v for k, v in allocated.items() if k not in shared})
+    shared = set(keep)
+    for step in plan.steps:
+        if isinstance(step, ExternStep) and not _fresh_result(step.node, in_place):
+            for arg in step.node.input_nodes():
+                shared.add(buffer_name(arg))
+                if arg in views:
+                    shared.add(buffer_name(views[arg].base))
+    view_bases = {buffer_name(node): buffer_name(view.base) for node, view in views.items()}
+    reusable = {k: v for k, v in allocated.items() if k not in shared}
+    lines = reuse_buffers(lines, reusable, view_bases)
     names = [buffer_name(node) for node in graph.outputs]
     for index, strides in sorted((relaid_outputs or {}).items()):
         lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
@@ -186,12 +188,19 @@ def _release_at_last_use(lines: list[str], keep: set[str]) -> list[str]:
     return out
 
 
-def reuse_buffers(lines: list[str], reusable: Mapping[str, tuple[Any, ...]]) -> list[str]:
+def reuse_buffers(
+    lines: list[str],
+    reusable: Mapping[str, tuple[Any, ...]],
+    view_bases: Mapping[str, str] | None = None,
+) -> list[str]:
     """``lines`` (after :func:`_release_at_last_use`) with an allocation handed the buffer of
     one released before it with the same shape, strides, dtype and device.
 
-    ``reusable``: those buffers' kinds, by name: the kernel stores that only kernels read
-    (no extern call, view or output holds them), so nothing aliases a released one. An
+    ``reusable``: those buffers' kinds, by name: the kernel stores that only kernels and
+    extern calls with results of their own read (:data:`FRESH_RESULTS`; no other extern
+    call, no output holds them), so nothing but the launcher's views of them (``view_bases``:
+    view name -> base name) aliases a released one: a buffer is released when its name
+    and every view of it are. An
     allocation is uninitialised anyway, so a kernel writing into a dead buffer of its kind
     computes the same; the buffer stays allocated from its release to its reuse, and the
     allocator's call (and, for large buffers, the fresh pages' faults) is saved. A released
@@ -200,12 +209,21 @@ def reuse_buffers(lines: list[str], reusable: Mapping[str, tuple[Any, ...]]) -> 
     """
     pairs: dict[str, str] = {}  # new buffer -> the released buffer it takes
     free: dict[tuple[Any, ...], list[str]] = {}
+    bases = {v: b for v, b in (view_bases or {}).items() if b in reusable}
+    live: dict[str, set[str]] = {}  # base -> its names not released yet (itself, views)
+    for view, base in bases.items():
+        live.setdefault(base, {base}).add(view)
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("del "):
             for name in stripped[4:].split(", "):
-                if name in reusable:
-                    free.setdefault(reusable[name], []).append(name)
+                base = bases.get(name, name)
+                if base not in reusable:
+                    continue
+                pending = live.setdefault(base, {base})
+                pending.discard(name)
+                if not pending:
+                    free.setdefault(reusable[base], []).append(base)
             continue
         name = stripped.partition(" = empty_strided(")[0]
         if name in reusable and name != stripped and free.get(reusable[name]):
@@ -228,6 +246,27 @@ def reuse_buffers(lines: list[str], reusable: Mapping[str, tuple[Any, ...]]) -> 
             continue
         out.append(line)
     return out
+
+
+#: Extern ops whose results are tensors of their own, never views of an operand: a buffer
+#: they read (or a view of it) is free for another value once the launcher releases it.
+FRESH_RESULTS = frozenset(
+    f"aten.{name}.default"
+    for name in (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+    )
+)
+
+
+def _fresh_result(node: Node, in_place: Mapping[Node, Any]) -> bool:
+    """True when ``node``'s result holds none of its operands (:data:`FRESH_RESULTS`, not
+    run in place)."""
+    return node.op is not None and str(node.op) in FRESH_RESULTS and node not in in_place
 
 
 def _extern_views(plan: Plan) -> dict[Node, StridedView]:

@@ -11,9 +11,9 @@ Both decide with :func:`is_column_reduction`; each states its own rule (see ther
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from torchstrata.inductor.ir.exprs import Load, walk
+from torchstrata.inductor.ir.exprs import Expr, Load, walk
 from torchstrata.inductor.ir.indexing import Index, Var
 from torchstrata.inductor.ir.kernel import Kernel, red_vars, row_vars
 
@@ -27,7 +27,38 @@ def _unit_stride(index: Index, names: Collection[str]) -> bool:
 
 def _loads(kernel: Kernel) -> list[Load]:
     roots = [spec.body for spec in kernel.reductions] + [s.value for s in kernel.full_stores]
+    return _loads_of(roots)
+
+
+def _loads_of(roots: Sequence[Expr]) -> list[Load]:
     return [expr for root in roots for expr in walk(root) if isinstance(expr, Load)]
+
+
+def walks_columns(
+    roots: Sequence[Expr], row_shape: tuple[int, ...], red_shape: tuple[int, ...]
+) -> bool:
+    """The default vote of :func:`is_column_reduction` over the loads of ``roots`` (the
+    expressions of a kernel over ``row_shape + red_shape`` being formed): True when the
+    bulk of them is contiguous along the column."""
+    reduced = red_vars(red_shape)
+    columns = [v.name for v in row_vars(row_shape) if v.size > 1][-1:]
+    if not reduced or not columns:
+        return False
+    return _vote(_loads_of(roots), columns[0], [v.name for v in reduced])
+
+
+def _vote(loads: Sequence[Load], column: str, reduced: Sequence[str]) -> bool:
+    bulk = [
+        load
+        for load in loads
+        if column in load.index.variables() and load.index.variables() & set(reduced)
+    ]
+    along_columns = sum(_unit_stride(load.index, [column]) for load in bulk)
+    along_rows = sum(
+        _unit_stride(load.index, [reduced[-1]]) and not _unit_stride(load.index, [column])
+        for load in bulk
+    )
+    return along_columns > along_rows
 
 
 def is_column_reduction(kernel: Kernel, *, unanimous: bool = False) -> bool:
@@ -57,18 +88,12 @@ def is_column_reduction(kernel: Kernel, *, unanimous: bool = False) -> bool:
     if not reduced or not columns:
         return False
     reduced_names = {v.name for v in reduced}
+    if not unanimous:
+        return _vote(_loads(kernel), columns[0], [v.name for v in reduced])
     bulk = [
         load
         for load in _loads(kernel)
         if columns[0] in load.index.variables() and load.index.variables() & reduced_names
     ]
     along_columns = sum(_unit_stride(load.index, columns) for load in bulk)
-    if unanimous:
-        return along_columns > 0 and not any(
-            _unit_stride(load.index, reduced_names) for load in bulk
-        )
-    along_rows = sum(
-        _unit_stride(load.index, [reduced[-1].name]) and not _unit_stride(load.index, columns)
-        for load in bulk
-    )
-    return along_columns > along_rows
+    return along_columns > 0 and not any(_unit_stride(load.index, reduced_names) for load in bulk)

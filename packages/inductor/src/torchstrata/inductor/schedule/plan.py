@@ -42,8 +42,16 @@ class Plan:
         return None
 
 
-def plan_graph(graph: Graph, lowered: dict[Node, Lowered], store_shared: bool = True) -> Plan:
+def plan_graph(
+    graph: Graph,
+    lowered: dict[Node, Lowered],
+    store_shared: bool = True,
+    join_columns: bool = True,
+) -> Plan:
     """Schedule ``graph`` and describe every kernel.
+
+    ``join_columns=False`` keeps a column sum out of a group over other reduced dims and
+    out of its operand's group (:class:`~.scheduler.Scheduler`).
 
     Pointwise values shared down a chain are stored (:mod:`.shared_values`; not with
     ``store_shared=False``, which also keeps views of outputs and extern operands
@@ -52,7 +60,7 @@ def plan_graph(graph: Graph, lowered: dict[Node, Lowered], store_shared: bool = 
     shared = shared_values(graph, lowered) if store_shared else frozenset()
     if store_shared:
         lowered = with_views_of(graph, lowered, shared | stored_anyway(graph, lowered))
-    scheduler = Scheduler(graph, lowered, shared)
+    scheduler = Scheduler(graph, lowered, shared, join_columns)
     steps = scheduler.run()
     built: list[tuple[Group, GroupContext, dict[Node, Expr]]] = []
     stored: set[Node] = set(graph.outputs)

@@ -6,7 +6,10 @@ Rules (applied in topological order):
    operands of extern calls and reductions are *realised* (need a kernel).
 2. A realised value joins the latest kernel group it fits, else starts a new group:
    a reduction fits a group over the same rows and reduced sizes (several reductions
-   over the same rows share one kernel: softmax's max and sum); a pointwise value fits
+   over the same rows share one kernel: softmax's max and sum), or over the same rows
+   and as many reduced elements split into other dims (a bias gradient summed over a
+   ``[B*T, C]`` view joins a norm's weight gradient summed over ``[B, T, C]``'s first
+   two dims: :func:`same_rows_regrouped`); a pointwise value fits
    a group whose whole domain or whose rows have its shape (reduction prologues and
    epilogues), or a pointwise group of its shape. A pointwise group becomes a reduction
    group when a reduction over its shape joins it. A pointwise value over the rows of a
@@ -33,8 +36,14 @@ import attrs
 
 from torchstrata.core import Graph, Node
 from torchstrata.inductor.ir.exprs import Expr, Load, ReduceRef
-from torchstrata.inductor.ir.indexing import Index, linear_offset
+from torchstrata.inductor.ir.indexing import (
+    Index,
+    delinearize,
+    linear_offset,
+    row_major_strides,
+)
 from torchstrata.inductor.ir.kernel import red_vars, row_vars
+from torchstrata.inductor.schedule.columns import walks_columns
 from torchstrata.inductor.schedule.lowering import (
     Extern,
     IndexTuple,
@@ -68,11 +77,20 @@ class Group:
     #: was last built without a refusal: a fusion tried under the same ones builds only
     #: the newcomer (the members' expressions cannot change, see ``Scheduler._try_join``).
     checked: tuple[object, ...] | None = None
+    #: Members over the whole domain are laid out reduced dims first (``red_shape +
+    #: row_shape``): a pointwise group that a sum over its leading dims joined (a bias
+    #: gradient's column sum joins the kernel that computes the gradient).
+    red_first: bool = False
 
     @property
     def full_shape(self) -> tuple[int, ...]:
         """The shape of the whole iteration domain."""
         return self.row_shape + self.red_shape
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """The shape of a member over the whole domain (see ``red_first``)."""
+        return self.red_shape + self.row_shape if self.red_first else self.full_shape
 
 
 @attrs.define(eq=False)
@@ -84,6 +102,8 @@ class ExternStep:
 
 
 Step = Group | ExternStep
+#: A group's (row shape, reduced shape, ``red_first``) with a candidate member in it.
+Shapes = tuple[tuple[int, ...], tuple[int, ...], bool]
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -97,19 +117,50 @@ def member_index(
     spans the whole domain (a full store) or only the rows; None if it fits neither.
 
     Shapes match exactly or up to size-1 dims (a keep-dim ``[M, 1]`` joins rows ``[M]``).
+    In a ``red_first`` group a member over the whole domain has the reduced dims first.
     """
-    if shape == group.full_shape and group.red_shape:
-        return row + red, True
+    whole = red + row if group.red_first else row + red
+    if shape == group.stored_shape and group.red_shape:
+        return whole, True
     if shape == group.row_shape:
         return row, False
     candidates = [(group.row_shape, row, False)]
     if group.red_shape:
-        candidates.append((group.full_shape, row + red, True))
+        candidates.append((group.stored_shape, whole, True))
     for source, base, full in candidates:
         if _squeezed(shape) == _squeezed(source):
             kept = iter([index for index, size in zip(base, source, strict=True) if size != 1])
             return tuple(Index() if size == 1 else next(kept) for size in shape), full
     return None
+
+
+def same_rows_regrouped(group: Group, reduction: Reduction) -> bool:
+    """True when ``reduction`` has ``group``'s rows and reduces as many elements per row,
+    its reduced dims split another way: a bias gradient summed over a ``[B*T, C]`` view's
+    rows and a norm's weight gradient summed over the ``[B, T, C]`` value's first two dims
+    walk the same elements of each column, so they join one column kernel (the member reads
+    the group's reduced position delinearised into its own reduced shape)."""
+    return (
+        reduction.row_shape == group.row_shape
+        and bool(reduction.red_shape)
+        and math.prod(reduction.red_shape) == math.prod(group.red_shape)
+    )
+
+
+def sums_leading_dims(group: Group, reduction: Reduction) -> bool:
+    """True when ``reduction`` sums a pointwise ``group``'s domain over its leading dims
+    into the trailing ones (a bias gradient: a ``[M, N]`` value summed over ``M``): the
+    group becomes a column reduction over rows ``N`` whose members over the whole domain
+    keep their ``[M, N]`` layout (``Group.red_first``), so the value and its column sum
+    come from one walk of it."""
+    leading = tuple(range(len(reduction.red_shape)))
+    return (
+        not group.red_shape
+        and reduction.kind == "sum"
+        and bool(reduction.row_shape)
+        and reduction.dims == leading
+        and group.row_shape == reduction.red_shape + reduction.row_shape
+    )
 
 
 def buffer_name(node: Node) -> str:
@@ -187,12 +238,22 @@ class GroupContext:
         self.loaded.add(node)
         return Load(buffer_name(node), offset, node.tensor_meta.dtype)
 
+    def _red_index_of(self, lowered: Reduction) -> IndexTuple:
+        """The reduced index of a member reduction in the group's loop variables: the
+        group's own, or, for reduced dims split another way (:func:`same_rows_regrouped`),
+        the group's row-major position among the reduced elements, delinearised into the
+        member's reduced shape (the same elements in the same order)."""
+        if lowered.red_shape == self.group.red_shape:
+            return self.red_index
+        position = linear_offset(self.red_index, row_major_strides(self.group.red_shape))
+        return tuple(delinearize(position, lowered.red_shape))
+
     def member_expr(self, node: Node) -> Expr:
         """The expression of a member: a reduction's body, or the value at its own index."""
         lowered = self.schedule.lowered[node]
         self.computed[node] = None
         if isinstance(lowered, Reduction):
-            return lowered.body(self, self.row_index, self.red_index)
+            return lowered.body(self, self.row_index, self._red_index_of(lowered))
         assert isinstance(lowered, Pointwise)
         placed = member_index(node.tensor_meta.shape, self.group, self.row_index, self.red_index)
         if placed is None:
@@ -204,10 +265,17 @@ class Scheduler:
     """Runs the rules of the module docstring over a lowered graph."""
 
     def __init__(
-        self, graph: Graph, lowered: dict[Node, Lowered], stored: frozenset[Node] = frozenset()
+        self,
+        graph: Graph,
+        lowered: dict[Node, Lowered],
+        stored: frozenset[Node] = frozenset(),
+        join_columns: bool = True,
     ) -> None:
         self.graph = graph
         self.lowered = lowered
+        #: Whether a reduction may join a group over its rows with the reduced dims split
+        #: another way, or a pointwise group as a sum over its leading dims.
+        self.join_columns = join_columns
         #: Pointwise values realised though rule 1 would inline them (:mod:`.shared_values`).
         self.stored = stored
         self.steps: list[Step] = []
@@ -360,24 +428,27 @@ class Scheduler:
                 stack.extend(current.input_nodes())
         return found
 
-    def _fit(
-        self, group: Group, node: Node, lowered: Lowered
-    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """The (row, red) shapes of ``group`` with ``node`` in it, or None if they do not fit."""
+    def _fit(self, group: Group, node: Node, lowered: Lowered) -> Shapes | None:
+        """The (row, red, red_first) shapes of ``group`` with ``node`` in it, or None if
+        they do not fit."""
         if isinstance(lowered, Reduction):
             key = (lowered.row_shape, lowered.red_shape)
             if group.red_shape:
-                return key if (group.row_shape, group.red_shape) == key else None
+                if (group.row_shape, group.red_shape) == key:
+                    return (*key, group.red_first)
+                if self.join_columns and same_rows_regrouped(group, lowered):
+                    return group.row_shape, group.red_shape, group.red_first
+                return None
+            if self.join_columns and sums_leading_dims(group, lowered):
+                return (*key, True)
             fits = group.row_shape in (key[0] + key[1], key[0])
-            return key if fits else None
+            return (*key, False) if fits else None
         shape = _squeezed(node.tensor_meta.shape)
-        if shape in (_squeezed(group.row_shape), _squeezed(group.full_shape)):
-            return group.row_shape, group.red_shape
+        if shape in (_squeezed(group.row_shape), _squeezed(group.stored_shape)):
+            return group.row_shape, group.red_shape, group.red_first
         return None
 
-    def _try_join(
-        self, group: Group, node: Node, shape: tuple[tuple[int, ...], tuple[int, ...]]
-    ) -> bool:
+    def _try_join(self, group: Group, node: Node, shape: Shapes) -> bool:
         """Join ``node`` to ``group`` when every member, built in the joined group's loop
         variables, is legal (rule 3).
 
@@ -387,24 +458,41 @@ class Scheduler:
         refusal that names a later value therefore always comes from ``node``."""
         self._refused_later = False
         trial = Group(group.position, shape[0], shape[1], [*group.members, node])
+        trial.red_first = shape[2]
         context = GroupContext(self, trial, set(trial.members))
-        signature = (trial.row_shape, trial.red_shape, context.row_index, context.red_index)
+        signature = (
+            trial.row_shape,
+            trial.red_shape,
+            trial.red_first,
+            context.row_index,
+            context.red_index,
+        )
+        previous = group.checked
+        exprs: list[Expr] = []
         try:
             if group.checked != signature:
                 for member in group.members:
-                    context.member_expr(member)
+                    exprs.append(context.member_expr(member))
                 group.checked = signature
-            context.member_expr(node)
+            exprs.append(context.member_expr(node))
         except NotFusable as refused:
             if refused.later is not None:
                 self.blockers.add(refused.later)
                 self._refused_later = True
+            return False
+        # A column sum joining its producer: only where the joined kernel walks the
+        # producer's loads along the columns (a cat of attention's gradients, read
+        # across heads, would be walked down each column instead).
+        joins_producer = trial.red_first and not group.red_first
+        if joins_producer and not walks_columns(exprs, trial.row_shape, trial.red_shape):
+            group.checked = previous
             return False
         group.row_shape, group.red_shape, group.members = (
             trial.row_shape,
             trial.red_shape,
             trial.members,
         )
+        group.red_first = trial.red_first
         self.step_of[node] = group
         return True
 

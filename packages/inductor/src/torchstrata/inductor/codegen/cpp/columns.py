@@ -30,6 +30,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used
+from torchstrata.inductor.ir.indexing import Index, Var
 from torchstrata.inductor.ir.kernel import (
     Kernel,
     ReductionSpec,
@@ -60,15 +61,27 @@ def uses_column_loop(kernel: Kernel) -> bool:
     """True when :func:`generate_column_cpp` generates ``kernel``: a column reduction by
     the vote of :func:`~torchstrata.inductor.schedule.columns.is_column_reduction`, of a shape that
     the column loop handles: at least ``MIN_COLUMNS`` columns, one phase of reductions
-    (none reads another) and no stores over the reduced dims.
+    (none reads another) and stores over the reduced dims only where they are contiguous
+    along the columns and read no reduction (a bias gradient's producer, stored as the
+    loop walks it: see ``schedule.scheduler.sums_leading_dims``).
     """
-    if not kernel.red_shape or not kernel.row_shape or kernel.full_stores:
+    if not kernel.red_shape or not kernel.row_shape:
         return False
     if kernel.row_shape[-1] < MIN_COLUMNS or not kernel.reductions:
         return False
     if any(reductions_used(spec.body) for spec in kernel.reductions):
         return False
+    column = row_vars(kernel.row_shape)[-1].name
+    for store in kernel.full_stores:
+        if reductions_used(store.value) or not _contiguous(store.index, column):
+            return False
     return is_column_reduction(kernel)
+
+
+def _contiguous(index: Index, column: str) -> bool:
+    return any(
+        isinstance(atom, Var) and atom.name == column and coeff == 1 for atom, coeff in index.terms
+    )
 
 
 class _BlockEmitter(ExprEmitter):
@@ -139,7 +152,8 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
         value = emitter.emit(spec.body)
         combined = COMBINE[spec.kind].format(acc=acc, v=value)
         updates.append(f"{acc} = static_cast<{ctype}>({combined});")
-    inner = emitter.close_inner() + updates
+    stores = [store_line(store, emitter.emit(store.value)) for store in kernel.full_stores]
+    inner = emitter.close_inner() + stores + updates
     per_element = (
         derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
     )
