@@ -35,16 +35,13 @@ static inline uint16_t ts_f32_to_bf16(float f) {
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
 }
-// fp16: exponent and mantissa shifted into place and rebiased; inf/NaN rebiased once more;
-// zero and subnormals as 2**-14 * (1 + m/1024) - 2**-14 (exact).
+// fp16: exponent and mantissa shifted into place are the float 2**-112 times the value
+// (a subnormal float where the fp16 value is subnormal), scaled exactly by 2**112; an
+// exponent of 31 becomes 255 (inf, or NaN quieted).
 static inline float ts_f16_to_f32(uint16_t h) {
   const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  const uint32_t e = em & 0x0f800000u;
-  uint32_t o = em + 0x38000000u;
-  o = ts_where<uint32_t>(e == 0x0f800000u, o + 0x38000000u, o);
-  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
-  o = ts_where<uint32_t>(e == 0u, ts_f32_bits(tiny), o);
-  o |= ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u);
+  uint32_t o = ts_f32_bits(ts_bits_f32(em) * 0x1p112f);
+  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
   return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 // |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
@@ -66,12 +63,15 @@ static inline float ts_round_bf16(float f) {
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
 }
+// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
+// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
 static inline float ts_round_f16(float f) {
   const uint32_t u = ts_f32_bits(f);
   const uint32_t a = u & 0x7fffffffu;
-  const uint32_t tiny = ts_f32_bits((ts_bits_f32(a) + 0.5f) - 0.5f);
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u);
-  o = ts_where<uint32_t>(o >= 0x47800000u, 0x7f800000u, o);
+  const uint32_t e = a & 0x7f800000u;
+  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
+  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
+  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
   o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
   return ts_bits_f32(o | (u & 0x80000000u));
 }
