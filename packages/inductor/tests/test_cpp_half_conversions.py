@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
-from torchstrata.inductor.codegen.cpp.build import COMPILER_FLAGS, find_compiler
+from torchstrata.inductor.codegen.cpp.build import COMPILER_FLAGS, build_kernel, find_compiler
+from torchstrata.inductor.codegen.cpp.exprs import PRELUDE
 
 HALVES = [torch.bfloat16, torch.float16]
 
@@ -85,8 +86,28 @@ def test_widening_every_value_matches_torch(ind, dtype):
 
 @pytest.mark.parametrize("dtype", HALVES)
 def test_narrowing_rounds_ties_to_even_as_torch(ind, dtype):
+    """A rounded output: ``ts_round_*``, then stored by its bits."""
     x = _floats_that_round(dtype)
     (got,) = ind.compile(_convert_graph(x.numel(), torch.float32, dtype), "cpp")(x)
+    _assert_same_bits(got, x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_narrowing_an_unrounded_float_matches_torch(tmp_path, dtype):
+    """The prelude's ``ts_f32_to_*``, which stores a float that no ``convert_element_type``
+    rounded (kernels store rounded values by their bits), in a SIMD loop of its own."""
+    short = "f16" if dtype is torch.float16 else "bf16"
+    source = (
+        f"{PRELUDE}\n"
+        'extern "C" void narrow(const float* __restrict__ x, uint16_t* __restrict__ y) {\n'
+        "  #pragma omp simd\n"
+        f"  for (int64_t i = 0; i < N; ++i) y[i] = ts_f32_to_{short}(x[i]);\n"
+        "}\n"
+    )
+    x = _floats_that_round(dtype)
+    got = torch.empty(x.shape, dtype=dtype)
+    kernel = build_kernel(source.replace("N;", f"{x.numel()};"), "narrow", 2, tmp_path)
+    kernel.fn(x.data_ptr(), got.data_ptr())
     _assert_same_bits(got, x.to(dtype))
 
 

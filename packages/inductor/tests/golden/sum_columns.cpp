@@ -75,6 +75,15 @@ static inline float ts_round_f16(float f) {
   o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
   return ts_bits_f32(o | (u & 0x80000000u));
 }
+// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
+// fp16, the inverse of the widening's exact scaling, for bf16 the high half.
+static inline uint16_t ts_f16_bits(float r) {
+  const uint32_t u = ts_f32_bits(r);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t o = ts_f32_bits(ts_bits_f32(a) * 0x1p-112f) >> 13;
+  return static_cast<uint16_t>(ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o) | ((u >> 16) & 0x8000u));
+}
+static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
 // 16: amax of [-3, -2] was INT_MIN). Floats: NaN wins, as in torch.
