@@ -19,6 +19,7 @@ from bench.rows import Row, summarize
 from bench.runner import run_workload
 from bench.timing import TimingBudget, copy_ceiling_gbps
 from bench.workloads import DeviceProfile, Workload, select_workloads
+from bench.workloads.spec import DTYPES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=default_device)
     parser.add_argument("--only", default="", help="comma list of ids: K1,K3/N=4096,M2/train")
     parser.add_argument("--quick", action="store_true", help="toy sizes, few repetitions")
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), help="working dtype (default: bf16 cuda, fp32 cpu)"
+    )
     parser.add_argument("--json", type=Path, help="output file (default bench/results/...)")
     parser.add_argument("--no-cold", action="store_true", help="skip fresh-process compiles")
     parser.add_argument(
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device visible", file=sys.stderr)
         return 2
-    profile = DeviceProfile(args.device, args.quick)
+    profile = DeviceProfile(args.device, args.quick, args.dtype)
     try:
         compilers = parse_compilers(args.compilers)
         workloads = select_workloads(profile, [o for o in args.only.split(",") if o])

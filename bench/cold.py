@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.compilers import compile_with, describe_error
 from bench.execution import grad_leaves, grad_mode, run_step, synchronize
 from bench.workloads import DeviceProfile, select_workloads
+from bench.workloads.spec import DTYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHSTRATA_CACHE_DIR")
@@ -51,6 +52,7 @@ def cold_first_call(
     command = [sys.executable, "-m", "bench.cold", "--workload", workload_id]
     command += ["--compiler", compiler, "--device", profile.kind]
     command += ["--quick"] if profile.quick else []
+    command += ["--dtype", profile.dtype_name] if profile.dtype_name else []
     try:
         done = subprocess.run(
             command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -75,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiler", required=True)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dtype", choices=sorted(DTYPES))
     args = parser.parse_args(argv)
-    profile = DeviceProfile(args.device, args.quick)
+    profile = DeviceProfile(args.device, args.quick, args.dtype)
     try:
         seconds = first_call_seconds(args.workload, args.compiler, profile)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a status

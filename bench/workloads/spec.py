@@ -16,16 +16,23 @@ ReferenceFromOutputs = Callable[
 ]
 
 
+#: The working dtypes that ``--dtype`` may name.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """Where and at which size the suite runs.
 
     ``kind`` is ``"cuda"`` (perf.md H200 shapes, bf16) or ``"cpu"`` (perf.md CPU
-    shapes, fp32); ``quick`` shrinks every shape to a toy size for smoke tests.
+    shapes, fp32); ``quick`` shrinks every shape to a toy size for smoke tests;
+    ``dtype_name`` (``"bfloat16"``, ``"float16"``, ``"float32"``) overrides the working
+    dtype, e.g. to time 16-bit kernels on the CPU.
     """
 
     kind: str
     quick: bool = False
+    dtype_name: str | None = None
 
     @property
     def device(self) -> torch.device:
@@ -34,7 +41,9 @@ class DeviceProfile:
 
     @property
     def dtype(self) -> torch.dtype:
-        """Working dtype of kernel inputs: bf16 on CUDA, fp32 on CPU."""
+        """Working dtype of kernel inputs: ``dtype_name``, else bf16 on CUDA, fp32 on CPU."""
+        if self.dtype_name is not None:
+            return DTYPES[self.dtype_name]
         return torch.bfloat16 if self.kind == "cuda" else torch.float32
 
     def pick(self, cuda: Any, cpu: Any, quick: Any) -> Any:

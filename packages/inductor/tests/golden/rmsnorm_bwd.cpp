@@ -15,14 +15,6 @@
 #include <cstdint>
 #include <cstring>
 
-static inline float ts_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t ts_f32_to_bf16(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
-}
-static inline float ts_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
-static inline uint16_t ts_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
 template <typename T> static inline T ts_where(bool c, T a, T b) {
   const T m = static_cast<T>(-static_cast<int64_t>(c)); return static_cast<T>((a & m) | (b & static_cast<T>(~m)));
 }
@@ -35,6 +27,72 @@ template <> inline double ts_where<double>(bool c, double a, double b) {
   uint64_t x, y; std::memcpy(&x, &a, 8); std::memcpy(&y, &b, 8);
   const uint64_t m = -static_cast<uint64_t>(c); x = (x & m) | (y & ~m); std::memcpy(&a, &x, 8); return a;
 }
+// 16-bit floats <-> float on the bit patterns: integer arithmetic, float adds that are
+// exact and selects, no branches or _Float16 (GCC 12 vectorises no _Float16 conversion),
+// so that omp simd loops convert a whole vector at once. Bit for bit the hardware's
+// conversions (checked on all 2**32 floats): round to nearest even, NaN kept and quieted.
+static inline float ts_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t ts_f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static inline float ts_bf16_to_f32(uint16_t h) { return ts_bits_f32(static_cast<uint32_t>(h) << 16); }
+static inline uint16_t ts_f32_to_bf16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
+}
+// fp16: exponent and mantissa shifted into place and rebiased; an exponent of 31 becomes
+// 255 (inf, or NaN quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No
+// float operation here (or below) takes or gives a float subnormal: without FTZ/DAZ each
+// one costs a microcode assist (softmax's fp16 output, many of them subnormal, took twice
+// as long when stored through a multiply by 2**-112).
+static inline float ts_f16_to_f32(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  uint32_t o = em + 0x38000000u;
+  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
+  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
+  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
+  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
+// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
+static inline uint16_t ts_f32_to_f16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
+  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
+  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+// A float rounded to the nearest bf16 or fp16 and widened back (an op whose result eager
+// stores in 16 bits): the two conversions above fused, in 32-bit lanes throughout.
+static inline float ts_round_bf16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
+}
+// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
+// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
+static inline float ts_round_f16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t e = a & 0x7f800000u;
+  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
+  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
+  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
+  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
+  return ts_bits_f32(o | (u & 0x80000000u));
+}
+// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
+// fp16, rebiased, or below 2**-14 the float add of 0.5 (exact here); for bf16 the high half.
+static inline uint16_t ts_f16_bits(float r) {
+  const uint32_t u = ts_f32_bits(r);
+  const uint32_t a = u & 0x7fffffffu;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
+  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
 // 16: amax of [-3, -2] was INT_MIN). Floats: NaN wins, as in torch.
@@ -138,14 +196,6 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
 #include <cstdint>
 #include <cstring>
 
-static inline float ts_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t ts_f32_to_bf16(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);
-}
-static inline float ts_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
-static inline uint16_t ts_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
 template <typename T> static inline T ts_where(bool c, T a, T b) {
   const T m = static_cast<T>(-static_cast<int64_t>(c)); return static_cast<T>((a & m) | (b & static_cast<T>(~m)));
 }
@@ -158,6 +208,72 @@ template <> inline double ts_where<double>(bool c, double a, double b) {
   uint64_t x, y; std::memcpy(&x, &a, 8); std::memcpy(&y, &b, 8);
   const uint64_t m = -static_cast<uint64_t>(c); x = (x & m) | (y & ~m); std::memcpy(&a, &x, 8); return a;
 }
+// 16-bit floats <-> float on the bit patterns: integer arithmetic, float adds that are
+// exact and selects, no branches or _Float16 (GCC 12 vectorises no _Float16 conversion),
+// so that omp simd loops convert a whole vector at once. Bit for bit the hardware's
+// conversions (checked on all 2**32 floats): round to nearest even, NaN kept and quieted.
+static inline float ts_bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint32_t ts_f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static inline float ts_bf16_to_f32(uint16_t h) { return ts_bits_f32(static_cast<uint32_t>(h) << 16); }
+static inline uint16_t ts_f32_to_bf16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
+}
+// fp16: exponent and mantissa shifted into place and rebiased; an exponent of 31 becomes
+// 255 (inf, or NaN quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No
+// float operation here (or below) takes or gives a float subnormal: without FTZ/DAZ each
+// one costs a microcode assist (softmax's fp16 output, many of them subnormal, took twice
+// as long when stored through a multiply by 2**-112).
+static inline float ts_f16_to_f32(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  uint32_t o = em + 0x38000000u;
+  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
+  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
+  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
+  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
+// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
+static inline uint16_t ts_f32_to_f16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
+  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
+  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+// A float rounded to the nearest bf16 or fp16 and widened back (an op whose result eager
+// stores in 16 bits): the two conversions above fused, in 32-bit lanes throughout.
+static inline float ts_round_bf16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
+}
+// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
+// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
+static inline float ts_round_f16(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t e = a & 0x7f800000u;
+  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
+  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
+  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
+  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
+  return ts_bits_f32(o | (u & 0x80000000u));
+}
+// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
+// fp16, rebiased, or below 2**-14 the float add of 0.5 (exact here); for bf16 the high half.
+static inline uint16_t ts_f16_bits(float r) {
+  const uint32_t u = ts_f32_bits(r);
+  const uint32_t a = u & 0x7fffffffu;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
+  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
 // 16: amax of [-3, -2] was INT_MIN). Floats: NaN wins, as in torch.
