@@ -87,6 +87,8 @@ GLOBAL_STATE_QUERIES = {
     torch.is_inference_mode_enabled: "is_inference_mode_enabled",
     torch.get_default_dtype: "get_default_dtype",
     torch.are_deterministic_algorithms_enabled: "are_deterministic_algorithms_enabled",
+    # modules test it to skip fast paths while a dispatch mode traces (MultiheadAttention)
+    torch._C._len_torch_dispatch_stack: "_C._len_torch_dispatch_stack",
 }
 
 _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
@@ -216,6 +218,8 @@ def _call_object(
     ):  # functools.lru_cache/cache: the cached function is inlined (it must be pure)
         wrapped = f"{fn.source}.__wrapped__" if fn.source else None
         return call_function(frame, tracer.wrap(value.__wrapped__, wrapped), args, kwargs)
+    if _hashable(value) and value in GLOBAL_STATE_QUERIES and torch_op(value) is None:
+        return _global_state(frame, value, args, kwargs)  # torch._C's, not a torch op
     op = torch_op(value) if not isinstance(value, types.FunctionType) or _is_torch(value) else None
     if op is not None:
         return _call_torch(frame, op, value, args, kwargs)
