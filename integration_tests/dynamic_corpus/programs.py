@@ -329,10 +329,9 @@ class SelfAttention(torch.nn.Module):
         return self.attention(x, x, x, attn_mask=mask, need_weights=False)[0]
 
 
-# In eval mode nn.MultiheadAttention's fast-path checks read torch's dispatch-mode stack,
-# which capture does not trace (a graph break: static per shape); in training mode (no
-# dropout here, no gradients) it skips them and computes the same.
-SELF_ATTENTION = _module(SelfAttention()).train()
+# In eval mode nn.MultiheadAttention's fast-path checks read torch's dispatch-mode stack
+# (capture reads and guards it like other global state).
+SELF_ATTENTION = _module(SelfAttention()).eval()
 
 
 # ---------------------------------------------------------------- how each is called
