@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Node, OpRef, TensorMeta, has_symbols
+from torchstrata.core import Node, OpRef, TensorMeta, has_symbols, size_hint
 
 
 @attrs.frozen
@@ -94,22 +94,15 @@ def _meta_value(value: Any) -> Any:
         if has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides)):
             # the type does not depend on sizes: a meta tensor of the hints, so that no
             # symbol is specialised (torch 2.14 guards a symbolic meta tensor's sizes)
-            shape, strides = (tuple(map(_hint, meta.shape)), tuple(map(_hint, meta.strides)))
+            shape, strides = (
+                tuple(map(size_hint, meta.shape)),
+                tuple(map(size_hint, meta.strides)),
+            )
             return torch.empty_strided(shape, strides, dtype=meta.dtype, device="meta")
         return meta.to_meta_tensor()
     if isinstance(value, list | tuple):
         return type(value)(_meta_value(item) for item in value)
     return value
-
-
-def _hint(size: Any) -> int:
-    """A size's value in the call being traced (its hint), without a guard."""
-    if isinstance(size, torch.SymInt):
-        hint = size.node.hint
-        if hint is None:
-            raise ValueError("a size without a hint")
-        return int(hint)
-    return int(size)
 
 
 def op_result_type(op: OpRef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TupleType | None:

@@ -134,6 +134,7 @@ from torchstrata.core.symbolic import (
     concretize,
     has_symbols,
     is_symbolic,
+    size_hint,
     symbolic_scope,
 )
 from torchstrata.core.symbolic_graphs import (
@@ -285,6 +286,7 @@ __all__ = [
     "same_layout",
     "set_logs",
     "size_guards",
+    "size_hint",
     "spans_overlap",
     "stage_walk",
     "state_changes",

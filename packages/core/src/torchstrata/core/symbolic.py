@@ -50,6 +50,17 @@ def has_symbols(value: Any) -> bool:
     return is_symbolic(value)
 
 
+def size_hint(value: Any) -> int:
+    """A size's value in the call being traced (a ``SymInt``'s hint), without a guard;
+    a ``ValueError`` for a data-dependent size, which has none."""
+    if isinstance(value, torch.SymInt):
+        hint = value.node.hint
+        if hint is None:
+            raise ValueError(f"size {value} has no value in this call (data-dependent)")
+        return int(hint)
+    return int(value)
+
+
 def size_or_int(value: Any) -> Any:
     """``value`` as an ``int``, or kept as a ``SymInt`` when it is truly symbolic."""
     if isinstance(value, torch.SymInt):

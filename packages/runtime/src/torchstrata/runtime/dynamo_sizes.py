@@ -30,6 +30,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import guard_bool, guard_float, guard_int
 
+from torchstrata.core import size_hint
+
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -181,16 +183,6 @@ def _folded(
     return StaticGraph(static, tuple(example_inputs[i] for i in kept), tuple(kept))
 
 
-def _hint(value: Any) -> int:
-    """The value of an example input that may be a ``SymInt`` (its hint: this call's)."""
-    if isinstance(value, torch.SymInt):
-        hint = value.node.hint
-        if hint is None:
-            raise ValueError(f"size {value} has no value in this call (data-dependent)")
-        return int(hint)
-    return int(value)
-
-
 def symbol_slots(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> dict[str, tuple[int, int | None]]:
@@ -292,7 +284,9 @@ class PerSizeGraph:
 
     def key(self, args: Sequence[Any]) -> tuple[int, ...]:
         """The sizes of the symbols in a call with ``args``."""
-        return tuple([_hint(args[p]) if d is None else args[p].shape[d] for p, d in self._slots])
+        return tuple(
+            [size_hint(args[p]) if d is None else args[p].shape[d] for p, d in self._slots]
+        )
 
     def runner_for(self, args: Sequence[Any]) -> Callable[..., Any]:
         """The runner for the sizes of ``args`` (lowered now if they are new); raises

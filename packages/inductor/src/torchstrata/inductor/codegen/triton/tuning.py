@@ -292,9 +292,9 @@ def _with_scratch(run: Callable[..., Any], floats: int, counters: int | None) ->
         stream = current_stream(device.index) if device.type == "cuda" else 0  # a raw pointer
         buffers = scratch.get(stream)
         if buffers is None:  # allocated on the first call on this stream
-            buffers = (torch.empty(floats, dtype=torch.float32, device=device),)
+            buffers = scratch_tensors((floats, counters), device)
             if counters is not None:
-                buffers += (torch.zeros(counters, dtype=torch.int32, device=device),)
+                buffers[1].zero_()  # the counters start at zero; kernels reset them
             scratch[stream] = buffers
         run(*args, *buffers)
 
