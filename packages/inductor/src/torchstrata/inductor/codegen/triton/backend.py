@@ -149,6 +149,8 @@ class TritonBackend:
         configs = candidate_configs(
             kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
         )
+        if kernel.rows * kernel.row_length < options.tune_min_elements:
+            configs = configs[:1]  # launch-bound: every configuration takes the same time
         generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
