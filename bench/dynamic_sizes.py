@@ -16,7 +16,9 @@ included): ``K1`` bias+GELU, ``K3`` softmax in fp32, ``K4`` RMSNorm, ``K5`` Laye
 the transformer ``block`` over 32 sequence lengths. Issue 33 asks symbolic kernels to run
 at least 0.9x the static ones there: steady times are taken per size on the GPU
 (``triton.testing.do_bench``, median, L2 flushed), and the row also gives the worst size's
-ratio to static. ``--mode reduce-overhead`` compiles every compiler's contender with CUDA
+ratio to static. One more contender there, a static compile per size with a cache of its
+own (``torchstrata static, tuned per size``), shows what sharing tuned configurations
+within a bucket of rows costs. ``--mode reduce-overhead`` compiles every compiler's contender with CUDA
 graphs (one graph per size).
 
 Contenders: eager; torchstrata ``dynamic=None`` (static for the first size, one symbolic
@@ -60,6 +62,31 @@ from bench.workloads.kernels import bias_gelu, layer_norm, rms_norm, softmax_fp3
 from bench.workloads.nets.gpt import Block, GPTConfig
 
 CONTENDERS = ("eager", "torchstrata dynamic", "torchstrata static", "torch.compile dynamic")
+#: On the GPU also: a static compile per size with a kernel cache of its own, so every
+#: size's launch configurations are tuned at that size (the others share a tuned
+#: configuration within a power-of-two bucket of rows, decision 0225): what the buckets cost.
+EXACT_TUNING = "torchstrata static, tuned per size"
+
+
+class PerSizeCompiles:
+    """``fn`` compiled static once per shape of its tensor arguments, each compile with
+    its own cache directory under ``root`` (nothing tuned at one size serves another)."""
+
+    def __init__(self, fn: Callable[..., Any], root: str, mode: str | None) -> None:
+        self.fn, self.root, self.mode = fn, root, mode
+        #: shapes -> their compile (``cache`` as a compiled function's, for the entries)
+        self.cache: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+        compiled = self.cache.get(key)
+        if compiled is None:
+            import torchstrata.runtime as tsr
+
+            options = {"cache_dir": os.path.join(self.root, str(len(self.cache)))}
+            compiled = tsr.compile(self.fn, dynamic=False, mode=self.mode, options=options)
+            self.cache[key] = compiled
+        return compiled(*args)
 
 
 @attrs.frozen
@@ -150,6 +177,8 @@ def _compiled(
         return fn
     if name == "torch.compile dynamic":
         return torch.compile(fn, dynamic=True, mode=mode)
+    if name == EXACT_TUNING:
+        return PerSizeCompiles(fn, cache_dir, mode)
     import torchstrata.runtime as tsr
 
     options: dict[str, Any] = {"cache_dir": cache_dir}
@@ -290,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     names = [n for n in CONTENDERS if not (args.no_compile and n.startswith("torch.compile"))]
+    if args.device == "cuda":
+        names.insert(names.index("torchstrata static") + 1, EXACT_TUNING)
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
