@@ -146,7 +146,8 @@ class TritonBackend:
             kernel = as_row_kernel(kernel) or kernel
         # contiguous leading row dims as one (as in C++): the source of a kernel over
         # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
-        kernel = flatten_rows(kernel)
+        flat = flatten_rows(kernel)
+        kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
         shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
