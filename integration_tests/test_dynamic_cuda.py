@@ -1,5 +1,6 @@
 """Symbolic entries for CUDA inputs (decision 0225), on a GPU: one capture and one size
-guard, the graph lowered per size through the Triton backend, each call equal to eager;
+guard, the graph lowered per size through the Triton backend, each call equal to eager
+(training steps too);
 Triton modules generated once over sizes whose rows ``(B, T)`` change; tuned launch
 configurations kept per power-of-two bucket of rows; the size guard keeps devices apart;
 ``mode="reduce-overhead"`` records one CUDA graph per size.
@@ -11,12 +12,14 @@ configurations as the entries of its ``triton-tuning`` namespace.
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import torchstrata.runtime as rt
 
@@ -67,6 +70,25 @@ def test_cuda_inputs_get_one_symbolic_entry_and_its_modules_once(tmp_path, caplo
     assert len(compiled.cache) == 1
     assert "with symbolic sizes" in caplog.text
     assert "static per shape" not in caplog.text
+
+
+def test_a_cuda_training_entry_matches_eager_over_sizes():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)).cuda()
+    eager = copy.deepcopy(model)
+    compiled = rt.compile(model, dynamic=True)
+    for batch, length in BATCH_AND_LENGTH:
+        x = torch.randn(batch, length, 32, device="cuda")
+        results = []
+        for fn, module in ((compiled, model), (eager, eager)):
+            xs = x.clone().requires_grad_()
+            out = fn(xs)
+            out.square().mean().backward()
+            results.append([out.detach(), xs.grad, *(p.grad.clone() for p in module.parameters())])
+            module.zero_grad()
+        for got, want in zip(*results, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert len(compiled.compiled_forward.cache) == 1  # one symbolic entry, forward and backward
 
 
 def test_a_tuned_configuration_serves_its_bucket_of_row_counts(tmp_path):
