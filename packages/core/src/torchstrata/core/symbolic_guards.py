@@ -19,15 +19,18 @@ from torchstrata.core.symbolic import SymbolicSizes, concretize, has_symbols
 _MAX_KNOWN = 4096
 
 
-def _layout_key(count: int) -> Any:
-    """A function of ``count`` tensors giving one flat tuple of everything
+def _layout_key(metas: Sequence[TensorMeta]) -> Any:
+    """A function of one tensor per meta giving one flat tuple of everything
     :meth:`SizeCheck.failure` reads (generated: a loop and a tuple per tensor cost as
-    much again on a tiny call). The device as ``is_cpu``: symbolic entries are CPU-only."""
-    names = [f"t{i}" for i in range(count)]
+    much again on a tiny call). The device of a tensor expected on the CPU as ``is_cpu``
+    (every other device fails alike); of one expected elsewhere as the device itself, so
+    that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one remembered."""
+    names = [f"t{i}" for i in range(len(metas))]
     items = "".join(
-        f"{t}.shape, {t}.stride(), {t}.dtype, {t}.is_cpu, {t}.requires_grad, "
+        f"{t}.shape, {t}.stride(), {t}.dtype, "
+        f"{t}.{'is_cpu' if meta.device.type == 'cpu' else 'device'}, {t}.requires_grad, "
         f"{t}.is_neg(), {t}.is_conj(), "
-        for t in names
+        for t, meta in zip(names, metas, strict=True)
     )
     return eval(f"lambda {', '.join(names)}: ({items})")
 
@@ -55,7 +58,7 @@ class SizeCheck:
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""
         self._known: dict[Any, str] = {}
-        self._key = _layout_key(len(self.metas))
+        self._key = _layout_key(self.metas)
 
     def __call__(self, *tensors: Any) -> bool:
         try:
