@@ -20,10 +20,13 @@ import attrs
 import torch
 
 from torchstrata.core import (
+    AotResult,
     CaptureResult,
     CompileOptions,
     Graph,
     Guard,
+    SizeOutsideTrace,
+    SymbolicAot,
     SymbolicSizes,
     TensorMeta,
     artifact_logger,
@@ -166,19 +169,28 @@ def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard
 
 
 class SizeSpecialisedRunner:
-    """Runs a graph with symbolic sizes: lowers it (aot, decomp, codegen) for the sizes
-    of each call, once per distinct size, and runs that.
+    """Runs a graph with symbolic sizes: lowers it for the sizes of each call, once per
+    distinct size, and runs that.
+
+    With ``trace``, the autograd stage traces the symbolic graph once, at the first
+    size (decision 0220), and each size lowers from that trace's result at its sizes
+    (``lower(graph, aot)``); a size that violates a condition the trace relied on, or
+    every size when there is no symbolic trace, lowers from the static graph alone
+    (``lower(graph)``: aot, decomp and codegen per size).
 
     :param graph: the torch-level graph with symbolic sizes.
     :param lower: lowers a static torch-level graph to a runner (the pipeline's
-        ``compile_graph(graph, options).runner``).
+        ``compile_graph(graph, options, aot).runner``).
+    :param trace: the symbolic trace of a graph with symbolic sizes, or None (the
+        pipeline's ``trace_symbolic``).
     """
 
     def __init__(
         self,
         graph: Graph,
-        lower: Callable[[Graph], Callable[..., Any]],
+        lower: Callable[..., Callable[..., Any]],
         max_lowered: int = 64,
+        trace: Callable[[Graph], SymbolicAot | None] | None = None,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -190,6 +202,9 @@ class SizeSpecialisedRunner:
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
+        self._trace = trace
+        #: the symbolic trace (made at the first lowering; None: each size is traced)
+        self.traced: SymbolicAot | None = None
 
     def __call__(self, *inputs: Any) -> Any:
         key = self._key(inputs)
@@ -210,7 +225,8 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
-            return self.lower(graph)
+            aot = self._traced_at(values)
+            return self.lower(graph) if aot is None else self.lower(graph, aot)
         except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
             logger.warning(
                 "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
@@ -219,6 +235,20 @@ class SizeSpecialisedRunner:
                 error,
             )
             return lambda *inputs: interpret(graph, *inputs)
+
+    def _traced_at(self, values: Mapping[str, int]) -> AotResult | None:
+        """The symbolic trace's result at ``values`` (tracing on the first call); None
+        when this size is to be traced on its own."""
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            self.traced = trace(self.graph)
+        if self.traced is None:
+            return None
+        try:
+            return self.traced.at(values)
+        except SizeOutsideTrace as outside:
+            dynamic_log.debug("tracing sizes %s on their own: %s", values, outside)
+            return None
 
 
 def refused_before_capture(
@@ -295,11 +325,15 @@ def compile_symbolic(
         )
         return None
 
-    def lower(graph: Graph) -> Callable[..., Any]:
+    def lower(graph: Graph, aot: AotResult | None = None) -> Callable[..., Any]:
         with dynamo_import_deferred():
-            return pipeline.compile_graph(graph, options).runner
+            return pipeline.compile_graph(graph, options, aot).runner
 
-    runner = SizeSpecialisedRunner(capture.graphs[0], lower)
+    def trace(graph: Graph) -> SymbolicAot | None:
+        with dynamo_import_deferred():
+            return pipeline.trace_symbolic(graph, options)  # type: ignore[no-any-return]
+
+    runner = SizeSpecialisedRunner(capture.graphs[0], lower, trace=trace)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim
     first: dict[tuple[str, int], str] = {}

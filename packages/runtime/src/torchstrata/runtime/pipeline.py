@@ -31,6 +31,7 @@ from torchstrata.core import (
     Level,
     PassManager,
     PassRecord,
+    SymbolicAot,
     TensorMeta,
     create_plugin_manager,
     dynamo_import_deferred,
@@ -45,7 +46,7 @@ from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
-from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
+from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
@@ -321,8 +322,12 @@ class Pipeline:
         records.extend(pass_manager.records)
         return result
 
-    def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
+    def _call_stage(
+        self, stage: str, options: CompileOptions, symbolic: bool = False, **kwargs: Any
+    ) -> Any:
         hook_name, _ = STAGE_PROVIDERS[stage]
+        if symbolic:  # the stage's hook for graphs with symbolic sizes
+            hook_name += "_symbolic"
         hook = getattr(self.plugin_manager(options).hook, hook_name)
         trace = current_trace()
         try:
@@ -392,20 +397,68 @@ class Pipeline:
             )
             raise StageFailure("decomp", ignored)
 
-    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+    def compile_graph(
+        self, graph: Graph, options: CompileOptions, aot: AotResult | None = None
+    ) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
-        (an ATen-level graph skips the capture passes and the autograd stage).
+        (an ATen-level graph skips the capture passes and the autograd stage). With
+        ``aot`` (what the autograd stage made of ``graph`` already: a symbolic trace's
+        result at ``graph``'s sizes, :meth:`trace_symbolic`) the capture passes and the
+        autograd stage are skipped.
 
         Under autocast the stages run, and the runner runs the graph, with autocast off
         (the capture wrote its casts into the graph: :mod:`.autocast_off`)."""
         devices = tuple(device for device, _ in enabled_autocast())
         if not devices:
-            return self._compile_graph(graph, options)
+            return self._compile_graph(graph, options, aot)
         with autocast_off(devices):
-            artifacts = self._compile_graph(graph, options)
+            artifacts = self._compile_graph(graph, options, aot)
         return attrs.evolve(artifacts, runner=without_autocast(artifacts.runner, devices))
 
-    def _compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+    def trace_symbolic(self, graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+        """The autograd stage's one trace of ``graph`` (torch level, symbolic sizes) for
+        every size (decision 0220), under the conditions :meth:`compile_graph` runs the
+        stage in (grad mode, autocast off); None where it cannot be used (the reason
+        in a debug log line): the graph is then traced per size."""
+        devices = tuple(device for device, _ in enabled_autocast())
+        with autocast_off(devices) if devices else contextlib.nullcontext():
+            return self._trace_symbolic(graph, options)
+
+    def _trace_symbolic(self, graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+        manager = self.plugin_manager(options)
+        why = ""
+        if self.run_passes("post_capture", graph, options, []) is not graph:
+            why = "post_capture passes run on each size's graph"
+        elif not manager.hook.torchstrata_aot_symbolic.get_hookimpls():
+            why = "no autograd plugin implements torchstrata_aot_symbolic"
+        if why:
+            dynamic_log.debug("the symbolic graph is traced per size: %s", why)
+            return None
+        if not torch.is_grad_enabled():
+            graph = without_requires_grad(graph)
+        try:
+            traced = self._call_stage("autograd", options, graph=graph, symbolic=True)
+        except StageFailure as failure:
+            error = failure.__cause__
+            dynamic_log.debug(
+                "the symbolic graph is traced per size: its symbolic trace failed (%s: %s)",
+                type(error).__name__,
+                error,
+            )
+            return None
+        if not isinstance(traced, SymbolicAot):
+            dynamic_log.debug("the symbolic graph is traced per size: no symbolic trace")
+            return None
+        dynamic_log.debug(
+            "one trace serves every size; it relied on %d size conditions: %s",
+            len(traced.guards),
+            ", ".join(map(str, traced.guards)),
+        )
+        return traced
+
+    def _compile_graph(
+        self, graph: Graph, options: CompileOptions, traced: AotResult | None = None
+    ) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
@@ -413,6 +466,8 @@ class Pipeline:
         if graph.level is Level.ATEN:  # already functional ATen (e.g. from Dynamo via from_fx)
             torch_graph = graph
             aot: AotResult | None = AotResult(forward=graph)
+        elif traced is not None:  # the symbolic trace's result for these sizes
+            torch_graph, aot = graph, traced
         else:
             torch_graph = self.run_passes("post_capture", graph, options, records)
             cached = graph_cache.lookup_aot(torch_graph, options, self.plugin_manager(options))
@@ -526,11 +581,15 @@ class Pipeline:
         graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
         if graph_has_symbols(graph):
 
-            def lower(static: Graph) -> Any:
+            def lower(static: Graph, aot: AotResult | None = None) -> Any:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
-                    return self.compile_graph(static, options).runner
+                    return self.compile_graph(static, options, aot).runner
 
-            return SizeSpecialisedRunner(graph, lower)
+            def trace(symbolic: Graph) -> SymbolicAot | None:
+                with dynamo_import_deferred(), compile_trace("a graph after a break", options):
+                    return self.trace_symbolic(symbolic, options)
+
+            return SizeSpecialisedRunner(graph, lower, trace=trace)
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 
