@@ -173,9 +173,10 @@ class SizeSpecialisedRunner:
     distinct size, and runs that.
 
     With ``trace``, the autograd stage traces the symbolic graph once, at the first
-    size (decision 0220), and each size lowers from that trace's result at its sizes
-    (``lower(graph, aot)``); a size that violates a condition the trace relied on, or
-    every size when there is no symbolic trace, lowers from the static graph alone
+    size without a cached autograd result (decision 0220), and each size lowers from
+    that trace's result at its sizes (``lower(graph, aot)``: ``aot()`` gives it); a size
+    that violates a condition the trace relied on, whose lowering from the trace fails,
+    or every size when there is no symbolic trace, lowers from the static graph alone
     (``lower(graph)``: aot, decomp and codegen per size).
 
     :param graph: the torch-level graph with symbolic sizes.
@@ -225,8 +226,28 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
-            aot = self._traced_at(values)
-            return self.lower(graph) if aot is None else self.lower(graph, aot)
+            if self._trace is None and self.traced is None:
+                return self.lower(graph)
+            used: list[AotResult] = []
+
+            def traced() -> AotResult | None:
+                aot = self._traced_at(values)
+                used.extend([aot] if aot is not None else [])
+                return aot
+
+            try:
+                return self.lower(graph, traced)
+            except Exception as error:
+                if not used:
+                    raise
+                dynamic_log.debug(
+                    "lowering sizes %s from the symbolic trace failed (%s: %s): tracing them "
+                    "on their own",
+                    values,
+                    type(error).__name__,
+                    error,
+                )
+                return self.lower(graph)
         except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
             logger.warning(
                 "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
@@ -325,13 +346,15 @@ def compile_symbolic(
         )
         return None
 
-    def lower(graph: Graph, aot: AotResult | None = None) -> Callable[..., Any]:
+    def lower(
+        graph: Graph, aot: Callable[[], AotResult | None] | None = None
+    ) -> Callable[..., Any]:
         with dynamo_import_deferred():
             return pipeline.compile_graph(graph, options, aot).runner
 
     def trace(graph: Graph) -> SymbolicAot | None:
         with dynamo_import_deferred():
-            return pipeline.trace_symbolic(graph, options)  # type: ignore[no-any-return]
+            return pipeline.trace_symbolic(graph, options)
 
     runner = SizeSpecialisedRunner(capture.graphs[0], lower, trace=trace)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))

@@ -398,13 +398,16 @@ class Pipeline:
             raise StageFailure("decomp", ignored)
 
     def compile_graph(
-        self, graph: Graph, options: CompileOptions, aot: AotResult | None = None
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        aot: Callable[[], AotResult | None] | None = None,
     ) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
-        (an ATen-level graph skips the capture passes and the autograd stage). With
-        ``aot`` (what the autograd stage made of ``graph`` already: a symbolic trace's
-        result at ``graph``'s sizes, :meth:`trace_symbolic`) the capture passes and the
-        autograd stage are skipped.
+        (an ATen-level graph skips the capture passes and the autograd stage). ``aot``,
+        asked where the graph cache has no autograd result for ``graph``, gives one
+        before the autograd stage is asked (a symbolic trace's result at ``graph``'s
+        sizes, :meth:`trace_symbolic`); its None asks the stage.
 
         Under autocast the stages run, and the runner runs the graph, with autocast off
         (the capture wrote its casts into the graph: :mod:`.autocast_off`)."""
@@ -457,7 +460,10 @@ class Pipeline:
         return traced
 
     def _compile_graph(
-        self, graph: Graph, options: CompileOptions, traced: AotResult | None = None
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        traced: Callable[[], AotResult | None] | None = None,
     ) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
@@ -466,16 +472,17 @@ class Pipeline:
         if graph.level is Level.ATEN:  # already functional ATen (e.g. from Dynamo via from_fx)
             torch_graph = graph
             aot: AotResult | None = AotResult(forward=graph)
-        elif traced is not None:  # the symbolic trace's result for these sizes
-            torch_graph, aot = graph, traced
         else:
             torch_graph = self.run_passes("post_capture", graph, options, records)
             cached = graph_cache.lookup_aot(torch_graph, options, self.plugin_manager(options))
-            aot = (
-                cached.hit.aot
-                if cached.hit
-                else self._call_stage("autograd", options, graph=torch_graph)
-            )
+            if cached.hit:
+                aot = cached.hit.aot
+            else:
+                # the symbolic trace's result at these sizes (it traced the graph before
+                # the capture passes: none may have changed it)
+                aot = traced() if traced is not None and torch_graph is graph else None
+                if aot is None:
+                    aot = self._call_stage("autograd", options, graph=torch_graph)
         if aot is None:
             fallback = "running torch-level graphs in the reference interpreter"
             self._missing("autograd", options, fallback)
@@ -581,7 +588,7 @@ class Pipeline:
         graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
         if graph_has_symbols(graph):
 
-            def lower(static: Graph, aot: AotResult | None = None) -> Any:
+            def lower(static: Graph, aot: Callable[[], AotResult | None] | None = None) -> Any:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.compile_graph(static, options, aot).runner
 
