@@ -97,3 +97,25 @@ def test_a_size_outside_the_traces_conditions_is_refused():
     assert traced.violated(outside)
     with pytest.raises(SizeOutsideTrace, match="violate"):
         traced.at(outside)
+
+
+@pytest.mark.gpu
+def test_one_trace_serves_every_size_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    sizes = SymbolicSizes({"L['x']": [0]})
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", input_meta("L['x']", torch.randn(6, 16, device="cuda")))
+        w = builder.input(
+            "w", input_meta("L['w']", torch.randn(8, 16, device="cuda", requires_grad=True))
+        )
+        h = _call(builder, torch.softmax, _call(builder, F.linear, x, w), -1)
+        graph = builder.build([_call(builder, torch.mean, _call(builder, torch.mul, h, h))])
+    symbol = _symbol(sizes)
+    traced = aot_symbolic(graph)
+    for n in (6, 7, 2, 33, 5, 128, 3, 17):
+        want = aot(concretize_graph(graph, {symbol: n}))
+        got = traced.at({symbol: n})
+        assert str(got.forward) == str(want.forward)
+        assert str(got.backward) == str(want.backward)

@@ -430,7 +430,8 @@ class Pipeline:
     def _trace_symbolic(self, graph: Graph, options: CompileOptions) -> SymbolicAot | None:
         manager = self.plugin_manager(options)
         why = ""
-        if self.run_passes("post_capture", graph, options, []) is not graph:
+        passes = manager.hook.torchstrata_graph_passes(stage="post_capture", options=options)
+        if any(passes):
             why = "post_capture passes run on each size's graph"
         elif not manager.hook.torchstrata_aot_symbolic.get_hookimpls():
             why = "no autograd plugin implements torchstrata_aot_symbolic"
