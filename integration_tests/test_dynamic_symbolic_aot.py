@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchstrata.runtime as rt
-from integration_tests.dynamic_corpus.programs import layer_norm, softmax_gelu
+from integration_tests.dynamic_corpus.programs import layer_norm, pointwise, softmax_gelu
+from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
 
 from .training.models import MLP, TransformerBlock, assert_matches, twin
 
@@ -113,9 +114,9 @@ def conv_relu(x, w):
     return F.conv1d(x, w, padding=1).relu().sum(-1)
 
 
-def test_a_size_outside_the_traces_conditions_is_traced_on_its_own(monkeypatch, caplog):
-    # the convolution's backend choice reads the batch size: the trace relies on it
-    # staying below 16, so batches of 16 and more are traced per size
+def test_sizes_outside_the_traces_condition_get_a_trace_of_their_own(monkeypatch, caplog):
+    # the convolution's backend choice reads the batch size: the first trace relies on
+    # it staying below 16, so batches of 16 and more get a second symbolic trace
     compiled = rt.compile(conv_relu, codegen="cpp", dynamic=True)
     calls = _count_stage_calls(monkeypatch, compiled.pipeline)
     w = torch.randn(4, 3, 3, requires_grad=True)
@@ -129,7 +130,55 @@ def test_a_size_outside_the_traces_conditions_is_traced_on_its_own(monkeypatch, 
             (ww,) = torch.autograd.grad(want.sum(), w)
             torch.testing.assert_close(gw, ww)
     assert len(compiled.cache) == 1
-    assert calls.count(("autograd", True)) == 1, calls
-    outside = sum(batch >= 16 for batch in batches)
-    assert calls.count(("autograd", False)) == outside, calls
-    assert "which the symbolic trace relied on" in caplog.text
+    assert calls.count(("autograd", True)) == 2, calls
+    assert calls.count(("autograd", False)) == 0, calls
+    assert "a symbolic trace for them" in caplog.text
+
+
+def _runner_with_fake_traces(condition):
+    """A runner over ``pointwise``'s symbolic graph whose symbolic traces are stand-ins
+    relying on ``condition(symbol, hint)``; it records the hints traced at and, per
+    size, whether a trace served it."""
+    from torchstrata.capture import capture
+    from torchstrata.core import SymbolicAot, SymbolicSizes, interpret, symbolic_scope
+
+    sizes = SymbolicSizes({"L['x']": [0]})
+    with symbolic_scope(sizes):
+        graph = capture(pointwise, (torch.randn(6, 64), torch.randn(64, 32)), {}).graphs[0]
+    symbol = graph.inputs[0].meta.shape[0].node.expr
+    traced_at, served = [], {}
+
+    def trace(graph, hints):
+        hint = 6 if hints is None else hints[symbol.name]
+        traced_at.append(hint)
+        return SymbolicAot(graph, (condition(symbol, hint),), lambda values: values[symbol.name])
+
+    def lower(static, aot=None):
+        served[static.inputs[0].meta.shape[0]] = None if aot is None else aot()
+        return lambda *inputs: interpret(static, *inputs)
+
+    return SizeSpecialisedRunner(graph, lower, trace=trace), traced_at, served
+
+
+def test_a_second_symbolic_trace_for_sizes_outside_an_inequality():
+    runner, traced_at, served = _runner_with_fake_traces(
+        lambda s, hint: s < 16 if hint < 16 else s >= 16
+    )
+    w = torch.randn(64, 32)
+    for size in (6, 7, 20, 21, 8, 16, 3):
+        x = torch.randn(size, 64)
+        torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
+    assert traced_at == [6, 20]
+    assert served == {6: 6, 7: 7, 20: 20, 21: 21, 8: 8, 16: 16, 3: 3}
+
+
+def test_sizes_outside_an_equality_are_traced_on_their_own():
+    import sympy
+
+    runner, traced_at, served = _runner_with_fake_traces(lambda s, hint: sympy.Eq(s, hint))
+    w = torch.randn(64, 32)
+    for size in (6, 7, 20, 6, 8):
+        x = torch.randn(size, 64)
+        torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
+    assert traced_at == [6]  # a trace for one size: another would be for one size too
+    assert served == {6: 6, 7: None, 20: None, 8: None}

@@ -95,8 +95,14 @@ def test_a_size_outside_the_traces_conditions_is_refused():
     assert str(traced.at(inside).backward) == str(want.backward)
     outside = {batch: 20, length: 11}
     assert traced.violated(outside)
+    assert not traced.specialised(outside)
     with pytest.raises(SizeOutsideTrace, match="violate"):
         traced.at(outside)
+    # a trace whose decisions are taken for the outside sizes serves them
+    again = aot_symbolic(graph, hints=outside)
+    assert again.violated(outside) == ""
+    assert again.violated(inside)
+    assert str(again.at(outside).backward) == str(aot(concretize_graph(graph, outside)).backward)
 
 
 @pytest.mark.gpu

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torchstrata.autograd.aot import aot
 from torchstrata.autograd.symbolic import aot_symbolic
 from torchstrata.core import AotResult, CompileOptions, Graph, SymbolicAot, hookimpl
@@ -14,6 +16,8 @@ def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
 
 
 @hookimpl
-def torchstrata_aot_symbolic(graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+def torchstrata_aot_symbolic(
+    graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None
+) -> SymbolicAot | None:
     """Trace ``graph``, whose sizes are symbolic, once for every size."""
-    return aot_symbolic(graph, options)
+    return aot_symbolic(graph, options, hints)

@@ -27,16 +27,20 @@ from torchstrata.core import (
 )
 
 
-def aot_symbolic(graph: Graph, options: CompileOptions | None = None) -> SymbolicAot:
+def aot_symbolic(
+    graph: Graph, options: CompileOptions | None = None, hints: Mapping[str, int] | None = None
+) -> SymbolicAot:
     """Trace ``graph`` (torch level, sizes symbolic) once; the result's ``at(sizes)``
-    is :func:`~torchstrata.autograd.aot` of ``graph`` made static at those sizes.
+    is :func:`~torchstrata.autograd.aot` of ``graph`` made static at those sizes. Where
+    the trace decides on a size, it decides for ``hints`` (symbol name -> size; default:
+    the sizes the capture saw).
 
     :raises NotImplementedError: if the trace made a size no input gives (a
         data-dependent size), or for what :func:`~torchstrata.autograd.aot` refuses.
     :raises ValueError: if a symbol of ``graph`` is not the size of an input dimension.
     """
     training = any(node.tensor_meta.requires_grad for node in graph.inputs)
-    trace, guards = trace_symbolic(graph, training=training)
+    trace, guards = trace_symbolic(graph, training=training, hints=hints)
     unknown = graph_symbols(trace.graph) - set(symbol_hints(graph))
     if unknown:
         raise NotImplementedError(f"the trace made sizes no input gives: {sorted(unknown)}")

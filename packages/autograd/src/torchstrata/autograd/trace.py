@@ -10,6 +10,7 @@ backward ATen ops into the same graph.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -99,11 +100,15 @@ def trace_graph(graph: Graph, *, training: bool) -> JointTrace:
     return _trace(graph, training, FakeTensorMode(), None)
 
 
-def trace_symbolic(graph: Graph, *, training: bool) -> tuple[JointTrace, tuple[Any, ...]]:
+def trace_symbolic(
+    graph: Graph, *, training: bool, hints: Mapping[str, int] | None = None
+) -> tuple[JointTrace, tuple[Any, ...]]:
     """Trace ``graph`` (torch level, sizes symbolic) once for every size: fake tensors
     of a ``ShapeEnv`` of this trace's own (:func:`~torchstrata.core.rebind_graph`: the
     capture's symbols by name), under torch's Python dispatcher (as capture's meta
-    inference, decision 0212). The trace's sizes and node arguments stay ``SymInt`` values.
+    inference, decision 0212). The trace's sizes and node arguments stay ``SymInt`` values;
+    where it decides on a size, it decides for ``hints`` (symbol name -> size; default:
+    the sizes the capture saw).
 
     :return: the trace and the sympy conditions on the symbols it relied on (each is
         to be checked for a call's sizes before the trace serves it).
@@ -112,7 +117,7 @@ def trace_symbolic(graph: Graph, *, training: bool) -> tuple[JointTrace, tuple[A
     if graph.level is not Level.TORCH:
         raise ValueError(f"aot takes a torch-level graph, not {graph.level.value}")
     sizes = SymbolicSizes({})
-    rebound = rebind_graph(graph, sizes)
+    rebound = rebind_graph(graph, sizes, hints)
     mode = _SymbolicMode(FakeTensorMode(shape_env=sizes.shape_env))
     return _trace(rebound, training, mode, None), sizes.guard_exprs()
 

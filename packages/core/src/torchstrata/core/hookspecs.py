@@ -81,12 +81,16 @@ def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
 
 
 @hookspec(firstresult=True)
-def torchstrata_aot_symbolic(graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+def torchstrata_aot_symbolic(
+    graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None
+) -> SymbolicAot | None:
     """Trace a torch-level graph with symbolic sizes once for every size (decision 0220).
 
     :param graph: a torch-level graph whose sizes may be ``SymInt``s, each symbol the
         size of an input dimension.
     :param options: the compile options.
+    :param hints: symbol name -> the size a decision of the trace is taken for (a size
+        that an earlier symbolic trace did not serve); None: the sizes the capture saw.
     :return: the symbolic trace, whose ``at(sizes)`` gives what :func:`torchstrata_aot`
         gives for the graph made static at those sizes; None when the plugin cannot
         trace it symbolically (the runtime then calls ``torchstrata_aot`` per size).

@@ -36,17 +36,34 @@ class SymbolicAot:
     def violated(self, values: Mapping[str, int]) -> str:
         """The first condition of ``guards`` that ``values`` make false, as text; '' when
         every condition holds."""
+        expr = self.violated_condition(values)
+        if expr is None:
+            return ""
+        missing = sorted(s.name for s in expr.free_symbols if s.name not in values)
+        return f"{expr} (no value for {', '.join(missing)})" if missing else str(expr)
+
+    def violated_condition(self, values: Mapping[str, int]) -> Any:
+        """The first condition of ``guards`` (a sympy expression) that ``values`` make
+        false or give no value for; None when every condition holds."""
         import sympy  # type: ignore[import-untyped]
 
         for expr in self.guards:
-            missing = sorted(s.name for s in expr.free_symbols if s.name not in values)
-            if missing:
-                return f"{expr} (no value for {', '.join(missing)})"
-            if not bool(
-                expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols})
-            ):
-                return str(expr)
-        return ""
+            if any(s.name not in values for s in expr.free_symbols):
+                return expr
+            free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
+            if not bool(expr.xreplace(free)):
+                return expr
+        return None
+
+    def specialised(self, values: Mapping[str, int]) -> bool:
+        """Whether a condition ``values`` violate is an equality (``Eq(s0, 16)``: the
+        trace was made for one size there, and a trace at other sizes would be too)."""
+        import sympy
+
+        expr = self.violated_condition(values)
+        return expr is not None and any(
+            isinstance(part, sympy.Eq) for part in sympy.preorder_traversal(expr)
+        )
 
     def at(self, values: Mapping[str, int]) -> AotResult:
         """The ``AotResult`` for sizes ``values``.

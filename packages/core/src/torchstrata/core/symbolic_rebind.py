@@ -78,14 +78,17 @@ class _Rebound(Transformer):
         )
 
 
-def rebind_graph(graph: Graph, sizes: SymbolicSizes) -> Graph:
+def rebind_graph(
+    graph: Graph, sizes: SymbolicSizes, hints: Mapping[str, int] | None = None
+) -> Graph:
     """``graph`` with every symbolic size re-made in ``sizes``' ``ShapeEnv`` (the same
-    symbol names and hints: a symbol ``s77`` of the capture is ``s77`` there too).
+    symbol names: a symbol ``s77`` of the capture is ``s77`` there too), each symbol
+    hinted at its value in ``hints`` (default: the size the capture saw).
 
     :raises ValueError: if a symbol of ``graph`` is not the size of an input dimension
         (its value could not be read from a call).
     """
-    hints = symbol_hints(graph)
+    hints = {**symbol_hints(graph), **(hints or {})}
     unbound = graph_symbols(graph) - set(hints)
     if unbound:
         raise ValueError(f"symbols {sorted(unbound)} are not sizes of a graph input")

@@ -25,7 +25,6 @@ from torchstrata.core import (
     CompileOptions,
     Graph,
     Guard,
-    SizeOutsideTrace,
     SymbolicAot,
     SymbolicSizes,
     TensorMeta,
@@ -174,15 +173,19 @@ class SizeSpecialisedRunner:
 
     With ``trace``, the autograd stage traces the symbolic graph once, at the first
     size without a cached autograd result (decision 0220), and each size lowers from
-    that trace's result at its sizes (``lower(graph, aot)``: ``aot()`` gives it); a size
-    that violates a condition the trace relied on, whose lowering from the trace fails,
-    or every size when there is no symbolic trace, lowers from the static graph alone
-    (``lower(graph)``: aot, decomp and codegen per size).
+    that trace's result at its sizes (``lower(graph, aot)``: ``aot()`` gives it). Sizes
+    that violate a condition the trace relied on get a symbolic trace of their own
+    (``trace(graph, sizes)``), unless the condition is an equality (the trace
+    specialised a size: another would too) or ``max_traces`` are made; a size no trace
+    serves, whose lowering from a trace fails, or every size when there is no symbolic
+    trace, lowers from the static graph alone (``lower(graph)``: aot, decomp and codegen
+    per size).
 
     :param graph: the torch-level graph with symbolic sizes.
     :param lower: lowers a static torch-level graph to a runner (the pipeline's
         ``compile_graph(graph, options, aot).runner``).
-    :param trace: the symbolic trace of a graph with symbolic sizes, or None (the
+    :param trace: the symbolic trace of a graph with symbolic sizes whose decisions on
+        sizes are taken for the given sizes (None: the capture's), or None (the
         pipeline's ``trace_symbolic``).
     """
 
@@ -191,7 +194,8 @@ class SizeSpecialisedRunner:
         graph: Graph,
         lower: Callable[..., Callable[..., Any]],
         max_lowered: int = 64,
-        trace: Callable[[Graph], SymbolicAot | None] | None = None,
+        trace: Callable[[Graph, Mapping[str, int] | None], SymbolicAot | None] | None = None,
+        max_traces: int = 4,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -204,8 +208,12 @@ class SizeSpecialisedRunner:
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
         self._trace = trace
-        #: the symbolic trace (made at the first lowering; None: each size is traced)
-        self.traced: SymbolicAot | None = None
+        self._first = True
+        #: the symbolic traces (the first made at the first lowering; none: each size is
+        #: traced on its own)
+        self.traces: list[SymbolicAot] = []
+        #: symbolic traces made at most (sizes outside all of them are traced on their own)
+        self.max_traces = max_traces
 
     def __call__(self, *inputs: Any) -> Any:
         key = self._key(inputs)
@@ -226,7 +234,7 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
-            if self._trace is None and self.traced is None:
+            if self._trace is None:
                 return self.lower(graph)
             used: list[AotResult] = []
 
@@ -258,18 +266,42 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
 
     def _traced_at(self, values: Mapping[str, int]) -> AotResult | None:
-        """The symbolic trace's result at ``values`` (tracing on the first call); None
-        when this size is to be traced on its own."""
-        if self._trace is not None:
-            trace, self._trace = self._trace, None
-            self.traced = trace(self.graph)
-        if self.traced is None:
+        """The result at ``values`` of a symbolic trace whose conditions they meet
+        (tracing on the first call, and again for sizes outside every trace's conditions
+        where none of them is an equality, up to ``max_traces``); None when this size is
+        to be traced on its own."""
+        if self._trace is None:
             return None
-        try:
-            return self.traced.at(values)
-        except SizeOutsideTrace as outside:
-            dynamic_log.debug("tracing sizes %s on their own: %s", values, outside)
-            return None
+        if self._first:
+            self._first = False
+            self._add_trace(None)
+            if not self.traces:
+                self._trace = None  # no symbolic trace: every size is traced on its own
+                return None
+        for traced in self.traces:
+            if not traced.violated(values):
+                return traced.at(values)
+        outside = "; ".join(traced.violated(values) for traced in self.traces)
+        if len(self.traces) < self.max_traces and not any(
+            traced.specialised(values) for traced in self.traces
+        ):
+            dynamic_log.debug("sizes %s violate %s: a symbolic trace for them", values, outside)
+            added = self._add_trace(values)
+            if added is not None and not added.violated(values):
+                return added.at(values)
+        dynamic_log.debug(
+            "tracing sizes %s on their own: they violate %s, which the symbolic trace relied on",
+            values,
+            outside,
+        )
+        return None
+
+    def _add_trace(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
+        assert self._trace is not None
+        traced = self._trace(self.graph, hints)
+        if traced is not None:
+            self.traces.append(traced)
+        return traced
 
 
 def refused_before_capture(
@@ -352,9 +384,9 @@ def compile_symbolic(
         with dynamo_import_deferred():
             return pipeline.compile_graph(graph, options, aot).runner
 
-    def trace(graph: Graph) -> SymbolicAot | None:
+    def trace(graph: Graph, hints: Mapping[str, int] | None) -> SymbolicAot | None:
         with dynamo_import_deferred():
-            return pipeline.trace_symbolic(graph, options)
+            return pipeline.trace_symbolic(graph, options, hints)
 
     runner = SizeSpecialisedRunner(capture.graphs[0], lower, trace=trace)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))

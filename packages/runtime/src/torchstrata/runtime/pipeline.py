@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -418,16 +418,22 @@ class Pipeline:
             artifacts = self._compile_graph(graph, options, aot)
         return attrs.evolve(artifacts, runner=without_autocast(artifacts.runner, devices))
 
-    def trace_symbolic(self, graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+    def trace_symbolic(
+        self, graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None = None
+    ) -> SymbolicAot | None:
         """The autograd stage's one trace of ``graph`` (torch level, symbolic sizes) for
-        every size (decision 0220), under the conditions :meth:`compile_graph` runs the
-        stage in (grad mode, autocast off); None where it cannot be used (the reason
-        in a debug log line): the graph is then traced per size."""
+        every size (decision 0220), its decisions on sizes taken for ``hints`` (symbol
+        name -> size; None: the capture's sizes), under the conditions
+        :meth:`compile_graph` runs the stage in (grad mode, autocast off); None where it
+        cannot be used (the reason in a debug log line): the graph is then traced per
+        size."""
         devices = tuple(device for device, _ in enabled_autocast())
         with autocast_off(devices) if devices else contextlib.nullcontext():
-            return self._trace_symbolic(graph, options)
+            return self._trace_symbolic(graph, options, hints)
 
-    def _trace_symbolic(self, graph: Graph, options: CompileOptions) -> SymbolicAot | None:
+    def _trace_symbolic(
+        self, graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None
+    ) -> SymbolicAot | None:
         manager = self.plugin_manager(options)
         why = ""
         passes = manager.hook.torchstrata_graph_passes(stage="post_capture", options=options)
@@ -441,7 +447,7 @@ class Pipeline:
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
         try:
-            traced = self._call_stage("autograd", options, graph=graph, symbolic=True)
+            traced = self._call_stage("autograd", options, graph=graph, symbolic=True, hints=hints)
         except StageFailure as failure:
             error = failure.__cause__
             dynamic_log.debug(
@@ -593,9 +599,9 @@ class Pipeline:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.compile_graph(static, options, aot).runner
 
-            def trace(symbolic: Graph) -> SymbolicAot | None:
+            def trace(symbolic: Graph, hints: Mapping[str, int] | None) -> SymbolicAot | None:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
-                    return self.trace_symbolic(symbolic, options)
+                    return self.trace_symbolic(symbolic, options, hints)
 
             return SizeSpecialisedRunner(graph, lower, trace=trace)
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
