@@ -39,7 +39,8 @@ class _Rebound(Transformer):
         self.hints = hints
         #: symbol name -> the new ShapeEnv's sympy symbol for it
         self.symbols = {
-            name: sizes.declare(name, hint, name).node.expr for name, hint in hints.items()
+            name: sizes.declare(_source(graph, name), hint, name).node.expr
+            for name, hint in hints.items()
         }
 
     def value(self, value: Any) -> Any:
@@ -76,6 +77,15 @@ class _Rebound(Transformer):
             name=node.name,
             **self.value(kwargs),
         )
+
+
+def _source(graph: Graph, name: str) -> str:
+    """Where the capture read symbol ``name`` (``L['x'].size()[0]``), else the name."""
+    position, dim = input_symbol_slots(graph)[name]
+    size: Any = graph.inputs[position].meta.shape[dim]  # type: ignore[union-attr]
+    sources = size.node.shape_env.var_to_sources.get(size.node.expr) or ()
+    text = sources[0].name if sources else name
+    return str(text() if callable(text) else text)
 
 
 def rebind_graph(
