@@ -214,6 +214,7 @@ class SizeSpecialisedRunner:
         self.traces: list[SymbolicAot] = []
         #: symbolic traces made at most (sizes outside all of them are traced on their own)
         self.max_traces = max_traces
+        self._attempts = 0
 
     def __call__(self, *inputs: Any) -> Any:
         key = self._key(inputs)
@@ -282,7 +283,7 @@ class SizeSpecialisedRunner:
             if not traced.violated(values):
                 return traced.at(values)
         outside = "; ".join(traced.violated(values) for traced in self.traces)
-        if len(self.traces) < self.max_traces and not any(
+        if self._attempts < self.max_traces and not any(
             traced.specialised(values) for traced in self.traces
         ):
             dynamic_log.debug("sizes %s violate %s: a symbolic trace for them", values, outside)
@@ -298,7 +299,12 @@ class SizeSpecialisedRunner:
 
     def _add_trace(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
         assert self._trace is not None
-        traced = self._trace(self.graph, hints)
+        self._attempts += 1
+        try:
+            traced = self._trace(self.graph, hints)
+        except Exception as error:  # noqa: BLE001 - no symbolic trace: sizes traced on their own
+            dynamic_log.debug("no symbolic trace (%s: %s)", type(error).__name__, error)
+            return None
         if traced is not None:
             self.traces.append(traced)
         return traced
