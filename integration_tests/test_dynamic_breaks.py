@@ -76,9 +76,9 @@ def test_lowered_once_per_size_and_graph(monkeypatch):
     lowered = []
     original = compiled.pipeline.compile_graph
 
-    def counting(graph, options):
+    def counting(graph, options, aot=None):
         lowered.append(graph)
-        return original(graph, options)
+        return original(graph, options, aot)
 
     monkeypatch.setattr(compiled.pipeline, "compile_graph", counting)
     sizes = (5, 6, 9, 17, 3, 6, 5, 33)

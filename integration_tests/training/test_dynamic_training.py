@@ -47,9 +47,9 @@ def _count_lowerings(monkeypatch, compiled) -> list[object]:
     pipeline = compiled.compiled_forward.pipeline
     original = pipeline.compile_graph
 
-    def counting(graph, options):
+    def counting(graph, options, aot=None):
         lowered.append(graph)
-        return original(graph, options)
+        return original(graph, options, aot)
 
     monkeypatch.setattr(pipeline, "compile_graph", counting)
     return lowered

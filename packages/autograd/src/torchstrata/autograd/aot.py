@@ -32,7 +32,12 @@ def aot(graph: Graph, options: CompileOptions | None = None) -> AotResult:
     :raises NotImplementedError: for what the package README lists as unsupported.
     """
     training = any(node.tensor_meta.requires_grad for node in graph.inputs)
-    trace = trace_graph(graph, training=training)
+    return aot_from_trace(trace_graph(graph, training=training), options)
+
+
+def aot_from_trace(trace: JointTrace, options: CompileOptions | None = None) -> AotResult:
+    """What :func:`aot` makes of a trace (static sizes): the inference forward, or the
+    joint graph partitioned into forward and backward."""
     if not trace.grad_inputs:
         result = _inference(trace)
     else:

@@ -117,10 +117,26 @@ def _questionable_scalars(
         args[index] if index < len(args) else kwargs.get(name) for index, name in positions
     ]
     values = [value for value in given if type(value) in (int, float)]
-    if not values:
+    sizes = [value for value in given if isinstance(value, torch.SymInt)]
+    if not values and not sizes:
         return False
     dtypes = _dtypes(args, kwargs)
-    return any(_questionable(value, dtype) for value in values for dtype in dtypes)
+    return any(_questionable(value, dtype) for value in values for dtype in dtypes) or any(
+        _questionable_size(size, dtype) for size in sizes for dtype in dtypes
+    )
+
+
+def _questionable_size(size: torch.SymInt, dtype: torch.dtype) -> bool:
+    """Whether a symbolic size (at least 2) as a Scalar may be out of ``dtype``'s range.
+    Where a size could be (``float16``, integer dtypes narrower than 64 bits) the
+    comparison is a condition the symbolic trace records (decision 0220); a size never
+    exceeds the wider dtypes, which are not asked (no condition)."""
+    if dtype.is_complex or dtype == torch.bool:
+        return False
+    limit = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
+    if limit >= 2**63 - 1:
+        return False
+    return bool(size > limit)
 
 
 def _scalar_positions(func: torch._ops.OpOverload) -> tuple[tuple[int, str], ...]:
@@ -217,6 +233,10 @@ def _probe(value: Any, device: torch.device) -> Any:
         return type(value)(_probe(item, device) for item in value)
     if isinstance(value, torch.device):
         return device
+    if isinstance(value, torch.SymInt | torch.SymFloat):
+        # a symbolic size: the dtype question asks its type; a value question is asked
+        # only under a recorded condition (``_questionable_size``) that the hint meets
+        return type(value.node.hint)(value.node.hint) if value.node.hint is not None else value
     return value
 
 

@@ -48,6 +48,7 @@ from torchstrata.autograd.functional import (
 from torchstrata.autograd.kernel_checks import check_like_eager_kernels
 from torchstrata.autograd.views import Value, ViewStep
 from torchstrata.core import (
+    SYMBOLIC_TYPES,
     GraphBuilder,
     Level,
     Node,
@@ -55,6 +56,7 @@ from torchstrata.core import (
     aten,
     aten_from_overload,
     direct_meta,
+    size_or_int,
 )
 
 _CONSTANT_TYPES = (
@@ -297,6 +299,8 @@ class AtenRecorder(TorchDispatchMode):
             return {key: self._to_argument(item) for key, item in value.items()}
         if isinstance(value, _CONSTANT_TYPES):
             return value
+        if isinstance(value, SYMBOLIC_TYPES):  # a size of a symbolic trace (decision 0220)
+            return size_or_int(value) if isinstance(value, torch.SymInt) else value
         raise NotImplementedError(f"cannot record an argument of type {type(value).__name__}")
 
     # ----------------------------------------------------------------- recording

@@ -10,6 +10,7 @@ backward ATen ops into the same graph.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -25,10 +26,13 @@ from torchstrata.core import (
     Graph,
     Level,
     Node,
+    SymbolicSizes,
     TensorMeta,
     aten,
     eliminate_dead_code,
     map_nodes,
+    rebind_graph,
+    size_or_int,
 )
 
 _DETACH = aten("detach.default")
@@ -94,6 +98,49 @@ def trace_graph(graph: Graph, *, training: bool) -> JointTrace:
         except Exception:  # noqa: BLE001 - any failure on meta tensors: retry on fake ones
             pass
     return _trace(graph, training, FakeTensorMode(), None)
+
+
+def trace_symbolic(
+    graph: Graph, *, training: bool, hints: Mapping[str, int] | None = None
+) -> tuple[JointTrace, tuple[Any, ...]]:
+    """Trace ``graph`` (torch level, sizes symbolic) once for every size: fake tensors
+    of a ``ShapeEnv`` of this trace's own (:func:`~torchstrata.core.rebind_graph`: the
+    capture's symbols by name), under torch's Python dispatcher (as capture's meta
+    inference, decision 0212). The trace's sizes and node arguments stay ``SymInt`` values;
+    where it decides on a size, it decides for ``hints`` (symbol name -> size; default:
+    the sizes the capture saw).
+
+    :return: the trace and the sympy conditions on the symbols it relied on (each is
+        to be checked for a call's sizes before the trace serves it).
+    :raises ValueError: if a symbol is not the size of an input dimension.
+    """
+    if graph.level is not Level.TORCH:
+        raise ValueError(f"aot takes a torch-level graph, not {graph.level.value}")
+    sizes = SymbolicSizes({})
+    rebound = rebind_graph(graph, sizes, hints)
+    mode = _SymbolicMode(FakeTensorMode(shape_env=sizes.shape_env))
+    return _trace(rebound, training, mode, None), sizes.guard_exprs()
+
+
+class _SymbolicMode:
+    """A fake mode entered with torch's Python dispatcher, any number of times (the
+    trace enters its fake mode again for each phase)."""
+
+    def __init__(self, fake_mode: FakeTensorMode) -> None:
+        self.fake_mode = fake_mode
+        self._stacks: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> FakeTensorMode:
+        from torch._dispatch.python import enable_python_dispatcher
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.fake_mode)
+        stack.enter_context(enable_python_dispatcher())
+        self._stacks.append(stack)
+        return self.fake_mode
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._stacks.pop().__exit__(*exc)
 
 
 def _trace(
@@ -248,4 +295,4 @@ def _alias(recorder: AtenRecorder, value: torch.Tensor) -> OutputAlias | None:
     index = recorder.input_alias(value)
     if index is None:
         return None
-    return (index, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
+    return (index, tuple(value.shape), tuple(value.stride()), size_or_int(value.storage_offset()))

@@ -135,8 +135,10 @@ from torchstrata.core.symbolic import (
     has_symbols,
     is_symbolic,
     size_hint,
+    size_or_int,
     symbolic_scope,
 )
+from torchstrata.core.symbolic_aot import SizeOutsideTrace, SymbolicAot
 from torchstrata.core.symbolic_graphs import (
     concretize_graph,
     graph_has_symbols,
@@ -145,6 +147,7 @@ from torchstrata.core.symbolic_graphs import (
 )
 from torchstrata.core.symbolic_guards import SizeCheck, size_guards
 from torchstrata.core.symbolic_inputs import input_meta
+from torchstrata.core.symbolic_rebind import rebind_graph, symbol_hints
 from torchstrata.core.testing import assert_close_to_eager
 from torchstrata.core.text import ParseError, parse
 from torchstrata.core.transform import (
@@ -214,9 +217,11 @@ __all__ = [
     "Progress",
     "SegmentCompiler",
     "SizeCheck",
+    "SizeOutsideTrace",
     "Span",
     "StageCheck",
     "SymbolBinding",
+    "SymbolicAot",
     "SymbolicSizes",
     "TensorMeta",
     "Transformer",
@@ -280,6 +285,7 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "rebind_graph",
     "recompute_region",
     "recompute_regions",
     "register",
@@ -287,9 +293,11 @@ __all__ = [
     "set_logs",
     "size_guards",
     "size_hint",
+    "size_or_int",
     "spans_overlap",
     "stage_walk",
     "state_changes",
+    "symbol_hints",
     "symbolic_scope",
     "tensor_byte_span",
     "tensor_element_span",

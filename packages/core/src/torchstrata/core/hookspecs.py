@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # hookspecs document types only; nothing here runs at import
     from torchstrata.core.options import CompileOptions
     from torchstrata.core.passes import GraphPass
     from torchstrata.core.results import AotResult, CaptureResult, CompiledGraph
+    from torchstrata.core.symbolic_aot import SymbolicAot
 
 PROJECT = "torchstrata"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -76,6 +77,24 @@ def torchstrata_aot(graph: Graph, options: CompileOptions) -> AotResult | None:
     :param graph: a torch-level graph; input metadata says which inputs require grad.
     :param options: the compile options.
     :return: the ATen graphs; None to let another plugin try. firstresult.
+    """
+
+
+@hookspec(firstresult=True)
+def torchstrata_aot_symbolic(
+    graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None
+) -> SymbolicAot | None:
+    """Trace a torch-level graph with symbolic sizes once for every size (decision 0220).
+
+    :param graph: a torch-level graph whose sizes may be ``SymInt``s, each symbol the
+        size of an input dimension.
+    :param options: the compile options.
+    :param hints: symbol name -> the size a decision of the trace is taken for (a size
+        that an earlier symbolic trace did not serve); None: the sizes the capture saw.
+    :return: the symbolic trace, whose ``at(sizes)`` gives what :func:`torchstrata_aot`
+        gives for the graph made static at those sizes; None when the plugin cannot
+        trace it symbolically (the runtime then calls ``torchstrata_aot`` per size).
+        firstresult.
     """
 
 

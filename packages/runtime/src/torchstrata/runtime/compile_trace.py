@@ -25,6 +25,7 @@ from torchstrata.core import (
     Graph,
     Guard,
     PassRecord,
+    SymbolicAot,
 )
 from torchstrata.core.guard_text import describe_guard
 from torchstrata.core.logs import artifact_logger, from_env, log_settings
@@ -113,6 +114,8 @@ class CompileTrace:
             self._graph(f"{stage}-forward", result.forward)
             if result.backward is not None:
                 self._graph(f"{stage}-backward", result.backward)
+        elif isinstance(result, SymbolicAot):  # one trace for every size (decision 0220)
+            self._graph(f"{stage}-symbolic-joint", result.joint)
         elif isinstance(result, Graph):
             self._graph(stage, result)
         elif isinstance(result, CompiledGraph):

@@ -20,10 +20,12 @@ import attrs
 import torch
 
 from torchstrata.core import (
+    AotResult,
     CaptureResult,
     CompileOptions,
     Graph,
     Guard,
+    SymbolicAot,
     SymbolicSizes,
     TensorMeta,
     artifact_logger,
@@ -174,19 +176,34 @@ def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard
 
 
 class SizeSpecialisedRunner:
-    """Runs a graph with symbolic sizes: lowers it (aot, decomp, codegen) for the sizes
-    of each call, once per distinct size, and runs that.
+    """Runs a graph with symbolic sizes: lowers it for the sizes of each call, once per
+    distinct size, and runs that.
+
+    With ``trace``, the autograd stage traces the symbolic graph once, at the first
+    size without a cached autograd result (decision 0220), and each size lowers from
+    that trace's result at its sizes (``lower(graph, aot)``: ``aot()`` gives it). Sizes
+    that violate a condition the trace relied on get a symbolic trace of their own
+    (``trace(graph, sizes)``), unless the condition is an equality (the trace
+    specialised a size: another would too) or ``max_traces`` are made; a size no trace
+    serves, whose lowering from a trace fails, or every size when there is no symbolic
+    trace, lowers from the static graph alone (``lower(graph)``: aot, decomp and codegen
+    per size).
 
     :param graph: the torch-level graph with symbolic sizes.
     :param lower: lowers a static torch-level graph to a runner (the pipeline's
-        ``compile_graph(graph, options).runner``).
+        ``compile_graph(graph, options, aot).runner``).
+    :param trace: the symbolic trace of a graph with symbolic sizes whose decisions on
+        sizes are taken for the given sizes (None: the capture's), or None (the
+        pipeline's ``trace_symbolic``).
     """
 
     def __init__(
         self,
         graph: Graph,
-        lower: Callable[[Graph], Callable[..., Any]],
+        lower: Callable[..., Callable[..., Any]],
         max_lowered: int = 64,
+        trace: Callable[[Graph, Mapping[str, int] | None], SymbolicAot | None] | None = None,
+        max_traces: int = 4,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -198,6 +215,14 @@ class SizeSpecialisedRunner:
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
+        self._trace = trace
+        self._first = True
+        #: the symbolic traces (the first made at the first lowering; none: each size is
+        #: traced on its own)
+        self.traces: list[SymbolicAot] = []
+        #: symbolic traces made at most (sizes outside all of them are traced on their own)
+        self.max_traces = max_traces
+        self._attempts = 0
 
     def __call__(self, *inputs: Any) -> Any:
         key = self._key(inputs)
@@ -218,7 +243,28 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
-            return self.lower(graph)
+            if self._trace is None:
+                return self.lower(graph)
+            used: list[AotResult] = []
+
+            def traced() -> AotResult | None:
+                aot = self._traced_at(values)
+                used.extend([aot] if aot is not None else [])
+                return aot
+
+            try:
+                return self.lower(graph, traced)
+            except Exception as error:
+                if not used:
+                    raise
+                dynamic_log.debug(
+                    "lowering sizes %s from the symbolic trace failed (%s: %s): tracing them "
+                    "on their own",
+                    values,
+                    type(error).__name__,
+                    error,
+                )
+                return self.lower(graph)
         except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
             logger.warning(
                 "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
@@ -227,6 +273,49 @@ class SizeSpecialisedRunner:
                 error,
             )
             return lambda *inputs: interpret(graph, *inputs)
+
+    def _traced_at(self, values: Mapping[str, int]) -> AotResult | None:
+        """The result at ``values`` of a symbolic trace whose conditions they meet
+        (tracing on the first call, and again for sizes outside every trace's conditions
+        where none of them is an equality, up to ``max_traces``); None when this size is
+        to be traced on its own."""
+        if self._trace is None:
+            return None
+        if self._first:
+            self._first = False
+            self._add_trace(None)
+            if not self.traces:
+                self._trace = None  # no symbolic trace: every size is traced on its own
+                return None
+        for traced in self.traces:
+            if not traced.violated(values):
+                return traced.at(values)
+        outside = "; ".join(traced.violated(values) for traced in self.traces)
+        if self._attempts < self.max_traces and not any(
+            traced.specialised(values) for traced in self.traces
+        ):
+            dynamic_log.debug("sizes %s violate %s: a symbolic trace for them", values, outside)
+            added = self._add_trace(values)
+            if added is not None and not added.violated(values):
+                return added.at(values)
+        dynamic_log.debug(
+            "tracing sizes %s on their own: they violate %s, which the symbolic trace relied on",
+            values,
+            outside,
+        )
+        return None
+
+    def _add_trace(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
+        assert self._trace is not None
+        self._attempts += 1
+        try:
+            traced = self._trace(self.graph, hints)
+        except Exception as error:  # noqa: BLE001 - no symbolic trace: sizes traced on their own
+            dynamic_log.debug("no symbolic trace (%s: %s)", type(error).__name__, error)
+            return None
+        if traced is not None:
+            self.traces.append(traced)
+        return traced
 
 
 def refused_before_capture(
@@ -300,11 +389,17 @@ def compile_symbolic(
         )
         return None
 
-    def lower(graph: Graph) -> Callable[..., Any]:
+    def lower(
+        graph: Graph, aot: Callable[[], AotResult | None] | None = None
+    ) -> Callable[..., Any]:
         with dynamo_import_deferred():
-            return pipeline.compile_graph(graph, options).runner
+            return pipeline.compile_graph(graph, options, aot).runner
 
-    runner = SizeSpecialisedRunner(capture.graphs[0], lower)
+    def trace(graph: Graph, hints: Mapping[str, int] | None) -> SymbolicAot | None:
+        with dynamo_import_deferred():
+            return pipeline.trace_symbolic(graph, options, hints)
+
+    runner = SizeSpecialisedRunner(capture.graphs[0], lower, trace=trace)
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim
     first: dict[tuple[str, int], str] = {}

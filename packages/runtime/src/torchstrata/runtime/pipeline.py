@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -31,6 +31,7 @@ from torchstrata.core import (
     Level,
     PassManager,
     PassRecord,
+    SymbolicAot,
     TensorMeta,
     create_plugin_manager,
     dynamo_import_deferred,
@@ -45,7 +46,7 @@ from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
-from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
+from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.inference import without_requires_grad
@@ -321,8 +322,12 @@ class Pipeline:
         records.extend(pass_manager.records)
         return result
 
-    def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
+    def _call_stage(
+        self, stage: str, options: CompileOptions, symbolic: bool = False, **kwargs: Any
+    ) -> Any:
         hook_name, _ = STAGE_PROVIDERS[stage]
+        if symbolic:  # the stage's hook for graphs with symbolic sizes
+            hook_name += "_symbolic"
         hook = getattr(self.plugin_manager(options).hook, hook_name)
         trace = current_trace()
         try:
@@ -392,20 +397,81 @@ class Pipeline:
             )
             raise StageFailure("decomp", ignored)
 
-    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+    def compile_graph(
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        aot: Callable[[], AotResult | None] | None = None,
+    ) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
-        (an ATen-level graph skips the capture passes and the autograd stage).
+        (an ATen-level graph skips the capture passes and the autograd stage). ``aot``,
+        asked where the graph cache has no autograd result for ``graph``, gives one
+        before the autograd stage is asked (a symbolic trace's result at ``graph``'s
+        sizes, :meth:`trace_symbolic`); its None asks the stage.
 
         Under autocast the stages run, and the runner runs the graph, with autocast off
         (the capture wrote its casts into the graph: :mod:`.autocast_off`)."""
         devices = tuple(device for device, _ in enabled_autocast())
         if not devices:
-            return self._compile_graph(graph, options)
+            return self._compile_graph(graph, options, aot)
         with autocast_off(devices):
-            artifacts = self._compile_graph(graph, options)
+            artifacts = self._compile_graph(graph, options, aot)
         return attrs.evolve(artifacts, runner=without_autocast(artifacts.runner, devices))
 
-    def _compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+    def trace_symbolic(
+        self, graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None = None
+    ) -> SymbolicAot | None:
+        """The autograd stage's one trace of ``graph`` (torch level, symbolic sizes) for
+        every size (decision 0220), its decisions on sizes taken for ``hints`` (symbol
+        name -> size; None: the capture's sizes), under the conditions
+        :meth:`compile_graph` runs the stage in (grad mode, autocast off); None where it
+        cannot be used (the reason in a debug log line): the graph is then traced per
+        size."""
+        devices = tuple(device for device, _ in enabled_autocast())
+        with autocast_off(devices) if devices else contextlib.nullcontext():
+            return self._trace_symbolic(graph, options, hints)
+
+    def _trace_symbolic(
+        self, graph: Graph, options: CompileOptions, hints: Mapping[str, int] | None
+    ) -> SymbolicAot | None:
+        manager = self.plugin_manager(options)
+        why = ""
+        passes = manager.hook.torchstrata_graph_passes(stage="post_capture", options=options)
+        if any(passes):
+            why = "post_capture passes run on each size's graph"
+        elif not manager.hook.torchstrata_aot_symbolic.get_hookimpls():
+            why = "no autograd plugin implements torchstrata_aot_symbolic"
+        if why:
+            dynamic_log.debug("the symbolic graph is traced per size: %s", why)
+            return None
+        if not torch.is_grad_enabled():
+            graph = without_requires_grad(graph)
+        try:
+            traced = self._call_stage("autograd", options, graph=graph, symbolic=True, hints=hints)
+        except StageFailure as failure:
+            error = failure.__cause__
+            dynamic_log.debug(
+                "the symbolic graph is traced per size: its symbolic trace failed (%s: %s)",
+                type(error).__name__,
+                error,
+            )
+            return None
+        if not isinstance(traced, SymbolicAot):
+            dynamic_log.debug("the symbolic graph is traced per size: no symbolic trace")
+            return None
+        dynamic_log.debug(
+            "one trace serves every size; it relied on %d size conditions: %s",
+            len(traced.guards),
+            ", ".join(map(str, traced.guards)),
+        )
+        return traced
+
+    def _compile_graph(
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        traced: Callable[[], AotResult | None] | None = None,
+    ) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
@@ -416,11 +482,14 @@ class Pipeline:
         else:
             torch_graph = self.run_passes("post_capture", graph, options, records)
             cached = graph_cache.lookup_aot(torch_graph, options, self.plugin_manager(options))
-            aot = (
-                cached.hit.aot
-                if cached.hit
-                else self._call_stage("autograd", options, graph=torch_graph)
-            )
+            if cached.hit:
+                aot = cached.hit.aot
+            else:
+                # the symbolic trace's result at these sizes (it traced the graph before
+                # the capture passes: none may have changed it)
+                aot = traced() if traced is not None and torch_graph is graph else None
+                if aot is None:
+                    aot = self._call_stage("autograd", options, graph=torch_graph)
         if aot is None:
             fallback = "running torch-level graphs in the reference interpreter"
             self._missing("autograd", options, fallback)
@@ -526,11 +595,15 @@ class Pipeline:
         graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
         if graph_has_symbols(graph):
 
-            def lower(static: Graph) -> Any:
+            def lower(static: Graph, aot: Callable[[], AotResult | None] | None = None) -> Any:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
-                    return self.compile_graph(static, options).runner
+                    return self.compile_graph(static, options, aot).runner
 
-            return SizeSpecialisedRunner(graph, lower)
+            def trace(symbolic: Graph, hints: Mapping[str, int] | None) -> SymbolicAot | None:
+                with dynamo_import_deferred(), compile_trace("a graph after a break", options):
+                    return self.trace_symbolic(symbolic, options, hints)
+
+            return SizeSpecialisedRunner(graph, lower, trace=trace)
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 

@@ -3,13 +3,21 @@ a chain of sub-graphs cut at DDP's gradient-bucket boundaries (see :mod:`.bucket
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import torch
 
-from torchstrata.core import CompileOptions, Graph, Level, Node, TensorMeta, same_layout
+from torchstrata.core import (
+    AotResult,
+    CompileOptions,
+    Graph,
+    Level,
+    Node,
+    TensorMeta,
+    same_layout,
+)
 from torchstrata.runtime.distributed.buckets import BucketCaps, bucket_cuts, gradient_inputs
 from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.distributed.split import Piece, has_in_place_ops, split_graph, valid_cuts
@@ -48,13 +56,19 @@ class BucketedPipeline(RegionPipeline):
             return []
         return bucket_cuts(graph, self.caps, valid_cuts(graph))
 
-    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
-        """The graph compiled whole, or as a chain of pieces (:class:`SplitArtifacts`)."""
+    def compile_graph(
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        aot: Callable[[], AotResult | None] | None = None,
+    ) -> GraphArtifacts:
+        """The graph compiled whole, or as a chain of pieces (:class:`SplitArtifacts`;
+        ``aot``, a result for the whole graph, serves no piece)."""
         cuts = self.cuts(graph)
         if graph.level is Level.TORCH and torch.is_grad_enabled():
             self.piece_counts.append(len(cuts) + 1)
         if not cuts:
-            return super().compile_graph(graph, options)
+            return super().compile_graph(graph, options, aot)
         pieces = split_graph(graph, cuts)
         compiled = [super(BucketedPipeline, self).compile_graph(p.graph, options) for p in pieces]
         runner = chained_runner(graph, pieces, [c.runner for c in compiled])

@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 import torch
 
-from torchstrata.core import CaptureResult, CompileOptions, Graph
+from torchstrata.core import AotResult, CaptureResult, CompileOptions, Graph
 from torchstrata.runtime.compiled import describe
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
@@ -83,8 +83,13 @@ class RegionPipeline(Pipeline):
                 )
         return artifacts
 
-    def compile_graph(self, graph: Graph, options: CompileOptions) -> GraphArtifacts:
+    def compile_graph(
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        aot: Callable[[], AotResult | None] | None = None,
+    ) -> GraphArtifacts:
         """As :meth:`Pipeline.compile_graph` (also for segments captured after a graph
         break, on their first run), apart from saved-tensor hooks."""
         with apart_from_saved_tensor_hooks():
-            return super().compile_graph(graph, options)
+            return super().compile_graph(graph, options, aot)

@@ -1,0 +1,78 @@
+"""The hand-off of an autograd stage that traces a graph with symbolic sizes once for
+every size (decision 0220): the symbolic joint graph, the size conditions the trace
+relied on, and what makes the :class:`~torchstrata.core.AotResult` of one size."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from torchstrata.core.graph import Graph
+from torchstrata.core.results import AotResult
+
+
+class SizeOutsideTrace(ValueError):
+    """The sizes of a call violate a condition a symbolic trace relied on: that trace
+    does not describe them (the message names the condition)."""
+
+
+@attrs.frozen
+class SymbolicAot:
+    """One trace of a torch-level graph with symbolic sizes, for every size it holds for.
+
+    ``joint`` is the traced ATen graph (forward and, for training, backward), its sizes
+    symbolic; ``guards`` the sympy conditions over the graph's symbols that the trace
+    decided on (``Eq(Mod(s0, 2), 0)``, ``s0 > 16``...): for sizes that violate one the
+    trace is not valid. ``specialise`` makes the ``AotResult`` for one call's sizes
+    (symbol name -> int), running what depends on concrete sizes (partitioning).
+    """
+
+    joint: Graph
+    guards: tuple[Any, ...] = attrs.field(eq=False)
+    specialise: Callable[[Mapping[str, int]], AotResult] = attrs.field(eq=False)
+
+    def violated(self, values: Mapping[str, int]) -> str:
+        """The first condition of ``guards`` that ``values`` make false, as text; '' when
+        every condition holds."""
+        expr = self.violated_condition(values)
+        if expr is None:
+            return ""
+        missing = sorted(s.name for s in expr.free_symbols if s.name not in values)
+        return f"{expr} (no value for {', '.join(missing)})" if missing else str(expr)
+
+    def violated_condition(self, values: Mapping[str, int]) -> Any:
+        """The first condition of ``guards`` (a sympy expression) that ``values`` make
+        false or give no value for; None when every condition holds."""
+        import sympy  # type: ignore[import-untyped]
+
+        for expr in self.guards:
+            if any(s.name not in values for s in expr.free_symbols):
+                return expr
+            free = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols}
+            if not bool(expr.xreplace(free)):
+                return expr
+        return None
+
+    def specialised(self, values: Mapping[str, int]) -> bool:
+        """Whether a condition ``values`` violate is an equality (``Eq(s0, 16)``: the
+        trace was made for one size there, and a trace at other sizes would be too)."""
+        import sympy
+
+        expr = self.violated_condition(values)
+        return expr is not None and any(
+            isinstance(part, sympy.Eq) for part in sympy.preorder_traversal(expr)
+        )
+
+    def at(self, values: Mapping[str, int]) -> AotResult:
+        """The ``AotResult`` for sizes ``values``.
+
+        :raises SizeOutsideTrace: if ``values`` violate a condition of ``guards``.
+        """
+        violated = self.violated(values)
+        if violated:
+            raise SizeOutsideTrace(
+                f"sizes {dict(values)} violate {violated}, which the symbolic trace relied on"
+            )
+        return self.specialise(values)
