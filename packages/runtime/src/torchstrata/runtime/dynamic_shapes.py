@@ -203,7 +203,7 @@ class SizeSpecialisedRunner:
             "        runner = lower(key)\n"
             f"    return runner({params})\n"
         )
-        namespace = {"get": self.runners.get, "lower": self._lower_new}
+        namespace: dict[str, Any] = {"get": self.runners.get, "lower": self._lower_new}
         exec(compile(source, "<torchstrata size dispatch>", "exec"), namespace)
         call: Callable[..., Any] = namespace["call"]
         return call
