@@ -1,8 +1,9 @@
 """Every change to a compiled module's parameters that the compiled code depends on fails
 its entry's guards (decision 0241): a parameter replaced, its ``.data`` assigned, its
 ``requires_grad`` flipped, its dtype changed by ``module.to``, its storage resized in
-place, and the module switched between ``train()`` and ``eval()``. After each change
-the compiled module gives eager's results (a new entry, or eager)."""
+place, and the module switched between ``train()`` and ``eval()``, in a static entry
+and in a symbolic one (whose inputs' sizes are checked apart from the parameters'). After
+each change the compiled module gives eager's results (a new entry, or eager)."""
 
 from __future__ import annotations
 
@@ -70,11 +71,12 @@ def _entry_holds(compiled: rt.CompiledModule, x: torch.Tensor) -> bool:
     return (result is not None and not isinstance(result, int)) or result == -1
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
 @pytest.mark.parametrize("change", list(CHANGES))
-def test_a_changed_parameter_fails_the_guard(change):
+def test_a_changed_parameter_fails_the_guard(change, dynamic):
     torch.manual_seed(0)
     net = Net().eval()
-    compiled = rt.compile(net, codegen="eager")
+    compiled = rt.compile(net, codegen="eager", dynamic=dynamic)
     x = torch.randn(3, 8)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), net(x))
