@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torchstrata.runtime as rt
-from torchstrata.core import SizeCheck
+from torchstrata.core import SizeCheck, describe_guard
 
 
 def scale_add(x, w):
@@ -94,3 +94,11 @@ def test_a_layout_known_to_pass_does_not_pass_a_changed_input(change):
         # a new entry for it, results as eager's
         torch.testing.assert_close(compiled(changed, w), scale_add(changed, w))
     assert check.known  # answers remembered, none of them hid the change
+
+
+def test_the_size_guard_reads_as_the_inputs_it_checks():
+    compiled, _ = _symbolic()
+    (guard,) = [g for g in compiled.cache.entries[0].guards.guards if g.cells]
+    text = describe_guard(guard)
+    assert text.startswith("sizes of L['x'], L['w']  # symbolic sizes: ")
+    assert "stride()" not in text  # not the layout key it looks up
