@@ -40,7 +40,7 @@ HEADS, WIDTH, VOCAB, BATCH, TOKENS = 4, 128, 8192, 2, 64
 
 
 def first_step_seconds(
-    layers: int, compiler: str, device: str, compile_threads: int | None = None
+    layers: int, compiler: str, device: str, inductor: dict[str, Any] | None = None
 ) -> float:
     """Build the model (outside the clock), then time compile + the first training step.
 
@@ -54,7 +54,7 @@ def first_step_seconds(
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         start = time.perf_counter()
-        compile_with(compiler, model, _options(compile_threads))(idx, targets).backward()
+        compile_with(compiler, model, _options(inductor or {}))(idx, targets).backward()
         if device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -64,13 +64,26 @@ def first_step_seconds(
     return seconds
 
 
-def _options(compile_threads: int | None) -> Any:
-    """torchstrata's options with ``compile_threads`` (None: the defaults)."""
-    if compile_threads is None:
+def _options(inductor: dict[str, Any]) -> Any:
+    """torchstrata's options with these ``InductorOptions`` fields (none: the defaults)."""
+    if not inductor:
         return None
     from torchstrata.core import CompileOptions, InductorOptions
 
-    return CompileOptions(inductor=InductorOptions(compile_threads=compile_threads))
+    return CompileOptions(inductor=InductorOptions(**inductor))
+
+
+def parse_inductor(settings: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` settings of ``InductorOptions`` fields (ints, or true/false)."""
+    fields: dict[str, Any] = {}
+    for setting in settings:
+        name, sep, text = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--inductor {setting!r}: expected NAME=VALUE")
+        lowered = text.strip().lower()
+        value: Any = {"true": True, "false": False}.get(lowered)
+        fields[name.strip()] = int(text) if value is None else value
+    return fields
 
 
 def run_fresh(
@@ -79,17 +92,18 @@ def run_fresh(
     device: str,
     timeout_s: float,
     threads: int = 1,
-    compile_threads: int | None = None,
+    inductor: list[str] | None = None,
 ) -> float | str:
-    """:func:`first_step_seconds` in a new process with empty caches; seconds or an error."""
+    """:func:`first_step_seconds` in a new process with empty caches; seconds or an error.
+    ``inductor``: ``NAME=VALUE`` settings of ``InductorOptions`` (see :func:`parse_inductor`)."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     env = dict(os.environ)
     for variable in CACHE_VARIABLES:
         env[variable] = str(scratch / variable.lower())
     command = [sys.executable, "-m", "bench.compile_scaling", "--child", "--device", device]
     command += ["--layers", str(layers), "--compilers", compiler, "--threads", str(threads)]
-    if compile_threads is not None:
-        command += ["--compile-threads", str(compile_threads)]
+    for setting in inductor or ():
+        command += ["--inductor", setting]
     try:
         done = subprocess.run(
             command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -113,12 +127,12 @@ def median_fresh(
     timeout_s: float,
     repeat: int,
     threads: int = 1,
-    compile_threads: int | None = None,
+    inductor: list[str] | None = None,
 ) -> float | str:
     """The median of ``repeat`` fresh runs, or the first error."""
     times: list[float] = []
     for _ in range(repeat):
-        result = run_fresh(layers, compiler, device, timeout_s, threads, compile_threads)
+        result = run_fresh(layers, compiler, device, timeout_s, threads, inductor)
         if isinstance(result, str):
             return result
         times.append(result)
@@ -130,7 +144,7 @@ def _child(args: argparse.Namespace) -> int:
     layers = int(args.layers.split(",")[0])
     compiler = parse_compilers(args.compilers)[-1]
     try:
-        seconds = first_step_seconds(layers, compiler, args.device, args.compile_threads)
+        seconds = first_step_seconds(layers, compiler, args.device, parse_inductor(args.inductor))
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a status
         print(json.dumps({"error": describe_error(exc)}))
         return 1
@@ -176,8 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="torchstrata's InductorOptions.compile_threads (default: its own default)",
     )
+    parser.add_argument(
+        "--inductor",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an InductorOptions field for torchstrata (repeatable): tune_min_elements=0",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.compile_threads is not None:
+        args.inductor.append(f"compile_threads={args.compile_threads}")
     if args.child:
         return _child(args)
     depths = [int(part) for part in args.layers.split(",")]
@@ -210,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout,
                 args.repeat,
                 args.threads,
-                args.compile_threads,
+                args.inductor,
             )
             for c in compilers
         }

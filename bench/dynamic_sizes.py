@@ -1,7 +1,7 @@
 """Dynamic vs static shapes: compiles, first-call time over many sizes, and steady per-call
 time, side by side in one run (issue 33, decision 0213).
 
-Workloads (CPU, fp32, no gradients):
+Workloads on the CPU (fp32, no gradients):
 
 * ``softmax_gelu``: ``softmax(gelu(x @ w), -1) * 2``, ``w [256, 256]``, 16 row counts of
   ``x`` (17 to 1000);
@@ -9,6 +9,17 @@ Workloads (CPU, fp32, no gradients):
   over 32 sequence lengths (9 to 133);
 * ``decode``: a KV-cache decode loop, one step per call: the new key and value
   concatenated to caches of 16 to 47 rows (2 heads of 32), attention of one query.
+
+With ``--device cuda`` (bf16 unless ``--dtype``): the K-row kernels of the bench suite
+(``bench/README.md``) over 8 row counts of ``[M, 4096]`` (2049 to 16384, odd ones
+included): ``K1`` bias+GELU, ``K3`` softmax in fp32, ``K4`` RMSNorm, ``K5`` LayerNorm; and
+the transformer ``block`` over 32 sequence lengths. Issue 33 asks symbolic kernels to run
+at least 0.9x the static ones there: steady times are taken per size on the GPU
+(``triton.testing.do_bench``, median, L2 flushed), and the row also gives the worst size's
+ratio to static. One more contender there, a static compile per size with a cache of its
+own (``torchstrata static, tuned per size``), shows what sharing tuned configurations
+within a bucket of rows costs. ``--mode reduce-overhead`` compiles every compiler's contender with CUDA
+graphs (one graph per size).
 
 Contenders: eager; torchstrata ``dynamic=None`` (static for the first size, one symbolic
 entry from the second, lowered per size); torchstrata ``dynamic=False`` with the
@@ -22,6 +33,7 @@ eager; a contender that warns it fell back to eager says so in its row. Each com
 first compiles a small function once (its one-time start is not the first workload's).
 
     python -m bench.dynamic_sizes --clock cpu
+    python -m bench.dynamic_sizes --device cuda [--only K1,K3,K4,K5,block] [--mode reduce-overhead]
 
 ``--clock cpu`` times the steady calls by this process's CPU time (steadier on a
 machine whose cores other processes share; one torch thread).
@@ -46,9 +58,35 @@ import torch.nn.functional as F
 
 from bench.compile_scaling import _commit, _load
 from bench.compilers import fallback_note
+from bench.workloads.kernels import bias_gelu, layer_norm, rms_norm, softmax_fp32
 from bench.workloads.nets.gpt import Block, GPTConfig
 
 CONTENDERS = ("eager", "torchstrata dynamic", "torchstrata static", "torch.compile dynamic")
+#: On the GPU also: a static compile per size with a kernel cache of its own, so every
+#: size's launch configurations are tuned at that size (the others share a tuned
+#: configuration within a power-of-two bucket of rows, decision 0225): what the buckets cost.
+EXACT_TUNING = "torchstrata static, tuned per size"
+
+
+class PerSizeCompiles:
+    """``fn`` compiled static once per shape of its tensor arguments, each compile with
+    its own cache directory under ``root`` (nothing tuned at one size serves another)."""
+
+    def __init__(self, fn: Callable[..., Any], root: str, mode: str | None) -> None:
+        self.fn, self.root, self.mode = fn, root, mode
+        #: shapes -> their compile (``cache`` as a compiled function's, for the entries)
+        self.cache: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+        compiled = self.cache.get(key)
+        if compiled is None:
+            import torchstrata.runtime as tsr
+
+            options = {"cache_dir": os.path.join(self.root, str(len(self.cache)))}
+            compiled = tsr.compile(self.fn, dynamic=False, mode=self.mode, options=options)
+            self.cache[key] = compiled
+        return compiled(*args)
 
 
 @attrs.frozen
@@ -74,9 +112,40 @@ def decode_step(k_cache, v_cache, q, k, v):
     return weights @ values, keys, values
 
 
-def workloads(quick: bool) -> list[Workload]:
-    """The three workloads (``quick``: a few small sizes, to check the harness)."""
+#: Row counts of the K-row workloads on the GPU (``[M, 4096]``): the H200 size and
+#: others around it, odd ones included (masked rows).
+K_ROWS = (16384, 8191, 12288, 4097, 16000, 6001, 10240, 2049)
+K_WIDTH = 4096
+
+
+def k_rows(quick: bool, dtype: torch.dtype) -> list[Workload]:
+    """The K-row kernels on the GPU over :data:`K_ROWS` row counts of ``K_WIDTH``."""
+    rows, width = ((64, 127, 200), 256) if quick else (K_ROWS, K_WIDTH)
+    weight = torch.randn(width, device="cuda", dtype=dtype)
+    bias = torch.randn(width, device="cuda", dtype=dtype)
+
+    def calls(*extra: torch.Tensor) -> list[tuple[Any, ...]]:
+        return [(torch.randn(m, width, device="cuda", dtype=dtype), *extra) for m in rows]
+
+    sizes = f"{len(rows)} row counts {min(rows)}-{max(rows)} of {width}"
+    return [
+        Workload("K1", bias_gelu, calls(bias), sizes),
+        Workload("K3", softmax_fp32, calls(), sizes),
+        Workload("K4", rms_norm, calls(weight), sizes),
+        Workload("K5", layer_norm, calls(weight, bias), sizes),
+    ]
+
+
+def workloads(quick: bool, device: str = "cpu", dtype: torch.dtype | None = None) -> list[Workload]:
+    """The workloads of ``device`` (``quick``: a few small sizes, to check the harness)."""
     torch.manual_seed(0)
+    if device == "cuda":
+        dtype = dtype or torch.bfloat16
+        lengths = range(9, 20, 4) if quick else range(9, 134, 4)
+        block = Block(GPTConfig(1, 4, 64, 256, 256)).eval().requires_grad_(False).cuda()
+        sequences = [(torch.randn(1, t, 64, device="cuda"),) for t in lengths]
+        lengths_text = f"{len(lengths)} lengths {min(lengths)}-{max(lengths)}"
+        return [*k_rows(quick, dtype), Workload("block", block, sequences, lengths_text)]
     w = torch.randn(256, 256)
     rows = (17, 64, 255, 1000, 33, 100, 129, 500, 48, 77, 200, 301, 640, 23, 999, 400)
     lengths = range(9, 134, 4)
@@ -101,18 +170,22 @@ def workloads(quick: bool) -> list[Workload]:
     ]  # fmt: skip
 
 
-def _compiled(name: str, fn: Callable[..., Any], sizes: int, cache_dir: str) -> Any:
+def _compiled(
+    name: str, fn: Callable[..., Any], sizes: int, cache_dir: str, mode: str | None = None
+) -> Any:
     if name == "eager":
         return fn
     if name == "torch.compile dynamic":
-        return torch.compile(fn, dynamic=True)
+        return torch.compile(fn, dynamic=True, mode=mode)
+    if name == EXACT_TUNING:
+        return PerSizeCompiles(fn, cache_dir, mode)
     import torchstrata.runtime as tsr
 
     options: dict[str, Any] = {"cache_dir": cache_dir}
     if name == "torchstrata static":
         options["recompile_limit"] = sizes
-        return tsr.compile(fn, dynamic=False, options=options)
-    return tsr.compile(fn, options=options)
+        return tsr.compile(fn, dynamic=False, mode=mode, options=options)
+    return tsr.compile(fn, mode=mode, options=options)
 
 
 def _entries(name: str, compiled: Any) -> str:
@@ -130,11 +203,15 @@ def _same(got: Any, want: Any) -> None:
     if isinstance(want, tuple):
         for a, b in zip(got, want, strict=True):
             _same(a, b)
+    elif want.dtype in (torch.bfloat16, torch.float16):  # one rounding apart
+        torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2)
     else:
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def first_calls(name: str, workload: Workload) -> tuple[Any, dict[str, str | float]]:
+def first_calls(
+    name: str, workload: Workload, mode: str | None = None
+) -> tuple[Any, dict[str, str | float]]:
     """Compile afresh and call once at every size (checked against eager): the callable
     and its row (entries, first-call seconds, status)."""
     import torchstrata.runtime as tsr
@@ -153,13 +230,15 @@ def first_calls(name: str, workload: Workload) -> tuple[Any, dict[str, str | flo
         tsr.graph_cache_suspended(),
         inductor_config.patch(force_disable_caches=True),
     ):
-        compiled = _compiled(name, workload.fn, len(workload.calls), cache_dir)
+        compiled = _compiled(name, workload.fn, len(workload.calls), cache_dir, mode)
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
             start = time.perf_counter()
             try:
                 for args in workload.calls:
                     _same(compiled(*args), workload.fn(*args))
+                if torch.cuda.is_initialized():
+                    torch.cuda.synchronize()
                 row["status"] = "ok"
             except Exception as error:  # noqa: BLE001 - reported as the row's status
                 row["status"] = f"error: {type(error).__name__}: {error}"[:120]
@@ -171,17 +250,16 @@ def first_calls(name: str, workload: Workload) -> tuple[Any, dict[str, str | flo
     return compiled, row
 
 
-def warm_up(names: Sequence[str]) -> None:
+def warm_up(names: Sequence[str], device: str = "cpu") -> None:
     """Compile and call a small function with each compiler once, so that the first
     workload's first calls do not pay a compiler's one-time start (imports, headers)."""
 
     def tiny(x: torch.Tensor) -> torch.Tensor:
         return torch.softmax(x * 2 + 1, -1)
 
+    calls = [(torch.randn(n, 3, device=device),) for n in (5, 6)]
     for name in names:
-        first_calls(
-            name, Workload("warm-up", tiny, [(torch.randn(5, 3),), (torch.randn(6, 3),)], "")
-        )
+        first_calls(name, Workload("warm-up", tiny, calls, ""))
 
 
 def steady(
@@ -200,6 +278,21 @@ def steady(
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def steady_per_size(live: dict[str, Any], workload: Workload) -> dict[str, list[float]]:
+    """Each contender's GPU time per call at each size (``do_bench`` median, L2 flushed;
+    contenders in rotating order from one size to the next)."""
+    from triton.testing import do_bench
+
+    times: dict[str, list[float]] = {name: [] for name in live}
+    order = list(live)
+    for index, args in enumerate(workload.calls):
+        for name in order[index % len(order) :] + order[: index % len(order)]:
+            fn = live[name]
+            milliseconds = do_bench(lambda fn=fn, args=args: fn(*args), warmup=25, rep=100)
+            times[name].append(milliseconds * 1e-3)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print one row per workload and contender."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -213,32 +306,58 @@ def main(argv: list[str] | None = None) -> int:
         help="steady calls by wall time or this process's CPU time",
     )
     parser.add_argument("--quick", action="store_true", help="a few small sizes")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        default=None,
+        help="the K rows' dtype on the GPU (default bfloat16)",
+    )
+    parser.add_argument("--mode", default=None, help="every compiler's mode (reduce-overhead)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     args = parser.parse_args(argv)  # fmt: skip
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     names = [n for n in CONTENDERS if not (args.no_compile and n.startswith("torch.compile"))]
+    if args.device == "cuda":
+        names.insert(names.index("torchstrata static") + 1, EXACT_TUNING)
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    where = torch.cuda.get_device_name() if cuda else "cpu"
     print(f"# command: python -m bench.dynamic_sizes {' '.join(argv or sys.argv[1:])}")
-    print(
-        f"# commit {_commit()}, torch {torch.__version__}, cpu, {os.cpu_count()} CPUs, "
-        f"{torch.get_num_threads()} threads; first calls by wall time; steady: median of "
-        f"{args.rounds} passes over all sizes ({'process CPU' if args.clock == 'cpu' else 'wall'})"
+    clock_text = "process CPU" if args.clock == "cpu" else "wall"
+    how = (
+        "steady: do_bench median per size (GPU), mean over sizes"
+        if cuda
+        else f"steady: median of {args.rounds} passes over all sizes ({clock_text})"
     )
-    print("# x eager / x static: their steady time / this one (> 1: faster)")
+    print(
+        f"# commit {_commit()}, torch {torch.__version__}, {where}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} threads, mode {args.mode}; first calls by wall time; {how}"
+    )
+    print("# x eager / x static: their steady time / this one (> 1: faster); worst size: the")
+    print("# smallest per-size x static (GPU only)")
     print("| workload | sizes | contender | entries | first calls s | steady us/call "
-          "| x eager | x static | status | load avg 1/5/15 |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| x eager | x static | worst size x static | status | load avg 1/5/15 |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     only = {part for part in args.only.split(",") if part}
-    warm_up(names)
-    for workload in workloads(args.quick):
+    warm_up(names, args.device)
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    for workload in workloads(args.quick, args.device, dtype):
         if only and workload.name not in only:
             continue
         live, rows = {}, {}
         for name in names:
-            compiled, rows[name] = first_calls(name, workload)
+            compiled, rows[name] = first_calls(name, workload, args.mode)
             if rows[name]["status"] == "ok":
                 live[name] = compiled
-        result = steady(live, workload, args.rounds, clock)
+        per_size: dict[str, list[float]] = {}
+        if cuda:
+            per_size = steady_per_size(live, workload)
+            result = {name: statistics.fmean(times) for name, times in per_size.items()}
+        else:
+            result = steady(live, workload, args.rounds, clock)
         eager, static = result.get("eager"), result.get("torchstrata static")
         load = _load()
         for name in names:
@@ -246,9 +365,16 @@ def main(argv: list[str] | None = None) -> int:
             per_call = f"{value * 1e6:.1f}" if value else "-"
             vs_eager = f"{eager / value:.2f}x" if eager and value else "-"
             vs_static = f"{static / value:.2f}x" if static and value else "-"
+            worst = "-"
+            if name in per_size and "torchstrata static" in per_size:
+                ratios = [
+                    s / t
+                    for s, t in zip(per_size["torchstrata static"], per_size[name], strict=True)
+                ]
+                worst = f"{min(ratios):.2f}x"
             print(
                 f"| {workload.name} | {workload.sizes} | {name} | {row['entries']} "
-                f"| {row['first']:.2f} | {per_call} | {vs_eager} | {vs_static} "
+                f"| {row['first']:.2f} | {per_call} | {vs_eager} | {vs_static} | {worst} "
                 f"| {row['status']} | {load} |",
                 flush=True,
             )

@@ -9,8 +9,6 @@ issue's target program and a few others go through the C++ backend.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -182,20 +180,6 @@ def test_sizes_beyond_the_lowering_cap_run_unlowered():
         x = torch.randn(size, 64)
         torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
     assert len(lowered) == 2  # 6 and 7; 8 and 9 ran unlowered
-
-
-@pytest.mark.gpu
-def test_cuda_inputs_compile_static_per_shape_and_say_why(caplog):
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    compiled = rt.compile(pointwise, dynamic=True)
-    w = torch.randn(64, 32, device="cuda")
-    with caplog.at_level(logging.INFO, logger="torchstrata.runtime"):
-        for size in (5, 6, 7):
-            x = torch.randn(size, 64, device="cuda")
-            torch.testing.assert_close(compiled(x, w), pointwise(x, w))
-    assert len(compiled.cache) == 3
-    assert "only CPU (C++ backend) graphs are symbolic-capable yet" in caplog.text
 
 
 def growing_cache(cache, new):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from torchstrata.core import FetchedValues
+from torchstrata.core.guard_sources import _read_texts, chain_ends, normalised
 
 
 def _fetched(*sources: str) -> FetchedValues:
@@ -64,3 +70,50 @@ def test_reads_that_may_not_happen_are_not_fetched_up_front():
     assert fetched.reads_before(sources[2]) == []
     fetched.add("L['s']", "_v0")
     assert fetched.expression(sources[3]) == "tuple(map(lambda v: v.w, _v0))"
+
+
+# Read chains take a path without ast (chain_ends); in parentheses, the same source takes
+# the ast path: both must give the same texts.
+_names = st.sampled_from(["L", "G", "x", "_self", "A", "None", "if", "match", "m_1", "_"])
+_segments = st.lists(
+    st.one_of(
+        st.sampled_from(["_modules", "weight", "__dict__", "class", "True", "L"]).map(
+            lambda name: f".{name}"
+        ),
+        st.sampled_from(["self", "0", "17", "_forward_hooks", "L", "x y"]).map(
+            lambda key: f"[{key!r}]"
+        ),
+        st.sampled_from(["0", "3", "12", "01", "-1"]).map(lambda index: f"[{index}]"),
+    ),
+    max_size=5,
+)
+
+
+def _spaced(source: str) -> str:
+    """``source`` in parentheses: the same expression, not a chain."""
+    return f"( {source} )"
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source, mode="eval")
+    except SyntaxError:
+        return False
+    return True
+
+
+@given(_names, _segments)
+@settings(max_examples=400, deadline=None)
+def test_read_chains_without_ast_agree_with_the_parse(name: str, segments: list[str]) -> None:
+    source = name + "".join(segments)
+    if not _parses(source):
+        assert chain_ends(source) is None
+        return
+    spaced = _spaced(source)
+    assert chain_ends(spaced) is None
+    assert normalised(source) == normalised(spaced) == ast.unparse(ast.parse(source, mode="eval"))
+    assert _read_texts(source) == _read_texts(spaced)
+    prefixes = [source[:end] for end in chain_ends(source) or ()]
+    for fetched_prefixes in (prefixes[:1], prefixes[1:2], prefixes[-2:-1], prefixes):
+        fetched = _fetched(*fetched_prefixes, "G['unrelated']")
+        assert fetched.expression(source) == fetched.expression(spaced)

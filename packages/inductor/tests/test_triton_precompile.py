@@ -182,3 +182,33 @@ def test_the_first_call_waits_for_queued_compiles_and_compiles_no_more(
     tuned._tune_and_launch((torch.zeros(8),))
     assert seen == [2]  # both queued compiles done before timing, none compiled again
     assert len(jit.calls) == 2
+
+
+def _softmax_kernel(ind: Any, rows: int, length: int) -> Any:
+    from torchstrata.core import GraphBuilder, Level, TensorMeta
+
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, length), torch.float32))
+    return ind.only_kernel(b.build([ind.softmax_last(b, x)]))
+
+
+@pytest.mark.parametrize(("rows", "length", "tuned"), [(16, 1024, False), (512, 1024, True)])
+def test_kernels_below_the_tuning_size_launch_one_configuration(
+    ind: Any, rows: int, length: int, tuned: bool
+) -> None:
+    from torchstrata.inductor.codegen.triton.backend import TritonBackend
+
+    kernel = _softmax_kernel(ind, rows, length)
+    _, configs, sources = TritonBackend(interpret=False).generate(kernel, clusters=False)
+    assert (len(configs) > 1) == tuned
+    assert len(sources) == len({config.variant for config in configs})
+    every = InductorOptions(tune_min_elements=0)
+    _, all_configs, _ = TritonBackend(interpret=False, options=every).generate(kernel, False)
+    assert len(all_configs) > 1 and all_configs[0] == configs[0]
+
+
+def test_tune_min_elements_option() -> None:
+    assert InductorOptions().tune_min_elements == 1 << 16
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="tune_min_elements"):
+            InductorOptions(tune_min_elements=bad)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import keyword
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -29,11 +31,44 @@ _PARAMETERS = frozenset({"L", "G", "A", "S", "C"})
 _SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+#: A read chain as ``ast.unparse`` writes it: a name, then attributes, subscripts by a
+#: word in single quotes and subscripts by a non-negative int literal.
+_NAME = r"[A-Za-z_]\w*"
+_SEGMENT = re.compile(rf"\.{_NAME}|\['\w+'\]|\[(?:0|[1-9]\d*)\]")
+_CHAIN = re.compile(rf"{_NAME}(?:{_SEGMENT.pattern})*")
+
+
+@functools.lru_cache(maxsize=65536)
+def chain_ends(source: str) -> tuple[int, ...] | None:
+    """Where each read of a plain read chain ends (``L['self']._modules['0'].weight``:
+    after ``L``, ``L['self']``, ``L['self']._modules``, ...), or None when ``source`` is
+    anything else (a call, an operator, another spelling).
+
+    Most guard sources are such chains; their normalised text is the source itself and
+    their reads are its prefixes, so the guard builders need no parse for them (an
+    ``ast.parse`` and ``unparse`` per source was most of building a deep model's guards).
+    """
+    if not source.isascii() or _CHAIN.fullmatch(source) is None:
+        return None
+    head = re.match(_NAME, source)
+    assert head is not None
+    ends = [head.end()]
+    for segment in _SEGMENT.finditer(source, head.end()):
+        if segment.group().startswith(".") and keyword.iskeyword(segment.group()[1:]):
+            return None  # not Python: the parse raises
+        ends.append(segment.end())
+    if keyword.iskeyword(head.group()):
+        return None  # ``None``, ``True``: constants, not names
+    return tuple(ends)
+
+
 @functools.lru_cache(maxsize=65536)
 def normalised(source: str) -> str:
     """``source`` as ``ast.unparse`` writes it (one spelling per expression, on one line).
 
     Raises ``SyntaxError`` for a malformed source (the capture stage's bug)."""
+    if chain_ends(source) is not None:
+        return source
     return ast.unparse(ast.parse(source, mode="eval"))
 
 
@@ -77,6 +112,10 @@ def _reads(node: ast.AST) -> Iterator[ast.AST]:
 def _read_texts(source: str) -> tuple[str, ...]:
     """:func:`_reads` of ``source`` as normalised texts, each once, the source itself
     left out."""
+    ends = chain_ends(source)
+    if ends is not None:  # the chain's proper prefixes, the name unless a parameter
+        prefixes = [source[:end] for end in ends[:-1]]
+        return tuple(prefixes[1:] if prefixes and prefixes[0] in _PARAMETERS else prefixes)
     normal = normalised(source)
     texts = dict.fromkeys(
         _text(normal, node) for node in _reads(ast.parse(normal, mode="eval").body)
@@ -148,6 +187,13 @@ class FetchedValues:
         Raises ``SyntaxError`` for a malformed source (the capture stage's bug)."""
         normal = normalised(source)
         if not self._by_text:
+            return source
+        ends = chain_ends(source)
+        if ends is not None:  # the longest fetched prefix, read from its variable
+            for end in reversed(ends):
+                variable = self._by_text.get(source[:end])
+                if variable is not None:
+                    return variable + source[end:]
             return source
         tree = ast.parse(normal, mode="eval")
         return ast.unparse(_ReadFetched(self._by_text, normal).visit(tree))

@@ -59,6 +59,11 @@ def _check_threads(instance: Any, attribute: Any, value: Any) -> None:
         raise ValueError(f"{attribute.name}={value!r} must be None or a positive int")
 
 
+def _check_count(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name}={value!r} must be a non-negative int")
+
+
 @attrs.frozen
 class InductorOptions:
     """Switches of the inductor's optimisations (all on by default; each off for
@@ -77,6 +82,9 @@ class InductorOptions:
     * ``cluster_rows``: long rows walked by thread-block clusters (Hopper).
     * ``compile_threads``: threads compiling a Triton kernel's launch configurations at
       once before they are timed (None: one per CPU core, at most 16; 1: one by one).
+    * ``tune_min_elements``: kernels over fewer elements (rows times reduced elements)
+      launch their first candidate configuration without autotuning: their time is
+      launch latency, whichever configuration runs (0: tune every kernel) (Triton).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -91,6 +99,7 @@ class InductorOptions:
     direct_launch: bool = attrs.field(default=True, validator=_check_bool)
     cluster_rows: bool = attrs.field(default=True, validator=_check_bool)
     compile_threads: int | None = attrs.field(default=None, validator=_check_threads)
+    tune_min_elements: int = attrs.field(default=1 << 16, validator=_check_count)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

@@ -31,10 +31,13 @@ def _lazy_bits(meta: TensorMeta) -> tuple[str, ...]:
 def layout_items(value: str, meta: TensorMeta) -> str:
     """The reads of the layout key of one tensor, ``value`` being an expression for it:
     everything :meth:`SizeCheck.failure` checks but the type (sizes, strides, dtype,
-    ``is_cpu``, ``requires_grad`` and the lazy bits its dtype can carry), as items of a
-    tuple display (each followed by a comma). The device as ``is_cpu``: symbolic entries
-    are CPU-only. The exact type is the guard before it (:func:`size_guards`)."""
-    reads = ["{v}.shape", "{v}.stride()", "{v}.dtype", "{v}.is_cpu"]
+    device, ``requires_grad`` and the lazy bits its dtype can carry), as items of a tuple
+    display (each followed by a comma). The device of a tensor expected on the CPU as
+    ``is_cpu`` (every other device fails alike); of one expected elsewhere as the device
+    itself, so that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one
+    remembered. The exact type is the guard before it (:func:`size_guards`)."""
+    device = "{v}.is_cpu" if meta.device.type == "cpu" else "{v}.device"
+    reads = ["{v}.shape", "{v}.stride()", "{v}.dtype", device]
     reads += ["{v}.requires_grad", *(f"{{v}}.{bit}" for bit in _lazy_bits(meta))]
     return "".join(read.format(v=value) + ", " for read in reads)
 

@@ -21,10 +21,15 @@ A call whose stable inputs moved drops the graph and warms up again (at most
 is recorded (the function runs as it is, with a warning) when an input is not a CUDA
 tensor (a number would be baked into the graph), when the graph draws random numbers (a
 replay would draw the same ones again), or when recording fails.
+
+A symbolic entry lowers its graph once per size and wraps each size's function on its
+own, so each size records its own graph, keyed by the concrete sizes (decision 0225);
+every recording logs one line at INFO naming the sizes it is for.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +37,8 @@ import torch
 
 from torchstrata.core import Graph, PrimFamily, get_prim
 from torchstrata.runtime.fallback import warn_once
+
+logger = logging.getLogger("torchstrata.runtime")
 
 #: Calls run as they are before the graph is recorded.
 WARMUP_CALLS = 2
@@ -146,6 +153,12 @@ class CudaGraphed:
             buffer.copy_(tensor)
             copied.append((index, buffer))
             args[index] = buffer
+        logger.info(
+            "mode='reduce-overhead': recording a CUDA graph of %s for input sizes %s "
+            "(a new size records a graph of its own)",
+            self.name,
+            ", ".join(str(list(t.shape)) for t in inputs),
+        )
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -136,6 +136,16 @@ class DynamicPolicy:
         return "; ".join(made + kept)
 
 
+#: Device types whose graphs get symbolic entries: the C++ backend's and Triton's (CUDA
+#: graphs under ``mode="reduce-overhead"`` recorded per size, decision 0225).
+SYMBOLIC_DEVICES = ("cpu", "cuda")
+
+
+def _device_refusal(devices: set[str]) -> str:
+    others = sorted(devices - set(SYMBOLIC_DEVICES))
+    return f"only CPU and CUDA graphs are symbolic-capable, not {', '.join(others)}"
+
+
 class SymbolicRefused(Exception):
     """A frame that cannot be compiled with symbolic sizes (yet): the message says why."""
 
@@ -145,12 +155,10 @@ def eligible(capture: CaptureResult, options: CompileOptions) -> None:
     lowered per size: what is not symbolic-capable yet compiles static per shape."""
     if capture.program is None or len(capture.graphs) != 1:
         raise SymbolicRefused("only frames that start with a graph are symbolic-capable yet")
-    if options.mode == "reduce-overhead":
-        raise SymbolicRefused("CUDA graphs (mode='reduce-overhead') record one graph per size")
     graph = capture.graphs[0]
-    metas = [node.meta for node in graph.inputs]
-    if any(isinstance(m, TensorMeta) and m.device.type != "cpu" for m in metas):
-        raise SymbolicRefused("only CPU (C++ backend) graphs are symbolic-capable yet")
+    devices = {m.device.type for m in graph.input_metas if isinstance(m, TensorMeta)}
+    if devices - set(SYMBOLIC_DEVICES):
+        raise SymbolicRefused(_device_refusal(devices))
     if not graph_has_symbols(graph):
         raise SymbolicRefused("no dimension stayed symbolic")
     unbound = graph_symbols(graph) - set(input_symbol_slots(graph))
@@ -253,15 +261,12 @@ def refused_before_capture(
 
     if type(pipeline) is not Pipeline:  # distributed region pipelines and the like
         return f"only the plain Pipeline is symbolic-capable yet, not {type(pipeline).__name__}"
-    if options.mode == "reduce-overhead":
-        return "CUDA graphs (mode='reduce-overhead') record one graph per size"
     tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         tensors += list(owner.parameters())
-    if any(t.device.type != "cpu" for t in tensors):
-        return "only CPU (C++ backend) graphs are symbolic-capable yet"
-    return ""
+    devices = {t.device.type for t in tensors}
+    return _device_refusal(devices) if devices - set(SYMBOLIC_DEVICES) else ""
 
 
 def compile_symbolic(

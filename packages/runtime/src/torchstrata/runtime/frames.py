@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchstrata.core import bind_call
+from torchstrata.core.guard_sources import chain_ends
 
 #: The argument tuple in a guard source rewritten by :meth:`FrameBinder.args_source`.
 ARGS_NAME = "A"
@@ -133,6 +134,16 @@ class FrameBinder:
         missing name, a computed key), or already uses the names the rewrite introduces."""
         if self.arity is None:
             return None
+        ends = chain_ends(source)
+        if ends is not None:  # a read chain: its name, then reads of it
+            head = source[: ends[0]]
+            if head in (ARGS_NAME, SELF_NAME):
+                return None
+            if head != "L":
+                return source
+            first = source[ends[0] : ends[1]] if len(ends) > 1 else ""
+            read = self._reads.get(first[2:-2]) if first.startswith("['") else None
+            return None if read is None else read + source[ends[1] :]
         tree = ast.parse(source, mode="eval")
         if any(
             isinstance(node, ast.Name) and node.id in (ARGS_NAME, SELF_NAME)

@@ -16,11 +16,22 @@ alone: they name library members, not generated values.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
 
-_IDENTIFIER = re.compile(r"(?<![\w.])(?<!::)[A-Za-z_]\w*")
+#: An identifier token's start: not inside a word, not an attribute, not qualified.
+_TOKEN_START = r"(?<![\w.])(?<!::)"
+
+
+@functools.lru_cache(maxsize=64)
+def _renamed_tokens(prefixes: tuple[str, ...], entry: str) -> re.Pattern[str]:
+    """The tokens :func:`canonical_source` may rename: those starting with one of
+    ``prefixes`` and ``entry`` (the regular expression engine skips every other token
+    without calling back: most of a C++ kernel's text is its shared prelude)."""
+    starts = "|".join(re.escape(p) for p in sorted({*prefixes, entry}, key=len, reverse=True))
+    return re.compile(rf"{_TOKEN_START}(?:{starts})\w*")
 
 
 def canonical_source(
@@ -51,7 +62,7 @@ def canonical_source(
                 return known
         return token
 
-    text = _IDENTIFIER.sub(rename, source)
+    text = _renamed_tokens(tuple(prefixes), entry).sub(rename, source)
     # ``canonical_entry`` (no token of the source starts with it) is the entry alone.
     symbol = f"{canonical_entry}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     return re.sub(rf"\b{re.escape(canonical_entry)}\b", symbol, text), symbol

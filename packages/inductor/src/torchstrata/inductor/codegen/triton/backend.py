@@ -37,6 +37,7 @@ from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelI
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import canonical_text
+from torchstrata.inductor.codegen.flat_rows import flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
@@ -143,12 +144,18 @@ class TritonBackend:
         options = self.options
         if options.row_tiles:
             kernel = as_row_kernel(kernel) or kernel
+        # contiguous leading row dims as one (as in C++): the source of a kernel over
+        # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
+        flat = flatten_rows(kernel)
+        kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
         shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
         configs = candidate_configs(
             kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
         )
+        if kernel.rows * kernel.row_length < options.tune_min_elements:
+            configs = configs[:1]  # launch-bound: every configuration takes the same time
         generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
@@ -174,7 +181,8 @@ class TritonBackend:
         """See :class:`Backend`: one module per code variant, the launch config tuned later.
 
         A pointwise kernel with per-row work is generated as a row kernel (``row_tiles``);
-        divisions by per-row values become multiplications (``reciprocals``); a row's
+        contiguous leading row dims are walked as one
+        (:func:`~torchstrata.inductor.codegen.flat_rows.flatten_rows`); divisions by per-row values become multiplications (``reciprocals``); a row's
         ``exp(v - max(v))`` is shifted (``shifted_exps``) except in split rows, whose
         output reuses the statistics' own exps. The launch's record (for the
         compiled-graph cache) is what :meth:`load` builds it from."""

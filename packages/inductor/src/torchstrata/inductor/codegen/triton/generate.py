@@ -17,6 +17,7 @@ reductions comes from :mod:`~torchstrata.inductor.codegen.triton.printer`, the l
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
@@ -244,6 +245,27 @@ def _rows_divisor_hint(rows: int) -> list[str]:
     # spelled so that Triton's analysis sees the divisor (``tl.multiple_of`` of a scalar
     # argument did not keep it)
     return [f"{ROWS_PARAM} = ({ROWS_PARAM} // {divisor}) * {divisor}"]
+
+
+#: The lines whose text depends on the exact number of rows, not on the kernel: the
+#: divisor hint and the masks of ``even_rows`` (as the masked form).
+_ROW_COUNT_LINES = (
+    (re.compile(rf"^ *{ROWS_PARAM} = \({ROWS_PARAM} // \d+\) \* \d+\n", re.M), ""),
+    (
+        re.compile(r"xmask = tl\.full\(\[XBLOCK(, 1)?\], 1, tl\.int1\)"),
+        f"xmask = xindex < {ROWS_PARAM}",
+    ),
+)
+
+
+def rows_generic(source: str) -> str:
+    """``source`` (from :func:`generate_triton`) without what its exact number of rows
+    decided (:func:`_rows_divisor_hint`, ``even_rows``): the same text for every row
+    count of a kernel, what its tuned launch configuration is keyed by (with the rows'
+    bucket, :func:`~torchstrata.inductor.codegen.triton.tuning.tuning_key`)."""
+    for pattern, replacement in _ROW_COUNT_LINES:
+        source = pattern.sub(replacement, source)
+    return source
 
 
 def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:

@@ -20,7 +20,8 @@ On a GPU every candidate is timed on the first call (``triton.testing.do_bench``
 with the real arguments (kernels only write their own fresh outputs, so reruns are
 harmless) and the winner is stored in the artifact store (namespace ``triton-tuning``,
 verified on read like every entry), the key hashing the kernel sources, the device name
-and the Triton version. Under the interpreter the first candidate is used without timing.
+and the Triton version, and the rows' bucket (the next power of two: a new size in a
+tuned bucket is not timed again). Under the interpreter the first candidate is used without timing.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from torchstrata.core import Progress, progress
 from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.codegen.triton.cluster import can_cluster
 from torchstrata.inductor.codegen.triton.env import interpreted
+from torchstrata.inductor.codegen.triton.generate import rows_generic
 from torchstrata.inductor.codegen.triton.precompile import (
     CompileJob,
     compile_configs,
@@ -249,10 +251,20 @@ def _partials_configs(kernel: Kernel, interpret: bool) -> list[Config]:
     return [Config(x, rblock, _warps_for(x * rblock), True, programs=partials.programs)]
 
 
+def rows_bucket(rows: int) -> int:
+    """The bucket of row counts that share a tuned configuration: the next power of two.
+    The candidates (:func:`candidate_configs`) depend on the rows only through it, so
+    every configuration tuned in a bucket is one of each of its sizes' candidates."""
+    return next_power_of_2(rows)
+
+
 def tuning_key(sources: Sequence[str], device: str, rows: int) -> str:
-    """Hash of the kernel sources, the device name, the Triton version and the number of
-    rows (a source serves every number of rows; the best launch depends on it)."""
-    text = "\0".join([*sources, device, triton.__version__, f"rows={rows}"])
+    """Hash of the kernel sources (as :func:`rows_generic` writes them), the device name,
+    the Triton version and the rows' bucket (:func:`rows_bucket`): a source serves every
+    number of rows and the best launch depends on it, but a size in a bucket tuned
+    already takes its configuration without timing again (decision 0225)."""
+    generic = [rows_generic(source) for source in sources]
+    text = "\0".join([*generic, device, triton.__version__, f"rows<={rows_bucket(rows)}"])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
