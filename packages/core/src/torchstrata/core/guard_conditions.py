@@ -48,8 +48,9 @@ def guard_condition(guard: Guard, var: str, constant: Constant) -> str:
 def _tensor_condition(var: str, expected: Any, constant: Constant) -> str:
     types = constant(TENSOR_TYPES)
     if not isinstance(expected, TensorMeta):
-        # the exact types first: isinstance of a Parameter runs its metaclass's check
-        return f"(type({var}) in {types} or isinstance({var}, {constant(torch.Tensor)}))"
+        # a tensor of sizes checked elsewhere (a symbolic entry's SizeCheck): the type,
+        # exact as below
+        return f"type({var}) in {types}"
     # Exact types: a tensor subclass (its __torch_function__ or dispatch) would run the
     # graph traced for a plain tensor; the capture refuses subclasses, so one fails the
     # guard and runs eagerly.

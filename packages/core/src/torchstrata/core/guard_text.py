@@ -8,6 +8,7 @@ from typing import Any
 
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.results import Guard, GuardKind
+from torchstrata.core.symbolic_guards import SizeCheck
 
 _MAX_REPR = 80
 
@@ -44,7 +45,10 @@ def describe_guard(guard: Guard) -> str:
     ``L['x']: Tensor, shape == (64, 128), ...`` or ``L['self'].p == 0.1``."""
     source, expected = guard.source, guard.expected
     kind = guard.kind
-    if kind is GuardKind.TENSOR_MATCH:
+    check = _size_check(guard)
+    if check is not None:  # its source is the inline lookup of a layout key
+        text = f"sizes of {', '.join(check.sources)}"
+    elif kind is GuardKind.TENSOR_MATCH:
         if isinstance(expected, TensorMeta):
             text = f"{source}: Tensor, {describe_tensor_meta(expected)}"
         else:
@@ -65,3 +69,15 @@ def describe_guard(guard: Guard) -> str:
     else:
         text = f"{kind.value}: {source} {short_repr(expected)}"
     return f"{text}  # {guard.description}" if guard.description else text
+
+
+def _size_check(guard: Guard) -> SizeCheck | None:
+    """The :class:`SizeCheck` a symbolic entry's size guard holds, or None."""
+    for _, cell in guard.cells:
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(contents, SizeCheck):
+            return contents
+    return None

@@ -12,33 +12,46 @@ from typing import Any
 import torch
 
 from torchstrata.core.meta import TensorMeta
-from torchstrata.core.results import Guard, GuardKind
+from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import SymbolicSizes, concretize, has_symbols
 
 #: layouts a :class:`SizeCheck` remembers its answer for (then it starts over)
 _MAX_KNOWN = 4096
 
 
-def _layout_key(metas: Sequence[TensorMeta]) -> Any:
-    """A function of one tensor per meta giving one flat tuple of everything
-    :meth:`SizeCheck.failure` reads (generated: a loop and a tuple per tensor cost as
-    much again on a tiny call). The device of a tensor expected on the CPU as ``is_cpu``
-    (every other device fails alike); of one expected elsewhere as the device itself, so
-    that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one remembered."""
-    names = [f"t{i}" for i in range(len(metas))]
-    items = "".join(
-        f"{t}.shape, {t}.stride(), {t}.dtype, "
-        f"{t}.{'is_cpu' if meta.device.type == 'cpu' else 'device'}, {t}.requires_grad, "
-        f"{t}.is_neg(), {t}.is_conj(), "
-        for t, meta in zip(names, metas, strict=True)
-    )
-    return eval(f"lambda {', '.join(names)}: ({items})")
+def _lazy_bits(meta: TensorMeta) -> tuple[str, ...]:
+    """The lazy bits a tensor of ``meta``'s dtype can carry (only complex tensors a
+    conjugate bit, only floating and complex ones a negative bit): the others are
+    always clear for a tensor whose dtype passes."""
+    if meta.dtype.is_complex:
+        return ("is_neg()", "is_conj()")
+    return ("is_neg()",) if meta.dtype.is_floating_point else ()
+
+
+def layout_items(value: str, meta: TensorMeta) -> str:
+    """The reads of the layout key of one tensor, ``value`` being an expression for it:
+    everything :meth:`SizeCheck.failure` checks but the type (sizes, strides, dtype,
+    device, ``requires_grad`` and the lazy bits its dtype can carry), as items of a tuple
+    display (each followed by a comma). The device of a tensor expected on the CPU as
+    ``is_cpu`` (every other device fails alike); of one expected elsewhere as the device
+    itself, so that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one
+    remembered. The exact type is the guard before it (:func:`size_guards`)."""
+    device = "{v}.is_cpu" if meta.device.type == "cpu" else "{v}.device"
+    reads = ["{v}.shape", "{v}.stride()", "{v}.dtype", device]
+    reads += ["{v}.requires_grad", *(f"{{v}}.{bit}" for bit in _lazy_bits(meta))]
+    return "".join(read.format(v=value) + ", " for read in reads)
 
 
 class SizeCheck:
-    """The guard of a symbolic entry: the inputs' dtypes, devices, static sizes and
-    strides, each symbol at least 2, and the size relations the trace relied on.
-    Results are remembered per layout of the inputs (one generated flat key)."""
+    """The guard of a symbolic entry: the inputs' exact tensor types, dtypes, devices,
+    static sizes and strides, each symbol at least 2, and the size relations the trace
+    relied on.
+
+    Answers are remembered per layout of the inputs in :attr:`known`, keyed by one flat
+    tuple of every read (:func:`layout_items`). The guard :func:`size_guards` makes
+    builds that key and looks it up inline in the entry's generated check: a layout seen
+    before costs its reads, a tuple and a dict lookup, with no Python call; a new one
+    calls :meth:`decide`."""
 
     def __init__(
         self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
@@ -57,24 +70,39 @@ class SizeCheck:
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""
-        self._known: dict[Any, str] = {}
-        self._key = _layout_key(self.metas)
+        #: layout key -> True when it passes, else why it fails
+        self.known: dict[tuple[Any, ...], bool | str] = {}
+        names = [f"t{i}" for i in range(len(self.metas))]
+        items = "".join(layout_items(t, m) for t, m in zip(names, self.metas, strict=True))
+        self._key: Any = eval(f"lambda {', '.join(names)}: ({items})")
+
+    def key_expression(self, values: Sequence[str]) -> str:
+        """The layout key as one tuple display over ``values`` (expressions for the
+        tensors, in the order of :attr:`sources`): what the generated check hashes."""
+        items = "".join(layout_items(v, m) for v, m in zip(values, self.metas, strict=True))
+        return f"({items})"
 
     def __call__(self, *tensors: Any) -> bool:
+        """Whether ``tensors`` pass (the key computed here; see :meth:`decide`)."""
+        return self.decide(*tensors)
+
+    def decide(self, *tensors: Any) -> bool:
+        """Whether ``tensors`` pass, for a layout the inline lookup did not find passing:
+        a new layout is checked and remembered; a failing one sets :attr:`last_failure`."""
         try:
             key = self._key(*tensors)
         except (AttributeError, TypeError):
             self.last_failure = "an input is not a tensor"
             return False
-        failure = self._known.get(key)
-        if failure is None:
-            if len(self._known) >= _MAX_KNOWN:  # a cache growing by one row per call
-                self._known.clear()
-            failure = self._known[key] = self.failure(tensors)
-        if failure:
-            self.last_failure = failure
-            return False
-        return True
+        known = self.known.get(key)
+        if known is None:
+            if len(self.known) >= _MAX_KNOWN:  # a cache growing by one row per call
+                self.known.clear()
+            known = self.known[key] = self.failure(tensors) or True
+        if known is True:
+            return True
+        self.last_failure = str(known)
+        return False
 
     def failure(self, tensors: Sequence[torch.Tensor]) -> str:
         """Why ``tensors`` fail the check, each symbol named by its dimension (the
@@ -86,6 +114,8 @@ class SizeCheck:
             if value < 2:
                 return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
+            if type(tensor) not in TENSOR_TYPES:  # a subclass would run the plain trace
+                return f"{source} is a {type(tensor).__name__}, not a plain tensor"
             for what, got, want in (
                 ("dtype", tensor.dtype, meta.dtype),
                 ("device", tensor.device, meta.device),
@@ -129,8 +159,9 @@ class SizeCheck:
 
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
-    tensor guard checks only the type; one more guard runs :class:`SizeCheck` over every
-    symbolic input."""
+    tensor guard checks only the exact type; one more guard checks every symbolic input
+    with a :class:`SizeCheck`: its layout key looked up in :attr:`SizeCheck.known`
+    inline, :meth:`SizeCheck.decide` called for a layout not known to pass."""
     kept: list[Guard] = []
     sources: list[str] = []
     metas: list[TensorMeta] = []
@@ -147,14 +178,12 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
             kept.append(guard)
     check = SizeCheck(sources, metas, sizes)
     name = f"__torchstrata_sizes_{id(check):x}__"
-    cell = types.CellType(check)
-    kept.append(
-        Guard(
-            GuardKind.CONSTANT_MATCH,
-            f"{name}.cell_contents({', '.join(sources)})",
-            True,
-            check.description(),
-            cells=((name, cell),),
-        )
+    lookup = f"__torchstrata_known_{id(check):x}__"
+    # the key built and looked up inline; only a layout not known to pass calls decide()
+    source = (
+        f"{lookup}.cell_contents({check.key_expression(sources)}) is True"
+        f" or {name}.cell_contents.decide({', '.join(sources)})"
     )
+    cells = ((name, types.CellType(check)), (lookup, types.CellType(check.known.get)))
+    kept.append(Guard(GuardKind.CONSTANT_MATCH, source, True, check.description(), cells=cells))
     return tuple(kept)

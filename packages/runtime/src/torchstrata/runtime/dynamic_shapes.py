@@ -209,9 +209,6 @@ class SizeSpecialisedRunner:
         self.lower = lower
         self.slots = input_symbol_slots(graph)
         self._slot_list = list(self.slots.values())
-        # the sizes of a call as one generated expression (a loop costs a tiny call 1 us)
-        sizes = "".join(f"inputs[{p}].shape[{d}], " for p, d in self._slot_list)
-        self._key: Callable[[Sequence[Any]], tuple[int, ...]] = eval(f"lambda inputs: ({sizes})")
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
@@ -223,13 +220,35 @@ class SizeSpecialisedRunner:
         #: symbolic traces made at most (sizes outside all of them are traced on their own)
         self.max_traces = max_traces
         self._attempts = 0
+        #: the per-call path as one generated function of the graph's inputs: the key of
+        #: the call's sizes built inline and looked up (a lambda for the key and a
+        #: method frame cost a tiny call 0.3 us); what the capture's program calls
+        self.call: Callable[..., Any] = self._generate_call(len(graph.inputs))
+
+    def _generate_call(self, arity: int) -> Callable[..., Any]:
+        params = ", ".join(f"i{n}" for n in range(arity))
+        key = "".join(f"i{p}.shape[{d}], " for p, d in self._slot_list)
+        source = (
+            f"def call({params}):\n"
+            f"    key = ({key})\n"
+            "    runner = get(key)\n"
+            "    if runner is None:\n"
+            "        runner = lower(key)\n"
+            f"    return runner({params})\n"
+        )
+        namespace: dict[str, Any] = {"get": self.runners.get, "lower": self._lower_new}
+        exec(compile(source, "<torchstrata size dispatch>", "exec"), namespace)
+        call: Callable[..., Any] = namespace["call"]
+        return call
 
     def __call__(self, *inputs: Any) -> Any:
-        key = self._key(inputs)
+        return self.call(*inputs)
+
+    def _lower_new(self, key: tuple[int, ...]) -> Callable[..., Any]:
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = self._lower(key)
-        return runner(*inputs)
+        return runner
 
     def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
         values = dict(zip(self.slots, key, strict=True))
@@ -410,7 +429,7 @@ def compile_symbolic(
     dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
     program = guarded.program
     assert program is not None  # eligible() checked
-    run = functools.partial(program, [runner])
+    run = functools.partial(program, [runner.call])
     direct = guarded.direct_program
-    run_inputs = functools.partial(direct, [runner]) if direct is not None else None
+    run_inputs = functools.partial(direct, [runner.call]) if direct is not None else None
     return FrameArtifacts(guarded, (), run, run_inputs=run_inputs)

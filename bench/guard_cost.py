@@ -1,0 +1,302 @@
+"""Per-call cost of the generated guard checks, on CPU, side by side in one process.
+
+Four workloads, chosen with ``--only`` (default all):
+
+* ``sequential``: a 20-block ``nn.Sequential`` (Linear, ReLU, LayerNorm per block: 60
+  submodules), compiled for inference;
+* ``tree``: a guard-heavy tree of 36 layers of 14 small leaf modules (504 leaves) shaped
+  like the one of PyTorch's ``benchmarks/dynamo/microbenchmarks/dynamo_guard_overhead.py``;
+* ``tiny``: ``f(x, w) = x * w + 1`` (x 4x8, w 8; C++ backend) compiled with
+  ``dynamic=False`` (a static entry) and ``dynamic=True`` (a symbolic entry), their
+  guard checks and whole calls timed in alternation (issue 33: the symbolic entry's
+  check within 10% of the static one's);
+* ``gpt``: a training step (forward, loss, backward) of the bench GPT of
+  :mod:`bench.depth_steps` (``--layers``, default 8): the entry's guard check, the
+  same check without the parameters' tensor guards (what the parameters cost), and the
+  whole step, with the guards' share of the step (issue 32).
+
+The machine is shared: every time is the median over ``--rounds`` rounds (each round the
+minimum over ``--repeat`` batches of ``--number`` calls, the contenders alternating),
+with the spread (lowest and highest round); a ratio is the median of the rounds' ratios.
+A guard check is called as the runtime calls it for a positional call (``fetch_args``,
+else ``check_args``).
+
+    python -m bench.guard_cost --only tiny,gpt --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import torchstrata.runtime
+from torchstrata.core import Guard, GuardKind, TensorMeta
+from torchstrata.runtime.guards import GuardSet
+
+
+class _Flag:
+    def __init__(self) -> None:
+        self.enabled = True
+
+
+class Leaf(torch.nn.Module):
+    """A leaf reading a constant, an optional weight and a ``None`` bias."""
+
+    def __init__(self, width: int, weighted: bool) -> None:
+        super().__init__()
+        self.width = width
+        self.register_parameter(
+            "weight", torch.nn.Parameter(torch.randn(width)) if weighted else None
+        )
+        self.register_parameter("bias", None)
+
+    def forward(self) -> int:
+        weight = 0 if self.weight is None else self.weight.shape[0]
+        bias = 0 if self.bias is None else self.bias.shape[0]
+        return self.width + weight + bias
+
+
+class Layer(torch.nn.Module):
+    """``leaves`` leaves in a ModuleList, summed when the shared flag is set."""
+
+    def __init__(self, index: int, leaves: int, weighted: int, flag: _Flag) -> None:
+        super().__init__()
+        self.scale = 0.5 + index * 1e-3
+        self.flag = flag
+        self.leaves = torch.nn.ModuleList(Leaf(8 + i, i < weighted) for i in range(leaves))
+
+    def forward(self) -> float:
+        total = 0
+        if self.flag.enabled:
+            for leaf in self.leaves:
+                total += leaf()
+        return total + self.scale
+
+
+class Tree(torch.nn.Module):
+    """``layers`` layers in a ModuleList; adds their sum to the input."""
+
+    def __init__(self, layers: int = 36, leaves: int = 14, weighted: int = 11) -> None:
+        super().__init__()
+        flag = _Flag()
+        self.layers = torch.nn.ModuleList(
+            Layer(index, leaves, weighted, flag) for index in range(layers)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        total = 0.0
+        for layer in self.layers:
+            total += layer()
+        return x + total
+
+
+def sequential(blocks: int = 20, width: int = 16) -> torch.nn.Module:
+    """``blocks`` blocks of Linear, ReLU, LayerNorm in one flat ``nn.Sequential``."""
+    layers: list[torch.nn.Module] = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.LayerNorm(width)]
+    return torch.nn.Sequential(*layers)
+
+
+#: A contender: a call to time and how many calls make one timed batch.
+Contender = tuple[Callable[[], Any], int]
+
+
+def _rounds(contenders: dict[str, Contender], args: argparse.Namespace) -> dict[str, list[float]]:
+    """Microseconds per call of each contender, one value per round: the minimum over
+    ``args.repeat`` batches; the contenders alternate, the order rotating per round."""
+    for fn, _ in contenders.values():
+        for _ in range(3):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for index in range(args.rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            fn, number = contenders[name]
+            best = min(timeit.repeat(fn, number=number, repeat=args.repeat))
+            times[name].append(best * 1e6 / number)
+    return times
+
+
+def _spread(values: list[float]) -> str:
+    """``median (lowest-highest)``."""
+    return f"{statistics.median(values):8.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _ratio(top: list[float], bottom: list[float]) -> str:
+    """The median of the rounds' ratios, with their spread."""
+    return _spread([t / b for t, b in zip(top, bottom, strict=True)])
+
+
+def _positional_check(function: Any, call_args: tuple[Any, ...]) -> tuple[Any, Callable[[], Any]]:
+    """The one cache entry's guards of a compiled function, and its per-call check for
+    ``call_args`` as the runtime calls it (asserted to hold)."""
+    entries = function.cache.entries
+    assert len(entries) == 1 and entries[0].run is not None, "not compiled to one entry"
+    guards = entries[0].guards
+    check = guards.fetch_args or guards.check_args
+    assert check is not None, "no positional guard check"
+    globals_ = function._globals
+    result = check(call_args, globals_)
+    assert (result is not None and not isinstance(result, int)) or result == -1, result
+    return guards, lambda: check(call_args, globals_)
+
+
+def measure_module(
+    name: str, model: torch.nn.Module, x: torch.Tensor, args: argparse.Namespace
+) -> None:
+    """Compile ``model`` for inference, check it runs like eager, print its guard and
+    call costs."""
+    model.eval().requires_grad_(False)
+    compiled = torchstrata.runtime.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=2e-3, rtol=1e-3)
+        guards, check = _positional_check(compiled.compiled_forward, (x,))
+        if args.print_source:
+            print(guards.args_source)
+        n = args.number
+        times = _rounds(
+            {"guard": (check, n), "call": (lambda: compiled(x), n), "eager": (lambda: model(x), n)},
+            args,
+        )
+    modules = sum(1 for _ in model.modules())
+    print(f"{name}: {modules} modules, {len(guards)} guards")
+    for what, values in times.items():
+        print(f"  {what:<8} us {_spread(values)}")
+    per_module = [v * 1000 / modules for v in times["guard"]]
+    print(f"  guard ns per module {_spread(per_module)}")
+
+
+def _scale_add(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * w + 1
+
+
+def measure_tiny(args: argparse.Namespace) -> None:
+    """A static and a symbolic entry of ``x * w + 1``: guard checks and whole calls."""
+    x, w = torch.randn(4, 8), torch.randn(8)
+    static = torchstrata.runtime.compile(_scale_add, dynamic=False, codegen="cpp")
+    symbolic = torchstrata.runtime.compile(_scale_add, dynamic=True, codegen="cpp")
+    for compiled in (static, symbolic):
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x, w), _scale_add(x, w))
+    y = torch.randn(5, 8)  # a second size: still one symbolic entry
+    torch.testing.assert_close(symbolic(y, w), _scale_add(y, w))
+    _, static_check = _positional_check(static, (x, w))
+    _, symbolic_check = _positional_check(symbolic, (x, w))
+    n = args.number * 20
+    times = _rounds(
+        {
+            "guard static": (static_check, n),
+            "guard symbolic": (symbolic_check, n),
+            "call static": (lambda: static(x, w), n),
+            "call symbolic": (lambda: symbolic(x, w), n),
+            "eager": (lambda: _scale_add(x, w), n),
+        },
+        args,
+    )
+    print("tiny: f(x, w) = x * w + 1, x 4x8, w 8, C++; static vs symbolic entry")
+    for what, values in times.items():
+        print(f"  {what:<15} us {_spread(values)}")
+    print(f"  guard symbolic/static {_ratio(times['guard symbolic'], times['guard static'])}")
+    print(f"  call  symbolic/static {_ratio(times['call symbolic'], times['call static'])}")
+
+
+def _is_parameter_check(guard: Guard) -> bool:
+    return (
+        guard.kind is GuardKind.TENSOR_MATCH
+        and isinstance(guard.expected, TensorMeta)
+        and "_parameters[" in guard.source
+    )
+
+
+def measure_gpt(args: argparse.Namespace) -> None:
+    """A training step of the bench GPT: its guard check, the same check without the
+    parameters' tensor guards, and the whole step."""
+    from bench.compile_scaling import BATCH, HEADS, TOKENS, VOCAB, WIDTH
+    from bench.depth_steps import _check, _step
+    from bench.workloads.nets.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(args.layers, HEADS, WIDTH, VOCAB, TOKENS))
+    idx = torch.randint(0, VOCAB, (BATCH, TOKENS))
+    targets = torch.randint(0, VOCAB, (BATCH, TOKENS))
+    _step(model, model, idx, targets)()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    compiled = torchstrata.runtime.compile(model)
+    step = _step(model, compiled, idx, targets)
+    status = _check(model, step, reference)
+    assert status == "ok", status
+    step()
+    function = compiled.compiled_forward
+    guards, check = _positional_check(function, (idx, targets))
+    kept = [guard for guard in guards.guards if not _is_parameter_check(guard)]
+    parameters = len(guards) - len(kept)
+    call_args, globals_ = (idx, targets), function._globals
+    all_args = GuardSet(guards.guards, function._bind).check_args
+    without = GuardSet(kept, function._bind).check_args
+    assert all_args is not None and without is not None
+    assert all_args(call_args, globals_) == -1 and without(call_args, globals_) == -1
+    n = max(1, args.number // 4)
+    times = _rounds(
+        {
+            "guard": (check, n),
+            "guard (check_args)": (lambda: all_args(call_args, globals_), n),
+            "without parameters": (lambda: without(call_args, globals_), n),
+            "step": (step, 1),
+        },
+        args,
+    )
+    print(
+        f"gpt: {args.layers} layers, training step; {len(guards)} guards, "
+        f"{parameters} of them parameters' tensor checks"
+    )
+    for what, values in times.items():
+        print(f"  {what:<19} us {_spread(values)}")
+    per_parameter = [
+        (a - b) / parameters
+        for a, b in zip(times["guard (check_args)"], times["without parameters"], strict=True)
+    ]
+    print(f"  us per parameter    {_spread(per_parameter)}")
+    share = [100 * g / s for g, s in zip(times["guard"], times["step"], strict=True)]
+    print(f"  guard % of step     {_spread(share)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure the chosen workloads."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--only", default="sequential,tree,tiny,gpt")
+    parser.add_argument("--number", type=int, default=200, help="calls per batch (x20: tiny)")
+    parser.add_argument("--repeat", type=int, default=5, help="batches per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
+    parser.add_argument("--print-source", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    from bench.compile_scaling import _commit, _load
+
+    print(f"# command: python -m bench.guard_cost {' '.join(argv or sys.argv[1:])}")
+    print(
+        f"# commit {_commit()}, torch {torch.__version__}, 1 thread, load avg {_load()}; "
+        f"median (lowest-highest) of {args.rounds} rounds, each the best of {args.repeat} batches"
+    )
+    only = args.only.split(",")
+    torch.manual_seed(0)
+    if "sequential" in only:
+        measure_module("sequential", sequential(), torch.randn(4, 16), args)
+    if "tree" in only:
+        measure_module("tree 36x14", Tree(), torch.randn(1), args)
+    if "tiny" in only:
+        measure_tiny(args)
+    if "gpt" in only:
+        measure_gpt(args)
+    print(f"# load avg at the end {_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
