@@ -147,25 +147,54 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
-    double acc_sum = static_cast<float>(0.0);
-    float block_sum;
-    for (int64_t r0_block = 0; r0_block < 4992; r0_block += 128) {
-      block_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:block_sum)
-      for (int64_t r0 = r0_block; r0 < r0_block + 128; ++r0) {
-        const float tmp0 = buf_x[r0 + 5000*x0];
-        block_sum = static_cast<float>(block_sum + tmp0);
+    alignas(64) double acc_sum[32] = {};
+    alignas(64) float block_sum[32];
+    for (int64_t r0_block = 0; r0_block < 4864; r0_block += 256) {
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+        block_sum[r0_lane] = static_cast<float>(0.0);
       }
-      acc_sum = acc_sum + static_cast<double>(block_sum);
+      for (int64_t r0_lanes = r0_block; r0_lanes < r0_block + 256; r0_lanes += 32) {
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          const int64_t r0 = r0_lanes + r0_lane;
+          const float tmp0 = buf_x[r0 + 5000*x0];
+          block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+        }
+      }
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+        acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
+      }
     }
-    block_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:block_sum)
-    for (int64_t r0 = 4992; r0 < 5000; ++r0) {
-      const float tmp0 = buf_x[r0 + 5000*x0];
-      block_sum = static_cast<float>(block_sum + tmp0);
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+      block_sum[r0_lane] = static_cast<float>(0.0);
     }
-    acc_sum = acc_sum + static_cast<double>(block_sum);
-    const float red_sum = static_cast<float>(acc_sum);
+    for (int64_t r0_lanes = 4864; r0_lanes < 4992; r0_lanes += 32) {
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+        const int64_t r0 = r0_lanes + r0_lane;
+        const float tmp0 = buf_x[r0 + 5000*x0];
+        block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+      }
+    }
+    {
+      const int64_t r0_lanes = 4992;
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) {
+        const int64_t r0 = r0_lanes + r0_lane;
+        const float tmp0 = buf_x[r0 + 5000*x0];
+        block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+      }
+    }
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+      acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
+    }
+    double all_sum = acc_sum[0];
+    for (int64_t r0_lane = 1; r0_lane < 32; ++r0_lane) all_sum = all_sum + acc_sum[r0_lane];
+    const float red_sum = static_cast<float>(all_sum);
     const float tmp1 = red_sum;
     buf_sum[x0] = static_cast<float>(tmp1);
   }

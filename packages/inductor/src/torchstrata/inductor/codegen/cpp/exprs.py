@@ -60,6 +60,11 @@ PARALLEL_THRESHOLD = 32768  # elements below which OpenMP's fork costs more than
 #: elements one after another, and the block's rounding error stays within about two
 #: float32 ulps (at 256, equal values came out 5 ulps off; a whole row of 70001, 400).
 SUM_BLOCK = 128
+#: The lanes of a float32 row sum that :func:`lane_loop` keeps in arrays (two 512-bit
+#: vectors, four 256-bit ones: independent add chains), each adding LANE_BLOCK / LANES
+#: elements (8, as SUM_BLOCK's lanes on AVX2) before joining its double lane.
+SUM_LANES = 32
+LANE_BLOCK = 256
 
 PRELUDE = r"""
 #include <cmath>
@@ -519,6 +524,67 @@ def blocked_loop(
         "}",
     ]
     return lines + (loop(full, var.size) if full < var.size else [])
+
+
+def lane_loop(
+    var: Var, body: Sequence[str], start: Sequence[str], flush: Sequence[str]
+) -> list[str]:
+    """A loop over ``var`` whose ``body`` adds to lane arrays indexed by ``<var>_lane``
+    (one of :data:`SUM_LANES`): ``start`` zeroes the float lanes, ``flush`` adds them to
+    the wide ones, every :data:`LANE_BLOCK` elements and after the last.
+
+    An ``omp simd reduction`` combines its lanes in order after the loop, one scalar add
+    after another (32 dependent adds for 16-bit inputs); per block of SUM_BLOCK that was
+    most of a long row sum's time. Lane arrays are combined once per row, by the caller.
+    """
+    lane, lanes = f"{var.name}_lane", f"{var.name}_lanes"
+
+    def inner(count: int) -> list[str]:
+        return [
+            "#pragma omp simd",
+            f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{",
+            f"  const int64_t {var.name} = {lanes} + {lane};",
+            *("  " + line for line in body),
+            "}",
+        ]
+
+    def offset(begin: str | int, by: int) -> str:
+        if isinstance(begin, int):
+            return str(begin + by)
+        return f"{begin} + {by}" if by else begin
+
+    def run(begin: str | int, count: int) -> list[str]:
+        """Lane loops over ``count`` elements from ``begin`` (a variable or a number)."""
+        whole, tail = count - count % SUM_LANES, count % SUM_LANES
+        lines: list[str] = []
+        if whole:
+            lines += [
+                f"for (int64_t {lanes} = {begin}; {lanes} < {offset(begin, whole)}; "
+                f"{lanes} += {SUM_LANES}) {{",
+                *("  " + line for line in inner(SUM_LANES)),
+                "}",
+            ]
+        if tail:
+            lines += [
+                "{",
+                f"  const int64_t {lanes} = {offset(begin, whole)};",
+                *("  " + line for line in inner(tail)),
+                "}",
+            ]
+        return lines
+
+    full = var.size - var.size % LANE_BLOCK
+    block = f"{var.name}_block"
+    lines: list[str] = []
+    if full:
+        lines += [
+            f"for (int64_t {block} = 0; {block} < {full}; {block} += {LANE_BLOCK}) {{",
+            *("  " + line for line in [*start, *run(block, LANE_BLOCK), *flush]),
+            "}",
+        ]
+    if full < var.size:
+        lines += [*start, *run(full, var.size - full), *flush]
+    return lines
 
 
 COMBINE = {
