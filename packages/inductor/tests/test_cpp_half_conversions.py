@@ -214,3 +214,91 @@ def test_the_conversions_vectorise(ind):
     vectorised = {int(number) for number in re.findall(pattern, report, re.MULTILINE)}
     missed = [loop for loop in loops if not {loop, loop + 1} & vectorised]
     assert not missed, f"SIMD loops at lines {missed} not vectorised:\n{report}"
+
+
+#: Each ISA's vector variants (x86 vector function ABI letter: lanes of the widening, of
+#: the narrowing), called directly: GCC picks the one that fits a loop's vector width, so
+#: a kernel on this host may exercise only some of them.
+VARIANTS = {"b": (4, 4), "c": (8, 4), "d": (8, 8), "e": (16, 16)}
+
+_VARIANT_HARNESS = r"""
+#ifdef TS_F16C
+#if ISA_e && !defined(__AVX512F__)
+#error no AVX-512
+#endif
+typedef float vwf __attribute__((vector_size(4 * WIDEN)));
+typedef uint32_t vwu __attribute__((vector_size(4 * WIDEN)));
+typedef float vnf __attribute__((vector_size(4 * NARROW)));
+typedef uint32_t vnu __attribute__((vector_size(4 * NARROW)));
+typedef uint32_t vhalf __attribute__((vector_size(2 * WIDEN)));
+extern "C" void variants(const uint32_t* h, const float* f, float* widened, uint32_t* narrowed,
+                         float* rounded, const int64_t n) {
+  for (int64_t i = 0; i < n; i += WIDEN) {
+    vwu x; std::memcpy(&x, h + i, sizeof x);
+#if ISA_c
+    vhalf low, high; std::memcpy(&low, h + i, sizeof low); std::memcpy(&high, h + i + WIDEN / 2, sizeof high);
+    const vwf w = WIDEN_FN(low, high);
+#else
+    const vwf w = WIDEN_FN(x);
+#endif
+    std::memcpy(widened + i, &w, sizeof w);
+    vwf g; std::memcpy(&g, f + i, sizeof g);
+    const vwf r = ROUND_FN(g);
+    std::memcpy(rounded + i, &r, sizeof r);
+  }
+  for (int64_t i = 0; i < n; i += NARROW) {
+    vnf g; std::memcpy(&g, f + i, sizeof g);
+    const vnu o = NARROW_FN(g);
+    std::memcpy(narrowed + i, &o, sizeof o);
+  }
+}
+#else
+#error the portable build
+#endif
+"""
+
+
+@pytest.mark.parametrize("isa", VARIANTS)
+def test_every_f16c_vector_variant_matches_torch(tmp_path, isa):
+    """Each vector variant that the F16C path defines, on all 65536 fp16 values (widened)
+    and on the rounding set (rounded and narrowed)."""
+    widen, narrow = VARIANTS[isa]
+    defines = {
+        "WIDEN": widen,
+        "NARROW": narrow,
+        f"ISA_{isa}": 1,
+        "WIDEN_FN": f"_ZGV{isa}N{widen}v_ts_f16c_widen",
+        "ROUND_FN": f"_ZGV{isa}N{widen}v_ts_f16c_round",
+        "NARROW_FN": f"_ZGV{isa}N{narrow}v_ts_f16c_narrow",
+    }
+    head = "".join(f"#define {name} {value}\n" for name, value in defines.items())
+    source = f"{PRELUDE}{HALF_PRELUDE}\n{head}{_VARIANT_HARNESS}"
+    compiler = find_compiler()
+    probe = subprocess.run(
+        [*compiler.command, *COMPILER_FLAGS, "-fsyntax-only", "-x", "c++", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:  # no F16C (or, for "e", no AVX-512) in this build
+        pytest.skip(f"this build has no F16C variant {isa!r}: {probe.stderr[-300:]}")
+    kernel = build_kernel(source, "variants", 6, tmp_path).fn
+    kernel.argtypes = [*kernel.argtypes[:5], ctypes.c_int64]
+    halves = _every_half(torch.float16)
+    floats = _floats_that_round(torch.float16)
+    n = max(halves.numel(), floats.numel())
+    n += -n % 16
+    h = torch.zeros(n, dtype=torch.int32)
+    h[: halves.numel()] = halves.view(torch.int16).to(torch.int32) & 0xFFFF
+    f = torch.zeros(n)
+    f[: floats.numel()] = floats
+    widened, rounded = torch.empty(n), torch.empty(n)
+    narrowed = torch.empty(n, dtype=torch.int32)
+    kernel(
+        h.data_ptr(), f.data_ptr(), widened.data_ptr(), narrowed.data_ptr(), rounded.data_ptr(), n
+    )
+    _assert_same_bits(widened[: halves.numel()], halves.float())
+    _assert_same_bits(rounded, f.half().float())
+    assert (narrowed >> 16 == 0).all(), "a narrowed lane has bits above 16"
+    _assert_same_bits(narrowed.to(torch.int16).view(torch.float16), f.half())
