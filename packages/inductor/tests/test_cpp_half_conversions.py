@@ -135,7 +135,8 @@ def test_narrowing_an_unrounded_float_matches_torch(tmp_path, dtype, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_each_fp16_conversion_matches_torch_in_both_builds(tmp_path, path):
     """Every fp16 conversion, F16C's and the integer one: widening all 65536 values,
-    rounding in float lanes and storing the bits of a rounded value; odd counts, so that
+    rounding in float lanes, storing a float that a rounding rounded (the narrowing) and
+    storing the bits of a rounded value; odd counts, so that
     loop remainders (the scalar versions) convert too."""
     every = _every_half(torch.float16)
     widen = _conversion_kernel(tmp_path, path, "ts_f16_to_f32", "uint16_t", "float")
@@ -145,6 +146,9 @@ def test_each_fp16_conversion_matches_torch_in_both_builds(tmp_path, path):
     rounding = _conversion_kernel(tmp_path, path, "ts_round_f16", "float", "float")
     _assert_same_bits(rounding(x, torch.float32), x.half().float())
     _assert_same_bits(rounding(x[:13], torch.float32), x[:13].half().float())
+    store = _conversion_kernel(tmp_path, path, "ts_store_f16", "float", "uint16_t")
+    _assert_same_bits(store(x, torch.float16), x.half())
+    _assert_same_bits(store(x[:11], torch.float16), x[:11].half())
     bits = _conversion_kernel(tmp_path, path, "ts_f16_bits", "float", "uint16_t")
     _assert_same_bits(bits(every.float(), torch.float16), every)
     _assert_same_bits(bits(every[:5].float(), torch.float16), every[:5])

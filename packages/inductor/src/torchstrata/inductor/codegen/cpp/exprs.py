@@ -9,7 +9,7 @@ conditional in a loop that calls a function which may set ``errno``, such as ``e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -405,6 +405,27 @@ def store_line(store: Store, value: str) -> str:
         function = f"ts_{short}_bits" if rounded else f"ts_f32_to_{short}"
         return f"{target} = {function}({value});"
     return f"{target} = static_cast<{STORAGE_TYPES[store.dtype]}>({value});"
+
+
+def emit_store(store: Store, emit: Callable[[Expr], str]) -> str:
+    """:func:`store_line` of ``store``, its value (and what that needs) emitted by ``emit``.
+
+    An fp16 value that a ``convert_element_type`` rounded is stored by narrowing the float
+    it rounded (``ts_store_f16``, bit for bit the same): with F16C one conversion, where
+    rounding and then taking the bits is two. The rounded value's line stays, dead (and
+    dropped by the compiler) unless something else uses it."""
+    value = emit(store.value)
+    rounding = store.value
+    if (
+        store.dtype is torch.float16
+        and isinstance(rounding, Op)
+        and rounding.name == "convert_element_type"
+        and rounding.dtype is torch.float16
+        and rounding.args[0].dtype.is_floating_point
+    ):
+        target = f"{store.buffer}[{render_index(store.index)}]"
+        return f"{target} = ts_store_f16(static_cast<float>({emit(rounding.args[0])}));"
+    return store_line(store, value)
 
 
 def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:

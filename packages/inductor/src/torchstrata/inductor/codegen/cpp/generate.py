@@ -31,6 +31,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     blocked_loop,
     compute_type,
     derive_vars,
+    emit_store,
     enclose_loops,
     kernel_source,
     lane_loop,
@@ -39,7 +40,6 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     nested_loops,
     render_index,
     split_loops,
-    store_line,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
 from torchstrata.inductor.codegen.cpp.ranges import LoopRange, split_loop, whole_loop
@@ -303,7 +303,7 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     outer_count = math.prod(v.size for v in outer_vars)
     total = outer_count * math.prod(v.size for v in inner_vars)
     if kernel.red_shape:
-        row_lines = [store_line(store, emitter.emit(store.value)) for store in kernel.row_stores]
+        row_lines = [emit_store(store, emitter.emit) for store in kernel.row_stores]
         body += emitter.take_outer() + row_lines
         if kernel.full_stores:
             cache_loop = cache.loop + 1
@@ -357,6 +357,6 @@ def _store_loops(
     for loop_range in ranges:
         emitter.open_inner()
         enter()
-        lines = [store_line(s, emitter.emit(s.value)) for s in map(loop_range.store, stores)]
+        lines = [emit_store(s, emitter.emit) for s in map(loop_range.store, stores)]
         loops.append((loop_range.var, emitter.close_inner() + lines, pragma(loop_range)))
     return emitter.take_outer() + split_loops(loop_vars[:-1], loops)

@@ -17,8 +17,9 @@ prelude turns it off (the tests compile both). The integer versions are decision
 from __future__ import annotations
 
 #: The functions kernels call: load, intermediate rounding, store of a value that is an
-#: fp16 value already, store of any float.
-HALF_FUNCTIONS = ("ts_f16_to_f32", "ts_round_f16", "ts_f16_bits", "ts_f32_to_f16")
+#: fp16 value already, store of any float, store of the float that an fp16 rounding
+#: (``convert_element_type``) rounds (which is the narrowing, spelled for each path).
+HALF_FUNCTIONS = ("ts_f16_to_f32", "ts_round_f16", "ts_f16_bits", "ts_f32_to_f16", "ts_store_f16")
 
 _PORTABLE = r"""
 // fp16 by integer arithmetic on the bit patterns (decision 0196). Widening: exponent and
@@ -146,11 +147,15 @@ static inline float ts_f16_to_f32(uint16_t h) { return ts_f16c_widen(h); }
 static inline uint16_t ts_f32_to_f16(float f) { return static_cast<uint16_t>(ts_f16c_narrow(f)); }
 static inline float ts_round_f16(float f) { return ts_f16c_round(f); }
 static inline uint16_t ts_f16_bits(float r) { return static_cast<uint16_t>(ts_f16c_narrow(r)); }
+static inline uint16_t ts_store_f16(float f) { return static_cast<uint16_t>(ts_f16c_narrow(f)); }
 #else
 static inline float ts_f16_to_f32(uint16_t h) { return ts_f16_to_f32_int(h); }
 static inline uint16_t ts_f32_to_f16(float f) { return ts_f32_to_f16_int(f); }
 static inline float ts_round_f16(float f) { return ts_round_f16_int(f); }
 static inline uint16_t ts_f16_bits(float r) { return ts_f16_bits_int(r); }
+// Rounding, then the bits (the narrowing costs more; the rounding is shared with other
+// uses of the rounded value)
+static inline uint16_t ts_store_f16(float f) { return ts_f16_bits_int(ts_round_f16_int(f)); }
 #endif
 """
 
