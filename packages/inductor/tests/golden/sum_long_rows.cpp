@@ -148,8 +148,15 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
       acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
     }
-    double all_sum = acc_sum[0];
-    for (int64_t r0_lane = 1; r0_lane < 32; ++r0_lane) all_sum = all_sum + acc_sum[r0_lane];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 16; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 16];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 8];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 4; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 4];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 2; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 2];
+    const double all_sum = acc_sum[0] + acc_sum[1];
     const float red_sum = static_cast<float>(all_sum);
     const float tmp1 = red_sum;
     buf_sum[x0] = static_cast<float>(tmp1);

@@ -35,6 +35,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     enclose_loops,
     kernel_source,
     lane_loop,
+    lane_total,
     literal,
     loop_header,
     nested_loops,
@@ -194,8 +195,7 @@ def _lane_phase(
         zeros.append(f"{block}[{lane}] = {literal(0.0, spec.dtype)};")
         flushes.append(f"{acc}[{lane}] = {acc}[{lane}] + static_cast<{atype}>({block}[{lane}]);")
         finals += [
-            f"{atype} {total} = {acc}[0];",
-            f"for (int64_t {lane} = 1; {lane} < {SUM_LANES}; ++{lane}) {total} = {total} + {acc}[{lane}];",
+            *lane_total(acc, total, atype, lane),
             f"const {ctype} red_{spec.name} = static_cast<{ctype}>({total});",
         ]
 

@@ -25,6 +25,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     accumulator_type,
     compute_type,
     exp_call,
+    lane_total,
     literal,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
@@ -151,11 +152,7 @@ def online_phase(
                 flushes.append(
                     f"part_{s}[{lane}] = part_{s}[{lane}] + static_cast<{atype}>(block_{s}[{lane}]);"
                 )
-                lane_totals += [
-                    f"{atype} chunk_{s} = part_{s}[0];",
-                    f"for (int64_t {lane} = 1; {lane} < {SUM_LANES}; ++{lane}) "
-                    f"chunk_{s} = chunk_{s} + part_{s}[{lane}];",
-                ]
+                lane_totals += lane_total(f"part_{s}", f"chunk_{s}", atype, lane)
             elif atype == stype:
                 sum_clauses.append(f"reduction(+:chunk_{s})")
                 second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
