@@ -180,8 +180,9 @@ def _lane_phase(
     """:func:`_reduction_phase` for long float32 sums only: each adds into
     :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_LANES` float lanes (``block_<name>``),
     which join as many double lanes (``acc_<name>``) every block
-    (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`); the double lanes are added in
-    order once, after the row."""
+    (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`); the double lanes are added
+    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_total`).
+    """
     var = loop_range.var
     lane = f"{var.name}_lane"
     inits, zeros, flushes, finals = [], [], [], []
