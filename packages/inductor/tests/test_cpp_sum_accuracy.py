@@ -49,3 +49,19 @@ def test_long_row_softmax_is_accurate(ind):
     x = torch.zeros(2, LENGTH, dtype=torch.float32)
     x[:, 7] = 1.0
     assert _ulps(fn(x), torch.softmax(x.double(), -1)) <= 4
+
+
+def test_lane_sums_cover_every_element(ind):
+    # Long sums add in 32 float lanes, flushed every 256 elements: lengths with a partial
+    # block, a partial set of lanes, both, and a sum over two dims (lanes kept across the
+    # outer one). Integer values sum exactly, so a skipped or doubled element shows.
+    for shape, dims in (
+        ((3, 257), (1,)),
+        ((3, 288), (1,)),
+        ((2, 4096 + 31), (1,)),
+        ((2, 5, 300), (1, 2)),
+    ):
+        fn = _compile(ind, shape, lambda b, x, dims=dims: b.call(prim("sum"), x, dims))
+        x = torch.randint(-1000, 1000, shape, generator=torch.Generator().manual_seed(1))
+        x = x.to(torch.float32)
+        assert torch.equal(fn(x), x.sum(dims)), shape

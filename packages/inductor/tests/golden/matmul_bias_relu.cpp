@@ -39,59 +39,15 @@ static inline uint16_t ts_f32_to_bf16(float f) {
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
 }
-// fp16: exponent and mantissa shifted into place and rebiased; an exponent of 31 becomes
-// 255 (inf, or NaN quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No
-// float operation here (or below) takes or gives a float subnormal: without FTZ/DAZ each
-// one costs a microcode assist (softmax's fp16 output, many of them subnormal, took twice
-// as long when stored through a multiply by 2**-112).
-static inline float ts_f16_to_f32(uint16_t h) {
-  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  uint32_t o = em + 0x38000000u;
-  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
-  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
-  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
-  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
-// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
-static inline uint16_t ts_f32_to_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
-  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
-  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
-  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
-// A float rounded to the nearest bf16 or fp16 and widened back (an op whose result eager
-// stores in 16 bits): the two conversions above fused, in 32-bit lanes throughout.
+// A float rounded to the nearest bf16 and widened back (an op whose result eager stores
+// in 16 bits): the two conversions above fused, in 32-bit lanes throughout. fp16's
+// conversions follow the prelude in kernels that use them (codegen/cpp/half.py).
 static inline float ts_round_bf16(float f) {
   const uint32_t u = ts_f32_bits(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
 }
-// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
-// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
-static inline float ts_round_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t e = a & 0x7f800000u;
-  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
-  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
-  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
-  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
-  return ts_bits_f32(o | (u & 0x80000000u));
-}
-// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
-// fp16, rebiased, or below 2**-14 the float add of 0.5 (exact here); for bf16 the high half.
-static inline uint16_t ts_f16_bits(float r) {
-  const uint32_t u = ts_f32_bits(r);
-  const uint32_t a = u & 0x7fffffffu;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
-  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
+// The bits of a float that is a bf16 value already (one that ts_round_bf16 returned).
 static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,

@@ -35,59 +35,15 @@ static inline uint16_t ts_f32_to_bf16(float f) {
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
 }
-// fp16: exponent and mantissa shifted into place and rebiased; an exponent of 31 becomes
-// 255 (inf, or NaN quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No
-// float operation here (or below) takes or gives a float subnormal: without FTZ/DAZ each
-// one costs a microcode assist (softmax's fp16 output, many of them subnormal, took twice
-// as long when stored through a multiply by 2**-112).
-static inline float ts_f16_to_f32(uint16_t h) {
-  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  uint32_t o = em + 0x38000000u;
-  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
-  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
-  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
-  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
-// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
-static inline uint16_t ts_f32_to_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
-  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
-  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
-  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
-// A float rounded to the nearest bf16 or fp16 and widened back (an op whose result eager
-// stores in 16 bits): the two conversions above fused, in 32-bit lanes throughout.
+// A float rounded to the nearest bf16 and widened back (an op whose result eager stores
+// in 16 bits): the two conversions above fused, in 32-bit lanes throughout. fp16's
+// conversions follow the prelude in kernels that use them (codegen/cpp/half.py).
 static inline float ts_round_bf16(float f) {
   const uint32_t u = ts_f32_bits(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
 }
-// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
-// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
-static inline float ts_round_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t e = a & 0x7f800000u;
-  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
-  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
-  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
-  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
-  return ts_bits_f32(o | (u & 0x80000000u));
-}
-// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
-// fp16, rebiased, or below 2**-14 the float add of 0.5 (exact here); for bf16 the high half.
-static inline uint16_t ts_f16_bits(float r) {
-  const uint32_t u = ts_f32_bits(r);
-  const uint32_t a = u & 0x7fffffffu;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
-  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
+// The bits of a float that is a bf16 value already (one that ts_round_bf16 returned).
 static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
@@ -143,6 +99,140 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
   return static_cast<int64_t>(h >> (32 - bits));
 }
 
+// fp16 by integer arithmetic on the bit patterns (decision 0196). Widening: exponent and
+// mantissa shifted into place and rebiased; an exponent of 31 becomes 255 (inf, or NaN
+// quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No float operation here
+// takes or gives a float subnormal: without FTZ/DAZ each one costs a microcode assist
+// (softmax's fp16 output, many of them subnormal, took twice as long when stored through
+// a multiply by 2**-112).
+static inline float ts_f16_to_f32_int(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  uint32_t o = em + 0x38000000u;
+  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
+  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
+  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
+  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
+// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
+static inline uint16_t ts_f32_to_f16_int(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
+  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
+  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+// Rounding in 32-bit lanes: adding c = 2**(exponent + 13), no less than 2**-1, rounds to
+// fp16's place (nearest even), and subtracting c is exact.
+static inline float ts_round_f16_int(float f) {
+  const uint32_t u = ts_f32_bits(f);
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t e = a & 0x7f800000u;
+  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
+  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
+  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
+  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
+  return ts_bits_f32(o | (u & 0x80000000u));
+}
+// The bits of a float that is an fp16 value already: rebiased, or below 2**-14 the float
+// add of 0.5 (exact here).
+static inline uint16_t ts_f16_bits_int(float r) {
+  const uint32_t u = ts_f32_bits(r);
+  const uint32_t a = u & 0x7fffffffu;
+  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
+  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
+  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__F16C__) && defined(__AVX2__) && !defined(TS_PORTABLE_HALF)
+#define TS_F16C 1
+// fp16 by F16C (see codegen/cpp/half.py): declared simd, so SIMD loops call the vector
+// variants below; rounding is to nearest even (immediate 0), NaN kept and quieted, as
+// the integer versions. `const`: no side effects, so calls vectorise and CSE.
+extern "C" {
+__attribute__((simd("notinbranch"), const, visibility("hidden"))) float ts_f16c_widen(uint32_t h);
+__attribute__((simd("notinbranch"), const, visibility("hidden"))) uint32_t ts_f16c_narrow(float f);
+__attribute__((simd("notinbranch"), const, visibility("hidden"))) float ts_f16c_round(float f);
+}
+typedef float ts_v4sf __attribute__((vector_size(16)));
+typedef float ts_v8sf __attribute__((vector_size(32)));
+typedef uint32_t ts_v4su __attribute__((vector_size(16)));
+typedef uint32_t ts_v8su __attribute__((vector_size(32)));
+typedef uint16_t ts_v4hu __attribute__((vector_size(8)));
+typedef uint16_t ts_v8hu __attribute__((vector_size(16)));
+typedef short ts_v8hi __attribute__((vector_size(16)));
+#define TS_F16C_VARIANT extern "C" __attribute__((visibility("hidden")))
+// SSE ('b': 4 lanes in xmm) and AVX ('c': floats in ymm, 32-bit integers as two xmm, a
+// 32-bit integer result in one xmm of 4 lanes), AVX2 ('d': 8 lanes in ymm).
+TS_F16C_VARIANT ts_v4sf _ZGVbN4v_ts_f16c_widen(ts_v4su h) {
+  const ts_v4hu n = __builtin_convertvector(h, ts_v4hu);
+  return __builtin_ia32_vcvtph2ps((ts_v8hi)__builtin_shufflevector(n, n, 0, 1, 2, 3, 0, 1, 2, 3));
+}
+TS_F16C_VARIANT ts_v4su _ZGVbN4v_ts_f16c_narrow(ts_v4sf f) {
+  const ts_v8hu n = (ts_v8hu)__builtin_ia32_vcvtps2ph(f, 0);
+  return __builtin_convertvector(__builtin_shufflevector(n, n, 0, 1, 2, 3), ts_v4su);
+}
+TS_F16C_VARIANT ts_v4sf _ZGVbN4v_ts_f16c_round(ts_v4sf f) {
+  return __builtin_ia32_vcvtph2ps(__builtin_ia32_vcvtps2ph(f, 0));
+}
+TS_F16C_VARIANT ts_v8sf _ZGVcN8v_ts_f16c_widen(ts_v4su low, ts_v4su high) {
+  const ts_v4hu l = __builtin_convertvector(low, ts_v4hu), h = __builtin_convertvector(high, ts_v4hu);
+  return __builtin_ia32_vcvtph2ps256((ts_v8hi)__builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7));
+}
+TS_F16C_VARIANT ts_v4su _ZGVcN4v_ts_f16c_narrow(ts_v4sf f) { return _ZGVbN4v_ts_f16c_narrow(f); }
+TS_F16C_VARIANT ts_v8sf _ZGVcN8v_ts_f16c_round(ts_v8sf f) {
+  return __builtin_ia32_vcvtph2ps256(__builtin_ia32_vcvtps2ph256(f, 0));
+}
+TS_F16C_VARIANT ts_v8sf _ZGVdN8v_ts_f16c_widen(ts_v8su h) {
+  return __builtin_ia32_vcvtph2ps256((ts_v8hi)__builtin_convertvector(h, ts_v8hu));
+}
+TS_F16C_VARIANT ts_v8su _ZGVdN8v_ts_f16c_narrow(ts_v8sf f) {
+  return __builtin_convertvector((ts_v8hu)__builtin_ia32_vcvtps2ph256(f, 0), ts_v8su);
+}
+TS_F16C_VARIANT ts_v8sf _ZGVdN8v_ts_f16c_round(ts_v8sf f) {
+  return __builtin_ia32_vcvtph2ps256(__builtin_ia32_vcvtps2ph256(f, 0));
+}
+#ifdef __AVX512F__
+typedef float ts_v16sf __attribute__((vector_size(64)));
+typedef uint32_t ts_v16su __attribute__((vector_size(64)));
+typedef uint16_t ts_v16hu __attribute__((vector_size(32)));
+typedef short ts_v16hi __attribute__((vector_size(32)));
+// AVX-512 ('e': 16 lanes in zmm). Mask all ones; 4 is _MM_FROUND_CUR_DIRECTION (exact).
+TS_F16C_VARIANT ts_v16sf _ZGVeN16v_ts_f16c_widen(ts_v16su h) {
+  return __builtin_ia32_vcvtph2ps512_mask((ts_v16hi)__builtin_convertvector(h, ts_v16hu), ts_v16sf{}, 0xffff, 4);
+}
+TS_F16C_VARIANT ts_v16su _ZGVeN16v_ts_f16c_narrow(ts_v16sf f) {
+  return __builtin_convertvector((ts_v16hu)__builtin_ia32_vcvtps2ph512_mask(f, 0, ts_v16hi{}, 0xffff), ts_v16su);
+}
+TS_F16C_VARIANT ts_v16sf _ZGVeN16v_ts_f16c_round(ts_v16sf f) {
+  return __builtin_ia32_vcvtph2ps512_mask(__builtin_ia32_vcvtps2ph512_mask(f, 0, ts_v16hi{}, 0xffff), ts_v16sf{}, 0xffff, 4);
+}
+#endif
+// The scalar versions: System V arguments in edi / xmm0, results in xmm0 / eax.
+__asm__(
+  ".pushsection .text\n"
+  ".p2align 4\nts_f16c_widen:\n\tvmovd %edi, %xmm0\n\tvcvtph2ps %xmm0, %xmm0\n\tret\n"
+  ".p2align 4\nts_f16c_narrow:\n\tvcvtps2ph $0, %xmm0, %xmm0\n\tvmovd %xmm0, %eax\n\tmovzwl %ax, %eax\n\tret\n"
+  ".p2align 4\nts_f16c_round:\n\tvcvtps2ph $0, %xmm0, %xmm0\n\tvcvtph2ps %xmm0, %xmm0\n\tret\n"
+  ".popsection\n");
+static inline float ts_f16_to_f32(uint16_t h) { return ts_f16c_widen(h); }
+static inline uint16_t ts_f32_to_f16(float f) { return static_cast<uint16_t>(ts_f16c_narrow(f)); }
+static inline float ts_round_f16(float f) { return ts_f16c_round(f); }
+static inline uint16_t ts_f16_bits(float r) { return static_cast<uint16_t>(ts_f16c_narrow(r)); }
+static inline uint16_t ts_store_f16(float f) { return static_cast<uint16_t>(ts_f16c_narrow(f)); }
+#else
+static inline float ts_f16_to_f32(uint16_t h) { return ts_f16_to_f32_int(h); }
+static inline uint16_t ts_f32_to_f16(float f) { return ts_f32_to_f16_int(f); }
+static inline float ts_round_f16(float f) { return ts_round_f16_int(f); }
+static inline uint16_t ts_f16_bits(float r) { return ts_f16_bits_int(r); }
+// Rounding, then the bits (the narrowing costs more; the rounding is shared with other
+// uses of the rounded value)
+static inline uint16_t ts_store_f16(float f) { return ts_f16_bits_int(ts_round_f16_int(f)); }
+#endif
+
 extern "C" {
 #pragma omp declare simd notinbranch
 float erff(float);
@@ -168,7 +258,7 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict
       const float tmp7 = static_cast<float>(tmp6);
       const float tmp8 = static_cast<float>(tmp4 + tmp7);
       const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
-      buf_add[64*x0 + x1] = ts_f16_bits(tmp9);
+      buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
     }
   }
 }

@@ -24,9 +24,9 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     accumulator_type,
     compute_type,
     derive_vars,
+    emit_store,
     kernel_source,
     literal,
-    store_line,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used
@@ -152,7 +152,7 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
         value = emitter.emit(spec.body)
         combined = COMBINE[spec.kind].format(acc=acc, v=value)
         updates.append(f"{acc} = static_cast<{ctype}>({combined});")
-    stores = [store_line(store, emitter.emit(store.value)) for store in kernel.full_stores]
+    stores = [emit_store(store, emitter.emit) for store in kernel.full_stores]
     inner = emitter.close_inner() + stores + updates
     per_element = (
         derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
@@ -213,7 +213,7 @@ def _store_block(kernel: Kernel, layout: _Layout) -> list[str]:
             for s in kernel.reductions
         }
     )
-    stores = [store_line(store, emitter.emit(store.value)) for store in kernel.row_stores]
+    stores = [emit_store(store, emitter.emit) for store in kernel.row_stores]
     inner = emitter.close_inner() + stores
     return emitter.take_outer() + _column_loop(layout, inner)
 

@@ -9,7 +9,7 @@ conditional in a loop that calls a function which may set ``errno``, such as ``e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -27,6 +27,7 @@ from torchstrata.inductor.codegen.cpp.division import (
     needs_safe_divisor,
     uses_safe_divisors,
 )
+from torchstrata.inductor.codegen.cpp.half import HALF_PRELUDE, uses_half
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -60,6 +61,11 @@ PARALLEL_THRESHOLD = 32768  # elements below which OpenMP's fork costs more than
 #: elements one after another, and the block's rounding error stays within about two
 #: float32 ulps (at 256, equal values came out 5 ulps off; a whole row of 70001, 400).
 SUM_BLOCK = 128
+#: The lanes of a float32 row sum that :func:`lane_loop` keeps in arrays (two 512-bit
+#: vectors, four 256-bit ones: independent add chains), each adding LANE_BLOCK / LANES
+#: elements (8, as SUM_BLOCK's lanes on AVX2) before joining its double lane.
+SUM_LANES = 32
+LANE_BLOCK = 256
 
 PRELUDE = r"""
 #include <cmath>
@@ -90,59 +96,15 @@ static inline uint16_t ts_f32_to_bf16(float f) {
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return static_cast<uint16_t>(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x40u, rounded));
 }
-// fp16: exponent and mantissa shifted into place and rebiased; an exponent of 31 becomes
-// 255 (inf, or NaN quieted); subnormals as 2**-14 * (1 + m/1024) - 2**-14, exact. No
-// float operation here (or below) takes or gives a float subnormal: without FTZ/DAZ each
-// one costs a microcode assist (softmax's fp16 output, many of them subnormal, took twice
-// as long when stored through a multiply by 2**-112).
-static inline float ts_f16_to_f32(uint16_t h) {
-  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  uint32_t o = em + 0x38000000u;
-  o = ts_where<uint32_t>(em >= 0x0f800000u, em | 0x7f800000u | ts_where<uint32_t>(em > 0x0f800000u, 0x00400000u, 0u), o);
-  const float tiny = ts_bits_f32(o + 0x00800000u) - ts_bits_f32(0x38800000u);
-  o = ts_where<uint32_t>(em < 0x00800000u, ts_f32_bits(tiny), o);
-  return ts_bits_f32(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-// |f| >= 65536: inf, or NaN with its top mantissa bits; below 2**-14: the float add of 0.5
-// rounds to the subnormal's last place (nearest even); otherwise rebias and round on bit 13.
-static inline uint16_t ts_f32_to_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t big = ts_where<uint32_t>(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
-  const uint32_t tiny = ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u;
-  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, tiny, normal);
-  o = ts_where<uint32_t>(a >= 0x47800000u, big, o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
-// A float rounded to the nearest bf16 or fp16 and widened back (an op whose result eager
-// stores in 16 bits): the two conversions above fused, in 32-bit lanes throughout.
+// A float rounded to the nearest bf16 and widened back (an op whose result eager stores
+// in 16 bits): the two conversions above fused, in 32-bit lanes throughout. fp16's
+// conversions follow the prelude in kernels that use them (codegen/cpp/half.py).
 static inline float ts_round_bf16(float f) {
   const uint32_t u = ts_f32_bits(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   return ts_bits_f32(ts_where<uint32_t>((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, rounded));
 }
-// fp16 (11 significant bits, at least 2**-24 apart): adding c = 2**(exponent + 13), no
-// less than 2**-1, rounds to that place (nearest even), and subtracting c is exact.
-static inline float ts_round_f16(float f) {
-  const uint32_t u = ts_f32_bits(f);
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t e = a & 0x7f800000u;
-  const float c = ts_bits_f32((e > 0x38800000u ? e : 0x38800000u) + 0x06800000u);
-  uint32_t o = ts_f32_bits((ts_bits_f32(a) + c) - c);
-  o = ts_where<uint32_t>(a >= 0x477ff000u, 0x7f800000u, o);
-  o = ts_where<uint32_t>(a > 0x7f800000u, (a | 0x00400000u) & 0xffffe000u, o);
-  return ts_bits_f32(o | (u & 0x80000000u));
-}
-// The bits of a float that is a 16-bit value already (one that ts_round_* returned): for
-// fp16, rebiased, or below 2**-14 the float add of 0.5 (exact here); for bf16 the high half.
-static inline uint16_t ts_f16_bits(float r) {
-  const uint32_t u = ts_f32_bits(r);
-  const uint32_t a = u & 0x7fffffffu;
-  uint32_t o = ts_where<uint32_t>(a < 0x38800000u, ts_f32_bits(ts_bits_f32(a) + 0.5f) - 0x3f000000u, (a - 0x38000000u) >> 13);
-  o = ts_where<uint32_t>(a >= 0x47800000u, 0x7c00u | ((a >> 13) & 0x3ffu), o);
-  return static_cast<uint16_t>(o | ((u >> 16) & 0x8000u));
-}
+// The bits of a float that is a bf16 value already (one that ts_round_bf16 returned).
 static inline uint16_t ts_bf16_bits(float r) { return static_cast<uint16_t>(ts_f32_bits(r) >> 16); }
 // Integers: a plain select (GCC 12 gives the initial value back from an `omp simd
 // reduction(max:acc)` whose update is the masked select on integers, at trip counts 2, 8,
@@ -445,6 +407,27 @@ def store_line(store: Store, value: str) -> str:
     return f"{target} = static_cast<{STORAGE_TYPES[store.dtype]}>({value});"
 
 
+def emit_store(store: Store, emit: Callable[[Expr], str]) -> str:
+    """:func:`store_line` of ``store``, its value (and what that needs) emitted by ``emit``.
+
+    An fp16 value that a ``convert_element_type`` rounded is stored by narrowing the float
+    it rounded (``ts_store_f16``, bit for bit the same): with F16C one conversion, where
+    rounding and then taking the bits is two. The rounded value's line stays, dead (and
+    dropped by the compiler) unless something else uses it."""
+    value = emit(store.value)
+    rounding = store.value
+    if (
+        store.dtype is torch.float16
+        and isinstance(rounding, Op)
+        and rounding.name == "convert_element_type"
+        and rounding.dtype is torch.float16
+        and rounding.args[0].dtype.is_floating_point
+    ):
+        target = f"{store.buffer}[{render_index(store.index)}]"
+        return f"{target} = ts_store_f16(static_cast<float>({emit(rounding.args[0])}));"
+    return store_line(store, value)
+
+
 def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
     strides = row_major_strides([v.size for v in vars_])
     lines = []
@@ -521,6 +504,84 @@ def blocked_loop(
     return lines + (loop(full, var.size) if full < var.size else [])
 
 
+def lane_loop(
+    var: Var, body: Sequence[str], start: Sequence[str], flush: Sequence[str]
+) -> list[str]:
+    """A loop over ``var`` whose ``body`` adds to lane arrays indexed by ``<var>_lane``
+    (one of :data:`SUM_LANES`): ``start`` zeroes the float lanes, ``flush`` adds them to
+    the wide ones, every :data:`LANE_BLOCK` elements and after the last.
+
+    An ``omp simd reduction`` combines its lanes in order after the loop, one scalar add
+    after another (32 dependent adds for 16-bit inputs); per block of SUM_BLOCK that was
+    most of a long row sum's time. Lane arrays are combined once per row, by the caller.
+    """
+    lane, lanes = f"{var.name}_lane", f"{var.name}_lanes"
+
+    def inner(count: int) -> list[str]:
+        return [
+            "#pragma omp simd",
+            f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{",
+            f"  const int64_t {var.name} = {lanes} + {lane};",
+            *("  " + line for line in body),
+            "}",
+        ]
+
+    def offset(begin: str | int, by: int) -> str:
+        if isinstance(begin, int):
+            return str(begin + by)
+        return f"{begin} + {by}" if by else begin
+
+    def run(begin: str | int, count: int) -> list[str]:
+        """Lane loops over ``count`` elements from ``begin`` (a variable or a number)."""
+        whole, tail = count - count % SUM_LANES, count % SUM_LANES
+        lines: list[str] = []
+        if whole:
+            lines += [
+                f"for (int64_t {lanes} = {begin}; {lanes} < {offset(begin, whole)}; "
+                f"{lanes} += {SUM_LANES}) {{",
+                *("  " + line for line in inner(SUM_LANES)),
+                "}",
+            ]
+        if tail:
+            lines += [
+                "{",
+                f"  const int64_t {lanes} = {offset(begin, whole)};",
+                *("  " + line for line in inner(tail)),
+                "}",
+            ]
+        return lines
+
+    full = var.size - var.size % LANE_BLOCK
+    block = f"{var.name}_block"
+    lines: list[str] = []
+    if full:
+        lines += [
+            f"for (int64_t {block} = 0; {block} < {full}; {block} += {LANE_BLOCK}) {{",
+            *("  " + line for line in [*start, *run(block, LANE_BLOCK), *flush]),
+            "}",
+        ]
+    if full < var.size:
+        lines += [*start, *run(full, var.size - full), *flush]
+    return lines
+
+
+def lane_total(lanes: str, total: str, ctype: str, lane: str) -> list[str]:
+    """Lines defining ``total`` (of C++ type ``ctype``) as the sum of the
+    :data:`SUM_LANES` lanes of the array ``lanes``, pairwise: halves added in one SIMD
+    step each, five dependent vector adds where adding lane after lane was 31 scalar ones
+    (about 124 cycles a row). ``lanes`` is summed in place; ``lane`` names the index."""
+    lines: list[str] = []
+    width = SUM_LANES // 2
+    while width > 1:
+        lines += [
+            "#pragma omp simd",
+            f"for (int64_t {lane} = 0; {lane} < {width}; ++{lane}) "
+            f"{lanes}[{lane}] = {lanes}[{lane}] + {lanes}[{lane} + {width}];",
+        ]
+        width //= 2
+    return [*lines, f"const {ctype} {total} = {lanes}[0] + {lanes}[1];"]
+
+
 COMBINE = {
     "sum": "{acc} + {v}",
     "prod": "{acc} * {v}",
@@ -577,4 +638,6 @@ def kernel_source(
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
+    if uses_half(text):
+        prelude += HALF_PRELUDE
     return "\n".join([prelude, simd_declarations(used), *function, ""])

@@ -25,19 +25,22 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
     SUM_BLOCK,
+    SUM_LANES,
     CppPrinter,
     accumulator_type,
     blocked_loop,
     compute_type,
     derive_vars,
+    emit_store,
     enclose_loops,
     kernel_source,
+    lane_loop,
+    lane_total,
     literal,
     loop_header,
     nested_loops,
     render_index,
     split_loops,
-    store_line,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
 from torchstrata.inductor.codegen.cpp.ranges import LoopRange, split_loop, whole_loop
@@ -118,6 +121,8 @@ def _reduction_phase(
         for spec in reductions
         if _accumulator_type(spec) != compute_type(spec.dtype) and row_length > SUM_BLOCK
     }
+    if blocked and len(blocked) == len(reductions) and len(ranges) == 1:
+        return _lane_phase(emitter, reductions, loop_vars, cache, ranges[0])
     inits, clauses, finals, starts, flushes = [], [], [], [], []
     for spec in reductions:
         ctype = compute_type(spec.dtype)
@@ -162,6 +167,53 @@ def _reduction_phase(
             loops += blocked_loop(loop_range.var, body, pragma, starts, flushes)
         else:
             loops += nested_loops([loop_range.var], body, pragma)
+    return emitter.take_outer() + inits + enclose_loops(loop_vars[:-1], loops) + finals
+
+
+def _lane_phase(
+    emitter: ExprEmitter,
+    reductions: Sequence[ReductionSpec],
+    loop_vars: Sequence[Var],
+    cache: RowCacheEmitter,
+    loop_range: LoopRange,
+) -> list[str]:
+    """:func:`_reduction_phase` for long float32 sums only: each adds into
+    :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_LANES` float lanes (``block_<name>``),
+    which join as many double lanes (``acc_<name>``) every block
+    (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`); the double lanes are added
+    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_total`).
+    """
+    var = loop_range.var
+    lane = f"{var.name}_lane"
+    inits, zeros, flushes, finals = [], [], [], []
+    for spec in reductions:
+        ctype, atype = compute_type(spec.dtype), _accumulator_type(spec)
+        acc, block, total = f"acc_{spec.name}", f"block_{spec.name}", f"all_{spec.name}"
+        inits += [
+            f"alignas(64) {atype} {acc}[{SUM_LANES}] = {{}};",
+            f"alignas(64) {ctype} {block}[{SUM_LANES}];",
+        ]
+        zeros.append(f"{block}[{lane}] = {literal(0.0, spec.dtype)};")
+        flushes.append(f"{acc}[{lane}] = {acc}[{lane}] + static_cast<{atype}>({block}[{lane}]);")
+        finals += [
+            *lane_total(acc, total, atype, lane),
+            f"const {ctype} red_{spec.name} = static_cast<{ctype}>({total});",
+        ]
+
+    def over_lanes(lines: list[str]) -> list[str]:
+        header = f"for (int64_t {lane} = 0; {lane} < {SUM_LANES}; ++{lane}) {{"
+        return ["#pragma omp simd", header, *("  " + line for line in lines), "}"]
+
+    emitter.open_inner()
+    cache.enter(emitter, cache.loop + 1)
+    updates = []
+    for spec in reductions:
+        block = f"block_{spec.name}[{lane}]"
+        value = emitter.emit(loop_range.expr(spec.body))
+        updates.append(f"{block} = static_cast<{compute_type(spec.dtype)}>({block} + {value});")
+    updates += cache.writes(emitter)
+    body = emitter.close_inner() + updates
+    loops = lane_loop(var, body, over_lanes(zeros), over_lanes(flushes))
     return emitter.take_outer() + inits + enclose_loops(loop_vars[:-1], loops) + finals
 
 
@@ -252,7 +304,7 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     outer_count = math.prod(v.size for v in outer_vars)
     total = outer_count * math.prod(v.size for v in inner_vars)
     if kernel.red_shape:
-        row_lines = [store_line(store, emitter.emit(store.value)) for store in kernel.row_stores]
+        row_lines = [emit_store(store, emitter.emit) for store in kernel.row_stores]
         body += emitter.take_outer() + row_lines
         if kernel.full_stores:
             cache_loop = cache.loop + 1
@@ -306,6 +358,6 @@ def _store_loops(
     for loop_range in ranges:
         emitter.open_inner()
         enter()
-        lines = [store_line(s, emitter.emit(s.value)) for s in map(loop_range.store, stores)]
+        lines = [emit_store(s, emitter.emit) for s in map(loop_range.store, stores)]
         loops.append((loop_range.var, emitter.close_inner() + lines, pragma(loop_range)))
     return emitter.take_outer() + split_loops(loop_vars[:-1], loops)

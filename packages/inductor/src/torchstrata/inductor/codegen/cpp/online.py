@@ -19,10 +19,13 @@ from collections.abc import Mapping, Sequence
 
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
+    LANE_BLOCK,
     SUM_BLOCK,
+    SUM_LANES,
     accumulator_type,
     compute_type,
     exp_call,
+    lane_total,
     literal,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
@@ -118,6 +121,14 @@ def online_phase(
     blocked_sums: list[str] = []  # float32 sums added in blocks of SUM_BLOCK (float) to a double
     block_inits: list[str] = []
     flushes: list[str] = []
+    lane_totals: list[str] = []
+    # Every sum float32 (double accumulators): lane arrays, as in generate._lane_phase.
+    in_lanes = all(
+        accumulator_type(p.dtype, p.kind) != _ctype_of(p)
+        for spec in paired
+        for p in partners[spec.name]
+    )
+    lane = f"{r}_lane"
     for spec in paired:
         m, ctype = spec.name, _ctype_of(spec)
         low, _ = _limits(spec)
@@ -127,9 +138,22 @@ def online_phase(
             atype = accumulator_type(partner.dtype, partner.kind)
             zero = f"static_cast<{stype}>(0)"
             inits.append(f"{atype} acc_{s} = {zero};")
-            chunk_inits.append(f"{atype} chunk_{s} = {zero};")
+            if not in_lanes:
+                chunk_inits.append(f"{atype} chunk_{s} = {zero};")
             term = exp_call(f"static_cast<{ctype}>({value} - safe_{m})", ctype)
-            if atype == stype:
+            if in_lanes:
+                blocked_sums.append(s)
+                chunk_inits.append(f"alignas(64) {atype} part_{s}[{SUM_LANES}] = {{}};")
+                block_inits.append(f"block_{s}[{lane}] = {zero};")
+                inits.append(f"alignas(64) {stype} block_{s}[{SUM_LANES}];")
+                second_updates.append(
+                    f"block_{s}[{lane}] = static_cast<{stype}>(block_{s}[{lane}] + {term});"
+                )
+                flushes.append(
+                    f"part_{s}[{lane}] = part_{s}[{lane}] + static_cast<{atype}>(block_{s}[{lane}]);"
+                )
+                lane_totals += lane_total(f"part_{s}", f"chunk_{s}", atype, lane)
+            elif atype == stype:
                 sum_clauses.append(f"reduction(+:chunk_{s})")
                 second_updates.append(f"chunk_{s} = static_cast<{stype}>(chunk_{s} + {term});")
             else:  # blocks of float lanes, added to the chunk's wide sum
@@ -161,7 +185,9 @@ def online_phase(
     ]
     sum_loop = ["#pragma omp simd " + " ".join(sum_clauses), header]
     sum_loop += ["  " + line for line in second] + ["}"]
-    if blocked_sums:
+    if in_lanes and blocked_sums:
+        sum_loop = _lane_sum_loop(r, start, stop, second, block_inits, flushes) + lane_totals
+    elif blocked_sums:
         # The chunk's sum in blocks of SUM_BLOCK, each added up in full-width float lanes.
         block, end = f"{r}_block", f"{r}_end"
         sum_loop[1] = f"for (int64_t {r} = {block}; {r} < {end}; ++{r}) {{"
@@ -175,3 +201,43 @@ def online_phase(
     loop = [f"for (int64_t {start} = 0; {start} < {length}; {start} += {chunk}) {{"]
     loop += ["  " + line for line in body] + ["}"]
     return emitter.take_outer() + inits + loop + finals
+
+
+def _lane_sum_loop(
+    r: str,
+    start: str,
+    stop: str,
+    body: Sequence[str],
+    zeros: Sequence[str],
+    flushes: Sequence[str],
+) -> list[str]:
+    """A chunk's sums over ``[start, stop)`` into lane arrays: ``body`` adds element
+    ``r`` to lane ``<r>_lane`` of the float lanes, which ``zeros`` clears and ``flushes``
+    adds to the chunk's double lanes every :data:`LANE_BLOCK` elements (see
+    :func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`; the bounds are variables
+    here). Whole sets of lanes, then the rest of the block in a partial one."""
+    lane, lanes, block, end = f"{r}_lane", f"{r}_lanes", f"{r}_block", f"{r}_end"
+
+    def over(count: str, lines: Sequence[str], indexed: bool) -> list[str]:
+        head = f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{"
+        index = [f"  const int64_t {r} = {lanes} + {lane};"] if indexed else []
+        return ["#pragma omp simd", head, *index, *("  " + line for line in lines), "}"]
+
+    whole = [
+        f"for (; {lanes} + {SUM_LANES} <= {end}; {lanes} += {SUM_LANES}) {{",
+        *("  " + line for line in over(str(SUM_LANES), body, True)),
+        "}",
+    ]
+    per_block = [
+        f"const int64_t {end} = {block} + {LANE_BLOCK} < {stop} ? {block} + {LANE_BLOCK} : {stop};",
+        *over(str(SUM_LANES), zeros, False),
+        f"int64_t {lanes} = {block};",
+        *whole,
+        *over(f"{end} - {lanes}", body, True),
+        *over(str(SUM_LANES), flushes, False),
+    ]
+    return [
+        f"for (int64_t {block} = {start}; {block} < {stop}; {block} += {LANE_BLOCK}) {{",
+        *("  " + line for line in per_block),
+        "}",
+    ]
