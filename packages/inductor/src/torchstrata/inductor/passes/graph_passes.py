@@ -11,6 +11,7 @@ when its name is in ``blocked_plugins``, like a plugin's passes.
 from __future__ import annotations
 
 from torchstrata.core import Graph, GraphPass, eliminate_common_subexpressions, eliminate_dead_code
+from torchstrata.inductor.passes.channels_last_convs import channels_last_convolutions
 from torchstrata.inductor.passes.counts import narrow_counts
 from torchstrata.inductor.passes.factored_sums import factor_sums
 from torchstrata.inductor.passes.identity_views import drop_identity_views
@@ -110,6 +111,18 @@ class DropDeadCode(GraphPass):
 
     def __call__(self, graph: Graph) -> Graph:
         return eliminate_dead_code(graph)
+
+
+class ChannelsLastConvolutions(GraphPass):
+    """CPU 2-D convolutions on channels-last inputs, their results read in that layout
+    (the C++ backend's pass; decision 0230)."""
+
+    name = "cpp.channels_last_convolutions"
+    after = ("inductor.row_scatters",)
+    before = ("inductor.dce",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return channels_last_convolutions(graph)
 
 
 def common_passes() -> tuple[GraphPass, ...]:
