@@ -14,6 +14,7 @@ from torchstrata.core import Graph, GraphPass, eliminate_common_subexpressions, 
 from torchstrata.inductor.passes.channels_last_convs import channels_last_convolutions
 from torchstrata.inductor.passes.counts import narrow_counts
 from torchstrata.inductor.passes.factored_sums import factor_sums
+from torchstrata.inductor.passes.grouped_attention import grouped_query_attention
 from torchstrata.inductor.passes.identity_views import drop_identity_views
 from torchstrata.inductor.passes.one_hot import one_hot_sums
 from torchstrata.inductor.passes.rewrites import gather_as_reduction
@@ -103,11 +104,22 @@ class RowScatters(GraphPass):
         return row_scatters(graph)
 
 
+class GroupedQueryAttention(GraphPass):
+    """CPU flash attention reads grouped-query key/value heads unrepeated: no copy of
+    each head for its group (decision 0232)."""
+
+    name = "inductor.grouped_query_attention"
+    after = ("inductor.row_scatters",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return grouped_query_attention(graph)
+
+
 class DropDeadCode(GraphPass):
     """Nodes no output needs any more, dropped: the last pass before lowering."""
 
     name = "inductor.dce"
-    after = ("inductor.row_scatters",)
+    after = ("inductor.grouped_query_attention",)
 
     def __call__(self, graph: Graph) -> Graph:
         return eliminate_dead_code(graph)
@@ -118,7 +130,7 @@ class ChannelsLastConvolutions(GraphPass):
     (the C++ backend's pass; decision 0230)."""
 
     name = "cpp.channels_last_convolutions"
-    after = ("inductor.row_scatters",)
+    after = ("inductor.grouped_query_attention",)
     before = ("inductor.dce",)
 
     def __call__(self, graph: Graph) -> Graph:
@@ -136,5 +148,6 @@ def common_passes() -> tuple[GraphPass, ...]:
         DropIdentityViews(),
         ScatterIntoAddends(),
         RowScatters(),
+        GroupedQueryAttention(),
         DropDeadCode(),
     )
