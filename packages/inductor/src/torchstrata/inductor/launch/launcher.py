@@ -17,6 +17,7 @@ import torch
 from torchstrata.core import Graph, Node, OpKind, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.extern_calls import direct_call
+from torchstrata.inductor.launch.huge_pages import advise_huge_pages, wants_huge_pages
 from torchstrata.inductor.launch.in_place import in_place_updates
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
@@ -130,6 +131,8 @@ def generate_launcher(
                 f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
                 f"device={device})"
             )
+            if wants_huge_pages(meta.nbytes, meta.device):
+                lines.append(f"    _advise_huge_pages({store.buffer})")
             allocated[store.buffer] = (meta.shape, strides, meta.dtype, str(meta.device))
         if launch is not None:
             handle = env.name(launch.handle, step.name + "_")
@@ -346,6 +349,7 @@ def _extern_lines(
 
 def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Execute the launcher source and return its ``launch`` function."""
-    namespace = {**default_globals(), **env}
+    # not in default_globals(): the numbered names of every launcher's globals stay
+    namespace = {**default_globals(), "_advise_huge_pages": advise_huge_pages, **env}
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
     return namespace["launch"]
