@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
 from torchstrata.inductor.launch.huge_pages import (
     HUGE_PAGE_MIN_BYTES,
     advise_huge_pages,
@@ -60,3 +60,20 @@ def test_a_graph_with_advice_is_packaged(ind) -> None:
     (the compiled-graph cache keeps only graphs whose globals it can record)."""
     compiled = ind.compile(_exp_graph(HUGE_PAGE_MIN_BYTES // 4), "cpp")
     assert compiled.package is not None
+
+
+@linux_only
+def test_a_large_matmul_result_is_allocated_advised(ind) -> None:
+    """A 32 MB ``mm`` result is allocated by the launcher, advised, and passed as
+    ``out=``; a small one is ATen's own; both give the interpreter's values."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((1024, 8), torch.float32))
+    w = b.input("w", TensorMeta((8, HUGE_PAGE_MIN_BYTES // 4 // 1024), torch.float32))
+    small = b.input("small", TensorMeta((8, 16), torch.float32))
+    big = b.call(aten("mm.default"), x, w)
+    little = b.call(aten("mm.default"), x, small)
+    graph = b.build([b.call(prim("exp"), big), b.call(prim("exp"), little)])
+    compiled = ind.check(graph, "cpp", rtol=1e-5, atol=1e-5)
+    source = compiled.launcher_source
+    assert "_advise_huge_pages(buf_mm)" in source and "out=buf_mm)" in source
+    assert "out=buf_mm_1" not in source
