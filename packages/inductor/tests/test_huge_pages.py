@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, interpret, prim, random_inputs
 from torchstrata.inductor.launch.huge_pages import (
     HUGE_PAGE_MIN_BYTES,
     advise_huge_pages,
@@ -75,5 +75,11 @@ def test_a_large_matmul_result_is_allocated_advised(ind) -> None:
     graph = b.build([b.call(prim("exp"), big), b.call(prim("exp"), little)])
     compiled = ind.check(graph, "cpp", rtol=1e-5, atol=1e-5)
     source = compiled.launcher_source
-    assert "_advise_huge_pages(buf_mm)" in source and "out=buf_mm)" in source
-    assert "out=buf_mm_1" not in source
+    assert "_advise_huge_pages(buf_mm)" in source and "_call_with_out(" in source
+    assert "_advise_huge_pages(buf_mm_1)" not in source
+    # operands that require grad, under grad mode: ATen refuses out= there unless the
+    # launcher turns recording off
+    args = [t.requires_grad_() for t in random_inputs(graph)]
+    expected = interpret(graph, *(t.detach() for t in args))
+    for got, want in zip(compiled(*args), expected, strict=True):
+        torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-5)

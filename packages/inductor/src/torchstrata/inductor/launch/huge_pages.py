@@ -57,3 +57,10 @@ def advise_huge_pages(tensor: torch.Tensor) -> None:
     end = (storage.data_ptr() + storage.nbytes()) & ~(_PAGE - 1)
     if end > start:
         _MADVISE(start, end - start, _MADV_HUGEPAGE)
+
+
+def call_with_out(fn: Any, out: torch.Tensor, *args: Any) -> torch.Tensor:
+    """``fn(*args, out=out)`` without autograd recording (ATen refuses ``out=`` when an
+    operand requires grad under grad mode; a launcher's results carry no graph anyway)."""
+    with torch.no_grad():
+        return fn(*args, out=out)

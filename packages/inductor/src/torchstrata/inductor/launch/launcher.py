@@ -17,7 +17,11 @@ import torch
 from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.extern_calls import direct_call
-from torchstrata.inductor.launch.huge_pages import advise_huge_pages, wants_huge_pages
+from torchstrata.inductor.launch.huge_pages import (
+    advise_huge_pages,
+    call_with_out,
+    wants_huge_pages,
+)
 from torchstrata.inductor.launch.in_place import in_place_updates
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
@@ -344,8 +348,9 @@ def _extern_lines(
             f"device={device})"
         )
         lines.append(f"    _advise_huge_pages({name})")
-        args.append(f"out={name}")
-    lines.append(f"    {name} = {fn}({', '.join(args)})  # {note}")
+        lines.append(f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}")
+    else:
+        lines.append(f"    {name} = {fn}({', '.join(args)})  # {note}")
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
         strides = node.tensor_meta.strides
@@ -379,6 +384,11 @@ def _advised_result(node: Node, op: Any) -> bool:
 def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Execute the launcher source and return its ``launch`` function."""
     # not in default_globals(): the numbered names of every launcher's globals stay
-    namespace = {**default_globals(), "_advise_huge_pages": advise_huge_pages, **env}
+    namespace = {
+        **default_globals(),
+        "_advise_huge_pages": advise_huge_pages,
+        "_call_with_out": call_with_out,
+        **env,
+    }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
     return namespace["launch"]
