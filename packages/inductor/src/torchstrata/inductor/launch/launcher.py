@@ -14,9 +14,14 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, same_layout
+from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.extern_calls import direct_call
+from torchstrata.inductor.launch.huge_pages import (
+    advise_huge_pages,
+    call_with_out,
+    wants_huge_pages,
+)
 from torchstrata.inductor.launch.in_place import in_place_updates
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
@@ -130,6 +135,8 @@ def generate_launcher(
                 f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
                 f"device={device})"
             )
+            if wants_huge_pages(meta.nbytes, meta.device):
+                lines.append(f"    _advise_huge_pages({store.buffer})")
             allocated[store.buffer] = (meta.shape, strides, meta.dtype, str(meta.device))
         if launch is not None:
             handle = env.name(launch.handle, step.name + "_")
@@ -331,7 +338,19 @@ def _extern_lines(
     args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
     name = buffer_name(node)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
-    lines = [f"    {name} = {fn}({', '.join(args)})  # {note}"]
+    lines = []
+    if in_place is None and _advised_result(node, op):
+        # a large matmul result written into a buffer advised onto huge pages (0233)
+        meta = node.tensor_meta
+        dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
+        lines.append(
+            f"    {name} = empty_strided({meta.shape!r}, {meta.strides!r}, dtype={dtype}, "
+            f"device={device})"
+        )
+        lines.append(f"    _advise_huge_pages({name})")
+        lines.append(f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}")
+    else:
+        lines.append(f"    {name} = {fn}({', '.join(args)})  # {note}")
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
         strides = node.tensor_meta.strides
@@ -344,8 +363,32 @@ def _extern_lines(
     return lines
 
 
+#: Matmuls whose large CPU results the launcher allocates itself (``out=``), advised
+#: onto huge pages: ATen's own allocation of a 51 MB result faults in 4 KB pages.
+_OUT_MATMULS = frozenset(f"aten.{name}.default" for name in ("mm", "addmm", "bmm"))
+
+
+def _advised_result(node: Node, op: Any) -> bool:
+    """Whether ``node``'s result is a large row-major CPU matmul result to allocate with
+    huge pages and pass as ``out=`` (the overload called through its binding, whose
+    ``out=`` writes a buffer of the result's shape and strides as it is)."""
+    if str(node.op) not in _OUT_MATMULS or node.kwargs or node.tensor_meta is None:
+        return False
+    meta = node.tensor_meta
+    if direct_call(op) is op:  # an OpOverload call takes no out=
+        return False
+    dense = meta.strides == contiguous_strides(meta.shape)
+    return dense and wants_huge_pages(meta.nbytes, meta.device)
+
+
 def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Execute the launcher source and return its ``launch`` function."""
-    namespace = {**default_globals(), **env}
+    # not in default_globals(): the numbered names of every launcher's globals stay
+    namespace = {
+        **default_globals(),
+        "_advise_huge_pages": advise_huge_pages,
+        "_call_with_out": call_with_out,
+        **env,
+    }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
     return namespace["launch"]

@@ -11,8 +11,10 @@ when its name is in ``blocked_plugins``, like a plugin's passes.
 from __future__ import annotations
 
 from torchstrata.core import Graph, GraphPass, eliminate_common_subexpressions, eliminate_dead_code
+from torchstrata.inductor.passes.channels_last_convs import channels_last_convolutions
 from torchstrata.inductor.passes.counts import narrow_counts
 from torchstrata.inductor.passes.factored_sums import factor_sums
+from torchstrata.inductor.passes.grouped_attention import grouped_query_attention
 from torchstrata.inductor.passes.identity_views import drop_identity_views
 from torchstrata.inductor.passes.one_hot import one_hot_sums
 from torchstrata.inductor.passes.rewrites import gather_as_reduction
@@ -102,14 +104,37 @@ class RowScatters(GraphPass):
         return row_scatters(graph)
 
 
+class GroupedQueryAttention(GraphPass):
+    """CPU flash attention reads grouped-query key/value heads unrepeated: no copy of
+    each head for its group (decision 0232)."""
+
+    name = "inductor.grouped_query_attention"
+    after = ("inductor.row_scatters",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return grouped_query_attention(graph)
+
+
 class DropDeadCode(GraphPass):
     """Nodes no output needs any more, dropped: the last pass before lowering."""
 
     name = "inductor.dce"
-    after = ("inductor.row_scatters",)
+    after = ("inductor.grouped_query_attention",)
 
     def __call__(self, graph: Graph) -> Graph:
         return eliminate_dead_code(graph)
+
+
+class ChannelsLastConvolutions(GraphPass):
+    """CPU 2-D convolutions on channels-last inputs, their results read in that layout
+    (the C++ backend's pass; decision 0230)."""
+
+    name = "cpp.channels_last_convolutions"
+    after = ("inductor.grouped_query_attention",)
+    before = ("inductor.dce",)
+
+    def __call__(self, graph: Graph) -> Graph:
+        return channels_last_convolutions(graph)
 
 
 def common_passes() -> tuple[GraphPass, ...]:
@@ -123,5 +148,6 @@ def common_passes() -> tuple[GraphPass, ...]:
         DropIdentityViews(),
         ScatterIntoAddends(),
         RowScatters(),
+        GroupedQueryAttention(),
         DropDeadCode(),
     )

@@ -1,8 +1,12 @@
 """Compiling generated C++ to shared objects, cached by content, and loading them with ctypes.
 
-One ``$CXX -O3 -march=native -fopenmp -shared -fPIC`` per distinct kernel (``$CXX``
-defaults to ``g++``, else ``c++``; plus ``-lmvec`` when the kernel declares glibc's vector
-math functions, so ``omp simd`` loops over ``exp``/``erf`` vectorise). The standard
+One ``$CXX -O3 -march=native -fno-math-errno -fopenmp -shared -fPIC`` per distinct
+kernel (``$CXX`` defaults to ``g++``, else ``c++``; plus ``-lmvec`` when the kernel
+declares glibc's vector math functions, so ``omp simd`` loops over ``exp``/``erf``
+vectorise). ``-fno-math-errno`` (no kernel reads ``errno``; every result stays bit for
+bit the same) lets ``omp simd`` loops over ``sqrt`` vectorise: with ``errno`` GCC
+calls ``sqrtf`` for each negative operand, and a channels-last batch norm's
+``1 / sqrt(var + eps)`` per channel, along the inner loop, ran scalar (decision 0231). The standard
 headers a kernel includes are swapped for the few declarations it needs
 (:mod:`torchstrata.inductor.codegen.cpp.prelude`: half the compile time, with no precompiled
 header to build on a cold start); a kernel that does not compile that way is compiled
@@ -45,7 +49,15 @@ from torchstrata.inductor.codegen.cpp.prelude import lighten
 
 #: Changes whenever the prelude that replaces the standard headers changes.
 PRELUDE_VERSION = "light-prelude-2"
-COMPILER_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+COMPILER_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    "-std=c++17",
+)
 #: The artifact store's namespace for kernel libraries.
 CACHE_NAMESPACE = "cpp"
 #: Every kernel's entry point in its canonical source is ``ts_kernel_<hash of the text>``.
