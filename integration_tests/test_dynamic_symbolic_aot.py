@@ -14,7 +14,7 @@ import torchstrata.runtime as rt
 from integration_tests.dynamic_corpus.programs import layer_norm, pointwise, softmax_gelu
 from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner
 
-from .training.models import MLP, TransformerBlock, assert_matches, twin
+from .training.models import MLP, TwoBlocks, assert_matches, twin
 
 #: Sizes of the dynamic dimension: odd, even, small and large (never 0 or 1).
 SIZES = (16, 17, 5, 33, 2, 64, 9, 40, 3)
@@ -45,18 +45,6 @@ def test_inference_entry_traces_once_for_every_size(monkeypatch):
         assert calls.count(("autograd", True)) == 1, calls  # the symbolic trace
         assert calls.count(("autograd", False)) == 0, calls  # no trace per size
         assert calls.count(("codegen", False)) == len(SIZES)
-
-
-class TwoBlocks(nn.Module):
-    """Two transformer blocks and a mean-squared-error loss against a target."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = TransformerBlock()
-        self.second = TransformerBlock()
-
-    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.mse_loss(self.second(self.first(x)), target)
 
 
 class MeanLoss(nn.Module):

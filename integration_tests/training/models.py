@@ -72,6 +72,18 @@ class TransformerBlock(nn.Module):
         return x + self.out(F.silu(self.gate(y)) * self.value(y))
 
 
+class TwoBlocks(nn.Module):
+    """Two transformer blocks and a mean-squared-error loss against a target."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = TransformerBlock()
+        self.second = TransformerBlock()
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(self.second(self.first(x)), target)
+
+
 class ConvBN(nn.Module):
     """Conv2d -> BatchNorm2d (training mode: running stats are updated) -> ReLU."""
 

@@ -12,22 +12,10 @@ from torch import nn
 
 import torchstrata.runtime as rt
 
-from .models import MLP, TransformerBlock, assert_matches, twin
+from .models import MLP, TwoBlocks, assert_matches, twin
 
 #: Sequence lengths: odd, even, small and large (never 0 or 1).
 SIXTEEN = (16, 17, 5, 33, 2, 64, 9, 40, 3, 11, 23, 7, 128, 31, 6, 19)
-
-
-class TwoBlocks(nn.Module):
-    """Two transformer blocks and a mean-squared-error loss against a target."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = TransformerBlock()
-        self.second = TransformerBlock()
-
-    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.mse_loss(self.second(self.first(x)), target)
 
 
 class MLPLoss(nn.Module):
