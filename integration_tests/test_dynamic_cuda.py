@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchstrata.runtime as rt
+from torchstrata.core import InductorOptions
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,7 +93,10 @@ def test_a_cuda_training_entry_matches_eager_over_sizes():
 
 
 def test_a_tuned_configuration_serves_its_bucket_of_row_counts(tmp_path):
-    compiled = rt.compile(softmax_scaled, dynamic=True, options={"cache_dir": str(tmp_path)})
+    # every kernel tuned: these rows (17-63 of 256) are under the default tune_min_elements
+    every = InductorOptions(tune_min_elements=0)
+    options = {"cache_dir": str(tmp_path), "inductor": every}
+    compiled = rt.compile(softmax_scaled, dynamic=True, options=options)
     w = torch.randn(256, device="cuda")
     tuned: dict[int, list[str]] = {}
     for rows in (17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 45, 63):
