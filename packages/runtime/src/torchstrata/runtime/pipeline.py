@@ -42,8 +42,9 @@ from torchstrata.core import (
     register,
 )
 from torchstrata.runtime import graph_cache
+from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts, Lowered
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
-from torchstrata.runtime.cache import FrameRunner, InputsRunner
+from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
@@ -53,7 +54,6 @@ from torchstrata.runtime.inference import without_requires_grad
 from torchstrata.runtime.input_checks import alias_safe, offset_safe
 from torchstrata.runtime.runners import (
     GraphFn,
-    GraphRunner,
     LazyGraphFn,
     inference_runner,
     output_layout,
@@ -68,73 +68,6 @@ STAGE_PROVIDERS = {
     "decomp": ("torchstrata_decompose", "torchstrata-decomp"),
     "codegen": ("torchstrata_codegen", "torchstrata-inductor"),
 }
-
-
-@attrs.frozen
-class GraphArtifacts:
-    """Everything made from one captured graph.
-
-    ``torch_graph`` is after the ``post_capture`` passes; ``aten_graph`` the AOT
-    forward after ``post_aot``; ``prims_graph`` after ``post_decomp``. A graph is None
-    when the pipeline did not reach it. ``runner`` is what the program calls.
-    """
-
-    torch_graph: Graph
-    aten_graph: Graph | None
-    prims_graph: Graph | None
-    aot: AotResult | None
-    compiled: CompiledGraph | None
-    runner: GraphRunner
-    missing_stages: tuple[str, ...] = ()
-    pass_records: tuple[PassRecord, ...] = ()
-    interpreted: bool = False
-    #: the backward, decomposed and compiled on its first call (None for inference)
-    backward_fn: LazyGraphFn | None = None
-
-    @property
-    def backward_compiled(self) -> CompiledGraph | None:
-        """The compiled backward graph (compiling it now if no backward ran yet)."""
-        if self.backward_fn is None:
-            return None
-        fn = self.backward_fn.get()
-        return fn if isinstance(fn, CompiledGraph) else None
-
-
-@attrs.frozen
-class Lowered:
-    """One ATen graph after decomp and codegen: ``fn`` runs it (compiled, or in the
-    interpreter when ``interpreted``)."""
-
-    fn: GraphFn
-    prims_graph: Graph | None = None
-    compiled: CompiledGraph | None = None
-    missing_stages: tuple[str, ...] = ()
-    interpreted: bool = True
-
-    @property
-    def output_layouts(self) -> tuple[Any, ...]:
-        """The metadata of each output as ``fn`` returns it: as the codegen reported
-        (:attr:`CompiledGraph.output_layouts`), else as the prims graph says; empty when
-        the graph was not decomposed."""
-        if self.compiled is not None and self.compiled.output_layouts:
-            return self.compiled.output_layouts
-        if self.prims_graph is None:
-            return ()
-        return tuple(node.meta for node in self.prims_graph.outputs)
-
-
-@attrs.frozen
-class FrameArtifacts:
-    """The compiled form of one call: ``run`` is None when it is to run eagerly
-    (``eager_reason`` says why)."""
-
-    capture: CaptureResult | None
-    graphs: tuple[GraphArtifacts, ...]
-    run: FrameRunner | None
-    eager_reason: str = ""
-    missing_stages: tuple[str, ...] = ()
-    #: ``run`` from the values of ``capture.direct_sources`` (None: no such shortcut).
-    run_inputs: InputsRunner | None = None
 
 
 def missing_stage_message(stage: str, manager: pluggy.PluginManager, fallback: str) -> str:

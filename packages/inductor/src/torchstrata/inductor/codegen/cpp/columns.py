@@ -21,12 +21,14 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
     CppPrinter,
-    accumulator_type,
     compute_type,
     derive_vars,
     emit_store,
     kernel_source,
     literal,
+)
+from torchstrata.inductor.codegen.cpp.sum_loops import (
+    accumulator_type,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used

@@ -24,18 +24,12 @@ from torchstrata.inductor.codegen.cpp.columns import generate_column_cpp, uses_c
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
-    SUM_BLOCK,
-    SUM_LANES,
     CppPrinter,
-    accumulator_type,
-    blocked_loop,
     compute_type,
     derive_vars,
     emit_store,
     enclose_loops,
     kernel_source,
-    lane_loop,
-    lane_total,
     literal,
     loop_header,
     nested_loops,
@@ -44,6 +38,14 @@ from torchstrata.inductor.codegen.cpp.exprs import (
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
 from torchstrata.inductor.codegen.cpp.ranges import LoopRange, split_loop, whole_loop
+from torchstrata.inductor.codegen.cpp.sum_loops import (
+    SUM_BLOCK,
+    SUM_LANES,
+    accumulator_type,
+    blocked_loop,
+    lane_loop,
+    lane_total,
+)
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
 from torchstrata.inductor.ir.exprs import Expr
@@ -110,7 +112,7 @@ def _reduction_phase(
     innermost loop is split into ``ranges`` (several only when nothing is cached).
 
     A sum whose accumulator is wider than its values (:func:`_accumulator_type`) over a
-    row longer than :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_BLOCK` is blocked: the
+    row longer than :data:`~torchstrata.inductor.codegen.cpp.sum_loops.SUM_BLOCK` is blocked: the
     innermost loop runs in blocks of that many elements, each summed in full-width float
     SIMD accumulators (``block_<name>``) and then added to the wide accumulator. Shorter
     rows are one block: their sums add in the values' type.
@@ -180,8 +182,8 @@ def _lane_phase(
     """:func:`_reduction_phase` for long float32 sums only: each adds into
     :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_LANES` float lanes (``block_<name>``),
     which join as many double lanes (``acc_<name>``) every block
-    (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`); the double lanes are added
-    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.exprs.lane_total`).
+    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`); the double lanes are added
+    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_total`).
     """
     var = loop_range.var
     lane = f"{var.name}_lane"

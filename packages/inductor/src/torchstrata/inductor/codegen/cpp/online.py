@@ -19,14 +19,16 @@ from collections.abc import Mapping, Sequence
 
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
+    compute_type,
+    exp_call,
+    literal,
+)
+from torchstrata.inductor.codegen.cpp.sum_loops import (
     LANE_BLOCK,
     SUM_BLOCK,
     SUM_LANES,
     accumulator_type,
-    compute_type,
-    exp_call,
     lane_total,
-    literal,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import MAX_ROW_LENGTH
@@ -214,7 +216,7 @@ def _lane_sum_loop(
     """A chunk's sums over ``[start, stop)`` into lane arrays: ``body`` adds element
     ``r`` to lane ``<r>_lane`` of the float lanes, which ``zeros`` clears and ``flushes``
     adds to the chunk's double lanes every :data:`LANE_BLOCK` elements (see
-    :func:`~torchstrata.inductor.codegen.cpp.exprs.lane_loop`; the bounds are variables
+    :func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`; the bounds are variables
     here). Whole sets of lanes, then the rest of the block in a partial one."""
     lane, lanes, block, end = f"{r}_lane", f"{r}_lanes", f"{r}_block", f"{r}_end"
 

@@ -17,7 +17,6 @@ reductions comes from :mod:`~torchstrata.inductor.codegen.triton.printer`, the l
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
@@ -41,6 +40,7 @@ from torchstrata.inductor.codegen.triton.printer import (
     statistic_exp,
     store_line,
 )
+from torchstrata.inductor.codegen.triton.row_count import rows_divisor_hint
 from torchstrata.inductor.codegen.triton.tail_code import tail_lines
 from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
 from torchstrata.inductor.ir.kernel import (
@@ -119,7 +119,7 @@ def generate_triton(
             "xzero = xindex * 0",
         ]
     if not (even_rows or interpret):
-        lines = _rows_divisor_hint(kernel.rows) + lines
+        lines = rows_divisor_hint(kernel.rows) + lines
     lines += derive_lines(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
@@ -231,41 +231,6 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
         )
         lines += emitter.take_outer() + loop
     return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
-
-
-def _rows_divisor_hint(rows: int) -> list[str]:
-    """What a literal number of rows told Triton about the row mask: its largest power-of-two
-    divisor below 16 (Triton specialises an argument divisible by 16 itself). Without it, a
-    pointwise kernel over 1000 elements lost its 128-bit loads (sm_90 PTX: ``v4`` loads
-    became scalar ones). Sources differ by that divisor only (five kinds of sizes)."""
-    divisor = math.gcd(rows, 16)
-    if divisor in (1, 16):
-        return []
-    # the same value (every number of rows this source is generated for is a multiple),
-    # spelled so that Triton's analysis sees the divisor (``tl.multiple_of`` of a scalar
-    # argument did not keep it)
-    return [f"{ROWS_PARAM} = ({ROWS_PARAM} // {divisor}) * {divisor}"]
-
-
-#: The lines whose text depends on the exact number of rows, not on the kernel: the
-#: divisor hint and the masks of ``even_rows`` (as the masked form).
-_ROW_COUNT_LINES = (
-    (re.compile(rf"^ *{ROWS_PARAM} = \({ROWS_PARAM} // \d+\) \* \d+\n", re.M), ""),
-    (
-        re.compile(r"xmask = tl\.full\(\[XBLOCK(, 1)?\], 1, tl\.int1\)"),
-        f"xmask = xindex < {ROWS_PARAM}",
-    ),
-)
-
-
-def rows_generic(source: str) -> str:
-    """``source`` (from :func:`generate_triton`) without what its exact number of rows
-    decided (:func:`_rows_divisor_hint`, ``even_rows``): the same text for every row
-    count of a kernel, what its tuned launch configuration is keyed by (with the rows'
-    bucket, :func:`~torchstrata.inductor.codegen.triton.tuning.tuning_key`)."""
-    for pattern, replacement in _ROW_COUNT_LINES:
-        source = pattern.sub(replacement, source)
-    return source
 
 
 def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:

@@ -44,7 +44,6 @@ from torchstrata.core import Progress, progress
 from torchstrata.core.artifacts import ArtifactStore
 from torchstrata.inductor.codegen.triton.cluster import can_cluster
 from torchstrata.inductor.codegen.triton.env import interpreted
-from torchstrata.inductor.codegen.triton.generate import rows_generic
 from torchstrata.inductor.codegen.triton.precompile import (
     CompileJob,
     compile_configs,
@@ -52,6 +51,7 @@ from torchstrata.inductor.codegen.triton.precompile import (
     submit_compiles,
 )
 from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
+from torchstrata.inductor.codegen.triton.row_count import rows_generic
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
