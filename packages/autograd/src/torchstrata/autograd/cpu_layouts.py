@@ -56,6 +56,7 @@ from torch._prims_common import compute_elementwise_output_strides
 from torch.utils._python_dispatch import _disable_current_modes
 
 from torchstrata.core import is_dense
+from torchstrata.core.conv_layouts import cpu_convolution_format
 
 #: A layout for :data:`Layout`: each matrix (the last two dimensions) of a batch stored
 #: column-major, the batch dimensions row-major around them (LAPACK's results).
@@ -251,30 +252,10 @@ def _convolution_format(
     stride, padding, dilation, transposed, output padding and groups."""
     if not isinstance(input_, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return None
-    try:
-        with _disable_current_modes():
-            cpu_input, cpu_weight = _cpu_empty(input_), _cpu_empty(weight)
-            cpu_bias = _cpu_empty(bias) if isinstance(bias, torch.Tensor) else None
-            stride, padding, dilation, transposed, output_padding, groups = settings
-            backend = torch._C._select_conv_backend(
-                cpu_input,
-                cpu_weight,
-                cpu_bias,
-                list(stride),
-                list(padding),
-                list(dilation),
-                bool(transposed),
-                list(output_padding),
-                int(groups),
-                bias_sizes,
-            )
-            if cpu_weight.dim() == 3:
-                cpu_input = torch.empty(cpu_input.shape, dtype=cpu_input.dtype).unsqueeze(2)
-                cpu_weight = cpu_weight.unsqueeze(2)
-            layout = torch._C._conv_determine_backend_memory_format(cpu_input, cpu_weight, backend)
-    except (AttributeError, RuntimeError, TypeError, ValueError):  # not askable here
-        return None
-    return layout if isinstance(layout, torch.memory_format) else None
+    with _disable_current_modes():
+        cpu_input, cpu_weight = _cpu_empty(input_), _cpu_empty(weight)
+        cpu_bias = _cpu_empty(bias) if isinstance(bias, torch.Tensor) else None
+        return cpu_convolution_format(cpu_input, cpu_weight, cpu_bias, settings, bias_sizes)
 
 
 def _cpu_empty(tensor: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,7 @@ from torchstrata.core import (
     prim,
     same_layout,
 )
+from torchstrata.core.conv_layouts import cpu_convolution_format
 
 _CONVOLUTION = "aten.convolution.default"
 _MUL = prim("mul")
@@ -80,7 +81,7 @@ def _reads_by_index(reader: Node) -> bool:
 def _conv_result_layout(node: Node) -> tuple[int, ...] | None:
     """The strides ATen's CPU convolution gives ``node``'s result for channels-last
     operands, when they are channels-last; else None."""
-    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
+    x, weight, bias, *settings = node.args
     x_meta, w_meta = x.tensor_meta, weight.tensor_meta
     try:
         cpu_x = torch.empty_strided(
@@ -90,21 +91,9 @@ def _conv_result_layout(node: Node) -> tuple[int, ...] | None:
         cpu_b = None
         if isinstance(bias, Node):
             cpu_b = torch.empty(bias.tensor_meta.shape, dtype=bias.tensor_meta.dtype)
-        backend = torch._C._select_conv_backend(
-            cpu_x,
-            cpu_w,
-            cpu_b,
-            list(stride),
-            list(padding),
-            list(dilation),
-            bool(transposed),
-            list(output_padding),
-            int(groups),
-            None,
-        )
-        layout = torch._C._conv_determine_backend_memory_format(cpu_x, cpu_w, backend)
-    except (AttributeError, RuntimeError, TypeError, ValueError):  # not askable here
+    except (RuntimeError, TypeError, ValueError):  # not askable here
         return None
+    layout = cpu_convolution_format(cpu_x, cpu_w, cpu_b, settings)
     if layout != torch.channels_last:
         return None
     return channels_last_strides(node.tensor_meta.shape)
