@@ -19,13 +19,14 @@ from torchstrata.core import (
     global_state_guard,
     unsupported_state,
 )
+from torchstrata.runtime.artifacts import FrameArtifacts
 from torchstrata.runtime.cache import CacheEntry, FrameCache
 from torchstrata.runtime.dynamic_shapes import DynamicPolicy, compile_symbolic
 from torchstrata.runtime.errors import CompilationError, StageFailure, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.frames import FrameBinder, frame_globals
 from torchstrata.runtime.guards import GuardFailure, GuardSet
-from torchstrata.runtime.pipeline import FrameArtifacts, Pipeline
+from torchstrata.runtime.pipeline import Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
 recompiles_log = artifact_logger(__name__, "recompiles")

@@ -374,8 +374,8 @@ def compile_symbolic(
     import functools
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
+    from torchstrata.runtime.artifacts import FrameArtifacts
     from torchstrata.runtime.compile_trace import compile_trace, function_title
-    from torchstrata.runtime.pipeline import FrameArtifacts
 
     refused = refused_before_capture(pipeline, fn, args, kwargs, options)
     if refused:  # known without capturing: no capture spent on it

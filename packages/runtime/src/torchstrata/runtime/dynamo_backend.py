@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from torchstrata.core import CompileOptions, current_options, enabled_autocast, from_fx
+from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
@@ -38,7 +39,7 @@ from torchstrata.runtime.dynamo_sizes import (
 )
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.pipeline import GraphArtifacts, Pipeline
+from torchstrata.runtime.pipeline import Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
 

@@ -19,8 +19,8 @@ from typing import Any
 import torch.fx
 from torch._guards import TracingContext  # the backend's view of Dynamo's trace state
 
+from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
-from torchstrata.runtime.pipeline import GraphArtifacts
 
 logger = logging.getLogger("torchstrata.runtime")
 

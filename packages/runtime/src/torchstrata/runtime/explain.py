@@ -21,9 +21,10 @@ from torchstrata.core import (
     unsupported_state,
 )
 from torchstrata.core.guard_text import describe_guard
+from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace, function_title
 from torchstrata.runtime.errors import StageFailure
-from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
+from torchstrata.runtime.pipeline import Pipeline
 
 
 @attrs.frozen

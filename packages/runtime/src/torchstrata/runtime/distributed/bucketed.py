@@ -18,10 +18,11 @@ from torchstrata.core import (
     TensorMeta,
     same_layout,
 )
+from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.distributed.buckets import BucketCaps, bucket_cuts, gradient_inputs
 from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.distributed.split import Piece, has_in_place_ops, split_graph, valid_cuts
-from torchstrata.runtime.pipeline import GraphArtifacts, Pipeline
+from torchstrata.runtime.pipeline import Pipeline
 from torchstrata.runtime.runners import GraphRunner
 
 

@@ -20,9 +20,10 @@ import pluggy
 import torch
 
 from torchstrata.core import AotResult, CaptureResult, CompileOptions, Graph
+from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts
 from torchstrata.runtime.compiled import describe
 from torchstrata.runtime.fallback import warn_once
-from torchstrata.runtime.pipeline import FrameArtifacts, GraphArtifacts, Pipeline
+from torchstrata.runtime.pipeline import Pipeline
 
 #: Graph breaks at files under this directory are inside PyTorch.
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
