@@ -278,6 +278,12 @@ def steady(
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def _shape_of(args: tuple[Any, ...]) -> str:
+    """The first tensor argument's shape, as the bench's size label (``-`` when none)."""
+    tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return "x".join(map(str, tensor.shape)) if tensor is not None else "-"
+
+
 def steady_per_size(live: dict[str, Any], workload: Workload) -> dict[str, list[float]]:
     """Each contender's GPU time per call at each size (``do_bench`` median, L2 flushed;
     contenders in rotating order from one size to the next)."""
@@ -371,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                     s / t
                     for s, t in zip(per_size["torchstrata static"], per_size[name], strict=True)
                 ]
-                worst = f"{min(ratios):.2f}x"
+                at = min(range(len(ratios)), key=ratios.__getitem__)
+                worst = f"{ratios[at]:.2f}x at {_shape_of(workload.calls[at])}"
             print(
                 f"| {workload.name} | {workload.sizes} | {name} | {row['entries']} "
                 f"| {row['first']:.2f} | {per_call} | {vs_eager} | {vs_static} | {worst} "
