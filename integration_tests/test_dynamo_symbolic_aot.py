@@ -1,5 +1,5 @@
 """The Dynamo backend's graphs with symbolic sizes traced by autograd once for every
-size (decision 0258): Dynamo's ``s77`` placeholders and size nodes imported as sizes of
+size (decision 0256): Dynamo's ``s77`` placeholders and size nodes imported as sizes of
 input dimensions, one symbolic trace, each size partitioned and lowered from it; every
 loss and gradient equal to eager's. Dynamo is the harness (tests may call torch.compile)."""
 

@@ -163,7 +163,7 @@ def _symbolic_traces(
     slots: Mapping[str, tuple[int, int | None]],
     options: CompileOptions,
 ) -> DynamoTraces | None:
-    """One symbolic autograd trace of ``gm`` for every size (decision 0258), or None
+    """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
     (each size is traced on its own, with a debug line saying why)."""
     if not slots:
         return None  # nothing symbolic in the graph: one static lowering is all

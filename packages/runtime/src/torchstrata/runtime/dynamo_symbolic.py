@@ -1,4 +1,4 @@
-"""One autograd trace for every size of a Dynamo graph with symbolic sizes (decision 0258).
+"""One autograd trace for every size of a Dynamo graph with symbolic sizes (decision 0256).
 
 :class:`~torchstrata.runtime.dynamo_sizes.PerSizeGraph` lowers a Dynamo graph once per
 size from a static copy of it (decision 0207). The autograd stage's symbolic trace
@@ -91,7 +91,9 @@ def symbolic_import(
     input dimensions (see the module docstring).
 
     :raises ValueError: a symbol that is no tensor argument's dimension (passed only as
-        a number: its value is read from the ``s77`` argument, not a tensor).
+        a number: its value is read from the ``s77`` argument, not a tensor), or an
+        import that relied on a condition on sizes (a meta function that branched on
+        one): no trace is checked against it.
     """
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     slots = {**slots, **tensor_dims(placeholders, slots)}
@@ -120,7 +122,11 @@ def symbolic_import(
             examples.append(example)
     folded = _folded(gm, examples, rebind, guarded=False)
     with symbolic_scope(sizes):
-        return from_fx(folded.gm, list(folded.examples))
+        graph = from_fx(folded.gm, list(folded.examples))
+    relied = [str(guard.expr) for guard in sizes.shape_env.guards]
+    if relied:  # a metadata the import inferred holds only where these do: not checked
+        raise ValueError(f"importing the graph relied on size conditions: {', '.join(relied)}")
+    return graph
 
 
 def tensor_dims(
