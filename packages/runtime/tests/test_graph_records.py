@@ -54,3 +54,22 @@ def test_bad_records_are_named():
     record = aot_record(AotResult(forward=_forward()))
     with pytest.raises(BadRecord, match="unexpected value"):
         read_aot({**record, "num_saved": "three"})
+
+
+def test_a_text_that_does_not_print_back_is_a_bad_record():
+    text = graph_text(_forward())
+    assert str(read_graph(text)) == text
+    # parses, but prints otherwise (the parser reads `2.50` as 2.5): never used as written
+    altered = text.replace("2.5", "2.50")
+    assert altered != text
+    with pytest.raises(BadRecord, match="does not read back as the same graph"):
+        read_graph(altered)
+
+
+def test_a_graph_without_a_text_form_is_not_cacheable():
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((4,), torch.float32))
+    meta = TensorMeta((4,), torch.float32)
+    graph = b.build([b.call(aten("mul.Tensor"), x, object(), meta=meta)])
+    with pytest.raises(NotCacheable, match="no text form"):
+        graph_text(graph)

@@ -55,10 +55,16 @@ class SymbolError(ValueError):
     the symbol or syntax at fault."""
 
 
+#: Argument types that hold no symbol, answered without a look at their attributes
+#: (every graph is scanned for symbols whenever it is printed: a cache key, a record).
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
 def _symbols_in(value: Any, found: dict[Any, Any]) -> None:
+    if type(value) in _PLAIN:
+        return
     if isinstance(value, SYMBOLIC_TYPES):
-        for symbol in sorted(value.node.expr.free_symbols, key=str):
-            found.setdefault(symbol, value.node.shape_env)
+        _add_symbols(value, found)
     elif isinstance(value, list | tuple):
         for item in value:
             _symbols_in(item, found)
@@ -66,8 +72,14 @@ def _symbols_in(value: Any, found: dict[Any, Any]) -> None:
         for item in value.values():
             _symbols_in(item, found)
     elif hasattr(value, "shape") and hasattr(value, "strides"):
-        _symbols_in(tuple(value.shape), found)
-        _symbols_in(tuple(value.strides), found)
+        for size in (*value.shape, *value.strides):
+            if type(size) is not int:
+                _symbols_in(size, found)
+
+
+def _add_symbols(value: Any, found: dict[Any, Any]) -> None:
+    for symbol in sorted(value.node.expr.free_symbols, key=str):
+        found.setdefault(symbol, value.node.shape_env)
 
 
 def symbols_of(values: Iterable[Any]) -> dict[Any, Any]:

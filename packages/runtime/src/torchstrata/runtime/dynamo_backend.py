@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.fx
 
-from torchstrata.core import CompileOptions, current_options, enabled_autocast, from_fx
+from torchstrata.core import (
+    AotResult,
+    CompileOptions,
+    Graph,
+    current_options,
+    enabled_autocast,
+    from_fx,
+)
 from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
@@ -37,6 +44,7 @@ from torchstrata.runtime.dynamo_sizes import (
     specialise,
     symbol_slots,
 )
+from torchstrata.runtime.dynamo_symbolic import DynamoTraces, symbolic_import
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import Pipeline
@@ -127,11 +135,12 @@ def _per_size(
         return None
     structure = _output_structure(gm)
     made: list[GraphArtifacts] = []
+    traces = _symbolic_traces(gm, example_inputs, slots, options)
 
     def lower(static: StaticGraph) -> Callable[..., Any]:
         graph = from_fx(static.gm, list(static.examples))
         with compile_trace("a Dynamo graph for one size", options):
-            artifacts = _PIPELINE.compile_graph(graph, options)
+            artifacts = _lower_from_traces(graph, traces, static.sizes, options)
         made.append(artifacts)
         return _compiled_call(artifacts, structure, static.kept)
 
@@ -146,6 +155,66 @@ def _per_size(
     )
     run = _SizeFallback(per_size, gm, strict=options.fullgraph)
     return BackendGraph(gm, made[0], "", run, dynamo_guards(), strict=options.fullgraph)
+
+
+def _symbolic_traces(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    slots: Mapping[str, tuple[int, int | None]],
+    options: CompileOptions,
+) -> DynamoTraces | None:
+    """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
+    (each size is traced on its own, with a debug line saying why)."""
+    if not slots:
+        return None  # nothing symbolic in the graph: one static lowering is all
+    try:
+        graph = symbolic_import(gm, example_inputs, slots)
+    except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
+        logger.debug(
+            "dynamo backend: each size traced on its own (%s: %s)", type(error).__name__, error
+        )
+        return None
+
+    def trace(hints: Mapping[str, int] | None) -> Any:
+        with compile_trace("a Dynamo graph with symbolic sizes", options):
+            return _PIPELINE.trace_symbolic(graph, options, hints)
+
+    traces = DynamoTraces(graph, trace)
+    traces.add(None)
+    return traces if traces.traces else None
+
+
+def _lower_from_traces(
+    graph: Graph,
+    traces: DynamoTraces | None,
+    sizes: Mapping[str, int] | None,
+    options: CompileOptions,
+) -> GraphArtifacts:
+    """``graph`` (one size's static graph) compiled, its autograd result taken from a
+    symbolic trace at ``sizes`` where one serves them; a lowering from a trace that
+    fails is retried from the size's own trace."""
+    if traces is None or sizes is None:
+        return _PIPELINE.compile_graph(graph, options)
+    used: list[AotResult] = []
+
+    def traced() -> AotResult | None:
+        aot = traces.at(sizes, graph)
+        used.extend([aot] if aot is not None else [])
+        return aot
+
+    try:
+        return _PIPELINE.compile_graph(graph, options, traced)
+    except Exception as error:
+        if not used:
+            raise
+        logger.debug(
+            "dynamo backend: lowering sizes %s from the symbolic trace failed (%s: %s); "
+            "tracing them on their own",
+            dict(sizes),
+            type(error).__name__,
+            error,
+        )
+        return _PIPELINE.compile_graph(graph, options)
 
 
 class _SizeFallback:

@@ -47,6 +47,8 @@ class StaticGraph:
     gm: torch.fx.GraphModule
     examples: tuple[Any, ...]
     kept: tuple[int, ...] | None = None
+    #: symbol name -> its value, for a graph made static by :func:`concretised`
+    sizes: Mapping[str, int] | None = None
 
 
 def _example_value(node: torch.fx.Node) -> Any:
@@ -253,7 +255,8 @@ def concretised(
             return float(result)
         return bool(result)
 
-    return _folded(gm, example_inputs, evaluate, guarded=False)
+    static = _folded(gm, example_inputs, evaluate, guarded=False)
+    return attrs.evolve(static, sizes=dict(values))
 
 
 class PerSizeGraph:

@@ -104,6 +104,8 @@ def generate_launcher(
     graph_outputs = set(graph.outputs)
     #: kernel stores allocated by the launcher: {buffer name: (shape, strides, dtype, device)}
     allocated: dict[str, tuple[Any, ...]] = {}
+    # stores name their buffers; one lookup each (``graph.node`` walks the whole graph)
+    by_buffer = {buffer_name(node): node for node in graph.all_nodes()}
     for step in plan.steps:
         if isinstance(step, ExternStep):
             for operand in step.node.input_nodes():
@@ -126,7 +128,7 @@ def generate_launcher(
         tail = step.tail.stores if step.tail is not None else ()
         partials = step.partials.stores if step.partials is not None else ()
         for store in step.row_stores + step.full_stores + tail + partials:
-            node = graph.node(store.buffer.removeprefix("buf_"))
+            node = by_buffer[store.buffer]
             meta = node.tensor_meta
             strides = buffer_strides(node, plan.lowered[node])
             dtype = env.name(meta.dtype, "dtype")

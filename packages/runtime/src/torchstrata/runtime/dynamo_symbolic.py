@@ -1,0 +1,224 @@
+"""One autograd trace for every size of a Dynamo graph with symbolic sizes (decision 0256).
+
+:class:`~torchstrata.runtime.dynamo_sizes.PerSizeGraph` lowers a Dynamo graph once per
+size from a static copy of it (decision 0207). The autograd stage's symbolic trace
+(decision 0220, ``Pipeline.trace_symbolic``) needs a torch-level graph whose symbols
+are sizes of its input dimensions (``core.rebind_graph`` reads them there): Dynamo's
+graph passes sizes as ``SymInt`` placeholders (``s77``) and computes others in nodes.
+:func:`symbolic_import` imports it with those placeholders and size nodes folded into
+symbolic constants, every symbol re-made in a :class:`~torchstrata.core.SymbolicSizes`
+of its own as the size of the input dimension Dynamo's own fake values give it
+(:func:`~torchstrata.runtime.dynamo_sizes.symbol_slots`); the graph's inputs are then
+those of each size's static graph, in order and by name, so a size's ``AotResult`` from
+the trace stands for that static graph.
+
+Dynamo's ``ShapeEnv`` is only read (symbols and hints): the import and the trace guard
+in the new one, never in Dynamo's, whose guards are final once the backend returns. A
+size outside the trace's conditions is traced on its own (its ``AotResult`` None), as
+the runtime's symbolic entries do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from torchstrata.core import (
+    AotResult,
+    Graph,
+    SymbolicAot,
+    SymbolicSizes,
+    from_fx,
+    size_hint,
+    symbolic_scope,
+)
+from torchstrata.core.symbolic import evaluate
+from torchstrata.runtime.dynamo_sizes import _example_value, _folded
+
+logger = logging.getLogger("torchstrata.runtime")
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+class _Rebinder:
+    """Dynamo's symbolic sizes as sizes of ``sizes``' ``ShapeEnv``."""
+
+    def __init__(
+        self, sizes: SymbolicSizes, symbols: Mapping[str, Any], hints: Mapping[str, int]
+    ) -> None:
+        self.sizes = sizes
+        self.symbols = symbols  # Dynamo symbol name -> the new SymInt
+        self.hints = hints
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return type(value)(self(item) for item in value)
+        if not isinstance(value, _SYMBOLIC):
+            return value
+        if not isinstance(value, torch.SymInt):
+            raise NotImplementedError(f"a symbolic {type(value).__name__} ({value})")
+        import sympy  # type: ignore[import-untyped]
+
+        expr = value.node.expr
+        if expr.is_Integer:
+            return int(expr)
+        free = {s: self.symbols[s.name].node.expr for s in expr.free_symbols}
+        hint = int(expr.xreplace({s: sympy.Integer(self.hints[s.name]) for s in expr.free_symbols}))
+        return self.sizes.shape_env.create_symintnode(expr.xreplace(free), hint=hint)
+
+    def tensor(self, value: torch.Tensor) -> torch.Tensor:
+        """A fake tensor of the new ``ShapeEnv`` with ``value``'s symbolic layout."""
+        with self.sizes.fake_mode:
+            fake = torch.empty_strided(
+                self(tuple(value.shape)),
+                self(tuple(value.stride())),
+                dtype=value.dtype,
+                device=value.device,
+            )
+        return fake.requires_grad_(value.requires_grad)
+
+
+def symbolic_import(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    slots: Mapping[str, tuple[int, int | None]],
+) -> Graph:
+    """Dynamo's ``gm`` as a torch-level :class:`Graph` whose symbols are sizes of its
+    input dimensions (see the module docstring).
+
+    :raises ValueError: a symbol that is no tensor argument's dimension (passed only as
+        a number: its value is read from the ``s77`` argument, not a tensor), or an
+        import that relied on a condition on sizes (a meta function that branched on
+        one): no trace is checked against it.
+    """
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    slots = {**slots, **tensor_dims(placeholders, slots)}
+    numbers = sorted(name for name, (_, dim) in slots.items() if dim is None)
+    if numbers:
+        raise ValueError(f"sizes {numbers} are no tensor argument's dimension")
+    sizes = SymbolicSizes({})
+    hints = {
+        name: size_hint(example_inputs[position].shape[dim])
+        for name, (position, dim) in slots.items()
+        if dim is not None
+    }
+    symbols = {}
+    for name, (position, dim) in slots.items():
+        where = f"{placeholders[position].name}.size()[{dim}]"
+        symbols[name] = sizes.declare(where, hints[name], name)
+    rebind = _Rebinder(sizes, symbols, hints)
+    examples: list[Any] = []
+    for node, example in zip(placeholders, example_inputs, strict=True):
+        value = _example_value(node)
+        if isinstance(value, _SYMBOLIC):
+            examples.append(value)  # folded by _folded
+        elif isinstance(value, torch.Tensor):
+            examples.append(rebind.tensor(value))
+        else:
+            examples.append(example)
+    folded = _folded(gm, examples, rebind, guarded=False)
+    with symbolic_scope(sizes):
+        graph = from_fx(folded.gm, list(folded.examples))
+    relied = [str(guard.expr) for guard in sizes.shape_env.guards]
+    if relied:  # a metadata the import inferred holds only where these do: not checked
+        raise ValueError(f"importing the graph relied on size conditions: {', '.join(relied)}")
+    return graph
+
+
+def tensor_dims(
+    placeholders: Sequence[torch.fx.Node], symbols: Mapping[str, Any]
+) -> dict[str, tuple[int, int]]:
+    """For each of ``symbols``, the first tensor placeholder's dimension whose size is
+    exactly that symbol (Dynamo passes ``s77`` as an argument of its own too, before
+    the tensor it is the size of)."""
+    found: dict[str, tuple[int, int]] = {}
+    for position, node in enumerate(placeholders):
+        value = _example_value(node)
+        if not isinstance(value, torch.Tensor):
+            continue
+        for dim, size in enumerate(value.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                name = size.node.expr.name
+                if name in symbols:
+                    found.setdefault(name, (position, dim))
+    return found
+
+
+def same_inputs(symbolic: Graph, static: Graph, values: Mapping[str, int]) -> bool:
+    """Whether ``static``'s inputs are ``symbolic``'s at the sizes ``values``: the same
+    names, dtypes, devices and gradient flags, and the sizes and strides the symbolic
+    ones evaluate to (a trace's result at ``values`` then stands for ``static``)."""
+    if len(symbolic.inputs) != len(static.inputs):
+        return False
+    for ours, theirs in zip(symbolic.inputs, static.inputs, strict=True):
+        a, b = ours.tensor_meta, theirs.tensor_meta
+        if (ours.name, a.dtype, a.device, a.requires_grad) != (
+            theirs.name,
+            b.dtype,
+            b.device,
+            b.requires_grad,
+        ):
+            return False
+        shape = tuple(evaluate(size, values) for size in a.shape)
+        strides = tuple(evaluate(stride, values) for stride in a.strides)
+        if shape != tuple(b.shape) or strides != tuple(b.strides):
+            return False
+    return True
+
+
+class DynamoTraces:
+    """The symbolic autograd traces of one Dynamo graph and each size's result.
+
+    :param graph: the graph :func:`symbolic_import` made.
+    :param trace: the pipeline's ``trace_symbolic`` of ``graph``, taking the sizes its
+        decisions are taken for (None: the import's hints).
+    :param max_traces: traces made at most (a size outside all of them is traced on its own).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
+        max_traces: int = 4,
+    ) -> None:
+        self.graph = graph
+        self._trace = trace
+        self.traces: list[SymbolicAot] = []
+        self.max_traces = max_traces
+        self.attempts = 0
+
+    def add(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
+        """A new trace for ``hints`` (kept when there is one)."""
+        self.attempts += 1
+        try:
+            traced = self._trace(hints)
+        except Exception as error:  # noqa: BLE001 - no symbolic trace: traced per size
+            logger.debug("dynamo backend: no symbolic trace (%s: %s)", type(error).__name__, error)
+            return None
+        if traced is not None:
+            self.traces.append(traced)
+        return traced
+
+    def at(self, values: Mapping[str, int], static: Graph) -> AotResult | None:
+        """The ``AotResult`` of ``static`` (the graph made static at ``values``) from a
+        trace whose conditions they meet (one more trace for them where no condition
+        they violate is an equality, up to ``max_traces``); None: the size is traced on
+        its own (also where ``static``'s inputs are not the symbolic graph's at ``values``)."""
+        if not same_inputs(self.graph, static, values):
+            logger.debug("dynamo backend: sizes %s have other inputs: traced on their own", values)
+            return None
+        for traced in self.traces:
+            if not traced.violated(values):
+                return traced.at(values)
+        if self.attempts >= self.max_traces or not self.traces:
+            return None
+        if any(traced.specialised(values) for traced in self.traces):
+            return None
+        added = self.add(values)
+        if added is not None and not added.violated(values):
+            return added.at(values)
+        return None

@@ -1,0 +1,63 @@
+"""Dynamo graphs with symbolic sizes imported with their symbols as input dimensions
+(decision 0256); Dynamo is the harness (tests may call torch.compile)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchstrata.core import from_fx
+from torchstrata.core.symbolic_graphs import input_symbol_slots
+from torchstrata.runtime.dynamo_sizes import concretised, symbol_slots
+from torchstrata.runtime.dynamo_symbolic import same_inputs, symbolic_import
+
+
+def _symbolic_graph(fn, *shapes):
+    """Dynamo's graph of ``fn`` traced with symbolic sizes, its example inputs, its slots."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append((gm, list(example_inputs)))
+        return gm.forward
+
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for shape in shapes:
+        compiled(torch.randn(shape))
+    gm, examples = seen[-1]
+    return gm, examples, symbol_slots(gm, examples)
+
+
+def scaled_rows(x):
+    return (x * x.shape[0]).sum(0) + x.reshape(-1).sum()
+
+
+def test_symbols_become_input_dimensions_and_each_size_is_checked():
+    torch.compiler.reset()
+    gm, examples, slots = _symbolic_graph(scaled_rows, (5, 3), (7, 3))
+    assert any(dim is None for _, dim in slots.values())  # Dynamo's s77 argument
+    graph = symbolic_import(gm, examples, slots)
+    bound = input_symbol_slots(graph)
+    assert set(bound) == set(slots) and all(position == 0 for position, _ in bound.values())
+    for rows in (4, 9):
+        x = torch.randn(rows, 3)
+        args = [rows if not isinstance(e, torch.Tensor) else x for e in examples]
+        values = {name: x.shape[dim] for name, (_, dim) in bound.items()}
+        static = concretised(gm, args, values)
+        static_graph = from_fx(static.gm, list(static.examples))
+        assert same_inputs(graph, static_graph, values)
+        (rows_symbol,) = [name for name, (_, dim) in bound.items() if dim == 0]
+        assert not same_inputs(graph, static_graph, {**values, rows_symbol: rows + 1})
+        # a transposed input at those sizes is another layout: not the trace's graph
+        xt = torch.randn(3, rows).t()
+        other = concretised(gm, [xt if a is x else a for a in args], values)
+        assert not same_inputs(graph, from_fx(other.gm, list(other.examples)), values)
+    torch.compiler.reset()
+
+
+def test_a_symbol_no_tensor_dimension_gives_is_refused():
+    torch.compiler.reset()
+    gm, examples, slots = _symbolic_graph(scaled_rows, (5, 3), (7, 3))
+    # a symbol read from a number argument that no tensor's dimension has
+    with pytest.raises(ValueError, match="no tensor argument's dimension"):
+        symbolic_import(gm, examples, {**slots, "s_unknown": (0, None)})
+    torch.compiler.reset()
