@@ -119,6 +119,7 @@ def measure(
 ) -> dict[str, object]:
     """Fastest and slowest round's median seconds of each contender, ours against eager."""
     import torch._dynamo
+
     import torchstrata.runtime as tsr
 
     torch._dynamo.reset()
