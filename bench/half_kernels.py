@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         f"[{args.rows}, {args.cols}], fastest of {args.rounds} rounds of the median of "
         f"{args.reps} calls; spread: slowest round / fastest"
     )
+    import torchstrata.inductor
+
+    print(f"# torchstrata.inductor from {next(iter(torchstrata.inductor.__path__))}")
     print(
         "| dtype | threads | kernel | ours ms | eager ms | compile ms | x eager | x compile "
         "| spread ours/compile | equal (err/eps) | load 1/5/15 |"
