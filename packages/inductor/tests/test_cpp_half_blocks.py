@@ -30,6 +30,7 @@ def test_a_block_starts_where_the_loop_variable_is_a_whole_term():
     assert block_start("(r0 + 1) + x0", "r0", "r0_block") is None
     assert block_start("r0 + r0_lane", "r0", "r0_block") is None
     assert block_start("r0 + (x0 % 3 == 0 ? 1 : 2)", "r0", "r0_block") is None
+    assert block_start("r0 + 8*r1", "r0", "r0_block", ["r1"]) is None
 
 
 def test_widened_blocks_rewrites_each_contiguous_load_once():
@@ -51,6 +52,9 @@ def test_widened_blocks_rewrites_each_contiguous_load_once():
         "const float tmp2 = ts_f16_to_f32(buf_x[2*r0]);",
     ]
     assert widened_blocks(body[2:], "r0", "r0_block", 256) == ([], body[2:])
+    # an index term that the body itself defines changes within the loop
+    derived = ["const int64_t r1 = r0 / 16;", "const float tmp0 = ts_f16_to_f32(buf_x[r0 + r1]);"]
+    assert widened_blocks(derived, "r0", "r0_block", 256) == ([], derived)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -202,6 +202,8 @@ HALF_PRELUDE = _PORTABLE + _F16C + _BLOCKS
 
 #: An fp16 load as the expression printer spells it: ``ts_f16_to_f32(buf_x[<index>])``.
 _F16_LOAD = re.compile(r"ts_f16_to_f32\((buf_\w+)\[([^\[\]]+)\]\)")
+#: A name that a line of a loop's body defines (``const int64_t r1 = ...;``).
+_DEFINED = re.compile(r"\bconst\s+[\w:<>]+\s+(\w+)\s*=")
 #: What an index may mention besides the loop variable: names defined before the loop.
 _INVARIANT_TERM = re.compile(r"[\w\s*()-]+")
 
@@ -220,14 +222,16 @@ def _top_level_terms(index: str) -> list[str] | None:
     return terms if depth == 0 else None
 
 
-def block_start(index: str, var: str, block: str) -> str | None:
+def block_start(index: str, var: str, block: str, local: Sequence[str] = ()) -> str | None:
     """``index`` at the block's first element (``var`` replaced by ``block``) when ``index``
     is ``var`` plus terms that do not change within the loop (so that the loop's
-    elements are one contiguous run of the buffer), else None."""
+    elements are one contiguous run of the buffer), else None. A term may not mention a
+    value (``tmp<n>``), a lane index or a name in ``local`` (those the body defines)."""
     terms = _top_level_terms(index)
     if terms is None or terms.count(var) != 1:
         return None
-    mention = re.compile(rf"\b({re.escape(var)}|tmp\d+|\w+_lanes?)\b")
+    names = "|".join(re.escape(name) for name in (var, *local))
+    mention = re.compile(rf"\b({names}|tmp\d+|\w+_lanes?)\b")
     for term in terms:
         if term != var and (mention.search(term) or not _INVARIANT_TERM.fullmatch(term)):
             return None
@@ -242,10 +246,11 @@ def widened_blocks(
     arrays instead (decision 0265). No such load: no lines, ``body`` unchanged."""
     arrays: dict[tuple[str, str], str] = {}
     before: list[str] = []
+    local = [name for line in body for name in _DEFINED.findall(line)]
 
     def replace(match: re.Match[str]) -> str:
         buffer, index = match.group(1), match.group(2)
-        start = block_start(index, var, block)
+        start = block_start(index, var, block, local)
         if start is None:
             return match.group(0)
         key = (buffer, index)
