@@ -13,7 +13,12 @@ import torch
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.codegen.cpp.build import build_kernel
 from torchstrata.inductor.codegen.cpp.exprs import PRELUDE
-from torchstrata.inductor.codegen.cpp.half import HALF_PRELUDE, block_start, widened_blocks
+from torchstrata.inductor.codegen.cpp.half import (
+    HALF_BLOCKS,
+    HALF_PRELUDE,
+    block_start,
+    widened_blocks,
+)
 from torchstrata.inductor.codegen.cpp.sum_loops import LANE_BLOCK
 
 PATHS = {"native": "", "portable": "#define TS_PORTABLE_HALF 1\n"}
@@ -61,7 +66,7 @@ def test_widened_blocks_rewrites_each_contiguous_load_once():
 def test_the_block_widening_matches_torch_in_both_builds(tmp_path, path):
     """Every fp16 value, and counts that leave 8-, 1- and 15-value remainders."""
     source = (
-        f"{PATHS[path]}{PRELUDE}{HALF_PRELUDE}\n"
+        f"{PATHS[path]}{PRELUDE}{HALF_PRELUDE}{HALF_BLOCKS}\n"
         'extern "C" void widen(const uint16_t* __restrict__ x, float* __restrict__ y, '
         "const int64_t n) { ts_f16_widen_block(x, y, n); }\n"
     )
@@ -97,6 +102,8 @@ def test_fp16_row_sums_read_widened_blocks_and_equal_torch(ind, n):
     assert ("ts_f16_widen_block(&buf_x[" in body) == (blocks > 0)
     assert ("wide0_r0[r0 - r0_block]" in body) == (blocks > 0)
     assert ("ts_f16_to_f32(buf_x[" in body) == (n % LANE_BLOCK > 0)
+    # the helper is in the kernels that call it only
+    assert ("ts_f16_widen_block(const" in kernel.source) == (blocks > 0)
     x = torch.randint(-8, 9, (3, n), generator=torch.Generator().manual_seed(n)).half()
     (got,) = compiled(x)
     assert torch.equal(got, x.sum(-1))

@@ -198,7 +198,9 @@ static inline void ts_f16_widen_block(const uint16_t* __restrict__ s, float* __r
 
 #: What a kernel that converts fp16 adds after the prelude (whose ``ts_where`` and
 #: ``ts_bits_f32``/``ts_f32_bits`` it uses).
-HALF_PRELUDE = _PORTABLE + _F16C + _BLOCKS
+HALF_PRELUDE = _PORTABLE + _F16C
+#: What a kernel that widens blocks of fp16 loads adds after :data:`HALF_PRELUDE`.
+HALF_BLOCKS = _BLOCKS
 
 #: An fp16 load as the expression printer spells it: ``ts_f16_to_f32(buf_x[<index>])``.
 _F16_LOAD = re.compile(r"ts_f16_to_f32\((buf_\w+)\[([^\[\]]+)\]\)")
@@ -271,3 +273,11 @@ def widened_blocks(
 def uses_half(body: str) -> bool:
     """Whether a kernel's ``body`` (its C++ function) converts fp16."""
     return any(f"{name}(" in body for name in HALF_FUNCTIONS)
+
+
+def half_prelude(body: str) -> str:
+    """What a kernel whose function is ``body`` adds after the prelude for fp16: nothing,
+    :data:`HALF_PRELUDE`, and :data:`HALF_BLOCKS` where it widens blocks of loads."""
+    if not uses_half(body):
+        return ""
+    return HALF_PRELUDE + (HALF_BLOCKS if "ts_f16_widen_block(" in body else "")
