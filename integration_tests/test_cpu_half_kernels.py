@@ -73,3 +73,29 @@ def test_row_sum_of_random_values_is_close_to_float64(dtype):
     exact = x.double().sum(-1)
     # one rounding to the 16-bit result: within half an ulp of it, plus float's slack
     assert ((ours.double() - exact).abs() <= exact.abs() * torch.finfo(dtype).eps + 1e-4).all()
+
+
+def _rmsnorm(x, w):
+    h = x.float()
+    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+
+def _layernorm(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+@pytest.mark.parametrize("n", [3 * 256 + 45, 255])
+def test_fp16_normalisations_within_an_ulp_per_rounding_of_eager(n):
+    """fp16 rmsnorm and layernorm over odd rows (whole blocks of 256 widened at once, then
+    a partial block; a row shorter than one block) and odd row counts. Both compute in
+    float; our row sums add in another order (lanes), so a float result may differ from
+    eager's in its last bits, and each rounding to fp16 can then land one ulp apart:
+    one rounding in layernorm, two in rmsnorm (the normalised row, then the product)."""
+    generator = torch.Generator().manual_seed(n)
+    x = (torch.randn(7, n, generator=generator) * 3).half()
+    w, b = (torch.randn(n, generator=generator).half() for _ in range(2))
+    for fn, args, roundings in ((_rmsnorm, (x, w), 2), (_layernorm, (x, w, b), 1)):
+        ours, eager = _compiled_without_fallback(fn, *args), fn(*args)
+        assert ours.dtype == eager.dtype == torch.float16
+        ulp = eager.float().abs().clamp(min=2.0**-14) * torch.finfo(torch.float16).eps
+        assert ((ours.float() - eager.float()).abs() <= roundings * ulp).all(), fn.__name__

@@ -27,7 +27,7 @@ from torchstrata.inductor.codegen.cpp.division import (
     needs_safe_divisor,
     uses_safe_divisors,
 )
-from torchstrata.inductor.codegen.cpp.half import HALF_PRELUDE, uses_half
+from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -520,6 +520,5 @@ def kernel_source(
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
-    if uses_half(text):
-        prelude += HALF_PRELUDE
+    prelude += half_prelude(text)
     return "\n".join([prelude, simd_declarations(used), *function, ""])

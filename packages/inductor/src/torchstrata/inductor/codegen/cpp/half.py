@@ -16,10 +16,20 @@ prelude turns it off (the tests compile both). The integer versions are decision
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 #: The functions kernels call: load, intermediate rounding, store of a value that is an
 #: fp16 value already, store of any float, store of the float that an fp16 rounding
 #: (``convert_element_type``) rounds (which is the narrowing, spelled for each path).
-HALF_FUNCTIONS = ("ts_f16_to_f32", "ts_round_f16", "ts_f16_bits", "ts_f32_to_f16", "ts_store_f16")
+HALF_FUNCTIONS = (
+    "ts_f16_to_f32",
+    "ts_round_f16",
+    "ts_f16_bits",
+    "ts_f32_to_f16",
+    "ts_store_f16",
+    "ts_f16_widen_block",
+)
 
 _PORTABLE = r"""
 // fp16 by integer arithmetic on the bit patterns (decision 0196). Widening: exponent and
@@ -159,11 +169,115 @@ static inline uint16_t ts_store_f16(float f) { return ts_f16_bits_int(ts_round_f
 #endif
 """
 
+_BLOCKS = r"""
+// A block of fp16 values widened into a float array (decision 0265): the row sums' lane
+// loops read it instead of calling a vector conversion per vector of lanes, around which
+// the lanes' accumulators were spilled (the vector ABI saves no register). F16C: one
+// conversion instruction per 16 (AVX-512) or 8 values, inline; else the integer widening.
+static inline void ts_f16_widen_block(const uint16_t* __restrict__ s, float* __restrict__ d, int64_t n) {
+#ifdef TS_F16C
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) {
+    ts_v16hi h; __builtin_memcpy(&h, s + i, 32);
+    const ts_v16sf f = __builtin_ia32_vcvtph2ps512_mask(h, ts_v16sf{}, 0xffff, 4);
+    __builtin_memcpy(d + i, &f, 64);
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    ts_v8hi h; __builtin_memcpy(&h, s + i, 16);
+    const ts_v8sf f = __builtin_ia32_vcvtph2ps256(h);
+    __builtin_memcpy(d + i, &f, 32);
+  }
+  for (; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);  // vectorised at -O3
+#endif
+}
+"""
+
 #: What a kernel that converts fp16 adds after the prelude (whose ``ts_where`` and
 #: ``ts_bits_f32``/``ts_f32_bits`` it uses).
 HALF_PRELUDE = _PORTABLE + _F16C
+#: What a kernel that widens blocks of fp16 loads adds after :data:`HALF_PRELUDE`.
+HALF_BLOCKS = _BLOCKS
+
+#: An fp16 load as the expression printer spells it: ``ts_f16_to_f32(buf_x[<index>])``.
+_F16_LOAD = re.compile(r"ts_f16_to_f32\((buf_\w+)\[([^\[\]]+)\]\)")
+#: A name that a line of a loop's body defines (``const int64_t r1 = ...;``).
+_DEFINED = re.compile(r"\bconst\s+[\w:<>]+\s+(\w+)\s*=")
+#: What an index may mention besides the loop variable: names defined before the loop.
+_INVARIANT_TERM = re.compile(r"[\w\s*()-]+")
+
+
+def _top_level_terms(index: str) -> list[str] | None:
+    """``index`` split at its top-level `` + ``, or None when parentheses do not match."""
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(index):
+        depth += (char == "(") - (char == ")")
+        if depth < 0:
+            return None
+        if depth == 0 and index.startswith(" + ", i):
+            terms.append(index[start:i].strip())
+            start = i + 3
+    terms.append(index[start:].strip())
+    return terms if depth == 0 else None
+
+
+def block_start(index: str, var: str, block: str, local: Sequence[str] = ()) -> str | None:
+    """``index`` at the block's first element (``var`` replaced by ``block``) when ``index``
+    is ``var`` plus terms that do not change within the loop (so that the loop's
+    elements are one contiguous run of the buffer), else None. A term may not mention a
+    value (``tmp<n>``), a lane index or a name in ``local`` (those the body defines)."""
+    terms = _top_level_terms(index)
+    if terms is None or terms.count(var) != 1:
+        return None
+    names = "|".join(re.escape(name) for name in (var, *local))
+    mention = re.compile(rf"\b({names}|tmp\d+|\w+_lanes?)\b")
+    for term in terms:
+        if term != var and (mention.search(term) or not _INVARIANT_TERM.fullmatch(term)):
+            return None
+    return " + ".join(block if term == var else term for term in terms)
+
+
+def widened_blocks(
+    body: Sequence[str], var: str, block: str, count: int
+) -> tuple[list[str], list[str]]:
+    """The lines that widen, before a block of ``count`` elements of ``var`` from ``block``,
+    each contiguous fp16 load of ``body`` into a float array, and ``body`` reading the
+    arrays instead (decision 0265). No such load: no lines, ``body`` unchanged."""
+    arrays: dict[tuple[str, str], str] = {}
+    before: list[str] = []
+    local = [name for line in body for name in _DEFINED.findall(line)]
+
+    def replace(match: re.Match[str]) -> str:
+        buffer, index = match.group(1), match.group(2)
+        start = block_start(index, var, block, local)
+        if start is None:
+            return match.group(0)
+        key = (buffer, index)
+        if key not in arrays:
+            arrays[key] = name = f"wide{len(arrays)}_{var}"
+            before.extend(
+                [
+                    f"alignas(64) float {name}[{count}];",
+                    f"ts_f16_widen_block(&{buffer}[{start}], {name}, {count});",
+                ]
+            )
+        return f"{arrays[key]}[{var} - {block}]"
+
+    rewritten = [_F16_LOAD.sub(replace, line) for line in body]
+    return before, rewritten
 
 
 def uses_half(body: str) -> bool:
     """Whether a kernel's ``body`` (its C++ function) converts fp16."""
     return any(f"{name}(" in body for name in HALF_FUNCTIONS)
+
+
+def half_prelude(body: str) -> str:
+    """What a kernel whose function is ``body`` adds after the prelude for fp16: nothing,
+    :data:`HALF_PRELUDE`, and :data:`HALF_BLOCKS` where it widens blocks of loads."""
+    if not uses_half(body):
+        return ""
+    return HALF_PRELUDE + (HALF_BLOCKS if "ts_f16_widen_block(" in body else "")

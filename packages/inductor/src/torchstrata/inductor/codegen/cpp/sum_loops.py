@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from torchstrata.inductor.codegen.cpp.exprs import compute_type
+from torchstrata.inductor.codegen.cpp.half import widened_blocks
 from torchstrata.inductor.ir.indexing import Var
 
 #: Elements of a float32 sum that float accumulators (one per SIMD lane) add before the
@@ -61,10 +62,14 @@ def lane_loop(
     An ``omp simd reduction`` combines its lanes in order after the loop, one scalar add
     after another (32 dependent adds for 16-bit inputs); per block of SUM_BLOCK that was
     most of a long row sum's time. Lane arrays are combined once per row, by the caller.
+    A whole block's contiguous fp16 loads are widened into float arrays before its lane
+    loops (:func:`~torchstrata.inductor.codegen.cpp.half.widened_blocks`).
     """
     lane, lanes = f"{var.name}_lane", f"{var.name}_lanes"
+    block = f"{var.name}_block"
+    widen, block_body = widened_blocks(body, var.name, block, LANE_BLOCK)
 
-    def inner(count: int) -> list[str]:
+    def inner(count: int, body: Sequence[str] = body) -> list[str]:
         return [
             "#pragma omp simd",
             f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{",
@@ -78,7 +83,7 @@ def lane_loop(
             return str(begin + by)
         return f"{begin} + {by}" if by else begin
 
-    def run(begin: str | int, count: int) -> list[str]:
+    def run(begin: str | int, count: int, body: Sequence[str] = body) -> list[str]:
         """Lane loops over ``count`` elements from ``begin`` (a variable or a number)."""
         whole, tail = count - count % SUM_LANES, count % SUM_LANES
         lines: list[str] = []
@@ -86,25 +91,25 @@ def lane_loop(
             lines += [
                 f"for (int64_t {lanes} = {begin}; {lanes} < {offset(begin, whole)}; "
                 f"{lanes} += {SUM_LANES}) {{",
-                *("  " + line for line in inner(SUM_LANES)),
+                *("  " + line for line in inner(SUM_LANES, body)),
                 "}",
             ]
         if tail:
             lines += [
                 "{",
                 f"  const int64_t {lanes} = {offset(begin, whole)};",
-                *("  " + line for line in inner(tail)),
+                *("  " + line for line in inner(tail, body)),
                 "}",
             ]
         return lines
 
     full = var.size - var.size % LANE_BLOCK
-    block = f"{var.name}_block"
     lines: list[str] = []
     if full:
+        each = [*start, *widen, *run(block, LANE_BLOCK, block_body), *flush]
         lines += [
             f"for (int64_t {block} = 0; {block} < {full}; {block} += {LANE_BLOCK}) {{",
-            *("  " + line for line in [*start, *run(block, LANE_BLOCK), *flush]),
+            *("  " + line for line in each),
             "}",
         ]
     if full < var.size:
