@@ -536,7 +536,7 @@ class Pipeline:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.trace_symbolic(symbolic, options, hints)
 
-            return SizeSpecialisedRunner(graph, lower, trace=trace)
+            return SizeSpecialisedRunner(graph, lower, trace=trace).call
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 
