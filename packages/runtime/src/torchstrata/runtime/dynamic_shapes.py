@@ -36,6 +36,7 @@ from torchstrata.core import (
     interpret,
     size_guards,
 )
+from torchstrata.runtime.artifacts import AotSource, FrameArtifacts
 
 logger = logging.getLogger("torchstrata.runtime")
 dynamic_log = artifact_logger(__name__, "dynamic")
@@ -372,7 +373,6 @@ def compile_symbolic(
     import functools
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
-    from torchstrata.runtime.artifacts import FrameArtifacts
     from torchstrata.runtime.compile_trace import compile_trace, function_title
 
     refused = refused_before_capture(pipeline, fn, args, kwargs, options)
@@ -406,9 +406,7 @@ def compile_symbolic(
         )
         return None
 
-    def lower(
-        graph: Graph, aot: Callable[[], AotResult | None] | None = None
-    ) -> Callable[..., Any]:
+    def lower(graph: Graph, aot: AotSource | None = None) -> Callable[..., Any]:
         with dynamo_import_deferred():
             return pipeline.compile_graph(graph, options, aot).runner
 
