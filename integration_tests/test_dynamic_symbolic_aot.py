@@ -155,7 +155,7 @@ def test_a_second_symbolic_trace_for_sizes_outside_an_inequality():
     w = torch.randn(64, 32)
     for size in (6, 7, 20, 21, 8, 16, 3):
         x = torch.randn(size, 64)
-        torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
+        torch.testing.assert_close(runner.call(x, w)[0], pointwise(x, w))
     assert traced_at == [6, 20]
     assert served == {6: 6, 7: 7, 20: 20, 21: 21, 8: 8, 16: 16, 3: 3}
 
@@ -167,6 +167,6 @@ def test_sizes_outside_an_equality_are_traced_on_their_own():
     w = torch.randn(64, 32)
     for size in (6, 7, 20, 6, 8):
         x = torch.randn(size, 64)
-        torch.testing.assert_close(runner(x, w)[0], pointwise(x, w))
+        torch.testing.assert_close(runner.call(x, w)[0], pointwise(x, w))
     assert traced_at == [6]  # a trace for one size: another would be for one size too
     assert served == {6: 6, 7: None, 20: None, 8: None}

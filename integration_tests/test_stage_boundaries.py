@@ -35,11 +35,12 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def sibling_imports(package: str, packages: Path = PACKAGES) -> list[str]:
-    """``path:line: module`` for each import of another stage in ``package``'s sources."""
+def sibling_imports(package: str, packages: Path = PACKAGES, part: str = "src") -> list[str]:
+    """``path:line: module`` for each import of another stage in ``package``'s sources
+    (``part="tests"``: in its tests)."""
     allowed = {"core", package}
     found = []
-    for path in sorted((packages / package / "src").rglob("*.py")):
+    for path in sorted((packages / package / part).rglob("*.py")):
         for line, module in _imported_modules(path):
             parts = module.split(".")
             if parts[0] == "torchstrata" and len(parts) > 1 and parts[1] not in allowed:
@@ -51,6 +52,15 @@ def sibling_imports(package: str, packages: Path = PACKAGES) -> list[str]:
 def test_no_stage_imports_a_sibling(package):
     assert (PACKAGES / package / "src").is_dir()
     assert sibling_imports(package) == []
+
+
+@pytest.mark.parametrize("package", ("core", *STAGES))
+def test_no_package_test_imports_a_sibling(package):
+    """A package's tests run with only the package and core installed (a selection of
+    them in ``nox -s isolated``): a test that needs another stage belongs in
+    integration_tests/, or skips without it (``pytest.importorskip``)."""
+    assert (PACKAGES / package / "tests").is_dir()
+    assert sibling_imports(package, part="tests") == []
 
 
 def test_the_scan_finds_a_sibling_import(tmp_path):

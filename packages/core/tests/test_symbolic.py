@@ -3,6 +3,8 @@ tensors, guards recorded by the ShapeEnv, printing, and concretizing a graph."""
 
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from torchstrata.core import (
@@ -17,6 +19,7 @@ from torchstrata.core import (
     input_meta,
     input_symbol_slots,
     interpret,
+    specialise_sizes,
     symbolic_scope,
     torch_op,
 )
@@ -74,3 +77,25 @@ def test_a_decision_on_a_size_is_a_guard():
     assert bool(meta.shape[0] > 10)
     assert sizes.describe_guards() == ("L['x'].size()[0] > 10",)
     assert concretize((meta.shape[0] * 3, 4), {sizes.bindings[0].name: 7}) == (21, 4)
+
+
+def test_specialising_a_value_makes_its_sizes_plain_and_guards_them():
+    sizes, meta = _symbolic_x(rows=16)
+    rows = meta.shape[0]
+    point = collections.namedtuple("point", "rows cols")
+    value = [rows, rows * 2, {"n": rows}, slice(0, rows), torch.Size([rows, 8]), point(rows, 8)]
+    plain = specialise_sizes(value)
+    assert plain == [16, 32, {"n": 16}, slice(0, 16), torch.Size([16, 8]), point(16, 8)]
+    assert type(plain[4]) is torch.Size and type(plain[5]) is point
+    assert not has_symbols(plain)
+    assert sizes.describe_guards() == ("Eq(L['x'].size()[0], 16)",)
+
+
+def test_specialising_a_tensor_guards_its_sizes_and_returns_it():
+    sizes, meta = _symbolic_x(rows=16)
+    with symbolic_scope(sizes), sizes.fake_mode:
+        fake = torch.empty(meta.shape)
+    assert not sizes.describe_guards()
+    pair = torch.return_types.max((fake, fake))
+    assert specialise_sizes(pair) is pair  # no item changed: the same tuple
+    assert sizes.describe_guards() == ("Eq(L['x'].size()[0], 16)",)

@@ -40,3 +40,23 @@ def test_generated_source_matches_the_golden_file(name, backend_name):
         "intended, run `python packages/inductor/tests/golden_kernels.py --update` and "
         f"review the diff:\n{difference}"
     )
+
+
+def test_the_cpp_preludes_match_their_golden_file():
+    difference = golden.prelude_diff()
+    assert not difference, (
+        "the C++ preludes changed; if that is intended, run "
+        "`python packages/inductor/tests/golden_kernels.py --update` and review the diff:\n"
+        f"{difference}"
+    )
+
+
+def test_a_cpp_golden_names_its_preludes_instead_of_holding_them():
+    source = golden.PRELUDE + golden.HALF_PRELUDE + 'extern "C" void kernel0() {}\n'
+    stripped = golden.without_preludes(source)
+    assert (
+        stripped
+        == '// prelude + fp16 conversions: golden/prelude.cpp\nextern "C" void kernel0() {}\n'
+    )
+    with pytest.raises(ValueError, match="does not start with the prelude"):
+        golden.without_preludes('extern "C" void kernel0() {}\n')

@@ -19,7 +19,6 @@ from torchstrata.capture.iteration import iterate
 from torchstrata.capture.opcodes_data import load_fast
 from torchstrata.capture.opcodes_flow import FLOW_HANDLERS
 from torchstrata.capture.operators import truth
-from torchstrata.capture.symbolic_values import specialise_sizes
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.variables import (
     CellVar,
@@ -33,6 +32,7 @@ from torchstrata.capture.variables import (
     describe,
     python_value,
 )
+from torchstrata.core import specialise_sizes
 
 if TYPE_CHECKING:  # the frame type is only needed for annotations
     from torchstrata.capture.frame import Frame

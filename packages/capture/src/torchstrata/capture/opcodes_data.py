@@ -25,7 +25,6 @@ from torchstrata.capture.operators import (
     truth,
 )
 from torchstrata.capture.stores import delete_attribute, store_attribute
-from torchstrata.capture.symbolic_values import specialise_sizes
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import PropertyGet, UserObjectVar
 from torchstrata.capture.variables import (
@@ -44,6 +43,7 @@ from torchstrata.capture.variables import (
     describe,
     python_value,
 )
+from torchstrata.core import specialise_sizes
 
 if TYPE_CHECKING:  # the frame type is only needed for annotations
     from torchstrata.capture.frame import Frame

@@ -18,7 +18,7 @@ from typing import Any
 from torchstrata.capture.counters import CounterVar, build_counter
 from torchstrata.capture.instances import InstanceVar, build_instance
 from torchstrata.capture.result_types import make_tuple
-from torchstrata.capture.symbolic_values import has_symbolic, specialise_sizes
+from torchstrata.capture.symbolic_values import has_symbolic
 from torchstrata.capture.tracer import Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
@@ -42,7 +42,7 @@ from torchstrata.capture.variables import (
     _Null,
     describe,
 )
-from torchstrata.core import Node
+from torchstrata.core import Node, specialise_sizes
 
 
 class NullValue:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from torchstrata.core import specialise_sizes
+
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 #: Functions that compute with symbolic scalars (their results stay symbolic, decisions
@@ -43,25 +45,6 @@ def has_symbolic(value: Any) -> bool:
     if isinstance(value, slice):
         return has_symbolic((value.start, value.stop, value.step))
     return False
-
-
-def specialise_sizes(value: Any) -> Any:
-    """``value`` with every symbolic scalar made concrete (each recording its guard)."""
-    if isinstance(value, torch.SymBool):
-        return bool(value)
-    if isinstance(value, torch.SymFloat):
-        return float(value)
-    if isinstance(value, torch.SymInt):
-        return int(value)
-    if isinstance(value, torch.Size):
-        return torch.Size(specialise_sizes(item) for item in value)
-    if isinstance(value, list | tuple) and type(value) in (list, tuple):
-        return type(value)(specialise_sizes(item) for item in value)
-    if isinstance(value, dict) and type(value) is dict:
-        return {key: specialise_sizes(item) for key, item in value.items()}
-    if isinstance(value, slice):
-        return slice(*specialise_sizes((value.start, value.stop, value.step)))
-    return value
 
 
 def fold_arguments(fn: Callable[..., Any], values: tuple[Any, ...]) -> tuple[Any, ...]:

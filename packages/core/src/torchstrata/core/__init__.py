@@ -136,6 +136,7 @@ from torchstrata.core.symbolic import (
     is_symbolic,
     size_hint,
     size_or_int,
+    specialise_sizes,
     symbolic_scope,
 )
 from torchstrata.core.symbolic_aot import SizeOutsideTrace, SymbolicAot
@@ -295,6 +296,7 @@ __all__ = [
     "size_hint",
     "size_or_int",
     "spans_overlap",
+    "specialise_sizes",
     "stage_walk",
     "state_changes",
     "symbol_hints",

@@ -61,6 +61,40 @@ def size_hint(value: Any) -> int:
     return int(value)
 
 
+def specialise_sizes(value: Any) -> Any:
+    """``value`` with every symbolic scalar in it made the plain ``int``, ``float`` or
+    ``bool`` it is in the call being traced, each recording its guard in the ShapeEnv
+    (``int(s0)`` records ``Eq(s0, 16)``): a trace that hands the value on stays right,
+    for this size only. Unlike :func:`concretize` (values given, nothing guarded).
+
+    Goes through lists, tuples and plain dicts (rebuilt), ``torch.Size`` and slices;
+    other tuples (named tuples, ``torch.return_types``) are rebuilt with their type only
+    where an item changed. A tensor comes back as it is, its symbolic sizes, strides and
+    storage offset guarded (Dynamo's example values: the trace relied on them too).
+    """
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.Tensor):
+        specialise_sizes((*value.shape, *value.stride(), value.storage_offset()))
+        return value
+    if isinstance(value, slice):
+        return slice(*specialise_sizes((value.start, value.stop, value.step)))
+    if type(value) is dict:
+        return {key: specialise_sizes(item) for key, item in value.items()}
+    if not isinstance(value, list | tuple):
+        return value
+    items = [specialise_sizes(item) for item in value]
+    if type(value) in (list, tuple, torch.Size):
+        return type(value)(items)
+    if all(new is old for new, old in zip(items, value, strict=True)):
+        return value
+    return value._make(items) if hasattr(value, "_make") else type(value)(items)
+
+
 def size_or_int(value: Any) -> Any:
     """``value`` as an ``int``, or kept as a ``SymInt`` when it is truly symbolic."""
     if isinstance(value, torch.SymInt):

@@ -3,13 +3,21 @@ the compiled call."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import attrs
 
 from torchstrata.core import AotResult, CaptureResult, CompiledGraph, Graph, PassRecord
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.runners import GraphFn, GraphRunner, LazyGraphFn
+
+#: The ``aot`` argument of :meth:`Pipeline.compile_graph
+#: <torchstrata.runtime.pipeline.Pipeline.compile_graph>` (and of the pipelines that
+#: override it): asked where the graph cache has no autograd result for the graph, it
+#: gives one (a symbolic trace's result at the graph's sizes, decision 0220), or None,
+#: which asks the autograd stage.
+AotSource: TypeAlias = Callable[[], AotResult | None]
 
 
 @attrs.frozen

@@ -36,6 +36,7 @@ from torchstrata.core import (
     interpret,
     size_guards,
 )
+from torchstrata.runtime.artifacts import AotSource, FrameArtifacts
 
 logger = logging.getLogger("torchstrata.runtime")
 dynamic_log = artifact_logger(__name__, "dynamic")
@@ -177,7 +178,7 @@ def symbolic_guards(capture: CaptureResult, sizes: SymbolicSizes) -> tuple[Guard
 
 class SizeSpecialisedRunner:
     """Runs a graph with symbolic sizes: lowers it for the sizes of each call, once per
-    distinct size, and runs that.
+    distinct size, and runs that. Call it through :attr:`call` (``runner.call(*inputs)``).
 
     With ``trace``, the autograd stage traces the symbolic graph once, at the first
     size without a cached autograd result (decision 0220), and each size lowers from
@@ -220,9 +221,10 @@ class SizeSpecialisedRunner:
         #: symbolic traces made at most (sizes outside all of them are traced on their own)
         self.max_traces = max_traces
         self._attempts = 0
-        #: the per-call path as one generated function of the graph's inputs: the key of
-        #: the call's sizes built inline and looked up (a lambda for the key and a
-        #: method frame cost a tiny call 0.3 us); what the capture's program calls
+        #: the one way in: a generated function of the graph's inputs that builds the
+        #: key of the call's sizes inline and runs the runner lowered for it (a lambda
+        #: for the key and a method frame cost a tiny call 0.3 us, so the class has no
+        #: ``__call__``); what the capture's program and a segment after a break call
         self.call: Callable[..., Any] = self._generate_call(len(graph.inputs))
 
     def _generate_call(self, arity: int) -> Callable[..., Any]:
@@ -240,9 +242,6 @@ class SizeSpecialisedRunner:
         exec(compile(source, "<torchstrata size dispatch>", "exec"), namespace)
         call: Callable[..., Any] = namespace["call"]
         return call
-
-    def __call__(self, *inputs: Any) -> Any:
-        return self.call(*inputs)
 
     def _lower_new(self, key: tuple[int, ...]) -> Callable[..., Any]:
         runner = self.runners.get(key)
@@ -374,7 +373,6 @@ def compile_symbolic(
     import functools
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
-    from torchstrata.runtime.artifacts import FrameArtifacts
     from torchstrata.runtime.compile_trace import compile_trace, function_title
 
     refused = refused_before_capture(pipeline, fn, args, kwargs, options)
@@ -408,9 +406,7 @@ def compile_symbolic(
         )
         return None
 
-    def lower(
-        graph: Graph, aot: Callable[[], AotResult | None] | None = None
-    ) -> Callable[..., Any]:
+    def lower(graph: Graph, aot: AotSource | None = None) -> Callable[..., Any]:
         with dynamo_import_deferred():
             return pipeline.compile_graph(graph, options, aot).runner
 

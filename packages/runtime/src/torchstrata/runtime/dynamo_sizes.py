@@ -11,10 +11,9 @@ symbolic entries do (decision 0207). Nothing is guarded: Dynamo's guards stay sy
 so one Dynamo compile serves every size.
 
 Where a symbol cannot be read from the arguments (a data-dependent size), the graph is
-made static for this call through
-:func:`torch.fx.experimental.symbolic_shapes.guard_int` instead (:func:`specialise`):
-that records ``s77 == 5`` in Dynamo's shape environment, so Dynamo compiles again for
-another size.
+made static for this call through :func:`torchstrata.core.specialise_sizes` instead
+(:func:`specialise`): ``int(s77)`` records ``s77 == 5`` in Dynamo's shape environment,
+so Dynamo compiles again for another size.
 
 The size symbols' placeholders are dropped from the static graphs (their uses become
 constants); the compiled code is called without those arguments.
@@ -28,9 +27,8 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import guard_bool, guard_float, guard_int
 
-from torchstrata.core import size_hint
+from torchstrata.core import size_hint, specialise_sizes
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -73,23 +71,6 @@ def is_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool
     return any(_has_symbols(_example_value(node)) for node in gm.graph.nodes)
 
 
-def _concrete(value: Any) -> Any:
-    """``value`` with every symbol evaluated (and guarded) to this call's value."""
-    if isinstance(value, torch.SymInt):
-        return guard_int(value)
-    if isinstance(value, torch.SymFloat):
-        return guard_float(value)
-    if isinstance(value, torch.SymBool):
-        return guard_bool(value)
-    if isinstance(value, torch.Tensor):
-        for size in (*value.shape, *value.stride(), value.storage_offset()):
-            _concrete(size)
-        return value
-    if isinstance(value, list | tuple):
-        return type(value)(_concrete(item) for item in value)
-    return value
-
-
 def _is_size_value(value: Any) -> bool:
     """A symbol, or a sequence of numbers holding one (``x.size()``): computed sizes,
     which become constants (a tuple of tensors, as ``split`` returns, stays a node)."""
@@ -125,17 +106,18 @@ def _check_not_marked(example_inputs: Sequence[Any]) -> None:
 
 def specialise(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> StaticGraph:
     """``gm`` made static for the sizes of this call under Dynamo's guards (``gm``
-    itself is not changed): each symbol is evaluated with ``guard_int``, which records
-    its value as a guard, so Dynamo recompiles for other sizes.
+    itself is not changed): each symbol is evaluated with
+    :func:`~torchstrata.core.specialise_sizes` (``int(s77)``), which records its value
+    as a guard, so Dynamo recompiles for other sizes.
 
     :raises MarkedDynamic: a size the user marked dynamic would be specialised.
-    :raises Exception: from ``guard_int`` when a symbol has no value to specialise to
+    :raises Exception: from ``int(s77)`` when a symbol has no value to specialise to
         (a data-dependent size); the caller runs the graph eagerly.
     """
     if not is_symbolic(gm, example_inputs):
         return StaticGraph(gm, tuple(example_inputs))
     _check_not_marked(example_inputs)
-    return _folded(gm, example_inputs, _concrete, guarded=True)
+    return _folded(gm, example_inputs, specialise_sizes, guarded=True)
 
 
 def _folded(

@@ -42,7 +42,7 @@ from torchstrata.core import (
     register,
 )
 from torchstrata.runtime import graph_cache
-from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts, Lowered
+from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, GraphArtifacts, Lowered
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
@@ -334,7 +334,7 @@ class Pipeline:
         self,
         graph: Graph,
         options: CompileOptions,
-        aot: Callable[[], AotResult | None] | None = None,
+        aot: AotSource | None = None,
     ) -> GraphArtifacts:
         """Take one torch-level graph as far down the pipeline as the installed stages go
         (an ATen-level graph skips the capture passes and the autograd stage). ``aot``,
@@ -403,7 +403,7 @@ class Pipeline:
         self,
         graph: Graph,
         options: CompileOptions,
-        traced: Callable[[], AotResult | None] | None = None,
+        traced: AotSource | None = None,
     ) -> GraphArtifacts:
         records: list[PassRecord] = []
         if not torch.is_grad_enabled():
@@ -528,7 +528,7 @@ class Pipeline:
         graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
         if graph_has_symbols(graph):
 
-            def lower(static: Graph, aot: Callable[[], AotResult | None] | None = None) -> Any:
+            def lower(static: Graph, aot: AotSource | None = None) -> Any:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.compile_graph(static, options, aot).runner
 
@@ -536,7 +536,7 @@ class Pipeline:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.trace_symbolic(symbolic, options, hints)
 
-            return SizeSpecialisedRunner(graph, lower, trace=trace)
+            return SizeSpecialisedRunner(graph, lower, trace=trace).call
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 

@@ -3,14 +3,13 @@ a chain of sub-graphs cut at DDP's gradient-bucket boundaries (see :mod:`.bucket
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 import torch
 
 from torchstrata.core import (
-    AotResult,
     CompileOptions,
     Graph,
     Level,
@@ -18,7 +17,7 @@ from torchstrata.core import (
     TensorMeta,
     same_layout,
 )
-from torchstrata.runtime.artifacts import GraphArtifacts
+from torchstrata.runtime.artifacts import AotSource, GraphArtifacts
 from torchstrata.runtime.distributed.buckets import BucketCaps, bucket_cuts, gradient_inputs
 from torchstrata.runtime.distributed.region_pipeline import RegionPipeline
 from torchstrata.runtime.distributed.split import Piece, has_in_place_ops, split_graph, valid_cuts
@@ -61,7 +60,7 @@ class BucketedPipeline(RegionPipeline):
         self,
         graph: Graph,
         options: CompileOptions,
-        aot: Callable[[], AotResult | None] | None = None,
+        aot: AotSource | None = None,
     ) -> GraphArtifacts:
         """The graph compiled whole, or as a chain of pieces (:class:`SplitArtifacts`;
         ``aot``, a result for the whole graph, serves no piece)."""

@@ -19,8 +19,8 @@ from typing import Any
 import pluggy
 import torch
 
-from torchstrata.core import AotResult, CaptureResult, CompileOptions, Graph
-from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts
+from torchstrata.core import CaptureResult, CompileOptions, Graph
+from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, GraphArtifacts
 from torchstrata.runtime.compiled import describe
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import Pipeline
@@ -88,7 +88,7 @@ class RegionPipeline(Pipeline):
         self,
         graph: Graph,
         options: CompileOptions,
-        aot: Callable[[], AotResult | None] | None = None,
+        aot: AotSource | None = None,
     ) -> GraphArtifacts:
         """As :meth:`Pipeline.compile_graph` (also for segments captured after a graph
         break, on their first run), apart from saved-tensor hooks."""
