@@ -263,12 +263,11 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3) {
+extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3, const int64_t red_rows) {
   for (int64_t item = 0; item < 1; ++item) {
     const int64_t xo = item / 1;
     const int64_t c0 = (item / 1) % 1 * 64;
     const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-    const int64_t chunk = item % 1;
     alignas(64) double acc_sum_2[64];
     alignas(64) double acc_sum_3[64];
     #pragma omp simd
@@ -277,8 +276,8 @@ extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restric
       acc_sum_2[c] = static_cast<float>(0.0);
       acc_sum_3[c] = static_cast<float>(0.0);
     }
-    const int64_t r_begin = chunk * 8;
-    const int64_t r_end = r_begin + 8 < 8 ? r_begin + 8 : 8;
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
     alignas(64) float block_sum_2[64];
     alignas(64) float block_sum_3[64];
     for (int64_t rb = r_begin; rb < r_end; rb += 16) {

@@ -20,7 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from torchstrata.inductor.codegen.cpp.columns import generate_column_cpp, uses_column_loop
+from torchstrata.inductor.codegen.cpp.columns import (
+    column_sizes,
+    generate_column_cpp,
+    uses_column_loop,
+)
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -79,14 +83,25 @@ def outer_rows(kernel: Kernel) -> int | None:
     last argument ``int64_t rows``; None when it takes none. That is the outer loop (the
     outermost row dim's size is read nowhere else in the source: the row index is split
     into variables by the inner dims' sizes), or the one loop of a 1-D pointwise kernel
-    (unless it is split into ranges, whose bounds stay literals). Column reductions and
-    0-d kernels keep their bounds in the source."""
+    (unless it is split into ranges, whose bounds stay literals). Column reductions take
+    other sizes (:func:`size_arguments`); 0-d kernels keep their bounds in the source."""
     if uses_column_loop(kernel):
         return None
     outer_vars, _ = _outer_vars(kernel)
     if outer_vars:
         return math.prod(v.size for v in outer_vars)
     return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
+
+
+def size_arguments(kernel: Kernel) -> tuple[int, ...]:
+    """The values of the ``int64_t`` size arguments that :func:`generate_cpp`'s function
+    of ``kernel`` takes after its buffers: its rows (:func:`outer_rows`), or a column
+    reduction's reduced length and chunking
+    (:func:`~torchstrata.inductor.codegen.cpp.columns.column_sizes`)."""
+    if uses_column_loop(kernel):
+        return tuple(value for _, value in column_sizes(kernel))
+    rows = outer_rows(kernel)
+    return () if rows is None else (rows,)
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
