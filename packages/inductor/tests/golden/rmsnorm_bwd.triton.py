@@ -78,7 +78,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -182,7 +182,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -190,7 +190,7 @@ def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, XBLOCK: tl.constexpr
     x0 = xindex
     tmp4 = tl.full([1], 1.0, tl.float32) / tl.full([1], 64.0, tl.float32)
     acc_sum_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, 8, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

@@ -37,7 +37,7 @@ from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelI
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import canonical_text
-from torchstrata.inductor.codegen.flat_rows import flatten_rows
+from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
@@ -146,7 +146,7 @@ class TritonBackend:
             kernel = as_row_kernel(kernel) or kernel
         # contiguous leading row dims as one (as in C++): the source of a kernel over
         # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
-        flat = flatten_rows(kernel)
+        flat = flatten_reduced(flatten_rows(kernel))  # and reduced dims: decision 0250
         kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
@@ -206,6 +206,7 @@ class TritonBackend:
             lambda split: scratch_sizes(kernel, split),
             tail_scratch(kernel) if kernel.tail is not None else None,
             lambda size: cluster_scratch_size(kernel, size),
+            kernel.row_length if kernel.red_shape else None,
         )
         tuned, path = self.load(record, options)
         # compiled on the pool while the graph is lowered further (a GPU build-only run,
@@ -237,7 +238,8 @@ class TritonBackend:
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
             choice_cache = ChoiceCache(
-                store, tuning_key(canonical, torch.cuda.get_device_name(), record.rows)
+                store,
+                tuning_key(canonical, torch.cuda.get_device_name(), record.rows, record.row_length),
             )
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
@@ -253,6 +255,7 @@ class TritonBackend:
             compile_scope=compile_scope,
             fp_fusion=not any(rounds_to_half(text) for text in canonical),
             compile_threads=self.options.compile_threads or default_threads(),
+            row_length=record.row_length,
         )
         return tuned, paths[0]
 

@@ -28,6 +28,7 @@ from torchstrata.inductor.codegen.triton.cluster import (
 )
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
+    RED_PARAM,
     ROWS_PARAM,
     TL_TYPES,
     TritonPrinter,
@@ -123,9 +124,7 @@ def generate_triton(
     lines += derive_lines(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
-        "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
-        if even_row
-        else f"rmask = rindex < {kernel.row_length}",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)" if even_row else f"rmask = rindex < {RED_PARAM}",
         *derive_lines(rv, "rindex"),
     ]
     if reduction and persistent:
@@ -162,7 +161,7 @@ def generate_triton(
             # here (0.086 -> 0.082 ms), not in the reduction loops (cross-entropy's row
             # kernel: 0.144 -> 0.149 ms): bench/results/2026-11-30-h200-prefetch.txt
             loop = tile_loop(
-                kernel.row_length,
+                RED_PARAM,
                 rindex_lines,
                 emitter.close_inner(),
                 stores,
@@ -377,11 +376,11 @@ def _looped_phase(
             )
             continue
         if spec.kind == "sum":
-            even = kernel.row_length if even_row else None
+            even = RED_PARAM if even_row else None
             new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
         else:
             # a cluster's chunk: its partial sums are merged later (triton_cluster.py)
-            whole = None if chunk is not None else kernel.row_length
+            whole = None if chunk is not None else RED_PARAM
             new_inits, new_updates, new_finals = _online(
                 spec, masked, mine, interpret, group, whole
             )
@@ -392,7 +391,9 @@ def _looped_phase(
     # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
     # handwritten cluster kernel does, a one-off device script (git history))
     ahead = chunk is not None and group > 0
-    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
+    # the row's length is the kernel's argument; a cluster's chunk is a literal
+    length = RED_PARAM if chunk is None else kernel.row_length
+    loop = tile_loop(length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
     return emitter.take_outer() + inits + loop + finals
 
 
@@ -405,7 +406,7 @@ def _online(
     sums: Sequence[ReductionSpec],
     interpret: bool,
     group: int,
-    length: int | None,
+    length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
 
@@ -442,7 +443,7 @@ def _online(
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
-def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
+def _undefined_if_all_minus_inf(m: str, total: str, length: int | str | None) -> str:
     """The online sum ``total``, or NaN for a row whose max is ``-inf``: there every term
     is ``exp(-inf - -inf)``, NaN, as the plain sum (and eager) computes it; the loop's
     safe shift made them 0. Not for a chunk of a row (``length`` None): its sum is merged
@@ -452,7 +453,7 @@ def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
     return f"tl.where(red_{m} == float('-inf'), float('nan'), {total})"
 
 
-def _all_tied(m: str, s: str, length: int | None) -> str:
+def _all_tied(m: str, s: str, length: int | str | None) -> str:
     """The count of maxima ``acc_{s}``, or the row's ``length`` when its max is ``-inf``
     (every element ties; the loop also counted the masked lanes, which are ``-inf``)."""
     assert length is not None, "counts of maxima are not merged across a cluster's chunks"
@@ -465,7 +466,7 @@ def _online_grouped(
     sums: Sequence[ReductionSpec],
     interpret: bool,
     group: int,
-    length: int | None,
+    length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums kept per group of ``group`` consecutive elements of the tile.
 
@@ -514,7 +515,7 @@ def _welford(
     masked: str,
     squares: Sequence[ReductionSpec],
     interpret: bool,
-    even_length: int | None,
+    even_length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """The sum ``spec`` and, in the same loop, its centred sums of squares (inits, loop
     body, finals): a Welford running mean and second moment per lane, merged across the

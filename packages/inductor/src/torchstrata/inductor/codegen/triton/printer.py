@@ -479,6 +479,11 @@ def next_power_of_2(n: int) -> int:
 #: The parameter of every generated kernel holding its number of rows (elements of a
 #: pointwise kernel): the masks of the plain row and pointwise kernels compare with it.
 ROWS_PARAM = "xnumel"
+#: The parameter of every generated reduction kernel holding its number of reduced
+#: elements per row: the plain row kernels' ``rmask`` and loops compare with it, so kernels
+#: that differ only in it (a softmax over a symbolic last dim, a column sum over ``B*T``
+#: rows) are one source (decision 0250).
+RED_PARAM = "rnumel"
 
 
 def module_source(
@@ -486,12 +491,13 @@ def module_source(
 ) -> str:
     """The module text: the header, then ``kernel`` as a ``@triton.jit`` function of its
     buffers, ``extra_params`` (scratch buffers), its number of rows ``xnumel`` (passed at
-    launch: kernels that differ only in it are one source) and ``XBLOCK``/``RBLOCK``, body
-    ``lines``."""
+    launch: kernels that differ only in it are one source), a reduction's row length
+    ``rnumel`` (:data:`RED_PARAM`, likewise) and ``XBLOCK``/``RBLOCK``, body ``lines``."""
+    sizes = [ROWS_PARAM, RED_PARAM] if kernel.red_shape else [ROWS_PARAM]
     params = ", ".join(
         [arg.name for arg in kernel.args]
         + list(extra_params)
-        + [ROWS_PARAM, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        + [*sizes, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
+from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
 
 
 def rows_divisor_hint(rows: int) -> list[str]:
@@ -31,12 +31,17 @@ _ROW_COUNT_LINES = (
         re.compile(r"xmask = tl\.full\(\[XBLOCK(, 1)?\], 1, tl\.int1\)"),
         f"xmask = xindex < {ROWS_PARAM}",
     ),
+    (
+        re.compile(r"rmask = tl\.full\(\[1, RBLOCK\], 1, tl\.int1\)"),
+        f"rmask = rindex < {RED_PARAM}",
+    ),
 )
 
 
 def rows_generic(source: str) -> str:
     """``source`` (from :func:`generate_triton`) without what its exact number of rows
-    decided (:func:`rows_divisor_hint`, ``even_rows``): the same text for every row
+    decided (:func:`rows_divisor_hint`, ``even_rows``, and a row length's ``even_row``
+    masks): the same text for every row
     count of a kernel, what its tuned launch configuration is keyed by (with the rows'
     bucket, :func:`~torchstrata.inductor.codegen.triton.tuning.tuning_key`)."""
     for pattern, replacement in _ROW_COUNT_LINES:
