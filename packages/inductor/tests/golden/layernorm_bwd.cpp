@@ -106,7 +106,7 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
@@ -115,9 +115,9 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     float acc_mean_sum = static_cast<float>(0.0);
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp0 = buf_x[r0 + 64*x0];
-      const float tmp1 = buf_gy[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
+      const float tmp1 = buf_gy[r0 + red_len*x0];
       const float tmp2 = buf_w[r0];
       const float tmp3 = static_cast<float>(tmp1 * tmp2);
       acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
@@ -130,8 +130,8 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(64.0));
     float acc_mean_1_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_1_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp4 = buf_x[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp4 = buf_x[r0 + red_len*x0];
       const float tmp7 = static_cast<float>(tmp4 - tmp6);
       const float tmp8 = static_cast<float>(tmp7 * tmp7);
       acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
@@ -144,7 +144,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
     float acc_sum_1_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum_1_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
       const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
       acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
@@ -157,13 +157,13 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp17 = red_sum_sum;
     const float tmp19 = red_sum_1_sum;
     #pragma omp simd
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(64.0));
       const float tmp18 = static_cast<float>(tmp16 - tmp17);
       const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
       const float tmp21 = static_cast<float>(tmp18 - tmp20);
       const float tmp22 = static_cast<float>(tmp15 * tmp21);
-      buf_mul_6[r0 + 64*x0] = static_cast<float>(tmp22);
+      buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
     }
   }
 }

@@ -103,23 +103,23 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     float acc_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum)
-    for (int64_t r0 = 0; r0 < 16; ++r0) {
-      const float tmp0 = buf_x[r0 + 16*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
       acc_sum = static_cast<float>(acc_sum + tmp0);
     }
     const float red_sum = acc_sum;
     const float tmp1 = red_sum;
     buf_sum[x0] = static_cast<float>(tmp1);
     #pragma omp simd
-    for (int64_t r0 = 0; r0 < 16; ++r0) {
-      const float tmp2 = buf_x[r0 + 16*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp2 = buf_x[r0 + red_len*x0];
       const float tmp3 = static_cast<float>(ts_exp_f32(tmp2));
-      buf_exp[r0 + 16*x0] = static_cast<float>(tmp3);
+      buf_exp[r0 + red_len*x0] = static_cast<float>(tmp3);
     }
   }
 }

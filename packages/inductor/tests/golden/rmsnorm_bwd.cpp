@@ -104,17 +104,17 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
     float acc_mean_sum = static_cast<float>(0.0);
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp0 = buf_x[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
       const float tmp1 = static_cast<float>(tmp0 * tmp0);
-      const float tmp2 = buf_gy[r0 + 64*x0];
+      const float tmp2 = buf_gy[r0 + red_len*x0];
       const float tmp3 = buf_w[r0];
       const float tmp4 = static_cast<float>(tmp2 * tmp3);
       const float tmp5 = static_cast<float>(tmp4 * tmp0);
@@ -134,14 +134,14 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp15 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
     const float tmp17 = red_sum_sum;
     #pragma omp simd
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp10 = static_cast<float>(tmp9 * row_cache0[r0]);
-      const float tmp11 = buf_x[r0 + 64*x0];
+      const float tmp11 = buf_x[r0 + red_len*x0];
       const float tmp14 = static_cast<float>(tmp11 * tmp13);
       const float tmp16 = static_cast<float>(tmp14 * tmp15);
       const float tmp18 = static_cast<float>(tmp16 * tmp17);
       const float tmp19 = static_cast<float>(tmp10 - tmp18);
-      buf_sub[r0 + 64*x0] = static_cast<float>(tmp19);
+      buf_sub[r0 + red_len*x0] = static_cast<float>(tmp19);
     }
   }
 }

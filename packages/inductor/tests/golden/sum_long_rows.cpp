@@ -100,7 +100,7 @@ static inline int64_t ts_rand_bits(int64_t seed, int64_t c, int64_t bits) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) double acc_sum[32] = {};
@@ -114,7 +114,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
         #pragma omp simd
         for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
           const int64_t r0 = r0_lanes + r0_lane;
-          const float tmp0 = buf_x[r0 + 5000*x0];
+          const float tmp0 = buf_x[r0 + red_len*x0];
           block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
         }
       }
@@ -131,7 +131,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
       #pragma omp simd
       for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
         const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + 5000*x0];
+        const float tmp0 = buf_x[r0 + red_len*x0];
         block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
       }
     }
@@ -140,7 +140,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
       #pragma omp simd
       for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) {
         const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + 5000*x0];
+        const float tmp0 = buf_x[r0 + red_len*x0];
         block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
       }
     }

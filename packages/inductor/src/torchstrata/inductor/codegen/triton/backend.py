@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
@@ -44,7 +45,7 @@ from torchstrata.inductor.codegen.triton.env import triton_interpret
 from torchstrata.inductor.codegen.triton.generate import generate_triton
 from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
 from torchstrata.inductor.codegen.triton.precompile import default_threads
-from torchstrata.inductor.codegen.triton.printer import rounds_to_half
+from torchstrata.inductor.codegen.triton.printer import RED_PARAM, rounds_to_half, size_values
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
@@ -147,6 +148,8 @@ class TritonBackend:
         # contiguous leading row dims as one (as in C++): the source of a kernel over
         # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
         flat = flatten_reduced(flatten_rows(kernel))  # and reduced dims: decision 0250
+        if flat.parts:  # a horizontal kernel's parts, each on its own
+            flat = attrs.evolve(flat, parts=tuple(map(flatten_rows, flat.parts)))
         kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
@@ -206,7 +209,7 @@ class TritonBackend:
             lambda split: scratch_sizes(kernel, split),
             tail_scratch(kernel) if kernel.tail is not None else None,
             lambda size: cluster_scratch_size(kernel, size),
-            kernel.row_length if kernel.red_shape else None,
+            size_values(kernel),
         )
         tuned, path = self.load(record, options)
         # compiled on the pool while the graph is lowered further (a GPU build-only run,
@@ -239,7 +242,12 @@ class TritonBackend:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
             choice_cache = ChoiceCache(
                 store,
-                tuning_key(canonical, torch.cuda.get_device_name(), record.rows, record.row_length),
+                tuning_key(
+                    canonical,
+                    torch.cuda.get_device_name(),
+                    record.rows,
+                    record.sizes.get(RED_PARAM),
+                ),
             )
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
@@ -255,7 +263,7 @@ class TritonBackend:
             compile_scope=compile_scope,
             fp_fusion=not any(rounds_to_half(text) for text in canonical),
             compile_threads=self.options.compile_threads or default_threads(),
-            row_length=record.row_length,
+            sizes=record.sizes,
         )
         return tuned, paths[0]
 

@@ -36,6 +36,7 @@ from torchstrata.inductor.codegen.triton.printer import (
     derive_lines,
     literal,
     module_source,
+    part_rows_param,
     reduce_text,
     render_index,
     statistic_exp,
@@ -238,20 +239,21 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
     wide = kernel.rows >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     lines = [f"gindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)"]
-    offset = 0
-    for part in kernel.parts:
+    offset = "0"
+    for position, part in enumerate(kernel.parts):
         printer = TritonPrinter(part, False, interpret)
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
+        count = part_rows_param(position)  # the part's elements: a size argument
         lines += [
-            f"xindex = gindex - {offset}",
-            f"xmask = (xindex >= 0) & (xindex < {part.rows})",
+            f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
+            f"xmask = (xindex >= 0) & (xindex < {count})",
             "xzero = xindex * 0",
             *derive_lines(row_vars(part.row_shape), "xindex"),
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         lines += emitter.take_outer() + stores
-        offset += part.rows
+        offset = count if offset == "0" else f"{offset} + {count}"
     return lines
 
 

@@ -486,6 +486,26 @@ ROWS_PARAM = "xnumel"
 RED_PARAM = "rnumel"
 
 
+def part_rows_param(part: int) -> str:
+    """The parameter of a horizontal kernel holding the elements of its part ``part``
+    (each part's offset is the sum of the earlier ones'): decision 0250."""
+    return f"{ROWS_PARAM}_p{part}"
+
+
+def size_params(kernel: Kernel) -> list[str]:
+    """The size parameters of ``kernel``'s module, after its buffers: ``xnumel``, then a
+    reduction's ``rnumel`` or a horizontal kernel's parts' element counts."""
+    parts = [part_rows_param(i) for i in range(len(kernel.parts))]
+    return [ROWS_PARAM, *([RED_PARAM] if kernel.red_shape else []), *parts]
+
+
+def size_values(kernel: Kernel) -> dict[str, int]:
+    """The values of :func:`size_params` beyond ``xnumel`` (which launches pass from the
+    rows they compute the grid from)."""
+    values = {part_rows_param(i): part.rows for i, part in enumerate(kernel.parts)}
+    return {RED_PARAM: kernel.row_length} | values if kernel.red_shape else values
+
+
 def module_source(
     kernel: Kernel, lines: Sequence[str], interpret: bool, extra_params: Sequence[str] = ()
 ) -> str:
@@ -493,11 +513,10 @@ def module_source(
     buffers, ``extra_params`` (scratch buffers), its number of rows ``xnumel`` (passed at
     launch: kernels that differ only in it are one source), a reduction's row length
     ``rnumel`` (:data:`RED_PARAM`, likewise) and ``XBLOCK``/``RBLOCK``, body ``lines``."""
-    sizes = [ROWS_PARAM, RED_PARAM] if kernel.red_shape else [ROWS_PARAM]
     params = ", ".join(
         [arg.name for arg in kernel.args]
         + list(extra_params)
-        + [*sizes, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        + [*size_params(kernel), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice",

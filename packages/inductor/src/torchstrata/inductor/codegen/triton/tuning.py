@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -50,7 +50,7 @@ from torchstrata.inductor.codegen.triton.precompile import (
     scratch_tensors,
     submit_compiles,
 )
-from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM, next_power_of_2
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
 from torchstrata.inductor.codegen.triton.row_count import rows_generic
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
@@ -343,7 +343,7 @@ class TunedKernel:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         fp_fusion: bool = True,
         compile_threads: int = 1,
-        row_length: int | None = None,
+        sizes: Mapping[str, int] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -368,8 +368,9 @@ class TunedKernel:
         #: Threads compiling the configurations at once before they are timed
         #: (:mod:`~torchstrata.inductor.codegen.triton.precompile`).
         self.compile_threads = compile_threads
-        #: A reduction's row length, passed as ``rnumel`` (None: its sources take none).
-        self.row_length = row_length
+        #: The size arguments its sources take beyond ``xnumel``, by name (a reduction's
+        #: ``rnumel``, a horizontal kernel's parts' elements).
+        self.sizes = dict(sizes or {})
         #: Compiles queued when the kernel was built (:meth:`start_compiles`).
         self.pending: list[concurrent.futures.Future[bool]] | None = None
         self.chosen: Config | None = None
@@ -393,7 +394,7 @@ class TunedKernel:
         stages and floating-point contraction (explicit: Triton's default is changing)."""
         constants: dict[str, Any] = {
             ROWS_PARAM: self.rows,
-            **({} if self.row_length is None else {RED_PARAM: self.row_length}),
+            **self.sizes,
             "XBLOCK": config.xblock,
             "RBLOCK": config.rblock,
         }
