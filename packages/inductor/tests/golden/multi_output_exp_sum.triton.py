@@ -86,13 +86,13 @@ def kernel0(buf_x, buf_sum, buf_exp, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 16*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_sum = tl.reduce(masked_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_sum
     tl.store(buf_sum + (x0 + xzero), (tmp1).to(tl.float32), xmask)
     tmp2 = tl.exp(tmp0)
-    tl.store(buf_exp + (r0 + 16*x0 + xzero + rzero), (tmp2).to(tl.float32), xmask & rmask)
+    tl.store(buf_exp + (r0 + rnumel*x0 + xzero + rzero), (tmp2).to(tl.float32), xmask & rmask)
 
 # ===== kernel kernel1: persistent=False group=0 split=1 cluster=1 =====
 import triton
@@ -164,6 +164,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 @triton.jit
 def kernel1(buf_x, buf_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0

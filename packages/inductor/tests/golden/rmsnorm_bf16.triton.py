@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, R
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
     tmp1 = tmp0.to(tl.float32)
     tmp2 = tmp1 * tmp1
     masked_mean_sum = tl.where(xmask & rmask, tmp2, tl.full([1], 0.0, tl.float32))
@@ -97,4 +97,4 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, R
     tmp9 = tmp8.to(tl.float32)
     tmp10 = tmp7 * tmp9
     tmp11 = tmp10.to(tl.bfloat16).to(tl.float32)
-    tl.store(buf_to_copy_2 + (r0 + 64*x0 + xzero + rzero), (tmp11).to(tl.bfloat16), xmask & rmask)
+    tl.store(buf_to_copy_2 + (r0 + rnumel*x0 + xzero + rzero), (tmp11).to(tl.bfloat16), xmask & rmask)

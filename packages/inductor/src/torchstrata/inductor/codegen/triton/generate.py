@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.codegen.triton.cluster import (
     CLUSTER_PARAMS,
     can_cluster,
@@ -42,7 +43,7 @@ from torchstrata.inductor.codegen.triton.printer import (
     statistic_exp,
     store_line,
 )
-from torchstrata.inductor.codegen.triton.row_count import rows_divisor_hint
+from torchstrata.inductor.codegen.triton.row_count import length_divisor_hint, rows_divisor_hint
 from torchstrata.inductor.codegen.triton.tail_code import tail_lines
 from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
 from torchstrata.inductor.ir.kernel import (
@@ -94,6 +95,16 @@ def generate_triton(
     if kernel.partials is not None:
         lines = _partials_lines(kernel, interpret, prefetch_partials)
         return module_source(kernel, lines, interpret)
+    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py)
+    length = kernel.row_length if kernel.red_shape else 0
+    with named_sizes({length: RED_PARAM} if length >= 2 else {}):
+        return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+
+
+def _row_source(
+    kernel: Kernel, interpret: bool, persistent: bool, group: int, even_rows: bool, even_row: bool
+) -> str:
+    """:func:`generate_triton` of a plain row or pointwise kernel."""
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
@@ -122,6 +133,8 @@ def generate_triton(
         ]
     if not (even_rows or interpret):
         lines = rows_divisor_hint(kernel.rows) + lines
+    if reduction and not interpret:
+        lines = length_divisor_hint(kernel.row_length) + lines
     lines += derive_lines(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",

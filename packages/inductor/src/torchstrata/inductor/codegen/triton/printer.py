@@ -21,6 +21,7 @@ import torch
 
 from torchstrata.core import wrapped_integer
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
+from torchstrata.inductor.codegen.size_names import number
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -296,8 +297,8 @@ def render_index(index: Index, reach: int = 0) -> str:
     wrapped around, reading outside the buffer)."""
     low, high = index.bounds()
     if low >= -(2**31) and high + reach < 2**31:
-        return index.render(lambda name: name, "//")
-    return index.render(lambda name: f"{name}.to(tl.int64)", "//")
+        return index.render(lambda name: name, "//", number)
+    return index.render(lambda name: f"{name}.to(tl.int64)", "//", number)
 
 
 class TritonPrinter:

@@ -9,6 +9,16 @@ import re
 from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
 
 
+def length_divisor_hint(length: int) -> list[str]:
+    """:func:`rows_divisor_hint` for a reduction's row length ``rnumel``: a row stride
+    spelled as it (``rnumel*x0 + r0``) keeps the divisibility a literal stride told Triton
+    (aligned vector loads of each row)."""
+    divisor = math.gcd(length, 16)
+    if divisor in (1, 16):
+        return []
+    return [f"{RED_PARAM} = ({RED_PARAM} // {divisor}) * {divisor}"]
+
+
 def rows_divisor_hint(rows: int) -> list[str]:
     """What a literal number of rows told Triton about the row mask: its largest power-of-two
     divisor below 16 (Triton specialises an argument divisible by 16 itself). Without it, a
@@ -27,6 +37,7 @@ def rows_divisor_hint(rows: int) -> list[str]:
 #: divisor hint and the masks of ``even_rows`` (as the masked form).
 _ROW_COUNT_LINES = (
     (re.compile(rf"^ *{ROWS_PARAM} = \({ROWS_PARAM} // \d+\) \* \d+\n", re.M), ""),
+    (re.compile(rf"^ *{RED_PARAM} = \({RED_PARAM} // \d+\) \* \d+\n", re.M), ""),
     (
         re.compile(r"xmask = tl\.full\(\[XBLOCK(, 1)?\], 1, tl\.int1\)"),
         f"xmask = xindex < {ROWS_PARAM}",
