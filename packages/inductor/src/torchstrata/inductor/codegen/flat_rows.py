@@ -27,14 +27,16 @@ from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var, fold_div
 from torchstrata.inductor.ir.kernel import Kernel, Store, red_vars, row_vars
 
 
-def flatten_rows(kernel: Kernel) -> Kernel:
+def flatten_rows(kernel: Kernel, inner_loop: bool = True) -> Kernel:
     """``kernel`` with its leading row dims as one (see the module docstring): all row
-    dims of a reduction, all but the last (the inner loop) of a pointwise kernel; with
-    its indices only folded when there is one such dim or the rows are not contiguous in
-    every index."""
+    dims of a reduction, all but the last (the inner loop) of a pointwise kernel, or all
+    of them where ``inner_loop`` is False (Triton walks a pointwise kernel's elements as
+    one flat range); with its indices only folded when there is one such dim or the rows
+    are not contiguous in every index."""
     if kernel.parts or kernel.tail is not None or kernel.partials is not None:
         return kernel
-    lead = len(kernel.row_shape) if kernel.red_shape else len(kernel.row_shape) - 1
+    whole = kernel.red_shape or not inner_loop
+    lead = len(kernel.row_shape) if whole else len(kernel.row_shape) - 1
     lead = lead if lead >= 2 else 0  # else indices are only folded
     old = row_vars(kernel.row_shape)
     rows = math.prod(kernel.row_shape[:lead])

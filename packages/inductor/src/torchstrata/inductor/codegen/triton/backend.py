@@ -147,9 +147,11 @@ class TritonBackend:
             kernel = as_row_kernel(kernel) or kernel
         # contiguous leading row dims as one (as in C++): the source of a kernel over
         # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
-        flat = flatten_reduced(flatten_rows(kernel))  # and reduced dims: decision 0250
+        # and reduced dims, and all dims of a pointwise kernel (walked as one flat range
+        # of elements): decision 0250
+        flat = flatten_reduced(_flat_elements(kernel))
         if flat.parts:  # a horizontal kernel's parts, each on its own
-            flat = attrs.evolve(flat, parts=tuple(map(flatten_rows, flat.parts)))
+            flat = attrs.evolve(flat, parts=tuple(map(_flat_elements, flat.parts)))
         kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
@@ -274,6 +276,15 @@ class TritonBackend:
         first modules' paths."""
         loaded = [self.load(from_json(record), options) for record in records]
         return [tuned for tuned, _ in loaded], [path for _, path in loaded]
+
+
+def _flat_elements(kernel: Kernel) -> Kernel:
+    """``kernel``'s rows as one (:func:`flatten_rows`): a pointwise kernel's elements as
+    one flat range where every index walks them contiguously, else its leading dims."""
+    whole = flatten_rows(kernel, inner_loop=False)
+    if kernel.red_shape or len(kernel.row_shape) < 2 or len(whole.row_shape) == 1:
+        return whole
+    return flatten_rows(kernel)
 
 
 def _run_call(handle: str, args: Sequence[str]) -> str:
