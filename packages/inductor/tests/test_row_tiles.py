@@ -58,7 +58,7 @@ def test_per_row_work_leaves_the_loop(ind):
     assert (kernel.row_shape, kernel.red_shape, kernel.reductions) == ((8,), (32000,), ())
     assert not kernel.row_stores and len(kernel.full_stores) == 1
     source = generate_triton(kernel, interpret=False, persistent=False)
-    head, loop = source.split("for rstep in range(0, 32000, RBLOCK):")
+    head, loop = source.split("for rstep in range(0, rnumel, RBLOCK):")
     assert "buf_lse" in head and "buf_target" in head and "buf_scale" in head
     assert "buf_lse" not in loop and "buf_target" not in loop and "buf_x" in loop
 

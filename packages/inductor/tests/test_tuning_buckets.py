@@ -34,7 +34,7 @@ def _key(ind, rows: int, length: int = 64) -> tuple[str, tuple[str, ...], tuple]
         _kernel(ind, rows, length), clusters=False
     )
     sources = tuple(source for _, source in generated)
-    return tuning_key(sources, "a GPU", kernel.rows), sources, tuple(configs)
+    return tuning_key(sources, "a GPU", kernel.rows, kernel.row_length), sources, tuple(configs)
 
 
 def test_row_counts_of_one_bucket_share_a_tuned_configuration(ind):
@@ -46,7 +46,9 @@ def test_row_counts_of_one_bucket_share_a_tuned_configuration(ind):
     assert len({keys[rows][0] for rows in (17, 20, 24, 32)}) == 1
     assert len({keys[rows][2] for rows in (17, 20, 24, 32)}) == 1
     assert keys[40][0] != keys[32][0]  # the next bucket is tuned again
-    assert _key(ind, 24, length=128)[0] != keys[24][0]  # another kernel
+    # sources serve every row length since decision 0250: the length's bucket keys them
+    assert _key(ind, 24, length=128)[0] != keys[24][0]  # another bucket of lengths
+    assert _key(ind, 24, length=48)[0] == keys[24][0]  # the same bucket (64) of lengths
 
 
 def test_the_bucket_is_the_next_power_of_two():

@@ -9,20 +9,19 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_amax) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows) {
   for (int64_t item = 0; item < 1; ++item) {
     const int64_t xo = item / 1;
     const int64_t c0 = (item / 1) % 1 * 8;
     const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
-    const int64_t chunk = item % 1;
     alignas(64) float acc_amax[8];
     #pragma omp simd
     for (int64_t c = 0; c < cn; ++c) {
       const int64_t x0 = c0 + c;
       acc_amax[c] = static_cast<float>(-INFINITY);
     }
-    const int64_t r_begin = chunk * 32;
-    const int64_t r_end = r_begin + 32 < 32 ? r_begin + 32 : 32;
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
     for (int64_t rr = r_begin; rr < r_end; ++rr) {
       const int64_t r0 = rr;
       #pragma omp simd

@@ -82,7 +82,8 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_bmm, buf_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_bmm, buf_softmax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -91,7 +92,7 @@ def kernel0(buf_bmm, buf_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.const
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_bmm + (r0 + 8*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_bmm + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp1 = tmp0 * tl.full([1], 0.25, tl.float32)
     masked_softmax_amax = tl.where(xmask & rmask, tmp1, tl.full([1], float("-inf"), tl.float32))
     red_softmax_amax = tl.reduce(masked_softmax_amax, 1, _ts_max, keep_dims=True)
@@ -107,4 +108,4 @@ def kernel0(buf_bmm, buf_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.const
     tmp9 = tl.full([1], 1.0, tl.float32) / tmp8
     tmp10 = tmp9 * tl.full([1], 5.960464477539063e-08, tl.float32)
     tmp11 = tmp7 * tmp10
-    tl.store(buf_softmax + (r0 + 8*x0 + xzero + rzero), (tmp11).to(tl.float32), xmask & rmask)
+    tl.store(buf_softmax + (r0 + rnumel*x0 + xzero + rzero), (tmp11).to(tl.float32), xmask & rmask)

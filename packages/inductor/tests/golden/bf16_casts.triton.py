@@ -78,13 +78,12 @@ def kernel0(buf_x, buf_y, buf_to_copy_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: t
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 32
-    x1 = (xindex) % 32
-    tmp0 = tl.load(buf_x + (32*x0 + x1 + xzero), xmask, other=0).to(tl.float32)
+    x0 = xindex
+    tmp0 = tl.load(buf_x + (x0 + xzero), xmask, other=0).to(tl.float32)
     tmp1 = tmp0.to(tl.float32)
     tmp2 = tmp1 * tl.full([1], 2.0, tl.float32)
-    tmp3 = tl.load(buf_y + (32*x0 + x1 + xzero), xmask, other=0).to(tl.float32)
+    tmp3 = tl.load(buf_y + (x0 + xzero), xmask, other=0).to(tl.float32)
     tmp4 = tmp3.to(tl.float32)
     tmp5 = tmp2 + tmp4
     tmp6 = tmp5.to(tl.bfloat16).to(tl.float32)
-    tl.store(buf_to_copy_2 + (32*x0 + x1 + xzero), (tmp6).to(tl.bfloat16), xmask)
+    tl.store(buf_to_copy_2 + (x0 + xzero), (tmp6).to(tl.bfloat16), xmask)

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_logits, buf_target, buf_div, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_logits, buf_target, buf_div, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_logits, buf_target, buf_div, xnumel, XBLOCK: tl.constexpr, RBLOC
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_logits + (r0 + 32*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_logits + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_softmax_amax = tl.where(xmask & rmask, tmp0, tl.full([1], float("-inf"), tl.float32))
     red_softmax_amax = tl.reduce(masked_softmax_amax, 1, _ts_max, keep_dims=True)
     tmp1 = red_softmax_amax
@@ -106,4 +106,4 @@ def kernel0(buf_logits, buf_target, buf_div, xnumel, XBLOCK: tl.constexpr, RBLOC
     tmp16 = tmp10 - tmp15
     tmp17 = tl.full([1], 1.0, tl.float32) / tl.full([1], 8.0, tl.float32)
     tmp18 = tmp16 * tmp17
-    tl.store(buf_div + (r0 + 32*x0 + xzero + rzero), (tmp18).to(tl.float32), xmask & rmask)
+    tl.store(buf_div + (r0 + rnumel*x0 + xzero + rzero), (tmp18).to(tl.float32), xmask & rmask)

@@ -13,14 +13,14 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax_amax, float* __restrict__ buf_log_softmax_sum, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_log_softmax_amax, float* __restrict__ buf_log_softmax_sum, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     float acc_log_softmax_amax = static_cast<float>(-INFINITY);
     int32_t nan_log_softmax_amax = 0;
     #pragma omp simd reduction(max:acc_log_softmax_amax) reduction(|:nan_log_softmax_amax)
-    for (int64_t r0 = 0; r0 < 32; ++r0) {
-      const float tmp0 = buf_x[r0 + 32*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
       acc_log_softmax_amax = static_cast<float>(ts_max(acc_log_softmax_amax, tmp0));
       nan_log_softmax_amax |= static_cast<int32_t>(tmp0 != tmp0);
     }
@@ -28,8 +28,8 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     const float tmp2 = red_log_softmax_amax;
     float acc_log_softmax_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_log_softmax_sum)
-    for (int64_t r0 = 0; r0 < 32; ++r0) {
-      const float tmp1 = buf_x[r0 + 32*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp1 = buf_x[r0 + red_len*x0];
       const float tmp3 = static_cast<float>(tmp1 - tmp2);
       const float tmp4 = static_cast<float>(ts_exp_f32(tmp3));
       acc_log_softmax_sum = static_cast<float>(acc_log_softmax_sum + tmp4);
@@ -51,13 +51,13 @@ float logf(float);
 double log(double);
 }
 // torchstrata gather checks: buf_x 32
-extern "C" int64_t kernel1(const int64_t* __restrict__ buf_t, const float* __restrict__ buf_log_softmax_amax, const float* __restrict__ buf_log_softmax_sum, const float* __restrict__ buf_x, float* __restrict__ buf_nll_loss_forward_div, int64_t* __restrict__ ts_gather_error) {
+extern "C" int64_t kernel1(const int64_t* __restrict__ buf_t, const float* __restrict__ buf_log_softmax_amax, const float* __restrict__ buf_log_softmax_sum, const float* __restrict__ buf_x, float* __restrict__ buf_nll_loss_forward_div, const int64_t red_len, int64_t* __restrict__ ts_gather_error) {
   uint64_t oob_buf_x_32 = 0;
   for (int64_t xi = 0; xi < 1; ++xi) {
     float acc_nll_loss_forward_sum = static_cast<float>(0.0);
     float acc_nll_loss_forward_sum_1 = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_nll_loss_forward_sum) reduction(+:acc_nll_loss_forward_sum_1) reduction(|:oob_buf_x_32)
-    for (int64_t r0 = 0; r0 < 8; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const int64_t tmp0 = buf_t[r0];
       const bool tmp1 = static_cast<bool>(tmp0 != static_cast<int64_t>(-100LL));
       const float tmp2 = ts_where<float>(tmp1, static_cast<float>(1.0), static_cast<float>(0.0));

@@ -77,7 +77,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div, ts_tail, ts_tail_count, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div, ts_tail, ts_tail_count, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -86,7 +86,7 @@ def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_los
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 32*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_log_softmax_amax = tl.where(xmask & rmask, tmp0, tl.full([1], float("-inf"), tl.float32))
     red_log_softmax_amax = tl.reduce(masked_log_softmax_amax, 1, _ts_max, keep_dims=True)
     tmp1 = red_log_softmax_amax
@@ -102,7 +102,7 @@ def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_los
     tmp7 = tl.where(tmp6, tl.full([1], 1.0, tl.float32), tl.full([1], 0.0, tl.float32))
     tl.store(ts_tail + 0 + tl.program_id(0), tl.reduce(tl.where(xmask, tmp7, 0.0), None, _sum_combine))
     tmp8 = tl.where(tmp6, tmp5, tl.full([1], 0, tl.int64))
-    tmp9 = tl.load(buf_x + (32*x0 + xzero + (tmp8).to(tl.int64)), xmask & ((tmp8).to(tl.int64).to(tl.uint64, bitcast=True) < 32), other=float("nan"))
+    tmp9 = tl.load(buf_x + (rnumel*x0 + xzero + (tmp8).to(tl.int64)), xmask & ((tmp8).to(tl.int64).to(tl.uint64, bitcast=True) < 32), other=float("nan"))
     tmp10 = tmp9 - tmp1
     tmp11 = tl.log(tmp4)
     tmp12 = tmp10 - tmp11

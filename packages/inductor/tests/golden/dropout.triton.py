@@ -82,11 +82,10 @@ def kernel0(buf_bernoulli_seed, buf_x, buf_mul, xnumel, XBLOCK: tl.constexpr, RB
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 32
-    x1 = (xindex) % 32
-    tmp0 = tl.load(buf_x + (32*x0 + x1 + xzero), xmask, other=0)
+    x0 = xindex
+    tmp0 = tl.load(buf_x + (x0 + xzero), xmask, other=0)
     tmp1 = tl.load(buf_bernoulli_seed + (0 + xzero), xmask, other=0)
-    tmp2 = (32*x0 + x1 + xzero).to(tl.int64)
+    tmp2 = (x0 + xzero).to(tl.int64)
     tmp3 = _ts_rand_bits(tmp1, tmp2, tl.full([1], 24, tl.int64))
     tmp4 = tmp3.to(tl.float32)
     tmp5 = tmp4 * tl.full([1], 5.960464477539063e-08, tl.float32)
@@ -94,4 +93,4 @@ def kernel0(buf_bernoulli_seed, buf_x, buf_mul, xnumel, XBLOCK: tl.constexpr, RB
     tmp7 = tmp6.to(tl.float32)
     tmp8 = tmp7 / tl.full([1], 0.9, tl.float32)
     tmp9 = tmp0 * tmp8
-    tl.store(buf_mul + (32*x0 + x1 + xzero), (tmp9).to(tl.float32), xmask)
+    tl.store(buf_mul + (x0 + xzero), (tmp9).to(tl.float32), xmask)

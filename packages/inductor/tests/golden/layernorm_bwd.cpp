@@ -15,7 +15,7 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
@@ -24,9 +24,9 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     float acc_mean_sum = static_cast<float>(0.0);
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp0 = buf_x[r0 + 64*x0];
-      const float tmp1 = buf_gy[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
+      const float tmp1 = buf_gy[r0 + red_len*x0];
       const float tmp2 = buf_w[r0];
       const float tmp3 = static_cast<float>(tmp1 * tmp2);
       acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
@@ -39,8 +39,8 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(64.0));
     float acc_mean_1_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_1_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp4 = buf_x[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp4 = buf_x[r0 + red_len*x0];
       const float tmp7 = static_cast<float>(tmp4 - tmp6);
       const float tmp8 = static_cast<float>(tmp7 * tmp7);
       acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
@@ -53,7 +53,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
     float acc_sum_1_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum_1_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
       const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
       acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
@@ -66,13 +66,13 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp17 = red_sum_sum;
     const float tmp19 = red_sum_1_sum;
     #pragma omp simd
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(64.0));
       const float tmp18 = static_cast<float>(tmp16 - tmp17);
       const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
       const float tmp21 = static_cast<float>(tmp18 - tmp20);
       const float tmp22 = static_cast<float>(tmp15 * tmp21);
-      buf_mul_6[r0 + 64*x0] = static_cast<float>(tmp22);
+      buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
     }
   }
 }
@@ -81,12 +81,11 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3) {
+extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3, const int64_t red_rows) {
   for (int64_t item = 0; item < 1; ++item) {
     const int64_t xo = item / 1;
     const int64_t c0 = (item / 1) % 1 * 64;
     const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-    const int64_t chunk = item % 1;
     alignas(64) double acc_sum_2[64];
     alignas(64) double acc_sum_3[64];
     #pragma omp simd
@@ -95,8 +94,8 @@ extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restric
       acc_sum_2[c] = static_cast<float>(0.0);
       acc_sum_3[c] = static_cast<float>(0.0);
     }
-    const int64_t r_begin = chunk * 8;
-    const int64_t r_end = r_begin + 8 < 8 ? r_begin + 8 : 8;
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
     alignas(64) float block_sum_2[64];
     alignas(64) float block_sum_3[64];
     for (int64_t rb = r_begin; rb < r_end; rb += 16) {

@@ -80,7 +80,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -89,10 +89,10 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnume
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_mean_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
-    tmp1 = tl.load(buf_gy + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp1 = tl.load(buf_gy + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp2 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
     tmp3 = tmp1 * tmp2
     masked_sum_sum = tl.where(xmask & rmask, tmp3, tl.full([1], 0.0, tl.float32))
@@ -121,7 +121,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnume
     tmp19 = tmp12 * tmp18
     tmp20 = tmp17 - tmp19
     tmp21 = tmp14 * tmp20
-    tl.store(buf_mul_6 + (r0 + 64*x0 + xzero + rzero), (tmp21).to(tl.float32), xmask & rmask)
+    tl.store(buf_mul_6 + (r0 + rnumel*x0 + xzero + rzero), (tmp21).to(tl.float32), xmask & rmask)
 
 # ===== kernel kernel1: persistent=False group=0 split=1 cluster=1 =====
 import triton
@@ -192,7 +192,8 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -201,7 +202,7 @@ def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, x
     tmp3 = tl.full([1], 1.0, tl.float32) / tl.full([1], 64.0, tl.float32)
     acc_sum_2 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     acc_sum_3 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, 8, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, XBLOCK: tl
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_native_layer_norm_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_native_layer_norm_sum = tl.reduce(masked_native_layer_norm_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_native_layer_norm_sum
@@ -101,4 +101,4 @@ def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, XBLOCK: tl
     tmp11 = tmp9 * tmp10
     tmp12 = tl.load(buf_b + (r0 + xzero), xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
-    tl.store(buf_native_layer_norm_add_1 + (r0 + 64*x0 + xzero + rzero), (tmp13).to(tl.float32), xmask & rmask)
+    tl.store(buf_native_layer_norm_add_1 + (r0 + rnumel*x0 + xzero + rzero), (tmp13).to(tl.float32), xmask & rmask)

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_log_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_log_softmax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_log_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_log_softmax_amax = tl.where(xmask & rmask, tmp0, tl.full([1], float("-inf"), tl.float32))
     red_log_softmax_amax = tl.reduce(masked_log_softmax_amax, 1, _ts_max, keep_dims=True)
     tmp1 = red_log_softmax_amax
@@ -94,4 +94,4 @@ def kernel0(buf_x, buf_log_softmax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     tmp4 = red_log_softmax_sum
     tmp5 = tl.log(tmp4)
     tmp6 = tmp2 - tmp5
-    tl.store(buf_log_softmax + (r0 + 64*x0 + xzero + rzero), (tmp6).to(tl.float32), xmask & rmask)
+    tl.store(buf_log_softmax + (r0 + rnumel*x0 + xzero + rzero), (tmp6).to(tl.float32), xmask & rmask)

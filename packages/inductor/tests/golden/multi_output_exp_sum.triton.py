@@ -77,7 +77,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_sum, buf_exp, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_sum, buf_exp, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -86,13 +86,13 @@ def kernel0(buf_x, buf_sum, buf_exp, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 16*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_sum = tl.reduce(masked_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_sum
     tl.store(buf_sum + (x0 + xzero), (tmp1).to(tl.float32), xmask)
     tmp2 = tl.exp(tmp0)
-    tl.store(buf_exp + (r0 + 16*x0 + xzero + rzero), (tmp2).to(tl.float32), xmask & rmask)
+    tl.store(buf_exp + (r0 + rnumel*x0 + xzero + rzero), (tmp2).to(tl.float32), xmask & rmask)
 
 # ===== kernel kernel1: persistent=False group=0 split=1 cluster=1 =====
 import triton
@@ -163,14 +163,15 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_x, buf_amax, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_x, buf_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
     rzero = tl.full([1, RBLOCK], 0, tl.int32)
     x0 = xindex
     acc_amax = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
-    for roffset in range(0, 8, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

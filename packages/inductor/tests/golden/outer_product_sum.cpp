@@ -9,13 +9,13 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_sum, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     const float tmp1 = buf_b[x0];
     float acc_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum)
-    for (int64_t r0 = 0; r0 < 16; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp0 = buf_a[r0];
       const float tmp2 = static_cast<float>(tmp0 * tmp1);
       acc_sum = static_cast<float>(acc_sum + tmp2);

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_a, buf_b, buf_sum, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_a, buf_b, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = (xnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel

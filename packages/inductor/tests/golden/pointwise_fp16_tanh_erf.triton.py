@@ -78,9 +78,8 @@ def kernel0(buf_x, buf_add, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 64
-    x1 = (xindex) % 64
-    tmp0 = tl.load(buf_x + (64*x0 + x1 + xzero), xmask, other=0).to(tl.float32)
+    x0 = xindex
+    tmp0 = tl.load(buf_x + (x0 + xzero), xmask, other=0).to(tl.float32)
     tmp1 = tmp0.to(tl.float32)
     tmp2 = libdevice.tanh(tmp1)
     tmp3 = tmp2.to(tl.float16).to(tl.float32)
@@ -90,4 +89,4 @@ def kernel0(buf_x, buf_add, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     tmp7 = tmp6.to(tl.float32)
     tmp8 = tmp4 + tmp7
     tmp9 = tmp8.to(tl.float16).to(tl.float32)
-    tl.store(buf_add + (64*x0 + x1 + xzero), (tmp9).to(tl.float16), xmask)
+    tl.store(buf_add + (x0 + xzero), (tmp9).to(tl.float16), xmask)

@@ -85,10 +85,9 @@ def kernel0(buf_floor_divide, buf_remainder, buf_mul, xnumel, XBLOCK: tl.constex
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 8
-    x1 = (xindex) % 8
-    tmp0 = tl.load(buf_floor_divide + (8*x0 + x1 + xzero), xmask, other=0)
-    tmp1 = tl.load(buf_remainder + (8*x0 + x1 + xzero), xmask, other=0)
+    x0 = xindex
+    tmp0 = tl.load(buf_floor_divide + (x0 + xzero), xmask, other=0)
+    tmp1 = tl.load(buf_remainder + (x0 + xzero), xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tl.full([1], 2, tl.int64)
-    tl.store(buf_mul + (8*x0 + x1 + xzero), (tmp3).to(tl.int64), xmask)
+    tl.store(buf_mul + (x0 + xzero), (tmp3).to(tl.int64), xmask)

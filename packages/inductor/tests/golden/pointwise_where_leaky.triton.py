@@ -78,12 +78,11 @@ def kernel0(buf_x, buf_clamp, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 16
-    x1 = (xindex) % 16
-    tmp0 = tl.load(buf_x + (16*x0 + x1 + xzero), xmask, other=0)
+    x0 = xindex
+    tmp0 = tl.load(buf_x + (x0 + xzero), xmask, other=0)
     tmp1 = tmp0 > tl.full([1], 0.0, tl.float32)
     tmp2 = tmp0 * tl.full([1], 0.1, tl.float32)
     tmp3 = tl.where(tmp1, tmp0, tmp2)
     tmp4 = _ts_max(tmp3, tl.full([1], -1.0, tl.float32))
     tmp5 = _ts_min(tmp4, tl.full([1], 1.0, tl.float32))
-    tl.store(buf_clamp + (16*x0 + x1 + xzero), (tmp5).to(tl.float32), xmask)
+    tl.store(buf_clamp + (x0 + xzero), (tmp5).to(tl.float32), xmask)

@@ -82,9 +82,8 @@ def kernel0(buf_rand_like, buf_x, buf_mul, xnumel, XBLOCK: tl.constexpr, RBLOCK:
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 16
-    x1 = (xindex) % 16
-    tmp0 = tl.load(buf_x + (16*x0 + x1 + xzero), xmask, other=0)
-    tmp1 = tl.load(buf_rand_like + (16*x0 + x1 + xzero), xmask, other=0)
+    x0 = xindex
+    tmp0 = tl.load(buf_x + (x0 + xzero), xmask, other=0)
+    tmp1 = tl.load(buf_rand_like + (x0 + xzero), xmask, other=0)
     tmp2 = tmp0 * tmp1
-    tl.store(buf_mul + (16*x0 + x1 + xzero), (tmp2).to(tl.float32), xmask)
+    tl.store(buf_mul + (x0 + xzero), (tmp2).to(tl.float32), xmask)

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: t
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
     tmp1 = tmp0.to(tl.float32)
     tmp2 = tmp1 * tmp1
     masked_mean_sum = tl.where(xmask & rmask, tmp2, tl.full([1], 0.0, tl.float32))
@@ -97,4 +97,4 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: t
     tmp9 = tmp8.to(tl.float32)
     tmp10 = tmp7 * tmp9
     tmp11 = tmp10.to(tl.bfloat16).to(tl.float32)
-    tl.store(buf_to_copy_2 + (r0 + 64*x0 + xzero + rzero), (tmp11).to(tl.bfloat16), xmask & rmask)
+    tl.store(buf_to_copy_2 + (r0 + rnumel*x0 + xzero + rzero), (tmp11).to(tl.bfloat16), xmask & rmask)

@@ -13,17 +13,17 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[64];
     float acc_mean_sum = static_cast<float>(0.0);
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
-      const float tmp0 = buf_x[r0 + 64*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
       const float tmp1 = static_cast<float>(tmp0 * tmp0);
-      const float tmp2 = buf_gy[r0 + 64*x0];
+      const float tmp2 = buf_gy[r0 + red_len*x0];
       const float tmp3 = buf_w[r0];
       const float tmp4 = static_cast<float>(tmp2 * tmp3);
       const float tmp5 = static_cast<float>(tmp4 * tmp0);
@@ -43,14 +43,14 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp15 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
     const float tmp17 = red_sum_sum;
     #pragma omp simd
-    for (int64_t r0 = 0; r0 < 64; ++r0) {
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
       const float tmp10 = static_cast<float>(tmp9 * row_cache0[r0]);
-      const float tmp11 = buf_x[r0 + 64*x0];
+      const float tmp11 = buf_x[r0 + red_len*x0];
       const float tmp14 = static_cast<float>(tmp11 * tmp13);
       const float tmp16 = static_cast<float>(tmp14 * tmp15);
       const float tmp18 = static_cast<float>(tmp16 * tmp17);
       const float tmp19 = static_cast<float>(tmp10 - tmp18);
-      buf_sub[r0 + 64*x0] = static_cast<float>(tmp19);
+      buf_sub[r0 + red_len*x0] = static_cast<float>(tmp19);
     }
   }
 }
@@ -59,20 +59,19 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_1) {
+extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_1, const int64_t red_rows) {
   for (int64_t item = 0; item < 1; ++item) {
     const int64_t xo = item / 1;
     const int64_t c0 = (item / 1) % 1 * 64;
     const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-    const int64_t chunk = item % 1;
     alignas(64) double acc_sum_1[64];
     #pragma omp simd
     for (int64_t c = 0; c < cn; ++c) {
       const int64_t x0 = c0 + c;
       acc_sum_1[c] = static_cast<float>(0.0);
     }
-    const int64_t r_begin = chunk * 8;
-    const int64_t r_end = r_begin + 8 < 8 ? r_begin + 8 : 8;
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
     alignas(64) float block_sum_1[64];
     for (int64_t rb = r_begin; rb < r_end; rb += 16) {
       const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;

@@ -78,7 +78,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -87,11 +87,11 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, XBLOCK: tl.cons
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp1 = tmp0 * tmp0
     masked_mean_sum = tl.where(xmask & rmask, tmp1, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
-    tmp2 = tl.load(buf_gy + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp2 = tl.load(buf_gy + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp3 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
     tmp4 = tmp2 * tmp3
     tmp5 = tmp4 * tmp0
@@ -111,7 +111,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, XBLOCK: tl.cons
     tmp16 = red_sum_sum
     tmp17 = tmp15 * tmp16
     tmp18 = tmp10 - tmp17
-    tl.store(buf_sub + (r0 + 64*x0 + xzero + rzero), (tmp18).to(tl.float32), xmask & rmask)
+    tl.store(buf_sub + (r0 + rnumel*x0 + xzero + rzero), (tmp18).to(tl.float32), xmask & rmask)
 
 # ===== kernel kernel1: persistent=False group=0 split=1 cluster=1 =====
 import triton
@@ -182,7 +182,8 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -190,7 +191,7 @@ def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, XBLOCK: tl.constexpr
     x0 = xindex
     tmp4 = tl.full([1], 1.0, tl.float32) / tl.full([1], 64.0, tl.float32)
     acc_sum_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, 8, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_w, buf_mul_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_w, buf_mul_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_w, buf_mul_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp1 = tmp0 * tmp0
     masked_mean_sum = tl.where(xmask & rmask, tmp1, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
@@ -94,4 +94,4 @@ def kernel0(buf_x, buf_w, buf_mul_2, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
     tmp6 = tmp0 * tmp5
     tmp7 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
     tmp8 = tmp6 * tmp7
-    tl.store(buf_mul_2 + (r0 + 64*x0 + xzero + rzero), (tmp8).to(tl.float32), xmask & rmask)
+    tl.store(buf_mul_2 + (r0 + rnumel*x0 + xzero + rzero), (tmp8).to(tl.float32), xmask & rmask)

@@ -82,6 +82,5 @@ def kernel0(buf_zeros, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 4
-    x1 = (xindex) % 4
-    tl.store(buf_zeros + (4*x0 + x1 + xzero), (tl.full([1], 0.0, tl.float32)).to(tl.float32), xmask)
+    x0 = xindex
+    tl.store(buf_zeros + (x0 + xzero), (tl.full([1], 0.0, tl.float32)).to(tl.float32), xmask)

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_to_copy_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_to_copy_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_to_copy_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.const
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 64*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0).to(tl.float32)
     tmp1 = tmp0.to(tl.float32)
     masked_softmax_amax = tl.where(xmask & rmask, tmp1, tl.full([1], float("-inf"), tl.float32))
     red_softmax_amax = tl.reduce(masked_softmax_amax, 1, _ts_max, keep_dims=True)
@@ -100,4 +100,4 @@ def kernel0(buf_x, buf_to_copy_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.const
     tmp10 = tmp9 * tl.full([1], 5.960464477539063e-08, tl.float32)
     tmp11 = tmp7 * tmp10
     tmp12 = tmp11.to(tl.bfloat16).to(tl.float32)
-    tl.store(buf_to_copy_1 + (r0 + 64*x0 + xzero + rzero), (tmp12).to(tl.bfloat16), xmask & rmask)
+    tl.store(buf_to_copy_1 + (r0 + rnumel*x0 + xzero + rzero), (tmp12).to(tl.bfloat16), xmask & rmask)

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_gy, buf_y, buf_mul_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_gy, buf_y, buf_mul_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,12 +83,12 @@ def kernel0(buf_gy, buf_y, buf_mul_1, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.c
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_gy + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
-    tmp1 = tl.load(buf_y + (r0 + 64*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_gy + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
+    tmp1 = tl.load(buf_y + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     tmp2 = tmp0 * tmp1
     masked_sum_sum = tl.where(xmask & rmask, tmp2, tl.full([1], 0.0, tl.float32))
     red_sum_sum = tl.reduce(masked_sum_sum, 1, _sum_combine, keep_dims=True)
     tmp3 = red_sum_sum
     tmp4 = tmp0 - tmp3
     tmp5 = tmp1 * tmp4
-    tl.store(buf_mul_1 + (r0 + 64*x0 + xzero + rzero), (tmp5).to(tl.float32), xmask & rmask)
+    tl.store(buf_mul_1 + (r0 + rnumel*x0 + xzero + rzero), (tmp5).to(tl.float32), xmask & rmask)

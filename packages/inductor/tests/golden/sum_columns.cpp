@@ -9,20 +9,19 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows) {
   for (int64_t item = 0; item < 1; ++item) {
     const int64_t xo = item / 1;
     const int64_t c0 = (item / 1) % 1 * 16;
     const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-    const int64_t chunk = item % 1;
     alignas(64) double acc_sum[16];
     #pragma omp simd
     for (int64_t c = 0; c < cn; ++c) {
       const int64_t x0 = c0 + c;
       acc_sum[c] = static_cast<float>(0.0);
     }
-    const int64_t r_begin = chunk * 64;
-    const int64_t r_end = r_begin + 64 < 64 ? r_begin + 64 : 64;
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
     alignas(64) float block_sum[16];
     for (int64_t rb = r_begin; rb < r_end; rb += 16) {
       const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;

@@ -74,14 +74,14 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_sum, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
     rzero = tl.full([1, RBLOCK], 0, tl.int32)
     x0 = xindex
     acc_sum = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, 64, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

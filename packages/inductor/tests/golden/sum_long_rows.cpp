@@ -9,7 +9,7 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     alignas(64) double acc_sum[32] = {};
@@ -23,7 +23,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
         #pragma omp simd
         for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
           const int64_t r0 = r0_lanes + r0_lane;
-          const float tmp0 = buf_x[r0 + 5000*x0];
+          const float tmp0 = buf_x[r0 + red_len*x0];
           block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
         }
       }
@@ -40,7 +40,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
       #pragma omp simd
       for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
         const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + 5000*x0];
+        const float tmp0 = buf_x[r0 + red_len*x0];
         block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
       }
     }
@@ -49,7 +49,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
       #pragma omp simd
       for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) {
         const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + 5000*x0];
+        const float tmp0 = buf_x[r0 + red_len*x0];
         block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
       }
     }

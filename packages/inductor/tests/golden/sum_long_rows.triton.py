@@ -74,16 +74,17 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_sum, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
     rzero = tl.full([1, RBLOCK], 0, tl.int32)
     x0 = xindex
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < 5000
+    rmask = rindex < rnumel
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 5000*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_sum = tl.reduce(masked_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_sum

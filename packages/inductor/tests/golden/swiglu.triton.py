@@ -78,14 +78,13 @@ def kernel0(buf_a, buf_b, buf_mul, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 64
-    x1 = (xindex) % 64
-    tmp0 = tl.load(buf_a + (64*x0 + x1 + xzero), xmask, other=0)
+    x0 = xindex
+    tmp0 = tl.load(buf_a + (x0 + xzero), xmask, other=0)
     tmp1 = (tmp0 * -1.0)
     tmp2 = tl.exp(tmp1)
     tmp3 = tmp2 + tl.full([1], 1.0, tl.float32)
     tmp4 = tl.full([1], 1.0, tl.float32) / tmp3
     tmp5 = tmp0 * tmp4
-    tmp6 = tl.load(buf_b + (64*x0 + x1 + xzero), xmask, other=0)
+    tmp6 = tl.load(buf_b + (x0 + xzero), xmask, other=0)
     tmp7 = tmp5 * tmp6
-    tl.store(buf_mul + (64*x0 + x1 + xzero), (tmp7).to(tl.float32), xmask)
+    tl.store(buf_mul + (x0 + xzero), (tmp7).to(tl.float32), xmask)

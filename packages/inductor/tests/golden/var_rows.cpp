@@ -9,13 +9,13 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
     float acc_var_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_var_sum)
-    for (int64_t r0 = 0; r0 < 32; ++r0) {
-      const float tmp0 = buf_x[r0 + 32*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
       acc_var_sum = static_cast<float>(acc_var_sum + tmp0);
     }
     const float red_var_sum = acc_var_sum;
@@ -23,8 +23,8 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(32.0));
     float acc_var_sum_1 = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_var_sum_1)
-    for (int64_t r0 = 0; r0 < 32; ++r0) {
-      const float tmp1 = buf_x[r0 + 32*x0];
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp1 = buf_x[r0 + red_len*x0];
       const float tmp4 = static_cast<float>(tmp1 - tmp3);
       const float tmp5 = static_cast<float>(tmp4 * tmp4);
       acc_var_sum_1 = static_cast<float>(acc_var_sum_1 + tmp5);

@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_var, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_var, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -83,7 +83,7 @@ def kernel0(buf_x, buf_var, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_x + (r0 + 32*x0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
     masked_var_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_var_sum = tl.reduce(masked_var_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_var_sum

@@ -74,7 +74,8 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_sum, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -82,7 +83,7 @@ def kernel0(buf_x, buf_sum, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     x0 = xindex // 16
     x1 = (xindex) % 16
     acc_sum = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, 8, RBLOCK):
+    for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex

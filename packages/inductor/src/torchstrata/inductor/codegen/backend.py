@@ -19,9 +19,9 @@ from torchstrata.inductor.codegen.cpp.build import (
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
-from torchstrata.inductor.codegen.cpp.generate import generate_cpp, outer_rows
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp, size_arguments
 from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
-from torchstrata.inductor.codegen.flat_rows import flatten_rows
+from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
@@ -109,6 +109,9 @@ class CppBackend:
     def _rewritten(self, kernel: Kernel) -> Kernel:
         if not uses_column_loop(kernel):  # contiguous leading row dims as one outer loop
             kernel = flatten_rows(kernel)
+        else:  # contiguous reduced dims as one, whose length the kernel takes as an argument
+            flat = flatten_reduced(kernel)
+            kernel = flat if uses_column_loop(flat) else kernel
         return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:
@@ -125,7 +128,7 @@ class CppBackend:
         simd_functions = simd_math_functions()
         kernels = [self._rewritten(kernel) for kernel in kernels]
         sources = [generate_cpp(kernel, simd_functions) for kernel in kernels]
-        sizes = [_sizes(kernel) for kernel in kernels]
+        sizes = [size_arguments(kernel) for kernel in kernels]
         requests = [
             KernelSource(
                 source, kernel.name, len(kernel.args), kernel_checks(kernel), None, len(size)
@@ -153,12 +156,6 @@ class CppBackend:
         requests = [kernel_from_record(record) for record in records]
         builds = build_kernels(requests, options.cache_dir, options.cache_size_limit)
         return [built.fn for built in builds], [built.path for built in builds]
-
-
-def _sizes(kernel: Kernel) -> tuple[int, ...]:
-    """The size arguments the C++ function of ``kernel`` takes after its buffers."""
-    rows = outer_rows(kernel)
-    return () if rows is None else (rows,)
 
 
 def build_all(

@@ -24,29 +24,62 @@ import attrs
 
 from torchstrata.inductor.ir.exprs import Expr, IndexValue, IndirectLoad, Load, map_indices, walk
 from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var, fold_div_mod
-from torchstrata.inductor.ir.kernel import Kernel, Store, row_vars
+from torchstrata.inductor.ir.kernel import Kernel, Store, red_vars, row_vars
 
 
-def flatten_rows(kernel: Kernel) -> Kernel:
+def flatten_rows(kernel: Kernel, inner_loop: bool = True) -> Kernel:
     """``kernel`` with its leading row dims as one (see the module docstring): all row
-    dims of a reduction, all but the last (the inner loop) of a pointwise kernel; with
-    its indices only folded when there is one such dim or the rows are not contiguous in
-    every index."""
+    dims of a reduction, all but the last (the inner loop) of a pointwise kernel, or all
+    of them where ``inner_loop`` is False (Triton walks a pointwise kernel's elements as
+    one flat range); with its indices only folded when there is one such dim or the rows
+    are not contiguous in every index."""
     if kernel.parts or kernel.tail is not None or kernel.partials is not None:
         return kernel
-    lead = len(kernel.row_shape) if kernel.red_shape else len(kernel.row_shape) - 1
+    whole = kernel.red_shape or not inner_loop
+    lead = len(kernel.row_shape) if whole else len(kernel.row_shape) - 1
     lead = lead if lead >= 2 else 0  # else indices are only folded
     old = row_vars(kernel.row_shape)
     rows = math.prod(kernel.row_shape[:lead])
     flat = Var("x0", rows)
-    mapping: dict[str, Index] = {}
-    stride = rows
-    for var in old[:lead]:
-        stride //= max(var.size, 1)
-        mapping[var.name] = Index.of(flat).floordiv(max(stride, 1)).mod(max(var.size, 1))
+    mapping = _positions(old[:lead], flat)
     if lead:
         for position, var in enumerate(old[lead:], start=1):
             mapping[var.name] = Index.of(Var(f"x{position}", var.size))
+    flattened = attrs.evolve(
+        _rewritten(kernel, mapping),
+        row_shape=(rows, *kernel.row_shape[lead:]) if lead else kernel.row_shape,
+    )
+    return flattened if not (lead and _divides(flattened, flat.name)) else kernel
+
+
+def flatten_reduced(kernel: Kernel) -> Kernel:
+    """``kernel`` with its reduced dims as one variable ``r0`` of ``row_length`` elements
+    where every index walks them contiguously (a column sum over rows ``(B, T)`` as one
+    reduced dim of ``B*T``, so ``T`` is not in the source), with its indices only folded
+    otherwise or when there is one reduced dim. Only the reduced variables are renamed:
+    row variables and the iteration order (row-major over the reduced dims) are kept."""
+    if kernel.parts or kernel.tail is not None or kernel.partials is not None:
+        return kernel
+    old = red_vars(kernel.red_shape)
+    flat = Var("r0", kernel.row_length)
+    if len(old) < 2:
+        return _rewritten(kernel, {})
+    flattened = attrs.evolve(_rewritten(kernel, _positions(old, flat)), red_shape=(flat.size,))
+    return kernel if _divides(flattened, flat.name) else flattened
+
+
+def _positions(old: tuple[Var, ...], flat: Var) -> dict[str, Index]:
+    """Each of ``old`` (row-major dims) as ``(flat // stride) % size``."""
+    mapping: dict[str, Index] = {}
+    stride = flat.size
+    for var in old:
+        stride //= max(var.size, 1)
+        mapping[var.name] = Index.of(flat).floordiv(max(stride, 1)).mod(max(var.size, 1))
+    return mapping
+
+
+def _rewritten(kernel: Kernel, mapping: Mapping[str, Index]) -> Kernel:
+    """``kernel`` with ``mapping`` substituted into every index, div/mod pairs folded."""
 
     def rewrite(index: Index) -> Index:
         return fold_div_mod(_substitute(index, mapping))
@@ -59,9 +92,8 @@ def flatten_rows(kernel: Kernel) -> Kernel:
             for s in items
         )
 
-    flattened = attrs.evolve(
+    return attrs.evolve(
         kernel,
-        row_shape=(rows, *kernel.row_shape[lead:]) if lead else kernel.row_shape,
         reductions=tuple(
             attrs.evolve(spec, body=map_indices(spec.body, rewrite, done))
             for spec in kernel.reductions
@@ -69,7 +101,6 @@ def flatten_rows(kernel: Kernel) -> Kernel:
         row_stores=stores(kernel.row_stores),
         full_stores=stores(kernel.full_stores),
     )
-    return flattened if not (lead and _divides(flattened, flat.name)) else kernel
 
 
 def _substitute(index: Index, mapping: Mapping[str, Index]) -> Index:

@@ -173,14 +173,17 @@ class Index:
                 names |= atom.base.variables()
         return frozenset(names)
 
-    def render(self, var: Callable[[str], str], div: str = "//") -> str:
-        """Source text: ``var(name)`` prints a variable, ``div`` is the division operator."""
+    def render(
+        self, var: Callable[[str], str], div: str = "//", number: Callable[[int], str] = str
+    ) -> str:
+        """Source text: ``var(name)`` prints a variable, ``div`` is the division operator,
+        ``number`` prints coefficients and constants (divisors and moduli are literals)."""
         parts = []
         for atom, coeff in self.terms:
-            text = render_atom(atom, var, div)
-            parts.append(text if coeff == 1 else f"{coeff}*{text}")
+            text = render_atom(atom, var, div, number)
+            parts.append(text if coeff == 1 else f"{number(coeff)}*{text}")
         if self.const or not parts:
-            parts.append(str(self.const))
+            parts.append(number(self.const))
         return " + ".join(parts)
 
 
@@ -200,13 +203,15 @@ def atom_bounds(atom: Atom) -> tuple[int, int]:
     return (low, high) if low >= 0 and high < atom.modulus else (0, atom.modulus - 1)
 
 
-def render_atom(atom: Atom, var: Callable[[str], str], div: str) -> str:
-    """Source text of one atom."""
+def render_atom(
+    atom: Atom, var: Callable[[str], str], div: str, number: Callable[[int], str] = str
+) -> str:
+    """Source text of one atom (see :meth:`Index.render`)."""
     if isinstance(atom, Var):
         return var(atom.name)
     if isinstance(atom, FloorDiv):
-        return f"(({atom.base.render(var, div)}) {div} {atom.divisor})"
-    return f"(({atom.base.render(var, div)}) % {atom.modulus})"
+        return f"(({atom.base.render(var, div, number)}) {div} {atom.divisor})"
+    return f"(({atom.base.render(var, div, number)}) % {atom.modulus})"
 
 
 def fold_div_mod(index: Index) -> Index:

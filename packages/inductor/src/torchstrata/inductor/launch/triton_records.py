@@ -41,6 +41,9 @@ class TritonKernelRecord:
     split_scratch: Mapping[int, tuple[int, int]] = attrs.field(factory=dict)
     tail: tuple[int, int] | None = None
     cluster_scratch: Mapping[int, int] = attrs.field(factory=dict)
+    #: The size arguments its sources take beyond ``xnumel`` (a reduction's ``rnumel``, a
+    #: horizontal kernel's parts' elements), by parameter name: decision 0250.
+    sizes: Mapping[str, int] = attrs.field(factory=dict)
 
     def split_sizes(self, split: int) -> tuple[int, int]:
         """The scratch of the split variant ``split`` (``TunedKernel``'s ``scratch``)."""
@@ -61,6 +64,7 @@ def make_record(
     split_scratch: Callable[[int], tuple[int, int]],
     tail: tuple[int, int] | None,
     cluster_scratch: Callable[[int], int],
+    sizes: Mapping[str, int] | None = None,
 ) -> TritonKernelRecord:
     """The record of a kernel generated as ``generated`` (``(variant, source, (canonical
     source, entry point))`` per variant) with the candidate ``configs``; the scratch
@@ -75,6 +79,7 @@ def make_record(
         {c.split: split_scratch(c.split) for c in configs if c.split > 1},
         tail,
         {c.cluster: cluster_scratch(c.cluster) for c in configs if c.cluster > 1},
+        dict(sizes or {}),
     )
 
 
@@ -90,6 +95,7 @@ def to_json(record: TritonKernelRecord) -> dict[str, Any]:
         "split_scratch": [[s, *sizes] for s, sizes in sorted(record.split_scratch.items())],
         "tail": None if record.tail is None else list(record.tail),
         "cluster_scratch": [[s, size] for s, size in sorted(record.cluster_scratch.items())],
+        "sizes": dict(record.sizes),
     }
 
 
@@ -146,6 +152,10 @@ def from_json(data: Mapping[str, Any]) -> TritonKernelRecord:
         for entry in data["cluster_scratch"]:
             size, floats = _ints(entry, 2, "cluster scratch")
             cluster[size] = floats
+        sizes = data.get("sizes", {})
+        if not isinstance(sizes, dict) or not all(isinstance(n, str) for n in sizes):
+            raise ValueError("a Triton kernel record's sizes map parameter names to ints")
+        _ints(list(sizes.values()), len(sizes), "sizes")
     except (KeyError, TypeError) as error:
         raise ValueError(f"not a Triton kernel record: {type(error).__name__}: {error}") from None
     if not (isinstance(name, str) and isinstance(source, str) and type(interpret) is bool):
@@ -160,5 +170,5 @@ def from_json(data: Mapping[str, Any]) -> TritonKernelRecord:
         ):
             raise ValueError(f"no scratch sizes for the launch configuration {config}")
     return TritonKernelRecord(
-        name, source, interpret, rows, variants, configs, split, tail, cluster
+        name, source, interpret, rows, variants, configs, split, tail, cluster, sizes
     )

@@ -10,6 +10,12 @@ The reduced dim is split into chunks so that threads share the work even when th
 a single block of columns. Each chunk writes its partial results to scratch; a second
 loop combines them in chunk order (so results do not depend on the thread count) and
 does the row stores.
+
+The number of reduced elements, and the chunks' length and count where there are several,
+are the function's size arguments (:func:`column_sizes`), not literals: a bias gradient
+summed over ``B*T`` rows is one source for every ``B*T`` (decision 0250). Whether the
+work items run in parallel, and whether the reduced dim is chunked at all, depend on the
+sizes and stay in the source.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ MIN_CHUNK = 32  # fewest reduced elements per chunk
 #: Reduced elements that a float32 sum adds in float (per column, one after another)
 #: before adding them to its double accumulator: full float SIMD width, within ~2 ulps.
 SUM_ROWS = 16
+#: The size arguments of a column reduction: reduced elements, a chunk's length, chunks.
+LENGTH_PARAM, CHUNK_PARAM, CHUNKS_PARAM = "red_rows", "red_chunk", "red_chunks"
 
 
 def _wide(spec: ReductionSpec) -> bool:
@@ -115,11 +123,25 @@ class _Layout:
         self.chunk = -(-self.length // chunks) if self.length else 0
         self.chunks = -(-self.length // self.chunk) if self.length else 1
 
-    def block_header(self, item: str, per_group: int) -> list[str]:
-        """Lines binding the outer row vars, ``c0`` and ``cn`` of work item ``item``."""
+    @property
+    def chunked(self) -> bool:
+        """Is the reduced dim split into several chunks (partial results in scratch)?"""
+        return self.chunks > 1
+
+    def sizes(self) -> tuple[tuple[str, int], ...]:
+        """The function's size arguments (name, value): the reduced elements, and the
+        chunks' length and count when chunked."""
+        if not self.chunked:
+            return ((LENGTH_PARAM, self.length),)
+        return ((LENGTH_PARAM, self.length), (CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
+
+    def block_header(self, item: str, per_chunk: str) -> list[str]:
+        """Lines binding the outer row vars, ``c0`` and ``cn`` of work item ``item``
+        (``per_chunk``: the work items of one block of columns, 1 or the chunk count)."""
+        per_group = f"{self.blocks}" if per_chunk == "1" else f"({self.blocks} * {per_chunk})"
         lines = [f"const int64_t xo = {item} / {per_group};"]
         lines += derive_vars(self.outer_vars, "xo")
-        block_index = f"({item} / {per_group // self.blocks}) % {self.blocks}"
+        block_index = f"({item} / {per_chunk}) % {self.blocks}"
         lines += [
             f"const int64_t c0 = {block_index} * {self.block};",
             f"const int64_t cn = {self.columns} - c0 < {self.block} "
@@ -159,11 +181,14 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
     per_element = (
         derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
     )
-    bounds = [
-        "const int64_t r_begin = chunk * " + str(layout.chunk) + ";",
-        f"const int64_t r_end = r_begin + {layout.chunk} < {layout.length} "
-        f"? r_begin + {layout.chunk} : {layout.length};",
-    ]
+    if layout.chunked:
+        bounds = [
+            f"const int64_t r_begin = chunk * {CHUNK_PARAM};",
+            f"const int64_t r_end = r_begin + {CHUNK_PARAM} < {LENGTH_PARAM} "
+            f"? r_begin + {CHUNK_PARAM} : {LENGTH_PARAM};",
+        ]
+    else:
+        bounds = ["const int64_t r_begin = 0;", f"const int64_t r_end = {LENGTH_PARAM};"]
     if not wide:
         return [
             *bounds,
@@ -233,47 +258,57 @@ def _declare_accumulators(kernel: Kernel, layout: _Layout, init: str | None) -> 
     return lines + _column_loop(layout, sets)
 
 
+def column_sizes(kernel: Kernel) -> tuple[tuple[str, int], ...]:
+    """The size arguments (name, value) that :func:`generate_column_cpp`'s function of
+    ``kernel`` takes after its buffers."""
+    return _Layout(kernel).sizes()
+
+
 def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     """The C++ source of a column reduction (see :func:`uses_column_loop`)."""
     layout = _Layout(kernel)
-    per_group = layout.blocks * layout.chunks
-    items = layout.groups * per_group
+    per_chunk = CHUNKS_PARAM if layout.chunked else "1"
     item_body = [
-        *layout.block_header("item", per_group),
-        f"const int64_t chunk = item % {layout.chunks};",
+        *layout.block_header("item", per_chunk),
+        f"const int64_t chunk = item % {CHUNKS_PARAM};" if layout.chunked else "",
         *_declare_accumulators(kernel, layout, None),
         *_accumulate(kernel, layout),
     ]
+    item_body = [line for line in item_body if line]
     body: list[str] = []
-    if layout.chunks == 1:
+    if not layout.chunked:
+        items = str(layout.groups * layout.blocks)
         item_body += _store_block(kernel, layout)
     else:
-        partial = f"(xo * {layout.chunks} + chunk) * {layout.columns} + {layout.column.name}"
+        items = f"{layout.groups * layout.blocks} * {CHUNKS_PARAM}"
+        partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
         for spec in kernel.reductions:
             ctype = _acc_type(spec)
-            size = layout.groups * layout.chunks * layout.columns
+            size = f"{layout.groups * layout.columns} * {CHUNKS_PARAM}"
             body.append(f"{ctype}* part_{spec.name} = new {ctype}[{size}];")
         item_body += _column_loop(
             layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
         )
-    body += [*layout.pragma(items), f"for (int64_t item = 0; item < {items}; ++item) {{"]
+    pragma = layout.pragma(layout.groups * layout.blocks * layout.chunks)
+    body += [*pragma, f"for (int64_t item = 0; item < {items}; ++item) {{"]
     body += ["  " + line for line in item_body] + ["}"]
-    if layout.chunks > 1:
+    if layout.chunked:
         body += _combine_and_store(kernel, layout)
-    return kernel_source(kernel, body, simd_functions)
+    names = tuple(name for name, _ in layout.sizes())
+    return kernel_source(kernel, body, simd_functions, names)
 
 
 def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
     """The second loop: fold each block's partials in chunk order, store, free scratch."""
-    first = f"xo * {layout.chunks} * {layout.columns} + {layout.column.name}"
+    first = f"xo * {CHUNKS_PARAM} * {layout.columns} + {layout.column.name}"
     folds = []
     for spec in kernel.reductions:
         acc, ctype = f"acc_{spec.name}[c]", _acc_type(spec)
-        part = f"part_{spec.name}[(xo * {layout.chunks} + k) * {layout.columns} + c0 + c]"
+        part = f"part_{spec.name}[(xo * {CHUNKS_PARAM} + k) * {layout.columns} + c0 + c]"
         combined = COMBINE[spec.kind].format(acc=acc, v=part)
         folds.append(f"{acc} = static_cast<{ctype}>({combined});")
     fold_loop = [
-        f"for (int64_t k = 1; k < {layout.chunks}; ++k) {{",
+        f"for (int64_t k = 1; k < {CHUNKS_PARAM}; ++k) {{",
         "  #pragma omp simd",
         "  for (int64_t c = 0; c < cn; ++c) {",
         *("    " + line for line in folds),
@@ -281,7 +316,7 @@ def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
         "}",
     ]
     item_body = [
-        *layout.block_header("item", layout.blocks),
+        *layout.block_header("item", "1"),
         *_declare_accumulators(kernel, layout, first),
         *fold_loop,
         *_store_block(kernel, layout),

@@ -29,6 +29,7 @@ from torchstrata.inductor.codegen.cpp.division import (
 )
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
+from torchstrata.inductor.codegen.size_names import number
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -266,8 +267,9 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
 
 
 def render_index(index: Index) -> str:
-    """An index as C++ (int64 arithmetic)."""
-    return index.render(lambda name: name, "/")
+    """An index as C++ (int64 arithmetic); coefficients and constants that equal a size
+    argument are spelled as it (:mod:`~torchstrata.inductor.codegen.size_names`)."""
+    return index.render(lambda name: name, "/", number)
 
 
 class CppPrinter:
@@ -429,7 +431,7 @@ def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
 
 
 def _loop_header(var: Var) -> str:
-    return loop_header(var, var.size)
+    return loop_header(var, number(var.size))
 
 
 def loop_header(var: Var, bound: str | int) -> str:

@@ -20,7 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from torchstrata.inductor.codegen.cpp.columns import generate_column_cpp, uses_column_loop
+from torchstrata.inductor.codegen.cpp.columns import (
+    column_sizes,
+    generate_column_cpp,
+    uses_column_loop,
+)
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -48,6 +52,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
+from torchstrata.inductor.codegen.size_names import named_sizes, number
 from torchstrata.inductor.ir.exprs import Expr
 from torchstrata.inductor.ir.indexing import Index, Var, linear_offset, row_major_strides
 from torchstrata.inductor.ir.kernel import (
@@ -63,6 +68,19 @@ from torchstrata.inductor.ir.online import online_pairs, reduction_phases
 _OMP_REDUCTION = {"sum": "+", "prod": "*", "amax": "max", "amin": "min"}
 #: The parameter holding the outermost loop's trip count (see :func:`outer_rows`).
 ROWS_PARAM = "rows"
+#: The parameter holding a row kernel's reduced length (see :func:`reduced_length`).
+RED_LEN_PARAM = "red_len"
+
+
+def reduced_length(kernel: Kernel) -> int | None:
+    """The length of the one reduced dim of a row kernel, which its C++ function takes
+    as ``red_len`` after ``rows``: its loops run to it and index coefficients equal to it
+    (the row stride) are spelled as it (:mod:`~torchstrata.inductor.codegen.size_names`),
+    so a softmax over a symbolic last dim is one source for every length. None for
+    kernels that take none (pointwise, column reductions, several reduced dims)."""
+    if len(kernel.red_shape) != 1 or uses_column_loop(kernel):
+        return None
+    return kernel.red_shape[0]
 
 
 def _outer_vars(kernel: Kernel) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
@@ -79,14 +97,25 @@ def outer_rows(kernel: Kernel) -> int | None:
     last argument ``int64_t rows``; None when it takes none. That is the outer loop (the
     outermost row dim's size is read nowhere else in the source: the row index is split
     into variables by the inner dims' sizes), or the one loop of a 1-D pointwise kernel
-    (unless it is split into ranges, whose bounds stay literals). Column reductions and
-    0-d kernels keep their bounds in the source."""
+    (unless it is split into ranges, whose bounds stay literals). Column reductions take
+    other sizes (:func:`size_arguments`); 0-d kernels keep their bounds in the source."""
     if uses_column_loop(kernel):
         return None
     outer_vars, _ = _outer_vars(kernel)
     if outer_vars:
         return math.prod(v.size for v in outer_vars)
     return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
+
+
+def size_arguments(kernel: Kernel) -> tuple[int, ...]:
+    """The values of the ``int64_t`` size arguments that :func:`generate_cpp`'s function
+    of ``kernel`` takes after its buffers: its rows (:func:`outer_rows`), or a column
+    reduction's reduced length and chunking
+    (:func:`~torchstrata.inductor.codegen.cpp.columns.column_sizes`)."""
+    if uses_column_loop(kernel):
+        return tuple(value for _, value in column_sizes(kernel))
+    rows, length = outer_rows(kernel), reduced_length(kernel)
+    return (*(() if rows is None else (rows,)), *(() if length is None else (length,)))
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -237,10 +266,14 @@ class RowCacheEmitter:
         self.loop = -1
 
     def declarations(self) -> list[str]:
-        """Scratch arrays, declared once per row."""
+        """Scratch arrays, declared once per row: as long as the row, or the next power
+        of two where the row's length is a size argument (an array's length is a
+        literal: one per bucket of lengths)."""
+        length = self.length
+        if number(length) != str(length):
+            length = 1 << (length - 1).bit_length()
         return [
-            f"alignas(64) {compute_type(e.dtype)} {n}[{self.length}];"
-            for e, n in self.slots.items()
+            f"alignas(64) {compute_type(e.dtype)} {n}[{length}];" for e, n in self.slots.items()
         ]
 
     def enter(self, emitter: ExprEmitter, loop: int | None = None) -> None:
@@ -272,6 +305,13 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     """
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
+    length = reduced_length(kernel)
+    names = {length: RED_LEN_PARAM} if length is not None and length >= 2 else {}
+    with named_sizes(names):
+        return _generate_rows(kernel, simd_functions)
+
+
+def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     outer_vars, inner_vars = _outer_vars(kernel)
     phases = reduction_phases(kernel.reductions)
     pairs = online_pairs(kernel.reductions) if wants_online(kernel.row_length, inner_vars) else {}
@@ -340,7 +380,8 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
     lines += ["  " + line for line in body]
     lines.append("}")
-    sizes = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
+    sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
+    sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
     return kernel_source(kernel, lines, simd_functions, sizes)
 
 

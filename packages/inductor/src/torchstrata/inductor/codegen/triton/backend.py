@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
@@ -37,14 +38,14 @@ from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelI
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import canonical_text
-from torchstrata.inductor.codegen.flat_rows import flatten_rows
+from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
 from torchstrata.inductor.codegen.triton.generate import generate_triton
 from torchstrata.inductor.codegen.triton.passes import triton_graph_passes, triton_plan_passes
 from torchstrata.inductor.codegen.triton.precompile import default_threads
-from torchstrata.inductor.codegen.triton.printer import rounds_to_half
+from torchstrata.inductor.codegen.triton.printer import RED_PARAM, rounds_to_half, size_values
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
@@ -146,7 +147,11 @@ class TritonBackend:
             kernel = as_row_kernel(kernel) or kernel
         # contiguous leading row dims as one (as in C++): the source of a kernel over
         # rows (B, T) no longer names T, so a new T reuses the module (decision 0225)
-        flat = flatten_rows(kernel)
+        # and reduced dims, and all dims of a pointwise kernel (walked as one flat range
+        # of elements): decision 0250
+        flat = flatten_reduced(_flat_elements(kernel))
+        if flat.parts:  # a horizontal kernel's parts, each on its own
+            flat = attrs.evolve(flat, parts=tuple(map(_flat_elements, flat.parts)))
         kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
@@ -206,6 +211,7 @@ class TritonBackend:
             lambda split: scratch_sizes(kernel, split),
             tail_scratch(kernel) if kernel.tail is not None else None,
             lambda size: cluster_scratch_size(kernel, size),
+            size_values(kernel),
         )
         tuned, path = self.load(record, options)
         # compiled on the pool while the graph is lowered further (a GPU build-only run,
@@ -237,7 +243,13 @@ class TritonBackend:
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
             choice_cache = ChoiceCache(
-                store, tuning_key(canonical, torch.cuda.get_device_name(), record.rows)
+                store,
+                tuning_key(
+                    canonical,
+                    torch.cuda.get_device_name(),
+                    record.rows,
+                    record.sizes.get(RED_PARAM),
+                ),
             )
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
@@ -253,6 +265,7 @@ class TritonBackend:
             compile_scope=compile_scope,
             fp_fusion=not any(rounds_to_half(text) for text in canonical),
             compile_threads=self.options.compile_threads or default_threads(),
+            sizes=record.sizes,
         )
         return tuned, paths[0]
 
@@ -263,6 +276,15 @@ class TritonBackend:
         first modules' paths."""
         loaded = [self.load(from_json(record), options) for record in records]
         return [tuned for tuned, _ in loaded], [path for _, path in loaded]
+
+
+def _flat_elements(kernel: Kernel) -> Kernel:
+    """``kernel``'s rows as one (:func:`flatten_rows`): a pointwise kernel's elements as
+    one flat range where every index walks them contiguously, else its leading dims."""
+    whole = flatten_rows(kernel, inner_loop=False)
+    if kernel.red_shape or len(kernel.row_shape) < 2 or len(whole.row_shape) == 1:
+        return whole
+    return flatten_rows(kernel)
 
 
 def _run_call(handle: str, args: Sequence[str]) -> str:

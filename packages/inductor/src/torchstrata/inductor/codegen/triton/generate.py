@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.codegen.triton.cluster import (
     CLUSTER_PARAMS,
     can_cluster,
@@ -28,6 +29,7 @@ from torchstrata.inductor.codegen.triton.cluster import (
 )
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
+    RED_PARAM,
     ROWS_PARAM,
     TL_TYPES,
     TritonPrinter,
@@ -35,12 +37,13 @@ from torchstrata.inductor.codegen.triton.printer import (
     derive_lines,
     literal,
     module_source,
+    part_rows_param,
     reduce_text,
     render_index,
     statistic_exp,
     store_line,
 )
-from torchstrata.inductor.codegen.triton.row_count import rows_divisor_hint
+from torchstrata.inductor.codegen.triton.row_count import length_divisor_hint, rows_divisor_hint
 from torchstrata.inductor.codegen.triton.tail_code import tail_lines
 from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
 from torchstrata.inductor.ir.kernel import (
@@ -92,6 +95,16 @@ def generate_triton(
     if kernel.partials is not None:
         lines = _partials_lines(kernel, interpret, prefetch_partials)
         return module_source(kernel, lines, interpret)
+    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py)
+    length = kernel.row_length if kernel.red_shape else 0
+    with named_sizes({length: RED_PARAM} if length >= 2 else {}):
+        return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+
+
+def _row_source(
+    kernel: Kernel, interpret: bool, persistent: bool, group: int, even_rows: bool, even_row: bool
+) -> str:
+    """:func:`generate_triton` of a plain row or pointwise kernel."""
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
@@ -120,12 +133,12 @@ def generate_triton(
         ]
     if not (even_rows or interpret):
         lines = rows_divisor_hint(kernel.rows) + lines
+    if reduction and not interpret:
+        lines = length_divisor_hint(kernel.row_length) + lines
     lines += derive_lines(row_vars(kernel.row_shape), "xindex")
     rindex_lines = [
         "rindex = {start}tl.arange(0, RBLOCK)[None, :]",
-        "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
-        if even_row
-        else f"rmask = rindex < {kernel.row_length}",
+        "rmask = tl.full([1, RBLOCK], 1, tl.int1)" if even_row else f"rmask = rindex < {RED_PARAM}",
         *derive_lines(rv, "rindex"),
     ]
     if reduction and persistent:
@@ -162,7 +175,7 @@ def generate_triton(
             # here (0.086 -> 0.082 ms), not in the reduction loops (cross-entropy's row
             # kernel: 0.144 -> 0.149 ms): bench/results/2026-11-30-h200-prefetch.txt
             loop = tile_loop(
-                kernel.row_length,
+                RED_PARAM,
                 rindex_lines,
                 emitter.close_inner(),
                 stores,
@@ -239,20 +252,21 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
     wide = kernel.rows >= 2**31
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     lines = [f"gindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)"]
-    offset = 0
-    for part in kernel.parts:
+    offset = "0"
+    for position, part in enumerate(kernel.parts):
         printer = TritonPrinter(part, False, interpret)
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
+        count = part_rows_param(position)  # the part's elements: a size argument
         lines += [
-            f"xindex = gindex - {offset}",
-            f"xmask = (xindex >= 0) & (xindex < {part.rows})",
+            f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
+            f"xmask = (xindex >= 0) & (xindex < {count})",
             "xzero = xindex * 0",
             *derive_lines(row_vars(part.row_shape), "xindex"),
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         lines += emitter.take_outer() + stores
-        offset += part.rows
+        offset = count if offset == "0" else f"{offset} + {count}"
     return lines
 
 
@@ -377,11 +391,11 @@ def _looped_phase(
             )
             continue
         if spec.kind == "sum":
-            even = kernel.row_length if even_row else None
+            even = RED_PARAM if even_row else None
             new_inits, new_updates, new_finals = _welford(spec, masked, mine, interpret, even)
         else:
             # a cluster's chunk: its partial sums are merged later (triton_cluster.py)
-            whole = None if chunk is not None else kernel.row_length
+            whole = None if chunk is not None else RED_PARAM
             new_inits, new_updates, new_finals = _online(
                 spec, masked, mine, interpret, group, whole
             )
@@ -392,7 +406,9 @@ def _looped_phase(
     # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
     # handwritten cluster kernel does, a one-off device script (git history))
     ahead = chunk is not None and group > 0
-    loop = tile_loop(kernel.row_length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
+    # the row's length is the kernel's argument; a cluster's chunk is a literal
+    length = RED_PARAM if chunk is None else kernel.row_length
+    loop = tile_loop(length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
     return emitter.take_outer() + inits + loop + finals
 
 
@@ -405,7 +421,7 @@ def _online(
     sums: Sequence[ReductionSpec],
     interpret: bool,
     group: int,
-    length: int | None,
+    length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums of ``exp(v - max)`` (inits, loop body, finals).
 
@@ -442,7 +458,7 @@ def _online(
     return inits, [*updates, f"acc_{m} = new_{m}"], finals
 
 
-def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
+def _undefined_if_all_minus_inf(m: str, total: str, length: int | str | None) -> str:
     """The online sum ``total``, or NaN for a row whose max is ``-inf``: there every term
     is ``exp(-inf - -inf)``, NaN, as the plain sum (and eager) computes it; the loop's
     safe shift made them 0. Not for a chunk of a row (``length`` None): its sum is merged
@@ -452,7 +468,7 @@ def _undefined_if_all_minus_inf(m: str, total: str, length: int | None) -> str:
     return f"tl.where(red_{m} == float('-inf'), float('nan'), {total})"
 
 
-def _all_tied(m: str, s: str, length: int | None) -> str:
+def _all_tied(m: str, s: str, length: int | str | None) -> str:
     """The count of maxima ``acc_{s}``, or the row's ``length`` when its max is ``-inf``
     (every element ties; the loop also counted the masked lanes, which are ``-inf``)."""
     assert length is not None, "counts of maxima are not merged across a cluster's chunks"
@@ -465,7 +481,7 @@ def _online_grouped(
     sums: Sequence[ReductionSpec],
     interpret: bool,
     group: int,
-    length: int | None,
+    length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """Online max and sums kept per group of ``group`` consecutive elements of the tile.
 
@@ -514,7 +530,7 @@ def _welford(
     masked: str,
     squares: Sequence[ReductionSpec],
     interpret: bool,
-    even_length: int | None,
+    even_length: int | str | None,
 ) -> tuple[Lines, Lines, Lines]:
     """The sum ``spec`` and, in the same loop, its centred sums of squares (inits, loop
     body, finals): a Welford running mean and second moment per lane, merged across the

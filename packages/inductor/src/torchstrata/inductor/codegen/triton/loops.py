@@ -25,7 +25,7 @@ _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def row_loop(
-    length: int, body: Sequence[str], reverse: bool = False, chunk: int | None = None
+    length: int | str, body: Sequence[str], reverse: bool = False, chunk: int | None = None
 ) -> list[str]:
     """A loop over the row in steps of ``RBLOCK`` (``roffset``); ``reverse`` walks it from
     the end, so the tiles the previous pass read last (still in cache) are read first.
@@ -54,7 +54,7 @@ def row_loop(
 
 
 def tile_loop(
-    length: int,
+    length: int | str,
     tile_lines: Sequence[str],
     inner: Sequence[str],
     after: Sequence[str],

@@ -21,6 +21,7 @@ import torch
 
 from torchstrata.core import wrapped_integer
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
+from torchstrata.inductor.codegen.size_names import number
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -296,8 +297,8 @@ def render_index(index: Index, reach: int = 0) -> str:
     wrapped around, reading outside the buffer)."""
     low, high = index.bounds()
     if low >= -(2**31) and high + reach < 2**31:
-        return index.render(lambda name: name, "//")
-    return index.render(lambda name: f"{name}.to(tl.int64)", "//")
+        return index.render(lambda name: name, "//", number)
+    return index.render(lambda name: f"{name}.to(tl.int64)", "//", number)
 
 
 class TritonPrinter:
@@ -479,6 +480,31 @@ def next_power_of_2(n: int) -> int:
 #: The parameter of every generated kernel holding its number of rows (elements of a
 #: pointwise kernel): the masks of the plain row and pointwise kernels compare with it.
 ROWS_PARAM = "xnumel"
+#: The parameter of every generated reduction kernel holding its number of reduced
+#: elements per row: the plain row kernels' ``rmask`` and loops compare with it, so kernels
+#: that differ only in it (a softmax over a symbolic last dim, a column sum over ``B*T``
+#: rows) are one source (decision 0250).
+RED_PARAM = "rnumel"
+
+
+def part_rows_param(part: int) -> str:
+    """The parameter of a horizontal kernel holding the elements of its part ``part``
+    (each part's offset is the sum of the earlier ones'): decision 0250."""
+    return f"{ROWS_PARAM}_p{part}"
+
+
+def size_params(kernel: Kernel) -> list[str]:
+    """The size parameters of ``kernel``'s module, after its buffers: ``xnumel``, then a
+    reduction's ``rnumel`` or a horizontal kernel's parts' element counts."""
+    parts = [part_rows_param(i) for i in range(len(kernel.parts))]
+    return [ROWS_PARAM, *([RED_PARAM] if kernel.red_shape else []), *parts]
+
+
+def size_values(kernel: Kernel) -> dict[str, int]:
+    """The values of :func:`size_params` beyond ``xnumel`` (which launches pass from the
+    rows they compute the grid from)."""
+    values = {part_rows_param(i): part.rows for i, part in enumerate(kernel.parts)}
+    return {RED_PARAM: kernel.row_length} | values if kernel.red_shape else values
 
 
 def module_source(
@@ -486,12 +512,12 @@ def module_source(
 ) -> str:
     """The module text: the header, then ``kernel`` as a ``@triton.jit`` function of its
     buffers, ``extra_params`` (scratch buffers), its number of rows ``xnumel`` (passed at
-    launch: kernels that differ only in it are one source) and ``XBLOCK``/``RBLOCK``, body
-    ``lines``."""
+    launch: kernels that differ only in it are one source), a reduction's row length
+    ``rnumel`` (:data:`RED_PARAM`, likewise) and ``XBLOCK``/``RBLOCK``, body ``lines``."""
     params = ", ".join(
         [arg.name for arg in kernel.args]
         + list(extra_params)
-        + [ROWS_PARAM, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        + [*size_params(kernel), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     )
     source = HEADER.format(
         libdevice="" if interpret else "from triton.language.extra import libdevice",

@@ -16,7 +16,11 @@ import torch
 from torchstrata.inductor.codegen.triton.backend import load_module
 from torchstrata.inductor.codegen.triton.cluster import CLUSTER_PARAMS
 from torchstrata.inductor.codegen.triton.generate import generate_triton
-from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, rounds_to_half
+from torchstrata.inductor.codegen.triton.printer import (
+    rounds_to_half,
+    size_params,
+    size_values,
+)
 from torchstrata.inductor.codegen.triton.split import SCRATCH_PARAMS, generate_split_triton
 from torchstrata.inductor.codegen.triton.tuning import Config
 from torchstrata.inductor.ir.kernel import Kernel
@@ -70,13 +74,16 @@ def kernel_ptx(
     signature |= {name: _SCRATCH_TYPES[name] for name in extra}
     # the number of rows as a launch passes it: an i32 (i64 from 2**31), specialised by
     # Triton as a multiple of 16 when it is one
-    rows = kernel.rows
-    signature |= {ROWS_PARAM: "i64" if rows >= 2**31 else "i32"}
+    # and the other size arguments (``rnumel``, a horizontal kernel's parts' elements)
+    sizes = [kernel.rows, *size_values(kernel).values()]
+    names = size_params(kernel)
+    signature |= {name: "i64" if size >= 2**31 else "i32" for name, size in zip(names, sizes)}
     signature |= {"XBLOCK": "constexpr", "RBLOCK": "constexpr"}
     pointers = len(kernel.args) + len(extra)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}
-    if rows % 16 == 0:
-        attrs[(pointers,)] = [["tt.divisibility", 16]]
+    for position, size in enumerate(sizes, start=pointers):
+        if size % 16 == 0:
+            attrs[(position,)] = [["tt.divisibility", 16]]
     constants = {"XBLOCK": config.xblock, "RBLOCK": config.rblock}
     ast = ASTSource(getattr(module, kernel.name), signature, constants, attrs)
     options = {

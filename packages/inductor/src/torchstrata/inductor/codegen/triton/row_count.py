@@ -6,7 +6,17 @@ from __future__ import annotations
 import math
 import re
 
-from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
+from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
+
+
+def length_divisor_hint(length: int) -> list[str]:
+    """:func:`rows_divisor_hint` for a reduction's row length ``rnumel``: a row stride
+    spelled as it (``rnumel*x0 + r0``) keeps the divisibility a literal stride told Triton
+    (aligned vector loads of each row)."""
+    divisor = math.gcd(length, 16)
+    if divisor in (1, 16):
+        return []
+    return [f"{RED_PARAM} = ({RED_PARAM} // {divisor}) * {divisor}"]
 
 
 def rows_divisor_hint(rows: int) -> list[str]:
@@ -27,16 +37,22 @@ def rows_divisor_hint(rows: int) -> list[str]:
 #: divisor hint and the masks of ``even_rows`` (as the masked form).
 _ROW_COUNT_LINES = (
     (re.compile(rf"^ *{ROWS_PARAM} = \({ROWS_PARAM} // \d+\) \* \d+\n", re.M), ""),
+    (re.compile(rf"^ *{RED_PARAM} = \({RED_PARAM} // \d+\) \* \d+\n", re.M), ""),
     (
         re.compile(r"xmask = tl\.full\(\[XBLOCK(, 1)?\], 1, tl\.int1\)"),
         f"xmask = xindex < {ROWS_PARAM}",
+    ),
+    (
+        re.compile(r"rmask = tl\.full\(\[1, RBLOCK\], 1, tl\.int1\)"),
+        f"rmask = rindex < {RED_PARAM}",
     ),
 )
 
 
 def rows_generic(source: str) -> str:
     """``source`` (from :func:`generate_triton`) without what its exact number of rows
-    decided (:func:`rows_divisor_hint`, ``even_rows``): the same text for every row
+    decided (:func:`rows_divisor_hint`, ``even_rows``, and a row length's ``even_row``
+    masks): the same text for every row
     count of a kernel, what its tuned launch configuration is keyed by (with the rows'
     bucket, :func:`~torchstrata.inductor.codegen.triton.tuning.tuning_key`)."""
     for pattern, replacement in _ROW_COUNT_LINES:

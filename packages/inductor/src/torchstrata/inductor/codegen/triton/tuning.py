@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -258,13 +258,20 @@ def rows_bucket(rows: int) -> int:
     return next_power_of_2(rows)
 
 
-def tuning_key(sources: Sequence[str], device: str, rows: int) -> str:
+def tuning_key(
+    sources: Sequence[str], device: str, rows: int, row_length: int | None = None
+) -> str:
     """Hash of the kernel sources (as :func:`rows_generic` writes them), the device name,
     the Triton version and the rows' bucket (:func:`rows_bucket`): a source serves every
     number of rows and the best launch depends on it, but a size in a bucket tuned
-    already takes its configuration without timing again (decision 0225)."""
+    already takes its configuration without timing again (decision 0225). Likewise the
+    bucket of a reduction's ``row_length`` (a source serves every row length since
+    decision 0250; the candidates depend on it only through its next power of two)."""
     generic = [rows_generic(source) for source in sources]
-    text = "\0".join([*generic, device, triton.__version__, f"rows<={rows_bucket(rows)}"])
+    buckets = [f"rows<={rows_bucket(rows)}"]
+    if row_length is not None:
+        buckets.append(f"row<={rows_bucket(row_length)}")
+    text = "\0".join([*generic, device, triton.__version__, *buckets])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -336,6 +343,7 @@ class TunedKernel:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         fp_fusion: bool = True,
         compile_threads: int = 1,
+        sizes: Mapping[str, int] | None = None,
     ) -> None:
         self.variants = variants
         self.configs = configs
@@ -360,6 +368,9 @@ class TunedKernel:
         #: Threads compiling the configurations at once before they are timed
         #: (:mod:`~torchstrata.inductor.codegen.triton.precompile`).
         self.compile_threads = compile_threads
+        #: The size arguments its sources take beyond ``xnumel``, by name (a reduction's
+        #: ``rnumel``, a horizontal kernel's parts' elements).
+        self.sizes = dict(sizes or {})
         #: Compiles queued when the kernel was built (:meth:`start_compiles`).
         self.pending: list[concurrent.futures.Future[bool]] | None = None
         self.chosen: Config | None = None
@@ -383,6 +394,7 @@ class TunedKernel:
         stages and floating-point contraction (explicit: Triton's default is changing)."""
         constants: dict[str, Any] = {
             ROWS_PARAM: self.rows,
+            **self.sizes,
             "XBLOCK": config.xblock,
             "RBLOCK": config.rblock,
         }

@@ -1,0 +1,120 @@
+"""Kernels whose reduced or inner dims are the symbolic ones take those sizes as arguments
+(decision 0250): a symbolic entry builds a column sum over ``B*T`` rows, a softmax over a
+symbolic last dim, a row sum masked by ``arange(T) < lengths`` and a horizontal Triton
+kernel once over sizes that change ``T``, and every size, odd ones included, equals eager.
+
+Builds are counted as the kernel libraries (C++) and generated modules (Triton) of a fresh
+artifact store. Sizes avoid what a size decides and keeps in the source: the C++ parallel
+pragma (32768 elements or more), row-cache arrays (one per power of two of the row
+length), Triton's masks where a block divides the rows or the row (powers of two).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchstrata.runtime as rt
+
+#: Odd lengths of one power-of-two bucket (17-31): no source decides anything differently.
+BUCKET = (17, 23, 19, 29, 31, 21)
+#: Lengths checked against eager: tiny, odd, powers of two, past the parallel threshold.
+MANY = (2, 3, 5, 7, 16, 17, 31, 64, 65, 127, 257, 700)
+
+
+def column_sums(x, g):
+    # a bias gradient and a norm weight's gradient: sums over the (B, T) rows
+    return x.sum((0, 1)), (x * g).sum((0, 1))
+
+
+def softmax_over_length(x, lengths):
+    keep = torch.arange(x.shape[-1]) < lengths[:, None]
+    return torch.softmax(x * 2, -1), torch.where(keep, x, 0.0).sum(-1), torch.log_softmax(x, -1)
+
+
+def small_pointwise(x, y):
+    return x * 2 + 1, y.exp()
+
+
+def _column_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(3, length, 25), torch.randn(3, length, 25)
+
+
+def _softmax_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(7, length), torch.randint(0, length + 1, (7,))
+
+
+def _pointwise_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(length, 9), torch.randn(3, length)
+
+
+CASES = {
+    "column_sums": (column_sums, _column_inputs),
+    "softmax_over_length": (softmax_over_length, _softmax_inputs),
+}
+
+
+def _built(store: Path, codegen: str) -> list[str]:
+    if codegen == "cpp":
+        return sorted(path.name for path in store.rglob("*.so"))
+    return sorted(p.name for p in store.rglob("*.py") if "triton" in p.parts)
+
+
+def _check(fn, make, lengths, store: Path, codegen: str, once: bool) -> None:
+    compiled = rt.compile(fn, dynamic=True, codegen=codegen, options={"cache_dir": str(store)})
+    built: list[str] = []
+    for length in lengths:
+        args = make(length)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-5, atol=1e-5)
+        if not built:
+            built = _built(store, codegen)
+            assert built, "the first size built no kernel"
+        elif once:
+            assert _built(store, codegen) == built, f"a kernel was built again at {length}"
+    assert len(compiled.cache) == 1  # one symbolic entry
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cpp_kernels_over_a_symbolic_reduced_dim_are_built_once(tmp_path, case):
+    fn, make = CASES[case]
+    _check(fn, make, BUCKET, tmp_path, "cpp", once=True)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cpp_kernels_over_a_symbolic_reduced_dim_match_eager(tmp_path, case):
+    fn, make = CASES[case]
+    _check(fn, make, MANY, tmp_path, "cpp", once=False)
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("case", [*sorted(CASES), "small_pointwise"])
+def test_triton_modules_over_a_symbolic_reduced_dim_are_generated_once(tmp_path, case):
+    pytest.importorskip("triton")
+    fn, make = (small_pointwise, _pointwise_inputs) if case == "small_pointwise" else CASES[case]
+    # under the interpreter a block is the next power of two of the row: any odd lengths
+    _check(fn, make, (17, 5, 33, 9, 23, 3), tmp_path, "triton", once=True)
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_triton_kernels_over_a_symbolic_reduced_dim_match_eager(tmp_path, case):
+    pytest.importorskip("triton")
+    fn, make = CASES[case]
+    _check(fn, make, MANY, tmp_path, "triton", once=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", [*sorted(CASES), "small_pointwise"])
+def test_cuda_modules_over_a_symbolic_reduced_dim_are_generated_once(tmp_path, case):
+    fn, make = (small_pointwise, _pointwise_inputs) if case == "small_pointwise" else CASES[case]
+
+    def on_gpu(length: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t.cuda() for t in make(length))
+
+    # odd lengths whose rows and row lengths no block divides, no divisor hint (odd)
+    _check(fn, on_gpu, (17, 23, 19, 29, 31, 21, 33, 45), tmp_path, "triton", once=True)
+    _check(fn, on_gpu, MANY, tmp_path / "many", "triton", once=False)
