@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchstrata.autograd.expand import spell_out_softmax
 from torchstrata.autograd.factored_sums import factor_joint_sums
+from torchstrata.autograd.materialised import MATERIALISED_SAVED
 from torchstrata.autograd.offsets import offset_inputs
 from torchstrata.autograd.partition import RESULT_DISCOUNT, partition
 from torchstrata.autograd.trace import JointTrace, trace_graph
@@ -43,7 +44,11 @@ def aot_from_trace(trace: JointTrace, options: CompileOptions | None = None) -> 
     else:
         trace = factor_joint_sums(spell_out_softmax(trace))
         blocked = options.blocked_plugins if options is not None else frozenset()
-        parts = partition(trace, discount_results=RESULT_DISCOUNT not in blocked)
+        parts = partition(
+            trace,
+            discount_results=RESULT_DISCOUNT not in blocked,
+            save_materialised=MATERIALISED_SAVED not in blocked,
+        )
         unit = unit_grad_forward(trace, parts) if unit_grads_enabled(options) else None
         result = AotResult(
             forward=parts.forward if unit is None else unit,

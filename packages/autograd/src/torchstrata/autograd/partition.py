@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 import torch
 
+from torchstrata.autograd.materialised import materialised_values
 from torchstrata.autograd.recompute import lazy_order, must_recompute
 from torchstrata.autograd.trace import JointTrace
 from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes
@@ -141,11 +142,15 @@ def ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
     return seen
 
 
-def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]:
+def choose_saved(
+    trace: JointTrace, discount_results: bool = True, save_materialised: bool = True
+) -> list[Node]:
     """The joint nodes the forward saves, chosen by a minimum cut (in joint order).
 
     ``discount_results``: price the result of a matmul or reduction, which the forward
-    writes anyway, like a primal input (at :data:`PRIMAL_DISCOUNT`)."""
+    writes anyway, like a primal input (at :data:`PRIMAL_DISCOUNT`).
+    ``save_materialised``: a pointwise value that a forward matmul, convolution or
+    attention reads (:mod:`.materialised`) is priced the same way and never recomputed."""
     joint = trace.graph
     primals = set(joint.inputs[: trace.num_primals])
     tangents = set(joint.inputs[trace.num_primals :])
@@ -158,6 +163,13 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
         if any(arg in tangent_dependent for arg in node.input_nodes()):
             tangent_dependent.add(node)
     users = joint.users()
+    materialised: set[Node] = set()
+    if save_materialised:
+        forward = {node for node in joint.all_nodes() if node not in tangent_dependent}
+        recomputable = {node for node in joint.nodes if is_recomputable(node)}
+        materialised = materialised_values(
+            joint, users, forward, recomputable, writes_result, recomputed
+        )
     # networkx costs 0.2 s to import; only training graphs reach the min cut, so inference
     # compiles never pay for it.
     import networkx as nx
@@ -173,13 +185,13 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
         # the backward needs it: there it shares the forward's walk over its input, where
         # in the backward it would walk that input again (amax's count of maxima)
         forced = node in primals or is_random(node) or not is_recomputable(node)
-        forced = forced or node.name in trace.region_outputs
+        forced = forced or node.name in trace.region_outputs or node in materialised
         if forced and node not in recomputed:
             flow.add_edge("source", vin)
         if node in grads:
             flow.add_edge(vout, "sink")
         weight = _weight(node)
-        if node in held or (discount_results and writes_result(node)):
+        if node in held or (discount_results and writes_result(node)) or node in materialised:
             # Saving an input or a returned value writes nothing more in the forward and
             # usually keeps nothing alive that the caller does not hold anyway: half the
             # price of saving a value of the same size (an fp32 log-softmax is recomputed
@@ -188,7 +200,9 @@ def choose_saved(trace: JointTrace, discount_results: bool = True) -> list[Node]
             # result of a matmul or reduction is written by the forward anyway, where a
             # pointwise value may be fused into its readers and never stored: a tied
             # head's logits and two row statistics are saved rather than a log-softmax
-            # of the logits' size, which the forward would write only to be saved.
+            # of the logits' size, which the forward would write only to be saved. So
+            # is a pointwise value that a matmul reads (the forward stores it), and it is
+            # never recomputed: the backward would write it again.
             weight *= PRIMAL_DISCOUNT
         if math.isinf(weight) or node in recomputed:
             flow.add_edge(vin, vout)
@@ -229,17 +243,22 @@ def _source_side(flow: nx.DiGraph) -> set[object]:
 
 
 def partition(
-    trace: JointTrace, saved: list[Node] | None = None, discount_results: bool = True
+    trace: JointTrace,
+    saved: list[Node] | None = None,
+    discount_results: bool = True,
+    save_materialised: bool = True,
 ) -> Partition:
     """Split ``trace.graph`` into forward and backward graphs around the saved values.
 
     Forward: the primal inputs → user outputs, write-backs, saved values. Backward:
     saved values, then tangents → gradients. A saved primal input that the forward also
     writes back to is saved as a clone (the write-back would change it otherwise).
-    ``discount_results`` goes to :func:`choose_saved` when ``saved`` is None.
+    ``discount_results`` and ``save_materialised`` go to :func:`choose_saved` when
+    ``saved`` is None.
     """
     joint = trace.graph
-    saved = choose_saved(trace, discount_results) if saved is None else saved
+    if saved is None:
+        saved = choose_saved(trace, discount_results, save_materialised)
     primals = joint.inputs[: trace.num_primals]
     tangents = joint.inputs[trace.num_primals :]
     names = {node.name for node in joint.all_nodes()}
