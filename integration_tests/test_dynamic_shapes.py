@@ -9,6 +9,8 @@ issue's target program and a few others go through the C++ backend.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -212,6 +214,31 @@ def test_a_growing_cache_compiles_twice():
         torch.testing.assert_close(got_out, want_out)
         cache = want
     assert len(compiled.cache) == 2
+
+
+def attend_step(k_cache, v_cache, q, k, v):
+    keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)
+    return torch.softmax(q @ keys.transpose(1, 2), -1) @ values, keys, values
+
+
+def test_dynamic_true_with_inputs_the_trace_made_static():
+    # every size of q, k, v is specialised by the trace (the batch and width equal the
+    # caches', the step is 1): their guards are exact, and the size check reads those
+    # sizes from them instead of failing every call ("no tensor guard") until the
+    # recompile limit
+    compiled = rt.compile(attend_step, codegen="eager", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        for length in range(5, 16):
+            k_cache, v_cache = torch.randn(2, length, 16), torch.randn(2, length, 16)
+            q, k, v = torch.randn(3, 2, 1, 16)  # views of one tensor, as a fused qkv gives
+            for got, want in zip(
+                compiled(k_cache, v_cache, q, k, v),
+                attend_step(k_cache, v_cache, q, k, v),
+                strict=True,
+            ):
+                torch.testing.assert_close(got, want)
+    assert len(compiled.cache) <= 2
 
 
 def test_a_mask_from_arange_and_lengths():

@@ -6,14 +6,20 @@ graph break (decision 0206)."""
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
-from torchstrata.core.symbolic import SymbolicSizes, concretize, has_symbols
+from torchstrata.core.symbolic import (
+    SymbolicSizes,
+    concretize,
+    has_symbols,
+    is_symbolic,
+    size_hint,
+)
 
 #: layouts a :class:`SizeCheck` remembers its answer for (then it starts over)
 _MAX_KNOWN = 4096
@@ -54,7 +60,11 @@ class SizeCheck:
     calls :meth:`decide`."""
 
     def __init__(
-        self, sources: Sequence[str], metas: Sequence[TensorMeta], sizes: SymbolicSizes
+        self,
+        sources: Sequence[str],
+        metas: Sequence[TensorMeta],
+        sizes: SymbolicSizes,
+        pinned: Mapping[str, TensorMeta] | None = None,
     ) -> None:
         self.metas = tuple(metas)
         self.sizes = sizes
@@ -65,6 +75,16 @@ class SizeCheck:
             b.name: (list(sources).index(b.source), b.dim)
             for b in sizes.bindings
             if b.source in sources
+        }
+        #: symbol -> its size, for a symbol of an input the trace made static: that
+        #: input's own exact tensor guard (``pinned``: source -> its static meta) checks
+        #: the size, so a relation naming it reads the value that guard requires
+        self.pinned_values: dict[str, int] = {
+            b.name: size_hint(size)  # a SymInt the trace replaced by a constant: its value
+            for b in sizes.bindings
+            if b.source not in sources and pinned and b.source in pinned
+            for size in (pinned[b.source].shape[b.dim],)
+            if not is_symbolic(size)
         }
         self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
         self.sources = tuple(sources)
@@ -131,6 +151,7 @@ class SizeCheck:
             strides = concretize(tuple(meta.strides), values)
             if tuple(tensor.stride()) != strides:
                 return f"{source}.stride() is {list(tensor.stride())}, expected {list(strides)}"
+        values = {**self.pinned_values, **values}
         for expr in self.exprs:
             if any(s.name not in values for s in expr.free_symbols):
                 return f"{self._named(expr)} reads a size of an input with no tensor guard"
@@ -165,6 +186,7 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
     kept: list[Guard] = []
     sources: list[str] = []
     metas: list[TensorMeta] = []
+    pinned: dict[str, TensorMeta] = {}
     for guard in guards:
         meta = guard.expected
         symbolic = isinstance(meta, TensorMeta) and (
@@ -175,8 +197,10 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
             sources.append(guard.source)
             metas.append(meta)
         else:
+            if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
+                pinned[guard.source] = meta  # an input the trace made static
             kept.append(guard)
-    check = SizeCheck(sources, metas, sizes)
+    check = SizeCheck(sources, metas, sizes, pinned)
     name = f"__torchstrata_sizes_{id(check):x}__"
     lookup = f"__torchstrata_known_{id(check):x}__"
     # the key built and looked up inline; only a layout not known to pass calls decide()
