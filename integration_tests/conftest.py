@@ -4,9 +4,11 @@ entries an earlier test (or an earlier run) wrote where it expects a stage to ru
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 import torchstrata.runtime as tsr
 
@@ -18,3 +20,14 @@ def _graph_cache_only_where_marked(request: pytest.FixtureRequest) -> Iterator[N
         return
     with tsr.graph_cache_suspended():
         yield
+
+
+@pytest.fixture
+def dynamo_reset_no_fallback() -> Iterator[None]:
+    """Dynamo's caches reset before and after the test, and a fallback to eager an
+    error: for the tests of graphs Dynamo hands the torchstrata backend."""
+    torch.compiler.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
+        yield
+    torch.compiler.reset()

@@ -6,26 +6,18 @@ is the harness here (tests may call ``torch.compile``)."""
 from __future__ import annotations
 
 import copy
-import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import torchstrata.runtime as rt
 from torchstrata.runtime.dynamo_record import recording
 
 #: Row counts: odd, even, small and large (never 0 or 1).
 SIZES = (4, 5, 6, 9, 17, 3, 33, 8, 2, 64)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch.compiler.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
-        yield
-    torch.compiler.reset()
+pytestmark = pytest.mark.usefixtures("dynamo_reset_no_fallback")
 
 
 def sizes_in_the_graph(x, w):

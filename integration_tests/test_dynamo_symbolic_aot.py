@@ -5,12 +5,9 @@ loss and gradient equal to eager's. Dynamo is the harness (tests may call torch.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-import torchstrata.runtime as rt
 from torchstrata.runtime import dynamo_backend
 from torchstrata.runtime.dynamo_record import recording
 
@@ -21,13 +18,7 @@ from .training.models import TwoBlocks
 SIZES = (16, 17, 5, 33, 2, 9)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch.compiler.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
-        yield
-    torch.compiler.reset()
+pytestmark = pytest.mark.usefixtures("dynamo_reset_no_fallback")
 
 
 def _compiled(model, **kwargs):
