@@ -5,6 +5,8 @@ size decides (parallel pragma, chunking, row-cache arrays, masks) stays in the s
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
@@ -92,5 +94,8 @@ def test_named_sizes_print_only_inside_their_block():
 
 def test_sized_kernels_match_the_interpreter(ind, codegen):
     for length in (2, 3, 7, 17, 64, 300, 1500):
+        # a column sum adds 3*length unit normals in another order than ATen: its
+        # rounding error grows like the square root of the count (5.7e-5 at 4500 on an H100)
+        atol = 1e-5 * math.sqrt(3 * length)
         for graph in (_column_sum(3, length), _softmax(5, length, ind)):
-            ind.check(graph, codegen, rtol=1e-5, atol=1e-5)
+            ind.check(graph, codegen, rtol=1e-5, atol=atol)
