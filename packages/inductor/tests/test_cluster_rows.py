@@ -132,5 +132,7 @@ def test_a_cluster_kernel_launched_without_clusters_gives_nan(ind, tmp_path):
     x = torch.randn(8, 65536, device="cuda").bfloat16()
     y = torch.zeros_like(x)
     partials = torch.empty(8 * 2 * 8, device="cuda")
-    getattr(module, kernel.name)[(64,)](x, y, partials, 8, 65536, XBLOCK=1, RBLOCK=8192, num_warps=4)
+    getattr(module, kernel.name)[(64,)](
+        x, y, partials, 8, 65536, XBLOCK=1, RBLOCK=8192, num_warps=4
+    )
     assert y.float().isnan().all()
