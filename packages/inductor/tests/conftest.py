@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +26,7 @@ from torchstrata.core import (
     random_inputs,
 )
 from torchstrata.inductor import compile_graph
+from torchstrata.inductor.codegen.cpp.build import COMPILER_FLAGS, find_compiler
 from torchstrata.inductor.codegen.triton.printer import supports
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.schedule.lowering import lower_graph
@@ -193,6 +196,30 @@ class InductorHelpers:
         if codegen != "cuda":
             return compile_graph(graph, "cpu", options)
         return _on_device(compile_graph(to_device(graph, "cuda"), "cuda", options), "cuda")
+
+    @staticmethod
+    def assert_simd_loops_vectorised(source: str) -> None:
+        """GCC's ``-fopt-info`` report names every ``#pragma omp simd`` loop of the C++
+        ``source`` vectorised (the test is skipped under another compiler)."""
+        compiler = find_compiler()
+        if "GCC" not in compiler.version and "g++" not in compiler.version:
+            pytest.skip(f"-fopt-info is GCC's; the compiler is {compiler.version}")
+        lines = source.splitlines()
+        # 1-based number of each SIMD loop's `for` line; GCC names it or the body's first line
+        loops = [n + 2 for n, line in enumerate(lines) if line.strip() == "#pragma omp simd"]
+        assert loops, "no SIMD loop"
+        command = [*compiler.command, *COMPILER_FLAGS, "-fopt-info-vec-optimized"]
+        report = subprocess.run(
+            [*command, "-x", "c++", "-", "-o", "/dev/null"],
+            input=source,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+        pattern = r"^<stdin>:(\d+):\d+: optimized: loop vectorized"
+        vectorised = {int(number) for number in re.findall(pattern, report, re.MULTILINE)}
+        missed = [loop for loop in loops if not {loop, loop + 1} & vectorised]
+        assert not missed, f"SIMD loops at lines {missed} not vectorised:\n{report}"
 
     def check(
         self,

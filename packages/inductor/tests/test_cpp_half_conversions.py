@@ -7,7 +7,6 @@ scalar conversions make it canonical)."""
 from __future__ import annotations
 
 import ctypes
-import re
 import subprocess
 
 import pytest
@@ -192,9 +191,6 @@ def test_an_intermediate_rounds_in_float_lanes_as_torch(ind, dtype):
 def test_the_conversions_vectorise(ind):
     """GCC reports the kernel's SIMD loop vectorised: loads, roundings and stores of both
     16-bit types in one loop (``_Float16`` conversions, for one, never vectorise in GCC 12)."""
-    compiler = find_compiler()
-    if "GCC" not in compiler.version and "g++" not in compiler.version:
-        pytest.skip(f"-fopt-info is GCC's; the compiler is {compiler.version}")
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((64, 1024), torch.float16))
     y = b.input("y", TensorMeta((64, 1024), torch.bfloat16))
@@ -202,22 +198,7 @@ def test_the_conversions_vectorise(ind):
     total = b.call(prim("add"), b.call(prim("convert_element_type"), product, torch.bfloat16), y)
     compiled = ind.compile(b.build([total]), "cpp")
     (kernel,) = compiled.kernels
-    lines = kernel.source.splitlines()
-    # 1-based number of each SIMD loop's `for` line; GCC names it or the body's first line
-    loops = [n + 2 for n, line in enumerate(lines) if line.strip() == "#pragma omp simd"]
-    assert loops, "no SIMD loop"
-    command = [*compiler.command, *COMPILER_FLAGS, "-fopt-info-vec-optimized"]
-    report = subprocess.run(
-        [*command, "-x", "c++", "-", "-o", "/dev/null"],
-        input=kernel.source,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stderr
-    pattern = r"^<stdin>:(\d+):\d+: optimized: loop vectorized"
-    vectorised = {int(number) for number in re.findall(pattern, report, re.MULTILINE)}
-    missed = [loop for loop in loops if not {loop, loop + 1} & vectorised]
-    assert not missed, f"SIMD loops at lines {missed} not vectorised:\n{report}"
+    ind.assert_simd_loops_vectorised(kernel.source)
 
 
 #: Each ISA's vector variants (x86 vector function ABI letter: lanes of the widening, of
