@@ -37,6 +37,7 @@ from torchstrata.core import (
     size_guards,
 )
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts
+from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
 dynamic_log = artifact_logger(__name__, "dynamic")
@@ -213,14 +214,12 @@ class SizeSpecialisedRunner:
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: sizes lowered at most; later sizes run the graph's torch ops (eager speed)
         self.max_lowered = max_lowered
-        self._trace = trace
-        self._first = True
         #: the symbolic traces (the first made at the first lowering; none: each size is
         #: traced on its own)
-        self.traces: list[SymbolicAot] = []
-        #: symbolic traces made at most (sizes outside all of them are traced on their own)
-        self.max_traces = max_traces
-        self._attempts = 0
+        self.traces: SymbolicTraces | None = None
+        if trace is not None:
+            self.traces = SymbolicTraces(lambda hints: trace(graph, hints), max_traces)
+        self._first = True
         #: the one way in: a generated function of the graph's inputs that builds the
         #: key of the call's sizes inline and runs the runner lowered for it (a lambda
         #: for the key and a method frame cost a tiny call 0.3 us, so the class has no
@@ -261,28 +260,9 @@ class SizeSpecialisedRunner:
             return lambda *inputs: interpret(graph, *inputs)
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
-            if self._trace is None:
+            if self.traces is None:
                 return self.lower(graph)
-            used: list[AotResult] = []
-
-            def traced() -> AotResult | None:
-                aot = self._traced_at(values)
-                used.extend([aot] if aot is not None else [])
-                return aot
-
-            try:
-                return self.lower(graph, traced)
-            except Exception as error:
-                if not used:
-                    raise
-                dynamic_log.debug(
-                    "lowering sizes %s from the symbolic trace failed (%s: %s): tracing them "
-                    "on their own",
-                    values,
-                    type(error).__name__,
-                    error,
-                )
-                return self.lower(graph)
+            return lower_from_traces(self.lower, graph, lambda: self._traced_at(values), values)
         except Exception as error:  # noqa: BLE001 - a failed lowering runs eagerly, not wrongly
             logger.warning(
                 "lowering the symbolic graph for sizes %s failed (%s: %s); interpreting it",
@@ -294,46 +274,17 @@ class SizeSpecialisedRunner:
 
     def _traced_at(self, values: Mapping[str, int]) -> AotResult | None:
         """The result at ``values`` of a symbolic trace whose conditions they meet
-        (tracing on the first call, and again for sizes outside every trace's conditions
-        where none of them is an equality, up to ``max_traces``); None when this size is
-        to be traced on its own."""
-        if self._trace is None:
+        (:meth:`SymbolicTraces.at`; the first trace is made here, at the first
+        lowering); None when this size is to be traced on its own."""
+        if self.traces is None:
             return None
         if self._first:
             self._first = False
-            self._add_trace(None)
-            if not self.traces:
-                self._trace = None  # no symbolic trace: every size is traced on its own
+            self.traces.add(None)
+            if not self.traces.traces:
+                self.traces = None  # no symbolic trace: every size is traced on its own
                 return None
-        for traced in self.traces:
-            if not traced.violated(values):
-                return traced.at(values)
-        outside = "; ".join(traced.violated(values) for traced in self.traces)
-        if self._attempts < self.max_traces and not any(
-            traced.specialised(values) for traced in self.traces
-        ):
-            dynamic_log.debug("sizes %s violate %s: a symbolic trace for them", values, outside)
-            added = self._add_trace(values)
-            if added is not None and not added.violated(values):
-                return added.at(values)
-        dynamic_log.debug(
-            "tracing sizes %s on their own: they violate %s, which the symbolic trace relied on",
-            values,
-            outside,
-        )
-        return None
-
-    def _add_trace(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
-        assert self._trace is not None
-        self._attempts += 1
-        try:
-            traced = self._trace(self.graph, hints)
-        except Exception as error:  # noqa: BLE001 - no symbolic trace: sizes traced on their own
-            dynamic_log.debug("no symbolic trace (%s: %s)", type(error).__name__, error)
-            return None
-        if traced is not None:
-            self.traces.append(traced)
-        return traced
+        return self.traces.at(values)
 
 
 def refused_before_capture(

@@ -48,6 +48,7 @@ from torchstrata.runtime.dynamo_symbolic import DynamoTraces, symbolic_import
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import Pipeline
+from torchstrata.runtime.symbolic_traces import lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
 
@@ -195,26 +196,11 @@ def _lower_from_traces(
     fails is retried from the size's own trace."""
     if traces is None or sizes is None:
         return _PIPELINE.compile_graph(graph, options)
-    used: list[AotResult] = []
 
-    def traced() -> AotResult | None:
-        aot = traces.at(sizes, graph)
-        used.extend([aot] if aot is not None else [])
-        return aot
+    def lower(graph: Graph, aot: Callable[[], AotResult | None] | None = None) -> GraphArtifacts:
+        return _PIPELINE.compile_graph(graph, options, aot)
 
-    try:
-        return _PIPELINE.compile_graph(graph, options, traced)
-    except Exception as error:
-        if not used:
-            raise
-        logger.debug(
-            "dynamo backend: lowering sizes %s from the symbolic trace failed (%s: %s); "
-            "tracing them on their own",
-            dict(sizes),
-            type(error).__name__,
-            error,
-        )
-        return _PIPELINE.compile_graph(graph, options)
+    return lower_from_traces(lower, graph, lambda: traces.at_static(sizes, graph), sizes)
 
 
 class _SizeFallback:

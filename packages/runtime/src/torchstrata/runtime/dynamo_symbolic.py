@@ -38,6 +38,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.dynamo_sizes import _example_value, _folded
+from torchstrata.runtime.symbolic_traces import SymbolicTraces
 
 logger = logging.getLogger("torchstrata.runtime")
 
@@ -170,8 +171,9 @@ def same_inputs(symbolic: Graph, static: Graph, values: Mapping[str, int]) -> bo
     return True
 
 
-class DynamoTraces:
-    """The symbolic autograd traces of one Dynamo graph and each size's result.
+class DynamoTraces(SymbolicTraces):
+    """The symbolic autograd traces of one Dynamo graph (:class:`SymbolicTraces`), each
+    size served only where its static graph's inputs are the symbolic graph's.
 
     :param graph: the graph :func:`symbolic_import` made.
     :param trace: the pipeline's ``trace_symbolic`` of ``graph``, taking the sizes its
@@ -185,40 +187,14 @@ class DynamoTraces:
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
     ) -> None:
+        super().__init__(trace, max_traces)
         self.graph = graph
-        self._trace = trace
-        self.traces: list[SymbolicAot] = []
-        self.max_traces = max_traces
-        self.attempts = 0
 
-    def add(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
-        """A new trace for ``hints`` (kept when there is one)."""
-        self.attempts += 1
-        try:
-            traced = self._trace(hints)
-        except Exception as error:  # noqa: BLE001 - no symbolic trace: traced per size
-            logger.debug("dynamo backend: no symbolic trace (%s: %s)", type(error).__name__, error)
-            return None
-        if traced is not None:
-            self.traces.append(traced)
-        return traced
-
-    def at(self, values: Mapping[str, int], static: Graph) -> AotResult | None:
+    def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | None:
         """The ``AotResult`` of ``static`` (the graph made static at ``values``) from a
-        trace whose conditions they meet (one more trace for them where no condition
-        they violate is an equality, up to ``max_traces``); None: the size is traced on
-        its own (also where ``static``'s inputs are not the symbolic graph's at ``values``)."""
+        trace (:meth:`SymbolicTraces.at`); None: the size is traced on its own (also where
+        ``static``'s inputs are not the symbolic graph's at ``values``)."""
         if not same_inputs(self.graph, static, values):
             logger.debug("dynamo backend: sizes %s have other inputs: traced on their own", values)
             return None
-        for traced in self.traces:
-            if not traced.violated(values):
-                return traced.at(values)
-        if self.attempts >= self.max_traces or not self.traces:
-            return None
-        if any(traced.specialised(values) for traced in self.traces):
-            return None
-        added = self.add(values)
-        if added is not None and not added.violated(values):
-            return added.at(values)
-        return None
+        return self.at(values)
