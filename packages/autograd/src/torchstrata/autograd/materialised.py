@@ -60,10 +60,7 @@ def _packet(node: Node) -> str | None:
 
 def is_view(node: Node) -> bool:
     """True for an ATen view op (its result aliases its first operand)."""
-    if node.op is None or node.op == GETITEM:
-        return False
-    overload: torch._ops.OpOverload = node.op.resolve()  # type: ignore[assignment]
-    return any(ret.alias_info is not None for ret in overload._schema.returns)
+    return node.op is not None and node.op.is_view
 
 
 def _read_by_extern(node: Node, users: Mapping[Node, Sequence[Node]], forward: set[Node]) -> bool:
