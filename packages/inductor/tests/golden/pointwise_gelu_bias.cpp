@@ -8,12 +8,27 @@
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp
 
-extern "C" {
-#pragma omp declare simd notinbranch
-float erff(float);
-#pragma omp declare simd notinbranch
-double erf(double);
+// erf of a float, inline so that omp simd loops vectorise it (codegen/cpp/erf.py):
+// Eigen's rational function x P(x^2) / Q(x^2) on [-4, 4], clamped to [-1, 1].
+static inline float ts_erf_f32(float v) {
+  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);
 }
+
+
 extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows) {
   for (int64_t xi = 0; xi < rows; ++xi) {
     const int64_t x0 = xi;
@@ -25,7 +40,7 @@ extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict
       const float tmp3 = static_cast<float>(tmp1 + tmp2);
       const float tmp4 = static_cast<float>(tmp3 * static_cast<float>(0.5));
       const float tmp5 = static_cast<float>(tmp3 * static_cast<float>(0.7071067811865476));
-      const float tmp6 = static_cast<float>(std::erf(tmp5));
+      const float tmp6 = static_cast<float>(ts_erf_f32(tmp5));
       const float tmp7 = static_cast<float>(tmp6 + static_cast<float>(1.0));
       const float tmp8 = static_cast<float>(tmp4 * tmp7);
       buf_gelu[32*x0 + x1] = static_cast<float>(tmp8);

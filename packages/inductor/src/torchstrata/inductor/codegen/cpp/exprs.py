@@ -27,6 +27,7 @@ from torchstrata.inductor.codegen.cpp.division import (
     needs_safe_divisor,
     uses_safe_divisors,
 )
+from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_names import number
@@ -332,6 +333,8 @@ class CppPrinter:
             )
         elif name == "exp":
             text = exp_call(args[0], ctype)
+        elif name == "erf":
+            text = erf_call(args[0], ctype)
         elif name == "abs":
             text = f"std::abs({args[0]})"
         elif name == "bitwise_not":
@@ -522,5 +525,5 @@ def kernel_source(
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
-    prelude += half_prelude(text)
+    prelude += half_prelude(text) + erf_prelude(text)
     return "\n".join([prelude, simd_declarations(used), *function, ""])
