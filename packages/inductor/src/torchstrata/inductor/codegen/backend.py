@@ -25,7 +25,7 @@ from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
-from torchstrata.inductor.passes.graph_passes import ChannelsLastConvolutions, ShortAttention
+from torchstrata.inductor.passes.graph_passes import ChannelsLastConvolutions
 from torchstrata.inductor.schedule.plan_passes import PlanPass
 
 
@@ -91,9 +91,9 @@ class CppBackend:
         return cpp_supports(prim, dtype)
 
     def graph_passes(self) -> Sequence[GraphPass]:
-        """CPU convolutions on channels-last operands, short attention as matmuls and
-        softmax kernels (the C++ backend walks long columns itself: no split sums)."""
-        return (ChannelsLastConvolutions(), ShortAttention())
+        """CPU convolutions on channels-last operands (the C++ backend walks long
+        columns itself: no split sums)."""
+        return (ChannelsLastConvolutions(),)
 
     def plan_passes(self) -> Sequence[PlanPass]:
         """None: a kernel call costs no more than a function call in C++."""

@@ -20,7 +20,6 @@ from torchstrata.inductor.passes.one_hot import one_hot_sums
 from torchstrata.inductor.passes.rewrites import gather_as_reduction
 from torchstrata.inductor.passes.row_scatters import row_scatters
 from torchstrata.inductor.passes.scatter_sums import scatter_into_addends
-from torchstrata.inductor.passes.short_attention import short_attention
 
 
 class GatherAsReduction(GraphPass):
@@ -136,18 +135,6 @@ class ChannelsLastConvolutions(GraphPass):
 
     def __call__(self, graph: Graph) -> Graph:
         return channels_last_convolutions(graph)
-
-
-class ShortAttention(GraphPass):
-    """CPU flash attention over sequences of at most 128 tokens, forward and backward, as
-    ATen matmuls around fused softmax kernels (the C++ backend's pass; decision 0290)."""
-
-    name = "cpp.short_attention"
-    after = ("inductor.grouped_query_attention",)
-    before = ("inductor.dce",)
-
-    def __call__(self, graph: Graph) -> Graph:
-        return short_attention(graph)
 
 
 def common_passes() -> tuple[GraphPass, ...]:
