@@ -91,10 +91,12 @@ def torchstrata_aot_symbolic(
     :param options: the compile options.
     :param hints: symbol name -> the size a decision of the trace is taken for (a size
         that an earlier symbolic trace did not serve); None: the sizes the capture saw.
-    :return: the symbolic trace, whose ``at(sizes)`` gives what :func:`torchstrata_aot`
-        gives for the graph made static at those sizes; None when the plugin cannot
-        trace it symbolically (the runtime then calls ``torchstrata_aot`` per size).
-        firstresult.
+    :return: the symbolic trace, whose ``at(sizes)`` computes what
+        :func:`torchstrata_aot` computes for the graph made static at those sizes (its
+        partition may have been chosen once, for the hints: what is saved for the
+        backward can differ, never a value; its ``result`` then holds the symbolic
+        partition, decision 0280); None when the plugin cannot trace it symbolically
+        (the runtime then calls ``torchstrata_aot`` per size). firstresult.
     """
 
 
