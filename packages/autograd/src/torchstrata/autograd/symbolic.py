@@ -57,7 +57,6 @@ def aot_symbolic(
     unknown = graph_symbols(trace.graph) - set(symbol_hints(graph))
     if unknown:
         raise NotImplementedError(f"the trace made sizes no input gives: {sorted(unknown)}")
-    traced_guards = sizes.guard_exprs()
     try:
         with symbolic_scope(sizes):
             result = aot_from_trace(trace, options)
@@ -71,8 +70,9 @@ def aot_symbolic(
         def per_size(values: Mapping[str, int]) -> AotResult:
             return aot_from_trace(concretize_trace(trace, values), options)
 
-        # conditions the failed attempt added are not relied on by anything kept
-        return SymbolicAot(trace.graph, traced_guards, per_size)
+        # the failed attempt's conditions stay: one that specialised a size (``s0 -> 16``)
+        # changed what the trace's sizes evaluate to, for every size but that one
+        return SymbolicAot(trace.graph, sizes.guard_exprs(), per_size)
 
     def specialise(values: Mapping[str, int]) -> AotResult:
         return concretize_aot(result, values)
