@@ -109,7 +109,14 @@ def torchstrata_decompose(
 ) -> Graph | None:
     """Lower an ATen graph to prims, keeping ATen nodes it chooses not to lower (extern).
 
-    :param graph: an ATen-level graph.
+    :param graph: an ATen-level graph. Its sizes may be ``SymInt``s (a symbolic trace's
+        partitioned graph, decomposed once for every size, decision 0280; called under
+        ``symbolic_scope`` of a ``ShapeEnv`` of its own): the prims graph keeps them
+        symbolic where it can; a decision on a size made by comparing ``SymInt``s is a
+        condition the runtime checks for each size (a size that violates it is
+        decomposed on its own, static), and raising sends every size to its own
+        decomposition. A decision taken on a size without a ``SymInt`` comparison (its
+        hint, ``maybe_as_int``) would be assumed for every size: never do that.
     :param options: the compile options.
     :param contract: what the caller promises about the graph: the outputs the user gets
         (laid out as eager lays them out) and the layouts its inputs come in (the prims
