@@ -6,12 +6,14 @@ that violates it is decomposed on its own, and every result equals eager's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 import torchstrata.runtime as rt
 from torchstrata.core import create_plugin_manager, has_symbols, hookimpl
 from torchstrata.decomp import override
+from torchstrata.runtime import symbolic_traces
 
 from .training.models import MLP, assert_matches, twin
 
@@ -62,15 +64,18 @@ def _train(compiled, model, sizes):
         assert_matches(*results, what=f"rows {n}: loss, input grad, param grads")
 
 
-def test_training_entry_decomposes_once_for_every_size(monkeypatch):
+@pytest.mark.parametrize("shared_from", [1, 3])
+def test_training_entry_decomposes_once_for_every_size(monkeypatch, shared_from):
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", shared_from)
     model = MeanLoss()
     compiled = rt.compile(model, codegen="cpp", dynamic=True)
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
     _train(compiled, model, SIZES)
     assert calls.count(("autograd", True)) == 1, calls
     assert calls.count(("autograd", False)) == 0, calls
-    # the symbolic forward and backward, once each; not two per size
-    assert calls.count(("decomp", False)) == 2, calls
+    # the sizes before ``shared_from`` decompose their forward and backward; then the
+    # symbolic forward and backward are decomposed once each, not two per size
+    assert calls.count(("decomp", False)) == 2 * (shared_from - 1) + 2, calls
     assert calls.count(("codegen", False)) == 2 * len(SIZES), calls
 
 
@@ -96,6 +101,7 @@ class TanhByRows:
 
 
 def test_a_size_outside_a_decomposition_condition_is_decomposed_on_its_own(monkeypatch):
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
     rule = TanhByRows()
     manager = create_plugin_manager(plugins=[("tanh_by_rows", rule)])
     model = MeanLoss()

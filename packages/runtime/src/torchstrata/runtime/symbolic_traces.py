@@ -21,6 +21,15 @@ from torchstrata.runtime.symbolic_decomp import SharedDecomposition
 
 dynamic_log = artifact_logger(__name__, "dynamic")
 
+#: The size of a trace from which on its sizes take their prims graphs from one shared
+#: decomposition (decision 0280); the sizes before it decompose their own. A symbolic
+#: decomposition costs about ten static ones (a 2-layer GPT block's forward and backward:
+#: 0.34-0.37 s against 0.032 s a size) and saves a third of one per later size: shared
+#: from the first size, an entry would pay for it until about its thirtieth size. Waiting
+#: until the sizes decomposed on their own have cost about one symbolic decomposition
+#: bounds what an entry with few sizes loses (a rent-or-buy choice).
+SHARED_DECOMPOSITION_FROM = 12
+
 T = TypeVar("T")
 
 
@@ -29,14 +38,23 @@ class SymbolicTraces:
 
     :param trace: traces the graph symbolically, its decisions on sizes taken for the
         given sizes (None: the graph's own hints); None or an error: no trace.
+    :param shared_from: the size of a trace (1: the first) from which on its sizes take
+        their prims graphs from its one decomposition (default
+        :data:`SHARED_DECOMPOSITION_FROM`).
     """
 
     def __init__(
         self,
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
+        shared_from: int | None = None,
     ) -> None:
         self._trace = trace
+        #: sizes a trace serves before they share its decomposition (None: the
+        #: module's :data:`SHARED_DECOMPOSITION_FROM`, read here)
+        self.shared_from = SHARED_DECOMPOSITION_FROM if shared_from is None else shared_from
+        #: sizes served, by ``id`` of the trace
+        self._served: dict[int, int] = {}
         self.traces: list[SymbolicAot] = []
         self.max_traces = max_traces
         self.attempts = 0
@@ -83,7 +101,8 @@ class SymbolicTraces:
 
     def _sized(self, traced: SymbolicAot, values: Mapping[str, int]) -> AotResult | SizedAot:
         aot = traced.at(values)
-        if traced.result is None:
+        served = self._served[id(traced)] = self._served.get(id(traced), 0) + 1
+        if traced.result is None or served < self.shared_from:
             return aot
         shared = self._shared.get(id(traced))
         if shared is None:
