@@ -61,3 +61,26 @@ def test_counts_and_slice_bounds_stay_symbolic():
             torch.testing.assert_close(a, b)
         torch.testing.assert_close(got[0], x[1:].mean(0))
         torch.testing.assert_close(got[1], x[-3:].mean(0))
+
+
+def test_an_arange_from_a_symbolic_size_stays_symbolic():
+    # ``torch.arange(n - 1, -1, -1)``: int() of its start specialised the size
+    sizes = SymbolicSizes({"L['x']": [0]})
+    builder = GraphBuilder(Level.ATEN)
+    with symbolic_scope(sizes):
+        x = builder.input("x", input_meta("L['x']", torch.randn(16, 4)))
+        n = x.tensor_meta.shape[0]
+        rows = builder.call(
+            aten("arange.start_step"), n - 1, -1, -1, dtype=torch.int64, device=torch.device("cpu")
+        )
+        graph = builder.build([builder.call(aten("index_select.default"), x, 0, rows)])
+    (symbol,) = graph_symbols(graph)
+    fresh = SymbolicSizes({})
+    rebound = rebind_graph(graph, fresh)
+    with symbolic_scope(fresh):
+        prims = decompose(rebound)
+    assert not any("Eq" in str(expr) for expr in fresh.guard_exprs()), fresh.guard_exprs()
+    for n in (16, 5, 33):
+        x = torch.randn(n, 4)
+        (got,) = interpret(concretize_graph(prims, {symbol: n}), x)
+        torch.testing.assert_close(got, x.flip(0))
