@@ -45,13 +45,13 @@ def _count_stage_calls(monkeypatch, pipeline) -> list[tuple[str, bool]]:
     return calls
 
 
-def _train(compiled, model, sizes):
+def _train(compiled, model, sizes, device="cpu"):
     """One SGD step per size through the compiled model and its eager twin; loss, input
     gradient and parameter gradients compared after every step."""
     eager = twin(model)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, eager)]
     for n in sizes:
-        inputs = torch.randn(n, 16)
+        inputs = torch.randn(n, 16, device=device)
         results = []
         for fn, optimizer in zip((compiled, eager), optimizers, strict=True):
             x = inputs.clone().requires_grad_()
@@ -116,3 +116,16 @@ def test_a_size_outside_a_decomposition_condition_is_decomposed_on_its_own(monke
     assert len(symbolic) == 1, rule.seen
     assert static == [5, 3], rule.seen
     assert calls.count(("decomp", False)) == 2 + len(static), calls
+
+
+@pytest.mark.gpu
+def test_training_entry_decomposes_once_on_cuda(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
+    model = MeanLoss().cuda()
+    compiled = rt.compile(model, dynamic=True)  # Triton kernels
+    calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
+    _train(compiled, model, SIZES, device="cuda")
+    assert calls.count(("autograd", True)) == 1, calls
+    assert calls.count(("decomp", False)) == 2, calls
