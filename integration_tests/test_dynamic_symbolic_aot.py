@@ -4,6 +4,7 @@ condition the trace relied on is traced on its own, and every result equals eage
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import torch
@@ -77,15 +78,32 @@ def _train(compiled, model, shapes, args):
         assert_matches(*results, what=f"shape {shape}: loss, input grad, param grads")
 
 
+def _count_partitions(monkeypatch) -> list[int]:
+    """One entry per min-cut partition the autograd stage runs."""
+    aot_module = importlib.import_module("torchstrata.autograd.aot")  # the name is the function
+    calls: list[int] = []
+    real = aot_module.partition
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aot_module, "partition", counted)
+    return calls
+
+
 def test_training_entry_traces_once_for_every_size(monkeypatch):
     model = TwoBlocks()
     compiled = rt.compile(model, codegen="eager", dynamic=True)
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
+    partitions = _count_partitions(monkeypatch)
     shapes = [(2, n, 32) for n in SIZES]
     _train(compiled, model, shapes, lambda s: (torch.randn(s), torch.randn(s)))
     assert len(compiled.compiled_forward.cache) == 1
     assert calls.count(("autograd", True)) == 1, calls
     assert calls.count(("autograd", False)) == 0, calls
+    # the symbolic joint graph is partitioned once, not per size (decision 0280)
+    assert len(partitions) == 1, partitions
 
 
 def test_training_mean_loss_generated_kernels_trace_once(monkeypatch):

@@ -5,6 +5,8 @@ capture's ShapeEnv is left as it was."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,7 @@ from torchstrata.core import (
     SizeOutsideTrace,
     SymbolicSizes,
     concretize_graph,
+    has_symbols,
     input_meta,
     interpret,
     symbolic_scope,
@@ -51,23 +54,91 @@ def _symbol(sizes):
     return binding.name
 
 
+def _outputs_and_grads(result, inputs, tangents):
+    """The user outputs of ``result``'s forward and, for training, its backward's
+    gradients for ``tangents`` (one per tangent output)."""
+    outputs = interpret(result.forward, *inputs)
+    users = list(outputs[: result.num_user_outputs])
+    if result.backward is None:
+        return users
+    end = len(outputs) - result.num_unit_grads
+    saved = outputs[end - result.num_saved : end]
+    return users + list(interpret(result.backward, *saved, *tangents))
+
+
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "training"])
 def test_one_trace_serves_every_size(requires_grad):
     sizes, graph = _mlp_loss(requires_grad)
     symbol = _symbol(sizes)
     traced = aot_symbolic(graph)
     assert traced.guards == ()
+    assert traced.result is not None, "the symbolic joint graph was not partitioned once"
     for n in (6, 7, 2, 33, 5, 128, 3, 17):
         want = aot(concretize_graph(graph, {symbol: n}))
         got = traced.at({symbol: n})
-        assert str(got.forward) == str(want.forward)
-        assert str(got.backward) == str(want.backward)
-        assert got.num_saved == want.num_saved
+        assert (got.num_user_outputs, got.grad_inputs, got.tangent_outputs) == (
+            want.num_user_outputs,
+            want.grad_inputs,
+            want.tangent_outputs,
+        )
         inputs = [torch.randn(n, 16, dtype=torch.float32), torch.randn(8, 16), torch.randn(8)]
+        tangents = [torch.randn(()), torch.randn(n, 8)]
         for a, b in zip(
-            interpret(got.forward, *inputs), interpret(want.forward, *inputs), strict=True
+            _outputs_and_grads(got, inputs, tangents),
+            _outputs_and_grads(want, inputs, tangents),
+            strict=True,
         ):
             torch.testing.assert_close(a, b)
+
+
+def test_the_partition_runs_once_for_every_size(monkeypatch):
+    aot_module = importlib.import_module("torchstrata.autograd.aot")  # the name is the function
+    calls = []
+    real = aot_module.partition
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aot_module, "partition", counted)
+    sizes, graph = _mlp_loss(True)
+    symbol = _symbol(sizes)
+    traced = aot_symbolic(graph)
+    results = [traced.at({symbol: n}) for n in (6, 7, 2, 33, 5)]
+    assert len(calls) == 1
+    # every size's graphs are the one symbolic partition made static: the same cut
+    assert {result.num_saved for result in results} == {traced.result.num_saved}
+    assert str(results[0].forward) == str(concretize_graph(traced.result.forward, {symbol: 6}))
+
+
+def test_the_partition_prices_sizes_at_the_traces_hints():
+    # the cut's byte costs read the hints: no condition on sizes comes from the partition
+    sizes, graph = _mlp_loss(True)
+    symbol = _symbol(sizes)
+    for hint in (6, 300):
+        traced = aot_symbolic(graph, hints={symbol: hint})
+        assert traced.guards == ()
+        assert traced.violated({symbol: 1000}) == ""
+
+
+def test_a_partition_that_fails_on_symbolic_sizes_runs_per_size(monkeypatch):
+    import torchstrata.autograd.symbolic as symbolic_module
+
+    sizes, graph = _mlp_loss(True)
+    symbol = _symbol(sizes)
+    real = symbolic_module.aot_from_trace
+
+    def refuses_symbols(trace, options=None):
+        if has_symbols([n.tensor_meta.shape for n in trace.graph.inputs]):
+            raise NotImplementedError("no symbolic sizes here")
+        return real(trace, options)
+
+    monkeypatch.setattr(symbolic_module, "aot_from_trace", refuses_symbols)
+    traced = aot_symbolic(graph)
+    assert traced.result is None
+    for n in (6, 33):
+        want = aot(concretize_graph(graph, {symbol: n}))
+        assert str(traced.at({symbol: n}).backward) == str(want.backward)
 
 
 def test_the_trace_leaves_the_capture_shape_env_alone():
@@ -123,5 +194,11 @@ def test_one_trace_serves_every_size_on_cuda():
     for n in (6, 7, 2, 33, 5, 128, 3, 17):
         want = aot(concretize_graph(graph, {symbol: n}))
         got = traced.at({symbol: n})
-        assert str(got.forward) == str(want.forward)
-        assert str(got.backward) == str(want.backward)
+        inputs = [torch.randn(n, 16, device="cuda"), torch.randn(8, 16, device="cuda")]
+        tangents = [torch.randn((), device="cuda")]
+        for a, b in zip(
+            _outputs_and_grads(got, inputs, tangents),
+            _outputs_and_grads(want, inputs, tangents),
+            strict=True,
+        ):
+            torch.testing.assert_close(a, b)

@@ -9,7 +9,7 @@ from torchstrata.autograd.saved import (
     eager_saved_bytes,
     saved_activation_report,
 )
-from torchstrata.autograd.symbolic import aot_symbolic, concretize_trace
+from torchstrata.autograd.symbolic import aot_symbolic, concretize_aot, concretize_trace
 from torchstrata.autograd.trace import JointTrace, OutputAlias, trace_graph, trace_symbolic
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "aot_symbolic",
     "choose_saved",
     "compiled_saved_bytes",
+    "concretize_aot",
     "concretize_trace",
     "eager_saved_bytes",
     "is_recomputable",

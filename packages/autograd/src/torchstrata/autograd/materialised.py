@@ -29,7 +29,7 @@ from collections.abc import Set as AbstractSet
 
 import torch
 
-from torchstrata.core import GETITEM, Graph, Node
+from torchstrata.core import GETITEM, Graph, Node, size_hint
 
 #: Ops that read their operands from memory as they are: extern calls in every backend.
 EXTERN_READERS = frozenset(
@@ -92,8 +92,9 @@ def _shared_sum(
     overload: torch._ops.OpOverload = node.op.resolve()  # type: ignore[assignment]
     if torch.Tag.pointwise not in overload.tags:
         return False
-    numel = node.tensor_meta.numel
-    same_size = [arg for arg in node.input_nodes() if arg.tensor_meta.numel == numel]
+    # sizes at their hints, no condition recorded: a choice of speed (decision 0280)
+    numel = size_hint(node.tensor_meta.numel)
+    same_size = [arg for arg in node.input_nodes() if size_hint(arg.tensor_meta.numel) == numel]
     readers = [user for user in users.get(node, ()) if user in forward]
     return len(same_size) >= 2 and len(readers) >= 2 and any(map(writes_result, readers))
 

@@ -24,7 +24,7 @@ import torch
 from torchstrata.autograd.materialised import materialised_values
 from torchstrata.autograd.recompute import lazy_order, must_recompute
 from torchstrata.autograd.trace import JointTrace
-from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes
+from torchstrata.core import GETITEM, Graph, Level, Node, aten, map_nodes, size_hint
 
 if TYPE_CHECKING:
     import networkx as nx  # type: ignore[import-untyped]
@@ -122,9 +122,12 @@ def is_recomputable(node: Node) -> bool:
 
 
 def _weight(node: Node) -> float:
+    """The bytes of ``node``'s value; a symbolic size counts at its hint (the trace's
+    size), with no condition recorded: what is saved is a choice of speed, and any cut
+    is right at every size (decision 0280)."""
     meta = node.meta
     if hasattr(meta, "nbytes") and not isinstance(meta, tuple):
-        return float(meta.nbytes)  # type: ignore[union-attr]
+        return float(size_hint(meta.nbytes))  # type: ignore[union-attr]
     return math.inf
 
 

@@ -114,12 +114,23 @@ def trace_symbolic(
         to be checked for a call's sizes before the trace serves it).
     :raises ValueError: if a symbol is not the size of an input dimension.
     """
+    trace, sizes = trace_symbolic_sizes(graph, training=training, hints=hints)
+    return trace, sizes.guard_exprs()
+
+
+def trace_symbolic_sizes(
+    graph: Graph, *, training: bool, hints: Mapping[str, int] | None = None
+) -> tuple[JointTrace, SymbolicSizes]:
+    """:func:`trace_symbolic`, returning the trace's own :class:`SymbolicSizes` (its
+    ``ShapeEnv``) rather than its conditions so far: what runs on the symbolic trace
+    afterwards (the partition, :func:`~torchstrata.autograd.aot_symbolic`) adds its own
+    conditions there, under ``symbolic_scope(sizes)``."""
     if graph.level is not Level.TORCH:
         raise ValueError(f"aot takes a torch-level graph, not {graph.level.value}")
     sizes = SymbolicSizes({})
     rebound = rebind_graph(graph, sizes, hints)
     mode = _SymbolicMode(FakeTensorMode(shape_env=sizes.shape_env))
-    return _trace(rebound, training, mode, None), sizes.guard_exprs()
+    return _trace(rebound, training, mode, None), sizes
 
 
 class _SymbolicMode:

@@ -91,10 +91,12 @@ def torchstrata_aot_symbolic(
     :param options: the compile options.
     :param hints: symbol name -> the size a decision of the trace is taken for (a size
         that an earlier symbolic trace did not serve); None: the sizes the capture saw.
-    :return: the symbolic trace, whose ``at(sizes)`` gives what :func:`torchstrata_aot`
-        gives for the graph made static at those sizes; None when the plugin cannot
-        trace it symbolically (the runtime then calls ``torchstrata_aot`` per size).
-        firstresult.
+    :return: the symbolic trace, whose ``at(sizes)`` computes what
+        :func:`torchstrata_aot` computes for the graph made static at those sizes (its
+        partition may have been chosen once, for the hints: what is saved for the
+        backward can differ, never a value; its ``result`` then holds the symbolic
+        partition, decision 0280); None when the plugin cannot trace it symbolically
+        (the runtime then calls ``torchstrata_aot`` per size). firstresult.
     """
 
 
@@ -107,7 +109,14 @@ def torchstrata_decompose(
 ) -> Graph | None:
     """Lower an ATen graph to prims, keeping ATen nodes it chooses not to lower (extern).
 
-    :param graph: an ATen-level graph.
+    :param graph: an ATen-level graph. Its sizes may be ``SymInt``s (a symbolic trace's
+        partitioned graph, decomposed once for every size, decision 0280; called under
+        ``symbolic_scope`` of a ``ShapeEnv`` of its own): the prims graph keeps them
+        symbolic where it can; a decision on a size made by comparing ``SymInt``s is a
+        condition the runtime checks for each size (a size that violates it is
+        decomposed on its own, static), and raising sends every size to its own
+        decomposition. A decision taken on a size without a ``SymInt`` comparison (its
+        hint, ``maybe_as_int``) would be assumed for every size: never do that.
     :param options: the compile options.
     :param contract: what the caller promises about the graph: the outputs the user gets
         (laid out as eager lays them out) and the layouts its inputs come in (the prims

@@ -68,7 +68,9 @@ def _tensor_operands(name: str, operands: Sequence[Any]) -> list[TensorMeta]:
         if other.device != first.device:
             raise PrimError(f"prims.{name}: devices {first.device} and {other.device} differ")
     for op in operands:
-        if not isinstance(op, TensorMeta | int | float | bool):
+        # a symbolic number (a count over a symbolic dim) is a number of a graph with
+        # symbolic sizes, made a plain one with its sizes (decision 0280)
+        if not isinstance(op, TensorMeta | int | float | bool | torch.SymInt | torch.SymFloat):
             raise PrimError(f"prims.{name}: operand {op!r} is neither a tensor nor a number")
     return tensors
 

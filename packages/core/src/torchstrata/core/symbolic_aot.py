@@ -26,12 +26,16 @@ class SymbolicAot:
     symbolic; ``guards`` the sympy conditions over the graph's symbols that the trace
     decided on (``Eq(Mod(s0, 2), 0)``, ``s0 > 16``...): for sizes that violate one the
     trace is not valid. ``specialise`` makes the ``AotResult`` for one call's sizes
-    (symbol name -> int), running what depends on concrete sizes (partitioning).
+    (symbol name -> int). ``result``, where the stage partitioned the symbolic joint
+    graph once (decision 0280), is that ``AotResult`` with its sizes symbolic, for every
+    size that meets ``guards``; ``specialise`` then only makes its sizes static. None: the
+    stage partitions per size, in ``specialise``.
     """
 
     joint: Graph
     guards: tuple[Any, ...] = attrs.field(eq=False)
     specialise: Callable[[Mapping[str, int]], AotResult] = attrs.field(eq=False)
+    result: AotResult | None = attrs.field(default=None, eq=False)
 
     def violated(self, values: Mapping[str, int]) -> str:
         """The first condition of ``guards`` that ``values`` make false, as text; '' when

@@ -219,3 +219,12 @@ class DecompContext:
     def numel(shape: Sequence[int], dims: Sequence[int]) -> int:
         """How many elements a reduction over ``dims`` of ``shape`` combines."""
         return math.prod(shape[d] for d in dims)
+
+    @staticmethod
+    def count(value: Any) -> Any:
+        """A count of elements as the float scalar a prim takes (``float(value)``); a
+        symbolic count stays symbolic (``torch.sym_float``), where ``float()`` would
+        specialise the graph to one size (decision 0280)."""
+        if isinstance(value, torch.SymInt):
+            return torch.sym_float(value)
+        return float(value)

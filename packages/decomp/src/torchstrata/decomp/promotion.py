@@ -59,11 +59,13 @@ def operand_meta(value: Any) -> TensorMeta | None:
 
 
 def _scalar_dtype(value: Any) -> torch.dtype:
-    if isinstance(value, bool):
+    # a symbolic size (``8*s77``, a mean's count over a symbolic dim) promotes as the
+    # Python number it stands for: the graph keeps it symbolic (decision 0280)
+    if isinstance(value, bool | torch.SymBool):
         return torch.bool
-    if isinstance(value, int):
+    if isinstance(value, int | torch.SymInt):
         return torch.int64
-    if isinstance(value, float):
+    if isinstance(value, float | torch.SymFloat):
         return torch.get_default_dtype()
     if isinstance(value, complex):
         return _TO_COMPLEX[torch.get_default_dtype()]

@@ -3,7 +3,7 @@ the compiled call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
@@ -11,13 +11,27 @@ import attrs
 from torchstrata.core import AotResult, CaptureResult, CompiledGraph, Graph, PassRecord
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.runners import GraphFn, GraphRunner, LazyGraphFn
+from torchstrata.runtime.symbolic_decomp import SharedDecomposition
+
+
+@attrs.frozen
+class SizedAot:
+    """A symbolic trace's ``AotResult`` at one call's sizes (``values``, symbol name ->
+    int), with the one decomposition of the trace's partitioned graphs that each size
+    takes its prims graphs from (decision 0280)."""
+
+    aot: AotResult
+    values: Mapping[str, int]
+    shared: SharedDecomposition
+
 
 #: The ``aot`` argument of :meth:`Pipeline.compile_graph
 #: <torchstrata.runtime.pipeline.Pipeline.compile_graph>` (and of the pipelines that
 #: override it): asked where the graph cache has no autograd result for the graph, it
-#: gives one (a symbolic trace's result at the graph's sizes, decision 0220), or None,
-#: which asks the autograd stage.
-AotSource: TypeAlias = Callable[[], AotResult | None]
+#: gives one (a symbolic trace's result at the graph's sizes, decision 0220, with its
+#: shared decomposition where the trace was partitioned once: :class:`SizedAot`), or
+#: None, which asks the autograd stage.
+AotSource: TypeAlias = Callable[[], AotResult | SizedAot | None]
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ from torchstrata.core import (
     interpret,
     size_guards,
 )
-from torchstrata.runtime.artifacts import AotSource, FrameArtifacts
+from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -272,7 +272,7 @@ class SizeSpecialisedRunner:
             )
             return lambda *inputs: interpret(graph, *inputs)
 
-    def _traced_at(self, values: Mapping[str, int]) -> AotResult | None:
+    def _traced_at(self, values: Mapping[str, int]) -> AotResult | SizedAot | None:
         """The result at ``values`` of a symbolic trace whose conditions they meet
         (:meth:`SymbolicTraces.at`; the first trace is made here, at the first
         lowering); None when this size is to be traced on its own."""

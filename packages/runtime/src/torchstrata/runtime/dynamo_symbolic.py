@@ -37,6 +37,7 @@ from torchstrata.core import (
     symbolic_scope,
 )
 from torchstrata.core.symbolic import evaluate
+from torchstrata.runtime.artifacts import SizedAot
 from torchstrata.runtime.dynamo_sizes import _example_value, _folded
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 
@@ -190,7 +191,7 @@ class DynamoTraces(SymbolicTraces):
         super().__init__(trace, max_traces)
         self.graph = graph
 
-    def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | None:
+    def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | SizedAot | None:
         """The ``AotResult`` of ``static`` (the graph made static at ``values``) from a
         trace (:meth:`SymbolicTraces.at`); None: the size is traced on its own (also where
         ``static``'s inputs are not the symbolic graph's at ``values``)."""

@@ -42,7 +42,13 @@ from torchstrata.core import (
     register,
 )
 from torchstrata.runtime import graph_cache
-from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, GraphArtifacts, Lowered
+from torchstrata.runtime.artifacts import (
+    AotSource,
+    FrameArtifacts,
+    GraphArtifacts,
+    Lowered,
+    SizedAot,
+)
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
@@ -59,6 +65,7 @@ from torchstrata.runtime.runners import (
     output_layout,
     training_runner,
 )
+from torchstrata.runtime.symbolic_decomp import SharedPrims
 from torchstrata.runtime.unit_scale import BoundDirectLaunch
 
 #: Pipeline stage -> (hook name, distribution that provides it).
@@ -282,9 +289,13 @@ class Pipeline:
         options: CompileOptions,
         records: list[PassRecord],
         contract: GraphContract = NO_CONTRACT,
+        shared: SharedPrims | None = None,
     ) -> Lowered:
         """Decompose and generate code for one ATen graph, as far as the stages go, under
-        ``contract`` (what the runner promises about the graph)."""
+        ``contract`` (what the runner promises about the graph). ``shared``, asked where
+        the graph cache has no lowering of ``aten_graph``, gives its prims graph (a
+        symbolic decomposition at the graph's sizes, decision 0280) before the decomp
+        stage is asked; its None asks the stage."""
         if options.codegen == "eager":
             return Lowered(_interpreter(aten_graph))
         manager = self.plugin_manager(options)
@@ -292,7 +303,9 @@ class Pipeline:
         if cached.hit is not None:
             prims_graph = cached.hit.prims_graph
         else:
-            prims = self._call_stage("decomp", options, graph=aten_graph, contract=contract)
+            prims = shared(contract) if shared is not None else None
+            if prims is None:
+                prims = self._call_stage("decomp", options, graph=aten_graph, contract=contract)
             if prims is None:
                 self._missing("decomp", options, "running ATen graphs in the reference interpreter")
                 return Lowered(_interpreter(aten_graph), missing_stages=("decomp",))
@@ -409,6 +422,7 @@ class Pipeline:
         if not torch.is_grad_enabled():
             graph = without_requires_grad(graph)
         cached: graph_cache.Lookup | None = None
+        sized: SizedAot | None = None  # a symbolic trace's result and its decomposition
         if graph.level is Level.ATEN:  # already functional ATen (e.g. from Dynamo via from_fx)
             torch_graph = graph
             aot: AotResult | None = AotResult(forward=graph)
@@ -420,7 +434,10 @@ class Pipeline:
             else:
                 # the symbolic trace's result at these sizes (it traced the graph before
                 # the capture passes: none may have changed it)
-                aot = traced() if traced is not None and torch_graph is graph else None
+                found = traced() if traced is not None and torch_graph is graph else None
+                if isinstance(found, SizedAot):
+                    sized, found = found, found.aot
+                aot = found
                 if aot is None:
                     aot = self._call_stage("autograd", options, graph=torch_graph)
         if aot is None:
@@ -451,7 +468,14 @@ class Pipeline:
             m.requires_grad for m in torch_graph.input_metas
         )
         forward = self.lower(
-            aten_graph, options, records, forward_contract(aot, inference=not needs_grad)
+            aten_graph,
+            options,
+            records,
+            forward_contract(aot, inference=not needs_grad),
+            # the post_aot passes changed nothing: the symbolic forward's decomposition
+            shared=self._shared_prims(sized, "forward", options)
+            if aten_graph is aot.forward
+            else None,
         )
         missing = forward.missing_stages
         backward: LazyGraphFn | None = None
@@ -465,7 +489,13 @@ class Pipeline:
         else:
             saved = saved_layouts(aot, forward)
             contract = GraphContract(input_layouts=saved)
-            backward = self._lazy_graph(aot.backward, options, "backward graph", contract=contract)
+            backward = self._lazy_graph(
+                aot.backward,
+                options,
+                "backward graph",
+                contract=contract,
+                shared=self._shared_prims(sized, "backward", options),
+            )
             plain = self._lazy_plain_forward(aten_graph, aot, options)
             hook = getattr(self.plugin_manager(options).hook, "torchstrata_direct_launch", None)
             launch = None if hook is None else BoundDirectLaunch.of(hook, options)
@@ -495,10 +525,13 @@ class Pipeline:
         what: str,
         passes: bool = True,
         contract: GraphContract = NO_CONTRACT,
+        shared: SharedPrims | None = None,
     ) -> LazyGraphFn:
         """``graph`` through ``post_aot`` (unless ``passes`` is False), decomp and codegen
         (under ``contract``) on its first call; if that fails, it runs in the interpreter
-        with a warning (raises under ``fullgraph=True``)."""
+        with a warning (raises under ``fullgraph=True``). ``shared`` gives the prims graph
+        where the ``post_aot`` passes left ``graph`` as it is (see :meth:`lower`); a
+        lowering from it that fails is lowered again without it."""
 
         def build() -> GraphFn:
             records: list[PassRecord] = []
@@ -506,10 +539,40 @@ class Pipeline:
                 aten_graph = (
                     self.run_passes("post_aot", graph, options, records) if passes else graph
                 )
+                if shared is not None and aten_graph is graph:
+                    try:
+                        return self.lower(aten_graph, options, records, contract, shared).fn
+                    except Exception as error:  # noqa: BLE001 - decomposed on its own below
+                        dynamic_log.debug(
+                            "lowering the %s from the symbolic decomposition failed (%s: %s): "
+                            "decomposing it on its own",
+                            what,
+                            type(error).__name__,
+                            error,
+                        )
                 return self.lower(aten_graph, options, records, contract).fn
 
         fallback = None if options.fullgraph else _interpreter(graph)
         return LazyGraphFn(build, fallback, what=what)
+
+    def _shared_prims(
+        self, sized: SizedAot | None, which: str, options: CompileOptions
+    ) -> SharedPrims | None:
+        """The prims graph of ``sized``'s ``which`` graph from its trace's one
+        decomposition (:class:`~torchstrata.runtime.symbolic_decomp.SharedDecomposition`),
+        under the contract asked for; None without a shared decomposition."""
+        if sized is None:
+            return None
+        shared, values = sized.shared, sized.values
+
+        def decompose(graph: Graph, contract: GraphContract) -> Graph | None:
+            prims = self._call_stage("decomp", options, graph=graph, contract=contract)
+            return prims if isinstance(prims, Graph) else None
+
+        def prims(contract: GraphContract) -> Graph | None:
+            return shared.at(which, values, contract, decompose)
+
+        return prims
 
     def _lazy_plain_forward(
         self, forward: Graph, aot: AotResult, options: CompileOptions

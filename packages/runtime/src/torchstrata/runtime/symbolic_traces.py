@@ -16,8 +16,19 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from torchstrata.core import AotResult, Graph, SymbolicAot, artifact_logger
+from torchstrata.runtime.artifacts import SizedAot
+from torchstrata.runtime.symbolic_decomp import SharedDecomposition
 
 dynamic_log = artifact_logger(__name__, "dynamic")
+
+#: The size of a trace from which on its sizes take their prims graphs from one shared
+#: decomposition (decision 0280); the sizes before it decompose their own. A symbolic
+#: decomposition costs about ten static ones (a 2-layer GPT block's forward and backward:
+#: 0.34-0.37 s against 0.032 s a size) and saves a third of one per later size: shared
+#: from the first size, an entry would pay for it until about its thirtieth size. Waiting
+#: until the sizes decomposed on their own have cost about one symbolic decomposition
+#: bounds what an entry with few sizes loses (a rent-or-buy choice).
+SHARED_DECOMPOSITION_FROM = 12
 
 T = TypeVar("T")
 
@@ -27,17 +38,29 @@ class SymbolicTraces:
 
     :param trace: traces the graph symbolically, its decisions on sizes taken for the
         given sizes (None: the graph's own hints); None or an error: no trace.
+    :param shared_from: the size of a trace (1: the first) from which on its sizes take
+        their prims graphs from its one decomposition (default
+        :data:`SHARED_DECOMPOSITION_FROM`).
     """
 
     def __init__(
         self,
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
+        shared_from: int | None = None,
     ) -> None:
         self._trace = trace
+        #: sizes a trace serves before they share its decomposition (None: the
+        #: module's :data:`SHARED_DECOMPOSITION_FROM`, read here)
+        self.shared_from = SHARED_DECOMPOSITION_FROM if shared_from is None else shared_from
+        #: sizes served, by ``id`` of the trace
+        self._served: dict[int, int] = {}
         self.traces: list[SymbolicAot] = []
         self.max_traces = max_traces
         self.attempts = 0
+        #: the shared decomposition of each trace partitioned once, by ``id`` of the
+        #: trace (``traces`` keeps each alive)
+        self._shared: dict[int, SharedDecomposition] = {}
 
     def add(self, hints: Mapping[str, int] | None) -> SymbolicAot | None:
         """A new trace for ``hints`` (kept when there is one)."""
@@ -51,12 +74,14 @@ class SymbolicTraces:
             self.traces.append(traced)
         return traced
 
-    def at(self, values: Mapping[str, int]) -> AotResult | None:
+    def at(self, values: Mapping[str, int]) -> AotResult | SizedAot | None:
         """The ``AotResult`` at ``values`` of a trace whose conditions they meet (see the
-        module docstring); None when this size is to be traced on its own."""
+        module docstring), with the trace's shared decomposition where the stage
+        partitioned it once (:class:`SizedAot`, decision 0280); None when this size is to
+        be traced on its own."""
         for traced in self.traces:
             if not traced.violated(values):
-                return traced.at(values)
+                return self._sized(traced, values)
         outside = "; ".join(traced.violated(values) for traced in self.traces)
         if (
             self.traces
@@ -66,7 +91,7 @@ class SymbolicTraces:
             dynamic_log.debug("sizes %s violate %s: a symbolic trace for them", values, outside)
             added = self.add(values)
             if added is not None and not added.violated(values):
-                return added.at(values)
+                return self._sized(added, values)
         dynamic_log.debug(
             "tracing sizes %s on their own: they violate %s, which the symbolic trace relied on",
             values,
@@ -74,19 +99,29 @@ class SymbolicTraces:
         )
         return None
 
+    def _sized(self, traced: SymbolicAot, values: Mapping[str, int]) -> AotResult | SizedAot:
+        aot = traced.at(values)
+        served = self._served[id(traced)] = self._served.get(id(traced), 0) + 1
+        if traced.result is None or served < self.shared_from:
+            return aot
+        shared = self._shared.get(id(traced))
+        if shared is None:
+            shared = self._shared[id(traced)] = SharedDecomposition(traced.result)
+        return SizedAot(aot, dict(values), shared)
+
 
 def lower_from_traces(
     lower: Callable[..., T],
     graph: Graph,
-    aot_at: Callable[[], AotResult | None],
+    aot_at: Callable[[], AotResult | SizedAot | None],
     values: Mapping[str, Any],
 ) -> T:
     """``lower(graph, aot)`` with ``aot`` asking ``aot_at`` (only where the lowering needs
     an autograd result); a lowering from a trace's result that fails is retried from the
     size's own trace, ``lower(graph)``."""
-    used: list[AotResult] = []
+    used: list[AotResult | SizedAot] = []
 
-    def traced() -> AotResult | None:
+    def traced() -> AotResult | SizedAot | None:
         aot = aot_at()
         used.extend([aot] if aot is not None else [])
         return aot

@@ -41,14 +41,14 @@ def _forward(
     xc = ctx.cast(x, compute)
     new_mean = new_var = None
     if training:
-        mean = ctx.prim("div", ctx.prim("sum", xc, dims), float(count))
+        mean = ctx.prim("div", ctx.prim("sum", xc, dims), ctx.count(count))
         centered = ctx.prim("sub", xc, ctx.broadcast_reduced(mean, dims, shape))
         squares = ctx.prim("sum", ctx.prim("mul", centered, centered), dims)
-        var = ctx.prim("div", squares, float(count))
+        var = ctx.prim("div", squares, ctx.count(count))
         invstd = ctx.prim("rsqrt", ctx.prim("add", var, float(eps)))
         if running_mean is not None and running_var is not None:
             rm, rv = ctx.cast(running_mean, compute), ctx.cast(running_var, compute)
-            unbiased = ctx.prim("div", squares, float(max(count - 1, 1)))
+            unbiased = ctx.prim("div", squares, ctx.count(max(count - 1, 1)))
             new_mean = ctx.prim(
                 "add", ctx.prim("mul", rm, 1 - momentum), ctx.prim("mul", mean, momentum)
             )
@@ -154,7 +154,7 @@ def native_batch_norm_backward(
         raise NotDecomposable("batch norm backward needs a non-empty input of rank >= 2")
     compute = computation_dtype(x.tensor_meta.dtype)
     dims = [d for d in range(len(shape)) if d != 1]
-    count = float(x.tensor_meta.numel // shape[1])
+    count = ctx.count(x.tensor_meta.numel // shape[1])
     if train:
         if save_mean is None or save_invstd is None:
             raise NotDecomposable("training backward without saved statistics")

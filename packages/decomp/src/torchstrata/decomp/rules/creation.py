@@ -26,10 +26,12 @@ def _arange(ctx: DecompContext, start: Any, end: Any, step: Any) -> Node:
     if is_integral(meta.dtype):
         # eager converts start and step to the integer dtype first (truncating):
         # arange(0.5, 9.0, 1.5, dtype=int64) is 0, 1, ..., 8
-        start, step = int(start), int(step)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (start, step)) and is_integral(
-        meta.dtype
-    ):
+        # (a symbolic start or step is an integer already: int() would specialise it)
+        start, step = (v if isinstance(v, torch.SymInt) else int(v) for v in (start, step))
+    integers = all(
+        isinstance(v, int | torch.SymInt) and not isinstance(v, bool) for v in (start, step)
+    )
+    if integers and is_integral(meta.dtype):
         return ctx.prim("iota", length, start, step, meta.dtype, meta.device)
     if not meta.dtype.is_floating_point and not is_integral(meta.dtype):
         raise NotDecomposable(f"arange of {meta.dtype}")

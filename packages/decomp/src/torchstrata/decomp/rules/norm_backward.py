@@ -60,10 +60,10 @@ def native_layer_norm_backward(
         )
         inner_term = ctx.prim(
             "sub",
-            ctx.prim("sub", ctx.prim("mul", gw, float(count)), sum_a),
+            ctx.prim("sub", ctx.prim("mul", gw, ctx.count(count)), sum_a),
             ctx.prim("mul", x_hat, sum_b),
         )
-        d_input = ctx.prim("mul", ctx.prim("div", rstd_b, float(count)), inner_term)
+        d_input = ctx.prim("mul", ctx.prim("div", rstd_b, ctx.count(count)), inner_term)
     if output_mask[1] and weight is not None:
         d_weight = ctx.prim("sum", ctx.prim("mul", g, x_hat), outer)
     if output_mask[2] and bias is not None:
@@ -92,7 +92,7 @@ def native_group_norm(
         raise NotDecomposable("group norm of an empty tensor")
     compute = computation_dtype(x.tensor_meta.dtype)
     xg = _grouped(ctx, ctx.cast(x, compute), n, group)
-    count = float(xg.tensor_meta.shape[2])
+    count = ctx.count(xg.tensor_meta.shape[2])
     gshape = xg.tensor_meta.shape
     mean = ctx.prim("div", ctx.prim("sum", xg, [2]), count)
     centered = ctx.prim("sub", xg, ctx.broadcast_reduced(mean, [2], gshape))

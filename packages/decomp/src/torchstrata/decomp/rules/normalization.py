@@ -81,10 +81,10 @@ def native_layer_norm(
     dims = list(range(len(shape) - len(normalized_shape), len(shape)))
     count = ctx.numel(shape, dims)
     xc = ctx.cast(x, computation_dtype(x.tensor_meta.dtype))
-    avg = ctx.prim("div", ctx.prim("sum", xc, dims), float(count))
+    avg = ctx.prim("div", ctx.prim("sum", xc, dims), ctx.count(count))
     centered = ctx.prim("sub", xc, ctx.broadcast_reduced(avg, dims, shape))
     variance = ctx.prim(
-        "div", ctx.prim("sum", ctx.prim("mul", centered, centered), dims), float(count)
+        "div", ctx.prim("sum", ctx.prim("mul", centered, centered), dims), ctx.count(count)
     )
     rstd = ctx.prim("rsqrt", ctx.prim("add", variance, float(eps)))
     out = ctx.prim("mul", centered, ctx.broadcast_reduced(rstd, dims, shape))

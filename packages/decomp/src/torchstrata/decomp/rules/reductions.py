@@ -103,7 +103,7 @@ def mean(
     x = ctx.cast(x, dtype)
     count = ctx.numel(x.tensor_meta.shape, canonical_dims(dim, x.tensor_meta.ndim))
     total = reduce(ctx, "sum", x, dim, keepdim, computation_dtype(dtype))
-    return ctx.cast(ctx.prim("div", total, float(count)), dtype)
+    return ctx.cast(ctx.prim("div", total, ctx.count(count)), dtype)
 
 
 def mean_default(ctx: DecompContext, x: Node, *, dtype: torch.dtype | None = None) -> Node:
@@ -133,11 +133,11 @@ def moments(
     dims = canonical_dims(dim, len(shape))
     count = ctx.numel(shape, dims)
     xc = ctx.cast(x, computation_dtype(dtype))
-    avg = ctx.prim("div", ctx.prim("sum", xc, dims), float(count))
+    avg = ctx.prim("div", ctx.prim("sum", xc, dims), ctx.count(count))
     centered = ctx.prim("sub", xc, ctx.broadcast_reduced(avg, dims, shape))
     squares = ctx.prim("sum", ctx.prim("mul", centered, centered), dims)
     correction = 1 if correction is None else correction
-    var = ctx.prim("div", squares, float(max(count - correction, 0)))
+    var = ctx.prim("div", squares, ctx.count(max(count - correction, 0)))
     if keepdim:
         var, avg = ctx.keepdim(var, dims, shape), ctx.keepdim(avg, dims, shape)
     return ctx.cast(var, dtype), ctx.cast(avg, dtype)

@@ -99,13 +99,25 @@ def slice_(
     shape = x.tensor_meta.shape
     dim = canonical_dim(dim, len(shape))
     size = shape[dim]
-    lo, hi, _ = slice(start, end, step).indices(size)
+    lo, hi = _clamped(start, 0, size), _clamped(end, size, size)
     hi = max(hi, lo)
     if (lo, hi, step) == (0, size, 1):
         return x
     starts, limits, steps = [0] * len(shape), list(shape), [1] * len(shape)
     starts[dim], limits[dim], steps[dim] = lo, hi, step
     return ctx.prim("slice", x, starts, limits, steps)
+
+
+def _clamped(bound: Any, default: Any, size: Any) -> Any:
+    """A slice bound clamped to ``[0, size]`` as ``slice.indices`` does for a positive
+    step, by comparisons: ``slice.indices`` takes an ``int`` and would specialise a
+    symbolic ``size`` to one value (decision 0280); a comparison is a condition."""
+    if bound is None:
+        return default
+    if bound < 0:
+        bound = bound + size
+        return bound if bound > 0 else 0
+    return bound if bound < size else size
 
 
 def select(ctx: DecompContext, x: Node, dim: int, index: int) -> Node:

@@ -1,0 +1,131 @@
+"""One decomposition for every size of a symbolic entry (decision 0280): the autograd
+stage partitions the symbolic trace once, the decomp stage decomposes its forward and
+backward once, and each size takes those prims graphs with its sizes made static. A
+decision the decomposition took on a size is a condition of that decomposition: a size
+that violates it is decomposed on its own, and every result equals eager's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchstrata.runtime as rt
+from torchstrata.core import create_plugin_manager, has_symbols, hookimpl
+from torchstrata.decomp import override
+from torchstrata.runtime import symbolic_traces
+
+from .training.models import MLP, assert_matches, twin
+
+#: Sizes of the dynamic dimension (never 0 or 1).
+SIZES = (16, 17, 5, 33, 3)
+
+
+class MeanLoss(nn.Module):
+    """An MLP (its hidden activation a ``tanh``) and the mean of its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x).pow(2).mean()
+
+
+def _count_stage_calls(monkeypatch, pipeline) -> list[tuple[str, bool]]:
+    """Every (stage, symbolic) hook call the pipeline makes."""
+    calls: list[tuple[str, bool]] = []
+    original = pipeline._call_stage
+
+    def counting(stage, options, symbolic=False, **kwargs):
+        calls.append((stage, symbolic))
+        return original(stage, options, symbolic=symbolic, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_call_stage", counting)
+    return calls
+
+
+def _train(compiled, model, sizes, device="cpu"):
+    """One SGD step per size through the compiled model and its eager twin; loss, input
+    gradient and parameter gradients compared after every step."""
+    eager = twin(model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, eager)]
+    for n in sizes:
+        inputs = torch.randn(n, 16, device=device)
+        results = []
+        for fn, optimizer in zip((compiled, eager), optimizers, strict=True):
+            x = inputs.clone().requires_grad_()
+            loss = fn(x)
+            loss.backward()
+            grads = [p.grad.clone() for p in optimizer.param_groups[0]["params"]]
+            optimizer.step()
+            optimizer.zero_grad()
+            results.append([loss.detach(), x.grad, *grads])
+        assert_matches(*results, what=f"rows {n}: loss, input grad, param grads")
+
+
+@pytest.mark.parametrize("shared_from", [1, 3])
+def test_training_entry_decomposes_once_for_every_size(monkeypatch, shared_from):
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", shared_from)
+    model = MeanLoss()
+    compiled = rt.compile(model, codegen="cpp", dynamic=True)
+    calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
+    _train(compiled, model, SIZES)
+    assert calls.count(("autograd", True)) == 1, calls
+    assert calls.count(("autograd", False)) == 0, calls
+    # the sizes before ``shared_from`` decompose their forward and backward; then the
+    # symbolic forward and backward are decomposed once each, not two per size
+    assert calls.count(("decomp", False)) == 2 * (shared_from - 1) + 2, calls
+    assert calls.count(("codegen", False)) == 2 * len(SIZES), calls
+
+
+class TanhByRows:
+    """A decomposition of ``tanh`` that decides on its operand's row count: rows above 8
+    take the ``tanh`` prim, others ``1 - 2 / (exp(2x) + 1)`` (both right). Each call
+    records the rows it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    @hookimpl
+    def torchstrata_decompositions(self):
+        def tanh(ctx, x):
+            rows = x.tensor_meta.shape[0]
+            self.seen.append(rows)
+            if rows > 8:  # on a symbolic size: a condition of the decomposition
+                return ctx.prim("tanh", x)
+            exp = ctx.prim("exp", ctx.prim("mul", x, 2.0))
+            return ctx.prim("sub", 1.0, ctx.prim("div", 2.0, ctx.prim("add", exp, 1.0)))
+
+        return {"aten.tanh.default": override(tanh)}
+
+
+def test_a_size_outside_a_decomposition_condition_is_decomposed_on_its_own(monkeypatch):
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
+    rule = TanhByRows()
+    manager = create_plugin_manager(plugins=[("tanh_by_rows", rule)])
+    model = MeanLoss()
+    compiled = rt.compile(model, codegen="cpp", dynamic=True, pipeline=rt.Pipeline(manager))
+    calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
+    _train(compiled, model, SIZES)
+    assert calls.count(("autograd", True)) == 1, calls
+    # the symbolic decomposition (16 rows: ``s > 8``) serves 17 and 33; 5 and 3 violate
+    # its condition and decompose their own forward (the backward reads the saved tanh)
+    symbolic = [rows for rows in rule.seen if has_symbols(rows)]
+    static = [rows for rows in rule.seen if not has_symbols(rows)]
+    assert len(symbolic) == 1, rule.seen
+    assert static == [5, 3], rule.seen
+    assert calls.count(("decomp", False)) == 2 + len(static), calls
+
+
+@pytest.mark.gpu
+def test_training_entry_decomposes_once_on_cuda(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
+    model = MeanLoss().cuda()
+    compiled = rt.compile(model, dynamic=True)  # Triton kernels
+    calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
+    _train(compiled, model, SIZES, device="cuda")
+    assert calls.count(("autograd", True)) == 1, calls
+    assert calls.count(("decomp", False)) == 2, calls
