@@ -41,7 +41,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     split_loops,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
-from torchstrata.inductor.codegen.cpp.ranges import LoopRange, split_loop, whole_loop
+from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -50,6 +50,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
     lane_loop,
     lane_total,
 )
+from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
 from torchstrata.inductor.codegen.size_names import named_sizes, number
@@ -115,7 +116,11 @@ def size_arguments(kernel: Kernel) -> tuple[int, ...]:
     if uses_column_loop(kernel):
         return tuple(value for _, value in column_sizes(kernel))
     rows, length = outer_rows(kernel), reduced_length(kernel)
-    return (*(() if rows is None else (rows,)), *(() if length is None else (length,)))
+    return (
+        *(() if rows is None else (rows,)),
+        *(() if length is None else (length,)),
+        *cat_sizes(kernel),
+    )
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -307,7 +312,11 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
     names = {length: RED_LEN_PARAM} if length is not None and length >= 2 else {}
-    with named_sizes(names):
+    cats = cat_names(kernel)
+    # a division by a cat's size stays a literal in the SIMD loop (or one of its ranges)
+    inner = _outer_vars(kernel)[1][-1].name
+    inner_names = frozenset({inner, *(f"{inner}_{k}" for k in range(MAX_RANGES))})
+    with named_sizes(cats | names, cats, inner_names):
         return _generate_rows(kernel, simd_functions)
 
 
@@ -382,6 +391,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     lines.append("}")
     sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
+    sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
 
 

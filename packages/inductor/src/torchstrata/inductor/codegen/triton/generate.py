@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.inductor.codegen.cat_bounds import cat_names
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.codegen.triton.cluster import (
@@ -88,8 +89,10 @@ def generate_triton(
     ``prefetch_partials``: a kernel with partials loads its next block of rows before this
     block's work (``InductorOptions.partials_prefetch``).
     """
+    cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
     if cluster > 1:
-        return _cluster_source(kernel, group, even_row, cluster)
+        with named_sizes(cats, cats):
+            return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
     if kernel.partials is not None:
@@ -97,7 +100,7 @@ def generate_triton(
         return module_source(kernel, lines, interpret)
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py)
     length = kernel.row_length if kernel.red_shape else 0
-    with named_sizes({length: RED_PARAM} if length >= 2 else {}):
+    with named_sizes(cats | ({length: RED_PARAM} if length >= 2 else {}), cats):
         return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
 
 
