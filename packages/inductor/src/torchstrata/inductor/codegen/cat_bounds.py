@@ -62,7 +62,8 @@ def _bounds(kernel: Kernel) -> dict[str, set[int]]:
     """The constants each row variable's position is compared with."""
     if kernel.parts or kernel.tail is not None or kernel.partials is not None:
         return {}
-    rows = {var.name: position for position, var in enumerate(row_vars(kernel.row_shape))}
+    # the innermost dim is the SIMD loop's (C++ splits it at literal bounds): not named
+    rows = {var.name: position for position, var in enumerate(row_vars(kernel.row_shape)[:-1])}
     found: dict[str, set[int]] = {}
     seen: set[Expr] = set()
     for root in _roots(kernel):
@@ -123,4 +124,11 @@ def cat_names(kernel: Kernel) -> dict[int, str]:
         for factor in (inner, inner * kernel.row_length if kernel.red_shape else 0):
             if factor >= 2:
                 named.setdefault(value * factor, f"{factor}*{text}")
-    return named
+    # the dims after a cat's (head dims, typically static) and their strides keep their
+    # literals: a size equal to one by coincidence gets a source of its own, not a
+    # run-time SIMD trip count or stride
+    first = min(position for _, _, position in lengths) if lengths else len(shape)
+    kept = {math.prod(shape[j:]) for j in range(first + 1, len(shape))} | set(shape[first + 1 :])
+    if kernel.red_shape:
+        kept |= {kernel.row_length * k for k in kept | {1}}
+    return {value: text for value, text in named.items() if value not in kept}

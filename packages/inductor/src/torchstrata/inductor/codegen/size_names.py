@@ -52,10 +52,10 @@ def number(value: int) -> str:
 
 def divisor(value: int, variables: frozenset[str]) -> str:
     """A divisor or modulus ``value`` of an index over ``variables`` as generated code
-    prints it: a size argument's name (parenthesised unless a plain name), or the literal.
+    prints it: a size argument's name (parenthesised where not one term), or the literal.
     A division whose index reads an inner (SIMD) loop variable keeps its literal."""
     found = _DIVISORS.get()
     if found is None or value not in found[0] or variables & found[1]:
         return str(value)
     text = found[0][value]
-    return text if text.isidentifier() else f"({text})"
+    return text if text.isidentifier() or text.startswith("(") else f"({text})"
