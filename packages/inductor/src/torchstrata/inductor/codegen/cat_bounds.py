@@ -22,6 +22,7 @@ Backend-neutral: the C++ and Triton backends print row kernels under these names
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -85,7 +86,9 @@ def cat_sizes(kernel: Kernel) -> tuple[int, ...]:
     values: list[int] = []
     for var in row_vars(kernel.row_shape):
         if var.name in found:
-            values += [v for v in sorted(found[var.name] | {var.size}) if v >= 2 and v not in values]
+            values += [
+                v for v in sorted(found[var.name] | {var.size}) if v >= 2 and v not in values
+            ]
     return tuple(values)
 
 
@@ -114,7 +117,7 @@ def cat_names(kernel: Kernel) -> dict[int, str]:
         lengths += [(p, param[p], position) for p in points]
         lengths += [
             (high - low, f"({param[high]} - {param[low]})", position)
-            for low, high in zip(points, points[1:], strict=False)
+            for low, high in itertools.pairwise(points)
         ]
     lengths = [length for length in lengths if length[0] >= 2]
     for value, text, _ in lengths:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
 from torchstrata.inductor.codegen.cpp.columns import (
     column_sizes,
     generate_column_cpp,
@@ -50,7 +51,6 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
     lane_loop,
     lane_total,
 )
-from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
 from torchstrata.inductor.codegen.size_names import named_sizes, number

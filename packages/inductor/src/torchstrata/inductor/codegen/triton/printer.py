@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from torchstrata.core import wrapped_integer
-from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
+from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_names import divisor, number
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
