@@ -98,10 +98,19 @@ def generate_triton(
     if kernel.partials is not None:
         lines = _partials_lines(kernel, interpret, prefetch_partials)
         return module_source(kernel, lines, interpret)
-    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py)
+    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
+    # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
     length = kernel.row_length if kernel.red_shape else 0
-    with named_sizes(cats | ({length: RED_PARAM} if length >= 2 else {}), cats):
+    names = cats | _rows_name(kernel) | ({length: RED_PARAM} if length >= 2 else {})
+    with named_sizes(names, cats):
         return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+
+
+def _rows_name(kernel: Kernel) -> dict[int, str]:
+    """A reduction's rows as ``xnumel`` (decision 0285): a column sum over the leading dim
+    of ``[B, T, C]`` walks its ``T*C`` rows as one and reads the reduced dim at that
+    stride. Pointwise kernels keep their literals (their ``xnumel`` is every element)."""
+    return {kernel.rows: ROWS_PARAM} if kernel.red_shape and kernel.rows >= 2 else {}
 
 
 def _row_source(
@@ -186,6 +195,9 @@ def _row_source(
                 reverse=True,
             )
             lines += emitter.take_outer() + loop
+    if even_rows and not interpret and any(f"{ROWS_PARAM}*" in line for line in lines):
+        # the divisor a literal stride that ``xnumel`` spells (_rows_name) told Triton
+        lines = rows_divisor_hint(kernel.rows) + lines
     if kernel.tail is None:
         return module_source(kernel, lines, interpret)
 
