@@ -87,7 +87,7 @@ def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, cat0, cat1, cat2, XBLOCK: tl.c
     tmp3 = tmp0 < (tl.full([1], 0, tl.int64) + (cat1))
     tmp4 = tl.load(buf_b + (8*((x0) % (cat1 - cat0)) + x1 + xzero), xmask & (tmp3), other=0)
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.load(buf_c + (8*x0 + x1 + -48 + xzero), xmask & (tmp3 == 0), other=0)
+    tmp6 = tl.load(buf_c + (8*x0 + x1 + -8*cat1 + xzero), xmask & (tmp3 == 0), other=0)
     tmp7 = tmp6 + tl.full([1], 1.0, tl.float32)
     tmp8 = tl.where(tmp3, tmp5, tmp7)
     tmp9 = tl.where(tmp1, tmp2, tmp8)

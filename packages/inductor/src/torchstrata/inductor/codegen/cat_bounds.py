@@ -10,8 +10,9 @@ Here a kernel whose values compare the position of one of its row variables with
 integer constant (a cat's bound; also ``arange(T) < T // 2``) takes those constants and
 the variable's extent as size arguments ``cat0, cat1, ...`` (sorted, values of 2 and more),
 and the generated code prints them, the lengths between them (a piece's, ``(cat1 -
-cat0)``) and each of those times the size of the dims after the variable (``32*cat0``, a
-row stride) as these names: in index coefficients and constants, loop bounds and integer
+cat0)``, and the shift that keeps a piece's reads in bounds, ``((cat1 - cat0) - cat0)``)
+and each of those times the size of the dims after the variable (``32*cat0``, a row
+stride) as these names: in index coefficients and constants, loop bounds and integer
 constants, and as divisors and moduli outside the SIMD loop
 (:mod:`~torchstrata.inductor.codegen.size_names`).
 
@@ -115,9 +116,17 @@ def cat_names(kernel: Kernel) -> dict[int, str]:
             continue
         points = sorted({p for p in found[var.name] | {var.size} if p in param})
         lengths += [(p, param[p], position) for p in points]
-        lengths += [
-            (high - low, f"({param[high]} - {param[low]})", position)
+        pieces = [
+            (low, high, f"({param[high]} - {param[low]})")
             for low, high in itertools.pairwise(points)
+        ]
+        lengths += [(high - low, text, position) for low, high, text in pieces]
+        # a piece read at ``(x + length - begin) % length`` (cat_fn keeps every read in
+        # bounds) where it begins before its length
+        lengths += [
+            (high - 2 * low, f"({text} - {param[low]})", position)
+            for low, high, text in pieces
+            if 0 < low < high - low
         ]
     lengths = [length for length in lengths if length[0] >= 2]
     for value, text, _ in lengths:

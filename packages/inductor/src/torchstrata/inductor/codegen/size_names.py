@@ -47,7 +47,11 @@ def named_sizes(
 def number(value: int) -> str:
     """``value`` as generated code prints it: a size argument's name, or the literal."""
     names = _NAMES.get()
-    return str(value) if names is None else names.get(value, str(value))
+    if names is None:
+        return str(value)
+    if value < 0 and -value in names:  # a piece's offset: ``x1 + -8*cat1``
+        return f"-{names[-value]}"
+    return names.get(value, str(value))
 
 
 def divisor(value: int, variables: frozenset[str]) -> str:

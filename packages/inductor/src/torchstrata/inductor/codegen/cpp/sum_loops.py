@@ -172,9 +172,11 @@ def _sized_lane_loop(
         f"for (int64_t {block} = 0; {block} < {whole}; {block} += {LANE_BLOCK}) {{",
         *("  " + line for line in each),
         "}",
-        f"const int64_t {tail} = {whole};",
-        f"if ({tail} < {size}) {{",
-        *("  " + line for line in rest),
+        "{",  # a scope of its own: a row may have several such loops
+        f"  const int64_t {tail} = {whole};",
+        f"  if ({tail} < {size}) {{",
+        *("    " + line for line in rest),
+        "  }",
         "}",
     ]
 
