@@ -85,8 +85,14 @@ def _one_source(ind, make, sizes, codegen: str, **tolerances: float) -> str:
 def test_a_cache_append_is_one_source(ind, codegen):
     source = _one_source(ind, _append, (5, 17, 33), codegen)
     assert "cat0" in source and "cat1" in source
-    for length in (1, 2, 3, 64):  # size 1 (a bound of 1 is no argument) and small edges
+    if codegen == "cpp":  # rows split by a size argument: nested loops, no division per row
+        assert "x1 < cat1" in source and "xi /" not in source
+    # size 1 (a bound of 1 is no argument), small edges, parallel rows (collapsed loops)
+    for length in (1, 2, 3, 64, 700):
         ind.check(_append(length), codegen)
+    if codegen == "cpp":
+        (parallel,) = _sources(ind, _append(700), codegen)
+        assert "#pragma omp parallel for collapse(2)" in parallel
 
 
 def test_a_cat_with_a_symbolic_middle_piece_is_one_source(ind, codegen):
