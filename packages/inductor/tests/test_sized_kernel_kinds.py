@@ -26,6 +26,14 @@ def _append(length: int):
     return b.build([keys, values])
 
 
+def _prepend(length: int):
+    """A token before the cache: ``cat([new, cache], 1)``, a first bound of 1 (no argument)."""
+    b = GraphBuilder(Level.PRIMS)
+    new = b.input("new", TensorMeta((3, 1, 40), torch.float32))
+    cache = b.input("cache", TensorMeta((3, length, 40), torch.float32))
+    return b.build([b.call(prim("cat"), [new, cache], 1)])
+
+
 def _middle(length: int):
     """A cat whose middle piece has the symbolic length: ``[4, 3 + length + 2, 40]`` (a
     width no bound here reaches: a bound equal to it has a source of its own)."""
@@ -93,6 +101,13 @@ def test_a_cache_append_is_one_source(ind, codegen):
     if codegen == "cpp":
         (parallel,) = _sources(ind, _append(700), codegen)
         assert "#pragma omp parallel for collapse(2)" in parallel
+
+
+def test_a_cat_after_a_piece_of_one_is_one_source(ind, codegen):
+    source = _one_source(ind, _prepend, (6, 17, 33), codegen)
+    assert "(cat0 - 1)" in source  # the cache's length
+    for length in (1, 2, 5):
+        ind.check(_prepend(length), codegen)
 
 
 def test_a_cat_with_a_symbolic_middle_piece_is_one_source(ind, codegen):

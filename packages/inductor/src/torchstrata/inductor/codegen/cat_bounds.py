@@ -114,17 +114,18 @@ def cat_names(kernel: Kernel) -> dict[int, str]:
     for position, var in enumerate(row_vars(shape)):
         if var.name not in found:
             continue
-        points = sorted({p for p in found[var.name] | {var.size} if p in param})
-        lengths += [(p, param[p], position) for p in points]
+        points = sorted(p for p in found[var.name] | {var.size} if p >= 1)
+        text_of = {p: param.get(p, str(p)) for p in points}  # a bound of 1 is a literal
+        lengths += [(p, param[p], position) for p in points if p in param]
         pieces = [
-            (low, high, f"({param[high]} - {param[low]})")
+            (low, high, f"({text_of[high]} - {text_of[low]})")
             for low, high in itertools.pairwise(points)
         ]
         lengths += [(high - low, text, position) for low, high, text in pieces]
         # a piece read at ``(x + length - begin) % length`` (cat_fn keeps every read in
         # bounds) where it begins before its length
         lengths += [
-            (high - 2 * low, f"({text} - {param[low]})", position)
+            (high - 2 * low, f"({text} - {text_of[low]})", position)
             for low, high, text in pieces
             if 0 < low < high - low
         ]
