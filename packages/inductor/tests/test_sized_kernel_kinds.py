@@ -104,7 +104,8 @@ def test_a_cache_append_is_one_source(ind, codegen):
 
 
 def test_a_cat_after_a_piece_of_one_is_one_source(ind, codegen):
-    source = _one_source(ind, _prepend, (6, 17, 33), codegen)
+    # 120*(length + 1) elements: 8 divides each, 16 none (a GPU source spells that divisor)
+    source = _one_source(ind, _prepend, (6, 16, 32), codegen)
     assert "(cat0 - 1)" in source  # the cache's length
     for length in (1, 2, 5):
         ind.check(_prepend(length), codegen)
@@ -139,7 +140,9 @@ def test_a_column_sum_over_a_row_dim_is_one_source(ind, codegen):
 
 
 def test_long_row_sums_are_one_source(ind, codegen):
-    sizes = (300, 517, 1000)  # lane sums of 256 elements and a rest of any length
+    # lane sums of 256 elements and a rest of any length; odd (a GPU source spells a
+    # power-of-two divisor of the row length)
+    sizes = (301, 517, 1001)
     # a sum of ``length`` unit normals in another order than ATen's: error ~ sqrt(length)
     source = _one_source(ind, _row_sum, sizes, codegen, rtol=1e-5, atol=1e-5 * math.sqrt(1000))
     if codegen == "cpp":
