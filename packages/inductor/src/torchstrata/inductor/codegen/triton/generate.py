@@ -90,8 +90,8 @@ def generate_triton(
     block's work (``InductorOptions.partials_prefetch``).
     """
     cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
-    if cluster > 1:
-        with named_sizes(cats, cats):
+    if cluster > 1:  # the row stride too: a cluster's rows are as long as a multiple of 16
+        with named_sizes(cats | {kernel.row_length: RED_PARAM}, cats):
             return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
@@ -209,15 +209,18 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
     reduction phase over the program's chunk, then the cluster's partials combined
     (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
-    length = kernel.row_length
     if not can_cluster(kernel, size, 1):  # chunks of whole elements: size divides the row
         raise ValueError(f"{kernel.name} cannot be walked by clusters of {size} programs")
-    chunk = length // size
+    # the row's length is ``rnumel`` (decision 0285); a chunk is a multiple of RBLOCK (a
+    # configuration's clusters tile the row in whole tiles), spelled so that Triton sees it
+    # (each program's tiles 16-byte aligned: vector loads)
+    length = RED_PARAM
+    chunk = f"({RED_PARAM} // ({size} * RBLOCK) * RBLOCK)"
     printer = TritonPrinter(kernel, True, interpret=False)
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
-    wide = kernel.rows * length >= 2**31
+    wide = kernel.rows * kernel.row_length >= 2**31
     lines = [
         *header_lines(size, chunk, wide),
         "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
@@ -374,7 +377,7 @@ def _looped_phase(
     interpret: bool,
     group: int,
     even_row: bool,
-    chunk: int | None = None,
+    chunk: str | None = None,
 ) -> list[str]:
     """One loop over the row (or the program's ``chunk`` of it) for ``phase``; a phase
     whose reductions are partners of an earlier one (:func:`loop_pairs`) is folded into
@@ -421,8 +424,8 @@ def _looped_phase(
     # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
     # handwritten cluster kernel does, a one-off device script (git history))
     ahead = chunk is not None and group > 0
-    # the row's length is the kernel's argument; a cluster's chunk is a literal
-    length = RED_PARAM if chunk is None else kernel.row_length
+    # the row's length is the kernel's argument (a cluster's chunk is computed from it)
+    length = RED_PARAM
     loop = tile_loop(length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
     return emitter.take_outer() + inits + loop + finals
 
