@@ -1,7 +1,8 @@
 """Kernels whose reduced or inner dims are the symbolic ones take those sizes as arguments
-(decision 0250): a symbolic entry builds a column sum over ``B*T`` rows, a softmax over a
-symbolic last dim, a row sum masked by ``arange(T) < lengths`` and a horizontal Triton
-kernel once over sizes that change ``T``, and every size, odd ones included, equals eager.
+(decisions 0250, 0285): a symbolic entry builds a column sum over ``B*T`` rows, a softmax
+over a symbolic last dim, a row sum masked by ``arange(T) < lengths``, a horizontal Triton
+kernel, a KV-cache append (cat bounds) and a sum over the batch dim of ``[B, T, C]`` once
+over sizes that change ``T``, and every size, odd ones included, equals eager.
 
 Builds are counted as the kernel libraries (C++) and generated modules (Triton) of a fresh
 artifact store. Sizes avoid what a size decides and keeps in the source: the C++ parallel
@@ -35,6 +36,16 @@ def softmax_over_length(x, lengths):
     return torch.softmax(x * 2, -1), torch.where(keep, x, 0.0).sum(-1), torch.log_softmax(x, -1)
 
 
+def cache_append(k_cache, v_cache, k, v):
+    # a decode step's KV-cache append: the cat bounds are the cache length (decision 0285)
+    return torch.cat([k_cache, k], 1), torch.cat([v_cache, v * 2], 1)
+
+
+def sum_over_batch(x, g):
+    # a column sum whose symbolic dim is a row dim: the reduced dim's stride is T*C (0285)
+    return (x * g).sum(0)
+
+
 def small_pointwise(x, y):
     return x * 2 + 1, y.exp()
 
@@ -51,9 +62,16 @@ def _pointwise_inputs(length: int) -> tuple[torch.Tensor, ...]:
     return torch.randn(length, 9), torch.randn(3, length)
 
 
+def _append_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    # a head width no cache length here reaches (a size equal to it has its own source)
+    return torch.randn(2, length, 40), torch.randn(2, length, 40), *torch.randn(2, 2, 1, 40)
+
+
 CASES = {
     "column_sums": (column_sums, _column_inputs),
     "softmax_over_length": (softmax_over_length, _softmax_inputs),
+    "cache_append": (cache_append, _append_inputs),
+    "sum_over_batch": (sum_over_batch, _column_inputs),
 }
 
 

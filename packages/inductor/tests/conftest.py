@@ -163,6 +163,16 @@ def only_kernel(graph: Graph) -> Kernel:
     return kernel
 
 
+def _loop_body(lines: Sequence[str], start: int) -> str:
+    """The text of the loop whose ``for`` line is ``lines[start]``, to its closing brace."""
+    depth, end = 0, start
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        if depth <= 0 and end > start:
+            break
+    return "\n".join(lines[start : end + 1])
+
+
 class InductorHelpers:
     """Compile-and-compare helpers handed to tests by the ``ind`` fixture."""
 
@@ -198,15 +208,19 @@ class InductorHelpers:
         return _on_device(compile_graph(to_device(graph, "cuda"), "cuda", options), "cuda")
 
     @staticmethod
-    def assert_simd_loops_vectorised(source: str) -> None:
+    def assert_simd_loops_vectorised(source: str, loading: bool = False) -> None:
         """GCC's ``-fopt-info`` report names every ``#pragma omp simd`` loop of the C++
-        ``source`` vectorised (the test is skipped under another compiler)."""
+        ``source`` vectorised (the test is skipped under another compiler); ``loading``:
+        only those that load from a buffer (GCC turns a loop that zeroes or adds a lane
+        array into other code, and does not report it)."""
         compiler = find_compiler()
         if "GCC" not in compiler.version and "g++" not in compiler.version:
             pytest.skip(f"-fopt-info is GCC's; the compiler is {compiler.version}")
         lines = source.splitlines()
         # 1-based number of each SIMD loop's `for` line; GCC names it or the body's first line
         loops = [n + 2 for n, line in enumerate(lines) if line.strip() == "#pragma omp simd"]
+        if loading:
+            loops = [loop for loop in loops if "buf_" in _loop_body(lines, loop - 1)]
         assert loops, "no SIMD loop"
         command = [*compiler.command, *COMPILER_FLAGS, "-fopt-info-vec-optimized"]
         report = subprocess.run(

@@ -34,9 +34,13 @@ def test_softmax_chunks_meet_once_and_rescale_their_sums(ind):
     source = _source(kernel, 8)
     assert source.count("barrier.cluster.arrive.release") == 1  # max and sum share a barrier
     assert "atomic" not in source and "while" not in source  # no tickets, no polling
-    # its own chunk only, counted from 0 (a loop from `cstart` loses the tiles' alignment)
-    assert "for rstep in range(0, 8192, RBLOCK):\n        roffset = cstart + rstep" in source
-    assert "roffset = cstart + (8192 - 1) // RBLOCK * RBLOCK - rstep" in source  # reversed
+    # its own chunk only, counted from 0 (a loop from `cstart` loses the tiles' alignment),
+    # computed from the row length argument in whole tiles (decision 0285)
+    chunk = "(rnumel // (8 * RBLOCK) * RBLOCK)"
+    assert f"for rstep in range(0, {chunk}, RBLOCK):\n        roffset = cstart + rstep" in source
+    assert f"roffset = cstart + ({chunk} - 1) // RBLOCK * RBLOCK - rstep" in source  # reversed
+    # the same source for rows of another length and count
+    assert _source(ind.only_kernel(ind.softmax_rows(3, 131072)), 8) == source
     # chunk sums rescaled to the row max
     assert "tl.math.exp2((all_amax - rsafe_amax) * 1.4426950408889634)" in source
     assert source.count("float('nan')") == 2  # both statistics poisoned off-cluster

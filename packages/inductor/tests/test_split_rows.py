@@ -44,6 +44,20 @@ def test_softmax_waits_once_per_row_and_layer_norm_once_per_phase(ind):
     assert re.search(r"tl\.store\(buf_\w+ \+ \(x0 \+ xzero\), .*xmask & \(chunk == 0\)\)", source)
 
 
+def test_a_split_kernel_is_one_source_over_rows_and_row_lengths(ind):
+    """Its rows and row length are ``xnumel``/``rnumel`` (decision 0285): the ticket that
+    resets the counters and the row's mask read them; lengths of one split configuration
+    (8 chunks of 8192) and row counts share a source."""
+    sources = set()
+    for rows, length in ((4, 65436), (5, 65236), (3, 57345)):
+        kernel = ind.only_kernel(ind.softmax_rows(rows, length))
+        config = next(c for c in _splits(kernel) if (c.split, c.rblock) == (8, 8192))
+        sources.add(generate_split_triton(kernel, config.split, config.rblock))
+    assert len(sources) == 1
+    source = sources.pop()
+    assert "if ticket == xnumel * 8 - 1:" in source and "rmask = rindex < rnumel" in source
+
+
 def test_split_rows_are_offered_for_long_rows_unless_turned_off(ind, monkeypatch):
     def offered(length: int, split_rows: bool | None = None) -> bool:
         kernel = ind.only_kernel(ind.softmax_rows(4, length))

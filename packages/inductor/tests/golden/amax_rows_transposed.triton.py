@@ -75,6 +75,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 @triton.jit
 def kernel0(buf_x, buf_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    xnumel = (xnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -85,7 +86,7 @@ def kernel0(buf_x, buf_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex
-        tmp0 = tl.load(buf_x + (8*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp0 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         acc_amax = _ts_max(acc_amax, tl.where(xmask & rmask, tmp0, tl.full([1], float("-inf"), tl.float32)))
     red_amax = tl.reduce(acc_amax, 1, _ts_max, keep_dims=True)
     tmp1 = red_amax

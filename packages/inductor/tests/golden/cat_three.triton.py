@@ -74,7 +74,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, cat0, cat1, cat2, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = (xnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
@@ -82,12 +82,12 @@ def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, XBLOCK: tl.constexpr, RBLOCK: 
     x0 = xindex // 8
     x1 = (xindex) % 8
     tmp0 = (x0 + xzero).to(tl.int64)
-    tmp1 = tmp0 < tl.full([1], 4, tl.int64)
+    tmp1 = tmp0 < (tl.full([1], 0, tl.int64) + (cat0))
     tmp2 = tl.load(buf_a + (8*x0 + x1 + xzero), xmask & (tmp1), other=0)
-    tmp3 = tmp0 < tl.full([1], 6, tl.int64)
-    tmp4 = tl.load(buf_b + (8*((x0) % 2) + x1 + xzero), xmask & (tmp3), other=0)
+    tmp3 = tmp0 < (tl.full([1], 0, tl.int64) + (cat1))
+    tmp4 = tl.load(buf_b + (8*((x0) % (cat1 - cat0)) + x1 + xzero), xmask & (tmp3), other=0)
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.load(buf_c + (8*x0 + x1 + -48 + xzero), xmask & (tmp3 == 0), other=0)
+    tmp6 = tl.load(buf_c + (8*x0 + x1 + -8*cat1 + xzero), xmask & (tmp3 == 0), other=0)
     tmp7 = tmp6 + tl.full([1], 1.0, tl.float32)
     tmp8 = tl.where(tmp3, tmp5, tmp7)
     tmp9 = tl.where(tmp1, tmp2, tmp8)

@@ -206,8 +206,8 @@ def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, x
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex
-        tmp0 = tl.load(buf_gy + (64*r0 + x0 + xzero), xmask & rmask, other=0)
-        tmp1 = tl.load(buf_x + (64*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp0 = tl.load(buf_gy + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp1 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         tmp2 = tl.load(buf_mean_sum + (r0 + xzero), xmask & rmask, other=0)
         tmp4 = tmp2 * tmp3
         tmp5 = tmp1 - tmp4

@@ -195,8 +195,8 @@ def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel, XBLOCK: tl.c
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex
-        tmp0 = tl.load(buf_gy + (64*r0 + x0 + xzero), xmask & rmask, other=0)
-        tmp1 = tl.load(buf_x + (64*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp0 = tl.load(buf_gy + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp1 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         tmp2 = tmp0 * tmp1
         tmp3 = tl.load(buf_mean_sum + (r0 + xzero), xmask & rmask, other=0)
         tmp5 = tmp3 * tmp4

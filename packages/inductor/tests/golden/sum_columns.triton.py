@@ -85,7 +85,7 @@ def kernel0(buf_x, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], 1, tl.int1)
         r0 = rindex
-        tmp0 = tl.load(buf_x + (16*r0 + x0 + xzero), xmask & rmask, other=0)
+        tmp0 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         acc_sum = _ts_sum(acc_sum, tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32)))
     red_sum = tl.reduce(acc_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_sum

@@ -14,7 +14,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     const int64_t x0 = xi;
     alignas(64) double acc_sum[32] = {};
     alignas(64) float block_sum[32];
-    for (int64_t r0_block = 0; r0_block < 4864; r0_block += 256) {
+    for (int64_t r0_block = 0; r0_block < (red_len / 256) * 256; r0_block += 256) {
       #pragma omp simd
       for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
         block_sum[r0_lane] = static_cast<float>(0.0);
@@ -32,30 +32,33 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
         acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
       }
     }
-    #pragma omp simd
-    for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-      block_sum[r0_lane] = static_cast<float>(0.0);
-    }
-    for (int64_t r0_lanes = 4864; r0_lanes < 4992; r0_lanes += 32) {
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-        const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-      }
-    }
     {
-      const int64_t r0_lanes = 4992;
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) {
-        const int64_t r0 = r0_lanes + r0_lane;
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+      const int64_t r0_tail = (red_len / 256) * 256;
+      if (r0_tail < red_len) {
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          block_sum[r0_lane] = static_cast<float>(0.0);
+        }
+        int64_t r0_lanes = r0_tail;
+        for (; r0_lanes + 32 <= red_len; r0_lanes += 32) {
+          #pragma omp simd
+          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+            const int64_t r0 = r0_lanes + r0_lane;
+            const float tmp0 = buf_x[r0 + red_len*x0];
+            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < red_len - r0_lanes; ++r0_lane) {
+          const int64_t r0 = r0_lanes + r0_lane;
+          const float tmp0 = buf_x[r0 + red_len*x0];
+          block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+        }
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
+        }
       }
-    }
-    #pragma omp simd
-    for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-      acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
     }
     #pragma omp simd
     for (int64_t r0_lane = 0; r0_lane < 16; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 16];

@@ -9,8 +9,8 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows) {
-  for (int64_t item = 0; item < 4; ++item) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups) {
+  for (int64_t item = 0; item < groups; ++item) {
     const int64_t xo = item / 1;
     const int64_t x0 = xo;
     const int64_t c0 = (item / 1) % 1 * 16;

@@ -8,7 +8,10 @@ r0``, so kernels that differ only in that size are one source (decision 0250).
 Correct by construction, whatever matches: the launch passes the value the generator
 replaced, so the text with each name read as its value is the literal source; a value
 that equals the size by coincidence is the same number either way. What is not printed
-through :func:`number` (divisors, moduli, array lengths, decisions) stays a literal.
+through :func:`number` (array lengths, decisions) stays a literal, and so do divisors and
+moduli, except those that :func:`divisor` names: a cat's bounds and extents (decision
+0285), where the division is outside the kernel's SIMD loop (a runtime divisor there would
+cost its vectorisation).
 """
 
 from __future__ import annotations
@@ -18,19 +21,45 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 
 _NAMES: ContextVar[Mapping[int, str] | None] = ContextVar("size_names", default=None)
+_DIVISORS: ContextVar[tuple[Mapping[int, str], frozenset[str]] | None] = ContextVar(
+    "size_divisors", default=None
+)
 
 
 @contextlib.contextmanager
-def named_sizes(names: Mapping[int, str]) -> Iterator[None]:
-    """Within the block, :func:`number` prints each value of ``names`` as its name."""
+def named_sizes(
+    names: Mapping[int, str],
+    divisors: Mapping[int, str] | None = None,
+    inner: frozenset[str] = frozenset(),
+) -> Iterator[None]:
+    """Within the block, :func:`number` prints each value of ``names`` as its name, and
+    :func:`divisor` each value of ``divisors`` where the divided index reads none of the
+    ``inner`` loop variables."""
     token = _NAMES.set(dict(names))
+    divisor_token = _DIVISORS.set((dict(divisors or {}), inner))
     try:
         yield
     finally:
+        _DIVISORS.reset(divisor_token)
         _NAMES.reset(token)
 
 
 def number(value: int) -> str:
     """``value`` as generated code prints it: a size argument's name, or the literal."""
     names = _NAMES.get()
-    return str(value) if names is None else names.get(value, str(value))
+    if names is None:
+        return str(value)
+    if value < 0 and -value in names:  # a piece's offset: ``x1 + -8*cat1``
+        return f"-{names[-value]}"
+    return names.get(value, str(value))
+
+
+def divisor(value: int, variables: frozenset[str]) -> str:
+    """A divisor or modulus ``value`` of an index over ``variables`` as generated code
+    prints it: a size argument's name (parenthesised where not one term), or the literal.
+    A division whose index reads an inner (SIMD) loop variable keeps its literal."""
+    found = _DIVISORS.get()
+    if found is None or value not in found[0] or variables & found[1]:
+        return str(value)
+    text = found[0][value]
+    return text if text.isidentifier() or text.startswith("(") else f"({text})"

@@ -174,13 +174,18 @@ class Index:
         return frozenset(names)
 
     def render(
-        self, var: Callable[[str], str], div: str = "//", number: Callable[[int], str] = str
+        self,
+        var: Callable[[str], str],
+        div: str = "//",
+        number: Callable[[int], str] = str,
+        divisor: Callable[[int, frozenset[str]], str] | None = None,
     ) -> str:
         """Source text: ``var(name)`` prints a variable, ``div`` is the division operator,
-        ``number`` prints coefficients and constants (divisors and moduli are literals)."""
+        ``number`` prints coefficients and constants, ``divisor(value, variables)`` divisors
+        and moduli of an index over ``variables`` (literals when None)."""
         parts = []
         for atom, coeff in self.terms:
-            text = render_atom(atom, var, div, number)
+            text = render_atom(atom, var, div, number, divisor)
             parts.append(text if coeff == 1 else f"{number(coeff)}*{text}")
         if self.const or not parts:
             parts.append(number(self.const))
@@ -204,14 +209,19 @@ def atom_bounds(atom: Atom) -> tuple[int, int]:
 
 
 def render_atom(
-    atom: Atom, var: Callable[[str], str], div: str, number: Callable[[int], str] = str
+    atom: Atom,
+    var: Callable[[str], str],
+    div: str,
+    number: Callable[[int], str] = str,
+    divisor: Callable[[int, frozenset[str]], str] | None = None,
 ) -> str:
     """Source text of one atom (see :meth:`Index.render`)."""
     if isinstance(atom, Var):
         return var(atom.name)
-    if isinstance(atom, FloorDiv):
-        return f"(({atom.base.render(var, div, number)}) {div} {atom.divisor})"
-    return f"(({atom.base.render(var, div, number)}) % {atom.modulus})"
+    base = atom.base.render(var, div, number, divisor)
+    value = atom.divisor if isinstance(atom, FloorDiv) else atom.modulus
+    text = str(value) if divisor is None else divisor(value, atom.base.variables())
+    return f"(({base}) {div} {text})" if isinstance(atom, FloorDiv) else f"(({base}) % {text})"
 
 
 def fold_div_mod(index: Index) -> Index:

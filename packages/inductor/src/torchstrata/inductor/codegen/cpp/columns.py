@@ -37,6 +37,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
     accumulator_type,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used
 from torchstrata.inductor.ir.indexing import Index, Var
 from torchstrata.inductor.ir.kernel import (
@@ -57,6 +58,9 @@ MIN_CHUNK = 32  # fewest reduced elements per chunk
 SUM_ROWS = 16
 #: The size arguments of a column reduction: reduced elements, a chunk's length, chunks.
 LENGTH_PARAM, CHUNK_PARAM, CHUNKS_PARAM = "red_rows", "red_chunk", "red_chunks"
+#: The size argument of a column reduction with row dims before its columns: their
+#: elements (a sum over dim 0 of ``[B, T, C]`` has ``T`` groups of ``C`` columns).
+GROUPS_PARAM = "groups"
 
 
 def _wide(spec: ReductionSpec) -> bool:
@@ -131,9 +135,33 @@ class _Layout:
     def sizes(self) -> tuple[tuple[str, int], ...]:
         """The function's size arguments (name, value): the reduced elements, and the
         chunks' length and count when chunked."""
-        if not self.chunked:
-            return ((LENGTH_PARAM, self.length),)
-        return ((LENGTH_PARAM, self.length), (CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
+        sizes: tuple[tuple[str, int], ...] = ((LENGTH_PARAM, self.length),)
+        if self.chunked:
+            sizes += ((CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
+        return sizes + (((GROUPS_PARAM, self.groups),) if self.grouped else ())
+
+    @property
+    def grouped(self) -> bool:
+        """Does the function take its number of groups (row dims before the columns)?"""
+        return self.groups >= 2
+
+    def group_items(self) -> str:
+        """The number of groups times blocks of columns, as the source spells it."""
+        if not self.grouped:
+            return str(self.groups * self.blocks)
+        return GROUPS_PARAM if self.blocks == 1 else f"{GROUPS_PARAM} * {self.blocks}"
+
+    def names(self) -> dict[int, str]:
+        """How the source spells the values that the groups argument gives (decision
+        0285): the groups, and the groups times the columns (the reduced dim's stride in
+        a contiguous ``[B, T, C]``), where neither equals the column count."""
+        if not self.grouped:
+            return {}
+        names = {
+            self.groups: GROUPS_PARAM,
+            self.groups * self.columns: f"{self.columns}*{GROUPS_PARAM}",
+        }
+        return {value: text for value, text in names.items() if value != self.columns}
 
     def block_header(self, item: str, per_chunk: str) -> list[str]:
         """Lines binding the outer row vars, ``c0`` and ``cn`` of work item ``item``
@@ -265,8 +293,17 @@ def column_sizes(kernel: Kernel) -> tuple[tuple[str, int], ...]:
 
 
 def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
-    """The C++ source of a column reduction (see :func:`uses_column_loop`)."""
+    """The C++ source of a column reduction (see :func:`uses_column_loop`); its groups
+    (row dims before the columns) are a size argument, spelled as it in indices
+    (:mod:`~torchstrata.inductor.codegen.size_names`)."""
     layout = _Layout(kernel)
+    names = layout.names()
+    inner = frozenset({layout.column.name, "c"})
+    with named_sizes(names, names, inner):
+        return _generate_columns(kernel, layout, simd_functions)
+
+
+def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
     per_chunk = CHUNKS_PARAM if layout.chunked else "1"
     item_body = [
         *layout.block_header("item", per_chunk),
@@ -277,14 +314,19 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     item_body = [line for line in item_body if line]
     body: list[str] = []
     if not layout.chunked:
-        items = str(layout.groups * layout.blocks)
+        items = layout.group_items()
         item_body += _store_block(kernel, layout)
     else:
-        items = f"{layout.groups * layout.blocks} * {CHUNKS_PARAM}"
+        items = f"{layout.group_items()} * {CHUNKS_PARAM}"
         partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
         for spec in kernel.reductions:
             ctype = _acc_type(spec)
-            size = f"{layout.groups * layout.columns} * {CHUNKS_PARAM}"
+            groups = (
+                f"{GROUPS_PARAM} * {layout.columns}"
+                if layout.grouped
+                else layout.groups * layout.columns
+            )
+            size = f"{groups} * {CHUNKS_PARAM}"
             body.append(f"{ctype}* part_{spec.name} = new {ctype}[{size}];")
         item_body += _column_loop(
             layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
@@ -321,7 +363,8 @@ def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
         *fold_loop,
         *_store_block(kernel, layout),
     ]
-    items = layout.groups * layout.blocks
-    lines = [*layout.pragma(items), f"for (int64_t item = 0; item < {items}; ++item) {{"]
+    items = layout.group_items()
+    lines = [*layout.pragma(layout.groups * layout.blocks)]
+    lines.append(f"for (int64_t item = 0; item < {items}; ++item) {{")
     lines += ["  " + line for line in item_body] + ["}"]
     return lines + [f"delete[] part_{spec.name};" for spec in kernel.reductions]

@@ -30,7 +30,7 @@ from torchstrata.inductor.codegen.cpp.division import (
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_names import number
+from torchstrata.inductor.codegen.size_names import divisor, number
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -267,10 +267,20 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     return f"static_cast<{ctype}>({value}LL)"
 
 
+def _constant(expr: Constant) -> str:
+    """A constant; an integer equal to a size argument is spelled as it (a cat's bound)."""
+    value = expr.value
+    if isinstance(value, int) and not isinstance(value, bool) and not expr.dtype.is_floating_point:
+        text = number(value)
+        if text != str(value):
+            return f"static_cast<{compute_type(expr.dtype)}>({text})"
+    return literal(value, expr.dtype)
+
+
 def render_index(index: Index) -> str:
     """An index as C++ (int64 arithmetic); coefficients and constants that equal a size
     argument are spelled as it (:mod:`~torchstrata.inductor.codegen.size_names`)."""
-    return index.render(lambda name: name, "/", number)
+    return index.render(lambda name: name, "/", number, divisor)
 
 
 class CppPrinter:
@@ -290,7 +300,7 @@ class CppPrinter:
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.codegen.emitter.ExprPrinter`."""
         if isinstance(expr, Constant):
-            return literal(expr.value, expr.dtype)
+            return _constant(expr)
         if isinstance(expr, Load):
             return _element(expr.buffer, render_index(expr.index), expr.dtype)
         if isinstance(expr, IndirectLoad):
@@ -425,10 +435,11 @@ def emit_store(store: Store, emit: Callable[[Expr], str]) -> str:
 def derive_vars(vars_: Sequence[Var], flat: str) -> list[str]:
     strides = row_major_strides([v.size for v in vars_])
     lines = []
+    over = frozenset({flat})
     for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
-        text = f"{flat} / {stride}" if stride != 1 else flat
+        text = f"{flat} / {divisor(stride, over)}" if stride != 1 else flat
         if dim > 0:
-            text = f"({text}) % {var.size}"
+            text = f"({text}) % {divisor(var.size, over)}"
         lines.append(f"const int64_t {var.name} = {text};")
     return lines
 

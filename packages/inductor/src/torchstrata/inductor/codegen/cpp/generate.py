@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
 from torchstrata.inductor.codegen.cpp.columns import (
     column_sizes,
     generate_column_cpp,
@@ -41,7 +42,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     split_loops,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
-from torchstrata.inductor.codegen.cpp.ranges import LoopRange, split_loop, whole_loop
+from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -52,7 +53,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
-from torchstrata.inductor.codegen.size_names import named_sizes, number
+from torchstrata.inductor.codegen.size_names import divisor, named_sizes, number
 from torchstrata.inductor.ir.exprs import Expr
 from torchstrata.inductor.ir.indexing import Index, Var, linear_offset, row_major_strides
 from torchstrata.inductor.ir.kernel import (
@@ -115,7 +116,11 @@ def size_arguments(kernel: Kernel) -> tuple[int, ...]:
     if uses_column_loop(kernel):
         return tuple(value for _, value in column_sizes(kernel))
     rows, length = outer_rows(kernel), reduced_length(kernel)
-    return (*(() if rows is None else (rows,)), *(() if length is None else (length,)))
+    return (
+        *(() if rows is None else (rows,)),
+        *(() if length is None else (length,)),
+        *cat_sizes(kernel),
+    )
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -307,7 +312,11 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
     names = {length: RED_LEN_PARAM} if length is not None and length >= 2 else {}
-    with named_sizes(names):
+    cats = cat_names(kernel)
+    # a division by a cat's size stays a literal in the SIMD loop (or one of its ranges)
+    inner = _outer_vars(kernel)[1][-1].name
+    inner_names = frozenset({inner, *(f"{inner}_{k}" for k in range(MAX_RANGES))})
+    with named_sizes(cats | names, cats, inner_names):
         return _generate_rows(kernel, simd_functions)
 
 
@@ -334,7 +343,8 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if cached:  # the scratch arrays are indexed by the unsplit loop's position
         splits = [[whole_loop(inner_vars[-1])] for _ in loops]
     cache = RowCacheEmitter(cached, inner_vars)
-    body: list[str] = derive_vars(outer_vars, "xi") + cache.declarations()
+    nested = _nested_rows(kernel, outer_vars)
+    body: list[str] = ([] if nested else derive_vars(outer_vars, "xi")) + cache.declarations()
     for phase, ranges in zip(phases, splits, strict=False):
         partners = {
             spec.name: [p for p in kernel.reductions if pairs.get(p.name) is spec] for spec in phase
@@ -375,14 +385,44 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     # Whether the rows run in parallel depends on their number, and is in the source: a
     # kernel's sources over few rows and over many differ by this pragma (two builds).
     pragma = "#pragma omp parallel for" if outer_count > 1 and total >= PARALLEL_THRESHOLD else ""
-    lines = [pragma] if pragma else []
-    bound = ROWS_PARAM if outer_vars else outer_count
-    lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
-    lines += ["  " + line for line in body]
-    lines.append("}")
+    if nested:
+        lines = _nested_row_loops(outer_vars, body, pragma)
+    else:
+        lines = [pragma] if pragma else []
+        bound = ROWS_PARAM if outer_vars else outer_count
+        lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
+        lines += ["  " + line for line in body]
+        lines.append("}")
     sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
+    sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
+
+
+def _nested_rows(kernel: Kernel, outer_vars: Sequence[Var]) -> bool:
+    """Are ``kernel``'s rows walked by nested loops rather than one counter split by
+    division? Where a split's divisor is a size argument (a cat's extent, decision 0285):
+    a division by a run-time value per row cost the KV-cache append 5% of a decode step
+    (by a literal it is a multiplication)."""
+    if len(outer_vars) < 2 or not cat_names(kernel):
+        return False
+    return any(divisor(v.size, frozenset()) != str(v.size) for v in outer_vars[1:])
+
+
+def _nested_row_loops(outer_vars: Sequence[Var], body: list[str], pragma: str) -> list[str]:
+    """The rows as one loop per outer variable (``collapse``d where parallel), the
+    outermost running to ``rows`` divided by the others' sizes."""
+    inner = [divisor(v.size, frozenset()) for v in outer_vars[1:]]
+    lines = [f"const int64_t {outer_vars[0].name}_count = {ROWS_PARAM} / ({' * '.join(inner)});"]
+    if pragma:
+        lines.append(f"{pragma} collapse({len(outer_vars)})")
+    bounds = [f"{outer_vars[0].name}_count", *inner]
+    for depth, (var, bound) in enumerate(zip(outer_vars, bounds, strict=True)):
+        lines.append("  " * depth + loop_header(var, bound))
+    depth = len(outer_vars)
+    lines += ["  " * depth + line for line in body]
+    lines += ["  " * d + "}" for d in reversed(range(depth))]
+    return lines
 
 
 def _store_loops(

@@ -32,6 +32,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import MAX_ROW_LENGTH
+from torchstrata.inductor.codegen.size_names import number
 from torchstrata.inductor.ir.indexing import Var
 from torchstrata.inductor.ir.kernel import ReductionSpec, reduction_identity
 
@@ -73,7 +74,7 @@ def online_phase(
     """
     wide = any(compute_type(spec.dtype) == "double" for spec in phase)
     chunk = CHUNK_BYTES // (8 if wide else 4)
-    length, r = var.size, var.name
+    length, r = number(var.size), var.name  # the row length: ``red_len`` (decision 0285)
     inits: list[str] = []
     first_updates: list[str] = []
     clauses: list[str] = []

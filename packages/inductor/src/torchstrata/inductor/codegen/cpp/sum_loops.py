@@ -3,12 +3,13 @@ arrays (:func:`lane_loop`, :func:`lane_total`) before they join double accumulat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from torchstrata.inductor.codegen.cpp.exprs import compute_type
 from torchstrata.inductor.codegen.cpp.half import widened_blocks
+from torchstrata.inductor.codegen.size_names import number
 from torchstrata.inductor.ir.indexing import Var
 
 #: Elements of a float32 sum that float accumulators (one per SIMD lane) add before the
@@ -39,17 +40,39 @@ def blocked_loop(
         header = f"for (int64_t {var.name} = {begin}; {var.name} < {end}; ++{var.name}) {{"
         return [*start, pragma, header, *("  " + line for line in body), "}", *flush]
 
+    size = number(var.size)
     if var.size <= SUM_BLOCK:
-        return loop(0, var.size)
+        return loop(0, size)
     full = var.size - var.size % SUM_BLOCK
     # Whole blocks first: a constant trip count spares the vectoriser its remainder code.
     block = f"{var.name}_block"
     lines = [
-        f"for (int64_t {block} = 0; {block} < {full}; {block} += {SUM_BLOCK}) {{",
+        f"for (int64_t {block} = 0; {block} < {_whole(var, SUM_BLOCK)}; {block} += {SUM_BLOCK}) {{",
         *("  " + line for line in loop(block, f"{block} + {SUM_BLOCK}")),
         "}",
     ]
+    if size != str(var.size):  # a size argument: the rest, where there is one
+        tail = f"{var.name}_tail"
+        rest = loop(tail, size)
+        return [
+            *lines,
+            "{",
+            f"  const int64_t {tail} = {_whole(var, SUM_BLOCK)};",
+            f"  if ({tail} < {size}) {{",
+            *("    " + line for line in rest),
+            "  }",
+            "}",
+        ]
     return lines + (loop(full, var.size) if full < var.size else [])
+
+
+def _whole(var: Var, block: int) -> str:
+    """The elements of ``var``'s loop in whole blocks of ``block``: a literal, or computed
+    from the size argument that spells its size (decision 0285)."""
+    size = number(var.size)
+    if size == str(var.size):
+        return str(var.size - var.size % block)
+    return f"({size} / {block}) * {block}"
 
 
 def lane_loop(
@@ -69,7 +92,7 @@ def lane_loop(
     block = f"{var.name}_block"
     widen, block_body = widened_blocks(body, var.name, block, LANE_BLOCK)
 
-    def inner(count: int, body: Sequence[str] = body) -> list[str]:
+    def inner(count: int | str, body: Sequence[str] = body) -> list[str]:
         return [
             "#pragma omp simd",
             f"for (int64_t {lane} = 0; {lane} < {count}; ++{lane}) {{",
@@ -103,6 +126,8 @@ def lane_loop(
             ]
         return lines
 
+    if number(var.size) != str(var.size):
+        return _sized_lane_loop(var, start, widen, block_body, flush, inner, run)
     full = var.size - var.size % LANE_BLOCK
     lines: list[str] = []
     if full:
@@ -115,6 +140,45 @@ def lane_loop(
     if full < var.size:
         lines += [*start, *run(full, var.size - full), *flush]
     return lines
+
+
+def _sized_lane_loop(
+    var: Var,
+    start: Sequence[str],
+    widen: Sequence[str],
+    block_body: Sequence[str],
+    flush: Sequence[str],
+    inner: Callable[[int | str], list[str]],
+    run: Callable[[str | int, int, Sequence[str]], list[str]],
+) -> list[str]:
+    """:func:`lane_loop` over a size argument (decision 0285): whole blocks as there, then
+    the rest (a run-time count, none in a row of whole blocks) in whole sets of lanes and
+    one partial set, as a chunk of an online loop
+    (:func:`~torchstrata.inductor.codegen.cpp.online.online_phase`) does."""
+    size = number(var.size)
+    lanes, block, tail = f"{var.name}_lanes", f"{var.name}_block", f"{var.name}_tail"
+    whole = _whole(var, LANE_BLOCK)
+    each = [*start, *widen, *run(block, LANE_BLOCK, block_body), *flush]
+    rest = [
+        *start,
+        f"int64_t {lanes} = {tail};",
+        f"for (; {lanes} + {SUM_LANES} <= {size}; {lanes} += {SUM_LANES}) {{",
+        *("  " + line for line in inner(SUM_LANES)),
+        "}",
+        *inner(f"{size} - {lanes}"),
+        *flush,
+    ]
+    return [
+        f"for (int64_t {block} = 0; {block} < {whole}; {block} += {LANE_BLOCK}) {{",
+        *("  " + line for line in each),
+        "}",
+        "{",  # a scope of its own: a row may have several such loops
+        f"  const int64_t {tail} = {whole};",
+        f"  if ({tail} < {size}) {{",
+        *("    " + line for line in rest),
+        "  }",
+        "}",
+    ]
 
 
 def lane_total(lanes: str, total: str, ctype: str, lane: str) -> list[str]:

@@ -64,7 +64,7 @@ def _asm(text: str, operand: str) -> str:
     )
 
 
-def header_lines(size: int, chunk: int, wide: bool) -> list[str]:
+def header_lines(size: int, chunk: str, wide: bool) -> list[str]:
     """Program ``p`` takes chunk ``p % size`` (from ``cstart``) of row ``p // size``;
     ``ts_cluster`` is the size of the cluster it was launched in."""
     row = f"ticket // {size}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.inductor.codegen.cat_bounds import cat_names
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.codegen.triton.cluster import (
@@ -88,17 +89,28 @@ def generate_triton(
     ``prefetch_partials``: a kernel with partials loads its next block of rows before this
     block's work (``InductorOptions.partials_prefetch``).
     """
-    if cluster > 1:
-        return _cluster_source(kernel, group, even_row, cluster)
+    cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
+    if cluster > 1:  # the row stride too: a cluster's rows are as long as a multiple of 16
+        with named_sizes(cats | {kernel.row_length: RED_PARAM}, cats):
+            return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
     if kernel.partials is not None:
         lines = _partials_lines(kernel, interpret, prefetch_partials)
         return module_source(kernel, lines, interpret)
-    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py)
+    # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
+    # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
     length = kernel.row_length if kernel.red_shape else 0
-    with named_sizes({length: RED_PARAM} if length >= 2 else {}):
+    names = cats | _rows_name(kernel) | ({length: RED_PARAM} if length >= 2 else {})
+    with named_sizes(names, cats):
         return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+
+
+def _rows_name(kernel: Kernel) -> dict[int, str]:
+    """A reduction's rows as ``xnumel`` (decision 0285): a column sum over the leading dim
+    of ``[B, T, C]`` walks its ``T*C`` rows as one and reads the reduced dim at that
+    stride. Pointwise kernels keep their literals (their ``xnumel`` is every element)."""
+    return {kernel.rows: ROWS_PARAM} if kernel.red_shape and kernel.rows >= 2 else {}
 
 
 def _row_source(
@@ -183,6 +195,9 @@ def _row_source(
                 reverse=True,
             )
             lines += emitter.take_outer() + loop
+    if even_rows and not interpret and any(f"{ROWS_PARAM}*" in line for line in lines):
+        # the divisor a literal stride that ``xnumel`` spells (_rows_name) told Triton
+        lines = rows_divisor_hint(kernel.rows) + lines
     if kernel.tail is None:
         return module_source(kernel, lines, interpret)
 
@@ -194,15 +209,18 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
     reduction phase over the program's chunk, then the cluster's partials combined
     (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
-    length = kernel.row_length
     if not can_cluster(kernel, size, 1):  # chunks of whole elements: size divides the row
         raise ValueError(f"{kernel.name} cannot be walked by clusters of {size} programs")
-    chunk = length // size
+    # the row's length is ``rnumel`` (decision 0285); a chunk is a multiple of RBLOCK (a
+    # configuration's clusters tile the row in whole tiles), spelled so that Triton sees it
+    # (each program's tiles 16-byte aligned: vector loads)
+    length = RED_PARAM
+    chunk = f"({RED_PARAM} // ({size} * RBLOCK) * RBLOCK)"
     printer = TritonPrinter(kernel, True, interpret=False)
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
-    wide = kernel.rows * length >= 2**31
+    wide = kernel.rows * kernel.row_length >= 2**31
     lines = [
         *header_lines(size, chunk, wide),
         "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
@@ -359,7 +377,7 @@ def _looped_phase(
     interpret: bool,
     group: int,
     even_row: bool,
-    chunk: int | None = None,
+    chunk: str | None = None,
 ) -> list[str]:
     """One loop over the row (or the program's ``chunk`` of it) for ``phase``; a phase
     whose reductions are partners of an earlier one (:func:`loop_pairs`) is folded into
@@ -406,8 +424,8 @@ def _looped_phase(
     # a cluster's chunk is a few tiles: its loop loads the next one ahead (as the fast
     # handwritten cluster kernel does, a one-off device script (git history))
     ahead = chunk is not None and group > 0
-    # the row's length is the kernel's argument; a cluster's chunk is a literal
-    length = RED_PARAM if chunk is None else kernel.row_length
+    # the row's length is the kernel's argument (a cluster's chunk is computed from it)
+    length = RED_PARAM
     loop = tile_loop(length, rindex_lines, inner, updates, prefetch=ahead, chunk=chunk)
     return emitter.take_outer() + inits + loop + finals
 

@@ -25,7 +25,7 @@ _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def row_loop(
-    length: int | str, body: Sequence[str], reverse: bool = False, chunk: int | None = None
+    length: int | str, body: Sequence[str], reverse: bool = False, chunk: str | None = None
 ) -> list[str]:
     """A loop over the row in steps of ``RBLOCK`` (``roffset``); ``reverse`` walks it from
     the end, so the tiles the previous pass read last (still in cache) are read first.
@@ -61,7 +61,7 @@ def tile_loop(
     *,
     prefetch: bool,
     reverse: bool = False,
-    chunk: int | None = None,
+    chunk: str | None = None,
 ) -> list[str]:
     """:func:`row_loop` over ``tile_lines`` (``rindex = {start}tl.arange(...)``, then
     ``rmask``, then the index variables), ``inner`` (the tile's values) and ``after`` (the

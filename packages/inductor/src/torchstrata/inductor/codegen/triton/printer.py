@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from torchstrata.core import wrapped_integer
+from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_names import number
+from torchstrata.inductor.codegen.size_names import divisor, number
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -289,6 +290,16 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
     return f"tl.full([1], {text}, {compute_type(dtype)})"
 
 
+def _constant(expr: Constant) -> str:
+    """A constant; an integer equal to a size argument is spelled as it (a cat's bound)."""
+    value = expr.value
+    if isinstance(value, int) and not isinstance(value, bool) and not expr.dtype.is_floating_point:
+        text = number(value)
+        if text != str(value):
+            return f"(tl.full([1], 0, {compute_type(expr.dtype)}) + ({text}))"
+    return literal(value, expr.dtype)
+
+
 def render_index(index: Index, reach: int = 0) -> str:
     """An index as Triton integer arithmetic: in the loop variables' own width where every
     value it takes, plus ``reach`` (what a caller adds to it), fits in int32, else in
@@ -297,8 +308,8 @@ def render_index(index: Index, reach: int = 0) -> str:
     wrapped around, reading outside the buffer)."""
     low, high = index.bounds()
     if low >= -(2**31) and high + reach < 2**31:
-        return index.render(lambda name: name, "//", number)
-    return index.render(lambda name: f"{name}.to(tl.int64)", "//", number)
+        return index.render(lambda name: name, "//", number, divisor)
+    return index.render(lambda name: f"{name}.to(tl.int64)", "//", number, divisor)
 
 
 class TritonPrinter:
@@ -335,7 +346,7 @@ class TritonPrinter:
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.codegen.emitter.ExprPrinter`."""
         if isinstance(expr, Constant):
-            return literal(expr.value, expr.dtype)
+            return _constant(expr)
         if isinstance(expr, Load):
             guard = self.guards.get(expr) if self.name_of is not None else None
             index = expr.index if guard is None else guarded_index(expr, guard)
@@ -422,9 +433,11 @@ def derive_lines(vars_: Sequence[Var], flat: str) -> list[str]:
     """Assignments of the loop variables ``vars_`` from the flat (row-major) index ``flat``."""
     strides = row_major_strides([v.size for v in vars_])
     lines = []
+    over = frozenset({flat})
     for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
-        text = f"{flat} // {stride}" if stride != 1 else flat
-        lines.append(f"{var.name} = {f'({text}) % {var.size}' if dim > 0 else text}")
+        text = f"{flat} // {divisor(stride, over)}" if stride != 1 else flat
+        size = divisor(var.size, over)
+        lines.append(f"{var.name} = {f'({text}) % {size}' if dim > 0 else text}")
     return lines
 
 
@@ -497,13 +510,14 @@ def size_params(kernel: Kernel) -> list[str]:
     """The size parameters of ``kernel``'s module, after its buffers: ``xnumel``, then a
     reduction's ``rnumel`` or a horizontal kernel's parts' element counts."""
     parts = [part_rows_param(i) for i in range(len(kernel.parts))]
-    return [ROWS_PARAM, *([RED_PARAM] if kernel.red_shape else []), *parts]
+    return [ROWS_PARAM, *([RED_PARAM] if kernel.red_shape else []), *parts, *cat_params(kernel)]
 
 
 def size_values(kernel: Kernel) -> dict[str, int]:
     """The values of :func:`size_params` beyond ``xnumel`` (which launches pass from the
     rows they compute the grid from)."""
     values = {part_rows_param(i): part.rows for i, part in enumerate(kernel.parts)}
+    values |= dict(zip(cat_params(kernel), cat_sizes(kernel), strict=True))
     return {RED_PARAM: kernel.row_length} | values if kernel.red_shape else values
 
 

@@ -45,7 +45,10 @@ from collections.abc import Sequence
 import torch
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
+from torchstrata.inductor.codegen.size_names import named_sizes
 from torchstrata.inductor.codegen.triton.printer import (
+    RED_PARAM,
+    ROWS_PARAM,
     TritonPrinter,
     derive_lines,
     literal,
@@ -97,16 +100,24 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
         raise ValueError(f"{kernel.name} cannot be split across programs")
     if split * chunk < kernel.row_length or (split - 1) * chunk >= kernel.row_length:
         raise ValueError(f"{split} chunks of {chunk} do not cover a row of {kernel.row_length}")
+    # the rows and the row length are the launch's ``xnumel``/``rnumel`` (decision 0285): a
+    # row stride equal to the length is spelled as it, as in a plain row kernel
+    length = kernel.row_length
+    with named_sizes({length: RED_PARAM} if length >= 2 else {}):
+        return _split_source(kernel, split, chunk)
+
+
+def _split_source(kernel: Kernel, split: int, chunk: int) -> str:
     wide = kernel.rows * kernel.row_length >= 2**31
     printer = TritonPrinter(kernel, True, interpret=False)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
     row = f"ticket // {split}"
-    programs = kernel.rows * split
     lines = [
         # relaxed: a ticket publishes nothing (Triton's default, acq_rel, fences each take)
         "ticket = tl.atomic_add(ts_counters, 1, sem='relaxed')",
-        f"if ticket == {programs - 1}:  # every ticket is taken: ready for the next launch",
+        # every ticket is taken: ready for the next launch (of xnumel * split programs)
+        f"if ticket == {ROWS_PARAM} * {split} - 1:",
         "    tl.atomic_xchg(ts_counters, 0, sem='relaxed')",
         f"row = ({row}).to(tl.int64)" if wide else f"row = {row}",
         f"chunk = ticket % {split}",
@@ -117,7 +128,7 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
         "rindex = chunk * RBLOCK + tl.arange(0, RBLOCK)[None, :]",
         "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
         if kernel.row_length % chunk == 0
-        else f"rmask = rindex < {kernel.row_length}",
+        else f"rmask = rindex < {RED_PARAM}",
         *derive_lines(row_vars(kernel.row_shape), "xindex"),
         *derive_lines(red_vars(kernel.red_shape), "rindex"),
         # the partials are a 1-D vector indexed by the scalar `row`, one element per
