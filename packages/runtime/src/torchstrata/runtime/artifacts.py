@@ -11,6 +11,7 @@ import attrs
 from torchstrata.core import AotResult, CaptureResult, CompiledGraph, Graph, PassRecord
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.runners import GraphFn, GraphRunner, LazyGraphFn
+from torchstrata.runtime.size_routes import SizeRoutes
 
 #: The ``aot`` argument of :meth:`Pipeline.compile_graph
 #: <torchstrata.runtime.pipeline.Pipeline.compile_graph>` (and of the pipelines that
@@ -85,3 +86,5 @@ class FrameArtifacts:
     missing_stages: tuple[str, ...] = ()
     #: ``run`` from the values of ``capture.direct_sources`` (None: no such shortcut).
     run_inputs: InputsRunner | None = None
+    #: a symbolic entry's routes by size, for its positional guard check (None: none)
+    routes: SizeRoutes | None = None

@@ -10,7 +10,8 @@ function, generated when every source can be rewritten so, reads the arguments o
 positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
 module's unshadowed members, are checked as one test each
-(:mod:`torchstrata.runtime.guard_groups`).
+(:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
+the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
+from torchstrata.runtime.size_routes import SizeRoutes
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -179,6 +181,10 @@ class GuardSet:
     :param fetch_sources: sources whose values the caller wants after a positional
         call's guards hold; ``fetch_args`` is generated when ``check_args`` is and
         every one of them is a guard's source (so the check has read it already).
+    :param routes: a symbolic entry's routes: ``fetch_args`` then returns ``((graph
+        function,), values)`` (:class:`~torchstrata.runtime.size_routes.SizeRoutes`), and
+        :attr:`routed` is True; where it cannot (a tensor the size check reads is not an
+        argument), the plain ``fetch_args`` is made.
     """
 
     def __init__(
@@ -186,6 +192,7 @@ class GuardSet:
         guards: Sequence[Guard],
         binder: FrameBinder | None = None,
         fetch_sources: Sequence[str] | None = None,
+        routes: SizeRoutes | None = None,
     ) -> None:
         self.guards = tuple(guards)
         self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
@@ -203,8 +210,16 @@ class GuardSet:
             self.check_args = _build(self.args_source, constants)
         #: ``check_args`` returning the values of ``fetch_sources`` (None: not made).
         self.fetch_args: ArgsFetch | None = None
+        #: whether ``fetch_args`` routes the call by its sizes (``routes``)
+        self.routed = False
         if self.check_args is not None and binder is not None and fetch_sources is not None:
-            self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
+            if routes is not None:
+                self.fetch_args = _fetching_check(
+                    self.guards, sources, binder, fetch_sources, routes
+                )
+                self.routed = self.fetch_args is not None
+            if self.fetch_args is None:
+                self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
 
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
@@ -226,11 +241,16 @@ def _write_checks(
     guards: Sequence[Guard],
     sources: Sequence[str],
     groups: dict[int, GuardGroup],
+    route: Callable[[int], str | None] | None = None,
 ) -> None:
-    """Each guard's check, in order; a group's members as one check at its first."""
+    """Each guard's check, in order; a group's members as one check at its first.
+    ``route(index)``: writes guard ``index``'s check itself where it routes the call
+    (returning the variable of the graph function), else None."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)
+        if route is not None and route(index) is not None:
+            continue
         if group is not None:
             var = writer.fetch(group.source, index)
             writer.check(_group_condition(writer, group, var), index)
@@ -264,23 +284,72 @@ def _fetching_check(
     args_sources: Sequence[str],
     binder: FrameBinder,
     fetch_sources: Sequence[str],
+    routes: SizeRoutes | None = None,
 ) -> ArgsFetch | None:
     """The positional check that returns the values of ``fetch_sources`` when every guard
     holds; None when one of them is not read by a guard (reading it in the check could
-    raise, or run code, where the guards alone would not)."""
+    raise, or run code, where the guards alone would not). With ``routes``, it returns
+    ``((graph function,), values)``; None when the size check's tensors are not all
+    read from the arguments."""
     wanted = [binder.args_source(source) for source in fetch_sources]
     writer = _SourceWriter(args_sources, fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
     keep = [source for source in wanted if source is not None]
-    _write_checks(writer, guards, args_sources, plan_groups(guards, args_sources, keep))
+    routed: list[str] = []
+    route = None
+    if routes is not None:
+        tensors = [binder.args_source(source) for source in routes.check.sources]
+        if None in tensors or routes.guard not in guards:
+            return None
+        position = guards.index(routes.guard)
+
+        def route(index: int) -> str | None:
+            if index != position:
+                return None
+            values = [writer.fetch(source, index) for source in tensors if source is not None]
+            routed.append(_write_route(writer, routes, values, index))
+            return routed[-1]
+
+    groups = plan_groups(guards, args_sources, keep)
+    _write_checks(writer, guards, args_sources, groups, route)
     values = [writer.fetched.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None
-    writer.lines.append("    return (" + "".join(f"{value}, " for value in values) + ")")
+    returned = "(" + "".join(f"{value}, " for value in values) + ")"
+    if routed:
+        returned = f"(({routed[0]},), {returned})"
+    writer.lines.append(f"    return {returned}")
     constants = {**writer.constants, **guard_cells(guards)}
     constants[SELF_NAME] = binder.bound_self
-    check: ArgsFetch = _build("\n".join(writer.lines) + "\n", constants)
+    source = "\n".join(writer.lines) + "\n"
+    check: ArgsFetch = _build(source, constants)
+    check.__doc__ = source  # what it runs, for a reader (bench.guard_cost --print-source)
     return check
+
+
+def _write_route(
+    writer: _SourceWriter, routes: SizeRoutes, values: Sequence[str], index: int
+) -> str:
+    """The size guard ``index`` written as a lookup of the call's layout among the routed
+    ones (the runner for its sizes), else as the size check (the layout known to pass, or
+    decided now) and the learner of its route; the variable of the graph function."""
+    check = routes.check
+    layout, graph_fn = f"_k{index}", f"_r{index}"
+    known = f"{writer.constant(check.known.get)}({layout}) is True"
+    # read from the check when called (the slow path: a layout not known to pass)
+    decide = f"{writer.constant(check)}.decide({', '.join(values)})"
+    writer.lines += [
+        "    try:",
+        f"        {layout} = {check.key_expression(values)}",
+        f"        {graph_fn} = {writer.constant(routes.table.get)}({layout})",
+        f"        if {graph_fn} is None:",
+        f"            if not ({known} or {decide}):",
+        f"                {writer.fail(index)}",
+        f"            {graph_fn} = {writer.constant(routes.learner())}({layout})",
+        "    except Exception:",
+        f"        {writer.fail(index)}",
+    ]
+    return graph_fn
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:
