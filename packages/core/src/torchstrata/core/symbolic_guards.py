@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core.meta import TensorMeta
+from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import (
     SymbolicSizes,
@@ -25,27 +25,13 @@ from torchstrata.core.symbolic import (
 _MAX_KNOWN = 4096
 
 
-def _lazy_bits(meta: TensorMeta) -> tuple[str, ...]:
-    """The lazy bits a tensor of ``meta``'s dtype can carry (only complex tensors a
-    conjugate bit, only floating and complex ones a negative bit): the others are
-    always clear for a tensor whose dtype passes."""
-    if meta.dtype.is_complex:
-        return ("is_neg()", "is_conj()")
-    return ("is_neg()",) if meta.dtype.is_floating_point else ()
-
-
-def layout_items(value: str, meta: TensorMeta) -> str:
+def layout_items(value: str) -> str:
     """The reads of the layout key of one tensor, ``value`` being an expression for it:
-    everything :meth:`SizeCheck.failure` checks but the type (sizes, strides, dtype,
-    device, ``requires_grad`` and the lazy bits its dtype can carry), as items of a tuple
-    display (each followed by a comma). The device of a tensor expected on the CPU as
-    ``is_cpu`` (every other device fails alike); of one expected elsewhere as the device
-    itself, so that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one
-    remembered. The exact type is the guard before it (:func:`size_guards`)."""
-    device = "{v}.is_cpu" if meta.device.type == "cpu" else "{v}.device"
-    reads = ["{v}.shape", "{v}.stride()", "{v}.dtype", device]
-    reads += ["{v}.requires_grad", *(f"{{v}}.{bit}" for bit in _lazy_bits(meta))]
-    return "".join(read.format(v=value) + ", " for read in reads)
+    its sizes and strides, as items of a tuple display (each followed by a comma). The
+    rest that :meth:`SizeCheck.failure` checks (the exact type, dtype, device,
+    ``requires_grad``, lazy bits) is the tensor's own guard, before it (its expected
+    value a :class:`~torchstrata.core.TensorTraits`; :func:`size_guards`)."""
+    return f"{value}.shape, {value}.stride(), "
 
 
 class SizeCheck:
@@ -53,11 +39,14 @@ class SizeCheck:
     static sizes and strides, each symbol at least 2, and the size relations the trace
     relied on.
 
-    Answers are remembered per layout of the inputs in :attr:`known`, keyed by one flat
-    tuple of every read (:func:`layout_items`). The guard :func:`size_guards` makes
-    builds that key and looks it up inline in the entry's generated check: a layout seen
-    before costs its reads, a tuple and a dict lookup, with no Python call; a new one
-    calls :meth:`decide`."""
+    Answers on sizes and strides are remembered per layout of the inputs in
+    :attr:`known`, keyed by one flat tuple of their sizes and strides
+    (:func:`layout_items`). The guard :func:`size_guards` makes builds that key and looks
+    it up inline in the entry's generated check: a layout seen before costs its reads, a
+    tuple and a dict lookup, with no Python call; a new one calls :meth:`decide`. The
+    rest (exact types, dtypes, devices, ``requires_grad``, lazy bits) is checked by each
+    tensor's own guard before it, as a static entry's tensor guard checks it, and again
+    by :meth:`decide` (never remembered: the key does not hold it)."""
 
     def __init__(
         self,
@@ -93,14 +82,14 @@ class SizeCheck:
         #: layout key -> True when it passes, else why it fails
         self.known: dict[tuple[Any, ...], bool | str] = {}
         names = [f"t{i}" for i in range(len(self.metas))]
-        items = "".join(layout_items(t, m) for t, m in zip(names, self.metas, strict=True))
-        self._key: Any = eval(f"lambda {', '.join(names)}: ({items})")
+        self._key: Any = eval(f"lambda {', '.join(names)}: {self.key_expression(names)}")
 
     def key_expression(self, values: Sequence[str]) -> str:
         """The layout key as one tuple display over ``values`` (expressions for the
         tensors, in the order of :attr:`sources`): what the generated check hashes."""
-        items = "".join(layout_items(v, m) for v, m in zip(values, self.metas, strict=True))
-        return f"({items})"
+        if len(values) != len(self.metas):
+            raise ValueError(f"{len(values)} tensors for a check of {len(self.metas)}")
+        return f"({''.join(map(layout_items, values))})"
 
     def __call__(self, *tensors: Any) -> bool:
         """Whether ``tensors`` pass (the key computed here; see :meth:`decide`)."""
@@ -110,9 +99,13 @@ class SizeCheck:
         """Whether ``tensors`` pass, for a layout the inline lookup did not find passing:
         a new layout is checked and remembered; a failing one sets :attr:`last_failure`."""
         try:
+            traits = self._traits_failure(tensors)
             key = self._key(*tensors)
         except (AttributeError, TypeError):
             self.last_failure = "an input is not a tensor"
+            return False
+        if traits:  # not remembered: the key holds sizes and strides only
+            self.last_failure = traits
             return False
         known = self.known.get(key)
         if known is None:
@@ -133,18 +126,10 @@ class SizeCheck:
         for name, value in values.items():
             if value < 2:
                 return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
+        traits = self._traits_failure(tensors)
+        if traits:
+            return traits
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
-            if type(tensor) not in TENSOR_TYPES:  # a subclass would run the plain trace
-                return f"{source} is a {type(tensor).__name__}, not a plain tensor"
-            for what, got, want in (
-                ("dtype", tensor.dtype, meta.dtype),
-                ("device", tensor.device, meta.device),
-                ("requires_grad", tensor.requires_grad, meta.requires_grad),
-                ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
-                ("is_conj()", tensor.is_conj(), False),
-            ):
-                if got != want:
-                    return f"{source}.{what} is {got}, expected {want}"
             shape = concretize(tuple(meta.shape), values)
             if tuple(tensor.shape) != shape:
                 return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
@@ -164,6 +149,17 @@ class SizeCheck:
                 return f"size relation {self._named(expr)} is false for {sizes}"
         return ""
 
+    def _traits_failure(self, tensors: Sequence[torch.Tensor]) -> str:
+        """Why ``tensors`` fail on what their own guards check (exact type, dtype,
+        device, ``requires_grad``, lazy bits); '' when they pass."""
+        for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
+            if type(tensor) not in TENSOR_TYPES:  # a subclass would run the plain trace
+                return f"{source} is a {type(tensor).__name__}, not a plain tensor"
+            mismatch = TensorTraits.of(meta).mismatch(source, tensor)
+            if mismatch:
+                return mismatch
+        return ""
+
     def _named(self, expr: Any) -> str:
         text = str(expr)
         for name in sorted(self.names, key=len, reverse=True):
@@ -180,7 +176,7 @@ class SizeCheck:
 
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
-    tensor guard checks only the exact type; one more guard checks every symbolic input
+    tensor guard checks all but its sizes and strides (a :class:`TensorTraits`); one more guard checks every symbolic input
     with a :class:`SizeCheck`: its layout key looked up in :attr:`SizeCheck.known`
     inline, :meth:`SizeCheck.decide` called for a layout not known to pass."""
     kept: list[Guard] = []
@@ -193,7 +189,8 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
             has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides))
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
-            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+            traits = TensorTraits.of(meta)
+            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, traits, guard.description))
             sources.append(guard.source)
             metas.append(meta)
         else:

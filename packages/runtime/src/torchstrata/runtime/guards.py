@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
+import torch
 
 from torchstrata.core import (
     GUARD_NAMESPACE,
@@ -28,6 +29,7 @@ from torchstrata.core import (
     GuardKind,
     SizeCheck,
     TensorMeta,
+    TensorTraits,
     global_state,
     guard_cells,
     guard_condition,
@@ -79,6 +81,8 @@ class GuardFailure:
         text = f"{self.guard.kind.value} on {self.guard.source}"
         if self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
             text += f" (expected {_describe_meta(expected)})"
+        elif self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorTraits):
+            text += f" (expected {expected})"
         elif self.guard.kind is GuardKind.ABSENT_KEY:
             text += f" (expected no key {expected!r})"
         elif self.guard.kind is not GuardKind.ID_MATCH:
@@ -94,6 +98,21 @@ def _size_check(cell: Any) -> SizeCheck | None:
     except ValueError:  # an empty cell
         return None
     return contents if isinstance(contents, SizeCheck) else None
+
+
+def _traits_mismatch(
+    guard: Guard, traits: TensorTraits, frame: dict[str, Any], globals_: dict[str, Any]
+) -> str:
+    """What differs in the tensor that ``guard`` (a symbolic entry's tensor guard) read
+    from this frame; '' where that cannot be said (not a tensor, a failing read)."""
+    namespace = {**GUARD_NAMESPACE, **guard_cells([guard]), "L": frame, "G": globals_}
+    try:
+        value = eval(guard.source, namespace)
+    except Exception:  # noqa: BLE001 - the read fails: the plain failure says so
+        return ""
+    if not isinstance(value, torch.Tensor):
+        return ""
+    return traits.mismatch(guard.source, value)
 
 
 def _describe_meta(meta: TensorMeta) -> str:
@@ -230,7 +249,12 @@ class GuardSet:
             source, constants = _generate(self.guards, [g.source for g in self.guards], "L", None)
             self._precise_check = _build(source, constants)
         precise = self._precise_check(frame, globals_)
-        return GuardFailure.of(self.guards[precise if precise >= 0 else index])
+        guard = self.guards[precise if precise >= 0 else index]
+        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(guard.expected, TensorTraits):
+            detail = _traits_mismatch(guard, guard.expected, frame, globals_)
+            if detail:  # what differs, where the guard names only what it expected
+                return GuardFailure(guard, None, detail)
+        return GuardFailure.of(guard)
 
     def __len__(self) -> int:
         return len(self.guards)
