@@ -9,6 +9,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.core.meta import TensorMeta, TensorTraits
@@ -19,6 +20,7 @@ from torchstrata.core.symbolic import (
     has_symbols,
     is_symbolic,
     size_hint,
+    size_or_int,
 )
 
 #: layouts a :class:`SizeCheck` remembers its answer for (then it starts over)
@@ -57,7 +59,6 @@ class SizeCheck:
     ) -> None:
         self.metas = tuple(metas)
         self.sizes = sizes
-        self.exprs = sizes.guard_exprs()
         # symbol -> (tensor position, dim) it was made for: every symbol, also those the
         # ShapeEnv replaced by an equal one since (their guards still name them)
         self.slots: dict[str, tuple[int, int]] = {
@@ -65,16 +66,19 @@ class SizeCheck:
             for b in sizes.bindings
             if b.source in sources
         }
-        #: symbol -> its size, for a symbol of an input the trace made static: that
-        #: input's own exact tensor guard (``pinned``: source -> its static meta) checks
-        #: the size, so a relation naming it reads the value that guard requires
-        self.pinned_values: dict[str, int] = {
+        # symbol -> its size, for a symbol of an input the trace made static: that
+        # input's own exact tensor guard (``pinned``: source -> its static meta) checks
+        # the size, so a relation naming it holds that value
+        pinned_values = {
             b.name: size_hint(size)  # a SymInt the trace replaced by a constant: its value
             for b in sizes.bindings
             if b.source not in sources and pinned and b.source in pinned
             for size in (pinned[b.source].shape[b.dim],)
             if not is_symbolic(size)
         }
+        #: the conditions the trace relied on, each pinned size replaced by its value;
+        #: those that the exact tensor guards decide alone are left out
+        self.exprs = _without_pinned(sizes.guard_exprs(), pinned_values)
         self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
@@ -136,7 +140,6 @@ class SizeCheck:
             strides = concretize(tuple(meta.strides), values)
             if tuple(tensor.stride()) != strides:
                 return f"{source}.stride() is {list(tensor.stride())}, expected {list(strides)}"
-        values = {**self.pinned_values, **values}
         for expr in self.exprs:
             if any(s.name not in values for s in expr.free_symbols):
                 return f"{self._named(expr)} reads a size of an input with no tensor guard"
@@ -174,6 +177,30 @@ class SizeCheck:
         return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
 
 
+def _without_pinned(exprs: Sequence[Any], values: Mapping[str, int]) -> tuple[Any, ...]:
+    """``exprs`` with the symbols of ``values`` replaced by their values, less those that
+    become true (what the exact guards of the inputs the trace made static imply)."""
+    if not values:
+        return tuple(exprs)
+    import sympy
+
+    kept = []
+    for expr in exprs:
+        pinned = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}
+        expr = expr.xreplace(pinned) if pinned else expr
+        if expr is not sympy.true:
+            kept.append(expr)
+    return tuple(kept)
+
+
+def _plain_sizes(meta: TensorMeta) -> TensorMeta:
+    """``meta`` with each size and stride a plain ``int`` (none of them is symbolic)."""
+    if all(type(value) is int for value in (*meta.shape, *meta.strides)):
+        return meta
+    shape = tuple(size_or_int(size) for size in meta.shape)
+    return attrs.evolve(meta, shape=shape, strides=tuple(map(size_or_int, meta.strides)))
+
+
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
     tensor guard checks all but its sizes and strides (a :class:`TensorTraits`); one more guard checks every symbolic input
@@ -195,7 +222,12 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
             metas.append(meta)
         else:
             if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
-                pinned[guard.source] = meta  # an input the trace made static
+                # an input the trace made static: its sizes may be SymInts of known
+                # value, which compare with a call's ints through sympy (the decode
+                # step's guard: 65 us a call, not 4); as ints
+                meta = _plain_sizes(meta)
+                guard = attrs.evolve(guard, expected=meta)
+                pinned[guard.source] = meta
             kept.append(guard)
     check = SizeCheck(sources, metas, sizes, pinned)
     name = f"__torchstrata_sizes_{id(check):x}__"
