@@ -135,7 +135,7 @@ def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes():
         x = torch.randn(size, 8)
         torch.testing.assert_close(compiled(x, w), scale_add(x, w))
     assert len(routes.table) == 3  # one route per layout met through the fast path
-    for layout, runner in routes.table.items():
+    for layout, (runner,) in routes.table.items():
         assert runner is runners[(layout[0][0], 8)]  # the runner of that layout's sizes
     x = torch.randn(5, 8)
     assert _dispatch_calls(lambda: compiled(x, w)) == []  # no second lookup by size

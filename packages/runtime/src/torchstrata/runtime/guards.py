@@ -269,7 +269,7 @@ def _write_checks(
 ) -> None:
     """Each guard's check, in order; a group's members as one check at its first.
     ``route(index)``: writes guard ``index``'s check itself where it routes the call
-    (returning the variable of the graph function), else None."""
+    (returning the variable of its ``(graph function,)``), else None."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)
@@ -340,8 +340,8 @@ def _fetching_check(
     if len(values) != len(wanted) or None in values:
         return None
     returned = "(" + "".join(f"{value}, " for value in values) + ")"
-    if routed:
-        returned = f"(({routed[0]},), {returned})"
+    if routed:  # the route is the ``(graph function,)`` tuple itself
+        returned = f"({routed[0]}, {returned})"
     writer.lines.append(f"    return {returned}")
     constants = {**writer.constants, **guard_cells(guards)}
     constants[SELF_NAME] = binder.bound_self
@@ -356,24 +356,24 @@ def _write_route(
 ) -> str:
     """The size guard ``index`` written as a lookup of the call's layout among the routed
     ones (the runner for its sizes), else as the size check (the layout known to pass, or
-    decided now) and the learner of its route; the variable of the graph function."""
+    decided now) and the learner of its route; the variable of its ``(graph function,)``."""
     check = routes.check
-    layout, graph_fn = f"_k{index}", f"_r{index}"
+    layout, graph_fns = f"_k{index}", f"_r{index}"
     known = f"{writer.constant(check.known.get)}({layout}) is True"
     # read from the check when called (the slow path: a layout not known to pass)
     decide = f"{writer.constant(check)}.decide({', '.join(values)})"
     writer.lines += [
         "    try:",
         f"        {layout} = {check.key_expression(values)}",
-        f"        {graph_fn} = {writer.constant(routes.table.get)}({layout})",
-        f"        if {graph_fn} is None:",
+        f"        {graph_fns} = {writer.constant(routes.table.get)}({layout})",
+        f"        if {graph_fns} is None:",
         f"            if not ({known} or {decide}):",
         f"                {writer.fail(index)}",
-        f"            {graph_fn} = {writer.constant(routes.learner())}({layout})",
+        f"            {graph_fns} = {writer.constant(routes.learner())}({layout})",
         "    except Exception:",
         f"        {writer.fail(index)}",
     ]
-    return graph_fn
+    return graph_fns
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:

@@ -68,7 +68,9 @@ class SizeRoutes:
         self.guard = guard
         self.check = check
         self.slots = tuple(slots)
-        self.table: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        #: layout key -> ``(runner,)``: the graph functions the direct program takes,
+        #: made once (a tuple built per call cost the check a tenth of its time)
+        self.table: dict[tuple[Any, ...], tuple[Callable[..., Any]]] = {}
         self._runner_for = runner_for
         self._direct = direct
 
@@ -78,13 +80,14 @@ class SizeRoutes:
         runner = self._runner_for(tuple(inputs[p].shape[d] for p, d in self.slots))
         if len(self.table) >= MAX_ROUTES:
             self.table.clear()
-        self.table[layout] = runner
+        self.table[layout] = (runner,)
         return runner(*inputs)
 
-    def learner(self) -> Callable[..., Any]:
-        """``learner(layout)``: the graph function of a layout not routed yet (made in the
-        generated check, which has the key, not the graph's inputs)."""
-        return functools.partial(functools.partial, self.learn)
+    def learner(self) -> Callable[[tuple[Any, ...]], tuple[Callable[..., Any]]]:
+        """``learner(layout)``: ``(graph function,)`` for a layout not routed yet (made
+        in the generated check, which has the key, not the graph's inputs)."""
+        learn = self.learn
+        return lambda layout: (functools.partial(learn, layout),)
 
     def run(self, routed: tuple[tuple[Callable[..., Any]], tuple[Any, ...]]) -> Any:
         """What the frame returns, given what the routed check returned."""
