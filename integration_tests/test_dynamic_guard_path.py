@@ -139,6 +139,9 @@ def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes():
         assert runner is runners[(layout[0][0], 8)]  # the runner of that layout's sizes
     x = torch.randn(5, 8)
     assert _dispatch_calls(lambda: compiled(x, w)) == []  # no second lookup by size
+    # the layout routed last is compared before the table is looked up
+    (layout,) = [k for k in routes.table if k[0][0] == 5]
+    assert routes.last[0] == (*layout, routes.table[layout])
     x9 = torch.randn(9, 8)
     assert _dispatch_calls(lambda: compiled(x9, w)) == []  # a new size learns its route
     torch.testing.assert_close(compiled(x9, w), scale_add(x9, w))

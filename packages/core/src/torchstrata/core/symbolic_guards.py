@@ -27,13 +27,19 @@ from torchstrata.core.symbolic import (
 _MAX_KNOWN = 4096
 
 
+def layout_reads(value: str) -> tuple[str, ...]:
+    """The reads of the layout key of one tensor, ``value`` being an expression for it
+    (:func:`layout_items`), one expression each."""
+    return (f"{value}.shape", f"{value}.stride()")
+
+
 def layout_items(value: str) -> str:
     """The reads of the layout key of one tensor, ``value`` being an expression for it:
     its sizes and strides, as items of a tuple display (each followed by a comma). The
     rest that :meth:`SizeCheck.failure` checks (the exact type, dtype, device,
     ``requires_grad``, lazy bits) is the tensor's own guard, before it (its expected
     value a :class:`~torchstrata.core.TensorTraits`; :func:`size_guards`)."""
-    return f"{value}.shape, {value}.stride(), "
+    return "".join(f"{read}, " for read in layout_reads(value))
 
 
 class SizeCheck:
@@ -91,9 +97,13 @@ class SizeCheck:
     def key_expression(self, values: Sequence[str]) -> str:
         """The layout key as one tuple display over ``values`` (expressions for the
         tensors, in the order of :attr:`sources`): what the generated check hashes."""
+        return "(" + "".join(f"{read}, " for read in self.key_reads(values)) + ")"
+
+    def key_reads(self, values: Sequence[str]) -> list[str]:
+        """The items of :meth:`key_expression`, one expression each."""
         if len(values) != len(self.metas):
             raise ValueError(f"{len(values)} tensors for a check of {len(self.metas)}")
-        return f"({''.join(map(layout_items, values))})"
+        return [read for value in values for read in layout_reads(value)]
 
     def __call__(self, *tensors: Any) -> bool:
         """Whether ``tensors`` pass (the key computed here; see :meth:`decide`)."""

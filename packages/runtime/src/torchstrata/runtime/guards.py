@@ -358,18 +358,27 @@ def _write_route(
     ones (the runner for its sizes), else as the size check (the layout known to pass, or
     decided now) and the learner of its route; the variable of its ``(graph function,)``."""
     check = routes.check
-    layout, graph_fns = f"_k{index}", f"_r{index}"
+    layout, graph_fns, last = f"_k{index}", f"_r{index}", f"_l{index}"
     known = f"{writer.constant(check.known.get)}({layout}) is True"
     # read from the check when called (the slow path: a layout not known to pass)
     decide = f"{writer.constant(check)}.decide({', '.join(values)})"
+    reads = check.key_reads(values)
+    # the layout routed last, compared as a static guard compares (no key hashed)
+    same = " and ".join(f"{read} == {last}[{i}]" for i, read in enumerate(reads))
     writer.lines += [
         "    try:",
-        f"        {layout} = {check.key_expression(values)}",
-        f"        {graph_fns} = {writer.constant(routes.table.get)}({layout})",
-        f"        if {graph_fns} is None:",
-        f"            if not ({known} or {decide}):",
-        f"                {writer.fail(index)}",
-        f"            {graph_fns} = {writer.constant(routes.learner())}({layout})",
+        f"        {last} = {writer.constant(routes.last)}[0]",
+        f"        if {same}:",
+        f"            {graph_fns} = {last}[{len(reads)}]",
+        "        else:",
+        f"            {layout} = {check.key_expression(values)}",
+        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
+        f"            if {graph_fns} is None:",
+        f"                if not ({known} or {decide}):",
+        f"                    {writer.fail(index)}",
+        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
+        "            else:",
+        f"                {writer.constant(routes.last)}[0] = (*{layout}, {graph_fns})",
         "    except Exception:",
         f"        {writer.fail(index)}",
     ]

@@ -71,6 +71,10 @@ class SizeRoutes:
         #: layout key -> ``(runner,)``: the graph functions the direct program takes,
         #: made once (a tuple built per call cost the check a tenth of its time)
         self.table: dict[tuple[Any, ...], tuple[Callable[..., Any]]] = {}
+        #: ``[(*layout, (runner,))]`` of the layout routed last, compared item by item
+        #: before the table is looked up (no key tuple hashed when a size repeats); one
+        #: tuple read whole, so a thread sees one layout with its own route
+        self.last: list[tuple[Any, ...]] = [(None,) * (2 * len(check.sources) + 1)]
         self._runner_for = runner_for
         self._direct = direct
 
@@ -81,6 +85,7 @@ class SizeRoutes:
         if len(self.table) >= MAX_ROUTES:
             self.table.clear()
         self.table[layout] = (runner,)
+        self.last[0] = (*layout, (runner,))
         return runner(*inputs)
 
     def learner(self) -> Callable[[tuple[Any, ...]], tuple[Callable[..., Any]]]:
