@@ -170,3 +170,24 @@ def test_routes_are_refused_where_a_size_is_not_read_by_the_size_check():
         SizeRoutes(size_guard, ["L['x']", "L['other']"], [(1, 0)], dict().get, print)
     with pytest.raises(ValueError, match="is not a size guard"):
         SizeRoutes(guards[0], ["L['x']"], [(0, 0)], dict().get, print)
+
+
+def column_sums(x):
+    return x.sum(0) * 2
+
+
+def test_two_sizes_of_one_value_are_two_names_in_the_guard_text():
+    # a square input: both dimensions are 6 when traced, and stay two symbols (sizes are
+    # named by symbol, not by value: no dimension printed as the other)
+    compiled = rt.compile(column_sums, dynamic=True, codegen="cpp")
+    x = torch.randn(6, 6)
+    torch.testing.assert_close(compiled(x), column_sums(x))
+    (size_guard,) = [g for g in compiled.cache.entries[0].guards.guards if g.cells]
+    text = describe_guard(size_guard)
+    assert "L['x'].size()[0] >= 2" in text and "L['x'].size()[1] >= 2" in text
+    # a failure names the dimension that fails, not the other of the same traced size
+    (failure,) = compiled.guard_failures((torch.randn(6, 1),), {})
+    assert failure.startswith("L['x'].size()[1] is 1: sizes 0 and 1 are specialised")
+    wide = torch.randn(6, 9)  # not square: the same entry (no equality was assumed)
+    torch.testing.assert_close(compiled(wide), column_sums(wide))
+    assert len(compiled.cache) == 1
