@@ -213,8 +213,9 @@ def measure_tiny(args: argparse.Namespace) -> None:
             "eager": (lambda: _scale_add(x, w), n),
         },
         args,
+        time.process_time if args.clock == "cpu" else time.perf_counter,
     )
-    print("tiny: f(x, w) = x * w + 1, x 4x8, w 8, C++; static vs symbolic entry")
+    print(f"tiny: f(x, w) = x * w + 1, x 4x8, w 8, C++; static vs symbolic entry ({args.clock})")
     for what, values in times.items():
         print(f"  {what:<15} us {_spread(values)}")
     print(f"  guard symbolic/static {_ratio(times['guard symbolic'], times['guard static'])}")
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
     parser.add_argument("--print-source", action="store_true")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="tiny's clock (cpu: process time)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from bench.compile_scaling import _commit, _load
