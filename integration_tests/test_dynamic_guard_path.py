@@ -191,3 +191,24 @@ def test_two_sizes_of_one_value_are_two_names_in_the_guard_text():
     wide = torch.randn(6, 9)  # not square: the same entry (no equality was assumed)
     torch.testing.assert_close(compiled(wide), column_sums(wide))
     assert len(compiled.cache) == 1
+
+
+def branch_on_rows(x):
+    if x.shape[0] > 20:
+        return x * 2
+    return x - 1
+
+
+def test_a_routed_entry_still_refuses_a_size_its_relation_excludes():
+    compiled = rt.compile(branch_on_rows, dynamic=True, codegen="cpp")
+    for rows in (25, 30, 25, 30):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), branch_on_rows(x))
+    (entry,) = compiled.cache.entries
+    assert entry.guards.routed and len(entry.run_inputs.__self__.table) == 2
+    small = torch.randn(10, 8)  # same width and strides per row: only the relation differs
+    assert entry.guards.fetch_args((small,), compiled._globals) is None
+    failure = entry.guards.failure({"x": small}, compiled._globals)
+    assert "size relation L['x'].size()[0] > 20 is false for L['x'].size()[0] = 10" in str(failure)
+    torch.testing.assert_close(compiled(small), branch_on_rows(small))  # its own entry
+    assert len(compiled.cache) == 2
