@@ -10,6 +10,12 @@ Four workloads, chosen with ``--only`` (default all):
   ``dynamic=False`` (a static entry) and ``dynamic=True`` (a symbolic entry), their
   guard checks and whole calls timed in alternation (issue 33: the symbolic entry's
   check within 10% of the static one's);
+* ``small``: the per-call path where the guard matters, at one size each: the issue's
+  ``softmax_gelu`` (:mod:`bench.dynamic_sizes`) at 17 and 64 rows of 256 and the decode
+  step at cache lengths 16 and 40; ours static (``dynamic=False``), ours symbolic
+  (``dynamic=True``, called at a second size first: one entry serving both) and eager,
+  timed in turns by process CPU time and by wall clock (issue 33: the symbolic call
+  within 10% of the static one);
 * ``gpt``: a training step (forward, loss, backward) of the bench GPT of
   :mod:`bench.depth_steps` (``--layers``, default 8): the entry's guard check, the
   same check without the parameters' tensor guards (what the parameters cost), and the
@@ -22,13 +28,16 @@ A guard check is called as the runtime calls it for a positional call (``fetch_a
 else ``check_args``).
 
     python -m bench.guard_cost --only tiny,gpt --rounds 9
+    python -m bench.guard_cost --only tiny,small --rounds 9
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from typing import Any
@@ -108,9 +117,14 @@ def sequential(blocks: int = 20, width: int = 16) -> torch.nn.Module:
 Contender = tuple[Callable[[], Any], int]
 
 
-def _rounds(contenders: dict[str, Contender], args: argparse.Namespace) -> dict[str, list[float]]:
+def _rounds(
+    contenders: dict[str, Contender],
+    args: argparse.Namespace,
+    timer: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
     """Microseconds per call of each contender, one value per round: the minimum over
-    ``args.repeat`` batches; the contenders alternate, the order rotating per round."""
+    ``args.repeat`` batches; the contenders alternate, the order rotating per round.
+    ``timer``: the clock (wall, or ``time.process_time`` for this process's CPU time)."""
     for fn, _ in contenders.values():
         for _ in range(3):
             fn()
@@ -119,7 +133,7 @@ def _rounds(contenders: dict[str, Contender], args: argparse.Namespace) -> dict[
     for index in range(args.rounds):
         for name in names[index % len(names) :] + names[: index % len(names)]:
             fn, number = contenders[name]
-            best = min(timeit.repeat(fn, number=number, repeat=args.repeat))
+            best = min(timeit.repeat(fn, number=number, repeat=args.repeat, timer=timer))
             times[name].append(best * 1e6 / number)
     return times
 
@@ -199,12 +213,66 @@ def measure_tiny(args: argparse.Namespace) -> None:
             "eager": (lambda: _scale_add(x, w), n),
         },
         args,
+        time.process_time if args.clock == "cpu" else time.perf_counter,
     )
-    print("tiny: f(x, w) = x * w + 1, x 4x8, w 8, C++; static vs symbolic entry")
+    print(f"tiny: f(x, w) = x * w + 1, x 4x8, w 8, C++; static vs symbolic entry ({args.clock})")
     for what, values in times.items():
         print(f"  {what:<15} us {_spread(values)}")
     print(f"  guard symbolic/static {_ratio(times['guard symbolic'], times['guard static'])}")
     print(f"  call  symbolic/static {_ratio(times['call symbolic'], times['call static'])}")
+
+
+def _small_cases() -> list[tuple[str, Callable[..., Any], tuple[Any, ...], tuple[Any, ...]]]:
+    """(name, function, the timed call's arguments, another size's) of ``small``."""
+    from bench.dynamic_sizes import decode_step, softmax_gelu
+
+    w = torch.randn(256, 256)
+    cases = []
+    for rows in (17, 64):
+        x, other = torch.randn(rows, 256), torch.randn(rows + 3, 256)
+        cases.append((f"softmax_gelu x {rows}x256", softmax_gelu, (x, w), (other, w)))
+    for length in (16, 40):
+
+        def step(t: int) -> tuple[torch.Tensor, ...]:
+            return (torch.randn(2, t, 32), torch.randn(2, t, 32), *torch.randn(3, 2, 1, 32))
+
+        cases.append((f"decode cache {length}", decode_step, step(length), step(length + 5)))
+    return cases
+
+
+def measure_small(args: argparse.Namespace) -> None:
+    """Ours static, ours symbolic and eager at one size each of small workloads: guard
+    checks and whole calls, by process CPU time and by wall clock."""
+    for name, fn, call_args, other_args in _small_cases():
+        static = torchstrata.runtime.compile(fn, dynamic=False)
+        symbolic = torchstrata.runtime.compile(fn, dynamic=True)
+        with torch.no_grad():
+            for compiled in (static, symbolic):
+                for _ in range(2):
+                    torch.testing.assert_close(compiled(*call_args), fn(*call_args))
+            torch.testing.assert_close(symbolic(*other_args), fn(*other_args))
+            _, static_check = _positional_check(static, call_args)
+            _, symbolic_check = _positional_check(symbolic, call_args)  # one entry, two sizes
+            n = args.number * 2
+            contenders = {
+                "guard static": (static_check, n * 5),
+                "guard symbolic": (symbolic_check, n * 5),
+                "call static": (functools.partial(static, *call_args), n),
+                "call symbolic": (functools.partial(symbolic, *call_args), n),
+                "eager": (functools.partial(fn, *call_args), n),
+            }
+            clocks = {"cpu": time.process_time, "wall": time.perf_counter}
+            times = {clock: _rounds(contenders, args, timer) for clock, timer in clocks.items()}
+        print(f"small: {name}; static vs symbolic entry (C++), eager")
+        for clock, values in times.items():
+            line = "  ".join(f"{what} {_spread(v).strip()}" for what, v in values.items())
+            print(f"  {clock:<4} us  {line}")
+            guard = _ratio(values["guard symbolic"], values["guard static"]).strip()
+            call = _ratio(values["call symbolic"], values["call static"]).strip()
+            eager = _ratio(values["call symbolic"], values["eager"]).strip()
+            print(
+                f"  {clock:<4} symbolic/static guard {guard}, call {call}; symbolic/eager {eager}"
+            )
 
 
 def _is_parameter_check(guard: Guard) -> bool:
@@ -269,12 +337,15 @@ def measure_gpt(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Measure the chosen workloads."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--only", default="sequential,tree,tiny,gpt")
+    parser.add_argument("--only", default="sequential,tree,tiny,small,gpt")
     parser.add_argument("--number", type=int, default=200, help="calls per batch (x20: tiny)")
     parser.add_argument("--repeat", type=int, default=5, help="batches per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
     parser.add_argument("--print-source", action="store_true")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="tiny's clock (cpu: process time)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from bench.compile_scaling import _commit, _load
@@ -292,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_module("tree 36x14", Tree(), torch.randn(1), args)
     if "tiny" in only:
         measure_tiny(args)
+    if "small" in only:
+        measure_small(args)
     if "gpt" in only:
         measure_gpt(args)
     print(f"# load avg at the end {_load()}")

@@ -23,6 +23,8 @@ from integration_tests.dynamic_corpus.programs import (
     slice_half,
     softmax_gelu,
 )
+from torchstrata.core import TensorMeta
+from torchstrata.runtime.size_routes import size_check_of
 
 #: Sizes of the dynamic dimension: odd, even, small and large (never 0 or 1 here).
 SIZES = (16, 17, 5, 33, 2, 64, 9, 40)
@@ -239,6 +241,30 @@ def test_dynamic_true_with_inputs_the_trace_made_static():
             ):
                 torch.testing.assert_close(got, want)
     assert len(compiled.cache) <= 2
+    (entry,) = [e for e in compiled.cache.entries if "symbolic sizes" in str(e.guards.guards)]
+    exact = [g for g in entry.guards.guards if isinstance(g.expected, TensorMeta)]
+    assert len(exact) == 3  # q, k, v
+    for guard in exact:  # compared as ints: a SymInt of known value compares via sympy
+        sizes = (*guard.expected.shape, *guard.expected.strides)
+        assert all(type(size) is int for size in sizes), guard
+    (check,) = [size_check_of(g) for g in entry.guards.guards if size_check_of(g)]
+    pinned = {"L['q']", "L['k']", "L['v']"}
+    names = {b.name for b in check.sizes.bindings if b.source in pinned}
+    # relations over the sizes of q, k, v read the values their exact guards require;
+    # none is left that those guards decide alone
+    assert not any({s.name for s in expr.free_symbols} & names for expr in check.exprs)
+    assert len(check.exprs) < len(check.sizes.guard_exprs())
+    failure = entry.guards.failure(
+        {
+            "k_cache": torch.randn(3, 7, 16),
+            "v_cache": torch.randn(3, 7, 16),
+            "q": q,
+            "k": k,
+            "v": v,
+        },
+        compiled._globals,
+    )
+    assert failure is not None and "L['k_cache'].size()[0]" in str(failure)
 
 
 def test_a_mask_from_arange_and_lengths():

@@ -30,11 +30,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from torchstrata.autograd.call_results import (
+    call_arguments,
+    direct_result,
+    fake_on_cpu,
+    holds_tensor,
+    result_meta,
+)
 from torchstrata.autograd.cpu_layouts import cpu_layout
 from torchstrata.autograd.devices import cpu_result
 from torchstrata.autograd.functional import (
@@ -55,7 +61,6 @@ from torchstrata.core import (
     TensorMeta,
     aten,
     aten_from_overload,
-    direct_meta,
     size_or_int,
 )
 
@@ -317,7 +322,9 @@ class AtenRecorder(TorchDispatchMode):
         node_args = [arg.node if isinstance(arg, Value) else arg for arg in args]
         with torch.no_grad():
             result = func(*fake_args, **kwargs)
-        node = self.builder.call(aten_from_overload(func), *node_args, meta=_meta(result), **kwargs)
+        node = self.builder.call(
+            aten_from_overload(func), *node_args, meta=result_meta(result), **kwargs
+        )
         if index is None:
             return Value(result, node)
         return Value(result[index], self.builder.getitem(node, index))
@@ -334,7 +341,7 @@ class AtenRecorder(TorchDispatchMode):
         if not op.name.startswith("aten."):
             raise NotImplementedError(f"{func.name()} is not an ATen op; it cannot be recorded")
         node = self.builder.call(
-            op, *self._to_argument(args), meta=_meta(result), **self._to_argument(kwargs)
+            op, *self._to_argument(args), meta=result_meta(result), **self._to_argument(kwargs)
         )
         if isinstance(result, torch.Tensor):
             self._bind_result(func, args, kwargs, result, node, None)
@@ -392,7 +399,7 @@ class AtenRecorder(TorchDispatchMode):
             written = written or hidden_writes(func, bound)
             if any(bound[name] is not None for name in written):
                 return self._record_mutation(func, args, kwargs, written)
-        result = _direct_result(func, args, kwargs)
+        result = direct_result(func, args, kwargs)
         if result is None:
             try:
                 if self._cudnn_layouts and func._overloadpacket._qualified_op_name in _CUDNN_OPS:
@@ -406,7 +413,7 @@ class AtenRecorder(TorchDispatchMode):
         if self._meta_stands_for is not None:
             result = cpu_result(func, args, result)
         result = self._cpu_layout(func, args, kwargs, result)
-        if not _holds_tensor(result):
+        if not holds_tensor(result):
             return result  # sizes, devices...: static facts of the trace, not graph values
         self._record(func, args, kwargs, result)
         return result
@@ -437,7 +444,7 @@ class AtenRecorder(TorchDispatchMode):
         """``result`` in the CPU kernel's layout where a CPU graph's meta kernel gives
         another (:func:`~torchstrata.autograd.cpu_layouts.cpu_layout`)."""
         on_meta = self._meta_stands_for is not None
-        if not on_meta and not _fake_on_cpu(result):
+        if not on_meta and not fake_on_cpu(result):
             return result
         return cpu_layout(func, args, dict(kwargs), result, on_meta=on_meta)
 
@@ -450,7 +457,7 @@ class AtenRecorder(TorchDispatchMode):
     ) -> Any:
         form = functional_form(func, written)
         bound = bind_arguments(func, args, kwargs)
-        call_args, call_kwargs = _call_arguments(form.op, bound)
+        call_args, call_kwargs = call_arguments(form.op, bound)
         node_args = self._to_argument(call_args)
         node_kwargs = self._to_argument(call_kwargs)
         with torch.no_grad():
@@ -458,7 +465,7 @@ class AtenRecorder(TorchDispatchMode):
                 form.op, call_args, call_kwargs, form.op(*call_args, **call_kwargs)
             )
         node = self.builder.call(
-            aten_from_overload(form.op), *node_args, meta=_meta(new), **node_kwargs
+            aten_from_overload(form.op), *node_args, meta=result_meta(new), **node_kwargs
         )
         result = func(*args, **kwargs)  # keep the fake tensors' own state in step
         result = self._cpu_layout(func, args, kwargs, result)
@@ -533,68 +540,3 @@ class AtenRecorder(TorchDispatchMode):
             base.value = new
         base.version += 1
         entry.node, entry.version = new.node, base.version
-
-
-def _plain_meta(value: Any) -> Any:
-    """A plain meta tensor's (or a 0-dim CPU constant's) :class:`TensorMeta`; else the value."""
-    if type(value) is torch.Tensor and (value.is_meta or (value.ndim == 0 and value.is_cpu)):
-        return TensorMeta.from_tensor(value)
-    return value
-
-
-def _direct_result(
-    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """Fresh meta tensors for a call that :func:`~torchstrata.core.direct_meta` can answer.
-
-    On plain meta tensors only (not fake ones); it spares running torch's Python meta
-    kernels, which import sympy. None when the call must run.
-    """
-    metas = [_plain_meta(arg) for arg in args]
-    if not any(isinstance(meta, TensorMeta) and meta.device.type == "meta" for meta in metas):
-        return None
-    answer = direct_meta(str(func), metas, {key: _plain_meta(v) for key, v in kwargs.items()})
-    if isinstance(answer, TensorMeta):
-        return answer.to_meta_tensor()
-    if isinstance(answer, tuple) and all(meta is not None for meta in answer):
-        return tuple(meta.to_meta_tensor() for meta in answer if meta is not None)
-    return None
-
-
-def _call_arguments(
-    func: torch._ops.OpOverload, bound: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Positional and keyword arguments for ``func`` from values bound by name."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for argument in func._schema.arguments:
-        value = bound.get(argument.name)
-        if argument.kwarg_only:
-            if value is not None:
-                kwargs[argument.name] = value
-        else:
-            args.append(value)
-    return tuple(args), kwargs
-
-
-def _meta(result: Any) -> Any:
-    if isinstance(result, torch.Tensor):
-        return TensorMeta.from_tensor(result)
-    return tuple(
-        TensorMeta.from_tensor(item) if isinstance(item, torch.Tensor) else None for item in result
-    )
-
-
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    return isinstance(value, tuple | list) and any(isinstance(item, torch.Tensor) for item in value)
-
-
-def _fake_on_cpu(result: Any) -> bool:
-    """Whether ``result`` holds tensors, all of them fake tensors on the CPU."""
-    items = result if isinstance(result, tuple | list) else (result,)
-    tensors = [item for item in items if isinstance(item, torch.Tensor)]
-    return bool(tensors) and all(
-        isinstance(item, FakeTensor) and item.device.type == "cpu" for item in tensors
-    )

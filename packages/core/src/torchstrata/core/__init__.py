@@ -54,6 +54,7 @@ from torchstrata.core.logs import (
 )
 from torchstrata.core.meta import (
     TensorMeta,
+    TensorTraits,
     broadcast_strides,
     contiguous_strides,
     is_dense,
@@ -225,6 +226,7 @@ __all__ = [
     "SymbolicAot",
     "SymbolicSizes",
     "TensorMeta",
+    "TensorTraits",
     "Transformer",
     "VerificationError",
     "WriteBack",

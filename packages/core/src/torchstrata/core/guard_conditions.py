@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core.meta import TensorMeta
+from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 
 _CPU = torch.device("cpu")
@@ -47,22 +47,34 @@ def guard_condition(guard: Guard, var: str, constant: Constant) -> str:
 
 def _tensor_condition(var: str, expected: Any, constant: Constant) -> str:
     types = constant(TENSOR_TYPES)
-    if not isinstance(expected, TensorMeta):
-        # a tensor of sizes checked elsewhere (a symbolic entry's SizeCheck): the type,
-        # exact as below
-        return f"type({var}) in {types}"
     # Exact types: a tensor subclass (its __torch_function__ or dispatch) would run the
     # graph traced for a plain tensor; the capture refuses subclasses, so one fails the
     # guard and runs eagerly.
+    if isinstance(expected, TensorTraits):
+        # a tensor of sizes and strides checked elsewhere (a symbolic entry's SizeCheck)
+        return f"type({var}) in {types} and " + _traits_condition(var, expected, constant)
+    if not isinstance(expected, TensorMeta):
+        return f"type({var}) in {types}"
+    return (
+        f"type({var}) in {types} and {var}.shape == {constant(torch.Size(expected.shape))}"
+        f" and {var}.dtype is {constant(expected.dtype)}"
+        f" and {var}.stride() == {constant(tuple(expected.strides))} and "
+        + _traits_condition(var, TensorTraits.of(expected), constant, dtype=False)
+    )
+
+
+def _traits_condition(
+    var: str, expected: TensorTraits, constant: Constant, dtype: bool = True
+) -> str:
+    """The dtype (unless ``dtype`` is False: checked already), device, ``requires_grad``
+    and lazy bits of the tensor ``var``."""
     if expected.device == _CPU:
         device_check = f"{var}.is_cpu"  # the same test without making a device object
     else:
         device_check = f"{var}.device == {constant(expected.device)}"
     return (
-        f"type({var}) in {types} and {var}.shape == {constant(torch.Size(expected.shape))}"
-        f" and {var}.dtype is {constant(expected.dtype)}"
-        f" and {var}.stride() == {constant(tuple(expected.strides))} and {device_check}"
-        f" and {var}.requires_grad is {constant(bool(expected.requires_grad))}"
+        (f"{var}.dtype is {constant(expected.dtype)} and " if dtype else "")
+        + f"{device_check} and {var}.requires_grad is {constant(bool(expected.requires_grad))}"
         + _lazy_bits_condition(var, expected.dtype)
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from torchstrata.core.meta import TensorMeta
+from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import Guard, GuardKind
 from torchstrata.core.symbolic_guards import SizeCheck
 
@@ -51,6 +51,11 @@ def describe_guard(guard: Guard) -> str:
     elif kind is GuardKind.TENSOR_MATCH:
         if isinstance(expected, TensorMeta):
             text = f"{source}: Tensor, {describe_tensor_meta(expected)}"
+        elif isinstance(expected, TensorTraits):  # sizes: the entry's size check
+            text = (
+                f"{source}: Tensor, dtype == {expected.dtype}, device == {expected.device}, "
+                f"requires_grad == {expected.requires_grad}"
+            )
         else:
             text = f"{source}: a Tensor"
     elif kind is GuardKind.CONSTANT_MATCH:

@@ -152,3 +152,38 @@ class TensorMeta:
     def to_empty(self) -> torch.Tensor:
         """An uninitialised real tensor with these sizes, strides, dtype and device."""
         return torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device=self.device)
+
+
+@attrs.frozen
+class TensorTraits:
+    """What a tensor guard of a symbolic entry checks besides the exact type: the dtype,
+    the device and ``requires_grad`` (and no lazy conjugate or negative bit). Its sizes
+    and strides are the entry's size check's (:class:`~torchstrata.core.SizeCheck`)."""
+
+    dtype: torch.dtype
+    device: torch.device = attrs.field(converter=_as_device)
+    requires_grad: bool = False
+
+    @classmethod
+    def of(cls, meta: TensorMeta) -> TensorTraits:
+        """The traits of ``meta`` (its sizes and strides left out)."""
+        return cls(meta.dtype, meta.device, bool(meta.requires_grad))
+
+    def mismatch(self, name: str, tensor: torch.Tensor) -> str:
+        """What of ``tensor`` (called ``name``) differs from these traits, e.g.
+        ``L['x'].dtype is torch.float16, expected torch.float32``; '' when nothing does.
+        Its type is the caller's to check."""
+        for what, got, want in (
+            ("dtype", tensor.dtype, self.dtype),
+            ("device", tensor.device, self.device),
+            ("requires_grad", tensor.requires_grad, self.requires_grad),
+            ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
+            ("is_conj()", tensor.is_conj(), False),
+        ):
+            if got != want:
+                return f"{name}.{what} is {got}, expected {want}"
+        return ""
+
+    def __str__(self) -> str:
+        grad = ", requires_grad" if self.requires_grad else ""
+        return f"{self.dtype} on {self.device}{grad}, any sizes"

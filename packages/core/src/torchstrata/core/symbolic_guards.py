@@ -9,9 +9,10 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
-from torchstrata.core.meta import TensorMeta
+from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import (
     SymbolicSizes,
@@ -19,33 +20,26 @@ from torchstrata.core.symbolic import (
     has_symbols,
     is_symbolic,
     size_hint,
+    size_or_int,
 )
 
 #: layouts a :class:`SizeCheck` remembers its answer for (then it starts over)
 _MAX_KNOWN = 4096
 
 
-def _lazy_bits(meta: TensorMeta) -> tuple[str, ...]:
-    """The lazy bits a tensor of ``meta``'s dtype can carry (only complex tensors a
-    conjugate bit, only floating and complex ones a negative bit): the others are
-    always clear for a tensor whose dtype passes."""
-    if meta.dtype.is_complex:
-        return ("is_neg()", "is_conj()")
-    return ("is_neg()",) if meta.dtype.is_floating_point else ()
+def layout_reads(value: str) -> tuple[str, ...]:
+    """The reads of the layout key of one tensor, ``value`` being an expression for it
+    (:func:`layout_items`), one expression each."""
+    return (f"{value}.shape", f"{value}.stride()")
 
 
-def layout_items(value: str, meta: TensorMeta) -> str:
+def layout_items(value: str) -> str:
     """The reads of the layout key of one tensor, ``value`` being an expression for it:
-    everything :meth:`SizeCheck.failure` checks but the type (sizes, strides, dtype,
-    device, ``requires_grad`` and the lazy bits its dtype can carry), as items of a tuple
-    display (each followed by a comma). The device of a tensor expected on the CPU as
-    ``is_cpu`` (every other device fails alike); of one expected elsewhere as the device
-    itself, so that a tensor on ``cuda:1`` is never taken for the ``cuda:0`` one
-    remembered. The exact type is the guard before it (:func:`size_guards`)."""
-    device = "{v}.is_cpu" if meta.device.type == "cpu" else "{v}.device"
-    reads = ["{v}.shape", "{v}.stride()", "{v}.dtype", device]
-    reads += ["{v}.requires_grad", *(f"{{v}}.{bit}" for bit in _lazy_bits(meta))]
-    return "".join(read.format(v=value) + ", " for read in reads)
+    its sizes and strides, as items of a tuple display (each followed by a comma). The
+    rest that :meth:`SizeCheck.failure` checks (the exact type, dtype, device,
+    ``requires_grad``, lazy bits) is the tensor's own guard, before it (its expected
+    value a :class:`~torchstrata.core.TensorTraits`; :func:`size_guards`)."""
+    return "".join(f"{read}, " for read in layout_reads(value))
 
 
 class SizeCheck:
@@ -53,11 +47,14 @@ class SizeCheck:
     static sizes and strides, each symbol at least 2, and the size relations the trace
     relied on.
 
-    Answers are remembered per layout of the inputs in :attr:`known`, keyed by one flat
-    tuple of every read (:func:`layout_items`). The guard :func:`size_guards` makes
-    builds that key and looks it up inline in the entry's generated check: a layout seen
-    before costs its reads, a tuple and a dict lookup, with no Python call; a new one
-    calls :meth:`decide`."""
+    Answers on sizes and strides are remembered per layout of the inputs in
+    :attr:`known`, keyed by one flat tuple of their sizes and strides
+    (:func:`layout_items`). The guard :func:`size_guards` makes builds that key and looks
+    it up inline in the entry's generated check: a layout seen before costs its reads, a
+    tuple and a dict lookup, with no Python call; a new one calls :meth:`decide`. The
+    rest (exact types, dtypes, devices, ``requires_grad``, lazy bits) is checked by each
+    tensor's own guard before it, as a static entry's tensor guard checks it, and again
+    by :meth:`decide` (never remembered: the key does not hold it)."""
 
     def __init__(
         self,
@@ -68,7 +65,6 @@ class SizeCheck:
     ) -> None:
         self.metas = tuple(metas)
         self.sizes = sizes
-        self.exprs = sizes.guard_exprs()
         # symbol -> (tensor position, dim) it was made for: every symbol, also those the
         # ShapeEnv replaced by an equal one since (their guards still name them)
         self.slots: dict[str, tuple[int, int]] = {
@@ -76,16 +72,19 @@ class SizeCheck:
             for b in sizes.bindings
             if b.source in sources
         }
-        #: symbol -> its size, for a symbol of an input the trace made static: that
-        #: input's own exact tensor guard (``pinned``: source -> its static meta) checks
-        #: the size, so a relation naming it reads the value that guard requires
-        self.pinned_values: dict[str, int] = {
+        # symbol -> its size, for a symbol of an input the trace made static: that
+        # input's own exact tensor guard (``pinned``: source -> its static meta) checks
+        # the size, so a relation naming it holds that value
+        pinned_values = {
             b.name: size_hint(size)  # a SymInt the trace replaced by a constant: its value
             for b in sizes.bindings
             if b.source not in sources and pinned and b.source in pinned
             for size in (pinned[b.source].shape[b.dim],)
             if not is_symbolic(size)
         }
+        #: the conditions the trace relied on, each pinned size replaced by its value;
+        #: those that the exact tensor guards decide alone are left out
+        self.exprs = _without_pinned(sizes.guard_exprs(), pinned_values)
         self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
@@ -93,14 +92,18 @@ class SizeCheck:
         #: layout key -> True when it passes, else why it fails
         self.known: dict[tuple[Any, ...], bool | str] = {}
         names = [f"t{i}" for i in range(len(self.metas))]
-        items = "".join(layout_items(t, m) for t, m in zip(names, self.metas, strict=True))
-        self._key: Any = eval(f"lambda {', '.join(names)}: ({items})")
+        self._key: Any = eval(f"lambda {', '.join(names)}: {self.key_expression(names)}")
 
     def key_expression(self, values: Sequence[str]) -> str:
         """The layout key as one tuple display over ``values`` (expressions for the
         tensors, in the order of :attr:`sources`): what the generated check hashes."""
-        items = "".join(layout_items(v, m) for v, m in zip(values, self.metas, strict=True))
-        return f"({items})"
+        return "(" + "".join(f"{read}, " for read in self.key_reads(values)) + ")"
+
+    def key_reads(self, values: Sequence[str]) -> list[str]:
+        """The items of :meth:`key_expression`, one expression each."""
+        if len(values) != len(self.metas):
+            raise ValueError(f"{len(values)} tensors for a check of {len(self.metas)}")
+        return [read for value in values for read in layout_reads(value)]
 
     def __call__(self, *tensors: Any) -> bool:
         """Whether ``tensors`` pass (the key computed here; see :meth:`decide`)."""
@@ -110,9 +113,13 @@ class SizeCheck:
         """Whether ``tensors`` pass, for a layout the inline lookup did not find passing:
         a new layout is checked and remembered; a failing one sets :attr:`last_failure`."""
         try:
+            traits = self._traits_failure(tensors)
             key = self._key(*tensors)
         except (AttributeError, TypeError):
             self.last_failure = "an input is not a tensor"
+            return False
+        if traits:  # not remembered: the key holds sizes and strides only
+            self.last_failure = traits
             return False
         known = self.known.get(key)
         if known is None:
@@ -133,25 +140,16 @@ class SizeCheck:
         for name, value in values.items():
             if value < 2:
                 return f"{self.names[name]} is {value}: sizes 0 and 1 are specialised"
+        traits = self._traits_failure(tensors)
+        if traits:
+            return traits
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
-            if type(tensor) not in TENSOR_TYPES:  # a subclass would run the plain trace
-                return f"{source} is a {type(tensor).__name__}, not a plain tensor"
-            for what, got, want in (
-                ("dtype", tensor.dtype, meta.dtype),
-                ("device", tensor.device, meta.device),
-                ("requires_grad", tensor.requires_grad, meta.requires_grad),
-                ("is_neg()", tensor.is_neg(), False),  # kernels read lazy bits raw
-                ("is_conj()", tensor.is_conj(), False),
-            ):
-                if got != want:
-                    return f"{source}.{what} is {got}, expected {want}"
             shape = concretize(tuple(meta.shape), values)
             if tuple(tensor.shape) != shape:
                 return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
             strides = concretize(tuple(meta.strides), values)
             if tuple(tensor.stride()) != strides:
                 return f"{source}.stride() is {list(tensor.stride())}, expected {list(strides)}"
-        values = {**self.pinned_values, **values}
         for expr in self.exprs:
             if any(s.name not in values for s in expr.free_symbols):
                 return f"{self._named(expr)} reads a size of an input with no tensor guard"
@@ -162,6 +160,17 @@ class SizeCheck:
                     for s in sorted(expr.free_symbols, key=str)
                 )
                 return f"size relation {self._named(expr)} is false for {sizes}"
+        return ""
+
+    def _traits_failure(self, tensors: Sequence[torch.Tensor]) -> str:
+        """Why ``tensors`` fail on what their own guards check (exact type, dtype,
+        device, ``requires_grad``, lazy bits); '' when they pass."""
+        for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
+            if type(tensor) not in TENSOR_TYPES:  # a subclass would run the plain trace
+                return f"{source} is a {type(tensor).__name__}, not a plain tensor"
+            mismatch = TensorTraits.of(meta).mismatch(source, tensor)
+            if mismatch:
+                return mismatch
         return ""
 
     def _named(self, expr: Any) -> str:
@@ -178,9 +187,33 @@ class SizeCheck:
         return f"symbolic sizes: {symbols}" + (f"; relations: {relations}" if relations else "")
 
 
+def _without_pinned(exprs: Sequence[Any], values: Mapping[str, int]) -> tuple[Any, ...]:
+    """``exprs`` with the symbols of ``values`` replaced by their values, less those that
+    become true (what the exact guards of the inputs the trace made static imply)."""
+    if not values:
+        return tuple(exprs)
+    import sympy
+
+    kept = []
+    for expr in exprs:
+        pinned = {s: sympy.Integer(values[s.name]) for s in expr.free_symbols if s.name in values}
+        expr = expr.xreplace(pinned) if pinned else expr
+        if expr is not sympy.true:
+            kept.append(expr)
+    return tuple(kept)
+
+
+def _plain_sizes(meta: TensorMeta) -> TensorMeta:
+    """``meta`` with each size and stride a plain ``int`` (none of them is symbolic)."""
+    if all(type(value) is int for value in (*meta.shape, *meta.strides)):
+        return meta
+    shape = tuple(size_or_int(size) for size in meta.shape)
+    return attrs.evolve(meta, shape=shape, strides=tuple(map(size_or_int, meta.strides)))
+
+
 def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, ...]:
     """``guards`` of a trace under ``sizes`` for a graph with symbolic sizes: a symbolic
-    tensor guard checks only the exact type; one more guard checks every symbolic input
+    tensor guard checks all but its sizes and strides (a :class:`TensorTraits`); one more guard checks every symbolic input
     with a :class:`SizeCheck`: its layout key looked up in :attr:`SizeCheck.known`
     inline, :meth:`SizeCheck.decide` called for a layout not known to pass."""
     kept: list[Guard] = []
@@ -193,12 +226,18 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
             has_symbols(tuple(meta.shape)) or has_symbols(tuple(meta.strides))
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
-            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, None, guard.description))
+            traits = TensorTraits.of(meta)
+            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, traits, guard.description))
             sources.append(guard.source)
             metas.append(meta)
         else:
             if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
-                pinned[guard.source] = meta  # an input the trace made static
+                # an input the trace made static: its sizes may be SymInts of known
+                # value, which compare with a call's ints through sympy (the decode
+                # step's guard: 65 us a call, not 4); as ints
+                meta = _plain_sizes(meta)
+                guard = attrs.evolve(guard, expected=meta)
+                pinned[guard.source] = meta
             kept.append(guard)
     check = SizeCheck(sources, metas, sizes, pinned)
     name = f"__torchstrata_sizes_{id(check):x}__"

@@ -11,6 +11,7 @@ import attrs
 from torchstrata.core import AotResult, CaptureResult, CompiledGraph, Graph, PassRecord
 from torchstrata.runtime.cache import FrameRunner, InputsRunner
 from torchstrata.runtime.runners import GraphFn, GraphRunner, LazyGraphFn
+from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_decomp import SharedDecomposition
 
 
@@ -99,3 +100,5 @@ class FrameArtifacts:
     missing_stages: tuple[str, ...] = ()
     #: ``run`` from the values of ``capture.direct_sources`` (None: no such shortcut).
     run_inputs: InputsRunner | None = None
+    #: a symbolic entry's routes by size, for its positional guard check (None: none)
+    routes: SizeRoutes | None = None

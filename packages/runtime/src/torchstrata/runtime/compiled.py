@@ -219,7 +219,11 @@ class CompiledFunction:
             guarded,
             self._bind,
             fetch_sources=capture.direct_sources if run_inputs is not None else None,
+            routes=artifacts.routes,
         )
+        if guards.routed:
+            assert artifacts.routes is not None
+            run_inputs = artifacts.routes.run
         return CacheEntry(
             guards,
             artifacts.run,

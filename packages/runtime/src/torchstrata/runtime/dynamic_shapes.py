@@ -37,6 +37,7 @@ from torchstrata.core import (
     size_guards,
 )
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
+from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -237,12 +238,14 @@ class SizeSpecialisedRunner:
             "        runner = lower(key)\n"
             f"    return runner({params})\n"
         )
-        namespace: dict[str, Any] = {"get": self.runners.get, "lower": self._lower_new}
+        namespace: dict[str, Any] = {"get": self.runners.get, "lower": self.runner_for}
         exec(compile(source, "<torchstrata size dispatch>", "exec"), namespace)
         call: Callable[..., Any] = namespace["call"]
         return call
 
-    def _lower_new(self, key: tuple[int, ...]) -> Callable[..., Any]:
+    def runner_for(self, key: tuple[int, ...]) -> Callable[..., Any]:
+        """The runner for the sizes ``key`` (the symbols' values in :attr:`slots` order),
+        lowered on its first use."""
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = self._lower(key)
@@ -379,4 +382,16 @@ def compile_symbolic(
     run = functools.partial(program, [runner.call])
     direct = guarded.direct_program
     run_inputs = functools.partial(direct, [runner.call]) if direct is not None else None
-    return FrameArtifacts(guarded, (), run, run_inputs=run_inputs)
+    routes = None
+    if direct is not None and guarded.direct_sources is not None:
+        try:
+            routes = SizeRoutes(
+                guarded.guards[-1],
+                guarded.direct_sources,
+                list(runner.slots.values()),
+                runner.runner_for,
+                direct,
+            )
+        except ValueError as error:
+            dynamic_log.debug("calls routed by the size dispatch, not the guard: %s", error)
+    return FrameArtifacts(guarded, (), run, run_inputs=run_inputs, routes=routes)

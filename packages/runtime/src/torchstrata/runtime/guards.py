@@ -10,7 +10,8 @@ function, generated when every source can be rewritten so, reads the arguments o
 positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
 module's unshadowed members, are checked as one test each
-(:mod:`torchstrata.runtime.guard_groups`).
+(:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
+the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import attrs
+import torch
 
 from torchstrata.core import (
     GUARD_NAMESPACE,
@@ -27,6 +29,7 @@ from torchstrata.core import (
     GuardKind,
     SizeCheck,
     TensorMeta,
+    TensorTraits,
     global_state,
     guard_cells,
     guard_condition,
@@ -34,6 +37,7 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
+from torchstrata.runtime.size_routes import SizeRoutes
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
@@ -77,6 +81,8 @@ class GuardFailure:
         text = f"{self.guard.kind.value} on {self.guard.source}"
         if self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta):
             text += f" (expected {_describe_meta(expected)})"
+        elif self.guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorTraits):
+            text += f" (expected {expected})"
         elif self.guard.kind is GuardKind.ABSENT_KEY:
             text += f" (expected no key {expected!r})"
         elif self.guard.kind is not GuardKind.ID_MATCH:
@@ -92,6 +98,21 @@ def _size_check(cell: Any) -> SizeCheck | None:
     except ValueError:  # an empty cell
         return None
     return contents if isinstance(contents, SizeCheck) else None
+
+
+def _traits_mismatch(
+    guard: Guard, traits: TensorTraits, frame: dict[str, Any], globals_: dict[str, Any]
+) -> str:
+    """What differs in the tensor that ``guard`` (a symbolic entry's tensor guard) read
+    from this frame; '' where that cannot be said (not a tensor, a failing read)."""
+    namespace = {**GUARD_NAMESPACE, **guard_cells([guard]), "L": frame, "G": globals_}
+    try:
+        value = eval(guard.source, namespace)
+    except Exception:  # noqa: BLE001 - the read fails: the plain failure says so
+        return ""
+    if not isinstance(value, torch.Tensor):
+        return ""
+    return traits.mismatch(guard.source, value)
 
 
 def _describe_meta(meta: TensorMeta) -> str:
@@ -179,6 +200,10 @@ class GuardSet:
     :param fetch_sources: sources whose values the caller wants after a positional
         call's guards hold; ``fetch_args`` is generated when ``check_args`` is and
         every one of them is a guard's source (so the check has read it already).
+    :param routes: a symbolic entry's routes: ``fetch_args`` then returns ``((graph
+        function,), values)`` (:class:`~torchstrata.runtime.size_routes.SizeRoutes`), and
+        :attr:`routed` is True; where it cannot (a tensor the size check reads is not an
+        argument), the plain ``fetch_args`` is made.
     """
 
     def __init__(
@@ -186,6 +211,7 @@ class GuardSet:
         guards: Sequence[Guard],
         binder: FrameBinder | None = None,
         fetch_sources: Sequence[str] | None = None,
+        routes: SizeRoutes | None = None,
     ) -> None:
         self.guards = tuple(guards)
         self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
@@ -203,8 +229,16 @@ class GuardSet:
             self.check_args = _build(self.args_source, constants)
         #: ``check_args`` returning the values of ``fetch_sources`` (None: not made).
         self.fetch_args: ArgsFetch | None = None
+        #: whether ``fetch_args`` routes the call by its sizes (``routes``)
+        self.routed = False
         if self.check_args is not None and binder is not None and fetch_sources is not None:
-            self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
+            if routes is not None:
+                self.fetch_args = _fetching_check(
+                    self.guards, sources, binder, fetch_sources, routes
+                )
+                self.routed = self.fetch_args is not None
+            if self.fetch_args is None:
+                self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
 
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
@@ -215,7 +249,12 @@ class GuardSet:
             source, constants = _generate(self.guards, [g.source for g in self.guards], "L", None)
             self._precise_check = _build(source, constants)
         precise = self._precise_check(frame, globals_)
-        return GuardFailure.of(self.guards[precise if precise >= 0 else index])
+        guard = self.guards[precise if precise >= 0 else index]
+        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(guard.expected, TensorTraits):
+            detail = _traits_mismatch(guard, guard.expected, frame, globals_)
+            if detail:  # what differs, where the guard names only what it expected
+                return GuardFailure(guard, None, detail)
+        return GuardFailure.of(guard)
 
     def __len__(self) -> int:
         return len(self.guards)
@@ -226,11 +265,16 @@ def _write_checks(
     guards: Sequence[Guard],
     sources: Sequence[str],
     groups: dict[int, GuardGroup],
+    route: Callable[[int], str | None] | None = None,
 ) -> None:
-    """Each guard's check, in order; a group's members as one check at its first."""
+    """Each guard's check, in order; a group's members as one check at its first.
+    ``route(index)``: writes guard ``index``'s check itself where it routes the call
+    (returning the variable of its ``(graph function,)``), else None."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)
+        if route is not None and route(index) is not None:
+            continue
         if group is not None:
             var = writer.fetch(group.source, index)
             writer.check(_group_condition(writer, group, var), index)
@@ -264,23 +308,81 @@ def _fetching_check(
     args_sources: Sequence[str],
     binder: FrameBinder,
     fetch_sources: Sequence[str],
+    routes: SizeRoutes | None = None,
 ) -> ArgsFetch | None:
     """The positional check that returns the values of ``fetch_sources`` when every guard
     holds; None when one of them is not read by a guard (reading it in the check could
-    raise, or run code, where the guards alone would not)."""
+    raise, or run code, where the guards alone would not). With ``routes``, it returns
+    ``((graph function,), values)``; None when the size check's tensors are not all
+    read from the arguments."""
     wanted = [binder.args_source(source) for source in fetch_sources]
     writer = _SourceWriter(args_sources, fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
     keep = [source for source in wanted if source is not None]
-    _write_checks(writer, guards, args_sources, plan_groups(guards, args_sources, keep))
+    routed: list[str] = []
+    route = None
+    if routes is not None:
+        tensors = [binder.args_source(source) for source in routes.check.sources]
+        if None in tensors or routes.guard not in guards:
+            return None
+        position = guards.index(routes.guard)
+
+        def route(index: int) -> str | None:
+            if index != position:
+                return None
+            values = [writer.fetch(source, index) for source in tensors if source is not None]
+            routed.append(_write_route(writer, routes, values, index))
+            return routed[-1]
+
+    groups = plan_groups(guards, args_sources, keep)
+    _write_checks(writer, guards, args_sources, groups, route)
     values = [writer.fetched.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None
-    writer.lines.append("    return (" + "".join(f"{value}, " for value in values) + ")")
+    returned = "(" + "".join(f"{value}, " for value in values) + ")"
+    if routed:  # the route is the ``(graph function,)`` tuple itself
+        returned = f"({routed[0]}, {returned})"
+    writer.lines.append(f"    return {returned}")
     constants = {**writer.constants, **guard_cells(guards)}
     constants[SELF_NAME] = binder.bound_self
-    check: ArgsFetch = _build("\n".join(writer.lines) + "\n", constants)
+    source = "\n".join(writer.lines) + "\n"
+    check: ArgsFetch = _build(source, constants)
+    check.__doc__ = source  # what it runs, for a reader (bench.guard_cost --print-source)
     return check
+
+
+def _write_route(
+    writer: _SourceWriter, routes: SizeRoutes, values: Sequence[str], index: int
+) -> str:
+    """The size guard ``index`` written as a lookup of the call's layout among the routed
+    ones (the runner for its sizes), else as the size check (the layout known to pass, or
+    decided now) and the learner of its route; the variable of its ``(graph function,)``."""
+    check = routes.check
+    layout, graph_fns, last = f"_k{index}", f"_r{index}", f"_l{index}"
+    known = f"{writer.constant(check.known.get)}({layout}) is True"
+    # read from the check when called (the slow path: a layout not known to pass)
+    decide = f"{writer.constant(check)}.decide({', '.join(values)})"
+    reads = check.key_reads(values)
+    # the layout routed last, compared as a static guard compares (no key hashed)
+    same = " and ".join(f"{read} == {last}[{i}]" for i, read in enumerate(reads))
+    writer.lines += [
+        "    try:",
+        f"        {last} = {writer.constant(routes.last)}[0]",
+        f"        if {same}:",
+        f"            {graph_fns} = {last}[{len(reads)}]",
+        "        else:",
+        f"            {layout} = {check.key_expression(values)}",
+        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
+        f"            if {graph_fns} is None:",
+        f"                if not ({known} or {decide}):",
+        f"                    {writer.fail(index)}",
+        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
+        "            else:",
+        f"                {writer.constant(routes.last)}[0] = (*{layout}, {graph_fns})",
+        "    except Exception:",
+        f"        {writer.fail(index)}",
+    ]
+    return graph_fns
 
 
 def _build(source: str, constants: dict[str, Any]) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +18,6 @@ import pluggy
 import torch
 
 from torchstrata.core import (
-    ENTRY_POINT_GROUP,
     NO_CONTRACT,
     AotResult,
     CaptureResult,
@@ -32,14 +30,12 @@ from torchstrata.core import (
     PassManager,
     PassRecord,
     SymbolicAot,
-    TensorMeta,
     create_plugin_manager,
     dynamo_import_deferred,
     eliminate_dead_code,
     enabled_autocast,
     graph_has_symbols,
     interpret,
-    register,
 )
 from torchstrata.runtime import graph_cache
 from torchstrata.runtime.artifacts import (
@@ -56,33 +52,22 @@ from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
+from torchstrata.runtime.forward_contracts import forward_contract, saved_layouts
 from torchstrata.runtime.inference import without_requires_grad
 from torchstrata.runtime.input_checks import alias_safe, offset_safe
 from torchstrata.runtime.runners import (
     GraphFn,
     LazyGraphFn,
     inference_runner,
-    output_layout,
     training_runner,
+)
+from torchstrata.runtime.stage_plugins import (
+    STAGE_PROVIDERS,
+    load_plugins_one_by_one,
+    missing_stage_message,
 )
 from torchstrata.runtime.symbolic_decomp import SharedPrims
 from torchstrata.runtime.unit_scale import BoundDirectLaunch
-
-#: Pipeline stage -> (hook name, distribution that provides it).
-STAGE_PROVIDERS = {
-    "capture": ("torchstrata_capture", "torchstrata-capture"),
-    "autograd": ("torchstrata_aot", "torchstrata-autograd"),
-    "decomp": ("torchstrata_decompose", "torchstrata-decomp"),
-    "codegen": ("torchstrata_codegen", "torchstrata-inductor"),
-}
-
-
-def missing_stage_message(stage: str, manager: pluggy.PluginManager, fallback: str) -> str:
-    """Why ``stage`` gave no answer, and what runs instead."""
-    hook_name, package = STAGE_PROVIDERS[stage]
-    if getattr(manager.hook, hook_name).get_hookimpls():
-        return f"no plugin answered {hook_name} ({package} declined this graph); {fallback}"
-    return f"{package} is not installed (nothing implements {hook_name}); {fallback}"
 
 
 def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
@@ -114,67 +99,10 @@ def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
     return CudaGraphed(forward.fn, "an inference graph")
 
 
-def forward_contract(aot: AotResult, inference: bool) -> GraphContract:
-    """What the runner promises about ``aot``'s forward: its user outputs (they come back
-    in eager's layouts) and, for ``inference``, the outputs it copies into which inputs
-    (the updates producing them may run in place; a training graph stays functional)."""
-    num_user, mutated, _ = output_layout(aot)
-    write_backs = {num_user + k: index for k, index in enumerate(mutated)} if inference else {}
-    return GraphContract(user_outputs=num_user, write_backs=write_backs)
-
-
-def saved_layouts(aot: AotResult, forward: Lowered) -> tuple[TensorMeta | None, ...]:
-    """For each saved value, the layout the lowered ``forward`` returns it in where that
-    differs from the backward graph's input (None elsewhere): the backward is built for
-    it (the ``input_layouts`` of its :class:`GraphContract`).
-
-    The backward graph was traced with ATen's layouts of the saved values; a
-    decomposition may lay one out otherwise (a reshape that ATen makes a view of a
-    non-contiguous input comes out of the prims graph contiguous). Kernels index their
-    inputs by the strides they were generated for, so the backward is built for the
-    layout it will be given.
-    """
-    produced = forward.output_layouts
-    if not produced or aot.backward is None or not aot.num_saved:
-        return ()
-    first = len(aot.forward.outputs) - aot.num_unit_grads - aot.num_saved
-    produced = produced[first : first + aot.num_saved]
-    layouts: list[TensorMeta | None] = []
-    for node, have in zip(aot.backward.inputs, produced, strict=False):
-        want = node.meta
-        relaid = (
-            isinstance(want, TensorMeta)
-            and isinstance(have, TensorMeta)
-            and (want.shape, want.dtype) == (have.shape, have.dtype)
-            and want.strides != have.strides
-        )
-        layouts.append(have if relaid else None)
-    return tuple(layouts) if any(layouts) else ()
-
-
 def _first_device(graph: Graph) -> torch.device:
     for meta in graph.input_metas:
         return meta.device
     return torch.device("cpu")
-
-
-def _load_plugins_one_by_one(blocked: frozenset[str]) -> pluggy.PluginManager:
-    """A manager with every installed plugin that loads; each that fails is named in a
-    warning and left out (its stage then counts as not installed)."""
-    manager = create_plugin_manager(blocked=blocked, load_entrypoints=False)
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if manager.is_blocked(point.name) or manager.get_plugin(point.name) is not None:
-            continue
-        try:
-            register(manager, point.name, point.load())
-        except Exception as error:  # noqa: BLE001 - skip the broken plugin, keep the rest
-            warn_once(
-                ("broken-plugin", point.name, point.value),
-                f"torchstrata plugin {point.name!r} ({point.value}) failed to load and is "
-                f"skipped: {type(error).__name__}: {error}",
-                stacklevel=7,
-            )
-    return manager
 
 
 class Pipeline:
@@ -197,7 +125,7 @@ class Pipeline:
             try:
                 manager = create_plugin_manager(blocked=blocked)
             except Exception:  # noqa: BLE001 - one broken plugin must not break compile()
-                manager = _load_plugins_one_by_one(blocked)
+                manager = load_plugins_one_by_one(blocked)
             self._managers[blocked] = manager
         return self._managers[blocked]
 
