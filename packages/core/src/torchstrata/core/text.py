@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import re
+from keyword import iskeyword
 from typing import Any
 
 import torch
@@ -52,6 +53,17 @@ _NODE_LINE = re.compile(r"%(?P<name>\w+)\s*:\s*(?P<meta>.+?)\s*=\s*(?P<rhs>.+)")
 _CALL = re.compile(r"(?P<op>[\w.]+)\((?P<args>.*)\)(?P<tags>(?:\s+@\w+)*)")
 _REF = re.compile(r"%(\w+)")
 _REF_PREFIX = "__node_ref_"
+#: One token of the argument lists that :func:`_plain_args` reads: a node reference, a
+#: number as ``repr`` writes ints and floats, a dotted word, or punctuation.
+_PLAIN_TOKEN = re.compile(
+    r"\s*(?:%(?P<ref>\w+)"
+    r"|(?P<number>-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|\d+)(?![\w.]))"
+    r"|(?P<word>-inf(?!\w)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)"
+    r"|(?P<punct>[\[\](),=]))"
+)
+#: The words that are constants in an argument list (the floats made afresh per read).
+_SPECIAL_WORDS: dict[str, Any] = {"True": True, "False": False, "None": None}
+_FLOAT_WORDS = frozenset({"inf", "-inf", "nan"})
 
 
 def _sizes(text: str | None, symbols: SizeReader | None) -> tuple[int, ...]:
@@ -156,15 +168,10 @@ class _ArgReader:
             if ref not in self.env:
                 raise ParseError(f"%{ref} is used before it is defined")
             return self.env[ref]
-        special = {
-            "inf": float("inf"),
-            "nan": float("nan"),
-            "True": True,
-            "False": False,
-            "None": None,
-        }
-        if name in special:
-            return special[name]
+        if name in _FLOAT_WORDS:
+            return float(name)
+        if name in _SPECIAL_WORDS:
+            return _SPECIAL_WORDS[name]
         if self.symbols is not None and name in self.symbols.symbols:
             return self.symbols.symbols[name]
         raise ParseError(f"unknown name {name!r} in arguments")
@@ -201,10 +208,7 @@ def parse(text: str, sizes: SymbolicSizes | None = None) -> Graph:
                 names = [
                     part.strip() for part in line.removeprefix("return").split(",") if part.strip()
                 ]
-                outputs = [
-                    reader.read(ast.parse(_REF.sub(_REF_PREFIX + r"\1", name), mode="eval").body)
-                    for name in names
-                ]
+                outputs = [_output(name, reader) for name in names]
                 continue
             node = _parse_node_line(line, reader)
         except (ParseError, SymbolError, SyntaxError, ValueError, TypeError) as error:
@@ -229,10 +233,141 @@ def _parse_node_line(line: str, reader: _ArgReader) -> Node:
     call = _CALL.fullmatch(rhs)
     if not call:
         raise ParseError(f"expected op(args) but found {rhs!r}")
-    arg_source = _REF.sub(_REF_PREFIX + r"\1", call["args"])
-    expr = ast.parse(f"f({arg_source})", mode="eval").body
-    assert isinstance(expr, ast.Call)
-    args = tuple(reader.read(arg) for arg in expr.args)
-    kwargs = {kw.arg: reader.read(kw.value) for kw in expr.keywords if kw.arg is not None}
+    plain = _plain_args(call["args"], reader.env)
+    if plain is not None:
+        args, kwargs = plain
+    else:
+        arg_source = _REF.sub(_REF_PREFIX + r"\1", call["args"])
+        expr = ast.parse(f"f({arg_source})", mode="eval").body
+        assert isinstance(expr, ast.Call)
+        args = tuple(reader.read(arg) for arg in expr.args)
+        kwargs = {kw.arg: reader.read(kw.value) for kw in expr.keywords if kw.arg is not None}
     tags = frozenset(tag.lstrip("@") for tag in call["tags"].split())
     return Node(match["name"], parse_op(call["op"]), args, kwargs, meta, tags)
+
+
+def _output(text: str, reader: _ArgReader) -> Any:
+    """One name of the return line: a defined ``%node`` (read directly), else whatever
+    the argument syntax reads (an error naming it)."""
+    match = _REF.fullmatch(text)
+    if match is not None and match[1] in reader.env:
+        return reader.env[match[1]]
+    return reader.read(ast.parse(_REF.sub(_REF_PREFIX + r"\1", text), mode="eval").body)
+
+
+class _NotPlain(Exception):
+    """An argument list outside :func:`_plain_args`' subset: read through ``ast``."""
+
+
+def _plain_args(text: str, env: dict[str, Node]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The arguments of a call as ``ast`` reads them, for the lists most nodes have: defined
+    node references, ints, floats, ``True``/``False``/``None``, ``inf``/``nan``,
+    ``torch.<dtype>`` and lists and tuples of those, positional then keyword. None for
+    anything else (strings, symbolic sizes, ``device(...)``, an undefined reference, a
+    malformed list): the caller reads those through ``ast``, errors included, so the
+    result never depends on which path read it (an ``ast.parse`` per line was most of
+    reading a graph back)."""
+    tokens: list[tuple[str, str]] = []
+    position, end = 0, len(text)
+    while position < end:
+        match = _PLAIN_TOKEN.match(text, position)
+        if match is None:
+            if text[position:].strip():
+                return None
+            break
+        position = match.end()
+        kind = match.lastgroup
+        assert kind is not None
+        tokens.append((kind, match[kind]))
+    try:
+        reader = _PlainReader(tokens, env)
+        return reader.arguments()
+    except _NotPlain:
+        return None
+
+
+class _PlainReader:
+    """A reader over :data:`_PLAIN_TOKEN` tokens; raises :class:`_NotPlain` at anything
+    it does not read exactly as ``ast`` would."""
+
+    def __init__(self, tokens: list[tuple[str, str]], env: dict[str, Node]) -> None:
+        self.tokens = tokens
+        self.env = env
+        self.at = 0
+
+    def _peek(self, offset: int = 0) -> tuple[str, str]:
+        index = self.at + offset
+        return self.tokens[index] if index < len(self.tokens) else ("end", "")
+
+    def _take(self) -> tuple[str, str]:
+        token = self._peek()
+        if token[0] == "end":
+            raise _NotPlain
+        self.at += 1
+        return token
+
+    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        while self._peek()[0] != "end":
+            if self._peek(1) == ("punct", "="):
+                key = self._take()
+                name = key[1]
+                if key[0] != "word" or not name.isidentifier() or iskeyword(name) or name in kwargs:
+                    raise _NotPlain
+                self._take()
+                kwargs[name] = self.value()
+            elif kwargs:
+                raise _NotPlain  # a positional argument after a keyword one
+            else:
+                args.append(self.value())
+            if self._peek()[0] != "end" and self._take() != ("punct", ","):
+                raise _NotPlain
+        return tuple(args), kwargs
+
+    def value(self) -> Any:
+        kind, text = self._take()
+        if kind == "ref":
+            if text not in self.env:
+                raise _NotPlain
+            return self.env[text]
+        if kind == "number":
+            return float(text) if "." in text or "e" in text else int(text)
+        if kind == "word":
+            return self._word(text)
+        if text == "[":
+            items, _ = self._items("]")
+            return items
+        if text == "(":
+            items, comma = self._items(")")
+            if len(items) == 1 and not comma:
+                return items[0]  # a parenthesised value, as in Python
+            return tuple(items)
+        raise _NotPlain
+
+    def _items(self, close: str) -> tuple[list[Any], bool]:
+        """Values up to ``close``; whether a comma separated or ended them."""
+        items: list[Any] = []
+        comma = False
+        while self._peek() != ("punct", close):
+            items.append(self.value())
+            if self._peek() == ("punct", ","):
+                self._take()
+                comma = True
+            elif self._peek() != ("punct", close):
+                raise _NotPlain
+        self._take()
+        return items, comma
+
+    @staticmethod
+    def _word(text: str) -> Any:
+        if text in _FLOAT_WORDS:
+            return float(text)
+        if text in _SPECIAL_WORDS:
+            return _SPECIAL_WORDS[text]
+        module, _, attribute = text.partition(".")
+        if module == "torch" and attribute:
+            value = getattr(torch, attribute, None)
+            if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
+                return value
+        raise _NotPlain
