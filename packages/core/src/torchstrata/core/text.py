@@ -56,11 +56,14 @@ _REF_PREFIX = "__node_ref_"
 #: One token of the argument lists that :func:`_plain_args` reads: a node reference, a
 #: number as ``repr`` writes ints and floats, a dotted word, or punctuation.
 _PLAIN_TOKEN = re.compile(
-    r"\s*(?:%(?P<ref>\w+)"
-    r"|(?P<number>-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|\d+)(?![\w.]))"
-    r"|(?P<word>-inf(?!\w)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)"
-    r"|(?P<punct>[\[\](),=]))"
+    r"%\w+"  # a node reference
+    r"|-?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+|\d+)(?![\w.])"  # a number
+    r"|-inf(?!\w)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?"  # a word
+    r"|[\[\](),=]"  # punctuation
+    r"|\S"  # anything else: one character that no token starts with
 )
+#: The first characters of the number tokens.
+_NUMBER_START = frozenset("-0123456789")
 #: The words that are constants in an argument list (the floats made afresh per read).
 _SPECIAL_WORDS: dict[str, Any] = {"True": True, "False": False, "None": None}
 _FLOAT_WORDS = frozenset({"inf", "-inf", "nan"})
@@ -79,6 +82,11 @@ def _sizes(text: str | None, symbols: SizeReader | None) -> tuple[int, ...]:
 
 
 def _split_top_level(text: str) -> list[str]:
+    if "(" not in text and "[" not in text and "{" not in text:  # sizes: no nesting
+        parts = text.split(",")
+        if not parts[-1].strip():
+            parts.pop()
+        return [part.strip() for part in parts]
     parts: list[str] = []
     current: list[str] = []
     depth = 0
@@ -121,6 +129,18 @@ class _ArgReader:
     def __init__(self, env: dict[str, Node], symbols: SizeReader | None) -> None:
         self.env = env
         self.symbols = symbols
+        #: The metadata read so far by its text (without symbols: the same text reads
+        #: as equal metadata, immutable, so one object serves every node that has it).
+        self.metas: dict[str, NodeMeta] = {}
+
+    def meta(self, text: str) -> NodeMeta:
+        """:func:`parse_meta` of ``text``, once per distinct text when no symbol is declared."""
+        if self.symbols is not None:
+            return parse_meta(text, self.symbols)
+        meta = self.metas.get(text)
+        if meta is None:
+            meta = self.metas[text] = parse_meta(text)
+        return meta
 
     def read(self, node: ast.expr) -> Any:
         if self.symbols is not None and SizeReader.is_size_expression(node):
@@ -226,7 +246,7 @@ def _parse_node_line(line: str, reader: _ArgReader) -> Node:
     match = _NODE_LINE.fullmatch(line)
     if not match:
         raise ParseError("expected '%name: meta = rhs'")
-    meta = parse_meta(match["meta"], reader.symbols)
+    meta = reader.meta(match["meta"])
     rhs = match["rhs"].strip()
     if rhs == "input":
         return Node(match["name"], None, meta=meta)
@@ -267,107 +287,96 @@ def _plain_args(text: str, env: dict[str, Node]) -> tuple[tuple[Any, ...], dict[
     malformed list): the caller reads those through ``ast``, errors included, so the
     result never depends on which path read it (an ``ast.parse`` per line was most of
     reading a graph back)."""
-    tokens: list[tuple[str, str]] = []
-    position, end = 0, len(text)
-    while position < end:
-        match = _PLAIN_TOKEN.match(text, position)
-        if match is None:
-            if text[position:].strip():
-                return None
-            break
-        position = match.end()
-        kind = match.lastgroup
-        assert kind is not None
-        tokens.append((kind, match[kind]))
+    tokens = _PLAIN_TOKEN.findall(text)
+    tokens.append("")  # the end
     try:
-        reader = _PlainReader(tokens, env)
-        return reader.arguments()
+        return _PlainReader(tokens, env).arguments()
     except _NotPlain:
         return None
 
 
 class _PlainReader:
-    """A reader over :data:`_PLAIN_TOKEN` tokens; raises :class:`_NotPlain` at anything
-    it does not read exactly as ``ast`` would."""
+    """A reader over :data:`_PLAIN_TOKEN` tokens (then ``""``, the end); raises
+    :class:`_NotPlain` at anything it does not read exactly as ``ast`` would."""
 
-    def __init__(self, tokens: list[tuple[str, str]], env: dict[str, Node]) -> None:
+    __slots__ = ("at", "env", "tokens")
+
+    def __init__(self, tokens: list[str], env: dict[str, Node]) -> None:
         self.tokens = tokens
         self.env = env
         self.at = 0
 
-    def _peek(self, offset: int = 0) -> tuple[str, str]:
-        index = self.at + offset
-        return self.tokens[index] if index < len(self.tokens) else ("end", "")
-
-    def _take(self) -> tuple[str, str]:
-        token = self._peek()
-        if token[0] == "end":
-            raise _NotPlain
-        self.at += 1
-        return token
-
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        tokens = self.tokens
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
-        while self._peek()[0] != "end":
-            if self._peek(1) == ("punct", "="):
-                key = self._take()
-                name = key[1]
-                if key[0] != "word" or not name.isidentifier() or iskeyword(name) or name in kwargs:
+        while tokens[self.at]:
+            if tokens[self.at + 1] == "=":
+                name = tokens[self.at]
+                if not name.isidentifier() or iskeyword(name) or name in kwargs:
                     raise _NotPlain
-                self._take()
+                self.at += 2
                 kwargs[name] = self.value()
             elif kwargs:
                 raise _NotPlain  # a positional argument after a keyword one
             else:
                 args.append(self.value())
-            if self._peek()[0] != "end" and self._take() != ("punct", ","):
-                raise _NotPlain
+            if tokens[self.at]:
+                if tokens[self.at] != ",":
+                    raise _NotPlain
+                self.at += 1
         return tuple(args), kwargs
 
     def value(self) -> Any:
-        kind, text = self._take()
-        if kind == "ref":
-            if text not in self.env:
+        token = self.tokens[self.at]
+        self.at += 1
+        first = token[:1]
+        if first == "%":
+            node = self.env.get(token[1:])
+            if node is None:
                 raise _NotPlain
-            return self.env[text]
-        if kind == "number":
-            return float(text) if "." in text or "e" in text else int(text)
-        if kind == "word":
-            return self._word(text)
-        if text == "[":
-            items, _ = self._items("]")
-            return items
-        if text == "(":
-            items, comma = self._items(")")
-            if len(items) == 1 and not comma:
+            return node
+        if first in _NUMBER_START and token != "-inf":
+            if len(token) == 1 and not token.isdigit():
+                raise _NotPlain  # a lone "-"
+            if not token.lstrip("-").isdigit():
+                if "." not in token and "e" not in token:
+                    raise _NotPlain
+                return float(token)
+            return int(token)
+        if first == "[":
+            return self._items("]")
+        if first == "(":
+            items = self._items(")")
+            if len(items) == 1 and self.tokens[self.at - 2] != ",":
                 return items[0]  # a parenthesised value, as in Python
             return tuple(items)
+        if first.isalpha() or first == "_" or token == "-inf":
+            return _plain_word(token)
         raise _NotPlain
 
-    def _items(self, close: str) -> tuple[list[Any], bool]:
-        """Values up to ``close``; whether a comma separated or ended them."""
+    def _items(self, close: str) -> list[Any]:
+        """Values up to ``close``, separated by commas (one may end them)."""
+        tokens = self.tokens
         items: list[Any] = []
-        comma = False
-        while self._peek() != ("punct", close):
+        while tokens[self.at] != close:
             items.append(self.value())
-            if self._peek() == ("punct", ","):
-                self._take()
-                comma = True
-            elif self._peek() != ("punct", close):
+            if tokens[self.at] == ",":
+                self.at += 1
+            elif tokens[self.at] != close:
                 raise _NotPlain
-        self._take()
-        return items, comma
+        self.at += 1
+        return items
 
-    @staticmethod
-    def _word(text: str) -> Any:
-        if text in _FLOAT_WORDS:
-            return float(text)
-        if text in _SPECIAL_WORDS:
-            return _SPECIAL_WORDS[text]
-        module, _, attribute = text.partition(".")
-        if module == "torch" and attribute:
-            value = getattr(torch, attribute, None)
-            if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
-                return value
-        raise _NotPlain
+
+def _plain_word(text: str) -> Any:
+    if text in _FLOAT_WORDS:
+        return float(text)
+    if text in _SPECIAL_WORDS:
+        return _SPECIAL_WORDS[text]
+    module, _, attribute = text.partition(".")
+    if module == "torch" and attribute:
+        value = getattr(torch, attribute, None)
+        if isinstance(value, torch.dtype | torch.memory_format | torch.layout):
+            return value
+    raise _NotPlain
