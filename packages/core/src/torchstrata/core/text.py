@@ -83,10 +83,10 @@ def _sizes(text: str | None, symbols: SizeReader | None) -> tuple[int, ...]:
 
 def _split_top_level(text: str) -> list[str]:
     if "(" not in text and "[" not in text and "{" not in text:  # sizes: no nesting
-        parts = text.split(",")
-        if not parts[-1].strip():
-            parts.pop()
-        return [part.strip() for part in parts]
+        pieces = text.split(",")
+        if not pieces[-1].strip():
+            pieces.pop()
+        return [piece.strip() for piece in pieces]
     parts: list[str] = []
     current: list[str] = []
     depth = 0
