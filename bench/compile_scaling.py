@@ -8,7 +8,10 @@ fp32; one step is forward + cross-entropy + backward. Eager's first step (also i
 process) is the baseline: a compiler's cold compile is its first step minus eager's.
 Reported: the median over ``--repeat`` processes of each first step, the cold compile,
 its growth from the smallest depth, torchstrata's cold compile over torch.compile's and
-the load average when each row started (the machine may be shared). Each run uses one
+the load average when each row started (the machine may be shared). Each cell also has
+its CPU seconds: the process's own (all its threads) and those of the child processes it
+waited for (the C++ compiler), around the same step: on a shared machine the wall time
+includes waiting for the cores, the CPU time does not. Each run uses one
 torch thread unless ``--threads`` says otherwise: on a loaded 2-core machine OpenMP teams
 wait for descheduled threads, and the compile is what is measured.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,10 +43,22 @@ from bench.workloads.nets.gpt import GPT, GPTConfig
 HEADS, WIDTH, VOCAB, BATCH, TOKENS = 4, 128, 8192, 2, 64
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (every thread) and of its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def first_step_seconds(
-    layers: int, compiler: str, device: str, inductor: dict[str, Any] | None = None
+    layers: int,
+    compiler: str,
+    device: str,
+    inductor: dict[str, Any] | None = None,
+    cpu: list[float] | None = None,
 ) -> float:
-    """Build the model (outside the clock), then time compile + the first training step.
+    """Build the model (outside the clock), then time compile + the first training step;
+    its CPU seconds (:func:`_cpu_seconds`) are appended to ``cpu`` when given.
 
     Raises RuntimeError when the compiler said it fell back to eager (its time would
     then measure eager, not a compile).
@@ -53,11 +69,13 @@ def first_step_seconds(
     targets = torch.randint(0, VOCAB, (BATCH, TOKENS), device=device)
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         compile_with(compiler, model, _options(inductor or {}))(idx, targets).backward()
         if device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
+        if cpu is not None:
+            cpu.append(_cpu_seconds() - cpu_start)
     note = fallback_note(records)
     if note is not None and compiler != "eager":
         raise RuntimeError(f"falls back to eager: {note}")
@@ -93,9 +111,10 @@ def run_fresh(
     timeout_s: float,
     threads: int = 1,
     inductor: list[str] | None = None,
-) -> float | str:
-    """:func:`first_step_seconds` in a new process with empty caches; seconds or an error.
-    ``inductor``: ``NAME=VALUE`` settings of ``InductorOptions`` (see :func:`parse_inductor`)."""
+) -> tuple[float, float] | str:
+    """:func:`first_step_seconds` in a new process with empty caches: wall and CPU
+    seconds, or an error. ``inductor``: ``NAME=VALUE`` settings of ``InductorOptions``
+    (see :func:`parse_inductor`)."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     env = dict(os.environ)
     for variable in CACHE_VARIABLES:
@@ -117,7 +136,9 @@ def run_fresh(
     except (IndexError, json.JSONDecodeError):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return f"error: exit {done.returncode}: {tail[:160]}"
-    return answer["seconds"] if "seconds" in answer else str(answer.get("error"))
+    if "seconds" not in answer:
+        return str(answer.get("error"))
+    return answer["seconds"], answer["cpu"]
 
 
 def median_fresh(
@@ -128,27 +149,32 @@ def median_fresh(
     repeat: int,
     threads: int = 1,
     inductor: list[str] | None = None,
-) -> float | str:
-    """The median of ``repeat`` fresh runs, or the first error."""
-    times: list[float] = []
+) -> tuple[float, float] | str:
+    """The medians of ``repeat`` fresh runs' wall and CPU seconds, or the first error."""
+    walls: list[float] = []
+    cpus: list[float] = []
     for _ in range(repeat):
         result = run_fresh(layers, compiler, device, timeout_s, threads, inductor)
         if isinstance(result, str):
             return result
-        times.append(result)
-    return statistics.median(times)
+        walls.append(result[0])
+        cpus.append(result[1])
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def _child(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     layers = int(args.layers.split(",")[0])
     compiler = parse_compilers(args.compilers)[-1]
+    cpu: list[float] = []
     try:
-        seconds = first_step_seconds(layers, compiler, args.device, parse_inductor(args.inductor))
+        seconds = first_step_seconds(
+            layers, compiler, args.device, parse_inductor(args.inductor), cpu
+        )
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a status
         print(json.dumps({"error": describe_error(exc)}))
         return 1
-    print(json.dumps({"seconds": seconds}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu[0]}))
     return 0
 
 
@@ -215,14 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# GPT d={WIDTH} heads={HEADS} vocab={VOCAB} batch={BATCH} tokens={TOKENS} fp32")
     print("# first step: compile + forward + loss + backward, empty caches;")
     print("# cold: first step - eager's first step (growth: against the smallest depth)")
+    print("# each cell: wall seconds / CPU seconds (the process's threads and its children)")
     header = ["layers", "load avg 1/5/15"] + [f"{LABELS[c]} first step" for c in compilers]
     header += [f"{LABELS[c]} cold" for c in compiled]
-    if {"torchstrata", "inductor"} <= set(compiled):
-        header.append("torchstrata / torch.compile cold")
+    both = {"torchstrata", "inductor"} <= set(compiled)
+    if both:
+        header.append("torchstrata / torch.compile cold (wall / CPU)")
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
-    base: dict[str, float] = {}
-    cold_at: dict[tuple[str, int], float] = {}
+    base: dict[str, tuple[float, float]] = {}
+    cold_at: dict[tuple[str, int], tuple[float, float]] = {}
     for layers in depths:
         load = _load()
         results = {
@@ -238,25 +266,37 @@ def main(argv: list[str] | None = None) -> int:
             for c in compilers
         }
         cells = [str(layers), load]
-        cells += [f"{r:.1f} s" if isinstance(r, float) else r for r in results.values()]
+        cells += [
+            r if isinstance(r, str) else f"{r[0]:.1f} / {r[1]:.1f} s" for r in results.values()
+        ]
         eager = results["eager"]
         for compiler in compiled:
             result = results[compiler]
-            if isinstance(result, float) and isinstance(eager, float):
-                cold = result - eager
+            if not isinstance(result, str) and not isinstance(eager, str):
+                cold = (result[0] - eager[0], result[1] - eager[1])
                 cold_at[compiler, layers] = cold
-                growth = cold / base.setdefault(compiler, cold)
-                cells.append(f"{cold:.1f} s ({growth:.2f}x)")
+                first = base.setdefault(compiler, cold)
+                cells.append(
+                    f"{cold[0]:.1f} s ({cold[0] / first[0]:.2f}x) / "
+                    f"{cold[1]:.1f} s ({cold[1] / first[1]:.2f}x)"
+                )
             else:
                 cells.append("n/a")
-        if len(header) > len(cells):
+        if both:
             ours, theirs = cold_at.get(("torchstrata", layers)), cold_at.get(("inductor", layers))
-            cells.append(f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a")
+            if ours is not None and theirs is not None and theirs[0] and theirs[1]:
+                cells.append(f"{ours[0] / theirs[0]:.2f} / {ours[1] / theirs[1]:.2f}")
+            else:
+                cells.append("n/a")
         print("| " + " | ".join(cells) + " |", flush=True)
     for compiler in compiled:
         if (compiler, 4) in cold_at and (compiler, 16) in cold_at:
-            growth = cold_at[compiler, 16] / cold_at[compiler, 4]
-            print(f"# {LABELS[compiler]} cold compile growth 4 -> 16 layers: {growth:.2f}x")
+            wall = cold_at[compiler, 16][0] / cold_at[compiler, 4][0]
+            cpu = cold_at[compiler, 16][1] / cold_at[compiler, 4][1]
+            print(
+                f"# {LABELS[compiler]} cold compile growth 4 -> 16 layers: "
+                f"{wall:.2f}x wall, {cpu:.2f}x CPU"
+            )
     print(f"# load average at the end: {_load()}")
     return 0
 

@@ -2,9 +2,9 @@
 # launcher:
 # def launch(buf_x, buf_t):
 #     buf_log_softmax_amax = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype4, device=device6)
-#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype4, device=device7)
-#     kernel0_8(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
+#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
+#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype4, device=device6)
+#     kernel0_7(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
 #     del buf_log_softmax_amax, buf_log_softmax_sum
 #     return (buf_nll_loss_forward_div, )
 

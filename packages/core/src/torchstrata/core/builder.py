@@ -112,6 +112,9 @@ class GraphBuilder:
         self._inputs: list[Node] = []
         self._nodes: list[Node] = []
         self._names: set[str] = set()
+        #: Per base name, the counter its last numbered name took: the smallest free one
+        #: never goes down (names are only added), so the next search starts there.
+        self._counters: dict[str, int] = {}
         self._tags: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
@@ -123,9 +126,10 @@ class GraphBuilder:
         if base not in self._names:
             self._names.add(base)
             return base
-        counter = 1
+        counter = self._counters.get(base, 1)
         while f"{base}_{counter}" in self._names:
             counter += 1
+        self._counters[base] = counter
         name = f"{base}_{counter}"
         self._names.add(name)
         return name

@@ -7,7 +7,7 @@ A :class:`Graph` is immutable: passes build a new graph (see :mod:`.builder` and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -87,32 +87,55 @@ class Node:
 
     def input_nodes(self) -> list[Node]:
         """Nodes this node reads, in argument order, with repeats."""
-        return [value for value in iter_nodes((self.args, tuple(self.kwargs.values())))]
+        found: list[Node] = []
+        _collect_nodes(self.args, found)
+        if self.kwargs:
+            _collect_nodes(self.kwargs.values(), found)
+        return found
 
     def __repr__(self) -> str:
         return f"Node(%{self.name} = {self.op})"
 
 
 def iter_nodes(value: Any) -> Iterator[Node]:
-    """Every :class:`Node` inside a (nested) argument structure."""
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from iter_nodes(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from iter_nodes(item)
+    """Every :class:`Node` inside a (nested) argument structure, in order."""
+    found: list[Node] = []
+    _collect_nodes((value,), found)
+    return iter(found)
+
+
+#: The argument structures that hold other arguments (a dict: its values).
+_NESTED = (list, tuple, dict)
+
+
+def _collect_nodes(items: Iterable[Any], found: list[Node]) -> None:
+    """Append the nodes inside ``items`` (nested lists, tuples, dicts' values) to ``found``.
+
+    A loop over each level rather than a generator per value: every pass asks each
+    node for its inputs, so this runs for every argument of every node, many times."""
+    for item in items:
+        if isinstance(item, Node):
+            found.append(item)
+        elif isinstance(item, _NESTED):
+            _collect_nodes(item.values() if isinstance(item, dict) else item, found)
 
 
 def map_nodes(value: Any, fn: Any) -> Any:
-    """Rebuild a (nested) argument structure with each :class:`Node` replaced by ``fn(node)``."""
+    """Rebuild a (nested) argument structure with each :class:`Node` replaced by
+    ``fn(node)``; lists, tuples (their subclasses too) and dicts are rebuilt as plain ones."""
     if isinstance(value, Node):
         return fn(value)
-    if isinstance(value, list):
-        return [map_nodes(item, fn) for item in value]
-    if isinstance(value, tuple):
-        return tuple(map_nodes(item, fn) for item in value)
+    # constants (most items) are kept without a call
+    if isinstance(value, list | tuple):
+        items = [
+            fn(item)
+            if isinstance(item, Node)
+            else map_nodes(item, fn)
+            if isinstance(item, _NESTED)
+            else item
+            for item in value
+        ]
+        return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         return {key: map_nodes(item, fn) for key, item in value.items()}
     return value

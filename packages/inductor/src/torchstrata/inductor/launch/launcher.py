@@ -7,7 +7,6 @@ kernel launches and extern ATen calls with no lookups beyond local names.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,13 +66,34 @@ class _Globals:
         return self._ids[key]
 
 
-def _render_arg(value: Any, env: _Globals) -> str:
+@attrs.frozen
+class Statement:
+    """One statement of a launcher's body, as generated: its physical lines (indented,
+    an ``if`` with its block) and the local names it reads or assigns.
+
+    The names are recorded where the line is written (buffer names, the launcher's
+    views, the extern results), never read back from the text: globals (kernel handles,
+    extern functions, constants) are not among them."""
+
+    lines: tuple[str, ...]
+    names: frozenset[str]
+    stores: frozenset[str]
+
+
+def _statement(line: str, *names: str, stores: Sequence[str] = ()) -> Statement:
+    return Statement((line,), frozenset(names) | frozenset(stores), frozenset(stores))
+
+
+def _render_arg(value: Any, env: _Globals, names: set[str]) -> str:
+    """``value`` as launcher source; the buffer names it mentions are added to ``names``."""
     if isinstance(value, Node):
-        return buffer_name(value)
+        name = buffer_name(value)
+        names.add(name)
+        return name
     if isinstance(value, list):
-        return "[" + ", ".join(_render_arg(v, env) for v in value) + "]"
+        return "[" + ", ".join(_render_arg(v, env, names) for v in value) + "]"
     if isinstance(value, tuple):
-        return "(" + "".join(_render_arg(v, env) + ", " for v in value) + ")"
+        return "(" + "".join(_render_arg(v, env, names) + ", " for v in value) + ")"
     if isinstance(value, bool | int | str) or value is None:
         return repr(value)
     return env.name(value, "const")
@@ -96,7 +116,7 @@ def generate_launcher(
     env = _Globals()
     in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
-    lines = [f"def launch({', '.join(params)}):"]
+    statements: list[Statement] = []
     kernel_loads = _nodes_loaded_by_kernels(plan)
     views = _extern_views(plan)
     kernel_loads |= {buffer_name(view.base) for view in views.values()}
@@ -111,7 +131,7 @@ def generate_launcher(
             for operand in step.node.input_nodes():
                 if operand in views and operand not in made:
                     made.add(operand)
-                    lines.append(_view_line(operand, views[operand]))
+                    statements.append(_view_line(operand, views[operand]))
             read = buffer_name(step.node) in kernel_loads
             # a prim run by ATen lays its result out as ATen does: a graph output is
             # copied into the layout the graph promised (eager's, see decomp.layouts)
@@ -122,7 +142,7 @@ def generate_launcher(
                 and op is not None
                 and op.kind is OpKind.PRIMS
             )
-            lines += _extern_lines(step.node, plan, env, read, in_place.get(step.node), relaid)
+            statements += _extern_lines(step.node, plan, env, read, in_place.get(step.node), relaid)
             continue
         launch = launches.get(step.name)
         tail = step.tail.stores if step.tail is not None else ()
@@ -133,18 +153,22 @@ def generate_launcher(
             strides = buffer_strides(node, plan.lowered[node])
             dtype = env.name(meta.dtype, "dtype")
             device = env.name(meta.device, "device")
-            lines.append(
+            allocation = (
                 f"    {store.buffer} = empty_strided({meta.shape!r}, {strides!r}, dtype={dtype}, "
                 f"device={device})"
             )
+            statements.append(_statement(allocation, stores=(store.buffer,)))
             if wants_huge_pages(meta.nbytes, meta.device):
-                lines.append(f"    _advise_huge_pages({store.buffer})")
+                statements.append(
+                    _statement(f"    _advise_huge_pages({store.buffer})", store.buffer)
+                )
             allocated[store.buffer] = (meta.shape, strides, meta.dtype, str(meta.device))
         if launch is not None:
             handle = env.name(launch.handle, step.name + "_")
-            lines.append("    " + launch.call(handle, [arg.name for arg in step.args]))
+            args = [arg.name for arg in step.args]
+            statements.append(_statement("    " + launch.call(handle, args), *args))
     keep = set(params) | {buffer_name(n) for n in graph.outputs}
-    lines = _release_at_last_use(lines, keep)
+    lines = [f"def launch({', '.join(params)}):", *release_at_last_use(statements, keep)]
     shared = set(keep)
     for step in plan.steps:
         if isinstance(step, ExternStep) and not _fresh_result(step.node, in_place):
@@ -163,37 +187,31 @@ def generate_launcher(
     return "\n".join(lines) + "\n", env.values
 
 
-def _release_at_last_use(lines: list[str], keep: set[str]) -> list[str]:
-    """``lines`` (a ``def`` and its body) with ``del`` of each local right after its last use.
+def release_at_last_use(statements: Sequence[Statement], keep: set[str]) -> list[str]:
+    """The lines of ``statements`` (a launcher's body) with ``del`` of each local right
+    after the statement that uses it last.
 
     Intermediates (kernel buffers, extern results, views) are freed as soon as no later
     statement reads them, instead of living until the launcher returns. Names in ``keep``
-    (the parameters and the outputs) are never released. Deleting a name that aliases
-    another tensor (a view) only drops that reference: torch keeps shared storage alive.
+    (the parameters and the outputs) are never released, nor names no statement assigns.
+    Deleting a name that aliases another tensor (a view) only drops that reference: torch
+    keeps shared storage alive. Each statement's names are the ones recorded when it was
+    generated (:class:`Statement`), so the source is never parsed back.
     """
-    lines = "\n".join(lines).split("\n")  # one entry per physical line, as ast counts them
-    body = ast.parse("\n".join(lines) + "\n    pass\n").body[0]
-    assert isinstance(body, ast.FunctionDef)
-    statements = body.body[:-1]
-    assigned = {
-        node.id
-        for stmt in statements
-        for node in ast.walk(stmt)
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-    }
+    assigned = frozenset().union(*(statement.stores for statement in statements))
     last_use: dict[str, int] = {}
-    for index, stmt in enumerate(statements):
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and node.id in assigned and node.id not in keep:
-                last_use[node.id] = index
+    for index, statement in enumerate(statements):
+        for name in statement.names:
+            last_use[name] = index
     dead_after: dict[int, list[str]] = {}
     for name, index in last_use.items():
-        dead_after.setdefault(statements[index].end_lineno or 0, []).append(name)
+        if name in assigned and name not in keep:
+            dead_after.setdefault(index, []).append(name)
     out: list[str] = []
-    for lineno, line in enumerate(lines, start=1):
-        out.append(line)
-        if lineno in dead_after:
-            out.append(f"    del {', '.join(sorted(dead_after[lineno]))}")
+    for index, statement in enumerate(statements):
+        out += statement.lines
+        if index in dead_after:
+            out.append(f"    del {', '.join(sorted(dead_after[index]))}")
     return out
 
 
@@ -202,7 +220,7 @@ def reuse_buffers(
     reusable: Mapping[str, tuple[Any, ...]],
     view_bases: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """``lines`` (after :func:`_release_at_last_use`) with an allocation handed the buffer of
+    """``lines`` (after :func:`release_at_last_use`) with an allocation handed the buffer of
     one released before it with the same shape, strides, dtype and device.
 
     ``reusable``: those buffers' kinds, by name: the kernel stores that only kernels and
@@ -290,14 +308,14 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
     return views
 
 
-def _view_line(node: Node, view: StridedView) -> str:
-    base = buffer_name(view.base)
+def _view_line(node: Node, view: StridedView) -> Statement:
+    base, name = buffer_name(view.base), buffer_name(node)
     strides = view.strides
     meta = view.base.tensor_meta
     same = (view.shape, strides, view.offset) == (meta.shape, meta.strides, 0)
     if same and view.base.is_input:
         # a weight's t(t(w)) in a backward: the input itself (its layout is guarded)
-        return f"    {buffer_name(node)} = {base}  # the input itself, no view"
+        return _statement(f"    {name} = {base}  # the input itself, no view", base, stores=(name,))
     if view.offset == 0:  # as_strided keeps the base's storage offset
         call = f"{base}.as_strided({view.shape!r}, {strides!r})"
     else:
@@ -305,7 +323,7 @@ def _view_line(node: Node, view: StridedView) -> str:
             f"as_strided({base}, {view.shape!r}, {strides!r}, "
             f"{base}.storage_offset() + {view.offset})"
         )
-    return f"    {buffer_name(node)} = {call}  # a view, no copy"
+    return _statement(f"    {name} = {call}  # a view, no copy", base, stores=(name,))
 
 
 def _nodes_loaded_by_kernels(plan: Plan) -> set[str]:
@@ -319,7 +337,7 @@ def _extern_lines(
     read_by_kernel: bool,
     in_place: Any = None,
     relaid_output: bool = False,
-) -> list[str]:
+) -> list[Statement]:
     """The call of an extern ATen op (``in_place``: its in-place form, updating its first
     argument, see :mod:`.in_place`). Its result is copied into the strides of its
     metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
@@ -327,42 +345,48 @@ def _extern_lines(
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
+    name = buffer_name(node)
     if lowered.allocate_only:
         meta = node.tensor_meta
         dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
-        return [
-            f"    {buffer_name(node)} = empty_strided({meta.shape!r}, {meta.strides!r}, "
+        allocation = (
+            f"    {name} = empty_strided({meta.shape!r}, {meta.strides!r}, "
             f"dtype={dtype}, device={device})  # {lowered.reason}"
-        ]
+        )
+        return [_statement(allocation, stores=(name,))]
     op = node.op.resolve() if in_place is None else in_place
     fn = env.name(direct_call(op, node.kwargs), "extern")
-    args = [_render_arg(arg, env) for arg in node.args]
-    args += [f"{key}={_render_arg(value, env)}" for key, value in node.kwargs.items()]
-    name = buffer_name(node)
+    read: set[str] = set()
+    args = [_render_arg(arg, env, read) for arg in node.args]
+    args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
-    lines = []
+    statements = []
     if in_place is None and _advised_result(node, op):
         # a large matmul result written into a buffer advised onto huge pages (0233)
         meta = node.tensor_meta
         dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
-        lines.append(
+        allocation = (
             f"    {name} = empty_strided({meta.shape!r}, {meta.strides!r}, dtype={dtype}, "
             f"device={device})"
         )
-        lines.append(f"    _advise_huge_pages({name})")
-        lines.append(f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}")
+        statements.append(_statement(allocation, stores=(name,)))
+        statements.append(_statement(f"    _advise_huge_pages({name})", name))
+        call = f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}"
     else:
-        lines.append(f"    {name} = {fn}({', '.join(args)})  # {note}")
+        call = f"    {name} = {fn}({', '.join(args)})  # {note}"
+    statements.append(_statement(call, *read, stores=(name,)))
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
         strides = node.tensor_meta.strides
-        lines.append(f"    if {name}.stride() != {strides!r}:")
-        lines.append(f"        {name} = _restride({name}, {strides!r})")
+        test = f"    if {name}.stride() != {strides!r}:"
     elif relaid_output:
         strides = node.tensor_meta.strides
-        lines.append(f"    if not _same_layout({name}.shape, {name}.stride(), {strides!r}):")
-        lines.append(f"        {name} = _restride({name}, {strides!r})")
-    return lines
+        test = f"    if not _same_layout({name}.shape, {name}.stride(), {strides!r}):"
+    else:
+        return statements
+    restride = f"        {name} = _restride({name}, {strides!r})"
+    statements.append(Statement((test, restride), frozenset((name,)), frozenset((name,))))
+    return statements
 
 
 #: Matmuls whose large CPU results the launcher allocates itself (``out=``), advised

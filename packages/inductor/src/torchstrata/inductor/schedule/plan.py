@@ -73,7 +73,7 @@ def plan_graph(
                     stored.add(operand_lowered.view.base)  # the launcher's view reads it
             continue
         context = GroupContext(scheduler, step, set(step.members))
-        exprs = {member: context.member_expr(member) for member in step.members}
+        exprs = _member_exprs(step, context)
         stored.update(context.loaded)
         built.append((step, context, exprs))
     kernels = iter(
@@ -83,6 +83,25 @@ def plan_graph(
     ordered = tuple(step if isinstance(step, ExternStep) else next(kernels) for step in steps)
     realised_stored = frozenset(node for node in stored if node in scheduler.step_of)
     return Plan(ordered, realised_stored, lowered)
+
+
+def _member_exprs(group: Group, context: GroupContext) -> dict[Node, Expr]:
+    """Each member's expression: as the scheduler's joins built them when they built
+    every member under the group's final shapes and loop variables (``Group.built``,
+    taken over with the context's loads and computed values), else built here."""
+    built = group.built
+    signature = (
+        group.row_shape,
+        group.red_shape,
+        group.red_first,
+        context.row_index,
+        context.red_index,
+    )
+    if built is not None and built.signature == signature and list(built.exprs) == group.members:
+        context.loaded.update(built.loaded)
+        context.computed.update(dict.fromkeys(built.computed))
+        return dict(built.exprs)
+    return {member: context.member_expr(member) for member in group.members}
 
 
 def _kernel(

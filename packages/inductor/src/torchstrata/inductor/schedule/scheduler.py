@@ -81,6 +81,9 @@ class Group:
     #: row_shape``): a pointwise group that a sum over its leading dims joined (a bias
     #: gradient's column sum joins the kernel that computes the gradient).
     red_first: bool = False
+    #: The members' expressions as the joins built them, under ``checked`` (None when
+    #: not known for every member): the plan takes them instead of building them again.
+    built: BuiltMembers | None = None
 
     @property
     def full_shape(self) -> tuple[int, ...]:
@@ -91,6 +94,31 @@ class Group:
     def stored_shape(self) -> tuple[int, ...]:
         """The shape of a member over the whole domain (see ``red_first``)."""
         return self.red_shape + self.row_shape if self.red_first else self.full_shape
+
+
+@attrs.frozen(eq=False)
+class BuiltMembers:
+    """What building a group's members in one :class:`GroupContext` gave: each member's
+    expression (in member order) and the context's ``loaded`` and ``computed`` after it,
+    under ``signature`` (``Group.checked``)."""
+
+    signature: tuple[object, ...]
+    exprs: dict[Node, Expr]
+    loaded: frozenset[Node]
+    computed: tuple[Node, ...]
+
+    def joined(self, node: Node, expr: Expr, context: GroupContext) -> BuiltMembers:
+        """These members and ``node``, built alone in ``context`` (same signature): as
+        one context building every member in order gives (``computed`` in the order of
+        first appearance; a node the members computed already keeps its place)."""
+        computed = dict.fromkeys(self.computed)
+        computed.update(dict.fromkeys(context.computed))
+        return BuiltMembers(
+            self.signature,
+            {**self.exprs, node: expr},
+            self.loaded | context.loaded,
+            tuple(computed),
+        )
 
 
 @attrs.define(eq=False)
@@ -469,13 +497,20 @@ class Scheduler:
         )
         previous = group.checked
         exprs: list[Expr] = []
+        members_built: BuiltMembers | None = None
         try:
             if group.checked != signature:
                 for member in group.members:
                     exprs.append(context.member_expr(member))
                 group.checked = signature
+                members = dict(zip(group.members, exprs, strict=True))
+                members_built = BuiltMembers(
+                    signature, members, frozenset(context.loaded), tuple(context.computed)
+                )
             exprs.append(context.member_expr(node))
         except NotFusable as refused:
+            if members_built is not None:  # the members stand under the new signature
+                group.built = members_built
             if refused.later is not None:
                 self.blockers.add(refused.later)
                 self._refused_later = True
@@ -487,6 +522,17 @@ class Scheduler:
         if joins_producer and not walks_columns(exprs, trial.row_shape, trial.red_shape):
             group.checked = previous
             return False
+        if members_built is not None:
+            group.built = BuiltMembers(
+                signature,
+                dict(zip(trial.members, exprs, strict=True)),
+                frozenset(context.loaded),
+                tuple(context.computed),
+            )
+        elif group.built is not None and group.built.signature == signature:
+            group.built = group.built.joined(node, exprs[-1], context)
+        else:
+            group.built = None
         group.row_shape, group.red_shape, group.members = (
             trial.row_shape,
             trial.red_shape,
