@@ -15,34 +15,15 @@ the context manager removes every such cache when the outermost block exits, so 
 after it torch behaves as if nothing happened (the next call outside imports Dynamo).
 Only imports made from the wrapper's own code object are answered; every other import
 goes to the original ``__import__``.
-
-Fake tensors read three settings of Dynamo's config (``FakeTensorMode.__init__`` imports
-``torch._dynamo.config``, which runs all of Dynamo's package first; its dispatch reads
-``torch._dynamo.config._custom_ops_profile``). Within the block, and only while Dynamo is
-not imported, those reads get a copy of the config module: the same file run on its own
-(:func:`_config_copy`, never entered in ``sys.modules`` under Dynamo's name), so the same
-defaults and environment variables give the same values; nothing can have changed the
-real ones, which do not exist yet. Two pieces do it: the import statement in
-``fake_tensor``'s code is answered with ``torch`` itself, without importing the config,
-and ``torch._dynamo`` is a stand-in (:class:`_DynamoStandIn`) that gives the copy to
-``fake_tensor``'s code and, to any other code or for any other name, imports Dynamo
-as torch's lazy attribute would and answers from it (the import replaces the stand-in).
-The stand-in is removed when the outermost block exits, so after it torch behaves as if
-nothing happened.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import functools
-import importlib
-import importlib.util
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -62,63 +43,6 @@ def _wrapper_code() -> Any:
 
 
 _WRAPPER_CODE = _wrapper_code()
-
-#: The module whose reads of Dynamo's config get the copy, and what it imports.
-_FAKE_MODULE = "torch._subclasses.fake_tensor"
-_DYNAMO_CONFIG = "torch._dynamo.config"  # comparator: an import answered, never made here
-
-
-def _fake_reads_config() -> bool:
-    """Whether ``FakeTensorMode.__init__`` imports Dynamo's config as the module
-    docstring describes (else fake tensors import Dynamo as they always did)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    code = getattr(FakeTensorMode.__init__, "__code__", None)
-    return code is not None and _DYNAMO_CONFIG in code.co_names
-
-
-@functools.cache
-def _config_copy() -> ModuleType | None:
-    """Dynamo's config module run on its own from torch's file, under a name of ours
-    (its settings object finds itself in ``sys.modules`` while it runs), or None when
-    the file is not where torch keeps it."""
-    path = Path(torch.__file__).parent / "_dynamo" / "config.py"
-    name = f"{__name__}._dynamo_config_copy"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if not path.is_file() or spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
-
-
-def _real_dynamo() -> ModuleType:
-    return importlib.import_module(_DYNAMO)
-
-
-class _DynamoStandIn:
-    """``torch._dynamo`` within the block while Dynamo is not imported: its config copy
-    for ``fake_tensor``'s code, Dynamo itself (imported then) for everything else."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "config" and sys._getframe(1).f_globals.get("__name__") == _FAKE_MODULE:
-            copy = _config_copy()
-            if copy is not None:
-                return copy
-        return getattr(_real_dynamo(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(_real_dynamo(), name, value)
-
-
-_STAND_IN = _DynamoStandIn()
-_FAKE_READS_CONFIG = functools.cache(_fake_reads_config)
 
 
 def _identity_disable(fn: Callable[..., Any], recursive: bool = True, **_: Any) -> Any:
@@ -158,15 +82,6 @@ class _Deferral:
             if caller.f_code is _WRAPPER_CODE:
                 self.primed.append(caller.f_locals.get("fn"))
                 return _StandInTorch
-        elif (
-            name == _DYNAMO_CONFIG
-            and not fromlist
-            and not level
-            and torch.__dict__.get("_dynamo") is _STAND_IN
-            and sys._getframe(1).f_globals.get("__name__") == _FAKE_MODULE
-        ):
-            # ``import torch._dynamo.config`` binds ``torch``; its reads reach the stand-in
-            return torch
         return original(name, globals, locals, fromlist, level)
 
     def enter(self) -> None:
@@ -175,8 +90,6 @@ class _Deferral:
             if self.depth == 1:
                 self.original_import = builtins.__import__
                 builtins.__import__ = self.hooked_import
-                if "_dynamo" not in torch.__dict__ and _FAKE_READS_CONFIG():
-                    torch.__dict__["_dynamo"] = _STAND_IN
 
     def exit(self) -> None:
         with self.lock:
@@ -186,8 +99,6 @@ class _Deferral:
             if builtins.__import__ == self.hooked_import and self.original_import is not None:
                 builtins.__import__ = self.original_import
             self.original_import = None
-            if torch.__dict__.get("_dynamo") is _STAND_IN:
-                del torch.__dict__["_dynamo"]
             primed, self.primed = self.primed, []
         for fn in primed:
             if getattr(fn, "__dict__", {}).get(_CACHE_ATTRIBUTE) is fn:
