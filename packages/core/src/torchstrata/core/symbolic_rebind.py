@@ -44,7 +44,7 @@ class _Rebound(Transformer):
         }
         #: sympy expression of the graph -> its SymInt in the new ShapeEnv (a graph
         #: repeats the same few sizes: each is made once)
-        self._made: dict[Any, torch.SymInt] = {}
+        self._made: dict[Any, Any] = {}
 
     def value(self, value: Any) -> Any:
         if isinstance(value, SYMBOLIC_TYPES):
