@@ -116,6 +116,7 @@ class GraphBuilder:
         self._tags: frozenset[str] = frozenset()
         #: what :meth:`infer` inferred inside a symbolic scope, by :func:`meta_key`
         self._inferred: dict[Any, NodeMeta] = {}
+        self._scope: Any = None
 
     def __len__(self) -> int:
         """The number of calls built so far (inputs not counted)."""
@@ -154,8 +155,11 @@ class GraphBuilder:
         """:func:`infer_meta` of ``op(*args, **kwargs)``; inside a symbolic scope, a call
         like one inferred before (same op, operand metadata and arguments,
         :mod:`~torchstrata.core.meta_memo`) takes that call's metadata."""
-        if active_symbolic_sizes() is None:
+        scope = active_symbolic_sizes()
+        if scope is None:
             return infer_meta(op, args, kwargs)
+        if scope is not self._scope:  # keys name symbols of one ShapeEnv
+            self._scope, self._inferred = scope, {}
         key = meta_key(op, args, kwargs)
         if key is None:
             return infer_meta(op, args, kwargs)
