@@ -13,9 +13,10 @@ import torch
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.graph import Graph, Node, NodeMeta, iter_nodes, map_nodes
 from torchstrata.core.meta import TensorMeta
+from torchstrata.core.meta_memo import meta_key
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
 from torchstrata.core.prims import get_prim
-from torchstrata.core.symbolic import fake_mode_for
+from torchstrata.core.symbolic import active_symbolic_sizes, fake_mode_for
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -116,6 +117,9 @@ class GraphBuilder:
         #: never goes down (names are only added), so the next search starts there.
         self._counters: dict[str, int] = {}
         self._tags: frozenset[str] = frozenset()
+        #: what :meth:`infer` inferred inside a symbolic scope, by :func:`meta_key`
+        self._inferred: dict[Any, NodeMeta] = {}
+        self._scope: Any = None
 
     def __len__(self) -> int:
         """The number of calls built so far (inputs not counted)."""
@@ -145,11 +149,28 @@ class GraphBuilder:
     ) -> Node:
         """Append ``op(*args, **kwargs)``; its metadata is inferred unless given."""
         if meta is None:
-            meta = infer_meta(op, args, kwargs)
+            meta = self.infer(op, args, kwargs)
         name = self._unique_name(name or op.short_name)
         node = Node(name, op, tuple(args), dict(kwargs), meta, self._tags)
         self._nodes.append(node)
         return node
+
+    def infer(self, op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NodeMeta:
+        """:func:`infer_meta` of ``op(*args, **kwargs)``; inside a symbolic scope, a call
+        like one inferred before (same op, operand metadata and arguments,
+        :mod:`~torchstrata.core.meta_memo`) takes that call's metadata."""
+        scope = active_symbolic_sizes()
+        if scope is None:
+            return infer_meta(op, args, kwargs)
+        if scope is not self._scope:  # keys name symbols of one ShapeEnv
+            self._scope, self._inferred = scope, {}
+        key = meta_key(op, args, kwargs)
+        if key is None:
+            return infer_meta(op, args, kwargs)
+        meta = self._inferred.get(key)
+        if meta is None:
+            meta = self._inferred[key] = infer_meta(op, args, kwargs)
+        return meta
 
     @contextlib.contextmanager
     def tagged(self, tags: frozenset[str] | set[str]) -> Iterator[None]:

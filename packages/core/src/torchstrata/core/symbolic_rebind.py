@@ -42,6 +42,9 @@ class _Rebound(Transformer):
             name: sizes.declare(_source(graph, name), hint, name).node.expr
             for name, hint in hints.items()
         }
+        #: sympy expression of the graph -> its SymInt in the new ShapeEnv (a graph
+        #: repeats the same few sizes: each is made once)
+        self._made: dict[Any, Any] = {}
 
     def value(self, value: Any) -> Any:
         if isinstance(value, SYMBOLIC_TYPES):
@@ -50,9 +53,12 @@ class _Rebound(Transformer):
             expr = value.node.expr
             if expr.is_Integer:
                 return int(expr)
-            hint = evaluate(value, self.hints)
-            new = expr.xreplace({s: self.symbols[s.name] for s in expr.free_symbols})
-            return self.sizes.shape_env.create_symintnode(new, hint=hint)
+            made = self._made.get(expr)
+            if made is None:
+                hint = evaluate(value, self.hints)
+                new = expr.xreplace({s: self.symbols[s.name] for s in expr.free_symbols})
+                made = self._made[expr] = self.sizes.shape_env.create_symintnode(new, hint=hint)
+            return made
         if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
             return type(value)(self.value(item) for item in value)
         if isinstance(value, dict):

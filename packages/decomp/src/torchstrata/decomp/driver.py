@@ -23,7 +23,6 @@ from torchstrata.core import (
     TensorMeta,
     eliminate_dead_code,
     get_prim,
-    infer_meta,
     is_dense,
     map_nodes,
     same_layout,
@@ -120,7 +119,7 @@ def _copy_extern(
     copy every result into that layout)."""
     assert node.op is not None
     try:
-        meta = infer_meta(node.op, args, kwargs)
+        meta = builder.infer(node.op, args, kwargs)
     except MetaInferenceError:
         return builder.call(node.op, *args, meta=node.meta, name=node.name, **kwargs)
     if same_operand_layouts(node, args, kwargs):

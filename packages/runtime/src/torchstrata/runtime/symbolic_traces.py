@@ -22,13 +22,13 @@ from torchstrata.runtime.symbolic_decomp import SharedDecomposition
 dynamic_log = artifact_logger(__name__, "dynamic")
 
 #: The size of a trace from which on its sizes take their prims graphs from one shared
-#: decomposition (decision 0280); the sizes before it decompose their own. A symbolic
-#: decomposition costs about ten static ones (a 2-layer GPT block's forward and backward:
-#: 0.34-0.37 s against 0.032 s a size) and saves a third of one per later size: shared
-#: from the first size, an entry would pay for it until about its thirtieth size. Waiting
-#: until the sizes decomposed on their own have cost about one symbolic decomposition
-#: bounds what an entry with few sizes loses (a rent-or-buy choice).
-SHARED_DECOMPOSITION_FROM = 12
+#: decomposition (decisions 0280, 0281); the sizes before it decompose their own. A
+#: symbolic decomposition costs about six to seven static ones (a 2-layer GPT block's
+#: forward and backward: 0.16-0.26 s against 0.025-0.035 s a size, since builders keep
+#: the metas inferred on symbolic sizes; ten before) and saves a third of one per later
+#: size. Waiting until the sizes decomposed on their own have cost about one symbolic
+#: decomposition bounds what an entry with few sizes loses (a rent-or-buy choice).
+SHARED_DECOMPOSITION_FROM = 8
 
 T = TypeVar("T")
 
