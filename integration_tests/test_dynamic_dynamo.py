@@ -39,7 +39,11 @@ def _run(fn, sizes, **compile_kwargs):
     for size in sizes:
         x = torch.randn(size, 8)
         with recording() as ran:
-            torch.testing.assert_close(compiled(x, w), fn(x, w), msg=lambda m, s=size: f"{s}: {m}")
+            # atol: sizes_in_the_graph adds a sum over up to 16 x 8 values of magnitude ~1
+            # to every element; summed in another order it differs by ~1e-5
+            torch.testing.assert_close(
+                compiled(x, w), fn(x, w), rtol=1.3e-6, atol=1e-4, msg=lambda m, s=size: f"{s}: {m}"
+            )
         assert len(ran) == 1 and ran[0].is_compiled, f"size {size} did not run compiled code"
         if all(graph is not ran[0] for graph in graphs):
             graphs.append(ran[0])
