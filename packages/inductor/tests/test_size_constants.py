@@ -9,14 +9,14 @@ import torch
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 
 
-def _rows(b: GraphBuilder, length: int, rows: int = 4):
-    return b.input("x", TensorMeta((rows, length), torch.float32))
+def _rows(b: GraphBuilder, length: int, rows: int = 4, dtype: torch.dtype = torch.float32):
+    return b.input("x", TensorMeta((rows, length), dtype))
 
 
-def _mean(length: int, reciprocal: bool = False):
+def _mean(length: int, reciprocal: bool = False, dtype: torch.dtype = torch.float32):
     """Row means of ``[4, length]``: ``sum / length``, or ``sum * (1 / length)``."""
     b = GraphBuilder(Level.PRIMS)
-    total = b.call(prim("sum"), _rows(b, length), (1,))
+    total = b.call(prim("sum"), _rows(b, length, dtype=dtype), (1,))
     if reciprocal:
         return b.build([b.call(prim("mul"), total, 1.0 / length)])
     return b.build([b.call(prim("div"), total, float(length))])
@@ -79,6 +79,14 @@ def test_a_mean_is_one_source_by_length_or_by_reciprocal(ind, codegen):
     for length in (1, 2, 5):
         ind.check(_mean(length), codegen)
         ind.check(_mean(length, reciprocal=True), codegen)
+
+
+def test_a_float64_mean_is_one_source(ind):
+    source = _one_source(ind, lambda n: _mean(n, dtype=torch.float64), (3, 10, 77), "cpp")
+    assert "static_cast<double>(red_len)" in source
+    reciprocal = lambda n: _mean(n, True, torch.float64)  # noqa: E731
+    source = _one_source(ind, reciprocal, (3, 10, 77), "cpp")
+    assert "static_cast<double>(1.0 / static_cast<double>(red_len))" in source
 
 
 def test_a_constant_equal_to_the_length_at_one_size_only_keeps_the_other_sizes_right(ind, codegen):
