@@ -36,7 +36,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float red_mean_sum = acc_mean_sum;
     const float red_sum_sum = acc_sum_sum;
     const float tmp5 = red_mean_sum;
-    const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(64.0));
+    const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
     float acc_mean_1_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_1_sum)
     for (int64_t r0 = 0; r0 < red_len; ++r0) {
@@ -48,7 +48,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     }
     const float red_mean_1_sum = acc_mean_1_sum;
     const float tmp9 = red_mean_1_sum;
-    const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(64.0));
+    const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
     const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
     const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
     float acc_sum_1_sum = static_cast<float>(0.0);

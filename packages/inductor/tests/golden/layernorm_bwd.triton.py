@@ -98,13 +98,13 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnume
     masked_sum_sum = tl.where(xmask & rmask, tmp3, tl.full([1], 0.0, tl.float32))
     red_sum_sum = tl.reduce(masked_sum_sum, 1, _sum_combine, keep_dims=True)
     tmp4 = red_mean_sum
-    tmp5 = tmp4 / tl.full([1], 64.0, tl.float32)
+    tmp5 = tmp4 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp6 = tmp0 - tmp5
     tmp7 = tmp6 * tmp6
     masked_mean_1_sum = tl.where(xmask & rmask, tmp7, tl.full([1], 0.0, tl.float32))
     red_mean_1_sum = tl.reduce(masked_mean_1_sum, 1, _sum_combine, keep_dims=True)
     tmp8 = red_mean_1_sum
-    tmp9 = tmp8 / tl.full([1], 64.0, tl.float32)
+    tmp9 = tmp8 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp10 = tmp9 + tl.full([1], 1e-05, tl.float32)
     tmp11 = tl.rsqrt(tmp10)
     tmp12 = tmp6 * tmp11

@@ -21,7 +21,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     }
     const float red_native_layer_norm_sum = acc_native_layer_norm_sum;
     const float tmp2 = red_native_layer_norm_sum;
-    const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(64.0));
+    const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(red_len));
     float acc_native_layer_norm_sum_1 = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_native_layer_norm_sum_1)
     for (int64_t r0 = 0; r0 < red_len; ++r0) {
@@ -33,7 +33,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     }
     const float red_native_layer_norm_sum_1 = acc_native_layer_norm_sum_1;
     const float tmp6 = red_native_layer_norm_sum_1;
-    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>(64.0));
+    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>(red_len));
     const float tmp8 = static_cast<float>(tmp7 + static_cast<float>(1e-05));
     const float tmp9 = static_cast<float>(1 / std::sqrt(tmp8));
     #pragma omp simd

@@ -87,13 +87,13 @@ def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, rnumel, XB
     masked_native_layer_norm_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_native_layer_norm_sum = tl.reduce(masked_native_layer_norm_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_native_layer_norm_sum
-    tmp2 = tmp1 / tl.full([1], 64.0, tl.float32)
+    tmp2 = tmp1 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
     masked_native_layer_norm_sum_1 = tl.where(xmask & rmask, tmp4, tl.full([1], 0.0, tl.float32))
     red_native_layer_norm_sum_1 = tl.reduce(masked_native_layer_norm_sum_1, 1, _sum_combine, keep_dims=True)
     tmp5 = red_native_layer_norm_sum_1
-    tmp6 = tmp5 / tl.full([1], 64.0, tl.float32)
+    tmp6 = tmp5 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp7 = tmp6 + tl.full([1], 1e-05, tl.float32)
     tmp8 = tl.rsqrt(tmp7)
     tmp9 = tmp3 * tmp8

@@ -88,5 +88,5 @@ def kernel0(buf_x, buf_mean, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
     masked_mean_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_mean_sum
-    tmp2 = tmp1 / tl.full([1], 64.0, tl.float32)
+    tmp2 = tmp1 / (tl.full([1], 0, tl.float32) + rnumel)
     tl.store(buf_mean + (x0 + xzero), (tmp2).to(tl.float32), xmask)

@@ -24,7 +24,7 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __re
     }
     const float red_mean_sum = acc_mean_sum;
     const float tmp3 = red_mean_sum;
-    const float tmp4 = static_cast<float>(tmp3 / static_cast<float>(64.0));
+    const float tmp4 = static_cast<float>(tmp3 / static_cast<float>(red_len));
     const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1e-06));
     const float tmp6 = static_cast<float>(1 / std::sqrt(tmp5));
     #pragma omp simd

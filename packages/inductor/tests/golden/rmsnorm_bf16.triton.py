@@ -89,7 +89,7 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, R
     masked_mean_sum = tl.where(xmask & rmask, tmp2, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
     tmp3 = red_mean_sum
-    tmp4 = tmp3 / tl.full([1], 64.0, tl.float32)
+    tmp4 = tmp3 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp5 = tmp4 + tl.full([1], 1e-06, tl.float32)
     tmp6 = tl.rsqrt(tmp5)
     tmp7 = tmp1 * tmp6

@@ -35,7 +35,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float red_sum_sum = acc_sum_sum;
     const float tmp6 = red_mean_sum;
     buf_mean_sum[x0] = static_cast<float>(tmp6);
-    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>(64.0));
+    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>(red_len));
     const float tmp8 = static_cast<float>(tmp7 + static_cast<float>(1e-06));
     const float tmp9 = static_cast<float>(1 / std::sqrt(tmp8));
     const float tmp12 = static_cast<float>(tmp9 * tmp9);

@@ -99,7 +99,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK:
     red_sum_sum = tl.reduce(masked_sum_sum, 1, _sum_combine, keep_dims=True)
     tmp6 = red_mean_sum
     tl.store(buf_mean_sum + (x0 + xzero), (tmp6).to(tl.float32), xmask)
-    tmp7 = tmp6 / tl.full([1], 64.0, tl.float32)
+    tmp7 = tmp6 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp8 = tmp7 + tl.full([1], 1e-06, tl.float32)
     tmp9 = tl.rsqrt(tmp8)
     tmp10 = tmp9 * tmp4

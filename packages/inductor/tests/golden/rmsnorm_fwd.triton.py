@@ -88,7 +88,7 @@ def kernel0(buf_x, buf_w, buf_mul_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
     masked_mean_sum = tl.where(xmask & rmask, tmp1, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
     tmp2 = red_mean_sum
-    tmp3 = tmp2 / tl.full([1], 64.0, tl.float32)
+    tmp3 = tmp2 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp4 = tmp3 + tl.full([1], 1e-06, tl.float32)
     tmp5 = tl.rsqrt(tmp4)
     tmp6 = tmp0 * tmp5

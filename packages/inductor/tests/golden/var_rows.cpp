@@ -20,7 +20,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     }
     const float red_var_sum = acc_var_sum;
     const float tmp2 = red_var_sum;
-    const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(32.0));
+    const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(red_len));
     float acc_var_sum_1 = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_var_sum_1)
     for (int64_t r0 = 0; r0 < red_len; ++r0) {

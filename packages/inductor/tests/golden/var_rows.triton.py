@@ -87,7 +87,7 @@ def kernel0(buf_x, buf_var, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     masked_var_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_var_sum = tl.reduce(masked_var_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_var_sum
-    tmp2 = tmp1 / tl.full([1], 32.0, tl.float32)
+    tmp2 = tmp1 / (tl.full([1], 0, tl.float32) + rnumel)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
     masked_var_sum_1 = tl.where(xmask & rmask, tmp4, tl.full([1], 0.0, tl.float32))

@@ -63,3 +63,11 @@ def divisor(value: int, variables: frozenset[str]) -> str:
         return str(value)
     text = found[0][value]
     return text if text.isidentifier() or text.startswith("(") else f"({text})"
+
+
+def value_of(name: str) -> int | None:
+    """The value that :func:`number` prints as ``name`` within the block, or None."""
+    names = _NAMES.get()
+    if names is None:
+        return None
+    return next((value for value, named in names.items() if named == name), None)

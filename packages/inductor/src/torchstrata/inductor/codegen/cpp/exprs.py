@@ -30,7 +30,8 @@ from torchstrata.inductor.codegen.cpp.division import (
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_names import divisor, number
+from torchstrata.inductor.codegen.size_constants import length_constant
+from torchstrata.inductor.codegen.size_names import divisor, number, value_of
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -311,6 +312,14 @@ class CppPrinter:
         if isinstance(expr, ReduceRef):
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
+        found = length_constant(expr, value_of("red_len"))  # generate.RED_LEN_PARAM
+        if found is not None:  # a row's reduction scaled by its length (decision 0286)
+            position, reciprocal = found
+            ctype = compute_type(expr.dtype)
+            text = f"static_cast<{ctype}>(red_len)"
+            if reciprocal:
+                text = f"static_cast<{ctype}>(1.0 / static_cast<double>(red_len))"
+            operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
 
     def _op(self, expr: Op, args: Sequence[str]) -> str:

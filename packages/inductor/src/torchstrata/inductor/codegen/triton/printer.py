@@ -22,7 +22,8 @@ import torch
 from torchstrata.core import wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_names import divisor, number
+from torchstrata.inductor.codegen.size_constants import length_constant
+from torchstrata.inductor.codegen.size_names import divisor, number, value_of
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -367,6 +368,18 @@ class TritonPrinter:
         if isinstance(expr, ReduceRef):
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
+        found = length_constant(expr, value_of(RED_PARAM))
+        if found is not None:  # a row's reduction scaled by its length (decision 0286)
+            position, reciprocal = found
+            kind = compute_type(expr.dtype)
+            # the reciprocal in float64 (IEEE on every target), rounded as the literal was
+            one = "tl.full([1], 1.0, tl.float64)"
+            text = (
+                f"({one} / rnumel).to({kind})"
+                if reciprocal
+                else f"(tl.full([1], 0, {kind}) + rnumel)"
+            )
+            operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
 
     def _indirect_load(self, expr: IndirectLoad, position: str) -> str:

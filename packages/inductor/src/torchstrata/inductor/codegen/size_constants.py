@@ -1,0 +1,54 @@
+"""A row's reduction scaled by its own length: the length printed as the size argument.
+
+A mean (``sum / n``), a LayerNorm's mean and variance and an RMSNorm's mean square divide
+a row's reduction by the row's length, a float constant in the kernel's IR (the decomp's
+``ctx.count``, decision 0280): one source per length. Where a ``div`` of a reduction's
+result (a :class:`~torchstrata.inductor.ir.exprs.ReduceRef`, itself or cast) has a
+float32/float64 divisor equal to the kernel's reduced length, or a ``mul`` a factor equal
+to its reciprocal (the double ``1 / n``), the backends print the constant from their
+reduced-length argument (``red_len``, ``rnumel``) instead of the literal (decision 0286).
+
+Which constants: only those that scale the row's reduction, the shape the decomposition
+of a count gives; a constant elsewhere equal to the length keeps its literal. Correct by
+construction as the names of :mod:`~torchstrata.inductor.codegen.size_names` are: each
+lowering prints its own kernel from its own sizes and passes the length it replaced, so the
+text read with the argument's value is that size's literal source, bit for bit (the length
+converted to the float type is the literal's float; the reciprocal is computed in double,
+then rounded as the literal was). A constant equal to the length at one size only (not a
+count) is the same number at that size, and a literal (another source) at the others.
+Per row, not per element: the operand is a row's reduction, used after its loop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.inductor.ir.exprs import Constant, Expr, Op, ReduceRef
+
+#: Float types whose constants are printed from a length (16-bit floats compute in float).
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _is_reduction(expr: Expr) -> bool:
+    while isinstance(expr, Op) and expr.name == "convert_element_type":
+        expr = expr.args[0]
+    return isinstance(expr, ReduceRef)
+
+
+def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
+    """``(position, reciprocal)`` of ``op``'s constant operand that is the reduced
+    ``length`` (``reciprocal``: ``1 / length``) scaling a row's reduction, or None."""
+    if length is None or length < 2 or op.name not in ("div", "mul") or len(op.args) != 2:
+        return None
+    for position in (1,) if op.name == "div" else (0, 1):
+        constant, other = op.args[position], op.args[1 - position]
+        if not isinstance(constant, Constant) or constant.dtype not in _FLOATS:
+            continue
+        value = constant.value
+        if isinstance(value, bool) or not isinstance(value, float) or not _is_reduction(other):
+            continue
+        if op.name == "div" and value == float(length):
+            return position, False
+        if op.name == "mul" and value == 1.0 / length:
+            return position, True
+    return None

@@ -1,0 +1,121 @@
+"""A row's reduction scaled by its length prints the length from the kernel's argument
+(decision 0286): a mean, a LayerNorm and an RMSNorm are one source over row lengths, and
+equal the reference interpreter at every length, odd ones and 1 included."""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+
+
+def _rows(b: GraphBuilder, length: int, rows: int = 4, dtype: torch.dtype = torch.float32):
+    return b.input("x", TensorMeta((rows, length), dtype))
+
+
+def _mean(length: int, reciprocal: bool = False, dtype: torch.dtype = torch.float32):
+    """Row means of ``[4, length]``: ``sum / length``, or ``sum * (1 / length)``."""
+    b = GraphBuilder(Level.PRIMS)
+    total = b.call(prim("sum"), _rows(b, length, dtype=dtype), (1,))
+    if reciprocal:
+        return b.build([b.call(prim("mul"), total, 1.0 / length)])
+    return b.build([b.call(prim("div"), total, float(length))])
+
+
+def _rms_norm(length: int):
+    """``x * rsqrt(mean(x * x) + eps) * w`` over rows of ``length``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length, rows=6)
+    w = b.input("w", TensorMeta((length,), torch.float32))
+    square = b.call(prim("sum"), b.call(prim("mul"), x, x), (1,))
+    rstd = b.call(
+        prim("rsqrt"), b.call(prim("add"), b.call(prim("div"), square, float(length)), 1e-6)
+    )
+    shape = (6, length)
+    scaled = b.call(prim("mul"), x, b.call(prim("broadcast_in_dim"), rstd, shape, (0,)))
+    return b.build([b.call(prim("mul"), scaled, b.call(prim("broadcast_in_dim"), w, shape, (1,)))])
+
+
+def _sources(ind, graph, codegen: str) -> tuple[str, ...]:
+    compiled = ind.compile(graph, codegen)
+    return tuple(k.source for k in compiled.kernels if k.backend == ind.backend(codegen))
+
+
+def _one_source(ind, make, sizes, codegen: str) -> str:
+    sources = set()
+    for size in sizes:
+        graph = make(size)
+        ind.check(graph, codegen, rtol=1e-5, atol=1e-5)
+        sources.add(_sources(ind, graph, codegen))
+    assert len(sources) == 1, f"{len(sources)} sources over {sizes}"
+    (source,) = sources.pop()
+    return source
+
+
+def _printed_length(codegen: str) -> str:
+    return "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
+
+
+def test_a_layer_norm_is_one_source_over_row_lengths(ind, codegen):
+    source = _one_source(ind, lambda n: ind.layer_norm_rows(5, n), (33, 40, 57), codegen)
+    assert source.count(_printed_length(codegen)) == 2  # the mean and the variance
+    for length in (1, 2, 3, 17, 100):
+        ind.check(ind.layer_norm_rows(5, length), codegen, rtol=1e-5, atol=1e-5)
+
+
+def test_an_rms_norm_is_one_source_over_row_lengths(ind, codegen):
+    source = _one_source(ind, _rms_norm, (35, 45, 63), codegen)
+    assert _printed_length(codegen) in source
+    for length in (1, 2, 7, 64):
+        ind.check(_rms_norm(length), codegen, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mean_is_one_source_by_length_or_by_reciprocal(ind, codegen):
+    source = _one_source(ind, _mean, (3, 10, 77), codegen)
+    assert _printed_length(codegen) in source
+    reciprocal = lambda n: _mean(n, reciprocal=True)  # noqa: E731
+    source = _one_source(ind, reciprocal, (3, 10, 77), codegen)
+    assert ("1.0 / static_cast<double>(red_len)" if codegen == "cpp" else "/ rnumel)") in source
+    for length in (1, 2, 5):
+        ind.check(_mean(length), codegen)
+        ind.check(_mean(length, reciprocal=True), codegen)
+
+
+def test_a_float64_mean_is_one_source(ind):
+    source = _one_source(ind, lambda n: _mean(n, dtype=torch.float64), (3, 10, 77), "cpp")
+    assert "static_cast<double>(red_len)" in source
+    reciprocal = lambda n: _mean(n, True, torch.float64)  # noqa: E731
+    source = _one_source(ind, reciprocal, (3, 10, 77), "cpp")
+    assert "static_cast<double>(1.0 / static_cast<double>(red_len))" in source
+
+
+def test_a_constant_equal_to_the_length_at_one_size_only_keeps_the_other_sizes_right(ind, codegen):
+    """``sum / 17`` over rows of 17 and of 33: the same number at 17, a literal at 33."""
+
+    def fixed(length: int):
+        b = GraphBuilder(Level.PRIMS)
+        return b.build([b.call(prim("div"), b.call(prim("sum"), _rows(b, length), (1,)), 17.0)])
+
+    at_17, at_33 = (_sources(ind, fixed(n), codegen) for n in (17, 33))
+    assert at_17 != at_33 and "17.0" in at_33[0]
+    for length in (17, 33):
+        ind.check(fixed(length), codegen, rtol=1e-5, atol=1e-5)
+
+
+def test_a_length_not_scaling_a_reduction_stays_a_literal(ind):
+    """``x / n`` per element: not a count of the row's reduction."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, 9)
+    total = b.call(prim("sum"), x, (1,))
+    scaled = b.call(prim("div"), x, 9.0)
+    graph = b.build([total, scaled])
+    ind.check(graph, "cpp")
+    (source,) = _sources(ind, graph, "cpp")
+    assert "static_cast<float>(9.0)" in source and "static_cast<float>(red_len)" not in source
+
+
+def test_sized_norm_simd_loops_stay_vectorised(ind):
+    for graph in (ind.layer_norm_rows(5, 33), _rms_norm(45)):
+        (source,) = _sources(ind, graph, "cpp")
+        assert "red_len)" in source
+        ind.assert_simd_loops_vectorised(source, loading=True)
