@@ -23,8 +23,7 @@ from integration_tests.dynamic_corpus.programs import (
     slice_half,
     softmax_gelu,
 )
-from torchstrata.core import TensorMeta
-from torchstrata.runtime.size_routes import size_check_of
+from torchstrata.core import TensorMeta, size_check_of
 
 #: Sizes of the dynamic dimension: odd, even, small and large (never 0 or 1 here).
 SIZES = (16, 17, 5, 33, 2, 64, 9, 40)

@@ -8,41 +8,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import torchstrata.runtime as rt
 from torchstrata.core import create_plugin_manager, has_symbols, hookimpl
 from torchstrata.decomp import override
 from torchstrata.runtime import symbolic_traces
 
-from .training.models import MLP, assert_matches, twin
+from .test_dynamic_symbolic_aot import MeanLoss, _count_stage_calls
+from .training.models import assert_matches, twin
 
 #: Sizes of the dynamic dimension (never 0 or 1).
 SIZES = (16, 17, 5, 33, 3)
-
-
-class MeanLoss(nn.Module):
-    """An MLP (its hidden activation a ``tanh``) and the mean of its output."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.mlp = MLP()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x).pow(2).mean()
-
-
-def _count_stage_calls(monkeypatch, pipeline) -> list[tuple[str, bool]]:
-    """Every (stage, symbolic) hook call the pipeline makes."""
-    calls: list[tuple[str, bool]] = []
-    original = pipeline._call_stage
-
-    def counting(stage, options, symbolic=False, **kwargs):
-        calls.append((stage, symbolic))
-        return original(stage, options, symbolic=symbolic, **kwargs)
-
-    monkeypatch.setattr(pipeline, "_call_stage", counting)
-    return calls
 
 
 def _train(compiled, model, sizes, device="cpu"):

@@ -41,7 +41,7 @@ from torchstrata.core.guard_state import (
     state_changes,
     unsupported_state,
 )
-from torchstrata.core.guard_text import describe_guard
+from torchstrata.core.guard_text import describe_guard, size_check_of
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.logs import (
@@ -294,6 +294,7 @@ __all__ = [
     "register",
     "same_layout",
     "set_logs",
+    "size_check_of",
     "size_guards",
     "size_hint",
     "size_or_int",

@@ -45,7 +45,7 @@ def describe_guard(guard: Guard) -> str:
     ``L['x']: Tensor, shape == (64, 128), ...`` or ``L['self'].p == 0.1``."""
     source, expected = guard.source, guard.expected
     kind = guard.kind
-    check = _size_check(guard)
+    check = size_check_of(guard)
     if check is not None:  # its source is the inline lookup of a layout key
         text = f"sizes of {', '.join(check.sources)}"
     elif kind is GuardKind.TENSOR_MATCH:
@@ -76,7 +76,7 @@ def describe_guard(guard: Guard) -> str:
     return f"{text}  # {guard.description}" if guard.description else text
 
 
-def _size_check(guard: Guard) -> SizeCheck | None:
+def size_check_of(guard: Guard) -> SizeCheck | None:
     """The :class:`SizeCheck` a symbolic entry's size guard holds, or None."""
     for _, cell in guard.cells:
         try:

@@ -27,12 +27,12 @@ from torchstrata.core import (
     FetchedValues,
     Guard,
     GuardKind,
-    SizeCheck,
     TensorMeta,
     TensorTraits,
     global_state,
     guard_cells,
     guard_condition,
+    size_check_of,
     state_changes,
 )
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
@@ -67,9 +67,8 @@ class GuardFailure:
         """The failure of ``guard`` now (reading the global state for a state guard, and
         the reason a size check gave for the call it just refused)."""
         actual = global_state() if guard.kind is GuardKind.GLOBAL_STATE else None
-        checks = [_size_check(cell) for _, cell in guard.cells]
-        details = [check.last_failure for check in checks if check is not None]
-        return cls(guard, actual, next((d for d in details if d), ""))
+        check = size_check_of(guard)
+        return cls(guard, actual, check.last_failure if check is not None else "")
 
     def __str__(self) -> str:
         expected = self.guard.expected
@@ -90,14 +89,6 @@ class GuardFailure:
         if self.guard.description:
             text += f": {self.guard.description}"
         return text
-
-
-def _size_check(cell: Any) -> SizeCheck | None:
-    try:
-        contents = cell.cell_contents
-    except ValueError:  # an empty cell
-        return None
-    return contents if isinstance(contents, SizeCheck) else None
 
 
 def _traits_mismatch(

@@ -16,22 +16,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torchstrata.core import DirectProgram, Guard, SizeCheck
+from torchstrata.core import DirectProgram, Guard, size_check_of
 
 #: layouts routed at most (then the table starts over, as :attr:`SizeCheck.known` does)
 MAX_ROUTES = 4096
-
-
-def size_check_of(guard: Guard) -> SizeCheck | None:
-    """The :class:`SizeCheck` a symbolic entry's size guard holds, or None."""
-    for _, cell in guard.cells:
-        try:
-            contents = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(contents, SizeCheck):
-            return contents
-    return None
 
 
 class SizeRoutes:
