@@ -15,29 +15,21 @@ from torchstrata.decomp import override
 from torchstrata.runtime import symbolic_traces
 
 from .test_dynamic_symbolic_aot import MeanLoss, _count_stage_calls
-from .training.models import assert_matches, twin
+from .test_dynamic_symbolic_aot import _train as train
 
 #: Sizes of the dynamic dimension (never 0 or 1).
 SIZES = (16, 17, 5, 33, 3)
 
 
 def _train(compiled, model, sizes, device="cpu"):
-    """One SGD step per size through the compiled model and its eager twin; loss, input
-    gradient and parameter gradients compared after every step."""
-    eager = twin(model)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, eager)]
-    for n in sizes:
-        inputs = torch.randn(n, 16, device=device)
-        results = []
-        for fn, optimizer in zip((compiled, eager), optimizers, strict=True):
-            x = inputs.clone().requires_grad_()
-            loss = fn(x)
-            loss.backward()
-            grads = [p.grad.clone() for p in optimizer.param_groups[0]["params"]]
-            optimizer.step()
-            optimizer.zero_grad()
-            results.append([loss.detach(), x.grad, *grads])
-        assert_matches(*results, what=f"rows {n}: loss, input grad, param grads")
+    """One SGD step per size (``[n, 16]`` inputs) through the compiled model and its eager
+    twin, compared after every step (the symbolic-aot tests' loop)."""
+    train(
+        compiled,
+        model,
+        [(n, 16) for n in sizes],
+        lambda shape: (torch.randn(shape, device=device),),
+    )
 
 
 @pytest.mark.parametrize("shared_from", [1, 3])
