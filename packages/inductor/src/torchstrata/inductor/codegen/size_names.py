@@ -54,6 +54,15 @@ def number(value: int) -> str:
     return names.get(value, str(value))
 
 
+def named_integer(value: object, floating: bool) -> str | None:
+    """What :func:`number` prints for an integer constant ``value`` of a non-floating
+    dtype where that is a size argument's name (a cat's bound), else None (a literal)."""
+    if floating or not isinstance(value, int) or isinstance(value, bool):
+        return None
+    text = number(value)
+    return None if text == str(value) else text
+
+
 def divisor(value: int, variables: frozenset[str]) -> str:
     """A divisor or modulus ``value`` of an index over ``variables`` as generated code
     prints it: a size argument's name (parenthesised where not one term), or the literal.

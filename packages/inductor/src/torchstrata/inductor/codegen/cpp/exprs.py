@@ -31,7 +31,7 @@ from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import length_constant
-from torchstrata.inductor.codegen.size_names import divisor, number, value_of
+from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -270,12 +270,10 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
 
 def _constant(expr: Constant) -> str:
     """A constant; an integer equal to a size argument is spelled as it (a cat's bound)."""
-    value = expr.value
-    if isinstance(value, int) and not isinstance(value, bool) and not expr.dtype.is_floating_point:
-        text = number(value)
-        if text != str(value):
-            return f"static_cast<{compute_type(expr.dtype)}>({text})"
-    return literal(value, expr.dtype)
+    text = named_integer(expr.value, expr.dtype.is_floating_point)
+    if text is not None:
+        return f"static_cast<{compute_type(expr.dtype)}>({text})"
+    return literal(expr.value, expr.dtype)
 
 
 def render_index(index: Index) -> str:
