@@ -12,7 +12,6 @@ import torch
 import torchstrata.runtime as rt
 from torchstrata.core import create_plugin_manager, has_symbols, hookimpl
 from torchstrata.decomp import override
-from torchstrata.runtime import symbolic_traces
 
 from .test_dynamic_symbolic_aot import MeanLoss, _count_stage_calls
 from .test_dynamic_symbolic_aot import _train as train
@@ -34,9 +33,9 @@ def _train(compiled, model, sizes, device="cpu"):
 
 @pytest.mark.parametrize("shared_from", [1, 3])
 def test_training_entry_decomposes_once_for_every_size(monkeypatch, shared_from):
-    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", shared_from)
     model = MeanLoss()
-    compiled = rt.compile(model, codegen="cpp", dynamic=True)
+    options = {"shared_decomposition_from": shared_from}
+    compiled = rt.compile(model, codegen="cpp", dynamic=True, options=options)
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
     _train(compiled, model, SIZES)
     assert calls.count(("autograd", True)) == 1, calls
@@ -69,11 +68,16 @@ class TanhByRows:
 
 
 def test_a_size_outside_a_decomposition_condition_is_decomposed_on_its_own(monkeypatch):
-    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
     rule = TanhByRows()
     manager = create_plugin_manager(plugins=[("tanh_by_rows", rule)])
     model = MeanLoss()
-    compiled = rt.compile(model, codegen="cpp", dynamic=True, pipeline=rt.Pipeline(manager))
+    compiled = rt.compile(
+        model,
+        codegen="cpp",
+        dynamic=True,
+        options={"shared_decomposition_from": 1},
+        pipeline=rt.Pipeline(manager),
+    )
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
     _train(compiled, model, SIZES)
     assert calls.count(("autograd", True)) == 1, calls
@@ -90,9 +94,9 @@ def test_a_size_outside_a_decomposition_condition_is_decomposed_on_its_own(monke
 def test_training_entry_decomposes_once_on_cuda(monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    monkeypatch.setattr(symbolic_traces, "SHARED_DECOMPOSITION_FROM", 1)
     model = MeanLoss().cuda()
-    compiled = rt.compile(model, dynamic=True)  # Triton kernels
+    # Triton kernels
+    compiled = rt.compile(model, dynamic=True, options={"shared_decomposition_from": 1})
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
     _train(compiled, model, SIZES, device="cuda")
     assert calls.count(("autograd", True)) == 1, calls

@@ -109,6 +109,8 @@ def test_backend_options_map_onto_compile_options():
     assert options.codegen == "cpp" and options.blocked_plugins == frozenset({"x"})
     whole = CompileOptions(codegen="eager")
     assert backend_options(base, {"options": whole}) is whole
+    shared = backend_options(base, {"options": {"shared_decomposition_from": 2}})
+    assert shared.shared_decomposition_from == 2
 
 
 @pytest.mark.parametrize(

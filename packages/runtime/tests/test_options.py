@@ -42,6 +42,8 @@ def test_an_unknown_key_of_options_raises_naming_it(options, named):
         ({"stage_options": [("inductor", {})]}, "stage_options=.* must be Mapping"),
         ({"blocked_plugins": "capture"}, "blocked_plugins='capture' must be a collection"),
         ({"blocked_plugins": [1]}, "blocked_plugins: names must be str"),
+        ({"shared_decomposition_from": 2.0}, "shared_decomposition_from=2.0 must be an int"),
+        ({"shared_decomposition_from": True}, "shared_decomposition_from=True must be an int"),
     ],
 )
 def test_an_option_of_the_wrong_type_raises_naming_it(options, named):
@@ -58,6 +60,10 @@ def test_an_option_of_the_wrong_type_raises_naming_it(options, named):
         ({"codegen": ""}, "codegen='' must be None or a backend name"),
         ({"options": {"recompile_limit": -1}}, "recompile_limit=-1 must be a non-negative int"),
         ({"options": {"recompile_limit": True}}, "recompile_limit=True must be a non-negative"),
+        (
+            {"options": {"shared_decomposition_from": 0}},
+            "compile option shared_decomposition_from=0 must be 1 or more",
+        ),
     ],
 )
 def test_a_bad_value_raises_naming_it(arguments, named):

@@ -21,6 +21,13 @@ from torchstrata.core.stage_options import AutogradOptions, InductorOptions
 #: against the registered names when a graph is compiled.
 CODEGENS = (None, "triton", "cpp", "eager")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: The default of ``shared_decomposition_from`` (decisions 0280, 0281): a symbolic
+#: decomposition costs about six to seven static ones (a 2-layer GPT block's forward and
+#: backward: 0.16-0.26 s against 0.025-0.035 s a size, since builders keep the metas
+#: inferred on symbolic sizes; ten before) and saves a third of one per later size.
+#: Waiting until the sizes decomposed on their own have cost about one symbolic
+#: decomposition bounds what an entry with few sizes loses (a rent-or-buy choice).
+SHARED_DECOMPOSITION_FROM = 8
 
 
 def _check_codegen(instance: Any, attribute: Any, value: Any) -> None:
@@ -43,6 +50,15 @@ def _check_size_limit(instance: Any, attribute: Any, value: Any) -> None:
 def _check_positive(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{attribute.name}={value!r} must be a non-negative int")
+
+
+def _check_count_from_one(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"compile option {attribute.name}={value!r} must be an int, not {type(value).__name__}"
+        )
+    if value < 1:
+        raise ValueError(f"compile option {attribute.name}={value!r} must be 1 or more")
 
 
 def _check_type(*types: type) -> Any:
@@ -95,6 +111,9 @@ class CompileOptions:
     * ``validate_passes``: run each pass's input and output graphs on random inputs and
       name the pass that changed the results.
     * ``blocked_plugins``: plugin (and pass) names that must not run.
+    * ``shared_decomposition_from``: the size a symbolic trace serves from which on its
+      sizes take their prims graphs from the trace's one shared decomposition (1: from
+      the first; decisions 0280, 0281); the sizes before it decompose their own graphs.
     * ``cache_dir``: root of the on-disk cache (None: ``$TORCHSTRATA_CACHE_DIR``, else
       ``$XDG_CACHE_HOME/torchstrata``, else ``~/.cache/torchstrata``; see
       :mod:`torchstrata.core.artifacts`).
@@ -122,6 +141,9 @@ class CompileOptions:
     validate_passes: bool = attrs.field(default=False, validator=_check_type(bool))
     blocked_plugins: frozenset[str] = attrs.field(default=frozenset(), converter=_plugin_names)
     recompile_limit: int = attrs.field(default=8, validator=_check_positive)
+    shared_decomposition_from: int = attrs.field(
+        default=SHARED_DECOMPOSITION_FROM, validator=_check_count_from_one
+    )
     cache_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )

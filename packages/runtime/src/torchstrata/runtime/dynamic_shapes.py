@@ -36,6 +36,7 @@ from torchstrata.core import (
     interpret,
     size_guards,
 )
+from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
@@ -198,6 +199,8 @@ class SizeSpecialisedRunner:
     :param trace: the symbolic trace of a graph with symbolic sizes whose decisions on
         sizes are taken for the given sizes (None: the capture's), or None (the
         pipeline's ``trace_symbolic``).
+    :param shared_from: the size of a trace from which on its sizes share its one
+        decomposition (the compile option ``shared_decomposition_from``).
     """
 
     def __init__(
@@ -207,6 +210,7 @@ class SizeSpecialisedRunner:
         max_lowered: int = 64,
         trace: Callable[[Graph, Mapping[str, int] | None], SymbolicAot | None] | None = None,
         max_traces: int = 4,
+        shared_from: int = SHARED_DECOMPOSITION_FROM,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -219,7 +223,7 @@ class SizeSpecialisedRunner:
         #: traced on its own)
         self.traces: SymbolicTraces | None = None
         if trace is not None:
-            self.traces = SymbolicTraces(lambda hints: trace(graph, hints), max_traces)
+            self.traces = SymbolicTraces(lambda hints: trace(graph, hints), max_traces, shared_from)
         self._first = True
         #: the one way in: a generated function of the graph's inputs that builds the
         #: key of the call's sizes inline and runs the runner lowered for it (a lambda
@@ -368,7 +372,9 @@ def compile_symbolic(
         with dynamo_import_deferred():
             return pipeline.trace_symbolic(graph, options, hints)
 
-    runner = SizeSpecialisedRunner(capture.graphs[0], lower, trace=trace)
+    runner = SizeSpecialisedRunner(
+        capture.graphs[0], lower, trace=trace, shared_from=options.shared_decomposition_from
+    )
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim
     first: dict[tuple[str, int], str] = {}

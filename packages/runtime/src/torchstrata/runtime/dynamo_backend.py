@@ -180,7 +180,7 @@ def _symbolic_traces(
         with compile_trace("a Dynamo graph with symbolic sizes", options):
             return _PIPELINE.trace_symbolic(graph, options, hints)
 
-    traces = DynamoTraces(graph, trace)
+    traces = DynamoTraces(graph, trace, shared_from=options.shared_decomposition_from)
     traces.add(None)
     return traces if traces.traces else None
 

@@ -26,6 +26,7 @@ BACKEND_FIELDS = frozenset(
         "blocked_plugins",
         "cache_dir",
         "stage_options",
+        "shared_decomposition_from",
     }
 )
 

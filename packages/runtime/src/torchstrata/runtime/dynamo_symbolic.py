@@ -36,6 +36,7 @@ from torchstrata.core import (
     size_hint,
     symbolic_scope,
 )
+from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import SizedAot
 from torchstrata.runtime.dynamo_sizes import _example_value, _folded
@@ -180,6 +181,8 @@ class DynamoTraces(SymbolicTraces):
     :param trace: the pipeline's ``trace_symbolic`` of ``graph``, taking the sizes its
         decisions are taken for (None: the import's hints).
     :param max_traces: traces made at most (a size outside all of them is traced on its own).
+    :param shared_from: the size of a trace from which on its sizes share its one
+        decomposition (the compile option ``shared_decomposition_from``).
     """
 
     def __init__(
@@ -187,8 +190,9 @@ class DynamoTraces(SymbolicTraces):
         graph: Graph,
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
+        shared_from: int = SHARED_DECOMPOSITION_FROM,
     ) -> None:
-        super().__init__(trace, max_traces)
+        super().__init__(trace, max_traces, shared_from)
         self.graph = graph
 
     def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | SizedAot | None:

@@ -527,7 +527,9 @@ class Pipeline:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.trace_symbolic(symbolic, options, hints)
 
-            return SizeSpecialisedRunner(graph, lower, trace=trace).call
+            return SizeSpecialisedRunner(
+                graph, lower, trace=trace, shared_from=options.shared_decomposition_from
+            ).call
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner
 

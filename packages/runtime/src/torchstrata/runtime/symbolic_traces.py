@@ -16,19 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from torchstrata.core import AotResult, Graph, SymbolicAot, artifact_logger
+from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import SizedAot
 from torchstrata.runtime.symbolic_decomp import SharedDecomposition
 
 dynamic_log = artifact_logger(__name__, "dynamic")
-
-#: The size of a trace from which on its sizes take their prims graphs from one shared
-#: decomposition (decisions 0280, 0281); the sizes before it decompose their own. A
-#: symbolic decomposition costs about six to seven static ones (a 2-layer GPT block's
-#: forward and backward: 0.16-0.26 s against 0.025-0.035 s a size, since builders keep
-#: the metas inferred on symbolic sizes; ten before) and saves a third of one per later
-#: size. Waiting until the sizes decomposed on their own have cost about one symbolic
-#: decomposition bounds what an entry with few sizes loses (a rent-or-buy choice).
-SHARED_DECOMPOSITION_FROM = 8
 
 T = TypeVar("T")
 
@@ -39,20 +31,19 @@ class SymbolicTraces:
     :param trace: traces the graph symbolically, its decisions on sizes taken for the
         given sizes (None: the graph's own hints); None or an error: no trace.
     :param shared_from: the size of a trace (1: the first) from which on its sizes take
-        their prims graphs from its one decomposition (default
-        :data:`SHARED_DECOMPOSITION_FROM`).
+        their prims graphs from its one decomposition (the compile option
+        ``shared_decomposition_from``; decisions 0280, 0281).
     """
 
     def __init__(
         self,
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
-        shared_from: int | None = None,
+        shared_from: int = SHARED_DECOMPOSITION_FROM,
     ) -> None:
         self._trace = trace
-        #: sizes a trace serves before they share its decomposition (None: the
-        #: module's :data:`SHARED_DECOMPOSITION_FROM`, read here)
-        self.shared_from = SHARED_DECOMPOSITION_FROM if shared_from is None else shared_from
+        #: the size of a trace from which on its sizes share its decomposition
+        self.shared_from = shared_from
         #: sizes served, by ``id`` of the trace
         self._served: dict[int, int] = {}
         self.traces: list[SymbolicAot] = []
