@@ -6,7 +6,6 @@ Here, not in the runtime package: it runs the real capture stage."""
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,8 @@ import pytest
 import torch
 
 import torchstrata.runtime as rt
+
+from .profiled_calls import python_calls
 
 RUNTIME_DIR = os.path.dirname(rt.__file__)
 
@@ -97,19 +98,7 @@ def test_a_bad_call_still_reaches_the_function():
 
 def _runtime_frames(call: Callable[[], Any]) -> list[str]:
     """Names of the Python functions of this package that ``call`` runs, in order."""
-    seen: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        code = frame.f_code
-        if event == "call" and code.co_filename.startswith(RUNTIME_DIR):
-            seen.append(code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return seen
+    return python_calls(call, lambda code: code.co_filename.startswith(RUNTIME_DIR))
 
 
 def test_a_warm_call_runs_no_frame_binding_and_no_runner_wrapper():

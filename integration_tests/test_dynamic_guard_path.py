@@ -6,14 +6,14 @@ pass for another dtype, stride or tensor type)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
 import torchstrata.runtime as rt
 from torchstrata.core import SizeCheck, describe_guard
 from torchstrata.runtime.size_routes import SizeRoutes
+
+from .profiled_calls import python_calls
 
 
 def scale_add(x, w):
@@ -111,18 +111,7 @@ def test_the_size_guard_reads_as_the_inputs_it_checks():
 
 def _dispatch_calls(call) -> list[str]:
     """The generated size-dispatch functions (``SizeSpecialisedRunner.call``) that run."""
-    seen: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename == "<torchstrata size dispatch>":
-            seen.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return seen
+    return python_calls(call, lambda code: code.co_filename == "<torchstrata size dispatch>")
 
 
 def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes():
