@@ -83,8 +83,11 @@ class DynamicPolicy:
         self.dynamic = dynamic
         #: (source, dim) -> the sizes compiles have seen it at
         self.seen: dict[tuple[str, int], set[int]] = {}
+        #: the (source, dim) some plan made symbolic
+        self.symbolic: set[tuple[str, int]] = set()
         #: the (source, dim, old sizes, new size) the last plan made symbolic for the
-        #: first time (a dimension seen at its second size of 2 or more)
+        #: first time on its own (automatic dynamic: a dimension seen at a second size,
+        #: whether the first was 0, 1 or 2 or more)
         self.changed: list[tuple[str, int, tuple[int, ...], int]] = []
         #: the (source, dim, size) the last plan kept static for being 0 or 1
         self.specialised: list[tuple[str, int, int]] = []
@@ -118,9 +121,13 @@ class DynamicPolicy:
                     continue
                 if self.dynamic is True or dim in marked:
                     dims.append(dim)
+                    self.symbolic.add((source, dim))
                 elif any(old != size for old in earlier):
                     dims.append(dim)
-                    if len([old for old in earlier if old >= 2]) == 1:  # its second size
+                    # the first plan that makes it symbolic, not the first with two sizes
+                    # of 2 or more: after a first call at 1 the second size is the one
+                    if (source, dim) not in self.symbolic:
+                        self.symbolic.add((source, dim))
                         self.changed.append((source, dim, earlier, size))
                         self.first_time = True
             if dims:
