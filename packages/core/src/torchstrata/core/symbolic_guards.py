@@ -146,7 +146,7 @@ class SizeCheck:
         for source, tensor, meta in zip(self.sources, tensors, self.metas, strict=True):
             shape = concretize(tuple(meta.shape), values)
             if tuple(tensor.shape) != shape:
-                return f"{source}.size() is {list(tensor.shape)}, expected {list(shape)}"
+                return self._shape_failure(source, tuple(tensor.shape), tuple(meta.shape), shape)
             strides = concretize(tuple(meta.strides), values)
             if tuple(tensor.stride()) != strides:
                 return f"{source}.stride() is {list(tensor.stride())}, expected {list(strides)}"
@@ -161,6 +161,29 @@ class SizeCheck:
                 )
                 return f"size relation {self._named(expr)} is false for {sizes}"
         return ""
+
+    def _shape_failure(
+        self,
+        source: str,
+        actual: tuple[int, ...],
+        symbolic: tuple[Any, ...],
+        expected: tuple[int, ...],
+    ) -> str:
+        """Why ``source``'s sizes ``actual`` are not ``expected`` (its meta's ``symbolic``
+        sizes at this call's values): a symbolic size that differs is one the trace made
+        equal to another input's (the ShapeEnv replaced one symbol by the other), so the
+        relation is named with both sizes, not this input's expected sizes alone."""
+        if len(actual) == len(symbolic):
+            for dim, (size, meta_size, value) in enumerate(
+                zip(actual, symbolic, expected, strict=True)
+            ):
+                if size != value and is_symbolic(meta_size):
+                    this, other = f"{source}.size()[{dim}]", self._named(meta_size)
+                    return (
+                        f"size relation {this} == {other} is false for "
+                        f"{this} = {size}, {other} = {value}"
+                    )
+        return f"{source}.size() is {list(actual)}, expected {list(expected)}"
 
     def _traits_failure(self, tensors: Sequence[torch.Tensor]) -> str:
         """Why ``tensors`` fail on what their own guards check (exact type, dtype,
