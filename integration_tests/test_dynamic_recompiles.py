@@ -93,3 +93,49 @@ def test_after_a_static_entry_the_symbolic_entrys_failure_is_named():
     assert compiled.recompile_reasons[-1].endswith(
         "; symbolic entry: size relation L['x'].size()[0] <= 20 is false for L['x'].size()[0] = 30"
     )
+
+
+def test_a_first_size_of_one_then_another_size_is_the_policys_compile():
+    # after a first call at 1 (static), the second size makes the dimension symbolic:
+    # the policy's entry, as after a first call at 16 (decision 0208), not a recompile
+    compiled = rt.compile(pointwise, codegen="eager", options={"recompile_limit": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for rows in (1, 5, 0, 7, 9):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(compiled(x), pointwise(x))
+    assert (compiled.cache.recompiles, compiled.cache.policy_entries) == (1, 2)
+    assert compiled.recompile_reasons[0].endswith(
+        "(L['x'].size()[0] is 5, was 1: dimension 0 of L['x'] becomes symbolic)"
+    )
+
+
+def test_a_marked_dimension_does_not_become_symbolic_twice():
+    compiled = rt.compile(branchy, codegen="eager")
+    x = torch.randn(8, 4)
+    rt.mark_dynamic(x, 0)
+    torch.testing.assert_close(compiled(x), branchy(x))
+    x = torch.randn(30, 4)  # not marked: the relation <= 20 fails, a recompile
+    torch.testing.assert_close(compiled(x), branchy(x))
+    (reason,) = compiled.recompile_reasons
+    assert reason.startswith("size relation L['x'].size()[0] <= 20 is false")
+    assert "becomes symbolic" not in reason  # it was symbolic from the first call
+
+
+def add(x, y):
+    return x + y
+
+
+def test_a_failed_equality_of_two_inputs_sizes_names_both():
+    # the trace made y's sizes x's (the ShapeEnv replaced one symbol by the other)
+    compiled = rt.compile(add, codegen="eager", dynamic=True)
+    for rows in (4, 5):
+        x, y = torch.randn(rows, 3), torch.randn(rows, 3)
+        torch.testing.assert_close(compiled(x, y), x + y)
+    (failure,) = compiled.guard_failures((torch.randn(4, 3), torch.randn(5, 3)), {})
+    assert failure.startswith(
+        "size relation L['x'].size()[0] == L['y'].size()[0] is false for "
+        "L['x'].size()[0] = 4, L['y'].size()[0] = 5"
+    )
+    (failure,) = compiled.guard_failures((torch.randn(4, 3), torch.randn(4, 2)), {})
+    assert failure.startswith("size relation L['y'].size()[1] == L['x'].size()[1] is false")

@@ -256,6 +256,39 @@ def test_graphs_on_both_sides_of_a_graph_break_come_from_the_cache(tmp_path: Pat
     assert _delta(before) == {"hits": 4, "misses": 0, "stores": 0, "rebuilt": 0, "not_cacheable": 0}
 
 
+def test_the_sizes_of_a_symbolic_training_entry_come_from_the_cache(tmp_path: Path) -> None:
+    """Each size of a symbolic entry is one record per graph, written as a per-size
+    compile writes it, also where its prims graphs came from the shared decomposition
+    (from the first size here; decision 0280): after ``reset()`` the sizes seen before
+    are read, a new size is compiled and stored, and every step is eager's."""
+    options = CompileOptions(cache_dir=str(tmp_path), shared_decomposition_from=1)
+
+    def steps(batches: tuple[int, ...]) -> None:
+        torch.manual_seed(0)
+        model, eager = Net(), Net()
+        eager.load_state_dict(model.state_dict())
+        compiled = tsr.compile(model, dynamic=True, options=options)
+        for rows in batches:
+            x, target = torch.randn(rows, 32), torch.randint(0, 10, (rows,))
+            loss, eager_loss = compiled(x, target), eager(x, target)
+            loss.backward()
+            eager_loss.backward()
+            torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=1e-6)
+            for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+    steps((5, 6))
+    tsr.reset()
+    before = tsr.graph_cache_stats()
+    steps((5, 6))
+    warm = _delta(before)
+    assert warm["hits"] > 0 and (warm["misses"], warm["stores"]) == (0, 0), warm
+    tsr.reset()
+    before = tsr.graph_cache_stats()
+    steps((7,))
+    assert _delta(before)["stores"] > 0
+
+
 def test_the_lowered_key_follows_the_graph_contract(tmp_path: Path) -> None:
     """Input layouts and write-backs change the prims graph and the kernels: an entry
     stored under one contract is not a hit under another."""
