@@ -50,7 +50,15 @@ def _run(fn, sizes, **compile_kwargs):
     return graphs
 
 
-@pytest.mark.parametrize("fn", [sizes_in_the_graph, reshape_by_size], ids=lambda f: f.__name__)
+def slices_by_size(x, w):
+    # Dynamo records x[...] as operator.getitem on the tensor, bounds from sizes included
+    half = x[: x.shape[0] // 2, 1:]
+    return torch.softmax(x[..., None, 2:] @ w[2:], -1).squeeze(1) * half.sum() + x[-1, :4]
+
+
+@pytest.mark.parametrize(
+    "fn", [sizes_in_the_graph, reshape_by_size, slices_by_size], ids=lambda f: f.__name__
+)
 def test_automatic_dynamic_one_symbolic_graph_for_every_size(fn):
     graphs = _run(fn, SIZES)
     # static for the first size, then one graph with symbolic sizes for all the others

@@ -28,3 +28,32 @@ def test_from_fx_torch_level_symbolic_trace_and_back():
     verify(graph)
     exported = to_fx(graph)
     torch.testing.assert_close(exported(x, b)[0], _fn(x, b))
+
+
+def _subscripts(x, i):
+    return x[1:, None, ::2] * 2, x[-1, ..., 1:2], x[..., 0, None], x[:][i]
+
+
+def test_from_fx_lowers_tensor_subscripts_to_view_ops():
+    import pytest
+
+    from torchstrata.core import FxImportError, parse
+
+    gm = torch.fx.symbolic_trace(_subscripts)
+    x, i = torch.randn(5, 6), torch.tensor([0, 2])
+    graph = from_fx(gm, [x, i])
+    text = str(graph)
+    assert "builtin.getitem" not in text  # a tuple's getitem, never a tensor's
+    assert {"torch.select", "torch.unsqueeze", "torch.ops.aten.slice.Tensor"} <= {
+        node.op.name for node in graph.nodes
+    }
+    verify(graph)
+    assert str(parse(text)) == text
+    for got, want in zip(interpret(graph, x, i), _subscripts(x, i), strict=True):
+        torch.testing.assert_close(got, want)
+    too_many = torch.fx.symbolic_trace(lambda x: x[0, 1, 2])
+    with pytest.raises(FxImportError, match="too many indices for a tensor of dimension 2"):
+        from_fx(too_many, [x])
+    mixed = torch.fx.symbolic_trace(lambda x, i: x[i, 1:])
+    with pytest.raises(FxImportError, match="indexing a tensor with Node is not supported"):
+        from_fx(mixed, [x, i])

@@ -10,6 +10,7 @@ import torch
 import torch.fx
 
 from torchstrata.core.builder import GraphBuilder
+from torchstrata.core.fx_indexing import TensorIndexError, index_tensor
 from torchstrata.core.graph import Graph, Node, map_nodes
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef, aten_from_overload, torch_op
@@ -38,6 +39,16 @@ def _op_for_target(node: torch.fx.Node) -> OpRef:
     return op
 
 
+def _indexes_a_tensor(node: torch.fx.Node) -> bool:
+    """Whether ``node`` (an ``operator.getitem``) subscripts a tensor, as its recorded
+    value says (Dynamo's ``example_value``, ``val``), or a placeholder (a tensor here)."""
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node):
+        return False
+    value = source.meta.get("val", source.meta.get("example_value"))
+    return source.op == "placeholder" or isinstance(value, torch.Tensor)
+
+
 def _input_meta(node: torch.fx.Node, example: Any) -> TensorMeta:
     value = node.meta.get("val", example)
     if isinstance(value, torch.Tensor):
@@ -58,6 +69,7 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
     level = (
         Level.ATEN
         if all(op.kind in (OpKind.ATEN, OpKind.BUILTIN) for op in ops.values())
+        and not any(_indexes_a_tensor(node) for node, op in ops.items() if op is GETITEM)
         else Level.TORCH
     )
     builder = GraphBuilder(level)
@@ -73,6 +85,9 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
         elif fx_node.op in ("call_function", "call_method"):
             args = torch.fx.node.map_arg(fx_node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(fx_node.kwargs, env.__getitem__)
+            if ops[fx_node] is GETITEM and isinstance(args[0].meta, TensorMeta):
+                env[fx_node] = _index_tensor(builder, fx_node, args)
+                continue
             env[fx_node] = builder.call(ops[fx_node], *args, name=fx_node.name, **kwargs)
         elif fx_node.op == "output":
             flat = torch.fx.node.map_arg(fx_node.args[0], env.__getitem__)
@@ -85,6 +100,17 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
     if not all(isinstance(out, Node) for out in outputs):
         raise FxImportError("FX graph returns something other than tensors")
     return builder.build(outputs)
+
+
+def _index_tensor(builder: GraphBuilder, fx_node: torch.fx.Node, args: Any) -> Node:
+    """``tensor[index]`` (Dynamo's ``operator.getitem`` on a tensor) as view ops."""
+    if builder.level is not Level.TORCH:
+        raise FxImportError(f"FX node {fx_node.name}: a tensor subscript in an ATen graph")
+    source, index = args
+    try:
+        return index_tensor(builder, source, index, fx_node.name)
+    except TensorIndexError as error:
+        raise FxImportError(f"FX node {fx_node.name}: {error}") from None
 
 
 def to_fx(graph: Graph) -> torch.fx.GraphModule:

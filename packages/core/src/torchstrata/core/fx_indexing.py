@@ -1,0 +1,87 @@
+"""``tensor[index]`` in an imported FX graph (``operator.getitem`` on a tensor, as Dynamo
+records ``x[: n // 2, 1:]``), as the view ops that capture lowers the same subscript to:
+``torch.select`` for an int, ``torch.unsqueeze`` for None, ``aten.slice.Tensor`` for a
+slice (its bounds may be symbolic sizes), ``...`` expanded; one tensor index is
+``operator.getitem`` itself. Other indices are refused by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchstrata.core.builder import GraphBuilder
+from torchstrata.core.graph import Node
+from torchstrata.core.meta import TensorMeta
+from torchstrata.core.ops import OpKind, OpRef, torch_op
+
+_SELECT = torch_op(torch.select)
+_UNSQUEEZE = torch_op(torch.unsqueeze)
+_SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
+_TENSOR_GETITEM = OpRef(OpKind.TORCH, "operator.getitem")
+
+
+class TensorIndexError(ValueError):
+    """A tensor subscript that the import does not lower (the message names it)."""
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, Node) and isinstance(value.meta, TensorMeta)
+
+
+def _is_size(value: Any) -> bool:
+    return value is None or (isinstance(value, int | torch.SymInt) and not isinstance(value, bool))
+
+
+def index_tensor(builder: GraphBuilder, source: Node, index: Any, name: str) -> Node:
+    """``source[index]`` appended to ``builder`` (see the module docstring); the last
+    node is called ``name``.
+
+    :raises TensorIndexError: an index of another kind (a tensor mixed with other
+        elements, a list, a non-positive step, more than one ``...``).
+    """
+    if _is_tensor(index):
+        return builder.call(_TENSOR_GETITEM, source, index, name=name)
+    elements = list(index) if isinstance(index, tuple) else [index]
+    for element in elements:
+        if isinstance(element, slice):
+            bounds = (element.start, element.stop, element.step)
+            if not all(map(_is_size, bounds)):
+                raise TensorIndexError(f"a tensor slice with bounds {bounds} is not supported")
+            if isinstance(element.step, int) and element.step <= 0:
+                raise TensorIndexError("a tensor slice with a non-positive step")
+        elif not (_is_size(element) or element is Ellipsis):
+            raise TensorIndexError(
+                f"indexing a tensor with {type(element).__name__} is not supported"
+            )
+    if sum(element is Ellipsis for element in elements) > 1:
+        raise TensorIndexError("an index can only have a single ellipsis")
+    assert isinstance(source.meta, TensorMeta) and _SELECT and _UNSQUEEZE
+    consuming = sum(1 for e in elements if e is not None and e is not Ellipsis)
+    if consuming > source.meta.ndim:
+        raise TensorIndexError(f"too many indices for a tensor of dimension {source.meta.ndim}")
+    expanded: list[Any] = []
+    for element in elements:
+        fill = [slice(None)] * (source.meta.ndim - consuming)
+        expanded += fill if element is Ellipsis else [element]
+    steps: list[tuple[OpRef, tuple[Any, ...]]] = []
+    dim = 0  # the dimension of the result so far that the element indexes
+    for element in expanded:
+        if element is None:
+            steps.append((_UNSQUEEZE, (dim,)))
+            dim += 1
+        elif isinstance(element, slice):
+            if (element.start, element.stop, element.step) != (None, None, None):
+                start = 0 if element.start is None else element.start
+                step = 1 if element.step is None else element.step
+                steps.append((_SLICE, (dim, start, element.stop, step)))
+            dim += 1
+        else:
+            steps.append((_SELECT, (dim, element)))
+    result = source
+    for position, (op, args) in enumerate(steps):
+        last = position == len(steps) - 1
+        result = builder.call(op, result, *args, name=name if last else None)
+    if result is source:  # x[:] or x[...]: a view of the whole tensor
+        result = builder.call(_SLICE, source, 0, 0, None, 1, name=name)
+    return result
