@@ -101,6 +101,27 @@ def test_mark_dynamic_and_mark_static():
         rt.mark_dynamic(x, 3)
 
 
+def test_torch_dynamo_marks_are_honoured():
+    # code written for torch.compile marks its tensors with torch._dynamo's functions
+    # (tests may import Dynamo; the runtime reads the marks without importing it)
+    import torch._dynamo
+
+    compiled = rt.compile(pointwise, codegen="eager")
+    w = torch.randn(64, 32)
+    for size in (6, 7):
+        x = torch.randn(size, 64)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x, w), pointwise(x, w))
+    assert len(compiled.cache) == 1  # symbolic from the first call
+
+    fixed = rt.compile(pointwise, codegen="eager", dynamic=True)
+    for size in (6, 7):
+        x = torch.randn(size, 64)
+        torch._dynamo.mark_static(x, 0)
+        torch.testing.assert_close(fixed(x, w), pointwise(x, w))
+    assert len(fixed.cache) == 2
+
+
 @pytest.mark.parametrize("fn", [softmax_gelu, slice_half, layer_norm], ids=lambda f: f.__name__)
 def test_cpp_backend_sixteen_sizes_two_compiles(fn):
     compiled = rt.compile(fn, codegen="cpp")

@@ -46,6 +46,15 @@ dynamic_log = artifact_logger(__name__, "dynamic")
 
 _DYNAMIC_ATTR = "_torchstrata_dynamic_dims"
 _STATIC_ATTR = "_torchstrata_static_dims"
+#: What ``torch._dynamo.mark_dynamic`` / ``mark_static`` set on a tensor (read, never
+#: written: code written for torch.compile keeps its marks; decision 0325).
+_TORCH_DYNAMIC_ATTR = "_dynamo_dynamic_indices"
+_TORCH_STATIC_ATTR = "_dynamo_static_indices"
+
+
+def _marks(value: torch.Tensor, ours: str, torchs: str) -> set[int]:
+    """The dimensions marked on ``value`` by this package's call (``ours``) or torch's."""
+    return set(getattr(value, ours, ())) | set(getattr(value, torchs, ()))
 
 
 def _check_dim(tensor: Any, dim: int) -> int:
@@ -105,8 +114,8 @@ class DynamicPolicy:
             if type(value) not in (torch.Tensor, torch.nn.Parameter):
                 continue
             source = f"L[{name!r}]"
-            static: set[int] = getattr(value, _STATIC_ATTR, set())
-            marked: set[int] = getattr(value, _DYNAMIC_ATTR, set())
+            static = _marks(value, _STATIC_ATTR, _TORCH_STATIC_ATTR)
+            marked = _marks(value, _DYNAMIC_ATTR, _TORCH_DYNAMIC_ATTR) - static
             dims = []
             for dim, size in enumerate(value.shape):
                 seen = self.seen.setdefault((source, dim), set())
