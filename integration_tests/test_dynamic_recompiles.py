@@ -139,3 +139,12 @@ def test_a_failed_equality_of_two_inputs_sizes_names_both():
     )
     (failure,) = compiled.guard_failures((torch.randn(4, 3), torch.randn(4, 2)), {})
     assert failure.startswith("size relation L['y'].size()[1] == L['x'].size()[1] is false")
+
+
+def test_explain_of_a_symbolic_call_lists_the_symbolic_guard():
+    compiled = rt.compile(branchy, codegen="eager", dynamic=True)
+    report = str(rt.explain(compiled, torch.randn(30, 4)))
+    assert "relations: L['x'].size()[0] > 20" in report
+    assert "shape == (30, 4)" not in report  # not a static entry's guard
+    static = rt.compile(branchy, codegen="eager", dynamic=False)
+    assert "shape == (30, 4)" in str(rt.explain(static, torch.randn(30, 4)))

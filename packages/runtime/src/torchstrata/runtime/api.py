@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -151,6 +152,11 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
     written; the on-disk compiled-graph cache is, as by a compile (the report's
     ``graph_cache`` says what came from it). The function is not run. What Dynamo returned for the torchstrata backend
     is reported by :func:`~torchstrata.runtime.explain_dynamo` (which runs it).
+
+    For a compiled function whose dynamic-shape policy would compile this call with
+    symbolic dims (``dynamic=True``, marks, a second size), the guards are those of that
+    symbolic entry (each symbol >= 2, the size relations the trace relied on); graphs and
+    kernels are those lowered for this call's sizes.
     """
     if is_dynamo_compiled(fn):
         return explain_dynamo(fn, *args, **kwargs)
@@ -165,7 +171,8 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
         fn = fn.forward
     if not callable(fn):
         raise TypeError(f"explain expects a function or nn.Module, got {type(fn).__name__}")
-    report = explain_call(pipeline, options, fn, args, kwargs)
+    symbolic = _symbolic_plan(compiled, args, kwargs) if compiled is not None else {}
+    report = explain_call(pipeline, options, fn, args, kwargs, symbolic)
     if compiled is None:
         return report
     return attrs.evolve(
@@ -173,6 +180,18 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ExplainReport:
         guard_failures=tuple(compiled.guard_failures(args, kwargs)),
         recompile_reasons=tuple(compiled.recompile_reasons),
     )
+
+
+def _symbolic_plan(
+    compiled: CompiledFunction, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, tuple[int, ...]]:
+    """The dims a compile of this call would make symbolic (``dynamic``, marks, the
+    sizes compiles have seen), the compiled function's policy left as it is."""
+    try:
+        frame = compiled._bind(args, kwargs)
+    except TypeError:
+        return {}
+    return copy.deepcopy(compiled.dynamic).plan(frame)
 
 
 def reset() -> None:

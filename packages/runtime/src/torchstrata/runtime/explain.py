@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -23,6 +23,7 @@ from torchstrata.core import (
 from torchstrata.core.guard_text import describe_guard
 from torchstrata.runtime.artifacts import FrameArtifacts, GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace, function_title
+from torchstrata.runtime.dynamic_shapes import compile_symbolic
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.pipeline import Pipeline
 
@@ -198,9 +199,31 @@ def explain_call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    symbolic: Mapping[str, Sequence[int]] | None = None,
 ) -> ExplainReport:
     """Compile ``fn`` for this call afresh and report; stage failures, and a global
-    state the compiler cannot reproduce, go in ``fallback``."""
+    state the compiler cannot reproduce, go in ``fallback``.
+
+    With ``symbolic`` (source -> dims, the plan the dynamic-shape policy makes for this
+    call), the guards are the symbolic entry's (static sizes, each symbol >= 2 and the
+    size relations the trace relied on), from a capture with those dims symbolic; the
+    graphs and kernels are this call's sizes', which the entry lowers for them."""
+    report = _explain_call(pipeline, options, fn, args, kwargs)
+    if not symbolic or report.fallback:
+        return report
+    entry = compile_symbolic(pipeline, fn, args, kwargs, options, symbolic)
+    if entry is None or entry.capture is None:  # not symbolic-capable: static, as a compile
+        return report
+    return attrs.evolve(report, guards=entry.capture.guards)
+
+
+def _explain_call(
+    pipeline: Pipeline,
+    options: CompileOptions,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> ExplainReport:
     refused = unsupported_state(global_state())
     if refused is not None:
         return ExplainReport(fallback=refused)
