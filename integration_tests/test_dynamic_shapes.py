@@ -67,6 +67,25 @@ def test_a_branch_on_a_size_is_guarded():
     )
 
 
+def parity(x):
+    if x.shape[0] % 2 == 0:
+        return x.view(x.shape[0] // 2, -1).sum(1)
+    return x[1:].view(-1, 2 * x.shape[1]).sum(1)
+
+
+def test_a_branch_on_a_remainder_is_one_symbolic_entry_per_side():
+    compiled = rt.compile(parity, codegen="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for size in (4, 6, 7, 9, 8, 11, 2, 3, 13, 10, 5):
+            x = torch.randn(size, 3)
+            torch.testing.assert_close(compiled(x), parity(x))
+    # static for 4, then one symbolic entry for even sizes and one for odd ones (the
+    # remainder used to specialise every size: an entry each, then the recompile limit)
+    assert len(compiled.cache) == 3
+    assert "Eq(Mod(L['x'].size()[0], 2), 0) is false" in compiled.recompile_reasons[-1]
+
+
 def test_sizes_zero_and_one_get_static_entries():
     compiled = rt.compile(pointwise, codegen="eager", dynamic=True)
     _call_all(compiled, pointwise, (7, 8, 1, 0, 9, 1, 0))

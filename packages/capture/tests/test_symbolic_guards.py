@@ -1,7 +1,7 @@
 """What Python code decides on a symbolic size becomes a guard of the capture (decision
 0200): a branch on ``x.shape[0] > 20`` guards the side it took, ``T // 2`` stays a
 symbolic size of the graph, and ``range(x.size(1))`` unrolls at the call's size and
-guards it exactly."""
+guards it exactly; ``n % 2`` stays symbolic arithmetic."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def loop_over_columns(x):
     for i in range(1, x.size(1)):
         total = total + x[:, i] * i
     return total
+
+
+def parity(x):
+    if x.shape[0] % 2 == 0:
+        return x.view(x.shape[0] // 2, -1).sum(1)
+    return x[1:].view(-1, 2 * x.shape[1]).sum(1)
 
 
 def _capture(fn, x):
@@ -49,3 +55,11 @@ def test_a_loop_over_a_size_unrolls_and_guards_it_exactly():
     assert not any("size()[0]" in guard for guard in sizes.describe_guards())
     (graph,) = looped.graphs
     assert str(graph).count("torch.select") == 4  # one column read per iteration
+
+
+def test_a_branch_on_a_remainder_keeps_the_size_symbolic():
+    # n % 2 is symbolic arithmetic, guarded, not a size made plain
+    even, sizes = _capture(parity, torch.randn(6, 3))
+    assert "Eq(Mod(L['x'].size()[0], 2), 0)" in sizes.describe_guards()
+    assert not any(guard.startswith("Eq(L['x'].size()[0]") for guard in sizes.describe_guards())
+    assert graph_has_symbols(even.graphs[0])

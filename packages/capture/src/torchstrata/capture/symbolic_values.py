@@ -24,9 +24,9 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 SYMBOLIC_SAFE: frozenset[Callable[..., Any]] = frozenset(
     [
         *(getattr(operator, name) for name in (
-            "add", "sub", "mul", "floordiv", "truediv", "pow", "neg", "pos", "abs", "lt",
-            "le", "gt", "ge", "eq", "ne", "iadd", "isub", "imul", "ifloordiv", "index",
-            "not_", "truth",
+            "add", "sub", "mul", "floordiv", "mod", "truediv", "pow", "neg", "pos", "abs",
+            "lt", "le", "gt", "ge", "eq", "ne", "iadd", "isub", "imul", "ifloordiv", "imod",
+            "index", "not_", "truth",
         )),
         builtins.int, builtins.bool, builtins.float, builtins.min, builtins.max,
         builtins.abs, builtins.divmod, math.floor, math.ceil,
