@@ -56,8 +56,15 @@ def slices_by_size(x, w):
     return torch.softmax(x[..., None, 2:] @ w[2:], -1).squeeze(1) * half.sum() + x[-1, :4]
 
 
+def transposed_scores(x, w):
+    # Dynamo records x.T as getattr(x, "T")
+    return torch.softmax(x @ x.T, -1) @ x @ w + x.mT.sum(1, keepdim=True).T @ w
+
+
 @pytest.mark.parametrize(
-    "fn", [sizes_in_the_graph, reshape_by_size, slices_by_size], ids=lambda f: f.__name__
+    "fn",
+    [sizes_in_the_graph, reshape_by_size, slices_by_size, transposed_scores],
+    ids=lambda f: f.__name__,
 )
 def test_automatic_dynamic_one_symbolic_graph_for_every_size(fn):
     graphs = _run(fn, SIZES)

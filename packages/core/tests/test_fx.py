@@ -57,3 +57,24 @@ def test_from_fx_lowers_tensor_subscripts_to_view_ops():
     mixed = torch.fx.symbolic_trace(lambda x, i: x[i, 1:])
     with pytest.raises(FxImportError, match="indexing a tensor with Node is not supported"):
         from_fx(mixed, [x, i])
+
+
+def _attributes(x):
+    return x.T * 2, x.mT + 1, x.real
+
+
+def test_from_fx_imports_tensor_view_attributes():
+    import pytest
+
+    from torchstrata.core import FxImportError
+
+    gm = torch.fx.symbolic_trace(_attributes)
+    x = torch.randn(3, 4)
+    graph = from_fx(gm, [x])
+    assert graph.level is Level.TORCH
+    verify(graph)
+    for got, want in zip(interpret(graph, x), _attributes(x), strict=True):
+        torch.testing.assert_close(got, want)
+    grad_of = torch.fx.symbolic_trace(lambda x: x.grad_fn)
+    with pytest.raises(FxImportError, match="the tensor attribute 'grad_fn' is not supported"):
+        from_fx(grad_of, [x])

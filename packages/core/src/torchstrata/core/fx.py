@@ -10,10 +10,13 @@ import torch
 import torch.fx
 
 from torchstrata.core.builder import GraphBuilder
-from torchstrata.core.fx_indexing import TensorIndexError, index_tensor
+from torchstrata.core.fx_indexing import TensorIndexError, index_tensor, tensor_attribute
 from torchstrata.core.graph import Graph, Node, map_nodes
 from torchstrata.core.meta import TensorMeta
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef, aten_from_overload, torch_op
+
+#: ``getattr(tensor, name)`` in Dynamo's graphs (``x.T``): a torch-level view op.
+_GETATTR = OpRef(OpKind.TORCH, "builtins.getattr")
 
 
 class FxImportError(ValueError):
@@ -33,6 +36,8 @@ def _op_for_target(node: torch.fx.Node) -> OpRef:
         return aten_from_overload(target.default)
     if target is operator.getitem:
         return GETITEM
+    if target is getattr:
+        return _GETATTR
     op = torch_op(target)  # type: ignore[arg-type]
     if op is None:
         raise FxImportError(f"FX node {node.name}: {target!r} is not a public torch callable")
@@ -88,6 +93,9 @@ def from_fx(module: torch.fx.GraphModule, example_inputs: Sequence[Any] | None =
             if ops[fx_node] is GETITEM and isinstance(args[0].meta, TensorMeta):
                 env[fx_node] = _index_tensor(builder, fx_node, args)
                 continue
+            if ops[fx_node] is _GETATTR:
+                env[fx_node] = _tensor_attribute(builder, fx_node, args)
+                continue
             env[fx_node] = builder.call(ops[fx_node], *args, name=fx_node.name, **kwargs)
         elif fx_node.op == "output":
             flat = torch.fx.node.map_arg(fx_node.args[0], env.__getitem__)
@@ -109,6 +117,17 @@ def _index_tensor(builder: GraphBuilder, fx_node: torch.fx.Node, args: Any) -> N
     source, index = args
     try:
         return index_tensor(builder, source, index, fx_node.name)
+    except TensorIndexError as error:
+        raise FxImportError(f"FX node {fx_node.name}: {error}") from None
+
+
+def _tensor_attribute(builder: GraphBuilder, fx_node: torch.fx.Node, args: Any) -> Node:
+    """``getattr(tensor, name)`` (Dynamo's ``x.T``) as a view op."""
+    if len(args) != 2 or not isinstance(args[0], Node) or not isinstance(args[0].meta, TensorMeta):
+        raise FxImportError(f"FX node {fx_node.name}: getattr of something other than a tensor")
+    source, name = args
+    try:
+        return tensor_attribute(builder, source, name, fx_node.name)
     except TensorIndexError as error:
         raise FxImportError(f"FX node {fx_node.name}: {error}") from None
 

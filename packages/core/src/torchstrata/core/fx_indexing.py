@@ -1,8 +1,13 @@
-"""``tensor[index]`` in an imported FX graph (``operator.getitem`` on a tensor, as Dynamo
-records ``x[: n // 2, 1:]``), as the view ops that capture lowers the same subscript to:
-``torch.select`` for an int, ``torch.unsqueeze`` for None, ``aten.slice.Tensor`` for a
-slice (its bounds may be symbolic sizes), ``...`` expanded; one tensor index is
-``operator.getitem`` itself. Other indices are refused by name."""
+"""Tensor views that an FX graph records as Python operations, imported as the ops that
+capture lowers the same code to.
+
+* ``tensor[index]`` (``operator.getitem`` on a tensor, as Dynamo records
+  ``x[: n // 2, 1:]``): ``torch.select`` for an int, ``torch.unsqueeze`` for None,
+  ``aten.slice.Tensor`` for a slice (its bounds may be symbolic sizes), ``...``
+  expanded; one tensor index is ``operator.getitem`` itself.
+* ``getattr(tensor, name)`` (Dynamo's ``x.T``): ``T``, ``mT``, ``real``, ``imag``.
+
+Anything else is refused by name."""
 
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ _SELECT = torch_op(torch.select)
 _UNSQUEEZE = torch_op(torch.unsqueeze)
 _SLICE = OpRef(OpKind.TORCH, "torch.ops.aten.slice.Tensor")
 _TENSOR_GETITEM = OpRef(OpKind.TORCH, "operator.getitem")
+_PERMUTE = torch_op(torch.Tensor.permute)
+_TRANSPOSE = torch_op(torch.Tensor.transpose)
+_PARTS = {"real": torch_op(torch.real), "imag": torch_op(torch.imag)}
 
 
 class TensorIndexError(ValueError):
@@ -85,3 +93,21 @@ def index_tensor(builder: GraphBuilder, source: Node, index: Any, name: str) -> 
     if result is source:  # x[:] or x[...]: a view of the whole tensor
         result = builder.call(_SLICE, source, 0, 0, None, 1, name=name)
     return result
+
+
+def tensor_attribute(builder: GraphBuilder, source: Node, name: str, node_name: str) -> Node:
+    """``getattr(source, name)`` for a view attribute of a tensor (see the module
+    docstring), the node called ``node_name``.
+
+    :raises TensorIndexError: another attribute.
+    """
+    assert isinstance(source.meta, TensorMeta) and _PERMUTE and _TRANSPOSE
+    if name == "T":
+        dims = tuple(reversed(range(source.meta.ndim)))
+        return builder.call(_PERMUTE, source, dims, name=node_name)
+    if name == "mT":
+        return builder.call(_TRANSPOSE, source, -2, -1, name=node_name)
+    part = _PARTS.get(name)
+    if part is not None:
+        return builder.call(part, source, name=node_name)
+    raise TensorIndexError(f"the tensor attribute {name!r} is not supported")
