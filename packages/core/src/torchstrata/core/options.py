@@ -101,8 +101,10 @@ class CompileOptions:
       other name selects a backend a package registered with the inductor (an unknown
       name fails at compile time with the list of registered ones).
     * ``fullgraph``: raise on a graph break or stage failure instead of running eagerly.
-    * ``dynamic``: ``True`` is accepted but warns: symbolic shapes are not implemented
-      yet, so every distinct input shape is compiled on its own (as ``False`` and None).
+    * ``dynamic``: None compiles a call static first and makes a dimension symbolic on
+      its second distinct size; ``True`` symbolic from the first call; ``False``
+      specialises every shape (sizes 0 and 1 are always specialised; see the runtime's
+      ``dynamic_shapes``).
     * ``mode``: ``"reduce-overhead"`` records CUDA graphs of compiled CUDA forwards;
       ``"max-autotune"`` does the same (Triton launch configurations are autotuned on
       the first call in every mode; there is no more to tune) and says so once;
