@@ -1,0 +1,125 @@
+"""Counts printed from the size arguments (decision 0310): a mean's backward divides its
+gradient by the elements, a LayerNorm's backward scales by its row length, a full sum over
+``[T, C]`` walks one reduced dim; each is one source over sizes, equal to the reference
+interpreter at every size (1, odd sizes, powers of two), and a value that is not the count
+stays a literal."""
+
+from __future__ import annotations
+
+import torch
+
+from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+
+WIDTH = 24
+
+
+def _mean_backward(rows: int, count: float | None = None, per_element: bool = False):
+    """``(g / count) * 2x`` over ``[rows, WIDTH]`` (count: the elements by default), the
+    gradient of ``mean(x * x)``; ``per_element``: ``2x / count`` instead."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, WIDTH), torch.float32))
+    g = b.input("g", TensorMeta((), torch.float32))
+    count = float(rows * WIDTH) if count is None else count
+    twice = b.call(prim("mul"), x, 2.0)
+    if per_element:
+        every = b.call(prim("broadcast_in_dim"), g, (rows, WIDTH), ())
+        return b.build([b.call(prim("mul"), b.call(prim("div"), twice, count), every)])
+    scale = b.call(prim("broadcast_in_dim"), b.call(prim("div"), g, count), (rows, WIDTH), ())
+    return b.build([b.call(prim("mul"), scale, twice)])
+
+
+def _norm_backward(n: int, factor: float | None = None):
+    """The shape of a LayerNorm backward over rows of ``n``: ``rstd / n * (n * dy - sum(dy)
+    - xhat * sum(dy * xhat))`` (``factor``: another constant in place of ``n * dy``'s)."""
+    b = GraphBuilder(Level.PRIMS)
+    dy = b.input("dy", TensorMeta((5, n), torch.float32))
+    xhat = b.input("xhat", TensorMeta((5, n), torch.float32))
+    rstd = b.input("rstd", TensorMeta((5,), torch.float32))
+    shape = (5, n)
+
+    def row(value):
+        return b.call(prim("broadcast_in_dim"), value, shape, (0,))
+
+    total = row(b.call(prim("sum"), dy, (1,)))
+    dot = row(b.call(prim("sum"), b.call(prim("mul"), dy, xhat), (1,)))
+    scaled = b.call(prim("mul"), dy, float(n) if factor is None else factor)
+    inner = b.call(prim("sub"), b.call(prim("sub"), scaled, total), b.call(prim("mul"), xhat, dot))
+    return b.build([b.call(prim("mul"), row(b.call(prim("div"), rstd, float(n))), inner)])
+
+
+def _full_mean(rows: int):
+    """``sum(x) / numel`` over ``[rows, WIDTH]``: a full reduction over two dims."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, WIDTH), torch.float32))
+    total = b.call(prim("sum"), b.call(prim("mul"), x, x), (0, 1))
+    return b.build([b.call(prim("div"), total, float(rows * WIDTH))])
+
+
+def _sources(ind, graph, codegen: str) -> tuple[str, ...]:
+    compiled = ind.check(graph, codegen, rtol=1e-5, atol=1e-5)
+    return tuple(k.source for k in compiled.kernels if k.backend == ind.backend(codegen))
+
+
+def _one_source(ind, make, sizes, codegen: str) -> str:
+    sources = {_sources(ind, make(size), codegen) for size in sizes}
+    assert len(sources) == 1, f"{len(sources)} sources over {sizes}"
+    (source,) = sources.pop()
+    return source
+
+
+def test_a_mean_backward_is_one_source_over_rows(ind, codegen):
+    source = _one_source(ind, _mean_backward, (5, 16, 33), codegen)
+    count = f"(rows * {WIDTH})" if codegen == "cpp" else "tl.float32) + xnumel)"
+    assert count in source
+    for rows in (1, 2, 7, 64):
+        _sources(ind, _mean_backward(rows), codegen)
+
+
+def test_a_count_that_is_not_the_elements_stays_a_literal(ind, codegen):
+    """``g / 1000`` over 5 x 24 elements (120): a literal, and another source than at 1000
+    elements' rows would be."""
+    (source,) = _sources(ind, _mean_backward(5, count=1000.0), codegen)
+    assert "1000.0" in source and "rows *" not in source
+    assert "+ xnumel)" not in source
+
+
+def test_a_count_dividing_each_element_stays_a_literal(ind, codegen):
+    """``2x / n`` per element: a run-time divisor there would cost static kernels their
+    product by a power of two's reciprocal."""
+    (source,) = _sources(ind, _mean_backward(8, per_element=True), codegen)
+    assert "192.0" in source and "rows *" not in source and "+ xnumel)" not in source
+
+
+def test_a_norm_backward_is_one_source_over_row_lengths(ind, codegen):
+    source = _one_source(ind, _norm_backward, (33, 40, 57), codegen)
+    length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
+    assert source.count(length) == 2  # ``n * dy`` per element, ``rstd / n`` per row
+    for n in (1, 2, 3, 16, 64):
+        _sources(ind, _norm_backward(n), codegen)
+
+
+def test_a_factor_that_is_not_the_row_length_stays_a_literal(ind, codegen):
+    (source,) = _sources(ind, _norm_backward(40, factor=41.0), codegen)
+    assert "41.0" in source
+    length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
+    assert source.count(length) == 1  # ``rstd / n`` only
+
+
+def test_a_coincidence_prints_the_same_number(ind, codegen):
+    """``x * 2`` in a kernel of 2 elements a row: the factor read from the length, equal."""
+    for n in (2, 3):
+        _sources(ind, _norm_backward(n, factor=2.0), codegen)
+
+
+def test_a_full_mean_over_two_dims_is_one_source_over_rows(ind, codegen):
+    source = _one_source(ind, _full_mean, (17, 40, 64), codegen)
+    assert ("red_len" if codegen == "cpp" else "rnumel") in source
+    for rows in (1, 3, 11):
+        _sources(ind, _full_mean(rows), codegen)
+
+
+def test_counted_simd_loops_stay_vectorised(ind):
+    for graph in (_norm_backward(40), _mean_backward(33), _full_mean(40)):
+        (source,) = _sources(ind, graph, "cpp")
+        assert "red_len" in source or "rows *" in source
+        ind.assert_simd_loops_vectorised(source, loading=True)
