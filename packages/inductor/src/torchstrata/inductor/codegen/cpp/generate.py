@@ -401,9 +401,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     return kernel_source(kernel, lines, simd_functions, sizes)
 
 
-def _counts(
-    kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]
-) -> dict[int, str]:
+def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
     """The element counts ``kernel``'s source computes from its size arguments (decision
     0310): a row kernel's reduced length (``red_len``), a pointwise kernel's elements
     (``rows`` times its inner loops' literal trip counts)."""
