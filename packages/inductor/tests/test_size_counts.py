@@ -123,3 +123,24 @@ def test_counted_simd_loops_stay_vectorised(ind):
         (source,) = _sources(ind, graph, "cpp")
         assert "red_len" in source or "rows *" in source
         ind.assert_simd_loops_vectorised(source, loading=True)
+
+
+def _column_mean(rows: int, count: float | None = None):
+    """``sum(x, 0) / rows`` over ``[rows, 64]``: a column mean (C++ column loop)."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, 64), torch.float32))
+    total = b.call(prim("sum"), x, (0,))
+    return b.build([b.call(prim("div"), total, float(rows) if count is None else count)])
+
+
+def test_a_column_mean_is_one_source_over_rows(ind, codegen):
+    source = _one_source(ind, _column_mean, (17, 40, 100), codegen)
+    count = "static_cast<float>(red_rows)" if codegen == "cpp" else "tl.float32) + rnumel)"
+    assert count in source
+    for rows in (1, 2, 3, 64):
+        _sources(ind, _column_mean(rows), codegen)
+
+
+def test_a_column_divisor_that_is_not_the_rows_stays_a_literal(ind):
+    (source,) = _sources(ind, _column_mean(40, count=41.0), "cpp")
+    assert "41.0" in source and "static_cast<float>(red_rows)" not in source
