@@ -106,9 +106,19 @@ def test_a_factor_that_is_not_the_row_length_stays_a_literal(ind, codegen):
 
 
 def test_a_coincidence_prints_the_same_number(ind, codegen):
-    """``x * 2`` in a kernel of 2 elements a row: the factor read from the length, equal."""
-    for n in (2, 3):
-        _sources(ind, _norm_backward(n, factor=2.0), codegen)
+    """``dy * 3`` over rows of 3 elements: the factor read from the length, equal; over
+    rows of 4, a literal."""
+    at_3, at_4 = (_sources(ind, _norm_backward(n, factor=3.0), codegen) for n in (3, 4))
+    assert at_3 != at_4 and "3.0" in at_4[0]
+
+
+def test_a_count_of_two_stays_a_literal(ind, codegen):
+    """``2.0`` and ``0.5`` are too common to read from a count of 2 (``MIN_COUNT``)."""
+    (source,) = _sources(ind, _mean_backward(1, count=2.0), codegen)
+    assert "2.0" in source and "rows *" not in source and "+ xnumel)" not in source
+    (source,) = _sources(ind, _norm_backward(2), codegen)
+    length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
+    assert length not in source  # ``rstd`` is a saved value: no reduction's count (0286)
 
 
 def test_a_full_mean_over_two_dims_is_one_source_over_rows(ind, codegen):

@@ -56,6 +56,12 @@ def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
     return None
 
 
+#: The smallest count :func:`count_constant` prints from the size arguments: ``2.0`` and
+#: ``0.5`` are the commonest constants of all (a square's derivative, GELU's half); at a
+#: count of 2 they would be read from it, a source of its own for a coincidence.
+MIN_COUNT = 3
+
+
 def count_constant(
     op: Op, counts: Mapping[int, str], per_element: Callable[[Expr], bool]
 ) -> tuple[int, str, bool] | None:
@@ -70,8 +76,9 @@ def count_constant(
     a ``div`` is taken only where its dividend is not ``per_element``: a per-element
     division by a literal power of two is compiled as a product, by a run-time value it
     would stay a division. Correct whatever matches, as :func:`length_constant` is: the
-    launch passes the sizes the count is computed from, and a coincidence (a factor ``2.0``
-    in a kernel of 2 elements a row) prints the same number.
+    launch passes the sizes the count is computed from, and a coincidence (a factor ``3.0``
+    in rows of 3 elements) prints the same number. Counts under :data:`MIN_COUNT` are
+    never printed from the arguments.
     """
     if op.name not in ("div", "mul") or len(op.args) != 2:
         return None
@@ -85,7 +92,7 @@ def count_constant(
         if op.name == "div" and per_element(other):
             continue
         for count, text in counts.items():
-            if count < 2:
+            if count < MIN_COUNT:
                 continue
             if value == count:
                 return position, text, False
