@@ -6,6 +6,7 @@ stays a literal."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
@@ -156,3 +157,34 @@ def test_a_column_mean_is_one_source_over_rows(ind, codegen):
 def test_a_column_divisor_that_is_not_the_rows_stays_a_literal(ind):
     (source,) = _sources(ind, _column_mean(40, count=41.0), "cpp")
     assert "41.0" in source and "static_cast<float>(red_rows)" not in source
+
+
+def _gathered_row_sums(rows: int):
+    """``x.gather(1, index).sum(1)`` over ``[rows, 37]`` by ``[rows, 9]`` indices, and the
+    gather itself: a checked row kernel and a checked pointwise kernel."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, 37), torch.float32))
+    index = b.input("index", TensorMeta((rows, 9), torch.int64))
+    gathered = b.call(prim("gather"), x, 1, index)
+    return b.build([gathered, b.call(prim("sum"), gathered, (1,))])
+
+
+def test_gather_scans_run_to_the_size_arguments(ind):
+    """The failing path's scans (the first bad index, C++) run to ``rows`` and ``red_len``:
+    one source over rows, and each size still names its first bad index."""
+    sources = set()
+    for rows in (1, 5, 17, 33):
+        compiled = ind.compile(_gathered_row_sums(rows), "cpp")
+        if rows > 1:
+            sources.add(tuple(k.source for k in compiled.kernels))
+        x = torch.randn(rows, 37)
+        index = torch.randint(0, 37, (rows, 9), generator=torch.Generator().manual_seed(rows))
+        want = x.gather(1, index)
+        for got, expected in zip(compiled(x, index), (want, want.sum(1)), strict=True):
+            torch.testing.assert_close(got, expected)
+        index[rows - 1, 8], index[rows // 2, 3] = 40 + rows, 37  # the first in row-major order
+        with pytest.raises(IndexError, match=r"^index 37 is out of bounds"):
+            compiled(x, index)
+    assert len(sources) == 1, f"{len(sources)} sources over 5, 17, 33 rows"
+    (kernels,) = sources
+    assert all("ts_gather_error" in s and "< 5;" not in s for s in kernels)

@@ -550,7 +550,7 @@ def kernel_source(
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'
     if kernel_checks(kernel):  # returns which check failed, if any (see cpp_checks)
-        function = checked_function(head, body, kernel, CppPrinter)
+        function = checked_function(head, body, kernel, CppPrinter, sizes)
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
