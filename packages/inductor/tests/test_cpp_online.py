@@ -91,11 +91,23 @@ def test_rows_that_fit_the_row_cache_keep_two_loops(ind):
     assert CHUNKED_LOOP not in _source(compiled)
 
 
-def test_reductions_over_two_dims_keep_two_loops(ind):
+def _max_and_sum_of_exp(shape, dims, keep):
     b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((4, 100, 100), torch.float32))
-    peak = b.call(prim("amax"), x, (1, 2))
-    wide = b.call(prim("broadcast_in_dim"), peak, (4, 100, 100), (0,))
-    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1, 2))
-    compiled = ind.check(b.build([peak, total]), "cpp", rtol=1e-5, atol=1e-5)
+    x = b.input("x", TensorMeta(shape, torch.float32))
+    peak = b.call(prim("amax"), x, dims)
+    wide = b.call(prim("broadcast_in_dim"), peak, shape, keep)
+    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), dims)
+    return b.build([peak, total])
+
+
+def test_reductions_over_two_strided_dims_keep_two_loops(ind):
+    graph = _max_and_sum_of_exp((100, 4, 100), (0, 2), (1,))
+    compiled = ind.check(graph, "cpp", rtol=1e-5, atol=1e-5)
     assert CHUNKED_LOOP not in _source(compiled)
+
+
+def test_reductions_over_two_contiguous_dims_are_one_long_row(ind):
+    """``(100, 100)`` reduced dims walked as one of 10000 (decision 0310): a long row."""
+    graph = _max_and_sum_of_exp((4, 100, 100), (1, 2), (0,))
+    compiled = ind.check(graph, "cpp", rtol=1e-5, atol=1e-5)
+    assert CHUNKED_LOOP in _source(compiled) and "red_len" in _source(compiled)

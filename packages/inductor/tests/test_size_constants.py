@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.core import GraphBuilder, InductorOptions, Level, TensorMeta, prim
 
 
 def _rows(b: GraphBuilder, length: int, rows: int = 4, dtype: torch.dtype = torch.float32):
@@ -102,16 +102,23 @@ def test_a_constant_equal_to_the_length_at_one_size_only_keeps_the_other_sizes_r
         ind.check(fixed(length), codegen, rtol=1e-5, atol=1e-5)
 
 
-def test_a_length_not_scaling_a_reduction_stays_a_literal(ind):
-    """``x / n`` per element: not a count of the row's reduction."""
+def test_a_length_dividing_each_element_stays_a_literal(ind):
+    """``x / n`` per element: a division by a run-time length would stay a division (by a
+    literal power of two it is a product), so the literal is kept (decision 0310). With
+    ``reciprocals`` (the default) it is ``x * (1 / n)``, the reciprocal once per row, and
+    that ``n`` is the row's length."""
     b = GraphBuilder(Level.PRIMS)
     x = _rows(b, 9)
     total = b.call(prim("sum"), x, (1,))
     scaled = b.call(prim("div"), x, 9.0)
     graph = b.build([total, scaled])
+    exact = InductorOptions(reciprocals=False)
+    ind.check(graph, "cpp", inductor=exact)
+    (source,) = (k.source for k in ind.compile(graph, "cpp", exact).kernels)
+    assert "static_cast<float>(9.0)" in source and "static_cast<float>(red_len)" not in source
     ind.check(graph, "cpp")
     (source,) = _sources(ind, graph, "cpp")
-    assert "static_cast<float>(9.0)" in source and "static_cast<float>(red_len)" not in source
+    assert "static_cast<float>(1.0) / static_cast<float>(red_len)" in source
 
 
 def test_sized_norm_simd_loops_stay_vectorised(ind):

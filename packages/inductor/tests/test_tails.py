@@ -163,3 +163,29 @@ def test_tails_can_be_turned_off():
     assert "triton.fuse_tails" not in [p.name for p in off.plan_passes()]
     scheduled = schedule_graph(graph, off, CompileOptions())
     assert len([step for step in scheduled.plan.steps if isinstance(step, Kernel)]) == 2
+
+
+def _two_sums_over_rows(rows: int, n: int):
+    """``sum(lse - w) / sum(lse * w)`` over the rows: a tail of two reductions."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float32))
+    w = b.input("w", TensorMeta((rows,), torch.float32))
+    peak = b.call(prim("amax"), x, (1,))
+    wide = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
+    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1,))
+    lse = b.call(prim("add"), b.call(prim("log"), total), peak)
+    first = b.call(prim("sum"), b.call(prim("sub"), lse, w), (0,))
+    second = b.call(prim("sum"), b.call(prim("mul"), lse, w), (0,))
+    return b.build([b.call(prim("div"), first, second)])
+
+
+def test_a_tails_second_sums_start_at_xnumel(ind, codegen):
+    """Each reduction's partial sums start at a multiple of the rows, read from ``xnumel``
+    (decision 0310: a literal there made the kernel a source per row count on a GPU)."""
+    for rows in (2, 13, 64):
+        compiled = ind.check(_two_sums_over_rows(rows, 40), codegen, atol=1e-4, rtol=1e-4)
+        if codegen == "cpp":
+            continue
+        (kernel,) = compiled.kernels
+        assert "ts_tail + 1 * xnumel + tl.program_id(0)" in kernel.source
+        assert f"ts_tail + {rows} " not in kernel.source

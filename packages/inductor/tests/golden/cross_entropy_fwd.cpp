@@ -82,7 +82,7 @@ extern "C" int64_t kernel1(const int64_t* __restrict__ buf_t, const float* __res
   }
   if (oob_buf_x_32) {
     {
-      for (int64_t r0 = 0; r0 < 8; ++r0) {
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
         const int64_t scan0 = buf_t[r0];
         const bool scan1 = static_cast<bool>(scan0 != static_cast<int64_t>(-100LL));
         const int64_t scan2 = ts_where<int64_t>(scan1, scan0, static_cast<int64_t>(0LL));

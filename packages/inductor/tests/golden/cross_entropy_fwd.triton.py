@@ -108,7 +108,7 @@ def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_los
     tmp12 = tmp10 - tmp11
     tmp13 = tmp12 * tmp7
     tmp14 = (tmp13 * -1.0)
-    tl.store(ts_tail + 8 + tl.program_id(0), tl.reduce(tl.where(xmask, tmp14, 0.0), None, _sum_combine))
+    tl.store(ts_tail + 1 * xnumel + tl.program_id(0), tl.reduce(tl.where(xmask, tmp14, 0.0), None, _sum_combine))
     tl.debug_barrier()
     ts_done = tl.atomic_add(ts_tail_count, 1, sem='acq_rel')
     if ts_done == tl.num_programs(0) - 1:
@@ -122,7 +122,7 @@ def kernel0(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_los
         ts_acc = tl.full([1024], 0.0, tl.float32)
         for ts_start in range(0, tl.num_programs(0), 1024):
             ts_i = ts_start + tl.arange(0, 1024)
-            ts_acc += tl.load(ts_tail + 8 + ts_i, ts_i < tl.num_programs(0), other=0.0, cache_modifier='.cg')
+            ts_acc += tl.load(ts_tail + 1 * xnumel + ts_i, ts_i < tl.num_programs(0), other=0.0, cache_modifier='.cg')
         red_nll_loss_forward_sum_1 = tl.reduce(ts_acc, 0, _sum_combine)
         tmp15 = red_nll_loss_forward_sum_1
         tmp16 = red_nll_loss_forward_sum

@@ -24,7 +24,7 @@ extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __res
   }
   if (oob_buf_x_16) {
     {
-      for (int64_t x0 = 0; x0 < 8; ++x0) {
+      for (int64_t x0 = 0; x0 < rows; ++x0) {
         for (int64_t x1 = 0; x1 < 4; ++x1) {
           const int64_t scan0 = buf_i[4*x0 + x1];
           if (!(static_cast<uint64_t>(scan0) < 16ULL)) {

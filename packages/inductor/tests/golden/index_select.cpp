@@ -27,7 +27,7 @@ extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __res
   }
   if (oob_buf_x_16) {
     {
-      for (int64_t x0 = 0; x0 < 6; ++x0) {
+      for (int64_t x0 = 0; x0 < rows; ++x0) {
         const int64_t scan0 = buf_i[x0];
         const bool scan1 = static_cast<bool>(scan0 < static_cast<int64_t>(0LL));
         const int64_t scan2 = static_cast<int64_t>(scan0 + static_cast<int64_t>(16LL));

@@ -62,12 +62,12 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float red_sum_1_sum = acc_sum_1_sum;
     buf_mean_sum[x0] = static_cast<float>(tmp5);
     buf_mean_1_sum[x0] = static_cast<float>(tmp9);
-    const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(64.0));
+    const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
     const float tmp17 = red_sum_sum;
     const float tmp19 = red_sum_1_sum;
     #pragma omp simd
     for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(64.0));
+      const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
       const float tmp18 = static_cast<float>(tmp16 - tmp17);
       const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
       const float tmp21 = static_cast<float>(tmp18 - tmp20);

@@ -113,8 +113,8 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnume
     red_sum_1_sum = tl.reduce(masked_sum_1_sum, 1, _sum_combine, keep_dims=True)
     tl.store(buf_mean_sum + (x0 + xzero), (tmp4).to(tl.float32), xmask)
     tl.store(buf_mean_1_sum + (x0 + xzero), (tmp8).to(tl.float32), xmask)
-    tmp14 = tmp11 / tl.full([1], 64.0, tl.float32)
-    tmp15 = tmp3 * tl.full([1], 64.0, tl.float32)
+    tmp14 = tmp11 / (tl.full([1], 0, tl.float32) + rnumel)
+    tmp15 = tmp3 * (tl.full([1], 0, tl.float32) + rnumel)
     tmp16 = red_sum_sum
     tmp17 = tmp15 - tmp16
     tmp18 = red_sum_1_sum

@@ -40,7 +40,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     const float tmp9 = static_cast<float>(1 / std::sqrt(tmp8));
     const float tmp12 = static_cast<float>(tmp9 * tmp9);
     const float tmp13 = static_cast<float>(tmp12 * tmp9);
-    const float tmp15 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+    const float tmp15 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(red_len));
     const float tmp17 = red_sum_sum;
     #pragma omp simd
     for (int64_t r0 = 0; r0 < red_len; ++r0) {

@@ -106,7 +106,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK:
     tmp11 = tmp9 * tmp9
     tmp12 = tmp11 * tmp9
     tmp13 = tmp0 * tmp12
-    tmp14 = tl.full([1], 1.0, tl.float32) / tl.full([1], 64.0, tl.float32)
+    tmp14 = tl.full([1], 1.0, tl.float32) / (tl.full([1], 0, tl.float32) + rnumel)
     tmp15 = tmp13 * tmp14
     tmp16 = red_sum_sum
     tmp17 = tmp15 * tmp16

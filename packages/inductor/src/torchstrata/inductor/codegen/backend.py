@@ -109,6 +109,9 @@ class CppBackend:
     def _rewritten(self, kernel: Kernel) -> Kernel:
         if not uses_column_loop(kernel):  # contiguous leading row dims as one outer loop
             kernel = flatten_rows(kernel)
+            if len(kernel.red_shape) >= 2:  # and contiguous reduced dims as one: ``red_len``
+                flat = flatten_reduced(kernel)  # (a full sum over ``[T, C]``, decision 0310)
+                kernel = flat if not uses_column_loop(flat) else kernel
         else:  # contiguous reduced dims as one, whose length the kernel takes as an argument
             flat = flatten_reduced(kernel)
             kernel = flat if uses_column_loop(flat) else kernel

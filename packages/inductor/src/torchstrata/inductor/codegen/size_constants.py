@@ -21,6 +21,8 @@ Per row, not per element: the operand is a row's reduction, used after its loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 
 from torchstrata.inductor.ir.exprs import Constant, Expr, Op, ReduceRef
@@ -51,4 +53,49 @@ def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
             return position, False
         if op.name == "mul" and value == 1.0 / length:
             return position, True
+    return None
+
+
+#: The smallest count :func:`count_constant` prints from the size arguments: ``2.0`` and
+#: ``0.5`` are the commonest constants of all (a square's derivative, GELU's half); at a
+#: count of 2 they would be read from it, a source of its own for a coincidence.
+MIN_COUNT = 3
+
+
+def count_constant(
+    op: Op, counts: Mapping[int, str], per_element: Callable[[Expr], bool]
+) -> tuple[int, str, bool] | None:
+    """``(position, count, reciprocal)`` of ``op``'s float constant operand equal to one
+    of the kernel's ``counts`` (an element count the kernel takes as size arguments: its
+    value -> the text computing it from them), or to its reciprocal (the double ``1 /
+    n``), or None (decision 0310). A mean's backward divides its incoming gradient by the
+    count (``g / (T*C)``), a LayerNorm's backward scales per-element values by its row
+    length (``n * dy*w``) and divides a saved per-row value by it (``rstd / n``).
+
+    A ``mul`` by the count or its reciprocal stays a product (by a loop-invariant value);
+    a ``div`` is taken only where its dividend is not ``per_element``: a per-element
+    division by a literal power of two is compiled as a product, by a run-time value it
+    would stay a division. Correct whatever matches, as :func:`length_constant` is: the
+    launch passes the sizes the count is computed from, and a coincidence (a factor ``3.0``
+    in rows of 3 elements) prints the same number. Counts under :data:`MIN_COUNT` are
+    never printed from the arguments.
+    """
+    if op.name not in ("div", "mul") or len(op.args) != 2:
+        return None
+    for position in (1,) if op.name == "div" else (0, 1):
+        constant, other = op.args[position], op.args[1 - position]
+        if not isinstance(constant, Constant) or constant.dtype not in _FLOATS:
+            continue
+        value = constant.value  # an integral float constant may hold a Python int
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if op.name == "div" and per_element(other):
+            continue
+        for count, text in counts.items():
+            if count < MIN_COUNT:
+                continue
+            if value == count:
+                return position, text, False
+            if op.name == "mul" and value == 1.0 / count:
+                return position, text, True
     return None

@@ -45,6 +45,7 @@ import attrs
 from torchstrata.inductor.codegen.cpp.division import MARKER as DIVISION_MARKER
 from torchstrata.inductor.codegen.cpp.division import DivisionCheck, division_checks
 from torchstrata.inductor.codegen.emitter import ExprEmitter, ExprPrinter
+from torchstrata.inductor.codegen.size_names import number as size_number
 from torchstrata.inductor.ir.exprs import IndirectLoad, reductions_used, variables, walk
 from torchstrata.inductor.ir.kernel import Kernel, red_vars, row_vars
 
@@ -109,14 +110,19 @@ def check_update(load: IndirectLoad, position: str) -> str:
 
 
 def checked_function(
-    head: str, body: Sequence[str], kernel: Kernel, printer: Callable[[], ExprPrinter]
+    head: str,
+    body: Sequence[str],
+    kernel: Kernel,
+    printer: Callable[[], ExprPrinter],
+    sizes: Sequence[str] = (),
 ) -> list[str]:
     """The lines of ``kernel``'s function, which makes its checks (see the module).
 
     ``head`` is its ``extern "C" void <name>(<params>``, without the closing parenthesis;
     ``body`` its statements (unindented), whose ``omp`` loops get the reduction clauses of
     the flags they update. ``printer`` makes the expression printer for the scans of the
-    failing path.
+    failing path; ``sizes`` are the function's size parameters, which the scans' loops run
+    to where they are those loops' trip counts (decision 0310).
     """
     assert head.startswith('extern "C" void '), head
     checks = kernel_checks(kernel)
@@ -130,7 +136,7 @@ def checked_function(
             line
             for load in loads
             if GatherCheck(load.buffer, load.size) == check
-            for line in _first_bad_index(load, kernel, printer(), number)
+            for line in _first_bad_index(load, kernel, printer(), number, sizes)
         ]  # none for the division check: no position is reported
         statements += [f"if ({check.flag}) {{", *("  " + line for line in scans)]
         statements += [f"  return {number};", "}"]
@@ -165,13 +171,31 @@ def _loop_lines(lines: Sequence[str], start: int) -> list[str]:
     return list(lines[start:])
 
 
+def _scan_bounds(kernel: Kernel, sizes: Sequence[str]) -> dict[str, str]:
+    """The scans' loop bounds that are size parameters: the one outer row variable runs to
+    ``rows`` (the outer loop's trip count, ``generate.outer_rows``), and any variable whose
+    size :func:`~torchstrata.inductor.codegen.size_names.number` names (``red_len``) to
+    that name; a scan with literal bounds would be a source per size (a gather over a
+    cross-entropy's rows)."""
+    rows = row_vars(kernel.row_shape)
+    outer = rows if kernel.red_shape or len(rows) == 1 else rows[:-1]
+    bounds = {v.name: size_number(v.size) for v in (*rows, *red_vars(kernel.red_shape))}
+    if "rows" in sizes and len(outer) == 1:
+        bounds[outer[0].name] = "rows"
+    return bounds
+
+
 def _first_bad_index(
-    load: IndirectLoad, kernel: Kernel, printer: ExprPrinter, number: int
+    load: IndirectLoad,
+    kernel: Kernel,
+    printer: ExprPrinter,
+    number: int,
+    sizes: Sequence[str] = (),
 ) -> list[str]:
     """Scalar loops over the variables of ``load``'s index expression (in the kernel's
     order: rows, then reduced dims) that store the first out-of-range index and return
     ``number``; none when the index reads a reduction of the kernel (only known inside
-    its loops)."""
+    its loops). The loops run to :func:`_scan_bounds`."""
     if reductions_used(load.indirect):
         return []
     used = variables(load.indirect)
@@ -188,8 +212,10 @@ def _first_bad_index(
         "}",
     ]
     lines = emitter.close_inner() + found
+    bounds = _scan_bounds(kernel, sizes)
     for var in reversed(loop_vars):
-        header = f"for (int64_t {var.name} = 0; {var.name} < {var.size}; ++{var.name}) {{"
+        bound = bounds[var.name]
+        header = f"for (int64_t {var.name} = 0; {var.name} < {bound}; ++{var.name}) {{"
         lines = [header, *("  " + line for line in lines), "}"]
     return ["{", *("  " + line for line in emitter.take_outer() + lines), "}"]
 

@@ -38,7 +38,7 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import named_sizes
-from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used
+from torchstrata.inductor.ir.exprs import Expr, ReduceRef, reductions_used, variables
 from torchstrata.inductor.ir.indexing import Index, Var
 from torchstrata.inductor.ir.kernel import (
     Kernel,
@@ -140,6 +140,11 @@ class _Layout:
             sizes += ((CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
         return sizes + (((GROUPS_PARAM, self.groups),) if self.grouped else ())
 
+    def counts(self) -> dict[int, str]:
+        """The reduced elements a column's reduction is scaled by (a column mean's
+        ``sum / T``), read from ``red_rows`` (decision 0310)."""
+        return {self.length: LENGTH_PARAM} if self.length >= 2 else {}
+
     @property
     def grouped(self) -> bool:
         """Does the function take its number of groups (row dims before the columns)?"""
@@ -194,7 +199,8 @@ def _column_loop(layout: _Layout, body: Sequence[str]) -> list[str]:
 
 def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
     """The chunk loop: accumulators start at the identity and fold in each reduced element."""
-    emitter = ExprEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="a")
+    printer = CppPrinter(layout.counts(), lambda expr: bool(variables(expr)))
+    emitter = ExprEmitter(printer, frozenset({layout.column.name}), prefix="a")
     emitter.open_inner()
     updates = []
     wide = [spec for spec in kernel.reductions if _wide(spec)]
@@ -256,7 +262,9 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
 
 def _store_block(kernel: Kernel, layout: _Layout) -> list[str]:
     """The row stores of one block of columns, reading each column's accumulators."""
-    emitter = _BlockEmitter(CppPrinter(), frozenset({layout.column.name}), prefix="s")
+    reduced = frozenset(v.name for v in layout.red_vars)  # a column's value: once a call
+    printer = CppPrinter(layout.counts(), lambda expr: bool(variables(expr) & reduced))
+    emitter = _BlockEmitter(printer, frozenset({layout.column.name}), prefix="s")
     emitter.open_inner()
     emitter.preset_inner(
         {

@@ -9,7 +9,7 @@ conditional in a loop that calls a function which may set ``errno``, such as ``e
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -30,7 +30,7 @@ from torchstrata.inductor.codegen.cpp.division import (
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_constants import length_constant
+from torchstrata.inductor.codegen.size_constants import count_constant, length_constant
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -292,9 +292,17 @@ class CppPrinter:
     emitter calls right after.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        counts: Mapping[int, str] | None = None,
+        per_element: Callable[[Expr], bool] = lambda expr: True,
+    ) -> None:
         self._positions: dict[Expr, str] = {}
         self._divisors: dict[Expr, str] = {}
+        #: element counts the kernel computes from its size arguments (value -> C++ text)
+        #: and whether a value is per element (decision 0310: ``count_constant``)
+        self.counts = dict(counts or {})
+        self.per_element = per_element
 
     def render(self, expr: Expr, operands: Sequence[str]) -> str:
         """See :class:`~torchstrata.inductor.codegen.emitter.ExprPrinter`."""
@@ -311,12 +319,15 @@ class CppPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of("red_len"))  # generate.RED_LEN_PARAM
-        if found is not None:  # a row's reduction scaled by its length (decision 0286)
-            position, reciprocal = found
+        counted = None if found is None else (found[0], "red_len", found[1])
+        if counted is None and self.counts:  # decision 0310
+            counted = count_constant(expr, self.counts, self.per_element)
+        if counted is not None:  # a count computed from the size arguments (0286, 0310)
+            position, count, reciprocal = counted
             ctype = compute_type(expr.dtype)
-            text = f"static_cast<{ctype}>(red_len)"
+            text = f"static_cast<{ctype}>({count})"
             if reciprocal:
-                text = f"static_cast<{ctype}>(1.0 / static_cast<double>(red_len))"
+                text = f"static_cast<{ctype}>(1.0 / static_cast<double>({count}))"
             operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
 
@@ -539,7 +550,7 @@ def kernel_source(
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'
     if kernel_checks(kernel):  # returns which check failed, if any (see cpp_checks)
-        function = checked_function(head, body, kernel, CppPrinter)
+        function = checked_function(head, body, kernel, CppPrinter, sizes)
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE

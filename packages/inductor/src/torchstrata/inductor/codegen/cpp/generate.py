@@ -334,7 +334,9 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     # Each loop's innermost loop, split where the conditions of its body change value.
     splits = [split_loop(roots, inner_vars[-1]) for roots in loops]
     names = {v.name for v in inner_vars} | {r.var.name for ranges in splits for r in ranges}
-    emitter = ExprEmitter(CppPrinter(), frozenset(names))
+    printer = CppPrinter(_counts(kernel, outer_vars, inner_vars))
+    emitter = ExprEmitter(printer, frozenset(names))
+    printer.per_element = emitter.depends_on_inner
     cached = (
         plan_row_cache(loops, emitter.depends_on_inner, kernel.row_length)
         if kernel.red_shape
@@ -397,6 +399,21 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
     sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
+
+
+def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
+    """The element counts ``kernel``'s source computes from its size arguments (decision
+    0310): a row kernel's reduced length (``red_len``), a pointwise kernel's elements
+    (``rows`` times its inner loops' literal trip counts)."""
+    length = reduced_length(kernel)
+    if length is not None:
+        return {length: RED_LEN_PARAM} if length >= 2 else {}
+    if kernel.red_shape or outer_rows(kernel) is None:
+        return {}
+    inner = math.prod(v.size for v in inner_vars) if outer_vars else 1
+    elements = math.prod(v.size for v in outer_vars) * inner if outer_vars else outer_rows(kernel)
+    assert elements is not None
+    return {elements: ROWS_PARAM if inner == 1 else f"({ROWS_PARAM} * {inner})"}
 
 
 def _nested_rows(kernel: Kernel, outer_vars: Sequence[Var]) -> bool:

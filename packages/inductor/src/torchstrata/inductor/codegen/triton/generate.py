@@ -111,6 +111,14 @@ def _rows_name(kernel: Kernel) -> dict[int, str]:
     return {kernel.rows: ROWS_PARAM} if kernel.red_shape and kernel.rows >= 2 else {}
 
 
+def _counts(kernel: Kernel) -> dict[int, str]:
+    """The element counts a plain kernel takes as size arguments (decision 0310): a
+    reduction's row length ``rnumel``, a pointwise kernel's elements ``xnumel``."""
+    if kernel.red_shape:
+        return {kernel.row_length: RED_PARAM} if kernel.row_length >= 2 else {}
+    return {kernel.rows: ROWS_PARAM} if kernel.rows >= 2 else {}
+
+
 def _row_source(
     kernel: Kernel, interpret: bool, persistent: bool, group: int, even_rows: bool, even_row: bool
 ) -> str:
@@ -118,6 +126,7 @@ def _row_source(
     persistent = persistent or not kernel.red_shape
     reduction = bool(kernel.red_shape)
     printer = TritonPrinter(kernel, reduction, interpret)
+    printer.counts = _counts(kernel)
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     printer.name_of = emitter.emit

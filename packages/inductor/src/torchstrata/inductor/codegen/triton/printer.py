@@ -22,7 +22,7 @@ import torch
 from torchstrata.core import wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_constants import length_constant
+from torchstrata.inductor.codegen.size_constants import count_constant, length_constant
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
@@ -332,6 +332,9 @@ class TritonPrinter:
             if not (variables(guard.condition) - load.index.variables()) & self.red_names
         }
         self.name_of: Callable[[Expr], str] | None = None
+        #: element counts that the module's size arguments hold (value -> name): a plain
+        #: row or pointwise kernel's ``rnumel``/``xnumel`` (decision 0310)
+        self.counts: dict[int, str] = {}
 
     def offset(self, index: Index) -> tuple[str, str]:
         """The offset text (shaped like the tile it belongs to) and its mask."""
@@ -367,18 +370,27 @@ class TritonPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of(RED_PARAM))
-        if found is not None:  # a row's reduction scaled by its length (decision 0286)
-            position, reciprocal = found
+        counted = None if found is None else (found[0], RED_PARAM, found[1])
+        if counted is None and self.counts:  # decision 0310
+            counted = count_constant(expr, self.counts, self._per_element)
+        if counted is not None:  # a count the kernel takes as a size argument (0286, 0310)
+            position, count, reciprocal = counted
             kind = compute_type(expr.dtype)
             # the reciprocal in float64 (IEEE on every target), rounded as the literal was
             one = "tl.full([1], 1.0, tl.float64)"
             text = (
-                f"({one} / rnumel).to({kind})"
+                f"({one} / {count}).to({kind})"
                 if reciprocal
-                else f"(tl.full([1], 0, {kind}) + rnumel)"
+                else f"(tl.full([1], 0, {kind}) + {count})"
             )
             operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
+
+    def _per_element(self, expr: Expr) -> bool:
+        """Does ``expr`` differ along a tile's elements (a reduction's row, or any
+        variable of a pointwise kernel)? A division of one is kept by a literal."""
+        found = variables(expr)
+        return bool(found & self.red_names if self.reduction else found)
 
     def _indirect_load(self, expr: IndirectLoad, position: str) -> str:
         """``tl.load`` of element ``index + stride * position``, masked to ``0 <= position <

@@ -4,7 +4,7 @@ last program's combination and stores."""
 from __future__ import annotations
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
-from torchstrata.inductor.codegen.triton.printer import TritonPrinter, store_line
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, TritonPrinter, store_line
 from torchstrata.inductor.ir.kernel import Kernel
 
 #: Partial sums the last program adds per step of its loop (a fixed order: deterministic).
@@ -16,12 +16,15 @@ def tail_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> 
     stores (see ``tails.py``)."""
     assert kernel.tail is not None
     slots = kernel.rows  # at most one program per row
+    # each reduction's slots start at a multiple of the rows, read from ``xnumel`` (its
+    # value: one source over row counts on a GPU, decision 0310)
+    starts = ["0", *(f"{k} * {ROWS_PARAM}" for k in range(1, len(kernel.tail.reductions)))]
     lines = []
     for k, spec in enumerate(kernel.tail.reductions):
         value = emitter.emit(spec.body)
         lines += emitter.take_outer()
         lines.append(
-            f"tl.store(ts_tail + {k * slots} + tl.program_id(0), "
+            f"tl.store(ts_tail + {starts[k]} + tl.program_id(0), "
             f"tl.reduce(tl.where(xmask, {value}, 0.0), None, _sum_combine))"
         )
     cached = "" if printer.interpret else ", cache_modifier='.cg'"
@@ -40,7 +43,7 @@ def tail_lines(kernel: Kernel, emitter: ExprEmitter, printer: TritonPrinter) -> 
             f"    ts_acc = tl.full([{TAIL_BLOCK}], 0.0, tl.float32)",
             f"    for ts_start in range(0, {bound}, {TAIL_BLOCK}):",
             f"        ts_i = ts_start + tl.arange(0, {TAIL_BLOCK})",
-            f"        ts_acc += tl.load(ts_tail + {k * slots} + ts_i, "
+            f"        ts_acc += tl.load(ts_tail + {starts[k]} + ts_i, "
             f"ts_i < tl.num_programs(0), other=0.0{cached})",
             f"    red_{spec.name} = tl.reduce(ts_acc, 0, _sum_combine)",
         ]
