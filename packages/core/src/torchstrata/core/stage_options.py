@@ -29,7 +29,6 @@ INDUCTOR_VARIABLES = {
     "reciprocals": "TORCHSTRATA_RECIPROCALS",
     "direct_launch": "TORCHSTRATA_DIRECT_LAUNCH",
     "cluster_rows": "TORCHSTRATA_CLUSTER_ROWS",
-    "buffer_pool": "TORCHSTRATA_BUFFER_POOL",
 }
 #: The variables :meth:`AutogradOptions.from_env` reads, by field.
 AUTOGRAD_VARIABLES = {"unit_grads": "TORCHSTRATA_UNIT_GRADS"}
@@ -86,8 +85,6 @@ class InductorOptions:
     * ``tune_min_elements``: kernels over fewer elements (rows times reduced elements)
       launch their first candidate configuration without autotuning: their time is
       launch latency, whichever configuration runs (0: tune every kernel) (Triton).
-    * ``buffer_pool``: large CPU scratch buffers kept by the launcher from one call to
-      the next, instead of faulting fresh pages in every call (decision 0315).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -103,7 +100,6 @@ class InductorOptions:
     cluster_rows: bool = attrs.field(default=True, validator=_check_bool)
     compile_threads: int | None = attrs.field(default=None, validator=_check_threads)
     tune_min_elements: int = attrs.field(default=1 << 16, validator=_check_count)
-    buffer_pool: bool = attrs.field(default=True, validator=_check_bool)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

@@ -106,9 +106,7 @@ def compile_with(
         compile_seconds += built.compile_seconds
     relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     write_backs = contract.write_back_inputs()
-    source, env = generate_launcher(
-        graph, plan, launches, write_backs, relaid, pool=options.inductor.buffer_pool
-    )
+    source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
     fn = build_launcher(source, env)
     eager_ops = tuple(
         str(step.node.op)

@@ -15,7 +15,6 @@ import torch
 
 from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
-from torchstrata.inductor.launch.buffer_pool import pool_buffers, pool_globals
 from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.huge_pages import (
     advise_huge_pages,
@@ -106,7 +105,6 @@ def generate_launcher(
     launches: dict[str, KernelLaunch],
     write_backs: Mapping[int, int] | None = None,
     relaid_outputs: Mapping[int, tuple[int, ...]] | None = None,
-    pool: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The launcher's source and globals; the function is called ``launch``.
 
@@ -114,8 +112,7 @@ def generate_launcher(
     into inputs; updates that produce them may run in place (:mod:`.in_place`).
     ``relaid_outputs``: ``{output index: strides}`` of outputs copied into those strides
     before they are returned (the layout the graph promised before a rewrite changed
-    it). ``pool``: large CPU scratch buffers are kept from one call to the next
-    (:mod:`.buffer_pool`)."""
+    it)."""
     env = _Globals()
     in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
@@ -182,8 +179,6 @@ def generate_launcher(
     view_bases = {buffer_name(node): buffer_name(view.base) for node, view in views.items()}
     reusable = {k: v for k, v in allocated.items() if k not in shared}
     lines = reuse_buffers(lines, reusable, view_bases)
-    if pool:
-        lines = pool_buffers(lines, reusable, view_bases)
     names = [buffer_name(node) for node in graph.outputs]
     for index, strides in sorted((relaid_outputs or {}).items()):
         lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
@@ -419,7 +414,6 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         **default_globals(),
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
-        **pool_globals(source),
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code

@@ -32,7 +32,7 @@ from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.launcher import build_launcher, default_globals
 
 #: The format tag of a package; a package of another format is not loaded.
-FORMAT = "torchstrata.inductor.package/4"
+FORMAT = "torchstrata.inductor.package/3"
 
 #: Loads one backend's kernels from their records: ``load(records) -> (handles, paths)``.
 KernelLoader = Callable[[Sequence[Mapping[str, Any]]], tuple[list[Any], list[str | None]]]
