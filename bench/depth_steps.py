@@ -4,7 +4,8 @@ For each depth, one process builds the model of :mod:`bench.compile_scaling` (wi
 4 heads, vocab 8192, batch 2, 64 tokens, fp32, tied embedding) and compiles it with each
 contender: eager, torch.compile (Inductor), torchstrata, and torchstrata with passes
 blocked (``--blocked NAME[+NAME]``, repeatable: the same compiler without a rewrite, to
-measure what the rewrite is worth in the same run). Every contender's loss and
+measure what the rewrite is worth in the same run), and with an ``InductorOptions`` switch
+off (``--off SWITCH``, repeatable). Every contender's loss and
 gradients are checked against eager's first; then rounds run each contender's step
 (forward + cross-entropy + backward, gradients set to None between steps) in turn, the
 order rotating per round, and the median step time of each is reported with its speed
@@ -42,7 +43,11 @@ def _contender(name: str, model: torch.nn.Module) -> Callable[..., torch.Tensor]
     if name == "torch.compile":
         return torch.compile(model)
     import torchstrata.runtime as tsr
+    from torchstrata.core import InductorOptions
 
+    if " inductor." in name:  # "torchstrata inductor.SWITCH=off": one inductor switch off
+        switch = name.partition(" inductor.")[2].removesuffix("=off")
+        return tsr.compile(model, options={"inductor": InductorOptions(**{switch: False})})
     blocked = name.partition(" -")[2].split("+") if " -" in name else []
     return tsr.compile(model, options={"blocked_plugins": [b for b in blocked if b]})
 
@@ -133,10 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--blocked", action="append", default=[], help="a torchstrata variant: NAME[+NAME]"
     )
+    parser.add_argument(
+        "--off",
+        action="append",
+        default=[],
+        help="a torchstrata variant with one InductorOptions switch off (repeatable)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = ["eager"] + ([] if args.no_compile else ["torch.compile"]) + ["torchstrata"]
     names += [f"torchstrata -{b}" for b in args.blocked]
+    names += [f"torchstrata inductor.{switch}=off" for switch in args.off]
     print(f"# command: python -m bench.depth_steps {' '.join(argv or sys.argv[1:])}")
     print(
         f"# commit {_commit()}, torch {torch.__version__}, cpu, {os.cpu_count()} CPUs, "
