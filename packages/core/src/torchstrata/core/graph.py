@@ -7,6 +7,7 @@ A :class:`Graph` is immutable: passes build a new graph (see :mod:`.builder` and
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -156,7 +157,10 @@ class Graph:
     outputs: tuple[Node, ...]
 
     def __str__(self) -> str:
-        return format_graph(self)
+        text = _STATIC_TEXTS.get(self)
+        if text is None:
+            text = format_graph(self)
+        return text
 
     def all_nodes(self) -> tuple[Node, ...]:
         """Inputs, then computation nodes."""
@@ -247,12 +251,24 @@ def format_node(node: Node) -> str:
     return head + f"{node.op.name}({', '.join(args)}){tags}"
 
 
+#: The text of each graph printed so far that has no symbolic size: a graph is immutable,
+#: and one without symbols prints the same every time (a symbol's expression and
+#: declaration read its ShapeEnv, which may learn more, so those are printed afresh).
+#: A static graph is printed several times by the compiled-graph cache (its key, the
+#: records of the autograd result and of the lowering), once per size of a symbolic entry.
+_STATIC_TEXTS: weakref.WeakKeyDictionary[Graph, str] = weakref.WeakKeyDictionary()
+
+
 def format_graph(graph: Graph) -> str:
     """The whole listing; :func:`torchstrata.core.parse` reads it back."""
     lines = [f"graph {graph.level.value} {{"]
     values = [(node.meta, node.args, dict(node.kwargs)) for node in graph.all_nodes()]
-    lines += [f"  {declaration(s, env)}" for s, env in symbols_of(values).items()]
+    symbols = symbols_of(values)
+    lines += [f"  {declaration(s, env)}" for s, env in symbols.items()]
     lines += [f"  {format_node(node)}" for node in graph.all_nodes()]
     lines.append("  return " + ", ".join(f"%{node.name}" for node in graph.outputs))
     lines.append("}")
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    if not symbols:
+        _STATIC_TEXTS[graph] = text
+    return text

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchstrata.core.graph import Graph, Node
-from torchstrata.core.symbolic import SYMBOLIC_TYPES, concretize, has_symbols
+from torchstrata.core.symbolic import SYMBOLIC_TYPES, Concretizer, has_symbols
 from torchstrata.core.transform import Transformer
 
 
@@ -61,19 +61,16 @@ def graph_symbols(graph: Graph) -> set[str]:
 class _Concretized(Transformer):
     def __init__(self, graph: Graph, values: Mapping[str, int]) -> None:
         super().__init__(graph)
-        self.values = values
+        self.concrete = Concretizer(values)
 
     def transform_input(self, node: Node) -> Node:
-        return self.builder.input(node.name, concretize(node.meta, self.values))
+        return self.builder.input(node.name, self.concrete(node.meta))
 
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         assert node.op is not None
+        concrete = self.concrete
         return self.builder.call(
-            node.op,
-            *concretize(args, self.values),
-            meta=concretize(node.meta, self.values),
-            name=node.name,
-            **concretize(kwargs, self.values),
+            node.op, *concrete(args), meta=concrete(node.meta), name=node.name, **concrete(kwargs)
         )
 
 
