@@ -12,7 +12,7 @@ child processes are excluded; the box may be shared, so wall time is printed bes
 but does not compare). Reported: the sum and the mean over the lengths after the first
 (the per-size part; the first carries the symbolic trace), and the process CPU inside each
 pipeline stage over those lengths (``Pipeline._call_stage``; ``codegen`` is scheduling,
-kernel sources and the launcher, ``decomp`` the decompositions).
+kernel sources and the launcher, ``decomp`` the decompositions) and in the garbage collector.
 
 Each turn runs in a fresh process with a fresh, empty ``TORCHSTRATA_CACHE_DIR``, one torch
 thread::
@@ -29,6 +29,7 @@ shares, not seconds).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -67,6 +68,23 @@ def _run_step(fn: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> An
     model.zero_grad(set_to_none=True)
     loss = fn(model, x, y)
     return loss, [p.grad.clone() for p in model.parameters()]
+
+
+class _GcClock:
+    """Process CPU in the garbage collector (``gc.callbacks``) while ``on``, and its runs."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds = 0.0
+        self.runs = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        elif self.on:
+            self.seconds += time.process_time() - self._start
+            self.runs += 1
 
 
 class _StageClock:
@@ -112,6 +130,8 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
     compiled = tsr.compile(step, dynamic=True, codegen=codegen)
     stages = _StageClock()
     stages.install()
+    collector = _GcClock()
+    gc.callbacks.append(collector)
     profiler = None
     if profile_path:
         import cProfile
@@ -122,7 +142,7 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
         x = torch.randn(BATCH, length, WIDTH)
         y = torch.randn(BATCH, length, WIDTH)
         per_size = index > 0
-        stages.on = per_size
+        stages.on = collector.on = per_size
         if profiler is not None and per_size:
             profiler.enable()
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -130,7 +150,7 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
         cpu1, wall1 = time.process_time(), time.perf_counter()
         if profiler is not None:
             profiler.disable()
-        stages.on = False
+        stages.on = collector.on = False
         second = _run_step(compiled, model, x, y)
         cpu2, wall2 = time.process_time(), time.perf_counter()
         expected = _run_step(step, twin, x, y)
@@ -155,6 +175,7 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
         for name in sorted(stages.seconds)
     )
     print(f"stages over those lengths, process CPU: {stage_text}")
+    print(f"garbage collection in those lengths' first steps: {collector.seconds:.2f} s, {collector.runs} runs")
     if profiler is not None and profile_path:
         import pstats
 

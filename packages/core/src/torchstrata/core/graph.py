@@ -6,6 +6,7 @@ A :class:`Graph` is immutable: passes build a new graph (see :mod:`.builder` and
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -201,6 +202,13 @@ def format_meta(meta: NodeMeta) -> str:
         return "_"
     if isinstance(meta, tuple):
         return "(" + ", ".join(format_meta(item) for item in meta) + ")"
+    try:
+        return _static_meta_text(meta)
+    except TypeError:  # a symbolic size hashes not (and prints as its ShapeEnv knows it now)
+        return _meta_text(meta)
+
+
+def _meta_text(meta: TensorMeta) -> str:
     text = f"{dtype_short_name(meta.dtype)}[{', '.join(map(str, meta.shape))}]"
     if meta.strides != contiguous_strides(meta.shape):
         text += "{" + ", ".join(map(str, meta.strides)) + "}"
@@ -209,6 +217,11 @@ def format_meta(meta: NodeMeta) -> str:
     if meta.requires_grad:
         text += " grad"
     return text
+
+
+#: The text of the metadata printed lately, by value (equal metadata print the same):
+#: graphs repeat a few shapes over hundreds of nodes, and the cache prints every graph.
+_static_meta_text = functools.lru_cache(maxsize=4096)(_meta_text)
 
 
 def format_value(value: Any) -> str:

@@ -3,10 +3,14 @@ sizes of one call (see :mod:`torchstrata.core.symbolic`)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from torchstrata.core.graph import Graph, Node
+import attrs
+
+from torchstrata.core.builder import _NAME
+from torchstrata.core.graph import Graph, Node, map_nodes
 from torchstrata.core.symbolic import SYMBOLIC_TYPES, Concretizer, has_symbols
 from torchstrata.core.transform import Transformer
 
@@ -74,7 +78,73 @@ class _Concretized(Transformer):
         )
 
 
+@attrs.frozen
+class _Shape:
+    """What :func:`concretize_graph` needs to know of a graph apart from a call's sizes:
+    whether a builder would keep every name as it is (unique, well formed), and which
+    calls have symbolic arguments (the others keep theirs, their nodes mapped)."""
+
+    names_kept: bool
+    symbolic_args: frozenset[Node]
+
+
+#: The :class:`_Shape` of the symbolic graphs made static so far (a symbolic entry makes
+#: the same few graphs static at every size; graphs are immutable).
+_SHAPES: weakref.WeakKeyDictionary[Graph, _Shape] = weakref.WeakKeyDictionary()
+
+
+def _shape(graph: Graph) -> _Shape:
+    found = _SHAPES.get(graph)
+    if found is None:
+        names = [node.name for node in graph.all_nodes()]
+        kept = len(set(names)) == len(names) and all(map(_NAME.fullmatch, names))
+        symbolic = frozenset(
+            node
+            for node in graph.nodes
+            if _concretized(node.args) or _concretized(dict(node.kwargs))
+        )
+        found = _SHAPES[graph] = _Shape(
+            kept and all(n.meta is not None for n in graph.nodes), symbolic
+        )
+    return found
+
+
+def _concretized(value: Any) -> bool:
+    """Whether :class:`Concretizer` would change ``value`` (a symbolic scalar, constant
+    or not, or metadata somewhere in it), rather than give an equal copy."""
+    if isinstance(value, SYMBOLIC_TYPES):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_concretized(item) for item in value)
+    if isinstance(value, dict):
+        return any(_concretized(item) for item in value.values())
+    return attrs.has(type(value)) and getattr(value, "shape", None) is not None
+
+
 def concretize_graph(graph: Graph, values: Mapping[str, int]) -> Graph:
     """``graph`` with every symbolic size replaced by its value under ``values`` (symbol
-    name -> int): the graph a static capture at those sizes records."""
-    return _Concretized(graph, values).run()
+    name -> int): the graph a static capture at those sizes records.
+
+    The nodes are those a :class:`~torchstrata.core.GraphBuilder` copy would make (the
+    same names, no tags, each metadata made static), built directly: each size
+    expression is evaluated once, and calls without a symbolic argument keep theirs
+    (decision 0320)."""
+    shape = _shape(graph)
+    if not shape.names_kept:
+        return _Concretized(graph, values).run()
+    concrete = Concretizer(values)
+    env: dict[Node, Node] = {}
+    inputs = []
+    for node in graph.inputs:
+        made = env[node] = Node(node.name, None, meta=concrete(node.meta))
+        inputs.append(made)
+    nodes = []
+    lookup = env.__getitem__
+    for node in graph.nodes:
+        args = map_nodes(node.args, lookup)
+        kwargs = map_nodes(dict(node.kwargs), lookup)
+        if node in shape.symbolic_args:
+            args, kwargs = concrete(args), concrete(kwargs)
+        made = env[node] = Node(node.name, node.op, tuple(args), dict(kwargs), concrete(node.meta))
+        nodes.append(made)
+    return Graph(graph.level, tuple(inputs), tuple(nodes), tuple(env[o] for o in graph.outputs))

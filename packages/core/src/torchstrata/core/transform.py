@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,7 +129,13 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
     Other nodes are kept as they are: an ATen op left in a prims graph may draw random
     numbers (two ``aten.rand_like`` calls are two draws). Two graph outputs are never
-    merged into one node: the caller would receive one tensor twice where it expects two."""
+    merged into one node: the caller would receive one tensor twice where it expects two.
+
+    The merge is idempotent: a graph it returned has nothing left to merge, and is
+    returned as it is when it comes back (the inductor merges before its passes and
+    again after ``factor_sums``, which mostly changes nothing)."""
+    if graph in _MERGED:
+        return graph
     outputs = set(graph.outputs)
     seen: dict[Any, tuple[Node, bool]] = {}
     env: dict[Node, Node] = {}
@@ -155,8 +162,13 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
             continue
         seen.setdefault(key, (node, is_output))
         nodes.append(node)
-    if not env:
-        return graph
-    return Graph(
-        graph.level, graph.inputs, tuple(nodes), tuple(env.get(o, o) for o in graph.outputs)
-    )
+    if env:
+        graph = Graph(
+            graph.level, graph.inputs, tuple(nodes), tuple(env.get(o, o) for o in graph.outputs)
+        )
+    _MERGED.add(graph)
+    return graph
+
+
+#: The graphs :func:`eliminate_common_subexpressions` returned (graphs are immutable).
+_MERGED: weakref.WeakSet[Graph] = weakref.WeakSet()
