@@ -286,10 +286,10 @@ _PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
 
 class Concretizer:
     """:func:`concretize` for one call's ``values``, over many values (a whole graph):
-    each distinct size expression is evaluated once, and each metadata object (nodes
-    share them) made static once. The memo is by object identity for metadata (the
-    object is kept alive with its result) and by the sympy expression and scalar type
-    for symbolic scalars: :func:`evaluate` is a function of exactly those and ``values``
+    each distinct size expression is evaluated once, and each metadata object and
+    symbolic scalar (nodes share them) made static once. The memo is by object identity
+    (the object is kept alive with its result), then by the sympy expression and scalar
+    type for symbolic scalars: :func:`evaluate` is a function of exactly those and ``values``
     (decision 0320)."""
 
     def __init__(self, values: Mapping[str, int]) -> None:
@@ -303,10 +303,14 @@ class Concretizer:
         if kind in _PLAIN_TYPES:
             return value
         if isinstance(value, SYMBOLIC_TYPES):
+            made = self._objects.get(id(value))  # graphs share their size objects
+            if made is not None:
+                return made[1]
             key = (kind, value.node.expr)
             found = self._scalars.get(key, _MISSING)
             if found is _MISSING:
                 found = self._scalars[key] = evaluate(value, self.values)
+            self._objects[id(value)] = (value, found)
             return found
         if isinstance(value, torch.Size):
             return torch.Size(self(item) for item in value)
