@@ -293,15 +293,33 @@ class Concretizer:
     (decision 0320)."""
 
     def __init__(self, values: Mapping[str, int]) -> None:
+        from torchstrata.core.meta import TensorMeta  # meta imports this module
+
         self.values = values
         self._scalars: dict[tuple[type, Any], Any] = {}
         self._objects: dict[int, tuple[Any, Any]] = {}
+        self._tensor_meta = TensorMeta
+
+    def _sizes(self, sizes: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(size if type(size) is int else self(size) for size in sizes)
 
     def __call__(self, value: Any) -> Any:
         """``value`` with every symbolic scalar in it replaced by its value."""
         kind = type(value)
         if kind in _PLAIN_TYPES:
             return value
+        if kind is self._tensor_meta:  # most values: every node's metadata
+            made = self._objects.get(id(value))
+            if made is None:
+                result = kind(
+                    self._sizes(value.shape),
+                    value.dtype,
+                    value.device,
+                    self._sizes(value.strides),
+                    value.requires_grad,
+                )
+                made = self._objects[id(value)] = (value, result)
+            return made[1]
         if isinstance(value, SYMBOLIC_TYPES):
             made = self._objects.get(id(value))  # graphs share their size objects
             if made is not None:
