@@ -18,7 +18,7 @@ import torch
 from torchstrata.core.dtypes import dtype_short_name
 from torchstrata.core.meta import TensorMeta, contiguous_strides
 from torchstrata.core.ops import Level, OpRef
-from torchstrata.core.symbolic_text import declaration, symbols_of
+from torchstrata.core.symbolic_text import declaration, holds_no_symbols, symbols_of
 
 #: What a node produces: one tensor, several (then read with ``builtin.getitem``), or
 #: ``None`` for a value that is not a tensor.
@@ -141,6 +141,10 @@ def map_nodes(value: Any, fn: Any) -> Any:
     if isinstance(value, dict):
         return {key: map_nodes(item, fn) for key, item in value.items()}
     return value
+
+
+# a node's metadata and arguments are scanned for symbols where they are listed
+holds_no_symbols(Node)
 
 
 @attrs.frozen(eq=False)

@@ -42,8 +42,11 @@ class Transformer:
         """Produce the new node for ``node``, whose inputs are already mapped in ``args``."""
         assert node.op is not None
         keep_meta = node.meta if self.level is self.graph.level else None
-        with self.builder.tagged(node.tags):
-            return self.builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
+        builder = self.builder
+        if node.tags <= builder._tags:  # most nodes: no tags of their own to add
+            return builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
+        with builder.tagged(node.tags):
+            return builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
 
     def run(self) -> Graph:
         """Transform every node and return the new graph."""
@@ -142,10 +145,13 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     nodes: list[Node] = []
     for original in graph.nodes:
         node = original
-        args = map_nodes(node.args, lambda n: env.get(n, n))
-        kwargs = map_nodes(dict(node.kwargs), lambda n: env.get(n, n))
-        if args != node.args or kwargs != dict(node.kwargs):
+        kwargs = dict(node.kwargs)
+        if env and any(arg in env for arg in node.input_nodes()):
+            args = map_nodes(node.args, lambda n: env.get(n, n))
+            kwargs = map_nodes(kwargs, lambda n: env.get(n, n))
             node = env[original] = attrs.evolve(node, args=args, kwargs=kwargs)
+        else:  # nothing merged among its operands: the node as it is
+            args = node.args
         is_output = original in outputs
         if node.op is None or node.op.kind is not OpKind.PRIMS:
             nodes.append(node)
