@@ -130,3 +130,22 @@ def test_specialising_a_tensor_guards_its_sizes_and_returns_it():
     pair = torch.return_types.max((fake, fake))
     assert specialise_sizes(pair) is pair  # no item changed: the same tuple
     assert sizes.describe_guards() == ("Eq(L['x'].size()[0], 16)",)
+
+
+def test_a_static_graph_is_printed_once_and_a_symbolic_one_every_time():
+    """Decision 0320: a graph without symbols keeps its text (graphs are immutable); a
+    symbolic graph's text reads its ShapeEnv, which may learn a size later."""
+    sizes, meta = _symbolic_x()
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", meta)
+        graph = builder.build([builder.call(torch_op(torch.sigmoid), x)])
+    symbol = sizes.bindings[0].name
+    static = concretize_graph(graph, {symbol: 16})
+    assert str(static) is str(static) and "f32[16, 8]" in str(static)
+    before = str(graph)
+    assert f"f32[{symbol}, 8]" in before
+    with symbolic_scope(sizes):
+        assert meta.shape[0] == 16  # a condition: the ShapeEnv replaces the symbol by 16
+    after = str(graph)
+    assert after != before and "f32[16, 8]" in after
