@@ -175,7 +175,9 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
         for name in sorted(stages.seconds)
     )
     print(f"stages over those lengths, process CPU: {stage_text}")
-    print(f"garbage collection in those lengths' first steps: {collector.seconds:.2f} s, {collector.runs} runs")
+    print(
+        f"garbage collection in those lengths' first steps: {collector.seconds:.2f} s, {collector.runs} runs"
+    )
     if profiler is not None and profile_path:
         import pstats
 

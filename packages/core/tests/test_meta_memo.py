@@ -8,10 +8,10 @@ import torch
 
 from torchstrata.core import (
     GraphBuilder,
-    aten,
     Level,
     SymbolicSizes,
     TensorMeta,
+    aten,
     builder,
     input_meta,
     prim,
