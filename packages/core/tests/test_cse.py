@@ -95,3 +95,18 @@ def test_a_merged_graph_comes_back_as_it_is_and_merges_nothing_more():
     fresh = rebuilt.build([copies[node] for node in merged.outputs])
     assert eliminate_common_subexpressions(fresh) is fresh  # nothing left to merge
     assert str(fresh) == str(merged)
+
+
+def test_a_nodes_inputs_are_found_once_and_handed_out_as_new_lists():
+    """``Node.input_nodes`` keeps what it found (decision 0320): the same nodes every
+    time, a list the caller may change, and a node made by ``attrs.evolve`` finds its own."""
+    import attrs
+
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4,), F32))
+    y = b.input("y", TensorMeta((4,), F32))
+    add = b.call(prim("add"), x, y)
+    first = add.input_nodes()
+    first.append(add)
+    assert add.input_nodes() == [x, y]
+    assert attrs.evolve(add, args=(y, y)).input_nodes() == [y, y]

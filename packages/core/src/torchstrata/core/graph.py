@@ -72,6 +72,9 @@ class Node:
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     meta: NodeMeta = None
     tags: frozenset[str] = frozenset()
+    #: :meth:`input_nodes`, found at its first call (a node's arguments never change;
+    #: every pass asks every node for its inputs, often several times)
+    _inputs: tuple[Node, ...] | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def is_input(self) -> bool:
@@ -89,11 +92,15 @@ class Node:
 
     def input_nodes(self) -> list[Node]:
         """Nodes this node reads, in argument order, with repeats."""
-        found: list[Node] = []
-        _collect_nodes(self.args, found)
-        if self.kwargs:
-            _collect_nodes(self.kwargs.values(), found)
-        return found
+        inputs = self._inputs
+        if inputs is None:
+            found: list[Node] = []
+            _collect_nodes(self.args, found)
+            if self.kwargs:
+                _collect_nodes(self.kwargs.values(), found)
+            inputs = tuple(found)
+            object.__setattr__(self, "_inputs", inputs)
+        return list(inputs)
 
     def __repr__(self) -> str:
         return f"Node(%{self.name} = {self.op})"
