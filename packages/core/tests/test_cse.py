@@ -71,3 +71,42 @@ def test_aten_ops_are_never_merged():
     first, second = b.call(aten("rand_like"), x), b.call(aten("rand_like"), x)
     graph = b.build([b.call(prim("sub"), first, second)])
     assert eliminate_common_subexpressions(graph) is graph
+
+
+def test_a_merged_graph_comes_back_as_it_is_and_merges_nothing_more():
+    """The merge is idempotent (decision 0320): its result, merged again, is the same
+    graph object, and merging it from scratch would find nothing either."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4, 6), F32))
+    first = b.call(prim("exp"), x)
+    second = b.call(prim("exp"), x)
+    both = b.call(prim("add"), b.call(prim("neg"), first), b.call(prim("neg"), second))
+    graph = b.build([both, first])
+    merged = eliminate_common_subexpressions(graph)
+    assert [str(node.op) for node in merged.nodes].count("prims.neg") == 1
+    assert eliminate_common_subexpressions(merged) is merged
+    rebuilt = GraphBuilder(Level.PRIMS)
+    copies: dict = {}
+    for node in merged.inputs:
+        copies[node] = rebuilt.input(node.name, node.meta)
+    for node in merged.nodes:
+        args = [copies.get(arg, arg) for arg in node.args]
+        copies[node] = rebuilt.call(node.op, *args, meta=node.meta, name=node.name)
+    fresh = rebuilt.build([copies[node] for node in merged.outputs])
+    assert eliminate_common_subexpressions(fresh) is fresh  # nothing left to merge
+    assert str(fresh) == str(merged)
+
+
+def test_a_nodes_inputs_are_found_once_and_handed_out_as_new_lists():
+    """``Node.input_nodes`` keeps what it found (decision 0320): the same nodes every
+    time, a list the caller may change, and a node made by ``attrs.evolve`` finds its own."""
+    import attrs
+
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4,), F32))
+    y = b.input("y", TensorMeta((4,), F32))
+    add = b.call(prim("add"), x, y)
+    first = add.input_nodes()
+    first.append(add)
+    assert add.input_nodes() == [x, y]
+    assert attrs.evolve(add, args=(y, y)).input_nodes() == [y, y]

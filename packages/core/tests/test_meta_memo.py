@@ -11,6 +11,7 @@ from torchstrata.core import (
     Level,
     SymbolicSizes,
     TensorMeta,
+    aten,
     builder,
     input_meta,
     prim,
@@ -68,3 +69,40 @@ def test_keys_tell_apart_what_inference_could_tell_apart():
     other = TensorMeta(meta.shape, torch.float64, strides=meta.strides)
     assert meta_key(op, (meta, 1), {}) != meta_key(op, (other, 1), {})
     assert meta_key(op, (meta, object()), {}) is None  # no structural key: inferred
+
+
+def test_aten_calls_on_static_sizes_are_inferred_once_per_process(monkeypatch):
+    """Decision 0321: an ATen call inferred on meta tensors at static sizes is kept for
+    the process, by op, operand metadata, arguments and the global state inference
+    reads (grad mode, default dtype); prims are inferred every time."""
+    ran: list[str] = []
+    original = builder._infer_on_meta_tensors
+
+    def counting(op, args, kwargs):
+        ran.append(op.name)
+        return original(op, args, kwargs)
+
+    monkeypatch.setattr(builder, "_infer_on_meta_tensors", counting)
+    monkeypatch.setattr(builder, "_STATIC_METAS", {})
+    mm = aten("mm.default")
+    b = GraphBuilder(Level.ATEN)
+    x = b.input("x", TensorMeta((5, 7), torch.float32, requires_grad=True))
+    w = b.input("w", TensorMeta((7, 3), torch.float32, requires_grad=True))
+    first = b.call(mm, x, w)
+    second = GraphBuilder(Level.ATEN).call(mm, x, w)  # another builder, the same call
+    assert ran == ["aten.mm.default"] and second.meta == first.meta
+    with torch.no_grad():  # grad mode is part of the key: the result's requires_grad
+        no_grad = b.call(mm, x, w)
+    assert len(ran) == 2 and not no_grad.meta.requires_grad and first.meta.requires_grad
+    other = b.input("y", TensorMeta((5, 7), torch.float32, strides=(1, 5)))
+    b.call(mm, other, w)  # other operand strides: inferred again
+    assert len(ran) == 3
+    ones = aten("ones.default")
+    b.call(ones, [2, 3], device="cpu")
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        wide = b.call(ones, [2, 3], device="cpu")
+    finally:
+        torch.set_default_dtype(default)
+    assert wide.meta.dtype == torch.float64 and len(ran) == 5

@@ -72,6 +72,37 @@ def test_a_graph_with_symbols_prints_infers_and_concretizes():
         torch.testing.assert_close(out, torch.sigmoid(x_value[: rows // 2]))
 
 
+def test_a_graph_made_static_is_the_builder_copy_at_every_size():
+    """``concretize_graph`` builds the nodes directly (decision 0320): the same graph as
+    the node-by-node builder copy, symbolic arguments (and constant ones) evaluated,
+    tags as the copy leaves them, and a meta shared by two nodes made static once."""
+    from torchstrata.core.symbolic_graphs import _Concretized
+
+    sizes, meta = _symbolic_x()
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", meta)
+        half = meta.shape[0] // 2
+        with builder.tagged({"recompute"}):
+            y = builder.call(torch_op(torch.narrow), x, 0, 0, half)
+        z = builder.call(torch_op(torch.sigmoid), y)
+        w = builder.call(torch_op(torch.reshape), z, (half * 8,))
+        v = builder.call(torch_op(torch.cos), y, meta=z.meta)
+        graph = builder.build([w, v, y])
+    symbol = sizes.bindings[0].name
+    for rows in (2, 5, 33, 5):
+        fast = concretize_graph(graph, {symbol: rows})
+        slow = _Concretized(graph, {symbol: rows}).run()
+        assert str(fast) == str(slow) and not graph_has_symbols(fast)
+        assert [node.tags for node in fast.nodes] == [node.tags for node in slow.nodes]
+        assert [type(arg) for arg in fast.nodes[0].args[1:]] == [int] * 3
+        assert fast.nodes[2].args[1] == ((rows // 2) * 8,)
+        assert fast.nodes[3].meta is fast.nodes[1].meta  # one meta, made static once
+        x_value = torch.randn(rows, 8)
+        out = interpret(fast, x_value)
+        torch.testing.assert_close(out[0], torch.sigmoid(x_value[: rows // 2]).reshape(-1))
+
+
 def test_a_decision_on_a_size_is_a_guard():
     sizes, meta = _symbolic_x()
     assert bool(meta.shape[0] > 10)
@@ -99,3 +130,22 @@ def test_specialising_a_tensor_guards_its_sizes_and_returns_it():
     pair = torch.return_types.max((fake, fake))
     assert specialise_sizes(pair) is pair  # no item changed: the same tuple
     assert sizes.describe_guards() == ("Eq(L['x'].size()[0], 16)",)
+
+
+def test_a_static_graph_is_printed_once_and_a_symbolic_one_every_time():
+    """Decision 0320: a graph without symbols keeps its text (graphs are immutable); a
+    symbolic graph's text reads its ShapeEnv, which may learn a size later."""
+    sizes, meta = _symbolic_x()
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        x = builder.input("x", meta)
+        graph = builder.build([builder.call(torch_op(torch.sigmoid), x)])
+    symbol = sizes.bindings[0].name
+    static = concretize_graph(graph, {symbol: 16})
+    assert str(static) is str(static) and "f32[16, 8]" in str(static)
+    before = str(graph)
+    assert f"f32[{symbol}, 8]" in before
+    with symbolic_scope(sizes):
+        assert meta.shape[0] == 16  # a condition: the ShapeEnv replaces the symbol by 16
+    after = str(graph)
+    assert after != before and "f32[16, 8]" in after

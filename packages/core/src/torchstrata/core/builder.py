@@ -13,7 +13,7 @@ import torch
 from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.graph import Graph, Node, NodeMeta, iter_nodes, map_nodes
 from torchstrata.core.meta import TensorMeta
-from torchstrata.core.meta_memo import meta_key
+from torchstrata.core.meta_memo import meta_key, static_meta_key
 from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
 from torchstrata.core.prims import get_prim
 from torchstrata.core.symbolic import active_symbolic_sizes, fake_mode_for
@@ -88,6 +88,28 @@ def infer_meta(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> N
     direct = direct_meta(op.name, map_nodes(args, _tensor_meta), map_nodes(kwargs, _tensor_meta))
     if direct is not None:
         return direct
+    static = op.kind is OpKind.ATEN and active_symbolic_sizes() is None
+    key = static_meta_key(op, args, kwargs) if static else None
+    found = _STATIC_METAS.get(key) if key is not None else None
+    if found is None:
+        found = _infer_on_meta_tensors(op, args, kwargs)
+        if key is not None and found is not None:
+            if len(_STATIC_METAS) >= STATIC_METAS_KEPT:
+                _STATIC_METAS.clear()
+            _STATIC_METAS[key] = found
+    return found
+
+
+#: How many ATen calls' metadata inferred on static sizes are kept (decision 0321).
+STATIC_METAS_KEPT = 4096
+#: The metadata of ATen calls inferred on meta tensors at static sizes, by
+#: :func:`~torchstrata.core.meta_memo.static_meta_key` (metadata are immutable). Every
+#: layer of a model and every size of a symbolic entry asks for the same matmuls and
+#: attention calls again; each costs torch's Python meta kernels a millisecond or more.
+_STATIC_METAS: dict[Any, NodeMeta] = {}
+
+
+def _infer_on_meta_tensors(op: OpRef, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NodeMeta:
     device = _device_of(args, kwargs)
     try:
         with fake_mode_for((args, dict(kwargs))):  # symbolic sizes: fake tensors

@@ -6,7 +6,9 @@ A :class:`Graph` is immutable: passes build a new graph (see :mod:`.builder` and
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -16,7 +18,7 @@ import torch
 from torchstrata.core.dtypes import dtype_short_name
 from torchstrata.core.meta import TensorMeta, contiguous_strides
 from torchstrata.core.ops import Level, OpRef
-from torchstrata.core.symbolic_text import declaration, symbols_of
+from torchstrata.core.symbolic_text import declaration, holds_no_symbols, symbols_of
 
 #: What a node produces: one tensor, several (then read with ``builtin.getitem``), or
 #: ``None`` for a value that is not a tensor.
@@ -70,6 +72,9 @@ class Node:
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     meta: NodeMeta = None
     tags: frozenset[str] = frozenset()
+    #: :meth:`input_nodes`, found at its first call (a node's arguments never change;
+    #: every pass asks every node for its inputs, often several times)
+    _inputs: tuple[Node, ...] | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def is_input(self) -> bool:
@@ -87,11 +92,15 @@ class Node:
 
     def input_nodes(self) -> list[Node]:
         """Nodes this node reads, in argument order, with repeats."""
-        found: list[Node] = []
-        _collect_nodes(self.args, found)
-        if self.kwargs:
-            _collect_nodes(self.kwargs.values(), found)
-        return found
+        inputs = self._inputs
+        if inputs is None:
+            found: list[Node] = []
+            _collect_nodes(self.args, found)
+            if self.kwargs:
+                _collect_nodes(self.kwargs.values(), found)
+            inputs = tuple(found)
+            object.__setattr__(self, "_inputs", inputs)
+        return list(inputs)
 
     def __repr__(self) -> str:
         return f"Node(%{self.name} = {self.op})"
@@ -141,6 +150,10 @@ def map_nodes(value: Any, fn: Any) -> Any:
     return value
 
 
+# a node's metadata and arguments are scanned for symbols where they are listed
+holds_no_symbols(Node)
+
+
 @attrs.frozen(eq=False)
 class Graph:
     """A function in SSA form at one :class:`Level`.
@@ -156,7 +169,10 @@ class Graph:
     outputs: tuple[Node, ...]
 
     def __str__(self) -> str:
-        return format_graph(self)
+        text = _STATIC_TEXTS.get(self)
+        if text is None:
+            text = format_graph(self)
+        return text
 
     def all_nodes(self) -> tuple[Node, ...]:
         """Inputs, then computation nodes."""
@@ -197,6 +213,13 @@ def format_meta(meta: NodeMeta) -> str:
         return "_"
     if isinstance(meta, tuple):
         return "(" + ", ".join(format_meta(item) for item in meta) + ")"
+    try:
+        return _static_meta_text(meta)
+    except TypeError:  # a symbolic size hashes not (and prints as its ShapeEnv knows it now)
+        return _meta_text(meta)
+
+
+def _meta_text(meta: TensorMeta) -> str:
     text = f"{dtype_short_name(meta.dtype)}[{', '.join(map(str, meta.shape))}]"
     if meta.strides != contiguous_strides(meta.shape):
         text += "{" + ", ".join(map(str, meta.strides)) + "}"
@@ -205,6 +228,11 @@ def format_meta(meta: NodeMeta) -> str:
     if meta.requires_grad:
         text += " grad"
     return text
+
+
+#: The text of the metadata printed lately, by value (equal metadata print the same):
+#: graphs repeat a few shapes over hundreds of nodes, and the cache prints every graph.
+_static_meta_text = functools.lru_cache(maxsize=4096)(_meta_text)
 
 
 def format_value(value: Any) -> str:
@@ -247,12 +275,24 @@ def format_node(node: Node) -> str:
     return head + f"{node.op.name}({', '.join(args)}){tags}"
 
 
+#: The text of each graph printed so far that has no symbolic size: a graph is immutable,
+#: and one without symbols prints the same every time (a symbol's expression and
+#: declaration read its ShapeEnv, which may learn more, so those are printed afresh).
+#: A static graph is printed several times by the compiled-graph cache (its key, the
+#: records of the autograd result and of the lowering), once per size of a symbolic entry.
+_STATIC_TEXTS: weakref.WeakKeyDictionary[Graph, str] = weakref.WeakKeyDictionary()
+
+
 def format_graph(graph: Graph) -> str:
     """The whole listing; :func:`torchstrata.core.parse` reads it back."""
     lines = [f"graph {graph.level.value} {{"]
     values = [(node.meta, node.args, dict(node.kwargs)) for node in graph.all_nodes()]
-    lines += [f"  {declaration(s, env)}" for s, env in symbols_of(values).items()]
+    symbols = symbols_of(values)
+    lines += [f"  {declaration(s, env)}" for s, env in symbols.items()]
     lines += [f"  {format_node(node)}" for node in graph.all_nodes()]
     lines.append("  return " + ", ".join(f"%{node.name}" for node in graph.outputs))
     lines.append("}")
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    if not symbols:
+        _STATIC_TEXTS[graph] = text
+    return text

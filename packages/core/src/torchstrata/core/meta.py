@@ -69,7 +69,9 @@ def broadcast_strides(
 
 def _as_int_tuple(values: Sequence[int]) -> tuple[int, ...]:
     # A symbolic size (torch.SymInt, see core.symbolic) stays symbolic; int() would
-    # specialise it.
+    # specialise it. Plain ints (most sizes) are kept without a call each.
+    if type(values) is tuple and all(type(v) is int for v in values):
+        return values
     return tuple(size_or_int(v) for v in values)
 
 

@@ -3,11 +3,17 @@ sizes of one call (see :mod:`torchstrata.core.symbolic`)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from torchstrata.core.graph import Graph, Node
-from torchstrata.core.symbolic import SYMBOLIC_TYPES, concretize, has_symbols
+import attrs
+import torch
+
+from torchstrata.core.builder import _NAME
+from torchstrata.core.graph import Graph, Node, map_nodes
+from torchstrata.core.meta import TensorMeta
+from torchstrata.core.symbolic import SYMBOLIC_TYPES, evaluate, has_symbols
 from torchstrata.core.transform import Transformer
 
 
@@ -58,26 +64,160 @@ def graph_symbols(graph: Graph) -> set[str]:
     return names
 
 
+#: Argument types that hold no symbol (returned as they are by :class:`Concretizer`).
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
+
+
+class Concretizer:
+    """:func:`~torchstrata.core.concretize` for one call's ``values``, over many values (a whole graph):
+    each distinct size expression is evaluated once, and each metadata object and
+    symbolic scalar (nodes share them) made static once. The memo is by object identity
+    (the object is kept alive with its result), then by the sympy expression and scalar
+    type for symbolic scalars: :func:`~torchstrata.core.symbolic.evaluate` is a function of exactly those and ``values``
+    (decision 0320)."""
+
+    def __init__(self, values: Mapping[str, int]) -> None:
+        self.values = values
+        self._scalars: dict[tuple[type, Any], Any] = {}
+        self._objects: dict[int, tuple[Any, Any]] = {}
+
+    def _sizes(self, sizes: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(size if type(size) is int else self(size) for size in sizes)
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` with every symbolic scalar in it replaced by its value."""
+        kind = type(value)
+        if kind in _PLAIN_TYPES:
+            return value
+        if kind is TensorMeta:  # most values: every node's metadata
+            made = self._objects.get(id(value))
+            if made is None:
+                result = kind(
+                    self._sizes(value.shape),
+                    value.dtype,
+                    value.device,
+                    self._sizes(value.strides),
+                    value.requires_grad,
+                )
+                made = self._objects[id(value)] = (value, result)
+            return made[1]
+        if isinstance(value, SYMBOLIC_TYPES):
+            made = self._objects.get(id(value))  # graphs share their size objects
+            if made is not None:
+                return made[1]
+            key = (kind, value.node.expr)
+            found = self._scalars.get(key, _MISSING)
+            if found is _MISSING:
+                found = self._scalars[key] = evaluate(value, self.values)
+            self._objects[id(value)] = (value, found)
+            return found
+        if isinstance(value, torch.Size):
+            return torch.Size(self(item) for item in value)
+        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+            return kind(self(item) for item in value)
+        if isinstance(value, dict):
+            return {key: self(item) for key, item in value.items()}
+        if attrs.has(kind) and getattr(value, "shape", None) is not None:
+            made = self._objects.get(id(value))
+            if made is not None:
+                return made[1]
+            changes = {
+                field: self(getattr(value, field))
+                for field in ("shape", "strides")
+                if hasattr(value, field)
+            }
+            result = attrs.evolve(value, **changes)
+            self._objects[id(value)] = (value, result)
+            return result
+        return value
+
+
+_MISSING = object()
+
+
 class _Concretized(Transformer):
     def __init__(self, graph: Graph, values: Mapping[str, int]) -> None:
         super().__init__(graph)
-        self.values = values
+        self.concrete = Concretizer(values)
 
     def transform_input(self, node: Node) -> Node:
-        return self.builder.input(node.name, concretize(node.meta, self.values))
+        return self.builder.input(node.name, self.concrete(node.meta))
 
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         assert node.op is not None
+        concrete = self.concrete
         return self.builder.call(
-            node.op,
-            *concretize(args, self.values),
-            meta=concretize(node.meta, self.values),
-            name=node.name,
-            **concretize(kwargs, self.values),
+            node.op, *concrete(args), meta=concrete(node.meta), name=node.name, **concrete(kwargs)
         )
+
+
+@attrs.frozen
+class _Shape:
+    """What :func:`concretize_graph` needs to know of a graph apart from a call's sizes:
+    whether a builder would keep every name as it is (unique, well formed), and which
+    calls have symbolic arguments (the others keep theirs, their nodes mapped)."""
+
+    names_kept: bool
+    symbolic_args: frozenset[Node]
+
+
+#: The :class:`_Shape` of the symbolic graphs made static so far (a symbolic entry makes
+#: the same few graphs static at every size; graphs are immutable).
+_SHAPES: weakref.WeakKeyDictionary[Graph, _Shape] = weakref.WeakKeyDictionary()
+
+
+def _shape(graph: Graph) -> _Shape:
+    found = _SHAPES.get(graph)
+    if found is None:
+        names = [node.name for node in graph.all_nodes()]
+        kept = len(set(names)) == len(names) and all(map(_NAME.fullmatch, names))
+        symbolic = frozenset(
+            node
+            for node in graph.nodes
+            if _concretized(node.args) or _concretized(dict(node.kwargs))
+        )
+        found = _SHAPES[graph] = _Shape(
+            kept and all(n.meta is not None for n in graph.nodes), symbolic
+        )
+    return found
+
+
+def _concretized(value: Any) -> bool:
+    """Whether :class:`Concretizer` would change ``value`` (a symbolic scalar, constant
+    or not, or metadata somewhere in it), rather than give an equal copy."""
+    if isinstance(value, SYMBOLIC_TYPES):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_concretized(item) for item in value)
+    if isinstance(value, dict):
+        return any(_concretized(item) for item in value.values())
+    return attrs.has(type(value)) and getattr(value, "shape", None) is not None
 
 
 def concretize_graph(graph: Graph, values: Mapping[str, int]) -> Graph:
     """``graph`` with every symbolic size replaced by its value under ``values`` (symbol
-    name -> int): the graph a static capture at those sizes records."""
-    return _Concretized(graph, values).run()
+    name -> int): the graph a static capture at those sizes records.
+
+    The nodes are those a :class:`~torchstrata.core.GraphBuilder` copy would make (the
+    same names, no tags, each metadata made static), built directly: each size
+    expression is evaluated once, and calls without a symbolic argument keep theirs
+    (decision 0320)."""
+    shape = _shape(graph)
+    if not shape.names_kept:
+        return _Concretized(graph, values).run()
+    concrete = Concretizer(values)
+    env: dict[Node, Node] = {}
+    inputs = []
+    for node in graph.inputs:
+        made = env[node] = Node(node.name, None, meta=concrete(node.meta))
+        inputs.append(made)
+    nodes = []
+    lookup = env.__getitem__
+    for node in graph.nodes:
+        args = map_nodes(node.args, lookup)
+        kwargs = map_nodes(dict(node.kwargs), lookup)
+        if node in shape.symbolic_args:
+            args, kwargs = concrete(args), concrete(kwargs)
+        made = env[node] = Node(node.name, node.op, tuple(args), dict(kwargs), concrete(node.meta))
+        nodes.append(made)
+    return Graph(graph.level, tuple(inputs), tuple(nodes), tuple(env[o] for o in graph.outputs))

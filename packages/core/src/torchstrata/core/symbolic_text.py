@@ -57,7 +57,14 @@ class SymbolError(ValueError):
 
 #: Argument types that hold no symbol, answered without a look at their attributes
 #: (every graph is scanned for symbols whenever it is printed: a cache key, a record).
-_PLAIN = frozenset({int, float, bool, str, type(None)})
+_PLAIN = {int, float, bool, str, type(None)}
+
+
+def holds_no_symbols(kind: type) -> None:
+    """Let the symbol scan pass values of ``kind`` over without a look at their
+    attributes: a type whose values never hold a symbol themselves (a graph node, whose
+    metadata and arguments are scanned on their own)."""
+    _PLAIN.add(kind)
 
 
 def _symbols_in(value: Any, found: dict[Any, Any]) -> None:

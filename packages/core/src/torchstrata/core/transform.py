@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,8 +42,11 @@ class Transformer:
         """Produce the new node for ``node``, whose inputs are already mapped in ``args``."""
         assert node.op is not None
         keep_meta = node.meta if self.level is self.graph.level else None
-        with self.builder.tagged(node.tags):
-            return self.builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
+        builder = self.builder
+        if node.tags <= builder._tags:  # most nodes: no tags of their own to add
+            return builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
+        with builder.tagged(node.tags):
+            return builder.call(node.op, *args, meta=keep_meta, name=node.name, **kwargs)
 
     def run(self) -> Graph:
         """Transform every node and return the new graph."""
@@ -128,17 +132,26 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
     Other nodes are kept as they are: an ATen op left in a prims graph may draw random
     numbers (two ``aten.rand_like`` calls are two draws). Two graph outputs are never
-    merged into one node: the caller would receive one tensor twice where it expects two."""
+    merged into one node: the caller would receive one tensor twice where it expects two.
+
+    The merge is idempotent: a graph it returned has nothing left to merge, and is
+    returned as it is when it comes back (the inductor merges before its passes and
+    again after ``factor_sums``, which mostly changes nothing)."""
+    if graph in _MERGED:
+        return graph
     outputs = set(graph.outputs)
     seen: dict[Any, tuple[Node, bool]] = {}
     env: dict[Node, Node] = {}
     nodes: list[Node] = []
     for original in graph.nodes:
         node = original
-        args = map_nodes(node.args, lambda n: env.get(n, n))
-        kwargs = map_nodes(dict(node.kwargs), lambda n: env.get(n, n))
-        if args != node.args or kwargs != dict(node.kwargs):
+        kwargs = dict(node.kwargs)
+        if env and any(arg in env for arg in node.input_nodes()):
+            args = map_nodes(node.args, lambda n: env.get(n, n))
+            kwargs = map_nodes(kwargs, lambda n: env.get(n, n))
             node = env[original] = attrs.evolve(node, args=args, kwargs=kwargs)
+        else:  # nothing merged among its operands: the node as it is
+            args = node.args
         is_output = original in outputs
         if node.op is None or node.op.kind is not OpKind.PRIMS:
             nodes.append(node)
@@ -155,8 +168,13 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
             continue
         seen.setdefault(key, (node, is_output))
         nodes.append(node)
-    if not env:
-        return graph
-    return Graph(
-        graph.level, graph.inputs, tuple(nodes), tuple(env.get(o, o) for o in graph.outputs)
-    )
+    if env:
+        graph = Graph(
+            graph.level, graph.inputs, tuple(nodes), tuple(env.get(o, o) for o in graph.outputs)
+        )
+    _MERGED.add(graph)
+    return graph
+
+
+#: The graphs :func:`eliminate_common_subexpressions` returned (graphs are immutable).
+_MERGED: weakref.WeakSet[Graph] = weakref.WeakSet()

@@ -8,6 +8,7 @@ backends pick the compute type (``float32`` for 16-bit floats).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -93,8 +94,24 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
+#: How many expressions' walks (and their variables, reductions and buffers) are kept:
+#: the backends and the scheduler walk the same member expressions of a kernel again and
+#: again (bounds, checks, divisions, columns), and expressions are immutable.
+WALK_MEMO_SIZE = 8192
+
+
 def walk(expr: Expr) -> Iterator[Expr]:
     """Every distinct subexpression, operands before users."""
+    return iter(subexpressions(expr))
+
+
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
+def subexpressions(expr: Expr) -> tuple[Expr, ...]:
+    """:func:`walk` of ``expr`` as a tuple (kept for the latest expressions walked)."""
+    return tuple(_walk(expr))
+
+
+def _walk(expr: Expr) -> Iterator[Expr]:
     seen: set[Expr] = set()
     stack: list[tuple[Expr, bool]] = [(expr, False)]
     while stack:
@@ -109,6 +126,7 @@ def walk(expr: Expr) -> Iterator[Expr]:
         stack.extend((child, False) for child in reversed(children(node)) if child not in seen)
 
 
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def variables(expr: Expr) -> frozenset[str]:
     """Loop variables an expression depends on."""
     names: set[str] = set()
@@ -118,11 +136,13 @@ def variables(expr: Expr) -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def reductions_used(expr: Expr) -> frozenset[str]:
     """Names of the fused reductions an expression reads."""
     return frozenset(node.name for node in walk(expr) if isinstance(node, ReduceRef))
 
 
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def buffers_loaded(expr: Expr) -> frozenset[str]:
     """Names of the buffers an expression loads from."""
     return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load | IndirectLoad))

@@ -93,6 +93,9 @@ class Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
         if divisor == 1:
             return self
+        return _floordiv(self, divisor)
+
+    def _floordiv(self, divisor: int) -> Index:
         quotient, rest = self._split(divisor)
         low, high = rest.bounds()
         if low >= 0 and high < divisor:
@@ -107,6 +110,9 @@ class Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
         if modulus == 1:
             return Index()
+        return _mod(self, modulus)
+
+    def _mod(self, modulus: int) -> Index:
         _, rest = self._split(modulus)
         low, high = rest.bounds()
         if low >= 0 and high < modulus:
@@ -196,6 +202,19 @@ class Index:
 def _sum(left: Index, right: Index) -> Index:
     """``left + right``, memoised: the same sums recur for every fusion tried."""
     return left._add(right)
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)
+def _floordiv(index: Index, divisor: int) -> Index:
+    """:meth:`Index.floordiv`, memoised: views and reshapes divide the same indices by the
+    same strides for every fusion tried (the divisor's type is part of the key)."""
+    return index._floordiv(divisor)
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)
+def _mod(index: Index, modulus: int) -> Index:
+    """:meth:`Index.mod`, memoised (see :func:`_floordiv`)."""
+    return index._mod(modulus)
 
 
 def atom_bounds(atom: Atom) -> tuple[int, int]:

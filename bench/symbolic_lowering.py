@@ -1,0 +1,219 @@
+"""What a new size costs a symbolic entry: the Python CPU of lowering each sequence length
+of a training step compiled with ``dynamic=True`` (issues 32 and 33, decisions 0255, 0320).
+
+The workload is two bench GPT blocks (bench/workloads/nets/gpt.py, width 128, 4 heads) and
+one training step, ``mse_loss(blocks(x), y).backward()`` with ``x, y [2, T, 128]``,
+compiled with ``codegen="cpp"`` (``--codegen``) and ``dynamic=True``, called at 12 sequence
+lengths (``LENGTHS``: the first is traced symbolically, every length is lowered on its
+own). Per length a first and a second (steady) step; the loss and every gradient of both
+are compared with an eager twin. A length's lowering is its first step's CPU minus its
+steady step's, counted as this process's CPU (``time.process_time``: the C++ compiler's
+child processes are excluded; the box may be shared, so wall time is printed beside it
+but does not compare). Reported: the sum and the mean over the lengths after the first
+(the per-size part; the first carries the symbolic trace), and the process CPU inside each
+pipeline stage over those lengths (``Pipeline._call_stage``; ``codegen`` is scheduling,
+kernel sources and the launcher, ``decomp`` the decompositions) and in the garbage collector.
+
+Each turn runs in a fresh process with a fresh, empty ``TORCHSTRATA_CACHE_DIR``, one torch
+thread::
+
+    python -m bench.symbolic_lowering --turns 3
+    python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
+
+``--profile`` runs cProfile (a CPU-time timer) over the first steps of the per-size
+lengths only, in one turn, writes the stats to the given path and prints the hottest
+functions by own and by cumulative time (cProfile inflates Python-heavy parts: compare
+shares, not seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.cold import CACHE_VARIABLES, REPO_ROOT
+from bench.compile_scaling import _commit, _load
+from bench.workloads.nets.gpt import Block, GPTConfig
+
+#: The sequence lengths, in the order they are called: the first is traced symbolically,
+#: the eleven others are new sizes of the same entry (0280's lengths, 16 first).
+LENGTHS = (16, 17, 5, 33, 2, 64, 9, 40, 3, 11, 23, 7)
+WIDTH, HEADS, LAYERS, BATCH = 128, 4, 2, 2
+
+
+def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One training step: the loss, its gradients accumulated in ``model``'s parameters."""
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    return loss.detach()
+
+
+def _blocks() -> nn.Module:
+    cfg = GPTConfig(LAYERS, HEADS, WIDTH, 256, 256)
+    return nn.Sequential(*(Block(cfg) for _ in range(LAYERS)))
+
+
+def _run_step(fn: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
+    model.zero_grad(set_to_none=True)
+    loss = fn(model, x, y)
+    return loss, [p.grad.clone() for p in model.parameters()]
+
+
+class _GcClock:
+    """Process CPU in the garbage collector (``gc.callbacks``) while ``on``, and its runs."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds = 0.0
+        self.runs = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        elif self.on:
+            self.seconds += time.process_time() - self._start
+            self.runs += 1
+
+
+class _StageClock:
+    """Process CPU inside each pipeline stage while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._depth = 0
+
+    def install(self) -> None:
+        from torchstrata.runtime.pipeline import Pipeline
+
+        original = Pipeline._call_stage
+        clock = self
+
+        def timed(pipeline: Any, stage: str, options: Any, symbolic: bool = False, **kw: Any):
+            if not clock.on or clock._depth:
+                return original(pipeline, stage, options, symbolic, **kw)
+            name = stage + (" symbolic" if symbolic else "")
+            clock._depth += 1
+            start = time.process_time()
+            try:
+                return original(pipeline, stage, options, symbolic, **kw)
+            finally:
+                clock._depth -= 1
+                clock.seconds[name] += time.process_time() - start
+                clock.calls[name] += 1
+
+        Pipeline._call_stage = timed  # type: ignore[method-assign]
+
+
+def child(codegen: str, profile_path: str | None, top: int) -> None:
+    """One turn in this process (a fresh cache directory is the caller's)."""
+    import torchstrata.runtime as tsr
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = _blocks()
+    twin = _blocks()
+    twin.load_state_dict(model.state_dict())
+    compiled = tsr.compile(step, dynamic=True, codegen=codegen)
+    stages = _StageClock()
+    stages.install()
+    collector = _GcClock()
+    gc.callbacks.append(collector)
+    profiler = None
+    if profile_path:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+    cpu_total = wall_total = 0.0
+    for index, length in enumerate(LENGTHS):
+        x = torch.randn(BATCH, length, WIDTH)
+        y = torch.randn(BATCH, length, WIDTH)
+        per_size = index > 0
+        stages.on = collector.on = per_size
+        if profiler is not None and per_size:
+            profiler.enable()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        first = _run_step(compiled, model, x, y)
+        cpu1, wall1 = time.process_time(), time.perf_counter()
+        if profiler is not None:
+            profiler.disable()
+        stages.on = collector.on = False
+        second = _run_step(compiled, model, x, y)
+        cpu2, wall2 = time.process_time(), time.perf_counter()
+        expected = _run_step(step, twin, x, y)
+        for got in (first, second):
+            torch.testing.assert_close(got[0], expected[0])
+            for grad, want in zip(got[1], expected[1], strict=True):
+                torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-5)
+        cpu = (cpu1 - cpu0) - (cpu2 - cpu1)
+        wall = (wall1 - wall0) - (wall2 - wall1)
+        print(f"T={length:3d} lowering: process CPU {cpu:.3f} s, wall {wall:.3f} s", flush=True)
+        if per_size:
+            cpu_total += cpu
+            wall_total += wall
+    n = len(LENGTHS) - 1
+    print(
+        f"SUMMARY lowering over {n} new lengths: process CPU {cpu_total:.2f} s "
+        f"({cpu_total / n:.3f} a length), wall {wall_total:.2f} s ({wall_total / n:.3f} a length); "
+        "every step equal to eager (loss, every gradient)"
+    )
+    stage_text = ", ".join(
+        f"{name} {stages.seconds[name]:.2f} s ({stages.calls[name]} calls)"
+        for name in sorted(stages.seconds)
+    )
+    print(f"stages over those lengths, process CPU: {stage_text}")
+    print(
+        f"garbage collection in those lengths' first steps: {collector.seconds:.2f} s, {collector.runs} runs"
+    )
+    if profiler is not None and profile_path:
+        import pstats
+
+        profiler.dump_stats(profile_path)
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profile_path).sort_stats(order).print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``--turns`` fresh processes (or one profiled one) and print their summaries."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--turns", type=int, default=1, help="fresh processes, one after another")
+    parser.add_argument("--codegen", default="cpp", choices=("cpp", "triton"))
+    parser.add_argument("--profile", metavar="PATH", help="cProfile the per-size lengths")
+    parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.codegen, args.profile, args.top)
+        return 0
+    print(f"# commit {_commit()}, torch {torch.__version__}, lengths {' '.join(map(str, LENGTHS))}")
+    for turn in range(1 if args.profile else args.turns):
+        with tempfile.TemporaryDirectory(prefix="symbolic-lowering-") as scratch:
+            env = dict(os.environ)
+            for variable in CACHE_VARIABLES:
+                env[variable] = os.path.join(scratch, variable.lower())
+            command = [sys.executable, "-m", "bench.symbolic_lowering", "--child"]
+            command += ["--codegen", args.codegen, "--top", str(args.top)]
+            command += ["--profile", args.profile] if args.profile else []
+            print(f"== turn {turn + 1}, load {_load()}", flush=True)
+            done = subprocess.run(command, cwd=REPO_ROOT, env=env, check=False)
+            if done.returncode:
+                print(f"turn {turn + 1} failed (exit {done.returncode})")
+                return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
