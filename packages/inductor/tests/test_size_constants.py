@@ -126,3 +126,43 @@ def test_sized_norm_simd_loops_stay_vectorised(ind):
         (source,) = _sources(ind, graph, "cpp")
         assert "red_len)" in source
         ind.assert_simd_loops_vectorised(source, loading=True)
+
+
+def _variance(length: int, less: float = 1.0, reciprocal: bool = False):
+    """``torch.var(x, 1)`` (``correction=1``) and its ``sqrt`` over ``[4, length]`` as the
+    decomposition writes them: ``sum((x - mean)**2) / (n - 1)``; ``less``: another
+    correction; ``reciprocal``: ``* (1 / (n - 1))``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length)
+    mean = b.call(prim("div"), b.call(prim("sum"), x, (1,)), float(length))
+    d = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (4, length), (0,)))
+    squares = b.call(prim("sum"), b.call(prim("mul"), d, d), (1,))
+    if reciprocal:
+        var = b.call(prim("mul"), squares, 1.0 / (length - less))
+    else:
+        var = b.call(prim("div"), squares, float(length - less))
+    return b.build([var, b.call(prim("sqrt"), var)])
+
+
+def _printed_length_less_one(codegen: str) -> str:
+    return "static_cast<float>((red_len - 1))" if codegen == "cpp" else "+ (rnumel - 1))"
+
+
+def test_an_unbiased_variance_is_one_source_over_row_lengths(ind, codegen):
+    """``n - 1`` (decision 0340) read from the length; right at 2 (a literal ``1.0``), 3
+    and powers of two."""
+    source = _one_source(ind, _variance, (33, 40, 57), codegen)
+    assert _printed_length_less_one(codegen) in source
+    for length in (2, 3, 16):
+        ind.check(_variance(length), codegen, rtol=1e-5, atol=1e-5)
+    assert _printed_length_less_one(codegen) not in _sources(ind, _variance(2), codegen)[0]
+    source = _one_source(ind, lambda n: _variance(n, reciprocal=True), (33, 57), codegen)
+    assert (
+        "1.0 / static_cast<double>((red_len - 1))" if codegen == "cpp" else "/ (rnumel - 1)"
+    ) in source
+
+
+def test_another_correction_stays_a_literal(ind, codegen):
+    """``correction=2``: ``n - 2`` is no count the kernel prints; its literal stays."""
+    (source,) = _sources(ind, _variance(40, less=2.0), codegen)
+    assert "38.0" in source and _printed_length_less_one(codegen) not in source

@@ -37,9 +37,12 @@ def _is_reduction(expr: Expr) -> bool:
     return isinstance(expr, ReduceRef)
 
 
-def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
-    """``(position, reciprocal)`` of ``op``'s constant operand that is the reduced
-    ``length`` (``reciprocal``: ``1 / length``) scaling a row's reduction, or None."""
+def length_constant(op: Op, length: int | None) -> tuple[int, bool, int] | None:
+    """``(position, reciprocal, less)`` of ``op``'s constant operand that is the reduced
+    ``length`` less ``less`` (``reciprocal``: ``1 / (length - less)``) scaling a row's
+    reduction, or None. ``less`` is 1 for an unbiased variance's ``n - 1`` (``torch.var``,
+    ``torch.std`` with ``correction=1``: decision 0340), taken where ``n - 1`` is at least
+    2 (a divisor 1.0 is no count)."""
     if length is None or length < 2 or op.name not in ("div", "mul") or len(op.args) != 2:
         return None
     for position in (1,) if op.name == "div" else (0, 1):
@@ -49,11 +52,19 @@ def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
         value = constant.value
         if isinstance(value, bool) or not isinstance(value, float) or not _is_reduction(other):
             continue
-        if op.name == "div" and value == float(length):
-            return position, False
-        if op.name == "mul" and value == 1.0 / length:
-            return position, True
+        for less in (0, 1) if length >= 3 else (0,):
+            count = length - less
+            if op.name == "div" and value == float(count):
+                return position, False, less
+            if op.name == "mul" and value == 1.0 / count:
+                return position, True, less
     return None
+
+
+def length_text(name: str, less: int) -> str:
+    """The text of the count :func:`length_constant` found, from the length's argument
+    ``name``: ``name`` itself or ``(name - 1)``."""
+    return f"({name} - {less})" if less else name
 
 
 #: The smallest count :func:`count_constant` prints from the size arguments: ``2.0`` and
