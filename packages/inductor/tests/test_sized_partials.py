@@ -15,7 +15,7 @@ from torchstrata.inductor.codegen.triton.split_sums import HOSTED_CHUNK, parts_f
 pytest.importorskip("triton")
 
 
-def _norm_backward(rows: int, n: int = 96, factor: float | None = None):
+def _norm_backward(rows: int, n: int = 24, factor: float | None = None):
     """LayerNorm's backward from prims (``dx``, ``dw``, ``db``), as in test_partials.py;
     ``factor``: another constant in place of ``n * gw``'s."""
     b = GraphBuilder(Level.PRIMS)
@@ -65,17 +65,17 @@ def test_a_hosted_partials_kernel_is_one_module_over_rows(ind, where):
     assert len(sources) == 1, f"{len(sources)} modules over {sizes}"
     (source,) = sources
     assert "xp * xchunk" in source and "rmask = rindex < rnumel" in source
-    assert "2048" not in source and "96" not in source  # nor the rows', nor the row's literal
+    assert "2048" not in source and "< 24" not in source  # nor the rows', nor the row's literal
 
 
-def test_odd_chunks_and_rows_are_right(ind):
-    """2049 rows (3 programs of 683) and 2100 (30 of 70): each its own divisor hints."""
-    for rows in (2049, 2100):
+def test_chunks_other_than_64_rows_are_right(ind):
+    """2200 rows (25 programs of 88) and 4000 (50 of 80): chunks that are not 64."""
+    for rows in (2200, 4000):
         assert _chunk(rows) not in (1, 64)
         _hosting(ind.check(_norm_backward(rows), "triton", rtol=1e-4, atol=1e-4))
 
 
-def _gpu_modules(monkeypatch, ind, rows: int, n: int = 96) -> str:
+def _gpu_modules(monkeypatch, ind, rows: int, n: int = 24) -> str:
     """The GPU module text of the hosting kernel (generated from the kernel the interpreter
     backend plans, no GPU needed)."""
     built = []
@@ -106,10 +106,10 @@ def test_gpu_modules_take_the_chunk_and_keep_the_divisor_hints(ind, monkeypatch)
 
 
 def test_a_factor_that_is_not_the_row_length_stays_a_literal(ind):
-    """``n * gw`` and ``rstd / n`` are read from ``rnumel`` (decision 0310's counts); ``97 *
-    gw`` over rows of 96 keeps its literal."""
+    """``n * gw`` and ``rstd / n`` are read from ``rnumel`` (decision 0310's counts); ``25 *
+    gw`` over rows of 24 keeps its literal."""
     source = _hosting(ind.check(_norm_backward(2048), "triton", rtol=1e-4, atol=1e-4))
     assert source.count("+ rnumel)") == 2  # ``n * gw`` per element, ``rstd / n`` per row
-    graph = _norm_backward(2048, factor=97.0)
+    graph = _norm_backward(2048, factor=25.0)
     source = _hosting(ind.check(graph, "triton", rtol=1e-4, atol=1e-4))
-    assert source.count("+ rnumel)") == 1 and "97.0" in source
+    assert source.count("+ rnumel)") == 1 and "25.0" in source
