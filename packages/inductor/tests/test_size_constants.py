@@ -166,3 +166,32 @@ def test_another_correction_stays_a_literal(ind, codegen):
     """``correction=2``: ``n - 2`` is no count the kernel prints; its literal stays."""
     (source,) = _sources(ind, _variance(40, less=2.0), codegen)
     assert "38.0" in source and _printed_length_less_one(codegen) not in source
+
+
+def _variance_backward(length: int, factor: float | None = None):
+    """The gradient of ``torch.var(x, 1)`` over ``[4, length]`` as autograd writes it:
+    ``g * (2 / (n - 1)) * (x - mean)`` (``factor``: another constant)."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length)
+    g = b.input("g", TensorMeta((4,), torch.float32))
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), x, (1,)), (4, 1), (0,))
+    mean = b.call(prim("div"), total, float(length))
+    d = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (4, length), (0, 1)))
+    wide = b.call(prim("broadcast_in_dim"), g, (4, 1), (0,))
+    scale = b.call(prim("mul"), wide, 2.0 / (length - 1) if factor is None else factor)
+    return b.build(
+        [b.call(prim("mul"), b.call(prim("broadcast_in_dim"), scale, (4, length), (0, 1)), d)]
+    )
+
+
+def test_an_unbiased_variance_backward_is_one_source_over_row_lengths(ind, codegen):
+    """``2 / (n - 1)`` (decision 0340) computed in double from the length; right at 2, 3, 4
+    (``2 / (n - 1)`` a literal while ``n - 1`` is under ``MIN_COUNT``) and 16."""
+    source = _one_source(ind, _variance_backward, (33, 40, 57), codegen)
+    assert (
+        "2.0 / static_cast<double>((red_len - 1))" if codegen == "cpp" else "/ (rnumel - 1)"
+    ) in source
+    for length in (2, 3, 4, 16):
+        ind.check(_variance_backward(length), codegen, rtol=1e-5, atol=1e-5)
+    (source,) = _sources(ind, _variance_backward(40, factor=2.0 / 38), codegen)
+    assert "- 1)" not in source  # ``2 / (n - 2)``: a literal

@@ -75,11 +75,13 @@ MIN_COUNT = 3
 
 def count_constant(
     op: Op, counts: Mapping[int, str], per_element: Callable[[Expr], bool]
-) -> tuple[int, str, bool] | None:
-    """``(position, count, reciprocal)`` of ``op``'s float constant operand equal to one
+) -> tuple[int, str, float | None] | None:
+    """``(position, count, numerator)`` of ``op``'s float constant operand equal to one
     of the kernel's ``counts`` (an element count the kernel takes as size arguments: its
-    value -> the text computing it from them), or to its reciprocal (the double ``1 /
-    n``), or None (decision 0310). A mean's backward divides its incoming gradient by the
+    value -> the text computing it from them; ``numerator`` None), or to its reciprocal
+    (the double ``1 / n``; ``numerator`` 1.0), or to an unbiased variance's backward
+    factor ``2 / (n - 1)`` (``count`` then ``(n - 1)``, ``numerator`` 2.0; a product only,
+    where ``n - 1`` is at least :data:`MIN_COUNT`: decision 0340), or None (decision 0310). A mean's backward divides its incoming gradient by the
     count (``g / (T*C)``), a LayerNorm's backward scales per-element values by its row
     length (``n * dy*w``) and divides a saved per-row value by it (``rstd / n``).
 
@@ -106,7 +108,9 @@ def count_constant(
             if count < MIN_COUNT:
                 continue
             if value == count:
-                return position, text, False
+                return position, text, None
             if op.name == "mul" and value == 1.0 / count:
-                return position, text, True
+                return position, text, 1.0
+            if op.name == "mul" and count - 1 >= MIN_COUNT and value == 2.0 / (count - 1):
+                return position, f"({text} - 1)", 2.0
     return None

@@ -323,15 +323,18 @@ class CppPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of("red_len"))  # generate.RED_LEN_PARAM
-        counted = None if found is None else (found[0], length_text("red_len", found[2]), found[1])
+        counted = None
+        if found is not None:
+            length = length_text("red_len", found[2])
+            counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
             counted = count_constant(expr, self.counts, self.per_element)
         if counted is not None:  # a count computed from the size arguments (0286, 0310)
-            position, count, reciprocal = counted
+            position, count, numerator = counted
             ctype = compute_type(expr.dtype)
             text = f"static_cast<{ctype}>({count})"
-            if reciprocal:
-                text = f"static_cast<{ctype}>(1.0 / static_cast<double>({count}))"
+            if numerator is not None:  # in double, rounded as the literal was
+                text = f"static_cast<{ctype}>({numerator!r} / static_cast<double>({count}))"
             operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
 

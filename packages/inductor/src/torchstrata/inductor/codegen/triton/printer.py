@@ -374,17 +374,20 @@ class TritonPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of(RED_PARAM))
-        counted = None if found is None else (found[0], length_text(RED_PARAM, found[2]), found[1])
+        counted = None
+        if found is not None:
+            length = length_text(RED_PARAM, found[2])
+            counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
             counted = count_constant(expr, self.counts, self._per_element)
         if counted is not None:  # a count the kernel takes as a size argument (0286, 0310)
-            position, count, reciprocal = counted
+            position, count, numerator = counted
             kind = compute_type(expr.dtype)
             # the reciprocal in float64 (IEEE on every target), rounded as the literal was
-            one = "tl.full([1], 1.0, tl.float64)"
+            over = f"tl.full([1], {numerator!r}, tl.float64)"
             text = (
-                f"({one} / {count}).to({kind})"
-                if reciprocal
+                f"({over} / {count}).to({kind})"
+                if numerator is not None
                 else f"(tl.full([1], 0, {kind}) + {count})"
             )
             operands = [*operands[:position], text, *operands[position + 1 :]]
