@@ -195,3 +195,10 @@ def test_an_unbiased_variance_backward_is_one_source_over_row_lengths(ind, codeg
         ind.check(_variance_backward(length), codegen, rtol=1e-5, atol=1e-5)
     (source,) = _sources(ind, _variance_backward(40, factor=2.0 / 38), codegen)
     assert "- 1)" not in source  # ``2 / (n - 2)``: a literal
+
+
+def test_a_variance_backward_simd_loop_stays_vectorised(ind):
+    """``2 / (n - 1)`` is computed once per row, before the row's SIMD loop."""
+    (source,) = _sources(ind, _variance_backward(40), "cpp")
+    assert "(red_len - 1)" in source
+    ind.assert_simd_loops_vectorised(source, loading=True)
