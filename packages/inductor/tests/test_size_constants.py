@@ -168,9 +168,10 @@ def test_another_correction_stays_a_literal(ind, codegen):
     assert "38.0" in source and _printed_length_less_one(codegen) not in source
 
 
-def _variance_backward(length: int, factor: float | None = None):
+def _variance_backward(length: int, factor: float | None = None, divide: bool = False):
     """The gradient of ``torch.var(x, 1)`` over ``[4, length]`` as autograd writes it:
-    ``g * (2 / (n - 1)) * (x - mean)`` (``factor``: another constant)."""
+    ``g * (2 / (n - 1)) * (x - mean)`` (``factor``: another constant; ``divide``: ``g / (n
+    - 1)`` instead, a per-row value divided by the count)."""
     b = GraphBuilder(Level.PRIMS)
     x = _rows(b, length)
     g = b.input("g", TensorMeta((4,), torch.float32))
@@ -178,7 +179,10 @@ def _variance_backward(length: int, factor: float | None = None):
     mean = b.call(prim("div"), total, float(length))
     d = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (4, length), (0, 1)))
     wide = b.call(prim("broadcast_in_dim"), g, (4, 1), (0,))
-    scale = b.call(prim("mul"), wide, 2.0 / (length - 1) if factor is None else factor)
+    if divide:
+        scale = b.call(prim("div"), wide, float(length - 1))
+    else:
+        scale = b.call(prim("mul"), wide, 2.0 / (length - 1) if factor is None else factor)
     return b.build(
         [b.call(prim("mul"), b.call(prim("broadcast_in_dim"), scale, (4, length), (0, 1)), d)]
     )
@@ -195,6 +199,8 @@ def test_an_unbiased_variance_backward_is_one_source_over_row_lengths(ind, codeg
         ind.check(_variance_backward(length), codegen, rtol=1e-5, atol=1e-5)
     (source,) = _sources(ind, _variance_backward(40, factor=2.0 / 38), codegen)
     assert "- 1)" not in source  # ``2 / (n - 2)``: a literal
+    source = _one_source(ind, lambda n: _variance_backward(n, divide=True), (33, 57), codegen)
+    assert "- 1)" in source
 
 
 def test_a_variance_backward_simd_loop_stays_vectorised(ind):

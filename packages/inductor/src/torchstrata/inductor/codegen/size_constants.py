@@ -79,9 +79,10 @@ def count_constant(
     """``(position, count, numerator)`` of ``op``'s float constant operand equal to one
     of the kernel's ``counts`` (an element count the kernel takes as size arguments: its
     value -> the text computing it from them; ``numerator`` None), or to its reciprocal
-    (the double ``1 / n``; ``numerator`` 1.0), or to an unbiased variance's backward
-    factor ``2 / (n - 1)`` (``count`` then ``(n - 1)``, ``numerator`` 2.0; a product only,
-    where ``n - 1`` is at least :data:`MIN_COUNT`: decision 0340), or None (decision 0310). A mean's backward divides its incoming gradient by the
+    (the double ``1 / n``; ``numerator`` 1.0), or None (decision 0310). An unbiased
+    variance's ``n - 1`` is a count too where it is at least :data:`MIN_COUNT` (``count``
+    is then ``(n - 1)``): as a divisor, its reciprocal, and its backward's factor ``2 / (n - 1)``
+    (``numerator`` 2.0): decision 0340. A mean's backward divides its incoming gradient by the
     count (``g / (T*C)``), a LayerNorm's backward scales per-element values by its row
     length (``n * dy*w``) and divides a saved per-row value by it (``rstd / n``).
 
@@ -107,10 +108,14 @@ def count_constant(
         for count, text in counts.items():
             if count < MIN_COUNT:
                 continue
-            if value == count:
-                return position, text, None
-            if op.name == "mul" and value == 1.0 / count:
-                return position, text, 1.0
-            if op.name == "mul" and count - 1 >= MIN_COUNT and value == 2.0 / (count - 1):
-                return position, f"({text} - 1)", 2.0
+            forms = [(count, text, (1.0,))]
+            if count - 1 >= MIN_COUNT:  # an unbiased variance's ``n - 1`` (decision 0340)
+                forms.append((count - 1, f"({text} - 1)", (1.0, 2.0)))
+            for number, spelled, numerators in forms:
+                # ``n - 1`` itself only as a divisor: a factor ``3.0`` over rows of 4 stays
+                if value == number and (number == count or op.name == "div"):
+                    return position, spelled, None
+                for numerator in numerators if op.name == "mul" else ():
+                    if value == numerator / number:
+                        return position, spelled, numerator
     return None
