@@ -108,7 +108,7 @@ def count_constant(
         for count, text in counts.items():
             if count < MIN_COUNT:
                 continue
-            forms = [(count, text, (1.0,))]
+            forms: list[tuple[int, str, tuple[float, ...]]] = [(count, text, (1.0,))]
             if count - 1 >= MIN_COUNT:  # an unbiased variance's ``n - 1`` (decision 0340)
                 forms.append((count - 1, f"({text} - 1)", (1.0, 2.0)))
             for number, spelled, numerators in forms:
