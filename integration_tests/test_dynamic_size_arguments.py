@@ -1,7 +1,8 @@
 """Kernels whose reduced or inner dims are the symbolic ones take those sizes as arguments
 (decisions 0250, 0285): a symbolic entry builds a column sum over ``B*T`` rows, a softmax
 over a symbolic last dim, a row sum masked by ``arange(T) < lengths``, a horizontal Triton
-kernel, a KV-cache append (cat bounds) and a sum over the batch dim of ``[B, T, C]`` once
+kernel, a KV-cache append (cat bounds), a sum over the batch dim of ``[B, T, C]`` and an
+unbiased variance over a symbolic last dim (``n - 1``, decision 0340) once
 over sizes that change ``T``, and every size, odd ones included, equals eager.
 
 Builds are counted as the kernel libraries (C++) and generated modules (Triton) of a fresh
@@ -46,6 +47,11 @@ def sum_over_batch(x, g):
     return (x * g).sum(0)
 
 
+def unbiased_variance(x, y):
+    # ``n - 1`` of ``correction=1`` read from the row length (decision 0340)
+    return torch.var(x, -1), torch.std(y * 2, -1)
+
+
 def small_pointwise(x, y):
     return x * 2 + 1, y.exp()
 
@@ -56,6 +62,10 @@ def _column_inputs(length: int) -> tuple[torch.Tensor, ...]:
 
 def _softmax_inputs(length: int) -> tuple[torch.Tensor, ...]:
     return torch.randn(7, length), torch.randint(0, length + 1, (7,))
+
+
+def _variance_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(7, length), torch.randn(5, length)
 
 
 def _pointwise_inputs(length: int) -> tuple[torch.Tensor, ...]:
@@ -72,6 +82,7 @@ CASES = {
     "softmax_over_length": (softmax_over_length, _softmax_inputs),
     "cache_append": (cache_append, _append_inputs),
     "sum_over_batch": (sum_over_batch, _column_inputs),
+    "unbiased_variance": (unbiased_variance, _variance_inputs),
 }
 
 

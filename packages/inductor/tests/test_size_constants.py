@@ -126,3 +126,85 @@ def test_sized_norm_simd_loops_stay_vectorised(ind):
         (source,) = _sources(ind, graph, "cpp")
         assert "red_len)" in source
         ind.assert_simd_loops_vectorised(source, loading=True)
+
+
+def _variance(length: int, less: float = 1.0, reciprocal: bool = False):
+    """``torch.var(x, 1)`` (``correction=1``) and its ``sqrt`` over ``[4, length]`` as the
+    decomposition writes them: ``sum((x - mean)**2) / (n - 1)``; ``less``: another
+    correction; ``reciprocal``: ``* (1 / (n - 1))``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length)
+    mean = b.call(prim("div"), b.call(prim("sum"), x, (1,)), float(length))
+    d = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (4, length), (0,)))
+    squares = b.call(prim("sum"), b.call(prim("mul"), d, d), (1,))
+    if reciprocal:
+        var = b.call(prim("mul"), squares, 1.0 / (length - less))
+    else:
+        var = b.call(prim("div"), squares, float(length - less))
+    return b.build([var, b.call(prim("sqrt"), var)])
+
+
+def _printed_length_less_one(codegen: str) -> str:
+    return "static_cast<float>((red_len - 1))" if codegen == "cpp" else "+ (rnumel - 1))"
+
+
+def test_an_unbiased_variance_is_one_source_over_row_lengths(ind, codegen):
+    """``n - 1`` (decision 0340) read from the length; right at 2 (a literal ``1.0``), 3
+    and powers of two."""
+    source = _one_source(ind, _variance, (33, 40, 57), codegen)
+    assert _printed_length_less_one(codegen) in source
+    for length in (2, 3, 16):
+        ind.check(_variance(length), codegen, rtol=1e-5, atol=1e-5)
+    assert _printed_length_less_one(codegen) not in _sources(ind, _variance(2), codegen)[0]
+    source = _one_source(ind, lambda n: _variance(n, reciprocal=True), (33, 57), codegen)
+    assert (
+        "1.0 / static_cast<double>((red_len - 1))" if codegen == "cpp" else "/ (rnumel - 1)"
+    ) in source
+
+
+def test_another_correction_stays_a_literal(ind, codegen):
+    """``correction=2``: ``n - 2`` is no count the kernel prints; its literal stays."""
+    (source,) = _sources(ind, _variance(40, less=2.0), codegen)
+    assert "38.0" in source and _printed_length_less_one(codegen) not in source
+
+
+def _variance_backward(length: int, factor: float | None = None, divide: bool = False):
+    """The gradient of ``torch.var(x, 1)`` over ``[4, length]`` as autograd writes it:
+    ``g * (2 / (n - 1)) * (x - mean)`` (``factor``: another constant; ``divide``: ``g / (n
+    - 1)`` instead, a per-row value divided by the count)."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length)
+    g = b.input("g", TensorMeta((4,), torch.float32))
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), x, (1,)), (4, 1), (0,))
+    mean = b.call(prim("div"), total, float(length))
+    d = b.call(prim("sub"), x, b.call(prim("broadcast_in_dim"), mean, (4, length), (0, 1)))
+    wide = b.call(prim("broadcast_in_dim"), g, (4, 1), (0,))
+    if divide:
+        scale = b.call(prim("div"), wide, float(length - 1))
+    else:
+        scale = b.call(prim("mul"), wide, 2.0 / (length - 1) if factor is None else factor)
+    return b.build(
+        [b.call(prim("mul"), b.call(prim("broadcast_in_dim"), scale, (4, length), (0, 1)), d)]
+    )
+
+
+def test_an_unbiased_variance_backward_is_one_source_over_row_lengths(ind, codegen):
+    """``2 / (n - 1)`` (decision 0340) computed in double from the length; right at 2, 3, 4
+    (``2 / (n - 1)`` a literal while ``n - 1`` is under ``MIN_COUNT``) and 16."""
+    source = _one_source(ind, _variance_backward, (33, 40, 57), codegen)
+    assert (
+        "2.0 / static_cast<double>((red_len - 1))" if codegen == "cpp" else "/ (rnumel - 1)"
+    ) in source
+    for length in (2, 3, 4, 16):
+        ind.check(_variance_backward(length), codegen, rtol=1e-5, atol=1e-5)
+    (source,) = _sources(ind, _variance_backward(40, factor=2.0 / 38), codegen)
+    assert "- 1)" not in source  # ``2 / (n - 2)``: a literal
+    source = _one_source(ind, lambda n: _variance_backward(n, divide=True), (33, 57), codegen)
+    assert "- 1)" in source
+
+
+def test_a_variance_backward_simd_loop_stays_vectorised(ind):
+    """``2 / (n - 1)`` is computed once per row, before the row's SIMD loop."""
+    (source,) = _sources(ind, _variance_backward(40), "cpp")
+    assert "(red_len - 1)" in source
+    ind.assert_simd_loops_vectorised(source, loading=True)

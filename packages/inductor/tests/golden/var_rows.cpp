@@ -31,7 +31,7 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     }
     const float red_var_sum_1 = acc_var_sum_1;
     const float tmp6 = red_var_sum_1;
-    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>(31.0));
+    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>((red_len - 1)));
     buf_var[x0] = static_cast<float>(tmp7);
   }
 }

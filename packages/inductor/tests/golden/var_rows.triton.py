@@ -93,5 +93,5 @@ def kernel0(buf_x, buf_var, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     masked_var_sum_1 = tl.where(xmask & rmask, tmp4, tl.full([1], 0.0, tl.float32))
     red_var_sum_1 = tl.reduce(masked_var_sum_1, 1, _sum_combine, keep_dims=True)
     tmp5 = red_var_sum_1
-    tmp6 = tmp5 / tl.full([1], 31.0, tl.float32)
+    tmp6 = tmp5 / (tl.full([1], 0, tl.float32) + (rnumel - 1))
     tl.store(buf_var + (x0 + xzero), (tmp6).to(tl.float32), xmask)

@@ -37,9 +37,12 @@ def _is_reduction(expr: Expr) -> bool:
     return isinstance(expr, ReduceRef)
 
 
-def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
-    """``(position, reciprocal)`` of ``op``'s constant operand that is the reduced
-    ``length`` (``reciprocal``: ``1 / length``) scaling a row's reduction, or None."""
+def length_constant(op: Op, length: int | None) -> tuple[int, bool, int] | None:
+    """``(position, reciprocal, less)`` of ``op``'s constant operand that is the reduced
+    ``length`` less ``less`` (``reciprocal``: ``1 / (length - less)``) scaling a row's
+    reduction, or None. ``less`` is 1 for an unbiased variance's ``n - 1`` (``torch.var``,
+    ``torch.std`` with ``correction=1``: decision 0340), taken where ``n - 1`` is at least
+    2 (a divisor 1.0 is no count)."""
     if length is None or length < 2 or op.name not in ("div", "mul") or len(op.args) != 2:
         return None
     for position in (1,) if op.name == "div" else (0, 1):
@@ -49,11 +52,19 @@ def length_constant(op: Op, length: int | None) -> tuple[int, bool] | None:
         value = constant.value
         if isinstance(value, bool) or not isinstance(value, float) or not _is_reduction(other):
             continue
-        if op.name == "div" and value == float(length):
-            return position, False
-        if op.name == "mul" and value == 1.0 / length:
-            return position, True
+        for less in (0, 1) if length >= 3 else (0,):
+            count = length - less
+            if op.name == "div" and value == float(count):
+                return position, False, less
+            if op.name == "mul" and value == 1.0 / count:
+                return position, True, less
     return None
+
+
+def length_text(name: str, less: int) -> str:
+    """The text of the count :func:`length_constant` found, from the length's argument
+    ``name``: ``name`` itself or ``(name - 1)``."""
+    return f"({name} - {less})" if less else name
 
 
 #: The smallest count :func:`count_constant` prints from the size arguments: ``2.0`` and
@@ -64,11 +75,14 @@ MIN_COUNT = 3
 
 def count_constant(
     op: Op, counts: Mapping[int, str], per_element: Callable[[Expr], bool]
-) -> tuple[int, str, bool] | None:
-    """``(position, count, reciprocal)`` of ``op``'s float constant operand equal to one
+) -> tuple[int, str, float | None] | None:
+    """``(position, count, numerator)`` of ``op``'s float constant operand equal to one
     of the kernel's ``counts`` (an element count the kernel takes as size arguments: its
-    value -> the text computing it from them), or to its reciprocal (the double ``1 /
-    n``), or None (decision 0310). A mean's backward divides its incoming gradient by the
+    value -> the text computing it from them; ``numerator`` None), or to its reciprocal
+    (the double ``1 / n``; ``numerator`` 1.0), or None (decision 0310). An unbiased
+    variance's ``n - 1`` is a count too where it is at least :data:`MIN_COUNT` (``count``
+    is then ``(n - 1)``): as a divisor, its reciprocal, and its backward's factor ``2 / (n - 1)``
+    (``numerator`` 2.0): decision 0340. A mean's backward divides its incoming gradient by the
     count (``g / (T*C)``), a LayerNorm's backward scales per-element values by its row
     length (``n * dy*w``) and divides a saved per-row value by it (``rstd / n``).
 
@@ -94,8 +108,14 @@ def count_constant(
         for count, text in counts.items():
             if count < MIN_COUNT:
                 continue
-            if value == count:
-                return position, text, False
-            if op.name == "mul" and value == 1.0 / count:
-                return position, text, True
+            forms: list[tuple[int, str, tuple[float, ...]]] = [(count, text, (1.0,))]
+            if count - 1 >= MIN_COUNT:  # an unbiased variance's ``n - 1`` (decision 0340)
+                forms.append((count - 1, f"({text} - 1)", (1.0, 2.0)))
+            for number, spelled, numerators in forms:
+                # ``n - 1`` itself only as a divisor: a factor ``3.0`` over rows of 4 stays
+                if value == number and (number == count or op.name == "div"):
+                    return position, spelled, None
+                for numerator in numerators if op.name == "mul" else ():
+                    if value == numerator / number:
+                        return position, spelled, numerator
     return None

@@ -30,7 +30,11 @@ from torchstrata.inductor.codegen.cpp.division import (
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_constants import count_constant, length_constant
+from torchstrata.inductor.codegen.size_constants import (
+    count_constant,
+    length_constant,
+    length_text,
+)
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.ir.exprs import (
     Constant,
@@ -319,15 +323,18 @@ class CppPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of("red_len"))  # generate.RED_LEN_PARAM
-        counted = None if found is None else (found[0], "red_len", found[1])
+        counted = None
+        if found is not None:
+            length = length_text("red_len", found[2])
+            counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
             counted = count_constant(expr, self.counts, self.per_element)
         if counted is not None:  # a count computed from the size arguments (0286, 0310)
-            position, count, reciprocal = counted
+            position, count, numerator = counted
             ctype = compute_type(expr.dtype)
             text = f"static_cast<{ctype}>({count})"
-            if reciprocal:
-                text = f"static_cast<{ctype}>(1.0 / static_cast<double>({count}))"
+            if numerator is not None:  # in double, rounded as the literal was
+                text = f"static_cast<{ctype}>({numerator!r} / static_cast<double>({count}))"
             operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
 

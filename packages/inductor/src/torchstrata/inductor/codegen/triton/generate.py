@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from torchstrata.inductor.codegen.cat_bounds import cat_names
 from torchstrata.inductor.codegen.emitter import ExprEmitter
-from torchstrata.inductor.codegen.size_names import named_sizes
+from torchstrata.inductor.codegen.size_names import named_sizes, number
 from torchstrata.inductor.codegen.triton.accumulators import identity_text, online, welford
 from torchstrata.inductor.codegen.triton.cluster import (
     CLUSTER_PARAMS,
@@ -30,6 +30,7 @@ from torchstrata.inductor.codegen.triton.cluster import (
 )
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
+    PARTIALS_CHUNK_PARAM,
     RED_PARAM,
     ROWS_PARAM,
     TL_TYPES,
@@ -43,7 +44,11 @@ from torchstrata.inductor.codegen.triton.printer import (
     render_index,
     store_line,
 )
-from torchstrata.inductor.codegen.triton.row_count import length_divisor_hint, rows_divisor_hint
+from torchstrata.inductor.codegen.triton.row_count import (
+    divisor_hint,
+    length_divisor_hint,
+    rows_divisor_hint,
+)
 from torchstrata.inductor.codegen.triton.tail_code import tail_lines
 from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
 from torchstrata.inductor.ir.kernel import (
@@ -93,8 +98,9 @@ def generate_triton(
             return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
         return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
-    if kernel.partials is not None:
-        lines = _partials_lines(kernel, interpret, prefetch_partials)
+    if kernel.partials is not None:  # its rows, row length and chunk: size arguments
+        with named_sizes(cats | _partials_names(kernel), cats):
+            lines = _partials_lines(kernel, interpret, prefetch_partials)
         return module_source(kernel, lines, interpret)
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
     # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
@@ -295,26 +301,48 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
     return lines
 
 
+def _partials_names(kernel: Kernel) -> dict[int, str]:
+    """The sizes a kernel with partials prints as its size arguments (decision 0340): the
+    rows ``xnumel``, the row length ``rnumel`` and the rows per program ``xchunk`` (a row
+    kernel's index and the partial sums' stores are over them)."""
+    partials = kernel.partials
+    assert partials is not None
+    names = {kernel.rows: ROWS_PARAM}
+    if partials.chunk >= 2:
+        names[partials.chunk] = PARTIALS_CHUNK_PARAM
+    if kernel.row_length >= 2:
+        names[kernel.row_length] = RED_PARAM
+    return names
+
+
 def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str]:
     """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
     a time, adds the fused column sums of each block of rows into per-column accumulators,
-    and stores them once (``partials.py``). Every row is in range (chunks tile the rows)."""
+    and stores them once (``partials.py``). Every row is in range (chunks tile the rows).
+
+    The rows, the row length and the chunk are the size arguments ``xnumel``, ``rnumel``
+    and ``xchunk`` (decision 0340), with the divisor hints their literals gave; under
+    Triton 3.6's interpreter the chunk loop's bound stays a literal (it needs a constant
+    bound there), on a GPU it is ``xchunk``."""
     partials = kernel.partials
     assert partials is not None
     printer = TritonPrinter(kernel, True, interpret)
+    printer.counts = _counts(kernel)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
-    lines = [
+    lines = [] if interpret else _partials_hints(kernel)
+    lines += [
         "xp = tl.program_id(0).to(tl.int64)" if wide else "xp = tl.program_id(0)",
         "rindex = tl.arange(0, RBLOCK)[None, :]",
-        f"rmask = rindex < {kernel.row_length}",
+        f"rmask = rindex < {number(kernel.row_length)}",
         f"rzero = tl.full([1, RBLOCK], 0, {'tl.int64' if wide else 'tl.int32'})",
         *derive_lines(red_vars(kernel.red_shape), "rindex"),
         *(f"part_{s.name} = tl.full([1, RBLOCK], 0, tl.float32)" for s in partials.reductions),
     ]
+    chunk = number(partials.chunk)
     block = [
-        f"xindex = xp * {partials.chunk} + {{start}}tl.arange(0, XBLOCK)[:, None]",
+        f"xindex = xp * {chunk} + {{start}}tl.arange(0, XBLOCK)[:, None]",
         "xmask = tl.full([XBLOCK, 1], 1, tl.int1)",
         "xzero = xindex * 0",
         *derive_lines(row_vars(kernel.row_shape), "xindex"),
@@ -332,7 +360,8 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
         updates += emitter.take_outer()
         masked = f"tl.where(xmask & rmask, {value}, 0.0)"
         updates.append(f"part_{spec.name} += {reduce_text(spec, masked, interpret, axis=0)}")
-    lines += block_loop(partials.chunk, kernel.rows, block, body, updates, prefetch=prefetch)
+    bound = str(partials.chunk) if interpret else chunk
+    lines += block_loop(bound, number(kernel.rows), block, body, updates, prefetch=prefetch)
     lines += [f"red_{spec.name} = part_{spec.name}" for spec in partials.reductions]
     after = TritonPrinter(kernel, True, interpret)  # names of the loop are not visible here
     after_emitter = ExprEmitter(after, frozenset(), prefix="ptmp")
@@ -343,6 +372,19 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
         lines += after_emitter.take_outer()
         lines.append(f"tl.store({store.buffer} + ({offset}), {value}, rmask)")
     return lines
+
+
+def _partials_hints(kernel: Kernel) -> list[str]:
+    """The divisors of the sizes a kernel with partials takes as arguments that their
+    literals told Triton (:func:`~torchstrata.inductor.codegen.triton.row_count.rows_divisor_hint`):
+    aligned row starts for vector loads."""
+    partials = kernel.partials
+    assert partials is not None
+    return [
+        *rows_divisor_hint(kernel.rows),
+        *length_divisor_hint(kernel.row_length),
+        *divisor_hint(PARTIALS_CHUNK_PARAM, partials.chunk),
+    ]
 
 
 def _persistent_phase(

@@ -87,8 +87,8 @@ def tile_loop(
 
 
 def block_loop(
-    chunk: int,
-    rows: int,
+    chunk: int | str,
+    rows: int | str,
     tile_lines: Sequence[str],
     inner: Sequence[str],
     after: Sequence[str],

@@ -22,7 +22,11 @@ import torch
 from torchstrata.core import wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
-from torchstrata.inductor.codegen.size_constants import count_constant, length_constant
+from torchstrata.inductor.codegen.size_constants import (
+    count_constant,
+    length_constant,
+    length_text,
+)
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
 from torchstrata.inductor.ir.exprs import (
@@ -370,17 +374,20 @@ class TritonPrinter:
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
         found = length_constant(expr, value_of(RED_PARAM))
-        counted = None if found is None else (found[0], RED_PARAM, found[1])
+        counted = None
+        if found is not None:
+            length = length_text(RED_PARAM, found[2])
+            counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
             counted = count_constant(expr, self.counts, self._per_element)
         if counted is not None:  # a count the kernel takes as a size argument (0286, 0310)
-            position, count, reciprocal = counted
+            position, count, numerator = counted
             kind = compute_type(expr.dtype)
             # the reciprocal in float64 (IEEE on every target), rounded as the literal was
-            one = "tl.full([1], 1.0, tl.float64)"
+            over = f"tl.full([1], {numerator!r}, tl.float64)"
             text = (
-                f"({one} / {count}).to({kind})"
-                if reciprocal
+                f"({over} / {count}).to({kind})"
+                if numerator is not None
                 else f"(tl.full([1], 0, {kind}) + {count})"
             )
             operands = [*operands[:position], text, *operands[position + 1 :]]
@@ -523,6 +530,11 @@ ROWS_PARAM = "xnumel"
 RED_PARAM = "rnumel"
 
 
+#: The parameter of a kernel with column partial sums holding the rows each program walks
+#: (``partials.py``; decision 0340).
+PARTIALS_CHUNK_PARAM = "xchunk"
+
+
 def part_rows_param(part: int) -> str:
     """The parameter of a horizontal kernel holding the elements of its part ``part``
     (each part's offset is the sum of the earlier ones'): decision 0250."""
@@ -531,15 +543,20 @@ def part_rows_param(part: int) -> str:
 
 def size_params(kernel: Kernel) -> list[str]:
     """The size parameters of ``kernel``'s module, after its buffers: ``xnumel``, then a
-    reduction's ``rnumel`` or a horizontal kernel's parts' element counts."""
+    reduction's ``rnumel`` or a horizontal kernel's parts' element counts, a kernel with
+    partials' ``xchunk``."""
     parts = [part_rows_param(i) for i in range(len(kernel.parts))]
-    return [ROWS_PARAM, *([RED_PARAM] if kernel.red_shape else []), *parts, *cat_params(kernel)]
+    chunk = [PARTIALS_CHUNK_PARAM] if kernel.partials is not None else []
+    red = [RED_PARAM] if kernel.red_shape else []
+    return [ROWS_PARAM, *red, *parts, *chunk, *cat_params(kernel)]
 
 
 def size_values(kernel: Kernel) -> dict[str, int]:
     """The values of :func:`size_params` beyond ``xnumel`` (which launches pass from the
     rows they compute the grid from)."""
     values = {part_rows_param(i): part.rows for i, part in enumerate(kernel.parts)}
+    if kernel.partials is not None:
+        values[PARTIALS_CHUNK_PARAM] = kernel.partials.chunk
     values |= dict(zip(cat_params(kernel), cat_sizes(kernel), strict=True))
     return {RED_PARAM: kernel.row_length} | values if kernel.red_shape else values
 

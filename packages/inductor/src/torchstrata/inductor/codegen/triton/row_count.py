@@ -9,14 +9,23 @@ import re
 from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
 
 
+def divisor_hint(name: str, value: int) -> list[str]:
+    """The line telling Triton that the size argument ``name`` (``value`` here) is a
+    multiple of its largest power-of-two divisor below 16, as the literal did (Triton
+    specialises an argument divisible by 16 itself); none for an odd value. The same value
+    (every size this source is generated for is a multiple), spelled so that Triton's
+    analysis sees the divisor (``tl.multiple_of`` of a scalar argument did not keep it)."""
+    divisor = math.gcd(value, 16)
+    if divisor in (1, 16):
+        return []
+    return [f"{name} = ({name} // {divisor}) * {divisor}"]
+
+
 def length_divisor_hint(length: int) -> list[str]:
     """:func:`rows_divisor_hint` for a reduction's row length ``rnumel``: a row stride
     spelled as it (``rnumel*x0 + r0``) keeps the divisibility a literal stride told Triton
     (aligned vector loads of each row)."""
-    divisor = math.gcd(length, 16)
-    if divisor in (1, 16):
-        return []
-    return [f"{RED_PARAM} = ({RED_PARAM} // {divisor}) * {divisor}"]
+    return divisor_hint(RED_PARAM, length)
 
 
 def rows_divisor_hint(rows: int) -> list[str]:
@@ -24,13 +33,7 @@ def rows_divisor_hint(rows: int) -> list[str]:
     divisor below 16 (Triton specialises an argument divisible by 16 itself). Without it, a
     pointwise kernel over 1000 elements lost its 128-bit loads (sm_90 PTX: ``v4`` loads
     became scalar ones). Sources differ by that divisor only (five kinds of sizes)."""
-    divisor = math.gcd(rows, 16)
-    if divisor in (1, 16):
-        return []
-    # the same value (every number of rows this source is generated for is a multiple),
-    # spelled so that Triton's analysis sees the divisor (``tl.multiple_of`` of a scalar
-    # argument did not keep it)
-    return [f"{ROWS_PARAM} = ({ROWS_PARAM} // {divisor}) * {divisor}"]
+    return divisor_hint(ROWS_PARAM, rows)
 
 
 #: The lines whose text depends on the exact number of rows, not on the kernel: the
