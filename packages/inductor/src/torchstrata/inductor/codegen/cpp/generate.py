@@ -48,8 +48,10 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_LANES,
     accumulator_type,
     blocked_loop,
+    lane_combine,
     lane_loop,
     lane_total,
+    over_lanes,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
@@ -157,8 +159,8 @@ def _reduction_phase(
         for spec in reductions
         if _accumulator_type(spec) != compute_type(spec.dtype) and row_length > SUM_BLOCK
     }
-    if blocked and len(blocked) == len(reductions) and len(ranges) == 1:
-        return _lane_phase(emitter, reductions, loop_vars, cache, ranges[0])
+    if blocked and len(ranges) == 1 and all(s.kind in _OMP_REDUCTION for s in reductions):
+        return _lane_phase(emitter, reductions, blocked, loop_vars, cache, ranges[0])
     inits, clauses, finals, starts, flushes = [], [], [], [], []
     for spec in reductions:
         ctype = compute_type(spec.dtype)
@@ -209,22 +211,43 @@ def _reduction_phase(
 def _lane_phase(
     emitter: ExprEmitter,
     reductions: Sequence[ReductionSpec],
+    blocked: set[str],
     loop_vars: Sequence[Var],
     cache: RowCacheEmitter,
     loop_range: LoopRange,
 ) -> list[str]:
-    """:func:`_reduction_phase` for long float32 sums only: each adds into
-    :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_LANES` float lanes (``block_<name>``),
-    which join as many double lanes (``acc_<name>``) every block
-    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`); the double lanes are added
-    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_total`).
+    """:func:`_reduction_phase` for a phase with long float32 sums (``blocked``): each
+    such sum adds into :data:`~torchstrata.inductor.codegen.cpp.sum_loops.SUM_LANES` float
+    lanes (``block_<name>``), which join as many double lanes (``acc_<name>``) every block
+    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`); the double lanes are
+    added pairwise once, after the row
+    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_total`).
+
+    The phase's other reductions (a max, a cross-entropy's target pick) keep lanes of
+    their own type (``acc_<name>``) over the whole row and are combined pairwise once,
+    after it (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_combine`): in an
+    ``omp simd reduction`` they were combined lane by lane at the end of every block
+    (decision 0335). A float max or min needs no NaN flag here: ``ts_max`` and ``ts_min``
+    keep a NaN, in the lanes and in the combination alike.
     """
     var = loop_range.var
     lane = f"{var.name}_lane"
     inits, zeros, flushes, finals = [], [], [], []
     for spec in reductions:
-        ctype, atype = compute_type(spec.dtype), _accumulator_type(spec)
-        acc, block, total = f"acc_{spec.name}", f"block_{spec.name}", f"all_{spec.name}"
+        ctype, acc = compute_type(spec.dtype), f"acc_{spec.name}"
+        total = f"all_{spec.name}"
+        if spec.name not in blocked:
+            identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+            inits += [
+                f"alignas(64) {ctype} {acc}[{SUM_LANES}];",
+                *over_lanes(lane, [f"{acc}[{lane}] = {identity};"]),
+            ]
+            finals += [
+                *lane_combine(acc, total, ctype, lane, COMBINE[spec.kind]),
+                f"const {ctype} red_{spec.name} = {total};",
+            ]
+            continue
+        atype, block = _accumulator_type(spec), f"block_{spec.name}"
         inits += [
             f"alignas(64) {atype} {acc}[{SUM_LANES}] = {{}};",
             f"alignas(64) {ctype} {block}[{SUM_LANES}];",
@@ -236,20 +259,19 @@ def _lane_phase(
             f"const {ctype} red_{spec.name} = static_cast<{ctype}>({total});",
         ]
 
-    def over_lanes(lines: list[str]) -> list[str]:
-        header = f"for (int64_t {lane} = 0; {lane} < {SUM_LANES}; ++{lane}) {{"
-        return ["#pragma omp simd", header, *("  " + line for line in lines), "}"]
-
     emitter.open_inner()
     cache.enter(emitter, cache.loop + 1)
     updates = []
     for spec in reductions:
-        block = f"block_{spec.name}[{lane}]"
+        ctype = compute_type(spec.dtype)
+        name = "block" if spec.name in blocked else "acc"
+        slot = f"{name}_{spec.name}[{lane}]"
         value = emitter.emit(loop_range.expr(spec.body))
-        updates.append(f"{block} = static_cast<{compute_type(spec.dtype)}>({block} + {value});")
+        combined = COMBINE[spec.kind].format(acc=slot, v=value)
+        updates.append(f"{slot} = static_cast<{ctype}>({combined});")
     updates += cache.writes(emitter)
     body = emitter.close_inner() + updates
-    loops = lane_loop(var, body, over_lanes(zeros), over_lanes(flushes))
+    loops = lane_loop(var, body, over_lanes(lane, zeros), over_lanes(lane, flushes))
     return emitter.take_outer() + inits + enclose_loops(loop_vars[:-1], loops) + finals
 
 
