@@ -42,6 +42,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     split_loops,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
+from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
@@ -159,7 +160,10 @@ def _reduction_phase(
         for spec in reductions
         if _accumulator_type(spec) != compute_type(spec.dtype) and row_length > SUM_BLOCK
     }
-    if blocked and len(ranges) == 1 and all(s.kind in _OMP_REDUCTION for s in reductions):
+    # Long float max/min rows too: one vector accumulator's compare-and-select chain was
+    # the loop's bound; lanes keep several (decision 0335).
+    lanes = blocked or (row_length > SUM_BLOCK and all(_tracks_nan(s) for s in reductions))
+    if lanes and len(ranges) == 1 and all(s.kind in _OMP_REDUCTION for s in reductions):
         return _lane_phase(emitter, reductions, blocked, loop_vars, cache, ranges[0])
     inits, clauses, finals, starts, flushes = [], [], [], [], []
     for spec in reductions:
@@ -370,6 +374,11 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     nested = _nested_rows(kernel, outer_vars)
     body: list[str] = ([] if nested else derive_vars(outer_vars, "xi")) + cache.declarations()
     for phase, ranges in zip(phases, splits, strict=False):
+        picks, phase = _split_picks(phase, inner_vars, bool(cached))
+        for spec, (index, value) in picks:
+            body += pick_lines(emitter, spec, index, value, inner_vars[0])
+        if not phase:
+            continue
         partners = {
             spec.name: [p for p in kernel.reductions if pairs.get(p.name) is spec] for spec in phase
         }
@@ -421,6 +430,23 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
     sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
+
+
+def _split_picks(
+    phase: Sequence[ReductionSpec], inner_vars: Sequence[Var], cached: bool
+) -> tuple[list[tuple[ReductionSpec, tuple[Expr, Expr]]], list[ReductionSpec]]:
+    """The one-hot picks of ``phase`` (:func:`~torchstrata.inductor.codegen.cpp.picks.one_hot_pick`),
+    read once per row, and its other reductions, looped over. A phase left empty is
+    kept whole where a row cache numbers the loops."""
+    if len(inner_vars) != 1:
+        return [], list(phase)
+    names = [spec.name for spec in phase]
+    found = [(spec, one_hot_pick(spec, inner_vars[0], names)) for spec in phase]
+    picks = [(spec, pick) for spec, pick in found if pick is not None]
+    rest = [spec for spec, pick in found if pick is None]
+    if not rest and cached:
+        return [], list(phase)
+    return picks, rest
 
 
 def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
