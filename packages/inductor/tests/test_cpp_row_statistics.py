@@ -91,3 +91,38 @@ def test_cross_entropy_of_a_projection_matches_eager(classes, options):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("classes", [8192, 1001])
+def test_a_one_hot_gradient_stores_its_target_after_the_loop(ind, classes):
+    # cross-entropy's gradient: where(iota == t, g, 0) - exp(x) * s per element; the loop
+    # stores the second term everywhere, the target's element is stored after it (t out
+    # of range on both sides, -100: no element), NaN and -0.0 as eager.
+    rows = 6
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, classes), torch.float32))
+    t = b.input("t", TensorMeta((rows,), torch.int64))
+    g = b.input("g", TensorMeta((rows,), torch.float32))
+    shape, keep = (rows, classes), (0,)
+    iota = b.call(prim("iota"), classes, 0, 1, torch.int64, CPU)
+    hit = b.call(
+        prim("eq"),
+        b.call(prim("broadcast_in_dim"), iota, shape, (1,)),
+        b.call(prim("broadcast_in_dim"), t, shape, keep),
+    )
+    nothing = b.call(prim("full"), shape, 0.0, torch.float32, CPU)
+    one_hot = b.call(prim("where"), hit, b.call(prim("broadcast_in_dim"), g, shape, keep), nothing)
+    scaled = b.call(prim("mul"), b.call(prim("exp"), x), 0.5)
+    graph = b.build([b.call(prim("sub"), one_hot, scaled)])
+    x_value = torch.randn(rows, classes)
+    x_value[1, 3] = float("nan")
+    x_value[2, 7] = float("-inf")  # exp 0: the target's element -0.0 - 0 ... as eager
+    t_value = torch.tensor([0, 3, 7, -1, classes, classes - 1])
+    g_value = torch.tensor([1.5, 2.0, -0.0, 4.0, 5.0, float("inf")])
+    compiled = ind.check(graph, "cpp", inputs=[x_value, t_value, g_value])
+    assert "if (static_cast<uint64_t>(" in compiled.kernels[0].source
+    got = compiled(x_value, t_value, g_value)[0]
+    hot = torch.arange(classes)[None, :] == t_value[:, None]
+    want = torch.where(hot, g_value[:, None], 0.0) - x_value.exp() * 0.5
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-6, atol=1e-6)
+    assert torch.equal(torch.signbit(got[2, 7]), torch.signbit(want[2, 7]))

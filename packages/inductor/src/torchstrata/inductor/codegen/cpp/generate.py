@@ -39,10 +39,9 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     loop_header,
     nested_loops,
     render_index,
-    split_loops,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
-from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, pick_lines
+from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, one_hot_stores, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
@@ -400,6 +399,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
                 splits[-1],
                 lambda _: "#pragma omp simd",
                 lambda: cache.enter(emitter, cache_loop),
+                one_hot=True,
             )
     else:
         # A single row (1-D pointwise) is parallelised on the inner loop instead.
@@ -408,7 +408,13 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
         store_lines = _store_loops(
-            emitter, kernel.row_stores, inner_vars, splits[0], inner_pragma, lambda: None
+            emitter,
+            kernel.row_stores,
+            inner_vars,
+            splits[0],
+            inner_pragma,
+            lambda: None,
+            one_hot=bool(outer_vars),  # not a 1-D kernel's loop, which runs to ``rows``
         )
         if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
             header = loop_header(inner_vars[-1], inner_vars[-1].size)
@@ -497,15 +503,23 @@ def _store_loops(
     ranges: Sequence[LoopRange],
     pragma: Callable[[LoopRange], str],
     enter: Callable[[], None],
+    one_hot: bool = False,
 ) -> list[str]:
     """Loops over ``loop_vars`` doing ``stores``, the innermost split into ``ranges``.
 
     ``enter`` runs in each range's freshly opened inner scope (a row cache presets it).
+    ``one_hot``: an unsplit loop stores one-hot values' element after the loop
+    (:func:`~torchstrata.inductor.codegen.cpp.picks.one_hot_stores`).
     """
     loops = []
+    fixes: list[str] = []
     for loop_range in ranges:
+        ranged = list(map(loop_range.store, stores))
+        if one_hot and len(ranges) == 1:
+            ranged, fixes = one_hot_stores(emitter, ranged, loop_range.var, enter)
         emitter.open_inner()
         enter()
-        lines = [emit_store(s, emitter.emit) for s in map(loop_range.store, stores)]
+        lines = [emit_store(s, emitter.emit) for s in ranged]
         loops.append((loop_range.var, emitter.close_inner() + lines, pragma(loop_range)))
-    return emitter.take_outer() + split_loops(loop_vars[:-1], loops)
+    innermost = [line for var, body, p in loops for line in nested_loops([var], body, p)]
+    return emitter.take_outer() + enclose_loops(loop_vars[:-1], innermost + fixes)

@@ -11,14 +11,25 @@ kept, any value elsewhere ignored, as ``where`` then ``sum`` give.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from torchstrata.inductor.codegen.cpp.exprs import compute_type, literal
+import attrs
+
+from torchstrata.inductor.codegen.cpp.exprs import compute_type, emit_store, literal
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import number
-from torchstrata.inductor.ir.exprs import Constant, Expr, IndexValue, Op, reductions_used, variables
+from torchstrata.inductor.ir.exprs import (
+    Constant,
+    Expr,
+    IndexValue,
+    Op,
+    map_ops,
+    reductions_used,
+    variables,
+    walk,
+)
 from torchstrata.inductor.ir.indexing import Var
-from torchstrata.inductor.ir.kernel import ReductionSpec
+from torchstrata.inductor.ir.kernel import ReductionSpec, Store
 
 
 def _is_var(expr: Expr, var: Var) -> bool:
@@ -80,3 +91,67 @@ def pick_lines(
         "}",
         f"const {ctype} {name} = pick_{spec.name};",
     ]
+
+
+def one_hot_where(expr: Expr, var: Var) -> Op | None:
+    """A ``where(var == e, a, b)`` inside ``expr``, ``e`` an integer constant along
+    ``var`` (cross-entropy's gradient: ``-g / n`` at the target), or None."""
+    for node in walk(expr):
+        if not isinstance(node, Op) or node.name != "where":
+            continue
+        cond = node.args[0]
+        if not isinstance(cond, Op) or cond.name != "eq":
+            continue
+        left, right = cond.args
+        for at, index in ((left, right), (right, left)):
+            integer = not index.dtype.is_floating_point
+            if _is_var(at, var) and integer and var.name not in variables(index):
+                return node
+    return None
+
+
+def with_branch(expr: Expr, where: Op, taken: bool) -> Expr:
+    """``expr`` with ``where`` replaced by its value where its condition is ``taken``."""
+    branch = where.args[1] if taken else where.args[2]
+    return map_ops(expr, lambda op: branch if op == where else op, {})
+
+
+def one_hot_stores(
+    emitter: ExprEmitter,
+    stores: Sequence[Store],
+    var: Var,
+    enter: Callable[[], None],
+) -> tuple[list[Store], list[str]]:
+    """Stores of a loop over ``var`` whose values hold a one-hot ``where``
+    (:func:`one_hot_where`): the loop's stores take its other branch at every element, and
+    the lines after the loop store the element at ``var = e`` again, with the branch taken
+    (where ``e`` lies in the row). Spares the loop a 64-bit compare and a select at every
+    element (decision 0335). Stores whose index does not move with ``var`` are kept."""
+    looped: list[Store] = []
+    fixes: list[tuple[Expr, Store]] = []
+    for store in stores:
+        where = one_hot_where(store.value, var)
+        if where is None or var not in {atom for atom, _ in store.index.terms}:
+            looped.append(store)
+            continue
+        cond = where.args[0]
+        assert isinstance(cond, Op)
+        left, right = cond.args
+        index = right if _is_var(left, var) else left
+        looped.append(attrs.evolve(store, value=with_branch(store.value, where, False)))
+        fixes.append((index, attrs.evolve(store, value=with_branch(store.value, where, True))))
+    lines: list[str] = []
+    for index, store in fixes:
+        emitter.open_inner()
+        enter()
+        at = emitter.emit(index)
+        line = emit_store(store, emitter.emit)
+        inner = emitter.close_inner()
+        bound = f"static_cast<uint64_t>({at}) < static_cast<uint64_t>({number(var.size)})"
+        lines += [
+            f"if ({bound}) {{",
+            f"  const int64_t {var.name} = static_cast<int64_t>({at});",
+            *("  " + text for text in [*inner, line]),
+            "}",
+        ]
+    return looped, lines
