@@ -39,17 +39,19 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     loop_header,
     nested_loops,
     render_index,
-    split_loops,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
+from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, one_hot_stores, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
     accumulator_type,
     blocked_loop,
+    lane_combine,
     lane_loop,
     lane_total,
+    over_lanes,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
@@ -157,8 +159,11 @@ def _reduction_phase(
         for spec in reductions
         if _accumulator_type(spec) != compute_type(spec.dtype) and row_length > SUM_BLOCK
     }
-    if blocked and len(blocked) == len(reductions) and len(ranges) == 1:
-        return _lane_phase(emitter, reductions, loop_vars, cache, ranges[0])
+    # Long float max/min rows too: one vector accumulator's compare-and-select chain was
+    # the loop's bound; lanes keep several (decision 0335).
+    lanes = blocked or (row_length > SUM_BLOCK and all(_tracks_nan(s) for s in reductions))
+    if lanes and len(ranges) == 1 and all(s.kind in _OMP_REDUCTION for s in reductions):
+        return _lane_phase(emitter, reductions, blocked, loop_vars, cache, ranges[0])
     inits, clauses, finals, starts, flushes = [], [], [], [], []
     for spec in reductions:
         ctype = compute_type(spec.dtype)
@@ -209,22 +214,43 @@ def _reduction_phase(
 def _lane_phase(
     emitter: ExprEmitter,
     reductions: Sequence[ReductionSpec],
+    blocked: set[str],
     loop_vars: Sequence[Var],
     cache: RowCacheEmitter,
     loop_range: LoopRange,
 ) -> list[str]:
-    """:func:`_reduction_phase` for long float32 sums only: each adds into
-    :data:`~torchstrata.inductor.codegen.cpp.exprs.SUM_LANES` float lanes (``block_<name>``),
-    which join as many double lanes (``acc_<name>``) every block
-    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`); the double lanes are added
-    pairwise once, after the row (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_total`).
+    """:func:`_reduction_phase` for a phase with long float32 sums (``blocked``): each
+    such sum adds into :data:`~torchstrata.inductor.codegen.cpp.sum_loops.SUM_LANES` float
+    lanes (``block_<name>``), which join as many double lanes (``acc_<name>``) every block
+    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_loop`); the double lanes are
+    added pairwise once, after the row
+    (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_total`).
+
+    The phase's other reductions (a max, a cross-entropy's target pick) keep lanes of
+    their own type (``acc_<name>``) over the whole row and are combined pairwise once,
+    after it (:func:`~torchstrata.inductor.codegen.cpp.sum_loops.lane_combine`): in an
+    ``omp simd reduction`` they were combined lane by lane at the end of every block
+    (decision 0335). A float max or min needs no NaN flag here: ``ts_max`` and ``ts_min``
+    keep a NaN, in the lanes and in the combination alike.
     """
     var = loop_range.var
     lane = f"{var.name}_lane"
     inits, zeros, flushes, finals = [], [], [], []
     for spec in reductions:
-        ctype, atype = compute_type(spec.dtype), _accumulator_type(spec)
-        acc, block, total = f"acc_{spec.name}", f"block_{spec.name}", f"all_{spec.name}"
+        ctype, acc = compute_type(spec.dtype), f"acc_{spec.name}"
+        total = f"all_{spec.name}"
+        if spec.name not in blocked:
+            identity = literal(reduction_identity(spec.kind, spec.dtype), spec.dtype)
+            inits += [
+                f"alignas(64) {ctype} {acc}[{SUM_LANES}];",
+                *over_lanes(lane, [f"{acc}[{lane}] = {identity};"]),
+            ]
+            finals += [
+                *lane_combine(acc, total, ctype, lane, COMBINE[spec.kind]),
+                f"const {ctype} red_{spec.name} = {total};",
+            ]
+            continue
+        atype, block = _accumulator_type(spec), f"block_{spec.name}"
         inits += [
             f"alignas(64) {atype} {acc}[{SUM_LANES}] = {{}};",
             f"alignas(64) {ctype} {block}[{SUM_LANES}];",
@@ -236,20 +262,19 @@ def _lane_phase(
             f"const {ctype} red_{spec.name} = static_cast<{ctype}>({total});",
         ]
 
-    def over_lanes(lines: list[str]) -> list[str]:
-        header = f"for (int64_t {lane} = 0; {lane} < {SUM_LANES}; ++{lane}) {{"
-        return ["#pragma omp simd", header, *("  " + line for line in lines), "}"]
-
     emitter.open_inner()
     cache.enter(emitter, cache.loop + 1)
     updates = []
     for spec in reductions:
-        block = f"block_{spec.name}[{lane}]"
+        ctype = compute_type(spec.dtype)
+        name = "block" if spec.name in blocked else "acc"
+        slot = f"{name}_{spec.name}[{lane}]"
         value = emitter.emit(loop_range.expr(spec.body))
-        updates.append(f"{block} = static_cast<{compute_type(spec.dtype)}>({block} + {value});")
+        combined = COMBINE[spec.kind].format(acc=slot, v=value)
+        updates.append(f"{slot} = static_cast<{ctype}>({combined});")
     updates += cache.writes(emitter)
     body = emitter.close_inner() + updates
-    loops = lane_loop(var, body, over_lanes(zeros), over_lanes(flushes))
+    loops = lane_loop(var, body, over_lanes(lane, zeros), over_lanes(lane, flushes))
     return emitter.take_outer() + inits + enclose_loops(loop_vars[:-1], loops) + finals
 
 
@@ -348,6 +373,11 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     nested = _nested_rows(kernel, outer_vars)
     body: list[str] = ([] if nested else derive_vars(outer_vars, "xi")) + cache.declarations()
     for phase, ranges in zip(phases, splits, strict=False):
+        picks, phase = _split_picks(phase, inner_vars, bool(cached))
+        for spec, (index, value) in picks:
+            body += pick_lines(emitter, spec, index, value, inner_vars[0])
+        if not phase:
+            continue
         partners = {
             spec.name: [p for p in kernel.reductions if pairs.get(p.name) is spec] for spec in phase
         }
@@ -369,6 +399,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
                 splits[-1],
                 lambda _: "#pragma omp simd",
                 lambda: cache.enter(emitter, cache_loop),
+                one_hot=True,
             )
     else:
         # A single row (1-D pointwise) is parallelised on the inner loop instead.
@@ -377,7 +408,13 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
         store_lines = _store_loops(
-            emitter, kernel.row_stores, inner_vars, splits[0], inner_pragma, lambda: None
+            emitter,
+            kernel.row_stores,
+            inner_vars,
+            splits[0],
+            inner_pragma,
+            lambda: None,
+            one_hot=bool(outer_vars),  # not a 1-D kernel's loop, which runs to ``rows``
         )
         if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
             header = loop_header(inner_vars[-1], inner_vars[-1].size)
@@ -399,6 +436,23 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
     sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
+
+
+def _split_picks(
+    phase: Sequence[ReductionSpec], inner_vars: Sequence[Var], cached: bool
+) -> tuple[list[tuple[ReductionSpec, tuple[Expr, Expr]]], list[ReductionSpec]]:
+    """The one-hot picks of ``phase`` (:func:`~torchstrata.inductor.codegen.cpp.picks.one_hot_pick`),
+    read once per row, and its other reductions, looped over. A phase left empty is
+    kept whole where a row cache numbers the loops."""
+    if len(inner_vars) != 1:
+        return [], list(phase)
+    names = [spec.name for spec in phase]
+    found = [(spec, one_hot_pick(spec, inner_vars[0], names)) for spec in phase]
+    picks = [(spec, pick) for spec, pick in found if pick is not None]
+    rest = [spec for spec, pick in found if pick is None]
+    if not rest and cached:
+        return [], list(phase)
+    return picks, rest
 
 
 def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
@@ -449,15 +503,23 @@ def _store_loops(
     ranges: Sequence[LoopRange],
     pragma: Callable[[LoopRange], str],
     enter: Callable[[], None],
+    one_hot: bool = False,
 ) -> list[str]:
     """Loops over ``loop_vars`` doing ``stores``, the innermost split into ``ranges``.
 
     ``enter`` runs in each range's freshly opened inner scope (a row cache presets it).
+    ``one_hot``: an unsplit loop stores one-hot values' element after the loop
+    (:func:`~torchstrata.inductor.codegen.cpp.picks.one_hot_stores`).
     """
     loops = []
+    fixes: list[str] = []
     for loop_range in ranges:
+        ranged = list(map(loop_range.store, stores))
+        if one_hot and len(ranges) == 1:
+            ranged, fixes = one_hot_stores(emitter, ranged, loop_range.var, enter)
         emitter.open_inner()
         enter()
-        lines = [emit_store(s, emitter.emit) for s in map(loop_range.store, stores)]
+        lines = [emit_store(s, emitter.emit) for s in ranged]
         loops.append((loop_range.var, emitter.close_inner() + lines, pragma(loop_range)))
-    return emitter.take_outer() + split_loops(loop_vars[:-1], loops)
+    innermost = [line for var, body, p in loops for line in nested_loops([var], body, p)]
+    return emitter.take_outer() + enclose_loops(loop_vars[:-1], innermost + fixes)

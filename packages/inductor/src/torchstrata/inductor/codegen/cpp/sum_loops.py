@@ -196,3 +196,31 @@ def lane_total(lanes: str, total: str, ctype: str, lane: str) -> list[str]:
         ]
         width //= 2
     return [*lines, f"const {ctype} {total} = {lanes}[0] + {lanes}[1];"]
+
+
+def over_lanes(lane: str, lines: Sequence[str]) -> list[str]:
+    """An ``omp simd`` loop of ``lines`` over the :data:`SUM_LANES` lanes indexed by
+    ``lane`` (empty when ``lines`` is)."""
+    if not lines:
+        return []
+    header = f"for (int64_t {lane} = 0; {lane} < {SUM_LANES}; ++{lane}) {{"
+    return ["#pragma omp simd", header, *("  " + line for line in lines), "}"]
+
+
+def lane_combine(lanes: str, total: str, ctype: str, lane: str, combine: str) -> list[str]:
+    """Lines defining ``total`` (of C++ type ``ctype``) as the :data:`SUM_LANES` lanes of
+    the array ``lanes`` combined pairwise by ``combine`` (a format of ``acc`` and ``v``,
+    as :data:`~torchstrata.inductor.codegen.cpp.exprs.COMBINE`'s), halves in one SIMD
+    step each, as :func:`lane_total` adds them. ``lanes`` is combined in place."""
+    lines: list[str] = []
+    width = SUM_LANES // 2
+    while width > 1:
+        step = combine.format(acc=f"{lanes}[{lane}]", v=f"{lanes}[{lane} + {width}]")
+        lines += [
+            "#pragma omp simd",
+            f"for (int64_t {lane} = 0; {lane} < {width}; ++{lane}) "
+            f"{lanes}[{lane}] = static_cast<{ctype}>({step});",
+        ]
+        width //= 2
+    last = combine.format(acc=f"{lanes}[0]", v=f"{lanes}[1]")
+    return [*lines, f"const {ctype} {total} = static_cast<{ctype}>({last});"]
