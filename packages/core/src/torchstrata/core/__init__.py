@@ -118,6 +118,14 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
+from torchstrata.core.int_arguments import (
+    INT_SIZE_CARRIER_CELL,
+    INT_SIZE_CELL,
+    int_argument_source,
+    int_size_carrier,
+    int_size_source,
+    readable_source,
+)
 from torchstrata.core.spans import (
     Span,
     byte_span,
@@ -222,6 +230,8 @@ __all__ = [
     "SizeOutsideTrace",
     "Span",
     "StageCheck",
+    "INT_SIZE_CARRIER_CELL",
+    "INT_SIZE_CELL",
     "SymbolBinding",
     "SymbolicAot",
     "SymbolicSizes",
@@ -231,6 +241,10 @@ __all__ = [
     "VerificationError",
     "WriteBack",
     "active_symbolic_sizes",
+    "int_argument_source",
+    "int_size_carrier",
+    "int_size_source",
+    "readable_source",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",

@@ -243,6 +243,7 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
     sources: list[str] = []
     metas: list[TensorMeta] = []
     pinned: dict[str, TensorMeta] = {}
+    read_cells: dict[str, types.CellType] = {}  # the cells the symbolic sources read
     for guard in guards:
         meta = guard.expected
         symbolic = isinstance(meta, TensorMeta) and (
@@ -250,8 +251,9 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
             traits = TensorTraits.of(meta)
-            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, traits, guard.description))
+            kept.append(attrs.evolve(guard, expected=traits))
             sources.append(guard.source)
+            read_cells.update(guard.cells)
             metas.append(meta)
         else:
             if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
@@ -270,6 +272,10 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         f"{lookup}.cell_contents({check.key_expression(sources)}) is True"
         f" or {name}.cell_contents.decide({', '.join(sources)})"
     )
-    cells = ((name, types.CellType(check)), (lookup, types.CellType(check.known.get)))
+    cells = (
+        (name, types.CellType(check)),
+        (lookup, types.CellType(check.known.get)),
+        *read_cells.items(),
+    )
     kept.append(Guard(GuardKind.CONSTANT_MATCH, source, True, check.description(), cells=cells))
     return tuple(kept)
