@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.core.int_arguments import readable_source
 from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import (
@@ -85,7 +86,7 @@ class SizeCheck:
         #: the conditions the trace relied on, each pinned size replaced by its value;
         #: those that the exact tensor guards decide alone are left out
         self.exprs = _without_pinned(sizes.guard_exprs(), pinned_values)
-        self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
+        self.names = {b.name: readable_source(f"{b.source}.size()[{b.dim}]") for b in sizes.bindings}
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""
@@ -178,7 +179,7 @@ class SizeCheck:
                 zip(actual, symbolic, expected, strict=True)
             ):
                 if size != value and is_symbolic(meta_size):
-                    this, other = f"{source}.size()[{dim}]", self._named(meta_size)
+                    this, other = readable_source(f"{source}.size()[{dim}]"), self._named(meta_size)
                     return (
                         f"size relation {this} == {other} is false for "
                         f"{this} = {size}, {other} = {value}"
