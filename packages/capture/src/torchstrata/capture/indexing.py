@@ -216,6 +216,7 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
                 raise Unsupported(
                     f"index {value} is out of bounds for dimension {dim} with size {size}"
                 )
+            index: int | torch.SymInt
             if isinstance(value, int):
                 index = value % size
             else:  # its sign guarded, not a Mod(s, size) the kernels would index by

@@ -97,7 +97,10 @@ def _store_indexed(tracer: Tracer, tensor: TensorVar, elements: list[Var], value
     for element in elements:
         basic = isinstance(element, ConstVar) and (
             isinstance(element.value, slice | type(Ellipsis))
-            or (isinstance(element.value, int | torch.SymInt) and not isinstance(element.value, bool))
+            or (
+                isinstance(element.value, int | torch.SymInt)
+                and not isinstance(element.value, bool)
+            )
         )
         if not (basic or isinstance(element, TensorVar)):
             raise Unsupported(

@@ -43,6 +43,14 @@ from torchstrata.core.guard_state import (
 )
 from torchstrata.core.guard_text import describe_guard, size_check_of
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
+from torchstrata.core.int_arguments import (
+    INT_SIZE_CARRIER_CELL,
+    INT_SIZE_CELL,
+    int_argument_source,
+    int_size_carrier,
+    int_size_source,
+    readable_source,
+)
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.logs import (
     ARTIFACTS,
@@ -118,14 +126,6 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
-from torchstrata.core.int_arguments import (
-    INT_SIZE_CARRIER_CELL,
-    INT_SIZE_CELL,
-    int_argument_source,
-    int_size_carrier,
-    int_size_source,
-    readable_source,
-)
 from torchstrata.core.spans import (
     Span,
     byte_span,
@@ -177,6 +177,8 @@ __all__ = [
     "GETITEM",
     "GLOBAL_STATE_SOURCE",
     "GUARD_NAMESPACE",
+    "INT_SIZE_CARRIER_CELL",
+    "INT_SIZE_CELL",
     "NO_CONTRACT",
     "PASS_STAGES",
     "PRIMS_VERSION",
@@ -230,8 +232,6 @@ __all__ = [
     "SizeOutsideTrace",
     "Span",
     "StageCheck",
-    "INT_SIZE_CARRIER_CELL",
-    "INT_SIZE_CELL",
     "SymbolBinding",
     "SymbolicAot",
     "SymbolicSizes",
@@ -241,10 +241,6 @@ __all__ = [
     "VerificationError",
     "WriteBack",
     "active_symbolic_sizes",
-    "int_argument_source",
-    "int_size_carrier",
-    "int_size_source",
-    "readable_source",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",
@@ -287,6 +283,9 @@ __all__ = [
     "infer_meta",
     "input_meta",
     "input_symbol_slots",
+    "int_argument_source",
+    "int_size_carrier",
+    "int_size_source",
     "interpret",
     "is_dense",
     "is_symbolic",
@@ -302,6 +301,7 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "readable_source",
     "rebind_graph",
     "recompute_region",
     "recompute_regions",

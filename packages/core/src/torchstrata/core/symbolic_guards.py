@@ -86,7 +86,9 @@ class SizeCheck:
         #: the conditions the trace relied on, each pinned size replaced by its value;
         #: those that the exact tensor guards decide alone are left out
         self.exprs = _without_pinned(sizes.guard_exprs(), pinned_values)
-        self.names = {b.name: readable_source(f"{b.source}.size()[{b.dim}]") for b in sizes.bindings}
+        self.names = {
+            b.name: readable_source(f"{b.source}.size()[{b.dim}]") for b in sizes.bindings
+        }
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""

@@ -156,11 +156,11 @@ class DynamicPolicy:
         """Why the last plan made dimensions symbolic (automatic dynamic) or kept a
         dimension of size 0 or 1 static, or ''."""
         made = [
-            _made_symbolic(source, dim, earlier, size) for source, dim, earlier, size in self.changed
+            _made_symbolic(source, dim, earlier, size)
+            for source, dim, earlier, size in self.changed
         ]
         kept = [
-            f"{readable_source(f'{source}.size()[{dim}]')} is {size}: "
-            "sizes 0 and 1 are specialised"
+            f"{readable_source(f'{source}.size()[{dim}]')} is {size}: sizes 0 and 1 are specialised"
             for source, dim, size in self.specialised
         ]
         return "; ".join(made + kept)
@@ -171,7 +171,9 @@ def _made_symbolic(source: str, dim: int, earlier: tuple[int, ...], size: int) -
     argument = int_argument_source(source)
     if argument is not None:
         return f"{argument} is {size}, was {was}: int argument {argument} becomes symbolic"
-    return f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"
+    return (
+        f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"
+    )
 
 
 #: Device types whose graphs get symbolic entries: the C++ backend's and Triton's (CUDA
