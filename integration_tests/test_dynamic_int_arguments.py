@@ -149,3 +149,21 @@ def test_explain_lists_the_int_arguments_guards():
     assert "type(L['pos']) is int" in text
     assert "sizes of L['pos']" in text
     assert "L['pos'] >= 2" in text
+
+
+def broken(x, n):
+    y = x[:, :n] * 2
+    if y.sum() > -1e9:  # a graph break: n is handed on to the resumed segment
+        y = y + 1
+    return y.sum() + x[:, : n + 1].cos().sum(1)
+
+
+def test_an_int_argument_stays_symbolic_across_a_graph_break():
+    compiled = rt.compile(broken, codegen="eager")
+    for n in VALUES:
+        x = torch.randn(3, 20)
+        torch.testing.assert_close(compiled(x, n), broken(x, n))
+    assert len(compiled.cache) == 2
+    # the resumed segment: static at its first value, then one symbolic segment
+    program = compiled.cache.entries[-1].run.func
+    assert [len(segments) for segments in program.segments.values()] == [2]

@@ -27,6 +27,7 @@ from torchstrata.capture.variables import (
     DictVar,
     ObjectVar,
     SequenceVar,
+    SymbolicIntVar,
     TensorVar,
     Var,
     describe,
@@ -307,7 +308,7 @@ class Tracer:
         self.cells[INT_SIZE_CELL] = INT_SIZE_CARRIER_CELL
         self.guard(GuardKind.TYPE_MATCH, source, int)
         carrier = self._lift_tensor(int_size_carrier(value), carrier_source)
-        return ConstVar(carrier.meta.shape[0], source)
+        return SymbolicIntVar(carrier.meta.shape[0], source)
 
     def known_mutable(self, value: Any) -> Var | None:
         """The variable this trace made for the list, dict or set ``value`` (whose items
