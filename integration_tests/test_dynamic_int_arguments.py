@@ -167,3 +167,17 @@ def test_an_int_argument_stays_symbolic_across_a_graph_break():
     # the resumed segment: static at its first value, then one symbolic segment
     program = compiled.cache.entries[-1].run.func
     assert [len(segments) for segments in program.segments.values()] == [2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_a_cuda_decode_step_with_an_int_position(mode):
+    # the carrier is a CPU tensor the graph never reads, beside CUDA inputs
+    compiled = rt.compile(decode_step, mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for pos in VALUES:
+            cache, new = torch.randn(2, 16, device="cuda"), torch.randn(2, device="cuda")
+            torch.testing.assert_close(compiled(cache, new, pos), decode_step(cache, new, pos))
+    assert len(compiled.cache) == 2
