@@ -181,3 +181,22 @@ def test_a_cuda_decode_step_with_an_int_position(mode):
             cache, new = torch.randn(2, 16, device="cuda"), torch.randn(2, device="cuda")
             torch.testing.assert_close(compiled(cache, new, pos), decode_step(cache, new, pos))
     assert len(compiled.cache) == 2
+
+
+def weighted_prefix(x, w, n):
+    return (x.narrow(1, 0, n) * w).sum()
+
+
+def test_a_training_step_with_an_int_argument():
+    compiled = rt.compile(weighted_prefix)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for n in VALUES:
+            x = torch.randn(4, 16, requires_grad=True)
+            w = torch.randn(4, 1, requires_grad=True)
+            x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+            compiled(x, w, n).backward()
+            weighted_prefix(x2, w2, n).backward()
+            torch.testing.assert_close(x.grad, x2.grad)
+            torch.testing.assert_close(w.grad, w2.grad)
+    assert len(compiled.cache) == 2
