@@ -200,3 +200,27 @@ def test_a_training_step_with_an_int_argument():
             torch.testing.assert_close(x.grad, x2.grad)
             torch.testing.assert_close(w.grad, w2.grad)
     assert len(compiled.cache) == 2
+
+
+def handed_back(x, n):
+    return x[:n], n
+
+
+def handed_on(x, n):
+    return x[:n], n + 1, str(n)  # a Python value computed from n: specialised
+
+
+def test_an_int_argument_handed_back_is_the_calls_int():
+    compiled = rt.compile(handed_back, codegen="eager")
+    for n in VALUES:
+        x = torch.randn(20)
+        out, m = compiled(x, n)
+        assert type(m) is int and m == n
+        torch.testing.assert_close(out, x[:n])
+    assert len(compiled.cache) == 2
+    specialised = rt.compile(handed_on, codegen="eager", options={"recompile_limit": 16})
+    for n in VALUES:
+        x = torch.randn(20)
+        out, m, text = specialised(x, n)
+        assert (type(m), m, text) == (int, n + 1, str(n))
+        torch.testing.assert_close(out, x[:n])

@@ -40,6 +40,7 @@ from torchstrata.capture.variables import (
     IteratorVar,
     ObjectVar,
     SequenceVar,
+    SymbolicIntVar,
     TensorVar,
     Var,
 )
@@ -287,6 +288,8 @@ def _from_outputs(var: Var | None) -> bool:
     """Whether rebuilding ``var`` reads graph outputs and constants only (no source of
     ``L`` or ``G``, no cells): tensors computed by the graph, constants, and tuples,
     lists, dicts and dataclass instances of those."""
+    if isinstance(var, SymbolicIntVar):  # read again from its source (decision 0330)
+        return False
     if isinstance(var, ConstVar):
         return True
     if isinstance(var, TensorVar | SequenceVar | DictVar) and var.source is not None:
