@@ -31,7 +31,7 @@ def int_size_carrier(value: Any) -> torch.Tensor:
     """The size carrier of ``value``: shape ``(value,)``, stride 0, for an ``int``
     (exactly: not a ``bool``) of 0 or more; a 0-dim tensor for anything else."""
     if type(value) is int and value >= 0:
-        return _ONE.expand(value)
+        return _ONE.as_strided((value,), (0,))
     return _NOT_A_SIZE
 
 

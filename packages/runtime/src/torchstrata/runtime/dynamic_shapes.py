@@ -7,7 +7,9 @@ dimension symbolic when a compile sees it at a second size (automatic dynamic);
 ``dynamic=True`` makes every dimension symbolic from the first call; ``dynamic=False``
 always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
 dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
-specialised: such a call gets its own static entry.
+specialised: such a call gets its own static entry. A Python ``int`` argument (exactly:
+not a ``bool``) of 0 or more is decided as dimension 0 of its size carrier
+(``core.int_size_source``, decision 0330), without marks.
 """
 
 from __future__ import annotations
