@@ -190,7 +190,7 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
 
 def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
     """``tensor[values]`` for ints, slices, None and ``...``: a chain of view ops."""
-    consuming = sum(1 for value in values if isinstance(value, int | slice))
+    consuming = sum(1 for value in values if isinstance(value, int | torch.SymInt | slice))
     if sum(1 for value in values if value is Ellipsis) > 1:
         raise Unsupported("an index can only have a single ellipsis")
     expanded: list[Any] = []
@@ -211,12 +211,17 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
         if dim >= current.meta.ndim:
             raise Unsupported(f"too many indices for a tensor of dimension {tensor.meta.ndim}")
         size = current.meta.shape[dim]
-        if isinstance(value, int):
-            if not -size <= value < size:
+        if isinstance(value, int | torch.SymInt):
+            if not -size <= value < size:  # on a SymInt: guarded (decision 0330)
                 raise Unsupported(
                     f"index {value} is out of bounds for dimension {dim} with size {size}"
                 )
-            result = tracer.call_op(_SELECT, (current, ConstVar(dim), ConstVar(value % size)), {})  # type: ignore[arg-type]
+            index: int | torch.SymInt
+            if isinstance(value, int):
+                index = value % size
+            else:  # its sign guarded, not a Mod(s, size) the kernels would index by
+                index = value if value >= 0 else value + size
+            result = tracer.call_op(_SELECT, (current, ConstVar(dim), ConstVar(index)), {})  # type: ignore[arg-type]
             continue
         if _symbolic_slice(size, value):  # symbolic sizes: ATen's slice bounds them
             bounds = (

@@ -40,6 +40,7 @@ from torchstrata.capture.variables import (
     IteratorVar,
     ObjectVar,
     SequenceVar,
+    SymbolicIntVar,
     TensorVar,
     Var,
 )
@@ -51,6 +52,7 @@ from torchstrata.core import (
     bind_call,
     global_state,
     graph_has_symbols,
+    int_size_source,
     interpret,
     size_guards,
     symbolic_scope,
@@ -241,16 +243,20 @@ class CaptureProgram:
 
     def _symbolic_dims(self, state: State) -> dict[str, tuple[int, ...]]:
         """Source -> dims of the tensors in ``state`` whose size differs from the one an
-        earlier segment at this instruction was traced for (sizes 0 and 1 stay static);
-        the sizes are remembered."""
+        earlier segment at this instruction was traced for (sizes 0 and 1 stay static),
+        ints as their size carriers; the sizes are remembered."""
         values = [(f"L[{name!r}]", value) for name, value in state.locals.items()]
         values += [(f"S[{index}]", value) for index, value in enumerate(state.stack)]
         plan: dict[str, tuple[int, ...]] = {}
         for source, value in values:
-            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            if type(value) is int and value >= 0:  # as its size carrier (decision 0330)
+                source, shape = int_size_source(source), (value,)
+            elif type(value) in (torch.Tensor, torch.nn.Parameter):
+                shape = value.shape
+            else:
                 continue
             dims = []
-            for dim, size in enumerate(value.shape):
+            for dim, size in enumerate(shape):
                 seen = self._sizes_seen.setdefault((state.index, source, dim), set())
                 if size >= 2 and any(old != size for old in seen):
                     dims.append(dim)
@@ -282,6 +288,8 @@ def _from_outputs(var: Var | None) -> bool:
     """Whether rebuilding ``var`` reads graph outputs and constants only (no source of
     ``L`` or ``G``, no cells): tensors computed by the graph, constants, and tuples,
     lists, dicts and dataclass instances of those."""
+    if isinstance(var, SymbolicIntVar):  # read again from its source (decision 0330)
+        return False
     if isinstance(var, ConstVar):
         return True
     if isinstance(var, TensorVar | SequenceVar | DictVar) and var.source is not None:

@@ -36,6 +36,7 @@ from torchstrata.capture.variables import (
     PartialVar,
     SequenceVar,
     SuperVar,
+    SymbolicIntVar,
     TensorMethodVar,
     TensorVar,
     Var,
@@ -104,6 +105,11 @@ class Rebuilder:
             return
         if isinstance(var, ObjectVar) and var.source is not None:
             self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))
+            return
+        if isinstance(var, SymbolicIntVar):
+            # a symbolic int argument (decision 0330): the call's value, read from its
+            # source, not specialised
+            self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))  # type: ignore[arg-type]
             return
         if isinstance(var, ConstVar) and has_symbolic(var.value):
             var.value = specialise_sizes(var.value)  # handed to Python: its value, guarded now
@@ -185,6 +191,8 @@ class Rebuilder:
     def _build(self, var: Any, outputs: Sequence[Any], ns: dict[str, Any], memo: dict) -> Any:
         if isinstance(var, _Null):
             return NULL_VALUE
+        if isinstance(var, SymbolicIntVar):
+            return eval(self._code[var.source], ns)  # type: ignore[index]
         if isinstance(var, ConstVar):
             value = var.value
             return type(value)(value) if isinstance(value, set | list | dict) else value

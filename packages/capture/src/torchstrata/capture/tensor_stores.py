@@ -64,7 +64,8 @@ def _is_number(var: Var) -> bool:
 def _basic_element(element: Var) -> object:
     if not isinstance(element, ConstVar) or isinstance(element.value, bool):
         raise Unsupported(f"assigning into a tensor indexed by {describe(element)}")
-    if not isinstance(element.value, int | slice | type(None) | type(Ellipsis)):
+    # a SymInt: a symbolic position (an int argument, decision 0330) selects as an int
+    if not isinstance(element.value, int | torch.SymInt | slice | type(None) | type(Ellipsis)):
         raise Unsupported(f"assigning into a tensor indexed by {describe(element)}")
     return element.value
 
@@ -96,7 +97,10 @@ def _store_indexed(tracer: Tracer, tensor: TensorVar, elements: list[Var], value
     for element in elements:
         basic = isinstance(element, ConstVar) and (
             isinstance(element.value, slice | type(Ellipsis))
-            or (isinstance(element.value, int) and not isinstance(element.value, bool))
+            or (
+                isinstance(element.value, int | torch.SymInt)
+                and not isinstance(element.value, bool)
+            )
         )
         if not (basic or isinstance(element, TensorVar)):
             raise Unsupported(
@@ -116,7 +120,7 @@ def _store_indexed(tracer: Tracer, tensor: TensorVar, elements: list[Var], value
     indices: list[Var] = [
         ConstVar(None) if isinstance(e, ConstVar) else e
         for e in elements
-        if not (isinstance(e, ConstVar) and isinstance(e.value, int))
+        if not (isinstance(e, ConstVar) and isinstance(e.value, int | torch.SymInt))
     ]
     while indices and isinstance(indices[-1], ConstVar):
         indices.pop()

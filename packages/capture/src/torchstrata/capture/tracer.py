@@ -27,11 +27,14 @@ from torchstrata.capture.variables import (
     DictVar,
     ObjectVar,
     SequenceVar,
+    SymbolicIntVar,
     TensorVar,
     Var,
     describe,
 )
 from torchstrata.core import (
+    INT_SIZE_CARRIER_CELL,
+    INT_SIZE_CELL,
     TENSOR_TYPES,
     GraphBuilder,
     Guard,
@@ -42,9 +45,12 @@ from torchstrata.core import (
     NodeMeta,
     OpRef,
     TensorMeta,
+    active_symbolic_sizes,
     enabled_autocast,
     infer_meta,
     input_meta,
+    int_size_carrier,
+    int_size_source,
     iter_nodes,
     torch_op,
 )
@@ -276,6 +282,10 @@ class Tracer:
         if isinstance(value, torch.Tensor):
             return self._lift_tensor(value, source)
         guarded = guard and source is not None
+        if type(value) is int and guarded:
+            symbolic = self._symbolic_int(value, source)  # type: ignore[arg-type]
+            if symbolic is not None:
+                return symbolic
         if type(value) in _MUTABLE_TYPES:
             known = self._mutables.get(id(value))
             # (one first read without guards is not shared with a guarded read)
@@ -285,6 +295,20 @@ class Tracer:
         if type(value) in _MUTABLE_TYPES and isinstance(var, SequenceVar | DictVar | ConstVar):
             self._mutables[id(value)] = (value, var, guarded)
         return var
+
+    def _symbolic_int(self, value: int, source: str) -> Var | None:
+        """The ``int`` argument at ``source`` as a symbol, where the symbolic scope makes
+        it symbolic (decision 0330): the size of its size carrier, a graph input; the
+        argument guarded to be an ``int`` (its value by the carrier's size check).
+        None: not symbolic (a constant, guarded by value)."""
+        sizes = active_symbolic_sizes()
+        carrier_source = int_size_source(source)
+        if sizes is None or value < 2 or not sizes.dims.get(carrier_source):
+            return None
+        self.cells[INT_SIZE_CELL] = INT_SIZE_CARRIER_CELL
+        self.guard(GuardKind.TYPE_MATCH, source, int)
+        carrier = self._lift_tensor(int_size_carrier(value), carrier_source)
+        return SymbolicIntVar(carrier.meta.shape[0], source)
 
     def known_mutable(self, value: Any) -> Var | None:
         """The variable this trace made for the list, dict or set ``value`` (whose items

@@ -45,6 +45,13 @@ class ConstVar(Var):
 
 
 @attrs.define(eq=False)
+class SymbolicIntVar(ConstVar):
+    """An ``int`` argument read as a symbol (decision 0330): ``value`` is its ``SymInt``;
+    where the trace hands it back to Python (a graph break's state) it is read again from
+    ``source``, the call's own int, instead of being specialised."""
+
+
+@attrs.define(eq=False)
 class TensorVar(Var):
     """A tensor produced by a graph node (inputs are nodes too). ``python_attributes``:
     Python attributes assigned to it in the trace (``y.tag = "name"``), set on the real

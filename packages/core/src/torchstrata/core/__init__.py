@@ -43,6 +43,14 @@ from torchstrata.core.guard_state import (
 )
 from torchstrata.core.guard_text import describe_guard, size_check_of
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
+from torchstrata.core.int_arguments import (
+    INT_SIZE_CARRIER_CELL,
+    INT_SIZE_CELL,
+    int_argument_source,
+    int_size_carrier,
+    int_size_source,
+    readable_source,
+)
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
 from torchstrata.core.logs import (
     ARTIFACTS,
@@ -169,6 +177,8 @@ __all__ = [
     "GETITEM",
     "GLOBAL_STATE_SOURCE",
     "GUARD_NAMESPACE",
+    "INT_SIZE_CARRIER_CELL",
+    "INT_SIZE_CELL",
     "NO_CONTRACT",
     "PASS_STAGES",
     "PRIMS_VERSION",
@@ -273,6 +283,9 @@ __all__ = [
     "infer_meta",
     "input_meta",
     "input_symbol_slots",
+    "int_argument_source",
+    "int_size_carrier",
+    "int_size_source",
     "interpret",
     "is_dense",
     "is_symbolic",
@@ -288,6 +301,7 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "readable_source",
     "rebind_graph",
     "recompute_region",
     "recompute_regions",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from torchstrata.core.int_arguments import int_argument_source
 from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import Guard, GuardKind
 from torchstrata.core.symbolic_guards import SizeCheck
@@ -47,7 +48,10 @@ def describe_guard(guard: Guard) -> str:
     kind = guard.kind
     check = size_check_of(guard)
     if check is not None:  # its source is the inline lookup of a layout key
-        text = f"sizes of {', '.join(check.sources)}"
+        names = (int_argument_source(source) or source for source in check.sources)
+        text = f"sizes of {', '.join(names)}"
+    elif kind is GuardKind.TENSOR_MATCH and int_argument_source(source) is not None:
+        text = f"{int_argument_source(source)}: an int, as the size of its carrier (symbolic)"
     elif kind is GuardKind.TENSOR_MATCH:
         if isinstance(expected, TensorMeta):
             text = f"{source}: Tensor, {describe_tensor_meta(expected)}"

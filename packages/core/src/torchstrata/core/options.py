@@ -104,7 +104,8 @@ class CompileOptions:
     * ``dynamic``: None compiles a call static first and makes a dimension symbolic on
       its second distinct size; ``True`` symbolic from the first call; ``False``
       specialises every shape (sizes 0 and 1 are always specialised; see the runtime's
-      ``dynamic_shapes``).
+      ``dynamic_shapes``). A Python ``int`` argument is treated as a size (decision
+      0330).
     * ``mode``: ``"reduce-overhead"`` records CUDA graphs of compiled CUDA forwards;
       ``"max-autotune"`` does the same (Triton launch configurations are autotuned on
       the first call in every mode; there is no more to tune) and says so once;

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from torchstrata.core.int_arguments import readable_source
+
 #: Symbolic scalar types (their ``.node.expr`` is a sympy expression over the symbols).
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
@@ -252,7 +254,7 @@ class SymbolicSizes:
 
     def describe_guards(self) -> tuple[str, ...]:
         """The recorded conditions as text, with each symbol named by its dimension."""
-        names = {b.name: f"{b.source}.size()[{b.dim}]" for b in self.bindings}
+        names = {b.name: readable_source(f"{b.source}.size()[{b.dim}]") for b in self.bindings}
         texts = []
         for expr in self.guard_exprs():
             text = str(expr)

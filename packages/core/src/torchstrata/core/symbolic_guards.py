@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.core.int_arguments import readable_source
 from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import (
@@ -85,7 +86,9 @@ class SizeCheck:
         #: the conditions the trace relied on, each pinned size replaced by its value;
         #: those that the exact tensor guards decide alone are left out
         self.exprs = _without_pinned(sizes.guard_exprs(), pinned_values)
-        self.names = {b.name: f"{b.source}.size()[{b.dim}]" for b in sizes.bindings}
+        self.names = {
+            b.name: readable_source(f"{b.source}.size()[{b.dim}]") for b in sizes.bindings
+        }
         self.sources = tuple(sources)
         #: why the last call that failed it did ('' when it held)
         self.last_failure = ""
@@ -178,7 +181,7 @@ class SizeCheck:
                 zip(actual, symbolic, expected, strict=True)
             ):
                 if size != value and is_symbolic(meta_size):
-                    this, other = f"{source}.size()[{dim}]", self._named(meta_size)
+                    this, other = readable_source(f"{source}.size()[{dim}]"), self._named(meta_size)
                     return (
                         f"size relation {this} == {other} is false for "
                         f"{this} = {size}, {other} = {value}"
@@ -243,6 +246,7 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
     sources: list[str] = []
     metas: list[TensorMeta] = []
     pinned: dict[str, TensorMeta] = {}
+    read_cells: dict[str, types.CellType] = {}  # the cells the symbolic sources read
     for guard in guards:
         meta = guard.expected
         symbolic = isinstance(meta, TensorMeta) and (
@@ -250,8 +254,9 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         )
         if guard.kind is GuardKind.TENSOR_MATCH and symbolic:
             traits = TensorTraits.of(meta)
-            kept.append(Guard(GuardKind.TENSOR_MATCH, guard.source, traits, guard.description))
+            kept.append(attrs.evolve(guard, expected=traits))
             sources.append(guard.source)
+            read_cells.update(guard.cells)
             metas.append(meta)
         else:
             if guard.kind is GuardKind.TENSOR_MATCH and isinstance(meta, TensorMeta):
@@ -270,6 +275,10 @@ def size_guards(guards: Sequence[Guard], sizes: SymbolicSizes) -> tuple[Guard, .
         f"{lookup}.cell_contents({check.key_expression(sources)}) is True"
         f" or {name}.cell_contents.decide({', '.join(sources)})"
     )
-    cells = ((name, types.CellType(check)), (lookup, types.CellType(check.known.get)))
+    cells = (
+        (name, types.CellType(check)),
+        (lookup, types.CellType(check.known.get)),
+        *read_cells.items(),
+    )
     kept.append(Guard(GuardKind.CONSTANT_MATCH, source, True, check.description(), cells=cells))
     return tuple(kept)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from torchstrata.core.int_arguments import int_argument_source
 from torchstrata.core.meta import TensorMeta, is_dense
 from torchstrata.core.symbolic import active_symbolic_sizes
 
@@ -17,6 +18,9 @@ def input_meta(source: str, tensor: torch.Tensor) -> TensorMeta:
     sizes = active_symbolic_sizes()
     if sizes is None or not sizes.dims.get(source):
         return meta
+    if int_argument_source(source) is not None:  # an int's size carrier: stride 0
+        size = sizes.size(source, 0, meta.shape[0])
+        return TensorMeta((size,), meta.dtype, meta.device, (0,), False)
     if not is_dense(meta.shape, meta.strides) or tensor.storage_offset() != 0:
         sizes.refused[source] = "its layout is not dense"
         return meta

@@ -7,7 +7,9 @@ dimension symbolic when a compile sees it at a second size (automatic dynamic);
 ``dynamic=True`` makes every dimension symbolic from the first call; ``dynamic=False``
 always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
 dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
-specialised: such a call gets its own static entry.
+specialised: such a call gets its own static entry. A Python ``int`` argument (exactly:
+not a ``bool``) of 0 or more is decided as dimension 0 of its size carrier
+(``core.int_size_source``, decision 0330), without marks.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from torchstrata.core import (
     graph_has_symbols,
     graph_symbols,
     input_symbol_slots,
+    int_argument_source,
+    int_size_source,
     interpret,
+    readable_source,
     size_guards,
 )
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
@@ -111,13 +116,19 @@ class DynamicPolicy:
         plan: dict[str, tuple[int, ...]] = {}
         self.changed, self.specialised, self.first_time = [], [], False
         for name, value in frame.items():
-            if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            if type(value) is int and value >= 0:
+                # an int argument as the size of its carrier (decision 0330): like a
+                # tensor's dimension without marks (a bool is not an int here)
+                source, shape = int_size_source(f"L[{name!r}]"), (value,)
+                static, marked = set(), set()
+            elif type(value) in (torch.Tensor, torch.nn.Parameter):
+                source, shape = f"L[{name!r}]", value.shape
+                static = _marks(value, _STATIC_ATTR, _TORCH_STATIC_ATTR)
+                marked = _marks(value, _DYNAMIC_ATTR, _TORCH_DYNAMIC_ATTR) - static
+            else:
                 continue
-            source = f"L[{name!r}]"
-            static = _marks(value, _STATIC_ATTR, _TORCH_STATIC_ATTR)
-            marked = _marks(value, _DYNAMIC_ATTR, _TORCH_DYNAMIC_ATTR) - static
             dims = []
-            for dim, size in enumerate(value.shape):
+            for dim, size in enumerate(shape):
                 seen = self.seen.setdefault((source, dim), set())
                 earlier = tuple(sorted(seen))
                 seen.add(size)
@@ -147,15 +158,24 @@ class DynamicPolicy:
         """Why the last plan made dimensions symbolic (automatic dynamic) or kept a
         dimension of size 0 or 1 static, or ''."""
         made = [
-            f"{source}.size()[{dim}] is {size}, was {', '.join(map(str, earlier))}: "
-            f"dimension {dim} of {source} becomes symbolic"
+            _made_symbolic(source, dim, earlier, size)
             for source, dim, earlier, size in self.changed
         ]
         kept = [
-            f"{source}.size()[{dim}] is {size}: sizes 0 and 1 are specialised"
+            f"{readable_source(f'{source}.size()[{dim}]')} is {size}: sizes 0 and 1 are specialised"
             for source, dim, size in self.specialised
         ]
         return "; ".join(made + kept)
+
+
+def _made_symbolic(source: str, dim: int, earlier: tuple[int, ...], size: int) -> str:
+    was = ", ".join(map(str, earlier))
+    argument = int_argument_source(source)
+    if argument is not None:
+        return f"{argument} is {size}, was {was}: int argument {argument} becomes symbolic"
+    return (
+        f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"
+    )
 
 
 #: Device types whose graphs get symbolic entries: the C++ backend's and Triton's (CUDA
@@ -396,7 +416,10 @@ def compile_symbolic(
     first: dict[tuple[str, int], str] = {}
     for binding in sizes.bindings:
         first.setdefault((binding.source, binding.dim), binding.name)
-    dims = ", ".join(f"{source}.size()[{dim}] as {name}" for (source, dim), name in first.items())
+    dims = ", ".join(
+        f"{readable_source(f'{source}.size()[{dim}]')} as {name}"
+        for (source, dim), name in first.items()
+    )
     logger.info("compiling %s with symbolic sizes: %s", function_title(fn), dims)
     dynamic_log.debug("symbolic graph of %s:\n%s", function_title(fn), capture.graphs[0])
     program = guarded.program

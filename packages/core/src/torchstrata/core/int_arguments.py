@@ -1,0 +1,58 @@
+"""Python ``int`` arguments as symbolic sizes (decision 0330).
+
+A symbol is read at call time from a dimension of a graph input (``input_symbol_slots``,
+the size check, the size dispatch). An ``int`` argument the dynamic-shapes policy makes
+symbolic gets such an input of its own: its *size carrier*, a tensor of shape ``(n,)``
+and stride 0 (no storage of its own) read from the source ``int_size_source(L['n'])``.
+The graph never reads the carrier's data; its dimension 0 is the symbol that stands for
+``n`` wherever the trace used ``n``.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Any
+
+import torch
+
+#: The name, in guard and input sources, of the cell holding :func:`int_size_carrier`
+#: (``__cell_`` names are bound from a guard's ``cells``).
+INT_SIZE_CELL = "__cell_torchstrata_int_size__"
+_CARRIER_SOURCE = re.compile(re.escape(INT_SIZE_CELL) + r"\.cell_contents\((?P<source>.+)\)")
+
+_ONE = torch.empty(1, dtype=torch.uint8)
+#: What a value that is not a non-negative ``int`` (a bool, a float, -1) carries: a
+#: 0-dim tensor, which no carrier's guard accepts.
+_NOT_A_SIZE = torch.empty((), dtype=torch.uint8)
+
+
+def int_size_carrier(value: Any) -> torch.Tensor:
+    """The size carrier of ``value``: shape ``(value,)``, stride 0, for an ``int``
+    (exactly: not a ``bool``) of 0 or more; a 0-dim tensor for anything else."""
+    if type(value) is int and value >= 0:
+        return _ONE.as_strided((value,), (0,))
+    return _NOT_A_SIZE
+
+
+#: The cell the sources name (guards and input fetches bind ``INT_SIZE_CELL`` to it).
+INT_SIZE_CARRIER_CELL = types.CellType(int_size_carrier)
+
+
+def int_size_source(source: str) -> str:
+    """The source of the size carrier of the ``int`` read at ``source`` (``L['n']``)."""
+    return f"{INT_SIZE_CELL}.cell_contents({source})"
+
+
+def int_argument_source(source: str) -> str | None:
+    """``L['n']`` for the source of ``L['n']``'s size carrier; None for any other."""
+    match = _CARRIER_SOURCE.fullmatch(source)
+    return match["source"] if match else None
+
+
+def readable_source(text: str) -> str:
+    """``text`` with each size carrier's dimension (``<carrier of L['n']>.size()[0]``)
+    named by its argument (``L['n']``)."""
+    return re.sub(
+        re.escape(INT_SIZE_CELL) + r"\.cell_contents\((L\[[^\]]+\])\)\.size\(\)\[0\]", r"\1", text
+    )
