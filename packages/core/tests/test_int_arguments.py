@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from torchstrata.core import (
     int_argument_source,
     int_size_carrier,
     int_size_source,
+    is_int_size_carrier,
     readable_source,
 )
 
@@ -30,3 +32,11 @@ def test_sources_name_the_argument():
     assert int_argument_source("L['x']") is None
     text = f"{source}.size()[0] + 1 <= L['x'].size()[1]"
     assert readable_source(text) == "L['pos'] + 1 <= L['x'].size()[1]"
+
+
+def test_a_carrier_is_told_from_other_tensors():
+    assert is_int_size_carrier(int_size_carrier(5))
+    assert not is_int_size_carrier(int_size_carrier(2.0))  # 0-dim: not a size
+    assert not is_int_size_carrier(torch.empty(5, dtype=torch.uint8))
+    assert not is_int_size_carrier(torch.zeros(1, dtype=torch.uint8).expand(5))
+    assert not is_int_size_carrier(5)

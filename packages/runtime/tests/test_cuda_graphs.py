@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import torchstrata.runtime as rt
-from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, prim
+from torchstrata.core import GraphBuilder, Level, TensorMeta, aten, int_size_carrier, prim
 from torchstrata.runtime import cuda_graphs
 from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
 from torchstrata.runtime.fallback import TorchstrataFallbackWarning, clear_warnings
@@ -57,6 +57,20 @@ def test_cpu_inputs_run_without_a_graph_and_say_why():
         (out,) = graphed(torch.ones(3))
     torch.testing.assert_close(out, torch.full((3,), 2.0))
     assert graphed.given_up and graphed.graph is None
+
+
+def test_an_int_arguments_size_carrier_is_no_reason_to_give_up():
+    # an int argument made symbolic arrives as a CPU size carrier (decision 0330) beside
+    # the CUDA inputs; no kernel reads it, so the warm-up calls go on to a recording
+    clear_warnings()
+    graphed = CudaGraphed(lambda n: (n.shape[0],), "a test graph")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        for _ in range(cuda_graphs.WARMUP_CALLS):
+            assert graphed(int_size_carrier(5)) == (5,)
+    assert not graphed.given_up and graphed.calls == cuda_graphs.WARMUP_CALLS
+    with pytest.warns(TorchstrataFallbackWarning, match="not a CUDA tensor"):
+        CudaGraphed(lambda n: (n,), "another")(torch.ones(5, dtype=torch.uint8))
 
 
 def test_on_the_cpu_the_mode_changes_nothing():

@@ -49,6 +49,7 @@ from torchstrata.core.int_arguments import (
     int_argument_source,
     int_size_carrier,
     int_size_source,
+    is_int_size_carrier,
     readable_source,
 )
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
@@ -288,6 +289,7 @@ __all__ = [
     "int_size_source",
     "interpret",
     "is_dense",
+    "is_int_size_carrier",
     "is_symbolic",
     "iter_nodes",
     "log_settings",

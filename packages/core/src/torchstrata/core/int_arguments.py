@@ -35,6 +35,17 @@ def int_size_carrier(value: Any) -> torch.Tensor:
     return _NOT_A_SIZE
 
 
+def is_int_size_carrier(value: Any) -> bool:
+    """Whether ``value`` is a size carrier of :func:`int_size_carrier` for an ``int`` (a
+    view of the carriers' one byte, stride 0): a graph input whose data no kernel reads."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 1
+        and value.stride() == (0,)
+        and value.untyped_storage().data_ptr() == _ONE.untyped_storage().data_ptr()
+    )
+
+
 #: The cell the sources name (guards and input fetches bind ``INT_SIZE_CELL`` to it).
 INT_SIZE_CARRIER_CELL = types.CellType(int_size_carrier)
 

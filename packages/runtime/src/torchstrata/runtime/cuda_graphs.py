@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Graph, PrimFamily, get_prim
+from torchstrata.core import Graph, PrimFamily, get_prim, is_int_size_carrier
 from torchstrata.runtime.fallback import warn_once
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -147,6 +147,8 @@ class CudaGraphed:
             if all(seen[index] == addresses[index] for seen in self.seen):
                 stable.append((index, addresses[index]))
                 continue
+            if addresses[index] < 0:  # a size carrier is one length per recorded graph
+                raise ValueError(f"input {index}, an int argument, changed between calls")
             buffer = torch.empty_strided(
                 tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
             )
@@ -177,8 +179,7 @@ class CudaGraphed:
 
     def _replay(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         for index, address in self.stable:
-            tensor = inputs[index]
-            if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() != address:
+            if _address(inputs[index]) != address:
                 return self._moved(inputs)
         for index, buffer in self.copied:
             buffer.copy_(inputs[index])
@@ -200,7 +201,20 @@ def _addresses(inputs: Sequence[Any]) -> tuple[int, ...] | None:
     baked into the graph as it was when recorded)."""
     found: list[int] = []
     for value in inputs:
-        if not isinstance(value, torch.Tensor) or not value.is_cuda:
+        address = _address(value)
+        if address is None:
             return None
-        found.append(value.data_ptr())
+        found.append(address)
     return tuple(found)
+
+
+def _address(value: Any) -> int | None:
+    """A CUDA tensor's address; for the size carrier of an ``int`` argument (a CPU tensor
+    no kernel reads, decision 0330) a stand-in unique to its length, so that a graph
+    recorded at one length is never replayed at another; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cuda:
+            return value.data_ptr()
+        if is_int_size_carrier(value):
+            return -1 - value.shape[0]
+    return None
