@@ -29,16 +29,22 @@ from torchstrata.inductor.schedule.plan import plan_graph
 pytest.importorskip("triton")
 
 
-def _mean_log_sum_exp(rows: int, n: int, kind: str = "sum"):
-    """``mean(logsumexp(x, 1) - w)`` (cross-entropy's shape): row max and sum of exp in a
-    row kernel, then a reduction (``kind``) over the rows of ``log(sum) + max - w``."""
+def _log_sum_exp_rows(rows: int, n: int):
+    """A builder with inputs ``x [rows, n]`` and ``w [rows]``, and ``logsumexp(x, 1)``: row
+    max and sum of exp in a row kernel."""
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((rows, n), torch.float32))
     w = b.input("w", TensorMeta((rows,), torch.float32))
     peak = b.call(prim("amax"), x, (1,))
     wide = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
     total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1,))
-    lse = b.call(prim("add"), b.call(prim("log"), total), peak)
+    return b, b.call(prim("add"), b.call(prim("log"), total), peak), w
+
+
+def _mean_log_sum_exp(rows: int, n: int, kind: str = "sum"):
+    """``mean(logsumexp(x, 1) - w)`` (cross-entropy's shape): row max and sum of exp in a
+    row kernel, then a reduction (``kind``) over the rows of ``log(sum) + max - w``."""
+    b, lse, w = _log_sum_exp_rows(rows, n)
     reduced = b.call(prim(kind), b.call(prim("sub"), lse, w), (0,))
     return b.build([b.call(prim("div"), reduced, float(rows))])
 
@@ -167,13 +173,7 @@ def test_tails_can_be_turned_off():
 
 def _two_sums_over_rows(rows: int, n: int):
     """``sum(lse - w) / sum(lse * w)`` over the rows: a tail of two reductions."""
-    b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((rows, n), torch.float32))
-    w = b.input("w", TensorMeta((rows,), torch.float32))
-    peak = b.call(prim("amax"), x, (1,))
-    wide = b.call(prim("broadcast_in_dim"), peak, (rows, n), (0,))
-    total = b.call(prim("sum"), b.call(prim("exp"), b.call(prim("sub"), x, wide)), (1,))
-    lse = b.call(prim("add"), b.call(prim("log"), total), peak)
+    b, lse, w = _log_sum_exp_rows(rows, n)
     first = b.call(prim("sum"), b.call(prim("sub"), lse, w), (0,))
     second = b.call(prim("sum"), b.call(prim("mul"), lse, w), (0,))
     return b.build([b.call(prim("div"), first, second)])
