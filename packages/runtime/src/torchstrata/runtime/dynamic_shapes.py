@@ -43,6 +43,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
+from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
 from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
@@ -51,15 +52,11 @@ dynamic_log = artifact_logger(__name__, "dynamic")
 
 _DYNAMIC_ATTR = "_torchstrata_dynamic_dims"
 _STATIC_ATTR = "_torchstrata_static_dims"
-#: What ``torch._dynamo.mark_dynamic`` / ``mark_static`` set on a tensor (read, never
-#: written: code written for torch.compile keeps its marks; decision 0325).
-_TORCH_DYNAMIC_ATTR = "_dynamo_dynamic_indices"
-_TORCH_STATIC_ATTR = "_dynamo_static_indices"
 
 
-def _marks(value: torch.Tensor, ours: str, torchs: str) -> set[int]:
-    """The dimensions marked on ``value`` by this package's call (``ours``) or torch's."""
-    return set(getattr(value, ours, ())) | set(getattr(value, torchs, ()))
+def _marks(value: torch.Tensor, ours: str) -> set[int]:
+    """The dimensions marked on ``value`` by this package's call (``ours``)."""
+    return set(getattr(value, ours, ()))
 
 
 def _check_dim(tensor: Any, dim: int) -> int:
@@ -123,8 +120,9 @@ class DynamicPolicy:
                 static, marked = set(), set()
             elif type(value) in (torch.Tensor, torch.nn.Parameter):
                 source, shape = f"L[{name!r}]", value.shape
-                static = _marks(value, _STATIC_ATTR, _TORCH_STATIC_ATTR)
-                marked = _marks(value, _DYNAMIC_ATTR, _TORCH_DYNAMIC_ATTR) - static
+                # torch.compile's marks count as ours (decision 0325)
+                static = _marks(value, _STATIC_ATTR) | dynamo_static_dims(value)
+                marked = (_marks(value, _DYNAMIC_ATTR) | dynamo_dynamic_dims(value)) - static
             else:
                 continue
             dims = []
