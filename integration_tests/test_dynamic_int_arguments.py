@@ -58,14 +58,20 @@ def _inputs(fn, n):
     return torch.randn(3, 20), n
 
 
-@pytest.mark.parametrize("fn", [narrowed, prefix, viewed, ramp, scaled, decode_step])
-def test_an_int_argument_becomes_symbolic_on_its_second_value(fn):
-    compiled = rt.compile(fn, codegen="eager")
+def _matches_eager_at_every_value(compiled, fn, inputs=_inputs) -> None:
+    """Call ``compiled`` at every value of :data:`VALUES` (``inputs(fn, n)``), each result
+    equal to ``fn``'s, no fallback to eager."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
         for n in VALUES:
-            args = _inputs(fn, n)
+            args = inputs(fn, n)
             torch.testing.assert_close(compiled(*args), fn(*args))
+
+
+@pytest.mark.parametrize("fn", [narrowed, prefix, viewed, ramp, scaled, decode_step])
+def test_an_int_argument_becomes_symbolic_on_its_second_value(fn):
+    compiled = rt.compile(fn, codegen="eager")
+    _matches_eager_at_every_value(compiled, fn)
     # the first value static, then one symbolic entry for the other eight
     assert len(compiled.cache) == 2
     assert "int argument" in compiled.recompile_reasons[0]
@@ -74,11 +80,7 @@ def test_an_int_argument_becomes_symbolic_on_its_second_value(fn):
 
 def test_generated_kernels_serve_every_value():
     compiled = rt.compile(decode_step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
-        for pos in VALUES:
-            args = _inputs(decode_step, pos)
-            torch.testing.assert_close(compiled(*args), decode_step(*args))
+    _matches_eager_at_every_value(compiled, decode_step)
     assert len(compiled.cache) == 2
 
 
@@ -175,11 +177,11 @@ def test_an_int_argument_stays_symbolic_across_a_graph_break():
 def test_a_cuda_decode_step_with_an_int_position(mode):
     # the carrier is a CPU tensor the graph never reads, beside CUDA inputs
     compiled = rt.compile(decode_step, mode=mode)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
-        for pos in VALUES:
-            cache, new = torch.randn(2, 16, device="cuda"), torch.randn(2, device="cuda")
-            torch.testing.assert_close(compiled(cache, new, pos), decode_step(cache, new, pos))
+
+    def on_the_gpu(fn, pos):
+        return torch.randn(2, 16, device="cuda"), torch.randn(2, device="cuda"), pos
+
+    _matches_eager_at_every_value(compiled, decode_step, on_the_gpu)
     assert len(compiled.cache) == 2
 
 
