@@ -6,6 +6,7 @@ Every stage depends on this package and on nothing else of torchstrata.
 from torchstrata.core.builder import GraphBuilder, MetaInferenceError, infer_meta
 from torchstrata.core.call_defaults import bind_call, current_defaults
 from torchstrata.core.complex_values import COMPLEX_REASON, touches_complex
+from torchstrata.core.concretizer import concretize
 from torchstrata.core.contracts import (
     NO_CONTRACT,
     DirectLauncher,
@@ -141,7 +142,6 @@ from torchstrata.core.symbolic import (
     SymbolBinding,
     SymbolicSizes,
     active_symbolic_sizes,
-    concretize,
     has_symbols,
     is_symbolic,
     size_hint,

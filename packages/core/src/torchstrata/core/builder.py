@@ -18,7 +18,8 @@ from torchstrata.core.ops import GETITEM, Level, OpKind, OpRef
 from torchstrata.core.prims import get_prim
 from torchstrata.core.symbolic import active_symbolic_sizes, fake_mode_for
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A well-formed node name (an ASCII identifier); others are replaced when a graph is built.
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class MetaInferenceError(RuntimeError):
@@ -148,7 +149,7 @@ class GraphBuilder:
         return len(self._nodes)
 
     def _unique_name(self, base: str) -> str:
-        base = base if _NAME.fullmatch(base) else "v"
+        base = base if NAME_PATTERN.fullmatch(base) else "v"
         if base not in self._names:
             self._names.add(base)
             return base

@@ -279,26 +279,3 @@ def evaluate(value: Any, values: Mapping[str, int]) -> Any:
     if isinstance(value, torch.SymFloat) or (substituted.is_Number and not substituted.is_Integer):
         return float(substituted)
     return int(substituted)
-
-
-def concretize(value: Any, values: Mapping[str, int]) -> Any:
-    """``value`` with every symbolic scalar in it replaced by its value under ``values``
-    (through tuples, lists, dicts, ``torch.Size`` and attrs metadata)."""
-    import attrs
-
-    if isinstance(value, SYMBOLIC_TYPES):
-        return evaluate(value, values)
-    if isinstance(value, torch.Size):
-        return torch.Size(concretize(item, values) for item in value)
-    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(concretize(item, values) for item in value)
-    if isinstance(value, dict):
-        return {key: concretize(item, values) for key, item in value.items()}
-    if attrs.has(type(value)) and getattr(value, "shape", None) is not None:
-        changes = {
-            field: concretize(getattr(value, field), values)
-            for field in ("shape", "strides")
-            if hasattr(value, field)
-        }
-        return attrs.evolve(value, **changes)
-    return value

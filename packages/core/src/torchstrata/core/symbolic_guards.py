@@ -12,12 +12,12 @@ from typing import Any
 import attrs
 import torch
 
+from torchstrata.core.concretizer import concretize
 from torchstrata.core.int_arguments import readable_source
 from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import TENSOR_TYPES, Guard, GuardKind
 from torchstrata.core.symbolic import (
     SymbolicSizes,
-    concretize,
     has_symbols,
     is_symbolic,
     size_hint,
