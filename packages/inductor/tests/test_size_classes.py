@@ -46,6 +46,14 @@ def _mean_rows(length: int):
     )
 
 
+def _column_mean(length: int):
+    """``sum(x, 0) / (length - 1)`` over ``[length, 48]``: a column reduction's count read
+    from ``rnumel`` also where the length equals the rows (48), named ``xnumel`` there."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((length, 48), torch.float32))
+    return b.build([b.call(prim("div"), b.call(prim("sum"), x, (0,)), float(length - 1))])
+
+
 def _scaled(length: int):
     """``x * 3 + 1`` over ``[length, 24]``: a pointwise kernel of ``24 * length`` elements."""
     b = GraphBuilder(Level.PRIMS)
@@ -68,6 +76,7 @@ def _softmax(length: int):
 KINDS = {
     "row": _halved_rows,
     "column": _column_sum,
+    "column_mean": _column_mean,
     "mean": _mean_rows,
     "pointwise": _scaled,
     "softmax": _softmax,
