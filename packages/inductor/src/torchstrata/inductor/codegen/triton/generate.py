@@ -63,6 +63,7 @@ from torchstrata.inductor.ir.online import (
     reduction_phases,
     variance_pairs,
 )
+from torchstrata.inductor.schedule.columns import is_column_reduction
 
 _COMBINE = {"sum": "_ts_sum", "prod": "_ts_prod", "amax": "_ts_max", "amin": "_ts_min"}
 
@@ -105,7 +106,12 @@ def generate_triton(
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
     # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
     length = kernel.row_length if kernel.red_shape else 0
-    names = cats | _rows_name(kernel) | ({length: RED_PARAM} if length >= 2 else {})
+    lengths = {length: RED_PARAM} if length >= 2 else {}
+    # rows as many as the row is long: a column reduction's reduced stride is its rows, a
+    # row kernel's row stride its length, at every size (decision 0361)
+    rows = _rows_name(kernel)
+    column_strides = length == kernel.rows and is_column_reduction(kernel, unanimous=True)
+    names = cats | (lengths | rows if column_strides else rows | lengths)
     with named_sizes(names, cats):
         return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
 
