@@ -40,8 +40,8 @@ def _convs(graph: Graph) -> list[Node]:
 
 
 def test_operands_and_results_become_channels_last() -> None:
-    """Both convolutions take channels-last copies of their input (their weights as they
-    are: ATen reorders a weight itself) and give a channels-last result."""
+    """Both convolutions take channels-last copies of their input and weight (ATen would
+    copy a row-major weight itself on every call) and give a channels-last result."""
     graph = _block()
     rewritten = channels_last_convolutions(graph)
     convs = _convs(rewritten)
@@ -50,7 +50,8 @@ def test_operands_and_results_become_channels_last() -> None:
         x, weight = conv.args[0], conv.args[1]
         assert x.op == prim("mul") and x.args[1] == 1
         assert x.tensor_meta.strides == channels_last_strides(SHAPE)
-        assert weight.is_input
+        assert weight.op == prim("mul") and weight.args[0].is_input
+        assert weight.tensor_meta.strides == channels_last_strides(WEIGHT)
         assert conv.tensor_meta.strides == channels_last_strides(SHAPE)
     # the output keeps the graph's layout; it reads the input's copy, not the input
     (output,) = rewritten.outputs
@@ -76,11 +77,12 @@ def test_output_is_stored_in_the_graphs_layout_walking_channels_last(ind) -> Non
 def test_block_matches_the_interpreter_with_no_extra_kernel(ind) -> None:
     """Compiled with the rewrite, the block gives the interpreter's values in the graph's
     layout; the kernel between the convolutions stores the channels-last copy itself (one
-    kernel: no separate copy of the hidden value), so the block has three kernels: the
-    input's copy, the hidden value, the output (stored in the graph's layout)."""
+    kernel: no separate copy of the hidden value), so the block has four kernels: the
+    input's copy, the weights' copies (one horizontal kernel), the hidden value, the
+    output (stored in the graph's layout)."""
     graph = _block()
     compiled = ind.check(graph, "cpp", seeds=(0, 1), rtol=1e-4, atol=1e-4)
-    assert len(compiled.kernels) == 3
+    assert len(compiled.kernels) == 4
 
 
 def test_aten_gives_the_recorded_layout() -> None:

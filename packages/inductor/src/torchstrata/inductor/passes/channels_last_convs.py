@@ -7,8 +7,10 @@ call, a channels-last input is read as it is and gives a channels-last result. F
 kernel (``prims.mul(x, 1)`` stored channels-last: a computed input, e.g. the batch norm
 and ReLU before the next convolution, is stored that way by the kernel that computes
 it, at no extra cost) and the convolution's result is recorded channels-last; the
-pointwise kernels after it read it in that layout. Weights stay as they are (ATen
-reorders them itself; a kernel copying a 9 MB weight across its rows cost more). A
+pointwise kernels after it read it in that layout. Its weight is copied into
+channels-last too (decision 0371): ATen otherwise copies a row-major weight itself on
+every call (``contiguous``, a fresh allocation), 50-100 us more per M4 convolution than
+our kernel's copy and the convolution of the copy. A
 row-major graph output computed elementwise from such results (and from convolution
 inputs, read through their copies) is computed by a kernel that walks its channels-last
 operands in their order and stores the output row-major across the short channel dim
@@ -189,9 +191,12 @@ class _ChannelsLast(Transformer):
         if result_strides is None or node.op is None:
             return super().transform_node(node, args, kwargs)
         x = self._channels_last(args[0], f"{node.name}_input")
+        weight = self._channels_last(args[1], f"{node.name}_weight")
         meta = attrs.evolve(node.tensor_meta, strides=result_strides)
         with self.builder.tagged(node.tags):
-            return self.builder.call(node.op, x, *args[1:], meta=meta, name=node.name, **kwargs)
+            return self.builder.call(
+                node.op, x, weight, *args[2:], meta=meta, name=node.name, **kwargs
+            )
 
     def _in_chain(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         """A node between a channels-last convolution and a graph output: it reads the
