@@ -40,8 +40,8 @@ def _convs(graph: Graph) -> list[Node]:
 
 
 def test_operands_and_results_become_channels_last() -> None:
-    """Both convolutions take channels-last copies of their input (their weights as they
-    are: ATen reorders a weight itself) and give a channels-last result."""
+    """Both convolutions take channels-last copies of their input and weight (ATen would
+    copy a row-major weight itself on every call) and give a channels-last result."""
     graph = _block()
     rewritten = channels_last_convolutions(graph)
     convs = _convs(rewritten)
@@ -50,19 +50,25 @@ def test_operands_and_results_become_channels_last() -> None:
         x, weight = conv.args[0], conv.args[1]
         assert x.op == prim("mul") and x.args[1] == 1
         assert x.tensor_meta.strides == channels_last_strides(SHAPE)
-        assert weight.is_input
+        assert weight.op == prim("mul") and weight.args[0].is_input
+        assert weight.tensor_meta.strides == channels_last_strides(WEIGHT)
         assert conv.tensor_meta.strides == channels_last_strides(SHAPE)
-    # the output is computed channels-last, reading the input's copy, not the input
+    # the output keeps the graph's layout; it reads the input's copy, not the input
     (output,) = rewritten.outputs
-    assert output.tensor_meta.strides == channels_last_strides(SHAPE)
+    assert output.tensor_meta.strides == (800, 100, 10, 1)
     residual = output.args[0]
     assert [arg.name for arg in residual.args] == ["convolution_1", "convolution_input"]
 
 
-def test_output_comes_back_in_the_graphs_layout(ind) -> None:
-    """The launcher copies the channels-last output into the layout the graph promised."""
+def test_output_is_stored_in_the_graphs_layout_walking_channels_last(ind) -> None:
+    """The output's kernel walks its channels-last operands in their order (channels
+    innermost: contiguous loads) and stores the output in the layout the graph promised,
+    across its channels (decision 0370): no copy of the output by the launcher."""
     compiled = ind.compile(_block(), "cpp")
-    assert "_restride(" in compiled.launcher_source.splitlines()[-2]
+    assert "_restride(" not in compiled.launcher_source.splitlines()[-2]
+    last = compiled.kernels[-1].source.split('extern "C" void')[-1]
+    assert "buf_convolution_1[800*x0 + 80*x1 + 8*x2 + x3]" in last
+    assert "[800*x0 + 10*x1 + x2 + 100*x3] =" in last  # stored row-major, channels x3
     args = [torch.randn(SHAPE), torch.randn(WEIGHT), torch.randn(WEIGHT), torch.rand(8) + 0.5]
     (out,) = compiled(*args)
     assert out.stride() == (800, 100, 10, 1)
@@ -71,12 +77,12 @@ def test_output_comes_back_in_the_graphs_layout(ind) -> None:
 def test_block_matches_the_interpreter_with_no_extra_kernel(ind) -> None:
     """Compiled with the rewrite, the block gives the interpreter's values in the graph's
     layout; the kernel between the convolutions stores the channels-last copy itself (one
-    kernel: no separate copy of the hidden value), so the block has three kernels: the
-    input's copy, the hidden value, the output (channels-last, copied into the graph's
-    layout by ATen)."""
+    kernel: no separate copy of the hidden value), so the block has four kernels: the
+    input's copy, the weights' copies (one horizontal kernel), the hidden value, the
+    output (stored in the graph's layout)."""
     graph = _block()
     compiled = ind.check(graph, "cpp", seeds=(0, 1), rtol=1e-4, atol=1e-4)
-    assert len(compiled.kernels) == 3
+    assert len(compiled.kernels) == 4
 
 
 def test_aten_gives_the_recorded_layout() -> None:

@@ -70,3 +70,37 @@ def test_reduction_kernels_keep_their_row_order(ind):
     kernel = ind.only_kernel(ind.softmax_rows(8, 32, torch.float32))
     assert kernel.row_shape == (8,)
     assert kernel.red_shape == (32,)
+
+
+def _sum_into_row_major(shape, strides_a, strides_b):
+    """``relu(a + b)`` stored row-major, ``a`` and ``b`` laid out with the given strides."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("a", TensorMeta(shape, torch.float32, strides=strides_a))
+    y = b.input("b", TensorMeta(shape, torch.float32, strides=strides_b))
+    return b.build([b.call(prim("maximum"), b.call(prim("add"), x, y), 0.0)])
+
+
+def test_row_major_output_of_channels_last_operands_walks_channels_last(ind):
+    """Its full-size operands all channels-last, the kernel walks their order (contiguous
+    loads) and stores across the short channel dim (decision 0370)."""
+    graph = _sum_into_row_major((2, 8, 5, 5), CHANNELS_LAST, CHANNELS_LAST)
+    kernel = ind.only_kernel(graph)
+    assert kernel.row_shape == (2, 5, 5, 8)
+    assert _store_coefficients(kernel) == {"x0": 200, "x1": 5, "x2": 1, "x3": 25}
+    a, c = (torch.randn(2, 8, 5, 5).to(memory_format=torch.channels_last) for _ in range(2))
+    (out,) = ind.check(graph, "cpp", inputs=[a, c])(a, c)
+    assert out.stride() == (200, 25, 5, 1)
+
+
+@pytest.mark.parametrize(
+    "shape, strides_b",
+    [
+        ((2, 8, 5, 5), (200, 25, 5, 1)),  # one operand row-major: its order is kept
+        ((1, 512, 3, 3), (4608, 1, 1536, 512)),  # 512 channels: a store line comes back late
+    ],
+)
+def test_row_major_output_keeps_its_order(ind, shape, strides_b):
+    _, c, h, w = shape
+    graph = _sum_into_row_major(shape, (c * h * w, 1, w * c, c), strides_b)
+    kernel = ind.only_kernel(graph)
+    assert kernel.row_shape == shape

@@ -7,13 +7,16 @@ call, a channels-last input is read as it is and gives a channels-last result. F
 kernel (``prims.mul(x, 1)`` stored channels-last: a computed input, e.g. the batch norm
 and ReLU before the next convolution, is stored that way by the kernel that computes
 it, at no extra cost) and the convolution's result is recorded channels-last; the
-pointwise kernels after it read it in that layout. Weights stay as they are (ATen
-reorders them itself; a kernel copying a 9 MB weight across its rows cost more). A
+pointwise kernels after it read it in that layout. Its weight is copied into
+channels-last too (decision 0371): ATen otherwise copies a row-major weight itself on
+every call (``contiguous``, a fresh allocation), 50-100 us more per M4 convolution than
+our kernel's copy and the convolution of the copy. A
 row-major graph output computed elementwise from such results (and from convolution
-inputs, read through their copies) is computed channels-last too, and the launcher
-copies it into the graph's layout with ATen's ``copy_``: a kernel writing it row-major
-loads across the channels-last rows, a stride GCC 12 here does not vectorise (0.78 ms
-against 0.14 + 0.36 for the kernel and the copy, one thread, M4's block).
+inputs, read through their copies) is computed by a kernel that walks its channels-last
+operands in their order and stores the output row-major across the short channel dim
+(decision 0370: 0.16 ms for M4's block, one thread, against 0.14 + 0.36 for a
+channels-last kernel and ATen's copy into the graph's layout, and 0.78 ms for a kernel
+that walks the output's rows and loads across the channels-last ones).
 torch.compile's CPU layout optimisation does the same (M4's ResNet block: 0.84x of
 torch.compile before).
 
@@ -176,12 +179,10 @@ class _ChannelsLast(Transformer):
         self.copies: dict[tuple[Node, tuple[int, ...]], Node] = {}
         self.copied = {conv.args[0] for conv in relaid}
         self.chains: set[Node] = set()
-        self.outputs: set[Node] = set()
         for output in set(graph.outputs):
             chain = _output_chain(output, relaid, self.copied)
             if chain is not None:
                 self.chains |= chain
-                self.outputs.add(output)
 
     def transform_node(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         if node in self.chains:
@@ -190,25 +191,23 @@ class _ChannelsLast(Transformer):
         if result_strides is None or node.op is None:
             return super().transform_node(node, args, kwargs)
         x = self._channels_last(args[0], f"{node.name}_input")
+        weight = self._channels_last(args[1], f"{node.name}_weight")
         meta = attrs.evolve(node.tensor_meta, strides=result_strides)
         with self.builder.tagged(node.tags):
-            return self.builder.call(node.op, x, *args[1:], meta=meta, name=node.name, **kwargs)
+            return self.builder.call(
+                node.op, x, weight, *args[2:], meta=meta, name=node.name, **kwargs
+            )
 
     def _in_chain(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
         """A node between a channels-last convolution and a graph output: it reads the
-        channels-last copies of convolution inputs; the output itself is computed
-        channels-last (the launcher copies it into the graph's layout with ATen's
-        ``copy_``, faster than a kernel that loads across the channels-last rows: GCC 12
-        here vectorises no such stride)."""
+        channels-last copies of convolution inputs. The output keeps the graph's layout:
+        its kernel, whose full-size operands are all channels-last, walks them in that
+        order and stores the output across its short channel dim (decision 0370)."""
         args = tuple(
             self._channels_last(new, f"{old.name}_channels_last") if old in self.copied else new
             for old, new in zip(node.args, args, strict=True)
         )
-        if node not in self.outputs or node.op is None:
-            return super().transform_node(node, args, kwargs)
-        meta = attrs.evolve(node.tensor_meta, strides=channels_last_strides(node.tensor_meta.shape))
-        with self.builder.tagged(node.tags):
-            return self.builder.call(node.op, *args, meta=meta, name=node.name, **kwargs)
+        return super().transform_node(node, args, kwargs)
 
     def _channels_last(self, value: Node, name: str) -> Node:
         """``value`` copied into channels-last (itself when it is laid out so already)."""

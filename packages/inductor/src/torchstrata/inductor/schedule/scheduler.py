@@ -211,7 +211,9 @@ class GroupContext:
         self.schedule = schedule
         self.group = group
         self.members = members
-        order = row_order(group.row_shape, group.red_shape, group.members, schedule.lowered)
+        order = row_order(
+            group.row_shape, group.red_shape, group.members, schedule.lowered, schedule.step_of
+        )
         #: The row shape the kernel loops over: ``group.row_shape`` in memory order.
         self.kernel_row_shape = tuple(group.row_shape[d] for d in order)
         walked = row_vars(self.kernel_row_shape)

@@ -29,6 +29,7 @@ from torchstrata.inductor.codegen.cpp.division import (
 )
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
+from torchstrata.inductor.codegen.cpp.tiles import transpose_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
     count_constant,
@@ -561,5 +562,5 @@ def kernel_source(
     else:
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
-    prelude += half_prelude(text) + erf_prelude(text)
+    prelude += half_prelude(text) + erf_prelude(text) + transpose_prelude(text)
     return "\n".join([prelude, simd_declarations(used), *function, ""])

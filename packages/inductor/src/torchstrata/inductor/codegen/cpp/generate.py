@@ -53,6 +53,14 @@ from torchstrata.inductor.codegen.cpp.sum_loops import (
     lane_total,
     over_lanes,
 )
+from torchstrata.inductor.codegen.cpp.tiles import (
+    TILE,
+    TILE_ROW,
+    tile_declarations,
+    tile_store,
+    tile_writes,
+    transposed_stores,
+)
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import plan_row_cache
 from torchstrata.inductor.codegen.size_names import divisor, named_sizes, number
@@ -347,6 +355,7 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
 
 def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     outer_vars, inner_vars = _outer_vars(kernel)
+    cats = cat_names(kernel)
     phases = reduction_phases(kernel.reductions)
     pairs = online_pairs(kernel.reductions) if wants_online(kernel.row_length, inner_vars) else {}
     # A phase of sums paired with an earlier max is computed in that max's chunked loop.
@@ -402,6 +411,14 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
                 one_hot=True,
             )
     else:
+        tiled = (
+            ()
+            if nested or cats or len(splits[0]) != 1
+            else transposed_stores(kernel, outer_vars, inner_vars[-1])
+        )
+        if tiled:
+            return _tiled_rows(kernel, simd_functions, outer_vars, inner_vars[-1], tiled)
+
         # A single row (1-D pointwise) is parallelised on the inner loop instead.
         def inner_pragma(loop_range: LoopRange) -> str:
             parallel = outer_count == 1 and loop_range.var.size >= PARALLEL_THRESHOLD
@@ -436,6 +453,57 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
     sizes += cat_params(kernel)
     return kernel_source(kernel, lines, simd_functions, sizes)
+
+
+def _tiled_rows(
+    kernel: Kernel,
+    simd_functions: frozenset[str],
+    outer_vars: Sequence[Var],
+    inner: Var,
+    tiled: Sequence[Store],
+) -> str:
+    """A pointwise kernel whose ``tiled`` stores go through 8x8 transposes
+    (:mod:`~torchstrata.inductor.codegen.cpp.tiles`): its rows in tiles of eight, each
+    computed into the tiles' arrays and written out, then the rows after the last whole
+    tile as usual."""
+
+    def row_lines(stores: Sequence[Store]) -> list[str]:
+        printer = CppPrinter(_counts(kernel, outer_vars, [inner]))
+        emitter = ExprEmitter(printer, frozenset({inner.name}))
+        printer.per_element = emitter.depends_on_inner
+        loop = "#pragma omp simd"
+        lines = _store_loops(
+            emitter, stores, [inner], [whole_loop(inner)], lambda _: loop, lambda: None
+        )
+        return derive_vars(outer_vars, "xi") + lines
+
+    numbers = {store: i for i, store in enumerate(tiled)}
+    into_tiles = [
+        tile_store(store, numbers[store], inner) if store in numbers else store
+        for store in kernel.row_stores
+    ]
+    total = math.prod(v.size for v in outer_vars) * inner.size
+    pragma = "#pragma omp parallel for" if total >= PARALLEL_THRESHOLD else ""
+    tiles = f"{ROWS_PARAM} / {TILE}"
+    lines = [pragma] if pragma else []
+    lines += [
+        f"for (int64_t xt = 0; xt < {tiles}; ++xt) {{",
+        *("  " + line for line in tile_declarations(tiled, inner)),
+        f"  for (int64_t {TILE_ROW.name} = 0; {TILE_ROW.name} < {TILE}; ++{TILE_ROW.name}) {{",
+        f"    const int64_t xi = xt * {TILE} + {TILE_ROW.name};",
+        *("    " + line for line in row_lines(into_tiles)),
+        "  }",
+        "  {",
+        f"    const int64_t xi = xt * {TILE};",
+        *("    " + line for line in derive_vars(outer_vars, "xi")),
+        *("    " + line for line in tile_writes(tiled, inner, render_index)),
+        "  }",
+        "}",
+        f"for (int64_t xi = ({tiles}) * {TILE}; xi < {ROWS_PARAM}; ++xi) {{",
+        *("  " + line for line in row_lines(kernel.row_stores)),
+        "}",
+    ]
+    return kernel_source(kernel, lines, simd_functions, (ROWS_PARAM,))
 
 
 def _split_picks(
