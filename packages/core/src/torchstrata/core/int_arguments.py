@@ -64,6 +64,11 @@ def int_argument_source(source: str) -> str | None:
 def readable_source(text: str) -> str:
     """``text`` with each size carrier's dimension (``<carrier of L['n']>.size()[0]``)
     named by its argument (``L['n']``)."""
-    return re.sub(
-        re.escape(INT_SIZE_CELL) + r"\.cell_contents\((L\[[^\]]+\])\)\.size\(\)\[0\]", r"\1", text
-    )
+    return _CARRIER_SIZE.sub(r"\g<source>", text)
+
+
+#: A carrier's dimension in a source or condition; its int's source (``L['n']``,
+#: ``L['cfg']['len']``, ``L['self'].pos``, ``G['n']``) holds no parentheses.
+_CARRIER_SIZE = re.compile(
+    re.escape(INT_SIZE_CELL) + r"\.cell_contents\((?P<source>[^()]+)\)\.size\(\)\[0\]"
+)
