@@ -16,8 +16,6 @@ import torchstrata.runtime as rt
 VALUES = (2, 3, 5, 7, 4, 9, 11, 13, 6)
 
 
-
-
 def column(x, n):
     return x[:, n].sin()
 
