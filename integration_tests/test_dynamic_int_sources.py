@@ -41,16 +41,26 @@ def rows_of(x, n):
 
 
 @pytest.mark.parametrize(
-    "fn", [column, row, from_the_end, zeros_of, new_zeros_of], ids=lambda f: f.__name__
+    ("fn", "negatives"),
+    [
+        (column, (-1, -7)),
+        (row, (-2, -20)),
+        (from_the_end, (-3,)),
+        (zeros_of, ()),  # a negative size is an error in eager too
+        (new_zeros_of, ()),
+    ],
+    ids=lambda p: getattr(p, "__name__", ""),
 )
-def test_an_int_as_an_index_or_a_factory_size_is_symbolic(fn):
+def test_an_int_as_an_index_or_a_factory_size_is_symbolic(fn, negatives):
     compiled = rt.compile(fn, codegen="eager")
     with warnings.catch_warnings():
         warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
-        for n in VALUES:
+        for n in (*VALUES, 0, 1, *negatives):
             x = torch.randn(20, 20)
             torch.testing.assert_close(compiled(x, n), fn(x, n))
-    assert len(compiled.cache) == 2  # the first value static, one symbolic entry
+    # the first value static, one symbolic entry for the other eight; 0, 1 and each
+    # negative int specialised (a carrier has no negative size)
+    assert len(compiled.cache) == 4 + len(negatives)
     assert "int argument L['n'] becomes symbolic" in compiled.recompile_reasons[0]
 
 
@@ -263,6 +273,24 @@ def test_dynamic_sources_give_way_to_dynamic_false_and_mark_dynamic_refuses_an_i
         rt.mark_dynamic(5, 0)
     with pytest.raises(TypeError, match="dynamic_sources"):
         rt.compile(prefix, options={"dynamic_sources": 3})
+
+
+def broken_config(x, cfg):
+    y = x[:, : cfg["len"]] * 2
+    if y.sum() > -1e9:  # a graph break: cfg is handed on to the resumed segment
+        y = y + 1
+    return y.sum() + x[:, : cfg["len"] + 1].cos().sum(1)
+
+
+def test_an_int_in_a_dict_stays_symbolic_across_a_graph_break():
+    compiled = rt.compile(broken_config, codegen="eager")
+    for n in VALUES:
+        x, cfg = torch.randn(3, 20), {"len": n}
+        torch.testing.assert_close(compiled(x, cfg), broken_config(x, cfg))
+    assert len(compiled.cache) == 2
+    # the resumed segment: static at its first value, then one symbolic segment
+    program = compiled.cache.entries[-1].run.func
+    assert [len(segments) for segments in program.segments.values()] == [2]
 
 
 class KvDecoder(torch.nn.Module):

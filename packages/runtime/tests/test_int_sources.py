@@ -8,9 +8,9 @@ import types
 import pytest
 import torch
 
-from torchstrata.core import CompileOptions, Guard, GuardKind, int_size_source
+from torchstrata.core import CompileOptions, Guard, GuardKind, container_ints, int_size_source
 from torchstrata.runtime.dynamic_shapes import DynamicPolicy, mark_dynamic
-from torchstrata.runtime.int_sources import IntSources, container_ints, parse_dynamic_sources
+from torchstrata.runtime.int_sources import IntSources, parse_dynamic_sources
 
 
 def test_container_ints_are_named_as_capture_names_them():

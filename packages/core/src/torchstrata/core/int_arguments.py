@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -59,6 +60,32 @@ def int_argument_source(source: str) -> str | None:
     """``L['n']`` for the source of ``L['n']``'s size carrier; None for any other."""
     match = _CARRIER_SOURCE.fullmatch(source)
     return match["source"] if match else None
+
+
+#: How deep and how many items :func:`container_ints` looks into an argument (decision
+#: 0365).
+MAX_DEPTH = 3
+MAX_ITEMS = 64
+
+
+def container_ints(source: str, value: Any) -> Iterator[tuple[str, int]]:
+    """(source, value) of each ``int`` (not a ``bool``) inside the tuple, list or dict
+    ``value`` read at ``source``, as capture names them (``L['t'][0]``,
+    ``L['cfg']['len']``); at most :data:`MAX_ITEMS`, :data:`MAX_DEPTH` levels deep."""
+    found = 0
+    pending: list[tuple[str, Any, int]] = [(source, value, 0)]
+    while pending and found < MAX_ITEMS:
+        where, item, depth = pending.pop(0)
+        if type(item) is int and depth:
+            found += 1
+            yield where, item
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        if type(item) in (tuple, list):
+            pending += [(f"{where}[{i}]", v, depth + 1) for i, v in enumerate(item)]
+        elif type(item) is dict and all(isinstance(key, str | int) for key in item):
+            pending += [(f"{where}[{k!r}]", v, depth + 1) for k, v in item.items()]
 
 
 def readable_source(text: str) -> str:

@@ -35,6 +35,7 @@ from torchstrata.core import (
     TensorMeta,
     artifact_logger,
     concretize_graph,
+    container_ints,
     graph_has_symbols,
     graph_symbols,
     input_symbol_slots,
@@ -49,7 +50,6 @@ from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
 from torchstrata.runtime.int_sources import (
     IntSources,
-    container_ints,
     exact_sources,
     named_dims,
     parse_dynamic_sources,

@@ -1,6 +1,6 @@
 """Where the dynamic-shape policy finds Python ``int`` values besides the arguments
 themselves (decision 0365): the ints inside argument containers (``L['t'][0]``,
-``L['cfg']['len']``), the ints an earlier capture read from module attributes, globals
+``L['cfg']['len']``: ``core.container_ints``), the ints an earlier capture read from module attributes, globals
 or closure cells (``L['self'].pos``, ``G['n']``: its ``CONSTANT_MATCH`` guards name
 them), and the sources the compile option ``dynamic_sources`` names.
 
@@ -28,30 +28,6 @@ _VALUE_SOURCE = re.compile(
 )
 #: An argument itself (``L['n']``): the policy reads those from the frame.
 _ARGUMENT = re.compile(r"L\[(?:'[^']*'|\"[^\"]*\")\]")
-
-#: How deep and how many items :func:`container_ints` looks into an argument.
-MAX_DEPTH = 3
-MAX_ITEMS = 64
-
-
-def container_ints(source: str, value: Any) -> Iterator[tuple[str, int]]:
-    """(source, value) of each ``int`` (not a ``bool``) inside the tuple, list or dict
-    ``value`` read at ``source``, as capture names them (``L['t'][0]``,
-    ``L['cfg']['len']``); at most :data:`MAX_ITEMS`, :data:`MAX_DEPTH` levels deep."""
-    found = 0
-    pending: list[tuple[str, Any, int]] = [(source, value, 0)]
-    while pending and found < MAX_ITEMS:
-        where, item, depth = pending.pop(0)
-        if type(item) is int and depth:
-            found += 1
-            yield where, item
-            continue
-        if depth >= MAX_DEPTH:
-            continue
-        if type(item) in (tuple, list):
-            pending += [(f"{where}[{i}]", v, depth + 1) for i, v in enumerate(item)]
-        elif type(item) is dict and all(isinstance(key, str | int) for key in item):
-            pending += [(f"{where}[{k!r}]", v, depth + 1) for k, v in item.items()]
 
 
 def _read(source: str, namespace: Mapping[str, Any]) -> Any:
