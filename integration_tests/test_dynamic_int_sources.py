@@ -319,3 +319,20 @@ def test_a_decode_step_advancing_its_own_position_with_generated_kernels():
             assert model.pos == reference.pos
     torch.testing.assert_close(model.cache, reference.cache)
     assert len(compiled.compiled_forward.cache) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_a_cuda_decode_step_advancing_its_own_position(mode):
+    # the position's carrier is a CPU tensor the graph never reads, beside CUDA buffers
+    model, reference = KvDecoder().cuda(), KvDecoder().cuda()
+    reference.cache.copy_(model.cache)
+    compiled = rt.compile(model, mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for _ in range(12):
+            x = torch.randn(2, device="cuda")
+            torch.testing.assert_close(compiled(x), reference(x))
+            assert model.pos == reference.pos
+    assert len(compiled.compiled_forward.cache) == 2
