@@ -156,7 +156,7 @@ def _index_tensor(tracer: Tracer, tensor: TensorVar, index: Var) -> Var:
         if not isinstance(element, ConstVar):
             raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
         if isinstance(element.value, bool) or not isinstance(
-            element.value, int | slice | type(None) | type(Ellipsis)
+            element.value, int | torch.SymInt | slice | type(None) | type(Ellipsis)
         ):
             raise Unsupported(f"indexing a tensor with {describe(element)} is not supported yet")
         values.append(element.value)

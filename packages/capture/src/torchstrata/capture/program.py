@@ -50,6 +50,7 @@ from torchstrata.core import (
     SegmentCompiler,
     SymbolicSizes,
     bind_call,
+    container_ints,
     global_state,
     graph_has_symbols,
     int_size_source,
@@ -247,6 +248,8 @@ class CaptureProgram:
         ints as their size carriers; the sizes are remembered."""
         values = [(f"L[{name!r}]", value) for name, value in state.locals.items()]
         values += [(f"S[{index}]", value) for index, value in enumerate(state.stack)]
+        # the ints inside tuples, lists and dicts of the state too (decision 0365)
+        values += [item for source, value in values for item in container_ints(source, value)]
         plan: dict[str, tuple[int, ...]] = {}
         for source, value in values:
             if type(value) is int and value >= 0:  # as its size carrier (decision 0330)

@@ -47,6 +47,7 @@ from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.int_arguments import (
     INT_SIZE_CARRIER_CELL,
     INT_SIZE_CELL,
+    container_ints,
     int_argument_source,
     int_size_carrier,
     int_size_source,
@@ -253,6 +254,7 @@ __all__ = [
     "concretize",
     "concretize_graph",
     "constant_condition",
+    "container_ints",
     "contiguous_strides",
     "create_plugin_manager",
     "current_defaults",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -61,9 +62,40 @@ def int_argument_source(source: str) -> str | None:
     return match["source"] if match else None
 
 
+#: How deep and how many items :func:`container_ints` looks into an argument (decision
+#: 0365).
+MAX_DEPTH = 3
+MAX_ITEMS = 64
+
+
+def container_ints(source: str, value: Any) -> Iterator[tuple[str, int]]:
+    """(source, value) of each ``int`` (not a ``bool``) inside the tuple, list or dict
+    ``value`` read at ``source``, as capture names them (``L['t'][0]``,
+    ``L['cfg']['len']``); at most :data:`MAX_ITEMS`, :data:`MAX_DEPTH` levels deep."""
+    found = 0
+    pending: list[tuple[str, Any, int]] = [(source, value, 0)]
+    while pending and found < MAX_ITEMS:
+        where, item, depth = pending.pop(0)
+        if type(item) is int and depth:
+            found += 1
+            yield where, item
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        if type(item) in (tuple, list):
+            pending += [(f"{where}[{i}]", v, depth + 1) for i, v in enumerate(item)]
+        elif type(item) is dict and all(isinstance(key, str | int) for key in item):
+            pending += [(f"{where}[{k!r}]", v, depth + 1) for k, v in item.items()]
+
+
 def readable_source(text: str) -> str:
     """``text`` with each size carrier's dimension (``<carrier of L['n']>.size()[0]``)
     named by its argument (``L['n']``)."""
-    return re.sub(
-        re.escape(INT_SIZE_CELL) + r"\.cell_contents\((L\[[^\]]+\])\)\.size\(\)\[0\]", r"\1", text
-    )
+    return _CARRIER_SIZE.sub(r"\g<source>", text)
+
+
+#: A carrier's dimension in a source or condition; its int's source (``L['n']``,
+#: ``L['cfg']['len']``, ``L['self'].pos``, ``G['n']``) holds no parentheses.
+_CARRIER_SIZE = re.compile(
+    re.escape(INT_SIZE_CELL) + r"\.cell_contents\((?P<source>[^()]+)\)\.size\(\)\[0\]"
+)

@@ -77,6 +77,18 @@ def _check_type(*types: type) -> Any:
     return check
 
 
+def _source_names(value: Any) -> tuple[str, ...]:
+    """``dynamic_sources`` as a tuple of entries: a comma-separated string (as
+    ``torch.compiler.config.dynamic_sources``) or a sequence of strings."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
+        raise TypeError(
+            f"compile option dynamic_sources={value!r} must be a str or a sequence of str"
+        )
+    return tuple(entry.strip() for entry in value if entry.strip())
+
+
 def _plugin_names(value: Any) -> frozenset[str]:
     """``blocked_plugins`` as a frozenset; one bare string is refused (it would block its
     letters)."""
@@ -106,6 +118,11 @@ class CompileOptions:
       specialises every shape (sizes 0 and 1 are always specialised; see the runtime's
       ``dynamic_shapes``). A Python ``int`` argument is treated as a size (decision
       0330).
+    * ``dynamic_sources``: sources symbolic from the first call (unless ``dynamic=False``),
+      as ``torch.compiler.config.dynamic_sources``: ``"L['n'], L['self'].pos"`` or a
+      sequence; each entry a source or a regex (``re.match``), ``:N`` for dimension
+      ``N`` of a tensor. The way to mark an ``int`` dynamic (it carries no mark;
+      decision 0367).
     * ``mode``: ``"reduce-overhead"`` records CUDA graphs of compiled CUDA forwards;
       ``"max-autotune"`` does the same (Triton launch configurations are autotuned on
       the first call in every mode; there is no more to tune) and says so once;
@@ -139,6 +156,7 @@ class CompileOptions:
     codegen: str | None = attrs.field(default=None, validator=_check_codegen)
     fullgraph: bool = attrs.field(default=False, validator=_check_type(bool))
     dynamic: bool | None = attrs.field(default=None, validator=_check_type(bool, type(None)))
+    dynamic_sources: tuple[str, ...] = attrs.field(default=(), converter=_source_names)
     mode: str | None = attrs.field(default=None, validator=_check_mode)
     debug: bool = attrs.field(default=False, validator=_check_type(bool))
     validate_passes: bool = attrs.field(default=False, validator=_check_type(bool))

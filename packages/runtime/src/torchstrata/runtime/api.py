@@ -191,7 +191,7 @@ def _symbolic_plan(
         frame = compiled._bind(args, kwargs)
     except TypeError:
         return {}
-    return copy.deepcopy(compiled.dynamic).plan(frame)
+    return copy.deepcopy(compiled.dynamic).plan(frame, compiled._globals)
 
 
 def reset() -> None:

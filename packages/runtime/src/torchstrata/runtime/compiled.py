@@ -67,7 +67,7 @@ class CompiledFunction:
         self.recompile_reasons: list[str] = []
 
         #: which dimensions each compile makes symbolic (decision 0200)
-        self.dynamic = DynamicPolicy(options.dynamic)
+        self.dynamic = DynamicPolicy(options.dynamic, options.dynamic_sources)
         self._by_policy = False
         functools.update_wrapper(self, fn, updated=())
 
@@ -199,6 +199,8 @@ class CompiledFunction:
         except StageFailure as failure:
             return self._stage_failed(failure, state_guard)
         capture = artifacts.capture
+        if capture is not None:  # the ints it read beyond the arguments (decision 0365)
+            self.dynamic.note(capture.guards)
         if capture is None:
             if self.options.fullgraph:
                 raise CompilationError(
@@ -235,7 +237,7 @@ class CompiledFunction:
         """The frame compiled with symbolic sizes where the policy makes dimensions
         dynamic (:mod:`.dynamic_shapes`); None: compile it static."""
         try:
-            plan = self.dynamic.plan(self._bind(args, kwargs))
+            plan = self.dynamic.plan(self._bind(args, kwargs), self._globals)
         except TypeError:
             return None
         reason = self.dynamic.reason()

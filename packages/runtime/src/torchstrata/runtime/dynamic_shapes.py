@@ -9,13 +9,16 @@ always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tens
 dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
 specialised: such a call gets its own static entry. A Python ``int`` argument (exactly:
 not a ``bool``) of 0 or more is decided as dimension 0 of its size carrier
-(``core.int_size_source``, decision 0330), without marks.
+(``core.int_size_source``, decision 0330); so are the ints in argument containers and
+those captures read from module attributes and globals (:mod:`.int_sources`, decision
+0365). An int carries no mark: the compile option ``dynamic_sources`` names it
+(decision 0367).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,6 +35,7 @@ from torchstrata.core import (
     TensorMeta,
     artifact_logger,
     concretize_graph,
+    container_ints,
     graph_has_symbols,
     graph_symbols,
     input_symbol_slots,
@@ -44,6 +48,12 @@ from torchstrata.core import (
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
+from torchstrata.runtime.int_sources import (
+    IntSources,
+    exact_sources,
+    named_dims,
+    parse_dynamic_sources,
+)
 from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
@@ -60,6 +70,13 @@ def _marks(value: torch.Tensor, ours: str) -> set[int]:
 
 
 def _check_dim(tensor: Any, dim: int) -> int:
+    if type(tensor) is int:
+        raise TypeError(
+            "an int cannot carry a mark (it is a value, not an object of its own): name "
+            "its source in the compile option dynamic_sources, as torch.compile's "
+            "torch.compiler.config.dynamic_sources: "
+            "compile(fn, options={'dynamic_sources': \"L['n']\"})"
+        )
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
     if not -tensor.dim() <= dim < max(tensor.dim(), 1):
@@ -90,8 +107,13 @@ class DynamicPolicy:
     :param dynamic: the ``dynamic`` compile option (None, True or False).
     """
 
-    def __init__(self, dynamic: bool | None) -> None:
+    def __init__(self, dynamic: bool | None, dynamic_sources: Sequence[str] = ()) -> None:
         self.dynamic = dynamic
+        #: the compile option ``dynamic_sources`` parsed: (source or regex, dim or None)
+        self.named = parse_dynamic_sources(dynamic_sources)
+        self._exact = exact_sources(self.named)
+        #: the ints beyond the arguments that captures read (decision 0365)
+        self.int_sources = IntSources()
         #: (source, dim) -> the sizes compiles have seen it at
         self.seen: dict[tuple[str, int], set[int]] = {}
         #: the (source, dim) some plan made symbolic
@@ -107,24 +129,48 @@ class DynamicPolicy:
         #: that ``recompile_limit`` counts (decision 0208)
         self.first_time = False
 
-    def plan(self, frame: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-        """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
-        sizes are remembered for later calls' decisions."""
-        plan: dict[str, tuple[int, ...]] = {}
-        self.changed, self.specialised, self.first_time = [], [], False
+    def note(self, guards: Sequence[Guard]) -> None:
+        """Remember the ints a compile specialised on beyond the arguments (module
+        attributes, globals: their guards name them), so later plans read them."""
+        self.int_sources.note(guards)
+
+    def _candidates(
+        self, frame: Mapping[str, Any], globals_: Mapping[str, Any]
+    ) -> Iterator[tuple[str, tuple[int, ...], set[int], set[int]]]:
+        """(source, shape, static dims, marked dims) of every value the plan decides: the
+        tensor and int arguments, the ints in argument containers and the ints read
+        from elsewhere (an int as its size carrier, shape ``(value,)``)."""
+        ints: dict[str, int] = {}
         for name, value in frame.items():
-            if type(value) is int and value >= 0:
-                # an int argument as the size of its carrier (decision 0330): like a
-                # tensor's dimension without marks (a bool is not an int here)
-                source, shape = int_size_source(f"L[{name!r}]"), (value,)
-                static, marked = set(), set()
-            elif type(value) in (torch.Tensor, torch.nn.Parameter):
-                source, shape = f"L[{name!r}]", value.shape
+            source = f"L[{name!r}]"
+            if type(value) in (torch.Tensor, torch.nn.Parameter):
                 # torch.compile's marks count as ours (decision 0325)
                 static = _marks(value, _STATIC_ATTR) | dynamo_static_dims(value)
-                marked = (_marks(value, _DYNAMIC_ATTR) | dynamo_dynamic_dims(value)) - static
+                marked = _marks(value, _DYNAMIC_ATTR) | dynamo_dynamic_dims(value)
+                marked |= named_dims(self.named, source, value) or set()
+                yield source, tuple(value.shape), static, marked - static
+            elif type(value) is int:
+                ints[source] = value
             else:
-                continue
+                ints.update(container_ints(source, value))
+        for source, value, seen in self.int_sources.values(frame, globals_, self._exact):
+            ints.setdefault(source, value)
+            if seen is not None and seen >= 0:  # the value the static capture saw
+                self.seen.setdefault((int_size_source(source), 0), set()).add(seen)
+        for source, value in ints.items():
+            if value >= 0:  # a negative int stays a constant
+                marked = set(named_dims(self.named, source, value) or ())
+                yield int_size_source(source), (value,), set(), marked
+
+    def plan(
+        self, frame: Mapping[str, Any], globals_: Mapping[str, Any] | None = None
+    ) -> dict[str, tuple[int, ...]]:
+        """Source (``L['x']``) -> dims to make symbolic for a compile of this call; the
+        sizes are remembered for later calls' decisions. ``globals_``: the function's,
+        for ints read from globals (decision 0365)."""
+        plan: dict[str, tuple[int, ...]] = {}
+        self.changed, self.specialised, self.first_time = [], [], False
+        for source, shape, static, marked in self._candidates(frame, globals_ or {}):
             dims = []
             for dim, size in enumerate(shape):
                 seen = self.seen.setdefault((source, dim), set())
@@ -170,10 +216,16 @@ def _made_symbolic(source: str, dim: int, earlier: tuple[int, ...], size: int) -
     was = ", ".join(map(str, earlier))
     argument = int_argument_source(source)
     if argument is not None:
-        return f"{argument} is {size}, was {was}: int argument {argument} becomes symbolic"
+        kind = "int argument" if _is_argument(argument) else "int"
+        return f"{argument} is {size}, was {was}: {kind} {argument} becomes symbolic"
     return (
         f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"
     )
+
+
+def _is_argument(source: str) -> bool:
+    """Whether ``source`` is an argument itself (``L['n']``), not read from one."""
+    return source.startswith("L[") and source.endswith("]") and source.count("[") == 1
 
 
 #: Device types whose graphs get symbolic entries: the C++ backend's and Triton's (CUDA
