@@ -56,7 +56,14 @@ TEST_WORKERS = os.environ.get("TORCHSTRATA_TEST_WORKERS", "2")
 LINT_PATHS = ["packages", "integration_tests", "examples", "bench", "noxfile.py"]
 # Tests opt in to the Triton interpreter themselves; an outer TRITON_INTERPRET=1
 # would silently change what every other test exercises.
-TEST_ENV: dict[str, str | None] = {"TRITON_INTERPRET": None}
+# PYTHONDONTWRITEBYTECODE=1 (set on the CI machine) with pip's --no-compile left no .pyc
+# anywhere: every pytest worker and every subprocess a test starts compiled torch, sympy,
+# the stages and the test modules from source again (import torch + torchstrata.runtime:
+# 2.9 CPU-s with .pyc files, 6.6 without). Unset, each module is compiled once per session
+# into the session's fresh virtualenv (and the test directories' __pycache__, which
+# Python checks against the source): runtime's tests, -n 0, from an empty cache both
+# times, 62 -> 41 CPU-s.
+TEST_ENV: dict[str, str | None] = {"TRITON_INTERPRET": None, "PYTHONDONTWRITEBYTECODE": None}
 
 
 # CI sets this: a session's virtualenv (torch alone is 1-6 GB) is deleted when the
@@ -90,8 +97,9 @@ def _example_packages() -> list[str]:
 
 
 #: pip options for every install: no byte-compiling at install time (torch and triton hold
-#: thousands of modules; Python compiles the few a session imports). A fresh torch 2.13.0
-#: + triton install on the 2-core CI machine: 63 s -> 24 s.
+#: thousands of modules; Python compiles the few a session imports, once, where it may write
+#: them: see ``TEST_ENV``). A fresh torch 2.13.0 + triton install on the 2-core CI machine:
+#: 63 s -> 24 s.
 PIP_OPTIONS = ("--no-compile",)
 
 
@@ -257,7 +265,9 @@ def isolated(session: nox.Session) -> None:
         added = _installed(session) - base
         session.log(f"isolated {package}: on top of the base, {sorted(added)}")
         try:
-            session.run("python", "-c", IMPORT_EVERY_MODULE, f"torchstrata.{package}")
+            session.run(
+                "python", "-c", IMPORT_EVERY_MODULE, f"torchstrata.{package}", env=TEST_ENV
+            )  # fmt: skip
             # The selection in one process: two workers would import torch twice for a
             # few tests each (autograd's and decomp's: 12 s against 6 s); all the tests
             # in two.
