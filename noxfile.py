@@ -158,7 +158,9 @@ def _existing(paths: list[str]) -> list[str]:
 def tests(session: nox.Session, torch: str) -> None:
     """Unit tests of every package plus integration_tests/, against one torch version."""
     _install_everything(session, torch, *TEST_TOOLS)
-    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    # With TEST_ENV this also writes torch's bytecode before the workers start (two workers
+    # would both compile the same modules at once).
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)", env=TEST_ENV)
     test_dirs = _existing([f"packages/{name}/tests" for name in PACKAGES] + ["integration_tests"])
     session.run("pytest", *_workers(), "--durations=15", *test_dirs, *session.posargs, env=TEST_ENV)
 
