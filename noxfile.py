@@ -13,15 +13,19 @@
     nox -s tests-py313              core and capture tests under CPython 3.13 (not in CI)
 
 Every session builds a fresh virtualenv (pass `-r` locally to reuse one). The stage
-packages are installed as real (non-editable) wheels from their local paths, so the
-entry points the tests rely on are the ones a user would get.
+packages are installed as real (non-editable) wheels, built from their local paths once
+per nox run, so the entry points the tests rely on are the ones a user would get.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import re
 import shutil
+import tempfile
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +44,7 @@ TORCH_VERSIONS = ["2.13.0", "2.14.1"]
 STAGES = ["capture", "autograd", "decomp", "inductor", "runtime"]
 PACKAGES = ["core", *STAGES]
 # The torchstrata-* packages each one declares. They are installed from their local
-# paths in the same pip call, so pip never looks for torchstrata-core on an index;
+# wheels in the same pip call, so pip never looks for torchstrata-core on an index;
 # everything else (attrs, pluggy, triton, ...) comes from the package's own metadata.
 LOCAL_DEPS = {"core": [], **{stage: ["core"] for stage in STAGES}}
 # expecttest: torch.testing._internal (OpInfo); pytest-xdist: the suite in parallel processes
@@ -52,7 +56,14 @@ TEST_WORKERS = os.environ.get("TORCHSTRATA_TEST_WORKERS", "2")
 LINT_PATHS = ["packages", "integration_tests", "examples", "bench", "noxfile.py"]
 # Tests opt in to the Triton interpreter themselves; an outer TRITON_INTERPRET=1
 # would silently change what every other test exercises.
-TEST_ENV: dict[str, str | None] = {"TRITON_INTERPRET": None}
+# PYTHONDONTWRITEBYTECODE=1 (set on the CI machine) with pip's --no-compile left no .pyc
+# anywhere: every pytest worker and every subprocess a test starts compiled torch, sympy,
+# the stages and the test modules from source again (import torch + torchstrata.runtime:
+# 2.9 CPU-s with .pyc files, 6.6 without). Unset, each module is compiled once per session
+# into the session's fresh virtualenv (and the test directories' __pycache__, which
+# Python checks against the source): runtime's tests, -n 0, from an empty cache both
+# times, 62 -> 41 CPU-s.
+TEST_ENV: dict[str, str | None] = {"TRITON_INTERPRET": None, "PYTHONDONTWRITEBYTECODE": None}
 
 
 # CI sets this: a session's virtualenv (torch alone is 1-6 GB) is deleted when the
@@ -86,9 +97,39 @@ def _example_packages() -> list[str]:
 
 
 #: pip options for every install: no byte-compiling at install time (torch and triton hold
-#: thousands of modules; Python compiles the few a session imports). A fresh torch 2.13.0
-#: + triton install on the 2-core CI machine: 63 s -> 24 s.
+#: thousands of modules; Python compiles the few a session imports, once, where it may write
+#: them: see ``TEST_ENV``). A fresh torch 2.13.0 + triton install on the 2-core CI machine:
+#: 63 s -> 24 s.
 PIP_OPTIONS = ("--no-compile",)
+
+
+#: Where :func:`_wheels` put each local project's wheel, by project path (one nox run).
+_WHEELS: dict[str, str] = {}
+
+
+def _wheels(session: nox.Session, *paths: str) -> list[str]:
+    """The wheels of these local project paths, built once per nox run for all sessions.
+
+    pip builds a project path in a fresh build environment (hatchling installed into it)
+    every time it installs it: CI installed the eight local projects 35 times (8 in
+    typecheck and in each tests session, 11 in isolated), ~4 s each on 2 cores. They are
+    built here once, with the same build isolation, into a temporary folder that this nox
+    run deletes when it exits; every session installs the wheels, as a user would."""
+    if not _WHEELS:
+        folder = tempfile.mkdtemp(prefix="torchstrata-wheels-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        projects = [_package_path(name) for name in PACKAGES] + _example_packages()
+        session.run(
+            "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", folder,
+            *projects,
+        )  # fmt: skip
+        for project in projects:
+            with open(Path(project) / "pyproject.toml", "rb") as file:
+                name = tomllib.load(file)["project"]["name"]
+            stem = re.sub(r"[-_.]+", "_", name).lower()
+            (wheel,) = Path(folder).glob(f"{stem}-*.whl")
+            _WHEELS[project] = str(wheel)
+    return [_WHEELS[path] for path in paths]
 
 
 def _install_everything(session: nox.Session, torch: str, *extra: str) -> None:
@@ -98,8 +139,7 @@ def _install_everything(session: nox.Session, torch: str, *extra: str) -> None:
         f"torch=={torch}",
         "triton",
         *extra,
-        *(_package_path(name) for name in PACKAGES),
-        *_example_packages(),
+        *_wheels(session, *(_package_path(name) for name in PACKAGES), *_example_packages()),
     )
 
 
@@ -118,7 +158,9 @@ def _existing(paths: list[str]) -> list[str]:
 def tests(session: nox.Session, torch: str) -> None:
     """Unit tests of every package plus integration_tests/, against one torch version."""
     _install_everything(session, torch, *TEST_TOOLS)
-    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    # With TEST_ENV this also writes torch's bytecode before the workers start (two workers
+    # would both compile the same modules at once).
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)", env=TEST_ENV)
     test_dirs = _existing([f"packages/{name}/tests" for name in PACKAGES] + ["integration_tests"])
     session.run("pytest", *_workers(), "--durations=15", *test_dirs, *session.posargs, env=TEST_ENV)
 
@@ -220,12 +262,14 @@ def isolated(session: nox.Session) -> None:
     base = _installed(session)
     failed = []
     for package in packages:
-        local = [_package_path(dep) for dep in LOCAL_DEPS[package]]
-        session.install(*PIP_OPTIONS, *local, _package_path(package))
+        local = [_package_path(dep) for dep in [*LOCAL_DEPS[package], package]]
+        session.install(*PIP_OPTIONS, *_wheels(session, *local))
         added = _installed(session) - base
         session.log(f"isolated {package}: on top of the base, {sorted(added)}")
         try:
-            session.run("python", "-c", IMPORT_EVERY_MODULE, f"torchstrata.{package}")
+            session.run(
+                "python", "-c", IMPORT_EVERY_MODULE, f"torchstrata.{package}", env=TEST_ENV
+            )  # fmt: skip
             # The selection in one process: two workers would import torch twice for a
             # few tests each (autograd's and decomp's: 12 s against 6 s); all the tests
             # in two.

@@ -9,6 +9,7 @@ the ``numpy`` backend through the inductor's ``torchstrata_inductor_backends`` h
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -20,16 +21,37 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND_SOURCE = ROOT / "examples" / "strata_numpy_backend"
 
+#: Run once by :func:`script_run` for both tests (one torch import instead of two): first
+#: an unknown ``codegen`` name through the plugin manager (its error printed on one line,
+#: ``unknown-backend`` and the JSON string of its type and message), then each case compiled with the numpy backend against eager.
 SCRIPT = textwrap.dedent(
     """
+    import json
     import warnings
 
     import torch
     import torch.nn.functional as F
 
     import torchstrata.runtime as rt
+    from torchstrata.core import CompileOptions, GraphBuilder, GraphContract, Level, TensorMeta
+    from torchstrata.core import create_plugin_manager, prim
 
     warnings.simplefilter("error")  # a fallback to eager would be a failure here
+
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((4,), torch.float32))
+    graph = b.build([b.call(prim("exp"), x)])
+    manager = create_plugin_manager()
+    try:
+        manager.hook.torchstrata_codegen(
+            graph=graph,
+            device=torch.device("cpu"),
+            options=CompileOptions(codegen="fortran"),
+            contract=GraphContract(),
+        )
+    except Exception as error:
+        print("unknown-backend", json.dumps(f"{type(error).__name__} {error}"))
+
     torch.manual_seed(0)
     cases = {
         "softmax_gelu": (
@@ -77,14 +99,21 @@ def backend_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def test_the_numpy_backend_is_selected_by_name_and_matches_eager(backend_path: Path) -> None:
+@pytest.fixture(scope="module")
+def script_run(backend_path: Path) -> subprocess.CompletedProcess[str]:
+    """:data:`SCRIPT`'s run in a fresh interpreter with the backend on PYTHONPATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(backend_path), env.get("PYTHONPATH")]))
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
     )
+
+
+def test_the_numpy_backend_is_selected_by_name_and_matches_eager(script_run) -> None:
+    result = script_run
     assert result.returncode == 0, result.stderr
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    lines.pop("unknown-backend", None)
     assert set(lines) == {
         "softmax_gelu",
         "layer_norm",
@@ -97,33 +126,11 @@ def test_the_numpy_backend_is_selected_by_name_and_matches_eager(backend_path: P
     assert int(kernels) >= 1 and "aten.mm.default" in eager_ops  # the epilogue is a kernel
 
 
-def test_an_unknown_backend_name_lists_the_registered_ones(backend_path: Path) -> None:
-    script = textwrap.dedent(
-        """
-        import torch
-        from torchstrata.core import CompileOptions, GraphBuilder, GraphContract, Level, TensorMeta
-        from torchstrata.core import create_plugin_manager, prim
-
-        b = GraphBuilder(Level.PRIMS)
-        x = b.input("x", TensorMeta((4,), torch.float32))
-        graph = b.build([b.call(prim("exp"), x)])
-        manager = create_plugin_manager()
-        try:
-            manager.hook.torchstrata_codegen(
-                graph=graph,
-                device=torch.device("cpu"),
-                options=CompileOptions(codegen="fortran"),
-                contract=GraphContract(),
-            )
-        except Exception as error:
-            print(type(error).__name__, error)
-        """
-    )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(backend_path), env.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("CodegenError codegen='fortran'"), result.stdout
-    assert "registered: cpp, eager, numpy, triton" in result.stdout
+def test_an_unknown_backend_name_lists_the_registered_ones(script_run) -> None:
+    result = script_run
+    prefix = "unknown-backend "
+    found = [line[len(prefix) :] for line in result.stdout.splitlines() if line.startswith(prefix)]
+    assert found, (result.stdout, result.stderr)
+    error = json.loads(found[0])
+    assert error.startswith("CodegenError codegen='fortran'"), error
+    assert "registered: cpp, eager, numpy, triton" in error

@@ -19,40 +19,68 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_SOURCE = ROOT / "examples" / "strata_example_plugin"
 
-COMPILE_SCRIPT = textwrap.dedent(
+#: One fresh interpreter runs the three phases and prints ``<phase>: ok`` or
+#: ``<phase>: failed`` (the traceback on stderr) for each, so that each test below reads
+#: its own phases: a compile with the plugin blocked, one with it active, then discovery
+#: through the plugin manager. The blocked compile comes first, in an interpreter that has
+#: not loaded the plugin yet, as in a process of its own; one interpreter instead of three
+#: saves two torch imports and two cold compile pipelines (about 15 s of CI per torch
+#: version).
+SCRIPT = textwrap.dedent(
     """
     import sys
+    import traceback
+    import warnings
 
     import torch
     import torch.nn.functional as F
 
     import torchstrata.runtime as rt
-    from torchstrata.core import CompileOptions
-
-    counter_file, blocked = sys.argv[1], sys.argv[2] == "blocked"
-    options = CompileOptions(
-        blocked_plugins={"example-counter"} if blocked else (),
-        stage_options={"example-counter": {"counter_file": counter_file}},
-    )
-    fn = lambda x, b: torch.softmax(F.gelu(x + b), -1)
-    compiled = rt.compile(fn, options=options)
-    x, b = torch.randn(64, 128), torch.randn(128)
-    torch.testing.assert_close(compiled(x, b), fn(x, b))
-    torch.testing.assert_close(compiled(x, b), fn(x, b))
-    """
-)
-
-DISCOVERY_SCRIPT = textwrap.dedent(
-    """
     from torchstrata.core import CompileOptions, create_plugin_manager
 
-    manager = create_plugin_manager()
-    assert manager.get_plugin("example-counter") is not None, manager.list_name_plugin()
-    passes = manager.hook.torchstrata_graph_passes(stage="post_decomp", options=CompileOptions())
-    assert [p.name for group in passes for p in group] == ["count-ops"], passes
-    blocked = create_plugin_manager(blocked={"example-counter"})
-    assert blocked.get_plugin("example-counter") is None
-    print("discovered")
+
+    def compile_and_check(counter_file, blocked):
+        options = CompileOptions(
+            blocked_plugins={"example-counter"} if blocked else (),
+            stage_options={"example-counter": {"counter_file": counter_file}},
+        )
+        fn = lambda x, b: torch.softmax(F.gelu(x + b), -1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = rt.compile(fn, options=options)
+            x, b = torch.randn(64, 128), torch.randn(128)
+            torch.testing.assert_close(compiled(x, b), fn(x, b))
+            torch.testing.assert_close(compiled(x, b), fn(x, b))
+        names = sorted({w.category.__name__ for w in caught})
+        print("warnings", "blocked" if blocked else "active", ",".join(names))
+
+
+    def discover():
+        manager = create_plugin_manager()
+        assert manager.get_plugin("example-counter") is not None, manager.list_name_plugin()
+        passes = manager.hook.torchstrata_graph_passes(
+            stage="post_decomp", options=CompileOptions()
+        )
+        assert [p.name for group in passes for p in group] == ["count-ops"], passes
+        blocked = create_plugin_manager(blocked={"example-counter"})
+        assert blocked.get_plugin("example-counter") is None
+
+
+    blocked_counter, active_counter = sys.argv[1], sys.argv[2]
+    phases = {
+        "blocked": lambda: compile_and_check(blocked_counter, blocked=True),
+        "active": lambda: compile_and_check(active_counter, blocked=False),
+        "discovery": discover,
+    }
+    for phase, run in phases.items():
+        try:
+            run()
+        except Exception:
+            print(f"--- {phase}", file=sys.stderr)
+            traceback.print_exc()
+            print(f"{phase}: failed")
+        else:
+            print(f"{phase}: ok")
     """
 )
 
@@ -80,36 +108,43 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def run_python(script: str, plugin_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def script_run(
+    plugin_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """:data:`SCRIPT`'s run with the plugin on PYTHONPATH, and its two counter files."""
+    counters = tmp_path_factory.mktemp("counters")
+    blocked, active = counters / "blocked.txt", counters / "runs.txt"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_path), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-c", script, *args],
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(blocked), str(active)],
         capture_output=True,
         text=True,
         env=env,
         check=False,
         timeout=600,
     )
-
-
-def test_entry_point_is_discovered_and_blockable(plugin_path: Path) -> None:
-    result = run_python(DISCOVERY_SCRIPT, plugin_path)
     assert result.returncode == 0, result.stderr
-    assert "discovered" in result.stdout
+    return result, blocked, active
 
 
-def test_pass_runs_in_the_pipeline_unless_blocked(plugin_path: Path, tmp_path: Path) -> None:
-    counter = tmp_path / "runs.txt"
-    result = run_python(COMPILE_SCRIPT, plugin_path, str(counter), "active")
-    assert result.returncode == 0, result.stderr
+def test_entry_point_is_discovered_and_blockable(script_run) -> None:
+    result, _, _ = script_run
+    assert "discovery: ok" in result.stdout.splitlines(), result.stderr
+
+
+def test_pass_runs_in_the_pipeline_unless_blocked(script_run) -> None:
+    result, blocked_counter, counter = script_run
+    lines = result.stdout.splitlines()
+    assert "active: ok" in lines, result.stderr
+    active_warnings = next(line for line in lines if line.startswith("warnings active"))
+    assert "TorchstrataFallbackWarning" not in active_warnings, active_warnings
     assert "TorchstrataFallbackWarning" not in result.stderr, result.stderr
     runs = counter.read_text().splitlines()
     assert len(runs) == 1, runs  # compiled once, then served from the cache
     stage, ops = runs[0].split()
     assert stage == "post_decomp" and int(ops) > 0
 
-    blocked_counter = tmp_path / "blocked.txt"
-    result = run_python(COMPILE_SCRIPT, plugin_path, str(blocked_counter), "blocked")
-    assert result.returncode == 0, result.stderr
+    assert "blocked: ok" in lines, result.stderr
     assert not blocked_counter.exists()
