@@ -185,6 +185,25 @@ def test_a_bad_triton_module_is_rebuilt(tmp_path, monkeypatch):
     assert module.ts_kernel() == 7 and again == path
 
 
+def test_a_triton_module_is_executed_from_its_verified_text_without_bytecode(tmp_path, monkeypatch):
+    """With bytecode writing on (a user's default), loading a kernel module leaves no
+    ``__pycache__`` in the store: what runs is the text whose hash was checked, never a
+    ``.pyc`` beside it; Triton still finds the function's source in the entry's file."""
+    import inspect
+    import sys
+
+    from torchstrata.inductor.codegen.triton import backend as triton_backend
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(triton_backend, "_MODULES", {})
+    source = "import triton\n\n\ndef ts_kernel():\n    return 9\n"
+    module, path = triton_backend.load_module(source, "ts_kernel", str(tmp_path), True)
+    assert module.ts_kernel() == 9
+    assert module.__file__ == path
+    assert "return 9" in inspect.getsource(module.ts_kernel)
+    assert not list(tmp_path.rglob("__pycache__")) and not list(tmp_path.rglob("*.pyc"))
+
+
 def test_eight_cold_processes_building_one_graphs_kernels(tmp_path):
     """Eight forked processes, none with anything loaded or cached in memory, build the
     same six kernels (three of them identical but for their names) into one cold cache

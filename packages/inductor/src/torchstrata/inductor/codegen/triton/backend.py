@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.util
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -98,11 +97,13 @@ def load_module(
         if loaded is not None:
             return loaded
         path, _ = store.get_or_build(CACHE_NAMESPACE, key, ".py", source.encode)
-        spec = importlib.util.spec_from_file_location(f"torchstrata_triton_{name}_{key[:24]}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
+        # The verified text is executed as it is, not imported: an import would read (and
+        # write) a ``__pycache__`` beside the entry, bytecode the store's hash never checked.
+        module = ModuleType(f"torchstrata_triton_{name}_{key[:24]}")
+        module.__file__ = str(path)
+        code = compile(source, str(path), "exec", dont_inherit=True)
         with triton_interpret(interpret):
-            spec.loader.exec_module(module)
+            exec(code, module.__dict__)
         loaded = _MODULES[(store.root, key, interpret)] = (module, str(path))
         return loaded
 
