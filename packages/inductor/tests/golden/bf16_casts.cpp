@@ -10,18 +10,36 @@
 
 
 extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 32; ++x1) {
-      const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
-      const float tmp1 = static_cast<float>(tmp0);
-      const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-      const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
-      const float tmp4 = static_cast<float>(tmp3);
-      const float tmp5 = static_cast<float>(tmp2 + tmp4);
-      const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
-      buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
+  if (rows * 32 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
+        const float tmp1 = static_cast<float>(tmp0);
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(tmp2 + tmp4);
+        const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
+        buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
+        const float tmp1 = static_cast<float>(tmp0);
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(tmp2 + tmp4);
+        const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
+        buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
+      }
     }
   }
 }

@@ -14,21 +14,42 @@
 
 
 extern "C" void kernel0(const int64_t* __restrict__ buf_bernoulli_seed, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    const int64_t tmp1 = buf_bernoulli_seed[0];
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 32; ++x1) {
-      const float tmp0 = buf_x[32*x0 + x1];
-      const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
-      const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
-      const float tmp4 = static_cast<float>(tmp3);
-      const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
-      const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
-      const float tmp7 = static_cast<float>(tmp6);
-      const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
-      const float tmp9 = static_cast<float>(tmp0 * tmp8);
-      buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
+  if (rows * 32 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      const int64_t tmp1 = buf_bernoulli_seed[0];
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = buf_x[32*x0 + x1];
+        const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
+        const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
+        const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
+        const float tmp7 = static_cast<float>(tmp6);
+        const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
+        const float tmp9 = static_cast<float>(tmp0 * tmp8);
+        buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      const int64_t tmp1 = buf_bernoulli_seed[0];
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = buf_x[32*x0 + x1];
+        const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
+        const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
+        const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
+        const float tmp7 = static_cast<float>(tmp6);
+        const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
+        const float tmp9 = static_cast<float>(tmp0 * tmp8);
+        buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
+      }
     }
   }
 }

@@ -16,63 +16,126 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    alignas(64) float row_cache0[64];
-    alignas(64) float row_cache1[64];
-    alignas(64) float row_cache2[64];
-    float acc_mean_sum = static_cast<float>(0.0);
-    float acc_sum_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp0 = buf_x[r0 + red_len*x0];
-      const float tmp1 = buf_gy[r0 + red_len*x0];
-      const float tmp2 = buf_w[r0];
-      const float tmp3 = static_cast<float>(tmp1 * tmp2);
-      acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
-      acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
-      row_cache1[r0] = tmp3;
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      alignas(64) float row_cache0[8192];
+      alignas(64) float row_cache1[8192];
+      alignas(64) float row_cache2[8192];
+      float acc_mean_sum = static_cast<float>(0.0);
+      float acc_sum_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        const float tmp1 = buf_gy[r0 + red_len*x0];
+        const float tmp2 = buf_w[r0];
+        const float tmp3 = static_cast<float>(tmp1 * tmp2);
+        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
+        row_cache1[r0] = tmp3;
+      }
+      const float red_mean_sum = acc_mean_sum;
+      const float red_sum_sum = acc_sum_sum;
+      const float tmp5 = red_mean_sum;
+      const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
+      float acc_mean_1_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_mean_1_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp4 = buf_x[r0 + red_len*x0];
+        const float tmp7 = static_cast<float>(tmp4 - tmp6);
+        const float tmp8 = static_cast<float>(tmp7 * tmp7);
+        acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
+        row_cache0[r0] = tmp7;
+      }
+      const float red_mean_1_sum = acc_mean_1_sum;
+      const float tmp9 = red_mean_1_sum;
+      const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
+      const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
+      const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
+      float acc_sum_1_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum_1_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
+        const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
+        acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
+        row_cache2[r0] = tmp13;
+      }
+      const float red_sum_1_sum = acc_sum_1_sum;
+      buf_mean_sum[x0] = static_cast<float>(tmp5);
+      buf_mean_1_sum[x0] = static_cast<float>(tmp9);
+      const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
+      const float tmp17 = red_sum_sum;
+      const float tmp19 = red_sum_1_sum;
+      #pragma omp simd
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
+        const float tmp18 = static_cast<float>(tmp16 - tmp17);
+        const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
+        const float tmp21 = static_cast<float>(tmp18 - tmp20);
+        const float tmp22 = static_cast<float>(tmp15 * tmp21);
+        buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
+      }
     }
-    const float red_mean_sum = acc_mean_sum;
-    const float red_sum_sum = acc_sum_sum;
-    const float tmp5 = red_mean_sum;
-    const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
-    float acc_mean_1_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_mean_1_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp4 = buf_x[r0 + red_len*x0];
-      const float tmp7 = static_cast<float>(tmp4 - tmp6);
-      const float tmp8 = static_cast<float>(tmp7 * tmp7);
-      acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
-      row_cache0[r0] = tmp7;
-    }
-    const float red_mean_1_sum = acc_mean_1_sum;
-    const float tmp9 = red_mean_1_sum;
-    const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
-    const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
-    const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
-    float acc_sum_1_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_sum_1_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
-      const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
-      acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
-      row_cache2[r0] = tmp13;
-    }
-    const float red_sum_1_sum = acc_sum_1_sum;
-    buf_mean_sum[x0] = static_cast<float>(tmp5);
-    buf_mean_1_sum[x0] = static_cast<float>(tmp9);
-    const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
-    const float tmp17 = red_sum_sum;
-    const float tmp19 = red_sum_1_sum;
-    #pragma omp simd
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
-      const float tmp18 = static_cast<float>(tmp16 - tmp17);
-      const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
-      const float tmp21 = static_cast<float>(tmp18 - tmp20);
-      const float tmp22 = static_cast<float>(tmp15 * tmp21);
-      buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      alignas(64) float row_cache0[8192];
+      alignas(64) float row_cache1[8192];
+      alignas(64) float row_cache2[8192];
+      float acc_mean_sum = static_cast<float>(0.0);
+      float acc_sum_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        const float tmp1 = buf_gy[r0 + red_len*x0];
+        const float tmp2 = buf_w[r0];
+        const float tmp3 = static_cast<float>(tmp1 * tmp2);
+        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
+        row_cache1[r0] = tmp3;
+      }
+      const float red_mean_sum = acc_mean_sum;
+      const float red_sum_sum = acc_sum_sum;
+      const float tmp5 = red_mean_sum;
+      const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
+      float acc_mean_1_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_mean_1_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp4 = buf_x[r0 + red_len*x0];
+        const float tmp7 = static_cast<float>(tmp4 - tmp6);
+        const float tmp8 = static_cast<float>(tmp7 * tmp7);
+        acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
+        row_cache0[r0] = tmp7;
+      }
+      const float red_mean_1_sum = acc_mean_1_sum;
+      const float tmp9 = red_mean_1_sum;
+      const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
+      const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
+      const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
+      float acc_sum_1_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum_1_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
+        const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
+        acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
+        row_cache2[r0] = tmp13;
+      }
+      const float red_sum_1_sum = acc_sum_1_sum;
+      buf_mean_sum[x0] = static_cast<float>(tmp5);
+      buf_mean_1_sum[x0] = static_cast<float>(tmp9);
+      const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
+      const float tmp17 = red_sum_sum;
+      const float tmp19 = red_sum_1_sum;
+      #pragma omp simd
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
+        const float tmp18 = static_cast<float>(tmp16 - tmp17);
+        const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
+        const float tmp21 = static_cast<float>(tmp18 - tmp20);
+        const float tmp22 = static_cast<float>(tmp15 * tmp21);
+        buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
+      }
     }
   }
 }
@@ -81,64 +144,158 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 64;
-    const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-    alignas(64) double acc_sum_2[64];
-    alignas(64) double acc_sum_3[64];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_sum_2[c] = static_cast<float>(0.0);
-      acc_sum_3[c] = static_cast<float>(0.0);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    alignas(64) float block_sum_2[64];
-    alignas(64) float block_sum_3[64];
-    for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-      const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_1_sum, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_2, float* __restrict__ buf_sum_3, const int64_t red_rows, const int64_t red_chunk, const int64_t red_chunks) {
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      alignas(64) double acc_sum_2[64];
+      alignas(64) double acc_sum_3[64];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        block_sum_2[c] = 0;
-        block_sum_3[c] = 0;
+        acc_sum_2[c] = static_cast<float>(0.0);
+        acc_sum_3[c] = static_cast<float>(0.0);
       }
-      for (int64_t rr = rb; rr < rb_end; ++rr) {
-        const int64_t r0 = rr;
-        const float a2 = buf_mean_sum[r0];
-        const float a3 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
-        const float a4 = static_cast<float>(a2 * a3);
-        const float a6 = buf_mean_1_sum[r0];
-        const float a7 = static_cast<float>(a6 * a3);
-        const float a8 = static_cast<float>(a7 + static_cast<float>(1e-05));
-        const float a9 = static_cast<float>(1 / std::sqrt(a8));
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      alignas(64) float block_sum_2[64];
+      alignas(64) float block_sum_3[64];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
         #pragma omp simd
         for (int64_t c = 0; c < cn; ++c) {
           const int64_t x0 = c0 + c;
-          const float a0 = buf_gy[64*r0 + x0];
-          const float a1 = buf_x[64*r0 + x0];
-          const float a5 = static_cast<float>(a1 - a4);
-          const float a10 = static_cast<float>(a5 * a9);
-          const float a11 = static_cast<float>(a0 * a10);
-          block_sum_2[c] = static_cast<float>(block_sum_2[c] + a11);
-          block_sum_3[c] = static_cast<float>(block_sum_3[c] + a0);
+          block_sum_2[c] = 0;
+          block_sum_3[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          const float a2 = buf_mean_sum[r0];
+          const float a3 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+          const float a4 = static_cast<float>(a2 * a3);
+          const float a6 = buf_mean_1_sum[r0];
+          const float a7 = static_cast<float>(a6 * a3);
+          const float a8 = static_cast<float>(a7 + static_cast<float>(1e-05));
+          const float a9 = static_cast<float>(1 / std::sqrt(a8));
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_gy[64*r0 + x0];
+            const float a1 = buf_x[64*r0 + x0];
+            const float a5 = static_cast<float>(a1 - a4);
+            const float a10 = static_cast<float>(a5 * a9);
+            const float a11 = static_cast<float>(a0 * a10);
+            block_sum_2[c] = static_cast<float>(block_sum_2[c] + a11);
+            block_sum_3[c] = static_cast<float>(block_sum_3[c] + a0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum_2[c] = acc_sum_2[c] + static_cast<double>(block_sum_2[c]);
+          acc_sum_3[c] = acc_sum_3[c] + static_cast<double>(block_sum_3[c]);
         }
       }
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        acc_sum_2[c] = acc_sum_2[c] + static_cast<double>(block_sum_2[c]);
-        acc_sum_3[c] = acc_sum_3[c] + static_cast<double>(block_sum_3[c]);
+        buf_sum_2[x0] = static_cast<float>(static_cast<float>(acc_sum_2[c]));
+        buf_sum_3[x0] = static_cast<float>(static_cast<float>(acc_sum_3[c]));
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_sum_2[x0] = static_cast<float>(static_cast<float>(acc_sum_2[c]));
-      buf_sum_3[x0] = static_cast<float>(static_cast<float>(acc_sum_3[c]));
+  } else {
+    double* part_sum_2 = new double[64 * red_chunks];
+    double* part_sum_3 = new double[64 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) double acc_sum_2[64];
+      alignas(64) double acc_sum_3[64];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum_2[c] = static_cast<float>(0.0);
+        acc_sum_3[c] = static_cast<float>(0.0);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      alignas(64) float block_sum_2[64];
+      alignas(64) float block_sum_3[64];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          block_sum_2[c] = 0;
+          block_sum_3[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          const float a2 = buf_mean_sum[r0];
+          const float a3 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+          const float a4 = static_cast<float>(a2 * a3);
+          const float a6 = buf_mean_1_sum[r0];
+          const float a7 = static_cast<float>(a6 * a3);
+          const float a8 = static_cast<float>(a7 + static_cast<float>(1e-05));
+          const float a9 = static_cast<float>(1 / std::sqrt(a8));
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_gy[64*r0 + x0];
+            const float a1 = buf_x[64*r0 + x0];
+            const float a5 = static_cast<float>(a1 - a4);
+            const float a10 = static_cast<float>(a5 * a9);
+            const float a11 = static_cast<float>(a0 * a10);
+            block_sum_2[c] = static_cast<float>(block_sum_2[c] + a11);
+            block_sum_3[c] = static_cast<float>(block_sum_3[c] + a0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum_2[c] = acc_sum_2[c] + static_cast<double>(block_sum_2[c]);
+          acc_sum_3[c] = acc_sum_3[c] + static_cast<double>(block_sum_3[c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_sum_2[(xo * red_chunks + chunk) * 64 + x0] = acc_sum_2[c];
+        part_sum_3[(xo * red_chunks + chunk) * 64 + x0] = acc_sum_3[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      alignas(64) double acc_sum_2[64];
+      alignas(64) double acc_sum_3[64];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum_2[c] = part_sum_2[xo * red_chunks * 64 + x0];
+        acc_sum_3[c] = part_sum_3[xo * red_chunks * 64 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_sum_2[c] = static_cast<double>(acc_sum_2[c] + part_sum_2[(xo * red_chunks + k) * 64 + c0 + c]);
+          acc_sum_3[c] = static_cast<double>(acc_sum_3[c] + part_sum_3[(xo * red_chunks + k) * 64 + c0 + c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_sum_2[x0] = static_cast<float>(static_cast<float>(acc_sum_2[c]));
+        buf_sum_3[x0] = static_cast<float>(static_cast<float>(acc_sum_3[c]));
+      }
+    }
+    delete[] part_sum_2;
+    delete[] part_sum_3;
   }
 }

@@ -14,15 +14,30 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_mm, float* __restrict__ buf_relu, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 32; ++x1) {
-      const float tmp0 = buf_mm[32*x0 + x1];
-      const float tmp1 = buf_b[x1];
-      const float tmp2 = static_cast<float>(tmp0 + tmp1);
-      const float tmp3 = static_cast<float>(ts_max(tmp2, static_cast<float>(0.0)));
-      buf_relu[32*x0 + x1] = static_cast<float>(tmp3);
+  if (rows * 32 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = buf_mm[32*x0 + x1];
+        const float tmp1 = buf_b[x1];
+        const float tmp2 = static_cast<float>(tmp0 + tmp1);
+        const float tmp3 = static_cast<float>(ts_max(tmp2, static_cast<float>(0.0)));
+        buf_relu[32*x0 + x1] = static_cast<float>(tmp3);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 32; ++x1) {
+        const float tmp0 = buf_mm[32*x0 + x1];
+        const float tmp1 = buf_b[x1];
+        const float tmp2 = static_cast<float>(tmp0 + tmp1);
+        const float tmp3 = static_cast<float>(ts_max(tmp2, static_cast<float>(0.0)));
+        buf_relu[32*x0 + x1] = static_cast<float>(tmp3);
+      }
     }
   }
 }

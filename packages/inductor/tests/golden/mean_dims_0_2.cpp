@@ -10,19 +10,38 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_mean, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    float acc_mean_sum = static_cast<float>(0.0);
-    for (int64_t r0 = 0; r0 < 4; ++r0) {
-      #pragma omp simd reduction(+:acc_mean_sum)
-      for (int64_t r1 = 0; r1 < 16; ++r1) {
-        const float tmp0 = buf_x[128*r0 + r1 + 16*x0];
-        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+  if (rows * 64 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_mean_sum = static_cast<float>(0.0);
+      for (int64_t r0 = 0; r0 < 4; ++r0) {
+        #pragma omp simd reduction(+:acc_mean_sum)
+        for (int64_t r1 = 0; r1 < 16; ++r1) {
+          const float tmp0 = buf_x[128*r0 + r1 + 16*x0];
+          acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+        }
       }
+      const float red_mean_sum = acc_mean_sum;
+      const float tmp1 = red_mean_sum;
+      const float tmp2 = static_cast<float>(tmp1 / static_cast<float>(64.0));
+      buf_mean[x0] = static_cast<float>(tmp2);
     }
-    const float red_mean_sum = acc_mean_sum;
-    const float tmp1 = red_mean_sum;
-    const float tmp2 = static_cast<float>(tmp1 / static_cast<float>(64.0));
-    buf_mean[x0] = static_cast<float>(tmp2);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_mean_sum = static_cast<float>(0.0);
+      for (int64_t r0 = 0; r0 < 4; ++r0) {
+        #pragma omp simd reduction(+:acc_mean_sum)
+        for (int64_t r1 = 0; r1 < 16; ++r1) {
+          const float tmp0 = buf_x[128*r0 + r1 + 16*x0];
+          acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+        }
+      }
+      const float red_mean_sum = acc_mean_sum;
+      const float tmp1 = red_mean_sum;
+      const float tmp2 = static_cast<float>(tmp1 / static_cast<float>(64.0));
+      buf_mean[x0] = static_cast<float>(tmp2);
+    }
   }
 }

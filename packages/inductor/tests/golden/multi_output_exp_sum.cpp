@@ -13,22 +13,44 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    float acc_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp0 = buf_x[r0 + red_len*x0];
-      acc_sum = static_cast<float>(acc_sum + tmp0);
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        acc_sum = static_cast<float>(acc_sum + tmp0);
+      }
+      const float red_sum = acc_sum;
+      const float tmp1 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp1);
+      #pragma omp simd
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp2 = buf_x[r0 + red_len*x0];
+        const float tmp3 = static_cast<float>(ts_exp_f32(tmp2));
+        buf_exp[r0 + red_len*x0] = static_cast<float>(tmp3);
+      }
     }
-    const float red_sum = acc_sum;
-    const float tmp1 = red_sum;
-    buf_sum[x0] = static_cast<float>(tmp1);
-    #pragma omp simd
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp2 = buf_x[r0 + red_len*x0];
-      const float tmp3 = static_cast<float>(ts_exp_f32(tmp2));
-      buf_exp[r0 + red_len*x0] = static_cast<float>(tmp3);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        acc_sum = static_cast<float>(acc_sum + tmp0);
+      }
+      const float red_sum = acc_sum;
+      const float tmp1 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp1);
+      #pragma omp simd
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp2 = buf_x[r0 + red_len*x0];
+        const float tmp3 = static_cast<float>(ts_exp_f32(tmp2));
+        buf_exp[r0 + red_len*x0] = static_cast<float>(tmp3);
+      }
     }
   }
 }
@@ -37,32 +59,88 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel1(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 16;
-    const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-    alignas(64) float acc_amax[16];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_amax[c] = static_cast<float>(-INFINITY);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    for (int64_t rr = r_begin; rr < r_end; ++rr) {
-      const int64_t r0 = rr;
+extern "C" void kernel1(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows, const int64_t red_chunk, const int64_t red_chunks) {
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) float acc_amax[16];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        const float a0 = buf_x[16*r0 + x0];
-        acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[16*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_amax[x0] = static_cast<float>(acc_amax[c]);
+  } else {
+    float* part_amax = new float[16 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) float acc_amax[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[16*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_amax[(xo * red_chunks + chunk) * 16 + x0] = acc_amax[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) float acc_amax[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = part_amax[xo * red_chunks * 16 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], part_amax[(xo * red_chunks + k) * 16 + c0 + c]));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
+      }
+    }
+    delete[] part_amax;
   }
 }

@@ -10,18 +10,36 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    const float tmp1 = buf_b[x0];
-    float acc_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp0 = buf_a[r0];
-      const float tmp2 = static_cast<float>(tmp0 * tmp1);
-      acc_sum = static_cast<float>(acc_sum + tmp2);
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      const float tmp1 = buf_b[x0];
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_a[r0];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        acc_sum = static_cast<float>(acc_sum + tmp2);
+      }
+      const float red_sum = acc_sum;
+      const float tmp3 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp3);
     }
-    const float red_sum = acc_sum;
-    const float tmp3 = red_sum;
-    buf_sum[x0] = static_cast<float>(tmp3);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      const float tmp1 = buf_b[x0];
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_a[r0];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        acc_sum = static_cast<float>(acc_sum + tmp2);
+      }
+      const float red_sum = acc_sum;
+      const float tmp3 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp3);
+    }
   }
 }

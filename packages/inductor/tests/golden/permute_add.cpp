@@ -10,15 +10,30 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_y, float* __restrict__ buf_add, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi / 8;
-    const int64_t x1 = (xi) % 8;
-    #pragma omp simd
-    for (int64_t x2 = 0; x2 < 16; ++x2) {
-      const float tmp0 = buf_x[128*x0 + 16*x1 + x2];
-      const float tmp1 = buf_y[16*x0 + 64*x1 + x2];
-      const float tmp2 = static_cast<float>(tmp0 + tmp1);
-      buf_add[128*x0 + 16*x1 + x2] = static_cast<float>(tmp2);
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi / 8;
+      const int64_t x1 = (xi) % 8;
+      #pragma omp simd
+      for (int64_t x2 = 0; x2 < 16; ++x2) {
+        const float tmp0 = buf_x[128*x0 + 16*x1 + x2];
+        const float tmp1 = buf_y[16*x0 + 64*x1 + x2];
+        const float tmp2 = static_cast<float>(tmp0 + tmp1);
+        buf_add[128*x0 + 16*x1 + x2] = static_cast<float>(tmp2);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi / 8;
+      const int64_t x1 = (xi) % 8;
+      #pragma omp simd
+      for (int64_t x2 = 0; x2 < 16; ++x2) {
+        const float tmp0 = buf_x[128*x0 + 16*x1 + x2];
+        const float tmp1 = buf_y[16*x0 + 64*x1 + x2];
+        const float tmp2 = static_cast<float>(tmp0 + tmp1);
+        buf_add[128*x0 + 16*x1 + x2] = static_cast<float>(tmp2);
+      }
     }
   }
 }

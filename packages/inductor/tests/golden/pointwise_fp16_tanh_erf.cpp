@@ -35,21 +35,42 @@ float tanhf(float);
 double tanh(double);
 }
 extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 64; ++x1) {
-      const float tmp0 = ts_f16_to_f32(buf_x[64*x0 + x1]);
-      const float tmp1 = static_cast<float>(tmp0);
-      const float tmp2 = static_cast<float>(std::tanh(tmp1));
-      const float tmp3 = ts_round_f16(static_cast<float>(tmp2));
-      const float tmp4 = static_cast<float>(tmp3);
-      const float tmp5 = static_cast<float>(ts_erf_f32(tmp1));
-      const float tmp6 = ts_round_f16(static_cast<float>(tmp5));
-      const float tmp7 = static_cast<float>(tmp6);
-      const float tmp8 = static_cast<float>(tmp4 + tmp7);
-      const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
-      buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
+  if (rows * 64 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 64; ++x1) {
+        const float tmp0 = ts_f16_to_f32(buf_x[64*x0 + x1]);
+        const float tmp1 = static_cast<float>(tmp0);
+        const float tmp2 = static_cast<float>(std::tanh(tmp1));
+        const float tmp3 = ts_round_f16(static_cast<float>(tmp2));
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(ts_erf_f32(tmp1));
+        const float tmp6 = ts_round_f16(static_cast<float>(tmp5));
+        const float tmp7 = static_cast<float>(tmp6);
+        const float tmp8 = static_cast<float>(tmp4 + tmp7);
+        const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
+        buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 64; ++x1) {
+        const float tmp0 = ts_f16_to_f32(buf_x[64*x0 + x1]);
+        const float tmp1 = static_cast<float>(tmp0);
+        const float tmp2 = static_cast<float>(std::tanh(tmp1));
+        const float tmp3 = ts_round_f16(static_cast<float>(tmp2));
+        const float tmp4 = static_cast<float>(tmp3);
+        const float tmp5 = static_cast<float>(ts_erf_f32(tmp1));
+        const float tmp6 = ts_round_f16(static_cast<float>(tmp5));
+        const float tmp7 = static_cast<float>(tmp6);
+        const float tmp8 = static_cast<float>(tmp4 + tmp7);
+        const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
+        buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
+      }
     }
   }
 }

@@ -14,16 +14,32 @@
 
 
 extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 8; ++x1) {
-      const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
-      const int64_t tmp1 = buf_b[8*x0 + x1];
-      const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
-      const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
-      const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
-      buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
+  if (rows * 8 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 8; ++x1) {
+        const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
+        const int64_t tmp1 = buf_b[8*x0 + x1];
+        const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
+        const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
+        const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
+        buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 8; ++x1) {
+        const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
+        const int64_t tmp1 = buf_b[8*x0 + x1];
+        const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
+        const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
+        const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
+        buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
+      }
     }
   }
 }

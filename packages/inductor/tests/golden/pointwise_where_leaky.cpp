@@ -10,17 +10,34 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_clamp, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 16; ++x1) {
-      const float tmp0 = buf_x[16*x0 + x1];
-      const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
-      const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
-      const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
-      const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
-      const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
-      buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 16; ++x1) {
+        const float tmp0 = buf_x[16*x0 + x1];
+        const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
+        const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
+        const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
+        const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
+        const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
+        buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 16; ++x1) {
+        const float tmp0 = buf_x[16*x0 + x1];
+        const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
+        const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
+        const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
+        const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
+        const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
+        buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
+      }
     }
   }
 }

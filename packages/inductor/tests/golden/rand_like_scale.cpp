@@ -14,14 +14,28 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_rand_like, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 16; ++x1) {
-      const float tmp0 = buf_x[16*x0 + x1];
-      const float tmp1 = buf_rand_like[16*x0 + x1];
-      const float tmp2 = static_cast<float>(tmp0 * tmp1);
-      buf_mul[16*x0 + x1] = static_cast<float>(tmp2);
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 16; ++x1) {
+        const float tmp0 = buf_x[16*x0 + x1];
+        const float tmp1 = buf_rand_like[16*x0 + x1];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        buf_mul[16*x0 + x1] = static_cast<float>(tmp2);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 16; ++x1) {
+        const float tmp0 = buf_x[16*x0 + x1];
+        const float tmp1 = buf_rand_like[16*x0 + x1];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        buf_mul[16*x0 + x1] = static_cast<float>(tmp2);
+      }
     }
   }
 }

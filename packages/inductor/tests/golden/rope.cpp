@@ -10,32 +10,64 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi / 32;
-    const int64_t x1 = (xi / 8) % 4;
-    const int64_t x2 = (xi) % 8;
-    #pragma omp simd
-    for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
-      const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
-      const float tmp1 = buf_cos[16*x2 + x3_0];
-      const float tmp2 = static_cast<float>(tmp0 * tmp1);
-      const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
-      const float tmp4 = static_cast<float>(-(tmp3));
-      const float tmp5 = buf_sin[16*x2 + x3_0];
-      const float tmp6 = static_cast<float>(tmp4 * tmp5);
-      const float tmp7 = static_cast<float>(tmp2 + tmp6);
-      buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi / 32;
+      const int64_t x1 = (xi / 8) % 4;
+      const int64_t x2 = (xi) % 8;
+      #pragma omp simd
+      for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
+        const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
+        const float tmp1 = buf_cos[16*x2 + x3_0];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
+        const float tmp4 = static_cast<float>(-(tmp3));
+        const float tmp5 = buf_sin[16*x2 + x3_0];
+        const float tmp6 = static_cast<float>(tmp4 * tmp5);
+        const float tmp7 = static_cast<float>(tmp2 + tmp6);
+        buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
+      }
+      #pragma omp simd
+      for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
+        const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
+        const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
+        const float tmp10 = static_cast<float>(tmp8 * tmp9);
+        const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
+        const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
+        const float tmp13 = static_cast<float>(tmp11 * tmp12);
+        const float tmp14 = static_cast<float>(tmp10 + tmp13);
+        buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
+      }
     }
-    #pragma omp simd
-    for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
-      const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
-      const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
-      const float tmp10 = static_cast<float>(tmp8 * tmp9);
-      const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
-      const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
-      const float tmp13 = static_cast<float>(tmp11 * tmp12);
-      const float tmp14 = static_cast<float>(tmp10 + tmp13);
-      buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi / 32;
+      const int64_t x1 = (xi / 8) % 4;
+      const int64_t x2 = (xi) % 8;
+      #pragma omp simd
+      for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
+        const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
+        const float tmp1 = buf_cos[16*x2 + x3_0];
+        const float tmp2 = static_cast<float>(tmp0 * tmp1);
+        const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
+        const float tmp4 = static_cast<float>(-(tmp3));
+        const float tmp5 = buf_sin[16*x2 + x3_0];
+        const float tmp6 = static_cast<float>(tmp4 * tmp5);
+        const float tmp7 = static_cast<float>(tmp2 + tmp6);
+        buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
+      }
+      #pragma omp simd
+      for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
+        const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
+        const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
+        const float tmp10 = static_cast<float>(tmp8 * tmp9);
+        const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
+        const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
+        const float tmp13 = static_cast<float>(tmp11 * tmp12);
+        const float tmp14 = static_cast<float>(tmp10 + tmp13);
+        buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
+      }
     }
   }
 }

@@ -14,11 +14,22 @@
 
 
 extern "C" void kernel0(float* __restrict__ buf_zeros, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 4; ++x1) {
-      buf_zeros[4*x0 + x1] = static_cast<float>(static_cast<float>(0.0));
+  if (rows * 4 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 4; ++x1) {
+        buf_zeros[4*x0 + x1] = static_cast<float>(static_cast<float>(0.0));
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 4; ++x1) {
+        buf_zeros[4*x0 + x1] = static_cast<float>(static_cast<float>(0.0));
+      }
     }
   }
 }

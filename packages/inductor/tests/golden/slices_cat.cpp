@@ -10,18 +10,36 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_cat, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1_0 = 0; x1_0 < 4; ++x1_0) {
-      const float tmp0 = buf_x[16*x0 + x1_0];
-      buf_cat[16*x0 + x1_0] = static_cast<float>(tmp0);
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1_0 = 0; x1_0 < 4; ++x1_0) {
+        const float tmp0 = buf_x[16*x0 + x1_0];
+        buf_cat[16*x0 + x1_0] = static_cast<float>(tmp0);
+      }
+      #pragma omp simd
+      for (int64_t x1_1 = 0; x1_1 < 12; ++x1_1) {
+        const float tmp1 = buf_x[16*x0 + x1_1 + 4];
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        buf_cat[16*x0 + x1_1 + 4] = static_cast<float>(tmp2);
+      }
     }
-    #pragma omp simd
-    for (int64_t x1_1 = 0; x1_1 < 12; ++x1_1) {
-      const float tmp1 = buf_x[16*x0 + x1_1 + 4];
-      const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-      buf_cat[16*x0 + x1_1 + 4] = static_cast<float>(tmp2);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1_0 = 0; x1_0 < 4; ++x1_0) {
+        const float tmp0 = buf_x[16*x0 + x1_0];
+        buf_cat[16*x0 + x1_0] = static_cast<float>(tmp0);
+      }
+      #pragma omp simd
+      for (int64_t x1_1 = 0; x1_1 < 12; ++x1_1) {
+        const float tmp1 = buf_x[16*x0 + x1_1 + 4];
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        buf_cat[16*x0 + x1_1 + 4] = static_cast<float>(tmp2);
+      }
     }
   }
 }

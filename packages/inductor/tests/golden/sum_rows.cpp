@@ -10,16 +10,32 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    float acc_sum = static_cast<float>(0.0);
-    #pragma omp simd reduction(+:acc_sum)
-    for (int64_t r0 = 0; r0 < red_len; ++r0) {
-      const float tmp0 = buf_x[r0 + red_len*x0];
-      acc_sum = static_cast<float>(acc_sum + tmp0);
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        acc_sum = static_cast<float>(acc_sum + tmp0);
+      }
+      const float red_sum = acc_sum;
+      const float tmp1 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp1);
     }
-    const float red_sum = acc_sum;
-    const float tmp1 = red_sum;
-    buf_sum[x0] = static_cast<float>(tmp1);
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      float acc_sum = static_cast<float>(0.0);
+      #pragma omp simd reduction(+:acc_sum)
+      for (int64_t r0 = 0; r0 < red_len; ++r0) {
+        const float tmp0 = buf_x[r0 + red_len*x0];
+        acc_sum = static_cast<float>(acc_sum + tmp0);
+      }
+      const float red_sum = acc_sum;
+      const float tmp1 = red_sum;
+      buf_sum[x0] = static_cast<float>(tmp1);
+    }
   }
 }

@@ -10,19 +10,38 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_mul, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 64; ++x1) {
-      const float tmp0 = buf_a[64*x0 + x1];
-      const float tmp1 = static_cast<float>(-(tmp0));
-      const float tmp2 = static_cast<float>(ts_exp_f32(tmp1));
-      const float tmp3 = static_cast<float>(tmp2 + static_cast<float>(1.0));
-      const float tmp4 = static_cast<float>(static_cast<float>(1.0) / tmp3);
-      const float tmp5 = static_cast<float>(tmp0 * tmp4);
-      const float tmp6 = buf_b[64*x0 + x1];
-      const float tmp7 = static_cast<float>(tmp5 * tmp6);
-      buf_mul[64*x0 + x1] = static_cast<float>(tmp7);
+  if (rows * 64 >= 32768) {
+    #pragma omp parallel for
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 64; ++x1) {
+        const float tmp0 = buf_a[64*x0 + x1];
+        const float tmp1 = static_cast<float>(-(tmp0));
+        const float tmp2 = static_cast<float>(ts_exp_f32(tmp1));
+        const float tmp3 = static_cast<float>(tmp2 + static_cast<float>(1.0));
+        const float tmp4 = static_cast<float>(static_cast<float>(1.0) / tmp3);
+        const float tmp5 = static_cast<float>(tmp0 * tmp4);
+        const float tmp6 = buf_b[64*x0 + x1];
+        const float tmp7 = static_cast<float>(tmp5 * tmp6);
+        buf_mul[64*x0 + x1] = static_cast<float>(tmp7);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd
+      for (int64_t x1 = 0; x1 < 64; ++x1) {
+        const float tmp0 = buf_a[64*x0 + x1];
+        const float tmp1 = static_cast<float>(-(tmp0));
+        const float tmp2 = static_cast<float>(ts_exp_f32(tmp1));
+        const float tmp3 = static_cast<float>(tmp2 + static_cast<float>(1.0));
+        const float tmp4 = static_cast<float>(static_cast<float>(1.0) / tmp3);
+        const float tmp5 = static_cast<float>(tmp0 * tmp4);
+        const float tmp6 = buf_b[64*x0 + x1];
+        const float tmp7 = static_cast<float>(tmp5 * tmp6);
+        buf_mul[64*x0 + x1] = static_cast<float>(tmp7);
+      }
     }
   }
 }
