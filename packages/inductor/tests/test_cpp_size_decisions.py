@@ -20,8 +20,8 @@ from torchstrata.inductor.schedule.lowering import lower_graph
 from torchstrata.inductor.schedule.plan import plan_graph
 
 WIDTH = 24
-#: Rows of a column sum over ``[rows, WIDTH]``: serial, parallel unchunked is never
-#: reached (one block of columns), parallel chunked from 32768 / 24 = 1366 rows.
+#: Rows of a column sum over ``[rows, WIDTH]``: serial, chunked (in parallel) from
+#: 32768 / 24 = 1366 rows (one block of columns: it is never parallel unchunked).
 COLUMN_ROWS = (2, 5, 17, 33, 64, 100, 333, 1000, 1365, 1366, 1500, 2048, 2731, 3001, 4096, 40)
 #: Rows of a softmax over ``[rows, length]``: its parallel threshold is at
 #: 32768 / length rows; lengths up to SUM_BLOCK (a float sum blocked past it, another source).
@@ -80,16 +80,13 @@ def test_a_column_sum_is_one_source_serial_parallel_and_chunked():
     graphs = [_column_sum(rows) for rows in COLUMN_ROWS]
     (source,) = _sources(graphs)
     assert "if (red_chunks == 1) {" in source and "#pragma omp parallel for" in source
+    # the chunking is computed by the kernel from ``red_rows``: no other size argument
     backend = CppBackend()
-    chunks = {}
     for rows, graph in zip(COLUMN_ROWS, graphs, strict=True):
         (kernel,) = _kernels(graph)
         assert uses_column_loop(kernel)
-        length, chunk, count = size_arguments(backend._rewritten(kernel))
-        assert length == rows and chunk * count >= rows and chunk * (count - 1) < rows
-        chunks[rows] = count
-    # chunked exactly from the threshold (before this, a source of its own)
-    assert chunks[1365] == 1 and chunks[1366] > 1 and chunks[4096] > 1
+        assert size_arguments(backend._rewritten(kernel)) == (rows,)
+    assert f"if (red_rows * {WIDTH} >= {PARALLEL_THRESHOLD}) {{" in source
     assert 1366 * WIDTH >= PARALLEL_THRESHOLD > 1365 * WIDTH
 
 

@@ -56,19 +56,18 @@ def test_a_column_sum_is_one_source_for_every_reduced_length():
         (kernel,) = _kernels(_column_sum(2, length))
         source = backend.generate(kernel, frozenset())
         sources.add(source)
-        # the reduced length, one chunk of it, one chunk (decision 0356)
-        assert size_arguments(backend._rewritten(kernel)) == (2 * length, 2 * length, 1)
+        assert size_arguments(backend._rewritten(kernel)) == (2 * length,)
     assert len(sources) == 1
     assert "const int64_t red_rows" in sources.pop()
 
 
-def test_a_chunked_column_sum_takes_its_chunking():
+def test_a_chunked_column_sum_computes_its_chunking():
     backend = CppBackend()
     (kernel,) = _kernels(_column_sum(2, 1500, width=32))  # parallel: 96000 elements
     source = backend.generate(kernel, frozenset())
-    length, chunk, chunks = size_arguments(backend._rewritten(kernel))
-    assert length == 3000 and chunks > 1 and chunk * chunks >= length
-    assert "red_chunk" in source and "red_chunks" in source and "#pragma omp parallel" in source
+    assert size_arguments(backend._rewritten(kernel)) == (3000,)  # chunks: computed (0356)
+    assert "red_chunks = wanted < most ? wanted : most;" in source
+    assert "if (red_chunks == 1) {" in source and "#pragma omp parallel" in source
 
 
 def test_a_softmax_is_one_source_over_lengths(ind):

@@ -9,7 +9,18 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t red_chunk, const int64_t red_chunks) {
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows) {
+  int64_t red_chunks = 1;
+  if (red_rows * 16 >= 32768) {
+    const int64_t wanted = (16 + (1) - 1) / (1);
+    const int64_t most = red_rows / 32;
+    red_chunks = wanted < most ? wanted : most;
+    red_chunks = red_chunks < 1 ? 1 : red_chunks;
+  }
+  const int64_t red_chunk = (red_rows + red_chunks - 1) / red_chunks;
+  if (red_chunk > 0) {
+    red_chunks = (red_rows + red_chunk - 1) / red_chunk;
+  }
   if (red_chunks == 1) {
     for (int64_t item = 0; item < 1; ++item) {
       const int64_t xo = item / 1;

@@ -11,13 +11,13 @@ a single block of columns. Each chunk writes its partial results to scratch; a s
 loop combines them in chunk order (so results do not depend on the thread count) and
 does the row stores.
 
-The number of reduced elements, and the chunks' length and count, are the function's size
-arguments (:func:`column_sizes`), not literals: a bias gradient summed over ``B*T`` rows is
-one source for every ``B*T`` (decision 0250). Whether the work items run in parallel and
-whether the reduced dim is chunked depend on the sizes and are decided when the kernel is
-called (decision 0356): the source holds the unchunked loop (parallel and serial, under
-:func:`~torchstrata.inductor.codegen.cpp.parallel.parallel_condition`'s threshold) and the
-chunked one, taken where ``red_chunks`` is more than one.
+The number of reduced elements (and of groups) are the function's size arguments
+(:func:`column_sizes`), not literals: a bias gradient summed over ``B*T`` rows is one source
+for every ``B*T`` (decision 0250). Whether the work items run in parallel and whether the
+reduced dim is chunked (the chunks' count and length) depend on the sizes and are computed
+by the kernel from them (decision 0356): the source holds the unchunked loop (parallel and
+serial, by ``PARALLEL_THRESHOLD``) and the chunked one, taken where ``red_chunks`` is more
+than one.
 """
 
 from __future__ import annotations
@@ -121,20 +121,6 @@ class _Layout:
         self.blocks = -(-self.columns // COLUMN_BLOCK)
         self.block = -(-self.columns // self.blocks)
         self.length = kernel.row_length
-        total = kernel.rows * self.length
-        parallel = total >= PARALLEL_THRESHOLD
-        chunks = 1
-        if parallel:
-            wanted = -(-WORK_ITEMS // (self.groups * self.blocks))
-            chunks = max(1, min(wanted, self.length // MIN_CHUNK))
-        self.chunk = -(-self.length // chunks) if self.length else 0
-        self.chunks = -(-self.length // self.chunk) if self.length else 1
-
-    @property
-    def chunked(self) -> bool:
-        """Is the reduced dim split into several chunks at these sizes (partial results in
-        scratch)? Only where :attr:`can_chunk`."""
-        return self.chunks > 1
 
     @property
     def can_chunk(self) -> bool:
@@ -144,22 +130,44 @@ class _Layout:
         return self.blocks < WORK_ITEMS
 
     def sizes(self) -> tuple[tuple[str, int], ...]:
-        """The function's size arguments (name, value): the reduced elements, the chunks'
-        length and count where the source can chunk, and the groups where there are any."""
+        """The function's size arguments (name, value): the reduced elements, and the
+        groups where there are any. The chunking is computed from them in the kernel."""
         sizes: tuple[tuple[str, int], ...] = ((LENGTH_PARAM, self.length),)
-        if self.can_chunk:
-            sizes += ((CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
         return sizes + (((GROUPS_PARAM, self.groups),) if self.grouped else ())
+
+    def elements_condition(self) -> str:
+        """Whether the kernel's elements reach ``PARALLEL_THRESHOLD``, in C++."""
+        if not self.grouped:
+            return f"{LENGTH_PARAM} * {self.groups * self.columns} >= {PARALLEL_THRESHOLD}"
+        return f"{LENGTH_PARAM} * {GROUPS_PARAM} * {self.columns} >= {PARALLEL_THRESHOLD}"
 
     def parallel_condition(self) -> str | None:
         """When the unchunked work items run in parallel (decision 0356): with more than one
         item and at least ``PARALLEL_THRESHOLD`` elements; None where there is one item."""
-        if not self.grouped:
-            if self.blocks == 1:
-                return None
-            return f"{LENGTH_PARAM} * {self.groups * self.columns} >= {PARALLEL_THRESHOLD}"
-        elements = f"{LENGTH_PARAM} * {GROUPS_PARAM} * {self.columns}"
-        return f"{elements} >= {PARALLEL_THRESHOLD}"
+        if not self.grouped and self.blocks == 1:
+            return None
+        return self.elements_condition()
+
+    def chunking(self) -> list[str]:
+        """Lines computing ``red_chunks`` (chunks of the reduced dim) and ``red_chunk`` (a
+        chunk's length) from the size arguments: chunks only from ``PARALLEL_THRESHOLD``
+        elements, enough for :data:`WORK_ITEMS` work items, of at least :data:`MIN_CHUNK`
+        reduced elements each; then as many chunks as that length needs. Computed in the
+        kernel, not passed: each ``int64_t`` argument costs the launcher's call."""
+        items = self.group_items()
+        return [
+            f"int64_t {CHUNKS_PARAM} = 1;",
+            f"if ({self.elements_condition()}) {{",
+            f"  const int64_t wanted = ({WORK_ITEMS} + ({items}) - 1) / ({items});",
+            f"  const int64_t most = {LENGTH_PARAM} / {MIN_CHUNK};",
+            f"  {CHUNKS_PARAM} = wanted < most ? wanted : most;",
+            f"  {CHUNKS_PARAM} = {CHUNKS_PARAM} < 1 ? 1 : {CHUNKS_PARAM};",
+            "}",
+            f"const int64_t {CHUNK_PARAM} = ({LENGTH_PARAM} + {CHUNKS_PARAM} - 1) / {CHUNKS_PARAM};",
+            f"if ({CHUNK_PARAM} > 0) {{",
+            f"  {CHUNKS_PARAM} = ({LENGTH_PARAM} + {CHUNK_PARAM} - 1) / {CHUNK_PARAM};",
+            "}",
+        ]
 
     def counts(self) -> dict[int, str]:
         """The reduced elements a column's reduction is scaled by (a column mean's
@@ -332,7 +340,8 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
 def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
     body = _unchunked(kernel, layout)
     if layout.can_chunk:
-        body = branch(f"{CHUNKS_PARAM} == 1", body, _chunked(kernel, layout))
+        chunked = _chunked(kernel, layout)
+        body = [*layout.chunking(), *branch(f"{CHUNKS_PARAM} == 1", body, chunked)]
     names = tuple(name for name, _ in layout.sizes())
     return kernel_source(kernel, body, simd_functions, names)
 
