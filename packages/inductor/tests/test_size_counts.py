@@ -131,6 +131,22 @@ def test_a_count_of_two_stays_a_literal(ind, codegen):
     assert length not in source  # ``rstd`` is a saved value: no reduction's count (0286)
 
 
+def _half_column_sum(rows: int):
+    """``sum(x * 0.5, 0)`` over ``[rows, WIDTH]``: a column sum scaled by GELU's half."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, WIDTH), torch.float32))
+    return b.build([b.call(prim("sum"), b.call(prim("mul"), x, 0.5), (0,))])
+
+
+def test_a_half_is_not_a_variance_factor_over_five_rows(ind):
+    """``0.5`` equals ``2 / (n - 1)`` at 5 rows (decision 0340's form): a literal
+    (``COMMON``), not a source of its own at that size."""
+    sources = {_sources(ind, _half_column_sum(rows), "cpp") for rows in (5, 7, 33)}
+    assert len(sources) == 1
+    ((source,),) = sources
+    assert "static_cast<float>(0.5)" in source and "red_rows - 1" not in source
+
+
 def test_a_full_mean_over_two_dims_is_one_source_over_rows(ind, codegen):
     source = _one_source(ind, _full_mean, (17, 41, 63), codegen)
     assert ("red_len" if codegen == "cpp" else "rnumel") in source
