@@ -182,6 +182,13 @@ def serial_rows(source: str) -> str:
     return "\n".join(kept)
 
 
+def kernel_code(source: str) -> str:
+    """A C++ ``source`` without its prelude: from the function over a range of rows
+    (decision 0359), where it has one, else from the kernel's function."""
+    start = source.find("static void __attribute__((noinline, noclone))")
+    return source[start if start >= 0 else source.rindex('extern "C" void') :]
+
+
 def _loop_body(lines: Sequence[str], start: int) -> str:
     """The text of the loop whose ``for`` line is ``lines[start]``, to its closing brace."""
     depth, end = 0, start
@@ -198,6 +205,7 @@ class InductorHelpers:
     gelu = staticmethod(gelu)
     softmax_last = staticmethod(softmax_last)
     serial_rows = staticmethod(serial_rows)
+    kernel_code = staticmethod(kernel_code)
     demo_graph = staticmethod(demo_graph)
     softmax_rows = staticmethod(softmax_rows)
     layer_norm_rows = staticmethod(layer_norm_rows)

@@ -52,7 +52,7 @@ def test_long_rows_use_one_chunked_loop(ind, n):
     compiled = ind.check(graph, "cpp", inputs=[_special_rows(9, n)], rtol=1e-5, atol=1e-5)
     source = _source(compiled)
     assert CHUNKED_LOOP in source
-    body = ind.serial_rows(source.split('extern "C" void')[-1])
+    body = ind.kernel_code(ind.serial_rows(source))
     # the chunk's terms (whole sets of sum lanes, then a partial one) and the rescale:
     # no other pass
     assert body.count("ts_exp_f32(") == 3

@@ -99,7 +99,9 @@ def test_a_column_sum_on_each_side_matches_the_interpreter(ind):
 def test_a_softmax_is_one_source_over_rows_and_row_cache_buckets(ind):
     (source,) = _sources(_softmax(size, ind) for size in SOFTMAX_SIZES)
     assert "if (rows > 1 && rows * red_len >= 32768) {" in source
-    assert source.count("#pragma omp parallel for") == 1
+    # the row loop is compiled once (decision 0359): a function over a range of rows
+    assert source.count("for (int64_t xi = row_lo; xi < row_hi; ++xi) {") == 1
+    assert source.count("#pragma omp parallel\n") == 1 and "#pragma omp parallel for" not in source
 
 
 def test_a_softmax_on_each_side_matches_the_interpreter(ind):

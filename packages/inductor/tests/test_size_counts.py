@@ -56,12 +56,6 @@ def _full_mean(rows: int):
     return b.build([b.call(prim("div"), total, float(rows * WIDTH))])
 
 
-def _copies(codegen: str) -> int:
-    """How many times a row kernel's body is in its source: C++ has a parallel and a serial
-    row loop (decision 0355)."""
-    return 2 if codegen == "cpp" else 1
-
-
 def _sources(ind, graph, codegen: str) -> tuple[str, ...]:
     compiled = ind.check(graph, codegen, rtol=1e-5, atol=1e-5)
     return tuple(k.source for k in compiled.kernels if k.backend == ind.backend(codegen))
@@ -103,7 +97,7 @@ def test_a_norm_backward_is_one_source_over_row_lengths(ind, codegen):
     source = _one_source(ind, _norm_backward, (33, 41, 57), codegen)
     length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
     # ``n * dy`` per element, ``rstd / n`` per row; C++: in the parallel and the serial loop (0355)
-    assert source.count(length) == 2 * _copies(codegen)
+    assert source.count(length) == 2
     for n in (1, 2, 3, 16, 64):
         _sources(ind, _norm_backward(n), codegen)
 
@@ -112,7 +106,7 @@ def test_a_factor_that_is_not_the_row_length_stays_a_literal(ind, codegen):
     (source,) = _sources(ind, _norm_backward(40, factor=41.0), codegen)
     assert "41.0" in source
     length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
-    assert source.count(length) == _copies(codegen)  # ``rstd / n`` only
+    assert source.count(length) == 1  # ``rstd / n`` only
 
 
 def test_a_coincidence_prints_the_same_number(ind, codegen):

@@ -17,75 +17,60 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_bmm, float* __restrict__ buf_softmax, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    alignas(64) float row_cache0[8192];
+    alignas(64) float row_cache1[8192];
+    float acc_softmax_amax = static_cast<float>(-INFINITY);
+    int32_t nan_softmax_amax = 0;
+    #pragma omp simd reduction(max:acc_softmax_amax) reduction(|:nan_softmax_amax)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_bmm[r0 + red_len*x0];
+      const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(0.25));
+      acc_softmax_amax = static_cast<float>(ts_max(acc_softmax_amax, tmp1));
+      nan_softmax_amax |= static_cast<int32_t>(tmp1 != tmp1);
+      row_cache0[r0] = tmp1;
+    }
+    const float red_softmax_amax = (nan_softmax_amax ? static_cast<float>(NAN) : acc_softmax_amax);
+    const float tmp2 = red_softmax_amax;
+    float acc_softmax_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_softmax_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp3 = static_cast<float>(row_cache0[r0] - tmp2);
+      const float tmp4 = static_cast<float>(ts_exp_f32(tmp3));
+      acc_softmax_sum = static_cast<float>(acc_softmax_sum + tmp4);
+      row_cache1[r0] = tmp4;
+    }
+    const float red_softmax_sum = acc_softmax_sum;
+    const float tmp5 = red_softmax_sum;
+    const float tmp6 = static_cast<float>(static_cast<float>(1.0) / tmp5);
+    #pragma omp simd
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp7 = static_cast<float>(row_cache1[r0] * tmp6);
+      buf_softmax[r0 + red_len*x0] = static_cast<float>(tmp7);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_bmm, float* __restrict__ buf_softmax, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) float row_cache0[8192];
-      alignas(64) float row_cache1[8192];
-      float acc_softmax_amax = static_cast<float>(-INFINITY);
-      int32_t nan_softmax_amax = 0;
-      #pragma omp simd reduction(max:acc_softmax_amax) reduction(|:nan_softmax_amax)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_bmm[r0 + red_len*x0];
-        const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(0.25));
-        acc_softmax_amax = static_cast<float>(ts_max(acc_softmax_amax, tmp1));
-        nan_softmax_amax |= static_cast<int32_t>(tmp1 != tmp1);
-        row_cache0[r0] = tmp1;
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const float red_softmax_amax = (nan_softmax_amax ? static_cast<float>(NAN) : acc_softmax_amax);
-      const float tmp2 = red_softmax_amax;
-      float acc_softmax_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_softmax_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp3 = static_cast<float>(row_cache0[r0] - tmp2);
-        const float tmp4 = static_cast<float>(ts_exp_f32(tmp3));
-        acc_softmax_sum = static_cast<float>(acc_softmax_sum + tmp4);
-        row_cache1[r0] = tmp4;
-      }
-      const float red_softmax_sum = acc_softmax_sum;
-      const float tmp5 = red_softmax_sum;
-      const float tmp6 = static_cast<float>(static_cast<float>(1.0) / tmp5);
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp7 = static_cast<float>(row_cache1[r0] * tmp6);
-        buf_softmax[r0 + red_len*x0] = static_cast<float>(tmp7);
-      }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_bmm, buf_softmax, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) float row_cache0[8192];
-      alignas(64) float row_cache1[8192];
-      float acc_softmax_amax = static_cast<float>(-INFINITY);
-      int32_t nan_softmax_amax = 0;
-      #pragma omp simd reduction(max:acc_softmax_amax) reduction(|:nan_softmax_amax)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_bmm[r0 + red_len*x0];
-        const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(0.25));
-        acc_softmax_amax = static_cast<float>(ts_max(acc_softmax_amax, tmp1));
-        nan_softmax_amax |= static_cast<int32_t>(tmp1 != tmp1);
-        row_cache0[r0] = tmp1;
-      }
-      const float red_softmax_amax = (nan_softmax_amax ? static_cast<float>(NAN) : acc_softmax_amax);
-      const float tmp2 = red_softmax_amax;
-      float acc_softmax_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_softmax_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp3 = static_cast<float>(row_cache0[r0] - tmp2);
-        const float tmp4 = static_cast<float>(ts_exp_f32(tmp3));
-        acc_softmax_sum = static_cast<float>(acc_softmax_sum + tmp4);
-        row_cache1[r0] = tmp4;
-      }
-      const float red_softmax_sum = acc_softmax_sum;
-      const float tmp5 = red_softmax_sum;
-      const float tmp6 = static_cast<float>(static_cast<float>(1.0) / tmp5);
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp7 = static_cast<float>(row_cache1[r0] * tmp6);
-        buf_softmax[r0 + red_len*x0] = static_cast<float>(tmp7);
-      }
-    }
+    kernel0_rows(buf_bmm, buf_softmax, rows, red_len, 0, rows);
   }
 }

@@ -9,37 +9,41 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    #pragma omp simd
+    for (int64_t x1 = 0; x1 < 32; ++x1) {
+      const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
+      const float tmp1 = static_cast<float>(tmp0);
+      const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+      const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
+      const float tmp4 = static_cast<float>(tmp3);
+      const float tmp5 = static_cast<float>(tmp2 + tmp4);
+      const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
+      buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
+    }
+  }
+}
 extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows) {
   if (rows * 32 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
-        const float tmp1 = static_cast<float>(tmp0);
-        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-        const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
-        const float tmp4 = static_cast<float>(tmp3);
-        const float tmp5 = static_cast<float>(tmp2 + tmp4);
-        const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
-        buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_y, buf_to_copy_2, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = ts_bf16_to_f32(buf_x[32*x0 + x1]);
-        const float tmp1 = static_cast<float>(tmp0);
-        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-        const float tmp3 = ts_bf16_to_f32(buf_y[32*x0 + x1]);
-        const float tmp4 = static_cast<float>(tmp3);
-        const float tmp5 = static_cast<float>(tmp2 + tmp4);
-        const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
-        buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
-      }
-    }
+    kernel0_rows(buf_x, buf_y, buf_to_copy_2, rows, 0, rows);
   }
 }

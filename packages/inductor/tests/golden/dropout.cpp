@@ -13,43 +13,44 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const int64_t* __restrict__ buf_bernoulli_seed, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    const int64_t tmp1 = buf_bernoulli_seed[0];
+    #pragma omp simd
+    for (int64_t x1 = 0; x1 < 32; ++x1) {
+      const float tmp0 = buf_x[32*x0 + x1];
+      const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
+      const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
+      const float tmp4 = static_cast<float>(tmp3);
+      const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
+      const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
+      const float tmp7 = static_cast<float>(tmp6);
+      const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
+      const float tmp9 = static_cast<float>(tmp0 * tmp8);
+      buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
+    }
+  }
+}
 extern "C" void kernel0(const int64_t* __restrict__ buf_bernoulli_seed, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows) {
   if (rows * 32 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      const int64_t tmp1 = buf_bernoulli_seed[0];
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = buf_x[32*x0 + x1];
-        const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
-        const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
-        const float tmp4 = static_cast<float>(tmp3);
-        const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
-        const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
-        const float tmp7 = static_cast<float>(tmp6);
-        const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
-        const float tmp9 = static_cast<float>(tmp0 * tmp8);
-        buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_bernoulli_seed, buf_x, buf_mul, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      const int64_t tmp1 = buf_bernoulli_seed[0];
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = buf_x[32*x0 + x1];
-        const int64_t tmp2 = static_cast<int64_t>(32*x0 + x1);
-        const int64_t tmp3 = static_cast<int64_t>(ts_rand_bits(tmp1, tmp2, static_cast<int64_t>(24LL)));
-        const float tmp4 = static_cast<float>(tmp3);
-        const float tmp5 = static_cast<float>(tmp4 * static_cast<float>(5.960464477539063e-08));
-        const bool tmp6 = static_cast<bool>(tmp5 < static_cast<float>(0.9));
-        const float tmp7 = static_cast<float>(tmp6);
-        const float tmp8 = static_cast<float>(tmp7 / static_cast<float>(0.9));
-        const float tmp9 = static_cast<float>(tmp0 * tmp8);
-        buf_mul[32*x0 + x1] = static_cast<float>(tmp9);
-      }
-    }
+    kernel0_rows(buf_bernoulli_seed, buf_x, buf_mul, rows, 0, rows);
   }
 }

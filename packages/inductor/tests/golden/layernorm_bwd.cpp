@@ -15,128 +15,87 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    alignas(64) float row_cache0[8192];
+    alignas(64) float row_cache1[8192];
+    alignas(64) float row_cache2[8192];
+    float acc_mean_sum = static_cast<float>(0.0);
+    float acc_sum_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
+      const float tmp1 = buf_gy[r0 + red_len*x0];
+      const float tmp2 = buf_w[r0];
+      const float tmp3 = static_cast<float>(tmp1 * tmp2);
+      acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
+      acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
+      row_cache1[r0] = tmp3;
+    }
+    const float red_mean_sum = acc_mean_sum;
+    const float red_sum_sum = acc_sum_sum;
+    const float tmp5 = red_mean_sum;
+    const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
+    float acc_mean_1_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_mean_1_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp4 = buf_x[r0 + red_len*x0];
+      const float tmp7 = static_cast<float>(tmp4 - tmp6);
+      const float tmp8 = static_cast<float>(tmp7 * tmp7);
+      acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
+      row_cache0[r0] = tmp7;
+    }
+    const float red_mean_1_sum = acc_mean_1_sum;
+    const float tmp9 = red_mean_1_sum;
+    const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
+    const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
+    const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
+    float acc_sum_1_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_sum_1_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
+      const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
+      acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
+      row_cache2[r0] = tmp13;
+    }
+    const float red_sum_1_sum = acc_sum_1_sum;
+    buf_mean_sum[x0] = static_cast<float>(tmp5);
+    buf_mean_1_sum[x0] = static_cast<float>(tmp9);
+    const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
+    const float tmp17 = red_sum_sum;
+    const float tmp19 = red_sum_1_sum;
+    #pragma omp simd
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
+      const float tmp18 = static_cast<float>(tmp16 - tmp17);
+      const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
+      const float tmp21 = static_cast<float>(tmp18 - tmp20);
+      const float tmp22 = static_cast<float>(tmp15 * tmp21);
+      buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_mean_1_sum, float* __restrict__ buf_mul_6, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) float row_cache0[8192];
-      alignas(64) float row_cache1[8192];
-      alignas(64) float row_cache2[8192];
-      float acc_mean_sum = static_cast<float>(0.0);
-      float acc_sum_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        const float tmp1 = buf_gy[r0 + red_len*x0];
-        const float tmp2 = buf_w[r0];
-        const float tmp3 = static_cast<float>(tmp1 * tmp2);
-        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
-        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
-        row_cache1[r0] = tmp3;
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const float red_mean_sum = acc_mean_sum;
-      const float red_sum_sum = acc_sum_sum;
-      const float tmp5 = red_mean_sum;
-      const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
-      float acc_mean_1_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_1_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp4 = buf_x[r0 + red_len*x0];
-        const float tmp7 = static_cast<float>(tmp4 - tmp6);
-        const float tmp8 = static_cast<float>(tmp7 * tmp7);
-        acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
-        row_cache0[r0] = tmp7;
-      }
-      const float red_mean_1_sum = acc_mean_1_sum;
-      const float tmp9 = red_mean_1_sum;
-      const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
-      const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
-      const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
-      float acc_sum_1_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_sum_1_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
-        const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
-        acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
-        row_cache2[r0] = tmp13;
-      }
-      const float red_sum_1_sum = acc_sum_1_sum;
-      buf_mean_sum[x0] = static_cast<float>(tmp5);
-      buf_mean_1_sum[x0] = static_cast<float>(tmp9);
-      const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
-      const float tmp17 = red_sum_sum;
-      const float tmp19 = red_sum_1_sum;
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
-        const float tmp18 = static_cast<float>(tmp16 - tmp17);
-        const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
-        const float tmp21 = static_cast<float>(tmp18 - tmp20);
-        const float tmp22 = static_cast<float>(tmp15 * tmp21);
-        buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
-      }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) float row_cache0[8192];
-      alignas(64) float row_cache1[8192];
-      alignas(64) float row_cache2[8192];
-      float acc_mean_sum = static_cast<float>(0.0);
-      float acc_sum_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        const float tmp1 = buf_gy[r0 + red_len*x0];
-        const float tmp2 = buf_w[r0];
-        const float tmp3 = static_cast<float>(tmp1 * tmp2);
-        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp0);
-        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp3);
-        row_cache1[r0] = tmp3;
-      }
-      const float red_mean_sum = acc_mean_sum;
-      const float red_sum_sum = acc_sum_sum;
-      const float tmp5 = red_mean_sum;
-      const float tmp6 = static_cast<float>(tmp5 / static_cast<float>(red_len));
-      float acc_mean_1_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_1_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp4 = buf_x[r0 + red_len*x0];
-        const float tmp7 = static_cast<float>(tmp4 - tmp6);
-        const float tmp8 = static_cast<float>(tmp7 * tmp7);
-        acc_mean_1_sum = static_cast<float>(acc_mean_1_sum + tmp8);
-        row_cache0[r0] = tmp7;
-      }
-      const float red_mean_1_sum = acc_mean_1_sum;
-      const float tmp9 = red_mean_1_sum;
-      const float tmp10 = static_cast<float>(tmp9 / static_cast<float>(red_len));
-      const float tmp11 = static_cast<float>(tmp10 + static_cast<float>(1e-05));
-      const float tmp12 = static_cast<float>(1 / std::sqrt(tmp11));
-      float acc_sum_1_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_sum_1_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp13 = static_cast<float>(row_cache0[r0] * tmp12);
-        const float tmp14 = static_cast<float>(row_cache1[r0] * tmp13);
-        acc_sum_1_sum = static_cast<float>(acc_sum_1_sum + tmp14);
-        row_cache2[r0] = tmp13;
-      }
-      const float red_sum_1_sum = acc_sum_1_sum;
-      buf_mean_sum[x0] = static_cast<float>(tmp5);
-      buf_mean_1_sum[x0] = static_cast<float>(tmp9);
-      const float tmp15 = static_cast<float>(tmp12 / static_cast<float>(red_len));
-      const float tmp17 = red_sum_sum;
-      const float tmp19 = red_sum_1_sum;
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp16 = static_cast<float>(row_cache1[r0] * static_cast<float>(red_len));
-        const float tmp18 = static_cast<float>(tmp16 - tmp17);
-        const float tmp20 = static_cast<float>(row_cache2[r0] * tmp19);
-        const float tmp21 = static_cast<float>(tmp18 - tmp20);
-        const float tmp22 = static_cast<float>(tmp15 * tmp21);
-        buf_mul_6[r0 + red_len*x0] = static_cast<float>(tmp22);
-      }
-    }
+    kernel0_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, rows, red_len, 0, rows);
   }
 }
 

@@ -29,41 +29,43 @@ static inline float ts_erf_f32(float v) {
 }
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    #pragma omp simd
+    for (int64_t x1 = 0; x1 < 32; ++x1) {
+      const float tmp0 = buf_x[32*x0 + x1];
+      const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(2.0));
+      const float tmp2 = buf_b[x1];
+      const float tmp3 = static_cast<float>(tmp1 + tmp2);
+      const float tmp4 = static_cast<float>(tmp3 * static_cast<float>(0.5));
+      const float tmp5 = static_cast<float>(tmp3 * static_cast<float>(0.7071067811865476));
+      const float tmp6 = static_cast<float>(ts_erf_f32(tmp5));
+      const float tmp7 = static_cast<float>(tmp6 + static_cast<float>(1.0));
+      const float tmp8 = static_cast<float>(tmp4 * tmp7);
+      buf_gelu[32*x0 + x1] = static_cast<float>(tmp8);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows) {
   if (rows * 32 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = buf_x[32*x0 + x1];
-        const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(2.0));
-        const float tmp2 = buf_b[x1];
-        const float tmp3 = static_cast<float>(tmp1 + tmp2);
-        const float tmp4 = static_cast<float>(tmp3 * static_cast<float>(0.5));
-        const float tmp5 = static_cast<float>(tmp3 * static_cast<float>(0.7071067811865476));
-        const float tmp6 = static_cast<float>(ts_erf_f32(tmp5));
-        const float tmp7 = static_cast<float>(tmp6 + static_cast<float>(1.0));
-        const float tmp8 = static_cast<float>(tmp4 * tmp7);
-        buf_gelu[32*x0 + x1] = static_cast<float>(tmp8);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_b, buf_x, buf_gelu, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 32; ++x1) {
-        const float tmp0 = buf_x[32*x0 + x1];
-        const float tmp1 = static_cast<float>(tmp0 * static_cast<float>(2.0));
-        const float tmp2 = buf_b[x1];
-        const float tmp3 = static_cast<float>(tmp1 + tmp2);
-        const float tmp4 = static_cast<float>(tmp3 * static_cast<float>(0.5));
-        const float tmp5 = static_cast<float>(tmp3 * static_cast<float>(0.7071067811865476));
-        const float tmp6 = static_cast<float>(ts_erf_f32(tmp5));
-        const float tmp7 = static_cast<float>(tmp6 + static_cast<float>(1.0));
-        const float tmp8 = static_cast<float>(tmp4 * tmp7);
-        buf_gelu[32*x0 + x1] = static_cast<float>(tmp8);
-      }
-    }
+    kernel0_rows(buf_b, buf_x, buf_gelu, rows, 0, rows);
   }
 }

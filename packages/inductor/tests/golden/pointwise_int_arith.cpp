@@ -13,33 +13,39 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    #pragma omp simd
+    for (int64_t x1 = 0; x1 < 8; ++x1) {
+      const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
+      const int64_t tmp1 = buf_b[8*x0 + x1];
+      const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
+      const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
+      const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
+      buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
+    }
+  }
+}
 extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows) {
   if (rows * 8 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 8; ++x1) {
-        const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
-        const int64_t tmp1 = buf_b[8*x0 + x1];
-        const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
-        const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
-        const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
-        buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_b, buf_floor_divide, buf_mul, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 8; ++x1) {
-        const int64_t tmp0 = buf_floor_divide[8*x0 + x1];
-        const int64_t tmp1 = buf_b[8*x0 + x1];
-        const int64_t tmp2 = static_cast<int64_t>(ts_rem_int(tmp1, static_cast<int64_t>(5LL)));
-        const int64_t tmp3 = static_cast<int64_t>(tmp0 + tmp2);
-        const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
-        buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
-      }
-    }
+    kernel0_rows(buf_b, buf_floor_divide, buf_mul, rows, 0, rows);
   }
 }

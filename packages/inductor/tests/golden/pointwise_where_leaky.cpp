@@ -9,35 +9,40 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, float* __restrict__ buf_clamp, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    #pragma omp simd
+    for (int64_t x1 = 0; x1 < 16; ++x1) {
+      const float tmp0 = buf_x[16*x0 + x1];
+      const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
+      const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
+      const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
+      const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
+      const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
+      buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_clamp, const int64_t rows) {
   if (rows * 16 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 16; ++x1) {
-        const float tmp0 = buf_x[16*x0 + x1];
-        const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
-        const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
-        const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
-        const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
-        const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
-        buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_clamp, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd
-      for (int64_t x1 = 0; x1 < 16; ++x1) {
-        const float tmp0 = buf_x[16*x0 + x1];
-        const bool tmp1 = static_cast<bool>(tmp0 > static_cast<float>(0.0));
-        const float tmp2 = static_cast<float>(tmp0 * static_cast<float>(0.1));
-        const float tmp3 = ts_where<float>(tmp1, tmp0, tmp2);
-        const float tmp4 = static_cast<float>(ts_max(tmp3, static_cast<float>(-1.0)));
-        const float tmp5 = static_cast<float>(ts_min(tmp4, static_cast<float>(1.0)));
-        buf_clamp[16*x0 + x1] = static_cast<float>(tmp5);
-      }
-    }
+    kernel0_rows(buf_x, buf_clamp, rows, 0, rows);
   }
 }

@@ -9,55 +9,50 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_w, float* __restrict__ buf_mul_2, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    float acc_mean_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_mean_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
+      const float tmp1 = static_cast<float>(tmp0 * tmp0);
+      acc_mean_sum = static_cast<float>(acc_mean_sum + tmp1);
+    }
+    const float red_mean_sum = acc_mean_sum;
+    const float tmp3 = red_mean_sum;
+    const float tmp4 = static_cast<float>(tmp3 / static_cast<float>(red_len));
+    const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1e-06));
+    const float tmp6 = static_cast<float>(1 / std::sqrt(tmp5));
+    #pragma omp simd
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp2 = buf_x[r0 + red_len*x0];
+      const float tmp7 = static_cast<float>(tmp2 * tmp6);
+      const float tmp8 = buf_w[r0];
+      const float tmp9 = static_cast<float>(tmp7 * tmp8);
+      buf_mul_2[r0 + red_len*x0] = static_cast<float>(tmp9);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_w, float* __restrict__ buf_mul_2, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_mean_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        const float tmp1 = static_cast<float>(tmp0 * tmp0);
-        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp1);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const float red_mean_sum = acc_mean_sum;
-      const float tmp3 = red_mean_sum;
-      const float tmp4 = static_cast<float>(tmp3 / static_cast<float>(red_len));
-      const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1e-06));
-      const float tmp6 = static_cast<float>(1 / std::sqrt(tmp5));
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp2 = buf_x[r0 + red_len*x0];
-        const float tmp7 = static_cast<float>(tmp2 * tmp6);
-        const float tmp8 = buf_w[r0];
-        const float tmp9 = static_cast<float>(tmp7 * tmp8);
-        buf_mul_2[r0 + red_len*x0] = static_cast<float>(tmp9);
-      }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_w, buf_mul_2, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_mean_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_mean_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        const float tmp1 = static_cast<float>(tmp0 * tmp0);
-        acc_mean_sum = static_cast<float>(acc_mean_sum + tmp1);
-      }
-      const float red_mean_sum = acc_mean_sum;
-      const float tmp3 = red_mean_sum;
-      const float tmp4 = static_cast<float>(tmp3 / static_cast<float>(red_len));
-      const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1e-06));
-      const float tmp6 = static_cast<float>(1 / std::sqrt(tmp5));
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp2 = buf_x[r0 + red_len*x0];
-        const float tmp7 = static_cast<float>(tmp2 * tmp6);
-        const float tmp8 = buf_w[r0];
-        const float tmp9 = static_cast<float>(tmp7 * tmp8);
-        buf_mul_2[r0 + red_len*x0] = static_cast<float>(tmp9);
-      }
-    }
+    kernel0_rows(buf_x, buf_w, buf_mul_2, rows, red_len, 0, rows);
   }
 }

@@ -9,65 +9,55 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi / 32;
+    const int64_t x1 = (xi / 8) % 4;
+    const int64_t x2 = (xi) % 8;
+    #pragma omp simd
+    for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
+      const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
+      const float tmp1 = buf_cos[16*x2 + x3_0];
+      const float tmp2 = static_cast<float>(tmp0 * tmp1);
+      const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
+      const float tmp4 = static_cast<float>(-(tmp3));
+      const float tmp5 = buf_sin[16*x2 + x3_0];
+      const float tmp6 = static_cast<float>(tmp4 * tmp5);
+      const float tmp7 = static_cast<float>(tmp2 + tmp6);
+      buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
+    }
+    #pragma omp simd
+    for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
+      const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
+      const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
+      const float tmp10 = static_cast<float>(tmp8 * tmp9);
+      const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
+      const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
+      const float tmp13 = static_cast<float>(tmp11 * tmp12);
+      const float tmp14 = static_cast<float>(tmp10 + tmp13);
+      buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows) {
   if (rows * 16 >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi / 32;
-      const int64_t x1 = (xi / 8) % 4;
-      const int64_t x2 = (xi) % 8;
-      #pragma omp simd
-      for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
-        const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
-        const float tmp1 = buf_cos[16*x2 + x3_0];
-        const float tmp2 = static_cast<float>(tmp0 * tmp1);
-        const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
-        const float tmp4 = static_cast<float>(-(tmp3));
-        const float tmp5 = buf_sin[16*x2 + x3_0];
-        const float tmp6 = static_cast<float>(tmp4 * tmp5);
-        const float tmp7 = static_cast<float>(tmp2 + tmp6);
-        buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      #pragma omp simd
-      for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
-        const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
-        const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
-        const float tmp10 = static_cast<float>(tmp8 * tmp9);
-        const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
-        const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
-        const float tmp13 = static_cast<float>(tmp11 * tmp12);
-        const float tmp14 = static_cast<float>(tmp10 + tmp13);
-        buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
-      }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_cos, buf_sin, buf_x, buf_add, rows, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi / 32;
-      const int64_t x1 = (xi / 8) % 4;
-      const int64_t x2 = (xi) % 8;
-      #pragma omp simd
-      for (int64_t x3_0 = 0; x3_0 < 8; ++x3_0) {
-        const float tmp0 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0];
-        const float tmp1 = buf_cos[16*x2 + x3_0];
-        const float tmp2 = static_cast<float>(tmp0 * tmp1);
-        const float tmp3 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_0 + 8];
-        const float tmp4 = static_cast<float>(-(tmp3));
-        const float tmp5 = buf_sin[16*x2 + x3_0];
-        const float tmp6 = static_cast<float>(tmp4 * tmp5);
-        const float tmp7 = static_cast<float>(tmp2 + tmp6);
-        buf_add[512*x0 + 128*x1 + 16*x2 + x3_0] = static_cast<float>(tmp7);
-      }
-      #pragma omp simd
-      for (int64_t x3_1 = 0; x3_1 < 8; ++x3_1) {
-        const float tmp8 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1 + 8];
-        const float tmp9 = buf_cos[16*x2 + x3_1 + 8];
-        const float tmp10 = static_cast<float>(tmp8 * tmp9);
-        const float tmp11 = buf_x[512*x0 + 128*x1 + 16*x2 + x3_1];
-        const float tmp12 = buf_sin[16*x2 + x3_1 + 8];
-        const float tmp13 = static_cast<float>(tmp11 * tmp12);
-        const float tmp14 = static_cast<float>(tmp10 + tmp13);
-        buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
-      }
-    }
+    kernel0_rows(buf_cos, buf_sin, buf_x, buf_add, rows, 0, rows);
   }
 }

@@ -9,51 +9,48 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_gy, const float* __restrict__ buf_y, float* __restrict__ buf_mul_1, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    float acc_sum_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_sum_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_gy[r0 + red_len*x0];
+      const float tmp1 = buf_y[r0 + red_len*x0];
+      const float tmp2 = static_cast<float>(tmp0 * tmp1);
+      acc_sum_sum = static_cast<float>(acc_sum_sum + tmp2);
+    }
+    const float red_sum_sum = acc_sum_sum;
+    const float tmp5 = red_sum_sum;
+    #pragma omp simd
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp3 = buf_y[r0 + red_len*x0];
+      const float tmp4 = buf_gy[r0 + red_len*x0];
+      const float tmp6 = static_cast<float>(tmp4 - tmp5);
+      const float tmp7 = static_cast<float>(tmp3 * tmp6);
+      buf_mul_1[r0 + red_len*x0] = static_cast<float>(tmp7);
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_gy, const float* __restrict__ buf_y, float* __restrict__ buf_mul_1, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_sum_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_sum_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_gy[r0 + red_len*x0];
-        const float tmp1 = buf_y[r0 + red_len*x0];
-        const float tmp2 = static_cast<float>(tmp0 * tmp1);
-        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp2);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const float red_sum_sum = acc_sum_sum;
-      const float tmp5 = red_sum_sum;
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp3 = buf_y[r0 + red_len*x0];
-        const float tmp4 = buf_gy[r0 + red_len*x0];
-        const float tmp6 = static_cast<float>(tmp4 - tmp5);
-        const float tmp7 = static_cast<float>(tmp3 * tmp6);
-        buf_mul_1[r0 + red_len*x0] = static_cast<float>(tmp7);
-      }
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_gy, buf_y, buf_mul_1, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_sum_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_sum_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_gy[r0 + red_len*x0];
-        const float tmp1 = buf_y[r0 + red_len*x0];
-        const float tmp2 = static_cast<float>(tmp0 * tmp1);
-        acc_sum_sum = static_cast<float>(acc_sum_sum + tmp2);
-      }
-      const float red_sum_sum = acc_sum_sum;
-      const float tmp5 = red_sum_sum;
-      #pragma omp simd
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp3 = buf_y[r0 + red_len*x0];
-        const float tmp4 = buf_gy[r0 + red_len*x0];
-        const float tmp6 = static_cast<float>(tmp4 - tmp5);
-        const float tmp7 = static_cast<float>(tmp3 * tmp6);
-        buf_mul_1[r0 + red_len*x0] = static_cast<float>(tmp7);
-      }
-    }
+    kernel0_rows(buf_gy, buf_y, buf_mul_1, rows, red_len, 0, rows);
   }
 }

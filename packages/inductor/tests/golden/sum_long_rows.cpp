@@ -9,135 +9,90 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    alignas(64) double acc_sum[32] = {};
+    alignas(64) float block_sum[32];
+    for (int64_t r0_block = 0; r0_block < (red_len / 256) * 256; r0_block += 256) {
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+        block_sum[r0_lane] = static_cast<float>(0.0);
+      }
+      for (int64_t r0_lanes = r0_block; r0_lanes < r0_block + 256; r0_lanes += 32) {
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          const int64_t r0 = r0_lanes + r0_lane;
+          const float tmp0 = buf_x[r0 + red_len*x0];
+          block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+        }
+      }
+      #pragma omp simd
+      for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+        acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
+      }
+    }
+    {
+      const int64_t r0_tail = (red_len / 256) * 256;
+      if (r0_tail < red_len) {
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          block_sum[r0_lane] = static_cast<float>(0.0);
+        }
+        int64_t r0_lanes = r0_tail;
+        for (; r0_lanes + 32 <= red_len; r0_lanes += 32) {
+          #pragma omp simd
+          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+            const int64_t r0 = r0_lanes + r0_lane;
+            const float tmp0 = buf_x[r0 + red_len*x0];
+            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < red_len - r0_lanes; ++r0_lane) {
+          const int64_t r0 = r0_lanes + r0_lane;
+          const float tmp0 = buf_x[r0 + red_len*x0];
+          block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
+        }
+        #pragma omp simd
+        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
+          acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
+        }
+      }
+    }
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 16; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 16];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 8];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 4; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 4];
+    #pragma omp simd
+    for (int64_t r0_lane = 0; r0_lane < 2; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 2];
+    const double all_sum = acc_sum[0] + acc_sum[1];
+    const float red_sum = static_cast<float>(all_sum);
+    const float tmp1 = red_sum;
+    buf_sum[x0] = static_cast<float>(tmp1);
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) double acc_sum[32] = {};
-      alignas(64) float block_sum[32];
-      for (int64_t r0_block = 0; r0_block < (red_len / 256) * 256; r0_block += 256) {
-        #pragma omp simd
-        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-          block_sum[r0_lane] = static_cast<float>(0.0);
-        }
-        for (int64_t r0_lanes = r0_block; r0_lanes < r0_block + 256; r0_lanes += 32) {
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            const int64_t r0 = r0_lanes + r0_lane;
-            const float tmp0 = buf_x[r0 + red_len*x0];
-            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-          }
-        }
-        #pragma omp simd
-        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-          acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
-        }
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      {
-        const int64_t r0_tail = (red_len / 256) * 256;
-        if (r0_tail < red_len) {
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            block_sum[r0_lane] = static_cast<float>(0.0);
-          }
-          int64_t r0_lanes = r0_tail;
-          for (; r0_lanes + 32 <= red_len; r0_lanes += 32) {
-            #pragma omp simd
-            for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-              const int64_t r0 = r0_lanes + r0_lane;
-              const float tmp0 = buf_x[r0 + red_len*x0];
-              block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-            }
-          }
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < red_len - r0_lanes; ++r0_lane) {
-            const int64_t r0 = r0_lanes + r0_lane;
-            const float tmp0 = buf_x[r0 + red_len*x0];
-            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-          }
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
-          }
-        }
-      }
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 16; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 16];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 8];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 4; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 4];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 2; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 2];
-      const double all_sum = acc_sum[0] + acc_sum[1];
-      const float red_sum = static_cast<float>(all_sum);
-      const float tmp1 = red_sum;
-      buf_sum[x0] = static_cast<float>(tmp1);
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_sum, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      alignas(64) double acc_sum[32] = {};
-      alignas(64) float block_sum[32];
-      for (int64_t r0_block = 0; r0_block < (red_len / 256) * 256; r0_block += 256) {
-        #pragma omp simd
-        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-          block_sum[r0_lane] = static_cast<float>(0.0);
-        }
-        for (int64_t r0_lanes = r0_block; r0_lanes < r0_block + 256; r0_lanes += 32) {
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            const int64_t r0 = r0_lanes + r0_lane;
-            const float tmp0 = buf_x[r0 + red_len*x0];
-            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-          }
-        }
-        #pragma omp simd
-        for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-          acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
-        }
-      }
-      {
-        const int64_t r0_tail = (red_len / 256) * 256;
-        if (r0_tail < red_len) {
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            block_sum[r0_lane] = static_cast<float>(0.0);
-          }
-          int64_t r0_lanes = r0_tail;
-          for (; r0_lanes + 32 <= red_len; r0_lanes += 32) {
-            #pragma omp simd
-            for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-              const int64_t r0 = r0_lanes + r0_lane;
-              const float tmp0 = buf_x[r0 + red_len*x0];
-              block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-            }
-          }
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < red_len - r0_lanes; ++r0_lane) {
-            const int64_t r0 = r0_lanes + r0_lane;
-            const float tmp0 = buf_x[r0 + red_len*x0];
-            block_sum[r0_lane] = static_cast<float>(block_sum[r0_lane] + tmp0);
-          }
-          #pragma omp simd
-          for (int64_t r0_lane = 0; r0_lane < 32; ++r0_lane) {
-            acc_sum[r0_lane] = acc_sum[r0_lane] + static_cast<double>(block_sum[r0_lane]);
-          }
-        }
-      }
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 16; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 16];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 8; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 8];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 4; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 4];
-      #pragma omp simd
-      for (int64_t r0_lane = 0; r0_lane < 2; ++r0_lane) acc_sum[r0_lane] = acc_sum[r0_lane] + acc_sum[r0_lane + 2];
-      const double all_sum = acc_sum[0] + acc_sum[1];
-      const float red_sum = static_cast<float>(all_sum);
-      const float tmp1 = red_sum;
-      buf_sum[x0] = static_cast<float>(tmp1);
-    }
+    kernel0_rows(buf_x, buf_sum, rows, red_len, 0, rows);
   }
 }

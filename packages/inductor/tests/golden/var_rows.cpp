@@ -9,57 +9,51 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    float acc_var_sum = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_var_sum)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp0 = buf_x[r0 + red_len*x0];
+      acc_var_sum = static_cast<float>(acc_var_sum + tmp0);
+    }
+    const float red_var_sum = acc_var_sum;
+    const float tmp2 = red_var_sum;
+    const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(red_len));
+    float acc_var_sum_1 = static_cast<float>(0.0);
+    #pragma omp simd reduction(+:acc_var_sum_1)
+    for (int64_t r0 = 0; r0 < red_len; ++r0) {
+      const float tmp1 = buf_x[r0 + red_len*x0];
+      const float tmp4 = static_cast<float>(tmp1 - tmp3);
+      const float tmp5 = static_cast<float>(tmp4 * tmp4);
+      acc_var_sum_1 = static_cast<float>(acc_var_sum_1 + tmp5);
+    }
+    const float red_var_sum_1 = acc_var_sum_1;
+    const float tmp6 = red_var_sum_1;
+    const float tmp7 = static_cast<float>(tmp6 / static_cast<float>((red_len - 1)));
+    buf_var[x0] = static_cast<float>(tmp7);
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len) {
   if (rows > 1 && rows * red_len >= 32768) {
-    #pragma omp parallel for
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_var_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_var_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        acc_var_sum = static_cast<float>(acc_var_sum + tmp0);
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const float red_var_sum = acc_var_sum;
-      const float tmp2 = red_var_sum;
-      const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(red_len));
-      float acc_var_sum_1 = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_var_sum_1)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp1 = buf_x[r0 + red_len*x0];
-        const float tmp4 = static_cast<float>(tmp1 - tmp3);
-        const float tmp5 = static_cast<float>(tmp4 * tmp4);
-        acc_var_sum_1 = static_cast<float>(acc_var_sum_1 + tmp5);
-      }
-      const float red_var_sum_1 = acc_var_sum_1;
-      const float tmp6 = red_var_sum_1;
-      const float tmp7 = static_cast<float>(tmp6 / static_cast<float>((red_len - 1)));
-      buf_var[x0] = static_cast<float>(tmp7);
+      const int64_t lo = share * thread + extra;
+      kernel0_rows(buf_x, buf_var, rows, red_len, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      float acc_var_sum = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_var_sum)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp0 = buf_x[r0 + red_len*x0];
-        acc_var_sum = static_cast<float>(acc_var_sum + tmp0);
-      }
-      const float red_var_sum = acc_var_sum;
-      const float tmp2 = red_var_sum;
-      const float tmp3 = static_cast<float>(tmp2 / static_cast<float>(red_len));
-      float acc_var_sum_1 = static_cast<float>(0.0);
-      #pragma omp simd reduction(+:acc_var_sum_1)
-      for (int64_t r0 = 0; r0 < red_len; ++r0) {
-        const float tmp1 = buf_x[r0 + red_len*x0];
-        const float tmp4 = static_cast<float>(tmp1 - tmp3);
-        const float tmp5 = static_cast<float>(tmp4 * tmp4);
-        acc_var_sum_1 = static_cast<float>(acc_var_sum_1 + tmp5);
-      }
-      const float red_var_sum_1 = acc_var_sum_1;
-      const float tmp6 = red_var_sum_1;
-      const float tmp7 = static_cast<float>(tmp6 / static_cast<float>((red_len - 1)));
-      buf_var[x0] = static_cast<float>(tmp7);
-    }
+    kernel0_rows(buf_x, buf_var, rows, red_len, 0, rows);
   }
 }

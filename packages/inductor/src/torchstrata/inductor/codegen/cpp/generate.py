@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.columns import (
     column_sizes,
     generate_column_cpp,
@@ -41,7 +42,13 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     render_index,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
-from torchstrata.inductor.codegen.cpp.parallel import branch, parallel_condition
+from torchstrata.inductor.codegen.cpp.parallel import (
+    ROW_HI,
+    ROW_LO,
+    branch,
+    parallel_condition,
+    range_calls,
+)
 from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, one_hot_stores, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
@@ -424,7 +431,15 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             row_loop = loop_header(inner_vars[-1], ROWS_PARAM)
             store_lines = [row_loop if line == header else line for line in store_lines]
         body += store_lines
-    if outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
+    rows_body: list[str] = []
+    if outer_vars and not nested and not kernel_checks(kernel):
+        # one loop over a range of rows, called by each thread or once (decision 0359)
+        condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
+        rows_body = [f"for (int64_t xi = {ROW_LO}; xi < {ROW_HI}; ++xi) {{"]
+        rows_body += ["  " + line for line in body] + ["}"]
+        args = [arg.name for arg in kernel.args] + list(_sizes(kernel))
+        lines = range_calls(kernel.name, args, ROWS_PARAM, condition)
+    elif outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
         lines = branch(
             condition,
@@ -436,10 +451,14 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         lines = branch(parallel_condition(ROWS_PARAM, 1), _parallel_simd(serial), serial)
     else:
         lines = _row_loops(outer_vars, body, nested, "")
+    return kernel_source(kernel, lines, simd_functions, _sizes(kernel), rows_body)
+
+
+def _sizes(kernel: Kernel) -> tuple[str, ...]:
+    """The size parameters of a row kernel's function, after its buffers."""
     sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
-    sizes += cat_params(kernel)
-    return kernel_source(kernel, lines, simd_functions, sizes)
+    return sizes + cat_params(kernel)
 
 
 def _split_picks(

@@ -6,7 +6,10 @@ Where the loop's trip count is a size argument (``rows``), that depends on the s
 source deciding it would be two sources over a range of sizes (decision 0201). The source
 holds both loops instead, under ``if (<elements> >= threshold)`` (decision 0355): the same
 text serves every size, and each side is the loop that a source deciding it would have
-had. OpenMP's own ``if(...)`` clause was measured and not taken: a region of one thread
+had. A flat row loop is compiled once (decision 0359): it is a ``static`` function over a
+range of rows (:func:`rows_function`), called over all rows, else from a parallel region
+in which each thread takes one contiguous range, as ``schedule(static)`` splits them
+(:func:`range_calls`). OpenMP's own ``if(...)`` clause was measured and not taken: a region of one thread
 still enters the runtime (0.3-0.5 us a call, +10-70% on a kernel of a few rows).
 """
 
@@ -40,3 +43,55 @@ def branch(condition: str, then: Sequence[str], otherwise: Sequence[str]) -> lis
         *("  " + line for line in otherwise),
         "}",
     ]
+
+
+ROW_LO = "row_lo"
+ROW_HI = "row_hi"
+
+# The OpenMP runtime's thread queries (declared here: the prelude does not include omp.h).
+OMP_DECLARATIONS = (
+    'extern "C" int omp_get_num_threads();',
+    'extern "C" int omp_get_thread_num();',
+)
+
+
+def rows_function_name(kernel_name: str) -> str:
+    """The name of ``kernel_name``'s function over a range of rows."""
+    return f"{kernel_name}_rows"
+
+
+def rows_function(kernel_name: str, params: str, body: Sequence[str]) -> list[str]:
+    """The ``static`` function of ``body`` (a loop from ``row_lo`` to ``row_hi``) taking the
+    kernel's ``params`` and the range: ``noinline`` and ``noclone``, so that g++ compiles
+    it once rather than once per call site (or per constant ``row_lo``)."""
+    return [
+        "static void __attribute__((noinline, noclone))",
+        f"{rows_function_name(kernel_name)}({params}, const int64_t {ROW_LO}, const int64_t {ROW_HI}) {{",
+        *("  " + line for line in body),
+        "}",
+    ]
+
+
+def range_calls(kernel_name: str, args: Sequence[str], count: str, condition: str) -> list[str]:
+    """Calls of the rows function over ``[0, count)``: split among the threads of a
+    parallel region where ``condition`` holds (each thread one contiguous range, the
+    first ``count % threads`` threads one row more: ``schedule(static)``'s split), else
+    one call."""
+    name = rows_function_name(kernel_name)
+    call = f"{name}({', '.join(args)}, "
+    parallel = [
+        "#pragma omp parallel",
+        "{",
+        "  const int64_t threads = omp_get_num_threads();",
+        "  const int64_t thread = omp_get_thread_num();",
+        f"  int64_t share = {count} / threads;",
+        f"  int64_t extra = {count} % threads;",
+        "  if (thread < extra) {",
+        "    ++share;",
+        "    extra = 0;",
+        "  }",
+        "  const int64_t lo = share * thread + extra;",
+        f"  {call}lo, lo + share);",
+        "}",
+    ]
+    return branch(condition, parallel, [f"{call}0, {count});"])
