@@ -9,6 +9,53 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+kernel0_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t item = row_lo; item < row_hi; ++item) {
+    const int64_t xo = item / 1;
+    const int64_t x0 = xo;
+    const int64_t c0 = (item / 1) % 1 * 16;
+    const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+    alignas(64) double acc_sum[16];
+    #pragma omp simd
+    for (int64_t c = 0; c < cn; ++c) {
+      const int64_t x1 = c0 + c;
+      acc_sum[c] = static_cast<float>(0.0);
+    }
+    const int64_t r_begin = 0;
+    const int64_t r_end = red_rows;
+    alignas(64) float block_sum[16];
+    for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+      const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x1 = c0 + c;
+        block_sum[c] = 0;
+      }
+      for (int64_t rr = rb; rr < rb_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x1 = c0 + c;
+          const float a0 = buf_x[16*r0 + 128*x0 + x1];
+          block_sum[c] = static_cast<float>(block_sum[c] + a0);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x1 = c0 + c;
+        acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
+      }
+    }
+    #pragma omp simd
+    for (int64_t c = 0; c < cn; ++c) {
+      const int64_t x1 = c0 + c;
+      buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups) {
   int64_t red_chunks = 1;
   if (red_rows * groups * 16 >= 32768) {
@@ -23,92 +70,21 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
   }
   if (red_chunks == 1) {
     if (red_rows * groups * 16 >= 32768) {
-      #pragma omp parallel for
-      for (int64_t item = 0; item < groups; ++item) {
-        const int64_t xo = item / 1;
-        const int64_t x0 = xo;
-        const int64_t c0 = (item / 1) % 1 * 16;
-        const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-        alignas(64) double acc_sum[16];
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          acc_sum[c] = static_cast<float>(0.0);
+      #pragma omp parallel
+      {
+        const int64_t threads = omp_get_num_threads();
+        const int64_t thread = omp_get_thread_num();
+        int64_t share = (groups) / threads;
+        int64_t extra = (groups) % threads;
+        if (thread < extra) {
+          ++share;
+          extra = 0;
         }
-        const int64_t r_begin = 0;
-        const int64_t r_end = red_rows;
-        alignas(64) float block_sum[16];
-        for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-          const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x1 = c0 + c;
-            block_sum[c] = 0;
-          }
-          for (int64_t rr = rb; rr < rb_end; ++rr) {
-            const int64_t r0 = rr;
-            #pragma omp simd
-            for (int64_t c = 0; c < cn; ++c) {
-              const int64_t x1 = c0 + c;
-              const float a0 = buf_x[16*r0 + 128*x0 + x1];
-              block_sum[c] = static_cast<float>(block_sum[c] + a0);
-            }
-          }
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x1 = c0 + c;
-            acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
-          }
-        }
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
-        }
+        const int64_t lo = share * thread + extra;
+        kernel0_rows(buf_x, buf_sum, red_rows, groups, lo, lo + share);
       }
     } else {
-      for (int64_t item = 0; item < groups; ++item) {
-        const int64_t xo = item / 1;
-        const int64_t x0 = xo;
-        const int64_t c0 = (item / 1) % 1 * 16;
-        const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-        alignas(64) double acc_sum[16];
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          acc_sum[c] = static_cast<float>(0.0);
-        }
-        const int64_t r_begin = 0;
-        const int64_t r_end = red_rows;
-        alignas(64) float block_sum[16];
-        for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-          const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x1 = c0 + c;
-            block_sum[c] = 0;
-          }
-          for (int64_t rr = rb; rr < rb_end; ++rr) {
-            const int64_t r0 = rr;
-            #pragma omp simd
-            for (int64_t c = 0; c < cn; ++c) {
-              const int64_t x1 = c0 + c;
-              const float a0 = buf_x[16*r0 + 128*x0 + x1];
-              block_sum[c] = static_cast<float>(block_sum[c] + a0);
-            }
-          }
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x1 = c0 + c;
-            acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
-          }
-        }
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
-        }
-      }
+      kernel0_rows(buf_x, buf_sum, red_rows, groups, 0, (groups));
     }
   } else {
     double* part_sum = new double[groups * 16 * red_chunks];

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -35,7 +36,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     kernel_source,
     literal,
 )
-from torchstrata.inductor.codegen.cpp.parallel import branch
+from torchstrata.inductor.codegen.cpp.parallel import ROW_HI, ROW_LO, branch, range_calls
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     accumulator_type,
 )
@@ -338,12 +339,12 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
 
 
 def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
-    body = _unchunked(kernel, layout)
+    names = tuple(name for name, _ in layout.sizes())
+    body, items_body = _unchunked(kernel, layout, names)
     if layout.can_chunk:
         chunked = _chunked(kernel, layout)
         body = [*layout.chunking(), *branch(f"{CHUNKS_PARAM} == 1", body, chunked)]
-    names = tuple(name for name, _ in layout.sizes())
-    return kernel_source(kernel, body, simd_functions, names)
+    return kernel_source(kernel, body, simd_functions, names, items_body)
 
 
 def _item_loop(items: str, item_body: Sequence[str], pragma: str = "") -> list[str]:
@@ -355,9 +356,13 @@ def _item_loop(items: str, item_body: Sequence[str], pragma: str = "") -> list[s
     ]
 
 
-def _unchunked(kernel: Kernel, layout: _Layout) -> list[str]:
+def _unchunked(
+    kernel: Kernel, layout: _Layout, sizes: Sequence[str]
+) -> tuple[list[str], list[str]]:
     """One work item per group and block of columns, each reducing its whole reduced dim
-    and storing; in parallel from ``PARALLEL_THRESHOLD`` elements."""
+    and storing; in parallel from ``PARALLEL_THRESHOLD`` elements. Where that is decided
+    when called, the item loop is a function over a range of items, compiled once (decision
+    0359): the lines that call it, and its loop; else the loop, and no function."""
     item_body = [
         *layout.block_header("item", "1"),
         *_declare_accumulators(kernel, layout, None),
@@ -367,12 +372,17 @@ def _unchunked(kernel: Kernel, layout: _Layout) -> list[str]:
     items = layout.group_items()
     condition = layout.parallel_condition()
     if condition is None:
-        return _item_loop(items, item_body)
-    return branch(
-        condition,
-        _item_loop(items, item_body, "#pragma omp parallel for"),
-        _item_loop(items, item_body),
-    )
+        return _item_loop(items, item_body), []
+    if kernel_checks(kernel):
+        parallel = _item_loop(items, item_body, "#pragma omp parallel for")
+        return branch(condition, parallel, _item_loop(items, item_body)), []
+    loop = [
+        f"for (int64_t item = {ROW_LO}; item < {ROW_HI}; ++item) {{",
+        *("  " + line for line in item_body),
+        "}",
+    ]
+    args = [*(arg.name for arg in kernel.args), *sizes]
+    return range_calls(kernel.name, args, f"({items})", condition), loop
 
 
 def _chunked(kernel: Kernel, layout: _Layout) -> list[str]:
