@@ -37,7 +37,7 @@ double tanh(double);
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
@@ -69,9 +69,9 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_x, buf_add, rows, lo, lo + share);
+      ts_rows(buf_x, buf_add, rows, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_x, buf_add, rows, 0, rows);
+    ts_rows(buf_x, buf_add, rows, 0, rows);
   }
 }

@@ -16,7 +16,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
@@ -43,9 +43,9 @@ extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __rest
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_b, buf_floor_divide, buf_mul, rows, lo, lo + share);
+      ts_rows(buf_b, buf_floor_divide, buf_mul, rows, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_b, buf_floor_divide, buf_mul, rows, 0, rows);
+    ts_rows(buf_b, buf_floor_divide, buf_mul, rows, 0, rows);
   }
 }

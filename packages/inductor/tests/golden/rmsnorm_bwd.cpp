@@ -16,7 +16,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     alignas(64) float row_cache0[8192];
@@ -70,10 +70,10 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, lo, lo + share);
+      ts_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, 0, rows);
+    ts_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, 0, rows);
   }
 }
 

@@ -12,7 +12,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi / 32;
     const int64_t x1 = (xi / 8) % 4;
@@ -55,9 +55,9 @@ extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restri
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_cos, buf_sin, buf_x, buf_add, rows, lo, lo + share);
+      ts_rows(buf_cos, buf_sin, buf_x, buf_add, rows, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_cos, buf_sin, buf_x, buf_add, rows, 0, rows);
+    ts_rows(buf_cos, buf_sin, buf_x, buf_add, rows, 0, rows);
   }
 }

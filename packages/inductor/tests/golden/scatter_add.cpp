@@ -16,7 +16,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(float* __restrict__ buf_zeros, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(float* __restrict__ buf_zeros, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
@@ -38,9 +38,9 @@ extern "C" void kernel0(float* __restrict__ buf_zeros, const int64_t rows) {
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_zeros, rows, lo, lo + share);
+      ts_rows(buf_zeros, rows, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_zeros, rows, 0, rows);
+    ts_rows(buf_zeros, rows, 0, rows);
   }
 }

@@ -12,7 +12,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const float* __restrict__ buf_a, const float* __restrict__ buf_b, float* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
@@ -42,9 +42,9 @@ extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict
         extra = 0;
       }
       const int64_t lo = share * thread + extra;
-      kernel0_rows(buf_a, buf_b, buf_mul, rows, lo, lo + share);
+      ts_rows(buf_a, buf_b, buf_mul, rows, lo, lo + share);
     }
   } else {
-    kernel0_rows(buf_a, buf_b, buf_mul, rows, 0, rows);
+    ts_rows(buf_a, buf_b, buf_mul, rows, 0, rows);
   }
 }

@@ -12,7 +12,7 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-kernel0_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t item = row_lo; item < row_hi; ++item) {
     const int64_t xo = item / 1;
     const int64_t x0 = xo;
@@ -81,10 +81,10 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
           extra = 0;
         }
         const int64_t lo = share * thread + extra;
-        kernel0_rows(buf_x, buf_sum, red_rows, groups, lo, lo + share);
+        ts_rows(buf_x, buf_sum, red_rows, groups, lo, lo + share);
       }
     } else {
-      kernel0_rows(buf_x, buf_sum, red_rows, groups, 0, (groups));
+      ts_rows(buf_x, buf_sum, red_rows, groups, 0, (groups));
     }
   } else {
     double* part_sum = new double[groups * 16 * red_chunks];
