@@ -52,6 +52,11 @@ def unbiased_variance(x, y):
     return torch.var(x, -1), torch.std(y * 2, -1)
 
 
+def softmax_rows(x):
+    # rows on both sides of the C++ parallel threshold (32768 / 64 = 512 rows; 0355)
+    return torch.softmax(x * 2, -1), (x * x).sum(-1)
+
+
 def small_pointwise(x, y):
     return x * 2 + 1, y.exp()
 
@@ -62,6 +67,10 @@ def _column_inputs(length: int) -> tuple[torch.Tensor, ...]:
 
 def _softmax_inputs(length: int) -> tuple[torch.Tensor, ...]:
     return torch.randn(7, length), torch.randint(0, length + 1, (7,))
+
+
+def _rows_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(length, 64),)
 
 
 def _variance_inputs(length: int) -> tuple[torch.Tensor, ...]:
@@ -115,6 +124,22 @@ def _check(fn, make, lengths, store: Path, codegen: str, once: bool) -> None:
 def test_cpp_kernels_over_a_symbolic_reduced_dim_are_built_once(tmp_path, case):
     fn, make = CASES[case]
     _check(fn, make, BUCKET, tmp_path, "cpp", once=True)
+
+
+#: Sizes on both sides of what a C++ source decided before decisions 0355-0357: column sums
+#: over ``3 * length`` rows of 25 (parallel and chunked from 437), softmax rows of 3 to 128
+#: (the row cache's power-of-two buckets), rows of 64 (parallel from 512).
+STRADDLING = {
+    "column_sums": (5, 17, 33, 64, 100, 200, 300, 436, 437, 500, 700, 1000, 1500, 2000, 3001, 40),
+    "softmax_over_length": (3, 5, 9, 17, 33, 40, 63, 65, 77, 100, 111, 120, 127, 128, 126, 7),
+    "softmax_rows": (3, 17, 40, 100, 255, 256, 300, 511, 512, 513, 700, 1000, 1500, 2047, 3001, 9),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRADDLING))
+def test_cpp_kernels_straddling_size_decisions_are_built_once(tmp_path, case):
+    fn, make = (softmax_rows, _rows_inputs) if case == "softmax_rows" else CASES[case]
+    _check(fn, make, STRADDLING[case], tmp_path, "cpp", once=True)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -163,6 +163,32 @@ def only_kernel(graph: Graph) -> Kernel:
     return kernel
 
 
+_ROWS_BRANCH = re.compile(r"^(\s*)if \(rows\b.*\) \{$")
+
+
+def serial_rows(source: str) -> str:
+    """A C++ ``source`` whose row loops, held twice under ``if (rows ...)`` (parallel, else
+    serial: decision 0355), are kept once, the serial copy: counts of loops or expressions
+    in the text are then those of one row loop (the serial copy's closing brace stays)."""
+    lines = source.splitlines()
+    kept, number = [], 0
+    while number < len(lines):
+        found = _ROWS_BRANCH.match(lines[number])
+        if found:
+            number = lines.index(f"{found.group(1)}}} else {{", number) + 1
+            continue
+        kept.append(lines[number])
+        number += 1
+    return "\n".join(kept)
+
+
+def kernel_code(source: str) -> str:
+    """A C++ ``source`` without its prelude: from the function over a range of rows
+    (decision 0359), where it has one, else from the kernel's function."""
+    start = source.find("static void __attribute__((noinline, noclone))")
+    return source[start if start >= 0 else source.rindex('extern "C" void') :]
+
+
 def _loop_body(lines: Sequence[str], start: int) -> str:
     """The text of the loop whose ``for`` line is ``lines[start]``, to its closing brace."""
     depth, end = 0, start
@@ -178,6 +204,8 @@ class InductorHelpers:
 
     gelu = staticmethod(gelu)
     softmax_last = staticmethod(softmax_last)
+    serial_rows = staticmethod(serial_rows)
+    kernel_code = staticmethod(kernel_code)
     demo_graph = staticmethod(demo_graph)
     softmax_rows = staticmethod(softmax_rows)
     layer_norm_rows = staticmethod(layer_norm_rows)

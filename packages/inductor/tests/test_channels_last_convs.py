@@ -66,7 +66,7 @@ def test_output_is_stored_in_the_graphs_layout_walking_channels_last(ind) -> Non
     across its channels (decision 0370): no copy of the output by the launcher."""
     compiled = ind.compile(_block(), "cpp")
     assert "_restride(" not in compiled.launcher_source.splitlines()[-2]
-    last = compiled.kernels[-1].source.split('extern "C" void')[-1]
+    last = compiled.kernels[-1].source  # the row loop may be a function before the kernel's
     assert "buf_convolution_1[800*x0 + 80*x1 + 8*x2 + x3]" in last
     assert "[800*x0 + 10*x1 + x2 + 100*x3] =" in last  # stored row-major, channels x3
     args = [torch.randn(SHAPE), torch.randn(WEIGHT), torch.randn(WEIGHT), torch.rand(8) + 0.5]

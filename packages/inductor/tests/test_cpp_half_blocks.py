@@ -98,7 +98,7 @@ def test_fp16_row_sums_read_widened_blocks_and_equal_torch(ind, n):
     is an argument (decision 0285): both loops are in every source, run as the length says."""
     compiled = ind.compile(_row_sum(3, n, torch.float16), "cpp")
     (kernel,) = compiled.kernels
-    body = kernel.source.split('extern "C" void')[-1]
+    body = ind.kernel_code(kernel.source)
     assert "ts_f16_widen_block(&buf_x[" in body and "wide0_r0[r0 - r0_block]" in body
     assert "ts_f16_to_f32(buf_x[" in body
     assert f"r0_block < (red_len / {LANE_BLOCK}) * {LANE_BLOCK}" in body

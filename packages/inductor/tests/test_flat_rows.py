@@ -44,7 +44,7 @@ def test_kernels_over_batch_and_sequence_rows_are_one_source():
         assert outer_rows(flatten_rows(kernel)) == 2 * length
         sources.add(backend.generate(kernel, frozenset()))
     assert len(sources) == 1
-    assert "xi < rows" in sources.pop()
+    assert "xi < row_hi" in sources.pop()
 
 
 def test_rows_read_per_position_keep_their_dims():

@@ -51,7 +51,7 @@ def test_the_row_divisor_is_inverted_once_per_row(ind):
     head, loop = source.split("for rstep in range(0, rnumel, RBLOCK):")
     assert " / " in head and " / " not in loop and " * " in loop
     single = hoist_reciprocals(ind.only_kernel(ind.softmax_rows(4, 1000, torch.float32)))
-    body = generate_cpp(single).split('extern "C"')[1]
+    body = ind.serial_rows(ind.kernel_code(generate_cpp(single)))
     # the one float division; the blocked sums' whole blocks are `(red_len / 256) * 256` (0285)
     float_divisions = body.count(" / ") - body.count("red_len / ")
     assert float_divisions == 1 and "static_cast<float>(1.0) / " in body

@@ -82,7 +82,7 @@ def test_a_count_that_is_not_the_elements_stays_a_literal(ind, codegen):
     """``g / 1000`` over 5 x 24 elements (120): a literal, and another source than at 1000
     elements' rows would be."""
     (source,) = _sources(ind, _mean_backward(5, count=1000.0), codegen)
-    assert "1000.0" in source and "rows *" not in source
+    assert "1000.0" in source and "<float>((rows *" not in source
     assert "+ xnumel)" not in source
 
 
@@ -90,13 +90,14 @@ def test_a_count_dividing_each_element_stays_a_literal(ind, codegen):
     """``2x / n`` per element: a run-time divisor there would cost static kernels their
     product by a power of two's reciprocal."""
     (source,) = _sources(ind, _mean_backward(8, per_element=True), codegen)
-    assert "192.0" in source and "rows *" not in source and "+ xnumel)" not in source
+    assert "192.0" in source and "<float>((rows *" not in source and "+ xnumel)" not in source
 
 
 def test_a_norm_backward_is_one_source_over_row_lengths(ind, codegen):
     source = _one_source(ind, _norm_backward, (33, 41, 57), codegen)
     length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
-    assert source.count(length) == 2  # ``n * dy`` per element, ``rstd / n`` per row
+    # ``n * dy`` per element, ``rstd / n`` per row; C++: in the parallel and the serial loop (0355)
+    assert source.count(length) == 2
     for n in (1, 2, 3, 16, 64):
         _sources(ind, _norm_backward(n), codegen)
 
@@ -118,10 +119,26 @@ def test_a_coincidence_prints_the_same_number(ind, codegen):
 def test_a_count_of_two_stays_a_literal(ind, codegen):
     """``2.0`` and ``0.5`` are too common to read from a count of 2 (``MIN_COUNT``)."""
     (source,) = _sources(ind, _mean_backward(1, count=2.0), codegen)
-    assert "2.0" in source and "rows *" not in source and "+ xnumel)" not in source
+    assert "2.0" in source and "<float>((rows *" not in source and "+ xnumel)" not in source
     (source,) = _sources(ind, _norm_backward(2), codegen)
     length = "static_cast<float>(red_len)" if codegen == "cpp" else "tl.float32) + rnumel)"
     assert length not in source  # ``rstd`` is a saved value: no reduction's count (0286)
+
+
+def _half_column_sum(rows: int):
+    """``sum(x * 0.5, 0)`` over ``[rows, WIDTH]``: a column sum scaled by GELU's half."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, WIDTH), torch.float32))
+    return b.build([b.call(prim("sum"), b.call(prim("mul"), x, 0.5), (0,))])
+
+
+def test_a_half_is_not_a_variance_factor_over_five_rows(ind):
+    """``0.5`` equals ``2 / (n - 1)`` at 5 rows (decision 0340's form): a literal
+    (``COMMON``), not a source of its own at that size."""
+    sources = {_sources(ind, _half_column_sum(rows), "cpp") for rows in (5, 7, 33)}
+    assert len(sources) == 1
+    ((source,),) = sources
+    assert "static_cast<float>(0.5)" in source and "red_rows - 1" not in source
 
 
 def test_a_full_mean_over_two_dims_is_one_source_over_rows(ind, codegen):

@@ -10,31 +10,98 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 8;
-    const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
-    alignas(64) float acc_amax[8];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_amax[c] = static_cast<float>(-INFINITY);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    for (int64_t rr = r_begin; rr < r_end; ++rr) {
-      const int64_t r0 = rr;
+  int64_t red_chunks = 1;
+  if (red_rows * 8 >= 32768) {
+    const int64_t wanted = (16 + (1) - 1) / (1);
+    const int64_t most = red_rows / 32;
+    red_chunks = wanted < most ? wanted : most;
+    red_chunks = red_chunks < 1 ? 1 : red_chunks;
+  }
+  const int64_t red_chunk = (red_rows + red_chunks - 1) / red_chunks;
+  if (red_chunk > 0) {
+    red_chunks = (red_rows + red_chunk - 1) / red_chunk;
+  }
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 8;
+      const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
+      alignas(64) float acc_amax[8];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        const float a0 = buf_x[8*r0 + x0];
-        acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[8*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_amax[x0] = static_cast<float>(acc_amax[c]);
+  } else {
+    float* part_amax = new float[8 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 8;
+      const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) float acc_amax[8];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[8*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_amax[(xo * red_chunks + chunk) * 8 + x0] = acc_amax[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 8;
+      const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
+      alignas(64) float acc_amax[8];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = part_amax[xo * red_chunks * 8 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], part_amax[(xo * red_chunks + k) * 8 + c0 + c]));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
+      }
+    }
+    delete[] part_amax;
   }
 }

@@ -9,8 +9,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 32; ++x1) {
@@ -23,5 +26,24 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __re
       const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));
       buf_to_copy_2[32*x0 + x1] = ts_bf16_bits(tmp6);
     }
+  }
+}
+extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_y, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows) {
+  if (rows * 32 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_y, buf_to_copy_2, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_y, buf_to_copy_2, rows, 0, rows);
   }
 }

@@ -9,8 +9,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, const float* __restrict__ buf_c, float* __restrict__ buf_cat, const int64_t rows, const int64_t cat0, const int64_t cat1, const int64_t cat2) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_a, const float* __restrict__ buf_b, const float* __restrict__ buf_c, float* __restrict__ buf_cat, const int64_t rows, const int64_t cat0, const int64_t cat1, const int64_t cat2, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     const int64_t tmp0 = static_cast<int64_t>(x0);
     const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(cat0));
@@ -26,5 +29,24 @@ extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict
       const float tmp9 = ts_where<float>(tmp1, tmp2, tmp8);
       buf_cat[8*x0 + x1] = static_cast<float>(tmp9);
     }
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_a, const float* __restrict__ buf_b, const float* __restrict__ buf_c, float* __restrict__ buf_cat, const int64_t rows, const int64_t cat0, const int64_t cat1, const int64_t cat2) {
+  if (rows * 8 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_a, buf_b, buf_c, buf_cat, rows, cat0, cat1, cat2, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_a, buf_b, buf_c, buf_cat, rows, cat0, cat1, cat2, 0, rows);
   }
 }

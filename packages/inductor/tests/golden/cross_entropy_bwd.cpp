@@ -9,10 +9,13 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_logits, const int64_t* __restrict__ buf_target, float* __restrict__ buf_div, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_logits, const int64_t* __restrict__ buf_target, float* __restrict__ buf_div, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
-    alignas(64) float row_cache0[32];
+    alignas(64) float row_cache0[8192];
     float acc_softmax_amax = static_cast<float>(-INFINITY);
     int32_t nan_softmax_amax = 0;
     #pragma omp simd reduction(max:acc_softmax_amax) reduction(|:nan_softmax_amax)
@@ -48,5 +51,24 @@ extern "C" void kernel0(const float* __restrict__ buf_logits, const int64_t* __r
       const float tmp15 = static_cast<float>(tmp13 * tmp14);
       buf_div[r0 + red_len*x0] = static_cast<float>(tmp15);
     }
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_logits, const int64_t* __restrict__ buf_target, float* __restrict__ buf_div, const int64_t rows, const int64_t red_len) {
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_logits, buf_target, buf_div, rows, red_len, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_logits, buf_target, buf_div, rows, red_len, 0, rows);
   }
 }

@@ -12,14 +12,28 @@
 // torchstrata gather checks: buf_x 16
 extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows, int64_t* __restrict__ ts_gather_error) {
   uint64_t oob_buf_x_16 = 0;
-  for (int64_t xi = 0; xi < rows; ++xi) {
-    const int64_t x0 = xi;
-    #pragma omp simd reduction(|:oob_buf_x_16)
-    for (int64_t x1 = 0; x1 < 4; ++x1) {
-      const int64_t tmp0 = buf_i[4*x0 + x1];
-      const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
-      const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-      buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
+  if (rows * 4 >= 32768) {
+    #pragma omp parallel for reduction(|:oob_buf_x_16)
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd reduction(|:oob_buf_x_16)
+      for (int64_t x1 = 0; x1 < 4; ++x1) {
+        const int64_t tmp0 = buf_i[4*x0 + x1];
+        const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
+      }
+    }
+  } else {
+    for (int64_t xi = 0; xi < rows; ++xi) {
+      const int64_t x0 = xi;
+      #pragma omp simd reduction(|:oob_buf_x_16)
+      for (int64_t x1 = 0; x1 < 4; ++x1) {
+        const int64_t tmp0 = buf_i[4*x0 + x1];
+        const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
+        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+        buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
+      }
     }
   }
   if (oob_buf_x_16) {

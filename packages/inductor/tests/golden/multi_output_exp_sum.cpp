@@ -12,8 +12,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     float acc_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_sum)
@@ -32,37 +35,123 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     }
   }
 }
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, float* __restrict__ buf_exp, const int64_t rows, const int64_t red_len) {
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_sum, buf_exp, rows, red_len, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_sum, buf_exp, rows, red_len, 0, rows);
+  }
+}
 
 // ===== kernel kernel1 =====
 // prelude: golden/prelude.cpp
 
 
 extern "C" void kernel1(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 16;
-    const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-    alignas(64) float acc_amax[16];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_amax[c] = static_cast<float>(-INFINITY);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    for (int64_t rr = r_begin; rr < r_end; ++rr) {
-      const int64_t r0 = rr;
+  int64_t red_chunks = 1;
+  if (red_rows * 16 >= 32768) {
+    const int64_t wanted = (16 + (1) - 1) / (1);
+    const int64_t most = red_rows / 32;
+    red_chunks = wanted < most ? wanted : most;
+    red_chunks = red_chunks < 1 ? 1 : red_chunks;
+  }
+  const int64_t red_chunk = (red_rows + red_chunks - 1) / red_chunks;
+  if (red_chunk > 0) {
+    red_chunks = (red_rows + red_chunk - 1) / red_chunk;
+  }
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) float acc_amax[16];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        const float a0 = buf_x[16*r0 + x0];
-        acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[16*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_amax[x0] = static_cast<float>(acc_amax[c]);
+  } else {
+    float* part_amax = new float[16 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) float acc_amax[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = static_cast<float>(-INFINITY);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      for (int64_t rr = r_begin; rr < r_end; ++rr) {
+        const int64_t r0 = rr;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_x[16*r0 + x0];
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_amax[(xo * red_chunks + chunk) * 16 + x0] = acc_amax[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) float acc_amax[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_amax[c] = part_amax[xo * red_chunks * 16 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], part_amax[(xo * red_chunks + k) * 16 + c0 + c]));
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
+      }
+    }
+    delete[] part_amax;
   }
 }

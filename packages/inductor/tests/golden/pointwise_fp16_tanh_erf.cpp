@@ -34,8 +34,11 @@ float tanhf(float);
 #pragma omp declare simd notinbranch
 double tanh(double);
 }
-extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 64; ++x1) {
@@ -51,5 +54,24 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict
       const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
       buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
     }
+  }
+}
+extern "C" void kernel0(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows) {
+  if (rows * 64 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_add, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_add, rows, 0, rows);
   }
 }

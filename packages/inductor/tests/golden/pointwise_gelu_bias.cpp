@@ -29,8 +29,11 @@ static inline float ts_erf_f32(float v) {
 }
 
 
-extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 32; ++x1) {
@@ -45,5 +48,24 @@ extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict
       const float tmp8 = static_cast<float>(tmp4 * tmp7);
       buf_gelu[32*x0 + x1] = static_cast<float>(tmp8);
     }
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_b, const float* __restrict__ buf_x, float* __restrict__ buf_gelu, const int64_t rows) {
+  if (rows * 32 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_b, buf_x, buf_gelu, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_b, buf_x, buf_gelu, rows, 0, rows);
   }
 }

@@ -13,8 +13,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 8; ++x1) {
@@ -25,5 +28,24 @@ extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __rest
       const int64_t tmp4 = static_cast<int64_t>(tmp3 * static_cast<int64_t>(2LL));
       buf_mul[8*x0 + x1] = static_cast<int64_t>(tmp4);
     }
+  }
+}
+extern "C" void kernel0(const int64_t* __restrict__ buf_b, const int64_t* __restrict__ buf_floor_divide, int64_t* __restrict__ buf_mul, const int64_t rows) {
+  if (rows * 8 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_b, buf_floor_divide, buf_mul, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_b, buf_floor_divide, buf_mul, rows, 0, rows);
   }
 }

@@ -9,8 +9,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_y, float* __restrict__ buf_sub, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_y, float* __restrict__ buf_sub, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     const float tmp5 = buf_y[x0];
     #pragma omp simd
@@ -24,5 +27,24 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
       const float tmp7 = static_cast<float>(tmp6 - static_cast<float>(1.0));
       buf_sub[16*x0 + x1] = static_cast<float>(tmp7);
     }
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_y, float* __restrict__ buf_sub, const int64_t rows) {
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_y, buf_sub, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_y, buf_sub, rows, 0, rows);
   }
 }

@@ -9,10 +9,13 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_w, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_w, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
-    alignas(64) float row_cache0[64];
+    alignas(64) float row_cache0[8192];
     float acc_mean_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum)
     for (int64_t r0 = 0; r0 < red_len; ++r0) {
@@ -36,5 +39,24 @@ extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __re
       const float tmp11 = ts_round_bf16(static_cast<float>(tmp10));
       buf_to_copy_2[r0 + red_len*x0] = ts_bf16_bits(tmp11);
     }
+  }
+}
+extern "C" void kernel0(const uint16_t* __restrict__ buf_x, const uint16_t* __restrict__ buf_w, uint16_t* __restrict__ buf_to_copy_2, const int64_t rows, const int64_t red_len) {
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_w, buf_to_copy_2, rows, red_len, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_w, buf_to_copy_2, rows, red_len, 0, rows);
   }
 }

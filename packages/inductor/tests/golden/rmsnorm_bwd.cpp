@@ -13,10 +13,13 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
-    alignas(64) float row_cache0[64];
+    alignas(64) float row_cache0[8192];
     float acc_mean_sum = static_cast<float>(0.0);
     float acc_sum_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_mean_sum) reduction(+:acc_sum_sum)
@@ -54,59 +57,167 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
     }
   }
 }
+extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict__ buf_gy, const float* __restrict__ buf_w, float* __restrict__ buf_mean_sum, float* __restrict__ buf_sub, const int64_t rows, const int64_t red_len) {
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, rows, red_len, 0, rows);
+  }
+}
 
 // ===== kernel kernel1 =====
 // prelude: golden/prelude.cpp
 
 
 extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_1, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 64;
-    const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-    alignas(64) double acc_sum_1[64];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_sum_1[c] = static_cast<float>(0.0);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    alignas(64) float block_sum_1[64];
-    for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-      const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+  int64_t red_chunks = 1;
+  if (red_rows * 64 >= 32768) {
+    const int64_t wanted = (16 + (1) - 1) / (1);
+    const int64_t most = red_rows / 32;
+    red_chunks = wanted < most ? wanted : most;
+    red_chunks = red_chunks < 1 ? 1 : red_chunks;
+  }
+  const int64_t red_chunk = (red_rows + red_chunks - 1) / red_chunks;
+  if (red_chunk > 0) {
+    red_chunks = (red_rows + red_chunk - 1) / red_chunk;
+  }
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      alignas(64) double acc_sum_1[64];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        block_sum_1[c] = 0;
+        acc_sum_1[c] = static_cast<float>(0.0);
       }
-      for (int64_t rr = rb; rr < rb_end; ++rr) {
-        const int64_t r0 = rr;
-        const float a3 = buf_mean_sum[r0];
-        const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
-        const float a5 = static_cast<float>(a3 * a4);
-        const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
-        const float a7 = static_cast<float>(1 / std::sqrt(a6));
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      alignas(64) float block_sum_1[64];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
         #pragma omp simd
         for (int64_t c = 0; c < cn; ++c) {
           const int64_t x0 = c0 + c;
-          const float a0 = buf_gy[64*r0 + x0];
-          const float a1 = buf_x[64*r0 + x0];
-          const float a2 = static_cast<float>(a0 * a1);
-          const float a8 = static_cast<float>(a2 * a7);
-          block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
+          block_sum_1[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          const float a3 = buf_mean_sum[r0];
+          const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+          const float a5 = static_cast<float>(a3 * a4);
+          const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
+          const float a7 = static_cast<float>(1 / std::sqrt(a6));
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_gy[64*r0 + x0];
+            const float a1 = buf_x[64*r0 + x0];
+            const float a2 = static_cast<float>(a0 * a1);
+            const float a8 = static_cast<float>(a2 * a7);
+            block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
         }
       }
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
+        buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
+  } else {
+    double* part_sum_1 = new double[64 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) double acc_sum_1[64];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum_1[c] = static_cast<float>(0.0);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      alignas(64) float block_sum_1[64];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          block_sum_1[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          const float a3 = buf_mean_sum[r0];
+          const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+          const float a5 = static_cast<float>(a3 * a4);
+          const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
+          const float a7 = static_cast<float>(1 / std::sqrt(a6));
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_gy[64*r0 + x0];
+            const float a1 = buf_x[64*r0 + x0];
+            const float a2 = static_cast<float>(a0 * a1);
+            const float a8 = static_cast<float>(a2 * a7);
+            block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_sum_1[(xo * red_chunks + chunk) * 64 + x0] = acc_sum_1[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 64;
+      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+      alignas(64) double acc_sum_1[64];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum_1[c] = part_sum_1[xo * red_chunks * 64 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_sum_1[c] = static_cast<double>(acc_sum_1[c] + part_sum_1[(xo * red_chunks + k) * 64 + c0 + c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
+      }
+    }
+    delete[] part_sum_1;
   }
 }

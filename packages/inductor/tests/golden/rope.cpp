@@ -9,8 +9,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi / 32;
     const int64_t x1 = (xi / 8) % 4;
     const int64_t x2 = (xi) % 8;
@@ -37,5 +40,24 @@ extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restri
       const float tmp14 = static_cast<float>(tmp10 + tmp13);
       buf_add[512*x0 + 128*x1 + 16*x2 + x3_1 + 8] = static_cast<float>(tmp14);
     }
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_cos, const float* __restrict__ buf_sin, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows) {
+  if (rows * 16 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_cos, buf_sin, buf_x, buf_add, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_cos, buf_sin, buf_x, buf_add, rows, 0, rows);
   }
 }

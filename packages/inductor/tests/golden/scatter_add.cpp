@@ -13,12 +13,34 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(float* __restrict__ buf_zeros, const int64_t rows) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(float* __restrict__ buf_zeros, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     #pragma omp simd
     for (int64_t x1 = 0; x1 < 4; ++x1) {
       buf_zeros[4*x0 + x1] = static_cast<float>(static_cast<float>(0.0));
     }
+  }
+}
+extern "C" void kernel0(float* __restrict__ buf_zeros, const int64_t rows) {
+  if (rows * 4 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_zeros, rows, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_zeros, rows, 0, rows);
   }
 }

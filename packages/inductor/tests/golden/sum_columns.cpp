@@ -10,45 +10,126 @@
 
 
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows) {
-  for (int64_t item = 0; item < 1; ++item) {
-    const int64_t xo = item / 1;
-    const int64_t c0 = (item / 1) % 1 * 16;
-    const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-    alignas(64) double acc_sum[16];
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      acc_sum[c] = static_cast<float>(0.0);
-    }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
-    alignas(64) float block_sum[16];
-    for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-      const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+  int64_t red_chunks = 1;
+  if (red_rows * 16 >= 32768) {
+    const int64_t wanted = (16 + (1) - 1) / (1);
+    const int64_t most = red_rows / 32;
+    red_chunks = wanted < most ? wanted : most;
+    red_chunks = red_chunks < 1 ? 1 : red_chunks;
+  }
+  const int64_t red_chunk = (red_rows + red_chunks - 1) / red_chunks;
+  if (red_chunk > 0) {
+    red_chunks = (red_rows + red_chunk - 1) / red_chunk;
+  }
+  if (red_chunks == 1) {
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) double acc_sum[16];
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        block_sum[c] = 0;
+        acc_sum[c] = static_cast<float>(0.0);
       }
-      for (int64_t rr = rb; rr < rb_end; ++rr) {
-        const int64_t r0 = rr;
+      const int64_t r_begin = 0;
+      const int64_t r_end = red_rows;
+      alignas(64) float block_sum[16];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
         #pragma omp simd
         for (int64_t c = 0; c < cn; ++c) {
           const int64_t x0 = c0 + c;
-          const float a0 = buf_x[16*r0 + x0];
-          block_sum[c] = static_cast<float>(block_sum[c] + a0);
+          block_sum[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_x[16*r0 + x0];
+            block_sum[c] = static_cast<float>(block_sum[c] + a0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
         }
       }
       #pragma omp simd
       for (int64_t c = 0; c < cn; ++c) {
         const int64_t x0 = c0 + c;
-        acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
+        buf_sum[x0] = static_cast<float>(static_cast<float>(acc_sum[c]));
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x0 = c0 + c;
-      buf_sum[x0] = static_cast<float>(static_cast<float>(acc_sum[c]));
+  } else {
+    double* part_sum = new double[16 * red_chunks];
+    #pragma omp parallel for
+    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
+      const int64_t xo = item / (1 * red_chunks);
+      const int64_t c0 = (item / red_chunks) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      const int64_t chunk = item % red_chunks;
+      alignas(64) double acc_sum[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum[c] = static_cast<float>(0.0);
+      }
+      const int64_t r_begin = chunk * red_chunk;
+      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+      alignas(64) float block_sum[16];
+      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          block_sum[c] = 0;
+        }
+        for (int64_t rr = rb; rr < rb_end; ++rr) {
+          const int64_t r0 = rr;
+          #pragma omp simd
+          for (int64_t c = 0; c < cn; ++c) {
+            const int64_t x0 = c0 + c;
+            const float a0 = buf_x[16*r0 + x0];
+            block_sum[c] = static_cast<float>(block_sum[c] + a0);
+          }
+        }
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_sum[(xo * red_chunks + chunk) * 16 + x0] = acc_sum[c];
+      }
     }
+    for (int64_t item = 0; item < 1; ++item) {
+      const int64_t xo = item / 1;
+      const int64_t c0 = (item / 1) % 1 * 16;
+      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+      alignas(64) double acc_sum[16];
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum[c] = part_sum[xo * red_chunks * 16 + x0];
+      }
+      for (int64_t k = 1; k < red_chunks; ++k) {
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          acc_sum[c] = static_cast<double>(acc_sum[c] + part_sum[(xo * red_chunks + k) * 16 + c0 + c]);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_sum[x0] = static_cast<float>(static_cast<float>(acc_sum[c]));
+      }
+    }
+    delete[] part_sum;
   }
 }

@@ -9,8 +9,11 @@
 // prelude: golden/prelude.cpp
 
 
-extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len) {
-  for (int64_t xi = 0; xi < rows; ++xi) {
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
     float acc_var_sum = static_cast<float>(0.0);
     #pragma omp simd reduction(+:acc_var_sum)
@@ -33,5 +36,24 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
     const float tmp6 = red_var_sum_1;
     const float tmp7 = static_cast<float>(tmp6 / static_cast<float>((red_len - 1)));
     buf_var[x0] = static_cast<float>(tmp7);
+  }
+}
+extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_var, const int64_t rows, const int64_t red_len) {
+  if (rows > 1 && rows * red_len >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
+      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_var, rows, red_len, lo, lo + share);
+    }
+  } else {
+    ts_rows(buf_x, buf_var, rows, red_len, 0, rows);
   }
 }

@@ -71,6 +71,9 @@ def length_text(name: str, less: int) -> str:
 #: ``0.5`` are the commonest constants of all (a square's derivative, GELU's half); at a
 #: count of 2 they would be read from it, a source of its own for a coincidence.
 MIN_COUNT = 3
+#: Constants never read from a count: a variance backward's ``2 / (n - 1)`` is ``0.5`` at
+#: ``n = 5`` (GELU's half in a column sum over 5 rows was printed from ``red_rows``).
+COMMON = frozenset({0.5, 2.0})
 
 
 def count_constant(
@@ -101,7 +104,7 @@ def count_constant(
         if not isinstance(constant, Constant) or constant.dtype not in _FLOATS:
             continue
         value = constant.value  # an integral float constant may hold a Python int
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value in COMMON:
             continue
         if op.name == "div" and per_element(other):
             continue

@@ -11,11 +11,13 @@ a single block of columns. Each chunk writes its partial results to scratch; a s
 loop combines them in chunk order (so results do not depend on the thread count) and
 does the row stores.
 
-The number of reduced elements, and the chunks' length and count where there are several,
-are the function's size arguments (:func:`column_sizes`), not literals: a bias gradient
-summed over ``B*T`` rows is one source for every ``B*T`` (decision 0250). Whether the
-work items run in parallel, and whether the reduced dim is chunked at all, depend on the
-sizes and stay in the source.
+The number of reduced elements (and of groups) are the function's size arguments
+(:func:`column_sizes`), not literals: a bias gradient summed over ``B*T`` rows is one source
+for every ``B*T`` (decision 0250). Whether the work items run in parallel and whether the
+reduced dim is chunked (the chunks' count and length) depend on the sizes and are computed
+by the kernel from them (decision 0356): the source holds the unchunked loop (parallel and
+serial, by ``PARALLEL_THRESHOLD``) and the chunked one, taken where ``red_chunks`` is more
+than one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -33,6 +36,7 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     kernel_source,
     literal,
 )
+from torchstrata.inductor.codegen.cpp.parallel import ROW_HI, ROW_LO, branch, range_calls
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     accumulator_type,
 )
@@ -118,27 +122,53 @@ class _Layout:
         self.blocks = -(-self.columns // COLUMN_BLOCK)
         self.block = -(-self.columns // self.blocks)
         self.length = kernel.row_length
-        total = kernel.rows * self.length
-        self.parallel = total >= PARALLEL_THRESHOLD
-        chunks = 1
-        if self.parallel:
-            wanted = -(-WORK_ITEMS // (self.groups * self.blocks))
-            chunks = max(1, min(wanted, self.length // MIN_CHUNK))
-        self.chunk = -(-self.length // chunks) if self.length else 0
-        self.chunks = -(-self.length // self.chunk) if self.length else 1
 
     @property
-    def chunked(self) -> bool:
-        """Is the reduced dim split into several chunks (partial results in scratch)?"""
-        return self.chunks > 1
+    def can_chunk(self) -> bool:
+        """Does the source hold the chunked loop? Where there are fewer blocks of columns
+        than :data:`WORK_ITEMS` (the columns are in the source; the groups are not, so
+        whether a size's groups leave room for chunks is decided when called)."""
+        return self.blocks < WORK_ITEMS
 
     def sizes(self) -> tuple[tuple[str, int], ...]:
         """The function's size arguments (name, value): the reduced elements, and the
-        chunks' length and count when chunked."""
+        groups where there are any. The chunking is computed from them in the kernel."""
         sizes: tuple[tuple[str, int], ...] = ((LENGTH_PARAM, self.length),)
-        if self.chunked:
-            sizes += ((CHUNK_PARAM, self.chunk), (CHUNKS_PARAM, self.chunks))
         return sizes + (((GROUPS_PARAM, self.groups),) if self.grouped else ())
+
+    def elements_condition(self) -> str:
+        """Whether the kernel's elements reach ``PARALLEL_THRESHOLD``, in C++."""
+        if not self.grouped:
+            return f"{LENGTH_PARAM} * {self.groups * self.columns} >= {PARALLEL_THRESHOLD}"
+        return f"{LENGTH_PARAM} * {GROUPS_PARAM} * {self.columns} >= {PARALLEL_THRESHOLD}"
+
+    def parallel_condition(self) -> str | None:
+        """When the unchunked work items run in parallel (decision 0356): with more than one
+        item and at least ``PARALLEL_THRESHOLD`` elements; None where there is one item."""
+        if not self.grouped and self.blocks == 1:
+            return None
+        return self.elements_condition()
+
+    def chunking(self) -> list[str]:
+        """Lines computing ``red_chunks`` (chunks of the reduced dim) and ``red_chunk`` (a
+        chunk's length) from the size arguments: chunks only from ``PARALLEL_THRESHOLD``
+        elements, enough for :data:`WORK_ITEMS` work items, of at least :data:`MIN_CHUNK`
+        reduced elements each; then as many chunks as that length needs. Computed in the
+        kernel, not passed: each ``int64_t`` argument costs the launcher's call."""
+        items = self.group_items()
+        return [
+            f"int64_t {CHUNKS_PARAM} = 1;",
+            f"if ({self.elements_condition()}) {{",
+            f"  const int64_t wanted = ({WORK_ITEMS} + ({items}) - 1) / ({items});",
+            f"  const int64_t most = {LENGTH_PARAM} / {MIN_CHUNK};",
+            f"  {CHUNKS_PARAM} = wanted < most ? wanted : most;",
+            f"  {CHUNKS_PARAM} = {CHUNKS_PARAM} < 1 ? 1 : {CHUNKS_PARAM};",
+            "}",
+            f"const int64_t {CHUNK_PARAM} = ({LENGTH_PARAM} + {CHUNKS_PARAM} - 1) / {CHUNKS_PARAM};",
+            f"if ({CHUNK_PARAM} > 0) {{",
+            f"  {CHUNKS_PARAM} = ({LENGTH_PARAM} + {CHUNK_PARAM} - 1) / {CHUNK_PARAM};",
+            "}",
+        ]
 
     def counts(self) -> dict[int, str]:
         """The reduced elements a column's reduction is scaled by (a column mean's
@@ -182,10 +212,6 @@ class _Layout:
         ]
         return lines
 
-    def pragma(self, items: int) -> list[str]:
-        """The ``parallel for`` over ``items`` work items, when there is enough work."""
-        return ["#pragma omp parallel for"] if self.parallel and items > 1 else []
-
 
 def _column_loop(layout: _Layout, body: Sequence[str]) -> list[str]:
     return [
@@ -197,8 +223,9 @@ def _column_loop(layout: _Layout, body: Sequence[str]) -> list[str]:
     ]
 
 
-def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
-    """The chunk loop: accumulators start at the identity and fold in each reduced element."""
+def _accumulate(kernel: Kernel, layout: _Layout, chunked: bool) -> list[str]:
+    """The chunk loop (the whole reduced dim where not ``chunked``): accumulators start at
+    the identity and fold in each reduced element."""
     printer = CppPrinter(layout.counts(), lambda expr: bool(variables(expr)))
     emitter = ExprEmitter(printer, frozenset({layout.column.name}), prefix="a")
     emitter.open_inner()
@@ -215,7 +242,7 @@ def _accumulate(kernel: Kernel, layout: _Layout) -> list[str]:
     per_element = (
         derive_vars(layout.red_vars, "rr") + emitter.take_outer() + _column_loop(layout, inner)
     )
-    if layout.chunked:
+    if chunked:
         bounds = [
             f"const int64_t r_begin = chunk * {CHUNK_PARAM};",
             f"const int64_t r_end = r_begin + {CHUNK_PARAM} < {LENGTH_PARAM} "
@@ -312,40 +339,76 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
 
 
 def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
-    per_chunk = CHUNKS_PARAM if layout.chunked else "1"
-    item_body = [
-        *layout.block_header("item", per_chunk),
-        f"const int64_t chunk = item % {CHUNKS_PARAM};" if layout.chunked else "",
-        *_declare_accumulators(kernel, layout, None),
-        *_accumulate(kernel, layout),
-    ]
-    item_body = [line for line in item_body if line]
-    body: list[str] = []
-    if not layout.chunked:
-        items = layout.group_items()
-        item_body += _store_block(kernel, layout)
-    else:
-        items = f"{layout.group_items()} * {CHUNKS_PARAM}"
-        partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
-        for spec in kernel.reductions:
-            ctype = _acc_type(spec)
-            groups = (
-                f"{GROUPS_PARAM} * {layout.columns}"
-                if layout.grouped
-                else layout.groups * layout.columns
-            )
-            size = f"{groups} * {CHUNKS_PARAM}"
-            body.append(f"{ctype}* part_{spec.name} = new {ctype}[{size}];")
-        item_body += _column_loop(
-            layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
-        )
-    pragma = layout.pragma(layout.groups * layout.blocks * layout.chunks)
-    body += [*pragma, f"for (int64_t item = 0; item < {items}; ++item) {{"]
-    body += ["  " + line for line in item_body] + ["}"]
-    if layout.chunked:
-        body += _combine_and_store(kernel, layout)
     names = tuple(name for name, _ in layout.sizes())
-    return kernel_source(kernel, body, simd_functions, names)
+    body, items_body = _unchunked(kernel, layout, names)
+    if layout.can_chunk:
+        chunked = _chunked(kernel, layout)
+        body = [*layout.chunking(), *branch(f"{CHUNKS_PARAM} == 1", body, chunked)]
+    return kernel_source(kernel, body, simd_functions, names, items_body)
+
+
+def _item_loop(items: str, item_body: Sequence[str], pragma: str = "") -> list[str]:
+    return [
+        *([pragma] if pragma else []),
+        f"for (int64_t item = 0; item < {items}; ++item) {{",
+        *("  " + line for line in item_body),
+        "}",
+    ]
+
+
+def _unchunked(
+    kernel: Kernel, layout: _Layout, sizes: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """One work item per group and block of columns, each reducing its whole reduced dim
+    and storing; in parallel from ``PARALLEL_THRESHOLD`` elements. Where that is decided
+    when called, the item loop is a function over a range of items, compiled once (decision
+    0359): the lines that call it, and its loop; else the loop, and no function."""
+    item_body = [
+        *layout.block_header("item", "1"),
+        *_declare_accumulators(kernel, layout, None),
+        *_accumulate(kernel, layout, False),
+        *_store_block(kernel, layout),
+    ]
+    items = layout.group_items()
+    condition = layout.parallel_condition()
+    if condition is None:
+        return _item_loop(items, item_body), []
+    if kernel_checks(kernel):
+        parallel = _item_loop(items, item_body, "#pragma omp parallel for")
+        return branch(condition, parallel, _item_loop(items, item_body)), []
+    loop = [
+        f"for (int64_t item = {ROW_LO}; item < {ROW_HI}; ++item) {{",
+        *("  " + line for line in item_body),
+        "}",
+    ]
+    args = [*(arg.name for arg in kernel.args), *sizes]
+    return range_calls(kernel.name, args, f"({items})", condition), loop
+
+
+def _chunked(kernel: Kernel, layout: _Layout) -> list[str]:
+    """Work items per group, block of columns and chunk of the reduced dim (in parallel:
+    a size is chunked only from ``PARALLEL_THRESHOLD`` elements), partial results in
+    scratch, combined in chunk order by a second loop."""
+    item_body = [
+        *layout.block_header("item", CHUNKS_PARAM),
+        f"const int64_t chunk = item % {CHUNKS_PARAM};",
+        *_declare_accumulators(kernel, layout, None),
+        *_accumulate(kernel, layout, True),
+    ]
+    partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
+    item_body += _column_loop(
+        layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
+    )
+    groups = (
+        f"{GROUPS_PARAM} * {layout.columns}" if layout.grouped else layout.groups * layout.columns
+    )
+    body = [
+        f"{_acc_type(spec)}* part_{spec.name} = new {_acc_type(spec)}[{groups} * {CHUNKS_PARAM}];"
+        for spec in kernel.reductions
+    ]
+    items = f"{layout.group_items()} * {CHUNKS_PARAM}"
+    body += _item_loop(items, item_body, "#pragma omp parallel for")
+    return body + _combine_and_store(kernel, layout)
 
 
 def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
@@ -371,8 +434,6 @@ def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
         *fold_loop,
         *_store_block(kernel, layout),
     ]
-    items = layout.group_items()
-    lines = [*layout.pragma(layout.groups * layout.blocks)]
-    lines.append(f"for (int64_t item = 0; item < {items}; ++item) {{")
-    lines += ["  " + line for line in item_body] + ["}"]
+    pragma = "#pragma omp parallel for" if layout.grouped or layout.blocks > 1 else ""
+    lines = _item_loop(layout.group_items(), item_body, pragma)
     return lines + [f"delete[] part_{spec.name};" for spec in kernel.reductions]

@@ -29,6 +29,7 @@ from torchstrata.inductor.codegen.cpp.division import (
 )
 from torchstrata.inductor.codegen.cpp.erf import erf_call, erf_prelude
 from torchstrata.inductor.codegen.cpp.half import half_prelude
+from torchstrata.inductor.codegen.cpp.parallel import OMP_DECLARATIONS, rows_function
 from torchstrata.inductor.codegen.cpp.tiles import transpose_prelude
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
@@ -533,6 +534,7 @@ def kernel_source(
     body: Sequence[str],
     simd_functions: frozenset[str],
     sizes: Sequence[str] = (),
+    rows_body: Sequence[str] = (),
 ) -> str:
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
@@ -542,7 +544,9 @@ def kernel_source(
     also checks their indices or divisors
     (:func:`~torchstrata.inductor.codegen.cpp.checks.checked_function`); any other is a ``void``
     function of its buffers alone. The helpers of checked divisions follow the prelude in
-    the kernels that use them only.
+    the kernels that use them only. A non-empty ``rows_body`` (a loop over the rows from
+    ``row_lo`` to ``row_hi``, which ``body`` calls: decision 0359) becomes a function of
+    its own before the kernel's, taking the same parameters and the range.
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -554,7 +558,10 @@ def kernel_source(
             *(f"const int64_t {size}" for size in sizes),
         ]
     )
-    text = "\n".join(body)
+    outlined = (
+        [*OMP_DECLARATIONS, *rows_function(kernel.name, params, rows_body)] if rows_body else []
+    )
+    text = "\n".join([*outlined, *body])
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'
     if kernel_checks(kernel):  # returns which check failed, if any (see cpp_checks)
@@ -563,4 +570,4 @@ def kernel_source(
         function = [head + ") {", *("  " + line for line in body), "}"]
     prelude = PRELUDE + HELPERS if uses_safe_divisors(kernel) else PRELUDE
     prelude += half_prelude(text) + erf_prelude(text) + transpose_prelude(text)
-    return "\n".join([prelude, simd_declarations(used), *function, ""])
+    return "\n".join([prelude, simd_declarations(used), *outlined, *function, ""])

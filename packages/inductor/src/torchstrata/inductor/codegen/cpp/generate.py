@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
+from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.columns import (
     column_sizes,
     generate_column_cpp,
@@ -41,6 +42,13 @@ from torchstrata.inductor.codegen.cpp.exprs import (
     render_index,
 )
 from torchstrata.inductor.codegen.cpp.online import online_phase, wants_online
+from torchstrata.inductor.codegen.cpp.parallel import (
+    ROW_HI,
+    ROW_LO,
+    branch,
+    parallel_condition,
+    range_calls,
+)
 from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, one_hot_stores, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
 from torchstrata.inductor.codegen.cpp.sum_loops import (
@@ -62,7 +70,7 @@ from torchstrata.inductor.codegen.cpp.tiles import (
     transposed_stores,
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
-from torchstrata.inductor.codegen.row_cache import plan_row_cache
+from torchstrata.inductor.codegen.row_cache import MAX_ROW_LENGTH, plan_row_cache
 from torchstrata.inductor.codegen.size_names import divisor, named_sizes, number
 from torchstrata.inductor.ir.exprs import Expr
 from torchstrata.inductor.ir.indexing import Index, Var, linear_offset, row_major_strides
@@ -304,12 +312,13 @@ class RowCacheEmitter:
         self.loop = -1
 
     def declarations(self) -> list[str]:
-        """Scratch arrays, declared once per row: as long as the row, or the next power
-        of two where the row's length is a size argument (an array's length is a
-        literal: one per bucket of lengths)."""
+        """Scratch arrays, declared once per row: as long as the row, or as the longest row
+        a cache holds (:data:`~torchstrata.inductor.codegen.row_cache.MAX_ROW_LENGTH`)
+        where the row's length is a size argument, so that one source serves every length
+        a cache holds (decision 0357; it was the next power of two, a source per bucket)."""
         length = self.length
         if number(length) != str(length):
-            length = 1 << (length - 1).bit_length()
+            length = MAX_ROW_LENGTH
         return [
             f"alignas(64) {compute_type(e.dtype)} {n}[{length}];" for e, n in self.slots.items()
         ]
@@ -395,7 +404,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         else:
             body += _reduction_phase(emitter, phase, inner_vars, cache, ranges)
     outer_count = math.prod(v.size for v in outer_vars)
-    total = outer_count * math.prod(v.size for v in inner_vars)
+    one_d = not kernel.red_shape and len(kernel.row_shape) == 1 and len(splits[0]) == 1
     if kernel.red_shape:
         row_lines = [emit_store(store, emitter.emit) for store in kernel.row_stores]
         body += emitter.take_outer() + row_lines
@@ -419,9 +428,10 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         if tiled:
             return _tiled_rows(kernel, simd_functions, outer_vars, inner_vars[-1], tiled)
 
-        # A single row (1-D pointwise) is parallelised on the inner loop instead.
+        # A single row (1-D pointwise) is parallelised on the inner loop instead; one that
+        # runs to ``rows`` decides it when called (below).
         def inner_pragma(loop_range: LoopRange) -> str:
-            parallel = outer_count == 1 and loop_range.var.size >= PARALLEL_THRESHOLD
+            parallel = outer_count == 1 and not one_d and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
         store_lines = _store_loops(
@@ -433,26 +443,39 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             lambda: None,
             one_hot=bool(outer_vars),  # not a 1-D kernel's loop, which runs to ``rows``
         )
-        if len(kernel.row_shape) == 1 and len(splits[0]) == 1:  # 1-D: its loop is the rows'
+        if one_d:  # 1-D: its loop is the rows'
             header = loop_header(inner_vars[-1], inner_vars[-1].size)
             row_loop = loop_header(inner_vars[-1], ROWS_PARAM)
             store_lines = [row_loop if line == header else line for line in store_lines]
         body += store_lines
-    # Whether the rows run in parallel depends on their number, and is in the source: a
-    # kernel's sources over few rows and over many differ by this pragma (two builds).
-    pragma = "#pragma omp parallel for" if outer_count > 1 and total >= PARALLEL_THRESHOLD else ""
-    if nested:
-        lines = _nested_row_loops(outer_vars, body, pragma)
+    rows_body: list[str] = []
+    if outer_vars and not nested and not kernel_checks(kernel):
+        # one loop over a range of rows, called by each thread or once (decision 0359)
+        condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
+        rows_body = [f"for (int64_t xi = {ROW_LO}; xi < {ROW_HI}; ++xi) {{"]
+        rows_body += ["  " + line for line in body] + ["}"]
+        args = [arg.name for arg in kernel.args] + list(_sizes(kernel))
+        lines = range_calls(kernel.name, args, ROWS_PARAM, condition)
+    elif outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
+        condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
+        lines = branch(
+            condition,
+            _row_loops(outer_vars, body, nested, "#pragma omp parallel for"),
+            _row_loops(outer_vars, body, nested, ""),
+        )
+    elif one_d:
+        serial = _row_loops(outer_vars, body, nested, "")
+        lines = branch(parallel_condition(ROWS_PARAM, 1), _parallel_simd(serial), serial)
     else:
-        lines = [pragma] if pragma else []
-        bound = ROWS_PARAM if outer_vars else outer_count
-        lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
-        lines += ["  " + line for line in body]
-        lines.append("}")
+        lines = _row_loops(outer_vars, body, nested, "")
+    return kernel_source(kernel, lines, simd_functions, _sizes(kernel), rows_body)
+
+
+def _sizes(kernel: Kernel) -> tuple[str, ...]:
+    """The size parameters of a row kernel's function, after its buffers."""
     sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
-    sizes += cat_params(kernel)
-    return kernel_source(kernel, lines, simd_functions, sizes)
+    return sizes + cat_params(kernel)
 
 
 def _tiled_rows(
@@ -546,6 +569,40 @@ def _nested_rows(kernel: Kernel, outer_vars: Sequence[Var]) -> bool:
     if len(outer_vars) < 2 or not cat_names(kernel):
         return False
     return any(divisor(v.size, frozenset()) != str(v.size) for v in outer_vars[1:])
+
+
+def _row_work(kernel: Kernel, inner_vars: Sequence[Var]) -> str | int:
+    """The elements of one row (the iterations of the loops inside the row loop), as the
+    source spells them: ``red_len`` where the kernel takes it, else a literal."""
+    if reduced_length(kernel) is not None:
+        return RED_LEN_PARAM
+    return math.prod(v.size for v in inner_vars)
+
+
+def _row_loops(outer_vars: Sequence[Var], body: list[str], nested: bool, pragma: str) -> list[str]:
+    """The loop (or nested loops) over the rows around ``body``, under ``pragma``."""
+    if nested:
+        return _nested_row_loops(outer_vars, body, pragma)
+    lines = [pragma] if pragma else []
+    bound = ROWS_PARAM if outer_vars else 1
+    lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
+    lines += ["  " + line for line in body]
+    lines.append("}")
+    return lines
+
+
+def _parallel_simd(lines: list[str]) -> list[str]:
+    """A 1-D kernel's ``lines`` with its loop over ``rows`` a ``parallel for simd``."""
+    out = list(lines)
+    for position, line in enumerate(out[1:], start=1):
+        if line.lstrip().startswith("for (") and f" < {ROWS_PARAM}; " in line:
+            previous = out[position - 1]
+            assert previous.strip() == "#pragma omp simd", previous
+            out[position - 1] = previous.replace(
+                "#pragma omp simd", "#pragma omp parallel for simd"
+            )
+            return out
+    raise AssertionError("a 1-D kernel's loop runs to rows")
 
 
 def _nested_row_loops(outer_vars: Sequence[Var], body: list[str], pragma: str) -> list[str]:
