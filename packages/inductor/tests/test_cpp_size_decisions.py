@@ -14,7 +14,7 @@ from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.codegen.backend import CppBackend
 from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import PARALLEL_THRESHOLD
-from torchstrata.inductor.codegen.cpp.generate import size_arguments
+from torchstrata.inductor.codegen.cpp.row_sizes import size_arguments
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.schedule.lowering import lower_graph
 from torchstrata.inductor.schedule.plan import plan_graph

@@ -8,7 +8,7 @@ import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.codegen.backend import CppBackend
-from torchstrata.inductor.codegen.cpp.generate import outer_rows
+from torchstrata.inductor.codegen.cpp.row_sizes import outer_rows
 from torchstrata.inductor.codegen.flat_rows import flatten_rows
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.schedule.lowering import lower_graph

@@ -12,7 +12,7 @@ import torch
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
 from torchstrata.inductor.codegen.backend import CppBackend
 from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
-from torchstrata.inductor.codegen.cpp.generate import size_arguments
+from torchstrata.inductor.codegen.cpp.row_sizes import size_arguments
 from torchstrata.inductor.codegen.flat_rows import flatten_reduced
 from torchstrata.inductor.codegen.size_names import named_sizes, number
 from torchstrata.inductor.ir.indexing import Index, Var

@@ -19,8 +19,9 @@ from torchstrata.inductor.codegen.cpp.build import (
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.columns import uses_column_loop
 from torchstrata.inductor.codegen.cpp.exprs import supports as cpp_supports
-from torchstrata.inductor.codegen.cpp.generate import generate_cpp, size_arguments
+from torchstrata.inductor.codegen.cpp.generate import generate_cpp
 from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
+from torchstrata.inductor.codegen.cpp.row_sizes import size_arguments
 from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel

@@ -20,10 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params, cat_sizes
+from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
 from torchstrata.inductor.codegen.cpp.checks import kernel_checks
 from torchstrata.inductor.codegen.cpp.columns import (
-    column_sizes,
     generate_column_cpp,
     uses_column_loop,
 )
@@ -51,6 +50,13 @@ from torchstrata.inductor.codegen.cpp.parallel import (
 )
 from torchstrata.inductor.codegen.cpp.picks import one_hot_pick, one_hot_stores, pick_lines
 from torchstrata.inductor.codegen.cpp.ranges import MAX_RANGES, LoopRange, split_loop, whole_loop
+from torchstrata.inductor.codegen.cpp.row_loops import (
+    ROWS_PARAM,
+    nested_rows,
+    parallel_simd,
+    row_loops,
+)
+from torchstrata.inductor.codegen.cpp.row_sizes import outer_rows, outer_vars_of, reduced_length
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -71,74 +77,20 @@ from torchstrata.inductor.codegen.cpp.tiles import (
 )
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.row_cache import MAX_ROW_LENGTH, plan_row_cache
-from torchstrata.inductor.codegen.size_names import divisor, named_sizes, number
+from torchstrata.inductor.codegen.size_names import named_sizes, number
 from torchstrata.inductor.ir.exprs import Expr
 from torchstrata.inductor.ir.indexing import Index, Var, linear_offset, row_major_strides
 from torchstrata.inductor.ir.kernel import (
     Kernel,
     ReductionSpec,
     Store,
-    red_vars,
     reduction_identity,
-    row_vars,
 )
 from torchstrata.inductor.ir.online import online_pairs, reduction_phases
 
 _OMP_REDUCTION = {"sum": "+", "prod": "*", "amax": "max", "amin": "min"}
-#: The parameter holding the outermost loop's trip count (see :func:`outer_rows`).
-ROWS_PARAM = "rows"
 #: The parameter holding a row kernel's reduced length (see :func:`reduced_length`).
 RED_LEN_PARAM = "red_len"
-
-
-def reduced_length(kernel: Kernel) -> int | None:
-    """The length of the one reduced dim of a row kernel, which its C++ function takes
-    as ``red_len`` after ``rows``: its loops run to it and index coefficients equal to it
-    (the row stride) are spelled as it (:mod:`~torchstrata.inductor.codegen.size_names`),
-    so a softmax over a symbolic last dim is one source for every length. None for
-    kernels that take none (pointwise, column reductions, several reduced dims)."""
-    if len(kernel.red_shape) != 1 or uses_column_loop(kernel):
-        return None
-    return kernel.red_shape[0]
-
-
-def _outer_vars(kernel: Kernel) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
-    """The variables of ``kernel``'s outer (row, parallel) loop and of its inner loops."""
-    if kernel.red_shape:
-        return row_vars(kernel.row_shape), red_vars(kernel.red_shape)
-    all_vars = row_vars(kernel.row_shape)
-    # A 0-d kernel still gets a loop (of one) to keep a single code path.
-    return all_vars[:-1], all_vars[-1:] or (Var("x0", 1),)
-
-
-def outer_rows(kernel: Kernel) -> int | None:
-    """The trip count of ``kernel``'s loop over rows, which its C++ function takes as its
-    last argument ``int64_t rows``; None when it takes none. That is the outer loop (the
-    outermost row dim's size is read nowhere else in the source: the row index is split
-    into variables by the inner dims' sizes), or the one loop of a 1-D pointwise kernel
-    (unless it is split into ranges, whose bounds stay literals). Column reductions take
-    other sizes (:func:`size_arguments`); 0-d kernels keep their bounds in the source."""
-    if uses_column_loop(kernel):
-        return None
-    outer_vars, _ = _outer_vars(kernel)
-    if outer_vars:
-        return math.prod(v.size for v in outer_vars)
-    return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
-
-
-def size_arguments(kernel: Kernel) -> tuple[int, ...]:
-    """The values of the ``int64_t`` size arguments that :func:`generate_cpp`'s function
-    of ``kernel`` takes after its buffers: its rows (:func:`outer_rows`), or a column
-    reduction's reduced length and chunking
-    (:func:`~torchstrata.inductor.codegen.cpp.columns.column_sizes`)."""
-    if uses_column_loop(kernel):
-        return tuple(value for _, value in column_sizes(kernel))
-    rows, length = outer_rows(kernel), reduced_length(kernel)
-    return (
-        *(() if rows is None else (rows,)),
-        *(() if length is None else (length,)),
-        *cat_sizes(kernel),
-    )
 
 
 def _accumulator_type(spec: ReductionSpec) -> str:
@@ -356,14 +308,14 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     names = {length: RED_LEN_PARAM} if length is not None and length >= 2 else {}
     cats = cat_names(kernel)
     # a division by a cat's size stays a literal in the SIMD loop (or one of its ranges)
-    inner = _outer_vars(kernel)[1][-1].name
+    inner = outer_vars_of(kernel)[1][-1].name
     inner_names = frozenset({inner, *(f"{inner}_{k}" for k in range(MAX_RANGES))})
     with named_sizes(cats | names, cats, inner_names):
         return _generate_rows(kernel, simd_functions)
 
 
 def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
-    outer_vars, inner_vars = _outer_vars(kernel)
+    outer_vars, inner_vars = outer_vars_of(kernel)
     cats = cat_names(kernel)
     phases = reduction_phases(kernel.reductions)
     pairs = online_pairs(kernel.reductions) if wants_online(kernel.row_length, inner_vars) else {}
@@ -388,7 +340,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if cached:  # the scratch arrays are indexed by the unsplit loop's position
         splits = [[whole_loop(inner_vars[-1])] for _ in loops]
     cache = RowCacheEmitter(cached, inner_vars)
-    nested = _nested_rows(kernel, outer_vars)
+    nested = nested_rows(kernel, outer_vars)
     body: list[str] = ([] if nested else derive_vars(outer_vars, "xi")) + cache.declarations()
     for phase, ranges in zip(phases, splits, strict=False):
         picks, phase = _split_picks(phase, inner_vars, bool(cached))
@@ -460,14 +412,14 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
         lines = branch(
             condition,
-            _row_loops(outer_vars, body, nested, "#pragma omp parallel for"),
-            _row_loops(outer_vars, body, nested, ""),
+            row_loops(outer_vars, body, nested, "#pragma omp parallel for"),
+            row_loops(outer_vars, body, nested, ""),
         )
     elif one_d:
-        serial = _row_loops(outer_vars, body, nested, "")
-        lines = branch(parallel_condition(ROWS_PARAM, 1), _parallel_simd(serial), serial)
+        serial = row_loops(outer_vars, body, nested, "")
+        lines = branch(parallel_condition(ROWS_PARAM, 1), parallel_simd(serial), serial)
     else:
-        lines = _row_loops(outer_vars, body, nested, "")
+        lines = row_loops(outer_vars, body, nested, "")
     return kernel_source(kernel, lines, simd_functions, _sizes(kernel), rows_body)
 
 
@@ -561,64 +513,12 @@ def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]
     return {elements: ROWS_PARAM if inner == 1 else f"({ROWS_PARAM} * {inner})"}
 
 
-def _nested_rows(kernel: Kernel, outer_vars: Sequence[Var]) -> bool:
-    """Are ``kernel``'s rows walked by nested loops rather than one counter split by
-    division? Where a split's divisor is a size argument (a cat's extent, decision 0285):
-    a division by a run-time value per row cost the KV-cache append 5% of a decode step
-    (by a literal it is a multiplication)."""
-    if len(outer_vars) < 2 or not cat_names(kernel):
-        return False
-    return any(divisor(v.size, frozenset()) != str(v.size) for v in outer_vars[1:])
-
-
 def _row_work(kernel: Kernel, inner_vars: Sequence[Var]) -> str | int:
     """The elements of one row (the iterations of the loops inside the row loop), as the
     source spells them: ``red_len`` where the kernel takes it, else a literal."""
     if reduced_length(kernel) is not None:
         return RED_LEN_PARAM
     return math.prod(v.size for v in inner_vars)
-
-
-def _row_loops(outer_vars: Sequence[Var], body: list[str], nested: bool, pragma: str) -> list[str]:
-    """The loop (or nested loops) over the rows around ``body``, under ``pragma``."""
-    if nested:
-        return _nested_row_loops(outer_vars, body, pragma)
-    lines = [pragma] if pragma else []
-    bound = ROWS_PARAM if outer_vars else 1
-    lines.append(f"for (int64_t xi = 0; xi < {bound}; ++xi) {{")
-    lines += ["  " + line for line in body]
-    lines.append("}")
-    return lines
-
-
-def _parallel_simd(lines: list[str]) -> list[str]:
-    """A 1-D kernel's ``lines`` with its loop over ``rows`` a ``parallel for simd``."""
-    out = list(lines)
-    for position, line in enumerate(out[1:], start=1):
-        if line.lstrip().startswith("for (") and f" < {ROWS_PARAM}; " in line:
-            previous = out[position - 1]
-            assert previous.strip() == "#pragma omp simd", previous
-            out[position - 1] = previous.replace(
-                "#pragma omp simd", "#pragma omp parallel for simd"
-            )
-            return out
-    raise AssertionError("a 1-D kernel's loop runs to rows")
-
-
-def _nested_row_loops(outer_vars: Sequence[Var], body: list[str], pragma: str) -> list[str]:
-    """The rows as one loop per outer variable (``collapse``d where parallel), the
-    outermost running to ``rows`` divided by the others' sizes."""
-    inner = [divisor(v.size, frozenset()) for v in outer_vars[1:]]
-    lines = [f"const int64_t {outer_vars[0].name}_count = {ROWS_PARAM} / ({' * '.join(inner)});"]
-    if pragma:
-        lines.append(f"{pragma} collapse({len(outer_vars)})")
-    bounds = [f"{outer_vars[0].name}_count", *inner]
-    for depth, (var, bound) in enumerate(zip(outer_vars, bounds, strict=True)):
-        lines.append("  " * depth + loop_header(var, bound))
-    depth = len(outer_vars)
-    lines += ["  " * depth + line for line in body]
-    lines += ["  " * d + "}" for d in reversed(range(depth))]
-    return lines
 
 
 def _store_loops(
