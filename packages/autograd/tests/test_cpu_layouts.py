@@ -351,3 +351,31 @@ def test_rules_give_the_cpu_kernels_strides(name):
                 assert same_layout(cpu.shape, ours.stride(), cpu.stride()), (
                     f"result {index} of {described}: {ours.stride()} vs {cpu.stride()}"
                 )
+
+
+def test_tensor_iterator_strides_equal_the_cpu_kernels_over_permuted_and_broadcast_operands():
+    """The TensorIterator rule's strides (from ATen's meta function, no private torch
+    module) equal a real CPU binary op's, for every dim order of one operand against
+    row-major, channels-last, broadcast, sliced and expanded others, in both orders."""
+    import itertools
+
+    from torchstrata.autograd import cpu_layouts
+
+    full = (2, 3, 4, 5)
+    others = [
+        torch.randn(full),
+        torch.randn(2, 4, 5, 3).permute(0, 3, 1, 2),
+        torch.randn(3, 4, 5),
+        torch.randn(1, 3, 1, 5),
+        torch.randn(2, 3, 4, 10)[..., ::2],
+        torch.randn(5).expand(full),
+    ]
+    checked = 0
+    for order in itertools.permutations(range(4)):
+        inverse = [order.index(i) for i in range(4)]
+        base = torch.randn([full[i] for i in order]).permute(*inverse)
+        for other in others:
+            for a, b in ((base, other), (other, base)):
+                assert cpu_layouts._iterator_strides([a, b]) == torch.add(a, b).stride()
+                checked += 1
+    assert checked == 24 * len(others) * 2

@@ -52,7 +52,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._prims_common import compute_elementwise_output_strides
 from torch.utils._python_dispatch import _disable_current_modes
 
 from torchstrata.core import is_dense
@@ -158,12 +157,21 @@ def _tensor_iterator(*positions: int) -> LayoutRule:
             t.shape == first.shape and t.stride() == first.stride() for t in operands
         ):
             return {0: tuple(first.stride())}  # one dense layout in, that layout out
-        shape = _broadcast_shape([tuple(t.shape) for t in operands])
-        if any(tuple(t.shape) != shape for t in operands):
-            operands = [t.expand(shape) for t in operands]
-        return {0: tuple(compute_elementwise_output_strides(*operands))}
+        return {0: _iterator_strides(operands)}
 
     return rule
+
+
+def _iterator_strides(operands: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The strides TensorIterator gives the result of a binary op over ``operands`` (two
+    tensors, broadcast): ATen's own structured meta function computes them, on storage-less
+    meta tensors of the operands' shapes and strides (the layout logic is shared by every
+    backend; dtypes do not enter it)."""
+    with _disable_current_modes():
+        a, b = (
+            torch.empty_strided(tuple(t.shape), tuple(t.stride()), device="meta") for t in operands
+        )
+        return tuple(torch.add(a, b).stride())
 
 
 def _preserve(position: int) -> LayoutRule:
@@ -179,18 +187,6 @@ def _preserve(position: int) -> LayoutRule:
         return {0: suggest_memory_format(source.shape, source.stride())}
 
     return rule
-
-
-def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """The shape ``shapes`` broadcast to (they broadcast: the op's meta kernel ran);
-    ``torch.broadcast_shapes`` costs a hundred times more."""
-    rank = max(len(shape) for shape in shapes)
-    result = [1] * rank
-    for shape in shapes:
-        for offset, size in enumerate(shape, rank - len(shape)):
-            if size != 1:
-                result[offset] = size
-    return tuple(result)
 
 
 def _row_major(outputs: tuple[int, ...] = (0,)) -> LayoutRule:
