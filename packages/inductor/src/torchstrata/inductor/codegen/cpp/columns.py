@@ -382,7 +382,7 @@ def _unchunked(
         "}",
     ]
     args = [*(arg.name for arg in kernel.args), *sizes]
-    return range_calls(kernel.name, args, f"({items})", condition), loop
+    return range_calls(args, f"({items})", condition), loop
 
 
 def _chunked(kernel: Kernel, layout: _Layout) -> list[str]:

@@ -558,9 +558,7 @@ def kernel_source(
             *(f"const int64_t {size}" for size in sizes),
         ]
     )
-    outlined = (
-        [*OMP_DECLARATIONS, *rows_function(kernel.name, params, rows_body)] if rows_body else []
-    )
+    outlined = [*OMP_DECLARATIONS, *rows_function(params, rows_body)] if rows_body else []
     text = "\n".join([*outlined, *body])
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'

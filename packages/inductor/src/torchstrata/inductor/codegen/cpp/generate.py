@@ -407,7 +407,7 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         rows_body = [f"for (int64_t xi = {ROW_LO}; xi < {ROW_HI}; ++xi) {{"]
         rows_body += ["  " + line for line in body] + ["}"]
         args = [arg.name for arg in kernel.args] + list(_sizes(kernel))
-        lines = range_calls(kernel.name, args, ROWS_PARAM, condition)
+        lines = range_calls(args, ROWS_PARAM, condition)
     elif outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
         lines = branch(

@@ -55,33 +55,30 @@ OMP_DECLARATIONS = (
 )
 
 
-def rows_function_name(kernel_name: str) -> str:
-    """The name of ``kernel_name``'s function over a range of rows: one name for every
-    kernel (a ``static`` function of the kernel's own translation unit), so that kernels
-    equal but for their names stay one source to build (the build's canonical text)."""
-    del kernel_name
-    return "ts_rows"
+#: The name of a kernel's function over a range of rows: one name for every kernel (a
+#: ``static`` function of the kernel's own translation unit), so that kernels equal but for
+#: their names stay one source to build (the build's canonical text).
+ROWS_FUNCTION = "ts_rows"
 
 
-def rows_function(kernel_name: str, params: str, body: Sequence[str]) -> list[str]:
+def rows_function(params: str, body: Sequence[str]) -> list[str]:
     """The ``static`` function of ``body`` (a loop from ``row_lo`` to ``row_hi``) taking the
     kernel's ``params`` and the range: ``noinline`` and ``noclone``, so that g++ compiles
     it once rather than once per call site (or per constant ``row_lo``)."""
     return [
         "static void __attribute__((noinline, noclone))",
-        f"{rows_function_name(kernel_name)}({params}, const int64_t {ROW_LO}, const int64_t {ROW_HI}) {{",
+        f"{ROWS_FUNCTION}({params}, const int64_t {ROW_LO}, const int64_t {ROW_HI}) {{",
         *("  " + line for line in body),
         "}",
     ]
 
 
-def range_calls(kernel_name: str, args: Sequence[str], count: str, condition: str) -> list[str]:
+def range_calls(args: Sequence[str], count: str, condition: str) -> list[str]:
     """Calls of the rows function over ``[0, count)``: split among the threads of a
     parallel region where ``condition`` holds (each thread one contiguous range, the
     first ``count % threads`` threads one row more: ``schedule(static)``'s split), else
     one call."""
-    name = rows_function_name(kernel_name)
-    call = f"{name}({', '.join(args)}, "
+    call = f"{ROWS_FUNCTION}({', '.join(args)}, "
     parallel = [
         "#pragma omp parallel",
         "{",
