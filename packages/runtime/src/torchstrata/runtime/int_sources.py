@@ -30,10 +30,11 @@ _VALUE_SOURCE = re.compile(
 _ARGUMENT = re.compile(r"L\[(?:'[^']*'|\"[^\"]*\")\]")
 
 
-def _read(source: str, namespace: Mapping[str, Any]) -> Any:
-    """The value at ``source`` now, or a sentinel where reading it fails."""
+def _read(source: str, namespace: dict[str, Any]) -> Any:
+    """The value at ``source`` now, or a sentinel where reading it fails (``namespace``
+    is the caller's own fresh dict: ``eval`` may add ``__builtins__`` to it)."""
     try:
-        return eval(source, dict(namespace))  # a guard source, read as guards read it
+        return eval(source, namespace)  # a guard source, read as guards read it
     except Exception:  # noqa: BLE001 - an attribute gone, a key missing: nothing to plan
         return _MISSING
 
