@@ -347,10 +347,13 @@ def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset
     return kernel_source(kernel, body, simd_functions, names, items_body)
 
 
-def _item_loop(items: str, item_body: Sequence[str], pragma: str = "") -> list[str]:
+def _item_loop(
+    items: str, item_body: Sequence[str], pragma: str = "", start: str = "0"
+) -> list[str]:
+    """The loop over work items ``start`` to ``items`` around ``item_body``, under ``pragma``."""
     return [
         *([pragma] if pragma else []),
-        f"for (int64_t item = 0; item < {items}; ++item) {{",
+        f"for (int64_t item = {start}; item < {items}; ++item) {{",
         *("  " + line for line in item_body),
         "}",
     ]
@@ -376,11 +379,7 @@ def _unchunked(
     if kernel_checks(kernel):
         parallel = _item_loop(items, item_body, "#pragma omp parallel for")
         return branch(condition, parallel, _item_loop(items, item_body)), []
-    loop = [
-        f"for (int64_t item = {ROW_LO}; item < {ROW_HI}; ++item) {{",
-        *("  " + line for line in item_body),
-        "}",
-    ]
+    loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
     args = [*(arg.name for arg in kernel.args), *sizes]
     return range_calls(args, f"({items})", condition), loop
 
