@@ -89,9 +89,30 @@ def rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-def workloads(small: bool, device: str) -> list[dict[str, Any]]:
-    """(id, description, fn, make_inputs, train) for every row of the table."""
-    dt = torch.bfloat16
+def layer_norm_weight_only(x, weight):
+    return F.layer_norm(x, (x.shape[-1],), weight, None, 1e-5)
+
+
+#: odd shapes for the norms and softmax (``--odd``): rows and lengths that are not powers
+#: of two, a row shorter than a warp's worth of vector loads, a vocabulary-wide row
+ODD_SHAPES = ((16383, 4095), (4097, 16385), (32768, 771), (2048, 50257), (100003, 96))
+
+
+def odd_workloads(small: bool, add: Callable[..., None], rn: Callable[..., Any]) -> None:
+    """LayerNorm (with and without bias), RMSNorm and softmax at ``ODD_SHAPES``."""
+    for m, n in ODD_SHAPES if not small else ((63, 255), (7, 1001)):
+        add(f"odd K5 [{m},{n}]", layer_norm, lambda a=m, b=n: (rn(a, b), rn(b), rn(b)))
+        add(f"odd K5 w [{m},{n}]", layer_norm_weight_only, lambda a=m, b=n: (rn(a, b), rn(b)))
+        add(f"odd K4 [{m},{n}]", rms_norm, lambda a=m, b=n: (rn(a, b), rn(b)))
+        add(f"odd K3 [{m},{n}]", softmax_fp32, lambda a=m, b=n: (rn(a, b),))
+        add(f"odd K5/train [{m},{n}]", layer_norm, lambda a=m, b=n: (rn(a, b), rn(b), rn(b)), True)
+
+
+def workloads(
+    small: bool, device: str, dt: torch.dtype = torch.bfloat16, odd: bool = False
+) -> list[dict[str, Any]]:
+    """(id, description, fn, make_inputs, train) for every row of the table; with ``odd``,
+    the norms and softmax at ``ODD_SHAPES`` instead."""
     g = torch.Generator(device=device)
 
     def rn(*shape, dtype=dt):
@@ -107,6 +128,11 @@ def workloads(small: bool, device: str) -> list[dict[str, Any]]:
         rows.append(
             {"id": name, "fn": fn, "make": make, "train": train, "note": note, "seed": seed}
         )
+
+    if odd:
+        odd_workloads(small, add, rn)
+        rows.sort(key=lambda row: row["train"])
+        return rows
 
     add("K1", bias_gelu, lambda: (rn(m, n), rn(n)))
     add("K1/mul", bias_gelu_mul, lambda: (rn(m, n), rn(n), rn(m, n)))
@@ -245,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=330.0, help="seconds")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     parser.add_argument("--codegen", default=None, help="triton / cpp (default: by device)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--odd", action="store_true", help="norms and softmax at odd shapes")
     args = parser.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     start = time.perf_counter()
     device = args.device
     bench = timer(device)
@@ -264,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header + "  ms(ours/eager/TC)       compile s  check")
     results = []
     wanted = [w for w in args.only.split(",") if w]
-    for row in workloads(args.small, device):
+    for row in workloads(args.small, device, dtype, args.odd):
         if wanted and not any(row["id"].startswith(w) for w in wanted):
             continue
         if time.perf_counter() - start > args.deadline:
@@ -273,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             results.append(
-                run_row(row, device, bench, copy_gbs, not args.no_inductor, args.codegen)
+                run_row(row, device, bench, copy_gbs, not args.no_inductor, args.codegen, dtype)
             )
         except Exception as error:  # noqa: BLE001 - one bad row must not end the run
             traceback.print_exc(limit=3)
@@ -295,12 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_row(row, device, bench, copy_gbs, with_inductor, codegen=None) -> dict[str, Any]:
+def run_row(
+    row, device, bench, copy_gbs, with_inductor, codegen=None, dtype=torch.bfloat16
+) -> dict[str, Any]:
     fn, train = row["fn"], row["train"]
     inputs = row["make"]()
     compiled = ts.compile(fn, fullgraph=True, codegen=codegen)
     seed = row.get("seed", "random")
-    runner, traffic = prepare(fn, inputs, train, seed=seed)
+    runner, traffic = prepare(fn, inputs, train, grad_dtype=dtype, seed=seed)
     t0 = time.perf_counter()
     runner(compiled)()
     if device == "cuda":
