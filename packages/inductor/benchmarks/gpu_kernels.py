@@ -10,6 +10,7 @@ writes ``$OUT/gpu_kernels.json`` when ``OUT`` is set. A deadline (default 330 s)
 the remaining workloads so the run stays under six minutes including compiles.
 
     python packages/inductor/benchmarks/gpu_kernels.py [--only K3,K7] [--deadline 330]
+    python packages/inductor/benchmarks/gpu_kernels.py --odd --dtype float16   # odd shapes
     python packages/inductor/benchmarks/gpu_kernels.py --device cpu --small   # smoke test
 """
 
