@@ -8,8 +8,9 @@ dimension symbolic when a compile sees it at a second size (automatic dynamic);
 always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
 dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
 specialised: such a call gets its own static entry. A Python ``int`` argument (exactly:
-not a ``bool``) of 0 or more is decided as dimension 0 of its size carrier
-(``core.int_size_source``, decision 0330); so are the ints in argument containers and
+not a ``bool``) is decided as dimension 0 of its size carrier (``core.int_size_source``,
+decision 0330; a negative int as its magnitude, a carrier per sign: decision 0385); so
+are the ints in argument containers and
 those captures read from module attributes and globals (:mod:`.int_sources`, decision
 0365). An int carries no mark: the compile option ``dynamic_sources`` names it
 (decision 0367).
@@ -40,8 +41,10 @@ from torchstrata.core import (
     graph_symbols,
     input_symbol_slots,
     int_argument_source,
+    int_negative_source,
     int_size_source,
     interpret,
+    is_negative_carrier_source,
     readable_source,
     size_guards,
 )
@@ -155,12 +158,12 @@ class DynamicPolicy:
                 ints.update(container_ints(source, value))
         for source, value, seen in self.int_sources.values(frame, globals_, self._exact):
             ints.setdefault(source, value)
-            if seen is not None and seen >= 0:  # the value the static capture saw
-                self.seen.setdefault((int_size_source(source), 0), set()).add(seen)
+            if seen is not None:  # the value the static capture saw
+                self.seen.setdefault((_carrier_source(source, seen), 0), set()).add(abs(seen))
         for source, value in ints.items():
-            if value >= 0:  # a negative int stays a constant
-                marked = set(named_dims(self.named, source, value) or ())
-                yield int_size_source(source), (value,), set(), marked
+            # a negative int as its magnitude's carrier (decision 0385)
+            marked = set(named_dims(self.named, source, value) or ())
+            yield _carrier_source(source, value), (abs(value),), set(), marked
 
     def plan(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any] | None = None
@@ -212,11 +215,19 @@ class DynamicPolicy:
         return "; ".join(made + kept)
 
 
+def _carrier_source(source: str, value: int) -> str:
+    """The source of the carrier of the int ``value`` read at ``source``: one per sign."""
+    return int_negative_source(source) if value < 0 else int_size_source(source)
+
+
 def _made_symbolic(source: str, dim: int, earlier: tuple[int, ...], size: int) -> str:
     was = ", ".join(map(str, earlier))
     argument = int_argument_source(source)
     if argument is not None:
         kind = "int argument" if _is_argument(argument) else "int"
+        if is_negative_carrier_source(source):
+            was = ", ".join(f"-{old}" for old in earlier)
+            return f"{argument} is -{size}, was {was}: negative {kind} {argument} becomes symbolic"
         return f"{argument} is {size}, was {was}: {kind} {argument} becomes symbolic"
     return (
         f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"
