@@ -18,6 +18,7 @@ from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
+from torchstrata.core.fx_indexing import TensorIndexError, expand_index, index_dims
 from torchstrata.core.graph import (
     RECOMPUTE,
     Graph,
@@ -245,6 +246,7 @@ __all__ = [
     "SymbolBinding",
     "SymbolicAot",
     "SymbolicSizes",
+    "TensorIndexError",
     "TensorMeta",
     "TensorTraits",
     "Transformer",
@@ -278,6 +280,7 @@ __all__ = [
     "eliminate_dead_code",
     "enabled_autocast",
     "exact_key",
+    "expand_index",
     "first_failure",
     "format_graph",
     "from_fx",
@@ -291,6 +294,7 @@ __all__ = [
     "has_symbols",
     "hookimpl",
     "hookspec",
+    "index_dims",
     "infer_meta",
     "input_meta",
     "input_symbol_slots",
