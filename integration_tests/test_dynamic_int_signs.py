@@ -112,3 +112,19 @@ def test_a_negative_int_in_a_dict_argument_is_symbolic():
     reason = compiled.recompile_reasons[0]
     assert "negative int L['cfg']['shift'] becomes symbolic" in reason
     assert "int L['cfg']['len'] becomes symbolic" in reason
+
+
+def broken_tail(x, n):
+    y = x[:, -n:] * 2
+    if y.sum() > -1e9:  # a graph break: n is handed on to the resumed segment
+        y = y + 1
+    return y.sum() + x[:, :n].cos().sum(1)
+
+
+def test_a_negative_int_stays_symbolic_across_a_graph_break():
+    compiled = rt.compile(broken_tail, codegen="eager")
+    _matches_eager(compiled, broken_tail, NEGATIVES, rows=3)
+    assert len(compiled.cache) == 2  # was 8, then eager
+    # the resumed segment: static at its first value, then one symbolic segment
+    program = compiled.cache.entries[-1].run.func
+    assert [len(segments) for segments in program.segments.values()] == [2]

@@ -208,3 +208,25 @@ def test_mark_static_refuses_an_int_and_a_class_that_is_not_a_module():
         rt.mark_static(5, 0)
     with pytest.raises(TypeError, match=r"nn\.Module class"):
         rt.mark_static(int)
+
+
+def advance_after_a_break(x, cfg):
+    y = x[:, : cfg["pos"]] * 2
+    if y.sum() > -1e9:  # a graph break: the advance happens in the resumed segment
+        y = y + 1
+    cfg["pos"] += 1
+    return y.sum(1) + x[:, cfg["pos"]]
+
+
+def test_a_dict_item_advanced_after_a_graph_break_is_symbolic():
+    compiled = rt.compile(advance_after_a_break, codegen="eager")
+    cfg, reference = {"pos": 2}, {"pos": 2}
+    for _ in range(STEPS):
+        x = torch.randn(3, 20)
+        torch.testing.assert_close(compiled(x, cfg), advance_after_a_break(x, reference))
+        assert cfg == reference
+    assert len(compiled.cache) == 2
+    # the resumed segment: static at its first value, then one symbolic segment (was a
+    # static segment per value: 8 + 1 segments)
+    program = compiled.cache.entries[-1].run.func
+    assert [len(segments) for segments in program.segments.values()] == [2]
