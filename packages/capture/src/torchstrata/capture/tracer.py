@@ -302,10 +302,11 @@ class Tracer:
         return var
 
     def symbolic_int(self, value: int, source: str) -> SymbolicIntVar | None:
-        """The ``int`` argument at ``source`` as a symbol, where the symbolic scope makes
-        it symbolic (decision 0330): the size of its size carrier, a graph input; the
-        argument guarded to be an ``int`` (its value by the carrier's size check).
-        None: not symbolic (a constant, guarded by value)."""
+        """The ``int`` at ``source`` as a symbol, where the symbolic scope makes it
+        symbolic (decision 0330): the size of its size carrier, a graph input (a negative
+        int: minus its magnitude's carrier size, decision 0385); the int guarded to be an
+        ``int`` (its value by the carrier's size check). None: not symbolic (a constant,
+        guarded by value)."""
         sizes = active_symbolic_sizes()
         if sizes is None or -2 < value < 2:
             return None
