@@ -145,6 +145,8 @@ def test_dynamic_true_makes_globals_and_attributes_symbolic_from_the_first_call(
     compiled = rt.compile(windowed, codegen="eager", dynamic=dynamic)
     _run_global(compiled)
     assert len(compiled.cache) == entries  # dynamic=True: was 2
+    text = str(rt.explain(compiled, torch.randn(3, 20)))
+    assert "type(G['WINDOW']) is int" in text and "G['WINDOW'] >= 2" in text
     model = Window()
     module = rt.compile(model, codegen="eager", dynamic=dynamic)
     _run_attribute(module, model)
