@@ -128,3 +128,12 @@ def test_a_negative_int_stays_symbolic_across_a_graph_break():
     # the resumed segment: static at its first value, then one symbolic segment
     program = compiled.cache.entries[-1].run.func
     assert [len(segments) for segments in program.segments.values()] == [2]
+
+
+def test_dynamic_true_and_dynamic_sources_cover_negative_ints_from_the_first_call():
+    compiled = rt.compile(tail, codegen="eager", dynamic=True)
+    _matches_eager(compiled, tail, (*NEGATIVES, *(-n for n in NEGATIVES)))
+    assert len(compiled.cache) == 2  # one symbolic entry per sign
+    named = rt.compile(tail, codegen="eager", options={"dynamic_sources": "L['n']"})
+    _matches_eager(named, tail, NEGATIVES)
+    assert len(named.cache) == 1
