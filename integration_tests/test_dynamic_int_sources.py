@@ -58,8 +58,8 @@ def test_an_int_as_an_index_or_a_factory_size_is_symbolic(fn, negatives):
         for n in (*VALUES, 0, 1, *negatives):
             x = torch.randn(20, 20)
             torch.testing.assert_close(compiled(x, n), fn(x, n))
-    # the first value static, one symbolic entry for the other eight; 0, 1 and each
-    # negative int specialised (a carrier has no negative size)
+    # the first value static, one symbolic entry for the other eight; 0, 1 and the
+    # negatives (-1 specialised, a first negative static: decision 0385) an entry each
     assert len(compiled.cache) == 4 + len(negatives)
     assert "int argument L['n'] becomes symbolic" in compiled.recompile_reasons[0]
 
@@ -82,7 +82,8 @@ def test_a_select_index_with_generated_kernels_zero_one_and_negatives():
         for n in values:
             x = torch.randn(20, 20)
             torch.testing.assert_close(compiled(x, n), column(x, n))
-    # static 2, symbolic (3 .. 19), 0, 1, and a constant entry per negative index
+    # static 2, symbolic (3 .. 19), 0, 1, -1 (specialised) and -20 (the first negative
+    # value: static, decision 0385)
     assert len(compiled.cache) == 6
     # the symbolic entry relied on n < 20: 20 fails its size check and recompiles,
     # where capture sees the out-of-bounds index and eager raises it

@@ -8,8 +8,15 @@ import types
 import pytest
 import torch
 
-from torchstrata.core import CompileOptions, Guard, GuardKind, container_ints, int_size_source
-from torchstrata.runtime.dynamic_shapes import DynamicPolicy, mark_dynamic
+from torchstrata.core import (
+    CompileOptions,
+    Guard,
+    GuardKind,
+    container_ints,
+    int_negative_source,
+    int_size_source,
+)
+from torchstrata.runtime.dynamic_shapes import DynamicPolicy, mark_dynamic, mark_static
 from torchstrata.runtime.int_sources import IntSources, parse_dynamic_sources
 
 
@@ -65,3 +72,44 @@ def test_an_int_takes_no_mark_and_bad_dynamic_sources_are_refused():
         "L['a']",
         "L['b']",
     )
+
+
+def test_a_negative_int_is_planned_as_its_magnitudes_carrier():
+    # decision 0385: a carrier per sign; -1 specialised like 1
+    policy = DynamicPolicy(None)
+    assert policy.plan({"n": -3}) == {}
+    assert policy.plan({"n": -5}) == {int_negative_source("L['n']"): (0,)}
+    assert "L['n'] is -5, was -3: negative int argument L['n'] becomes symbolic" in policy.reason()
+    assert policy.plan({"n": 4}) == {}  # the positive sign starts static on its own
+    assert policy.plan({"n": -1}) == {}
+    assert policy.specialised == [(int_negative_source("L['n']"), 0, 1)]
+
+
+def test_note_asks_for_a_second_compile_only_where_the_policy_wants_the_int_symbolic():
+    # decision 0387: dynamic=True learns of an attribute int from the first capture
+    guards = [Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 4)]
+    frame = {"self": types.SimpleNamespace(pos=4)}
+    assert DynamicPolicy(True).note(guards, frame) is True
+    assert DynamicPolicy(None).note(guards, frame) is False
+    assert DynamicPolicy(False).note(guards, frame) is False
+    policy = DynamicPolicy(True)
+    assert policy.note([Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 1)], frame) is False
+    assert policy.note(guards, frame) is False  # noted already
+
+
+class _Marked(torch.nn.Module):
+    pass
+
+
+def test_a_module_class_marked_static_keeps_its_int_attributes_out_of_plans():
+    # decision 0388
+    mark_static(_Marked)
+    owner = _Marked()
+    owner.pos = 4
+    guards = [Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 4)]
+    policy = DynamicPolicy(True)
+    assert policy.note(guards, {"self": owner}) is False
+    owner.pos = 6
+    assert policy.plan({"self": owner}) == {}
+    with pytest.raises(TypeError, match="mark_static"):
+        mark_static(5, 0)  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ SWAP 2; STORE_ATTR calls``, or the ``LOAD_GLOBAL``/``STORE_GLOBAL`` form) the va
 :class:`CounterVar` instead: the read is guarded by type only, the store is logged as a
 side effect and writes ``value + offset`` of the value read at call time (before any
 write of the replay), as eager does. A later read of the counter in the same trace
-(``if self.calls % 10 == 0``) specialises it: guarded by value as before.
+(``if self.calls % 10 == 0``) specialises it: guarded by value as before, unless the
+dynamic-shape policy made it symbolic (decision 0386): then the read is its symbol.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ def step(counter: CounterVar, symbol: str, amount: Var) -> CounterVar | None:
 
 
 def specialise(tracer: Tracer, counter: CounterVar) -> ConstVar:
-    """The counter as a constant: its value read is guarded from now on."""
+    """The counter as a value: its symbol plus the offset where the symbolic scope makes
+    its base symbolic (decision 0386: ``self.pos += 1`` then ``x[:, self.pos]``);
+    otherwise a constant, its value read guarded from now on."""
+    symbolic = tracer.symbolic_int(counter.observed, counter.base)
+    if symbolic is not None:
+        return ConstVar(symbolic.value + counter.offset)
     tracer.guard(GuardKind.CONSTANT_MATCH, counter.base, counter.observed)
     return ConstVar(counter.observed + counter.offset)
 

@@ -25,7 +25,7 @@ from torchstrata.capture.variables import (
     describe,
     python_value,
 )
-from torchstrata.core import OpKind, OpRef, torch_op
+from torchstrata.core import OpKind, OpRef, TensorIndexError, expand_index, index_dims, torch_op
 
 _SELECT = torch_op(torch.select)
 _NARROW = torch_op(torch.narrow)
@@ -190,23 +190,16 @@ def _advanced_index(tracer: Tracer, tensor: TensorVar, elements: list[Var]) -> V
 
 def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
     """``tensor[values]`` for ints, slices, None and ``...``: a chain of view ops."""
-    consuming = sum(1 for value in values if isinstance(value, int | torch.SymInt | slice))
-    if sum(1 for value in values if value is Ellipsis) > 1:
-        raise Unsupported("an index can only have a single ellipsis")
-    expanded: list[Any] = []
-    for value in values:
-        if value is Ellipsis:
-            expanded += [slice(None)] * max(tensor.meta.ndim - consuming, 0)
-        else:
-            expanded.append(value)
+    try:  # ``...`` expanded as the FX import expands it (core.expand_index)
+        expanded = expand_index(values, tensor.meta.ndim)
+    except TensorIndexError as error:
+        raise Unsupported(str(error)) from None
     result: Var = tensor
-    dim = 0
-    for value in expanded:
+    for dim, value in index_dims(expanded):
         current = result
         assert isinstance(current, TensorVar)
         if value is None:
             result = tracer.call_op(_UNSQUEEZE, (current, ConstVar(dim)), {})  # type: ignore[arg-type]
-            dim += 1
             continue
         if dim >= current.meta.ndim:
             raise Unsupported(f"too many indices for a tensor of dimension {tensor.meta.ndim}")
@@ -233,7 +226,6 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
                 raise Unsupported("tensor slices with a non-positive step are not supported")
             sliced = (current, ConstVar(dim), *(ConstVar(bound) for bound in bounds))
             result = tracer.call_op(_STEPPED_SLICE, sliced, {})
-            dim += 1
             continue
         start, stop, step = value.indices(size)
         if step <= 0:
@@ -252,7 +244,6 @@ def basic_index(tracer: Tracer, tensor: TensorVar, values: list[Any]) -> Var:
                     ConstVar(step),
                 )
                 result = tracer.call_op(_STEPPED_SLICE, args, {})
-        dim += 1
     return result
 
 

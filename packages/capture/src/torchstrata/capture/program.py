@@ -31,6 +31,7 @@ from torchstrata.capture.frame import Frame
 from torchstrata.capture.instances import InstanceVar
 from torchstrata.capture.rebuild import NullValue, ResumeIterator
 from torchstrata.capture.segments import Segment, trace_segment, with_check
+from torchstrata.capture.symbolic_values import has_symbolic
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.variables import (
     NULL,
@@ -53,6 +54,7 @@ from torchstrata.core import (
     container_ints,
     global_state,
     graph_has_symbols,
+    int_negative_source,
     int_size_source,
     interpret,
     size_guards,
@@ -252,8 +254,9 @@ class CaptureProgram:
         values += [item for source, value in values for item in container_ints(source, value)]
         plan: dict[str, tuple[int, ...]] = {}
         for source, value in values:
-            if type(value) is int and value >= 0:  # as its size carrier (decision 0330)
-                source, shape = int_size_source(source), (value,)
+            if type(value) is int:  # as its size carrier (decisions 0330, 0385)
+                carrier = int_negative_source if value < 0 else int_size_source
+                source, shape = carrier(source), (abs(value),)
             elif type(value) in (torch.Tensor, torch.nn.Parameter):
                 shape = value.shape
             else:
@@ -293,8 +296,8 @@ def _from_outputs(var: Var | None) -> bool:
     lists, dicts and dataclass instances of those."""
     if isinstance(var, SymbolicIntVar):  # read again from its source (decision 0330)
         return False
-    if isinstance(var, ConstVar):
-        return True
+    if isinstance(var, ConstVar):  # one still symbolic is computed from sources (0386)
+        return not has_symbolic(var.value)
     if isinstance(var, TensorVar | SequenceVar | DictVar) and var.source is not None:
         return False
     if isinstance(var, TensorVar):

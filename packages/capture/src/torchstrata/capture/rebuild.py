@@ -12,11 +12,12 @@ import collections
 import copy
 import functools
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from torchstrata.capture.counters import CounterVar, build_counter
 from torchstrata.capture.instances import InstanceVar, build_instance
+from torchstrata.capture.int_expressions import int_expression
 from torchstrata.capture.result_types import make_tuple
 from torchstrata.capture.symbolic_values import has_symbolic
 from torchstrata.capture.tracer import Unsupported
@@ -84,11 +85,16 @@ class Rebuilder:
     cannot rebuild); ``build`` runs on every call, after the graph.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, int_symbols: Mapping[str, str] | None = None) -> None:
         self.outputs: list[Node] = []
         self._index: dict[Node, int] = {}
         self._seen: set[int] = set()
         self._code: dict[str, types.CodeType] = {}
+        #: the trace's symbolic ints, as :attr:`Tracer.int_symbols`
+        self._int_symbols = dict(int_symbols or {})
+        #: id of a constant computed from symbolic ints -> the code computing it from
+        #: their sources at call time (decision 0386)
+        self._computed: dict[int, types.CodeType] = {}
 
     # ------------------------------------------------------------------ capture time
     def collect(self, var: Var | _Null | Cell) -> None:
@@ -112,6 +118,10 @@ class Rebuilder:
             self._code.setdefault(var.source, compile(var.source, "<source>", "eval"))  # type: ignore[arg-type]
             return
         if isinstance(var, ConstVar) and has_symbolic(var.value):
+            text = int_expression(var.value, self._int_symbols)
+            if text is not None:  # computed from symbolic ints: again at call time (0386)
+                self._computed[id(var)] = compile(text, "<symbolic int>", "eval")
+                return
             var.value = specialise_sizes(var.value)  # handed to Python: its value, guarded now
         if isinstance(var, _Null | ConstVar | ObjectVar):
             return
@@ -193,6 +203,9 @@ class Rebuilder:
             return NULL_VALUE
         if isinstance(var, SymbolicIntVar):
             return eval(self._code[var.source], ns)  # type: ignore[index]
+        computed = self._computed.get(id(var))
+        if computed is not None:
+            return eval(computed, ns)
         if isinstance(var, ConstVar):
             value = var.value
             return type(value)(value) if isinstance(value, set | list | dict) else value

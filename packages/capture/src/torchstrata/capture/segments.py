@@ -122,7 +122,7 @@ def trace_segment(globals_: dict[str, Any], start: Starter, resumable: bool) -> 
         frame, index = start(tracer)
         result = frame.run(index, stop_step=steps)
         assert isinstance(result, Paused), "replaying a trace must stop where it broke"
-    rebuilder = Rebuilder()
+    rebuilder = Rebuilder(tracer.int_symbols)
     if isinstance(result, Paused):
         for item in (*frame.locals.values(), *frame.stack, *frame.cells.values()):
             rebuilder.collect(item)

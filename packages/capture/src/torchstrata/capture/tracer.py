@@ -33,8 +33,6 @@ from torchstrata.capture.variables import (
     describe,
 )
 from torchstrata.core import (
-    INT_SIZE_CARRIER_CELL,
-    INT_SIZE_CELL,
     TENSOR_TYPES,
     GraphBuilder,
     Guard,
@@ -49,6 +47,9 @@ from torchstrata.core import (
     enabled_autocast,
     infer_meta,
     input_meta,
+    int_carrier_cells,
+    int_negative_carrier,
+    int_negative_source,
     int_size_carrier,
     int_size_source,
     iter_nodes,
@@ -208,6 +209,10 @@ class Tracer:
         self._mutables: dict[int, tuple[Any, Var, bool]] = {}
         #: The closure cells named in sources, by name (:mod:`torchstrata.capture.closures`).
         self.cells: dict[str, types.CellType] = {}
+        #: Each symbolic int's symbol, by name -> Python text reading its value from its
+        #: source (``(L['n'])``; ``(-(L['n']))`` for a negative int's magnitude): what a
+        #: value computed from it is rebuilt from (:mod:`.int_expressions`, decision 0386)
+        self.int_symbols: dict[str, str] = {}
         #: ``torch.utils.checkpoint`` calls inlined so far (each region's own tag is
         #: numbered by it: :mod:`torchstrata.capture.checkpoints`).
         self.checkpoint_regions = 0
@@ -283,7 +288,7 @@ class Tracer:
             return self._lift_tensor(value, source)
         guarded = guard and source is not None
         if type(value) is int and guarded:
-            symbolic = self._symbolic_int(value, source)  # type: ignore[arg-type]
+            symbolic = self.symbolic_int(value, source)  # type: ignore[arg-type]
             if symbolic is not None:
                 return symbolic
         if type(value) in _MUTABLE_TYPES:
@@ -296,19 +301,28 @@ class Tracer:
             self._mutables[id(value)] = (value, var, guarded)
         return var
 
-    def _symbolic_int(self, value: int, source: str) -> Var | None:
-        """The ``int`` argument at ``source`` as a symbol, where the symbolic scope makes
-        it symbolic (decision 0330): the size of its size carrier, a graph input; the
-        argument guarded to be an ``int`` (its value by the carrier's size check).
-        None: not symbolic (a constant, guarded by value)."""
+    def symbolic_int(self, value: int, source: str) -> SymbolicIntVar | None:
+        """The ``int`` at ``source`` as a symbol, where the symbolic scope makes it
+        symbolic (decision 0330): the size of its size carrier, a graph input (a negative
+        int: minus its magnitude's carrier size, decision 0385); the int guarded to be an
+        ``int`` (its value by the carrier's size check). None: not symbolic (a constant,
+        guarded by value)."""
         sizes = active_symbolic_sizes()
-        carrier_source = int_size_source(source)
-        if sizes is None or value < 2 or not sizes.dims.get(carrier_source):
+        if sizes is None or -2 < value < 2:
             return None
-        self.cells[INT_SIZE_CELL] = INT_SIZE_CARRIER_CELL
+        # a negative int is its magnitude's carrier, negated (decision 0385)
+        negative = value < 0
+        carrier_source = (int_negative_source if negative else int_size_source)(source)
+        if not sizes.dims.get(carrier_source):
+            return None
+        self.cells.update(int_carrier_cells())
         self.guard(GuardKind.TYPE_MATCH, source, int)
-        carrier = self._lift_tensor(int_size_carrier(value), carrier_source)
-        return SymbolicIntVar(carrier.meta.shape[0], source)
+        carrier_of = int_negative_carrier if negative else int_size_carrier
+        carrier = self._lift_tensor(carrier_of(value), carrier_source)
+        size = carrier.meta.shape[0]
+        if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+            self.int_symbols[size.node.expr.name] = f"(-({source}))" if negative else f"({source})"
+        return SymbolicIntVar(-size if negative else size, source)
 
     def known_mutable(self, value: Any) -> Var | None:
         """The variable this trace made for the list, dict or set ``value`` (whose items

@@ -18,6 +18,7 @@ from torchstrata.core.direct_meta import direct_meta
 from torchstrata.core.dtypes import dtype_from_short_name, dtype_short_name, wrapped_integer
 from torchstrata.core.dynamo_import import dynamo_import_deferred
 from torchstrata.core.fx import FxImportError, from_fx, to_fx
+from torchstrata.core.fx_indexing import TensorIndexError, expand_index, index_dims
 from torchstrata.core.graph import (
     RECOMPUTE,
     Graph,
@@ -45,13 +46,19 @@ from torchstrata.core.guard_state import (
 from torchstrata.core.guard_text import describe_guard, size_check_of
 from torchstrata.core.hookspecs import PASS_STAGES, hookimpl, hookspec
 from torchstrata.core.int_arguments import (
+    INT_NEGATIVE_CARRIER_CELL,
+    INT_NEGATIVE_CELL,
     INT_SIZE_CARRIER_CELL,
     INT_SIZE_CELL,
     container_ints,
     int_argument_source,
+    int_carrier_cells,
+    int_negative_carrier,
+    int_negative_source,
     int_size_carrier,
     int_size_source,
     is_int_size_carrier,
+    is_negative_carrier_source,
     readable_source,
 )
 from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
@@ -179,6 +186,8 @@ __all__ = [
     "GETITEM",
     "GLOBAL_STATE_SOURCE",
     "GUARD_NAMESPACE",
+    "INT_NEGATIVE_CARRIER_CELL",
+    "INT_NEGATIVE_CELL",
     "INT_SIZE_CARRIER_CELL",
     "INT_SIZE_CELL",
     "NO_CONTRACT",
@@ -237,6 +246,7 @@ __all__ = [
     "SymbolBinding",
     "SymbolicAot",
     "SymbolicSizes",
+    "TensorIndexError",
     "TensorMeta",
     "TensorTraits",
     "Transformer",
@@ -270,6 +280,7 @@ __all__ = [
     "eliminate_dead_code",
     "enabled_autocast",
     "exact_key",
+    "expand_index",
     "first_failure",
     "format_graph",
     "from_fx",
@@ -283,15 +294,20 @@ __all__ = [
     "has_symbols",
     "hookimpl",
     "hookspec",
+    "index_dims",
     "infer_meta",
     "input_meta",
     "input_symbol_slots",
     "int_argument_source",
+    "int_carrier_cells",
+    "int_negative_carrier",
+    "int_negative_source",
     "int_size_carrier",
     "int_size_source",
     "interpret",
     "is_dense",
     "is_int_size_carrier",
+    "is_negative_carrier_source",
     "is_symbolic",
     "iter_nodes",
     "log_settings",

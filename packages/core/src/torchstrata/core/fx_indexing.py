@@ -41,6 +41,36 @@ def _is_size(value: Any) -> bool:
     return value is None or (isinstance(value, int | torch.SymInt) and not isinstance(value, bool))
 
 
+def expand_index(elements: list[Any], ndim: int) -> list[Any]:
+    """The elements of a basic subscript of a tensor of rank ``ndim`` (ints, slices,
+    None, ``...``) with ``...`` replaced by the full slices it stands for; shared by the
+    FX import and capture's ``basic_index``.
+
+    :raises TensorIndexError: more than one ``...``.
+    """
+    if sum(element is Ellipsis for element in elements) > 1:
+        raise TensorIndexError("an index can only have a single ellipsis")
+    consuming = sum(1 for e in elements if e is not None and e is not Ellipsis)
+    expanded: list[Any] = []
+    for element in elements:
+        fill = [slice(None)] * max(ndim - consuming, 0)
+        expanded += fill if element is Ellipsis else [element]
+    return expanded
+
+
+def index_dims(expanded: list[Any]) -> list[tuple[int, Any]]:
+    """(dimension of the result so far, element) for each element of an expanded basic
+    subscript (:func:`expand_index`), in order: a None inserts a dimension there, an int
+    removes the one it indexes, a slice keeps it."""
+    dims: list[tuple[int, Any]] = []
+    dim = 0
+    for element in expanded:
+        dims.append((dim, element))
+        if element is None or isinstance(element, slice):
+            dim += 1
+    return dims
+
+
 def index_tensor(builder: GraphBuilder, source: Node, index: Any, name: str) -> Node:
     """``source[index]`` appended to ``builder`` (see the module docstring); the last
     node is called ``name``.
@@ -62,28 +92,20 @@ def index_tensor(builder: GraphBuilder, source: Node, index: Any, name: str) -> 
             raise TensorIndexError(
                 f"indexing a tensor with {type(element).__name__} is not supported"
             )
-    if sum(element is Ellipsis for element in elements) > 1:
-        raise TensorIndexError("an index can only have a single ellipsis")
     assert isinstance(source.meta, TensorMeta) and _SELECT and _UNSQUEEZE
+    expanded = expand_index(elements, source.meta.ndim)
     consuming = sum(1 for e in elements if e is not None and e is not Ellipsis)
     if consuming > source.meta.ndim:
         raise TensorIndexError(f"too many indices for a tensor of dimension {source.meta.ndim}")
-    expanded: list[Any] = []
-    for element in elements:
-        fill = [slice(None)] * (source.meta.ndim - consuming)
-        expanded += fill if element is Ellipsis else [element]
     steps: list[tuple[OpRef, tuple[Any, ...]]] = []
-    dim = 0  # the dimension of the result so far that the element indexes
-    for element in expanded:
+    for dim, element in index_dims(expanded):
         if element is None:
             steps.append((_UNSQUEEZE, (dim,)))
-            dim += 1
         elif isinstance(element, slice):
             if (element.start, element.stop, element.step) != (None, None, None):
                 start = 0 if element.start is None else element.start
                 step = 1 if element.step is None else element.step
                 steps.append((_SLICE, (dim, start, element.stop, step)))
-            dim += 1
         else:
             steps.append((_SELECT, (dim, element)))
     result = source

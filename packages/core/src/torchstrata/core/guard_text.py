@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from torchstrata.core.int_arguments import int_argument_source
+from torchstrata.core.int_arguments import int_argument_source, is_negative_carrier_source
 from torchstrata.core.meta import TensorMeta, TensorTraits
 from torchstrata.core.results import Guard, GuardKind
 from torchstrata.core.symbolic_guards import SizeCheck
@@ -51,7 +51,8 @@ def describe_guard(guard: Guard) -> str:
         names = (int_argument_source(source) or source for source in check.sources)
         text = f"sizes of {', '.join(names)}"
     elif kind is GuardKind.TENSOR_MATCH and int_argument_source(source) is not None:
-        text = f"{int_argument_source(source)}: an int, as the size of its carrier (symbolic)"
+        sign = "a negative int, its magnitude" if is_negative_carrier_source(source) else "an int"
+        text = f"{int_argument_source(source)}: {sign} as the size of its carrier (symbolic)"
     elif kind is GuardKind.TENSOR_MATCH:
         if isinstance(expected, TensorMeta):
             text = f"{source}: Tensor, {describe_tensor_meta(expected)}"

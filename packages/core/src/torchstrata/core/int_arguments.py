@@ -6,6 +6,12 @@ symbolic gets such an input of its own: its *size carrier*, a tensor of shape ``
 and stride 0 (no storage of its own) read from the source ``int_size_source(L['n'])``.
 The graph never reads the carrier's data; its dimension 0 is the symbol that stands for
 ``n`` wherever the trace used ``n``.
+
+A negative ``int`` has a carrier of its own (decision 0385): shape ``(-n,)``, read from
+``int_negative_source(L['n'])``; its dimension 0 is the magnitude ``s`` and the trace
+uses ``-s``. A call's value is carried by one of the two carriers by its sign (the other
+gives the 0-dim tensor that no carrier's guard accepts), so an int seen at both signs
+makes two symbolic entries at most, each guarded on its sign.
 """
 
 from __future__ import annotations
@@ -20,7 +26,13 @@ import torch
 #: The name, in guard and input sources, of the cell holding :func:`int_size_carrier`
 #: (``__cell_`` names are bound from a guard's ``cells``).
 INT_SIZE_CELL = "__cell_torchstrata_int_size__"
-_CARRIER_SOURCE = re.compile(re.escape(INT_SIZE_CELL) + r"\.cell_contents\((?P<source>.+)\)")
+#: The cell of :func:`int_negative_carrier` (decision 0385).
+INT_NEGATIVE_CELL = "__cell_torchstrata_int_negative__"
+_CARRIER_SOURCE = re.compile(
+    rf"(?:{re.escape(INT_SIZE_CELL)}|{re.escape(INT_NEGATIVE_CELL)})"
+    r"\.cell_contents\((?P<source>.+)\)"
+)
+_NEGATIVE_SOURCE = re.compile(re.escape(INT_NEGATIVE_CELL) + r"\.cell_contents\((?P<source>.+)\)")
 
 _ONE = torch.empty(1, dtype=torch.uint8)
 #: What a value that is not a non-negative ``int`` (a bool, a float, -1) carries: a
@@ -33,6 +45,14 @@ def int_size_carrier(value: Any) -> torch.Tensor:
     (exactly: not a ``bool``) of 0 or more; a 0-dim tensor for anything else."""
     if type(value) is int and value >= 0:
         return _ONE.as_strided((value,), (0,))
+    return _NOT_A_SIZE
+
+
+def int_negative_carrier(value: Any) -> torch.Tensor:
+    """The size carrier of a negative ``int`` ``value``: shape ``(-value,)``, stride 0
+    (decision 0385); a 0-dim tensor for anything else (0 and positive ints included)."""
+    if type(value) is int and value < 0:
+        return _ONE.as_strided((-value,), (0,))
     return _NOT_A_SIZE
 
 
@@ -56,8 +76,29 @@ def int_size_source(source: str) -> str:
     return f"{INT_SIZE_CELL}.cell_contents({source})"
 
 
+#: The cell the negative carriers' sources name.
+INT_NEGATIVE_CARRIER_CELL = types.CellType(int_negative_carrier)
+
+
+def int_negative_source(source: str) -> str:
+    """The source of the carrier of the negative ``int`` read at ``source``: its size
+    is the int's magnitude (decision 0385)."""
+    return f"{INT_NEGATIVE_CELL}.cell_contents({source})"
+
+
+def is_negative_carrier_source(source: str) -> bool:
+    """Whether ``source`` reads a negative int's carrier (:func:`int_negative_source`)."""
+    return _NEGATIVE_SOURCE.fullmatch(source) is not None
+
+
+def int_carrier_cells() -> dict[str, types.CellType]:
+    """The cells that carrier sources name, to bind where a guard or fetch reads them."""
+    return {INT_SIZE_CELL: INT_SIZE_CARRIER_CELL, INT_NEGATIVE_CELL: INT_NEGATIVE_CARRIER_CELL}
+
+
 def int_argument_source(source: str) -> str | None:
-    """``L['n']`` for the source of ``L['n']``'s size carrier; None for any other."""
+    """``L['n']`` for the source of ``L['n']``'s size carrier (either sign's); None for
+    any other."""
     match = _CARRIER_SOURCE.fullmatch(source)
     return match["source"] if match else None
 
@@ -90,12 +131,18 @@ def container_ints(source: str, value: Any) -> Iterator[tuple[str, int]]:
 
 def readable_source(text: str) -> str:
     """``text`` with each size carrier's dimension (``<carrier of L['n']>.size()[0]``)
-    named by its argument (``L['n']``)."""
-    return _CARRIER_SIZE.sub(r"\g<source>", text)
+    named by its argument (``L['n']``; a negative int's carrier as ``(-L['n'])``, its
+    magnitude)."""
+    return _CARRIER_SIZE.sub(_readable, text)
+
+
+def _readable(match: re.Match[str]) -> str:
+    return f"(-{match['source']})" if match["cell"] == INT_NEGATIVE_CELL else match["source"]
 
 
 #: A carrier's dimension in a source or condition; its int's source (``L['n']``,
 #: ``L['cfg']['len']``, ``L['self'].pos``, ``G['n']``) holds no parentheses.
 _CARRIER_SIZE = re.compile(
-    re.escape(INT_SIZE_CELL) + r"\.cell_contents\((?P<source>[^()]+)\)\.size\(\)\[0\]"
+    rf"(?P<cell>{re.escape(INT_SIZE_CELL)}|{re.escape(INT_NEGATIVE_CELL)})"
+    r"\.cell_contents\((?P<source>[^()]+)\)\.size\(\)\[0\]"
 )

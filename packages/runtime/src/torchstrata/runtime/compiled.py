@@ -193,14 +193,18 @@ class CompiledFunction:
         if refused is not None:
             return self._state_refused(refused, state_guard)
         try:
-            artifacts = self._compile_symbolic(args, kwargs)
-            if artifacts is None:
-                artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
+            artifacts = self._compile_once(args, kwargs)
+            capture = artifacts.capture
+            # the ints it read beyond the arguments (decision 0365); one the policy makes
+            # symbolic at once (dynamic=True) is known only now: compiled again (0387)
+            if capture is not None and self._note(capture.guards, args, kwargs):
+                recompiles_log.debug("%s: compiled again with its ints symbolic", describe(self.fn))
+                artifacts = self._compile_once(args, kwargs)
+                capture = artifacts.capture
+                if capture is not None:
+                    self._note(capture.guards, args, kwargs)
         except StageFailure as failure:
             return self._stage_failed(failure, state_guard)
-        capture = artifacts.capture
-        if capture is not None:  # the ints it read beyond the arguments (decision 0365)
-            self.dynamic.note(capture.guards)
         if capture is None:
             if self.options.fullgraph:
                 raise CompilationError(
@@ -232,6 +236,21 @@ class CompiledFunction:
             has_side_effects=bool(capture.graph_breaks),
             run_inputs=run_inputs if guards.fetch_args is not None else None,
         )
+
+    def _note(self, guards: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """:meth:`DynamicPolicy.note` with this call's frame and globals."""
+        try:
+            frame = self._bind(args, kwargs)
+        except TypeError:
+            frame = {}
+        return self.dynamic.note(guards, frame, self._globals)
+
+    def _compile_once(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The frame's artifacts: symbolic where the policy plans it, else static."""
+        artifacts = self._compile_symbolic(args, kwargs)
+        if artifacts is None:
+            artifacts = self.pipeline.compile_frame(self.fn, args, kwargs, self.options)
+        return artifacts
 
     def _compile_symbolic(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The frame compiled with symbolic sizes where the policy makes dimensions

@@ -8,8 +8,9 @@ dimension symbolic when a compile sees it at a second size (automatic dynamic);
 always specialises. :func:`mark_dynamic` / :func:`mark_static` override one tensor's
 dimension (``dynamic=False`` wins over :func:`mark_dynamic`). Sizes 0 and 1 are always
 specialised: such a call gets its own static entry. A Python ``int`` argument (exactly:
-not a ``bool``) of 0 or more is decided as dimension 0 of its size carrier
-(``core.int_size_source``, decision 0330); so are the ints in argument containers and
+not a ``bool``) is decided as dimension 0 of its size carrier (``core.int_size_source``,
+decision 0330; a negative int as its magnitude, a carrier per sign: decision 0385); so
+are the ints in argument containers and
 those captures read from module attributes and globals (:mod:`.int_sources`, decision
 0365). An int carries no mark: the compile option ``dynamic_sources`` names it
 (decision 0367).
@@ -25,6 +26,7 @@ import attrs
 import torch
 
 from torchstrata.core import (
+    GUARD_NAMESPACE,
     AotResult,
     CaptureResult,
     CompileOptions,
@@ -40,8 +42,10 @@ from torchstrata.core import (
     graph_symbols,
     input_symbol_slots,
     int_argument_source,
+    int_negative_source,
     int_size_source,
     interpret,
+    is_negative_carrier_source,
     readable_source,
     size_guards,
 )
@@ -49,10 +53,12 @@ from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
 from torchstrata.runtime.int_sources import (
+    STATIC_CLASS_ATTR,
     IntSources,
     exact_sources,
     named_dims,
     parse_dynamic_sources,
+    static_attribute,
 )
 from torchstrata.runtime.size_routes import SizeRoutes
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
@@ -75,7 +81,8 @@ def _check_dim(tensor: Any, dim: int) -> int:
             "an int cannot carry a mark (it is a value, not an object of its own): name "
             "its source in the compile option dynamic_sources, as torch.compile's "
             "torch.compiler.config.dynamic_sources: "
-            "compile(fn, options={'dynamic_sources': \"L['n']\"})"
+            "compile(fn, options={'dynamic_sources': \"L['n']\"}); to keep a module's int "
+            "attributes static, mark_static(ModuleClass)"
         )
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
@@ -93,8 +100,21 @@ def mark_dynamic(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
     setattr(tensor, _DYNAMIC_ATTR, marked)
 
 
-def mark_static(tensor: torch.Tensor, dim: int | Sequence[int]) -> None:
-    """Always specialise ``tensor``'s dimension(s) ``dim`` (even with ``dynamic=True``)."""
+def mark_static(tensor: torch.Tensor | type, dim: int | Sequence[int] | None = None) -> None:
+    """Always specialise ``tensor``'s dimension(s) ``dim`` (all where None), even with
+    ``dynamic=True``.
+
+    Given an ``nn.Module`` class instead (as torch.compile's ``mark_static``), the int
+    attributes of its instances (``self.n_heads``) stay constants, guarded by value, where
+    they would become symbolic on a second value or under ``dynamic=True`` (decision
+    0388): the int form of this mark."""
+    if isinstance(tensor, type):
+        if not issubclass(tensor, torch.nn.Module):
+            raise TypeError(f"mark_static takes a tensor or an nn.Module class, not {tensor}")
+        setattr(tensor, STATIC_CLASS_ATTR, True)
+        return
+    if dim is None:
+        dim = range(tensor.dim()) if isinstance(tensor, torch.Tensor) else 0
     dims = [dim] if isinstance(dim, int) else list(dim)
     marked = set(getattr(tensor, _STATIC_ATTR, set()))
     marked.update(_check_dim(tensor, d) for d in dims)
@@ -129,10 +149,30 @@ class DynamicPolicy:
         #: that ``recompile_limit`` counts (decision 0208)
         self.first_time = False
 
-    def note(self, guards: Sequence[Guard]) -> None:
+    def note(
+        self,
+        guards: Sequence[Guard],
+        frame: Mapping[str, Any] | None = None,
+        globals_: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Remember the ints a compile specialised on beyond the arguments (module
-        attributes, globals: their guards name them), so later plans read them."""
-        self.int_sources.note(guards)
+        attributes, globals: their guards name them), so later plans read them.
+
+        True where one of them is new and this policy would have made it symbolic had
+        it known it (``dynamic=True``, or named by a ``dynamic_sources`` regex, at a
+        value other than 0, 1 and -1): the caller compiles again, so such an int is
+        symbolic from the first call (decision 0387). ``frame`` and ``globals_``: the
+        call's, to tell the attributes of a class marked static (decision 0388)."""
+        new = self.int_sources.note(guards)
+        if self.dynamic is False:
+            return False
+        namespace = {**GUARD_NAMESPACE, "L": frame or {}, "G": globals_ or {}}
+        return any(
+            abs(value) >= 2
+            and (self.dynamic is True or named_dims(self.named, source, value))
+            and not static_attribute(source, namespace)
+            for source, value in new.items()
+        )
 
     def _candidates(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any]
@@ -155,12 +195,12 @@ class DynamicPolicy:
                 ints.update(container_ints(source, value))
         for source, value, seen in self.int_sources.values(frame, globals_, self._exact):
             ints.setdefault(source, value)
-            if seen is not None and seen >= 0:  # the value the static capture saw
-                self.seen.setdefault((int_size_source(source), 0), set()).add(seen)
+            if seen is not None:  # the value the static capture saw
+                self.seen.setdefault((_carrier_source(source, seen), 0), set()).add(abs(seen))
         for source, value in ints.items():
-            if value >= 0:  # a negative int stays a constant
-                marked = set(named_dims(self.named, source, value) or ())
-                yield int_size_source(source), (value,), set(), marked
+            # a negative int as its magnitude's carrier (decision 0385)
+            marked = set(named_dims(self.named, source, value) or ())
+            yield _carrier_source(source, value), (abs(value),), set(), marked
 
     def plan(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any] | None = None
@@ -212,11 +252,19 @@ class DynamicPolicy:
         return "; ".join(made + kept)
 
 
+def _carrier_source(source: str, value: int) -> str:
+    """The source of the carrier of the int ``value`` read at ``source``: one per sign."""
+    return int_negative_source(source) if value < 0 else int_size_source(source)
+
+
 def _made_symbolic(source: str, dim: int, earlier: tuple[int, ...], size: int) -> str:
     was = ", ".join(map(str, earlier))
     argument = int_argument_source(source)
     if argument is not None:
         kind = "int argument" if _is_argument(argument) else "int"
+        if is_negative_carrier_source(source):
+            was = ", ".join(f"-{old}" for old in earlier)
+            return f"{argument} is -{size}, was {was}: negative {kind} {argument} becomes symbolic"
         return f"{argument} is {size}, was {was}: {kind} {argument} becomes symbolic"
     return (
         f"{source}.size()[{dim}] is {size}, was {was}: dimension {dim} of {source} becomes symbolic"

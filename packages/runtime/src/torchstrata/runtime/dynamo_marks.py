@@ -22,3 +22,13 @@ def dynamo_dynamic_dims(tensor: torch.Tensor) -> set[int]:
 def dynamo_static_dims(tensor: torch.Tensor) -> set[int]:
     """The dimensions torch.compile's ``mark_static`` marked on ``tensor``."""
     return set(getattr(tensor, _STATIC_ATTR, ()))
+
+
+#: What torch.compile's ``mark_static`` sets on an ``nn.Module`` class: its instances'
+#: int attributes stay constants.
+_STATIC_CLASS_ATTR = "_dynamo_marked_static"
+
+
+def dynamo_static_class(cls: type) -> bool:
+    """Whether torch.compile's ``mark_static`` marked the ``nn.Module`` class ``cls``."""
+    return bool(getattr(cls, _STATIC_CLASS_ATTR, False))

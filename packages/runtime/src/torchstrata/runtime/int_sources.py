@@ -2,7 +2,9 @@
 themselves (decision 0365): the ints inside argument containers (``L['t'][0]``,
 ``L['cfg']['len']``: ``core.container_ints``), the ints an earlier capture read from module attributes, globals
 or closure cells (``L['self'].pos``, ``G['n']``: its ``CONSTANT_MATCH`` guards name
-them), and the sources the compile option ``dynamic_sources`` names.
+them), and the sources the compile option ``dynamic_sources`` names. The int attributes
+of a module whose class is marked static (``mark_static(cls)``, decision 0388) are left
+out: they stay constants.
 
 Each is decided as dimension 0 of its size carrier (``core.int_size_source``), with the
 rules of an int argument (decision 0330). The sources are spelled as capture spells
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from torchstrata.core import GUARD_NAMESPACE, Guard, GuardKind
+from torchstrata.runtime.dynamo_marks import dynamo_static_class
 
 #: A source that reads a value: ``L[...]``, ``G[...]`` or a closure cell, then items and
 #: attributes (not ``len(...)``, ``tuple(....keys())`` or an alias test).
@@ -55,16 +58,21 @@ class IntSources:
         copy.noted = dict(self.noted)  # the cells are shared, not copied
         return copy
 
-    def note(self, guards: Sequence[Guard]) -> None:
+    def note(self, guards: Sequence[Guard]) -> dict[str, int]:
         """Remember the ints a capture specialised on (``CONSTANT_MATCH`` on an ``int``)
-        that are not arguments themselves."""
+        that are not arguments themselves; the ones not noted before, with the value
+        the capture saw."""
+        new: dict[str, int] = {}
         for guard in guards:
             if guard.kind is not GuardKind.CONSTANT_MATCH or type(guard.expected) is not int:
                 continue
             source = guard.source
             if _ARGUMENT.fullmatch(source) or not _VALUE_SOURCE.fullmatch(source):
                 continue
-            self.noted.setdefault(source, (guard.expected, dict(guard.cells)))
+            if source not in self.noted:
+                self.noted[source] = (guard.expected, dict(guard.cells))
+                new[source] = guard.expected
+        return new
 
     def values(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any], named: Sequence[str] = ()
@@ -78,9 +86,28 @@ class IntSources:
                 sources.setdefault(source, None)  # type: ignore[arg-type]
         for source, seen in sources.items():
             cells = self.noted[source][1] if source in self.noted else {}
-            value = _read(source, {**base, **cells})
-            if type(value) is int:
+            namespace = {**base, **cells}
+            value = _read(source, namespace)
+            if type(value) is int and not static_attribute(source, namespace):
                 yield source, value, seen
+
+
+#: Set by :func:`torchstrata.runtime.mark_static` on an ``nn.Module`` class (decision
+#: 0388): the int attributes of its instances stay constants.
+STATIC_CLASS_ATTR = "_torchstrata_static_ints"
+
+_ATTRIBUTE = re.compile(r"(?P<owner>.+)\.[A-Za-z_]\w*")
+
+
+def static_attribute(source: str, namespace: dict[str, Any]) -> bool:
+    """Whether ``source`` reads an attribute of an object whose class is marked static
+    (this package's ``mark_static(cls)`` or torch.compile's)."""
+    match = _ATTRIBUTE.fullmatch(source)
+    if match is None:
+        return False
+    owner = _read(match["owner"], dict(namespace))
+    cls = type(owner)
+    return bool(getattr(cls, STATIC_CLASS_ATTR, False)) or dynamo_static_class(cls)
 
 
 def parse_dynamic_sources(entries: Sequence[str]) -> tuple[tuple[str, int | None], ...]:
