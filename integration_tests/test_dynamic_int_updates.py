@@ -5,7 +5,8 @@ beyond the arguments, and the int form of ``mark_static`` (decisions 0386-0388).
   in the function, ``cfg["pos"] += 1``, a value returned) is computed again at call time
   from the ints it came from, not specialised; so is a module attribute read after the
   function incremented it (``self.pos += 1; x[:, self.pos]``).
-- ``dynamic=True`` makes module attributes and globals symbolic from the first call.
+- a ``dynamic_sources`` regex makes module attributes and globals symbolic from the first
+  call; ``dynamic=True`` alone, from their second value.
 - ``mark_static(ModuleClass)`` keeps its instances' int attributes constants.
 
 Every call is compared with eager and the compiled entries are counted."""
@@ -140,11 +141,14 @@ def _run_attribute(compiled, model):
         torch.testing.assert_close(compiled(x), model(x))
 
 
-@pytest.mark.parametrize(("dynamic", "entries"), [(True, 1), (None, 2)])
-def test_dynamic_true_makes_globals_and_attributes_symbolic_from_the_first_call(dynamic, entries):
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_globals_and_attributes_become_symbolic_on_their_second_value(dynamic):
+    # decision 0387: dynamic=True alone keeps configuration ints static at first, as
+    # torch.compile does; a second value makes them symbolic under either policy
+    entries = 2
     compiled = rt.compile(windowed, codegen="eager", dynamic=dynamic)
     _run_global(compiled)
-    assert len(compiled.cache) == entries  # dynamic=True: was 2
+    assert len(compiled.cache) == entries
     text = str(rt.explain(compiled, torch.randn(3, 20)))
     assert "type(G['WINDOW']) is int" in text and "G['WINDOW'] >= 2" in text
     model = Window()
@@ -155,9 +159,9 @@ def test_dynamic_true_makes_globals_and_attributes_symbolic_from_the_first_call(
     assert "type(L['self'].size) is int" in text and "L['self'].size >= 2" in text
 
 
-def test_dynamic_true_attribute_past_a_relation_recompiles():
+def test_a_symbolic_attribute_past_a_relation_recompiles():
     model = Window()
-    module = rt.compile(model, codegen="eager", dynamic=True)
+    module = rt.compile(model, codegen="eager", options={"dynamic_sources": r"L\['self'\]\..*"})
     _run_attribute(module, model)
     forward = module.compiled_forward
     assert len(forward.cache) == 1

@@ -86,13 +86,18 @@ def test_a_negative_int_is_planned_as_its_magnitudes_carrier():
 
 
 def test_note_asks_for_a_second_compile_only_where_the_policy_wants_the_int_symbolic():
-    # decision 0387: dynamic=True learns of an attribute int from the first capture
+    # decision 0387: a dynamic_sources regex learns of an attribute int from the first
+    # capture; dynamic=True alone leaves configuration ints static until they change
     guards = [Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 4)]
     frame = {"self": types.SimpleNamespace(pos=4)}
-    assert DynamicPolicy(True).note(guards, frame) is True
+    regex = (r"L\['self'\]\..*",)
+    assert DynamicPolicy(None, regex).note(guards, frame) is True
+    assert DynamicPolicy(True, regex).note(guards, frame) is True
+    assert DynamicPolicy(True).note(guards, frame) is False
     assert DynamicPolicy(None).note(guards, frame) is False
-    assert DynamicPolicy(False).note(guards, frame) is False
-    policy = DynamicPolicy(True)
+    assert DynamicPolicy(False, regex).note(guards, frame) is False
+    assert DynamicPolicy(None, (r"G\[.*",)).note(guards, frame) is False  # not named
+    policy = DynamicPolicy(None, regex)
     assert policy.note([Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 1)], frame) is False
     assert policy.note(guards, frame) is False  # noted already
 
@@ -107,7 +112,7 @@ def test_a_module_class_marked_static_keeps_its_int_attributes_out_of_plans():
     owner = _Marked()
     owner.pos = 4
     guards = [Guard(GuardKind.CONSTANT_MATCH, "L['self'].pos", 4)]
-    policy = DynamicPolicy(True)
+    policy = DynamicPolicy(True, (r"L\['self'\]\..*",))
     assert policy.note(guards, {"self": owner}) is False
     owner.pos = 6
     assert policy.plan({"self": owner}) == {}

@@ -158,18 +158,20 @@ class DynamicPolicy:
         """Remember the ints a compile specialised on beyond the arguments (module
         attributes, globals: their guards name them), so later plans read them.
 
-        True where one of them is new and this policy would have made it symbolic had
-        it known it (``dynamic=True``, or named by a ``dynamic_sources`` regex, at a
+        True where one of them is new and named by a ``dynamic_sources`` regex (at a
         value other than 0, 1 and -1): the caller compiles again, so such an int is
-        symbolic from the first call (decision 0387). ``frame`` and ``globals_``: the
-        call's, to tell the attributes of a class marked static (decision 0388)."""
+        symbolic from the first call (decision 0387). ``dynamic=True`` alone does not:
+        attribute and global ints are mostly configuration (``self.n_head``), which
+        torch.compile keeps static too; they become symbolic on a second value.
+        ``frame`` and ``globals_``: the call's, to tell the attributes of a class marked
+        static (decision 0388)."""
         new = self.int_sources.note(guards)
-        if self.dynamic is False:
+        if self.dynamic is False or not self.named:
             return False
         namespace = {**GUARD_NAMESPACE, "L": frame or {}, "G": globals_ or {}}
         return any(
             abs(value) >= 2
-            and (self.dynamic is True or named_dims(self.named, source, value))
+            and named_dims(self.named, source, value)
             and not static_attribute(source, namespace)
             for source, value in new.items()
         )
