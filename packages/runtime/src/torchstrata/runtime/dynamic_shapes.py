@@ -106,7 +106,7 @@ def mark_static(tensor: torch.Tensor | type, dim: int | Sequence[int] | None = N
 
     Given an ``nn.Module`` class instead (as torch.compile's ``mark_static``), the int
     attributes of its instances (``self.n_heads``) stay constants, guarded by value, where
-    they would become symbolic on a second value or under ``dynamic=True`` (decision
+    they would become symbolic on a second value or by a ``dynamic_sources`` regex (decision
     0388): the int form of this mark."""
     if isinstance(tensor, type):
         if not issubclass(tensor, torch.nn.Module):
