@@ -105,3 +105,12 @@ def test_the_timed_choice_is_made_once_per_layout(monkeypatch) -> None:
     assert (first in chosen) == onednn_faster(first) and len(timed) == 2
     assert onednn_matmuls([first, second], False) == frozenset()
     assert onednn_matmuls([first, second], True) == frozenset({first, second})
+
+
+@needs_onednn
+def test_onednn_switched_off_keeps_atens_calls(ind, monkeypatch) -> None:
+    """``torch.backends.mkldnn.enabled = False`` while compiling: no oneDNN call."""
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert not onednn_available()
+    compiled = ind.compile(_matmul_graph(), "cpp", ALWAYS)
+    assert "_onednn" not in compiled.launcher_source

@@ -36,8 +36,13 @@ _LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 
 
 def onednn_available() -> bool:
-    """Whether this torch has oneDNN and its linear op."""
-    return _LINEAR is not None and torch.backends.mkldnn.is_available()
+    """Whether this torch has oneDNN and its linear op, and oneDNN is not switched off
+    (``torch.backends.mkldnn.enabled``, read when a graph is compiled)."""
+    return (
+        _LINEAR is not None
+        and torch.backends.mkldnn.is_available()
+        and bool(torch.backends.mkldnn.enabled)
+    )
 
 
 def onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
