@@ -87,6 +87,20 @@ def test_addmm_with_beta_or_a_full_bias_and_prims_do_not_apply() -> None:
     assert not onednn_applies(plain)  # a [4, 4] bias: not 1-D
 
 
+def test_an_expanded_operand_stays_atens(ind) -> None:
+    """A broadcast operand (stride 0, a detached ``expand``) is no oneDNN view: ATen's call,
+    the interpreter's values."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((1, 3), torch.float32))
+    w = b.input("w", TensorMeta((3, 5), torch.float32))
+    wide = b.call(prim("broadcast_in_dim"), x, (4, 3), (0, 1))
+    out = b.call(aten("mm.default"), wide, w)
+    graph = b.build([b.call(prim("exp"), out)])
+    assert not onednn_applies(out)
+    compiled = ind.check(graph, "cpp", inductor=ALWAYS, rtol=1e-5, atol=1e-5)
+    assert "_onednn" not in compiled.launcher_source
+
+
 @needs_onednn
 def test_the_timed_choice_is_made_once_per_layout(monkeypatch) -> None:
     """``None`` times each shape and layout once; ``False`` never chooses oneDNN."""

@@ -70,19 +70,25 @@ ONEDNN_CALLS: Mapping[str, tuple[str, Callable[..., torch.Tensor]]] = {
 
 
 def _static_cpu_f32(meta: Any) -> bool:
+    """A float32 CPU tensor of static sizes whose elements are all distinct in memory
+    (no expanded dimension: oneDNN's strided views are not broadcasts)."""
     return (
         isinstance(meta, TensorMeta)
         and meta.device.type == "cpu"
         and meta.dtype == torch.float32
         and all(isinstance(size, int) and size > 0 for size in meta.shape)
-        and all(isinstance(stride, int) for stride in meta.strides)
+        and all(
+            isinstance(stride, int) and (stride > 0 or size == 1)
+            for size, stride in zip(meta.shape, meta.strides, strict=True)
+        )
     )
 
 
 def onednn_applies(node: Node) -> bool:
     """Whether ``node`` is a matmul that :func:`onednn_mm` / :func:`onednn_addmm` compute:
     ``aten.mm`` or ``aten.addmm`` without ``beta``/``alpha``, static float32 CPU 2-D
-    operands, an ``addmm`` bias 1-D over the result's columns."""
+    operands with no expanded dimension, an ``addmm`` bias 1-D over the result's
+    columns."""
     if node.op is None or str(node.op) not in ONEDNN_OPS or node.kwargs:
         return False
     if not all(isinstance(arg, Node) for arg in node.args):
@@ -99,8 +105,10 @@ def onednn_applies(node: Node) -> bool:
 
 
 def _operand(meta: TensorMeta, generator: torch.Generator) -> torch.Tensor:
-    tensor = torch.empty_strided(meta.shape, meta.strides, dtype=meta.dtype)
-    return tensor.normal_(generator=generator)
+    """Random values in ``meta``'s layout (its storage filled, then viewed)."""
+    storage = 1 + sum((size - 1) * stride for size, stride in zip(meta.shape, meta.strides))
+    base = torch.empty(storage, dtype=meta.dtype).normal_(generator=generator)
+    return base.as_strided(meta.shape, meta.strides)
 
 
 def _best_time(call: Callable[[], Any]) -> float:
