@@ -128,3 +128,23 @@ def test_onednn_switched_off_keeps_atens_calls(ind, monkeypatch) -> None:
     assert not onednn_available()
     compiled = ind.compile(_matmul_graph(), "cpp", ALWAYS)
     assert "_onednn" not in compiled.launcher_source
+
+
+@needs_onednn
+def test_a_large_transposed_left_operand_stays_atens(ind) -> None:
+    """oneDNN copies a left operand that is not row-major: above
+    ``COPIED_LEFT_MAX_BYTES`` (a tied head's weight gradient) the call stays ATen's; a
+    row-major one of the same size, or a small transposed one, goes to oneDNN."""
+    rows = cpu_matmuls.COPIED_LEFT_MAX_BYTES // 4 // 64 + 1
+    b = GraphBuilder(Level.PRIMS)
+    g = b.input("g", TensorMeta((64, rows), torch.float32))
+    h = b.input("h", TensorMeta((rows, 64), torch.float32))
+    x = b.input("x", TensorMeta((64, 8), torch.float32))
+    small = b.input("small", TensorMeta((64, 16), torch.float32))
+    transposed = b.call(aten("mm.default"), b.call(prim("permute"), g, (1, 0)), x)
+    row_major = b.call(aten("mm.default"), h, x)
+    little = b.call(aten("mm.default"), b.call(prim("permute"), small, (1, 0)), x)
+    graph = b.build([b.call(prim("exp"), v) for v in (transposed, row_major, little)])
+    source = ind.check(graph, "cpp", inductor=ALWAYS, rtol=1e-4, atol=1e-4).launcher_source
+    assert "buf_mm = _onednn" not in source
+    assert "buf_mm_1 = _onednn_mm(" in source and "buf_mm_2 = _onednn_mm(" in source

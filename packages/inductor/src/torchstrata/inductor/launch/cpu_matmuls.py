@@ -22,11 +22,17 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Node, TensorMeta
+from torchstrata.core import Node, TensorMeta, contiguous_strides, same_layout
 
 #: Extern ops a oneDNN call may replace: ``aten.mm`` and ``aten.addmm`` (default
 #: ``beta`` and ``alpha``, a 1-D bias over the result's columns).
 ONEDNN_OPS = frozenset({"aten.mm.default", "aten.addmm.default"})
+#: The largest left operand (bytes) that oneDNN's op may copy to row-major first: a larger
+#: copy is a fresh buffer each step (page faults, memory traffic) that the timing, whose
+#: copies reuse one hot buffer, does not see. The GPT's tied-head weight gradient
+#: (``[8192, 128]^T``, 4 MB) took 0.8-1.5 ms less a step on ATen's call though timed
+#: faster on oneDNN; its layers' 192-512 KB copies are worth oneDNN's call.
+COPIED_LEFT_MAX_BYTES = 1 << 20
 #: oneDNN must beat ATen's time by this factor to be chosen (noise never flips a tie).
 MARGIN = 0.95
 #: Timed calls of each library per shape (after one warm-up call each); the minimum counts.
@@ -88,7 +94,7 @@ def onednn_applies(node: Node) -> bool:
     """Whether ``node`` is a matmul that :func:`onednn_mm` / :func:`onednn_addmm` compute:
     ``aten.mm`` or ``aten.addmm`` without ``beta``/``alpha``, static float32 CPU 2-D
     operands with no expanded dimension, an ``addmm`` bias 1-D over the result's
-    columns."""
+    columns, a left operand row-major or of at most :data:`COPIED_LEFT_MAX_BYTES`."""
     if node.op is None or str(node.op) not in ONEDNN_OPS or node.kwargs:
         return False
     if not all(isinstance(arg, Node) for arg in node.args):
@@ -101,7 +107,11 @@ def onednn_applies(node: Node) -> bool:
         bias, operands = operands[0], operands[1:]
         if bias.shape != (result.shape[1],):
             return False
-    return len(operands) == 2 and all(len(meta.shape) == 2 for meta in operands)
+    if len(operands) != 2 or not all(len(meta.shape) == 2 for meta in operands):
+        return False
+    left = operands[0]
+    row_major = same_layout(left.shape, left.strides, contiguous_strides(left.shape))
+    return row_major or left.nbytes <= COPIED_LEFT_MAX_BYTES
 
 
 def _operand(meta: TensorMeta, generator: torch.Generator) -> torch.Tensor:
