@@ -42,12 +42,16 @@ def test_the_calls_compute_atens_values_on_every_layout(a_t: bool, b_t: bool) ->
     assert got.grad_fn is None and not got.requires_grad
 
 
-def _matmul_graph(dtype: torch.dtype = torch.float32, bias_shape: tuple[int, ...] = (48,)):
+def _matmul_graph(
+    dtype: torch.dtype = torch.float32,
+    bias_shape: tuple[int, ...] = (48,),
+    bias_strides: tuple[int, ...] | None = None,
+):
     """exp(x @ w^T + bias) and exp(g^T @ x): a linear and a weight gradient's layouts."""
     b = GraphBuilder(Level.PRIMS)
     x = b.input("x", TensorMeta((32, 16), dtype))
     w = b.input("w", TensorMeta((48, 16), dtype))
-    bias = b.input("bias", TensorMeta(bias_shape, dtype))
+    bias = b.input("bias", TensorMeta(bias_shape, dtype, strides=bias_strides))
     g = b.input("g", TensorMeta((32, 8), dtype))
     linear = b.call(aten("addmm.default"), bias, x, b.call(prim("permute"), w, (1, 0)))
     grad = b.call(aten("mm.default"), b.call(prim("permute"), g, (1, 0)), x)
@@ -66,13 +70,21 @@ def test_the_launcher_calls_onednn_where_told_and_keeps_the_values(ind) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dtype", "bias_shape"),
-    [(torch.float64, (48,)), (torch.float32, (32, 48)), (torch.float32, (1, 48))],
+    ("dtype", "bias_shape", "bias_strides"),
+    [
+        (torch.float64, (48,), None),
+        (torch.float32, (32, 48), None),
+        (torch.float32, (1, 48), None),
+        (torch.float32, (48,), (2,)),
+    ],
 )
-def test_other_matmuls_stay_atens(ind, dtype: torch.dtype, bias_shape: tuple[int, ...]) -> None:
-    """float64, and a bias that is not 1-D over the columns, keep ATen's call even where
-    oneDNN is asked for."""
-    compiled = ind.check(_matmul_graph(dtype, bias_shape), "cpp", inductor=ALWAYS)
+def test_other_matmuls_stay_atens(
+    ind, dtype: torch.dtype, bias_shape: tuple[int, ...], bias_strides: tuple[int, ...] | None
+) -> None:
+    """float64, a bias that is not 1-D over the columns, and a strided bias (oneDNN would
+    read it densely) keep ATen's call even where oneDNN is asked for."""
+    graph = _matmul_graph(dtype, bias_shape, bias_strides)
+    compiled = ind.check(graph, "cpp", inductor=ALWAYS, rtol=1e-5, atol=1e-5)
     assert "_onednn_addmm" not in compiled.launcher_source
 
 

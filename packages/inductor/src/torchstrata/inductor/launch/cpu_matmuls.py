@@ -25,7 +25,7 @@ import torch
 from torchstrata.core import Node, TensorMeta, contiguous_strides, same_layout
 
 #: Extern ops a oneDNN call may replace: ``aten.mm`` and ``aten.addmm`` (default
-#: ``beta`` and ``alpha``, a 1-D bias over the result's columns).
+#: ``beta`` and ``alpha``, a contiguous 1-D bias over the result's columns).
 ONEDNN_OPS = frozenset({"aten.mm.default", "aten.addmm.default"})
 #: The largest left operand (bytes) that oneDNN's op may copy to row-major first: a larger
 #: copy is a fresh buffer each step (page faults, memory traffic) that the timing, whose
@@ -93,8 +93,8 @@ def _static_cpu_f32(meta: Any) -> bool:
 def onednn_applies(node: Node) -> bool:
     """Whether ``node`` is a matmul that :func:`onednn_mm` / :func:`onednn_addmm` compute:
     ``aten.mm`` or ``aten.addmm`` without ``beta``/``alpha``, static float32 CPU 2-D
-    operands with no expanded dimension, an ``addmm`` bias 1-D over the result's
-    columns, a left operand row-major or of at most :data:`COPIED_LEFT_MAX_BYTES`."""
+    operands with no expanded dimension, an ``addmm`` bias 1-D and contiguous over the
+    result's columns, a left operand row-major or of at most :data:`COPIED_LEFT_MAX_BYTES`."""
     if node.op is None or str(node.op) not in ONEDNN_OPS or node.kwargs:
         return False
     if not all(isinstance(arg, Node) for arg in node.args):
@@ -105,7 +105,8 @@ def onednn_applies(node: Node) -> bool:
     *operands, result = metas
     if str(node.op) == "aten.addmm.default":
         bias, operands = operands[0], operands[1:]
-        if bias.shape != (result.shape[1],):
+        # oneDNN reads the bias densely whatever its strides: only a contiguous one
+        if bias.shape != (result.shape[1],) or not same_layout(bias.shape, bias.strides, (1,)):
             return False
     if len(operands) != 2 or not all(len(meta.shape) == 2 for meta in operands):
         return False
