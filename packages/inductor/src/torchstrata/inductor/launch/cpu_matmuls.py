@@ -61,7 +61,8 @@ def onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def onednn_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``bias + a @ b`` (``bias`` 1-D over the columns) by oneDNN, as :func:`onednn_mm`."""
+    """``bias + a @ b`` (``bias`` 1-D and contiguous over the columns: oneDNN ignores a
+    bias's strides) by oneDNN, as :func:`onednn_mm`."""
     if torch.is_grad_enabled():
         with torch.no_grad():
             return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
