@@ -85,6 +85,9 @@ class InductorOptions:
     * ``tune_min_elements``: kernels over fewer elements (rows times reduced elements)
       launch their first candidate configuration without autotuning: their time is
       launch latency, whichever configuration runs (0: tune every kernel) (Triton).
+    * ``onednn_matmuls``: float32 CPU ``mm``/``addmm`` externs called through oneDNN where it
+      is faster than ATen's (MKL's): None times both once per shape and layout, True takes
+      oneDNN wherever it applies, False never (C++; decision 0375).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -100,6 +103,9 @@ class InductorOptions:
     cluster_rows: bool = attrs.field(default=True, validator=_check_bool)
     compile_threads: int | None = attrs.field(default=None, validator=_check_threads)
     tune_min_elements: int = attrs.field(default=1 << 16, validator=_check_count)
+    onednn_matmuls: bool | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_check_bool)
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

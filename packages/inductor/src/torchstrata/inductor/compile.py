@@ -27,6 +27,7 @@ from torchstrata.core import (
 from torchstrata.inductor.codegen.backend import Backend, build_all
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.cpu_matmuls import onednn_matmuls
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.launch.package import load_package, make_package
 from torchstrata.inductor.passes.graph_passes import common_passes
@@ -106,7 +107,9 @@ def compile_with(
         compile_seconds += built.compile_seconds
     relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     write_backs = contract.write_back_inputs()
-    source, env = generate_launcher(graph, plan, launches, write_backs, relaid)
+    externs = [step.node for step in plan.steps if isinstance(step, ExternStep)]
+    onednn = onednn_matmuls(externs, options.inductor.onednn_matmuls)
+    source, env = generate_launcher(graph, plan, launches, write_backs, relaid, onednn)
     fn = build_launcher(source, env)
     eager_ops = tuple(
         str(step.node.op)

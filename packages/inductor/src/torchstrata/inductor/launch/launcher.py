@@ -15,6 +15,7 @@ import torch
 
 from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
 from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.huge_pages import (
     advise_huge_pages,
@@ -105,6 +106,7 @@ def generate_launcher(
     launches: dict[str, KernelLaunch],
     write_backs: Mapping[int, int] | None = None,
     relaid_outputs: Mapping[int, tuple[int, ...]] | None = None,
+    onednn: frozenset[Node] = frozenset(),
 ) -> tuple[str, dict[str, Any]]:
     """The launcher's source and globals; the function is called ``launch``.
 
@@ -112,7 +114,7 @@ def generate_launcher(
     into inputs; updates that produce them may run in place (:mod:`.in_place`).
     ``relaid_outputs``: ``{output index: strides}`` of outputs copied into those strides
     before they are returned (the layout the graph promised before a rewrite changed
-    it)."""
+    it). ``onednn``: the extern matmuls called through oneDNN (:mod:`.cpu_matmuls`)."""
     env = _Globals()
     in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
@@ -142,7 +144,9 @@ def generate_launcher(
                 and op is not None
                 and op.kind is OpKind.PRIMS
             )
-            statements += _extern_lines(step.node, plan, env, read, in_place.get(step.node), relaid)
+            statements += _extern_lines(
+                step.node, plan, env, read, in_place.get(step.node), relaid, step.node in onednn
+            )
             continue
         launch = launches.get(step.name)
         tail = step.tail.stores if step.tail is not None else ()
@@ -337,11 +341,14 @@ def _extern_lines(
     read_by_kernel: bool,
     in_place: Any = None,
     relaid_output: bool = False,
+    by_onednn: bool = False,
 ) -> list[Statement]:
     """The call of an extern ATen op (``in_place``: its in-place form, updating its first
     argument, see :mod:`.in_place`). Its result is copied into the strides of its
     metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
-    where it is returned in another layout (size-one dimensions aside)."""
+    where it is returned in another layout (size-one dimensions aside). ``by_onednn``: a
+    matmul called through oneDNN (:mod:`.cpu_matmuls`) where it is neither run in place
+    nor written into an advised buffer."""
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
@@ -355,13 +362,18 @@ def _extern_lines(
         )
         return [_statement(allocation, stores=(name,))]
     op = node.op.resolve() if in_place is None else in_place
-    fn = env.name(direct_call(op, node.kwargs), "extern")
+    advised = in_place is None and _advised_result(node, op)
+    note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
+    if by_onednn and in_place is None and not advised:
+        fn = ONEDNN_CALLS[str(node.op)][0]
+        note += ", by oneDNN"
+    else:
+        fn = env.name(direct_call(op, node.kwargs), "extern")
     read: set[str] = set()
     args = [_render_arg(arg, env, read) for arg in node.args]
     args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
-    note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
     statements = []
-    if in_place is None and _advised_result(node, op):
+    if advised:
         # a large matmul result written into a buffer advised onto huge pages (0233)
         meta = node.tensor_meta
         dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
@@ -414,6 +426,7 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         **default_globals(),
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
+        **{name: call for name, call in ONEDNN_CALLS.values()},
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
