@@ -79,7 +79,9 @@ def _sources(graphs) -> set[str]:
 def test_a_column_sum_is_one_source_serial_parallel_and_chunked():
     graphs = [_column_sum(rows) for rows in COLUMN_ROWS]
     (source,) = _sources(graphs)
-    assert "if (red_chunks == 1) {" in source and "#pragma omp parallel for" in source
+    assert "if (red_chunks > 1) {" in source and "#pragma omp parallel" in source
+    # one loop over the reduced rows, chunked or not (decision 0390), in a function of its own
+    assert source.count("for (int64_t rr = ") == 1 and "ts_rows(" in source
     # the chunking is computed by the kernel from ``red_rows``: no other size argument
     backend = CppBackend()
     for rows, graph in zip(COLUMN_ROWS, graphs, strict=True):

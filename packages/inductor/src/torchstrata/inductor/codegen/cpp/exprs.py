@@ -535,6 +535,7 @@ def kernel_source(
     simd_functions: frozenset[str],
     sizes: Sequence[str] = (),
     rows_body: Sequence[str] = (),
+    rows_params: Sequence[str] = (),
 ) -> str:
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
@@ -546,7 +547,8 @@ def kernel_source(
     function of its buffers alone. The helpers of checked divisions follow the prelude in
     the kernels that use them only. A non-empty ``rows_body`` (a loop over the rows from
     ``row_lo`` to ``row_hi``, which ``body`` calls: decision 0359) becomes a function of
-    its own before the kernel's, taking the same parameters and the range.
+    its own before the kernel's, taking the same parameters, ``rows_params`` (C++
+    declarations of values that ``body`` computes before calling it) and the range.
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -558,7 +560,10 @@ def kernel_source(
             *(f"const int64_t {size}" for size in sizes),
         ]
     )
-    outlined = [*OMP_DECLARATIONS, *rows_function(params, rows_body)] if rows_body else []
+    if rows_body:
+        outlined = [*OMP_DECLARATIONS, *rows_function(", ".join([params, *rows_params]), rows_body)]
+    else:
+        outlined = []
     text = "\n".join([*outlined, *body])
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'
