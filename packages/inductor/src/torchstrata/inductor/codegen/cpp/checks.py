@@ -176,12 +176,16 @@ def _scan_bounds(kernel: Kernel, sizes: Sequence[str]) -> dict[str, str]:
     ``rows`` (the outer loop's trip count, ``generate.outer_rows``), and any variable whose
     size :func:`~torchstrata.inductor.codegen.size_names.number` names (``red_len``) to
     that name; a scan with literal bounds would be a source per size (a gather over a
-    cross-entropy's rows)."""
+    cross-entropy's rows). A column sum's one reduced variable runs to ``red_rows``
+    (``columns.LENGTH_PARAM``), its reduced length."""
     rows = row_vars(kernel.row_shape)
+    reduced = red_vars(kernel.red_shape)
     outer = rows if kernel.red_shape or len(rows) == 1 else rows[:-1]
-    bounds = {v.name: size_number(v.size) for v in (*rows, *red_vars(kernel.red_shape))}
+    bounds = {v.name: size_number(v.size) for v in (*rows, *reduced)}
     if "rows" in sizes and len(outer) == 1:
         bounds[outer[0].name] = "rows"
+    if "red_rows" in sizes and len(reduced) == 1:
+        bounds[reduced[0].name] = "red_rows"
     return bounds
 
 
