@@ -130,12 +130,14 @@ def _gathered_column_sum(rows: int):
 
 
 def test_a_checked_column_sum_on_each_side_matches_eager_and_checks(ind):
-    """A column sum whose loads check their indices keeps its item loop inline (the checks'
-    flags are the parallel loop's reductions), serial and chunked in one source; equal to
-    eager at each, and an index out of range raises on each side."""
+    """A column sum whose loads check their indices: serial and chunked in one source, its
+    item loop compiled once (decision 0390: the function over a range of items reports its
+    flags through pointers, the parallel region OR-s the threads' copies), equal to eager
+    at each, and an index out of range raises on each side (decision 0394: its scan runs to
+    ``red_rows``)."""
     graphs = {rows: _gathered_column_sum(rows) for rows in (5, 1365, 1366, 3001)}
     (source,) = _sources(graphs.values())
-    assert "#pragma omp parallel for reduction(|:" in source
+    assert "#pragma omp parallel reduction(|:" in source and source.count("for (int64_t rr = ") == 1
     generator = torch.Generator().manual_seed(0)
     for rows, graph in graphs.items():
         compiled = ind.compile(graph, "cpp")

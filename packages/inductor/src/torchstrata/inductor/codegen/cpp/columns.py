@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -376,11 +376,8 @@ def _unchunked(
     condition = layout.parallel_condition()
     if condition is None:
         return _item_loop(items, item_body), []
-    if kernel_checks(kernel):
-        parallel = _item_loop(items, item_body, "#pragma omp parallel for")
-        return branch(condition, parallel, _item_loop(items, item_body)), []
     loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
-    args = [*(arg.name for arg in kernel.args), *sizes]
+    args = [*(arg.name for arg in kernel.args), *sizes, *flag_arguments(kernel)]
     return range_calls(args, f"({items})", condition), loop
 
 
@@ -419,18 +416,12 @@ def _chunkable(
         )
     items = f"{layout.group_items()} * {CHUNKS_PARAM}"
     condition = layout.parallel_condition() or f"{CHUNKS_PARAM} > 1"
-    loop: list[str] = []
-    params: list[str] = []
-    if kernel_checks(kernel):  # the checks' flags are the parallel loop's reductions
-        parallel = _item_loop(items, item_body, "#pragma omp parallel for")
-        body += branch(condition, parallel, _item_loop(items, item_body))
-    else:
-        loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
-        params = [f"const int64_t {CHUNK_PARAM}", f"const int64_t {CHUNKS_PARAM}"]
-        params += [f"{_acc_type(s)}* __restrict__ part_{s.name}" for s in kernel.reductions]
-        args = [*(arg.name for arg in kernel.args), *sizes, CHUNK_PARAM, CHUNKS_PARAM]
-        args += [f"part_{s.name}" for s in kernel.reductions]
-        body += range_calls(args, f"({items})", condition)
+    loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
+    params = [f"const int64_t {CHUNK_PARAM}", f"const int64_t {CHUNKS_PARAM}"]
+    params += [f"{_acc_type(s)}* __restrict__ part_{s.name}" for s in kernel.reductions]
+    args = [*(arg.name for arg in kernel.args), *sizes, CHUNK_PARAM, CHUNKS_PARAM]
+    args += [f"part_{s.name}" for s in kernel.reductions]
+    body += range_calls(args + flag_arguments(kernel), f"({items})", condition)
     combine = _combine_and_store(kernel, layout)
     return (
         [*body, f"if ({CHUNKS_PARAM} > 1) {{", *("  " + line for line in combine), "}"],

@@ -16,6 +16,7 @@ import torch
 from torchstrata.inductor.codegen.cpp.checks import (
     check_update,
     checked_function,
+    checked_rows_function,
     index_in_range,
     kernel_checks,
 )
@@ -548,7 +549,8 @@ def kernel_source(
     the kernels that use them only. A non-empty ``rows_body`` (a loop over the rows from
     ``row_lo`` to ``row_hi``, which ``body`` calls: decision 0359) becomes a function of
     its own before the kernel's, taking the same parameters, ``rows_params`` (C++
-    declarations of values that ``body`` computes before calling it) and the range.
+    declarations of values that ``body`` computes before calling it) and the range; a
+    checked kernel's also takes a pointer per flag (``checks.flag_arguments``).
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -560,10 +562,13 @@ def kernel_source(
             *(f"const int64_t {size}" for size in sizes),
         ]
     )
+    outlined = []
     if rows_body:
-        outlined = [*OMP_DECLARATIONS, *rows_function(", ".join([params, *rows_params]), rows_body)]
-    else:
-        outlined = []
+        extra, statements = list(rows_params), list(rows_body)
+        if kernel_checks(kernel):  # the flags its loops set, through pointers
+            flags, statements = checked_rows_function(kernel, rows_body)
+            extra += flags
+        outlined = [*OMP_DECLARATIONS, *rows_function(", ".join([params, *extra]), statements)]
     text = "\n".join([*outlined, *body])
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
-from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
     generate_column_cpp,
     uses_column_loop,
@@ -401,12 +401,12 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             store_lines = [row_loop if line == header else line for line in store_lines]
         body += store_lines
     rows_body: list[str] = []
-    if outer_vars and not nested and not kernel_checks(kernel):
-        # one loop over a range of rows, called by each thread or once (decision 0359)
+    if outer_vars and not nested:
+        # one loop over a range of rows, called by each thread or once (decisions 0359, 0390)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
         rows_body = [f"for (int64_t xi = {ROW_LO}; xi < {ROW_HI}; ++xi) {{"]
         rows_body += ["  " + line for line in body] + ["}"]
-        args = [arg.name for arg in kernel.args] + list(_sizes(kernel))
+        args = [arg.name for arg in kernel.args] + list(_sizes(kernel)) + flag_arguments(kernel)
         lines = range_calls(args, ROWS_PARAM, condition)
     elif outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
@@ -472,20 +472,16 @@ def _tiled_rows(
         "}",
     ]
 
-    def tile_loop(start: str, end: str, pragma: str = "") -> list[str]:
+    def tile_loop(start: str, end: str) -> list[str]:
         header = f"for (int64_t xt = {start}; xt < {end}; ++xt) {{"
-        return [*([pragma] if pragma else []), header, *("  " + line for line in tile_body), "}"]
+        return [header, *("  " + line for line in tile_body), "}"]
 
     # whether the tiles run in parallel is decided when called (decision 0391)
     condition = parallel_condition(ROWS_PARAM, inner.size)
-    rows_body: list[str] = []
-    if kernel_checks(kernel):  # the checks' flags are the parallel loop's reductions
-        parallel = tile_loop("0", tiles, "#pragma omp parallel for")
-        lines = branch(condition, parallel, tile_loop("0", tiles))
-    else:  # one loop over a range of tiles, called by each thread or once (as 0359's rows)
-        rows_body = tile_loop(ROW_LO, ROW_HI)
-        args = [*(arg.name for arg in kernel.args), ROWS_PARAM]
-        lines = range_calls(args, f"({tiles})", condition)
+    # one loop over a range of tiles, called by each thread or once (as 0359's rows)
+    rows_body = tile_loop(ROW_LO, ROW_HI)
+    args = [*(arg.name for arg in kernel.args), ROWS_PARAM, *flag_arguments(kernel)]
+    lines = range_calls(args, f"({tiles})", condition)
     lines += [
         f"for (int64_t xi = ({tiles}) * {TILE}; xi < {ROWS_PARAM}; ++xi) {{",
         *("  " + line for line in row_lines(kernel.row_stores)),
