@@ -98,10 +98,11 @@ def count_constant(
     would stay a division. The factor ``2 / (n - 1)`` is taken only where the value it
     scales is not ``per_element`` either (decision 0360, for every backend since 0392): the
     variance's backward scales the row's incoming gradient, a value per row; a per-element
-    factor equal to it is a coincidence (GELU's ``0.5`` in rows of 5), a source of its own. Correct whatever matches, as :func:`length_constant` is: the
-    launch passes the sizes the count is computed from, and a coincidence (a factor ``3.0``
-    in rows of 3 elements) prints the same number. Counts under :data:`MIN_COUNT` are
-    never printed from the arguments.
+    factor equal to it is a coincidence (GELU's ``0.5`` in rows of 5), a source of its own.
+    Correct whatever matches, as :func:`length_constant` is: the launch passes the sizes
+    the count is computed from, and a coincidence (a factor ``3.0`` in rows of 3 elements)
+    prints the same number. Counts under :data:`MIN_COUNT` are never printed from the
+    arguments.
     """
     if op.name not in ("div", "mul") or len(op.args) != 2:
         return None

@@ -476,9 +476,8 @@ def _tiled_rows(
         header = f"for (int64_t xt = {start}; xt < {end}; ++xt) {{"
         return [header, *("  " + line for line in tile_body), "}"]
 
-    # whether the tiles run in parallel is decided when called (decision 0391)
+    # one loop over a range of tiles, called by each thread or once (decision 0391)
     condition = parallel_condition(ROWS_PARAM, inner.size)
-    # one loop over a range of tiles, called by each thread or once (as 0359's rows)
     rows_body = tile_loop(ROW_LO, ROW_HI)
     args = [*(arg.name for arg in kernel.args), ROWS_PARAM, *flag_arguments(kernel)]
     lines = range_calls(args, f"({tiles})", condition)
