@@ -302,12 +302,13 @@ class CppPrinter:
     def __init__(
         self,
         counts: Mapping[int, str] | None = None,
-        per_element: Callable[[Expr], bool] = lambda expr: True,
+        per_element: Callable[[Expr], bool] | None = None,
     ) -> None:
         self._positions: dict[Expr, str] = {}
         self._divisors: dict[Expr, str] = {}
         #: element counts the kernel computes from its size arguments (value -> C++ text)
-        #: and whether a value is per element (decision 0310: ``count_constant``)
+        #: and whether a value is per element (decisions 0310, 0392: ``count_constant``),
+        #: which a printer with counts must be told (set here or once its emitter exists)
         self.counts = dict(counts or {})
         self.per_element = per_element
 
@@ -331,6 +332,7 @@ class CppPrinter:
             length = length_text("red_len", found[2])
             counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
+            assert self.per_element is not None, "a printer with counts needs per_element"
             counted = count_constant(expr, self.counts, self.per_element)
         if counted is not None:  # a count computed from the size arguments (0286, 0310)
             position, count, numerator = counted
