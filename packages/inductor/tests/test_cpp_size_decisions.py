@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
@@ -79,7 +80,9 @@ def _sources(graphs) -> set[str]:
 def test_a_column_sum_is_one_source_serial_parallel_and_chunked():
     graphs = [_column_sum(rows) for rows in COLUMN_ROWS]
     (source,) = _sources(graphs)
-    assert "if (red_chunks == 1) {" in source and "#pragma omp parallel for" in source
+    assert "if (red_chunks > 1) {" in source and "#pragma omp parallel" in source
+    # one loop over the reduced rows, chunked or not (decision 0390), in a function of its own
+    assert source.count("for (int64_t rr = ") == 1 and "ts_rows(" in source
     # the chunking is computed by the kernel from ``red_rows``: no other size argument
     backend = CppBackend()
     for rows, graph in zip(COLUMN_ROWS, graphs, strict=True):
@@ -94,6 +97,58 @@ def test_a_column_sum_on_each_side_matches_the_interpreter(ind):
     for rows in (5, 1365, 1366, 3001):
         atol = 1e-5 * math.sqrt(rows)
         ind.check(_column_sum(rows), "cpp", rtol=1e-5, atol=atol)
+
+
+def _grouped_column_sum(batch: int, groups: int):
+    """A sum over dim 0 of ``x [batch, groups, WIDTH]``: ``groups`` groups of columns."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((batch, groups, WIDTH), torch.float32))
+    return b.build([b.call(prim("sum"), b.call(prim("mul"), x, 2.0), (0,))])
+
+
+#: (batch, groups) of a grouped column sum: serial (under 32768 elements), chunked in
+#: parallel (300 * 5 * 24 = 36000: 5 items, 4 chunks each), parallel unchunked (40 items).
+GROUPED = ((3, 5), (200, 5), (300, 5), (40, 40), (41, 40))
+
+
+def test_a_grouped_column_sum_is_one_source_on_each_side(ind):
+    """One item loop for the chunked and unchunked sizes (decision 0390), equal to the
+    reference interpreter at each."""
+    graphs = [_grouped_column_sum(batch, groups) for batch, groups in GROUPED]
+    (source,) = _sources(graphs)
+    assert source.count("for (int64_t rr = ") == 1
+    for (batch, _), graph in zip(GROUPED, graphs, strict=True):
+        ind.check(graph, "cpp", rtol=1e-5, atol=1e-5 * math.sqrt(batch))
+
+
+def _gathered_column_sum(rows: int):
+    """``gather(x, 0, index).sum(0)``: a column sum whose loads are checked indices."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((50, WIDTH), torch.float32))
+    index = b.input("index", TensorMeta((rows, WIDTH), torch.int64))
+    return b.build([b.call(prim("sum"), b.call(prim("gather"), x, 0, index), (0,))])
+
+
+def test_a_checked_column_sum_on_each_side_matches_eager_and_checks(ind):
+    """A column sum whose loads check their indices: serial and chunked in one source, its
+    item loop compiled once (decision 0390: the function over a range of items reports its
+    flags through pointers, the parallel region OR-s the threads' copies), equal to eager
+    at each, and an index out of range raises on each side (decision 0394: its scan runs to
+    ``red_rows``)."""
+    graphs = {rows: _gathered_column_sum(rows) for rows in (5, 1365, 1366, 3001)}
+    (source,) = _sources(graphs.values())
+    assert "#pragma omp parallel reduction(|:" in source and source.count("for (int64_t rr = ") == 1
+    generator = torch.Generator().manual_seed(0)
+    for rows, graph in graphs.items():
+        compiled = ind.compile(graph, "cpp")
+        x = torch.randn(50, WIDTH, generator=generator)
+        index = torch.randint(0, 50, (rows, WIDTH), generator=generator)
+        (out,) = compiled(x, index)
+        want = torch.gather(x, 0, index).sum(0)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5 * math.sqrt(rows))
+        index[rows - 1, 3] = 50
+        with pytest.raises(IndexError):
+            compiled(x, index)
 
 
 def test_a_softmax_is_one_source_over_rows_and_row_cache_buckets(ind):

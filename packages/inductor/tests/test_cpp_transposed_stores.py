@@ -22,7 +22,11 @@ def _relu_sum_row_major(shape, dtype=torch.float32):
 
 
 def _body(compiled) -> str:
-    return compiled.kernels[0].source.split('extern "C" void')[-1]
+    """The kernel's functions after its prelude: the function over a range of tiles
+    (decision 0391), else the kernel's own."""
+    source = compiled.kernels[0].source
+    start = source.find("static void __attribute__((noinline")
+    return source[start:] if start >= 0 else source.split('extern "C" void')[-1]
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 4, 6), (2, 8, 4, 8), (1, 32, 8, 8)])
@@ -60,3 +64,18 @@ def test_the_transpose_helper_matches_a_scalar_transpose(ind):
     assert "ts_transpose8" in _body(compiled)
     (out,) = compiled(a, torch.zeros_like(a))
     assert torch.equal(out, positions)
+
+
+def test_one_source_serves_tiles_on_both_sides_of_the_parallel_threshold(ind):
+    """Whether the tiles run in parallel is decided when called (decision 0391): batches of
+    2, 7 and 8 (16 channels of 16x16: 8192, 28672 and 32768 elements, the last from
+    ``PARALLEL_THRESHOLD``) are one source, each equal to eager."""
+    sources = set()
+    for batch in (2, 7, 8):
+        graph, inputs = _relu_sum_row_major((batch, 16, 16, 16))
+        compiled = ind.check(graph, "cpp", inputs=inputs)
+        (out,) = compiled(*inputs)
+        assert torch.equal(out, torch.relu(inputs[0] + inputs[1]))
+        sources.add(compiled.kernels[0].source)
+    (source,) = sources
+    assert "ts_transpose8(tile0 + " in source and "if (rows * 16 >= 32768) {" in source

@@ -218,3 +218,20 @@ def test_a_variance_backward_simd_loop_stays_vectorised(ind):
     (source,) = _sources(ind, _variance_backward(40), "cpp")
     assert "(red_len - 1)" in source
     ind.assert_simd_loops_vectorised(source, loading=True)
+
+
+def _scaled_rows(length: int, factor: float):
+    """``x * factor - sum(x, 1)`` over ``[4, length]``: a per-element factor."""
+    b = GraphBuilder(Level.PRIMS)
+    x = _rows(b, length)
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), x, (1,)), (4, length), (0,))
+    return b.build([b.call(prim("sub"), b.call(prim("mul"), x, factor), total)])
+
+
+def test_a_per_element_factor_equal_to_the_variance_factor_stays_a_literal(ind, codegen):
+    """``0.4`` is ``2 / (n - 1)`` at ``n = 6``; scaling each element, it is no variance's
+    backward factor (that scales a row's gradient): a literal at every length, one source
+    over 5, 6 and 7 in every backend (decisions 0360, 0392; the C++ source printed it from
+    ``red_len`` at 6, a source of its own), equal to the reference at each."""
+    source = _one_source(ind, lambda n: _scaled_rows(n, 0.4), (5, 6, 7), codegen)
+    assert "0.4" in source and "- 1)" not in source

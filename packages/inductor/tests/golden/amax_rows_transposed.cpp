@@ -9,6 +9,47 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows, const int64_t red_chunk, const int64_t red_chunks, float* __restrict__ part_amax, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t item = row_lo; item < row_hi; ++item) {
+    const int64_t xo = item / (1 * red_chunks);
+    const int64_t c0 = (item / red_chunks) % 1 * 8;
+    const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
+    const int64_t chunk = item % red_chunks;
+    alignas(64) float acc_amax[8];
+    #pragma omp simd
+    for (int64_t c = 0; c < cn; ++c) {
+      const int64_t x0 = c0 + c;
+      acc_amax[c] = static_cast<float>(-INFINITY);
+    }
+    const int64_t r_begin = chunk * red_chunk;
+    const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+    for (int64_t rr = r_begin; rr < r_end; ++rr) {
+      const int64_t r0 = rr;
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        const float a0 = buf_x[8*r0 + x0];
+        acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
+      }
+    }
+    if (red_chunks == 1) {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_amax[x0] = static_cast<float>(acc_amax[c]);
+      }
+    } else {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_amax[(xo * red_chunks + chunk) * 8 + x0] = acc_amax[c];
+      }
+    }
+  }
+}
 extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf_amax, const int64_t red_rows) {
   int64_t red_chunks = 1;
   if (red_rows * 8 >= 32768) {
@@ -21,65 +62,25 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
   if (red_chunk > 0) {
     red_chunks = (red_rows + red_chunk - 1) / red_chunk;
   }
-  if (red_chunks == 1) {
-    for (int64_t item = 0; item < 1; ++item) {
-      const int64_t xo = item / 1;
-      const int64_t c0 = (item / 1) % 1 * 8;
-      const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
-      alignas(64) float acc_amax[8];
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        acc_amax[c] = static_cast<float>(-INFINITY);
+  float* part_amax = red_chunks > 1 ? static_cast<float*>(__builtin_malloc(sizeof(float) * 8 * red_chunks)) : nullptr;
+  if (red_chunks > 1) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = (1 * red_chunks) / threads;
+      int64_t extra = (1 * red_chunks) % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const int64_t r_begin = 0;
-      const int64_t r_end = red_rows;
-      for (int64_t rr = r_begin; rr < r_end; ++rr) {
-        const int64_t r0 = rr;
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          const float a0 = buf_x[8*r0 + x0];
-          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
-        }
-      }
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        buf_amax[x0] = static_cast<float>(acc_amax[c]);
-      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_amax, red_rows, red_chunk, red_chunks, part_amax, lo, lo + share);
     }
   } else {
-    float* part_amax = new float[8 * red_chunks];
-    #pragma omp parallel for
-    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
-      const int64_t xo = item / (1 * red_chunks);
-      const int64_t c0 = (item / red_chunks) % 1 * 8;
-      const int64_t cn = 8 - c0 < 8 ? 8 - c0 : 8;
-      const int64_t chunk = item % red_chunks;
-      alignas(64) float acc_amax[8];
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        acc_amax[c] = static_cast<float>(-INFINITY);
-      }
-      const int64_t r_begin = chunk * red_chunk;
-      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
-      for (int64_t rr = r_begin; rr < r_end; ++rr) {
-        const int64_t r0 = rr;
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          const float a0 = buf_x[8*r0 + x0];
-          acc_amax[c] = static_cast<float>(ts_max(acc_amax[c], a0));
-        }
-      }
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        part_amax[(xo * red_chunks + chunk) * 8 + x0] = acc_amax[c];
-      }
-    }
+    ts_rows(buf_x, buf_amax, red_rows, red_chunk, red_chunks, part_amax, 0, (1 * red_chunks));
+  }
+  if (red_chunks > 1) {
     for (int64_t item = 0; item < 1; ++item) {
       const int64_t xo = item / 1;
       const int64_t c0 = (item / 1) % 1 * 8;
@@ -102,6 +103,6 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
         buf_amax[x0] = static_cast<float>(acc_amax[c]);
       }
     }
-    delete[] part_amax;
+    __builtin_free(part_amax);
   }
 }

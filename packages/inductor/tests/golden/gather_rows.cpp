@@ -9,32 +9,42 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows, uint64_t* __restrict__ oob_buf_x_16_out, const int64_t row_lo, const int64_t row_hi) {
+  uint64_t oob_buf_x_16 = 0;
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    #pragma omp simd reduction(|:oob_buf_x_16)
+    for (int64_t x1 = 0; x1 < 4; ++x1) {
+      const int64_t tmp0 = buf_i[4*x0 + x1];
+      const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
+      const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
+      buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
+    }
+  }
+  *oob_buf_x_16_out |= oob_buf_x_16;
+}
 // torchstrata gather checks: buf_x 16
 extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_mul, const int64_t rows, int64_t* __restrict__ ts_gather_error) {
   uint64_t oob_buf_x_16 = 0;
   if (rows * 4 >= 32768) {
-    #pragma omp parallel for reduction(|:oob_buf_x_16)
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd reduction(|:oob_buf_x_16)
-      for (int64_t x1 = 0; x1 < 4; ++x1) {
-        const int64_t tmp0 = buf_i[4*x0 + x1];
-        const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
-        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-        buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
+    #pragma omp parallel reduction(|:oob_buf_x_16)
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_i, buf_x, buf_mul, rows, &oob_buf_x_16, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      #pragma omp simd reduction(|:oob_buf_x_16)
-      for (int64_t x1 = 0; x1 < 4; ++x1) {
-        const int64_t tmp0 = buf_i[4*x0 + x1];
-        const float tmp1 = ts_where<float>((static_cast<uint64_t>(tmp0) < 16ULL), buf_x[16*x0 + ts_where<int64_t>((static_cast<uint64_t>(tmp0) < 16ULL), static_cast<int64_t>(tmp0), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp0) < 16ULL));
-        const float tmp2 = static_cast<float>(tmp1 * static_cast<float>(2.0));
-        buf_mul[4*x0 + x1] = static_cast<float>(tmp2);
-      }
-    }
+    ts_rows(buf_i, buf_x, buf_mul, rows, &oob_buf_x_16, 0, rows);
   }
   if (oob_buf_x_16) {
     {

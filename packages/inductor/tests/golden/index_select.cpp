@@ -9,38 +9,45 @@
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, uint64_t* __restrict__ oob_buf_x_16_out, const int64_t row_lo, const int64_t row_hi) {
+  uint64_t oob_buf_x_16 = 0;
+  for (int64_t xi = row_lo; xi < row_hi; ++xi) {
+    const int64_t x0 = xi;
+    const int64_t tmp0 = buf_i[x0];
+    const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(0LL));
+    const int64_t tmp2 = static_cast<int64_t>(tmp0 + static_cast<int64_t>(16LL));
+    const int64_t tmp3 = ts_where<int64_t>(tmp1, tmp2, tmp0);
+    #pragma omp simd reduction(|:oob_buf_x_16)
+    for (int64_t x1 = 0; x1 < 8; ++x1) {
+      const float tmp4 = ts_where<float>((static_cast<uint64_t>(tmp3) < 16ULL), buf_x[x1 + 8LL * ts_where<int64_t>((static_cast<uint64_t>(tmp3) < 16ULL), static_cast<int64_t>(tmp3), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp3) < 16ULL));
+      const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1.0));
+      buf_add[8*x0 + x1] = static_cast<float>(tmp5);
+    }
+  }
+  *oob_buf_x_16_out |= oob_buf_x_16;
+}
 // torchstrata gather checks: buf_x 16
 extern "C" int64_t kernel0(const int64_t* __restrict__ buf_i, const float* __restrict__ buf_x, float* __restrict__ buf_add, const int64_t rows, int64_t* __restrict__ ts_gather_error) {
   uint64_t oob_buf_x_16 = 0;
   if (rows * 8 >= 32768) {
-    #pragma omp parallel for reduction(|:oob_buf_x_16)
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      const int64_t tmp0 = buf_i[x0];
-      const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(0LL));
-      const int64_t tmp2 = static_cast<int64_t>(tmp0 + static_cast<int64_t>(16LL));
-      const int64_t tmp3 = ts_where<int64_t>(tmp1, tmp2, tmp0);
-      #pragma omp simd reduction(|:oob_buf_x_16)
-      for (int64_t x1 = 0; x1 < 8; ++x1) {
-        const float tmp4 = ts_where<float>((static_cast<uint64_t>(tmp3) < 16ULL), buf_x[x1 + 8LL * ts_where<int64_t>((static_cast<uint64_t>(tmp3) < 16ULL), static_cast<int64_t>(tmp3), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp3) < 16ULL));
-        const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1.0));
-        buf_add[8*x0 + x1] = static_cast<float>(tmp5);
+    #pragma omp parallel reduction(|:oob_buf_x_16)
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = rows / threads;
+      int64_t extra = rows % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_i, buf_x, buf_add, rows, &oob_buf_x_16, lo, lo + share);
     }
   } else {
-    for (int64_t xi = 0; xi < rows; ++xi) {
-      const int64_t x0 = xi;
-      const int64_t tmp0 = buf_i[x0];
-      const bool tmp1 = static_cast<bool>(tmp0 < static_cast<int64_t>(0LL));
-      const int64_t tmp2 = static_cast<int64_t>(tmp0 + static_cast<int64_t>(16LL));
-      const int64_t tmp3 = ts_where<int64_t>(tmp1, tmp2, tmp0);
-      #pragma omp simd reduction(|:oob_buf_x_16)
-      for (int64_t x1 = 0; x1 < 8; ++x1) {
-        const float tmp4 = ts_where<float>((static_cast<uint64_t>(tmp3) < 16ULL), buf_x[x1 + 8LL * ts_where<int64_t>((static_cast<uint64_t>(tmp3) < 16ULL), static_cast<int64_t>(tmp3), 0)], static_cast<float>(NAN)); oob_buf_x_16 |= static_cast<uint64_t>(!(static_cast<uint64_t>(tmp3) < 16ULL));
-        const float tmp5 = static_cast<float>(tmp4 + static_cast<float>(1.0));
-        buf_add[8*x0 + x1] = static_cast<float>(tmp5);
-      }
-    }
+    ts_rows(buf_i, buf_x, buf_add, rows, &oob_buf_x_16, 0, rows);
   }
   if (oob_buf_x_16) {
     {

@@ -81,6 +81,69 @@ extern "C" void kernel0(const float* __restrict__ buf_x, const float* __restrict
 // prelude: golden/prelude.cpp
 
 
+extern "C" int omp_get_num_threads();
+extern "C" int omp_get_thread_num();
+static void __attribute__((noinline, noclone))
+ts_rows(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_1, const int64_t red_rows, const int64_t red_chunk, const int64_t red_chunks, double* __restrict__ part_sum_1, const int64_t row_lo, const int64_t row_hi) {
+  for (int64_t item = row_lo; item < row_hi; ++item) {
+    const int64_t xo = item / (1 * red_chunks);
+    const int64_t c0 = (item / red_chunks) % 1 * 64;
+    const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
+    const int64_t chunk = item % red_chunks;
+    alignas(64) double acc_sum_1[64];
+    #pragma omp simd
+    for (int64_t c = 0; c < cn; ++c) {
+      const int64_t x0 = c0 + c;
+      acc_sum_1[c] = static_cast<float>(0.0);
+    }
+    const int64_t r_begin = chunk * red_chunk;
+    const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
+    alignas(64) float block_sum_1[64];
+    for (int64_t rb = r_begin; rb < r_end; rb += 16) {
+      const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        block_sum_1[c] = 0;
+      }
+      for (int64_t rr = rb; rr < rb_end; ++rr) {
+        const int64_t r0 = rr;
+        const float a3 = buf_mean_sum[r0];
+        const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
+        const float a5 = static_cast<float>(a3 * a4);
+        const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
+        const float a7 = static_cast<float>(1 / std::sqrt(a6));
+        #pragma omp simd
+        for (int64_t c = 0; c < cn; ++c) {
+          const int64_t x0 = c0 + c;
+          const float a0 = buf_gy[64*r0 + x0];
+          const float a1 = buf_x[64*r0 + x0];
+          const float a2 = static_cast<float>(a0 * a1);
+          const float a8 = static_cast<float>(a2 * a7);
+          block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
+        }
+      }
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
+      }
+    }
+    if (red_chunks == 1) {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
+      }
+    } else {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x0 = c0 + c;
+        part_sum_1[(xo * red_chunks + chunk) * 64 + x0] = acc_sum_1[c];
+      }
+    }
+  }
+}
 extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restrict__ buf_mean_sum, const float* __restrict__ buf_x, float* __restrict__ buf_sum_1, const int64_t red_rows) {
   int64_t red_chunks = 1;
   if (red_rows * 64 >= 32768) {
@@ -93,109 +156,25 @@ extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restric
   if (red_chunk > 0) {
     red_chunks = (red_rows + red_chunk - 1) / red_chunk;
   }
-  if (red_chunks == 1) {
-    for (int64_t item = 0; item < 1; ++item) {
-      const int64_t xo = item / 1;
-      const int64_t c0 = (item / 1) % 1 * 64;
-      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-      alignas(64) double acc_sum_1[64];
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        acc_sum_1[c] = static_cast<float>(0.0);
+  double* part_sum_1 = red_chunks > 1 ? static_cast<double*>(__builtin_malloc(sizeof(double) * 64 * red_chunks)) : nullptr;
+  if (red_chunks > 1) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = (1 * red_chunks) / threads;
+      int64_t extra = (1 * red_chunks) % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-      const int64_t r_begin = 0;
-      const int64_t r_end = red_rows;
-      alignas(64) float block_sum_1[64];
-      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          block_sum_1[c] = 0;
-        }
-        for (int64_t rr = rb; rr < rb_end; ++rr) {
-          const int64_t r0 = rr;
-          const float a3 = buf_mean_sum[r0];
-          const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
-          const float a5 = static_cast<float>(a3 * a4);
-          const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
-          const float a7 = static_cast<float>(1 / std::sqrt(a6));
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x0 = c0 + c;
-            const float a0 = buf_gy[64*r0 + x0];
-            const float a1 = buf_x[64*r0 + x0];
-            const float a2 = static_cast<float>(a0 * a1);
-            const float a8 = static_cast<float>(a2 * a7);
-            block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
-          }
-        }
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
-        }
-      }
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
-      }
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_gy, buf_mean_sum, buf_x, buf_sum_1, red_rows, red_chunk, red_chunks, part_sum_1, lo, lo + share);
     }
   } else {
-    double* part_sum_1 = new double[64 * red_chunks];
-    #pragma omp parallel for
-    for (int64_t item = 0; item < 1 * red_chunks; ++item) {
-      const int64_t xo = item / (1 * red_chunks);
-      const int64_t c0 = (item / red_chunks) % 1 * 64;
-      const int64_t cn = 64 - c0 < 64 ? 64 - c0 : 64;
-      const int64_t chunk = item % red_chunks;
-      alignas(64) double acc_sum_1[64];
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        acc_sum_1[c] = static_cast<float>(0.0);
-      }
-      const int64_t r_begin = chunk * red_chunk;
-      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
-      alignas(64) float block_sum_1[64];
-      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          block_sum_1[c] = 0;
-        }
-        for (int64_t rr = rb; rr < rb_end; ++rr) {
-          const int64_t r0 = rr;
-          const float a3 = buf_mean_sum[r0];
-          const float a4 = static_cast<float>(static_cast<float>(1.0) / static_cast<float>(64.0));
-          const float a5 = static_cast<float>(a3 * a4);
-          const float a6 = static_cast<float>(a5 + static_cast<float>(1e-06));
-          const float a7 = static_cast<float>(1 / std::sqrt(a6));
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x0 = c0 + c;
-            const float a0 = buf_gy[64*r0 + x0];
-            const float a1 = buf_x[64*r0 + x0];
-            const float a2 = static_cast<float>(a0 * a1);
-            const float a8 = static_cast<float>(a2 * a7);
-            block_sum_1[c] = static_cast<float>(block_sum_1[c] + a8);
-          }
-        }
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x0 = c0 + c;
-          acc_sum_1[c] = acc_sum_1[c] + static_cast<double>(block_sum_1[c]);
-        }
-      }
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x0 = c0 + c;
-        part_sum_1[(xo * red_chunks + chunk) * 64 + x0] = acc_sum_1[c];
-      }
-    }
+    ts_rows(buf_gy, buf_mean_sum, buf_x, buf_sum_1, red_rows, red_chunk, red_chunks, part_sum_1, 0, (1 * red_chunks));
+  }
+  if (red_chunks > 1) {
     for (int64_t item = 0; item < 1; ++item) {
       const int64_t xo = item / 1;
       const int64_t c0 = (item / 1) % 1 * 64;
@@ -218,6 +197,6 @@ extern "C" void kernel1(const float* __restrict__ buf_gy, const float* __restric
         buf_sum_1[x0] = static_cast<float>(static_cast<float>(acc_sum_1[c]));
       }
     }
-    delete[] part_sum_1;
+    __builtin_free(part_sum_1);
   }
 }

@@ -12,20 +12,21 @@
 extern "C" int omp_get_num_threads();
 extern "C" int omp_get_thread_num();
 static void __attribute__((noinline, noclone))
-ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups, const int64_t row_lo, const int64_t row_hi) {
+ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int64_t red_rows, const int64_t groups, const int64_t red_chunk, const int64_t red_chunks, double* __restrict__ part_sum, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t item = row_lo; item < row_hi; ++item) {
-    const int64_t xo = item / 1;
+    const int64_t xo = item / (1 * red_chunks);
     const int64_t x0 = xo;
-    const int64_t c0 = (item / 1) % 1 * 16;
+    const int64_t c0 = (item / red_chunks) % 1 * 16;
     const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
+    const int64_t chunk = item % red_chunks;
     alignas(64) double acc_sum[16];
     #pragma omp simd
     for (int64_t c = 0; c < cn; ++c) {
       const int64_t x1 = c0 + c;
       acc_sum[c] = static_cast<float>(0.0);
     }
-    const int64_t r_begin = 0;
-    const int64_t r_end = red_rows;
+    const int64_t r_begin = chunk * red_chunk;
+    const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
     alignas(64) float block_sum[16];
     for (int64_t rb = r_begin; rb < r_end; rb += 16) {
       const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
@@ -49,10 +50,18 @@ ts_rows(const float* __restrict__ buf_x, float* __restrict__ buf_sum, const int6
         acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
       }
     }
-    #pragma omp simd
-    for (int64_t c = 0; c < cn; ++c) {
-      const int64_t x1 = c0 + c;
-      buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
+    if (red_chunks == 1) {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x1 = c0 + c;
+        buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
+      }
+    } else {
+      #pragma omp simd
+      for (int64_t c = 0; c < cn; ++c) {
+        const int64_t x1 = c0 + c;
+        part_sum[(xo * red_chunks + chunk) * 16 + x1] = acc_sum[c];
+      }
     }
   }
 }
@@ -68,70 +77,25 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
   if (red_chunk > 0) {
     red_chunks = (red_rows + red_chunk - 1) / red_chunk;
   }
-  if (red_chunks == 1) {
-    if (red_rows * groups * 16 >= 32768) {
-      #pragma omp parallel
-      {
-        const int64_t threads = omp_get_num_threads();
-        const int64_t thread = omp_get_thread_num();
-        int64_t share = (groups) / threads;
-        int64_t extra = (groups) % threads;
-        if (thread < extra) {
-          ++share;
-          extra = 0;
-        }
-        const int64_t lo = share * thread + extra;
-        ts_rows(buf_x, buf_sum, red_rows, groups, lo, lo + share);
+  double* part_sum = red_chunks > 1 ? static_cast<double*>(__builtin_malloc(sizeof(double) * groups * 16 * red_chunks)) : nullptr;
+  if (red_rows * groups * 16 >= 32768) {
+    #pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t thread = omp_get_thread_num();
+      int64_t share = (groups * red_chunks) / threads;
+      int64_t extra = (groups * red_chunks) % threads;
+      if (thread < extra) {
+        ++share;
+        extra = 0;
       }
-    } else {
-      ts_rows(buf_x, buf_sum, red_rows, groups, 0, (groups));
+      const int64_t lo = share * thread + extra;
+      ts_rows(buf_x, buf_sum, red_rows, groups, red_chunk, red_chunks, part_sum, lo, lo + share);
     }
   } else {
-    double* part_sum = new double[groups * 16 * red_chunks];
-    #pragma omp parallel for
-    for (int64_t item = 0; item < groups * red_chunks; ++item) {
-      const int64_t xo = item / (1 * red_chunks);
-      const int64_t x0 = xo;
-      const int64_t c0 = (item / red_chunks) % 1 * 16;
-      const int64_t cn = 16 - c0 < 16 ? 16 - c0 : 16;
-      const int64_t chunk = item % red_chunks;
-      alignas(64) double acc_sum[16];
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x1 = c0 + c;
-        acc_sum[c] = static_cast<float>(0.0);
-      }
-      const int64_t r_begin = chunk * red_chunk;
-      const int64_t r_end = r_begin + red_chunk < red_rows ? r_begin + red_chunk : red_rows;
-      alignas(64) float block_sum[16];
-      for (int64_t rb = r_begin; rb < r_end; rb += 16) {
-        const int64_t rb_end = rb + 16 < r_end ? rb + 16 : r_end;
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          block_sum[c] = 0;
-        }
-        for (int64_t rr = rb; rr < rb_end; ++rr) {
-          const int64_t r0 = rr;
-          #pragma omp simd
-          for (int64_t c = 0; c < cn; ++c) {
-            const int64_t x1 = c0 + c;
-            const float a0 = buf_x[16*r0 + 128*x0 + x1];
-            block_sum[c] = static_cast<float>(block_sum[c] + a0);
-          }
-        }
-        #pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) {
-          const int64_t x1 = c0 + c;
-          acc_sum[c] = acc_sum[c] + static_cast<double>(block_sum[c]);
-        }
-      }
-      #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const int64_t x1 = c0 + c;
-        part_sum[(xo * red_chunks + chunk) * 16 + x1] = acc_sum[c];
-      }
-    }
+    ts_rows(buf_x, buf_sum, red_rows, groups, red_chunk, red_chunks, part_sum, 0, (groups * red_chunks));
+  }
+  if (red_chunks > 1) {
     #pragma omp parallel for
     for (int64_t item = 0; item < groups; ++item) {
       const int64_t xo = item / 1;
@@ -156,6 +120,6 @@ extern "C" void kernel0(const float* __restrict__ buf_x, float* __restrict__ buf
         buf_sum[16*x0 + x1] = static_cast<float>(static_cast<float>(acc_sum[c]));
       }
     }
-    delete[] part_sum;
+    __builtin_free(part_sum);
   }
 }

@@ -72,7 +72,10 @@ def length_text(name: str, less: int) -> str:
 #: count of 2 they would be read from it, a source of its own for a coincidence.
 MIN_COUNT = 3
 #: Constants never read from a count: a variance backward's ``2 / (n - 1)`` is ``0.5`` at
-#: ``n = 5`` (GELU's half in a column sum over 5 rows was printed from ``red_rows``).
+#: ``n = 5`` (GELU's half in a column sum over 5 rows was printed from ``red_rows``). Since
+#: per-element factors are never ``2 / (n - 1)`` (decision 0392) this is what keeps a half of
+#: a per-row value (``0.5 * sum(x)`` over rows of 5) a literal: no test of the operand tells
+#: it from a variance's backward, whose gradient is per row too.
 COMMON = frozenset({0.5, 2.0})
 
 
@@ -92,10 +95,14 @@ def count_constant(
     A ``mul`` by the count or its reciprocal stays a product (by a loop-invariant value);
     a ``div`` is taken only where its dividend is not ``per_element``: a per-element
     division by a literal power of two is compiled as a product, by a run-time value it
-    would stay a division. Correct whatever matches, as :func:`length_constant` is: the
-    launch passes the sizes the count is computed from, and a coincidence (a factor ``3.0``
-    in rows of 3 elements) prints the same number. Counts under :data:`MIN_COUNT` are
-    never printed from the arguments.
+    would stay a division. The factor ``2 / (n - 1)`` is taken only where the value it
+    scales is not ``per_element`` either (decision 0360, for every backend since 0392): the
+    variance's backward scales the row's incoming gradient, a value per row; a per-element
+    factor equal to it is a coincidence (GELU's ``0.5`` in rows of 5), a source of its own.
+    Correct whatever matches, as :func:`length_constant` is: the launch passes the sizes
+    the count is computed from, and a coincidence (a factor ``3.0`` in rows of 3 elements)
+    prints the same number. Counts under :data:`MIN_COUNT` are never printed from the
+    arguments.
     """
     if op.name not in ("div", "mul") or len(op.args) != 2:
         return None
@@ -119,6 +126,6 @@ def count_constant(
                 if value == number and (number == count or op.name == "div"):
                     return position, spelled, None
                 for numerator in numerators if op.name == "mul" else ():
-                    if value == numerator / number:
+                    if value == numerator / number and (numerator == 1.0 or not per_element(other)):
                         return position, spelled, numerator
     return None

@@ -1,13 +1,16 @@
 """Compiling generated C++ to shared objects, cached by content, and loading them with ctypes.
 
-One ``$CXX -O3 -march=native -fno-math-errno -fopenmp -shared -fPIC`` per distinct
-kernel (``$CXX`` defaults to ``g++``, else ``c++``; plus ``-lmvec`` when the kernel
+One ``$CXX -O3 -march=native -fno-math-errno -fno-exceptions -fopenmp -shared -fPIC`` per
+distinct kernel (``$CXX`` defaults to ``g++``, else ``c++``; plus ``-lmvec`` when the kernel
 declares glibc's vector math functions, so ``omp simd`` loops over ``exp``/``erf``
 vectorise). ``-fno-math-errno`` (no kernel reads ``errno``; every result stays bit for
 bit the same) lets ``omp simd`` loops over ``sqrt`` vectorise: with ``errno`` GCC
 calls ``sqrtf`` for each negative operand, and a channels-last batch norm's
-``1 / sqrt(var + eps)`` per channel, along the inner loop, ran scalar (decision 0231). The standard
-headers a kernel includes are swapped for the few declarations it needs
+``1 / sqrt(var + eps)`` per channel, along the inner loop, ran scalar (decision 0231).
+``-fno-exceptions`` (no kernel throws or catches): a parallel region compiled with
+exceptions refers to ``__gxx_personality_v0``, so its library links libstdc++, which
+doubled the link (~18 ms a kernel, a third of a small kernel's build: decision 0390).
+The standard headers a kernel includes are swapped for the few declarations it needs
 (:mod:`torchstrata.inductor.codegen.cpp.prelude`: half the compile time, with no precompiled
 header to build on a cold start); a kernel that does not compile that way is compiled
 again as written.
@@ -53,6 +56,7 @@ COMPILER_FLAGS = (
     "-O3",
     "-march=native",
     "-fno-math-errno",
+    "-fno-exceptions",
     "-fopenmp",
     "-shared",
     "-fPIC",

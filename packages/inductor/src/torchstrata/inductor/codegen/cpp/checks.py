@@ -148,6 +148,27 @@ def checked_function(
     return [*comments, signature, *("  " + line for line in statements), "}"]
 
 
+def flag_arguments(kernel: Kernel) -> list[str]:
+    """The arguments by which a kernel's function over a range of rows
+    (:func:`~torchstrata.inductor.codegen.cpp.parallel.rows_function`) reports the flags
+    it sets: their addresses (a parallel region's private copies, OR-ed by its reduction
+    clause). Empty for a kernel without checks."""
+    return [f"&{check.flag}" for check in kernel_checks(kernel)]
+
+
+def checked_rows_function(kernel: Kernel, body: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The extra parameters (a pointer per flag) and the statements of ``kernel``'s function
+    over a range of rows ``body``: its own flags, set by its loops (their ``omp`` pragmas
+    with reduction clauses) and OR-ed into the caller's at the end. Checked kernels compile
+    their row loop once too (decision 0390)."""
+    checks = kernel_checks(kernel)
+    params = [f"uint64_t* __restrict__ {check.flag}_out" for check in checks]
+    statements = [f"uint64_t {check.flag} = 0;" for check in checks]
+    statements += _with_reductions(body, checks)
+    statements += [f"*{check.flag}_out |= {check.flag};" for check in checks]
+    return params, statements
+
+
 def _with_reductions(body: Sequence[str], checks: Sequence[KernelCheck]) -> list[str]:
     """``body`` with a reduction clause on each ``omp`` loop pragma whose loop updates
     flags (a loop that does not keeps its pragma as it was)."""
@@ -176,12 +197,16 @@ def _scan_bounds(kernel: Kernel, sizes: Sequence[str]) -> dict[str, str]:
     ``rows`` (the outer loop's trip count, ``generate.outer_rows``), and any variable whose
     size :func:`~torchstrata.inductor.codegen.size_names.number` names (``red_len``) to
     that name; a scan with literal bounds would be a source per size (a gather over a
-    cross-entropy's rows)."""
+    cross-entropy's rows). A column sum's one reduced variable runs to ``red_rows``
+    (``columns.LENGTH_PARAM``), its reduced length."""
     rows = row_vars(kernel.row_shape)
+    reduced = red_vars(kernel.red_shape)
     outer = rows if kernel.red_shape or len(rows) == 1 else rows[:-1]
-    bounds = {v.name: size_number(v.size) for v in (*rows, *red_vars(kernel.red_shape))}
+    bounds = {v.name: size_number(v.size) for v in (*rows, *reduced)}
     if "rows" in sizes and len(outer) == 1:
         bounds[outer[0].name] = "rows"
+    if "red_rows" in sizes and len(reduced) == 1:
+        bounds[reduced[0].name] = "red_rows"
     return bounds
 
 

@@ -15,9 +15,11 @@ The number of reduced elements (and of groups) are the function's size arguments
 (:func:`column_sizes`), not literals: a bias gradient summed over ``B*T`` rows is one source
 for every ``B*T`` (decision 0250). Whether the work items run in parallel and whether the
 reduced dim is chunked (the chunks' count and length) depend on the sizes and are computed
-by the kernel from them (decision 0356): the source holds the unchunked loop (parallel and
-serial, by ``PARALLEL_THRESHOLD``) and the chunked one, taken where ``red_chunks`` is more
-than one.
+by the kernel from them (decision 0356). Chunked or not, one loop over the work items
+reduces them, a function over a range of items compiled once and called in parallel or not
+when called (decision 0390); the combining loop runs where ``red_chunks`` is more than one.
+The width stays in the source (decision 0393: as an argument, its SIMD loops' run-time trip
+count cost a ``[2048, 64]`` column sum 2.5x).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
     PARALLEL_THRESHOLD,
@@ -340,11 +342,11 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
 
 def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
     names = tuple(name for name, _ in layout.sizes())
-    body, items_body = _unchunked(kernel, layout, names)
-    if layout.can_chunk:
-        chunked = _chunked(kernel, layout)
-        body = [*layout.chunking(), *branch(f"{CHUNKS_PARAM} == 1", body, chunked)]
-    return kernel_source(kernel, body, simd_functions, names, items_body)
+    if not layout.can_chunk:
+        body, items_body = _unchunked(kernel, layout, names)
+        return kernel_source(kernel, body, simd_functions, names, items_body)
+    body, items_body, items_params = _chunkable(kernel, layout, names)
+    return kernel_source(kernel, body, simd_functions, names, items_body, items_params)
 
 
 def _item_loop(
@@ -376,38 +378,59 @@ def _unchunked(
     condition = layout.parallel_condition()
     if condition is None:
         return _item_loop(items, item_body), []
-    if kernel_checks(kernel):
-        parallel = _item_loop(items, item_body, "#pragma omp parallel for")
-        return branch(condition, parallel, _item_loop(items, item_body)), []
     loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
-    args = [*(arg.name for arg in kernel.args), *sizes]
+    args = [*(arg.name for arg in kernel.args), *sizes, *flag_arguments(kernel)]
     return range_calls(args, f"({items})", condition), loop
 
 
-def _chunked(kernel: Kernel, layout: _Layout) -> list[str]:
-    """Work items per group, block of columns and chunk of the reduced dim (in parallel:
-    a size is chunked only from ``PARALLEL_THRESHOLD`` elements), partial results in
-    scratch, combined in chunk order by a second loop."""
+def _chunkable(
+    kernel: Kernel, layout: _Layout, sizes: Sequence[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """Work items per group, block of columns and chunk of the reduced dim (one chunk, the
+    whole dim, where ``red_chunks`` is 1), one loop for both (decision 0390): an item
+    reduces its chunk, then stores its block where there is one chunk, else writes its
+    partial results to scratch, which a second loop combines in chunk order. The item loop
+    is a function over a range of items, compiled once, called in parallel where there is
+    more than one chunk (a size is chunked only from ``PARALLEL_THRESHOLD`` elements) or,
+    unchunked, by 0356's condition (a checked kernel's flags through pointers, see
+    ``checks.flag_arguments``). Returns the lines that call it, its loop, and the
+    parameters it takes beyond the kernel's (the chunking and the scratch arrays)."""
+    partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
+    writes = _column_loop(
+        layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
+    )
     item_body = [
         *layout.block_header("item", CHUNKS_PARAM),
         f"const int64_t chunk = item % {CHUNKS_PARAM};",
         *_declare_accumulators(kernel, layout, None),
         *_accumulate(kernel, layout, True),
+        *branch(f"{CHUNKS_PARAM} == 1", _store_block(kernel, layout), writes),
     ]
-    partial = f"(xo * {CHUNKS_PARAM} + chunk) * {layout.columns} + {layout.column.name}"
-    item_body += _column_loop(
-        layout, [f"part_{s.name}[{partial}] = acc_{s.name}[c];" for s in kernel.reductions]
-    )
     groups = (
         f"{GROUPS_PARAM} * {layout.columns}" if layout.grouped else layout.groups * layout.columns
     )
-    body = [
-        f"{_acc_type(spec)}* part_{spec.name} = new {_acc_type(spec)}[{groups} * {CHUNKS_PARAM}];"
-        for spec in kernel.reductions
-    ]
+    body = [*layout.chunking()]
+    for spec in kernel.reductions:
+        ctype = _acc_type(spec)
+        allocation = f"__builtin_malloc(sizeof({ctype}) * {groups} * {CHUNKS_PARAM})"
+        body.append(
+            f"{ctype}* part_{spec.name} = "
+            f"{CHUNKS_PARAM} > 1 ? static_cast<{ctype}*>({allocation}) : nullptr;"
+        )
     items = f"{layout.group_items()} * {CHUNKS_PARAM}"
-    body += _item_loop(items, item_body, "#pragma omp parallel for")
-    return body + _combine_and_store(kernel, layout)
+    condition = layout.parallel_condition() or f"{CHUNKS_PARAM} > 1"
+    loop = _item_loop(ROW_HI, item_body, start=ROW_LO)
+    params = [f"const int64_t {CHUNK_PARAM}", f"const int64_t {CHUNKS_PARAM}"]
+    params += [f"{_acc_type(s)}* __restrict__ part_{s.name}" for s in kernel.reductions]
+    args = [*(arg.name for arg in kernel.args), *sizes, CHUNK_PARAM, CHUNKS_PARAM]
+    args += [f"part_{s.name}" for s in kernel.reductions]
+    body += range_calls(args + flag_arguments(kernel), f"({items})", condition)
+    combine = _combine_and_store(kernel, layout)
+    return (
+        [*body, f"if ({CHUNKS_PARAM} > 1) {{", *("  " + line for line in combine), "}"],
+        loop,
+        params,
+    )
 
 
 def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
@@ -435,4 +458,4 @@ def _combine_and_store(kernel: Kernel, layout: _Layout) -> list[str]:
     ]
     pragma = "#pragma omp parallel for" if layout.grouped or layout.blocks > 1 else ""
     lines = _item_loop(layout.group_items(), item_body, pragma)
-    return lines + [f"delete[] part_{spec.name};" for spec in kernel.reductions]
+    return lines + [f"__builtin_free(part_{spec.name});" for spec in kernel.reductions]

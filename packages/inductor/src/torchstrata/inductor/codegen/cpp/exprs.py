@@ -16,6 +16,7 @@ import torch
 from torchstrata.inductor.codegen.cpp.checks import (
     check_update,
     checked_function,
+    checked_rows_function,
     index_in_range,
     kernel_checks,
 )
@@ -301,12 +302,13 @@ class CppPrinter:
     def __init__(
         self,
         counts: Mapping[int, str] | None = None,
-        per_element: Callable[[Expr], bool] = lambda expr: True,
+        per_element: Callable[[Expr], bool] | None = None,
     ) -> None:
         self._positions: dict[Expr, str] = {}
         self._divisors: dict[Expr, str] = {}
         #: element counts the kernel computes from its size arguments (value -> C++ text)
-        #: and whether a value is per element (decision 0310: ``count_constant``)
+        #: and whether a value is per element (decisions 0310, 0392: ``count_constant``),
+        #: which a printer with counts must be told (set here or once its emitter exists)
         self.counts = dict(counts or {})
         self.per_element = per_element
 
@@ -330,6 +332,7 @@ class CppPrinter:
             length = length_text("red_len", found[2])
             counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
+            assert self.per_element is not None, "a printer with counts needs per_element"
             counted = count_constant(expr, self.counts, self.per_element)
         if counted is not None:  # a count computed from the size arguments (0286, 0310)
             position, count, numerator = counted
@@ -535,6 +538,7 @@ def kernel_source(
     simd_functions: frozenset[str],
     sizes: Sequence[str] = (),
     rows_body: Sequence[str] = (),
+    rows_params: Sequence[str] = (),
 ) -> str:
     """A whole translation unit: the prelude, SIMD declarations and ``kernel``'s function.
 
@@ -546,7 +550,9 @@ def kernel_source(
     function of its buffers alone. The helpers of checked divisions follow the prelude in
     the kernels that use them only. A non-empty ``rows_body`` (a loop over the rows from
     ``row_lo`` to ``row_hi``, which ``body`` calls: decision 0359) becomes a function of
-    its own before the kernel's, taking the same parameters and the range.
+    its own before the kernel's, taking the same parameters, ``rows_params`` (C++
+    declarations of values that ``body`` computes before calling it) and the range; a
+    checked kernel's also takes a pointer per flag (``checks.flag_arguments``).
     """
     stored = {s.buffer for s in kernel.row_stores + kernel.full_stores}
     params = ", ".join(
@@ -558,7 +564,13 @@ def kernel_source(
             *(f"const int64_t {size}" for size in sizes),
         ]
     )
-    outlined = [*OMP_DECLARATIONS, *rows_function(params, rows_body)] if rows_body else []
+    outlined = []
+    if rows_body:
+        extra, statements = list(rows_params), list(rows_body)
+        if kernel_checks(kernel):  # the flags its loops set, through pointers
+            flags, statements = checked_rows_function(kernel, rows_body)
+            extra += flags
+        outlined = [*OMP_DECLARATIONS, *rows_function(", ".join([params, *extra]), statements)]
     text = "\n".join([*outlined, *body])
     used = frozenset(name for name in simd_functions if f"std::{name}(" in text)
     head = f'extern "C" void {kernel.name}({params}'

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
-from torchstrata.inductor.codegen.cpp.checks import kernel_checks
+from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
     generate_column_cpp,
     uses_column_loop,
@@ -401,12 +401,12 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
             store_lines = [row_loop if line == header else line for line in store_lines]
         body += store_lines
     rows_body: list[str] = []
-    if outer_vars and not nested and not kernel_checks(kernel):
-        # one loop over a range of rows, called by each thread or once (decision 0359)
+    if outer_vars and not nested:
+        # one loop over a range of rows, called by each thread or once (decisions 0359, 0390)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
         rows_body = [f"for (int64_t xi = {ROW_LO}; xi < {ROW_HI}; ++xi) {{"]
         rows_body += ["  " + line for line in body] + ["}"]
-        args = [arg.name for arg in kernel.args] + list(_sizes(kernel))
+        args = [arg.name for arg in kernel.args] + list(_sizes(kernel)) + flag_arguments(kernel)
         lines = range_calls(args, ROWS_PARAM, condition)
     elif outer_vars:  # whether the rows run in parallel is decided when called (decision 0355)
         condition = parallel_condition(ROWS_PARAM, _row_work(kernel, inner_vars))
@@ -440,7 +440,8 @@ def _tiled_rows(
     """A pointwise kernel whose ``tiled`` stores go through 8x8 transposes
     (:mod:`~torchstrata.inductor.codegen.cpp.tiles`): its rows in tiles of eight, each
     computed into the tiles' arrays and written out, then the rows after the last whole
-    tile as usual."""
+    tile as usual. Whether the tiles run in parallel is decided when called (decision 0391):
+    the tile loop is a function over a range of tiles, called once or by each thread."""
 
     def row_lines(stores: Sequence[Store]) -> list[str]:
         printer = CppPrinter(_counts(kernel, outer_vars, [inner]))
@@ -457,28 +458,35 @@ def _tiled_rows(
         tile_store(store, numbers[store], inner) if store in numbers else store
         for store in kernel.row_stores
     ]
-    total = math.prod(v.size for v in outer_vars) * inner.size
-    pragma = "#pragma omp parallel for" if total >= PARALLEL_THRESHOLD else ""
     tiles = f"{ROWS_PARAM} / {TILE}"
-    lines = [pragma] if pragma else []
-    lines += [
-        f"for (int64_t xt = 0; xt < {tiles}; ++xt) {{",
-        *("  " + line for line in tile_declarations(tiled, inner)),
-        f"  for (int64_t {TILE_ROW.name} = 0; {TILE_ROW.name} < {TILE}; ++{TILE_ROW.name}) {{",
-        f"    const int64_t xi = xt * {TILE} + {TILE_ROW.name};",
-        *("    " + line for line in row_lines(into_tiles)),
-        "  }",
-        "  {",
-        f"    const int64_t xi = xt * {TILE};",
-        *("    " + line for line in derive_vars(outer_vars, "xi")),
-        *("    " + line for line in tile_writes(tiled, inner, render_index)),
-        "  }",
+    tile_body = [
+        *tile_declarations(tiled, inner),
+        f"for (int64_t {TILE_ROW.name} = 0; {TILE_ROW.name} < {TILE}; ++{TILE_ROW.name}) {{",
+        f"  const int64_t xi = xt * {TILE} + {TILE_ROW.name};",
+        *("  " + line for line in row_lines(into_tiles)),
         "}",
+        "{",
+        f"  const int64_t xi = xt * {TILE};",
+        *("  " + line for line in derive_vars(outer_vars, "xi")),
+        *("  " + line for line in tile_writes(tiled, inner, render_index)),
+        "}",
+    ]
+
+    def tile_loop(start: str, end: str) -> list[str]:
+        header = f"for (int64_t xt = {start}; xt < {end}; ++xt) {{"
+        return [header, *("  " + line for line in tile_body), "}"]
+
+    # one loop over a range of tiles, called by each thread or once (decision 0391)
+    condition = parallel_condition(ROWS_PARAM, inner.size)
+    rows_body = tile_loop(ROW_LO, ROW_HI)
+    args = [*(arg.name for arg in kernel.args), ROWS_PARAM, *flag_arguments(kernel)]
+    lines = range_calls(args, f"({tiles})", condition)
+    lines += [
         f"for (int64_t xi = ({tiles}) * {TILE}; xi < {ROWS_PARAM}; ++xi) {{",
         *("  " + line for line in row_lines(kernel.row_stores)),
         "}",
     ]
-    return kernel_source(kernel, lines, simd_functions, (ROWS_PARAM,))
+    return kernel_source(kernel, lines, simd_functions, (ROWS_PARAM,), rows_body)
 
 
 def _split_picks(

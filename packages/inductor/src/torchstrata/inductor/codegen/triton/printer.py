@@ -379,7 +379,7 @@ class TritonPrinter:
             length = length_text(RED_PARAM, found[2])
             counted = (found[0], length, 1.0 if found[1] else None)
         if counted is None and self.counts:  # decision 0310
-            counted = self._count(expr)
+            counted = count_constant(expr, self.counts, self._per_element)
         if counted is not None:  # a count the kernel takes as a size argument (0286, 0310)
             position, count, numerator = counted
             kind = compute_type(expr.dtype)
@@ -392,16 +392,6 @@ class TritonPrinter:
             )
             operands = [*operands[:position], text, *operands[position + 1 :]]
         return self._op(expr, operands)
-
-    def _count(self, expr: Op) -> tuple[int, str, float | None] | None:
-        """:func:`count_constant` of ``expr``, but for a factor ``2 / (n - 1)`` of a value
-        per element (decision 0360): an unbiased variance's backward scales the row's
-        incoming gradient by it, a value per row; a per-element factor equal to it is a
-        coincidence (GELU's ``0.5`` in rows of 5), a module of its own at that length."""
-        counted = count_constant(expr, self.counts, self._per_element)
-        if counted is None or counted[2] != 2.0:
-            return counted
-        return None if self._per_element(expr.args[1 - counted[0]]) else counted
 
     def _per_element(self, expr: Expr) -> bool:
         """Does ``expr`` differ along a tile's elements (a reduction's row, or any
