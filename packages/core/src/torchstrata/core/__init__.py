@@ -129,6 +129,7 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
+from torchstrata.core.size_values import SizeGuards, SizeRead, SizeValue, sized_graph
 from torchstrata.core.spans import (
     Span,
     byte_span,
@@ -231,7 +232,10 @@ __all__ = [
     "Progress",
     "SegmentCompiler",
     "SizeCheck",
+    "SizeGuards",
     "SizeOutsideTrace",
+    "SizeRead",
+    "SizeValue",
     "Span",
     "StageCheck",
     "SymbolBinding",
@@ -316,6 +320,7 @@ __all__ = [
     "size_guards",
     "size_hint",
     "size_or_int",
+    "sized_graph",
     "spans_overlap",
     "specialise_sizes",
     "stage_walk",

@@ -1,0 +1,336 @@
+"""Sizes that a stage reads without specialising on them (issue 33, decision 0381).
+
+A :class:`SizeValue` is a size of a graph lowered once for many sizes: a sympy expression
+over the entry's size symbols (``s0``...) and its value in the call being lowered (its
+hint). It is deliberately not an ``int``: C code reads an ``int`` subclass without
+calling any of its methods, so a decision made that way would go unseen (decision
+0380). Every read of a :class:`SizeValue` goes through one of its methods:
+
+- **Arithmetic** (``+ - * // %`` with ints or sizes) gives another :class:`SizeValue`.
+- **Decisions** (``< <= > >= == !=`` against a number or another size, ``bool``)
+  evaluate on the hints and record ``(condition, outcome)`` in the lowering's
+  :class:`SizeGuards`: the lowering is valid for every size where each recorded
+  condition has its recorded outcome. A condition that holds for every size (sympy
+  decides it from the symbols being integers >= 2) records nothing.
+- **Equality between sizes** goes by the expression first: two sizes of one lowering
+  with the same expression are equal with no guard (memo keys, names matched by
+  size); other pairs are decisions as above. Sizes of two lowerings are never equal.
+  The hash is the hint's, so a lookup among ints compares (and records) rather than
+  missing unrecorded.
+- **Printing** (``str``) gives the expression's source text where it is a sum of
+  products of symbols and integers (``s0 + 1``, ``2*s0``): what a generated launcher
+  or kernel that binds the symbols prints.
+- **Reading its value** (``int``, ``__index__``, ``float``, ``format`` with a number
+  spec, printing any other expression) raises :class:`SizeRead` and marks the
+  lowering refused (:attr:`SizeGuards.refused`), even where the caller catches the
+  error. Chosen over an equality guard: a site that reads the value is a site not
+  ported yet, and the runtime lowers that size as before (per size) instead of
+  keeping a lowering that serves one size.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import sympy  # type: ignore[import-untyped]
+import torch
+
+from torchstrata.core.concretizer import Concretizer
+from torchstrata.core.graph import Graph
+from torchstrata.core.symbolic_graphs import concretize_graph
+
+
+class SizeRead(TypeError):
+    """A stage read the value of a :class:`SizeValue` (a site not ported to symbolic
+    sizes): the symbolic lowering is refused, the size lowers on its own."""
+
+
+class SizeGuards:
+    """The conditions one symbolic lowering relied on, and the reads that refuse it.
+
+    :param hints: the sizes of the call being lowered (symbol name -> int).
+    """
+
+    def __init__(self, hints: Mapping[str, int]) -> None:
+        self.hints = dict(hints)
+        #: sympy booleans that held at :attr:`hints` and must hold at a size the
+        #: lowering serves, in the order they were decided
+        self.conditions: list[Any] = []
+        self._seen: set[Any] = set()
+        #: ``"file:line: what"`` of each value read (a non-empty list refuses the lowering)
+        self.refused: list[str] = []
+        self._symbols = {
+            name: sympy.Symbol(name, integer=True, positive=True) for name in self.hints
+        }
+
+    def symbol(self, name: str) -> SizeValue:
+        """The size that the symbol ``name`` stands for."""
+        return SizeValue(self._symbols[name], self.hints[name], self)
+
+    def of(self, expr: Any) -> SizeValue | int:
+        """A size for the sympy expression ``expr`` over this lowering's symbols (its
+        symbols are renamed to ours by name); an int where it has no symbol."""
+        free = getattr(expr, "free_symbols", ())
+        if not free:
+            return int(expr)
+        expr = expr.xreplace({s: self._symbols[s.name] for s in free})
+        return SizeValue(expr, _evaluate(expr, self.hints), self)
+
+    def record(self, condition: Any, outcome: bool) -> None:
+        """Record that ``condition`` (a sympy relational over the symbols) had
+        ``outcome`` here."""
+        fact = condition if outcome else sympy.Not(condition)
+        fact = _decided(fact)
+        if fact is sympy.true:
+            return
+        if fact is sympy.false:  # cannot be: it held at the hints
+            raise AssertionError(f"{condition} recorded as {outcome} but never holds")
+        if fact not in self._seen:
+            self._seen.add(fact)
+            self.conditions.append(fact)
+
+    def refuse(self, what: str) -> SizeRead:
+        """Mark the lowering refused by a value read (``what``, with the reading
+        line) and return the error to raise."""
+        frame = sys._getframe(2)
+        site = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        self.refused.append(f"{site}: {what}")
+        return SizeRead(f"{site}: {what} (a size read as a number)")
+
+    def holds(self, values: Mapping[str, int]) -> bool:
+        """Whether every recorded condition holds for the sizes ``values``."""
+        return violated(self.conditions, values) is None
+
+
+def violated(conditions: Any, values: Mapping[str, int]) -> Any:
+    """The first of ``conditions`` (sympy booleans) that ``values`` make false; None
+    when each holds."""
+    for condition in conditions:
+        if not bool(_substituted(condition, values)):
+            return condition
+    return None
+
+
+def _substituted(expr: Any, values: Mapping[str, int]) -> Any:
+    return expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols})
+
+
+def _evaluate(expr: Any, values: Mapping[str, int]) -> int:
+    return int(_substituted(expr, values))
+
+
+def _decided(fact: Any) -> Any:
+    """``fact`` (a sympy relational) as decided for every size: ``sympy.true`` or
+    ``sympy.false`` where the symbols' being sizes (integers >= 2, as every symbolic size
+    is: decision 0200) decides it, else ``fact``. Memoised (facts repeat)."""
+    decided = _DECIDED.get(fact)
+    if decided is None:
+        decided = _DECIDED[fact] = _decide_fact(fact)
+    return decided
+
+
+_DECIDED: dict[Any, Any] = {}
+
+
+def _decide_fact(fact: Any) -> Any:
+    if isinstance(fact, sympy.logic.boolalg.BooleanAtom) or not isinstance(
+        fact, sympy.core.relational.Relational
+    ):
+        return fact
+    difference = (fact.lhs - fact.rhs).xreplace(
+        {s: _SHIFTED[s.name] + 2 for s in fact.free_symbols if s.name in _names(fact)}
+    )
+    difference = sympy.expand(difference)
+    sign = {
+        "<": (difference.is_negative, difference.is_nonnegative),
+        "<=": (difference.is_nonpositive, difference.is_positive),
+        ">": (difference.is_positive, difference.is_nonpositive),
+        ">=": (difference.is_nonnegative, difference.is_negative),
+        "==": (difference.is_zero, difference.is_nonzero),
+        "!=": (difference.is_nonzero, difference.is_zero),
+    }.get(fact.rel_op)
+    if sign is None:
+        return fact
+    if sign[0]:
+        return sympy.true
+    if sign[1]:
+        return sympy.false
+    return fact
+
+
+def _names(fact: Any) -> set[str]:
+    for symbol in fact.free_symbols:
+        if symbol.name not in _SHIFTED:
+            _SHIFTED[symbol.name] = sympy.Symbol(f"_{symbol.name}", integer=True, nonnegative=True)
+    return {s.name for s in fact.free_symbols}
+
+
+#: symbol name -> a non-negative integer symbol t (the size is t + 2)
+_SHIFTED: dict[str, Any] = {}
+
+
+def _is_plain(expr: Any) -> bool:
+    """Whether ``expr`` prints as the same integer arithmetic in Python and C: a sum of
+    products of symbols, non-negative powers of them and integers."""
+    if expr.is_Symbol or expr.is_Integer:
+        return True
+    if expr.is_Add or expr.is_Mul:
+        return all(_is_plain(arg) for arg in expr.args)
+    if expr.is_Pow:
+        return expr.exp.is_Integer and expr.exp >= 0 and _is_plain(expr.base)
+    return False
+
+
+def _expr_and_hint(value: Any, guards: SizeGuards) -> tuple[Any, int] | None:
+    if type(value) is SizeValue:
+        if value.guards is not guards:
+            raise guards.refuse("a size of another lowering")
+        return value.expr, value.hint
+    if type(value) is int or type(value) is bool:
+        return sympy.Integer(value), int(value)
+    return None
+
+
+class SizeValue:
+    """One size of a symbolic lowering: ``expr`` (sympy, over the symbols of
+    ``guards``) and ``hint`` (its value in the call being lowered). See the module
+    docstring for what each operation does."""
+
+    __slots__ = ("expr", "guards", "hint")
+
+    def __init__(self, expr: Any, hint: int, guards: SizeGuards) -> None:
+        self.expr = expr
+        self.hint = hint
+        self.guards = guards
+
+    # arithmetic: sizes in, sizes out ------------------------------------------------
+    def _arith(self, other: Any, expr_op: Any, int_op: Any, reflected: bool = False) -> Any:
+        pair = _expr_and_hint(other, self.guards)
+        if pair is None:
+            return NotImplemented
+        a, b = (pair, (self.expr, self.hint)) if reflected else ((self.expr, self.hint), pair)
+        expr = expr_op(a[0], b[0])
+        if not getattr(expr, "free_symbols", None):
+            return int(expr)
+        return SizeValue(expr, int_op(a[1], b[1]), self.guards)
+
+    def __add__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a + b, lambda a, b: a + b)
+
+    def __radd__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a + b, lambda a, b: a + b, True)
+
+    def __sub__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a - b, lambda a, b: a - b)
+
+    def __rsub__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a - b, lambda a, b: a - b, True)
+
+    def __mul__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a * b, lambda a, b: a * b)
+
+    def __rmul__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: a * b, lambda a, b: a * b, True)
+
+    def __floordiv__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b)
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return self._arith(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b, True)
+
+    def __mod__(self, other: Any) -> Any:
+        return self._arith(other, sympy.Mod, lambda a, b: a % b)
+
+    def __rmod__(self, other: Any) -> Any:
+        return self._arith(other, sympy.Mod, lambda a, b: a % b, True)
+
+    def __neg__(self) -> Any:
+        return SizeValue(-self.expr, -self.hint, self.guards)
+
+    def __pos__(self) -> SizeValue:
+        return self
+
+    # decisions: evaluated on the hints, recorded as guards ------------------------
+    def _decide(self, other: Any, relation: Any, outcome_of: Any) -> Any:
+        pair = _expr_and_hint(other, self.guards)
+        if pair is None:
+            return NotImplemented
+        outcome = bool(outcome_of(self.hint, pair[1]))
+        self.guards.record(relation(self.expr, pair[0]), outcome)
+        return outcome
+
+    def __lt__(self, other: Any) -> Any:
+        return self._decide(other, sympy.Lt, lambda a, b: a < b)
+
+    def __le__(self, other: Any) -> Any:
+        return self._decide(other, sympy.Le, lambda a, b: a <= b)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._decide(other, sympy.Gt, lambda a, b: a > b)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._decide(other, sympy.Ge, lambda a, b: a >= b)
+
+    def __eq__(self, other: object) -> Any:
+        if type(other) is SizeValue and other.guards is self.guards and other.expr == self.expr:
+            return True  # the same size at every size: no guard
+        if type(other) is SizeValue and other.guards is not self.guards:
+            return False  # sizes of two lowerings: never the same key
+        return self._decide(other, sympy.Eq, lambda a, b: a == b)
+
+    def __ne__(self, other: object) -> Any:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        # the hint's hash: a lookup among ints meets an int equal to the hint and
+        # compares, which records the guard (a miss decided by hash alone would be a
+        # decision unrecorded); sizes with one expression have one hint
+        return hash(self.hint)
+
+    def __bool__(self) -> bool:
+        return bool(self._decide(0, sympy.Ne, lambda a, b: a != b))
+
+    # reads of the value: refused ----------------------------------------------------
+    def __index__(self) -> int:
+        raise self.guards.refuse(f"int({self.expr})")
+
+    def __int__(self) -> int:
+        raise self.guards.refuse(f"int({self.expr})")
+
+    def __float__(self) -> float:
+        raise self.guards.refuse(f"float({self.expr})")
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            raise self.guards.refuse(f"format({self.expr}, {spec!r})")
+        return str(self)
+
+    def __str__(self) -> str:
+        if not _is_plain(self.expr):
+            raise self.guards.refuse(f"printing {self.expr}")
+        return str(self.expr)
+
+    def __repr__(self) -> str:
+        return f"SizeValue({self.expr})"
+
+
+class _Sized(Concretizer):
+    """Each ``SymInt`` of a graph made the :class:`SizeValue` of ``guards``."""
+
+    def __init__(self, guards: SizeGuards) -> None:
+        super().__init__(guards.hints)
+        self.guards = guards
+
+    def scalar(self, value: Any) -> Any:
+        if not isinstance(value, torch.SymInt):
+            raise self.guards.refuse(f"a symbolic {type(value).__name__} in the graph")
+        return self.guards.of(value.node.expr)
+
+
+def sized_graph(graph: Graph, guards: SizeGuards) -> Graph:
+    """``graph`` (symbolic sizes, ``SymInt``) with each size a :class:`SizeValue` of
+    ``guards`` (their hints the call's sizes): the graph a symbolic lowering takes."""
+    return concretize_graph(graph, guards.hints, _Sized(guards))
