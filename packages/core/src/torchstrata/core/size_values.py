@@ -17,7 +17,7 @@ calling any of its methods, so a decision made that way would go unseen (decisio
   size); other pairs are decisions as above. Sizes of two lowerings are never equal.
   The hash is the hint's, so a lookup among ints compares (and records) rather than
   missing unrecorded.
-- **Printing** (``str``) gives the expression's source text where it is a sum of
+- **Printing** (``str``, ``repr``) gives the expression's source text where it is a sum of
   products of symbols and integers (``s0 + 1``, ``2*s0``): what a generated launcher
   or kernel that binds the symbols prints.
 - **Reading its value** (``int``, ``__index__``, ``float``, ``format`` with a number
@@ -200,6 +200,9 @@ class SizeValue:
 
     __slots__ = ("expr", "guards", "hint")
 
+    #: what ``core.symbolic.size_or_int`` keeps as it is (no import of this module there)
+    is_size_value = True
+
     def __init__(self, expr: Any, hint: int, guards: SizeGuards) -> None:
         self.expr = expr
         self.hint = hint
@@ -314,7 +317,9 @@ class SizeValue:
         return str(self.expr)
 
     def __repr__(self) -> str:
-        return f"SizeValue({self.expr})"
+        # as ``str``: a tuple of sizes printed into generated source is the source of
+        # their expressions (the launcher binds the symbols)
+        return str(self)
 
 
 class _Sized(Concretizer):

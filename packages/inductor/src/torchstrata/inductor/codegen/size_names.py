@@ -20,6 +20,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 
+from torchstrata.core import SizeValue
+
 _NAMES: ContextVar[Mapping[int, str] | None] = ContextVar("size_names", default=None)
 _DIVISORS: ContextVar[tuple[Mapping[int, str], frozenset[str]] | None] = ContextVar(
     "size_divisors", default=None
@@ -57,7 +59,7 @@ def number(value: int) -> str:
 def named_integer(value: object, floating: bool) -> str | None:
     """What :func:`number` prints for an integer constant ``value`` of a non-floating
     dtype where that is a size argument's name (a cat's bound), else None (a literal)."""
-    if floating or not isinstance(value, int) or isinstance(value, bool):
+    if floating or not isinstance(value, int | SizeValue) or isinstance(value, bool):
         return None
     text = number(value)
     return None if text == str(value) else text

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from torchstrata.core import SizeValue
+
 
 @attrs.frozen(cache_hash=True)
 class Var:
@@ -61,7 +63,7 @@ class Index:
     @staticmethod
     def constant(value: int) -> Index:
         """The constant index ``value``."""
-        return Index((), int(value))
+        return Index((), value if type(value) is SizeValue else int(value))
 
     @staticmethod
     def of(atom: Atom) -> Index:
@@ -71,7 +73,7 @@ class Index:
         return Index(((atom, 1),), 0)
 
     def __add__(self, other: Index | int) -> Index:
-        if isinstance(other, int):
+        if isinstance(other, int | SizeValue):
             return Index(self.terms, self.const + other)
         return _sum(self, other)
 
@@ -147,7 +149,7 @@ class Index:
         a C++ inner loop's loads contiguous."""
         if self.bounds()[0] < 0:
             return None
-        factors = {math.gcd(coeff, divisor) for _, coeff in self.terms}
+        factors = {_gcd(coeff, divisor) for _, coeff in self.terms}
         for factor in sorted(factors, reverse=True):
             if not 1 < factor < divisor:
                 continue
@@ -196,6 +198,21 @@ class Index:
         if self.const or not parts:
             parts.append(number(self.const))
         return " + ".join(parts)
+
+
+def _gcd(a: int | SizeValue, b: int | SizeValue) -> int:
+    """The greatest common divisor of two sizes; for a symbolic one (decision 0381), of
+    the integer contents of the two expressions: an int that divides both at every
+    size."""
+    if type(a) is int and type(b) is int:
+        return math.gcd(a, b)
+    return math.gcd(_content(a), _content(b))
+
+
+def _content(value: int | SizeValue) -> int:
+    if type(value) is SizeValue:
+        return abs(int(value.expr.as_content_primitive()[0]))
+    return abs(int(value))
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -190,7 +190,7 @@ def _as_index(expr: Expr) -> Index | None:
     if expr.dtype is torch.bool or expr.dtype.is_floating_point or expr.dtype.is_complex:
         return None
     if isinstance(expr, Constant):
-        return Index.constant(int(expr.value))
+        return Index.constant(expr.value)  # an int or a symbolic size (0381)
     if isinstance(expr, IndexValue):
         low, high = expr.index.bounds()
         info = torch.iinfo(expr.dtype)

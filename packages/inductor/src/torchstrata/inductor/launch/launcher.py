@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
+from torchstrata.core import Graph, Node, OpKind, SizeValue, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.huge_pages import (
@@ -168,7 +168,11 @@ def generate_launcher(
             args = [arg.name for arg in step.args]
             statements.append(_statement("    " + launch.call(handle, args), *args))
     keep = set(params) | {buffer_name(n) for n in graph.outputs}
-    lines = [f"def launch({', '.join(params)}):", *release_at_last_use(statements, keep)]
+    lines = [
+        f"def launch({', '.join(params)}):",
+        *symbol_bindings(graph),
+        *release_at_last_use(statements, keep),
+    ]
     shared = set(keep)
     for step in plan.steps:
         if isinstance(step, ExternStep) and not _fresh_result(step.node, in_place):
@@ -185,6 +189,30 @@ def generate_launcher(
         names[index] = f"out_{index}"
     lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
     return "\n".join(lines) + "\n", env.values
+
+
+def symbol_bindings(graph: Graph) -> list[str]:
+    """The launcher's first lines where the graph's sizes are symbolic (``SizeValue``,
+    decision 0381): each symbol read from the first input dim that is exactly it
+    (``s0 = arg0.shape[1]``), so that shapes, strides and size arguments printed as
+    expressions of the symbols compute the call's sizes. Raises ``NotImplementedError``
+    where a symbol is no input's dim."""
+    guards = None
+    bound: dict[str, str] = {}
+    for node in graph.inputs:
+        meta = node.meta
+        for dim, size in enumerate(getattr(meta, "shape", ())):
+            if type(size) is SizeValue:
+                guards = size.guards
+                name = str(size.expr) if size.expr.is_Symbol else None
+                if name is not None and name not in bound:
+                    bound[name] = f"    {name} = {buffer_name(node)}.shape[{dim}]"
+    if guards is None:
+        return []
+    unbound = set(guards.hints) - set(bound)
+    if unbound:
+        raise NotImplementedError(f"symbols {sorted(unbound)} are no input's dim")
+    return list(bound.values())
 
 
 def release_at_last_use(statements: Sequence[Statement], keep: set[str]) -> list[str]:
