@@ -129,15 +129,17 @@ class _StageClock:
 DECODE_LENGTHS = tuple(range(16, 48))
 
 
-def decode_child(codegen: str) -> None:
+def decode_child(codegen: str, per_size: bool = False) -> None:
     """One turn of ``--workload decode`` in this process: each cache length's first call's
-    process CPU minus its second's."""
+    process CPU minus its second's (``per_size``: with the compile option
+    ``symbolic_lowering`` off, every length lowered on its own, decision 0381)."""
     import torchstrata.runtime as tsr
     from bench.dynamic_sizes import decode_step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    compiled = tsr.compile(decode_step, dynamic=True, codegen=codegen)
+    options = {"symbolic_lowering": not per_size}
+    compiled = tsr.compile(decode_step, dynamic=True, codegen=codegen, options=options)
     per_length = []
     for length in DECODE_LENGTHS:
         inputs = (torch.randn(2, length, 32), torch.randn(2, length, 32), *torch.randn(3, 2, 1, 32))
@@ -159,6 +161,7 @@ def decode_child(codegen: str) -> None:
         f"({1000 * sum(later) / len(later):.1f} ms a length, median "
         f"{1000 * sorted(later)[len(later) // 2]:.1f} ms); every call equal to eager"
     )
+    print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
 
 
 def child(codegen: str, profile_path: str | None, top: int) -> None:
@@ -238,11 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", metavar="PATH", help="cProfile the per-size lengths (block_train)"
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="decode: each turn runs symbolic_lowering off (per size), then on (0381)",
+    )
+    parser.add_argument("--per-size", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child and args.workload == "decode":
-        decode_child(args.codegen)
+        decode_child(args.codegen, args.per_size)
         return 0
     if args.child:
         child(args.codegen, args.profile, args.top)
@@ -261,11 +270,17 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--codegen", args.codegen, "--top", str(args.top)]
             command += ["--workload", args.workload]
             command += ["--profile", args.profile] if args.profile else []
-            print(f"== turn {turn + 1}, load {_load()}", flush=True)
-            done = subprocess.run(command, cwd=REPO_ROOT, env=env, check=False)
-            if done.returncode:
-                print(f"turn {turn + 1} failed (exit {done.returncode})")
-                return done.returncode
+            for per_size in (True, False) if args.compare else (False,):
+                what = " (per size)" if per_size else " (symbolic lowering)" if args.compare else ""
+                print(f"== turn {turn + 1}{what}, load {_load()}", flush=True)
+                sub_env = dict(env)
+                for variable in CACHE_VARIABLES:  # each run with a cache of its own
+                    sub_env[variable] = os.path.join(scratch, f"{per_size}", variable.lower())
+                extra = ["--per-size"] if per_size else []
+                done = subprocess.run(command + extra, cwd=REPO_ROOT, env=sub_env, check=False)
+                if done.returncode:
+                    print(f"turn {turn + 1} failed (exit {done.returncode})")
+                    return done.returncode
     return 0
 
 

@@ -14,7 +14,8 @@ calling any of its methods, so a decision made that way would go unseen (decisio
   decides it from the symbols being integers >= 2) records nothing.
 - **Equality between sizes** goes by the expression first: two sizes of one lowering
   with the same expression are equal with no guard (memo keys, names matched by
-  size); other pairs are decisions as above. Sizes of two lowerings are never equal.
+  size); other pairs are decisions as above. Sizes of two lowerings are never equal,
+  and after its lowering (:meth:`SizeGuards.close`) a size equals only itself.
   The hash is the hint's, so a lookup among ints compares (and records) rather than
   missing unrecorded.
 - **Printing** (``str``, ``repr``) gives the expression's source text where it is a sum of
@@ -61,6 +62,8 @@ class SizeGuards:
         self._seen: set[Any] = set()
         #: ``"file:line: what"`` of each value read (a non-empty list refuses the lowering)
         self.refused: list[str] = []
+        #: set by :meth:`close` when the lowering is over
+        self.closed = False
         self._symbols = {
             name: sympy.Symbol(name, integer=True, positive=True) for name in self.hints
         }
@@ -94,10 +97,19 @@ class SizeGuards:
     def refuse(self, what: str) -> SizeRead:
         """Mark the lowering refused by a value read (``what``, with the reading
         line) and return the error to raise."""
-        frame = sys._getframe(2)
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back  # the reading line: the first frame outside this module
         site = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
         self.refused.append(f"{site}: {what}")
         return SizeRead(f"{site}: {what} (a size read as a number)")
+
+    def close(self) -> None:
+        """End the lowering: from now on each of its sizes equals only itself. A memo
+        that outlives the lowering (an ``lru_cache`` keyed by indices) then never gives
+        another lowering, whose sizes are ints or sizes of its own, a result made from
+        these sizes: an int key with the same hash compares unequal."""
+        self.closed = True
 
     def holds(self, values: Mapping[str, int]) -> bool:
         """Whether every recorded condition holds for the sizes ``values``."""
@@ -277,6 +289,8 @@ class SizeValue:
         return self._decide(other, sympy.Ge, lambda a, b: a >= b)
 
     def __eq__(self, other: object) -> Any:
+        if self.guards.closed:
+            return other is self
         if type(other) is SizeValue and other.guards is self.guards and other.expr == self.expr:
             return True  # the same size at every size: no guard
         if type(other) is SizeValue and other.guards is not self.guards:

@@ -72,14 +72,18 @@ def symbolic_lowerer(
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
         guards = SizeGuards(values)
-        sized = pipeline.run_passes("post_decomp", sized_graph(prims, guards), options, records)
-        device = next(
-            (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
-            torch.device("cpu"),
-        )
-        compiled = pipeline._call_stage(
-            "codegen", options, graph=sized, device=device, contract=contract
-        )
+        try:
+            sized = sized_graph(prims, guards)
+            sized = pipeline.run_passes("post_decomp", sized, options, records)
+            device = next(
+                (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
+                torch.device("cpu"),
+            )
+            compiled = pipeline._call_stage(
+                "codegen", options, graph=sized, device=device, contract=contract
+            )
+        finally:
+            guards.close()  # memos made on its sizes serve no other lowering
         if guards.refused:  # a site read a size as a number (even if it caught the error)
             raise SizeRead(guards.refused[0])
         if not isinstance(compiled, CompiledGraph):
