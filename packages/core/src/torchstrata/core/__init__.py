@@ -129,7 +129,13 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
-from torchstrata.core.size_values import SizeGuards, SizeRead, SizeValue, sized_graph
+from torchstrata.core.size_values import (
+    SizeGuards,
+    SizeRead,
+    SizeValue,
+    sized_graph,
+    sizes_symbolic,
+)
 from torchstrata.core.spans import (
     Span,
     byte_span,
@@ -321,6 +327,7 @@ __all__ = [
     "size_hint",
     "size_or_int",
     "sized_graph",
+    "sizes_symbolic",
     "spans_overlap",
     "specialise_sizes",
     "stage_walk",

@@ -31,8 +31,10 @@ calling any of its methods, so a decision made that way would go unseen (decisio
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import sympy  # type: ignore[import-untyped]
@@ -41,6 +43,18 @@ import torch
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
 from torchstrata.core.symbolic_graphs import concretize_graph
+
+_SYMBOLIC: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "torchstrata_sizes_symbolic", default=False
+)
+
+
+def sizes_symbolic() -> bool:
+    """Whether a symbolic lowering is in progress (:meth:`SizeGuards.active`): a memo
+    that outlives lowerings keys its entries by this too, so that a lowering on
+    ``SizeValue`` sizes never meets the entries of one on ints, whose keys compare equal
+    to its sizes only at one size (the comparison would record that size as a guard)."""
+    return _SYMBOLIC.get()
 
 
 class SizeRead(TypeError):
@@ -103,6 +117,15 @@ class SizeGuards:
         site = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
         self.refused.append(f"{site}: {what}")
         return SizeRead(f"{site}: {what} (a size read as a number)")
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Within the block, :func:`sizes_symbolic` is True."""
+        token = _SYMBOLIC.set(True)
+        try:
+            yield
+        finally:
+            _SYMBOLIC.reset(token)
 
     def close(self) -> None:
         """End the lowering: from now on each of its sizes equals only itself. A memo

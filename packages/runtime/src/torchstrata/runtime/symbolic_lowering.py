@@ -73,15 +73,16 @@ def symbolic_lowerer(
         prims, conditions = decomposed
         guards = SizeGuards(values)
         try:
-            sized = sized_graph(prims, guards)
-            sized = pipeline.run_passes("post_decomp", sized, options, records)
-            device = next(
-                (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
-                torch.device("cpu"),
-            )
-            compiled = pipeline._call_stage(
-                "codegen", options, graph=sized, device=device, contract=contract
-            )
+            with guards.active():
+                sized = sized_graph(prims, guards)
+                sized = pipeline.run_passes("post_decomp", sized, options, records)
+                device = next(
+                    (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
+                    torch.device("cpu"),
+                )
+                compiled = pipeline._call_stage(
+                    "codegen", options, graph=sized, device=device, contract=contract
+                )
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
         if guards.refused:  # a site read a size as a number (even if it caught the error)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from torchstrata.core import SizeValue
+from torchstrata.core import SizeValue, sizes_symbolic
 
 
 @attrs.frozen(cache_hash=True)
@@ -45,8 +45,12 @@ class Mod:
 Atom = Var | FloorDiv | Mod
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _atom_key(atom: Atom) -> str:
+    return _atom_key_in(atom, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _atom_key_in(atom: Atom, symbolic: bool) -> str:
     # Cached: the scheduler builds the same indices for every fusion it tries, and the
     # repr of a nested atom is the costliest part of a sum.
     return repr(atom)
@@ -75,7 +79,7 @@ class Index:
     def __add__(self, other: Index | int) -> Index:
         if isinstance(other, int | SizeValue):
             return Index(self.terms, self.const + other)
-        return _sum(self, other)
+        return _sum(self, other, sizes_symbolic())
 
     def _add(self, other: Index) -> Index:
         merged: dict[Atom, int] = dict(self.terms)
@@ -95,7 +99,7 @@ class Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
         if divisor == 1:
             return self
-        return _floordiv(self, divisor)
+        return _floordiv(self, divisor, sizes_symbolic())
 
     def _floordiv(self, divisor: int) -> Index:
         quotient, rest = self._split(divisor)
@@ -112,7 +116,7 @@ class Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
         if modulus == 1:
             return Index()
-        return _mod(self, modulus)
+        return _mod(self, modulus, sizes_symbolic())
 
     def _mod(self, modulus: int) -> Index:
         _, rest = self._split(modulus)
@@ -216,20 +220,21 @@ def _content(value: int | SizeValue) -> int:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _sum(left: Index, right: Index) -> Index:
-    """``left + right``, memoised: the same sums recur for every fusion tried."""
+def _sum(left: Index, right: Index, symbolic: bool) -> Index:
+    """``left + right``, memoised: the same sums recur for every fusion tried. Every
+    memo here is keyed by ``symbolic`` too (``core.sizes_symbolic``, decision 0381)."""
     return left._add(right)
 
 
 @functools.lru_cache(maxsize=1 << 16, typed=True)
-def _floordiv(index: Index, divisor: int) -> Index:
+def _floordiv(index: Index, divisor: int, symbolic: bool) -> Index:
     """:meth:`Index.floordiv`, memoised: views and reshapes divide the same indices by the
     same strides for every fusion tried (the divisor's type is part of the key)."""
     return index._floordiv(divisor)
 
 
 @functools.lru_cache(maxsize=1 << 16, typed=True)
-def _mod(index: Index, modulus: int) -> Index:
+def _mod(index: Index, modulus: int, symbolic: bool) -> Index:
     """:meth:`Index.mod`, memoised (see :func:`_floordiv`)."""
     return index._mod(modulus)
 
@@ -280,11 +285,13 @@ def fold_div_mod(index: Index) -> Index:
 
 def linear_offset(index: Sequence[Index], strides: Sequence[int], offset: int = 0) -> Index:
     """``offset + sum(index[d] * strides[d])``: the element offset of a strided access."""
-    return _linear_offset(tuple(index), tuple(strides), offset)
+    return _linear_offset(tuple(index), tuple(strides), offset, sizes_symbolic())
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _linear_offset(index: tuple[Index, ...], strides: tuple[int, ...], offset: int) -> Index:
+def _linear_offset(
+    index: tuple[Index, ...], strides: tuple[int, ...], offset: int, symbolic: bool
+) -> Index:
     # Memoised: each candidate fusion rebuilds its members' loads at the same offsets.
     result = Index.constant(offset)
     for item, stride in zip(index, strides, strict=True):

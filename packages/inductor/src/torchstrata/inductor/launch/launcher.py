@@ -60,6 +60,10 @@ class _Globals:
     def name(self, value: Any, prefix: str) -> str:
         key = id(value)
         if key not in self._ids:
+            if holds_size_value(value):
+                raise NotImplementedError(
+                    f"a symbolic size in a launcher constant ({prefix}): not ported (0381)"
+                )
             name = f"{prefix}{len(self.values)}"
             self.values[name] = value
             self._ids[key] = name
@@ -189,6 +193,26 @@ def generate_launcher(
         names[index] = f"out_{index}"
     lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
     return "\n".join(lines) + "\n", env.values
+
+
+def holds_size_value(value: Any, depth: int = 4) -> bool:
+    """Whether ``value`` (through containers and attrs fields, ``depth`` levels) holds a
+    ``SizeValue``: such a constant would reach a kernel or an extern op at run time,
+    where only ints are taken (decision 0381)."""
+    if type(value) is SizeValue:
+        return True
+    if depth == 0:
+        return False
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(holds_size_value(item, depth - 1) for item in value)
+    if isinstance(value, dict):
+        return any(holds_size_value(item, depth - 1) for item in value.values())
+    if attrs.has(type(value)):
+        return any(
+            holds_size_value(getattr(value, field.name, None), depth - 1)
+            for field in attrs.fields(type(value))
+        )
+    return False
 
 
 def symbol_bindings(graph: Graph) -> list[str]:
