@@ -46,14 +46,14 @@ def named_sizes(
         _NAMES.reset(token)
 
 
-def number(value: int) -> str:
+def number(value: int | SizeValue) -> str:
     """``value`` as generated code prints it: a size argument's name, or the literal."""
     names = _NAMES.get()
     if names is None:
         return str(value)
     if value < 0 and -value in names:  # a piece's offset: ``x1 + -8*cat1``
         return f"-{names[-value]}"
-    return names.get(value, str(value))
+    return names.get(value, str(value))  # type: ignore[arg-type]  # a SizeValue key (0381)
 
 
 def named_integer(value: object, floating: bool) -> str | None:

@@ -61,13 +61,15 @@ class Index:
     """``const + sum(coeff * atom)``, terms sorted so that equal indices compare equal."""
 
     terms: tuple[tuple[Atom, int], ...] = ()
+    #: an int, or a symbolic size (``core.SizeValue``, decision 0381)
     const: int = 0
 
     # -- construction -----------------------------------------------------------------
     @staticmethod
-    def constant(value: int) -> Index:
+    def constant(value: int | SizeValue) -> Index:
         """The constant index ``value``."""
-        return Index((), value if type(value) is SizeValue else int(value))
+        # a symbolic size is kept (decision 0381): typed as the int it stands for
+        return Index((), value if type(value) is SizeValue else int(value))  # type: ignore[arg-type]
 
     @staticmethod
     def of(atom: Atom) -> Index:
