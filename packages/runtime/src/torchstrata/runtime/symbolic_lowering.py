@@ -61,7 +61,14 @@ def symbolic_lowerer(
         traced, shared = found
         aot = traced.at(values)
         num_user, mutated, aliases = output_layout(aot)
-        if mutated or any(a is not None for a in aliases) or num_user != len(aot.forward.outputs):
+        views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
+        if (
+            mutated
+            or views
+            or any(a is not None for a in aliases)
+            or num_user != len(aot.forward.outputs)
+        ):
+            # their runners carry metadata of the traced sizes
             raise NotImplementedError("write-backs, views or aliased outputs lower per size")
         records: list[PassRecord] = []
         if pipeline.run_passes("post_aot", aot.forward, options, records) is not aot.forward:
