@@ -64,9 +64,11 @@ def graph_symbols(graph: Graph) -> set[str]:
 
 
 class _Concretized(Transformer):
-    def __init__(self, graph: Graph, concrete: Concretizer) -> None:
+    def __init__(
+        self, graph: Graph, values: Mapping[str, int], concrete: Concretizer | None = None
+    ) -> None:
         super().__init__(graph)
-        self.concrete = concrete
+        self.concrete = concrete if concrete is not None else Concretizer(values)
 
     def transform_input(self, node: Node) -> Node:
         return self.builder.input(node.name, self.concrete(node.meta))
@@ -136,7 +138,7 @@ def concretize_graph(
     shape = _shape(graph)
     concrete = concrete if concrete is not None else Concretizer(values)
     if not shape.names_kept:
-        return _Concretized(graph, concrete).run()
+        return _Concretized(graph, values, concrete).run()
     env: dict[Node, Node] = {}
     inputs = []
     for node in graph.inputs:
