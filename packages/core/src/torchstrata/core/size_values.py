@@ -78,6 +78,8 @@ class SizeGuards:
         self.refused: list[str] = []
         #: set by :meth:`close` when the lowering is over
         self.closed = False
+        #: ``(relation, left, right) -> outcome`` of each decision taken (recorded once)
+        self.decided: dict[tuple[Any, Any, Any], bool] = {}
         self._symbols = {
             name: sympy.Symbol(name, integer=True, positive=True) for name in self.hints
         }
@@ -169,30 +171,65 @@ def _decided(fact: Any) -> Any:
 _DECIDED: dict[Any, Any] = {}
 
 
+#: relation -> (the sign tests that make it always true, always false), each a sympy
+#: assumption of the difference ``lhs - rhs``
+_SIGNS = {
+    "<": ("is_negative", "is_nonnegative"),
+    "<=": ("is_nonpositive", "is_positive"),
+    ">": ("is_positive", "is_nonpositive"),
+    ">=": ("is_nonnegative", "is_negative"),
+    "==": ("is_zero", "is_nonzero"),
+    "!=": ("is_nonzero", "is_zero"),
+}
+
+
 def _decide_fact(fact: Any) -> Any:
     if isinstance(fact, sympy.logic.boolalg.BooleanAtom) or not isinstance(
         fact, sympy.core.relational.Relational
     ):
         return fact
+    tests = _SIGNS.get(fact.rel_op)
+    if tests is None:
+        return fact
     difference = (fact.lhs - fact.rhs).xreplace(
         {s: _SHIFTED[s.name] + 2 for s in fact.free_symbols if s.name in _names(fact)}
     )
     difference = sympy.expand(difference)
-    sign = {
-        "<": (difference.is_negative, difference.is_nonnegative),
-        "<=": (difference.is_nonpositive, difference.is_positive),
-        ">": (difference.is_positive, difference.is_nonpositive),
-        ">=": (difference.is_nonnegative, difference.is_negative),
-        "==": (difference.is_zero, difference.is_nonzero),
-        "!=": (difference.is_nonzero, difference.is_zero),
-    }.get(fact.rel_op)
-    if sign is None:
-        return fact
-    if sign[0]:
-        return sympy.true
-    if sign[1]:
-        return sympy.false
+    signs = _polynomial_signs(difference)
+    for test, decided in zip(tests, (sympy.true, sympy.false), strict=True):
+        holds = signs.get(test) if signs is not None else getattr(difference, test)
+        if holds:
+            return decided
     return fact
+
+
+def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
+    """The sign tests of ``difference``, a polynomial in non-negative symbols, decided
+    from its coefficients (all of one sign: its constant bounds it); None where it is
+    not such a polynomial (sympy's assumptions decide then, slower)."""
+    coefficients = difference.as_coefficients_dict()
+    constant = int(coefficients.get(sympy.Integer(1), 0))
+    others = []
+    for monomial, coefficient in coefficients.items():
+        if monomial == 1:
+            continue
+        factors = monomial.args if monomial.is_Mul else (monomial,)
+        if not all(
+            f.is_Symbol or (f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and f.exp > 0)
+            for f in factors
+        ):
+            return None
+        others.append(coefficient)
+    low = constant if all(c >= 0 for c in others) else None  # at least this
+    high = constant if all(c <= 0 for c in others) else None  # at most this
+    return {
+        "is_positive": low is not None and low > 0,
+        "is_nonnegative": low is not None and low >= 0,
+        "is_negative": high is not None and high < 0,
+        "is_nonpositive": high is not None and high <= 0,
+        "is_zero": not others and constant == 0,
+        "is_nonzero": (low is not None and low > 0) or (high is not None and high < 0),
+    }
 
 
 def _names(fact: Any) -> set[str]:
@@ -295,8 +332,11 @@ class SizeValue:
         pair = _expr_and_hint(other, self.guards)
         if pair is None:
             return NotImplemented
-        outcome = bool(outcome_of(self.hint, pair[1]))
-        self.guards.record(relation(self.expr, pair[0]), outcome)
+        key = (relation, self.expr, pair[0])
+        outcome = self.guards.decided.get(key)
+        if outcome is None:  # once per decision: building a sympy relation is costly
+            outcome = self.guards.decided[key] = bool(outcome_of(self.hint, pair[1]))
+            self.guards.record(relation(self.expr, pair[0], evaluate=False), outcome)
         return outcome
 
     def __lt__(self, other: Any) -> Any:
