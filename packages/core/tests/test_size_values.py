@@ -6,8 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
+import sympy  # type: ignore[import-untyped]
 
 from torchstrata.core import SizeGuards, SizeRead, SizeValue
+from torchstrata.core.size_values import conditions_check, violated
 
 
 def _size(name: str = "s0", hint: int = 17) -> tuple[SizeGuards, SizeValue]:
@@ -79,3 +81,14 @@ def test_sizes_of_two_lowerings_and_of_a_closed_one_are_never_equal():
     first.close()
     assert n != 5 and n == n
     assert first.conditions == []
+
+
+def test_the_generated_check_agrees_with_substitution():
+    guards, n = _size(hint=17)
+    assert n < 32 and n != 20 and 2 * n + 1 >= 35 and n * n > 200
+    # one condition the generated code cannot spell (a modulus): substituted
+    conditions = [*guards.conditions, sympy.Eq(sympy.Mod(n.expr, 4), 1)]
+    check = conditions_check(conditions)
+    for size in range(2, 40):
+        assert check({"s0": size}) == (violated(conditions, {"s0": size}) is None), size
+    assert check({"s0": 17}) and not check({"s0": 20}) and not check({"s0": 18})

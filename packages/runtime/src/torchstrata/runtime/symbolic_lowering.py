@@ -30,7 +30,7 @@ from torchstrata.core import (
     enabled_autocast,
     sized_graph,
 )
-from torchstrata.core.size_values import violated
+from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.runners import inference_runner, output_layout
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
@@ -120,8 +120,9 @@ def _lowering(
     """The lowering with every condition it relied on: the trace's, the symbolic
     decomposition's and the codegen's (``guards``)."""
     relied = (*conditions, *guards.conditions)
+    holds = conditions_check(relied)
 
     def serves(values: Mapping[str, int]) -> bool:
-        return not traced.violated(values) and violated(relied, values) is None
+        return holds(values) and not traced.violated(values)
 
     return SymbolicLowering(runner, serves, tuple(map(str, relied)))
