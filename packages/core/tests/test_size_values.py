@@ -49,11 +49,20 @@ def test_equal_expressions_are_equal_without_a_guard():
     assert guards.conditions == []
 
 
-def test_a_lookup_among_ints_compares_and_records():
+def test_a_lookup_among_ints_misses_and_records_nothing():
+    # documented (decision 0381): such a site must be right at every size on a miss
     guards, n = _size()
-    assert {17: "seventeen"}.get(n) == "seventeen"
-    assert [str(c) for c in guards.conditions] == ["Eq(s0, 17)"]
-    assert not guards.holds({"s0": 18})
+    assert {17: "seventeen"}.get(n) is None
+    assert guards.conditions == [] and not guards.refused
+
+
+def test_an_equality_that_pins_the_size_is_a_refused_read():
+    guards, n = _size()
+    with pytest.raises(SizeRead):
+        bool(n == 17)
+    assert guards.refused
+    assert n + 1 != 17  # an inequality is a condition
+    assert [str(c) for c in guards.conditions] == ["Ne(s0 + 1, 17)"]
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,15 @@ calling any of its methods, so a decision made that way would go unseen (decisio
 - **Equality between sizes** goes by the expression first: two sizes of one lowering
   with the same expression are equal with no guard (memo keys, names matched by
   size); other pairs are decisions as above. Sizes of two lowerings are never equal,
-  and after its lowering (:meth:`SizeGuards.close`) a size equals only itself.
-  The hash is the hint's, so a lookup among ints compares (and records) rather than
-  missing unrecorded.
+  and after its lowering (:meth:`SizeGuards.close`) a size equals only itself. The hash
+  is the expression's: a lookup of a size among ints misses and records nothing, so a
+  site that looks sizes up among ints must be right at every size on a miss (the
+  ported ones print the expression); that is not checked (decision 0381).
 - **Printing** (``str``, ``repr``) gives the expression's source text where it is a sum of
   products of symbols and integers (``s0 + 1``, ``2*s0``): what a generated launcher
   or kernel that binds the symbols prints.
-- **Reading its value** (``int``, ``__index__``, ``float``, ``format`` with a number
+- **Reading its value** (an equality with a number that holds, over one symbol:
+  ``n == 17``; ``int``, ``__index__``, ``float``, ``format`` with a number
   spec, printing any other expression) raises :class:`SizeRead` and marks the
   lowering refused (:attr:`SizeGuards.refused`), even where the caller catches the
   error. Chosen over an equality guard: a site that reads the value is a site not
@@ -106,6 +108,10 @@ class SizeGuards:
             return
         if fact is sympy.false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
+        if isinstance(fact, sympy.Eq) and len(fact.free_symbols) == 1:
+            # pins its symbol to a few values: a read of the size's value, refused as
+            # ``int()`` is (a lowering for one size is the per-size path's, made slower)
+            raise self.refuse(f"{fact} (a decision that holds at one size)")
         if fact not in self._seen:
             self._seen.add(fact)
             self.conditions.append(fact)
@@ -394,10 +400,10 @@ class SizeValue:
         return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
-        # the hint's hash: a lookup among ints meets an int equal to the hint and
-        # compares, which records the guard (a miss decided by hash alone would be a
-        # decision unrecorded); sizes with one expression have one hint
-        return hash(self.hint)
+        # the expression's: sizes with one expression are one key. A lookup among ints
+        # misses (no int has this hash), which records nothing: such a site must take
+        # a path that is right at every size when it misses (decision 0381)
+        return hash(self.expr)
 
     def __bool__(self) -> bool:
         return bool(self._decide(0, sympy.Ne, lambda a, b: a != b))
