@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -393,6 +394,9 @@ class SizeValue:
             return True  # the same size at every size: no guard
         if type(other) is SizeValue and other.guards is not self.guards:
             return False  # sizes of two lowerings: never the same key
+        if isinstance(other, numbers.Number) and type(other) not in (int, bool):
+            # a float, a numpy or torch scalar: Python would answer False unseen
+            raise self.guards.refuse(f"{self.expr} == {other!r}")
         return self._decide(other, sympy.Eq, lambda a, b: a == b)
 
     def __ne__(self, other: object) -> Any:
