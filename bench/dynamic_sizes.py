@@ -65,7 +65,16 @@ from bench.compilers import fallback_note
 from bench.workloads.kernels import bias_gelu, layer_norm, rms_norm, softmax_fp32
 from bench.workloads.nets.gpt import Block, GPTConfig
 
-CONTENDERS = ("eager", "torchstrata dynamic", "torchstrata static", "torch.compile dynamic")
+#: "per size": the compile option ``symbolic_lowering`` off, each size of the symbolic
+#: entry lowered on its own (decision 0381's before)
+PER_SIZE_LOWERING = "torchstrata dynamic, lowered per size"
+CONTENDERS = (
+    "eager",
+    "torchstrata dynamic",
+    PER_SIZE_LOWERING,
+    "torchstrata static",
+    "torch.compile dynamic",
+)
 #: On the GPU also: a static compile per size with a kernel cache of its own, so every
 #: size's launch configurations are tuned at that size (the others share a tuned
 #: configuration within a power-of-two bucket of rows, decision 0225): what the buckets cost.
@@ -227,6 +236,8 @@ def _compiled(
     if name == "torchstrata static":
         options["recompile_limit"] = sizes
         return tsr.compile(fn, dynamic=False, mode=mode, options=options)
+    if name == PER_SIZE_LOWERING:
+        options["symbolic_lowering"] = False
     return tsr.compile(fn, mode=mode, options=options)
 
 

@@ -14,10 +14,17 @@ but does not compare). Reported: the sum and the mean over the lengths after the
 pipeline stage over those lengths (``Pipeline._call_stage``; ``codegen`` is scheduling,
 kernel sources and the launcher, ``decomp`` the decompositions) and in the garbage collector.
 
+``--workload decode`` (issue 33, decision 0380) measures the same for an inference entry:
+bench.dynamic_sizes's KV-cache decode step (caches of 2 heads x 32, one query) compiled with
+``dynamic=True`` and called at the 32 cache lengths 16-47 in order, as a decode loop meets
+them (every output compared with eager's; no stage or collector split, a length's lowering
+is milliseconds).
+
 Each turn runs in a fresh process with a fresh, empty ``TORCHSTRATA_CACHE_DIR``, one torch
 thread::
 
     python -m bench.symbolic_lowering --turns 3
+    python -m bench.symbolic_lowering --workload decode --turns 3
     python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
 
 ``--profile`` runs cProfile (a CPU-time timer) over the first steps of the per-size
@@ -118,6 +125,50 @@ class _StageClock:
         Pipeline._call_stage = timed  # type: ignore[method-assign]
 
 
+#: The decode workload's cache lengths, in the order a decode loop meets them.
+DECODE_LENGTHS = tuple(range(16, 48))
+
+
+def decode_child(codegen: str, per_size: bool = False) -> None:
+    """One turn of ``--workload decode`` in this process: each cache length's first call's
+    process CPU minus its second's (``per_size``: with the compile option
+    ``symbolic_lowering`` off, every length lowered on its own, decision 0381)."""
+    import torchstrata.runtime as tsr
+    from bench.dynamic_sizes import decode_step
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    options = {"symbolic_lowering": not per_size}
+    compiled = tsr.compile(decode_step, dynamic=True, codegen=codegen, options=options)
+    per_length, walls = [], []
+    for length in DECODE_LENGTHS:
+        inputs = (torch.randn(2, length, 32), torch.randn(2, length, 32), *torch.randn(3, 2, 1, 32))
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        first = compiled(*inputs)
+        cpu1, wall1 = time.process_time(), time.perf_counter()
+        second = compiled(*inputs)
+        cpu2, wall2 = time.process_time(), time.perf_counter()
+        expected = decode_step(*inputs)
+        for got in (first, second):
+            for value, want in zip(got, expected, strict=True):
+                torch.testing.assert_close(value, want)
+        per_length.append((cpu1 - cpu0) - (cpu2 - cpu1))
+        walls.append((wall1 - wall0) - (wall2 - wall1))  # g++ runs in a child process
+    text = " ".join(f"{1000 * cpu:.1f}" for cpu in per_length)
+    print(f"lowering ms per cache length {DECODE_LENGTHS[0]}-{DECODE_LENGTHS[-1]}: {text}")
+    later = per_length[1:]
+    print(
+        f"SUMMARY lowering over {len(later)} new lengths: process CPU {sum(later):.3f} s "
+        f"({1000 * sum(later) / len(later):.1f} ms a length, median "
+        f"{1000 * sorted(later)[len(later) // 2]:.1f} ms); every call equal to eager"
+    )
+    print(
+        f"wall over the {len(later)} new lengths (process CPU leaves g++ out): "
+        f"{sum(walls[1:]):.3f} s; first length {walls[0]:.3f} s"
+    )
+    print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
+
+
 def child(codegen: str, profile_path: str | None, top: int) -> None:
     """One turn in this process (a fresh cache directory is the caller's)."""
     import torchstrata.runtime as tsr
@@ -191,14 +242,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=1, help="fresh processes, one after another")
     parser.add_argument("--codegen", default="cpp", choices=("cpp", "triton"))
-    parser.add_argument("--profile", metavar="PATH", help="cProfile the per-size lengths")
+    parser.add_argument("--workload", default="block_train", choices=("block_train", "decode"))
+    parser.add_argument(
+        "--profile", metavar="PATH", help="cProfile the per-size lengths (block_train)"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="decode: each turn runs symbolic_lowering off (per size), then on (0381)",
+    )
+    parser.add_argument("--per-size", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and args.workload == "decode":
+        decode_child(args.codegen, args.per_size)
+        return 0
     if args.child:
         child(args.codegen, args.profile, args.top)
         return 0
-    print(f"# commit {_commit()}, torch {torch.__version__}, lengths {' '.join(map(str, LENGTHS))}")
+    lengths = DECODE_LENGTHS if args.workload == "decode" else LENGTHS
+    print(
+        f"# commit {_commit()}, torch {torch.__version__}, workload {args.workload}, "
+        f"lengths {' '.join(map(str, lengths))}"
+    )
     for turn in range(1 if args.profile else args.turns):
         with tempfile.TemporaryDirectory(prefix="symbolic-lowering-") as scratch:
             env = dict(os.environ)
@@ -206,12 +273,19 @@ def main(argv: list[str] | None = None) -> int:
                 env[variable] = os.path.join(scratch, variable.lower())
             command = [sys.executable, "-m", "bench.symbolic_lowering", "--child"]
             command += ["--codegen", args.codegen, "--top", str(args.top)]
+            command += ["--workload", args.workload]
             command += ["--profile", args.profile] if args.profile else []
-            print(f"== turn {turn + 1}, load {_load()}", flush=True)
-            done = subprocess.run(command, cwd=REPO_ROOT, env=env, check=False)
-            if done.returncode:
-                print(f"turn {turn + 1} failed (exit {done.returncode})")
-                return done.returncode
+            for per_size in (True, False) if args.compare else (False,):
+                what = " (per size)" if per_size else " (symbolic lowering)" if args.compare else ""
+                print(f"== turn {turn + 1}{what}, load {_load()}", flush=True)
+                sub_env = dict(env)
+                for variable in CACHE_VARIABLES:  # each run with a cache of its own
+                    sub_env[variable] = os.path.join(scratch, f"{per_size}", variable.lower())
+                extra = ["--per-size"] if per_size else []
+                done = subprocess.run(command + extra, cwd=REPO_ROOT, env=sub_env, check=False)
+                if done.returncode:
+                    print(f"turn {turn + 1} failed (exit {done.returncode})")
+                    return done.returncode
     return 0
 
 

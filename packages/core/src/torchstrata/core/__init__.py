@@ -136,6 +136,13 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
+from torchstrata.core.size_values import (
+    SizeGuards,
+    SizeRead,
+    SizeValue,
+    sized_graph,
+    sizes_symbolic,
+)
 from torchstrata.core.spans import (
     Span,
     byte_span,
@@ -240,7 +247,10 @@ __all__ = [
     "Progress",
     "SegmentCompiler",
     "SizeCheck",
+    "SizeGuards",
     "SizeOutsideTrace",
+    "SizeRead",
+    "SizeValue",
     "Span",
     "StageCheck",
     "SymbolBinding",
@@ -332,6 +342,8 @@ __all__ = [
     "size_guards",
     "size_hint",
     "size_or_int",
+    "sized_graph",
+    "sizes_symbolic",
     "spans_overlap",
     "specialise_sizes",
     "stage_walk",

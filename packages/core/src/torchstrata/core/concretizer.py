@@ -36,6 +36,11 @@ class Concretizer:
         self._scalars: dict[tuple[type, Any], Any] = {}
         self._objects: dict[int, tuple[Any, Any]] = {}
 
+    def scalar(self, value: Any) -> Any:
+        """What the symbolic scalar ``value`` becomes: its value under :attr:`values`
+        (a subclass may give another value of it: ``core.size_values``)."""
+        return evaluate(value, self.values)
+
     def _sizes(self, sizes: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(size if type(size) is int else self(size) for size in sizes)
 
@@ -63,7 +68,7 @@ class Concretizer:
             key = (kind, value.node.expr)
             found = self._scalars.get(key, _MISSING)
             if found is _MISSING:
-                found = self._scalars[key] = evaluate(value, self.values)
+                found = self._scalars[key] = self.scalar(value)
             self._objects[id(value)] = (value, found)
             return found
         if isinstance(value, torch.Size):

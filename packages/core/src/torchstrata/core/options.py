@@ -134,6 +134,10 @@ class CompileOptions:
     * ``shared_decomposition_from``: the size a symbolic trace serves from which on its
       sizes take their prims graphs from the trace's one shared decomposition (1: from
       the first; decisions 0280, 0281); the sizes before it decompose their own graphs.
+    * ``symbolic_lowering``: a symbolic entry's new size first tries a lowering that
+      serves every size meeting the conditions it records (sizes as
+      ``core.SizeValue``); where that fails, sizes lower one by one (decision 0381).
+      False: always one by one.
     * ``cache_dir``: root of the on-disk cache (None: ``$TORCHSTRATA_CACHE_DIR``, else
       ``$XDG_CACHE_HOME/torchstrata``, else ``~/.cache/torchstrata``; see
       :mod:`torchstrata.core.artifacts`).
@@ -165,6 +169,7 @@ class CompileOptions:
     shared_decomposition_from: int = attrs.field(
         default=SHARED_DECOMPOSITION_FROM, validator=_check_count_from_one
     )
+    symbolic_lowering: bool = attrs.field(default=True, validator=_check_type(bool))
     cache_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )

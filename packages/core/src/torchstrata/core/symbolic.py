@@ -102,6 +102,8 @@ def size_or_int(value: Any) -> Any:
     if isinstance(value, torch.SymInt):
         constant = value.node.maybe_as_int()
         return value if constant is None else int(constant)
+    if getattr(value, "is_size_value", False):  # a symbolic lowering's size (0381)
+        return value
     return int(value)
 
 

@@ -64,9 +64,11 @@ def graph_symbols(graph: Graph) -> set[str]:
 
 
 class _Concretized(Transformer):
-    def __init__(self, graph: Graph, values: Mapping[str, int]) -> None:
+    def __init__(
+        self, graph: Graph, values: Mapping[str, int], concrete: Concretizer | None = None
+    ) -> None:
         super().__init__(graph)
-        self.concrete = Concretizer(values)
+        self.concrete = concrete if concrete is not None else Concretizer(values)
 
     def transform_input(self, node: Node) -> Node:
         return self.builder.input(node.name, self.concrete(node.meta))
@@ -122,18 +124,21 @@ def _concretized(value: Any) -> bool:
     return attrs.has(type(value)) and getattr(value, "shape", None) is not None
 
 
-def concretize_graph(graph: Graph, values: Mapping[str, int]) -> Graph:
+def concretize_graph(
+    graph: Graph, values: Mapping[str, int], concrete: Concretizer | None = None
+) -> Graph:
     """``graph`` with every symbolic size replaced by its value under ``values`` (symbol
     name -> int): the graph a static capture at those sizes records.
 
     The nodes are those a :class:`~torchstrata.core.GraphBuilder` copy would make (the
     same names, no tags, each metadata made static), built directly: each size
     expression is evaluated once, and calls without a symbolic argument keep theirs
-    (decision 0320)."""
+    (decision 0320). ``concrete`` replaces each symbolic scalar otherwise (default: a
+    :class:`Concretizer` of ``values``)."""
     shape = _shape(graph)
+    concrete = concrete if concrete is not None else Concretizer(values)
     if not shape.names_kept:
-        return _Concretized(graph, values).run()
-    concrete = Concretizer(values)
+        return _Concretized(graph, values, concrete).run()
     env: dict[Node, Node] = {}
     inputs = []
     for node in graph.inputs:

@@ -18,6 +18,7 @@ from torchstrata.runtime.graph_cache import GraphCacheStats, graph_cache_stats
 from torchstrata.runtime.graph_cache import suspended as graph_cache_suspended
 from torchstrata.runtime.guards import GuardFailure, GuardSet
 from torchstrata.runtime.pipeline import Pipeline
+from torchstrata.runtime.size_variants import reset_size_lowering_stats, size_lowering_stats
 
 __all__ = [
     "BackendOptionError",
@@ -40,5 +41,7 @@ __all__ = [
     "mark_dynamic",
     "mark_static",
     "reset",
+    "reset_size_lowering_stats",
     "set_logs",
+    "size_lowering_stats",
 ]

@@ -61,6 +61,7 @@ from torchstrata.runtime.int_sources import (
     static_attribute,
 )
 from torchstrata.runtime.size_routes import SizeRoutes
+from torchstrata.runtime.size_variants import LowerSymbolic, SizeVariants, count
 from torchstrata.runtime.symbolic_traces import SymbolicTraces, lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -337,6 +338,11 @@ class SizeSpecialisedRunner:
         pipeline's ``trace_symbolic``).
     :param shared_from: the size of a trace from which on its sizes share its one
         decomposition (the compile option ``shared_decomposition_from``).
+    :param lower_symbolic: makes the runner's :attr:`variants` (decision 0381): given
+        the runner, lowers its graph once for every size that meets the conditions
+        the lowering records. A new size tries those first and lowers on its own only
+        where none serves it and a symbolic lowering fails (counted with its reason in
+        ``size_lowering_stats()``).
     """
 
     def __init__(
@@ -347,6 +353,7 @@ class SizeSpecialisedRunner:
         trace: Callable[[Graph, Mapping[str, int] | None], SymbolicAot | None] | None = None,
         max_traces: int = 4,
         shared_from: int = SHARED_DECOMPOSITION_FROM,
+        lower_symbolic: Callable[[SizeSpecialisedRunner], LowerSymbolic] | None = None,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -361,6 +368,8 @@ class SizeSpecialisedRunner:
         if trace is not None:
             self.traces = SymbolicTraces(lambda hints: trace(graph, hints), max_traces, shared_from)
         self._first = True
+        #: the lowerings that serve many sizes (None: every size lowers on its own)
+        self.variants = SizeVariants(lower_symbolic(self)) if lower_symbolic is not None else None
         #: the one way in: a generated function of the graph's inputs that builds the
         #: key of the call's sizes inline and runs the runner lowered for it (a lambda
         #: for the key and a method frame cost a tiny call 0.3 us, so the class has no
@@ -393,6 +402,11 @@ class SizeSpecialisedRunner:
 
     def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
         values = dict(zip(self.slots, key, strict=True))
+        if self.variants is not None:
+            self._first_trace()  # the variants lower from the symbolic trace
+            symbolic = self.variants.runner_for(values)
+            if symbolic is not None:
+                return symbolic
         graph = concretize_graph(self.graph, values)
         if len(self.runners) >= self.max_lowered:
             if len(self.runners) == self.max_lowered:
@@ -401,6 +415,7 @@ class SizeSpecialisedRunner:
                     self.max_lowered,
                 )
             return lambda *inputs: interpret(graph, *inputs)
+        count("per_size")
         dynamic_log.debug("lowering the symbolic graph for sizes %s", values)
         try:
             if self.traces is None:
@@ -419,15 +434,18 @@ class SizeSpecialisedRunner:
         """The result at ``values`` of a symbolic trace whose conditions they meet
         (:meth:`SymbolicTraces.at`; the first trace is made here, at the first
         lowering); None when this size is to be traced on its own."""
+        self._first_trace()
         if self.traces is None:
             return None
-        if self._first:
+        return self.traces.at(values)
+
+    def _first_trace(self) -> None:
+        """Make the first symbolic trace (once; none: :attr:`traces` becomes None)."""
+        if self._first and self.traces is not None:
             self._first = False
             self.traces.add(None)
             if not self.traces.traces:
                 self.traces = None  # no symbolic trace: every size is traced on its own
-                return None
-        return self.traces.at(values)
 
 
 def refused_before_capture(
@@ -468,6 +486,7 @@ def compile_symbolic(
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
     from torchstrata.runtime.compile_trace import compile_trace, function_title
+    from torchstrata.runtime.symbolic_lowering import symbolic_lowerer
 
     refused = refused_before_capture(pipeline, fn, args, kwargs, options)
     if refused:  # known without capturing: no capture spent on it
@@ -508,8 +527,21 @@ def compile_symbolic(
         with dynamo_import_deferred():
             return pipeline.trace_symbolic(graph, options, hints)
 
+    def lower_symbolic(runner: SizeSpecialisedRunner) -> LowerSymbolic:
+        made = symbolic_lowerer(pipeline, runner.graph, options, lambda: runner.traces)
+
+        def deferred(values: Mapping[str, int]) -> Any:
+            with dynamo_import_deferred():
+                return made(values)
+
+        return deferred
+
     runner = SizeSpecialisedRunner(
-        capture.graphs[0], lower, trace=trace, shared_from=options.shared_decomposition_from
+        capture.graphs[0],
+        lower,
+        trace=trace,
+        shared_from=options.shared_decomposition_from,
+        lower_symbolic=lower_symbolic if options.symbolic_lowering else None,
     )
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim

@@ -104,6 +104,21 @@ class SharedDecomposition:
             return None
         return concretize_graph(made.prims, values)
 
+    def symbolic(
+        self, which: str, contract: GraphContract, decompose: Decompose
+    ) -> tuple[Graph, tuple[Any, ...]] | None:
+        """The prims graph of ``result``'s ``which`` graph under ``contract`` with its
+        sizes symbolic, and the sympy conditions its decomposition relied on; None where
+        there is none (a contract that lays out inputs, a failed decomposition)."""
+        graph = self.result.forward if which == "forward" else self.result.backward
+        if graph is None or any(layout is not None for layout in contract.input_layouts):
+            return None
+        key = (which, attrs.evolve(contract, input_layouts=()))
+        if key not in self._made:
+            self._made[key] = self._decompose(graph, key[1], decompose, which)
+        made = self._made[key]
+        return None if made is None else (made.prims, made.conditions)
+
     def _decompose(
         self, graph: Graph, contract: GraphContract, decompose: Decompose, which: str
     ) -> _Decomposed | None:

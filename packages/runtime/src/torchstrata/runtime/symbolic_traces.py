@@ -90,6 +90,20 @@ class SymbolicTraces:
         )
         return None
 
+    def trace_for(
+        self, values: Mapping[str, int]
+    ) -> tuple[SymbolicAot, SharedDecomposition] | None:
+        """The first trace whose conditions ``values`` meet and that the stage
+        partitioned once, with its shared decomposition (made here when it has none
+        yet); None where there is none. Counts no size served."""
+        for traced in self.traces:
+            if traced.result is not None and not traced.violated(values):
+                shared = self._shared.get(id(traced))
+                if shared is None:
+                    shared = self._shared[id(traced)] = SharedDecomposition(traced.result)
+                return traced, shared
+        return None
+
     def _sized(self, traced: SymbolicAot, values: Mapping[str, int]) -> AotResult | SizedAot:
         aot = traced.at(values)
         served = self._served[id(traced)] = self._served.get(id(traced), 0) + 1

@@ -27,6 +27,7 @@ import itertools
 import math
 from collections.abc import Iterable
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.ir.exprs import Constant, Expr, IndexValue, Op, walk
 from torchstrata.inductor.ir.indexing import Var
 from torchstrata.inductor.ir.kernel import Kernel, row_vars
@@ -49,7 +50,7 @@ def _compared(op: Op, rows: dict[str, int]) -> tuple[str, int] | None:
     for position, other in (op.args, op.args[::-1]):
         if not (isinstance(position, IndexValue) and isinstance(other, Constant)):
             continue
-        if isinstance(other.value, bool) or not isinstance(other.value, int):
+        if isinstance(other.value, bool) or not isinstance(other.value, int | SizeValue):
             continue
         index = position.index
         if index.const or len(index.terms) != 1:

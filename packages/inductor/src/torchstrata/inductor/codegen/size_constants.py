@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.ir.exprs import Constant, Expr, Op, ReduceRef
 
 #: Float types whose constants are printed from a length (16-bit floats compute in float).
@@ -116,6 +117,11 @@ def count_constant(
         if op.name == "div" and per_element(other):
             continue
         for count, text in counts.items():
+            if type(count) is SizeValue:
+                # a float constant of a symbolic graph holds no size (one that did would
+                # be a SymFloat, refused before lowering): equal to a symbolic count only
+                # by coincidence at one size (decision 0381)
+                continue
             if count < MIN_COUNT:
                 continue
             forms: list[tuple[int, str, tuple[float, ...]]] = [(count, text, (1.0,))]

@@ -20,6 +20,8 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 
+from torchstrata.core import SizeValue
+
 _NAMES: ContextVar[Mapping[int, str] | None] = ContextVar("size_names", default=None)
 _DIVISORS: ContextVar[tuple[Mapping[int, str], frozenset[str]] | None] = ContextVar(
     "size_divisors", default=None
@@ -44,20 +46,20 @@ def named_sizes(
         _NAMES.reset(token)
 
 
-def number(value: int) -> str:
+def number(value: int | SizeValue) -> str:
     """``value`` as generated code prints it: a size argument's name, or the literal."""
     names = _NAMES.get()
     if names is None:
         return str(value)
     if value < 0 and -value in names:  # a piece's offset: ``x1 + -8*cat1``
         return f"-{names[-value]}"
-    return names.get(value, str(value))
+    return names.get(value, str(value))  # type: ignore[arg-type]  # a SizeValue key (0381)
 
 
 def named_integer(value: object, floating: bool) -> str | None:
     """What :func:`number` prints for an integer constant ``value`` of a non-floating
     dtype where that is a size argument's name (a cat's bound), else None (a literal)."""
-    if floating or not isinstance(value, int) or isinstance(value, bool):
+    if floating or not isinstance(value, int | SizeValue) or isinstance(value, bool):
         return None
     text = number(value)
     return None if text == str(value) else text

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import attrs
 import torch
 
-from torchstrata.core import exact_key
+from torchstrata.core import exact_key, sizes_symbolic
 from torchstrata.inductor.ir.indexing import Index
 
 
@@ -105,9 +105,13 @@ def walk(expr: Expr) -> Iterator[Expr]:
     return iter(subexpressions(expr))
 
 
-@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def subexpressions(expr: Expr) -> tuple[Expr, ...]:
     """:func:`walk` of ``expr`` as a tuple (kept for the latest expressions walked)."""
+    return _subexpressions(expr, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
+def _subexpressions(expr: Expr, symbolic: bool) -> tuple[Expr, ...]:
     return tuple(_walk(expr))
 
 
@@ -126,9 +130,13 @@ def _walk(expr: Expr) -> Iterator[Expr]:
         stack.extend((child, False) for child in reversed(children(node)) if child not in seen)
 
 
-@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def variables(expr: Expr) -> frozenset[str]:
     """Loop variables an expression depends on."""
+    return _variables(expr, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
+def _variables(expr: Expr, symbolic: bool) -> frozenset[str]:
     names: set[str] = set()
     for node in walk(expr):
         if isinstance(node, Load | IndirectLoad | IndexValue):
@@ -136,15 +144,23 @@ def variables(expr: Expr) -> frozenset[str]:
     return frozenset(names)
 
 
-@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def reductions_used(expr: Expr) -> frozenset[str]:
     """Names of the fused reductions an expression reads."""
+    return _reductions_used(expr, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
+def _reductions_used(expr: Expr, symbolic: bool) -> frozenset[str]:
     return frozenset(node.name for node in walk(expr) if isinstance(node, ReduceRef))
 
 
-@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
 def buffers_loaded(expr: Expr) -> frozenset[str]:
     """Names of the buffers an expression loads from."""
+    return _buffers_loaded(expr, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=WALK_MEMO_SIZE)
+def _buffers_loaded(expr: Expr, symbolic: bool) -> frozenset[str]:
     return frozenset(node.buffer for node in walk(expr) if isinstance(node, Load | IndirectLoad))
 
 

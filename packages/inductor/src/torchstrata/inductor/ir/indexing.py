@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from torchstrata.core import SizeValue, sizes_symbolic
+
 
 @attrs.frozen(cache_hash=True)
 class Var:
@@ -43,8 +45,12 @@ class Mod:
 Atom = Var | FloorDiv | Mod
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _atom_key(atom: Atom) -> str:
+    return _atom_key_in(atom, sizes_symbolic())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _atom_key_in(atom: Atom, symbolic: bool) -> str:
     # Cached: the scheduler builds the same indices for every fusion it tries, and the
     # repr of a nested atom is the costliest part of a sum.
     return repr(atom)
@@ -55,13 +61,15 @@ class Index:
     """``const + sum(coeff * atom)``, terms sorted so that equal indices compare equal."""
 
     terms: tuple[tuple[Atom, int], ...] = ()
+    #: an int, or a symbolic size (``core.SizeValue``, decision 0381)
     const: int = 0
 
     # -- construction -----------------------------------------------------------------
     @staticmethod
-    def constant(value: int) -> Index:
+    def constant(value: int | SizeValue) -> Index:
         """The constant index ``value``."""
-        return Index((), int(value))
+        # a symbolic size is kept (decision 0381): typed as the int it stands for
+        return Index((), value if type(value) is SizeValue else int(value))  # type: ignore[arg-type]
 
     @staticmethod
     def of(atom: Atom) -> Index:
@@ -71,9 +79,9 @@ class Index:
         return Index(((atom, 1),), 0)
 
     def __add__(self, other: Index | int) -> Index:
-        if isinstance(other, int):
+        if isinstance(other, int | SizeValue):
             return Index(self.terms, self.const + other)
-        return _sum(self, other)
+        return _sum(self, other, sizes_symbolic())
 
     def _add(self, other: Index) -> Index:
         merged: dict[Atom, int] = dict(self.terms)
@@ -93,7 +101,7 @@ class Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
         if divisor == 1:
             return self
-        return _floordiv(self, divisor)
+        return _floordiv(self, divisor, sizes_symbolic())
 
     def _floordiv(self, divisor: int) -> Index:
         quotient, rest = self._split(divisor)
@@ -110,7 +118,7 @@ class Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
         if modulus == 1:
             return Index()
-        return _mod(self, modulus)
+        return _mod(self, modulus, sizes_symbolic())
 
     def _mod(self, modulus: int) -> Index:
         _, rest = self._split(modulus)
@@ -147,7 +155,7 @@ class Index:
         a C++ inner loop's loads contiguous."""
         if self.bounds()[0] < 0:
             return None
-        factors = {math.gcd(coeff, divisor) for _, coeff in self.terms}
+        factors = {_gcd(coeff, divisor) for _, coeff in self.terms}
         for factor in sorted(factors, reverse=True):
             if not 1 < factor < divisor:
                 continue
@@ -198,21 +206,37 @@ class Index:
         return " + ".join(parts)
 
 
+def _gcd(a: int | SizeValue, b: int | SizeValue) -> int:
+    """The greatest common divisor of two sizes; for a symbolic one (decision 0381), of
+    the integer contents of the two expressions: an int that divides both at every
+    size."""
+    if type(a) is int and type(b) is int:
+        return math.gcd(a, b)
+    return math.gcd(_content(a), _content(b))
+
+
+def _content(value: int | SizeValue) -> int:
+    if type(value) is SizeValue:
+        return abs(int(value.expr.as_content_primitive()[0]))
+    return abs(int(value))
+
+
 @functools.lru_cache(maxsize=1 << 16)
-def _sum(left: Index, right: Index) -> Index:
-    """``left + right``, memoised: the same sums recur for every fusion tried."""
+def _sum(left: Index, right: Index, symbolic: bool) -> Index:
+    """``left + right``, memoised: the same sums recur for every fusion tried. Every
+    memo here is keyed by ``symbolic`` too (``core.sizes_symbolic``, decision 0381)."""
     return left._add(right)
 
 
 @functools.lru_cache(maxsize=1 << 16, typed=True)
-def _floordiv(index: Index, divisor: int) -> Index:
+def _floordiv(index: Index, divisor: int, symbolic: bool) -> Index:
     """:meth:`Index.floordiv`, memoised: views and reshapes divide the same indices by the
     same strides for every fusion tried (the divisor's type is part of the key)."""
     return index._floordiv(divisor)
 
 
 @functools.lru_cache(maxsize=1 << 16, typed=True)
-def _mod(index: Index, modulus: int) -> Index:
+def _mod(index: Index, modulus: int, symbolic: bool) -> Index:
     """:meth:`Index.mod`, memoised (see :func:`_floordiv`)."""
     return index._mod(modulus)
 
@@ -263,11 +287,13 @@ def fold_div_mod(index: Index) -> Index:
 
 def linear_offset(index: Sequence[Index], strides: Sequence[int], offset: int = 0) -> Index:
     """``offset + sum(index[d] * strides[d])``: the element offset of a strided access."""
-    return _linear_offset(tuple(index), tuple(strides), offset)
+    return _linear_offset(tuple(index), tuple(strides), offset, sizes_symbolic())
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _linear_offset(index: tuple[Index, ...], strides: tuple[int, ...], offset: int) -> Index:
+def _linear_offset(
+    index: tuple[Index, ...], strides: tuple[int, ...], offset: int, symbolic: bool
+) -> Index:
     # Memoised: each candidate fusion rebuilds its members' loads at the same offsets.
     result = Index.constant(offset)
     for item, stride in zip(index, strides, strict=True):

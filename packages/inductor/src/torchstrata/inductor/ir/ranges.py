@@ -23,6 +23,7 @@ from collections.abc import Callable
 import attrs
 import torch
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.ir.exprs import Constant, Expr, IndexValue, Op
 from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var
 
@@ -190,7 +191,8 @@ def _as_index(expr: Expr) -> Index | None:
     if expr.dtype is torch.bool or expr.dtype.is_floating_point or expr.dtype.is_complex:
         return None
     if isinstance(expr, Constant):
-        return Index.constant(int(expr.value))
+        value = expr.value  # an int, or a symbolic size (decision 0381)
+        return Index.constant(value if isinstance(value, SizeValue) else int(value))
     if isinstance(expr, IndexValue):
         low, high = expr.index.bounds()
         info = torch.iinfo(expr.dtype)

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, contiguous_strides, same_layout
+from torchstrata.core import Graph, Node, OpKind, SizeValue, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
 from torchstrata.inductor.launch.extern_calls import direct_call
@@ -61,6 +61,10 @@ class _Globals:
     def name(self, value: Any, prefix: str) -> str:
         key = id(value)
         if key not in self._ids:
+            if holds_size_value(value):
+                raise NotImplementedError(
+                    f"a symbolic size in a launcher constant ({prefix}): not ported (0381)"
+                )
             name = f"{prefix}{len(self.values)}"
             self.values[name] = value
             self._ids[key] = name
@@ -172,7 +176,11 @@ def generate_launcher(
             args = [arg.name for arg in step.args]
             statements.append(_statement("    " + launch.call(handle, args), *args))
     keep = set(params) | {buffer_name(n) for n in graph.outputs}
-    lines = [f"def launch({', '.join(params)}):", *release_at_last_use(statements, keep)]
+    lines = [
+        f"def launch({', '.join(params)}):",
+        *symbol_bindings(graph),
+        *release_at_last_use(statements, keep),
+    ]
     shared = set(keep)
     for step in plan.steps:
         if isinstance(step, ExternStep) and not _fresh_result(step.node, in_place):
@@ -189,6 +197,50 @@ def generate_launcher(
         names[index] = f"out_{index}"
     lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
     return "\n".join(lines) + "\n", env.values
+
+
+def holds_size_value(value: Any, depth: int = 4) -> bool:
+    """Whether ``value`` (through containers and attrs fields, ``depth`` levels) holds a
+    ``SizeValue``: such a constant would reach a kernel or an extern op at run time,
+    where only ints are taken (decision 0381)."""
+    if type(value) is SizeValue:
+        return True
+    if depth == 0:
+        return False
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(holds_size_value(item, depth - 1) for item in value)
+    if isinstance(value, dict):
+        return any(holds_size_value(item, depth - 1) for item in value.values())
+    if attrs.has(type(value)):
+        return any(
+            holds_size_value(getattr(value, field.name, None), depth - 1)
+            for field in attrs.fields(type(value))
+        )
+    return False
+
+
+def symbol_bindings(graph: Graph) -> list[str]:
+    """The launcher's first lines where the graph's sizes are symbolic (``SizeValue``,
+    decision 0381): each symbol read from the first input dim that is exactly it
+    (``s0 = arg0.shape[1]``), so that shapes, strides and size arguments printed as
+    expressions of the symbols compute the call's sizes. Raises ``NotImplementedError``
+    where a symbol is no input's dim."""
+    guards = None
+    bound: dict[str, str] = {}
+    for node in graph.inputs:
+        meta = node.meta
+        for dim, size in enumerate(getattr(meta, "shape", ())):
+            if type(size) is SizeValue:
+                guards = size.guards
+                name = str(size.expr) if size.expr.is_Symbol else None
+                if name is not None and name not in bound:
+                    bound[name] = f"    {name} = {buffer_name(node)}.shape[{dim}]"
+    if guards is None:
+        return []
+    unbound = set(guards.hints) - set(bound)
+    if unbound:
+        raise NotImplementedError(f"symbols {sorted(unbound)} are no input's dim")
+    return list(bound.values())
 
 
 def release_at_last_use(statements: Sequence[Statement], keep: set[str]) -> list[str]:
@@ -312,11 +364,27 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
     return views
 
 
+def _same_sizes(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    """Whether two size tuples are equal where that holds at every size: ints equal,
+    symbolic sizes with one expression (no condition recorded)."""
+    if len(left) != len(right):
+        return False
+    for a, b in zip(left, right, strict=True):
+        if type(a) is SizeValue or type(b) is SizeValue:
+            if not (type(a) is type(b) and a.expr == b.expr and a.guards is b.guards):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
 def _view_line(node: Node, view: StridedView) -> Statement:
     base, name = buffer_name(view.base), buffer_name(node)
     strides = view.strides
     meta = view.base.tensor_meta
-    same = (view.shape, strides, view.offset) == (meta.shape, meta.strides, 0)
+    # "not the same" is right at every size (a view equal to its base), so symbolic
+    # sizes compare by expression here, deciding nothing (decision 0381)
+    same = _same_sizes((*view.shape, *strides, view.offset), (*meta.shape, *meta.strides, 0))
     if same and view.base.is_input:
         # a weight's t(t(w)) in a backward: the input itself (its layout is guarded)
         return _statement(f"    {name} = {base}  # the input itself, no view", base, stores=(name,))

@@ -1,0 +1,111 @@
+"""``core.SizeValue``: sizes of a lowering made once for many sizes (decision 0381).
+Decisions on them are recorded, reads of their value refused."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import sympy  # type: ignore[import-untyped]
+
+from torchstrata.core import SizeGuards, SizeRead, SizeValue
+from torchstrata.core.size_values import conditions_check, violated
+
+
+def _size(name: str = "s0", hint: int = 17) -> tuple[SizeGuards, SizeValue]:
+    guards = SizeGuards({name: hint})
+    return guards, guards.symbol(name)
+
+
+def test_arithmetic_keeps_the_expression_and_the_hint():
+    guards, n = _size()
+    made = (2 * n + 3) // 2 - n % 4
+    assert isinstance(made, SizeValue)
+    assert made.hint == (2 * 17 + 3) // 2 - 17 % 4
+    assert n - n == 0 and type(n - n) is int
+    assert guards.conditions == []
+
+
+def test_a_decision_is_recorded_with_its_outcome():
+    guards, n = _size()
+    assert n < 32
+    assert not (n > 20)
+    assert [str(c) for c in guards.conditions] == ["s0 < 32", "s0 <= 20"]
+    assert guards.holds({"s0": 20})
+    assert not guards.holds({"s0": 21})  # crosses the second decision
+    assert not guards.holds({"s0": 40})
+
+
+def test_a_decision_true_at_every_size_records_nothing():
+    guards, n = _size()
+    assert n >= 2 and n > 1 and n + 1 > n and bool(n) and 2 * n != n
+    assert guards.conditions == []
+
+
+def test_equal_expressions_are_equal_without_a_guard():
+    guards, n = _size()
+    assert n + 1 == 1 + n
+    assert {n * 2: "x"}[2 * n] == "x"
+    assert guards.conditions == []
+
+
+def test_a_lookup_among_ints_misses_and_records_nothing():
+    # documented (decision 0381): such a site must be right at every size on a miss
+    guards, n = _size()
+    assert {17: "seventeen"}.get(n) is None
+    assert guards.conditions == [] and not guards.refused
+
+
+def test_an_equality_that_pins_the_size_is_a_refused_read():
+    guards, n = _size()
+    with pytest.raises(SizeRead):
+        bool(n == 17)
+    assert guards.refused
+    assert n + 1 != 17  # an inequality is a condition
+    assert [str(c) for c in guards.conditions] == ["Ne(s0 + 1, 17)"]
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        int,
+        float,
+        range,
+        lambda n: [0] * n,
+        lambda n: struct.pack("q", n),
+        lambda n: f"{n:d}",
+        lambda n: n == 17.0,  # Python would answer False without asking the size
+    ],
+)
+def test_reading_the_value_is_refused_even_when_caught(read):
+    guards, n = _size()
+    with pytest.raises(SizeRead):
+        read(n)
+    assert guards.refused  # the lowering is refused even if a caller swallowed the error
+
+
+def test_printing_gives_source_only_for_plain_arithmetic():
+    _, n = _size()
+    assert str(2 * n + 1) == "2*s0 + 1" and repr((n, 3)) == "(s0, 3)"
+    with pytest.raises(SizeRead):
+        str(n // 2)
+
+
+def test_sizes_of_two_lowerings_and_of_a_closed_one_are_never_equal():
+    first, n = _size(hint=5)
+    second, m = _size(hint=5)
+    assert n != m and first.conditions == [] and second.conditions == []
+    first.close()
+    assert n != 5 and n == n
+    assert first.conditions == []
+
+
+def test_the_generated_check_agrees_with_substitution():
+    guards, n = _size(hint=17)
+    assert n < 32 and n != 20 and 2 * n + 1 >= 35 and n * n > 200
+    # one condition the generated code cannot spell (a modulus): substituted
+    conditions = [*guards.conditions, sympy.Eq(sympy.Mod(n.expr, 4), 1)]
+    check = conditions_check(conditions)
+    for size in range(2, 40):
+        assert check({"s0": size}) == (violated(conditions, {"s0": size}) is None), size
+    assert check({"s0": 17}) and not check({"s0": 20}) and not check({"s0": 18})

@@ -1,0 +1,123 @@
+"""A symbolic entry's lowerings that serve many sizes (issue 33, decision 0381).
+
+:class:`SizeSpecialisedRunner <torchstrata.runtime.dynamic_shapes.SizeSpecialisedRunner>`
+asks :class:`SizeVariants` for a new size's runner before it lowers the size on its own.
+A variant is one symbolic lowering (sizes as ``core.SizeValue``) with the conditions on
+sizes it relied on: a size that meets every condition of a variant runs it, with no
+lowering. A size that meets none is lowered symbolically again (at most
+``max_variants``). A symbolic lowering that fails (a site that reads a size as a number,
+``core.SizeRead``; a ``TypeError`` or ``NotImplementedError`` of a site not ported; any
+other error) makes the entry lower per size from then on, as before: the failure is
+counted, with its reason, in :func:`size_lowering_stats`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from torchstrata.core import artifact_logger
+
+logger = logging.getLogger("torchstrata.runtime")
+dynamic_log = artifact_logger(__name__, "dynamic")
+
+#: How many lowerings serve many sizes at most per entry (then sizes lower per size).
+MAX_VARIANTS = 4
+
+
+@attrs.frozen
+class SymbolicLowering:
+    """One lowering for many sizes: its ``runner`` (takes the graph's inputs at any
+    size it serves) and ``serves(values)``: whether the sizes ``values`` (symbol name ->
+    int) meet every condition it relied on. ``conditions``: their text, for logs."""
+
+    runner: Callable[..., Any]
+    serves: Callable[[Mapping[str, int]], bool]
+    conditions: tuple[str, ...] = ()
+
+
+#: Lowers a symbolic graph at the sizes ``values`` (its hints) for every size that meets
+#: the conditions it records; raises where it cannot (the size is lowered on its own).
+LowerSymbolic = Callable[[Mapping[str, int]], SymbolicLowering]
+
+#: this process's counts: "symbolic" (lowerings that serve many sizes), "reused" (new
+#: sizes that ran one of them), "per_size" (sizes lowered on their own), "fallback: why"
+_COUNTS: collections.Counter[str] = collections.Counter()
+
+
+def size_lowering_stats() -> dict[str, int]:
+    """A copy of this process's counts of how the new sizes of symbolic entries were
+    served: ``symbolic`` (lowered once for many sizes), ``reused`` (a new size that ran
+    such a lowering, no lowering), ``per_size`` (lowered for its own sizes), and
+    ``fallback: <reason>`` (an entry whose symbolic lowering failed, why)."""
+    return dict(_COUNTS)
+
+
+def reset_size_lowering_stats() -> None:
+    """Set every count of :func:`size_lowering_stats` to zero."""
+    _COUNTS.clear()
+
+
+def count(what: str) -> None:
+    """Add one to the count ``what`` (of :func:`size_lowering_stats`)."""
+    _COUNTS[what] += 1
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:160]}"
+
+
+class SizeVariants:
+    """The symbolic lowerings of one entry, each serving the sizes that meet its
+    conditions.
+
+    :param lower: lowers the entry's graph symbolically at a call's sizes.
+    :param max_variants: symbolic lowerings made at most.
+    """
+
+    def __init__(self, lower: LowerSymbolic, max_variants: int = MAX_VARIANTS) -> None:
+        self.lower = lower
+        self.max_variants = max_variants
+        self.variants: list[SymbolicLowering] = []
+        #: why the entry lowers per size ('' while symbolic lowering is tried)
+        self.fallback = ""
+        #: this entry's counts (as :func:`size_lowering_stats`)
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def _count(self, what: str) -> None:
+        self.counts[what] += 1
+        count(what)
+
+    def runner_for(self, values: Mapping[str, int]) -> Callable[..., Any] | None:
+        """A runner for the sizes ``values`` from a symbolic lowering (an existing one
+        that serves them, or a new one); None where they are to be lowered on their own."""
+        for variant in self.variants:
+            if variant.serves(values):
+                self._count("reused")
+                return variant.runner
+        if self.fallback or len(self.variants) >= self.max_variants:
+            return None
+        try:
+            made = self.lower(values)
+        except Exception as error:  # noqa: BLE001 - the size lowers on its own, as before
+            self.fallback = _reason(error)
+            self._count(f"fallback: {self.fallback}")
+            logger.info("sizes %s: lowering per size (%s)", dict(values), self.fallback)
+            return None
+        if not made.serves(values):  # a recorded outcome contradicts the hints: a bug
+            self.fallback = "a symbolic lowering that does not serve its own sizes"
+            self._count(f"fallback: {self.fallback}")
+            return None
+        self.variants.append(made)
+        self._count("symbolic")
+        dynamic_log.debug(
+            "sizes %s: lowered for every size where %s",
+            dict(values),
+            " and ".join(made.conditions) or "always",
+        )
+        return made.runner

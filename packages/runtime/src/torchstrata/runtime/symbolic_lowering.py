@@ -1,0 +1,128 @@
+"""A symbolic entry's graph lowered once for many sizes (issue 33, decision 0381).
+
+The forward of the entry's symbolic trace (decision 0220) is decomposed once with its
+sizes symbolic (decision 0280), its ``SymInt`` sizes become ``core.SizeValue`` sizes of
+one ``core.SizeGuards`` (hints: the call's sizes), and the codegen stage compiles that
+graph. The result serves every size that meets the trace's conditions, the
+decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
+
+Only what the per-size path does the same way at every size is lowered so: an inference
+forward without autocast, write-backs, views or aliased outputs, under the default
+mode. Anything else raises ``NotImplementedError`` (the entry lowers per size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from torchstrata.core import (
+    CompiledGraph,
+    CompileOptions,
+    Graph,
+    GraphContract,
+    PassRecord,
+    SizeGuards,
+    SizeRead,
+    SymbolicAot,
+    enabled_autocast,
+    sized_graph,
+)
+from torchstrata.core.size_values import conditions_check
+from torchstrata.runtime.forward_contracts import forward_contract
+from torchstrata.runtime.runners import inference_runner, output_layout
+from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.symbolic_traces import SymbolicTraces
+
+
+def symbolic_lowerer(
+    pipeline: Any,
+    graph: Graph,
+    options: CompileOptions,
+    traces: Callable[[], SymbolicTraces | None],
+) -> LowerSymbolic:
+    """``lower(values)``: ``graph`` (torch level, symbolic sizes) lowered by
+    ``pipeline``'s stages at the sizes ``values`` for every size that meets what it
+    relied on; ``traces()`` gives the entry's symbolic traces (None: there are none)."""
+
+    def lower(values: Mapping[str, int]) -> SymbolicLowering:
+        if options.mode not in (None, "default"):
+            raise NotImplementedError(f"mode {options.mode!r} lowers per size")
+        if enabled_autocast():
+            raise NotImplementedError("a graph under autocast lowers per size")
+        if torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas):
+            raise NotImplementedError("a training graph (its backward) lowers per size")
+        made = traces()
+        found = None if made is None else made.trace_for(values)
+        if found is None:
+            raise NotImplementedError("no symbolic partition serves these sizes")
+        traced, shared = found
+        aot = traced.at(values)
+        num_user, mutated, aliases = output_layout(aot)
+        views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
+        if (
+            mutated
+            or views
+            or any(a is not None for a in aliases)
+            or num_user != len(aot.forward.outputs)
+        ):
+            # their runners carry metadata of the traced sizes
+            raise NotImplementedError("write-backs, views or aliased outputs lower per size")
+        records: list[PassRecord] = []
+        if pipeline.run_passes("post_aot", aot.forward, options, records) is not aot.forward:
+            raise NotImplementedError("the post_aot passes change the forward: per size")
+        contract = forward_contract(aot, inference=True)
+        decomposed = shared.symbolic("forward", contract, _decompose(pipeline, options))
+        if decomposed is None:
+            raise NotImplementedError("no symbolic decomposition of the forward")
+        prims, conditions = decomposed
+        guards = SizeGuards(values)
+        try:
+            with guards.active():
+                sized = sized_graph(prims, guards)
+                sized = pipeline.run_passes("post_decomp", sized, options, records)
+                device = next(
+                    (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
+                    torch.device("cpu"),
+                )
+                compiled = pipeline._call_stage(
+                    "codegen", options, graph=sized, device=device, contract=contract
+                )
+        finally:
+            guards.close()  # memos made on its sizes serve no other lowering
+        if guards.refused:  # a site read a size as a number (even if it caught the error)
+            raise SizeRead(guards.refused[0])
+        if not isinstance(compiled, CompiledGraph):
+            raise NotImplementedError("no codegen stage compiled the symbolic graph")
+        return _lowering(traced, conditions, guards, inference_runner(compiled.fn, aot))
+
+    return lower
+
+
+def _decompose(
+    pipeline: Any, options: CompileOptions
+) -> Callable[[Graph, GraphContract], Graph | None]:
+    def decompose(graph: Graph, contract: GraphContract) -> Graph | None:
+        prims = pipeline._call_stage("decomp", options, graph=graph, contract=contract)
+        return prims if isinstance(prims, Graph) else None
+
+    return decompose
+
+
+def _lowering(
+    traced: SymbolicAot,
+    conditions: tuple[Any, ...],
+    guards: SizeGuards,
+    runner: Callable[..., Any],
+) -> SymbolicLowering:
+    """The lowering with every condition it relied on: the trace's, the symbolic
+    decomposition's and the codegen's (``guards``)."""
+    relied = (*conditions, *guards.conditions)
+    holds = conditions_check(relied)
+
+    def serves(values: Mapping[str, int]) -> bool:
+        return holds(values) and not traced.violated(values)
+
+    return SymbolicLowering(runner, serves, tuple(map(str, relied)))
