@@ -7,8 +7,11 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-forward without autocast, write-backs, views or aliased outputs, under the default
-mode. Anything else raises ``NotImplementedError`` (the entry lowers per size).
+forward on the CPU without autocast, write-backs, views or aliased outputs, under the
+default mode, by any codegen but Triton. Anything else raises ``NotImplementedError`` (the
+entry lowers per size). Triton is left out: its kernels compile at their first launch,
+after the lowering, so a size the Triton printer did not port would fail at a call, not
+fall back; and its sites have not been checked for lookups of a size that miss.
 """
 
 from __future__ import annotations
@@ -78,15 +81,17 @@ def symbolic_lowerer(
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
+        device = next(
+            (node.tensor_meta.device for node in prims.inputs if node.meta is not None),
+            torch.device("cpu"),
+        )
+        if device.type != "cpu" or options.codegen == "triton":
+            raise NotImplementedError("Triton kernels lower per size")
         guards = SizeGuards(values)
         try:
             with guards.active():
                 sized = sized_graph(prims, guards)
                 sized = pipeline.run_passes("post_decomp", sized, options, records)
-                device = next(
-                    (node.tensor_meta.device for node in sized.inputs if node.meta is not None),
-                    torch.device("cpu"),
-                )
                 compiled = pipeline._call_stage(
                     "codegen", options, graph=sized, device=device, contract=contract
                 )
