@@ -131,10 +131,11 @@ def generate_launcher(
     for step in plan.steps:
         if isinstance(step, ExternStep):
             by_onednn = step.node in onednn
-            # a oneDNN matmul's right operand is read as a view of its own (_onednn_weight)
-            right = step.node.args[-1] if by_onednn else None
-            if right is step.node.args[-2]:  # x @ x: the left operand's view is made
-                right = None
+            # a oneDNN matmul reads its right operand transposed, as a view made in its
+            # call (_onednn_call); x @ x still makes the left operand's view
+            right = None
+            if by_onednn and step.node.args[-1] is not step.node.args[-2]:
+                right = step.node.args[-1]
             for operand in step.node.input_nodes():
                 if operand in views and operand not in made and operand is not right:
                     made.add(operand)
