@@ -14,7 +14,6 @@ from torchstrata.inductor.launch.cpu_matmuls import (
     onednn_applies,
     onednn_available,
     onednn_faster,
-    onednn_linear,
     onednn_matmuls,
     onednn_mm,
 )
@@ -41,9 +40,6 @@ def test_the_calls_compute_atens_values_on_every_layout(a_t: bool, b_t: bool) ->
     got = onednn_addmm(bias, a, b)
     torch.testing.assert_close(got, torch.addmm(bias, a, b).detach(), rtol=1e-5, atol=1e-5)
     assert got.grad_fn is None and not got.requires_grad
-    got = onednn_linear(a, b.t(), bias)  # the launcher's call: the right operand transposed
-    torch.testing.assert_close(got, torch.addmm(bias, a, b).detach(), rtol=1e-5, atol=1e-5)
-    assert got.grad_fn is None and got.stride() == (56, 1)
 
 
 def _matmul_graph(
@@ -66,37 +62,11 @@ def _matmul_graph(
 def test_the_launcher_calls_onednn_where_told_and_keeps_the_values(ind) -> None:
     compiled = ind.check(_matmul_graph(), "cpp", inductor=ALWAYS, rtol=1e-5, atol=1e-5)
     source = compiled.launcher_source
-    assert source.count("by oneDNN") == 2 and source.count("_onednn_linear(") == 2
-    # the linear's weight is the input itself; the gradient's right operand one view of x
-    assert "_onednn_linear(buf_x, buf_w, buf_bias)" in source
-    assert "_onednn_linear(buf_permute_1, buf_x.t())" in source  # x^T: one view
-    assert "stride() !=" not in source  # oneDNN's results are fresh and row-major
+    assert source.count("by oneDNN") == 2
+    assert "_onednn_addmm(buf_bias, " in source and "_onednn_mm(" in source
     assert compiled.package is not None  # the calls are no globals of the launcher's own
     source = ind.check(_matmul_graph(), "cpp", inductor=NEVER, rtol=1e-5, atol=1e-5)
     assert "_onednn" not in source.launcher_source
-
-
-@needs_onednn
-def test_a_right_operand_view_of_a_buffer_is_one_view_of_it(ind) -> None:
-    """The right operand as the transpose of a kernel's buffer, and as a column slice (at an
-    offset) of one: oneDNN reads one ``as_strided`` view of that buffer (never a view of a
-    view), and the results are the interpreter's."""
-    b = GraphBuilder(Level.PRIMS)
-    x = b.input("x", TensorMeta((32, 16), torch.float32))
-    w = b.input("w", TensorMeta((48, 16), torch.float32))
-    wide = b.input("wide", TensorMeta((16, 70), torch.float32))
-    weight = b.call(prim("exp"), w)
-    transposed = b.call(aten("mm.default"), x, b.call(prim("permute"), weight, (1, 0)))
-    table = b.call(prim("exp"), wide)
-    columns = b.call(prim("slice"), table, (0, 7), (16, 63), (1, 1))
-    sliced = b.call(aten("mm.default"), x, columns)
-    # the buffers are outputs too: the operands are views of them, not copies
-    graph = b.build([weight, table] + [b.call(prim("exp"), v) for v in (transposed, sliced)])
-    source = ind.check(graph, "cpp", inductor=ALWAYS, rtol=1e-4, atol=1e-4).launcher_source
-    assert source.count("_onednn_linear(") == 2
-    assert "_onednn_linear(buf_x, buf_exp.as_strided((48, 16), (16, 1)))" in source
-    assert "as_strided(buf_exp_1, (56, 16), (1, 70), buf_exp_1.storage_offset() + 7))" in source
-    assert " = buf_exp.as_strided(" not in source  # no view of its own for the operand
 
 
 @pytest.mark.parametrize(
@@ -189,4 +159,4 @@ def test_a_large_transposed_left_operand_stays_atens(ind) -> None:
     graph = b.build([b.call(prim("exp"), v) for v in (transposed, row_major, little)])
     source = ind.check(graph, "cpp", inductor=ALWAYS, rtol=1e-4, atol=1e-4).launcher_source
     assert "buf_mm = _onednn" not in source
-    assert "buf_mm_1 = _onednn_linear(" in source and "buf_mm_2 = _onednn_linear(" in source
+    assert "buf_mm_1 = _onednn_mm(" in source and "buf_mm_2 = _onednn_mm(" in source

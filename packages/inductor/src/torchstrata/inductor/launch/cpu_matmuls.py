@@ -69,26 +69,11 @@ def onednn_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.
     return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
 
 
-def onednn_linear(
-    a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``a @ weight.t()`` (plus ``bias``, as :func:`onednn_addmm`) by oneDNN: the launcher's
-    call, handed the right operand already transposed (``weight`` is ``b.t()``, made as one
-    view of ``b``'s buffer, or that buffer itself) so that no view is made per call here
-    (decision 0376). Records no autograd history."""
-    if torch.is_grad_enabled():
-        with torch.no_grad():
-            return _LINEAR.default(a, weight, bias, "none", [], "")  # type: ignore[union-attr]
-    return _LINEAR.default(a, weight, bias, "none", [], "")  # type: ignore[union-attr]
-
-
-#: The launcher globals of the two calls, by op (the timing's calls, and tests').
+#: The launcher globals of the two calls, by op.
 ONEDNN_CALLS: Mapping[str, tuple[str, Callable[..., torch.Tensor]]] = {
     "aten.mm.default": ("_onednn_mm", onednn_mm),
     "aten.addmm.default": ("_onednn_addmm", onednn_addmm),
 }
-#: The launcher global of :func:`onednn_linear`, the call the launcher makes.
-ONEDNN_LINEAR = "_onednn_linear"
 
 
 def _static_cpu_f32(meta: Any) -> bool:

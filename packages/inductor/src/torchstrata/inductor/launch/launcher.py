@@ -15,7 +15,7 @@ import torch
 
 from torchstrata.core import Graph, Node, OpKind, SizeValue, contiguous_strides, same_layout
 from torchstrata.inductor.ir.kernel import Kernel
-from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS, ONEDNN_LINEAR, onednn_linear
+from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
 from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.huge_pages import (
     advise_huge_pages,
@@ -134,14 +134,8 @@ def generate_launcher(
     by_buffer = {buffer_name(node): node for node in graph.all_nodes()}
     for step in plan.steps:
         if isinstance(step, ExternStep):
-            by_onednn = step.node in onednn
-            # a oneDNN matmul reads its right operand transposed, as a view made in its
-            # call (_onednn_call); x @ x still makes the left operand's view
-            right = None
-            if by_onednn and step.node.args[-1] is not step.node.args[-2]:
-                right = step.node.args[-1]
             for operand in step.node.input_nodes():
-                if operand in views and operand not in made and operand is not right:
+                if operand in views and operand not in made:
                     made.add(operand)
                     statements.append(_view_line(operand, views[operand]))
             read = buffer_name(step.node) in kernel_loads
@@ -155,7 +149,7 @@ def generate_launcher(
                 and op.kind is OpKind.PRIMS
             )
             statements += _extern_lines(
-                step.node, plan, env, read, in_place.get(step.node), relaid, by_onednn, views
+                step.node, plan, env, read, in_place.get(step.node), relaid, step.node in onednn
             )
             continue
         launch = launches.get(step.name)
@@ -194,9 +188,7 @@ def generate_launcher(
                 shared.add(buffer_name(arg))
                 if arg in views:
                     shared.add(buffer_name(views[arg].base))
-    view_bases = {
-        buffer_name(node): buffer_name(view.base) for node, view in views.items() if node in made
-    }
+    view_bases = {buffer_name(node): buffer_name(view.base) for node, view in views.items()}
     reusable = {k: v for k, v in allocated.items() if k not in shared}
     lines = reuse_buffers(lines, reusable, view_bases)
     names = [buffer_name(node) for node in graph.outputs]
@@ -418,15 +410,13 @@ def _extern_lines(
     in_place: Any = None,
     relaid_output: bool = False,
     by_onednn: bool = False,
-    views: Mapping[Node, StridedView] | None = None,
 ) -> list[Statement]:
     """The call of an extern ATen op (``in_place``: its in-place form, updating its first
     argument, see :mod:`.in_place`). Its result is copied into the strides of its
     metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
     where it is returned in another layout (size-one dimensions aside). ``by_onednn``: a
     matmul called through oneDNN (:mod:`.cpu_matmuls`) where it is neither run in place
-    nor written into an advised buffer: :func:`_onednn_call` (``views``: the extern
-    operands that are views of buffers)."""
+    nor written into an advised buffer."""
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
@@ -442,34 +432,29 @@ def _extern_lines(
     op = node.op.resolve() if in_place is None else in_place
     advised = in_place is None and _advised_result(node, op)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
-    read: set[str] = set()
-    statements = []
     if by_onednn and in_place is None and not advised:
-        meta = node.tensor_meta
-        call = _onednn_call(node, views or {}, env, read)
-        statements.append(
-            _statement(f"    {name} = {call}  # {note}, by oneDNN", *read, stores=(name,))
-        )
-        if meta.strides == contiguous_strides(meta.shape):
-            return statements  # oneDNN's result is a fresh row-major tensor: no check
+        fn = ONEDNN_CALLS[str(node.op)][0]
+        note += ", by oneDNN"
     else:
         fn = env.name(direct_call(op, node.kwargs), "extern")
-        args = [_render_arg(arg, env, read) for arg in node.args]
-        args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
-        if advised:
-            # a large matmul result written into a buffer advised onto huge pages (0233)
-            meta = node.tensor_meta
-            dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
-            allocation = (
-                f"    {name} = empty_strided({meta.shape!r}, {meta.strides!r}, dtype={dtype}, "
-                f"device={device})"
-            )
-            statements.append(_statement(allocation, stores=(name,)))
-            statements.append(_statement(f"    _advise_huge_pages({name})", name))
-            call = f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}"
-        else:
-            call = f"    {name} = {fn}({', '.join(args)})  # {note}"
-        statements.append(_statement(call, *read, stores=(name,)))
+    read: set[str] = set()
+    args = [_render_arg(arg, env, read) for arg in node.args]
+    args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
+    statements = []
+    if advised:
+        # a large matmul result written into a buffer advised onto huge pages (0233)
+        meta = node.tensor_meta
+        dtype, device = env.name(meta.dtype, "dtype"), env.name(meta.device, "device")
+        allocation = (
+            f"    {name} = empty_strided({meta.shape!r}, {meta.strides!r}, dtype={dtype}, "
+            f"device={device})"
+        )
+        statements.append(_statement(allocation, stores=(name,)))
+        statements.append(_statement(f"    _advise_huge_pages({name})", name))
+        call = f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}"
+    else:
+        call = f"    {name} = {fn}({', '.join(args)})  # {note}"
+    statements.append(_statement(call, *read, stores=(name,)))
     if read_by_kernel:
         # Kernels index this buffer with the strides its metadata promised.
         strides = node.tensor_meta.strides
@@ -482,35 +467,6 @@ def _extern_lines(
     restride = f"        {name} = _restride({name}, {strides!r})"
     statements.append(Statement((test, restride), frozenset((name,)), frozenset((name,))))
     return statements
-
-
-def _onednn_call(
-    node: Node, views: Mapping[Node, StridedView], env: _Globals, read: set[str]
-) -> str:
-    """The oneDNN call of the matmul ``node`` (``[bias, ]a, b``): ``_onednn_linear(a,
-    b^T[, bias])``, ``b^T`` made as one view of ``b``'s buffer (its transposed view's base
-    itself where that is an input of exactly that layout), not as a view of a view (0376).
-    The buffer names it reads are added to ``read``."""
-    *bias, a, b = node.args
-    assert isinstance(b, Node)
-    args = [_render_arg(a, env, read)]
-    view = views.get(b)
-    if view is None:
-        args.append(f"{_render_arg(b, env, read)}.t()")
-    else:
-        base = buffer_name(view.base)
-        read.add(base)
-        shape, strides = view.shape[::-1], view.strides[::-1]
-        meta = view.base.tensor_meta
-        if view.base.is_input and (shape, strides, view.offset) == (meta.shape, meta.strides, 0):
-            args.append(base)  # a linear's weight: the input itself (its layout is guarded)
-        elif view.offset == 0:
-            args.append(f"{base}.as_strided({shape!r}, {strides!r})")
-        else:
-            offset = f"{base}.storage_offset() + {view.offset}"
-            args.append(f"as_strided({base}, {shape!r}, {strides!r}, {offset})")
-    args += [_render_arg(arg, env, read) for arg in bias]
-    return f"{ONEDNN_LINEAR}({', '.join(args)})"
 
 
 #: Matmuls whose large CPU results the launcher allocates itself (``out=``), advised
@@ -539,7 +495,6 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
         **{name: call for name, call in ONEDNN_CALLS.values()},
-        ONEDNN_LINEAR: onednn_linear,
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
