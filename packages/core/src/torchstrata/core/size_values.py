@@ -35,17 +35,27 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import numbers
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import sympy  # type: ignore[import-untyped]
 import torch
 
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
 from torchstrata.core.symbolic_graphs import concretize_graph
+
+
+@functools.cache
+def _sympy() -> Any:
+    """sympy, imported on first use: a CPU inference compile that never lowers a
+    symbolic entry does not pay its import (0.2-0.7 s of a cold compile)."""
+    import sympy  # type: ignore[import-untyped]
+
+    return sympy
+
 
 _SYMBOLIC: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "torchstrata_sizes_symbolic", default=False
@@ -84,7 +94,7 @@ class SizeGuards:
         #: ``(relation, left, right) -> outcome`` of each decision taken (recorded once)
         self.decided: dict[tuple[Any, Any, Any], bool] = {}
         self._symbols = {
-            name: sympy.Symbol(name, integer=True, positive=True) for name in self.hints
+            name: _sympy().Symbol(name, integer=True, positive=True) for name in self.hints
         }
 
     def symbol(self, name: str) -> SizeValue:
@@ -103,13 +113,13 @@ class SizeGuards:
     def record(self, condition: Any, outcome: bool) -> None:
         """Record that ``condition`` (a sympy relational over the symbols) had
         ``outcome`` here."""
-        fact = condition if outcome else sympy.Not(condition)
+        fact = condition if outcome else _sympy().Not(condition)
         fact = _decided(fact)
-        if fact is sympy.true:
+        if fact is _sympy().true:
             return
-        if fact is sympy.false:  # cannot be: it held at the hints
+        if fact is _sympy().false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
-        if isinstance(fact, sympy.Eq) and len(fact.free_symbols) == 1:
+        if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1:
             # pins its symbol to a few values: a read of the size's value, refused as
             # ``int()`` is (a lowering for one size is the per-size path's, made slower)
             raise self.refuse(f"{fact} (a decision that holds at one size)")
@@ -187,7 +197,7 @@ def conditions_check(conditions: Sequence[Any]) -> Callable[[Mapping[str, int]],
 
 
 def _substituted(expr: Any, values: Mapping[str, int]) -> Any:
-    return expr.xreplace({s: sympy.Integer(values[s.name]) for s in expr.free_symbols})
+    return expr.xreplace({s: _sympy().Integer(values[s.name]) for s in expr.free_symbols})
 
 
 def _evaluate(expr: Any, values: Mapping[str, int]) -> int:
@@ -220,8 +230,8 @@ _SIGNS = {
 
 
 def _decide_fact(fact: Any) -> Any:
-    if isinstance(fact, sympy.logic.boolalg.BooleanAtom) or not isinstance(
-        fact, sympy.core.relational.Relational
+    if isinstance(fact, _sympy().logic.boolalg.BooleanAtom) or not isinstance(
+        fact, _sympy().core.relational.Relational
     ):
         return fact
     tests = _SIGNS.get(fact.rel_op)
@@ -230,9 +240,9 @@ def _decide_fact(fact: Any) -> Any:
     difference = (fact.lhs - fact.rhs).xreplace(
         {s: _SHIFTED[s.name] + 2 for s in fact.free_symbols if s.name in _names(fact)}
     )
-    difference = sympy.expand(difference)
+    difference = _sympy().expand(difference)
     signs = _polynomial_signs(difference)
-    for test, decided in zip(tests, (sympy.true, sympy.false), strict=True):
+    for test, decided in zip(tests, (_sympy().true, _sympy().false), strict=True):
         holds = signs.get(test) if signs is not None else getattr(difference, test)
         if holds:
             return decided
@@ -244,7 +254,7 @@ def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
     from its coefficients (all of one sign: its constant bounds it); None where it is
     not such a polynomial (sympy's assumptions decide then, slower)."""
     coefficients = difference.as_coefficients_dict()
-    constant = int(coefficients.get(sympy.Integer(1), 0))
+    constant = int(coefficients.get(_sympy().Integer(1), 0))
     others = []
     for monomial, coefficient in coefficients.items():
         if monomial == 1:
@@ -271,7 +281,9 @@ def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
 def _names(fact: Any) -> set[str]:
     for symbol in fact.free_symbols:
         if symbol.name not in _SHIFTED:
-            _SHIFTED[symbol.name] = sympy.Symbol(f"_{symbol.name}", integer=True, nonnegative=True)
+            _SHIFTED[symbol.name] = _sympy().Symbol(
+                f"_{symbol.name}", integer=True, nonnegative=True
+            )
     return {s.name for s in fact.free_symbols}
 
 
@@ -297,7 +309,7 @@ def _expr_and_hint(value: Any, guards: SizeGuards) -> tuple[Any, int] | None:
             raise guards.refuse("a size of another lowering")
         return value.expr, value.hint
     if type(value) is int or type(value) is bool:
-        return sympy.Integer(value), int(value)
+        return _sympy().Integer(value), int(value)
     return None
 
 
@@ -346,16 +358,16 @@ class SizeValue:
         return self._arith(other, lambda a, b: a * b, lambda a, b: a * b, True)
 
     def __floordiv__(self, other: Any) -> Any:
-        return self._arith(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b)
+        return self._arith(other, lambda a, b: _sympy().floor(a / b), lambda a, b: a // b)
 
     def __rfloordiv__(self, other: Any) -> Any:
-        return self._arith(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b, True)
+        return self._arith(other, lambda a, b: _sympy().floor(a / b), lambda a, b: a // b, True)
 
     def __mod__(self, other: Any) -> Any:
-        return self._arith(other, sympy.Mod, lambda a, b: a % b)
+        return self._arith(other, _sympy().Mod, lambda a, b: a % b)
 
     def __rmod__(self, other: Any) -> Any:
-        return self._arith(other, sympy.Mod, lambda a, b: a % b, True)
+        return self._arith(other, _sympy().Mod, lambda a, b: a % b, True)
 
     def __neg__(self) -> Any:
         return SizeValue(-self.expr, -self.hint, self.guards)
@@ -376,16 +388,16 @@ class SizeValue:
         return outcome
 
     def __lt__(self, other: Any) -> Any:
-        return self._decide(other, sympy.Lt, lambda a, b: a < b)
+        return self._decide(other, _sympy().Lt, lambda a, b: a < b)
 
     def __le__(self, other: Any) -> Any:
-        return self._decide(other, sympy.Le, lambda a, b: a <= b)
+        return self._decide(other, _sympy().Le, lambda a, b: a <= b)
 
     def __gt__(self, other: Any) -> Any:
-        return self._decide(other, sympy.Gt, lambda a, b: a > b)
+        return self._decide(other, _sympy().Gt, lambda a, b: a > b)
 
     def __ge__(self, other: Any) -> Any:
-        return self._decide(other, sympy.Ge, lambda a, b: a >= b)
+        return self._decide(other, _sympy().Ge, lambda a, b: a >= b)
 
     def __eq__(self, other: object) -> Any:
         if self.guards.closed:
@@ -397,7 +409,7 @@ class SizeValue:
         if isinstance(other, numbers.Number) and type(other) not in (int, bool):
             # a float, a numpy or torch scalar: Python would answer False unseen
             raise self.guards.refuse(f"{self.expr} == {other!r}")
-        return self._decide(other, sympy.Eq, lambda a, b: a == b)
+        return self._decide(other, _sympy().Eq, lambda a, b: a == b)
 
     def __ne__(self, other: object) -> Any:
         equal = self.__eq__(other)
@@ -410,7 +422,7 @@ class SizeValue:
         return hash(self.expr)
 
     def __bool__(self) -> bool:
-        return bool(self._decide(0, sympy.Ne, lambda a, b: a != b))
+        return bool(self._decide(0, _sympy().Ne, lambda a, b: a != b))
 
     # reads of the value: refused ----------------------------------------------------
     def __index__(self) -> int:
