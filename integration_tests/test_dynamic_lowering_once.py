@@ -241,3 +241,22 @@ def test_a_failure_at_one_size_is_that_sizes_alone():
     variants = SizeVariants(broken)
     assert variants.runner_for({"s0": 3}) is None and variants.fallback
     assert variants.runner_for({"s0": 5}) is None
+
+
+def flatten_and_unflatten(x):
+    n = x.shape[0]
+    flat = x.flatten(0, 1)  # a view of strides (3, 1) over n * 4 rows
+    return flat.sum(1), x.reshape(n, 12).unflatten(1, (3, 4)).permute(0, 2, 1).reshape(n, 12)
+
+
+def test_reshape_views_of_symbolic_sizes():
+    # a reshape's view strides on symbolic sizes (ATen's computeStride in Python,
+    # ``schedule.view_strides``), where a meta tensor refused them (decision 0382)
+    torch.manual_seed(0)
+    compiled = tsr.compile(flatten_and_unflatten, dynamic=None, codegen="cpp")
+    rows = (4, 5, 9, 16, 17, 2, 33, 7, 12)  # the first is static (dynamic=None)
+    for count in rows:
+        _check(compiled, flatten_and_unflatten, (torch.randn(count, 4, 3),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats
