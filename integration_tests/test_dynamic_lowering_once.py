@@ -260,3 +260,22 @@ def test_reshape_views_of_symbolic_sizes():
     stats = tsr.size_lowering_stats()
     assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
     assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats
+
+
+def size_as_value(x):
+    n = x.shape[0]
+    return x.sum(0) / n, x.new_ones(n, 2) * n, torch.full((n,), 2.0) + n
+
+
+def test_a_size_used_as_a_value_in_a_kernel():
+    # a constant that is a size (a division by the row count, a product with it) prints
+    # as its expression over the kernel's symbol arguments, converted as the literal of
+    # its value would be (decision 0382)
+    torch.manual_seed(0)
+    compiled = tsr.compile(size_as_value, dynamic=None, codegen="cpp")
+    rows = (4, 5, 9, 16, 17, 2, 33, 7, 12)  # the first is static (dynamic=None)
+    for count in rows:
+        _check(compiled, size_as_value, (torch.randn(count, 3),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats
