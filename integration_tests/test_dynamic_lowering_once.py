@@ -12,8 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torchstrata.runtime as tsr
+from torchstrata import core
 
 
 @pytest.fixture(autouse=True)
@@ -140,3 +142,140 @@ def test_triton_kernels_lower_per_size():
     assert any("Triton kernels lower per size" in key for key in stats), stats
     assert stats.get("per_size") == len(sizes), stats
     assert "symbolic" not in stats, stats
+
+
+def transposed_copy(x):
+    # a pointwise kernel that stores through 8x8 transposed tiles where both of its
+    # dims are multiples of 8 (``cpp.tiles``: a decision ``Mod(s, 8) == 0``, or its
+    # negation) and indexes the input by a stride that is a symbol, not a size argument
+    return (x.t() * 2).contiguous() + 1
+
+
+def test_a_divisibility_decision_is_a_condition_not_a_pinned_size():
+    # decision 0382: ``Eq(Mod(s, 8), 0)`` holds at every multiple of 8: recorded, where
+    # it was refused as a size pinned; the stride ``s`` is a kernel argument
+    torch.manual_seed(0)
+    compiled = tsr.compile(transposed_copy, dynamic=True, codegen="cpp")
+    for columns in (16, 24, 32, 40, 48, 64, 72, 80):
+        _check(compiled, transposed_copy, (torch.randn(8, columns),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < 8, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == 8, stats
+    # 20 columns are no multiple of 8: across the recorded condition, lowered again
+    before = stats.get("symbolic", 0)
+    _check(compiled, transposed_copy, (torch.randn(8, 20),))
+    assert tsr.size_lowering_stats().get("symbolic") == before + 1
+    assert not any(key.startswith("fallback") for key in tsr.size_lowering_stats())
+
+
+def pad_rows(x):
+    return F.pad(x, (1, 2)), F.pad(x, (0, 0, 2, 0), value=-1.0)
+
+
+def test_symbols_in_kernels_are_arguments_with_parenthesised_sums():
+    # the kernels index by ``(s + 3)*x0`` (a padded row's stride): every symbol of the
+    # lowering is a kernel argument, and a sum is printed in parentheses
+    # (``dynamic=None``: the first length is static, the length alone is symbolic)
+    torch.manual_seed(0)
+    compiled = tsr.compile(pad_rows, dynamic=None, codegen="cpp")
+    lengths = (4, 5, 9, 16, 17, 2, 33, 7, 12)
+    for length in lengths:
+        _check(compiled, pad_rows, (torch.randn(2, 3, length),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(lengths) - 1, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(lengths) - 1, stats
+
+
+def causal_mask(x):
+    # a row index divided by ``2*s`` (``xi / (2*s)``): a product in parentheses too
+    t = x.shape[-1]
+    mask = torch.arange(t)[None, :] > torch.arange(t)[:, None]
+    return torch.zeros(x.shape[0], 2, t, t).masked_fill(mask, float("-inf")) + x[:, None, :, None]
+
+
+def test_a_divisor_that_is_a_product_of_sizes():
+    torch.manual_seed(0)
+    compiled = tsr.compile(causal_mask, dynamic=True, codegen="cpp")
+    lengths = (3, 4, 5, 6, 7, 9, 11, 13)
+    for length in lengths:
+        _check(compiled, causal_mask, (torch.randn(2, length),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(lengths), stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(lengths), stats
+
+
+def test_a_failure_at_one_size_is_that_sizes_alone():
+    # a lowering that failed after deciding ``s == 3`` (a pinned size, refused) fails
+    # again only at sizes that meet that decision; another size is lowered again
+    from torchstrata.runtime.size_variants import (
+        SizeSpecificFailure,
+        SizeVariants,
+        SymbolicLowering,
+    )
+
+    tried = []
+
+    def lower(values):
+        tried.append(values["s0"])
+        if values["s0"] == 3:
+            failure = SizeSpecificFailure(lambda v: v["s0"] == 3)
+            raise failure from core.SizeRead("pinned")
+        return SymbolicLowering(lambda: "ran", lambda v: v["s0"] != 3, ("Ne(s0, 3)",))
+
+    variants = SizeVariants(lower)
+    assert variants.runner_for({"s0": 3}) is None  # lowers per size
+    assert variants.runner_for({"s0": 3}) is None and tried == [3]  # not tried again
+    runner = variants.runner_for({"s0": 5})
+    assert runner is not None and runner() == "ran" and tried == [3, 5]
+    assert variants.runner_for({"s0": 9}) is runner and tried == [3, 5]
+    assert dict(variants.counts) == {
+        "fallback: SizeRead: pinned": 1,
+        "symbolic": 1,
+        "reused": 1,
+    }
+
+    def broken(values):
+        raise TypeError("a site not ported")
+
+    # any other failure: the entry lowers per size from then on, as before
+    variants = SizeVariants(broken)
+    assert variants.runner_for({"s0": 3}) is None and variants.fallback
+    assert variants.runner_for({"s0": 5}) is None
+
+
+def flatten_and_unflatten(x):
+    n = x.shape[0]
+    flat = x.flatten(0, 1)  # a view of strides (3, 1) over n * 4 rows
+    return flat.sum(1), x.reshape(n, 12).unflatten(1, (3, 4)).permute(0, 2, 1).reshape(n, 12)
+
+
+def test_reshape_views_of_symbolic_sizes():
+    # a reshape's view strides on symbolic sizes (ATen's computeStride in Python,
+    # ``schedule.view_strides``), where a meta tensor refused them (decision 0382)
+    torch.manual_seed(0)
+    compiled = tsr.compile(flatten_and_unflatten, dynamic=None, codegen="cpp")
+    rows = (4, 5, 9, 16, 17, 2, 33, 7, 12)  # the first is static (dynamic=None)
+    for count in rows:
+        _check(compiled, flatten_and_unflatten, (torch.randn(count, 4, 3),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats
+
+
+def size_as_value(x):
+    n = x.shape[0]
+    return x.sum(0) / n, x.new_ones(n, 2) * n, torch.full((n,), 2.0) + n
+
+
+def test_a_size_used_as_a_value_in_a_kernel():
+    # a constant that is a size (a division by the row count, a product with it) prints
+    # as its expression over the kernel's symbol arguments, converted as the literal of
+    # its value would be (decision 0382)
+    torch.manual_seed(0)
+    compiled = tsr.compile(size_as_value, dynamic=None, codegen="cpp")
+    rows = (4, 5, 9, 16, 17, 2, 33, 7, 12)  # the first is static (dynamic=None)
+    for count in rows:
+        _check(compiled, size_as_value, (torch.randn(count, 3),))
+    stats = tsr.size_lowering_stats()
+    assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats

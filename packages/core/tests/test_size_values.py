@@ -62,7 +62,18 @@ def test_an_equality_that_pins_the_size_is_a_refused_read():
         bool(n == 17)
     assert guards.refused
     assert n + 1 != 17  # an inequality is a condition
-    assert [str(c) for c in guards.conditions] == ["Ne(s0 + 1, 17)"]
+    # the pinning equality is recorded too: the failure is that size's own (0382)
+    assert [str(c) for c in guards.conditions] == ["Eq(s0, 17)", "Ne(s0 + 1, 17)"]
+
+
+def test_a_divisibility_test_is_a_condition():
+    # ``Eq(Mod(s0, 8), 0)`` holds at every multiple of 8: no size pinned (decision 0382)
+    guards, n = _size(hint=24)
+    assert n % 8 == 0 and n % 16 != 0
+    assert not guards.refused
+    assert [str(c) for c in guards.conditions] == ["Eq(Mod(s0, 8), 0)", "Ne(Mod(s0, 16), 0)"]
+    assert guards.holds({"s0": 40}) and not guards.holds({"s0": 48})
+    assert not guards.holds({"s0": 20})
 
 
 @pytest.mark.parametrize(
@@ -86,7 +97,10 @@ def test_reading_the_value_is_refused_even_when_caught(read):
 
 def test_printing_gives_source_only_for_plain_arithmetic():
     _, n = _size()
-    assert str(2 * n + 1) == "2*s0 + 1" and repr((n, 3)) == "(s0, 3)"
+    # in parentheses but for a symbol (an operand in C: ``(2*s0 + 1)*x0``, ``xi / (2*s0)``);
+    # a power as a product (decision 0382)
+    assert str(2 * n + 1) == "(2*s0 + 1)" and repr((n, 3)) == "(s0, 3)"
+    assert str(2 * n) == "(2*s0)" and str(n * n) == "(s0*s0)"
     with pytest.raises(SizeRead):
         str(n // 2)
 

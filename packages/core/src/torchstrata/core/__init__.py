@@ -140,6 +140,7 @@ from torchstrata.core.size_values import (
     SizeGuards,
     SizeRead,
     SizeValue,
+    active_symbols,
     sized_graph,
     sizes_symbolic,
 )
@@ -263,6 +264,7 @@ __all__ = [
     "VerificationError",
     "WriteBack",
     "active_symbolic_sizes",
+    "active_symbols",
     "all_prims",
     "artifact_logger",
     "assert_close_to_eager",

@@ -70,6 +70,21 @@ def sizes_symbolic() -> bool:
     return _SYMBOLIC.get()
 
 
+_ACTIVE: contextvars.ContextVar[SizeGuards | None] = contextvars.ContextVar(
+    "torchstrata_size_guards", default=None
+)
+
+
+def active_symbols() -> tuple[SizeValue, ...]:
+    """The sizes of the symbols of the symbolic lowering in progress, by name (empty
+    outside one): generated code that prints sizes as expressions over them takes each
+    as an argument its launcher passes."""
+    guards = _ACTIVE.get()
+    if guards is None:
+        return ()
+    return tuple(guards.symbol(name) for name in sorted(guards.hints))
+
+
 class SizeRead(TypeError):
     """A stage read the value of a :class:`SizeValue` (a site not ported to symbolic
     sizes): the symbolic lowering is refused, the size lowers on its own."""
@@ -119,9 +134,16 @@ class SizeGuards:
             return
         if fact is _sympy().false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
+<<<<<<< HEAD
         if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1:
+=======
+        if isinstance(fact, sympy.Eq) and len(fact.free_symbols) == 1 and not _periodic(fact):
+>>>>>>> wt-symlower2
             # pins its symbol to a few values: a read of the size's value, refused as
-            # ``int()`` is (a lowering for one size is the per-size path's, made slower)
+            # ``int()`` is (a lowering for one size is the per-size path's, made slower);
+            # recorded too: the failure is these sizes' own (``SizeVariants`` tries the
+            # sizes that do not meet it again)
+            self.conditions.append(fact)
             raise self.refuse(f"{fact} (a decision that holds at one size)")
         if fact not in self._seen:
             self._seen.add(fact)
@@ -139,11 +161,14 @@ class SizeGuards:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """Within the block, :func:`sizes_symbolic` is True."""
+        """Within the block, :func:`sizes_symbolic` is True and :func:`active_symbols`
+        gives this lowering's symbols."""
         token = _SYMBOLIC.set(True)
+        guards_token = _ACTIVE.set(self)
         try:
             yield
         finally:
+            _ACTIVE.reset(guards_token)
             _SYMBOLIC.reset(token)
 
     def close(self) -> None:
@@ -276,6 +301,17 @@ def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
         "is_zero": not others and constant == 0,
         "is_nonzero": (low is not None and low > 0) or (high is not None and high < 0),
     }
+
+
+def _periodic(fact: Any) -> bool:
+    """Whether ``fact``'s symbols occur only inside ``Mod`` by a constant: then it
+    holds at every size of a residue class (``Eq(Mod(s0, 8), 0)``: a divisibility test,
+    true at infinitely many sizes) and pins no size."""
+    difference = fact.lhs - fact.rhs
+    mods = [m for m in difference.atoms(sympy.Mod) if not m.args[1].free_symbols]
+    if not mods:
+        return False
+    return not difference.xreplace({m: sympy.Integer(0) for m in mods}).free_symbols
 
 
 def _names(fact: Any) -> set[str]:
@@ -442,12 +478,28 @@ class SizeValue:
     def __str__(self) -> str:
         if not _is_plain(self.expr):
             raise self.guards.refuse(f"printing {self.expr}")
-        return str(self.expr)
+        text = _SOURCE.doprint(self.expr)
+        # in parentheses, but for one symbol: generated code prints a size as an operand
+        # (a coefficient ``(s0 + 3)*x0``, not ``s0 + 3*x0``; a divisor ``xi / (2*s0)``)
+        return text if self.expr.is_Symbol or self.expr.is_Pow else f"({text})"
 
     def __repr__(self) -> str:
         # as ``str``: a tuple of sizes printed into generated source is the source of
         # their expressions (the launcher binds the symbols)
         return str(self)
+
+
+class _SourcePrinter(sympy.printing.str.StrPrinter):
+    """A plain expression (:func:`_is_plain`) as source that Python and C read alike:
+    a power as a product (``s0*s0``, not ``s0**2``)."""
+
+    def _print_Pow(self, expr: Any, rational: bool = False) -> str:
+        if expr.exp.is_Integer and expr.exp >= 1:
+            return "(" + "*".join([self.parenthesize(expr.base, 100)] * int(expr.exp)) + ")"
+        return str(super()._print_Pow(expr, rational))
+
+
+_SOURCE = _SourcePrinter()
 
 
 class _Sized(Concretizer):

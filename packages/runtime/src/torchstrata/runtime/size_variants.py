@@ -7,8 +7,12 @@ sizes it relied on: a size that meets every condition of a variant runs it, with
 lowering. A size that meets none is lowered symbolically again (at most
 ``max_variants``). A symbolic lowering that fails (a site that reads a size as a number,
 ``core.SizeRead``; a ``TypeError`` or ``NotImplementedError`` of a site not ported; any
-other error) makes the entry lower per size from then on, as before: the failure is
-counted, with its reason, in :func:`size_lowering_stats`.
+other error) is counted, with its reason, in :func:`size_lowering_stats`, and the size
+lowers on its own. Where the failure came with the conditions on sizes decided before it
+(:class:`SizeSpecificFailure`), only the sizes that meet them lower per size from then
+on: a size that does not takes another path through the stages and is tried again
+(lowerings made and failed count together against ``max_variants``). Any other failure
+makes the entry lower per size from then on.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ class SymbolicLowering:
     runner: Callable[..., Any]
     serves: Callable[[Mapping[str, int]], bool]
     conditions: tuple[str, ...] = ()
+
+
+class SizeSpecificFailure(Exception):
+    """A symbolic lowering failed after deciding conditions on sizes: ``repeats(values)``
+    says whether the sizes ``values`` meet every one of them (their lowering would take
+    the same path to the same failure). Its ``__cause__`` is the failure."""
+
+    def __init__(self, repeats: Callable[[Mapping[str, int]], bool]) -> None:
+        super().__init__("a symbolic lowering failed at these sizes")
+        self.repeats = repeats
 
 
 #: Lowers a symbolic graph at the sizes ``values`` (its hints) for every size that meets
@@ -86,6 +100,8 @@ class SizeVariants:
         self.variants: list[SymbolicLowering] = []
         #: why the entry lowers per size ('' while symbolic lowering is tried)
         self.fallback = ""
+        #: ``repeats`` of each failure that was the failing sizes' own
+        self.failures: list[Callable[[Mapping[str, int]], bool]] = []
         #: this entry's counts (as :func:`size_lowering_stats`)
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -100,14 +116,20 @@ class SizeVariants:
             if variant.serves(values):
                 self._count("reused")
                 return variant.runner
-        if self.fallback or len(self.variants) >= self.max_variants:
+        if self.fallback or len(self.variants) + len(self.failures) >= self.max_variants:
+            return None
+        if any(repeats(values) for repeats in self.failures):
             return None
         try:
             made = self.lower(values)
+        except SizeSpecificFailure as failure:
+            self.failures.append(failure.repeats)
+            cause = failure.__cause__ if failure.__cause__ is not None else failure
+            self._fail(values, _reason(cause))
+            return None
         except Exception as error:  # noqa: BLE001 - the size lowers on its own, as before
             self.fallback = _reason(error)
-            self._count(f"fallback: {self.fallback}")
-            logger.info("sizes %s: lowering per size (%s)", dict(values), self.fallback)
+            self._fail(values, self.fallback)
             return None
         if not made.serves(values):  # a recorded outcome contradicts the hints: a bug
             self.fallback = "a symbolic lowering that does not serve its own sizes"
@@ -121,3 +143,7 @@ class SizeVariants:
             " and ".join(made.conditions) or "always",
         )
         return made.runner
+
+    def _fail(self, values: Mapping[str, int], reason: str) -> None:
+        self._count(f"fallback: {reason}")
+        logger.info("sizes %s: lowering per size (%s)", dict(values), reason)

@@ -36,7 +36,11 @@ from torchstrata.core import (
 from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.runners import inference_runner, output_layout
-from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.size_variants import (
+    LowerSymbolic,
+    SizeSpecificFailure,
+    SymbolicLowering,
+)
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 
 
@@ -95,10 +99,17 @@ def symbolic_lowerer(
                 compiled = pipeline._call_stage(
                     "codegen", options, graph=sized, device=device, contract=contract
                 )
+            if guards.refused:  # a site read a size as a number (even if it caught it)
+                raise SizeRead(guards.refused[0])
+        except Exception as error:
+            if not guards.refused or not guards.conditions:
+                raise  # a site not ported (any size), or no decision on a size led to it
+            # a read of a size: sizes that meet the decisions taken up to it (a pinned
+            # size's included) read it the same way; others take another path and are
+            # tried again
+            raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        if guards.refused:  # a site read a size as a number (even if it caught the error)
-            raise SizeRead(guards.refused[0])
         if not isinstance(compiled, CompiledGraph):
             raise NotImplementedError("no codegen stage compiled the symbolic graph")
         return _lowering(traced, conditions, guards, inference_runner(compiled.fn, aot))
@@ -125,9 +136,14 @@ def _lowering(
     """The lowering with every condition it relied on: the trace's, the symbolic
     decomposition's and the codegen's (``guards``)."""
     relied = (*conditions, *guards.conditions)
+    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)))
+
+
+def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:
+    """Whether sizes meet the trace's conditions and ``relied``."""
     holds = conditions_check(relied)
 
     def serves(values: Mapping[str, int]) -> bool:
         return holds(values) and not traced.violated(values)
 
-    return SymbolicLowering(runner, serves, tuple(map(str, relied)))
+    return serves

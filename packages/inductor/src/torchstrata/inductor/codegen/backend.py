@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import attrs
 import torch
 
-from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
+from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo, SizeValue
 from torchstrata.inductor.codegen.cpp.build import (
     KernelSource,
     build_kernels,
@@ -72,9 +72,10 @@ class Backend(Protocol):
         ...
 
 
-def _ctypes_call(handle: str, args: Sequence[str], sizes: Sequence[int] = ()) -> str:
+def _ctypes_call(handle: str, args: Sequence[str], sizes: Sequence[int | SizeValue] = ()) -> str:
     """The launcher's call of a C++ kernel: buffer addresses, then its sizes as literals
-    (the launcher is generated per size; the kernel may serve several)."""
+    (the launcher is generated per size; the kernel may serve several), or in a symbolic
+    lowering as expressions of the symbols the launcher binds (decisions 0381, 0382)."""
     return f"{handle}({', '.join([*(arg + '.data_ptr()' for arg in args), *map(str, sizes)])})"
 
 

@@ -13,7 +13,15 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import Graph, Node, OpKind, SizeValue, contiguous_strides, same_layout
+from torchstrata.core import (
+    Graph,
+    Node,
+    OpKind,
+    SizeValue,
+    active_symbols,
+    contiguous_strides,
+    same_layout,
+)
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
 from torchstrata.inductor.launch.extern_calls import direct_call
@@ -222,7 +230,8 @@ def holds_size_value(value: Any, depth: int = 4) -> bool:
 def symbol_bindings(graph: Graph) -> list[str]:
     """The launcher's first lines where the graph's sizes are symbolic (``SizeValue``,
     decision 0381): each symbol read from the first input dim that is exactly it
-    (``s0 = arg0.shape[1]``), so that shapes, strides and size arguments printed as
+    (``s0 = arg0.shape[1]``; each symbol of the lowering in progress, which every C++
+    kernel takes: decision 0382), so that shapes, strides and size arguments printed as
     expressions of the symbols compute the call's sizes. Raises ``NotImplementedError``
     where a symbol is no input's dim."""
     guards = None
@@ -235,9 +244,10 @@ def symbol_bindings(graph: Graph) -> list[str]:
                 name = str(size.expr) if size.expr.is_Symbol else None
                 if name is not None and name not in bound:
                     bound[name] = f"    {name} = {buffer_name(node)}.shape[{dim}]"
-    if guards is None:
+    symbols = {str(symbol) for symbol in active_symbols()}  # every kernel takes them
+    if guards is None and not symbols:
         return []
-    unbound = set(guards.hints) - set(bound)
+    unbound = (set(guards.hints) if guards is not None else symbols) - set(bound)
     if unbound:
         raise NotImplementedError(f"symbols {sorted(unbound)} are no input's dim")
     return list(bound.values())

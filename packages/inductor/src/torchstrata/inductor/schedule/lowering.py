@@ -53,6 +53,7 @@ from torchstrata.inductor.schedule.index_fns import (
     view_fn,
 )
 from torchstrata.inductor.schedule.templates import shape_templates
+from torchstrata.inductor.schedule.view_strides import view_strides
 
 
 @attrs.frozen
@@ -313,6 +314,11 @@ def buffer_view(
         strides = tuple(stride * step for stride, step in zip(strides, steps, strict=True))
     elif name == "broadcast_in_dim":
         strides = broadcast_strides(base.shape, strides, out_shape, node.args[2])
+    elif name == "reshape" and not all(type(s) is int for s in (*base.shape, *strides, *out_shape)):
+        found = view_strides(base.shape, strides, out_shape)  # sizes that record (0382)
+        if found is None:
+            return None
+        strides = found
     elif name == "reshape":
         try:
             probe = torch.empty_strided(base.shape, strides, device="meta")

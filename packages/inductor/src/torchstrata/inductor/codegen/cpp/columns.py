@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from torchstrata.core import active_symbols
 from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.exprs import (
     COMBINE,
@@ -341,7 +342,7 @@ def generate_column_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
 
 
 def _generate_columns(kernel: Kernel, layout: _Layout, simd_functions: frozenset[str]) -> str:
-    names = tuple(name for name, _ in layout.sizes())
+    names = (*(name for name, _ in layout.sizes()), *map(str, active_symbols()))
     if not layout.can_chunk:
         body, items_body = _unchunked(kernel, layout, names)
         return kernel_source(kernel, body, simd_functions, names, items_body)

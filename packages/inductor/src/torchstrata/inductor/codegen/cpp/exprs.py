@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.codegen.cpp.checks import (
     check_update,
     checked_function,
@@ -257,11 +258,15 @@ def supports(name: str, dtype: torch.dtype) -> bool:
     return not (dtype is torch.bool and name in _BOOL_UNSUPPORTED)
 
 
-def literal(value: int | float | bool, dtype: torch.dtype) -> str:
-    """A C++ literal of ``value`` in the compute type of ``dtype``."""
+def literal(value: int | float | bool | SizeValue, dtype: torch.dtype) -> str:
+    """A C++ literal of ``value`` in the compute type of ``dtype``; a size of a symbolic
+    lowering is its expression over the symbols, which every kernel takes (decision 0382)
+    and converts as the literal of its value would be."""
     ctype = compute_type(dtype)
     if dtype is torch.bool:
         return "true" if value else "false"
+    if type(value) is SizeValue:
+        return f"static_cast<{ctype}>({value})"
     if dtype.is_floating_point:
         value = float(value)
         if math.isnan(value):

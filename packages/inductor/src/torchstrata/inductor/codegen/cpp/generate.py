@@ -56,7 +56,12 @@ from torchstrata.inductor.codegen.cpp.row_loops import (
     parallel_simd,
     row_loops,
 )
-from torchstrata.inductor.codegen.cpp.row_sizes import outer_rows, outer_vars_of, reduced_length
+from torchstrata.inductor.codegen.cpp.row_sizes import (
+    outer_rows,
+    outer_vars_of,
+    reduced_length,
+    symbol_params,
+)
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -427,7 +432,7 @@ def _sizes(kernel: Kernel) -> tuple[str, ...]:
     """The size parameters of a row kernel's function, after its buffers."""
     sizes: tuple[str, ...] = (ROWS_PARAM,) if outer_rows(kernel) is not None else ()
     sizes += (RED_LEN_PARAM,) if reduced_length(kernel) is not None else ()
-    return sizes + cat_params(kernel)
+    return sizes + cat_params(kernel) + symbol_params()
 
 
 def _tiled_rows(
@@ -479,14 +484,15 @@ def _tiled_rows(
     # one loop over a range of tiles, called by each thread or once (decision 0391)
     condition = parallel_condition(ROWS_PARAM, inner.size)
     rows_body = tile_loop(ROW_LO, ROW_HI)
-    args = [*(arg.name for arg in kernel.args), ROWS_PARAM, *flag_arguments(kernel)]
+    sizes = (ROWS_PARAM, *symbol_params())
+    args = [*(arg.name for arg in kernel.args), *sizes, *flag_arguments(kernel)]
     lines = range_calls(args, f"({tiles})", condition)
     lines += [
         f"for (int64_t xi = ({tiles}) * {TILE}; xi < {ROWS_PARAM}; ++xi) {{",
         *("  " + line for line in row_lines(kernel.row_stores)),
         "}",
     ]
-    return kernel_source(kernel, lines, simd_functions, (ROWS_PARAM,), rows_body)
+    return kernel_source(kernel, lines, simd_functions, sizes, rows_body)
 
 
 def _split_picks(

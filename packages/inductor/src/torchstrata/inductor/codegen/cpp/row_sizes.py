@@ -1,10 +1,12 @@
 """The sizes a C++ row kernel's function takes after its buffers: its rows, its reduced
-length, a cat's extents, or a column reduction's sizes."""
+length, a cat's extents, or a column reduction's sizes; then, in a symbolic lowering
+(decision 0381), each of the lowering's symbols (decision 0382)."""
 
 from __future__ import annotations
 
 import math
 
+from torchstrata.core import SizeValue, active_symbols
 from torchstrata.inductor.codegen.cat_bounds import cat_sizes
 from torchstrata.inductor.codegen.cpp.columns import column_sizes, uses_column_loop
 from torchstrata.inductor.ir.indexing import Var
@@ -20,6 +22,14 @@ def reduced_length(kernel: Kernel) -> int | None:
     if len(kernel.red_shape) != 1 or uses_column_loop(kernel):
         return None
     return kernel.red_shape[0]
+
+
+def symbol_params() -> tuple[str, ...]:
+    """The names of the symbols of the symbolic lowering in progress, which every C++
+    kernel function takes last (empty outside one): a size the kernel prints that no
+    other argument names (a stride ``s27*r0``) is an expression over them, evaluated by
+    the kernel from the values its launcher passes (decision 0382)."""
+    return tuple(str(symbol) for symbol in active_symbols())
 
 
 def outer_vars_of(kernel: Kernel) -> tuple[tuple[Var, ...], tuple[Var, ...]]:
@@ -46,16 +56,19 @@ def outer_rows(kernel: Kernel) -> int | None:
     return kernel.row_shape[0] if len(kernel.row_shape) == 1 else None
 
 
-def size_arguments(kernel: Kernel) -> tuple[int, ...]:
+def size_arguments(kernel: Kernel) -> tuple[int | SizeValue, ...]:
     """The values of the ``int64_t`` size arguments that :func:`~torchstrata.inductor.codegen.cpp.generate.generate_cpp`'s function
     of ``kernel`` takes after its buffers: its rows (:func:`outer_rows`), or a column
     reduction's reduced length and chunking
-    (:func:`~torchstrata.inductor.codegen.cpp.columns.column_sizes`)."""
+    (:func:`~torchstrata.inductor.codegen.cpp.columns.column_sizes`); then the
+    lowering's symbols (:func:`symbol_params`)."""
+    symbols = active_symbols()
     if uses_column_loop(kernel):
-        return tuple(value for _, value in column_sizes(kernel))
+        return (*(value for _, value in column_sizes(kernel)), *symbols)
     rows, length = outer_rows(kernel), reduced_length(kernel)
     return (
         *(() if rows is None else (rows,)),
         *(() if length is None else (length,)),
         *cat_sizes(kernel),
+        *symbols,
     )
