@@ -134,11 +134,7 @@ class SizeGuards:
             return
         if fact is _sympy().false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
-<<<<<<< HEAD
-        if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1:
-=======
-        if isinstance(fact, sympy.Eq) and len(fact.free_symbols) == 1 and not _periodic(fact):
->>>>>>> wt-symlower2
+        if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1 and not _periodic(fact):
             # pins its symbol to a few values: a read of the size's value, refused as
             # ``int()`` is (a lowering for one size is the per-size path's, made slower);
             # recorded too: the failure is these sizes' own (``SizeVariants`` tries the
@@ -308,10 +304,10 @@ def _periodic(fact: Any) -> bool:
     holds at every size of a residue class (``Eq(Mod(s0, 8), 0)``: a divisibility test,
     true at infinitely many sizes) and pins no size."""
     difference = fact.lhs - fact.rhs
-    mods = [m for m in difference.atoms(sympy.Mod) if not m.args[1].free_symbols]
+    mods = [m for m in difference.atoms(_sympy().Mod) if not m.args[1].free_symbols]
     if not mods:
         return False
-    return not difference.xreplace({m: sympy.Integer(0) for m in mods}).free_symbols
+    return not difference.xreplace({m: _sympy().Integer(0) for m in mods}).free_symbols
 
 
 def _names(fact: Any) -> set[str]:
@@ -478,7 +474,7 @@ class SizeValue:
     def __str__(self) -> str:
         if not _is_plain(self.expr):
             raise self.guards.refuse(f"printing {self.expr}")
-        text = _SOURCE.doprint(self.expr)
+        text = _source_printer().doprint(self.expr)
         # in parentheses, but for one symbol: generated code prints a size as an operand
         # (a coefficient ``(s0 + 3)*x0``, not ``s0 + 3*x0``; a divisor ``xi / (2*s0)``)
         return text if self.expr.is_Symbol or self.expr.is_Pow else f"({text})"
@@ -489,17 +485,19 @@ class SizeValue:
         return str(self)
 
 
-class _SourcePrinter(sympy.printing.str.StrPrinter):
-    """A plain expression (:func:`_is_plain`) as source that Python and C read alike:
-    a power as a product (``s0*s0``, not ``s0**2``)."""
+@functools.cache
+def _source_printer() -> Any:
+    """A printer of a plain expression (:func:`_is_plain`) as source that Python and C
+    read alike: a power as a product (``s0*s0``, not ``s0**2``). Made on first use, as
+    sympy is imported (:func:`_sympy`)."""
 
-    def _print_Pow(self, expr: Any, rational: bool = False) -> str:
-        if expr.exp.is_Integer and expr.exp >= 1:
-            return "(" + "*".join([self.parenthesize(expr.base, 100)] * int(expr.exp)) + ")"
-        return str(super()._print_Pow(expr, rational))
+    class SourcePrinter(_sympy().printing.str.StrPrinter):  # type: ignore[misc]
+        def _print_Pow(self, expr: Any, rational: bool = False) -> str:
+            if expr.exp.is_Integer and expr.exp >= 1:
+                return "(" + "*".join([self.parenthesize(expr.base, 100)] * int(expr.exp)) + ")"
+            return str(super()._print_Pow(expr, rational))
 
-
-_SOURCE = _SourcePrinter()
+    return SourcePrinter()
 
 
 class _Sized(Concretizer):
