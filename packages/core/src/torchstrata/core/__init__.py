@@ -61,7 +61,7 @@ from torchstrata.core.int_arguments import (
     is_negative_carrier_source,
     readable_source,
 )
-from torchstrata.core.interpret import InterpreterError, interpret, random_inputs
+from torchstrata.core.interpret import InterpreterError, interpret, random_inputs, random_tensor
 from torchstrata.core.logs import (
     ARTIFACTS,
     LogSettings,
@@ -333,6 +333,7 @@ __all__ = [
     "prims_of",
     "progress",
     "random_inputs",
+    "random_tensor",
     "readable_source",
     "rebind_graph",
     "recompute_region",

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from torchstrata.core.graph import Graph, Node, map_nodes
+from torchstrata.core.meta import TensorMeta
 
 
 class InterpreterError(RuntimeError):
@@ -55,26 +56,27 @@ def _last_uses(graph: Graph) -> dict[Node, list[Node]]:
 def random_inputs(graph: Graph, *, seed: int = 0) -> list[torch.Tensor]:
     """Random tensors matching ``graph``'s input metadata (sizes, strides, dtype, device)."""
     generator = torch.Generator().manual_seed(seed)
-    tensors = []
-    for meta in graph.input_metas:
-        storage_size = (
-            1
-            + sum(
-                (size - 1) * stride
-                for size, stride in zip(meta.shape, meta.strides, strict=True)
-                if size > 0
-            )
-            if meta.numel
-            else 0
+    return [random_tensor(meta, generator) for meta in graph.input_metas]
+
+
+def random_tensor(meta: TensorMeta, generator: torch.Generator) -> torch.Tensor:
+    """A random tensor in ``meta``'s layout (its whole storage filled, then viewed with
+    ``meta``'s sizes and strides), drawn from ``generator``: normal floats, small ints."""
+    storage_size = (
+        1
+        + sum(
+            (size - 1) * stride
+            for size, stride in zip(meta.shape, meta.strides, strict=True)
+            if size > 0
         )
-        if meta.dtype.is_floating_point:
-            flat = torch.randn(storage_size, generator=generator, dtype=torch.float64).to(
-                meta.dtype
-            )
-        elif meta.dtype is torch.bool:
-            flat = torch.randint(0, 2, (storage_size,), generator=generator).bool()
-        else:
-            flat = torch.randint(-8, 9, (storage_size,), generator=generator).to(meta.dtype)
-        tensor = flat.to(meta.device).as_strided(meta.shape, meta.strides)
-        tensors.append(tensor.requires_grad_(meta.requires_grad) if meta.requires_grad else tensor)
-    return tensors
+        if meta.numel
+        else 0
+    )
+    if meta.dtype.is_floating_point:
+        flat = torch.randn(storage_size, generator=generator, dtype=torch.float64).to(meta.dtype)
+    elif meta.dtype is torch.bool:
+        flat = torch.randint(0, 2, (storage_size,), generator=generator).bool()
+    else:
+        flat = torch.randint(-8, 9, (storage_size,), generator=generator).to(meta.dtype)
+    tensor = flat.to(meta.device).as_strided(meta.shape, meta.strides)
+    return tensor.requires_grad_(meta.requires_grad) if meta.requires_grad else tensor

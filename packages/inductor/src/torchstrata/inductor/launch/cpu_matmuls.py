@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Node, TensorMeta, contiguous_strides, same_layout
+from torchstrata.core import Node, TensorMeta, contiguous_strides, random_tensor, same_layout
 
 #: Extern ops a oneDNN call may replace: ``aten.mm`` and ``aten.addmm`` (default
 #: ``beta`` and ``alpha``, a contiguous 1-D bias over the result's columns).
@@ -51,22 +51,25 @@ def onednn_available() -> bool:
     )
 
 
-def onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` (2-D float32 CPU tensors of any strides) by oneDNN: a fresh row-major
-    result. Records no autograd history (a launcher's results carry none)."""
+def _linear(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``a @ b (+ bias)`` by oneDNN's linear op, recording no autograd history (a
+    launcher's results carry none)."""
     if torch.is_grad_enabled():
         with torch.no_grad():
-            return _LINEAR.default(a, b.t(), None, "none", [], "")  # type: ignore[union-attr]
-    return _LINEAR.default(a, b.t(), None, "none", [], "")  # type: ignore[union-attr]
+            return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
+    return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
+
+
+def onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` (2-D float32 CPU tensors of any strides) by oneDNN: a fresh row-major
+    result."""
+    return _linear(a, b, None)
 
 
 def onednn_addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``bias + a @ b`` (``bias`` 1-D and contiguous over the columns: oneDNN ignores a
     bias's strides) by oneDNN, as :func:`onednn_mm`."""
-    if torch.is_grad_enabled():
-        with torch.no_grad():
-            return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
-    return _LINEAR.default(a, b.t(), bias, "none", [], "")  # type: ignore[union-attr]
+    return _linear(a, b, bias)
 
 
 #: The launcher globals of the two calls, by op.
@@ -116,13 +119,6 @@ def onednn_applies(node: Node) -> bool:
     return row_major or left.nbytes <= COPIED_LEFT_MAX_BYTES
 
 
-def _operand(meta: TensorMeta, generator: torch.Generator) -> torch.Tensor:
-    """Random values in ``meta``'s layout (its storage filled, then viewed)."""
-    storage = 1 + sum((size - 1) * stride for size, stride in zip(meta.shape, meta.strides))
-    base = torch.empty(storage, dtype=meta.dtype).normal_(generator=generator)
-    return base.as_strided(meta.shape, meta.strides)
-
-
 def _best_time(call: Callable[[], Any]) -> float:
     call()
     best = float("inf")
@@ -149,7 +145,7 @@ def onednn_faster(node: Node) -> bool:
     key = _key(node)
     if key not in _CHOICES:
         generator = torch.Generator().manual_seed(0)
-        args = [_operand(arg.meta, generator) for arg in node.args]
+        args = [random_tensor(arg.meta, generator) for arg in node.args]
         aten = getattr(torch, str(node.op).split(".")[1])
         onednn = ONEDNN_CALLS[str(node.op)][1]
         with torch.no_grad():
