@@ -57,19 +57,15 @@ def _sympy() -> Any:
     return sympy
 
 
-_SYMBOLIC: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "torchstrata_sizes_symbolic", default=False
-)
-
-
 def sizes_symbolic() -> bool:
     """Whether a symbolic lowering is in progress (:meth:`SizeGuards.active`): a memo
     that outlives lowerings keys its entries by this too, so that a lowering on
     ``SizeValue`` sizes never meets the entries of one on ints, whose keys compare equal
     to its sizes only at one size (the comparison would record that size as a guard)."""
-    return _SYMBOLIC.get()
+    return _ACTIVE.get() is not None
 
 
+#: the guards of the symbolic lowering in progress (:meth:`SizeGuards.active`), else None
 _ACTIVE: contextvars.ContextVar[SizeGuards | None] = contextvars.ContextVar(
     "torchstrata_size_guards", default=None
 )
@@ -159,13 +155,11 @@ class SizeGuards:
     def active(self) -> Iterator[None]:
         """Within the block, :func:`sizes_symbolic` is True and :func:`active_symbols`
         gives this lowering's symbols."""
-        token = _SYMBOLIC.set(True)
-        guards_token = _ACTIVE.set(self)
+        token = _ACTIVE.set(self)
         try:
             yield
         finally:
-            _ACTIVE.reset(guards_token)
-            _SYMBOLIC.reset(token)
+            _ACTIVE.reset(token)
 
     def close(self) -> None:
         """End the lowering: from now on each of its sizes equals only itself. A memo

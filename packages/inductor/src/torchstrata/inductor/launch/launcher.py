@@ -21,6 +21,7 @@ from torchstrata.core import (
     active_symbols,
     contiguous_strides,
     same_layout,
+    sizes_symbolic,
 )
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
@@ -69,7 +70,7 @@ class _Globals:
     def name(self, value: Any, prefix: str) -> str:
         key = id(value)
         if key not in self._ids:
-            if holds_size_value(value):
+            if sizes_symbolic() and holds_size_value(value):
                 raise NotImplementedError(
                     f"a symbolic size in a launcher constant ({prefix}): not ported (0381)"
                 )
