@@ -492,15 +492,22 @@ class Pipeline:
         if sized is None:
             return None
         shared, values = sized.shared, sized.values
-
-        def decompose(graph: Graph, contract: GraphContract) -> Graph | None:
-            prims = self._call_stage("decomp", options, graph=graph, contract=contract)
-            return prims if isinstance(prims, Graph) else None
+        decompose = self.decomposer(options)
 
         def prims(contract: GraphContract) -> Graph | None:
             return shared.at(which, values, contract, decompose)
 
         return prims
+
+    def decomposer(self, options: CompileOptions) -> Callable[[Graph, GraphContract], Graph | None]:
+        """The decomposition stage as ``(graph, contract) -> prims graph`` (None where
+        no stage decomposed it)."""
+
+        def decompose(graph: Graph, contract: GraphContract) -> Graph | None:
+            prims = self._call_stage("decomp", options, graph=graph, contract=contract)
+            return prims if isinstance(prims, Graph) else None
+
+        return decompose
 
     def _lazy_plain_forward(
         self, forward: Graph, aot: AotResult, options: CompileOptions

@@ -25,7 +25,6 @@ from torchstrata.core import (
     CompiledGraph,
     CompileOptions,
     Graph,
-    GraphContract,
     PassRecord,
     SizeGuards,
     SizeRead,
@@ -81,7 +80,7 @@ def symbolic_lowerer(
         if pipeline.run_passes("post_aot", aot.forward, options, records) is not aot.forward:
             raise NotImplementedError("the post_aot passes change the forward: per size")
         contract = forward_contract(aot, inference=True)
-        decomposed = shared.symbolic("forward", contract, _decompose(pipeline, options))
+        decomposed = shared.symbolic("forward", contract, pipeline.decomposer(options))
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
@@ -115,16 +114,6 @@ def symbolic_lowerer(
         return _lowering(traced, conditions, guards, inference_runner(compiled.fn, aot))
 
     return lower
-
-
-def _decompose(
-    pipeline: Any, options: CompileOptions
-) -> Callable[[Graph, GraphContract], Graph | None]:
-    def decompose(graph: Graph, contract: GraphContract) -> Graph | None:
-        prims = pipeline._call_stage("decomp", options, graph=graph, contract=contract)
-        return prims if isinstance(prims, Graph) else None
-
-    return decompose
 
 
 def _lowering(
