@@ -286,7 +286,10 @@ def test_cross_entropy_of_huge_rows_reads_the_row_once(ind, codegen):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape, dims", [((4096, 3), (0,)), ((2, 2048, 5), (0, 1))])
+@pytest.mark.parametrize(
+    "shape, dims",
+    [((4096, 3), (0,)), ((2, 2048, 5), (0, 1)), ((4099, 3), (0,)), ((2, 2053, 5), (0, 1))],
+)
 def test_long_column_sums_are_exact_in_two_levels(ind, codegen, dtype, shape, dims):
     # Triton splits sums over >= 2048 leading rows into partial sums (float32 for bf16).
     b = GraphBuilder(Level.PRIMS)
@@ -309,6 +312,19 @@ def test_parts_of_a_split_sum_divide_the_length():
     assert parts_for(16384, 64) == 256 and parts_for(4096, 64) == 64
     assert parts_for(3001, 64) == 1  # a prime: no even split
     assert parts_for(6000, 64) == 80  # the largest divisor of 6000 up to 6000 // 64
+
+
+def test_split_sums_pad_lengths_without_a_near_divisor():
+    from torchstrata.inductor.codegen.triton.split_sums import CHUNK, split_plan
+
+    assert split_plan(16384) == (16, 0) and split_plan(2047) == (1, 0)
+    assert split_plan(6000, 64) == (80, 0)  # 75 rows per part: no padding
+    # a prime, and twice a prime: parts of at most CHUNK rows over zero-padded rows
+    for length, chunk in ((100003, 64), (100003, CHUNK), (4106, CHUNK)):
+        parts, padding = split_plan(length, chunk)
+        size = (length + padding) // parts
+        assert parts > 1 and size <= CHUNK and (length + padding) % parts == 0
+        assert 0 < padding < parts  # the last rows of the last parts only
 
 
 @pytest.mark.parametrize("hosted", [True, False])
