@@ -83,6 +83,18 @@ def test_grouped_online_statistics_need_no_barrier_in_the_loop(ind, tmp_path):
     assert _in_loops(grouped, "ex2.approx") > 0  # the loop was found
 
 
+@pytest.mark.parametrize("elements", [8, 300, 1024, 1 << 20])
+def test_short_pointwise_tiles_take_fewer_warps(elements):
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((elements,), torch.float32))
+    kernel = _kernel(b.build([b.call(prim("mul"), b.call(prim("add"), x, 1.0), 2.0)]))
+    configs = candidate_configs(kernel, interpret=False)
+    # at least 256 elements a warp (one warp at the least); large tiles keep 4 or 8
+    assert all(c.num_warps * 256 <= max(c.xblock, 256) for c in configs)
+    assert configs[0].num_warps == {8: 1, 300: 2, 1024: 4, 1 << 20: 4}[elements]
+    assert max(c.num_warps for c in configs) == (8 if elements >= 2048 else configs[0].num_warps)
+
+
 def test_short_rows_share_a_program(ind):
     kernel = _kernel(_softmax_bf16(ind, 4096, 128))
     assert all(c.persistent and c.xblock >= 8 for c in candidate_configs(kernel, False))
