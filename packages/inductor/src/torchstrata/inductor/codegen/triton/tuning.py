@@ -50,8 +50,9 @@ from torchstrata.inductor.codegen.triton.precompile import (
     scratch_tensors,
     submit_compiles,
 )
-from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
 from torchstrata.inductor.codegen.triton.row_count import rows_generic
+from torchstrata.inductor.codegen.triton.size_buckets import capped_power_of_2, next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -173,14 +174,17 @@ def candidate_configs(
         return _partials_configs(kernel, interpret)
     setting = None if split_rows is None else "1" if split_rows else "0"
     split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
-    rows = next_power_of_2(kernel.rows)
     if not kernel.red_shape:
         if interpret:
-            return [Config(min(rows, INTERPRETER_TILE), 1, 1, True)]
+            return [Config(capped_power_of_2(kernel.rows, INTERPRETER_TILE), 1, 1, True)]
         shapes = [(1024, 4), (2048, 4), (2048, 8), (4096, 8)]
+        rows = capped_power_of_2(kernel.rows, 4096)  # rows beyond the widest block: one bucket
         return list(dict.fromkeys(Config(min(rows, x), 1, w, True) for x, w in shapes))
     length = kernel.row_length
     rblock = next_power_of_2(length)
+    # the rows matter only up to the most rows a tile takes (a symbolic lowering's bucket)
+    most = max(1, INTERPRETER_TILE // rblock) if interpret else max(8192 // rblock, 256)
+    rows = capped_power_of_2(kernel.rows, most)
     if interpret:
         if rblock <= INTERPRETER_TILE:
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
