@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from torchstrata.core import wrapped_integer
+from torchstrata.core import SizeValue, wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
@@ -291,6 +291,8 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
             kind = compute_type(dtype)
             return f"tl.full([1], {bits}, tl.int{width}).to({kind}, bitcast=True)"
         text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
+    elif type(value) is SizeValue:  # a symbolic lowering's size, over the kernel's symbols
+        text = f"({value})"
     else:
         text = str(wrapped_integer(int(value), dtype))
     return f"tl.full([1], {text}, {compute_type(dtype)})"
