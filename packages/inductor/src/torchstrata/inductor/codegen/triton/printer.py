@@ -575,8 +575,9 @@ def module_source(
         libdevice="" if interpret else "from triton.language.extra import libdevice",
         extrema=_INTERPRETER_EXTREMA if interpret else _GPU_EXTREMA,
     )
-    symbols = symbol_params()  # a symbolic lowering's: one binary for all their values
-    jit = f"triton.jit(do_not_specialize={list(symbols)!r})" if symbols else "triton.jit"
+    symbols = symbol_params()  # a symbolic lowering's, and its reductions' rows: 0400
+    kept = [*([ROWS_PARAM] if kernel.red_shape else []), *symbols] if symbols else []
+    jit = f"triton.jit(do_not_specialize={kept!r})" if kept else "triton.jit"
     return (
         source
         + f"\n@{jit}\ndef {kernel.name}({params}):\n"

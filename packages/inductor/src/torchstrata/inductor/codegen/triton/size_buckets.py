@@ -6,12 +6,16 @@ lowering (``core.SizeValue`` sizes) :func:`next_power_of_2` takes that power fro
 hint and records, through the size's comparisons, that the size lies in its bucket
 (``p/2 < n <= p``): one lowering then serves every size of the bucket with the same
 constants, and a size outside it lowers again. :func:`capped_power_of_2` (a block of
-rows) records only the bucket's upper bound: fewer rows take the same block, masked.
+rows) records only the bucket's upper bound, and takes one bucket for every size up to a
+floor (a GPU's smallest tile): fewer rows take the same block, masked.
 
 On a GPU Triton compiles a kernel per specialisation of its integer arguments (a value of
-1, a multiple of 16) at its first launch with them. :func:`record_specialisation` makes
-each of these a condition of the lowering, so that every size it serves launches the
-binary compiled for its first size, and no later size can meet a compile of its own.
+1, a multiple of 16) at its first launch with them. A symbolic kernel's symbols and a
+reduction's rows are not specialised on (``do_not_specialize``: the divisibility of a
+row's length or of a pointwise kernel's elements is what lets masked loads be vectors);
+:func:`record_specialisation` makes the others' specialisation a condition of the
+lowering, so that every size it serves launches the binary compiled for its first size,
+and no later size can meet a compile of its own.
 """
 
 from __future__ import annotations
@@ -39,16 +43,15 @@ def next_power_of_2(n: int | SizeValue) -> int:
     return power
 
 
-def capped_power_of_2(n: int | SizeValue, cap: int) -> int:
+def capped_power_of_2(n: int | SizeValue, cap: int, floor: int = 1) -> int:
     """``min(next_power_of_2(n), cap)`` (``cap`` a power of two), for a block of rows
-    whose masks keep its extra rows out; a symbolic size records only ``n <= p`` where
-    the hint's power ``p`` is below ``cap`` (smaller sizes take the same block, masked)."""
+    whose masks keep its extra rows out. A symbolic size records only ``n <= p`` where
+    the hint's power ``p`` is below ``cap`` (smaller sizes take the same block, masked),
+    and takes at least ``floor`` (a power of two): every size up to it is one bucket."""
     if type(n) is not SizeValue:
         return min(_power_of_2(n), cap)  # type: ignore[arg-type]
-    power = _power_of_2(n.hint)
-    if power >= cap:
-        return cap
-    if not n <= power:
+    power = min(max(_power_of_2(n.hint), floor), cap)
+    if power < cap and not n <= power:
         raise AssertionError(f"{n} is above the bucket of its hint {n.hint}")
     return power
 
@@ -65,7 +68,7 @@ def record_specialisation(values: Iterable[int | SizeValue]) -> None:
 def hint(value: int | SizeValue) -> int:
     """The value of ``value`` in the call being lowered (for cache keys and compiles
     ahead, which decide nothing about the sizes served)."""
-    return value.hint if type(value) is SizeValue else value  # type: ignore[union-attr,return-value]
+    return value.hint if type(value) is SizeValue else value  # type: ignore[return-value]
 
 
 def symbol_params() -> tuple[str, ...]:

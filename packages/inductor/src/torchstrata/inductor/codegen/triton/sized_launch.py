@@ -37,7 +37,7 @@ def size_function(
     the lowering, not at a launch."""
     texts = [f"({value})," for value in values]
     source = f"lambda {', '.join(symbols)}: ({''.join(texts)})"
-    return eval(compile(source, "<triton sizes>", "eval"), {})  # type: ignore[no-any-return]
+    return eval(compile(source, "<triton sizes>", "eval"), {})
 
 
 class SizedKernel:
@@ -126,5 +126,5 @@ def sized_record_checks(
         raise NotImplementedError("a Triton kernel with a tail or partials lowers per size")
     if any(config.split > 1 or config.cluster > 1 for config in configs):
         raise NotImplementedError("split or clustered Triton rows lower per size")
-    if not interpret:
-        record_specialisation((kernel.rows, *sizes.values()))
+    if not interpret:  # a reduction's rows are not specialised on (``module_source``)
+        record_specialisation((*(() if kernel.red_shape else (kernel.rows,)), *sizes.values()))

@@ -67,6 +67,7 @@ from torchstrata.inductor.schedule.columns import is_column_reduction
 TUNING_NAMESPACE = "triton-tuning"
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
+MIN_TILE = 1024  # the smallest tile: rows it holds at once are one program whatever their count
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
 INTERPRETER_TILE = 65536  # the interpreter runs programs one by one: few, large tiles
 INTERPRETER_LOOP_BLOCK = 4096
@@ -174,17 +175,19 @@ def candidate_configs(
         return _partials_configs(kernel, interpret)
     setting = None if split_rows is None else "1" if split_rows else "0"
     split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
+    # the rows matter only between the fewest and the most rows a tile takes (a symbolic
+    # lowering's bucket of rows, decision 0400)
     if not kernel.red_shape:
         if interpret:
-            return [Config(capped_power_of_2(kernel.rows, INTERPRETER_TILE), 1, 1, True)]
+            rows = capped_power_of_2(kernel.rows, INTERPRETER_TILE, MIN_TILE)
+            return [Config(rows, 1, 1, True)]
         shapes = [(1024, 4), (2048, 4), (2048, 8), (4096, 8)]
-        rows = capped_power_of_2(kernel.rows, 4096)  # rows beyond the widest block: one bucket
+        rows = capped_power_of_2(kernel.rows, 4096, MIN_TILE)
         return list(dict.fromkeys(Config(min(rows, x), 1, w, True) for x, w in shapes))
     length = kernel.row_length
     rblock = next_power_of_2(length)
-    # the rows matter only up to the most rows a tile takes (a symbolic lowering's bucket)
     most = max(1, INTERPRETER_TILE // rblock) if interpret else max(8192 // rblock, 256)
-    rows = capped_power_of_2(kernel.rows, most)
+    rows = capped_power_of_2(kernel.rows, most, min(most, max(1, MIN_TILE // rblock)))
     if interpret:
         if rblock <= INTERPRETER_TILE:
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
