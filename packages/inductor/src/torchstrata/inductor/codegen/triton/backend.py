@@ -159,13 +159,18 @@ class TritonBackend:
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
         shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
+        # a symbolic lowering's long rows loop: split and clustered rows take scratch
+        # buffers sized by the row (decision 0400)
+        symbolic = bool(symbol_params())
         configs = candidate_configs(
-            kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
+            kernel,
+            self.interpret,
+            split_rows=False if symbolic else options.split_rows,
+            clusters=clusters and not symbolic,
         )
         if len(configs) > 1 and kernel.rows * kernel.row_length < options.tune_min_elements:
             configs = configs[:1]  # launch-bound: every configuration takes the same time
-        # a symbolic lowering keeps every mask: a size it serves may not divide a block
-        masks_dropped = not symbol_params()
+        masks_dropped = not symbolic  # a size a symbolic lowering serves may not divide a block
         generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant

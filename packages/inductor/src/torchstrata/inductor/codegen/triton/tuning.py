@@ -207,7 +207,7 @@ def candidate_configs(
                 configs.append(Config(xblock, rblock, warps * 2, True))
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
-    if length >= split_min and can_split(kernel):
+    if split_min != math.inf and length >= split_min and can_split(kernel):
         for chunk, warps in SPLIT_SHAPES:
             split = math.ceil(length / chunk)
             if 1 < split <= SPLIT_MAX:
