@@ -271,8 +271,11 @@ def statistic_exp(argument: str, dtype: torch.dtype) -> str:
 LOG2_E = 1.4426950408889634
 
 
-def literal(value: int | float | bool, dtype: torch.dtype) -> str:
-    """A typed scalar constant (shape ``[1]``, broadcasts against any tile)."""
+def literal(value: int | float | bool | SizeValue, dtype: torch.dtype) -> str:
+    """A typed scalar constant (shape ``[1]``, broadcasts against any tile); a symbolic
+    lowering's size as its expression over the kernel's symbols (decision 0400)."""
+    if type(value) is SizeValue:
+        return f"tl.full([1], ({value}), {compute_type(dtype)})"
     if dtype is torch.bool:
         return f"tl.full([1], {1 if value else 0}, tl.int1)"
     if dtype.is_floating_point:
@@ -291,8 +294,6 @@ def literal(value: int | float | bool, dtype: torch.dtype) -> str:
             kind = compute_type(dtype)
             return f"tl.full([1], {bits}, tl.int{width}).to({kind}, bitcast=True)"
         text = f'float("{value}")' if math.isnan(value) or math.isinf(value) else repr(value)
-    elif type(value) is SizeValue:  # a symbolic lowering's size, over the kernel's symbols
-        text = f"({value})"
     else:
         text = str(wrapped_integer(int(value), dtype))
     return f"tl.full([1], {text}, {compute_type(dtype)})"
