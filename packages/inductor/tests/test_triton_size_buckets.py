@@ -3,16 +3,21 @@ relies on as conditions of the lowering, never the size's value."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from torchstrata.core import SizeGuards, SizeRead
+import pytest
+import torch
+
+from torchstrata.core import Graph, GraphBuilder, Level, SizeGuards, SizeRead, TensorMeta, prim
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.printer import size_values
 from torchstrata.inductor.codegen.triton.size_buckets import (
     capped_power_of_2,
     next_power_of_2,
     record_specialisation,
     same_size,
 )
-from torchstrata.inductor.codegen.triton.sized_launch import size_function
+from torchstrata.inductor.codegen.triton.sized_launch import size_function, sized_record_checks
 
 
 def test_a_power_of_two_records_the_bucket_of_its_hint():
@@ -57,3 +62,36 @@ def test_size_arguments_are_evaluated_from_the_symbols():
     assert evaluate(5, 2) == (10, 6, 4)
     with pytest.raises(SizeRead):  # not a sum of products: refused while lowering
         size_function(("s0",), (s0 // s1,))
+
+
+def _softmax_rows(length: Any) -> Graph:
+    """``softmax(x, 1)`` over ``[3, length]``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3, length), torch.float32))
+
+    def wide(value: Any) -> Any:
+        return b.call(prim("broadcast_in_dim"), value, (3, length), (0,))
+
+    exps = b.call(prim("exp"), b.call(prim("sub"), x, wide(b.call(prim("amax"), x, (1,)))))
+    return b.build([b.call(prim("div"), exps, wide(b.call(prim("sum"), exps, (1,))))])
+
+
+@pytest.mark.parametrize("scale", [1, 8])
+def test_a_symbolic_gpu_source_takes_the_symbols_and_records_its_specialisation(ind, scale):
+    # generated for a GPU without one: the source and the conditions its launch relies on
+    guards = SizeGuards({"s0": 20})
+    with guards.active():
+        kernel = ind.only_kernel(_softmax_rows(guards.symbol("s0") * scale))
+        kernel, configs, generated = TritonBackend(interpret=False).generate(kernel, False)
+        sized_record_checks(kernel, configs, size_values(kernel), interpret=False)
+    (source,) = {text for _, text in generated}
+    assert "do_not_specialize=['xnumel', 's0']" in source
+    assert "s0, XBLOCK: tl.constexpr" in source  # a runtime argument, not a constant
+    # a row length of 8*s0 tells Triton its divisor at every size, s0 none
+    assert ("rnumel = (rnumel // 8) * 8" in source) == (scale == 8)
+    assert all(config.rblock == 32 * scale for config in configs)  # 20's bucket
+    served = [n for n in range(1, 80) if guards.holds({"s0": n})]
+    if scale == 1:  # the bucket of 32 but its multiple of 16 (another binary)
+        assert served == [n for n in range(17, 33) if n != 32]
+    else:  # 8*20 is a multiple of 16, as 8*s0 is at every even s0
+        assert served == [n for n in range(17, 33) if n % 2 == 0]
