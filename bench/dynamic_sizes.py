@@ -17,7 +17,7 @@ With ``--device cuda`` (bf16 unless ``--dtype``): the K-row kernels of the bench
 (``bench/README.md``) over 8 row counts of ``[M, 4096]`` (2049 to 16384, odd ones
 included): ``K1`` bias+GELU, ``K3`` softmax in fp32, ``K4`` RMSNorm, ``K5`` LayerNorm; and
 the transformer ``block`` over 32 sequence lengths (and its training step,
-``block_train``, in fp32). Issue 33 asks symbolic kernels to run
+``block_train``, in fp32), and the ``decode`` step over its 32 cache lengths (fp32). Issue 33 asks symbolic kernels to run
 at least 0.9x the static ones there: steady times are taken per size on the GPU
 (``triton.testing.do_bench``, median, L2 flushed), and the row also gives the worst size's
 ratio to static. One more contender there, a static compile per size with a cache of its
@@ -32,7 +32,10 @@ issue 33); ``torch.compile(dynamic=True)`` (Inductor, one symbolic graph). For e
 the entries (graphs) it compiled, the total time of the first call at every size
 (compiles included, caches cold; wall clock, since compilers run in subprocesses), and the steady
 per-call time: the median over rounds of one pass over all sizes, divided by the
-number of sizes, contenders in rotating order. Every first call is checked against
+number of sizes, contenders in rotating order; the median first call of a new size from
+the third on (``new size ms``: what a new size costs once the entry is symbolic), and
+``size_lowering_stats()`` (symbolic lowerings / reuses / per size: on a GPU the Triton
+kernels lower once per bucket since decision 0400). Every first call is checked against
 eager; a contender that warns it fell back to eager says so in its row. Each compiler
 first compiles a small function once (its one-time start is not the first workload's).
 
@@ -189,10 +192,14 @@ def workloads(quick: bool, device: str = "cpu", dtype: torch.dtype | None = None
         sequences = [(torch.randn(1, t, 64, device="cuda"),) for t in lengths]
         lengths_text = f"{len(lengths)} lengths {min(lengths)}-{max(lengths)}"
         trained = BlockLoss(Block(GPTConfig(1, 4, 64, 256, 256))).cuda()
+        steps = range(16, 19) if quick else range(16, 48)
+        cache = [torch.randn(2, 2, t, 32, device="cuda") for t in steps]
+        decode = [(k, v, *torch.randn(3, 2, 1, 32, device="cuda")) for k, v in cache]
         return [
             *k_rows(quick, dtype),
             Workload("block", block, sequences, lengths_text),
             Workload("block_train", trained, sequences, lengths_text, train=True),
+            Workload("decode", decode_step, decode, f"{len(steps)} cache lengths 16-47"),
         ]
     w = torch.randn(256, 256)
     rows = (17, 64, 255, 1000, 33, 100, 129, 500, 48, 77, 200, 301, 640, 23, 999, 400)
@@ -252,6 +259,14 @@ def _entries(name: str, compiled: Any) -> str:
     return str(len(forward.cache))
 
 
+def _lowerings(stats: dict[str, int]) -> str:
+    """``size_lowering_stats()`` in a table cell: symbolic lowerings, reuses, per size,
+    and the first fallback reason (decision 0400)."""
+    text = "/".join(str(stats.get(key, 0)) for key in ("symbolic", "reused", "per_size"))
+    why = next((key for key in stats if key.startswith("fallback")), None)
+    return text if why is None else f"{text} ({why[:60]})"
+
+
 def _same(got: Any, want: Any, rtol: float = 1e-4) -> None:
     if isinstance(want, tuple):
         for a, b in zip(got, want, strict=True):
@@ -289,18 +304,26 @@ def first_calls(
             assert isinstance(workload.fn, torch.nn.Module)
             call = training_step(compiled, workload.fn)
             reference, rtol = training_step(workload.fn, workload.fn), 1e-3
+        tsr.reset_size_lowering_stats()
+        firsts: list[float] = []
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
             start = time.perf_counter()
             try:
                 for args in workload.calls:
-                    _same(call(*args), reference(*args), rtol)
-                if torch.cuda.is_initialized():
-                    torch.cuda.synchronize()
+                    begun = time.perf_counter()
+                    got = call(*args)
+                    if torch.cuda.is_initialized():
+                        torch.cuda.synchronize()
+                    firsts.append(time.perf_counter() - begun)
+                    _same(got, reference(*args), rtol)
                 row["status"] = "ok"
             except Exception as error:  # noqa: BLE001 - reported as the row's status
                 row["status"] = f"error: {type(error).__name__}: {error}"[:120]
             row["first"] = time.perf_counter() - start
+    # a new size's first call once the entry is symbolic (from the third size on)
+    row["new"] = statistics.median(firsts[2:]) if len(firsts) > 2 else math.nan
+    row["lowerings"] = _lowerings(tsr.size_lowering_stats()) if name != "eager" else "-"
     note = fallback_note(records) if name != "eager" else None
     if note is not None:
         row["status"] = f"falls back to eager: {note}"[:120]
@@ -402,9 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("# x eager / x static: their steady time / this one (> 1: faster); worst size: the")
     print("# smallest per-size x static (GPU only)")
-    print("| workload | sizes | contender | entries | first calls s | steady us/call "
-          "| x eager | x static | worst size x static | status | load avg 1/5/15 |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("# new size ms: median first call of the third size on; lowerings: symbolic/reused/")
+    print("# per size (size_lowering_stats, decision 0400)")
+    print("| workload | sizes | contender | entries | first calls s | new size ms | lowerings "
+          "| steady us/call | x eager | x static | worst size x static | status "
+          "| load avg 1/5/15 |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     only = {part for part in args.only.split(",") if part}
     warm_up(names, args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
@@ -439,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
                 worst = f"{ratios[at]:.2f}x at {_shape_of(workload.calls[at])}"
             print(
                 f"| {workload.name} | {workload.sizes} | {name} | {row['entries']} "
-                f"| {row['first']:.2f} | {per_call} | {vs_eager} | {vs_static} | {worst} "
+                f"| {row['first']:.2f} | {row['new'] * 1e3:.1f} | {row['lowerings']} "
+                f"| {per_call} | {vs_eager} | {vs_static} | {worst} "
                 f"| {row['status']} | {load} |",
                 flush=True,
             )

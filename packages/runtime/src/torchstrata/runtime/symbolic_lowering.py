@@ -7,11 +7,12 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-forward on the CPU without autocast, write-backs, views or aliased outputs, under the
-default mode, by any codegen but Triton. Anything else raises ``NotImplementedError`` (the
-entry lowers per size). Triton is left out: its kernels compile at their first launch,
-after the lowering, so a size the Triton printer did not port would fail at a call, not
-fall back; and its sites have not been checked for lookups of a size that miss.
+forward on the CPU or a CUDA device without autocast, write-backs, views or aliased
+outputs, under the default mode. Anything else raises ``NotImplementedError`` (the entry
+lowers per size). Triton kernels (CUDA, or ``codegen="triton"`` on the CPU: the
+interpreter) are generated during the lowering, and on a GPU the specialisation Triton
+compiles each binary for is a condition of the lowering, so no later size it serves
+meets a compile of its own (decision 0400).
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ def symbolic_lowerer(
             (node.tensor_meta.device for node in prims.inputs if node.meta is not None),
             torch.device("cpu"),
         )
-        if device.type != "cpu" or options.codegen == "triton":
-            raise NotImplementedError("Triton kernels lower per size")
+        if device.type not in ("cpu", "cuda"):
+            raise NotImplementedError(f"{device.type} kernels lower per size")
         guards = SizeGuards(values)
         try:
             with guards.active():

@@ -69,12 +69,14 @@ def flatten_reduced(kernel: Kernel) -> Kernel:
 
 
 def _positions(old: tuple[Var, ...], flat: Var) -> dict[str, Index]:
-    """Each of ``old`` (row-major dims) as ``(flat // stride) % size``."""
+    """Each of ``old`` (row-major dims, ``flat`` their product) as ``(flat // stride) %
+    size``, each stride the product of the later sizes (not ``flat``'s size divided:
+    sympy leaves ``floor((64*s - 64)/(s - 1))`` unevaluated, a symbolic size not printed)."""
     mapping: dict[str, Index] = {}
-    stride = flat.size
-    for var in old:
-        stride //= max(var.size, 1)
-        mapping[var.name] = Index.of(flat).floordiv(max(stride, 1)).mod(max(var.size, 1))
+    sizes = [max(var.size, 1) for var in old]
+    for position, var in enumerate(old):
+        stride = math.prod(sizes[position + 1 :])
+        mapping[var.name] = Index.of(flat).floordiv(max(stride, 1)).mod(sizes[position])
     return mapping
 
 

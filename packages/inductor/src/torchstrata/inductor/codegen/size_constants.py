@@ -43,8 +43,11 @@ def length_constant(op: Op, length: int | None) -> tuple[int, bool, int] | None:
     ``length`` less ``less`` (``reciprocal``: ``1 / (length - less)``) scaling a row's
     reduction, or None. ``less`` is 1 for an unbiased variance's ``n - 1`` (``torch.var``,
     ``torch.std`` with ``correction=1``: decision 0340), taken where ``n - 1`` is at least
-    2 (a divisor 1.0 is no count)."""
-    if length is None or length < 2 or op.name not in ("div", "mul") or len(op.args) != 2:
+    2 (a divisor 1.0 is no count). A symbolic length (decision 0381) is no float
+    constant's count: a constant equal to it at one size differs at the others."""
+    if length is None or type(length) is SizeValue:
+        return None
+    if length < 2 or op.name not in ("div", "mul") or len(op.args) != 2:
         return None
     for position in (1,) if op.name == "div" else (0, 1):
         constant, other = op.args[position], op.args[1 - position]

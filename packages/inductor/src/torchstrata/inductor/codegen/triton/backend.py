@@ -48,6 +48,8 @@ from torchstrata.inductor.codegen.triton.printer import RED_PARAM, rounds_to_hal
 from torchstrata.inductor.codegen.triton.printer import supports as triton_supports
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
+from torchstrata.inductor.codegen.triton.size_buckets import hint, symbol_params
+from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel, sized_record_checks
 from torchstrata.inductor.codegen.triton.split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.codegen.triton.tails import tail_scratch
 from torchstrata.inductor.codegen.triton.tuning import (
@@ -157,11 +159,18 @@ class TritonBackend:
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
         shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
+        # a symbolic lowering's long rows loop: split and clustered rows take scratch
+        # buffers sized by the row (decision 0400)
+        symbolic = bool(symbol_params())
         configs = candidate_configs(
-            kernel, self.interpret, split_rows=options.split_rows, clusters=clusters
+            kernel,
+            self.interpret,
+            split_rows=False if symbolic else options.split_rows,
+            clusters=clusters and not symbolic,
         )
-        if kernel.rows * kernel.row_length < options.tune_min_elements:
+        if len(configs) > 1 and kernel.rows * kernel.row_length < options.tune_min_elements:
             configs = configs[:1]  # launch-bound: every configuration takes the same time
+        masks_dropped = not symbolic  # a size a symbolic lowering serves may not divide a block
         generated = []
         for variant in sorted({config.variant for config in configs}, reverse=True):
             persistent, group, split, cluster = variant
@@ -175,8 +184,10 @@ class TritonBackend:
                     interpret=self.interpret,
                     persistent=persistent,
                     group=group,
-                    even_rows=all(kernel.rows % config.xblock == 0 for config in launches),
-                    even_row=all(kernel.row_length % config.rblock == 0 for config in launches),
+                    even_rows=masks_dropped
+                    and all(kernel.rows % config.xblock == 0 for config in launches),
+                    even_row=masks_dropped
+                    and all(kernel.row_length % config.rblock == 0 for config in launches),
                     cluster=cluster,
                     prefetch_partials=options.partials_prefetch,
                 )
@@ -214,17 +225,23 @@ class TritonBackend:
             lambda size: cluster_scratch_size(kernel, size),
             size_values(kernel),
         )
+        symbols = symbol_params()
+        if symbols:  # a symbolic lowering (decision 0400)
+            sized_record_checks(kernel, configs, record.sizes, self.interpret)
         tuned, path = self.load(record, options)
+        handle: TunedKernel | SizedKernel = SizedKernel(tuned, symbols) if symbols else tuned
         # compiled on the pool while the graph is lowered further (a GPU build-only run,
         # as in tests without one, compiles nothing ahead)
         if not self.interpret and torch.cuda.is_available():
             device = self.device_index
-            tuned.start_compiles(
+            handle.start_compiles(
                 [arg.dtype for arg in kernel.args],
                 torch.cuda.current_device() if device is None else device,
             )
         info = KernelInfo(kernel.name, self.name, record.source, path, kernel.ops)
-        return BuiltLaunch(KernelLaunch(kernel, tuned, _run_call), info, record=to_json(record))
+        call = functools.partial(_run_call, sizes=symbols)
+        json = None if symbols else to_json(record)  # the symbolic one is not kept on disk
+        return BuiltLaunch(KernelLaunch(kernel, handle, call), info, record=json)
 
     def load(self, record: TritonKernelRecord, options: CompileOptions) -> tuple[TunedKernel, str]:
         """The launchable kernel of ``record`` (its modules from the store, generated
@@ -248,8 +265,8 @@ class TritonBackend:
                 tuning_key(
                     canonical,
                     torch.cuda.get_device_name(),
-                    record.rows,
-                    record.sizes.get(RED_PARAM),
+                    hint(record.rows),  # the first size's buckets (decision 0400)
+                    None if RED_PARAM not in record.sizes else hint(record.sizes[RED_PARAM]),
                 ),
             )
             compile_scope = functools.partial(verified_triton_cache, store)
@@ -288,5 +305,5 @@ def _flat_elements(kernel: Kernel) -> Kernel:
     return flatten_rows(kernel)
 
 
-def _run_call(handle: str, args: Sequence[str]) -> str:
-    return f"{handle}.run({', '.join(args)})"
+def _run_call(handle: str, args: Sequence[str], sizes: Sequence[str] = ()) -> str:
+    return f"{handle}.run({', '.join([*args, *sizes])})"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchstrata.inductor.codegen.triton.printer import next_power_of_2
+from torchstrata.inductor.codegen.triton.size_buckets import next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split, combine_partials, partial_pointers
 from torchstrata.inductor.ir.kernel import Kernel, ReductionSpec
 

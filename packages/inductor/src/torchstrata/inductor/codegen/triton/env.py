@@ -8,6 +8,11 @@ it had: left set, it would turn every kernel decorated later in the process into
 interpreted one, the user's own Triton kernels and torch.compile's included, and on the
 GPU (the runtime's unit-gradient scaling once picked its kernel by the variable, and
 scaled part of each GPU gradient with an interpreted kernel).
+
+An interpreted launch runs with NumPy's floating-point warnings off: the interpreter
+computes masked-out lanes too (a reciprocal of an empty row's sum: ``1/0``), which a GPU
+computes without a word, and a caller that turns warnings into errors would see them
+fail (the dynamic corpus on ``codegen="triton"``; decision 0400).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+
+import numpy
 
 from torchstrata.core.env_options import triton_interpret
 
@@ -26,7 +33,7 @@ def interpreted(launch: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(launch)
     def run(*args: Any, **kwargs: Any) -> Any:
-        with triton_interpret(True):
+        with triton_interpret(True), numpy.errstate(all="ignore"):
             return launch(*args, **kwargs)
 
     return run

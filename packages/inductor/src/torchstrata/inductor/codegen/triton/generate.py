@@ -49,6 +49,7 @@ from torchstrata.inductor.codegen.triton.row_count import (
     length_divisor_hint,
     rows_divisor_hint,
 )
+from torchstrata.inductor.codegen.triton.size_buckets import same_size
 from torchstrata.inductor.codegen.triton.tail_code import tail_lines
 from torchstrata.inductor.codegen.triton.tails import TAIL_PARAMS
 from torchstrata.inductor.ir.kernel import (
@@ -110,7 +111,7 @@ def generate_triton(
     # rows as many as the row is long: a column reduction's reduced stride is its rows, a
     # row kernel's row stride its length, at every size (decision 0361)
     rows = _rows_name(kernel)
-    column_strides = length == kernel.rows and is_column_reduction(kernel, unanimous=True)
+    column_strides = is_column_reduction(kernel, unanimous=True) and same_size(length, kernel.rows)
     names = cats | (lengths | rows if column_strides else rows | lengths)
     with named_sizes(names, cats):
         return _row_source(kernel, interpret, persistent, group, even_rows, even_row)

@@ -1,5 +1,7 @@
 """The rewrites only the Triton backend asks for: long column sums split before lowering,
-and tails, column partials and horizontal fusion applied to the plan."""
+and tails, column partials and horizontal fusion applied to the plan. A symbolic
+lowering's plan has no tails or partials (their scratch buffers and chunks are sized by
+the rows: decision 0400)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Sequence
 from torchstrata.core import Graph, GraphPass, InductorOptions
 from torchstrata.inductor.codegen.triton.horizontal import fuse_horizontally
 from torchstrata.inductor.codegen.triton.partials import fuse_partials
+from torchstrata.inductor.codegen.triton.size_buckets import symbol_params
 from torchstrata.inductor.codegen.triton.split_sums import split_long_sums
 from torchstrata.inductor.codegen.triton.tails import fuse_tails
 from torchstrata.inductor.schedule.plan_passes import PlanPass, Step
@@ -25,7 +28,7 @@ class SplitLongSums(GraphPass):
         self.partials = partials
 
     def __call__(self, graph: Graph) -> Graph:
-        return split_long_sums(graph, self.partials)
+        return split_long_sums(graph, self.partials and not symbol_params())
 
 
 class FusePartials(PlanPass):
@@ -34,7 +37,7 @@ class FusePartials(PlanPass):
     name = "triton.fuse_partials"
 
     def __call__(self, steps: Sequence[Step]) -> Sequence[Step]:
-        return fuse_partials(steps)
+        return steps if symbol_params() else fuse_partials(steps)
 
 
 class FuseTails(PlanPass):
@@ -43,7 +46,7 @@ class FuseTails(PlanPass):
     name = "triton.fuse_tails"
 
     def __call__(self, steps: Sequence[Step]) -> Sequence[Step]:
-        return fuse_tails(steps)
+        return steps if symbol_params() else fuse_tails(steps)
 
 
 class FuseHorizontally(PlanPass):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from torchstrata.core import wrapped_integer
+from torchstrata.core import SizeValue, wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
@@ -29,6 +29,7 @@ from torchstrata.inductor.codegen.size_constants import (
 )
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
+from torchstrata.inductor.codegen.triton.size_buckets import symbol_params
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -270,8 +271,11 @@ def statistic_exp(argument: str, dtype: torch.dtype) -> str:
 LOG2_E = 1.4426950408889634
 
 
-def literal(value: int | float | bool, dtype: torch.dtype) -> str:
-    """A typed scalar constant (shape ``[1]``, broadcasts against any tile)."""
+def literal(value: int | float | bool | SizeValue, dtype: torch.dtype) -> str:
+    """A typed scalar constant (shape ``[1]``, broadcasts against any tile); a symbolic
+    lowering's size as its expression over the kernel's symbols (decision 0400)."""
+    if type(value) is SizeValue:
+        return f"tl.full([1], ({value}), {compute_type(dtype)})"
     if dtype is torch.bool:
         return f"tl.full([1], {1 if value else 0}, tl.int1)"
     if dtype.is_floating_point:
@@ -515,11 +519,6 @@ def reduce_text(spec: ReductionSpec, values: str, interpret: bool, axis: int = 1
     return f"tl.reduce({values}, {axis}, {_COMBINE_FN[spec.kind]}, keep_dims={keep})"
 
 
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1)."""
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
 #: The parameter of every generated kernel holding its number of rows (elements of a
 #: pointwise kernel): the masks of the plain row and pointwise kernels compare with it.
 ROWS_PARAM = "xnumel"
@@ -544,11 +543,11 @@ def part_rows_param(part: int) -> str:
 def size_params(kernel: Kernel) -> list[str]:
     """The size parameters of ``kernel``'s module, after its buffers: ``xnumel``, then a
     reduction's ``rnumel`` or a horizontal kernel's parts' element counts, a kernel with
-    partials' ``xchunk``."""
+    partials' ``xchunk``, a cat's sizes; then a symbolic lowering's symbols."""
     parts = [part_rows_param(i) for i in range(len(kernel.parts))]
     chunk = [PARTIALS_CHUNK_PARAM] if kernel.partials is not None else []
     red = [RED_PARAM] if kernel.red_shape else []
-    return [ROWS_PARAM, *red, *parts, *chunk, *cat_params(kernel)]
+    return [ROWS_PARAM, *red, *parts, *chunk, *cat_params(kernel), *symbol_params()]
 
 
 def size_values(kernel: Kernel) -> dict[str, int]:
@@ -577,8 +576,11 @@ def module_source(
         libdevice="" if interpret else "from triton.language.extra import libdevice",
         extrema=_INTERPRETER_EXTREMA if interpret else _GPU_EXTREMA,
     )
+    symbols = symbol_params()  # a symbolic lowering's, and its reductions' rows: 0400
+    kept = [*([ROWS_PARAM] if kernel.red_shape else []), *symbols] if symbols else []
+    jit = f"triton.jit(do_not_specialize={kept!r})" if kept else "triton.jit"
     return (
         source
-        + f"\n@triton.jit\ndef {kernel.name}({params}):\n"
+        + f"\n@{jit}\ndef {kernel.name}({params}):\n"
         + "".join(f"    {line}\n" for line in lines)
     )

@@ -6,29 +6,34 @@ from __future__ import annotations
 import math
 import re
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
 
 
-def divisor_hint(name: str, value: int) -> list[str]:
+def divisor_hint(name: str, value: int | SizeValue) -> list[str]:
     """The line telling Triton that the size argument ``name`` (``value`` here) is a
     multiple of its largest power-of-two divisor below 16, as the literal did (Triton
     specialises an argument divisible by 16 itself); none for an odd value. The same value
     (every size this source is generated for is a multiple), spelled so that Triton's
-    analysis sees the divisor (``tl.multiple_of`` of a scalar argument did not keep it)."""
+    analysis sees the divisor (``tl.multiple_of`` of a scalar argument did not keep it).
+    A symbolic size (decision 0400) tells what divides it at every size: the integer
+    content of its expression (``24*s0``: 8), no condition recorded."""
+    if type(value) is SizeValue:
+        value = abs(int(value.expr.as_content_primitive()[0]))
     divisor = math.gcd(value, 16)
     if divisor in (1, 16):
         return []
     return [f"{name} = ({name} // {divisor}) * {divisor}"]
 
 
-def length_divisor_hint(length: int) -> list[str]:
+def length_divisor_hint(length: int | SizeValue) -> list[str]:
     """:func:`rows_divisor_hint` for a reduction's row length ``rnumel``: a row stride
     spelled as it (``rnumel*x0 + r0``) keeps the divisibility a literal stride told Triton
     (aligned vector loads of each row)."""
     return divisor_hint(RED_PARAM, length)
 
 
-def rows_divisor_hint(rows: int) -> list[str]:
+def rows_divisor_hint(rows: int | SizeValue) -> list[str]:
     """What a literal number of rows told Triton about the row mask: its largest power-of-two
     divisor below 16 (Triton specialises an argument divisible by 16 itself). Without it, a
     pointwise kernel over 1000 elements lost its 128-bit loads (sm_90 PTX: ``v4`` loads

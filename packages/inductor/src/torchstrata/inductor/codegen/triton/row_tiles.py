@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from torchstrata.inductor.codegen.triton.printer import next_power_of_2
+from torchstrata.inductor.codegen.triton.size_buckets import next_power_of_2
 from torchstrata.inductor.codegen.triton.tuning import LOOPED_MIN
 from torchstrata.inductor.ir.exprs import Expr, IndirectLoad, Load, map_indices, walk
 from torchstrata.inductor.ir.indexing import Index, Var

@@ -53,11 +53,11 @@ from torchstrata.inductor.codegen.triton.printer import (
     derive_lines,
     literal,
     module_source,
-    next_power_of_2,
     reduce_text,
     statistic_exp,
     store_line,
 )
+from torchstrata.inductor.codegen.triton.size_buckets import next_power_of_2
 from torchstrata.inductor.ir.kernel import (
     Kernel,
     ReductionSpec,

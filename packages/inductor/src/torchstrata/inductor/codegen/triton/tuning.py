@@ -50,8 +50,9 @@ from torchstrata.inductor.codegen.triton.precompile import (
     scratch_tensors,
     submit_compiles,
 )
-from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM, next_power_of_2
+from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
 from torchstrata.inductor.codegen.triton.row_count import rows_generic
+from torchstrata.inductor.codegen.triton.size_buckets import capped_power_of_2, next_power_of_2
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -66,6 +67,7 @@ from torchstrata.inductor.schedule.columns import is_column_reduction
 TUNING_NAMESPACE = "triton-tuning"
 
 PERSISTENT_MAX = 32768  # largest RBLOCK of a persistent tile
+MIN_TILE = 1024  # the smallest tile: rows it holds at once are one program whatever their count
 LOOPED_MIN = 8192  # rows longer than this also try looped variants
 INTERPRETER_TILE = 65536  # the interpreter runs programs one by one: few, large tiles
 INTERPRETER_LOOP_BLOCK = 4096
@@ -173,14 +175,19 @@ def candidate_configs(
         return _partials_configs(kernel, interpret)
     setting = None if split_rows is None else "1" if split_rows else "0"
     split_min = {"1": SPLIT_MIN, "0": math.inf, None: LONG_ROW_MIN}[setting]
-    rows = next_power_of_2(kernel.rows)
+    # the rows matter only between the fewest and the most rows a tile takes (a symbolic
+    # lowering's bucket of rows, decision 0400)
     if not kernel.red_shape:
         if interpret:
-            return [Config(min(rows, INTERPRETER_TILE), 1, 1, True)]
+            rows = capped_power_of_2(kernel.rows, INTERPRETER_TILE, MIN_TILE)
+            return [Config(rows, 1, 1, True)]
         shapes = [(1024, 4), (2048, 4), (2048, 8), (4096, 8)]
+        rows = capped_power_of_2(kernel.rows, 4096, MIN_TILE)
         return list(dict.fromkeys(_pointwise(min(rows, x), w) for x, w in shapes))
     length = kernel.row_length
     rblock = next_power_of_2(length)
+    most = max(1, INTERPRETER_TILE // rblock) if interpret else max(8192 // rblock, 256)
+    rows = capped_power_of_2(kernel.rows, most, min(most, max(1, MIN_TILE // rblock)))
     if interpret:
         if rblock <= INTERPRETER_TILE:
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
@@ -200,7 +207,7 @@ def candidate_configs(
                 configs.append(Config(xblock, rblock, warps * 2, True))
             if xblock == 1 and rblock >= 8192:  # one long row per program: try more warps
                 configs += [Config(1, rblock, 8, True), Config(1, rblock, 32, True)]
-    if length >= split_min and can_split(kernel):
+    if split_min != math.inf and length >= split_min and can_split(kernel):
         for chunk, warps in SPLIT_SHAPES:
             split = math.ceil(length / chunk)
             if 1 < split <= SPLIT_MAX:

@@ -1,0 +1,152 @@
+"""Triton kernels of a symbolic entry lowered once for many sizes (issue 33, decision 0400).
+
+Each graph is compiled with ``codegen="triton"`` on CPU tensors (Triton's interpreter, as
+CI tests generated Triton; ``cuda`` variants under the ``gpu`` mark) and called at sizes
+that include 1, odd sizes and powers of two. Every call is compared with eager, and
+``size_lowering_stats()`` says that no size lowered on its own and that one symbolic
+lowering served the sizes of each power-of-two bucket of the length its block sizes are
+chosen from (a new bucket lowers again; decision 0400).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchstrata.runtime as tsr
+
+#: lengths called in turn: 1, odd ones, powers of two, in and across buckets
+LENGTHS = (5, 7, 6, 8, 1, 13, 16, 11, 9, 12)
+
+DEVICES = [
+    pytest.param("cpu", marks=pytest.mark.triton),
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts_no_fallback() -> Iterator[None]:
+    """Counts from zero; a call run eagerly (a runner that failed) is an error."""
+    tsr.reset_size_lowering_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
+        yield
+
+
+def _buckets(lengths: Sequence[int]) -> int:
+    """The power-of-two buckets of ``lengths`` (1 and 2 are each a bucket of their own:
+    the runtime specialises 1, and 2 is a bucket's only size)."""
+    return len({1 if n <= 1 else 1 << (n - 1).bit_length() for n in lengths})
+
+
+def _run_all(
+    fn: Callable[..., torch.Tensor],
+    inputs: Callable[[int], tuple[torch.Tensor, ...]],
+    lengths: Sequence[int] = LENGTHS,
+    dynamic: bool | None = True,
+    device: str = "cpu",
+) -> dict[str, int]:
+    """Call ``fn`` compiled (Triton, ``dynamic``) at each of ``lengths``, each result
+    equal to eager's; return the counts of what lowered. ``dynamic=None``: the first
+    size is compiled static (the width stays static: its float ``1/C`` is not ported).
+    At most one symbolic lowering per bucket of ``lengths``; on a GPU one more, for the
+    multiples of 16 among them (Triton's specialisation, a condition: decision 0400)."""
+    torch.manual_seed(0)
+    compiled = tsr.compile(fn, dynamic=dynamic, codegen="triton")
+    for length in lengths:
+        args = inputs(length)
+        torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-5, atol=1e-5)
+    stats = tsr.size_lowering_stats()
+    assert stats.get("per_size", 0) == 0, stats
+    assert not [key for key in stats if key.startswith("fallback")], stats
+    lengths = lengths if dynamic else lengths[2:]  # a static size, then the symbolic one
+    assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(lengths), stats
+    most = _buckets(lengths) + (device == "cuda")
+    assert 1 <= stats["symbolic"] <= most < len(lengths), stats
+    return stats
+
+
+def softmax(x):
+    return torch.softmax(x, -1)
+
+
+def layer_norm(x, weight, bias):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5)
+
+
+def row_sum(x):
+    return x.sum(-1) * 0.5
+
+
+def broadcast_chain(x, column, row):
+    return torch.relu(x * column + row).sigmoid() - 0.5
+
+
+def rotated(x):
+    # slices whose bounds are computed from the size (``1:n`` and a cat at ``n - 1``)
+    return torch.cat([x[:, 1:], x[:, :1]], 1) * 2.0
+
+
+def attention(x, w_q, w_k, w_v, w_out):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+    return (weights @ v) @ w_out + x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_over_varying_rows_lengths(device):
+    _run_all(softmax, lambda n: (torch.randn(3, n, device=device),), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_over_varying_rows(device):
+    # the normalised dim is fixed (a model's width), the rows vary
+    weight, bias = torch.randn(24, device=device), torch.randn(24, device=device)
+    _run_all(
+        layer_norm,
+        lambda n: (torch.randn(2, n, 24, device=device), weight, bias),
+        dynamic=None,
+        device=device,
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reduction_over_a_varying_length(device):
+    _run_all(row_sum, lambda n: (torch.randn(4, n, device=device),), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_elementwise_chain_with_broadcasting(device):
+    def inputs(n: int) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.randn(n, 24, device=device),
+            torch.randn(n, 1, device=device),
+            torch.randn(24, device=device),
+        )
+
+    _run_all(broadcast_chain, inputs, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_with_bounds_computed_from_sizes(device):
+    lengths = [n for n in LENGTHS if n >= 2]  # a slice of 1: 0 elements, specialised
+    _run_all(rotated, lambda n: (torch.randn(4, n, device=device),), lengths, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_block_over_sequence_lengths(device):
+    # a width no length equals (a scheduler decision ``T == 16`` is a size's own)
+    w_q, w_k, w_v, w_out = torch.randn(4, 24, 24, device=device) / 4
+    inputs = lambda n: (torch.randn(2, n, 24, device=device), w_q, w_k, w_v, w_out)  # noqa: E731
+    _run_all(attention, inputs, device=device)

@@ -1,0 +1,130 @@
+"""A Triton kernel of a symbolic lowering, launched at the sizes of each call (decision 0400).
+
+A kernel lowered with ``core.SizeValue`` sizes has one source for every size the lowering
+serves: its rows (``xnumel``), row length (``rnumel``) and other size arguments are
+expressions over the lowering's symbols, and so are the index coefficients its body
+prints, over the symbols it takes as arguments. The generated launcher passes the
+symbols' values after the buffers (``kernel.run(buf0, buf1, s0, s1)``);
+:class:`SizedKernel` evaluates the size arguments from them (one generated Python
+function), and launches a :class:`~.tuning.TunedKernel` bound to those sizes: the
+configuration is tuned once, at the first call (the lowering's own), and every size
+launches it, with its own grid. A launcher per distinct size is kept (at most
+:data:`KEPT_SIZES`): a repeated size costs a dict lookup, as a static kernel's launch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from torchstrata.core import SizeValue, active_symbols
+from torchstrata.inductor.codegen.triton.size_buckets import hint, record_specialisation
+from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel
+from torchstrata.inductor.ir.kernel import Kernel
+
+#: Launchers kept per kernel, one per distinct size (then all are dropped and rebuilt).
+KEPT_SIZES = 256
+
+
+def size_function(
+    symbols: Sequence[str], values: Sequence[int | SizeValue]
+) -> Callable[..., tuple[int, ...]]:
+    """``f(*symbol values) -> values`` evaluated there, as one generated function.
+    Printing a size that is not a sum of products raises ``core.SizeRead`` here, during
+    the lowering, not at a launch."""
+    texts = [f"({value})," for value in values]
+    source = f"lambda {', '.join(symbols)}: ({''.join(texts)})"
+    return eval(compile(source, "<triton sizes>", "eval"), {})
+
+
+class SizedKernel:
+    """``tuned`` (its rows and sizes symbolic) launched as ``run(*tensors, *symbols)``.
+
+    :param tuned: the kernel, its ``rows`` and ``sizes`` expressions of the symbols.
+    :param symbols: the names of the symbols the launcher passes, in order.
+    """
+
+    def __init__(self, tuned: TunedKernel, symbols: Sequence[str]) -> None:
+        self.tuned = tuned
+        self.symbols = tuple(symbols)
+        self.names = tuple(tuned.sizes)
+        self.evaluate = size_function(self.symbols, (tuned.rows, *tuned.sizes.values()))
+        self.launches: dict[tuple[int, ...], Callable[..., Any]] = {}
+        #: The symbols' values in the call being lowered (compiles ahead are for them).
+        self.hints = tuple(hint(symbol) for symbol in active_symbols())
+        #: The configuration tuned at the first call, launched at every size.
+        self.chosen: Config | None = None
+
+    def run(self, *args: Any) -> None:
+        """Launch on ``args``: the tensors, then the symbols' values."""
+        count = len(self.symbols)
+        values = tuple(args[-count:])
+        launch = self.launches.get(values)
+        if launch is None:
+            launch = self._launch_for(values)
+        launch(*args[:-count])
+
+    __call__ = run
+
+    def at(self, values: Sequence[int]) -> TunedKernel:
+        """The kernel with its sizes and symbols evaluated at ``values`` (not tuned)."""
+        rows, *sizes = self.evaluate(*values)
+        sized = copy.copy(self.tuned)
+        sized.rows = rows
+        sized.sizes = {
+            **dict(zip(self.names, sizes, strict=True)),
+            **dict(zip(self.symbols, values, strict=True)),
+        }
+        sized.pending, sized.chosen = None, None
+        sized.run = sized._first_call
+        return sized
+
+    def start_compiles(self, dtypes: Sequence[torch.dtype], device: int | None) -> None:
+        """Queue the compiles at the lowering's own sizes (see ``TunedKernel``): the
+        binaries every size it serves launches (decision 0400)."""
+        sized = self.at(self.hints)
+        sized.start_compiles(dtypes, device)
+        self._launch_for(self.hints, sized)
+
+    def _launch_for(
+        self, values: tuple[int, ...], sized: TunedKernel | None = None
+    ) -> Callable[..., Any]:
+        sized = self.at(values) if sized is None else sized
+        if self.chosen is not None:
+            return self._keep(values, sized.bind(self.chosen))
+
+        def first(*tensors: Any) -> None:  # tunes, then keeps the bound launcher
+            sized.run(*tensors)
+            if self.chosen is None:
+                self.chosen = sized.chosen
+            self._keep(values, sized.run)
+
+        return self._keep(values, first)
+
+    def _keep(self, values: tuple[int, ...], launch: Callable[..., Any]) -> Callable[..., Any]:
+        if len(self.launches) >= KEPT_SIZES:
+            self.launches.clear()
+        self.launches[values] = launch
+        return launch
+
+
+def sized_record_checks(
+    kernel: Kernel,
+    configs: Sequence[Config],
+    sizes: Mapping[str, int | SizeValue],
+    interpret: bool,
+) -> None:
+    """What a symbolic lowering of ``kernel`` (launched by ``configs`` with the size
+    arguments ``sizes``) relies on, checked during the lowering: no scratch buffers sized
+    by the kernel (split rows, clusters, tails, partials: ``NotImplementedError``, the
+    graph lowers per size), and, compiled, Triton's specialisation of each size argument
+    recorded as a condition (:func:`~.size_buckets.record_specialisation`)."""
+    if kernel.tail is not None or kernel.partials is not None:
+        raise NotImplementedError("a Triton kernel with a tail or partials lowers per size")
+    if any(config.split > 1 or config.cluster > 1 for config in configs):
+        raise NotImplementedError("split or clustered Triton rows lower per size")
+    if not interpret:  # a reduction's rows are not specialised on (``module_source``)
+        record_specialisation((*(() if kernel.red_shape else (kernel.rows,)), *sizes.values()))

@@ -1,0 +1,97 @@
+"""Triton block choices on symbolic sizes (decision 0400): each records the bucket it
+relies on as conditions of the lowering, never the size's value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from torchstrata.core import Graph, GraphBuilder, Level, SizeGuards, SizeRead, TensorMeta, prim
+from torchstrata.inductor.codegen.triton.backend import TritonBackend
+from torchstrata.inductor.codegen.triton.printer import size_values
+from torchstrata.inductor.codegen.triton.size_buckets import (
+    capped_power_of_2,
+    next_power_of_2,
+    record_specialisation,
+    same_size,
+)
+from torchstrata.inductor.codegen.triton.sized_launch import size_function, sized_record_checks
+
+
+def test_a_power_of_two_records_the_bucket_of_its_hint():
+    guards = SizeGuards({"s0": 7})
+    assert next_power_of_2(guards.symbol("s0")) == 8
+    assert [guards.holds({"s0": n}) for n in (4, 5, 8, 9)] == [False, True, True, False]
+    assert next_power_of_2(7) == 8 and next_power_of_2(1) == 1  # ints as before
+
+
+def test_a_capped_block_of_rows_records_only_its_upper_bound():
+    guards = SizeGuards({"s0": 40})
+    assert capped_power_of_2(guards.symbol("s0"), 4096, floor=16) == 64
+    assert [guards.holds({"s0": n}) for n in (2, 33, 64, 65)] == [True, True, True, False]
+    below = SizeGuards({"s0": 5})
+    assert capped_power_of_2(below.symbol("s0"), 4096, floor=16) == 16  # the floor's bucket
+    assert below.holds({"s0": 16}) and not below.holds({"s0": 17})
+    above = SizeGuards({"s0": 9000})
+    assert capped_power_of_2(above.symbol("s0"), 4096) == 4096
+    assert above.conditions == []  # every size beyond the cap takes the cap
+
+
+def test_triton_specialisation_is_a_condition():
+    guards = SizeGuards({"s0": 7, "s1": 32})
+    record_specialisation((guards.symbol("s0") * 3, guards.symbol("s1"), 5))
+    assert guards.holds({"s0": 9, "s1": 48})
+    assert not guards.holds({"s0": 16, "s1": 48})  # 48 divides by 16, 3*16 too
+    assert not guards.holds({"s0": 9, "s1": 40})
+
+
+def test_sizes_are_one_by_expression_not_by_value():
+    guards = SizeGuards({"s0": 8, "s1": 8})
+    a, b = guards.symbol("s0"), guards.symbol("s1")
+    assert same_size(a, guards.symbol("s0")) and not same_size(a, b)
+    assert not same_size(a, 8) and same_size(8, 8)
+    assert guards.conditions == []
+
+
+def test_size_arguments_are_evaluated_from_the_symbols():
+    guards = SizeGuards({"s0": 7, "s1": 3})
+    s0, s1 = guards.symbol("s0"), guards.symbol("s1")
+    evaluate = size_function(("s0", "s1"), (s0 * s1, s0 + 1, 4))
+    assert evaluate(5, 2) == (10, 6, 4)
+    with pytest.raises(SizeRead):  # not a sum of products: refused while lowering
+        size_function(("s0",), (s0 // s1,))
+
+
+def _softmax_rows(length: Any) -> Graph:
+    """``softmax(x, 1)`` over ``[3, length]``."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((3, length), torch.float32))
+
+    def wide(value: Any) -> Any:
+        return b.call(prim("broadcast_in_dim"), value, (3, length), (0,))
+
+    exps = b.call(prim("exp"), b.call(prim("sub"), x, wide(b.call(prim("amax"), x, (1,)))))
+    return b.build([b.call(prim("div"), exps, wide(b.call(prim("sum"), exps, (1,))))])
+
+
+@pytest.mark.parametrize("scale", [1, 8])
+def test_a_symbolic_gpu_source_takes_the_symbols_and_records_its_specialisation(ind, scale):
+    # generated for a GPU without one: the source and the conditions its launch relies on
+    guards = SizeGuards({"s0": 20})
+    with guards.active():
+        kernel = ind.only_kernel(_softmax_rows(guards.symbol("s0") * scale))
+        kernel, configs, generated = TritonBackend(interpret=False).generate(kernel, False)
+        sized_record_checks(kernel, configs, size_values(kernel), interpret=False)
+    (source,) = {text for _, text in generated}
+    assert "do_not_specialize=['xnumel', 's0']" in source
+    assert "s0, XBLOCK: tl.constexpr" in source  # a runtime argument, not a constant
+    # a row length of 8*s0 tells Triton its divisor at every size, s0 none
+    assert ("rnumel = (rnumel // 8) * 8" in source) == (scale == 8)
+    assert all(config.rblock == 32 * scale for config in configs)  # 20's bucket
+    served = [n for n in range(1, 80) if guards.holds({"s0": n})]
+    if scale == 1:  # the bucket of 32 but its multiple of 16 (another binary)
+        assert served == [n for n in range(17, 33) if n != 32]
+    else:  # 8*20 is a multiple of 16, as 8*s0 is at every even s0
+        assert served == [n for n in range(17, 33) if n % 2 == 0]
