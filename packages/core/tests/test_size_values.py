@@ -101,7 +101,7 @@ def test_printing_gives_source_only_for_plain_arithmetic():
     # a power as a product (decision 0382)
     assert str(2 * n + 1) == "(2*s0 + 1)" and repr((n, 3)) == "(s0, 3)"
     assert str(2 * n) == "(2*s0)" and str(n * n) == "(s0*s0)"
-    with pytest.raises(SizeRead):
+    with pytest.raises(SizeRead):  # floor division: no printer active (decision 0407)
         str(n // 2)
 
 

@@ -45,6 +45,7 @@ import torch
 
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
+from torchstrata.core.size_source import UnprintableSize, active_printer, python_source
 from torchstrata.core.symbolic_graphs import concretize_graph
 
 
@@ -467,16 +468,27 @@ class SizeValue:
 
     def __str__(self) -> str:
         if not _is_plain(self.expr):
-            raise self.guards.refuse(f"printing {self.expr}")
+            # floor division, modulo...: spelled per language, where a printer is active
+            # (decision 0407); elsewhere a read of the value
+            return self._printed(active_printer())
         text = _source_printer().doprint(self.expr)
         # in parentheses, but for one symbol: generated code prints a size as an operand
         # (a coefficient ``(s0 + 3)*x0``, not ``s0 + 3*x0``; a divisor ``xi / (2*s0)``)
         return text if self.expr.is_Symbol or self.expr.is_Pow else f"({text})"
 
     def __repr__(self) -> str:
-        # as ``str``: a tuple of sizes printed into generated source is the source of
-        # their expressions (the launcher binds the symbols)
-        return str(self)
+        # as ``str``, and Python's source where that is no sum of products: a tuple of
+        # sizes printed into a launcher is the source of their expressions (the launcher
+        # binds the symbols), and memo keys made of an index's repr hold any size
+        return str(self) if _is_plain(self.expr) else self._printed(python_source)
+
+    def _printed(self, printer: Callable[[Any], str] | None) -> str:
+        if printer is None:
+            raise self.guards.refuse(f"printing {self.expr}")
+        try:
+            return printer(self.expr)
+        except UnprintableSize:
+            raise self.guards.refuse(f"printing {self.expr}") from None
 
 
 @functools.cache

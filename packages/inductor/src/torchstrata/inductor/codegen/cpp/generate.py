@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from torchstrata.core import size_printer
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
 from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
@@ -62,6 +63,7 @@ from torchstrata.inductor.codegen.cpp.row_sizes import (
     reduced_length,
     symbol_params,
 )
+from torchstrata.inductor.codegen.cpp.size_source import cpp_size_source
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -305,8 +307,14 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     """The C++ source of ``kernel``: one ``extern "C"`` function taking buffer pointers.
 
     ``simd_functions`` are math functions with vector variants in libmvec (see
-    :func:`~torchstrata.inductor.codegen.cpp.build.simd_math_functions`).
+    :func:`~torchstrata.inductor.codegen.cpp.build.simd_math_functions`). A symbolic
+    size with floor division or modulo in it prints as C++ (decision 0407).
     """
+    with size_printer(cpp_size_source):
+        return _generate_cpp(kernel, simd_functions)
+
+
+def _generate_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
