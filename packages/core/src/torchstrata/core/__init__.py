@@ -148,6 +148,8 @@ from torchstrata.core.size_values import (
     SizeRead,
     SizeValue,
     active_symbols,
+    same_size,
+    same_sizes,
     sized_graph,
     sizes_symbolic,
 )
@@ -351,6 +353,8 @@ __all__ = [
     "recompute_regions",
     "register",
     "same_layout",
+    "same_size",
+    "same_sizes",
     "set_logs",
     "size_check_of",
     "size_guards",

@@ -131,7 +131,11 @@ class SizeGuards:
             return
         if fact is _sympy().false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
-        if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1 and not _periodic(fact):
+        if (
+            isinstance(fact, _sympy().Eq)
+            and len(fact.free_symbols) == 1
+            and _pins(fact, self.hints)
+        ):
             # pins its symbol to a few values: a read of the size's value, refused as
             # ``int()`` is (a lowering for one size is the per-size path's, made slower);
             # recorded too: the failure is these sizes' own (``SizeVariants`` tries the
@@ -294,6 +298,22 @@ def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
     }
 
 
+#: a shift that keeps a size's residue modulo each small modulus: 2**10 * 3**4 * 5**2 * 7 * 11 * 13
+_FAR = 2_075_673_600
+
+
+def _pins(fact: Any, hints: Mapping[str, int]) -> bool:
+    """Whether ``fact``, an equality over one symbol that holds at ``hints``, holds at a
+    few sizes only: it is no divisibility test and fails far from the hint (the hint plus
+    :data:`_FAR`). ``Eq(s0, 17)`` and ``Eq(s0//2, 1)`` pin; ``Eq(Max(1, s0//3), s0//3)``
+    (``s0 >= 3``: a contiguous stride) and ``Eq(3*(s0//3), s0)`` do not, and are recorded
+    (decision 0406). A heuristic of cost only: any recorded condition is sound."""
+    if _periodic(fact):
+        return False
+    (symbol,) = fact.free_symbols
+    return not bool(_substituted(fact, {symbol.name: hints[symbol.name] + _FAR}))
+
+
 def _periodic(fact: Any) -> bool:
     """Whether ``fact``'s symbols occur only inside ``Mod`` by a constant: then it
     holds at every size of a residue class (``Eq(Mod(s0, 8), 0)``: a divisibility test,
@@ -338,6 +358,22 @@ def _expr_and_hint(value: Any, guards: SizeGuards) -> tuple[Any, int] | None:
     if type(value) is int or type(value) is bool:
         return _sympy().Integer(value), int(value)
     return None
+
+
+def same_size(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (ints, or sizes of one lowering) are the same at every size,
+    deciding nothing: ints by value, sizes by expression, an int and a size never (the int
+    is the size's value at this call at most). For a site matching sizes where "not the
+    same" is right at every size (a fusion not made, a walk order not taken): comparing by
+    value would record the coincidence ``Eq(s0, 64)`` and pin the lowering (0406)."""
+    if type(a) is SizeValue or type(b) is SizeValue:
+        return type(a) is type(b) and a.guards is b.guards and a.expr == b.expr
+    return bool(a == b)
+
+
+def same_sizes(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    """:func:`same_size` of each pair of two shapes (of one length)."""
+    return len(left) == len(right) and all(map(same_size, left, right))
 
 
 class SizeValue:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from torchstrata.core import SizeValue, sizes_symbolic
+from torchstrata.core import SizeValue, same_size, sizes_symbolic
 
 
 @attrs.frozen(cache_hash=True)
@@ -99,7 +99,7 @@ class Index:
 
     def floordiv(self, divisor: int) -> Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
-        if divisor == 1:
+        if same_size(divisor, 1):  # by expression: a size 1 at this call divides (0406)
             return self
         return _floordiv(self, divisor, sizes_symbolic())
 
@@ -116,7 +116,7 @@ class Index:
 
     def mod(self, modulus: int) -> Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
-        if modulus == 1:
+        if same_size(modulus, 1):
             return Index()
         return _mod(self, modulus, sizes_symbolic())
 
