@@ -550,9 +550,14 @@ class _Sized(Concretizer):
         self.guards = guards
 
     def scalar(self, value: Any) -> Any:
-        if not isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        if isinstance(value, torch.SymFloat) and type(expr).__name__ == "ToFloat":
+            # a size as a float (a mean's count ``ToFloat(s0)``): the size, which a float
+            # constant holds exactly (below 2**53) and a kernel converts (decision 0409)
+            expr = expr.args[0]
+        elif not isinstance(value, torch.SymInt):
             raise self.guards.refuse(f"a symbolic {type(value).__name__} in the graph")
-        return self.guards.of(value.node.expr)
+        return self.guards.of(expr)
 
 
 def sized_graph(graph: Graph, guards: SizeGuards) -> Graph:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from torchstrata.core import size_printer
+from torchstrata.core import same_size, size_printer
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
 from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
@@ -396,7 +396,8 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         # A single row (1-D pointwise) is parallelised on the inner loop instead; one that
         # runs to ``rows`` decides it when called (below).
         def inner_pragma(loop_range: LoopRange) -> str:
-            parallel = outer_count == 1 and not one_d and loop_range.var.size >= PARALLEL_THRESHOLD
+            one_row = same_size(outer_count, 1)  # by expression: one row at every size (0406)
+            parallel = one_row and not one_d and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
         store_lines = _store_loops(
