@@ -18,7 +18,7 @@ def _sizes() -> tuple[SizeGuards, object, object]:
 
 
 def test_floor_division_prints_only_under_a_printer():
-    guards, n, _ = _sizes()
+    _, n, _ = _sizes()
     half = n // 2
     with pytest.raises(SizeRead):
         str(half)
@@ -29,7 +29,7 @@ def test_floor_division_prints_only_under_a_printer():
 
 
 def test_an_unknown_function_of_a_size_is_still_a_refused_read():
-    guards, n, _ = _sizes()
+    guards, _, _ = _sizes()
     value = guards.of(sympy.sqrt(sympy.Symbol("s0", integer=True, positive=True)))
     with size_printer(python_source), pytest.raises(SizeRead):
         str(value)
