@@ -21,10 +21,12 @@ calling any of its methods, so a decision made that way would go unseen (decisio
   ported ones print the expression); that is not checked (decision 0381).
 - **Printing** (``str``, ``repr``) gives the expression's source text where it is a sum of
   products of symbols and integers (``s0 + 1``, ``2*s0``): what a generated launcher
-  or kernel that binds the symbols prints.
+  or kernel that binds the symbols prints. Floor division, modulo, ``Max``/``Min``
+  print with the printer of the language being generated (``core.size_printer``;
+  ``repr`` always Python's), and are a refused read where none is active (0407).
 - **Reading its value** (an equality with a number that holds, over one symbol:
   ``n == 17``; ``int``, ``__index__``, ``float``, ``format`` with a number
-  spec, printing any other expression) raises :class:`SizeRead` and marks the
+  spec, printing any other expression where no printer spells it) raises :class:`SizeRead` and marks the
   lowering refused (:attr:`SizeGuards.refused`), even where the caller catches the
   error. Chosen over an equality guard: a site that reads the value is a site not
   ported yet, and the runtime lowers that size as before (per size) instead of
