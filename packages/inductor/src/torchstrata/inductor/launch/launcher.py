@@ -111,6 +111,8 @@ def _render_arg(value: Any, env: _Globals, names: set[str]) -> str:
         return "(" + "".join(_render_arg(v, env, names) + ", " for v in value) + ")"
     if isinstance(value, bool | int | str) or value is None:
         return repr(value)
+    if type(value) is SizeValue:  # an extern op's size argument: the symbols' expression
+        return repr(value)
     return env.name(value, "const")
 
 
