@@ -101,17 +101,20 @@ def test_a_size_across_a_recorded_condition_lowers_again():
     assert tsr.size_lowering_stats() == {"symbolic": 2, "reused": 5}
 
 
-def gelu_mean(x):
-    return torch.nn.functional.gelu(x).mean(-1)
+def last_third(x):
+    n = x.shape[-1] // 3
+    return x[..., -n:] * 2
 
 
 def test_an_unported_graph_lowers_per_size_and_says_why():
-    # the mean divides by a size as a float (a SymFloat): no symbolic lowering yet
+    # ``core.is_dense`` compares a contiguous stride ``Max(1, s0//3)`` with 1, which pins
+    # 3 to 5 columns (a size read). A mean's count (a SymFloat, 0409) and topk's ``k``
+    # (an extern op's size argument, 0407) were the examples before: both lower once now
     torch.manual_seed(0)
-    compiled = tsr.compile(gelu_mean, dynamic=True, codegen="cpp")
-    sizes = range(3, 11)
-    for rows in sizes:
-        _check(compiled, gelu_mean, (torch.randn(rows, 6),))
+    compiled = tsr.compile(last_third, dynamic=True, codegen="cpp")
+    sizes = (3, 4, 5)
+    for columns in sizes:
+        _check(compiled, last_third, (torch.randn(3, columns),))
     stats = tsr.size_lowering_stats()
     fallbacks = [key for key in stats if key.startswith("fallback: ")]
     assert len(fallbacks) == 1 and "SizeRead" in fallbacks[0], stats

@@ -101,7 +101,7 @@ def test_printing_gives_source_only_for_plain_arithmetic():
     # a power as a product (decision 0382)
     assert str(2 * n + 1) == "(2*s0 + 1)" and repr((n, 3)) == "(s0, 3)"
     assert str(2 * n) == "(2*s0)" and str(n * n) == "(s0*s0)"
-    with pytest.raises(SizeRead):
+    with pytest.raises(SizeRead):  # floor division: no printer active (decision 0407)
         str(n // 2)
 
 
@@ -123,3 +123,25 @@ def test_the_generated_check_agrees_with_substitution():
     for size in range(2, 40):
         assert check({"s0": size}) == (violated(conditions, {"s0": size}) is None), size
     assert check({"s0": 17}) and not check({"s0": 20}) and not check({"s0": 18})
+
+
+def test_same_size_matches_by_expression_and_decides_nothing():
+    # sites where "not the same" is right at every size match this way (decision 0406)
+    from torchstrata.core import same_size, same_sizes
+
+    guards, n = _size(hint=5)
+    assert not same_size(n, 5) and not same_sizes((n, 8), (5, 8))
+    assert same_size(n + 1, 1 + n) and same_sizes((2 * n, 3), (n * 2, 3))
+    assert same_size(4, 4) and not same_size(4, 5) and not same_sizes((n,), (n, 1))
+    assert guards.conditions == [] and not guards.refused
+
+
+def test_an_equality_true_far_from_the_hint_is_a_condition():
+    # ``Max(1, s0//3) == s0//3`` holds for every s0 >= 3: recorded, no size pinned (0406)
+    guards, n = _size(hint=9)
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    stride = guards.of(sympy.Max(1, sympy.floor(s0 / 3)))
+    assert stride == n // 3
+    assert not guards.refused and guards.holds({"s0": 100}) and not guards.holds({"s0": 2})
+    with pytest.raises(SizeRead):  # holds at 8 and 9 only: pinned
+        bool(n // 2 == 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from torchstrata.inductor.schedule.view_strides import view_strides
@@ -47,3 +48,18 @@ def test_view_strides_match_aten_on_random_layouts():
 
 def test_a_zero_dim_is_left_to_the_copy():
     assert view_strides((0, 3), (3, 1), (3, 0)) is None
+
+
+def test_a_symbolic_size_that_is_zero_here_is_seen():
+    # ``type(size) is int`` missed a SizeValue of 0 (``s0 - 2`` at 2): that lowering took
+    # the view where ints take the copy, and one made elsewhere served 2 unrecorded (0405)
+    from torchstrata.core import SizeGuards, SizeRead
+
+    at_two = SizeGuards({"s0": 2})
+    rows = at_two.symbol("s0") - 2
+    with pytest.raises(SizeRead):  # pins the size: 2 lowers on its own, as ints do
+        view_strides((rows, 4), (4, 1), (rows * 4,))
+    at_five = SizeGuards({"s0": 5})
+    rows = at_five.symbol("s0") - 2
+    assert view_strides((rows, 4), (4, 1), (rows * 4,)) == (1,)
+    assert not at_five.holds({"s0": 2}) and at_five.holds({"s0": 7})

@@ -21,10 +21,12 @@ calling any of its methods, so a decision made that way would go unseen (decisio
   ported ones print the expression); that is not checked (decision 0381).
 - **Printing** (``str``, ``repr``) gives the expression's source text where it is a sum of
   products of symbols and integers (``s0 + 1``, ``2*s0``): what a generated launcher
-  or kernel that binds the symbols prints.
+  or kernel that binds the symbols prints. Floor division, modulo, ``Max``/``Min``
+  print with the printer of the language being generated (``core.size_printer``;
+  ``repr`` always Python's), and are a refused read where none is active (0407).
 - **Reading its value** (an equality with a number that holds, over one symbol:
   ``n == 17``; ``int``, ``__index__``, ``float``, ``format`` with a number
-  spec, printing any other expression) raises :class:`SizeRead` and marks the
+  spec, printing any other expression where no printer spells it) raises :class:`SizeRead` and marks the
   lowering refused (:attr:`SizeGuards.refused`), even where the caller catches the
   error. Chosen over an equality guard: a site that reads the value is a site not
   ported yet, and the runtime lowers that size as before (per size) instead of
@@ -45,6 +47,7 @@ import torch
 
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
+from torchstrata.core.size_source import UnprintableSize, active_printer, python_source
 from torchstrata.core.symbolic_graphs import concretize_graph
 
 
@@ -130,7 +133,11 @@ class SizeGuards:
             return
         if fact is _sympy().false:  # cannot be: it held at the hints
             raise AssertionError(f"{condition} recorded as {outcome} but never holds")
-        if isinstance(fact, _sympy().Eq) and len(fact.free_symbols) == 1 and not _periodic(fact):
+        if (
+            isinstance(fact, _sympy().Eq)
+            and len(fact.free_symbols) == 1
+            and _pins(fact, self.hints)
+        ):
             # pins its symbol to a few values: a read of the size's value, refused as
             # ``int()`` is (a lowering for one size is the per-size path's, made slower);
             # recorded too: the failure is these sizes' own (``SizeVariants`` tries the
@@ -293,6 +300,22 @@ def _polynomial_signs(difference: Any) -> dict[str, bool] | None:
     }
 
 
+#: a shift that keeps a size's residue modulo each small modulus: 2**10 * 3**4 * 5**2 * 7 * 11 * 13
+_FAR = 2_075_673_600
+
+
+def _pins(fact: Any, hints: Mapping[str, int]) -> bool:
+    """Whether ``fact``, an equality over one symbol that holds at ``hints``, holds at a
+    few sizes only: it is no divisibility test and fails far from the hint (the hint plus
+    :data:`_FAR`). ``Eq(s0, 17)`` and ``Eq(s0//2, 1)`` pin; ``Eq(Max(1, s0//3), s0//3)``
+    (``s0 >= 3``: a contiguous stride) and ``Eq(3*(s0//3), s0)`` do not, and are recorded
+    (decision 0406). A heuristic of cost only: any recorded condition is sound."""
+    if _periodic(fact):
+        return False
+    (symbol,) = fact.free_symbols
+    return not bool(_substituted(fact, {symbol.name: hints[symbol.name] + _FAR}))
+
+
 def _periodic(fact: Any) -> bool:
     """Whether ``fact``'s symbols occur only inside ``Mod`` by a constant: then it
     holds at every size of a residue class (``Eq(Mod(s0, 8), 0)``: a divisibility test,
@@ -337,6 +360,22 @@ def _expr_and_hint(value: Any, guards: SizeGuards) -> tuple[Any, int] | None:
     if type(value) is int or type(value) is bool:
         return _sympy().Integer(value), int(value)
     return None
+
+
+def same_size(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (ints, or sizes of one lowering) are the same at every size,
+    deciding nothing: ints by value, sizes by expression, an int and a size never (the int
+    is the size's value at this call at most). For a site matching sizes where "not the
+    same" is right at every size (a fusion not made, a walk order not taken): comparing by
+    value would record the coincidence ``Eq(s0, 64)`` and pin the lowering (0406)."""
+    if type(a) is SizeValue or type(b) is SizeValue:
+        return type(a) is type(b) and a.guards is b.guards and a.expr == b.expr
+    return bool(a == b)
+
+
+def same_sizes(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    """:func:`same_size` of each pair of two shapes (of one length)."""
+    return len(left) == len(right) and all(map(same_size, left, right))
 
 
 class SizeValue:
@@ -467,16 +506,27 @@ class SizeValue:
 
     def __str__(self) -> str:
         if not _is_plain(self.expr):
-            raise self.guards.refuse(f"printing {self.expr}")
+            # floor division, modulo...: spelled per language, where a printer is active
+            # (decision 0407); elsewhere a read of the value
+            return self._printed(active_printer())
         text = _source_printer().doprint(self.expr)
         # in parentheses, but for one symbol: generated code prints a size as an operand
         # (a coefficient ``(s0 + 3)*x0``, not ``s0 + 3*x0``; a divisor ``xi / (2*s0)``)
         return text if self.expr.is_Symbol or self.expr.is_Pow else f"({text})"
 
     def __repr__(self) -> str:
-        # as ``str``: a tuple of sizes printed into generated source is the source of
-        # their expressions (the launcher binds the symbols)
-        return str(self)
+        # as ``str``, and Python's source where that is no sum of products: a tuple of
+        # sizes printed into a launcher is the source of their expressions (the launcher
+        # binds the symbols), and memo keys made of an index's repr hold any size
+        return str(self) if _is_plain(self.expr) else self._printed(python_source)
+
+    def _printed(self, printer: Callable[[Any], str] | None) -> str:
+        if printer is None:
+            raise self.guards.refuse(f"printing {self.expr}")
+        try:
+            return printer(self.expr)
+        except UnprintableSize:
+            raise self.guards.refuse(f"printing {self.expr}") from None
 
 
 @functools.cache
@@ -502,9 +552,14 @@ class _Sized(Concretizer):
         self.guards = guards
 
     def scalar(self, value: Any) -> Any:
-        if not isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        if isinstance(value, torch.SymFloat) and type(expr).__name__ == "ToFloat":
+            # a size as a float (a mean's count ``ToFloat(s0)``): the size, which a float
+            # constant holds exactly (below 2**53) and a kernel converts (decision 0409)
+            expr = expr.args[0]
+        elif not isinstance(value, torch.SymInt):
             raise self.guards.refuse(f"a symbolic {type(value).__name__} in the graph")
-        return self.guards.of(value.node.expr)
+        return self.guards.of(expr)
 
 
 def sized_graph(graph: Graph, guards: SizeGuards) -> Graph:

@@ -22,7 +22,9 @@ from torchstrata.core import (
     TensorMeta,
     current_options,
     eliminate_common_subexpressions,
+    python_source,
     same_layout,
+    size_printer,
 )
 from torchstrata.inductor.codegen.backend import Backend, build_all
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
@@ -109,7 +111,8 @@ def compile_with(
     write_backs = contract.write_back_inputs()
     externs = [step.node for step in plan.steps if isinstance(step, ExternStep)]
     onednn = onednn_matmuls(externs, options.inductor.onednn_matmuls)
-    source, env = generate_launcher(graph, plan, launches, write_backs, relaid, onednn)
+    with size_printer(python_source):  # sizes with ``//`` or ``%`` in them (0407)
+        source, env = generate_launcher(graph, plan, launches, write_backs, relaid, onednn)
     fn = build_launcher(source, env)
     eager_ops = tuple(
         str(step.node.op)

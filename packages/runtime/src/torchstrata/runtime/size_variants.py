@@ -18,6 +18,7 @@ makes the entry lower per size from then on.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,6 +82,10 @@ def count(what: str) -> None:
     _COUNTS[what] += 1
 
 
+def _same_values(failed: Mapping[str, int], values: Mapping[str, int]) -> bool:
+    return dict(values) == failed
+
+
 def _reason(error: BaseException) -> str:
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text[:160]}"
@@ -131,12 +136,15 @@ class SizeVariants:
             self.fallback = _reason(error)
             self._fail(values, self.fallback)
             return None
-        if not made.serves(values):  # a recorded outcome contradicts the hints: a bug
-            self.fallback = "a symbolic lowering that does not serve its own sizes"
-            self._count(f"fallback: {self.fallback}")
-            return None
         self.variants.append(made)
         self._count("symbolic")
+        if not made.serves(values):
+            # the sizes break a condition of the symbolic trace or decomposition (made at
+            # the entry's first size; ``Ne(s0, 2)``): they lower on their own, and the
+            # lowering serves the sizes that meet its conditions (decision 0408)
+            self.failures.append(functools.partial(_same_values, dict(values)))
+            self._fail(values, "sizes that the symbolic decomposition does not serve")
+            return None
         dynamic_log.debug(
             "sizes %s: lowered for every size where %s",
             dict(values),

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from torchstrata.core import SizeValue, sizes_symbolic
+from torchstrata.core import SizeValue, same_size, sizes_symbolic
 
 
 @attrs.frozen(cache_hash=True)
@@ -99,7 +99,7 @@ class Index:
 
     def floordiv(self, divisor: int) -> Index:
         """``floor(self / divisor)``, simplified using the ranges of the atoms."""
-        if divisor == 1:
+        if same_size(divisor, 1):  # by expression: a size 1 at this call divides (0406)
             return self
         return _floordiv(self, divisor, sizes_symbolic())
 
@@ -116,7 +116,7 @@ class Index:
 
     def mod(self, modulus: int) -> Index:
         """``self % modulus``, simplified using the ranges of the atoms."""
-        if modulus == 1:
+        if same_size(modulus, 1):
             return Index()
         return _mod(self, modulus, sizes_symbolic())
 
@@ -137,7 +137,8 @@ class Index:
         big = Index.constant(self.const // factor)
         small = Index.constant(self.const % factor)
         for atom, coeff in self.terms:
-            if coeff % factor == 0:
+            # by expression: a term a size divides at this call only stays small (0406)
+            if same_size(coeff % factor, 0):
                 big = big + Index(((atom, coeff // factor),), 0)
             else:
                 small = small + Index(((atom, coeff),), 0)
@@ -200,8 +201,9 @@ class Index:
         parts = []
         for atom, coeff in self.terms:
             text = render_atom(atom, var, div, number, divisor)
-            parts.append(text if coeff == 1 else f"{number(coeff)}*{text}")
-        if self.const or not parts:
+            parts.append(text if same_size(coeff, 1) else f"{number(coeff)}*{text}")
+        # printing decides nothing: a symbolic constant prints even where 0 here (0406)
+        if not same_size(self.const, 0) or not parts:
             parts.append(number(self.const))
         return " + ".join(parts)
 

@@ -21,6 +21,7 @@ from torchstrata.core import (
     active_symbols,
     contiguous_strides,
     same_layout,
+    same_sizes,
     sizes_symbolic,
 )
 from torchstrata.inductor.ir.kernel import Kernel
@@ -109,6 +110,8 @@ def _render_arg(value: Any, env: _Globals, names: set[str]) -> str:
     if isinstance(value, tuple):
         return "(" + "".join(_render_arg(v, env, names) + ", " for v in value) + ")"
     if isinstance(value, bool | int | str) or value is None:
+        return repr(value)
+    if type(value) is SizeValue:  # an extern op's size argument: the symbols' expression
         return repr(value)
     return env.name(value, "const")
 
@@ -375,27 +378,13 @@ def _extern_views(plan: Plan) -> dict[Node, StridedView]:
     return views
 
 
-def _same_sizes(left: Sequence[Any], right: Sequence[Any]) -> bool:
-    """Whether two size tuples are equal where that holds at every size: ints equal,
-    symbolic sizes with one expression (no condition recorded)."""
-    if len(left) != len(right):
-        return False
-    for a, b in zip(left, right, strict=True):
-        if type(a) is SizeValue or type(b) is SizeValue:
-            if not (type(a) is type(b) and a.expr == b.expr and a.guards is b.guards):
-                return False
-        elif a != b:
-            return False
-    return True
-
-
 def _view_line(node: Node, view: StridedView) -> Statement:
     base, name = buffer_name(view.base), buffer_name(node)
     strides = view.strides
     meta = view.base.tensor_meta
     # "not the same" is right at every size (a view equal to its base), so symbolic
     # sizes compare by expression here, deciding nothing (decision 0381)
-    same = _same_sizes((*view.shape, *strides, view.offset), (*meta.shape, *meta.strides, 0))
+    same = same_sizes((*view.shape, *strides, view.offset), (*meta.shape, *meta.strides, 0))
     if same and view.base.is_input:
         # a weight's t(t(w)) in a backward: the input itself (its layout is guarded)
         return _statement(f"    {name} = {base}  # the input itself, no view", base, stores=(name,))

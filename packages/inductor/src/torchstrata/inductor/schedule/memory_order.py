@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container, Mapping
 
-from torchstrata.core import Node, TensorMeta, is_dense
+from torchstrata.core import Node, TensorMeta, is_dense, same_size, same_sizes
 from torchstrata.inductor.schedule.lowering import Lowered, Pointwise, Reduction
 
 
@@ -38,7 +38,7 @@ def row_order(
         return identity
     for member in reversed(members):
         meta = member.tensor_meta
-        if meta.shape == row_shape and is_dense(meta.shape, meta.strides):
+        if same_sizes(meta.shape, row_shape) and is_dense(meta.shape, meta.strides):
             order = _walk(row_shape, meta.strides)
             if order == identity and meta.device.type == "cpu":
                 return _operands_order(row_shape, members, lowered, stored) or identity
@@ -54,8 +54,9 @@ SHORT_INNER = 256
 def _walk(row_shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
     """The dimensions in the order of ``strides``, slowest first (size-one ones first)."""
     identity = tuple(range(len(row_shape)))
-    ones = [d for d in identity if row_shape[d] == 1]
-    spans = sorted((d for d in identity if row_shape[d] > 1), key=lambda d: -strides[d])
+    # by expression: a symbolic size that is 1 at this call only spans (decision 0406)
+    ones = [d for d in identity if same_size(row_shape[d], 1)]
+    spans = sorted((d for d in identity if d not in ones), key=lambda d: -strides[d])
     return tuple(ones + spans) if spans != sorted(spans) else identity
 
 
@@ -81,7 +82,9 @@ def _operands_order(
     while stack:
         operand = stack.pop()
         meta = operand.meta
-        if operand in seen or not isinstance(meta, TensorMeta) or meta.shape != row_shape:
+        if operand in seen or not isinstance(meta, TensorMeta):
+            continue
+        if not same_sizes(meta.shape, row_shape):
             continue
         seen.add(operand)
         if isinstance(lowered.get(operand), Pointwise) and operand not in stored:

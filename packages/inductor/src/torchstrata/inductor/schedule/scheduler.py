@@ -34,7 +34,7 @@ import math
 
 import attrs
 
-from torchstrata.core import Graph, Node
+from torchstrata.core import Graph, Node, same_size, same_sizes
 from torchstrata.inductor.ir.exprs import Expr, Load, ReduceRef
 from torchstrata.inductor.ir.indexing import (
     Index,
@@ -135,7 +135,8 @@ Shapes = tuple[tuple[int, ...], tuple[int, ...], bool]
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(size for size in shape if size != 1)
+    # by expression: a symbolic size that is 1 at this call only is kept (decision 0406)
+    return tuple(size for size in shape if not same_size(size, 1))
 
 
 def member_index(
@@ -464,17 +465,17 @@ class Scheduler:
         if isinstance(lowered, Reduction):
             key = (lowered.row_shape, lowered.red_shape)
             if group.red_shape:
-                if (group.row_shape, group.red_shape) == key:
+                if same_sizes(group.row_shape, key[0]) and same_sizes(group.red_shape, key[1]):
                     return (*key, group.red_first)
                 if self.join_columns and same_rows_regrouped(group, lowered):
                     return group.row_shape, group.red_shape, group.red_first
                 return None
             if self.join_columns and sums_leading_dims(group, lowered):
                 return (*key, True)
-            fits = group.row_shape in (key[0] + key[1], key[0])
+            fits = any(same_sizes(group.row_shape, s) for s in (key[0] + key[1], key[0]))
             return (*key, False) if fits else None
         shape = _squeezed(node.tensor_meta.shape)
-        if shape in (_squeezed(group.row_shape), _squeezed(group.stored_shape)):
+        if any(same_sizes(shape, _squeezed(s)) for s in (group.row_shape, group.stored_shape)):
             return group.row_shape, group.red_shape, group.red_first
         return None
 

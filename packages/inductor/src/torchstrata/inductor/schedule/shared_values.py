@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import attrs
 
-from torchstrata.core import Graph, Node, Prim, TensorMeta
+from torchstrata.core import Graph, Node, Prim, TensorMeta, same_size
 from torchstrata.inductor.schedule.lowering import (
     Extern,
     Lowered,
@@ -110,7 +110,9 @@ def _full_sources(graph: Graph, lowered: dict[Node, Lowered]) -> dict[Node, froz
         reads: set[Node] = set()
         for arg in node.input_nodes():
             reads.update(found.get(arg, (arg,)))
-        same = (r for r in reads if isinstance(r.meta, TensorMeta) and r.meta.numel == size)
+        same = (
+            r for r in reads if isinstance(r.meta, TensorMeta) and same_size(r.meta.numel, size)
+        )
         found[node] = frozenset(sorted(same, key=lambda r: r.name)[:2])
     return found
 

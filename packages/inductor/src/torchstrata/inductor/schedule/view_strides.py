@@ -17,7 +17,9 @@ def view_strides(
 ) -> tuple[Any, ...] | None:
     """The strides of ``new_shape`` viewing a tensor of ``shape`` and ``strides``, or
     None where the reshape is no view (or where a dim is 0: left to the caller's copy)."""
-    if any(type(size) is int and size == 0 for size in (*shape, *new_shape)):
+    # compared, not type-tested: a symbolic size that is 0 here (``s0 - 2`` at 2) takes the
+    # copy too, and where it is not, the lowering records it (decision 0405)
+    if any(size == 0 for size in (*shape, *new_shape)):
         return None
     if not shape:  # a 0-d tensor: every new dim is 1
         return tuple(1 for _ in new_shape)

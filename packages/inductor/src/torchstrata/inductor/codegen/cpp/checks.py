@@ -37,6 +37,7 @@ comments (:data:`MARKER`, :data:`~torchstrata.inductor.codegen.cpp.division.MARK
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 
@@ -67,8 +68,12 @@ class GatherCheck:
 
     @property
     def flag(self) -> str:
-        """The C++ variable (``uint64_t``) that is nonzero once an index was out of range."""
-        return f"oob_{self.buffer}_{self.size}"
+        """The C++ variable (``uint64_t``) that is nonzero once an index was out of range;
+        named by a symbolic size's digest (its source is no identifier)."""
+        if type(self.size) is int:
+            return f"oob_{self.buffer}_{self.size}"
+        digest = hashlib.sha256(repr(self.size).encode()).hexdigest()[:12]
+        return f"oob_{self.buffer}_s{digest}"
 
     def error(self, index: int | None, kernel: str) -> IndexError:
         """The error for ``index`` (None: not known), see :func:`gather_error`."""
@@ -80,7 +85,10 @@ KernelCheck = GatherCheck | DivisionCheck
 
 
 def index_in_range(position: str, size: int) -> str:
-    """C++ for ``0 <= position < size``: one unsigned compare."""
+    """C++ for ``0 <= position < size``: one unsigned compare (a symbolic size is an
+    ``int64_t`` expression of the kernel's symbol arguments, converted)."""
+    if type(size) is not int:
+        return f"(static_cast<uint64_t>({position}) < static_cast<uint64_t>({size}))"
     return f"(static_cast<uint64_t>({position}) < {size}ULL)"
 
 
@@ -251,7 +259,7 @@ def gather_error(check: GatherCheck, index: int | None, kernel: str) -> IndexErr
     source = check.buffer.removeprefix("buf_")
     which = "an index" if index is None else f"index {index}"
     return IndexError(
-        f"{which} is out of bounds for dimension with size {check.size} "
+        f"{which} is out of bounds for dimension with size {check.size!r} "
         f"(gather from {source!r} in C++ kernel {kernel})"
     )
 

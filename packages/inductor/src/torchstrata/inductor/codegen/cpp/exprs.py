@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from torchstrata.core import SizeValue
+from torchstrata.core import SizeValue, same_size
 from torchstrata.inductor.codegen.cpp.checks import (
     check_update,
     checked_function,
@@ -422,7 +422,9 @@ def _indirect_element(expr: IndirectLoad, position: str) -> str:
     see :mod:`~torchstrata.inductor.codegen.cpp.checks`: the call raises.)"""
     inside = index_in_range(position, expr.size)
     clamped = f"ts_where<int64_t>({inside}, static_cast<int64_t>({position}), 0)"
-    step = clamped if expr.stride == 1 else f"{expr.stride}LL * {clamped}"
+    # a symbolic stride is an int64_t expression of the kernel's symbols (no ``LL``)
+    stride = f"{expr.stride}LL" if type(expr.stride) is int else f"{expr.stride}"
+    step = clamped if same_size(expr.stride, 1) else f"{stride} * {clamped}"
     offset = f"{render_index(expr.index)} + {step}"
     ctype = compute_type(expr.dtype)
     element = _element(expr.buffer, offset, expr.dtype)

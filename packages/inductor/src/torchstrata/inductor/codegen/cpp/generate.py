@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from torchstrata.core import same_size, size_printer
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
 from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
@@ -62,6 +63,7 @@ from torchstrata.inductor.codegen.cpp.row_sizes import (
     reduced_length,
     symbol_params,
 )
+from torchstrata.inductor.codegen.cpp.size_source import cpp_size_source
 from torchstrata.inductor.codegen.cpp.sum_loops import (
     SUM_BLOCK,
     SUM_LANES,
@@ -305,8 +307,14 @@ def generate_cpp(kernel: Kernel, simd_functions: frozenset[str] = frozenset()) -
     """The C++ source of ``kernel``: one ``extern "C"`` function taking buffer pointers.
 
     ``simd_functions`` are math functions with vector variants in libmvec (see
-    :func:`~torchstrata.inductor.codegen.cpp.build.simd_math_functions`).
+    :func:`~torchstrata.inductor.codegen.cpp.build.simd_math_functions`). A symbolic
+    size with floor division or modulo in it prints as C++ (decision 0407).
     """
+    with size_printer(cpp_size_source):
+        return _generate_cpp(kernel, simd_functions)
+
+
+def _generate_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
@@ -388,7 +396,8 @@ def _generate_rows(kernel: Kernel, simd_functions: frozenset[str]) -> str:
         # A single row (1-D pointwise) is parallelised on the inner loop instead; one that
         # runs to ``rows`` decides it when called (below).
         def inner_pragma(loop_range: LoopRange) -> str:
-            parallel = outer_count == 1 and not one_d and loop_range.var.size >= PARALLEL_THRESHOLD
+            one_row = same_size(outer_count, 1)  # by expression: one row at every size (0406)
+            parallel = one_row and not one_d and loop_range.var.size >= PARALLEL_THRESHOLD
             return "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
 
         store_lines = _store_loops(

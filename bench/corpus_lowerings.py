@@ -1,0 +1,138 @@
+"""How the dynamic corpus's sizes are lowered on the C++ codegen (issue 33, 0381/0382).
+
+Each corpus program (``integration_tests/dynamic_corpus/programs.py``) is compiled with
+``codegen="cpp"`` and called at each of its sizes as the corpus test calls it, every
+result compared with eager's. After each program, ``size_lowering_stats()`` says how its
+new sizes were served: ``symbolic`` (a lowering made once for many sizes), ``reused``,
+``per_size`` and ``fallback: <reason>``. The report: one line per program, the totals,
+the programs with a symbolic lowering, and each fallback reason with the programs that
+gave it::
+
+    python -m bench.corpus_lowerings
+    python -m bench.corpus_lowerings --only slice_half pad_time
+    python -m bench.corpus_lowerings --hash-sites
+
+``--hash-sites`` also lists the lines that hashed a ``SizeValue`` (a dict or set key, a
+lookup) and how often: the sites where a size looked up among ints would miss without
+recording a condition (decision 0405).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from typing import Any
+
+import torch
+
+from bench.cold import CACHE_VARIABLES
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return False
+        try:
+            torch.testing.assert_close(got, want, equal_nan=True)
+        except AssertionError:
+            return False
+        return True
+    if isinstance(want, list | tuple):
+        return (
+            type(got) is type(want)
+            and len(got) == len(want)
+            and all(_same(a, b) for a, b in zip(got, want, strict=True))
+        )
+    return bool(type(got) is type(want) and got == want)
+
+
+def run_program(program: Any) -> tuple[dict[str, int], list[int]]:
+    """``program`` compiled on C++ and called at each of its sizes: its lowering counts
+    and the sizes whose result differed from eager's."""
+    import torchstrata.runtime as rt
+
+    rt.reset_size_lowering_stats()
+    compiled = rt.compile(program.fn, codegen="cpp", dynamic=program.dynamic)
+    torch.manual_seed(0)
+    wrong = []
+    for size in program.sizes:
+        args = program.make_args(size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = program.fn(*args)
+            got = compiled(*args)
+        if not _same(got, want):
+            wrong.append(size)
+    return rt.size_lowering_stats(), wrong
+
+
+def _hash_census() -> Counter[str]:
+    """Count, by calling line, each hash of a ``SizeValue`` from now on."""
+    from torchstrata.core import size_values
+
+    sites: Counter[str] = Counter()
+    plain = size_values.SizeValue.__hash__
+
+    def counted(self: Any) -> int:
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith("<attrs"):
+            frame = frame.f_back  # an attrs class's __hash__: the line that hashed it
+        sites[f"{frame.f_code.co_filename.split('/torchstrata/')[-1]}:{frame.f_lineno}"] += 1
+        return plain(self)
+
+    size_values.SizeValue.__hash__ = counted  # type: ignore[method-assign]
+    return sites
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the corpus and print the report (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="program names (default: all)")
+    parser.add_argument("--hash-sites", action="store_true", help="count SizeValue hashes")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="corpus-lowerings-") as scratch:
+        for variable in CACHE_VARIABLES:
+            os.environ[variable] = os.path.join(scratch, variable.lower())
+        sites = _hash_census() if args.hash_sites else Counter()
+        from integration_tests.dynamic_corpus.programs import PROGRAMS
+
+        totals: Counter[str] = Counter()
+        reasons: dict[str, list[str]] = {}
+        symbolic, wrong_programs = [], []
+        for program in PROGRAMS:
+            if args.only and program.name not in args.only:
+                continue
+            stats, wrong = run_program(program)
+            print(
+                f"{program.name:32s} {dict(sorted(stats.items()))}"
+                + (f" WRONG {wrong}" if wrong else ""),
+                flush=True,
+            )
+            totals.update({k: v for k, v in stats.items() if not k.startswith("fallback")})
+            for key in stats:
+                if key.startswith("fallback: "):
+                    reasons.setdefault(key[len("fallback: ") :], []).append(program.name)
+            if stats.get("symbolic"):
+                symbolic.append(program.name)
+            if wrong:
+                wrong_programs.append(program.name)
+        count = len(args.only) if args.only else len(PROGRAMS)
+        print(f"\ntotals: {dict(sorted(totals.items()))}")
+        print(f"programs with a symbolic lowering: {len(symbolic)} of {count}")
+        print(f"programs with a result unlike eager's: {len(wrong_programs)} {wrong_programs}")
+        print("\nfallback reasons:")
+        for reason, names in sorted(reasons.items(), key=lambda item: -len(item[1])):
+            print(f"  {len(names):3d}  {reason}\n        {' '.join(names)}")
+        if args.hash_sites:
+            print("\nSizeValue hashes by line:")
+            for site, n in sites.most_common():
+                print(f"  {n:7d}  {site}")
+
+
+if __name__ == "__main__":
+    main()
