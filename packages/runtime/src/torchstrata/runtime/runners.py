@@ -258,8 +258,9 @@ def _tuple_runner(fn: GraphFn) -> GraphRunner:
 
 def _keeps_graph() -> bool:
     """Whether the running backward keeps the graph (``retain_graph=True``): its saved
-    values must outlive it."""
-    return bool(torch._C._autograd._get_current_graph_task_keep_graph())
+    values must outlive it (a torch that cannot say: assumed so)."""
+    keeps = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keeps is None else bool(keeps())
 
 
 def _unwrapped(fn: GraphFn) -> GraphFn:
