@@ -13,6 +13,9 @@ against eager and against torch.compile, and the load average.
 
     python -m bench.depth_steps --layers 2,8,24 --blocked inductor.shared_values
 
+``--memory`` adds each contender's peak tensor memory over one step (the allocator's
+records, :mod:`bench.step_memory`), above the parameters and inputs held before it.
+
 ``--clock cpu`` times the steps by this process's CPU time rather than the wall clock: on a
 machine whose cores other processes share, a step's wall time counts the time it waited
 for a core (one torch thread: the process's CPU time is the step's).
@@ -32,6 +35,7 @@ import torch
 
 from bench.compile_scaling import BATCH, HEADS, TOKENS, VOCAB, WIDTH, _commit, _load
 from bench.compilers import fallback_note
+from bench.step_memory import allocator_peak
 from bench.workloads.nets.gpt import GPT, GPTConfig
 
 Step = Callable[[], torch.Tensor]
@@ -75,10 +79,16 @@ def _check(model: torch.nn.Module, step: Step, reference: dict[str, torch.Tensor
 
 
 def measure(
-    layers: int, names: list[str], rounds: int, steps: int, clock: Callable[[], float]
+    layers: int,
+    names: list[str],
+    rounds: int,
+    steps: int,
+    clock: Callable[[], float],
+    peaks: dict[str, int] | None = None,
 ) -> dict[str, object]:
     """Median seconds per step of each contender at ``layers`` (or a status string), timed
-    by ``clock`` (``time.perf_counter``, or ``time.process_time`` on a shared machine)."""
+    by ``clock`` (``time.perf_counter``, or ``time.process_time`` on a shared machine);
+    ``peaks``, when given, gets each contender's peak tensor bytes over one step."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(layers, HEADS, WIDTH, VOCAB, TOKENS))
     idx = torch.randint(0, VOCAB, (BATCH, TOKENS))
@@ -101,6 +111,10 @@ def measure(
         if status == "ok":
             for _ in range(2):  # warm-up
                 step()
+            if peaks is not None:
+                for p in model.parameters():
+                    p.grad = None  # the step's gradients count in its peak
+                peaks[name] = allocator_peak(step)[0]
             live[name] = step
         else:
             result[name] = status
@@ -136,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument(
+        "--memory", action="store_true", help="add each contender's peak tensor MiB of a step"
+    )
+    parser.add_argument(
         "--blocked", action="append", default=[], help="a torchstrata variant: NAME[+NAME]"
     )
     parser.add_argument(
@@ -157,22 +174,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"# GPT d={WIDTH} heads={HEADS} vocab={VOCAB} batch={BATCH} tokens={TOKENS} fp32")
     print("# x eager / x torch.compile: their median / this one (> 1: faster)")
-    print("| layers | contender | step ms | x eager | x torch.compile | load avg 1/5/15 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    memory = " peak MiB |" if args.memory else ""
+    print(f"| layers | contender | step ms | x eager | x torch.compile |{memory} load avg 1/5/15 |")
+    print("| --- | --- | --- | --- | --- | --- |" + (" --- |" if args.memory else ""))
     for layers in (int(part) for part in args.layers.split(",")):
         clock = time.process_time if args.clock == "cpu" else time.perf_counter
-        result = measure(layers, names, args.rounds, args.steps, clock)
+        peaks: dict[str, int] | None = {} if args.memory else None
+        result = measure(layers, names, args.rounds, args.steps, clock, peaks)
         load = _load()
         eager, compiled = result.get("eager"), result.get("torch.compile")
         for name in names:
             value = result[name]
+            peak = f" {peaks[name] / 2**20:.1f} |" if peaks and name in peaks else ""
             if not isinstance(value, float):
-                print(f"| {layers} | {name} | {value} | | | {load} |")
+                print(
+                    f"| {layers} | {name} | {value} | | |{peak or (' |' if peaks else '')} {load} |"
+                )
                 continue
             vs_eager = f"{eager / value:.2f}x" if isinstance(eager, float) else "n/a"
             vs_compile = f"{compiled / value:.2f}x" if isinstance(compiled, float) else "n/a"
             print(
-                f"| {layers} | {name} | {value * 1e3:.1f} | {vs_eager} | {vs_compile} | {load} |",
+                f"| {layers} | {name} | {value * 1e3:.1f} | {vs_eager} | {vs_compile} |{peak} {load} |",
                 flush=True,
             )
     return 0

@@ -32,14 +32,14 @@ from torchstrata.inductor.launch.huge_pages import HUGE_PAGE_MIN_BYTES
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def ast_release(lines: Sequence[str], keep: set[str]) -> list[str]:
+def ast_release(lines: Sequence[str], keep: set[str], inputs: Sequence[str] = ()) -> list[str]:
     """The reference: ``del`` of each local after the last statement whose syntax tree
-    names it (a read or a store), among the names some statement stores."""
+    names it (a read or a store), among the names some statement stores and ``inputs``."""
     lines = "\n".join(lines).split("\n")
     body = ast.parse("def launch():\n" + "\n".join(lines) + "\n    pass\n").body[0]
     assert isinstance(body, ast.FunctionDef)
     statements = body.body[:-1]
-    assigned = {
+    assigned = set(inputs) | {
         node.id
         for stmt in statements
         for node in ast.walk(stmt)
@@ -81,10 +81,12 @@ def _release_calls(
     calls: list[tuple[list[str], list[str]]] = []
     release = launcher.release_at_last_use
 
-    def recording(statements: Sequence[launcher.Statement], keep: set[str]) -> list[str]:
-        out = release(statements, keep)
+    def recording(
+        statements: Sequence[launcher.Statement], keep: set[str], inputs: Sequence[str] = ()
+    ) -> list[str]:
+        out = release(statements, keep, inputs)
         lines = [line for statement in statements for line in statement.lines]
-        calls.append((out, ast_release(lines, keep)))
+        calls.append((out, ast_release(lines, keep, inputs)))
         return out
 
     monkeypatch.setattr(launcher, "release_at_last_use", recording)
@@ -151,3 +153,13 @@ def test_a_name_no_statement_assigns_is_never_released():
     ]
     out = launcher.release_at_last_use(statements, keep={"b"})
     assert out == ["    a = f(x)", "    k(a, x)", "    b = g(a)", "    del a"]
+
+
+def test_an_input_is_released_after_its_last_use_unless_returned():
+    statements = [
+        launcher.Statement(("    a = f(x)",), frozenset({"a", "x"}), frozenset({"a"})),
+        launcher.Statement(("    k(a, y)",), frozenset({"a", "y"}), frozenset()),
+        launcher.Statement(("    b = g(a)",), frozenset({"a", "b"}), frozenset({"b"})),
+    ]
+    out = launcher.release_at_last_use(statements, keep={"b", "y"}, inputs=("x", "y"))
+    assert out == ["    a = f(x)", "    del x", "    k(a, y)", "    b = g(a)", "    del a"]

@@ -94,6 +94,23 @@ class LazyGraphFn:
     def __call__(self, *inputs: Any) -> Sequence[Any]:
         return self.get()(*inputs)
 
+    def boxed(self, inputs: list[Any]) -> Sequence[Any]:
+        """Call the function on ``inputs``, emptying the list: a launcher's boxed entry
+        frees each input at its last use (decision 0411)."""
+        return call_boxed(self.get(), inputs)
+
+
+def call_boxed(fn: GraphFn, inputs: list[Any]) -> Sequence[Any]:
+    """``fn(*inputs)`` with ``inputs`` emptied; through the generated launcher's boxed
+    entry where ``fn`` is one (or a compiled graph of one, or a lazy one), which drops its
+    references to the inputs as it goes, so that the caller's list held the last ones."""
+    boxed = getattr(fn if isinstance(fn, LazyGraphFn) else _unwrapped(fn), "boxed", None)
+    if boxed is not None:
+        return boxed(inputs)
+    args = tuple(inputs)
+    inputs.clear()
+    return fn(*args)
+
 
 def output_layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
     """(number of user outputs, mutated input indices, output aliases): the forward's
@@ -237,6 +254,13 @@ def _tuple_runner(fn: GraphFn) -> GraphRunner:
     if unwrapped is not fn:
         return unwrapped  # type: ignore[return-value]
     return lambda *inputs: tuple(fn(*inputs))
+
+
+def _keeps_graph() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph=True``): its saved
+    values must outlive it (a torch that cannot say: assumed so)."""
+    keeps = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keeps is None else bool(keeps())
 
 
 def _unwrapped(fn: GraphFn) -> GraphFn:
@@ -500,7 +524,14 @@ def training_runner(
                 computed, ctx.unit_grads = unit_grads.scaled(ctx.unit_grads, tangents[0]), None
             else:
                 saved = check_saved(ctx.saved_tensors)
-                if not graph_mode:
+                if not graph_mode and not _keeps_graph():
+                    # ctx lets go of the saved values: the list holds the only references,
+                    # and the launcher frees each at its last use (decision 0411)
+                    ctx.maybe_clear_saved_tensors()
+                    args = [*saved, *tangents]
+                    del saved, tangents
+                    computed = call_boxed(backward, args)
+                elif not graph_mode:
                     computed = backward(*saved, *tangents)
                 else:
                     with torch.no_grad():

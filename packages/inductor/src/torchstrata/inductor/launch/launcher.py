@@ -187,13 +187,18 @@ def generate_launcher(
             handle = env.name(launch.handle, step.name + "_")
             args = [arg.name for arg in step.args]
             statements.append(_statement("    " + launch.call(handle, args), *args))
-    keep = set(params) | {buffer_name(n) for n in graph.outputs}
+    # the boxed entry takes its inputs in a list that it empties: an input (a value the
+    # forward saved) is freed at its last use, as eager frees it (decision 0411)
+    keep = {buffer_name(n) for n in graph.outputs}
+    unpack = [f"    {''.join(name + ', ' for name in params)}= args"] if params else []
     lines = [
-        f"def launch({', '.join(params)}):",
+        "def launch_boxed(args):",
+        *unpack,
+        "    args.clear()",
         *symbol_bindings(graph),
-        *release_at_last_use(statements, keep),
+        *release_at_last_use(statements, keep, params),
     ]
-    shared = set(keep)
+    shared = keep | set(params)
     for step in plan.steps:
         if isinstance(step, ExternStep) and not _fresh_result(step.node, in_place):
             for arg in step.node.input_nodes():
@@ -208,6 +213,8 @@ def generate_launcher(
         lines.append(f"    out_{index} = _restride({names[index]}, {tuple(strides)!r})")
         names[index] = f"out_{index}"
     lines.append(f"    return ({''.join(f'{name}, ' for name in names)})")
+    lines.append(f"def launch({', '.join(params)}):")
+    lines.append(f"    return launch_boxed([{', '.join(params)}])")
     return "\n".join(lines) + "\n", env.values
 
 
@@ -257,18 +264,21 @@ def symbol_bindings(graph: Graph) -> list[str]:
     return list(bound.values())
 
 
-def release_at_last_use(statements: Sequence[Statement], keep: set[str]) -> list[str]:
+def release_at_last_use(
+    statements: Sequence[Statement], keep: set[str], inputs: Sequence[str] = ()
+) -> list[str]:
     """The lines of ``statements`` (a launcher's body) with ``del`` of each local right
     after the statement that uses it last.
 
     Intermediates (kernel buffers, extern results, views) are freed as soon as no later
     statement reads them, instead of living until the launcher returns. Names in ``keep``
-    (the parameters and the outputs) are never released, nor names no statement assigns.
+    (the outputs) are never released, nor names no statement assigns but ``inputs`` (the
+    boxed entry's parameters, decision 0411).
     Deleting a name that aliases another tensor (a view) only drops that reference: torch
     keeps shared storage alive. Each statement's names are the ones recorded when it was
     generated (:class:`Statement`), so the source is never parsed back.
     """
-    assigned = frozenset().union(*(statement.stores for statement in statements))
+    assigned = frozenset(inputs).union(*(statement.stores for statement in statements))
     last_use: dict[str, int] = {}
     for index, statement in enumerate(statements):
         for name in statement.names:
@@ -488,7 +498,8 @@ def _advised_result(node: Node, op: Any) -> bool:
 
 
 def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """Execute the launcher source and return its ``launch`` function."""
+    """Execute the launcher source and return its ``launch`` function; its ``boxed``
+    attribute is ``launch_boxed``, which takes the inputs as a list and empties it."""
     # not in default_globals(): the numbered names of every launcher's globals stay
     namespace = {
         **default_globals(),
@@ -498,4 +509,6 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
-    return namespace["launch"]
+    launch = namespace["launch"]
+    launch.boxed = namespace["launch_boxed"]
+    return launch
