@@ -7,9 +7,10 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-forward on the CPU without autocast, write-backs, views or aliased outputs, under the
-default mode, by any codegen but Triton. Anything else raises ``NotImplementedError`` (the
-entry lowers per size). Triton is left out: its kernels compile at their first launch,
+forward, or a training graph's forward and backward (with one ``SizeGuards``,
+:mod:`.symbolic_training`, decision 0395), on the CPU without autocast, write-backs, views
+or aliased outputs, under the default mode, by any codegen but Triton. Anything else
+raises ``NotImplementedError`` (the entry lowers per size). Triton is left out: its kernels compile at their first launch,
 after the lowering, so a size the Triton printer did not port would fail at a call, not
 fall back; and its sites have not been checked for lookups of a size that miss.
 """
@@ -25,11 +26,13 @@ from torchstrata.core import (
     CompiledGraph,
     CompileOptions,
     Graph,
+    GraphContract,
     PassRecord,
     SizeGuards,
     SizeRead,
     SymbolicAot,
     enabled_autocast,
+    input_symbol_slots,
     sized_graph,
 )
 from torchstrata.core.size_values import conditions_check
@@ -41,6 +44,7 @@ from torchstrata.runtime.size_variants import (
     SymbolicLowering,
 )
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
+from torchstrata.runtime.symbolic_training import refuse_training, symbolic_training_runner
 
 
 def symbolic_lowerer(
@@ -53,13 +57,14 @@ def symbolic_lowerer(
     ``pipeline``'s stages at the sizes ``values`` for every size that meets what it
     relied on; ``traces()`` gives the entry's symbolic traces (None: there are none)."""
 
+    slots = input_symbol_slots(graph)
+
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
         if options.mode not in (None, "default"):
             raise NotImplementedError(f"mode {options.mode!r} lowers per size")
         if enabled_autocast():
             raise NotImplementedError("a graph under autocast lowers per size")
-        if torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas):
-            raise NotImplementedError("a training graph (its backward) lowers per size")
+        training = torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas)
         made = traces()
         found = None if made is None else made.trace_for(values)
         if found is None:
@@ -72,32 +77,53 @@ def symbolic_lowerer(
             mutated
             or views
             or any(a is not None for a in aliases)
-            or num_user != len(aot.forward.outputs)
+            or num_user != len(aot.forward.outputs) - aot.num_saved - aot.num_unit_grads
         ):
             # their runners carry metadata of the traced sizes
             raise NotImplementedError("write-backs, views or aliased outputs lower per size")
+        if training:
+            refuse_training(aot)
         records: list[PassRecord] = []
-        if pipeline.run_passes("post_aot", aot.forward, options, records) is not aot.forward:
-            raise NotImplementedError("the post_aot passes change the forward: per size")
-        contract = forward_contract(aot, inference=True)
-        decomposed = shared.symbolic("forward", contract, pipeline.decomposer(options))
+        for which in (aot.forward, aot.backward) if training else (aot.forward,):
+            if pipeline.run_passes("post_aot", which, options, records) is not which:
+                raise NotImplementedError("the post_aot passes change a graph: per size")
+        contract = forward_contract(aot, inference=not training)
+        decompose = pipeline.decomposer(options)
+        decomposed = shared.symbolic("forward", contract, decompose)
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
+        backward = None
+        if training:
+            backward = shared.symbolic("backward", GraphContract(), decompose)
+            if backward is None:
+                raise NotImplementedError("no symbolic decomposition of the backward")
+            conditions = (*conditions, *backward[1])
         device = next(
             (node.tensor_meta.device for node in prims.inputs if node.meta is not None),
             torch.device("cpu"),
         )
         if device.type != "cpu" or options.codegen == "triton":
             raise NotImplementedError("Triton kernels lower per size")
+
+        def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
+            sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)
+            compiled = pipeline._call_stage(
+                "codegen", options, graph=sized, device=device, contract=contract
+            )
+            if not isinstance(compiled, CompiledGraph):
+                raise NotImplementedError("no codegen stage compiled the symbolic graph")
+            return sized, compiled
+
         guards = SizeGuards(values)
         try:
             with guards.active():
-                sized = sized_graph(prims, guards)
-                sized = pipeline.run_passes("post_decomp", sized, options, records)
-                compiled = pipeline._call_stage(
-                    "codegen", options, graph=sized, device=device, contract=contract
-                )
+                forward = codegen(prims, contract)
+                if backward is None:
+                    runner = inference_runner(forward[1].fn, aot)
+                else:
+                    lowered = codegen(backward[0], GraphContract())
+                    runner = symbolic_training_runner(aot, forward, lowered, slots)
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -109,9 +135,7 @@ def symbolic_lowerer(
             raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        if not isinstance(compiled, CompiledGraph):
-            raise NotImplementedError("no codegen stage compiled the symbolic graph")
-        return _lowering(traced, conditions, guards, inference_runner(compiled.fn, aot))
+        return _lowering(traced, conditions, guards, runner)
 
     return lower
 
