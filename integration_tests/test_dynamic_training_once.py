@@ -233,3 +233,22 @@ def test_a_training_graph_not_ported_lowers_per_size_and_says_why():
     stats = tsr.size_lowering_stats()
     assert stats.get("per_size") == len(rows), stats
     assert any("views or aliased outputs" in key for key in stats), stats
+
+
+def scaled_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (x * 2).sum(), x.sum(0)
+
+
+def test_a_backward_of_sizes_no_saved_value_carries():
+    # the gradient of a sum is its tangent expanded to ``[s0, s1]``, and nothing is
+    # saved: the backward takes a size carrier (strides 0) for its symbols
+    compiled = tsr.compile(scaled_sums, dynamic=True, codegen="cpp")
+    rows = (3, 5, 6, 7, 9, 10)
+    for count in rows:
+        x = torch.randn(count, 5, requires_grad=True)
+        tangent = torch.randn(5)
+        total, column = compiled(x)
+        (total * 3 + (column * tangent).sum()).backward()
+        torch.testing.assert_close(total, (x * 2).sum())
+        torch.testing.assert_close(x.grad, torch.full((count, 5), 6.0) + tangent.expand(count, 5))
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": len(rows) - 1}

@@ -440,6 +440,9 @@ class CallSizes(Protocol):
     def check_saved(self, saved: Sequence[Any], key: tuple[int, ...]) -> Sequence[Any]:
         """The saved values to pass to the backward at the sizes ``key``."""
 
+    def backward_inputs(self, key: tuple[int, ...]) -> tuple[Any, ...]:
+        """What the backward takes after its tangents at the sizes ``key``."""
+
 
 def training_runner(
     forward: GraphFn,
@@ -525,6 +528,7 @@ def training_runner(
                     saved = check_saved(ctx.saved_tensors)
                 else:
                     saved = sized.check_saved(ctx.saved_tensors, ctx.sizes)
+                    tangents.extend(sized.backward_inputs(ctx.sizes))
                 if not graph_mode:
                     computed = backward(*saved, *tangents)
                 else:

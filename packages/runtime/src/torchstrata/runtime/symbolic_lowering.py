@@ -17,6 +17,7 @@ fall back; and its sites have not been checked for lookups of a size that miss.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,7 +45,11 @@ from torchstrata.runtime.size_variants import (
     SymbolicLowering,
 )
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
-from torchstrata.runtime.symbolic_training import refuse_training, symbolic_training_runner
+from torchstrata.runtime.symbolic_training import (
+    refuse_training,
+    symbolic_training_runner,
+    with_size_carrier,
+)
 
 
 def symbolic_lowerer(
@@ -95,7 +100,8 @@ def symbolic_lowerer(
         prims, conditions = decomposed
         backward = None
         if training:
-            backward = shared.symbolic("backward", GraphContract(), decompose)
+            carried = functools.partial(with_size_carrier, forward=shared.result.forward)
+            backward = shared.symbolic("backward", GraphContract(), decompose, carried)
             if backward is None:
                 raise NotImplementedError("no symbolic decomposition of the backward")
             conditions = (*conditions, *backward[1])

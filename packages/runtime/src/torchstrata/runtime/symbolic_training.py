@@ -26,7 +26,15 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import AotResult, CompiledGraph, Graph, TensorMeta
+from torchstrata.core import (
+    AotResult,
+    CompiledGraph,
+    Graph,
+    Node,
+    TensorMeta,
+    graph_symbols,
+    input_symbol_slots,
+)
 from torchstrata.runtime.runners import GraphRunner, saved_layout_mismatches, training_runner
 
 
@@ -48,6 +56,7 @@ class SizedMetas:
         slots: Mapping[str, tuple[int, int]],
         outputs: Sequence[Any],
         saved: Sequence[Any],
+        carried: Sequence[str] = (),
     ) -> None:
         self._names = tuple(sorted(slots))
         reads = "".join(f"inputs[{slots[n][0]}].shape[{slots[n][1]}], " for n in self._names)
@@ -58,15 +67,18 @@ class SizedMetas:
             for meta in (*self._outputs, *self._saved)
         )
         params = ", ".join(self._names)
+        carrier = f"(base.expand({', '.join(carried)}),)" if carried else "()"
         source = (
             f"def key(inputs):\n    return ({reads})\n"
             f"def layouts({params}):\n    return ({layouts}{',' if layouts else ''})\n"
+            f"def carrier({params}):\n    return {carrier}\n"
         )
-        namespace: dict[str, Any] = {}
+        namespace: dict[str, Any] = {"base": torch.zeros((), dtype=torch.int8)}
         exec(compile(source, "<torchstrata sized metas>", "exec"), namespace)
         #: ``key(inputs)``: the call's sizes (one per symbol, sorted by name)
         self.key: Callable[[Sequence[Any]], tuple[int, ...]] = namespace["key"]
         self._layouts: Callable[..., tuple[Any, ...]] = namespace["layouts"]
+        self._carrier: Callable[..., tuple[torch.Tensor, ...]] = namespace["carrier"]
         self._at: dict[tuple[int, ...], list[TensorMeta | None]] = {}
         self._restrided: dict[tuple[int, ...], list[int]] = {}
 
@@ -90,6 +102,12 @@ class SizedMetas:
     def saved_metas(self, key: tuple[int, ...]) -> list[TensorMeta | None]:
         """The layouts the backward takes its saved values in at the sizes ``key``."""
         return self._metas(key)[len(self._outputs) :]
+
+    def backward_inputs(self, key: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        """What the backward takes after its tangents at the sizes ``key``: its size
+        carrier (:func:`with_size_carrier`; a view of one 0-dim tensor, no memory), or
+        nothing."""
+        return self._carrier(*key)
 
     def check_saved(self, saved: Sequence[Any], key: tuple[int, ...]) -> Sequence[Any]:
         """The saved values to pass to the backward at the sizes ``key``: as the per-size
@@ -115,6 +133,31 @@ class SizedMetas:
 def _dims(values: Sequence[Any]) -> str:
     """A shape or strides (ints and ``SizeValue`` sizes) as tuple source over the symbols."""
     return "".join(f"{value}, " for value in values)
+
+
+def with_size_carrier(backward: Graph, forward: Graph) -> Graph:
+    """``backward`` (symbolic sizes), with one more input last where it mentions symbols
+    that no input dim is (a sum's gradient expanded to ``[s0, s1]`` from a scalar
+    tangent): a size carrier, ``int8[s0, s1]`` of strides 0, which the runner passes
+    (:meth:`SizedMetas.carrier`) and the launcher binds the symbols from. ``backward``
+    itself where every symbol is an input dim; ``forward``'s inputs give the sizes."""
+    unbound = sorted(graph_symbols(backward) - set(input_symbol_slots(backward)))
+    if not unbound:
+        return backward
+    slots = input_symbol_slots(forward)
+    if any(name not in slots for name in unbound):
+        raise NotImplementedError(f"symbols {unbound} are no size of the forward's inputs")
+    sizes = []
+    for name in unbound:
+        position, dim = slots[name]
+        sizes.append(forward.inputs[position].tensor_meta.shape[dim])
+    meta = TensorMeta(tuple(sizes), torch.int8, strides=(0,) * len(sizes))
+    carrier = Node(CARRIER, None, meta=meta)
+    return Graph(backward.level, (*backward.inputs, carrier), backward.nodes, backward.outputs)
+
+
+#: the name of a backward's size carrier input (:func:`with_size_carrier`)
+CARRIER = "size_carrier"
 
 
 def refuse_training(aot: AotResult) -> None:
@@ -193,9 +236,12 @@ def symbolic_training_runner(
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
     num_user = len(forward_graph.outputs) - aot.num_saved - aot.num_unit_grads
+    carrier = backward_graph.inputs[-1]
+    carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
     sized = SizedMetas(
         slots,
         [node.meta for node in forward_graph.outputs[:num_user]],
         [node.meta for node in backward_graph.inputs[: aot.num_saved]],
+        carried,
     )
     return training_runner(forward_fn, backward_fn, aot, None, sized=sized)
