@@ -44,6 +44,22 @@ class Block(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln_2(x))))
 
 
+class TinyGPT(nn.Module):
+    """Token and position embeddings, two blocks, a final norm and a vocabulary head;
+    ``forward(idx, targets)`` is the mean next-token cross-entropy."""
+
+    def __init__(self, vocab: int = 64, width: int = 32) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(64, width)
+        self.blocks = nn.Sequential(Block(width), Block(width))
+        self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        logits = self.head(self.ln_f(self.blocks(x)))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def _twins(make: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
     model, twin = make(), make()
@@ -96,6 +112,22 @@ def test_a_two_layer_block_training_step_lowers_once_for_its_lengths():
         _step_matches(compiled, block_loss, (model, twin), [x, y])
     stats = tsr.size_lowering_stats()
     assert stats == {"symbolic": 1, "reused": len(lengths) - 1}, stats
+
+
+def gpt_loss(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return model(idx, targets)
+
+
+def test_a_language_model_training_step_lowers_once():
+    # embeddings (their gradient a row scatter, ``aten.index_add``), positions of the
+    # length, two blocks and a cross-entropy over ``B*T`` rows
+    model, twin = _twins(TinyGPT)
+    compiled = tsr.compile(lambda i, t: gpt_loss(model, i, t), dynamic=True, codegen="cpp")
+    lengths = (9, 10, 11, 13, 15, 17, 19, 21)
+    for length in lengths:
+        idx, targets = torch.randint(0, 64, (2, length)), torch.randint(0, 64, (2, length))
+        _step_matches(compiled, gpt_loss, (model, twin), [idx, targets])
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": len(lengths) - 1}
 
 
 def test_block_lengths_across_recorded_conditions():

@@ -105,6 +105,13 @@ def symbolic_lowerer(
             if backward is None:
                 raise NotImplementedError("no symbolic decomposition of the backward")
             conditions = (*conditions, *backward[1])
+        decided = conditions_check(conditions)
+        if not decided(values):
+            # the decomposition was made (once, cached) at other sizes and decided
+            # otherwise here: a lowering from it would not serve these sizes. Sizes that
+            # violate its conditions lower per size; the others are tried again.
+            outside = NotImplementedError("the symbolic decomposition does not hold here")
+            raise SizeSpecificFailure(lambda sizes: not decided(sizes)) from outside
         device = next(
             (node.tensor_meta.device for node in prims.inputs if node.meta is not None),
             torch.device("cpu"),
