@@ -188,6 +188,17 @@ def decode_child(codegen: str, per_size: bool = False) -> None:
     print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
 
 
+def _kind(before: dict[str, int], after: dict[str, int]) -> str:
+    """How the entry's graph served a new length, from the counts of
+    ``size_lowering_stats`` before and after its first step (``block_train``'s segment
+    after the break adds ``per_size`` too): ``symbolic``, ``reused``, ``per_size``."""
+    grown = [key for key in after if after[key] > before.get(key, 0)]
+    for kind in ("symbolic", "reused"):
+        if kind in grown:
+            return kind
+    return "per_size" if "per_size" in grown else "none (static)"
+
+
 def child(
     codegen: str,
     profile_path: str | None,
@@ -217,7 +228,9 @@ def child(
 
         profiler = cProfile.Profile(time.process_time)
     cpu_total = wall_total = 0.0
+    by_kind: dict[str, list[float]] = defaultdict(list)
     for index, length in enumerate(LENGTHS):
+        before = tsr.size_lowering_stats()
         x = torch.randn(BATCH, length, WIDTH)
         y = torch.randn(BATCH, length, WIDTH)
         per_size = index > 0
@@ -239,16 +252,26 @@ def child(
                 torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-5)
         cpu = (cpu1 - cpu0) - (cpu2 - cpu1)
         wall = (wall1 - wall0) - (wall2 - wall1)
-        print(f"T={length:3d} lowering: process CPU {cpu:.3f} s, wall {wall:.3f} s", flush=True)
+        kind = _kind(before, tsr.size_lowering_stats())
+        print(
+            f"T={length:3d} lowering: process CPU {cpu:.3f} s, wall {wall:.3f} s ({kind})",
+            flush=True,
+        )
         if per_size:
             cpu_total += cpu
             wall_total += wall
+            by_kind[kind].append(cpu)
     n = len(LENGTHS) - 1
     print(
         f"SUMMARY lowering over {n} new lengths: process CPU {cpu_total:.2f} s "
         f"({cpu_total / n:.3f} a length), wall {wall_total:.2f} s ({wall_total / n:.3f} a length); "
         "every step equal to eager (loss, every gradient)"
     )
+    kinds = "; ".join(
+        f"{kind}: {len(cpus)} lengths, median {1000 * sorted(cpus)[len(cpus) // 2]:.1f} ms"
+        for kind, cpus in sorted(by_kind.items())
+    )
+    print(f"SUMMARY by how the length was served (process CPU): {kinds}")
     stage_text = ", ".join(
         f"{name} {stages.seconds[name]:.2f} s ({stages.calls[name]} calls)"
         for name in sorted(stages.seconds)
