@@ -120,9 +120,9 @@ class SharedDecomposition:
         graph = self.result.forward if which == "forward" else self.result.backward
         if graph is None or any(layout is not None for layout in contract.input_layouts):
             return None
-        made = graph if made_from is None else made_from(graph)
-        if made is not graph:
-            graph, which = made, f"{which} (made)"
+        other = graph if made_from is None else made_from(graph)
+        if other is not graph:
+            graph, which = other, f"{which} (made)"
         key = (which, attrs.evolve(contract, input_layouts=()))
         if key not in self._made:
             self._made[key] = self._decompose(graph, key[1], decompose, which)

@@ -18,7 +18,7 @@ fall back; and its sites have not been checked for lookups of a size that miss.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +32,9 @@ from torchstrata.core import (
     SizeGuards,
     SizeRead,
     SymbolicAot,
+    dynamo_import_deferred,
     enabled_autocast,
+    has_symbols,
     input_symbol_slots,
     sized_graph,
 )
@@ -50,6 +52,23 @@ from torchstrata.runtime.symbolic_training import (
     symbolic_training_runner,
     with_size_carrier,
 )
+
+
+def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], LowerSymbolic]:
+    """``lower_symbolic`` of a :class:`~.dynamic_shapes.SizeSpecialisedRunner` (an
+    entry's graph, or a segment's after a graph break): its graph lowered by
+    :func:`symbolic_lowerer` from its symbolic traces, Dynamo's import deferred."""
+
+    def lower_symbolic(runner: Any) -> LowerSymbolic:
+        made = symbolic_lowerer(pipeline, runner.graph, options, lambda: runner.traces)
+
+        def deferred(values: Mapping[str, int]) -> SymbolicLowering:
+            with dynamo_import_deferred():
+                return made(values)
+
+        return deferred
+
+    return lower_symbolic
 
 
 def symbolic_lowerer(
@@ -81,7 +100,7 @@ def symbolic_lowerer(
         if (
             mutated
             or views
-            or any(a is not None for a in aliases)
+            or not _same_at_every_size(aliases, shared.result.output_aliases)
             or num_user != len(aot.forward.outputs) - aot.num_saved - aot.num_unit_grads
         ):
             # their runners carry metadata of the traced sizes
@@ -173,3 +192,17 @@ def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[s
         return holds(values) and not traced.violated(values)
 
     return serves
+
+
+def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool:
+    """Whether the outputs that alias inputs (``AotResult.output_aliases`` at the sizes
+    lowered) do so with the same sizes, strides and offset at every size: their entries
+    in the symbolic partition (``symbolic``) hold no symbolic size (``loss.detach()``)."""
+    if all(alias is None for alias in aliases):
+        return True
+    if len(symbolic) != len(aliases):
+        return False
+    return all(
+        (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
+        for alias, entry in zip(aliases, symbolic)
+    )
