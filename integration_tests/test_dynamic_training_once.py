@@ -284,3 +284,30 @@ def test_a_backward_of_sizes_no_saved_value_carries():
         torch.testing.assert_close(total, (x * 2).sum())
         torch.testing.assert_close(x.grad, torch.full((count, 5), 6.0) + tangent.expand(count, 5))
     assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": len(rows) - 1}
+
+
+def step_inside(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    loss = F.mse_loss(model(x), y)
+    loss.backward()  # a graph break: ``loss.detach()`` is a segment of its own
+    return loss.detach()
+
+
+def test_a_step_with_its_backward_inside_the_function():
+    # the segment after the break (its output an alias of its input, no gradient) lowers
+    # once too, run with grad off; it returns a tensor that requires no grad, as eager's
+    model, twin = _twins(lambda: nn.Sequential(nn.Linear(8, 24), nn.GELU(), nn.Linear(24, 8)))
+    compiled = tsr.compile(step_inside, dynamic=True, codegen="cpp")
+    rows = (9, 11, 13, 15, 17, 19)
+    for count in rows:
+        x, y = torch.randn(count, 8), torch.randn(count, 8)
+        got, want = compiled(model, x, y), step_inside(twin, x, y)
+        assert not got.requires_grad and got.grad_fn is None
+        torch.testing.assert_close(got, want)
+        for grad, expected in zip(_grads(model, []), _grads(twin, []), strict=True):
+            torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-5)
+    stats = tsr.size_lowering_stats()
+    _symbolic_only(stats)
+    # one lowering for the step's graph and one for the segment (compiled after the
+    # first call's break, at its second size); every other size reused one
+    assert stats.get("symbolic") == 2, stats
+    assert stats["symbolic"] + stats.get("reused", 0) >= 2 * len(rows) - 1, stats

@@ -105,7 +105,12 @@ def symbolic_lowerer(
         ):
             # their runners carry metadata of the traced sizes
             raise NotImplementedError("write-backs, views or aliased outputs lower per size")
-        if training:
+        # no output carries a gradient (``loss.detach()``): an inference forward, run
+        # with grad off (its outputs require none, as eager's)
+        no_gradient = training and aot.backward is None and not aot.tangent_outputs
+        if no_gradient:
+            training = False
+        elif training:
             refuse_training(aot)
         records: list[PassRecord] = []
         for which in (aot.forward, aot.backward) if training else (aot.forward,):
@@ -153,6 +158,7 @@ def symbolic_lowerer(
                 forward = codegen(prims, contract)
                 if backward is None:
                     runner = inference_runner(forward[1].fn, aot)
+                    runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
                     runner = symbolic_training_runner(aot, forward, lowered, slots)
@@ -206,3 +212,19 @@ def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool
         (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
         for alias, entry in zip(aliases, symbolic)
     )
+
+
+def _grad_off(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """``runner`` run with grad off, its outputs detached: no output of the graph carries
+    a gradient (an output rebuilt as a view of an input that requires grad, made with
+    grad off, would still say it requires one)."""
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        with torch.no_grad():
+            outputs = runner(*inputs)
+        return tuple(
+            value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
+            for value in outputs
+        )
+
+    return run
