@@ -189,14 +189,15 @@ def decode_child(codegen: str, per_size: bool = False) -> None:
 
 
 def _kind(before: dict[str, int], after: dict[str, int]) -> str:
-    """How the entry's graph served a new length, from the counts of
-    ``size_lowering_stats`` before and after its first step (``block_train``'s segment
-    after the break adds ``per_size`` too): ``symbolic``, ``reused``, ``per_size``."""
+    """How a new length was served, from the counts of ``size_lowering_stats`` before and
+    after its first step: ``per_size`` where a graph (``block_train``: the step's or the
+    segment's after the break) lowered it on its own, else ``symbolic`` where one made a
+    lowering for many lengths, else ``reused``."""
     grown = [key for key in after if after[key] > before.get(key, 0)]
-    for kind in ("symbolic", "reused"):
+    for kind in ("per_size", "symbolic", "reused"):
         if kind in grown:
             return kind
-    return "per_size" if "per_size" in grown else "none (static)"
+    return "none (static)"
 
 
 def child(

@@ -16,7 +16,9 @@ values in (checked on the first backward at each size). What cannot be is refuse
 in another layout than the backward graph takes it in, an ``as_strided`` on an input
 (``offset_inputs``), a graph the autograd stage gave no backward. A forward with unit
 gradients (a scalar loss's) keeps them at every call: a tangent other than 1 scales them
-(the per-size path would run a forward without them, lowered later on its own).
+(the per-size path would run a forward without them, lowered later on its own). A
+backward that mentions symbols no input dim gives takes a size carrier
+(:func:`with_size_carrier`).
 """
 
 from __future__ import annotations
@@ -238,6 +240,9 @@ def symbolic_training_runner(
     num_user = len(forward_graph.outputs) - aot.num_saved - aot.num_unit_grads
     carrier = backward_graph.inputs[-1]
     carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
+    taken = aot.num_saved + len(aot.tangent_outputs) + bool(carried)
+    if len(backward_graph.inputs) != taken:  # the runner would pass another count
+        raise NotImplementedError(f"a backward of {len(backward_graph.inputs)} inputs, not {taken}")
     sized = SizedMetas(
         slots,
         [node.meta for node in forward_graph.outputs[:num_user]],
