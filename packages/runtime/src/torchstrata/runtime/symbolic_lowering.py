@@ -9,10 +9,11 @@ decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVari
 Only what the per-size path does the same way at every size is lowered so: an inference
 forward, or a training graph's forward and backward (with one ``SizeGuards``,
 :mod:`.symbolic_training`, decision 0395), on the CPU without autocast, write-backs, views
-or aliased outputs, under the default mode, by any codegen but Triton. Anything else
-raises ``NotImplementedError`` (the entry lowers per size). Triton is left out: its kernels compile at their first launch,
-after the lowering, so a size the Triton printer did not port would fail at a call, not
-fall back; and its sites have not been checked for lookups of a size that miss.
+or outputs aliasing inputs by sizes, under the default mode, by any codegen but Triton.
+Anything else raises ``NotImplementedError`` (the entry lowers per size). Triton is left
+out: its kernels compile at their first launch, after the lowering, so a size the Triton
+printer did not port would fail at a call, not fall back; and its sites have not been
+checked for lookups of a size that miss.
 """
 
 from __future__ import annotations
