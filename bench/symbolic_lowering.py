@@ -14,6 +14,15 @@ but does not compare). Reported: the sum and the mean over the lengths after the
 pipeline stage over those lengths (``Pipeline._call_stage``; ``codegen`` is scheduling,
 kernel sources and the launcher, ``decomp`` the decompositions) and in the garbage collector.
 
+``--workload block_loss`` (decision 0395) compiles the loss alone and runs the backward
+outside it: one training graph (forward and backward), where ``block_train``'s
+``backward()`` inside the compiled function is a graph break (the segment after it,
+``loss.detach()``, is a graph of its own, lowered per size).
+
+``--compare`` runs each turn twice: with the compile option ``symbolic_lowering`` off
+(every length lowered on its own), then on (one lowering for many lengths, decisions
+0381 and 0395 for training graphs).
+
 ``--workload decode`` (issue 33, decision 0380) measures the same for an inference entry:
 bench.dynamic_sizes's KV-cache decode step (caches of 2 heads x 32, one query) compiled with
 ``dynamic=True`` and called at the 32 cache lengths 16-47 in order, as a decode loop meets
@@ -25,6 +34,7 @@ thread::
 
     python -m bench.symbolic_lowering --turns 3
     python -m bench.symbolic_lowering --workload decode --turns 3
+    python -m bench.symbolic_lowering --workload block_loss --compare --turns 3
     python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
 
 ``--profile`` runs cProfile (a CPU-time timer) over the first steps of the per-size
@@ -71,9 +81,18 @@ def _blocks() -> nn.Module:
     return nn.Sequential(*(Block(cfg) for _ in range(LAYERS)))
 
 
+def block_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The loss alone (``--workload block_loss``: the backward runs outside the compiled
+    function, so the step is one graph, with no graph break at ``backward()``)."""
+    return F.mse_loss(model(x), y)
+
+
 def _run_step(fn: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
     model.zero_grad(set_to_none=True)
     loss = fn(model, x, y)
+    if loss.requires_grad:  # block_loss: the backward outside the compiled function
+        loss.backward()
+        loss = loss.detach()
     return loss, [p.grad.clone() for p in model.parameters()]
 
 
@@ -169,8 +188,27 @@ def decode_child(codegen: str, per_size: bool = False) -> None:
     print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
 
 
-def child(codegen: str, profile_path: str | None, top: int) -> None:
-    """One turn in this process (a fresh cache directory is the caller's)."""
+def _kind(before: dict[str, int], after: dict[str, int]) -> str:
+    """How a new length was served, from the counts of ``size_lowering_stats`` before and
+    after its first step: ``per_size`` where a graph (``block_train``: the step's or the
+    segment's after the break) lowered it on its own, else ``symbolic`` where one made a
+    lowering for many lengths, else ``reused``."""
+    grown = [key for key in after if after[key] > before.get(key, 0)]
+    for kind in ("per_size", "symbolic", "reused"):
+        if kind in grown:
+            return kind
+    return "none (static)"
+
+
+def child(
+    codegen: str,
+    profile_path: str | None,
+    top: int,
+    per_size: bool = False,
+    loss_only: bool = False,
+) -> None:
+    """One turn in this process (a fresh cache directory is the caller's); ``per_size``:
+    with the compile option ``symbolic_lowering`` off; ``loss_only``: ``block_loss``."""
     import torchstrata.runtime as tsr
 
     torch.set_num_threads(1)
@@ -178,7 +216,9 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
     model = _blocks()
     twin = _blocks()
     twin.load_state_dict(model.state_dict())
-    compiled = tsr.compile(step, dynamic=True, codegen=codegen)
+    fn = block_loss if loss_only else step
+    options = {"symbolic_lowering": not per_size}
+    compiled = tsr.compile(fn, dynamic=True, codegen=codegen, options=options)
     stages = _StageClock()
     stages.install()
     collector = _GcClock()
@@ -189,7 +229,9 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
 
         profiler = cProfile.Profile(time.process_time)
     cpu_total = wall_total = 0.0
+    by_kind: dict[str, list[float]] = defaultdict(list)
     for index, length in enumerate(LENGTHS):
+        before = tsr.size_lowering_stats()
         x = torch.randn(BATCH, length, WIDTH)
         y = torch.randn(BATCH, length, WIDTH)
         per_size = index > 0
@@ -204,23 +246,33 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
         stages.on = collector.on = False
         second = _run_step(compiled, model, x, y)
         cpu2, wall2 = time.process_time(), time.perf_counter()
-        expected = _run_step(step, twin, x, y)
+        expected = _run_step(fn, twin, x, y)
         for got in (first, second):
             torch.testing.assert_close(got[0], expected[0])
             for grad, want in zip(got[1], expected[1], strict=True):
                 torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-5)
         cpu = (cpu1 - cpu0) - (cpu2 - cpu1)
         wall = (wall1 - wall0) - (wall2 - wall1)
-        print(f"T={length:3d} lowering: process CPU {cpu:.3f} s, wall {wall:.3f} s", flush=True)
+        kind = _kind(before, tsr.size_lowering_stats())
+        print(
+            f"T={length:3d} lowering: process CPU {cpu:.3f} s, wall {wall:.3f} s ({kind})",
+            flush=True,
+        )
         if per_size:
             cpu_total += cpu
             wall_total += wall
+            by_kind[kind].append(cpu)
     n = len(LENGTHS) - 1
     print(
         f"SUMMARY lowering over {n} new lengths: process CPU {cpu_total:.2f} s "
         f"({cpu_total / n:.3f} a length), wall {wall_total:.2f} s ({wall_total / n:.3f} a length); "
         "every step equal to eager (loss, every gradient)"
     )
+    kinds = "; ".join(
+        f"{kind}: {len(cpus)} lengths, median {1000 * sorted(cpus)[len(cpus) // 2]:.1f} ms"
+        for kind, cpus in sorted(by_kind.items())
+    )
+    print(f"SUMMARY by how the length was served (process CPU): {kinds}")
     stage_text = ", ".join(
         f"{name} {stages.seconds[name]:.2f} s ({stages.calls[name]} calls)"
         for name in sorted(stages.seconds)
@@ -229,6 +281,7 @@ def child(codegen: str, profile_path: str | None, top: int) -> None:
     print(
         f"garbage collection in those lengths' first steps: {collector.seconds:.2f} s, {collector.runs} runs"
     )
+    print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
     if profiler is not None and profile_path:
         import pstats
 
@@ -242,14 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=1, help="fresh processes, one after another")
     parser.add_argument("--codegen", default="cpp", choices=("cpp", "triton"))
-    parser.add_argument("--workload", default="block_train", choices=("block_train", "decode"))
+    parser.add_argument(
+        "--workload", default="block_train", choices=("block_train", "block_loss", "decode")
+    )
     parser.add_argument(
         "--profile", metavar="PATH", help="cProfile the per-size lengths (block_train)"
     )
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="decode: each turn runs symbolic_lowering off (per size), then on (0381)",
+        help="each turn runs symbolic_lowering off (per size), then on (0381, 0395)",
     )
     parser.add_argument("--per-size", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
@@ -259,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         decode_child(args.codegen, args.per_size)
         return 0
     if args.child:
-        child(args.codegen, args.profile, args.top)
+        loss_only = args.workload == "block_loss"
+        child(args.codegen, args.profile, args.top, args.per_size, loss_only)
         return 0
     lengths = DECODE_LENGTHS if args.workload == "decode" else LENGTHS
     print(

@@ -122,16 +122,21 @@ def test_an_unported_graph_lowers_per_size_and_says_why():
     assert "symbolic" not in stats, stats
 
 
-def test_a_training_graph_lowers_per_size():
+def test_a_training_graph_lowers_once_too():
+    # its forward and backward with one set of conditions (decision 0395; the training
+    # cases are in test_dynamic_training_once.py)
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 4)
     compiled = tsr.compile(model, dynamic=True, codegen="cpp")
-    for rows in range(3, 7):
+    for rows in (3, 5, 6, 7):
         x = torch.randn(rows, 6)
-        torch.testing.assert_close(compiled(x), model(x))
-    stats = tsr.size_lowering_stats()
-    assert stats.get("per_size") == 4, stats
-    assert any("a training graph" in key for key in stats), stats
+        got = compiled(x)
+        torch.testing.assert_close(got, model(x))
+        got.sum().backward()
+        torch.testing.assert_close(model.weight.grad, x.sum(0).expand(4, 6))
+        torch.testing.assert_close(model.bias.grad, torch.full((4,), float(rows)))
+        model.zero_grad()
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 3}
 
 
 def test_triton_kernels_lower_once_for_their_bucket():

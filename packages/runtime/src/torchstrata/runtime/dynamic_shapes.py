@@ -486,7 +486,7 @@ def compile_symbolic(
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
     from torchstrata.runtime.compile_trace import compile_trace, function_title
-    from torchstrata.runtime.symbolic_lowering import symbolic_lowerer
+    from torchstrata.runtime.symbolic_lowering import runner_lowerer
 
     refused = refused_before_capture(pipeline, fn, args, kwargs, options)
     if refused:  # known without capturing: no capture spent on it
@@ -527,21 +527,12 @@ def compile_symbolic(
         with dynamo_import_deferred():
             return pipeline.trace_symbolic(graph, options, hints)
 
-    def lower_symbolic(runner: SizeSpecialisedRunner) -> LowerSymbolic:
-        made = symbolic_lowerer(pipeline, runner.graph, options, lambda: runner.traces)
-
-        def deferred(values: Mapping[str, int]) -> Any:
-            with dynamo_import_deferred():
-                return made(values)
-
-        return deferred
-
     runner = SizeSpecialisedRunner(
         capture.graphs[0],
         lower,
         trace=trace,
         shared_from=options.shared_decomposition_from,
-        lower_symbolic=lower_symbolic if options.symbolic_lowering else None,
+        lower_symbolic=runner_lowerer(pipeline, options) if options.symbolic_lowering else None,
     )
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim

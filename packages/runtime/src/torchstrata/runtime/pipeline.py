@@ -67,6 +67,7 @@ from torchstrata.runtime.stage_plugins import (
     missing_stage_message,
 )
 from torchstrata.runtime.symbolic_decomp import SharedPrims
+from torchstrata.runtime.symbolic_lowering import runner_lowerer
 from torchstrata.runtime.unit_scale import BoundDirectLaunch
 
 
@@ -523,7 +524,8 @@ class Pipeline:
 
     def _deferred_compile(self, graph: Graph, options: CompileOptions) -> Any:
         """The runner of a graph compiled after the frame (a segment after a break); a
-        graph with symbolic sizes is lowered per size (:class:`SizeSpecialisedRunner`)."""
+        graph with symbolic sizes is lowered per size or once for many
+        (:class:`SizeSpecialisedRunner`)."""
         if graph_has_symbols(graph):
 
             def lower(static: Graph, aot: AotSource | None = None) -> Any:
@@ -534,8 +536,13 @@ class Pipeline:
                 with dynamo_import_deferred(), compile_trace("a graph after a break", options):
                     return self.trace_symbolic(symbolic, options, hints)
 
+            symbolic = runner_lowerer(self, options) if options.symbolic_lowering else None
             return SizeSpecialisedRunner(
-                graph, lower, trace=trace, shared_from=options.shared_decomposition_from
+                graph,
+                lower,
+                trace=trace,
+                shared_from=options.shared_decomposition_from,
+                lower_symbolic=symbolic,
             ).call
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -396,7 +396,7 @@ def _saved_layout_checker(
 
     def check(saved: Sequence[Any]) -> Sequence[Any]:
         if pending:
-            restrided.extend(_first_saved_check(saved, expected))
+            restrided.extend(saved_layout_mismatches(saved, expected))
             pending.clear()
         if not restrided:
             return saved
@@ -414,7 +414,9 @@ def _saved_layout_checker(
     return check
 
 
-def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | None]) -> list[int]:
+def saved_layout_mismatches(
+    saved: Sequence[Any], expected: Sequence[TensorMeta | None]
+) -> list[int]:
     """Raise on a saved tensor of the wrong dtype; return the positions of those laid out
     otherwise than ``expected`` (with a warning).
 
@@ -449,6 +451,23 @@ def _first_saved_check(saved: Sequence[Any], expected: Sequence[TensorMeta | Non
     return restrided
 
 
+class CallSizes(Protocol):
+    """What a training runner lowered once for many sizes reads at a call's sizes
+    (:class:`~torchstrata.runtime.symbolic_training.SizedMetas`)."""
+
+    def key(self, inputs: Sequence[Any]) -> tuple[int, ...]:
+        """The call's sizes, read from its inputs."""
+
+    def output_meta(self, index: int, key: tuple[int, ...]) -> TensorMeta | None:
+        """User output ``index``'s metadata at the sizes ``key``."""
+
+    def check_saved(self, saved: Sequence[Any], key: tuple[int, ...]) -> Sequence[Any]:
+        """The saved values to pass to the backward at the sizes ``key``."""
+
+    def backward_inputs(self, key: tuple[int, ...]) -> tuple[Any, ...]:
+        """What the backward takes after its tangents at the sizes ``key``."""
+
+
 def training_runner(
     forward: GraphFn,
     backward: GraphFn,
@@ -457,13 +476,17 @@ def training_runner(
     *,
     saved_layouts: Sequence[TensorMeta | None] = (),
     direct_launch: DirectLauncher | None = None,
+    sized: CallSizes | None = None,
 ) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
     gradients, run after a backward seeded with something other than 1 (see
     :class:`~torchstrata.runtime.unit_grads.UnitGrads`, which scales them with
     ``direct_launch`` on the GPU). ``saved_layouts``: the layouts the backward was built
-    for, of the saved values (None, or no entry: as the backward graph's input says)."""
+    for, of the saved values (None, or no entry: as the backward graph's input says).
+    ``sized``: for graphs lowered once for many sizes, the output shapes and saved
+    layouts at each call's sizes (``aot``'s metadata and ``saved_layouts`` are then not
+    read)."""
     num_user, mutated, aliases = output_layout(aot)
     forward = _unwrapped(forward)
     plain_forward = _unwrapped(plain_forward) if plain_forward is not None else None
@@ -478,8 +501,8 @@ def training_runner(
     differentiable = set(tangent_outputs)
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
 
-    def zeros_like_output(index: int) -> torch.Tensor:
-        meta = metas[index]
+    def zeros_like_output(index: int, ctx: Any) -> torch.Tensor:
+        meta = metas[index] if sized is None else sized.output_meta(index, ctx.sizes)
         assert isinstance(meta, TensorMeta)
         return torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
 
@@ -495,6 +518,8 @@ def training_runner(
             else:
                 outputs, ctx.unit_grads = plain_forward(*inputs), None
             ctx.num_inputs = len(inputs)
+            if sized is not None:
+                ctx.sizes = sized.key(inputs)
             ctx.save_for_backward(*outputs[returned : returned + num_saved])
             if non_differentiable:
                 outputs = _apart_from_differentiable(outputs, returned, non_differentiable)
@@ -510,7 +535,7 @@ def training_runner(
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
             tangents = [
-                (grads[i] if grads[i] is not None else zeros_like_output(i)).contiguous()
+                (grads[i] if grads[i] is not None else zeros_like_output(i, ctx)).contiguous()
                 for i in tangent_outputs
             ]
             if unit_grads.count:
@@ -523,7 +548,11 @@ def training_runner(
                 # the backward graph
                 computed, ctx.unit_grads = unit_grads.scaled(ctx.unit_grads, tangents[0]), None
             else:
-                saved = check_saved(ctx.saved_tensors)
+                if sized is None:
+                    saved = check_saved(ctx.saved_tensors)
+                else:
+                    saved = sized.check_saved(ctx.saved_tensors, ctx.sizes)
+                    tangents.extend(sized.backward_inputs(ctx.sizes))
                 if not graph_mode and not _keeps_graph():
                     # ctx lets go of the saved values: the list holds the only references,
                     # and the launcher frees each at its last use (decision 0411)

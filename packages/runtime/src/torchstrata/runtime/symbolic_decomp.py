@@ -105,14 +105,24 @@ class SharedDecomposition:
         return concretize_graph(made.prims, values)
 
     def symbolic(
-        self, which: str, contract: GraphContract, decompose: Decompose
+        self,
+        which: str,
+        contract: GraphContract,
+        decompose: Decompose,
+        made_from: Callable[[Graph], Graph] | None = None,
     ) -> tuple[Graph, tuple[Any, ...]] | None:
         """The prims graph of ``result``'s ``which`` graph under ``contract`` with its
         sizes symbolic, and the sympy conditions its decomposition relied on; None where
-        there is none (a contract that lays out inputs, a failed decomposition)."""
+        there is none (a contract that lays out inputs, a failed decomposition).
+        ``made_from``: decompose ``made_from(graph)`` instead where it is another graph
+        (kept apart from the graph's own; one function per ``which`` for a
+        decomposition's life)."""
         graph = self.result.forward if which == "forward" else self.result.backward
         if graph is None or any(layout is not None for layout in contract.input_layouts):
             return None
+        other = graph if made_from is None else made_from(graph)
+        if other is not graph:
+            graph, which = other, f"{which} (made)"
         key = (which, attrs.evolve(contract, input_layouts=()))
         if key not in self._made:
             self._made[key] = self._decompose(graph, key[1], decompose, which)

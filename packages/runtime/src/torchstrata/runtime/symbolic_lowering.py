@@ -7,17 +7,22 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-forward on the CPU or a CUDA device without autocast, write-backs, views or aliased
-outputs, under the default mode. Anything else raises ``NotImplementedError`` (the entry
-lowers per size). Triton kernels (CUDA, or ``codegen="triton"`` on the CPU: the
-interpreter) are generated during the lowering, and on a GPU the specialisation Triton
-compiles each binary for is a condition of the lowering, so no later size it serves
-meets a compile of its own (decision 0400).
+Only what the per-size path does the same way at every size is lowered so: an inference
+forward, or a training graph's forward and backward (with one ``SizeGuards``,
+:mod:`.symbolic_training`, decision 0395), without autocast, write-backs, views or outputs
+aliasing inputs by sizes, under the default mode. Anything else raises
+``NotImplementedError`` (the entry lowers per size). Inference forwards lower so on the
+CPU and on CUDA devices; training graphs on the CPU by the C++ (or another non-Triton)
+codegen only, until their Triton lowering has been checked on a GPU. Triton kernels (CUDA,
+or ``codegen="triton"`` on the CPU: the interpreter) are generated during the lowering, and
+on a GPU the specialisation Triton compiles each binary for is a condition of the lowering,
+so no later size it serves meets a compile of its own (decision 0400).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -26,11 +31,15 @@ from torchstrata.core import (
     CompiledGraph,
     CompileOptions,
     Graph,
+    GraphContract,
     PassRecord,
     SizeGuards,
     SizeRead,
     SymbolicAot,
+    dynamo_import_deferred,
     enabled_autocast,
+    has_symbols,
+    input_symbol_slots,
     sized_graph,
 )
 from torchstrata.core.size_values import conditions_check
@@ -42,6 +51,28 @@ from torchstrata.runtime.size_variants import (
     SymbolicLowering,
 )
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
+from torchstrata.runtime.symbolic_training import (
+    refuse_training,
+    symbolic_training_runner,
+    with_size_carrier,
+)
+
+
+def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], LowerSymbolic]:
+    """``lower_symbolic`` of a :class:`~.dynamic_shapes.SizeSpecialisedRunner` (an
+    entry's graph, or a segment's after a graph break): its graph lowered by
+    :func:`symbolic_lowerer` from its symbolic traces, Dynamo's import deferred."""
+
+    def lower_symbolic(runner: Any) -> LowerSymbolic:
+        made = symbolic_lowerer(pipeline, runner.graph, options, lambda: runner.traces)
+
+        def deferred(values: Mapping[str, int]) -> SymbolicLowering:
+            with dynamo_import_deferred():
+                return made(values)
+
+        return deferred
+
+    return lower_symbolic
 
 
 def symbolic_lowerer(
@@ -54,13 +85,14 @@ def symbolic_lowerer(
     ``pipeline``'s stages at the sizes ``values`` for every size that meets what it
     relied on; ``traces()`` gives the entry's symbolic traces (None: there are none)."""
 
+    slots = input_symbol_slots(graph)
+
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
         if options.mode not in (None, "default"):
             raise NotImplementedError(f"mode {options.mode!r} lowers per size")
         if enabled_autocast():
             raise NotImplementedError("a graph under autocast lowers per size")
-        if torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas):
-            raise NotImplementedError("a training graph (its backward) lowers per size")
+        training = torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas)
         made = traces()
         found = None if made is None else made.trace_for(values)
         if found is None:
@@ -72,33 +104,70 @@ def symbolic_lowerer(
         if (
             mutated
             or views
-            or any(a is not None for a in aliases)
-            or num_user != len(aot.forward.outputs)
+            or not _same_at_every_size(aliases, shared.result.output_aliases)
+            or num_user != len(aot.forward.outputs) - aot.num_saved - aot.num_unit_grads
         ):
             # their runners carry metadata of the traced sizes
             raise NotImplementedError("write-backs, views or aliased outputs lower per size")
+        # no output carries a gradient (``loss.detach()``): an inference forward, run
+        # with grad off (its outputs require none, as eager's)
+        no_gradient = training and aot.backward is None and not aot.tangent_outputs
+        if no_gradient:
+            training = False
+        elif training:
+            refuse_training(aot)
         records: list[PassRecord] = []
-        if pipeline.run_passes("post_aot", aot.forward, options, records) is not aot.forward:
-            raise NotImplementedError("the post_aot passes change the forward: per size")
-        contract = forward_contract(aot, inference=True)
-        decomposed = shared.symbolic("forward", contract, pipeline.decomposer(options))
+        for which in (aot.forward, aot.backward) if training else (aot.forward,):
+            if pipeline.run_passes("post_aot", which, options, records) is not which:
+                raise NotImplementedError("the post_aot passes change a graph: per size")
+        contract = forward_contract(aot, inference=not training)
+        decompose = pipeline.decomposer(options)
+        decomposed = shared.symbolic("forward", contract, decompose)
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
+        backward = None
+        if training:
+            carried = functools.partial(with_size_carrier, forward=shared.result.forward)
+            backward = shared.symbolic("backward", GraphContract(), decompose, carried)
+            if backward is None:
+                raise NotImplementedError("no symbolic decomposition of the backward")
+            conditions = (*conditions, *backward[1])
+        decided = conditions_check(conditions)
+        if not decided(values):
+            # the decomposition was made (once, cached) at other sizes and decided
+            # otherwise here: a lowering from it would not serve these sizes. Sizes that
+            # violate its conditions lower per size; the others are tried again.
+            outside = NotImplementedError("the symbolic decomposition does not hold here")
+            raise SizeSpecificFailure(lambda sizes: not decided(sizes)) from outside
         device = next(
             (node.tensor_meta.device for node in prims.inputs if node.meta is not None),
             torch.device("cpu"),
         )
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"{device.type} kernels lower per size")
+        if training and (device.type != "cpu" or options.codegen == "triton"):
+            raise NotImplementedError("a training graph's Triton kernels lower per size")
+
+        def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
+            sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)
+            compiled = pipeline._call_stage(
+                "codegen", options, graph=sized, device=device, contract=contract
+            )
+            if not isinstance(compiled, CompiledGraph):
+                raise NotImplementedError("no codegen stage compiled the symbolic graph")
+            return sized, compiled
+
         guards = SizeGuards(values)
         try:
             with guards.active():
-                sized = sized_graph(prims, guards)
-                sized = pipeline.run_passes("post_decomp", sized, options, records)
-                compiled = pipeline._call_stage(
-                    "codegen", options, graph=sized, device=device, contract=contract
-                )
+                forward = codegen(prims, contract)
+                if backward is None:
+                    runner = inference_runner(forward[1].fn, aot)
+                    runner = _grad_off(runner) if no_gradient else runner
+                else:
+                    lowered = codegen(backward[0], GraphContract())
+                    runner = symbolic_training_runner(aot, forward, lowered, slots)
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -110,9 +179,7 @@ def symbolic_lowerer(
             raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        if not isinstance(compiled, CompiledGraph):
-            raise NotImplementedError("no codegen stage compiled the symbolic graph")
-        return _lowering(traced, conditions, guards, inference_runner(compiled.fn, aot))
+        return _lowering(traced, conditions, guards, runner)
 
     return lower
 
@@ -137,3 +204,33 @@ def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[s
         return holds(values) and not traced.violated(values)
 
     return serves
+
+
+def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool:
+    """Whether the outputs that alias inputs (``AotResult.output_aliases`` at the sizes
+    lowered) do so with the same sizes, strides and offset at every size: their entries
+    in the symbolic partition (``symbolic``) hold no symbolic size (``loss.detach()``)."""
+    if all(alias is None for alias in aliases):
+        return True
+    if len(symbolic) != len(aliases):
+        return False
+    return all(
+        (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
+        for alias, entry in zip(aliases, symbolic)
+    )
+
+
+def _grad_off(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """``runner`` run with grad off, its outputs detached: no output of the graph carries
+    a gradient (an output rebuilt as a view of an input that requires grad, made with
+    grad off, would still say it requires one)."""
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        with torch.no_grad():
+            outputs = runner(*inputs)
+        return tuple(
+            value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
+            for value in outputs
+        )
+
+    return run

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Graph, Node, Transformer, aten, prim
+from torchstrata.core import Graph, Node, TensorMeta, Transformer, aten, prim, sizes_symbolic
 
 _SCATTER_ADD, _BROADCAST = prim("scatter_add"), prim("broadcast_in_dim")
 INDEX_ADD = aten("index_add.default")
@@ -50,7 +50,20 @@ class _RowScatters(Transformer):
         if rows is None:
             return super().transform_node(node, args, kwargs)
         a, _, _, src = args
-        return self.builder.call(INDEX_ADD, a, 0, self.env[rows], src, name=node.name)
+        meta = None
+        if sizes_symbolic():
+            # symbolic sizes (``core.SizeValue``) have no meta tensor: ATen's index_add
+            # clones ``a`` keeping its layout, which is the scatter's (checked by
+            # expression, deciding nothing)
+            meta = node.tensor_meta
+            if _layout(a.tensor_meta) != _layout(meta):
+                return super().transform_node(node, args, kwargs)
+        return self.builder.call(INDEX_ADD, a, 0, self.env[rows], src, meta=meta, name=node.name)
+
+
+def _layout(meta: TensorMeta) -> tuple[str, ...]:
+    """A tensor's shape and strides as text (sizes by expression)."""
+    return (*map(str, meta.shape), "/", *map(str, meta.strides), str(meta.dtype))
 
 
 def row_scatters(graph: Graph) -> Graph:
