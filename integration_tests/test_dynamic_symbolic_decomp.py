@@ -34,7 +34,9 @@ def _train(compiled, model, sizes, device="cpu"):
 @pytest.mark.parametrize("shared_from", [1, 3])
 def test_training_entry_decomposes_once_for_every_size(monkeypatch, shared_from):
     model = MeanLoss()
-    options = {"shared_decomposition_from": shared_from}
+    # the per-size lowerings that take the shared decomposition (a symbolic lowering,
+    # decision 0395, would serve every size with one codegen call for each graph)
+    options = {"shared_decomposition_from": shared_from, "symbolic_lowering": False}
     compiled = rt.compile(model, codegen="cpp", dynamic=True, options=options)
     calls = _count_stage_calls(monkeypatch, compiled.compiled_forward.pipeline)
     _train(compiled, model, SIZES)
