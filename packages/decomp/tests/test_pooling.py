@@ -157,3 +157,60 @@ def test_unused_indices_leave_no_index_arithmetic(dh) -> None:
         dh, "max_pool2d_with_indices.default", x, [3, 3], [2, 2], [1, 1], outputs=2
     )
     assert "prims.iota" in {node.op.name for node in both.nodes if node.op is not None}
+
+
+BACKWARD_GEOMETRIES = [
+    ([3, 3], [2, 2], [1, 1], [1, 1], False),
+    ([3, 3], [2, 2], [1, 1], [1, 1], True),
+    ([2, 3], [1, 2], [1, 0], [2, 1], True),
+    ([3, 3], [1, 1], [1, 1], [1, 1], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "dilation", "ceil_mode"), BACKWARD_GEOMETRIES
+)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("channels_last", CHANNELS_LAST)
+def test_max_pool2d_backward(
+    dh, kernel, stride, padding, dilation, ceil_mode, dtype, channels_last
+) -> None:
+    """The gradient equals eager's with indices from eager's forward (ties, NaN, -inf and
+    overlapping windows: one input collects several outputs' gradients)."""
+    x = _input((2, 3, 7, 9), dtype, channels_last, seed=7)
+    args = (kernel, stride, padding, dilation, ceil_mode)
+    values, indices = torch.ops.aten.max_pool2d_with_indices(x, *args)
+    grad = torch.randn(values.shape, dtype=dtype).contiguous(
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format
+    )
+    metas = [TensorMeta(tuple(t.shape), t.dtype, strides=t.stride()) for t in (grad, x, indices)]
+    graph = dh.one_op(
+        "max_pool2d_with_indices_backward.default", metas[0], metas[1], *args, metas[2]
+    )
+    prims, stats = decompose_with_stats(graph)
+    verify(prims)
+    assert not stats.extern, str(prims)
+    (want,) = interpret(graph, grad, x, indices)
+    (got,) = interpret(prims, grad, x, indices)
+    # bfloat16: eager rounds after every add, ours once (float32 sums): at most as far
+    # from the float64 sum as eager's
+    reference = dh.float64_reference(graph, [grad, x, indices])
+    dh.assert_close(got, want, reference[0] if reference else None, str(prims))
+    meta = prims.outputs[0].tensor_meta
+    assert same_layout(meta.shape, meta.strides, graph.outputs[0].tensor_meta.strides)
+
+
+def test_max_pool3d_backward(dh) -> None:
+    x = _input((1, 2, 5, 6, 5), torch.float32, True, seed=8)
+    args = ([3, 2, 3], [2, 1, 2], [1, 1, 0], [1, 1, 1], True)
+    values, indices = torch.ops.aten.max_pool3d_with_indices(x, *args)
+    grad = torch.randn(values.shape)
+    metas = [TensorMeta(tuple(t.shape), t.dtype, strides=t.stride()) for t in (grad, x, indices)]
+    graph = dh.one_op(
+        "max_pool3d_with_indices_backward.default", metas[0], metas[1], *args, metas[2]
+    )
+    prims, stats = decompose_with_stats(graph)
+    assert not stats.extern, str(prims)
+    torch.testing.assert_close(
+        interpret(prims, grad, x, indices)[0], interpret(graph, grad, x, indices)[0]
+    )

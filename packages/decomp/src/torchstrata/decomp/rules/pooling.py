@@ -46,8 +46,9 @@ def _lowest(dtype: torch.dtype) -> Any:
     return torch.iinfo(dtype).min
 
 
-class _Window:
-    """One max-pooling problem: the pooled dims of ``x`` and the window geometry."""
+class Window:
+    """One max-pooling problem: the pooled dims of ``x`` and the window geometry; the
+    output's shape from ``output`` (the backward's gradient) or the ATen node's meta."""
 
     def __init__(
         self,
@@ -58,6 +59,7 @@ class _Window:
         stride: Any,
         padding: Any,
         dilation: Any,
+        output: Node | None = None,
     ) -> None:
         shape = x.tensor_meta.shape
         if len(shape) not in (rank + 1, rank + 2) or not all(isinstance(s, int) for s in shape):
@@ -71,7 +73,10 @@ class _Window:
         self.ctx, self.x, self.rank = ctx, x, rank
         self.lead = len(shape) - rank
         self.in_sizes = list(shape[self.lead :])
-        self.out_shape = list(ctx.out_metas[0].shape)  # type: ignore[union-attr]
+        meta = output.tensor_meta if output is not None else ctx.out_metas[0]
+        self.out_shape = list(meta.shape)  # type: ignore[union-attr]
+        if len(self.out_shape) != len(shape):
+            raise NotDecomposable("max pooling output and input ranks differ")
         self.out_sizes = self.out_shape[self.lead :]
         if min(self.out_shape, default=1) <= 0 or x.tensor_meta.numel == 0:
             raise NotDecomposable("max pooling of an empty tensor")
@@ -124,13 +129,15 @@ class _Window:
             first = self.ctx.prim("where", self.ctx.prim("ge", candidate, 0), candidate, first)
         return first
 
-    def flat_index(self, per_dim: Sequence[Node]) -> Node:
-        """``sum(position_d * row_stride_d)`` over the pooled dims, broadcast to the output."""
+    def flat_index(self, per_dim: Sequence[Node], shape: Sequence[int] | None = None) -> Node:
+        """``sum(position_d * row_stride_d)`` over the pooled dims, broadcast to ``shape``
+        (the output's by default)."""
+        shape = list(shape) if shape is not None else self.out_shape
         total: Node | None = None
         row_stride = 1
         for d in reversed(range(self.rank)):
             term = per_dim[d] if row_stride == 1 else self.ctx.prim("mul", per_dim[d], row_stride)
-            term = self.ctx.prim("broadcast_in_dim", term, self.out_shape, [self.lead + d])
+            term = self.ctx.prim("broadcast_in_dim", term, shape, [self.lead + d])
             total = term if total is None else self.ctx.prim("add", total, term)
             row_stride *= self.in_sizes[d]
         assert total is not None
@@ -147,7 +154,7 @@ def _max_pool(rank: int, with_indices: bool) -> Any:
         dilation: Any = 1,
         ceil_mode: bool = False,
     ) -> Node | tuple[Node, Node]:
-        window = _Window(ctx, x, rank, kernel_size, stride, padding, dilation)
+        window = Window(ctx, x, rank, kernel_size, stride, padding, dilation)
         lowest = _lowest(x.tensor_meta.dtype)
         floating = x.tensor_meta.dtype.is_floating_point
         padded = window.padded(lowest)
