@@ -74,7 +74,7 @@ class Window:
         self.lead = len(shape) - rank
         self.in_sizes = list(shape[self.lead :])
         meta = output.tensor_meta if output is not None else ctx.out_metas[0]
-        self.out_shape = list(meta.shape)  # type: ignore[union-attr]
+        self.out_shape = list(meta.shape)
         if len(self.out_shape) != len(shape):
             raise NotDecomposable("max pooling output and input ranks differ")
         self.out_sizes = self.out_shape[self.lead :]

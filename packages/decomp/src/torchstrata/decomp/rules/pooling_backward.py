@@ -34,10 +34,10 @@ def _spread(ctx: DecompContext, window: Window, t: Node, fill: Any = None) -> No
         return t
     lead = list(t.tensor_meta.shape[: window.lead])
     wide, merged, kept = list(lead), list(lead), list(range(window.lead))
-    for out, stride in zip(window.out_sizes, window.stride, strict=True):
+    for size, stride in zip(window.out_sizes, window.stride, strict=True):
         kept.append(len(wide))
-        wide += [out, stride]
-        merged.append(out * stride)
+        wide += [size, stride]
+        merged.append(size * stride)
     if fill is None:
         return ctx.reshape(ctx.prim("broadcast_in_dim", t, wide, kept), merged)
     narrow = [1 if d not in kept else size for d, size in enumerate(wide)]
