@@ -214,3 +214,12 @@ def test_max_pool3d_backward(dh) -> None:
     torch.testing.assert_close(
         interpret(prims, grad, x, indices)[0], interpret(graph, grad, x, indices)[0]
     )
+
+
+def test_large_windows_stay_aten(dh) -> None:
+    """A window of more than ``MAX_WINDOW`` elements is left to ATen's loop."""
+    graph = dh.one_op(
+        "max_pool2d_with_indices.default", TensorMeta((1, 2, 12, 12), torch.float32), [9, 9]
+    )
+    _, stats = decompose_with_stats(graph)
+    assert stats.extern

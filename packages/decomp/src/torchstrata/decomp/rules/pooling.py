@@ -15,6 +15,7 @@ window's first position inside the input; so is ours.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,10 @@ from torchstrata.core import Node
 from torchstrata.decomp.context import DecompContext
 from torchstrata.decomp.rules.shapes import constant_pad_nd
 from torchstrata.decomp.table import NotDecomposable, RuleTable
+
+#: The largest window decomposed (one slice, compare and select per element; larger
+#: windows, rare, stay ATen's loop rather than grow the graph).
+MAX_WINDOW = 64
 
 
 def _per_dim(value: int | Sequence[int], rank: int, default: Sequence[int] | None = None) -> list:
@@ -78,6 +83,10 @@ class Window:
         if len(self.out_shape) != len(shape):
             raise NotDecomposable("max pooling output and input ranks differ")
         self.out_sizes = self.out_shape[self.lead :]
+        if not all(isinstance(s, int) for s in self.out_shape):
+            raise NotDecomposable("max pooling with a symbolic output size")
+        if math.prod(self.kernel) > MAX_WINDOW:
+            raise NotDecomposable(f"a window of more than {MAX_WINDOW} elements")
         if min(self.out_shape, default=1) <= 0 or x.tensor_meta.numel == 0:
             raise NotDecomposable("max pooling of an empty tensor")
 
