@@ -11,6 +11,8 @@ from torchstrata.decomp.rules.norm_backward import RULES as NORM_BACKWARD_RULES
 from torchstrata.decomp.rules.normalization import RULES as NORMALIZATION_RULES
 from torchstrata.decomp.rules.norms import RULES as NORM_RULES
 from torchstrata.decomp.rules.padding import RULES as PADDING_RULES
+from torchstrata.decomp.rules.pooling import RULES as POOLING_RULES
+from torchstrata.decomp.rules.pooling_backward import RULES as POOLING_BACKWARD_RULES
 from torchstrata.decomp.rules.reductions import RULES as REDUCTION_RULES
 from torchstrata.decomp.rules.scatter_views import RULES as SCATTER_VIEW_RULES
 from torchstrata.decomp.rules.selection import RULES as SELECTION_RULES
@@ -30,6 +32,8 @@ __all__ = [
     "NORM_BACKWARD_RULES",
     "NORM_RULES",
     "PADDING_RULES",
+    "POOLING_BACKWARD_RULES",
+    "POOLING_RULES",
     "REDUCTION_RULES",
     "SCATTER_VIEW_RULES",
     "SELECTION_RULES",
