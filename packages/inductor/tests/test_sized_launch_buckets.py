@@ -4,6 +4,8 @@ another bucket tunes again, under a choice-cache key of its own."""
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel
@@ -22,7 +24,7 @@ class _Tuned:
     def __init__(self) -> None:
         self.rows = "s0 * 4"
         self.sizes = {"rnumel": "s1"}
-        self.choice_cache = _Cache("kernel")
+        self.choice_cache = _Cache("0123456789abcdef0123456789abcdef")
         self.chosen: Config | None = None
         self.pending = None
         self.tunings: list[tuple[int, str]] = []
@@ -49,7 +51,9 @@ def test_each_bucket_of_rows_tunes_once():
         kernel.run("buf", s0, 128)
     tunings = tuned.tunings  # shallow copies per size share the stub's lists
     assert [rows for rows, _ in tunings] == [12, 20, 36]  # the first size of each bucket
-    assert len({key for _, key in tunings}) == 3  # a cache key per bucket
+    keys = {key for _, key in tunings}
+    assert len(keys) == 3  # a cache key per bucket, hex digits as the artifact store takes
+    assert all(re.fullmatch(r"[0-9a-f]{16,128}", key) for key in keys), keys
     assert sorted(kernel.chosen) == [16, 32, 64]
     assert kernel.chosen[16].xblock == 12 and kernel.chosen[64].xblock == 36
     # a later size of a bucket launches its bucket's choice, with its own rows

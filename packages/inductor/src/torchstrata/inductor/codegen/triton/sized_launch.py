@@ -18,6 +18,7 @@ static kernel's launch.
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -86,7 +87,8 @@ class SizedKernel:
         if cache is not None:  # a choice per bucket of rows (the lowering's: its own key)
             bucket = rows_bucket(rows)
             if bucket != self.home:
-                sized.choice_cache = attrs.evolve(cache, key=f"{cache.key}-rows{bucket}")
+                key = hashlib.sha256(f"{cache.key}-rows{bucket}".encode()).hexdigest()[:32]
+                sized.choice_cache = attrs.evolve(cache, key=key)
         sized.sizes = {
             **dict(zip(self.names, sizes, strict=True)),
             **dict(zip(self.symbols, values, strict=True)),
