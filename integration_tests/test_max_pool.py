@@ -86,7 +86,7 @@ def test_values_only_kernel_stores_no_indices(codegen, monkeypatch, tmp_path) ->
     x = _input((1, 4, 9, 9), channels_last=True)
     compiled = rt.compile(pool, codegen=codegen, options={"cache_dir": str(tmp_path)})
     (kernel,) = rt.explain(compiled, x).kernels
-    window_ops = {"cat", "full", "slice", "gt", "isnan", "bitwise_or", "where"}
+    window_ops = {"cat", "full", "slice", "maximum"}
     assert set(kernel.ops) <= {f"prims.{op}" for op in window_ops}, kernel.ops
     result = compiled(x)
     torch.testing.assert_close(result, pool(x), equal_nan=True, rtol=0, atol=0)

@@ -171,18 +171,16 @@ def _max_pool(rank: int, with_indices: bool) -> Any:
         index = window.flat_index([window.first_positions(d) for d in range(rank)])
         for offset in window.offsets():
             value = window.window_slice(padded, offset)
-            if best is None:
-                # Every value beats (or is) the lowest: the first offset is the start.
-                take = ctx.prim("gt", value, lowest)
-                best_next = value
-            else:
-                take = ctx.prim("gt", value, best)
-                best_next = None
+            # Every value beats (or is) the lowest: the first offset is where ``best`` starts.
+            take = ctx.prim("gt", value, lowest if best is None else best)
             if floating:
                 take = ctx.prim("bitwise_or", take, ctx.prim("isnan", value))
             positions = [window.positions(d, k) for d, k in enumerate(offset)]
             index = ctx.prim("where", take, window.flat_index(positions), index)
-            best = best_next if best_next is not None else ctx.prim("where", take, value, best)
+            # ``maximum(value, best)`` is ATen's update (``value`` where it is greater or
+            # NaN, else ``best``), and names ``best`` once: ``where(take, value, best)``
+            # named it twice, a tree of 2**offsets terms for a kernel that expands it.
+            best = value if best is None else ctx.prim("maximum", value, best)
         assert best is not None
         if len(window.offsets()) == 1:
             best = ctx.copy(best)  # a 1-element window: the slice is a view of ``x``
