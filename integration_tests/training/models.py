@@ -72,6 +72,25 @@ class TransformerBlock(nn.Module):
         return x + self.out(F.silu(self.gate(y)) * self.value(y))
 
 
+class GPTBlock(nn.Module):
+    """A pre-LN GPT block: causal attention and a tanh-GELU MLP (the bench GPT's layer)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+
 class TwoBlocks(nn.Module):
     """Two transformer blocks and a mean-squared-error loss against a target."""
 

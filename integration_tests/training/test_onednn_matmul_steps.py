@@ -17,26 +17,11 @@ import torchstrata.runtime as rt
 from torchstrata.core import CompileOptions, InductorOptions
 from torchstrata.inductor.launch.cpu_matmuls import onednn_available
 
+from .models import GPTBlock
+
 #: the bench's CPU M3 sizes (width 128, vocab 50304, batch 4 x 64 tokens): a smaller model
 #: missed a launcher bug (a oneDNN operand view named but never made) that these showed
 VOCAB = 50304
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
 
 class TinyGPT(nn.Module):
@@ -44,7 +29,7 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(64, dim) * 0.02)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(GPTBlock(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.embed.weight
