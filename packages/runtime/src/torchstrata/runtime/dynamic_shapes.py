@@ -51,6 +51,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
+from torchstrata.runtime.first_calls import FirstCall
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
 from torchstrata.runtime.int_sources import (
     STATIC_CLASS_ATTR,
@@ -405,8 +406,21 @@ class SizeSpecialisedRunner:
         if self.variants is not None:
             self._first_trace()  # the variants lower from the symbolic trace
             symbolic = self.variants.runner_for(values)
-            if symbolic is not None:
-                return symbolic
+            if symbolic is not None:  # its first call here falls back (decision 0430)
+                return FirstCall(symbolic, key, self.runners, self._failed(values, symbolic))
+        return self._lower_per_size(values)
+
+    def _failed(
+        self, values: dict[str, int], symbolic: Callable[..., Any]
+    ) -> Callable[[Exception], Callable[..., Any]]:
+        def fallback(error: Exception) -> Callable[..., Any]:
+            assert self.variants is not None
+            self.variants.first_call_failed(values, symbolic, error)
+            return self._lower_per_size(values)
+
+        return fallback
+
+    def _lower_per_size(self, values: dict[str, int]) -> Callable[..., Any]:
         graph = concretize_graph(self.graph, values)
         if len(self.runners) >= self.max_lowered:
             if len(self.runners) == self.max_lowered:
