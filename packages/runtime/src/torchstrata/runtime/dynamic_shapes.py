@@ -51,8 +51,8 @@ from torchstrata.core import (
 )
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
-from torchstrata.runtime.first_calls import FirstCall
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
+from torchstrata.runtime.first_calls import FirstCall
 from torchstrata.runtime.int_sources import (
     STATIC_CLASS_ATTR,
     IntSources,

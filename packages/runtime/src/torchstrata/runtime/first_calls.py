@@ -54,7 +54,7 @@ class FirstCall:
         sizes instead (it counts and warns).
     """
 
-    __slots__ = ("runner", "key", "runners", "fallback")
+    __slots__ = ("fallback", "key", "runner", "runners")
 
     def __init__(
         self,
@@ -77,7 +77,8 @@ class FirstCall:
             self.runners[self.key] = replacement
             _restore(states)
             return replacement(*inputs)
-        if self.runners.get(self.key) is self:
+        current: object = self.runners.get(self.key)
+        if current is self:
             self.runners[self.key] = self.runner
         return result
 
