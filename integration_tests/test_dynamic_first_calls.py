@@ -206,3 +206,25 @@ def test_a_training_forward_that_fails_at_one_size_falls_back(monkeypatch):
     assert sum(_first_call_fallbacks(stats).values()) == 1, stats
     assert stats.get("per_size") == 1, stats  # BAD; 9 and 11 by a symbolic lowering
     assert stats.get("symbolic", 0) + stats.get("reused", 0) == 4, stats
+
+
+def _reversed_rows(x, rows):
+    return x.index_select(0, rows) * 2
+
+
+def test_a_first_call_that_eager_fails_too_raises_and_records_nothing():
+    # an index out of range at a new size: the symbolic kernel's bound check raises, so
+    # does the per-size lowering (as eager): the call's own error, not the lowering's
+    compiled = tsr.compile(_reversed_rows, dynamic=True, codegen="cpp")
+    for n in (5, 6):
+        x, rows = torch.randn(n, 4), torch.arange(n - 1, -1, -1)
+        torch.testing.assert_close(compiled(x, rows), _reversed_rows(x, rows))
+    x, rows = torch.randn(9, 4), torch.arange(8, -1, -1)
+    bad = rows.clone()
+    bad[3] = 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
+        with pytest.raises(IndexError, match="out of bounds"):
+            compiled(x, bad)
+        torch.testing.assert_close(compiled(x, rows), _reversed_rows(x, rows))
+    assert not _first_call_fallbacks(tsr.size_lowering_stats())

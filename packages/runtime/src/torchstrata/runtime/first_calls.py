@@ -5,9 +5,9 @@ A lowering made once for many sizes (:mod:`.size_variants`) does work at a serve
 first call that no earlier size did: a Triton kernel tunes its configuration for a new
 bucket of rows, a generated launcher evaluates its size functions, a kernel is launched
 at a size for the first time. Where that raises, the call must not fail (nor return a
-wrong number): :class:`FirstCall` runs a size's first call, and on an exception asks its
-``fallback`` for another runner for these sizes (the per-size lowering), which runs the
-call and serves the size from then on.
+wrong number): :class:`FirstCall` runs a size's first call, and on an exception lowers
+the sizes on their own (the per-size path), which runs the call and serves the size from
+then on; where that raises too, the error is the call's (eager's as well) and propagates.
 
 Retrying is safe because a symbolic lowering writes no user tensor: it refuses
 write-backs and outputs rebuilt as views (:func:`~.symbolic_lowering.symbolic_lowerer`),
@@ -44,39 +44,50 @@ def _restore(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
 
 class FirstCall:
     """Runs ``runner``'s first call at the sizes ``key``; then ``runners[key]`` is
-    ``runner`` (success) or what ``fallback(error)`` gave (failure), which also runs that
-    call.
+    ``runner`` (success) or the per-size runner (failure), which also runs that call.
+
+    A call that the per-size runner fails too (an index out of range at these sizes:
+    eager raises as well) is the call's own error, not the lowering's: it propagates,
+    nothing is recorded, and the next call at these sizes tries ``runner`` again.
 
     :param runner: a symbolic lowering's runner, not run at these sizes yet.
     :param key: the sizes (the runner table's key).
     :param runners: the table the dispatch looks sizes up in (``key`` -> runner).
-    :param fallback: given the exception of the first call, the runner that serves the
-        sizes instead (it counts and warns).
+    :param per_size: lowers the sizes on their own (called once, on a failure).
+    :param failed: records the failure (given the exception: counts, warns), once the
+        per-size runner ran the call.
     """
 
-    __slots__ = ("fallback", "key", "runner", "runners")
+    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute")
 
     def __init__(
         self,
         runner: Callable[..., Any],
         key: tuple[int, ...],
         runners: dict[tuple[int, ...], Callable[..., Any]],
-        fallback: Callable[[Exception], Callable[..., Any]],
+        per_size: Callable[[], Callable[..., Any]],
+        failed: Callable[[Exception], None],
     ) -> None:
         self.runner = runner
         self.key = key
         self.runners = runners
-        self.fallback = fallback
+        self.per_size = per_size
+        self.failed = failed
+        #: the per-size runner, once a failure made it
+        self.substitute: Callable[..., Any] | None = None
 
     def __call__(self, *inputs: Any) -> Any:
         states = _rng_states()
         try:
             result = self.runner(*inputs)
         except Exception as error:  # noqa: BLE001 - the size is served otherwise, not wrongly
-            replacement = self.fallback(error)
-            self.runners[self.key] = replacement
+            if self.substitute is None:
+                self.substitute = self.per_size()
             _restore(states)
-            return replacement(*inputs)
+            result = self.substitute(*inputs)  # raises where the call itself is at fault
+            self.failed(error)
+            self.runners[self.key] = self.substitute
+            return result
         current: object = self.runners.get(self.key)
         if current is self:
             self.runners[self.key] = self.runner
