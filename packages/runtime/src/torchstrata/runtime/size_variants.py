@@ -76,7 +76,8 @@ def size_lowering_stats() -> dict[str, int]:
     """A copy of this process's counts of how the new sizes of symbolic entries were
     served: ``symbolic`` (lowered once for many sizes), ``reused`` (a new size that ran
     such a lowering, no lowering), ``per_size`` (lowered for its own sizes), and
-    ``fallback: <reason>`` (an entry whose symbolic lowering failed, why)."""
+    ``fallback: <reason>`` (an entry whose symbolic lowering failed, why; ``fallback: first
+    call: <reason>``: a size it serves whose first call raised, run per size)."""
     return dict(_COUNTS)
 
 
