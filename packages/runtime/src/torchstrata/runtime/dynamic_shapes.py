@@ -18,6 +18,7 @@ those captures read from module attributes and globals (:mod:`.int_sources`, dec
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -52,6 +53,7 @@ from torchstrata.core import (
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
+from torchstrata.runtime.first_calls import FirstCall
 from torchstrata.runtime.int_sources import (
     STATIC_CLASS_ATTR,
     IntSources,
@@ -405,8 +407,13 @@ class SizeSpecialisedRunner:
         if self.variants is not None:
             self._first_trace()  # the variants lower from the symbolic trace
             symbolic = self.variants.runner_for(values)
-            if symbolic is not None:
-                return symbolic
+            if symbolic is not None:  # its first call here falls back (decision 0430)
+                failed = functools.partial(self.variants.first_call_failed, values, symbolic)
+                per_size = functools.partial(self._lower_per_size, values)
+                return FirstCall(symbolic, key, self.runners, per_size, failed)
+        return self._lower_per_size(values)
+
+    def _lower_per_size(self, values: dict[str, int]) -> Callable[..., Any]:
         graph = concretize_graph(self.graph, values)
         if len(self.runners) >= self.max_lowered:
             if len(self.runners) == self.max_lowered:
@@ -482,7 +489,6 @@ def compile_symbolic(
     :func:`symbolic_guards`, the graph run by a :class:`SizeSpecialisedRunner`); None
     when the frame is not symbolic-capable, after one log line saying why (the caller
     compiles it static)."""
-    import functools
 
     from torchstrata.core import dynamo_import_deferred, symbolic_scope
     from torchstrata.runtime.compile_trace import compile_trace, function_title

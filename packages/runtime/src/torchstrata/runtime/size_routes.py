@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchstrata.core import DirectProgram, Guard, size_check_of
+from torchstrata.runtime.first_calls import settled
 
 #: layouts routed at most (then the table starts over, as :attr:`SizeCheck.known` does)
 MAX_ROUTES = 4096
@@ -70,11 +71,15 @@ class SizeRoutes:
         """Run the graph for ``inputs`` (of a passing layout not routed yet): the runner
         for their sizes, remembered for ``layout``."""
         runner = self._runner_for(tuple(inputs[p].shape[d] for p, d in self.slots))
+        result = runner(*inputs)
+        # routed after the call: a size's first call settles on the runner that serves it
+        # (:mod:`.first_calls`), which the route keeps (no wrapper per call)
+        runner = settled(runner)
         if len(self.table) >= MAX_ROUTES:
             self.table.clear()
         self.table[layout] = (runner,)
         self.last[0] = (*layout, (runner,))
-        return runner(*inputs)
+        return result
 
     def learner(self) -> Callable[[tuple[Any, ...]], tuple[Callable[..., Any]]]:
         """``learner(layout)``: ``(graph function,)`` for a layout not routed yet (made

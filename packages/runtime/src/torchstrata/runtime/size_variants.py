@@ -12,7 +12,9 @@ lowers on its own. Where the failure came with the conditions on sizes decided b
 (:class:`SizeSpecificFailure`), only the sizes that meet them lower per size from then
 on: a size that does not takes another path through the stages and is tried again
 (lowerings made and failed count together against ``max_variants``). Any other failure
-makes the entry lower per size from then on.
+makes the entry lower per size from then on. A variant whose first call at a size it
+serves raises falls back for that size (:mod:`.first_calls`, decision 0430):
+:meth:`SizeVariants.first_call_failed` counts and warns.
 """
 
 from __future__ import annotations
@@ -20,18 +22,24 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from torchstrata.core import artifact_logger
+from torchstrata.runtime.errors import TorchstrataFallbackWarning
 
 logger = logging.getLogger("torchstrata.runtime")
 dynamic_log = artifact_logger(__name__, "dynamic")
 
 #: How many lowerings serve many sizes at most per entry (then sizes lower per size).
 MAX_VARIANTS = 4
+
+#: A lowering whose first call failed at this many sizes serves no new size (decision
+#: 0430): a failure that is not one size's own costs a failed call per size no longer.
+MAX_FIRST_CALL_FAILURES = 2
 
 
 @attrs.frozen
@@ -68,7 +76,8 @@ def size_lowering_stats() -> dict[str, int]:
     """A copy of this process's counts of how the new sizes of symbolic entries were
     served: ``symbolic`` (lowered once for many sizes), ``reused`` (a new size that ran
     such a lowering, no lowering), ``per_size`` (lowered for its own sizes), and
-    ``fallback: <reason>`` (an entry whose symbolic lowering failed, why)."""
+    ``fallback: <reason>`` (an entry whose symbolic lowering failed, why; ``fallback: first
+    call: <reason>``: a size it serves whose first call raised, run per size)."""
     return dict(_COUNTS)
 
 
@@ -109,6 +118,8 @@ class SizeVariants:
         self.failures: list[Callable[[Mapping[str, int]], bool]] = []
         #: this entry's counts (as :func:`size_lowering_stats`)
         self.counts: collections.Counter[str] = collections.Counter()
+        #: ``id`` of a variant's runner -> the served sizes whose first call it failed
+        self.first_failures: collections.Counter[int] = collections.Counter()
 
     def _count(self, what: str) -> None:
         self.counts[what] += 1
@@ -119,6 +130,8 @@ class SizeVariants:
         that serves them, or a new one); None where they are to be lowered on their own."""
         for variant in self.variants:
             if variant.serves(values):
+                if self.first_failures.get(id(variant.runner), 0) >= MAX_FIRST_CALL_FAILURES:
+                    return None  # its first calls failed too often: sizes lower per size
                 self._count("reused")
                 return variant.runner
         if self.fallback or len(self.variants) + len(self.failures) >= self.max_variants:
@@ -151,6 +164,32 @@ class SizeVariants:
             " and ".join(made.conditions) or "always",
         )
         return made.runner
+
+    def first_call_failed(
+        self, values: Mapping[str, int], runner: Callable[..., Any], error: Exception
+    ) -> None:
+        """The first call of ``runner`` (a variant's) at the sizes ``values`` it serves
+        raised ``error`` (decision 0430): counted (``fallback: first call: <reason>``),
+        warned (a :class:`TorchstrataFallbackWarning`, once per variant); the sizes lower
+        on their own (the caller's), and after ``MAX_FIRST_CALL_FAILURES`` such sizes
+        the variant serves no new size."""
+        reason = _reason(error)
+        failures = self.first_failures[id(runner)] = self.first_failures[id(runner)] + 1
+        self._fail(values, f"first call: {reason}")
+        if failures == 1:
+            warnings.warn(
+                f"torchstrata: a lowering of a symbolic graph for many sizes failed at its "
+                f"first call at sizes {dict(values)} ({reason}); these sizes are lowered on "
+                "their own (their result is not affected)",
+                TorchstrataFallbackWarning,
+                stacklevel=5,
+            )
+        if failures == MAX_FIRST_CALL_FAILURES:
+            logger.info(
+                "a symbolic lowering failed at the first call of %d sizes: new sizes it "
+                "serves lower per size",
+                failures,
+            )
 
     def _fail(self, values: Mapping[str, int], reason: str) -> None:
         self._count(f"fallback: {reason}")

@@ -37,7 +37,12 @@ from torchstrata.core import (
     graph_symbols,
     input_symbol_slots,
 )
-from torchstrata.runtime.runners import GraphRunner, saved_layout_mismatches, training_runner
+from torchstrata.runtime.runners import (
+    GraphRunner,
+    call_boxed,
+    saved_layout_mismatches,
+    training_runner,
+)
 
 
 class SizedMetas:
@@ -249,4 +254,37 @@ def symbolic_training_runner(
         [node.meta for node in backward_graph.inputs[: aot.num_saved]],
         carried,
     )
-    return training_runner(forward_fn, backward_fn, aot, None, sized=sized)
+    return training_runner(forward_fn, NotedBackward(backward_fn), aot, None, sized=sized)
+
+
+#: the note an exception of such a backward carries (decision 0430)
+BACKWARD_NOTE = (
+    "torchstrata: the backward of a training graph lowered once for many sizes raised; "
+    "its forward's outputs were returned already, so this step cannot fall back (a "
+    "forward that raises does); compile with options={'symbolic_lowering': False} to "
+    "lower each size on its own"
+)
+
+
+class NotedBackward:
+    """A backward lowered once for many sizes, whose exceptions carry
+    :data:`BACKWARD_NOTE` (``add_note``: their type and message stay). Called as the
+    compiled function, or boxed (its launcher frees each input at its last use)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *inputs: Any) -> Any:
+        try:
+            return self.fn(*inputs)
+        except Exception as error:
+            error.add_note(BACKWARD_NOTE)
+            raise
+
+    def boxed(self, inputs: list[Any]) -> Any:
+        """The function called on ``inputs``, emptying the list (``runners.call_boxed``)."""
+        try:
+            return call_boxed(self.fn, inputs)
+        except Exception as error:
+            error.add_note(BACKWARD_NOTE)
+            raise

@@ -1,0 +1,104 @@
+"""The first call of a symbolic lowering at each size it serves, run with a fallback
+(issue 33, decision 0430).
+
+A lowering made once for many sizes (:mod:`.size_variants`) does work at a served size's
+first call that no earlier size did: a Triton kernel tunes its configuration for a new
+bucket of rows, a generated launcher evaluates its size functions, a kernel is launched
+at a size for the first time. Where that raises, the call must not fail (nor return a
+wrong number): :class:`FirstCall` runs a size's first call, and on an exception lowers
+the sizes on their own (the per-size path), which runs the call and serves the size from
+then on; where that raises too, the error is the call's (eager's as well) and propagates.
+
+Retrying is safe because a symbolic lowering writes no user tensor: it refuses
+write-backs and outputs rebuilt as views (:func:`~.symbolic_lowering.symbolic_lowerer`),
+an inference forward's kernels write only the buffers they allocate, and a training
+runner's forward raises inside ``autograd.Function.forward`` before any output or
+saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
+are taken before the first call and put back before the retry, so a graph that draws
+random numbers draws the same ones as the call would have. A training graph's
+backward runs later, after its outputs were returned: a failure there is not retried.
+
+After a size's first call succeeds, the size's entry in the runner's table is the
+lowering's runner itself: later calls run no ``try``, no wrapper frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _restore(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    cpu, cuda = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class FirstCall:
+    """Runs ``runner``'s first call at the sizes ``key``; then ``runners[key]`` is
+    ``runner`` (success) or the per-size runner (failure), which also runs that call.
+
+    A call that the per-size runner fails too (an index out of range at these sizes:
+    eager raises as well) is the call's own error, not the lowering's: it propagates,
+    nothing is recorded, and the next call at these sizes tries ``runner`` again.
+
+    :param runner: a symbolic lowering's runner, not run at these sizes yet.
+    :param key: the sizes (the runner table's key).
+    :param runners: the table the dispatch looks sizes up in (``key`` -> runner).
+    :param per_size: lowers the sizes on their own (called once, on a failure).
+    :param failed: records the failure (given the exception: counts, warns), once the
+        per-size runner ran the call.
+    """
+
+    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute")
+
+    def __init__(
+        self,
+        runner: Callable[..., Any],
+        key: tuple[int, ...],
+        runners: dict[tuple[int, ...], Callable[..., Any]],
+        per_size: Callable[[], Callable[..., Any]],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        self.runner = runner
+        self.key = key
+        self.runners = runners
+        self.per_size = per_size
+        self.failed = failed
+        #: the per-size runner, once a failure made it
+        self.substitute: Callable[..., Any] | None = None
+
+    def __call__(self, *inputs: Any) -> Any:
+        states = _rng_states()
+        try:
+            result = self.runner(*inputs)
+        except Exception as error:  # noqa: BLE001 - the size is served otherwise, not wrongly
+            if self.substitute is None:
+                self.substitute = self.per_size()
+            _restore(states)
+            result = self.substitute(*inputs)  # raises where the call itself is at fault
+            self.failed(error)
+            self.runners[self.key] = self.substitute
+            return result
+        current: object = self.runners.get(self.key)
+        if current is self:
+            self.runners[self.key] = self.runner
+        return result
+
+
+def settled(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """``runner``, or the runner its first call settled on where it is a
+    :class:`FirstCall` that ran (what a route keeps: no wrapper per call)."""
+    if isinstance(runner, FirstCall):
+        found = runner.runners.get(runner.key)
+        if found is not None and not isinstance(found, FirstCall):
+            return found
+    return runner
