@@ -16,6 +16,9 @@ Four workloads, chosen with ``--only`` (default all):
   (``dynamic=True``, called at a second size first: one entry serving both) and eager,
   timed in turns by process CPU time and by wall clock (issue 33: the symbolic call
   within 10% of the static one);
+* ``resnet``: M4/resnet18 at the bench's quick CPU size (width 8, 32px, bs 1,
+  inference; about 1000 guards over 70 modules, issue 32): the entry's guard check,
+  our call, torch.compile's call and eager's, by ``--clock`` (cpu: process time);
 * ``gpt``: a training step (forward, loss, backward) of the bench GPT of
   :mod:`bench.depth_steps` (``--layers``, default 8): the entry's guard check, the
   same check without the parameters' tensor guards (what the parameters cost), and the
@@ -187,6 +190,44 @@ def measure_module(
     print(f"  guard ns per module {_spread(per_module)}")
 
 
+def measure_resnet(args: argparse.Namespace) -> None:
+    """M4/resnet18 at the quick CPU size: the guard check, ours, torch.compile, eager."""
+    from bench.compilers import compile_with
+    from bench.workloads.registry import select_workloads
+    from bench.workloads.spec import DeviceProfile
+
+    (workload,) = select_workloads(DeviceProfile("cpu", quick=True), ["M4/resnet18"])
+    case = workload.make()
+    model, call_args = case.fn, case.args
+    ours = compile_with("torchstrata", model)
+    inductor = compile_with("inductor", model)
+    with torch.no_grad():
+        expected = model(*call_args)
+        for compiled in (ours, inductor):
+            for _ in range(2):
+                torch.testing.assert_close(compiled(*call_args), expected, atol=2e-3, rtol=1e-3)
+        guards, check = _positional_check(ours.compiled_forward, call_args)
+        n = args.number
+        times = _rounds(
+            {
+                "guard": (check, n),
+                "ours": (functools.partial(ours, *call_args), n),
+                "torch.compile": (functools.partial(inductor, *call_args), n),
+                "eager": (functools.partial(model, *call_args), n),
+            },
+            args,
+            time.process_time if args.clock == "cpu" else time.perf_counter,
+        )
+    modules = sum(1 for _ in model.modules())
+    print(f"resnet: {workload.name}, {modules} modules, {len(guards)} guards ({args.clock})")
+    for what, values in times.items():
+        print(f"  {what:<13} us {_spread(values)}")
+    print(f"  ours/torch.compile {_ratio(times['ours'], times['torch.compile'])}")
+    print(
+        f"  guard % of ours    {_spread([100 * g / o for g, o in zip(times['guard'], times['ours'])])}"
+    )
+
+
 def _scale_add(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x * w + 1
 
@@ -344,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
     parser.add_argument("--print-source", action="store_true")
     parser.add_argument(
-        "--clock", choices=("wall", "cpu"), default="wall", help="tiny's clock (cpu: process time)"
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="tiny's and resnet's clock (cpu: process time)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -365,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_tiny(args)
     if "small" in only:
         measure_small(args)
+    if "resnet" in only:
+        measure_resnet(args)
     if "gpt" in only:
         measure_gpt(args)
     print(f"# load avg at the end {_load()}")

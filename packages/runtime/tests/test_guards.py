@@ -170,6 +170,37 @@ def test_a_tuple_attribute_and_a_short_or_partly_read_sequence():
     assert rt.GuardSet(partial).source.count("if not") == 4
 
 
+def test_a_tuple_group_passes_an_object_once_and_checks_every_other_one():
+    """The tuple group's check remembers the last tuple that passed (``is``); a tuple of
+    other values, of the same values as another object, of values equal under ``==``
+    but of other types, and ``None`` (at the first call too) are each checked in full."""
+    values = (1, 2, "zeros")
+    guards = rt.GuardSet(_sequence_guards("G['T']", list(values), tuple))
+    assert guards.source.count(" is not ") == 1
+    assert guards.check({}, {"T": None}) >= 0  # before any tuple passed
+    passing = tuple(list(values))
+    assert guards.check({}, {"T": passing}) == -1
+    assert guards.check({}, {"T": passing}) == -1  # the remembered object
+    assert guards.check({}, {"T": (1, 3, "zeros")}) >= 0
+    assert guards.check({}, {"T": (True, 2, "zeros")}) >= 0  # equal under ==, a bool
+    assert guards.check({}, {"T": (1.0, 2, "zeros")}) >= 0
+    assert guards.check({}, {"T": [1, 2, "zeros"]}) >= 0
+    assert guards.check({}, {"T": tuple(list(values))}) == -1  # equal, another object
+    assert guards.check({}, {"T": None}) >= 0
+    failure = guards.failure({}, {"T": (1, 3, "zeros")})
+    assert failure is not None and failure.guard.source == "G['T'][1]"
+
+
+def test_a_list_group_is_checked_in_full_every_call():
+    """A list can change in place: no remembered object."""
+    guards = rt.GuardSet(_sequence_guards("G['L']", [1, 2]))
+    assert " is not " not in guards.source
+    items = [1, 2]
+    assert guards.check({}, {"L": items}) == -1
+    items[1] = 3
+    assert guards.check({}, {"L": items}) >= 0
+
+
 def test_zero_and_nan_floats_are_told_apart_exactly():
     zero = rt.GuardSet([Guard(GuardKind.CONSTANT_MATCH, "L['s']", 0.0)])
     assert zero.failure({"s": 0.0}, {}) is None

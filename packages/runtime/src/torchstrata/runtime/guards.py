@@ -120,6 +120,9 @@ class _SourceWriter:
         self.fetched = FetchedValues(sources)
         #: A failing guard returns None, not its index (the check of ``fetch_args``).
         self.fails_with_none = fails_with_none
+        #: Reads are not wrapped one by one: the caller puts the whole body in one
+        #: ``try`` (a read that raises fails the check; which guard it was is not needed).
+        self.one_try = fails_with_none
 
     def fail(self, index: int) -> str:
         """The statement that reports guard ``index`` failing."""
@@ -149,6 +152,9 @@ class _SourceWriter:
         expression = self.fetched.expression(source)  # a malformed source raises here
         var = f"_v{len(self.fetched.variables)}"
         self.fetched.add(source, var)
+        if self.one_try:
+            self.lines.append(f"    {var} = {expression}")
+            return var
         self.lines += [
             "    try:",
             f"        {var} = {expression}",
@@ -160,7 +166,35 @@ class _SourceWriter:
     def check(self, condition: str, index: int) -> None:
         self.lines += [f"    if not ({condition}):", f"        {self.fail(index)}"]
 
+    def check_per_object(self, condition: str, var: str, index: int) -> None:
+        """``condition`` on the deeply immutable value ``var`` (a tuple of plain items),
+        checked again only when ``var`` is another object than the last one that passed:
+        an object that passed once passes for good. One ``is`` where the group's check
+        maps every item to its type (about 0.25 us)."""
+        # a fresh slot per generated function, holding no value a call can pass at first
+        passed = self.constant([_NOTHING_PASSED])
+        self.lines += [
+            f"    if {var} is not {passed}[0]:",
+            f"        if not ({condition}):",
+            f"            {self.fail(index)}",
+            f"        {passed}[0] = {var}",
+        ]
 
+    def wrapped_in_one_try(self) -> list[str]:
+        """The lines, the body (after the ``def`` line) inside one ``try`` that fails
+        the check when a read raises (``one_try``)."""
+        head, body = self.lines[0], self.lines[1:]
+        return [
+            head,
+            "    try:",
+            *(f"    {line}" for line in body),
+            "    except Exception:",
+            f"        {self.fail(-1)}",
+        ]
+
+
+#: The first value of a :meth:`_SourceWriter.check_per_object` slot (no argument is it).
+_NOTHING_PASSED = object()
 #: Types whose values the check writes as literals (``repr`` reads back the same value).
 _LITERAL_TYPES = (bool, int, str)
 
@@ -268,7 +302,11 @@ def _write_checks(
             continue
         if group is not None:
             var = writer.fetch(group.source, index)
-            writer.check(_group_condition(writer, group, var), index)
+            condition = _group_condition(writer, group, var)
+            if isinstance(group, SequenceGroup) and group.container is tuple:
+                writer.check_per_object(condition, var, index)
+            else:
+                writer.check(condition, index)
         elif index not in grouped:
             writer.check(
                 guard_condition(guard, writer.fetch(source, index), writer.constant), index
@@ -336,7 +374,7 @@ def _fetching_check(
     writer.lines.append(f"    return {returned}")
     constants = {**writer.constants, **guard_cells(guards)}
     constants[SELF_NAME] = binder.bound_self
-    source = "\n".join(writer.lines) + "\n"
+    source = "\n".join(writer.wrapped_in_one_try()) + "\n"
     check: ArgsFetch = _build(source, constants)
     check.__doc__ = source  # what it runs, for a reader (bench.guard_cost --print-source)
     return check
