@@ -302,3 +302,27 @@ def test_rows_as_many_as_the_columns_stay_symbolic():
     # one lowering a side of the C++ kernels' divisibility decisions (``Mod(s0, 8)``)
     assert set(stats) == {"symbolic", "reused"}, stats
     assert stats["symbolic"] <= 2 and stats["symbolic"] + stats["reused"] == len(sizes), stats
+
+
+def test_rows_as_many_as_the_width_in_a_training_step_stay_symbolic():
+    # first lowered at B*T = 2*32 = 64 rows of a width of 64: the scheduler matched a
+    # reduction's rows and reduced elements with a group's by value (a bias gradient
+    # regrouped with a norm's), recording ``Eq(2*s0, 64)``: the next size lowered again.
+    # Shapes are matched by expression now (decision 0439)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 64))
+
+    def step(x):
+        return model(x).square().mean()
+
+    compiled = tsr.compile(step, dynamic=True, codegen="cpp")
+    for length in (32, 17, 9, 33, 40):
+        x = torch.randn(2, length, 64)
+        grads = []
+        for fn in (compiled, step):
+            fn(x).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            model.zero_grad()
+        for got, want in zip(*grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 4}

@@ -177,3 +177,15 @@ def test_symbolic_lowerings_option_caps_an_entrys_lowerings(cap):
     assert stats["symbolic"] == cap, stats
     assert stats["per_size"] == len(SPREAD) - cap - stats.get("reused", 0), stats
     assert stats.get("reused", 0) <= 2, stats
+
+
+def halves(x):
+    n = x.shape[-1]
+    return x[:, : n // 2] * 2 + x[:, n - n // 2 :]
+
+
+@pytest.mark.triton
+def test_sizes_with_floor_division_print_in_the_kernel():
+    # ``n // 2`` in an index coefficient and the launcher's sizes: Triton source (a
+    # non-negative dividend: ``//`` floors as Python's) where it was a size read (0438)
+    _run_all(halves, lambda n: (torch.randn(3, n),), lengths=(5, 7, 6, 8, 13, 16, 11, 9, 12))
