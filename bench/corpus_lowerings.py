@@ -1,7 +1,7 @@
-"""How the dynamic corpus's sizes are lowered on the C++ codegen (issue 33, 0381/0382).
+"""How the dynamic corpus's sizes are lowered by a codegen (issue 33, 0381/0382).
 
 Each corpus program (``integration_tests/dynamic_corpus/programs.py``) is compiled with
-``codegen="cpp"`` and called at each of its sizes as the corpus test calls it, every
+``codegen="cpp"`` (``--codegen triton``: Triton's interpreter on CPU tensors) and called at each of its sizes as the corpus test calls it, every
 result compared with eager's. After each program, ``size_lowering_stats()`` says how its
 new sizes were served: ``symbolic`` (a lowering made once for many sizes), ``reused``,
 ``per_size`` and ``fallback: <reason>``. The report: one line per program, the totals,
@@ -11,16 +11,20 @@ gave it::
     python -m bench.corpus_lowerings
     python -m bench.corpus_lowerings --only slice_half pad_time
     python -m bench.corpus_lowerings --hash-sites
+    python -m bench.corpus_lowerings --codegen triton --lowerings 4
 
 ``--hash-sites`` also lists the lines that hashed a ``SizeValue`` (a dict or set key, a
 lookup) and how often: the sites where a size looked up among ints would miss without
-recording a condition (decision 0405).
+recording a condition (decision 0405). ``--lowerings N`` sets the compile option
+``symbolic_lowerings`` (lowerings for many sizes per entry, decision 0435); the report
+ends with the CPU time the corpus took (the process's and its C++ compilers').
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import warnings
@@ -50,13 +54,17 @@ def _same(got: Any, want: Any) -> bool:
     return bool(type(got) is type(want) and got == want)
 
 
-def run_program(program: Any) -> tuple[dict[str, int], list[int]]:
-    """``program`` compiled on C++ and called at each of its sizes: its lowering counts
+def run_program(
+    program: Any, codegen: str = "cpp", lowerings: int | None = None
+) -> tuple[dict[str, int], list[int]]:
+    """``program`` compiled by ``codegen`` (with at most ``lowerings`` symbolic lowerings
+    per entry; None: the default) and called at each of its sizes: its lowering counts
     and the sizes whose result differed from eager's."""
     import torchstrata.runtime as rt
 
     rt.reset_size_lowering_stats()
-    compiled = rt.compile(program.fn, codegen="cpp", dynamic=program.dynamic)
+    options = {} if lowerings is None else {"symbolic_lowerings": lowerings}
+    compiled = rt.compile(program.fn, codegen=codegen, dynamic=program.dynamic, options=options)
     torch.manual_seed(0)
     wrong = []
     for size in program.sizes:
@@ -88,13 +96,23 @@ def _hash_census() -> Counter[str]:
     return sites
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (the C++ compilers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the corpus and print the report (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="program names (default: all)")
     parser.add_argument("--hash-sites", action="store_true", help="count SizeValue hashes")
+    parser.add_argument("--codegen", default="cpp", help="cpp (default) or triton")
+    parser.add_argument("--lowerings", type=int, help="symbolic lowerings per entry")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    started = _cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="corpus-lowerings-") as scratch:
         for variable in CACHE_VARIABLES:
             os.environ[variable] = os.path.join(scratch, variable.lower())
@@ -107,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         for program in PROGRAMS:
             if args.only and program.name not in args.only:
                 continue
-            stats, wrong = run_program(program)
+            stats, wrong = run_program(program, args.codegen, args.lowerings)
             print(
                 f"{program.name:32s} {dict(sorted(stats.items()))}"
                 + (f" WRONG {wrong}" if wrong else ""),
@@ -128,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\nfallback reasons:")
         for reason, names in sorted(reasons.items(), key=lambda item: -len(item[1])):
             print(f"  {len(names):3d}  {reason}\n        {' '.join(names)}")
+        print(f"\nCPU time (process and its compilers): {_cpu_seconds() - started:.1f} s")
         if args.hash_sites:
             print("\nSizeValue hashes by line:")
             for site, n in sites.most_common():

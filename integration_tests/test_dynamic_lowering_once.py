@@ -106,20 +106,19 @@ def last_third(x):
     return x[..., -n:] * 2
 
 
-def test_an_unported_graph_lowers_per_size_and_says_why():
-    # ``core.is_dense`` compares a contiguous stride ``Max(1, s0//3)`` with 1, which pins
-    # 3 to 5 columns (a size read). A mean's count (a SymFloat, 0409) and topk's ``k``
-    # (an extern op's size argument, 0407) were the examples before: both lower once now
+def test_a_slice_one_column_wide_lowers_for_many_sizes():
+    # at 3 to 5 columns the slice is one column wide: ``core.is_dense`` compared its
+    # contiguous stride ``Max(1, s0//3)`` with 1 and the C++ row work its width with 1,
+    # each pinning the size (a size read). Now the first is the range ``s0//3 <= 1`` and
+    # the second prints ``rows * (s0//3)`` at every size (decision 0437)
     torch.manual_seed(0)
     compiled = tsr.compile(last_third, dynamic=True, codegen="cpp")
-    sizes = (3, 4, 5)
+    sizes = (3, 4, 5, 16, 17)
     for columns in sizes:
         _check(compiled, last_third, (torch.randn(3, columns),))
     stats = tsr.size_lowering_stats()
-    fallbacks = [key for key in stats if key.startswith("fallback: ")]
-    assert len(fallbacks) == 1 and "SizeRead" in fallbacks[0], stats
-    assert stats.get("per_size") == len(sizes), stats
-    assert "symbolic" not in stats, stats
+    assert set(stats) == {"symbolic", "reused"}, stats
+    assert stats["symbolic"] <= 2 and stats["symbolic"] + stats["reused"] == len(sizes), stats
 
 
 def test_a_training_graph_lowers_once_too():
@@ -285,3 +284,45 @@ def test_a_size_used_as_a_value_in_a_kernel():
     stats = tsr.size_lowering_stats()
     assert 1 <= stats.get("symbolic", 0) < len(rows) - 1, stats
     assert stats.get("symbolic", 0) + stats.get("reused", 0) == len(rows) - 1, stats
+
+
+def rms_norm(x, weight):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+def test_rows_as_many_as_the_columns_stay_symbolic():
+    # traced at 16 rows of 16: broadcasting the weight ``[16]`` to ``[s0, 16]`` compared
+    # the shapes item by item before their ranks, deciding ``Eq(s0, 16)`` (decision 0436)
+    weight = torch.randn(16)
+    compiled = tsr.compile(rms_norm, dynamic=True, codegen="cpp")
+    sizes = (16, 17, 5, 33, 9, 24)
+    for rows in sizes:
+        _check(compiled, rms_norm, (torch.randn(rows, 16), weight))
+    stats = tsr.size_lowering_stats()
+    # one lowering a side of the C++ kernels' divisibility decisions (``Mod(s0, 8)``)
+    assert set(stats) == {"symbolic", "reused"}, stats
+    assert stats["symbolic"] <= 2 and stats["symbolic"] + stats["reused"] == len(sizes), stats
+
+
+def test_rows_as_many_as_the_width_in_a_training_step_stay_symbolic():
+    # first lowered at B*T = 2*32 = 64 rows of a width of 64: the scheduler matched a
+    # reduction's rows and reduced elements with a group's by value (a bias gradient
+    # regrouped with a norm's), recording ``Eq(2*s0, 64)``: the next size lowered again.
+    # Shapes are matched by expression now (decision 0439)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 64))
+
+    def step(x):
+        return model(x).square().mean()
+
+    compiled = tsr.compile(step, dynamic=True, codegen="cpp")
+    for length in (32, 17, 9, 33, 40):
+        x = torch.randn(2, length, 64)
+        grads = []
+        for fn in (compiled, step):
+            fn(x).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            model.zero_grad()
+        for got, want in zip(*grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 4}

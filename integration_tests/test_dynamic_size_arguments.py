@@ -141,7 +141,7 @@ STRADDLING = {
 def test_cpp_kernels_straddling_size_decisions_are_built_once(tmp_path, case):
     fn, make = (softmax_rows, _rows_inputs) if case == "softmax_rows" else CASES[case]
     # the per-size path's sources (a symbolic lowering's kernels take the symbols, and
-    # more than ``MAX_VARIANTS`` sides of its decisions lower per size: two sources)
+    # more sides of its decisions lower per size: two sources)
     _check(fn, make, STRADDLING[case], tmp_path, "cpp", once=True, symbolic=False)
 
 
@@ -158,7 +158,7 @@ def test_triton_modules_over_a_symbolic_reduced_dim_are_generated_once(tmp_path,
     fn, make = (small_pointwise, _pointwise_inputs) if case == "small_pointwise" else CASES[case]
     # under the interpreter a block is the next power of two of the row: any odd lengths;
     # the per-size path's sources (a symbolic lowering's take the symbols, one lowering
-    # per bucket of the row length and more than ``MAX_VARIANTS`` lower per size: 0400)
+    # per bucket of the row length and past ``symbolic_lowerings`` lower per size: 0400)
     _check(fn, make, (17, 5, 33, 9, 23, 3), tmp_path, "triton", once=True, symbolic=False)
 
 

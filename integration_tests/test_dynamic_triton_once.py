@@ -150,3 +150,42 @@ def test_attention_block_over_sequence_lengths(device):
     w_q, w_k, w_v, w_out = torch.randn(4, 24, 24, device=device) / 4
     inputs = lambda n: (torch.randn(2, n, 24, device=device), w_q, w_k, w_v, w_out)  # noqa: E731
     _run_all(attention, inputs, device=device)
+
+
+#: row lengths in eight power-of-two buckets (3 to 257): more than four lowerings
+SPREAD = (3, 5, 9, 17, 33, 65, 129, 257, 6, 200)
+
+
+@pytest.mark.triton
+def test_rows_over_many_buckets_lower_once_per_bucket():
+    # the default ``symbolic_lowerings`` serves a row length spanning 2..65536 (16
+    # buckets; decision 0435): no size of eight buckets lowers on its own
+    stats = _run_all(softmax, lambda n: (torch.randn(3, n),), lengths=SPREAD)
+    assert stats["symbolic"] == 8, stats
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("cap", [1, 3])
+def test_symbolic_lowerings_option_caps_an_entrys_lowerings(cap):
+    options = {"symbolic_lowerings": cap}
+    compiled = tsr.compile(softmax, dynamic=True, codegen="triton", options=options)
+    for length in SPREAD:
+        x = torch.randn(3, length)
+        torch.testing.assert_close(compiled(x), softmax(x))
+    stats = tsr.size_lowering_stats()
+    # the sizes past the cap that no lowering serves lower on their own
+    assert stats["symbolic"] == cap, stats
+    assert stats["per_size"] == len(SPREAD) - cap - stats.get("reused", 0), stats
+    assert stats.get("reused", 0) <= 2, stats
+
+
+def halves(x):
+    n = x.shape[-1]
+    return x[:, : n // 2] * 2 + x[:, n - n // 2 :]
+
+
+@pytest.mark.triton
+def test_sizes_with_floor_division_print_in_the_kernel():
+    # ``n // 2`` in an index coefficient and the launcher's sizes: Triton source (a
+    # non-negative dividend: ``//`` floors as Python's) where it was a size read (0438)
+    _run_all(halves, lambda n: (torch.randn(3, n),), lengths=(5, 7, 6, 8, 13, 16, 11, 9, 12))

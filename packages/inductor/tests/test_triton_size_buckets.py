@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from torchstrata.core import Graph, GraphBuilder, Level, SizeGuards, SizeRead, TensorMeta, prim
+from torchstrata.core import Graph, GraphBuilder, Level, SizeGuards, TensorMeta, prim
 from torchstrata.inductor.codegen.triton.backend import TritonBackend
 from torchstrata.inductor.codegen.triton.printer import size_values
 from torchstrata.inductor.codegen.triton.size_buckets import (
@@ -60,8 +60,10 @@ def test_size_arguments_are_evaluated_from_the_symbols():
     s0, s1 = guards.symbol("s0"), guards.symbol("s1")
     evaluate = size_function(("s0", "s1"), (s0 * s1, s0 + 1, 4))
     assert evaluate(5, 2) == (10, 6, 4)
-    with pytest.raises(SizeRead):  # not a sum of products: refused while lowering
-        size_function(("s0",), (s0 // s1,))
+    # floor division and modulo as Python reads them (decision 0438)
+    floored = size_function(("s0", "s1"), (s0 // s1, s0 % s1, 64 * (s0 // 2)))
+    assert floored(7, 2) == (3, 1, 192)
+    assert floored(9, 4) == (2, 1, 256)
 
 
 def _softmax_rows(length: Any) -> Graph:
@@ -95,3 +97,17 @@ def test_a_symbolic_gpu_source_takes_the_symbols_and_records_its_specialisation(
         assert served == [n for n in range(17, 33) if n != 32]
     else:  # 8*20 is a multiple of 16, as 8*s0 is at every even s0
         assert served == [n for n in range(17, 33) if n % 2 == 0]
+
+
+def test_triton_prints_floor_division_only_where_it_truncates_alike():
+    import sympy
+
+    from torchstrata.core import UnprintableSize
+    from torchstrata.inductor.codegen.triton.size_source import triton_size_source
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    assert triton_size_source(sympy.floor(s0 / 2)) == "(s0 // 2)"
+    assert triton_size_source(sympy.Mod(1, s0)) == "(1 % s0)"
+    assert triton_size_source(sympy.Max(1, sympy.floor(s0 / 3))) == "tl.maximum(1, (s0 // 3))"
+    with pytest.raises(UnprintableSize):  # a dividend of any sign: C and Python differ
+        triton_size_source(sympy.floor((1 - s0) / 2))

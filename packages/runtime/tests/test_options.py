@@ -64,6 +64,10 @@ def test_an_option_of_the_wrong_type_raises_naming_it(options, named):
             {"options": {"shared_decomposition_from": 0}},
             "compile option shared_decomposition_from=0 must be 1 or more",
         ),
+        (
+            {"options": {"symbolic_lowerings": 0}},
+            "compile option symbolic_lowerings=0 must be 1 or more",
+        ),
     ],
 )
 def test_a_bad_value_raises_naming_it(arguments, named):

@@ -28,6 +28,10 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 #: Waiting until the sizes decomposed on their own have cost about one symbolic
 #: decomposition bounds what an entry with few sizes loses (a rent-or-buy choice).
 SHARED_DECOMPOSITION_FROM = 8
+#: The default of ``symbolic_lowerings`` (decision 0435): Triton lowers each
+#: power-of-two bucket of a row length on its own (0400), a row length of 2..65536 is
+#: 16 buckets; measured on the dynamic corpus (bench/results/2026-12-07-cpu-s34-cover2-*).
+SYMBOLIC_LOWERINGS = 16
 
 
 def _check_codegen(instance: Any, attribute: Any, value: Any) -> None:
@@ -138,6 +142,8 @@ class CompileOptions:
       serves every size meeting the conditions it records (sizes as
       ``core.SizeValue``); where that fails, sizes lower one by one (decision 0381).
       False: always one by one.
+    * ``symbolic_lowerings``: how many such lowerings (made or failed) one entry makes
+      at most; sizes that none serves after that lower one by one (decision 0435).
     * ``cache_dir``: root of the on-disk cache (None: ``$TORCHSTRATA_CACHE_DIR``, else
       ``$XDG_CACHE_HOME/torchstrata``, else ``~/.cache/torchstrata``; see
       :mod:`torchstrata.core.artifacts`).
@@ -170,6 +176,9 @@ class CompileOptions:
         default=SHARED_DECOMPOSITION_FROM, validator=_check_count_from_one
     )
     symbolic_lowering: bool = attrs.field(default=True, validator=_check_type(bool))
+    symbolic_lowerings: int = attrs.field(
+        default=SYMBOLIC_LOWERINGS, validator=_check_count_from_one
+    )
     cache_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )

@@ -127,7 +127,7 @@ class SizeGuards:
     def record(self, condition: Any, outcome: bool) -> None:
         """Record that ``condition`` (a sympy relational over the symbols) had
         ``outcome`` here."""
-        fact = condition if outcome else _sympy().Not(condition)
+        fact = _as_range(condition if outcome else _sympy().Not(condition))
         fact = _decided(fact)
         if fact is _sympy().true:
             return
@@ -314,6 +314,22 @@ def _pins(fact: Any, hints: Mapping[str, int]) -> bool:
         return False
     (symbol,) = fact.free_symbols
     return not bool(_substituted(fact, {symbol.name: hints[symbol.name] + _FAR}))
+
+
+def _as_range(fact: Any) -> Any:
+    """``Eq(Max(c, e), c)`` (a contiguous stride ``Max(1, s0//3)`` compared with 1) as the
+    range ``e <= c`` it means, ``Ne`` as ``e > c``: sizes up to a bound meet it, no pinned
+    size (decision 0437); any other ``fact`` as it is."""
+    sympy = _sympy()
+    if not isinstance(fact, sympy.Eq | sympy.Ne):
+        return fact
+    for side, other in ((fact.lhs, fact.rhs), (fact.rhs, fact.lhs)):
+        # sympy's Max or torch's (``torch.utils._sympy.functions.Max``)
+        is_max = type(side).__name__ == "Max" and len(side.args) == 2
+        if is_max and other.is_Integer and other in side.args:
+            (rest,) = (arg for arg in side.args if arg != other)
+            return sympy.Le(rest, other) if isinstance(fact, sympy.Eq) else sympy.Gt(rest, other)
+    return fact
 
 
 def _periodic(fact: Any) -> bool:

@@ -153,7 +153,9 @@ class DecompContext:
             return x
         shape = tuple(shape)
         meta = x.tensor_meta
-        if meta.shape == shape:
+        # ranks first: a tuple compares items before lengths, and ``(16,) == (s0, 16)``
+        # would decide ``Eq(s0, 16)`` where the hint is 16 (decision 0436)
+        if meta.ndim == len(shape) and meta.shape == shape:
             return x
         lead = len(shape) - meta.ndim
         if lead < 0:

@@ -50,7 +50,7 @@ from torchstrata.core import (
     readable_source,
     size_guards,
 )
-from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
+from torchstrata.core.options import SHARED_DECOMPOSITION_FROM, SYMBOLIC_LOWERINGS
 from torchstrata.runtime.artifacts import AotSource, FrameArtifacts, SizedAot
 from torchstrata.runtime.dynamo_marks import dynamo_dynamic_dims, dynamo_static_dims
 from torchstrata.runtime.first_calls import FirstCall
@@ -345,6 +345,8 @@ class SizeSpecialisedRunner:
         the lowering records. A new size tries those first and lowers on its own only
         where none serves it and a symbolic lowering fails (counted with its reason in
         ``size_lowering_stats()``).
+    :param max_symbolic: lowerings for many sizes made (or failed) at most (the compile
+        option ``symbolic_lowerings``, decision 0435).
     """
 
     def __init__(
@@ -356,6 +358,7 @@ class SizeSpecialisedRunner:
         max_traces: int = 4,
         shared_from: int = SHARED_DECOMPOSITION_FROM,
         lower_symbolic: Callable[[SizeSpecialisedRunner], LowerSymbolic] | None = None,
+        max_symbolic: int = SYMBOLIC_LOWERINGS,
     ) -> None:
         self.graph = graph
         self.lower = lower
@@ -371,7 +374,9 @@ class SizeSpecialisedRunner:
             self.traces = SymbolicTraces(lambda hints: trace(graph, hints), max_traces, shared_from)
         self._first = True
         #: the lowerings that serve many sizes (None: every size lowers on its own)
-        self.variants = SizeVariants(lower_symbolic(self)) if lower_symbolic is not None else None
+        self.variants = (
+            SizeVariants(lower_symbolic(self), max_symbolic) if lower_symbolic is not None else None
+        )
         #: the one way in: a generated function of the graph's inputs that builds the
         #: key of the call's sizes inline and runs the runner lowered for it (a lambda
         #: for the key and a method frame cost a tiny call 0.3 us, so the class has no
@@ -539,6 +544,7 @@ def compile_symbolic(
         trace=trace,
         shared_from=options.shared_decomposition_from,
         lower_symbolic=runner_lowerer(pipeline, options) if options.symbolic_lowering else None,
+        max_symbolic=options.symbolic_lowerings,
     )
     guarded = attrs.evolve(capture, guards=symbolic_guards(capture, sizes))
     # a frame with graph breaks is traced more than once: the first symbol of each dim

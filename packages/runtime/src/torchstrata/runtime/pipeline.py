@@ -543,6 +543,7 @@ class Pipeline:
                 trace=trace,
                 shared_from=options.shared_decomposition_from,
                 lower_symbolic=symbolic,
+                max_symbolic=options.symbolic_lowerings,
             ).call
         with dynamo_import_deferred(), compile_trace("a graph after a graph break", options):
             return self.compile_graph(graph, options).runner

@@ -29,13 +29,15 @@ from typing import Any
 import attrs
 
 from torchstrata.core import artifact_logger
+from torchstrata.core.options import SYMBOLIC_LOWERINGS
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 
 logger = logging.getLogger("torchstrata.runtime")
 dynamic_log = artifact_logger(__name__, "dynamic")
 
-#: How many lowerings serve many sizes at most per entry (then sizes lower per size).
-MAX_VARIANTS = 4
+#: How many lowerings serve many sizes at most per entry (then sizes lower per size):
+#: the default of the compile option ``symbolic_lowerings`` (decision 0435).
+MAX_VARIANTS = SYMBOLIC_LOWERINGS
 
 #: A lowering whose first call failed at this many sizes serves no new size (decision
 #: 0430): a failure that is not one size's own costs a failed call per size no longer.

@@ -149,15 +149,17 @@ def member_index(
     In a ``red_first`` group a member over the whole domain has the reduced dims first.
     """
     whole = red + row if group.red_first else row + red
-    if shape == group.stored_shape and group.red_shape:
+    # by expression (``same_sizes``): a sequence length equal to the head dim at this
+    # call is no match at every size, and comparing values would pin it (0439)
+    if same_sizes(shape, group.stored_shape) and group.red_shape:
         return whole, True
-    if shape == group.row_shape:
+    if same_sizes(shape, group.row_shape):
         return row, False
     candidates = [(group.row_shape, row, False)]
     if group.red_shape:
         candidates.append((group.stored_shape, whole, True))
     for source, base, full in candidates:
-        if _squeezed(shape) == _squeezed(source):
+        if same_sizes(_squeezed(shape), _squeezed(source)):
             kept = iter([index for index, size in zip(base, source, strict=True) if size != 1])
             return tuple(Index() if size == 1 else next(kept) for size in shape), full
     return None
@@ -170,9 +172,9 @@ def same_rows_regrouped(group: Group, reduction: Reduction) -> bool:
     walk the same elements of each column, so they join one column kernel (the member reads
     the group's reduced position delinearised into its own reduced shape)."""
     return (
-        reduction.row_shape == group.row_shape
+        same_sizes(reduction.row_shape, group.row_shape)
         and bool(reduction.red_shape)
-        and math.prod(reduction.red_shape) == math.prod(group.red_shape)
+        and same_size(math.prod(reduction.red_shape), math.prod(group.red_shape))
     )
 
 
@@ -188,7 +190,7 @@ def sums_leading_dims(group: Group, reduction: Reduction) -> bool:
         and reduction.kind == "sum"
         and bool(reduction.row_shape)
         and reduction.dims == leading
-        and group.row_shape == reduction.red_shape + reduction.row_shape
+        and same_sizes(group.row_shape, reduction.red_shape + reduction.row_shape)
     )
 
 

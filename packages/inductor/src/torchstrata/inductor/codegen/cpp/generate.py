@@ -533,7 +533,9 @@ def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]
     inner = math.prod(v.size for v in inner_vars) if outer_vars else 1
     elements = math.prod(v.size for v in outer_vars) * inner if outer_vars else outer_rows(kernel)
     assert elements is not None
-    return {elements: ROWS_PARAM if inner == 1 else f"({ROWS_PARAM} * {inner})"}
+    # a symbolic ``inner`` is its product at every size, 1 included: no decision on it
+    plain = isinstance(inner, int) and inner == 1
+    return {elements: ROWS_PARAM if plain else f"({ROWS_PARAM} * {inner})"}
 
 
 def _row_work(kernel: Kernel, inner_vars: Sequence[Var]) -> str | int:

@@ -33,7 +33,13 @@ import attrs
 import torch
 import triton  # noqa: F401 - imported before any TRITON_INTERPRET change, see above
 
-from torchstrata.core import CompileOptions, GraphPass, InductorOptions, KernelInfo
+from torchstrata.core import (
+    CompileOptions,
+    GraphPass,
+    InductorOptions,
+    KernelInfo,
+    size_printer,
+)
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import canonical_text
@@ -49,6 +55,7 @@ from torchstrata.inductor.codegen.triton.printer import supports as triton_suppo
 from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
 from torchstrata.inductor.codegen.triton.size_buckets import hint, symbol_params
+from torchstrata.inductor.codegen.triton.size_source import triton_size_source
 from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel, sized_record_checks
 from torchstrata.inductor.codegen.triton.split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.codegen.triton.tails import tail_scratch
@@ -172,26 +179,28 @@ class TritonBackend:
             configs = configs[:1]  # launch-bound: every configuration takes the same time
         masks_dropped = not symbolic  # a size a symbolic lowering serves may not divide a block
         generated = []
-        for variant in sorted({config.variant for config in configs}, reverse=True):
-            persistent, group, split, cluster = variant
-            launches = [config for config in configs if config.variant == variant]
-            if split > 1:
-                (chunk,) = {config.rblock for config in launches}
-                source = generate_split_triton(kernel, split, chunk)
-            else:
-                source = generate_triton(
-                    shifted,
-                    interpret=self.interpret,
-                    persistent=persistent,
-                    group=group,
-                    even_rows=masks_dropped
-                    and all(kernel.rows % config.xblock == 0 for config in launches),
-                    even_row=masks_dropped
-                    and all(kernel.row_length % config.rblock == 0 for config in launches),
-                    cluster=cluster,
-                    prefetch_partials=options.partials_prefetch,
-                )
-            generated.append((variant, source))
+        # a size with ``//`` or ``%`` in it prints as Triton reads it (decision 0438)
+        with size_printer(triton_size_source):
+            for variant in sorted({config.variant for config in configs}, reverse=True):
+                persistent, group, split, cluster = variant
+                launches = [config for config in configs if config.variant == variant]
+                if split > 1:
+                    (chunk,) = {config.rblock for config in launches}
+                    source = generate_split_triton(kernel, split, chunk)
+                else:
+                    source = generate_triton(
+                        shifted,
+                        interpret=self.interpret,
+                        persistent=persistent,
+                        group=group,
+                        even_rows=masks_dropped
+                        and all(kernel.rows % config.xblock == 0 for config in launches),
+                        even_row=masks_dropped
+                        and all(kernel.row_length % config.rblock == 0 for config in launches),
+                        cluster=cluster,
+                        prefetch_partials=options.partials_prefetch,
+                    )
+                generated.append((variant, source))
         return kernel, configs, generated
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:

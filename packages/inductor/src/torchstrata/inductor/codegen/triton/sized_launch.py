@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import torch
 
-from torchstrata.core import SizeValue, active_symbols
+from torchstrata.core import SizeValue, active_symbols, python_source, size_printer
 from torchstrata.inductor.codegen.triton.size_buckets import hint, record_specialisation
 from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel, rows_bucket
 from torchstrata.inductor.ir.kernel import Kernel
@@ -38,9 +38,10 @@ def size_function(
     symbols: Sequence[str], values: Sequence[int | SizeValue]
 ) -> Callable[..., tuple[int, ...]]:
     """``f(*symbol values) -> values`` evaluated there, as one generated function.
-    Printing a size that is not a sum of products raises ``core.SizeRead`` here, during
-    the lowering, not at a launch."""
-    texts = [f"({value})," for value in values]
+    A size that cannot be printed raises ``core.SizeRead`` here, during the lowering,
+    not at a launch."""
+    with size_printer(python_source):  # ``//`` and ``%`` as Python reads them (0438)
+        texts = [f"({value})," for value in values]
     source = f"lambda {', '.join(symbols)}: ({''.join(texts)})"
     return eval(compile(source, "<triton sizes>", "eval"), {})
 
