@@ -31,3 +31,13 @@ def dynamo_reset_no_fallback() -> Iterator[None]:
         warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
         yield
     torch.compiler.reset()
+
+
+@pytest.fixture
+def size_counts_no_fallback() -> Iterator[None]:
+    """``size_lowering_stats()`` counted from zero, and a call run eagerly (a runner that
+    failed) an error: for the tests of lowerings made once for many sizes."""
+    tsr.reset_size_lowering_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
+        yield

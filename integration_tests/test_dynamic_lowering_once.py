@@ -7,8 +7,6 @@ before. Every call is compared with eager; ``size_lowering_stats()`` says which 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,14 +15,7 @@ import torch.nn.functional as F
 import torchstrata.runtime as tsr
 from torchstrata import core
 
-
-@pytest.fixture(autouse=True)
-def _fresh_counts_no_fallback() -> Iterator[None]:
-    """Counts from zero; a call run eagerly (a runner that failed) is an error."""
-    tsr.reset_size_lowering_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
 
 
 def decode_step(k_cache, v_cache, q, k, v):

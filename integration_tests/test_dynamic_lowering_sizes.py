@@ -4,22 +4,12 @@ codegen (decisions 0406-0409), every call compared with eager's."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 import torchstrata.runtime as tsr
 
-
-@pytest.fixture(autouse=True)
-def _fresh_counts_no_fallback() -> Iterator[None]:
-    """Counts from zero; a call run eagerly (a runner that failed) is an error."""
-    tsr.reset_size_lowering_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
 
 
 def _run(fn, make_args, sizes) -> dict[str, int]:

@@ -5,8 +5,7 @@ compared with eager's; ``size_lowering_stats()`` says which path ran."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -15,14 +14,7 @@ from torch import nn
 
 import torchstrata.runtime as tsr
 
-
-@pytest.fixture(autouse=True)
-def _fresh_counts_no_fallback() -> Iterator[None]:
-    """Counts from zero; a call run eagerly (a runner that failed) is an error."""
-    tsr.reset_size_lowering_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
 
 
 class Block(nn.Module):

@@ -11,8 +11,7 @@ chosen from (a new bucket lowers again; decision 0400).
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -35,13 +34,7 @@ DEVICES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_counts_no_fallback() -> Iterator[None]:
-    """Counts from zero; a call run eagerly (a runner that failed) is an error."""
-    tsr.reset_size_lowering_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", tsr.TorchstrataFallbackWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
 
 
 def _buckets(lengths: Sequence[int]) -> int:
