@@ -123,14 +123,30 @@ def test_the_timed_choice_is_made_once_per_layout(monkeypatch) -> None:
     b.build([first, second])
     monkeypatch.setattr(cpu_matmuls, "_CHOICES", {})
     timed: list[int] = []
-    best_time = cpu_matmuls._best_time
-    monkeypatch.setattr(cpu_matmuls, "_best_time", lambda call: timed.append(1) or best_time(call))
+    best_times = cpu_matmuls._best_times
+    monkeypatch.setattr(
+        cpu_matmuls, "_best_times", lambda calls: timed.append(len(calls)) or best_times(calls)
+    )
     chosen = onednn_matmuls([first, second], None)
-    assert len(timed) == 2  # ATen and oneDNN, once for both nodes
+    assert timed == [2]  # ATen and oneDNN, once for both nodes
     assert chosen in (frozenset(), frozenset({first, second}))
-    assert (first in chosen) == onednn_faster(first) and len(timed) == 2
+    assert (first in chosen) == onednn_faster(first) and timed == [2]
     assert onednn_matmuls([first, second], False) == frozenset()
     assert onednn_matmuls([first, second], True) == frozenset({first, second})
+
+
+def test_the_libraries_are_timed_in_turns(monkeypatch) -> None:
+    """Each round times both calls, in reversed order every other round, so a burst of
+    load falls on both; each gets its fastest run."""
+    order: list[str] = []
+    clock = iter(range(1000))
+    monkeypatch.setattr(cpu_matmuls.time, "perf_counter", lambda: next(clock))
+    best = cpu_matmuls._best_times([lambda: order.append("a"), lambda: order.append("b")])
+    assert order[:2] == ["a", "b"]  # the warm-up runs
+    timed = order[2:]
+    assert len(timed) == 2 * cpu_matmuls.REPEATS
+    assert timed[:4] == ["a", "b", "b", "a"]
+    assert best == [1, 1]  # one tick a run on the fake clock
 
 
 @needs_onednn

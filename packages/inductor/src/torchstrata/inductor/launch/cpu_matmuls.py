@@ -35,7 +35,8 @@ ONEDNN_OPS = frozenset({"aten.mm.default", "aten.addmm.default"})
 COPIED_LEFT_MAX_BYTES = 1 << 20
 #: oneDNN must beat ATen's time by this factor to be chosen (noise never flips a tie).
 MARGIN = 0.95
-#: Timed calls of each library per shape (after one warm-up call each); the minimum counts.
+#: Timed calls of each library per shape, in turns (after one warm-up call each); the
+#: minimum counts.
 REPEATS = 5
 
 _LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
@@ -119,13 +120,22 @@ def onednn_applies(node: Node) -> bool:
     return row_major or left.nbytes <= COPIED_LEFT_MAX_BYTES
 
 
-def _best_time(call: Callable[[], Any]) -> float:
-    call()
-    best = float("inf")
-    for _ in range(REPEATS):
-        start = time.perf_counter()
+def _best_times(calls: list[Callable[[], Any]]) -> list[float]:
+    """Each call's fastest of :data:`REPEATS` timed runs, after a warm-up run each. The
+    calls take turns (in reversed order every other round), so a burst of load on a shared
+    machine falls on both libraries, not on the one timed during it (timed one after the
+    other, at load 7-8 a GPT step's choices sent 8 more layer products to ATen; not
+    re-measured with turns)."""
+    for call in calls:
         call()
-        best = min(best, time.perf_counter() - start)
+    best = [float("inf")] * len(calls)
+    order = list(range(len(calls)))
+    for _ in range(REPEATS):
+        for index in order:
+            start = time.perf_counter()
+            calls[index]()
+            best[index] = min(best[index], time.perf_counter() - start)
+        order.reverse()
     return best
 
 
@@ -149,8 +159,7 @@ def onednn_faster(node: Node) -> bool:
         aten = getattr(torch, str(node.op).split(".")[1])
         onednn = ONEDNN_CALLS[str(node.op)][1]
         with torch.no_grad():
-            aten_time = _best_time(lambda: aten(*args))
-            onednn_time = _best_time(lambda: onednn(*args))
+            aten_time, onednn_time = _best_times([lambda: aten(*args), lambda: onednn(*args)])
         _CHOICES[key] = onednn_time < MARGIN * aten_time
     return _CHOICES[key]
 
