@@ -118,8 +118,21 @@ class SourcePrinter:
         raise NotImplementedError
 
     def extreme(self, largest: bool, args: list[Any]) -> str:
-        """The largest (or smallest) of ``args``."""
+        """The largest (or smallest) of ``args``, folded pairwise by :meth:`pair`."""
+        text = self.print(args[0])
+        for other in args[1:]:
+            text = self.pair(largest, text, self.print(other))
+        return text
+
+    def pair(self, largest: bool, a: str, b: str) -> str:
+        """The larger (or smaller) of the printed ``a`` and ``b``."""
         raise NotImplementedError
+
+    @staticmethod
+    def truncates_alike(numerator: Any, denominator: Any) -> bool:
+        """Whether ``numerator`` is non-negative and ``denominator`` positive: there C's
+        and Triton's truncating ``/`` and ``%`` agree with flooring ones."""
+        return bool(numerator.is_nonnegative) and bool(denominator.is_positive)
 
 
 class PythonPrinter(SourcePrinter):

@@ -20,14 +20,6 @@ from torchstrata.core import SourcePrinter
 _INT32_MAX = 2**31 - 1
 
 
-def _nonnegative(expr: Any) -> bool:
-    return bool(expr.is_nonnegative)
-
-
-def _positive(expr: Any) -> bool:
-    return bool(expr.is_positive)
-
-
 class CppSizePrinter(SourcePrinter):
     """C++ (``int64_t`` arithmetic) source of a size expression."""
 
@@ -38,25 +30,21 @@ class CppSizePrinter(SourcePrinter):
     def floordiv(self, numerator: Any, denominator: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
         a, b = self.print(numerator), self.print(denominator)
-        if _nonnegative(numerator) and _positive(denominator):
+        if self.truncates_alike(numerator, denominator):
             return f"({a} / {b})"
         return f"({a} / {b} - static_cast<int64_t>({_floored(a, b)}))"
 
     def mod(self, value: Any, modulus: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
         a, b = self.print(value), self.print(modulus)
-        if _nonnegative(value) and _positive(modulus):
+        if self.truncates_alike(value, modulus):
             return f"({a} % {b})"
         return f"({a} % {b} + static_cast<int64_t>({_floored(a, b)}) * {b})"
 
-    def extreme(self, largest: bool, args: list[Any]) -> str:
+    def pair(self, largest: bool, a: str, b: str) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        texts = [self.print(arg) for arg in args]
-        text = texts[0]
-        for other in texts[1:]:
-            relation = ">" if largest else "<"
-            text = f"(({text}) {relation} ({other}) ? ({text}) : ({other}))"
-        return text
+        relation = ">" if largest else "<"
+        return f"(({a}) {relation} ({b}) ? ({a}) : ({b}))"
 
 
 def _floored(a: str, b: str) -> str:

@@ -18,34 +18,26 @@ from typing import Any
 from torchstrata.core import SourcePrinter, UnprintableSize
 
 
-def _floors_as_truncates(numerator: Any, denominator: Any) -> bool:
-    return bool(numerator.is_nonnegative) and bool(denominator.is_positive)
-
-
 class TritonSizePrinter(SourcePrinter):
     """Triton (and Python) source of a size expression where both languages' ``//`` and
     ``%`` agree on it."""
 
     def floordiv(self, numerator: Any, denominator: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        if not _floors_as_truncates(numerator, denominator):
+        if not self.truncates_alike(numerator, denominator):
             raise UnprintableSize(f"{numerator} // {denominator}: a dividend of any sign")
         return f"({self.print(numerator)} // {self.print(denominator)})"
 
     def mod(self, value: Any, modulus: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        if not _floors_as_truncates(value, modulus):
+        if not self.truncates_alike(value, modulus):
             raise UnprintableSize(f"Mod({value}, {modulus}): a value of any sign")
         return f"({self.print(value)} % {self.print(modulus)})"
 
-    def extreme(self, largest: bool, args: list[Any]) -> str:
+    def pair(self, largest: bool, a: str, b: str) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`: ``tl.maximum`` / ``tl.minimum``
         of the kernel's integer scalars (a contiguous stride ``Max(1, s0//2)``)."""
-        function = "tl.maximum" if largest else "tl.minimum"
-        text = self.print(args[0])
-        for other in args[1:]:
-            text = f"{function}({text}, {self.print(other)})"
-        return text
+        return f"{'tl.maximum' if largest else 'tl.minimum'}({a}, {b})"
 
 
 #: the printer the Triton codegen makes active (``core.size_printer``) while it generates
