@@ -9,12 +9,17 @@ import re
 import attrs
 
 from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel
-from torchstrata.inductor.codegen.triton.tuning import Config
+from torchstrata.inductor.codegen.triton.tuning import Config, rows_bucket
 
 
-@attrs.define
+@attrs.frozen
 class _Cache:
+    """A choice cache whose key is a function of the rows' bucket (as ``tuning_key``)."""
+
     key: str
+
+    def at_rows(self, rows: int) -> _Cache:
+        return _Cache(f"{rows_bucket(rows):032x}")
 
 
 class _Tuned:
@@ -46,7 +51,7 @@ class _Tuned:
 
 def test_each_bucket_of_rows_tunes_once():
     tuned = _Tuned()
-    kernel = SizedKernel(tuned, ("s0", "s1"))  # outside a lowering: no home bucket
+    kernel = SizedKernel(tuned, ("s0", "s1"))
     for s0 in (3, 4, 5, 9, 12, 16, 3):  # rows 12, 16 | 20 | 36, 48, 64 (buckets 16, 32, 64)
         kernel.run("buf", s0, 128)
     tunings = tuned.tunings  # shallow copies per size share the stub's lists

@@ -269,15 +269,12 @@ class TritonBackend:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
-            choice_cache = ChoiceCache(
-                store,
-                tuning_key(
-                    canonical,
-                    torch.cuda.get_device_name(),
-                    hint(record.rows),  # the first size's buckets (decision 0400)
-                    None if RED_PARAM not in record.sizes else hint(record.sizes[RED_PARAM]),
-                ),
+            row_length = None if RED_PARAM not in record.sizes else hint(record.sizes[RED_PARAM])
+            rekey = functools.partial(
+                tuning_key, canonical, torch.cuda.get_device_name(), row_length=row_length
             )
+            # the first size's buckets (decision 0400); a sized kernel's other rows rekey
+            choice_cache = ChoiceCache(store, rekey(hint(record.rows)), rekey)
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,

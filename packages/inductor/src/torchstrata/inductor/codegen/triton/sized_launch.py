@@ -18,11 +18,9 @@ static kernel's launch.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import torch
 
 from torchstrata.core import SizeValue, active_symbols, python_source, size_printer
@@ -63,10 +61,6 @@ class SizedKernel:
         self.hints = tuple(hint(symbol) for symbol in active_symbols())
         #: The configuration tuned at the first call of each bucket of rows.
         self.chosen: dict[int, Config] = {}
-        #: The bucket of the lowering's own rows (its choice keeps the kernel's cache key).
-        self.home: int | None = None
-        if len(self.hints) == len(self.symbols):
-            self.home = rows_bucket(self.evaluate(*self.hints)[0])
 
     def run(self, *args: Any) -> None:
         """Launch on ``args``: the tensors, then the symbols' values."""
@@ -84,12 +78,8 @@ class SizedKernel:
         rows, *sizes = self.evaluate(*values)
         sized = copy.copy(self.tuned)
         sized.rows = rows
-        cache = self.tuned.choice_cache
-        if cache is not None:  # a choice per bucket of rows (the lowering's: its own key)
-            bucket = rows_bucket(rows)
-            if bucket != self.home:
-                key = hashlib.sha256(f"{cache.key}-rows{bucket}".encode()).hexdigest()[:32]
-                sized.choice_cache = attrs.evolve(cache, key=key)
+        if self.tuned.choice_cache is not None:  # a choice per bucket of rows
+            sized.choice_cache = self.tuned.choice_cache.at_rows(rows)
         sized.sizes = {
             **dict(zip(self.names, sizes, strict=True)),
             **dict(zip(self.symbols, values, strict=True)),

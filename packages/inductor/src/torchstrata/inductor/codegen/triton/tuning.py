@@ -291,10 +291,17 @@ def tuning_key(
 
 @attrs.frozen
 class ChoiceCache:
-    """Where a kernel's tuned configuration is kept: the entry ``key`` of ``store``."""
+    """Where a kernel's tuned configuration is kept: the entry ``key`` of ``store``;
+    ``rekey(rows)`` is the key of the same kernel at another number of rows (its
+    :func:`tuning_key`: one entry per bucket of rows)."""
 
     store: ArtifactStore
     key: str
+    rekey: Callable[[int], str] | None = None
+
+    def at_rows(self, rows: int) -> ChoiceCache:
+        """The entry of the same kernel launched over ``rows`` rows."""
+        return self if self.rekey is None else attrs.evolve(self, key=self.rekey(rows))
 
     def read(self) -> Config | None:
         """The stored configuration, or None (none stored, or not a configuration)."""
