@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(COMPILERS),
         help="comma list from eager,inductor (alias torch.compile),torchstrata",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="timing rounds; contenders take turns, each keeps its fastest round",
+    )
     parser.add_argument("--cold-timeout", type=float, default=900.0, help="seconds per process")
     parser.add_argument("--no-progress", action="store_true")
     return parser
@@ -87,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    budget = TimingBudget.for_mode(args.quick)
+    try:
+        budget = TimingBudget.for_mode(args.quick, args.rounds)
+    except ValueError as exc:
+        print(f"--rounds: {exc}", file=sys.stderr)
+        return 2
     cold_steps = 0 if args.no_cold else len(workloads) * (len(compilers) - 1)
     rows: list[Row] = []
     with Progress(len(workloads) * len(compilers) + cold_steps, not args.no_progress) as bar:

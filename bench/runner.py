@@ -1,8 +1,9 @@
 """Measure one workload with every compiler: check against eager first, then time.
 
 Order per workload: eager runs once (its outputs and its error against the fp64
-reference are the yardstick), then each compiler compiles, runs once, is judged,
-and only if correct is timed. A compiler that raises gets an ``error: ...`` status.
+reference are the yardstick), then each compiler compiles, runs once and is judged;
+the correct ones are then timed, in ``--rounds`` rounds of a rotating order (each keeps
+its fastest round). A compiler that raises gets an ``error: ...`` status.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,27 +80,34 @@ def _first_call(
     return compiled, produced, seconds, fallback_note(records)
 
 
-def _measure(
+@dataclass
+class Contender:
+    """A compiler's row and, once it was judged correct, the step that times it."""
+
+    row: Row
+    step: Callable[[], Any] | None = None
+
+
+def _prepare(
     name: str,
     workload: Workload,
     case: Case,
     leaves: list[torch.Tensor],
     yardstick: Yardstick,
-    profile: DeviceProfile,
-    budget: TimingBudget,
-) -> Row:
+    device: torch.device,
+) -> Contender:
+    """Compile, call once and judge against the yardstick; only a correct one gets a step."""
     row = Row(workload.id, workload.name, name)
-    device = profile.device
     try:
         compiled, produced, row.first_call_s, note = _first_call(
             name, case, workload, leaves, device
         )
     except CompilerUnavailable as exc:
         row.status = str(exc)
-        return row
+        return Contender(row)
     except Exception as exc:  # noqa: BLE001 - any compiler failure is a result to report
         row.status = describe_error(exc)
-        return row
+        return Contender(row)
     if note:
         row.status, row.note = "falls back to eager", note
     if name != "eager":
@@ -107,14 +115,14 @@ def _measure(
             reference = _reference_for(workload, case, produced, yardstick.reference)
         except WrongResult as exc:
             row.status = f"WRONG: {exc}"
-            return row
+            return Contender(row)
         verdict = judge(
             produced, yardstick.eager, reference, yardstick.eager_errors, yardstick.longest_dim
         )
         row.max_error = verdict.max_error
         if not verdict.ok:
             row.status = f"WRONG: {verdict.reason}"
-            return row
+            return Contender(row)
     else:
         row.max_error = max(yardstick.eager_errors, default=0.0)
     del produced
@@ -122,16 +130,53 @@ def _measure(
     def step() -> Any:
         return run_step(compiled, case, workload.train, leaves)
 
-    try:
-        with grad_mode(workload.train):
-            row.time_ms = median_ms(step, device, budget)
-            if workload.overhead:
-                row.overhead_us = host_us_per_call(step, device, budget, row.time_ms)
-            clear_grads(leaves)
-            row.peak_mem_mb = peak_memory_mb(step, device)
-    except Exception as exc:  # noqa: BLE001
-        row.status, row.time_ms = describe_error(exc), None
-    return row
+    return Contender(row, step)
+
+
+def _time_in_rounds(
+    contenders: Sequence[Contender],
+    workload: Workload,
+    leaves: list[torch.Tensor],
+    device: torch.device,
+    budget: TimingBudget,
+) -> None:
+    """Time every contender with a step, ``budget.rounds`` times in a rotating order.
+
+    Each keeps its fastest round (median per call, and host time per call); with more
+    than one round the note gives the spread, slowest round / fastest."""
+    timed = [c for c in contenders if c.step is not None]
+    medians: dict[int, list[float]] = {id(c): [] for c in timed}
+    hosts: dict[int, list[float]] = {id(c): [] for c in timed}
+    for turn in range(budget.rounds):
+        shift = turn % max(len(timed), 1)
+        for contender in timed[shift:] + timed[:shift]:
+            if contender.step is None:
+                continue  # failed in an earlier round
+            try:
+                with grad_mode(workload.train):
+                    ms = median_ms(contender.step, device, budget)
+                    medians[id(contender)].append(ms)
+                    if workload.overhead:
+                        host = host_us_per_call(contender.step, device, budget, ms)
+                        hosts[id(contender)].append(host)
+            except Exception as exc:  # noqa: BLE001
+                contender.row.status, contender.step = describe_error(exc), None
+    for contender in timed:
+        row, times = contender.row, medians[id(contender)]
+        if contender.step is None or not times:
+            row.time_ms = None
+            continue
+        row.time_ms = min(times)
+        row.overhead_us = min(hosts[id(contender)], default=None)
+        if len(times) > 1:
+            spread = f"{len(times)} rounds, spread {max(times) / min(times):.2f}x"
+            row.note = f"{row.note}; {spread}".lstrip("; ")
+        try:
+            with grad_mode(workload.train):
+                clear_grads(leaves)
+                row.peak_mem_mb = peak_memory_mb(contender.step, device)
+        except Exception as exc:  # noqa: BLE001
+            row.status, row.time_ms = describe_error(exc), None
 
 
 def _yardstick(workload: Workload, case: Case, leaves: list[torch.Tensor]) -> Yardstick:
@@ -169,10 +214,14 @@ def run_workload(
             progress.advance()
         status = f"eager failed: {describe_error(exc)}"
         return [Row(workload.id, workload.name, c, status=status) for c in compilers]
-    rows = []
+    contenders = []
     for name in compilers:
         progress.now(f"{workload.id}: {name}")
-        rows.append(_measure(name, workload, case, leaves, yardstick, profile, budget))
+        contenders.append(_prepare(name, workload, case, leaves, yardstick, profile.device))
+    progress.now(f"{workload.id}: timing ({budget.rounds} round(s))")
+    _time_in_rounds(contenders, workload, leaves, profile.device, budget)
+    rows = [c.row for c in contenders]
+    for name in compilers:
         reset(name)
         progress.advance()
     if workload.memory_bound:

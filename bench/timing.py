@@ -28,13 +28,18 @@ class TimingBudget:
     cuda_rep_ms: float
     overhead_calls: int
     overhead_batches: int
+    #: Timing rounds per workload; contenders take turns in a rotating order and each
+    #: keeps its fastest round, so a burst of load or a clock change falls on all of them.
+    rounds: int = 1
 
     @classmethod
-    def for_mode(cls, quick: bool) -> TimingBudget:
-        """The default budget, or a tiny one for ``--quick``."""
+    def for_mode(cls, quick: bool, rounds: int = 1) -> TimingBudget:
+        """The default budget, or a tiny one for ``--quick``; ``rounds`` timing rounds."""
+        if rounds < 1:
+            raise ValueError(f"rounds must be at least 1, not {rounds}")
         if quick:
-            return cls(1, 3, 1, 0.5, 20.0, 20, 3)
-        return cls(3, 50, 5, 3.0, 200.0, 200, 11)
+            return cls(1, 3, 1, 0.5, 20.0, 20, 3, rounds)
+        return cls(3, 50, 5, 3.0, 200.0, 200, 11, rounds)
 
 
 def _sync(device: torch.device) -> None:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,3 +62,38 @@ def test_demo_ratio_flags_one_bfloat16_element_far_off() -> None:
     assert "expected torch.bfloat16" in check_result(
         eager.float(), torch.bfloat16, reference, eager_error
     )
+
+
+def test_timing_rounds_rotate_keep_the_fastest_round_and_drop_a_failing_step(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+    from bench import runner
+    from bench.rows import Row
+    from bench.timing import TimingBudget
+    from bench.workloads import Workload
+
+    order: list[str] = []
+    scripted = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 4.0, 6.0]), "c": iter([1.0])}
+
+    def fake_median(step: Any, device: Any, budget: Any) -> float:
+        name = step()
+        order.append(name)
+        if name == "c" and order.count("c") == 2:
+            raise RuntimeError("broke in round two")
+        return next(scripted[name])
+
+    monkeypatch.setattr(runner, "median_ms", fake_median)
+    monkeypatch.setattr(runner, "peak_memory_mb", lambda step, device: None)
+    contenders = [runner.Contender(Row("W", "w", name), (lambda name=name: name)) for name in "abc"]
+    contenders.append(runner.Contender(Row("W", "w", "d", status="WRONG: off")))
+    workload = Workload("W", "w", lambda: None)
+    budget = TimingBudget.for_mode(quick=True, rounds=3)
+    runner._time_in_rounds(contenders, workload, [], torch.device("cpu"), budget)
+    # each round starts one later; the failed contender leaves the turns
+    assert order == ["a", "b", "c", "b", "c", "a", "a", "b"]
+    a, b, c, d = (x.row for x in contenders)
+    assert (a.time_ms, b.time_ms) == (1.0, 4.0)
+    assert a.note == "3 rounds, spread 3.00x" and b.note == "3 rounds, spread 1.50x"
+    assert c.time_ms is None and "broke in round two" in c.status
+    assert d.time_ms is None and d.status == "WRONG: off"
