@@ -111,3 +111,36 @@ def test_triton_prints_floor_division_only_where_it_truncates_alike():
     assert triton_size_source(sympy.Max(1, sympy.floor(s0 / 3))) == "tl.maximum(1, (s0 // 3))"
     with pytest.raises(UnprintableSize):  # a dividend of any sign: C and Python differ
         triton_size_source(sympy.floor((1 - s0) / 2))
+
+
+def test_a_static_row_length_is_a_constexpr_and_a_symbolic_one_an_argument(ind):
+    # decision 0465: a static lowering's rnumel folds into the binary; a symbolic one's
+    # serves every length of its bucket, so it stays an argument Triton does not specialise
+    static = ind.only_kernel(_softmax_rows(20))
+    _, _, generated = TritonBackend(interpret=False).generate(static, False)
+    (source,) = {text for _, text in generated}
+    assert "xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr" in source
+    guards = SizeGuards({"s0": 20})
+    with guards.active():
+        symbolic = ind.only_kernel(_softmax_rows(guards.symbol("s0")))
+        _, _, generated = TritonBackend(interpret=False).generate(symbolic, False)
+    (source,) = {text for _, text in generated}
+    assert "rnumel: tl.constexpr" not in source and "xnumel, rnumel, s0" in source
+
+
+def _scaled_rows(rows: int, length: int) -> Graph:
+    """``x * w`` (``w`` one row, the same for every row) then each row's sum."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, length), torch.float32))
+    w = b.input("w", TensorMeta((length,), torch.float32))
+    wide = b.call(prim("broadcast_in_dim"), w, (rows, length), (1,))
+    return b.build([b.call(prim("sum"), b.call(prim("mul"), x, wide), (1,))])
+
+
+def test_a_load_the_same_for_every_row_is_one_row_of_the_tile(ind):
+    # loaded as [XBLOCK, RBLOCK] it was read once per row of the tile (decision 0465)
+    kernel = ind.only_kernel(_scaled_rows(64, 96))
+    _, _, generated = TritonBackend(interpret=False).generate(kernel, False)
+    (source,) = {text for _, text in generated}
+    assert "tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')" in source
+    assert "tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask" in source

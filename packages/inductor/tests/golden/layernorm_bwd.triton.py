@@ -85,7 +85,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -98,7 +98,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6, xnume
     masked_mean_sum = tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = tl.load(buf_gy + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
-    tmp2 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
+    tmp2 = tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp3 = tmp1 * tmp2
     masked_sum_sum = tl.where(xmask & rmask, tmp3, tl.full([1], 0.0, tl.float32))
     red_sum_sum = tl.reduce(masked_sum_sum, 1, _sum_combine, keep_dims=True)
@@ -197,7 +197,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
@@ -213,10 +213,10 @@ def kernel1(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3, x
         r0 = rindex
         tmp0 = tl.load(buf_gy + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         tmp1 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
-        tmp2 = tl.load(buf_mean_sum + (r0 + xzero), xmask & rmask, other=0)
+        tmp2 = tl.load(buf_mean_sum + (r0), rmask, other=0, eviction_policy='evict_last')
         tmp4 = tmp2 * tmp3
         tmp5 = tmp1 - tmp4
-        tmp6 = tl.load(buf_mean_1_sum + (r0 + xzero), xmask & rmask, other=0)
+        tmp6 = tl.load(buf_mean_1_sum + (r0), rmask, other=0, eviction_policy='evict_last')
         tmp7 = tmp6 * tmp3
         tmp8 = tmp7 + tl.full([1], 1e-05, tl.float32)
         tmp9 = tl.rsqrt(tmp8)

@@ -79,7 +79,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -102,8 +102,8 @@ def kernel0(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1, xnumel, rnumel, XB
     tmp7 = tmp6 + tl.full([1], 1e-05, tl.float32)
     tmp8 = tl.rsqrt(tmp7)
     tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
+    tmp10 = tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(buf_b + (r0 + xzero), xmask & rmask, other=0)
+    tmp12 = tl.load(buf_b + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp13 = tmp11 + tmp12
     tl.store(buf_native_layer_norm_add_1 + (r0 + rnumel*x0 + xzero + rzero), (tmp13).to(tl.float32), xmask & rmask)

@@ -79,7 +79,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_a, buf_b, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_a, buf_b, buf_sum, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xnumel = (xnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
@@ -89,7 +89,7 @@ def kernel0(buf_a, buf_b, buf_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK:
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], 1, tl.int1)
     r0 = rindex
-    tmp0 = tl.load(buf_a + (r0 + xzero), xmask & rmask, other=0)
+    tmp0 = tl.load(buf_a + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp1 = tl.load(buf_b + (x0 + xzero), xmask, other=0)
     tmp2 = tmp0 * tmp1
     masked_sum = tl.where(xmask & rmask, tmp2, tl.full([1], 0.0, tl.float32))

@@ -79,7 +79,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -98,7 +98,7 @@ def kernel0(buf_x, buf_w, buf_to_copy_2, xnumel, rnumel, XBLOCK: tl.constexpr, R
     tmp5 = tmp4 + tl.full([1], 1e-06, tl.float32)
     tmp6 = tl.rsqrt(tmp5)
     tmp7 = tmp1 * tmp6
-    tmp8 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0).to(tl.float32)
+    tmp8 = tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last').to(tl.float32)
     tmp9 = tmp8.to(tl.float32)
     tmp10 = tmp7 * tmp9
     tmp11 = tmp10.to(tl.bfloat16).to(tl.float32)

@@ -83,7 +83,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -97,7 +97,7 @@ def kernel0(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub, xnumel, rnumel, XBLOCK:
     masked_mean_sum = tl.where(xmask & rmask, tmp1, tl.full([1], 0.0, tl.float32))
     red_mean_sum = tl.reduce(masked_mean_sum, 1, _sum_combine, keep_dims=True)
     tmp2 = tl.load(buf_gy + (r0 + rnumel*x0 + xzero), xmask & rmask, other=0)
-    tmp3 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
+    tmp3 = tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp4 = tmp2 * tmp3
     tmp5 = tmp4 * tmp0
     masked_sum_sum = tl.where(xmask & rmask, tmp5, tl.full([1], 0.0, tl.float32))
@@ -187,7 +187,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     rnumel = (rnumel // 8) * 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
@@ -203,7 +203,7 @@ def kernel1(buf_gy, buf_mean_sum, buf_x, buf_sum_1, xnumel, rnumel, XBLOCK: tl.c
         tmp0 = tl.load(buf_gy + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         tmp1 = tl.load(buf_x + (xnumel*r0 + x0 + xzero), xmask & rmask, other=0)
         tmp2 = tmp0 * tmp1
-        tmp3 = tl.load(buf_mean_sum + (r0 + xzero), xmask & rmask, other=0)
+        tmp3 = tl.load(buf_mean_sum + (r0), rmask, other=0, eviction_policy='evict_last')
         tmp5 = tmp3 * tmp4
         tmp6 = tmp5 + tl.full([1], 1e-06, tl.float32)
         tmp7 = tl.rsqrt(tmp6)

@@ -79,7 +79,7 @@ def _ts_nan_if_any(values, reduced, AXIS: tl.constexpr, KEEP: tl.constexpr):
 
 
 @triton.jit
-def kernel0(buf_x, buf_w, buf_mul_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def kernel0(buf_x, buf_w, buf_mul_2, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], 1, tl.int1)
     xzero = xindex * 0
@@ -97,6 +97,6 @@ def kernel0(buf_x, buf_w, buf_mul_2, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
     tmp4 = tmp3 + tl.full([1], 1e-06, tl.float32)
     tmp5 = tl.rsqrt(tmp4)
     tmp6 = tmp0 * tmp5
-    tmp7 = tl.load(buf_w + (r0 + xzero), xmask & rmask, other=0)
+    tmp7 = tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')
     tmp8 = tmp6 * tmp7
     tl.store(buf_mul_2 + (r0 + rnumel*x0 + xzero + rzero), (tmp8).to(tl.float32), xmask & rmask)
