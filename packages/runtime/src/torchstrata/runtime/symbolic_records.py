@@ -16,6 +16,7 @@ becomes a size of a new :class:`~torchstrata.core.SizeGuards` at the stored hint
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -56,16 +57,40 @@ def expression_text(expr: Any) -> str:
     return text
 
 
-def read_expression(text: Any) -> Any:
-    """The sympy expression :func:`expression_text` wrote as ``text``."""
-    import sympy
+#: The syntax of an ``srepr`` text: calls of named classes on constants and calls.
+_SREPR_NODES = (
+    ast.Expression,
+    ast.Call,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.keyword,
+    ast.UnaryOp,
+    ast.USub,
+    ast.Tuple,
+)
 
+
+def read_expression(text: Any) -> Any:
+    """The sympy expression :func:`expression_text` wrote as ``text``. Only the syntax
+    ``srepr`` writes is read (calls of sympy's and torch's sympy classes on constants),
+    so a record runs no other code."""
     if not isinstance(text, str):
         raise BadRecord(f"a size expression record must be text, not {type(text).__name__}")
+    namespace = _namespace()
     try:
-        return sympy.parse_expr(text, local_dict=dict(_namespace()))
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as error:
+        raise BadRecord(f"a size expression does not parse: {error.msg}") from error
+    for node in ast.walk(tree):
+        if not isinstance(node, _SREPR_NODES) or (
+            isinstance(node, ast.Name) and node.id not in namespace
+        ):
+            raise BadRecord(f"a size expression with {ast.dump(node)[:80]}")
+    try:
+        return eval(compile(tree, "<size expression>", "eval"), {"__builtins__": {}, **namespace})
     except Exception as error:
-        raise BadRecord(f"a size expression does not parse: {type(error).__name__}") from error
+        raise BadRecord(f"a size expression does not build: {type(error).__name__}") from error
 
 
 def _size(value: Any) -> Any:
@@ -113,7 +138,7 @@ def read_meta(record: Any, guards: SizeGuards) -> TensorMeta | None:
             torch.device(record["device"]),
             None if strides is None else tuple(_read_size(size, guards) for size in strides),
         )
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as error:
         if isinstance(error, BadRecord):
             raise
         raise BadRecord(f"a tensor metadata record does not decode: {error}") from error
