@@ -28,6 +28,7 @@ S1 = sympy.Symbol("s1", integer=True, positive=True)
         sympy.Lt(S0, 8),
         sympy.Ge(2 * S0 + S1, 17),
         sympy.Eq(Mod(S0, 4), 0),
+        sympy.Eq(sympy.Mod(S0 * S1, 8), 0),  # sympy's Mod, not torch's of the same name
         sympy.Ne(FloorDiv(S0, 2), S1),
         sympy.Or(sympy.Lt(S0, 3), sympy.Gt(S1, 9)),
     ],

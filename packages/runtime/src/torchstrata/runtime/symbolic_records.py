@@ -2,9 +2,9 @@
 (decision 0450).
 
 Conditions on sizes and symbolic sizes are sympy expressions, written as ``sympy.srepr``
-text (symbols with their assumptions, and torch's own sympy functions such as
-``FloorDiv`` by name) and read back with sympy's parser in a namespace of those
-functions. An expression whose text does not read back as the same expression is
+text (symbols with their assumptions; torch's own sympy functions, such as its ``Mod``,
+named ``torch_Mod``: apart from sympy's) and read back from that syntax only, in a
+namespace of those classes. An expression whose text does not read back as the same expression is
 refused when written (:class:`~.graph_records.NotCacheable`): a stored condition is the
 condition that was decided, never a near one. A record that does not decode is a
 :class:`~.graph_records.BadRecord` (the entry is rebuilt).
@@ -38,16 +38,40 @@ def _namespace() -> dict[str, Any]:
     for name in dir(torch_functions):
         value = getattr(torch_functions, name)
         if isinstance(value, type) and issubclass(value, sympy.Basic):
-            names[name] = value
+            names[_TORCH_PREFIX + name] = value
     return names
+
+
+#: torch's sympy classes are written with this prefix: some share a name with sympy's
+#: (``Mod``), and a condition on one is not a condition on the other
+_TORCH_PREFIX = "torch_"
+
+
+@functools.cache
+def _printer() -> Any:
+    """``srepr``'s printer, naming torch's sympy classes apart from sympy's."""
+    from sympy.printing.repr import ReprPrinter  # type: ignore[import-untyped]
+
+    class Printer(ReprPrinter):  # type: ignore[misc]
+        def _print_Function(self, expr: Any) -> str:
+            text: str = super()._print_Function(expr)
+            return _TORCH_PREFIX + text if _of_torch(expr) else text
+
+        def emptyPrinter(self, expr: Any) -> str:
+            text: str = super().emptyPrinter(expr)
+            return _TORCH_PREFIX + text if _of_torch(expr) else text
+
+    return Printer()
+
+
+def _of_torch(expr: Any) -> bool:
+    return type(expr).__module__.startswith("torch.")
 
 
 def expression_text(expr: Any) -> str:
     """``expr`` (a sympy expression or boolean) as text that :func:`read_expression`
     reads back as ``expr``; :class:`NotCacheable` where it would not."""
-    import sympy
-
-    text = sympy.srepr(expr)
+    text: str = _printer().doprint(expr)
     try:
         same = read_expression(text) == expr
     except BadRecord:
