@@ -19,9 +19,9 @@ lowering (at most ``symbolic_lowerings``):
   the forward runs with grad off, and for training the metadata the runner computes
   from each call's sizes (:class:`~.symbolic_training.TrainingMetas`, as expressions).
 
-What is stored is recorded while the lowering is made (:func:`recording` around
-``lower(values)``: the codegen stage's results through :class:`RecordingPipeline`, the
-conditions through :func:`note_lowering`), not by a second code path. Lowerings whose
+What is stored is noted while the lowering is made (:mod:`.symbolic_recording` around
+``lower(values)``: the codegen stage's results, the trace and conditions, a training
+runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
 runner carries more than this recipe (write-backs, output views or aliases, autocast,
 lifted constants) are not stored. An entry that does not decode or load is removed with a
 :class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
@@ -30,11 +30,9 @@ never fails a compile (:func:`~.graph_cache._never_fatal`).
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import pluggy
 import torch
 
@@ -43,7 +41,6 @@ from torchstrata.core import (
     CompileOptions,
     Graph,
     SizeGuards,
-    SymbolicAot,
     enabled_autocast,
     input_symbol_slots,
 )
@@ -54,6 +51,7 @@ from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_recor
 from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.symbolic_recording import Recording, recording
 from torchstrata.runtime.symbolic_records import (
     expression_text,
     metas_record,
@@ -61,54 +59,9 @@ from torchstrata.runtime.symbolic_records import (
     read_expression,
     read_metas,
 )
-from torchstrata.runtime.symbolic_training import (
-    TrainingMetas,
-    sized_training_runner,
-    training_metas,
-)
+from torchstrata.runtime.symbolic_training import TrainingMetas, sized_training_runner
 
 KIND = "symbolic"
-
-
-@attrs.define
-class Recording:
-    """What one symbolic lowering made: each compiled graph (the sized prims graph, its
-    device, the codegen stage's result) and the trace and conditions it relied on."""
-
-    compiled: list[tuple[Graph, torch.device, CompiledGraph]] = attrs.Factory(list)
-    traced: SymbolicAot | None = None
-    relied: tuple[Any, ...] = ()
-
-
-_RECORDING: contextvars.ContextVar[Recording | None] = contextvars.ContextVar(
-    "torchstrata_symbolic_recording", default=None
-)
-
-
-def note_lowering(traced: SymbolicAot, relied: tuple[Any, ...]) -> None:
-    """Note in the recording in progress (if any) the trace a lowering was made from and
-    the conditions it relied on beyond the trace's (the decomposition's, the codegen's)."""
-    recording = _RECORDING.get()
-    if recording is not None:
-        recording.traced, recording.relied = traced, relied
-
-
-class RecordingPipeline:
-    """``pipeline``, whose codegen stage's results are noted in the recording in progress:
-    what a symbolic lowering compiled, for its cache entry."""
-
-    def __init__(self, pipeline: Any) -> None:
-        self._pipeline = pipeline
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pipeline, name)
-
-    def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
-        result = self._pipeline._call_stage(stage, options, **kwargs)
-        recording = _RECORDING.get()
-        if recording is not None and stage == "codegen" and isinstance(result, CompiledGraph):
-            recording.compiled.append((kwargs["graph"], kwargs["device"], result))
-        return result
 
 
 def cached_lowerer(
@@ -117,7 +70,7 @@ def cached_lowerer(
     options: CompileOptions,
     manager: Callable[[], pluggy.PluginManager] | None,
 ) -> LowerSymbolic:
-    """``lower`` (made with a :class:`RecordingPipeline`), reading a lowering that serves
+    """``lower`` (made with a :class:`~.symbolic_recording.RecordingPipeline`), reading a lowering that serves
     the sizes from the compiled-graph cache first and storing each one it makes.
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
     manager (None: no cache)."""
@@ -129,13 +82,9 @@ def cached_lowerer(
         found = entries.lookup(values)
         if found is not None:
             return found
-        recording = Recording()
-        token = _RECORDING.set(recording)
-        try:
+        with recording() as recorded:
             made = lower(values)
-        finally:
-            _RECORDING.reset(token)
-        entries.store(values, made, recording)
+        entries.store(values, made, recorded)
         return made
 
     return cached
@@ -278,7 +227,12 @@ class SymbolicEntries:
         compiled = recording.compiled
         if len(compiled) not in (1, 2):
             raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
-        (forward_graph, device, forward), *rest = compiled
+        (_, device, forward), *rest = compiled
+        training = torch.is_grad_enabled() and self._training
+        if rest and (recording.training is None or aot.backward is None):
+            raise NotCacheable("a forward and backward not made into a training runner here")
+        if not rest and training and (aot.backward is not None or aot.tangent_outputs):
+            raise NotCacheable("a training graph lowered without its backward")
         variant: dict[str, Any] = {
             "hints": dict(values),
             "conditions": conditions,
@@ -287,12 +241,12 @@ class SymbolicEntries:
             "forward": package_record(forward.package),
             "backward": None,
             # one graph of a graph that requires grad: no output carries a gradient
-            "grad_off": not rest and torch.is_grad_enabled() and self._training,
+            "grad_off": not rest and training,
             "layouts": None,
         }
         if rest:
-            ((backward_graph, _, backward),) = rest
-            metas = training_metas(aot, forward_graph, backward_graph)
+            ((_, _, backward),) = rest
+            metas: TrainingMetas = recording.training
             variant["backward"] = package_record(backward.package)
             variant["layouts"] = {
                 "outputs": metas_record(metas.outputs),

@@ -51,7 +51,8 @@ from torchstrata.runtime.size_variants import (
     SizeSpecificFailure,
     SymbolicLowering,
 )
-from torchstrata.runtime.symbolic_cache import RecordingPipeline, cached_lowerer, note_lowering
+from torchstrata.runtime.symbolic_cache import cached_lowerer
+from torchstrata.runtime.symbolic_recording import RecordingPipeline, note_lowering
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
     refuse_training,

@@ -52,7 +52,7 @@ def _printer() -> Any:
     """``srepr``'s printer, naming torch's sympy classes apart from sympy's."""
     from sympy.printing.repr import ReprPrinter  # type: ignore[import-untyped]
 
-    class Printer(ReprPrinter):  # type: ignore[misc]
+    class Printer(ReprPrinter):
         def _print_Function(self, expr: Any) -> str:
             text: str = super()._print_Function(expr)
             return _TORCH_PREFIX + text if _of_torch(expr) else text

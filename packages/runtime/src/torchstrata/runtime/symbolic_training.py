@@ -44,6 +44,7 @@ from torchstrata.runtime.runners import (
     saved_layout_mismatches,
     training_runner,
 )
+from torchstrata.runtime.symbolic_recording import note_training
 
 
 class SizedMetas:
@@ -244,6 +245,7 @@ def symbolic_training_runner(
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
     metas = training_metas(aot, forward_graph, backward_graph)
+    note_training(metas)  # for the compiled-graph cache's entry (decision 0450)
     return sized_training_runner(aot, forward_fn, backward_fn, slots, metas)
 
 
