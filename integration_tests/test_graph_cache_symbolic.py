@@ -309,3 +309,23 @@ def test_the_key_does_not_hold_the_sizes_the_graph_was_captured_at() -> None:
     with_grad = key(text.format(hint=5))
     with torch.no_grad():
         assert key(text.format(hint=5)) != with_grad  # grad mode is in it
+
+
+def test_the_stored_conditions_decide_which_sizes_an_entry_serves(tmp_path: Path) -> None:
+    """A condition added to a stored lowering (rows < 5) is checked as stored: 6 rows,
+    which its lowering would compute right, are lowered anew; 3 rows are served."""
+    import sympy
+
+    from torchstrata.runtime.symbolic_records import expression_text
+
+    inference(str(tmp_path), (5, 6), codegen="cpp")
+    (entry,) = _symbolic_entries(tmp_path)
+    document = json.loads(entry.read_bytes())
+    (variant,) = document["variants"]
+    rows = next(name for name, hint in variant["hints"].items() if hint == 5)
+    symbol = sympy.Symbol(rows, integer=True, positive=True)
+    variant["conditions"].append(expression_text(sympy.Lt(symbol, 5)))
+    store = open_store(CacheSettings.resolve(str(tmp_path)))
+    store.put("graphs", entry.stem, ".json", json.dumps(document).encode())
+    assert _counts_of(lambda: inference(str(tmp_path), (6,), codegen="cpp")) == {"symbolic": 1}
+    assert _counts_of(lambda: inference(str(tmp_path), (3,), codegen="cpp")) == {"cached": 1}
