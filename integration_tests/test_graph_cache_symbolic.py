@@ -329,3 +329,31 @@ def test_the_stored_conditions_decide_which_sizes_an_entry_serves(tmp_path: Path
     store.put("graphs", entry.stem, ".json", json.dumps(document).encode())
     assert _counts_of(lambda: inference(str(tmp_path), (6,), codegen="cpp")) == {"symbolic": 1}
     assert _counts_of(lambda: inference(str(tmp_path), (3,), codegen="cpp")) == {"cached": 1}
+
+
+def test_a_stored_forward_whose_outputs_carry_no_gradient_runs_with_grad_off(
+    tmp_path: Path,
+) -> None:
+    """A graph of parameters whose outputs are detached lowers as an inference forward
+    run with grad off (decision 0395); read from the cache, it still gives outputs that
+    require no grad, as eager's."""
+    torch.manual_seed(0)
+    layer = nn.Linear(32, 8)
+
+    def scores(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(layer(x), -1).detach()
+
+    def run(rows: Sequence[int]) -> None:
+        options = CompileOptions(cache_dir=str(tmp_path))
+        compiled = tsr.compile(scores, dynamic=True, codegen="cpp", options=options)
+        for count in rows:
+            x = torch.randn(count, 32)
+            got = compiled(x)
+            assert not got.requires_grad
+            torch.testing.assert_close(got, scores(x))
+
+    run((5, 6))
+    (entry,) = _symbolic_entries(tmp_path)
+    assert [v["grad_off"] for v in json.loads(entry.read_bytes())["variants"]] == [True]
+    counts = _counts_of(lambda: run((3, 7)))
+    assert counts == {"cached": 1, "reused": 1}, counts
