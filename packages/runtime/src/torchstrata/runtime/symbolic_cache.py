@@ -121,8 +121,9 @@ class SymbolicEntries:
         if document is not None:
             try:
                 found = self._serving(document, values)
-            except (BadRecord, KeyError, TypeError, ValueError) as error:
-                graph_cache._discard(graph_cache._store(self.options), key, str(error))
+            except Exception as error:  # noqa: BLE001 - any part that does not make a lowering
+                reason = str(error) if isinstance(error, BadRecord) else _reason(error)
+                graph_cache._discard(graph_cache._store(self.options), key, reason)
                 found = None
             if found is not None:
                 _STATS.hits += 1
@@ -254,6 +255,10 @@ class SymbolicEntries:
                 "carried": list(metas.carried),
             }
         return variant
+
+
+def _reason(error: Exception) -> str:
+    return f"it does not make a lowering: {type(error).__name__}: {error}"
 
 
 def _serves(conditions: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:
