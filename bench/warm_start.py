@@ -17,6 +17,13 @@ nothing). ``--repeat N`` runs the three
 N times, each cold with a new empty directory, and reports medians. Model building and
 imports are outside the clock; the step is checked against eager's loss.
 
+``--dynamic`` measures the first step of a new size instead (decision 0450): the model
+compiled with ``dynamic=True`` (its sequence length symbolic, lowered once for many
+sizes), the cold process at 48 tokens with an empty cache, the warm one at 48 tokens
+with the cache that a process at 64 tokens filled: a size the cache never saw, served by
+the stored lowering (the warm processes' ``size_lowering_stats()`` are printed: ``cached``
+and no ``symbolic`` or ``per_size`` lowering).
+
 ``--codegen triton`` compiles with the Triton backend (on the CPU: under Triton's
 interpreter, slow, but what a warm process skips is the same: scheduling and code
 generation); ``--device cuda`` runs the model on the GPU (Triton's compiled kernels,
@@ -52,11 +59,22 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+#: ``--dynamic``: the sequence length of the process that fills the cache, and of the
+#: cold and warm processes (a size the filled cache never saw)
+FILL_TOKENS, NEW_TOKENS = 64, 48
+
+
 def first_step(
-    layers: int, cache_dir: str | None, device: str = "cpu", codegen: str = "default"
+    layers: int,
+    cache_dir: str | None,
+    device: str = "cpu",
+    codegen: str = "default",
+    tokens: int = 64,
+    dynamic: bool = False,
 ) -> dict[str, Any]:
     """Build the model on ``device`` (outside the clock), then time compile + the first
-    training step (eager when ``cache_dir`` is None) with the ``codegen`` backend."""
+    training step (eager when ``cache_dir`` is None) with the ``codegen`` backend, on a
+    batch of ``tokens`` tokens (``dynamic``: compiled with ``dynamic=True``)."""
     import torch
     import torch.nn.functional as F  # noqa: F401 - the model's import, outside the clock
 
@@ -64,8 +82,8 @@ def first_step(
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layers=layers, n_heads=4, dim=128, vocab=8192, block=64))
-    idx = torch.randint(0, 8192, (2, 64))
-    targets = torch.randint(0, 8192, (2, 64))
+    idx = torch.randint(0, 8192, (2, tokens))
+    targets = torch.randint(0, 8192, (2, tokens))
     model, idx, targets = model.to(device), idx.to(device), targets.to(device)
     with torch.no_grad():
         expected = model(idx, targets).item()
@@ -101,7 +119,7 @@ def first_step(
     compiled: list[Any] = []
 
     def compile_and_step(*inputs: Any) -> Any:
-        compiled.append(runtime.compile(model, options=options))
+        compiled.append(runtime.compile(model, options=options, dynamic=dynamic or None))
         return compiled[0](*inputs)
 
     loss, seconds, cpu = timed_step(compile_and_step)
@@ -116,18 +134,25 @@ def first_step(
         "next_step_seconds": next_seconds,
         "loss": loss.item(),
         "graph_cache": {"hits": stats.hits, "misses": stats.misses, "stores": stats.stores},
+        "sizes": runtime.size_lowering_stats(),
         # torch's symbolic shapes (sympy) cost a second to import; a warm step needs none
         "sympy_imported": "sympy" in sys.modules,
     }
 
 
 def run_child(
-    layers: int, cache_dir: str | None, device: str = "cpu", codegen: str = "default"
+    layers: int,
+    cache_dir: str | None,
+    device: str = "cpu",
+    codegen: str = "default",
+    tokens: int = 64,
+    dynamic: bool = False,
 ) -> dict[str, Any]:
     """:func:`first_step` in a fresh ``python -m bench.warm_start --child`` process."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
     command = [sys.executable, "-m", "bench.warm_start", "--child", "--layers", str(layers)]
-    command += ["--device", device, "--codegen", codegen]
+    command += ["--device", device, "--codegen", codegen, "--tokens", str(tokens)]
+    command += ["--dynamic"] if dynamic else []
     command += ["--cache-dir", cache_dir] if cache_dir is not None else []
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
@@ -137,18 +162,26 @@ def run_child(
 
 
 def measure(
-    layers: int, repeat: int, device: str = "cpu", codegen: str = "default"
+    layers: int, repeat: int, device: str = "cpu", codegen: str = "default", dynamic: bool = False
 ) -> dict[str, Any]:
-    """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio."""
+    """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio
+    (``dynamic``: of a new size, see the module docstring)."""
     rounds = []
+    tokens = NEW_TOKENS if dynamic else 64
     for _ in range(repeat):
         scratch = tempfile.mkdtemp(prefix="bench-warm-start-")
+        filled = tempfile.mkdtemp(prefix="bench-warm-start-")
         try:
-            eager = run_child(layers, None, device, codegen)
-            cold = run_child(layers, scratch, device, codegen)
-            warm = run_child(layers, scratch, device, codegen)
+            eager = run_child(layers, None, device, codegen, tokens)
+            cold = run_child(layers, scratch, device, codegen, tokens, dynamic)
+            if dynamic:  # the warm process's size is one the cache never saw
+                run_child(layers, filled, device, codegen, FILL_TOKENS, dynamic)
+            else:
+                filled = scratch
+            warm = run_child(layers, filled, device, codegen, tokens, dynamic)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(filled, ignore_errors=True)
         rounds.append({"eager": eager, "cold": cold, "warm": warm})
     names = ("eager", "cold", "warm")
     median = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in names}
@@ -161,6 +194,7 @@ def measure(
         "layers": layers,
         "device": device,
         "codegen": codegen,
+        "dynamic": dynamic,
         "rounds": rounds,
         "median_seconds": median,
         "median_cpu_seconds": cpu,
@@ -176,9 +210,12 @@ def report(result: dict[str, Any]) -> str:
     wall, cpu = result["median_seconds"], result["median_cpu_seconds"]
     steady = result["median_next_step_seconds"]
     warm_cache = [r["warm"]["graph_cache"] for r in result["rounds"]]
+    warm_sizes = [r["warm"].get("sizes") for r in result["rounds"]]
+    tokens = f"{NEW_TOKENS} tokens, dynamic=True" if result.get("dynamic") else "64 tokens"
+    warm_from = f" (filled at {FILL_TOKENS} tokens)" if result.get("dynamic") else ""
     per_round = ", ".join(f"{ratio:.3f}" for ratio in result["warm_over_cold_per_round"])
     lines = [
-        f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x 64 tokens, "
+        f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x {tokens}, "
         f"fp32 {result.get('device', 'cpu')}, codegen {result.get('codegen', 'default')}; "
         f"first training step in a fresh process, median of "
         f"{len(result['rounds'])}",
@@ -191,27 +228,33 @@ def report(result: dict[str, Any]) -> str:
         f"  warm / cold wall, per round: {per_round}",
         "  second step (compiled, no compile), wall s: "
         + ", ".join(f"{name} {seconds:.2f}" for name, seconds in steady.items()),
-        f"  warm processes' graph cache: {warm_cache}",
+        f"  warm processes' graph cache{warm_from}: {warm_cache}",
+        f"  warm processes' size lowerings: {warm_sizes}",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.warm_start --layers 8 [--repeat N] [--device cuda] [--codegen
-    triton] [--json PATH]``."""
+    triton] [--dynamic] [--json PATH]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--codegen", choices=("default", "cpp", "triton"), default="default")
+    parser.add_argument("--dynamic", action="store_true", help="the first step of a new size")
     parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--tokens", type=int, default=64, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(first_step(args.layers, args.cache_dir, args.device, args.codegen)))
+        measured = first_step(
+            args.layers, args.cache_dir, args.device, args.codegen, args.tokens, args.dynamic
+        )
+        print(json.dumps(measured))
         return 0
-    result = measure(args.layers, args.repeat, args.device, args.codegen)
+    result = measure(args.layers, args.repeat, args.device, args.codegen, args.dynamic)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

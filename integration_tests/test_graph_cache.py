@@ -257,15 +257,11 @@ def test_graphs_on_both_sides_of_a_graph_break_come_from_the_cache(tmp_path: Pat
 
 
 def test_the_sizes_of_a_symbolic_training_entry_come_from_the_cache(tmp_path: Path) -> None:
-    """Each size of a symbolic entry is one record per graph, written as a per-size
-    compile writes it, also where its prims graphs came from the shared decomposition
-    (from the first size here; decision 0280): after ``reset()`` the sizes seen before
-    are read, a new size is compiled and stored, and every step is eager's."""
-    # the per-size path: a lowering made once for many sizes (decision 0395) is not
-    # stored in the graph cache
-    options = CompileOptions(
-        cache_dir=str(tmp_path), shared_decomposition_from=1, symbolic_lowering=False
-    )
+    """A symbolic training entry's lowering made once for many sizes (decisions 0395,
+    0450) is stored with the conditions it relied on: after ``reset()`` the sizes seen
+    before and a new one are read from it, with nothing lowered or stored, and every
+    step is eager's."""
+    options = CompileOptions(cache_dir=str(tmp_path), shared_decomposition_from=1)
 
     def steps(batches: tuple[int, ...]) -> None:
         torch.manual_seed(0)
@@ -283,14 +279,12 @@ def test_the_sizes_of_a_symbolic_training_entry_come_from_the_cache(tmp_path: Pa
 
     steps((5, 6))
     tsr.reset()
+    tsr.reset_size_lowering_stats()
     before = tsr.graph_cache_stats()
-    steps((5, 6))
+    steps((5, 6, 7))
     warm = _delta(before)
     assert warm["hits"] > 0 and (warm["misses"], warm["stores"]) == (0, 0), warm
-    tsr.reset()
-    before = tsr.graph_cache_stats()
-    steps((7,))
-    assert _delta(before)["stores"] > 0
+    assert tsr.size_lowering_stats() == {"cached": 1, "reused": 2}
 
 
 def test_the_lowered_key_follows_the_graph_contract(tmp_path: Path) -> None:

@@ -183,3 +183,33 @@ def test_a_triton_package_whose_modules_were_evicted_writes_them_again(tmp_path,
     x, w = torch.randn(6, 40), torch.randn(40, 3)
     for got, want in zip(loaded(x, w), compiled(x, w), strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.triton
+def test_a_symbolic_triton_record_reads_back_and_checks_its_size_expressions(tmp_path):
+    """A kernel of a symbolic lowering is recorded with its sizes as expressions over
+    its symbols (decision 0450): read back, it loads as a sized kernel; an expression
+    that does not evaluate to a size at its hints is refused."""
+    from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel
+    from torchstrata.inductor.launch.triton_records import from_json
+
+    options = CompileOptions(cache_dir=str(tmp_path), codegen="triton")
+    record = compile_graph(_softmax_graph(), "cpu", options).package["kernels"][0]
+    symbolic = {**record, "symbols": ["s0"], "hints": [6], "rows": "s0"}
+    read = from_json(symbolic)
+    assert (read.rows, read.symbols, read.hints) == ("s0", ("s0",), (6,))
+    from torchstrata.inductor.codegen.registry import registered_backends
+
+    manager = create_plugin_manager(load_entrypoints=False, plugins=[("inductor", plugin)])
+    backend = registered_backends(manager)["triton"].create(torch.device("cpu"), options)
+    (handle,), _ = backend.load_kernels([symbolic], options)
+    assert isinstance(handle, SizedKernel) and handle.hints == (6,)
+    for bad in (
+        {"rows": "s0 +"},
+        {"rows": "s1"},
+        {"rows": "s0 - 7"},
+        {"hints": [6, 7]},
+        {"symbols": ["s0; x"]},
+    ):
+        with pytest.raises(ValueError):
+            from_json({**symbolic, **bad})

@@ -410,7 +410,8 @@ class SizeSpecialisedRunner:
     def _lower(self, key: tuple[int, ...]) -> Callable[..., Any]:
         values = dict(zip(self.slots, key, strict=True))
         if self.variants is not None:
-            self._first_trace()  # the variants lower from the symbolic trace
+            # the variants make the symbolic trace where they lower (symbolic_traces()):
+            # one read from the compiled-graph cache needs none (decision 0450)
             symbolic = self.variants.runner_for(values)
             if symbolic is not None:  # its first call here falls back (decision 0430)
                 failed = functools.partial(self.variants.first_call_failed, values, symbolic)
@@ -450,6 +451,12 @@ class SizeSpecialisedRunner:
         if self.traces is None:
             return None
         return self.traces.at(values)
+
+    def symbolic_traces(self) -> SymbolicTraces | None:
+        """The symbolic traces, the first made here at the first call (None: there is
+        no symbolic trace): what the lowerings for many sizes lower from."""
+        self._first_trace()
+        return self.traces
 
     def _first_trace(self) -> None:
         """Make the first symbolic trace (once; none: :attr:`traces` becomes None)."""

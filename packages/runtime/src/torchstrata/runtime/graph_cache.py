@@ -31,6 +31,7 @@ import contextvars
 import functools
 import json
 import logging
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -196,6 +197,9 @@ def _write(options: CompileOptions, key: str, kind: str, what: str, body: dict[s
     _note("stored", what, key)
 
 
+#: the capture's size of a symbol, in a graph's text (``symbol s0 = ..., hint 17``)
+_HINT = re.compile(r"^(\s*symbol .*), hint -?\d+$", re.MULTILINE)
+
 _SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "torchstrata_graph_cache_suspended", default=False
 )
@@ -219,7 +223,11 @@ def _key(
     options: CompileOptions,
     manager: pluggy.PluginManager,
     contract: str = "",
+    hints: bool = True,
 ) -> str | None:
+    """The key of ``graph``'s ``kind`` entry; ``hints=False``: without the sizes a
+    graph with symbolic sizes was captured at (an entry that serves the sizes that
+    meet its recorded conditions, whatever sizes its graph was captured at)."""
     if not options.graph_cache or _SUSPENDED.get():
         return None
     try:
@@ -228,6 +236,8 @@ def _key(
         _STATS.not_cacheable += 1
         cache_log.debug("graph cache: graph not cacheable: %s", error)
         return None
+    if not hints:
+        text = _HINT.sub(r"\1", text)
     return entry_key(
         kind,
         text + _accelerators(graph) + contract,

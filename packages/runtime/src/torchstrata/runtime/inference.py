@@ -7,9 +7,11 @@ whose metadata says so, and they compile an inference graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
+import torch
 
 from torchstrata.core import Graph, Node, NodeMeta, TensorMeta, Transformer
 
@@ -38,3 +40,19 @@ def without_requires_grad(graph: Graph) -> Graph:
     if not any(meta.requires_grad for meta in graph.input_metas):
         return graph
     return _DropRequiresGrad(graph).run()
+
+
+def grad_off(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """``runner`` run with grad off, its outputs detached: no output of the graph carries
+    a gradient (an output rebuilt as a view of an input that requires grad, made with
+    grad off, would still say it requires one)."""
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        with torch.no_grad():
+            outputs = runner(*inputs)
+        return tuple(
+            value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
+            for value in outputs
+        )
+
+    return run

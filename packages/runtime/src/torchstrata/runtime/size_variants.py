@@ -48,11 +48,13 @@ MAX_FIRST_CALL_FAILURES = 2
 class SymbolicLowering:
     """One lowering for many sizes: its ``runner`` (takes the graph's inputs at any
     size it serves) and ``serves(values)``: whether the sizes ``values`` (symbol name ->
-    int) meet every condition it relied on. ``conditions``: their text, for logs."""
+    int) meet every condition it relied on. ``conditions``: their text, for logs.
+    ``from_cache``: read from the compiled-graph cache (decision 0450), not lowered."""
 
     runner: Callable[..., Any]
     serves: Callable[[Mapping[str, int]], bool]
     conditions: tuple[str, ...] = ()
+    from_cache: bool = False
 
 
 class SizeSpecificFailure(Exception):
@@ -69,15 +71,17 @@ class SizeSpecificFailure(Exception):
 #: the conditions it records; raises where it cannot (the size is lowered on its own).
 LowerSymbolic = Callable[[Mapping[str, int]], SymbolicLowering]
 
-#: this process's counts: "symbolic" (lowerings that serve many sizes), "reused" (new
+#: this process's counts: "symbolic" (lowerings that serve many sizes), "cached" (such
+#: lowerings read from the compiled-graph cache), "reused" (new
 #: sizes that ran one of them), "per_size" (sizes lowered on their own), "fallback: why"
 _COUNTS: collections.Counter[str] = collections.Counter()
 
 
 def size_lowering_stats() -> dict[str, int]:
     """A copy of this process's counts of how the new sizes of symbolic entries were
-    served: ``symbolic`` (lowered once for many sizes), ``reused`` (a new size that ran
-    such a lowering, no lowering), ``per_size`` (lowered for its own sizes), and
+    served: ``symbolic`` (lowered once for many sizes), ``cached`` (such a lowering read
+    from the compiled-graph cache, no lowering: decision 0450), ``reused`` (a new size
+    that ran such a lowering, no lowering), ``per_size`` (lowered for its own sizes), and
     ``fallback: <reason>`` (an entry whose symbolic lowering failed, why; ``fallback: first
     call: <reason>``: a size it serves whose first call raised, run per size)."""
     return dict(_COUNTS)
@@ -152,7 +156,7 @@ class SizeVariants:
             self._fail(values, self.fallback)
             return None
         self.variants.append(made)
-        self._count("symbolic")
+        self._count("cached" if made.from_cache else "symbolic")
         if not made.serves(values):
             # the sizes break a condition of the symbolic trace or decomposition (made at
             # the entry's first size; ``Ne(s0, 2)``): they lower on their own, and the

@@ -44,12 +44,15 @@ from torchstrata.core import (
 )
 from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime.forward_contracts import forward_contract
+from torchstrata.runtime.inference import grad_off as _grad_off
 from torchstrata.runtime.runners import inference_runner, output_layout
 from torchstrata.runtime.size_variants import (
     LowerSymbolic,
     SizeSpecificFailure,
     SymbolicLowering,
 )
+from torchstrata.runtime.symbolic_cache import cached_lowerer
+from torchstrata.runtime.symbolic_recording import RecordingPipeline, note_lowering
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
     refuse_training,
@@ -61,10 +64,16 @@ from torchstrata.runtime.symbolic_training import (
 def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], LowerSymbolic]:
     """``lower_symbolic`` of a :class:`~.dynamic_shapes.SizeSpecialisedRunner` (an
     entry's graph, or a segment's after a graph break): its graph lowered by
-    :func:`symbolic_lowerer` from its symbolic traces, Dynamo's import deferred."""
+    :func:`symbolic_lowerer` from its symbolic traces (made at the first lowering), each
+    lowering read from and stored in the compiled-graph cache (:mod:`.symbolic_cache`,
+    decision 0450), Dynamo's import deferred."""
+    plugin_manager = getattr(pipeline, "plugin_manager", None)
+    manager = None if plugin_manager is None else functools.partial(plugin_manager, options)
+    recorded = RecordingPipeline(pipeline)
 
     def lower_symbolic(runner: Any) -> LowerSymbolic:
-        made = symbolic_lowerer(pipeline, runner.graph, options, lambda: runner.traces)
+        lower = symbolic_lowerer(recorded, runner.graph, options, runner.symbolic_traces)
+        made = cached_lowerer(lower, runner.graph, options, manager)
 
         def deferred(values: Mapping[str, int]) -> SymbolicLowering:
             with dynamo_import_deferred():
@@ -193,6 +202,7 @@ def _lowering(
     """The lowering with every condition it relied on: the trace's, the symbolic
     decomposition's and the codegen's (``guards``)."""
     relied = (*conditions, *guards.conditions)
+    note_lowering(traced, relied)  # for the compiled-graph cache's entry
     return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)))
 
 
@@ -218,19 +228,3 @@ def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool
         (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
         for alias, entry in zip(aliases, symbolic)
     )
-
-
-def _grad_off(runner: Callable[..., Any]) -> Callable[..., Any]:
-    """``runner`` run with grad off, its outputs detached: no output of the graph carries
-    a gradient (an output rebuilt as a view of an input that requires grad, made with
-    grad off, would still say it requires one)."""
-
-    def run(*inputs: Any) -> tuple[Any, ...]:
-        with torch.no_grad():
-            outputs = runner(*inputs)
-        return tuple(
-            value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
-            for value in outputs
-        )
-
-    return run

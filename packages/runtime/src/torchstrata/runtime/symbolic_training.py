@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.core import (
@@ -43,6 +44,7 @@ from torchstrata.runtime.runners import (
     saved_layout_mismatches,
     training_runner,
 )
+from torchstrata.runtime.symbolic_recording import note_training
 
 
 class SizedMetas:
@@ -242,19 +244,52 @@ def symbolic_training_runner(
     returns a saved value in another layout than the backward takes."""
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
-    num_user = len(forward_graph.outputs) - aot.num_saved - aot.num_unit_grads
-    carrier = backward_graph.inputs[-1]
+    metas = training_metas(aot, forward_graph, backward_graph)
+    note_training(metas)  # for the compiled-graph cache's entry (decision 0450)
+    return sized_training_runner(aot, forward_fn, backward_fn, slots, metas)
+
+
+@attrs.frozen
+class TrainingMetas:
+    """What a training runner lowered for many sizes computes from a call's sizes (the
+    arguments of :class:`SizedMetas`): the forward's user outputs' metadata, the layouts
+    the backward takes its saved values in, and the symbols of its size carrier."""
+
+    outputs: tuple[Any, ...]
+    saved: tuple[Any, ...]
+    carried: tuple[str, ...]
+
+
+def training_metas(aot: AotResult, forward: Graph, backward: Graph) -> TrainingMetas:
+    """The :class:`TrainingMetas` of a sized prims ``forward`` and ``backward``; raises
+    ``NotImplementedError`` where the backward takes another count of inputs than the
+    runner passes."""
+    num_user = len(forward.outputs) - aot.num_saved - aot.num_unit_grads
+    carrier = backward.inputs[-1]
     carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
     taken = aot.num_saved + len(aot.tangent_outputs) + bool(carried)
-    if len(backward_graph.inputs) != taken:  # the runner would pass another count
-        raise NotImplementedError(f"a backward of {len(backward_graph.inputs)} inputs, not {taken}")
-    sized = SizedMetas(
-        slots,
-        [node.meta for node in forward_graph.outputs[:num_user]],
-        [node.meta for node in backward_graph.inputs[: aot.num_saved]],
+    if len(backward.inputs) != taken:  # the runner would pass another count
+        raise NotImplementedError(f"a backward of {len(backward.inputs)} inputs, not {taken}")
+    return TrainingMetas(
+        tuple(node.meta for node in forward.outputs[:num_user]),
+        tuple(node.meta for node in backward.inputs[: aot.num_saved]),
         carried,
     )
-    return training_runner(forward_fn, NotedBackward(backward_fn), aot, None, sized=sized)
+
+
+def sized_training_runner(
+    aot: AotResult,
+    forward: CompiledGraph,
+    backward: CompiledGraph,
+    slots: Mapping[str, tuple[int, int]],
+    metas: TrainingMetas,
+) -> GraphRunner:
+    """The training runner of a compiled ``forward`` and ``backward`` lowered for many
+    sizes, their metadata ``metas`` computed at each call's sizes (within the lowering's
+    ``SizeGuards.active()``): what :func:`symbolic_training_runner` makes, and what the
+    compiled-graph cache makes again from a stored lowering (decision 0450)."""
+    sized = SizedMetas(slots, metas.outputs, metas.saved, metas.carried)
+    return training_runner(forward, NotedBackward(backward), aot, None, sized=sized)
 
 
 #: the note an exception of such a backward carries (decision 0430)

@@ -44,6 +44,11 @@ class TritonKernelRecord:
     #: The size arguments its sources take beyond ``xnumel`` (a reduction's ``rnumel``, a
     #: horizontal kernel's parts' elements), by parameter name: decision 0250.
     sizes: Mapping[str, int] = attrs.field(factory=dict)
+    #: A kernel of a symbolic lowering (decision 0450): the symbols its launcher passes
+    #: last, and their values where it was lowered; its ``rows`` and ``sizes`` are then
+    #: Python expressions over them (text, read back) or ints.
+    symbols: tuple[str, ...] = ()
+    hints: tuple[int, ...] = ()
 
     def split_sizes(self, split: int) -> tuple[int, int]:
         """The scratch of the split variant ``split`` (``TunedKernel``'s ``scratch``)."""
@@ -84,19 +89,49 @@ def make_record(
 
 
 def to_json(record: TritonKernelRecord) -> dict[str, Any]:
-    """``record`` as JSON types (for the package's ``kernels`` list)."""
+    """``record`` as JSON types (for the package's ``kernels`` list); a symbolic
+    record's sizes as the expressions they print (within ``core.size_printer`` of Python
+    source, where they have ``//`` or ``%``)."""
+    symbolic = {"symbols": list(record.symbols), "hints": list(record.hints)}
     return {
+        **(symbolic if record.symbols else {}),
         "name": record.name,
         "source": record.source,
         "interpret": record.interpret,
-        "rows": record.rows,
+        "rows": _size_json(record.rows),
         "variants": [[list(v), list(canonical)] for v, canonical in record.variants.items()],
         "configs": [attrs.asdict(config) for config in record.configs],
         "split_scratch": [[s, *sizes] for s, sizes in sorted(record.split_scratch.items())],
         "tail": None if record.tail is None else list(record.tail),
         "cluster_scratch": [[s, size] for s, size in sorted(record.cluster_scratch.items())],
-        "sizes": dict(record.sizes),
+        "sizes": {name: _size_json(size) for name, size in record.sizes.items()},
     }
+
+
+def _size_json(size: Any) -> int | str:
+    return size if type(size) is int else str(size)
+
+
+def _symbolic_sizes(data: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The symbols and hints of a symbolic record (empty for another), checked: its
+    rows and sizes evaluate to ints >= 0 at the hints."""
+    if "symbols" not in data:
+        return (), ()
+    symbols, hints = data["symbols"], data["hints"]
+    if not (isinstance(symbols, list) and all(map(str.isidentifier, symbols))):
+        raise ValueError("a Triton kernel record's symbols must be names")
+    values = _ints(hints, len(symbols), "hints")
+    sizes = [data["rows"], *data["sizes"].values()]
+    if not all(type(size) is int or isinstance(size, str) for size in sizes):
+        raise ValueError("a symbolic Triton kernel record's sizes are ints or expressions")
+    evaluate = eval(  # text of the store's record, as its launcher's source is
+        compile(
+            f"lambda {', '.join(symbols)}: ({''.join(f'({s}),' for s in sizes)})", "<sizes>", "eval"
+        ),
+        {"__builtins__": {}},
+    )
+    _ints(list(evaluate(*values)), len(sizes), "sizes at the hints")
+    return tuple(symbols), values
 
 
 def _ints(values: Any, count: int, what: str) -> tuple[int, ...]:
@@ -132,7 +167,8 @@ def from_json(data: Mapping[str, Any]) -> TritonKernelRecord:
     one that does not describe a loadable kernel."""
     try:
         name, source, interpret = data["name"], data["source"], data["interpret"]
-        (rows,) = _ints([data["rows"]], 1, "rows")
+        symbols, hints = _symbolic_sizes(data)
+        rows = data["rows"] if symbols else _ints([data["rows"]], 1, "rows")[0]
         variants = {}
         for variant, canonical in data["variants"]:
             text, symbol = canonical
@@ -155,8 +191,9 @@ def from_json(data: Mapping[str, Any]) -> TritonKernelRecord:
         sizes = data.get("sizes", {})
         if not isinstance(sizes, dict) or not all(isinstance(n, str) for n in sizes):
             raise ValueError("a Triton kernel record's sizes map parameter names to ints")
-        _ints(list(sizes.values()), len(sizes), "sizes")
-    except (KeyError, TypeError) as error:
+        if not symbols:
+            _ints(list(sizes.values()), len(sizes), "sizes")
+    except (KeyError, TypeError, SyntaxError, NameError, ZeroDivisionError) as error:
         raise ValueError(f"not a Triton kernel record: {type(error).__name__}: {error}") from None
     if not (isinstance(name, str) and isinstance(source, str) and type(interpret) is bool):
         raise ValueError("a Triton kernel record needs a str name and source, a bool interpret")
@@ -170,5 +207,16 @@ def from_json(data: Mapping[str, Any]) -> TritonKernelRecord:
         ):
             raise ValueError(f"no scratch sizes for the launch configuration {config}")
     return TritonKernelRecord(
-        name, source, interpret, rows, variants, configs, split, tail, cluster, sizes
+        name,
+        source,
+        interpret,
+        rows,
+        variants,
+        configs,
+        split,
+        tail,
+        cluster,
+        sizes,
+        symbols,
+        hints,
     )

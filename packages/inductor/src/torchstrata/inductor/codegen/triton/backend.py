@@ -38,6 +38,8 @@ from torchstrata.core import (
     GraphPass,
     InductorOptions,
     KernelInfo,
+    active_symbols,
+    python_source,
     size_printer,
 )
 from torchstrata.core.artifacts import CacheSettings, open_store
@@ -56,7 +58,11 @@ from torchstrata.inductor.codegen.triton.row_tiles import as_row_kernel
 from torchstrata.inductor.codegen.triton.shifted_exps import shift_row_exps
 from torchstrata.inductor.codegen.triton.size_buckets import hint, symbol_params
 from torchstrata.inductor.codegen.triton.size_source import triton_size_source
-from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel, sized_record_checks
+from torchstrata.inductor.codegen.triton.sized_launch import (
+    SizedKernel,
+    size_function,
+    sized_record_checks,
+)
 from torchstrata.inductor.codegen.triton.split import generate_split_triton, scratch_sizes
 from torchstrata.inductor.codegen.triton.tails import tail_scratch
 from torchstrata.inductor.codegen.triton.tuning import (
@@ -237,6 +243,8 @@ class TritonBackend:
         symbols = symbol_params()
         if symbols:  # a symbolic lowering (decision 0400)
             sized_record_checks(kernel, configs, record.sizes, self.interpret)
+            hints = tuple(hint(symbol) for symbol in active_symbols())
+            record = attrs.evolve(record, symbols=symbols, hints=hints)
         tuned, path = self.load(record, options)
         handle: TunedKernel | SizedKernel = SizedKernel(tuned, symbols) if symbols else tuned
         # compiled on the pool while the graph is lowered further (a GPU build-only run,
@@ -249,7 +257,8 @@ class TritonBackend:
             )
         info = KernelInfo(kernel.name, self.name, record.source, path, kernel.ops)
         call = functools.partial(_run_call, sizes=symbols)
-        json = None if symbols else to_json(record)  # the symbolic one is not kept on disk
+        with size_printer(python_source):  # sizes with ``//`` or ``%`` in them
+            json = to_json(record)  # a symbolic one's sizes as expressions (decision 0450)
         return BuiltLaunch(KernelLaunch(kernel, handle, call), info, record=json)
 
     def load(self, record: TritonKernelRecord, options: CompileOptions) -> tuple[TunedKernel, str]:
@@ -269,12 +278,13 @@ class TritonBackend:
         compile_scope: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
         if not self.interpret:
             store = open_store(CacheSettings.resolve(options.cache_dir, options.cache_size_limit))
-            row_length = None if RED_PARAM not in record.sizes else hint(record.sizes[RED_PARAM])
+            rows, sizes = _hinted(record)
+            row_length = sizes.get(RED_PARAM)
             rekey = functools.partial(
                 tuning_key, canonical, torch.cuda.get_device_name(), row_length=row_length
             )
             # the first size's buckets (decision 0400); a sized kernel's other rows rekey
-            choice_cache = ChoiceCache(store, rekey(hint(record.rows)), rekey)
+            choice_cache = ChoiceCache(store, rekey(rows), rekey)
             compile_scope = functools.partial(verified_triton_cache, store)
         tuned = TunedKernel(
             variants,
@@ -298,8 +308,25 @@ class TritonBackend:
     ) -> tuple[list[Any], list[str | None]]:
         """The kernels of the records :meth:`build` made (see :meth:`load`), and their
         first modules' paths."""
-        loaded = [self.load(from_json(record), options) for record in records]
-        return [tuned for tuned, _ in loaded], [path for _, path in loaded]
+        handles: list[Any] = []
+        paths: list[str | None] = []
+        for data in records:
+            record = from_json(data)
+            tuned, path = self.load(record, options)
+            sized = SizedKernel(tuned, record.symbols, record.hints) if record.symbols else None
+            handles.append(tuned if sized is None else sized)
+            paths.append(path)
+        return handles, paths
+
+
+def _hinted(record: TritonKernelRecord) -> tuple[int, dict[str, int]]:
+    """``record``'s rows and size arguments where it was lowered (a symbolic record's
+    evaluated at its hints, decision 0450)."""
+    if not record.symbols:
+        return hint(record.rows), {name: hint(size) for name, size in record.sizes.items()}
+    evaluate = size_function(record.symbols, (record.rows, *record.sizes.values()))
+    rows, *sizes = evaluate(*record.hints)
+    return rows, dict(zip(record.sizes, sizes, strict=True))
 
 
 def _flat_elements(kernel: Kernel) -> Kernel:

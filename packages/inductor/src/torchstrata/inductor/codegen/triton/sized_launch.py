@@ -49,16 +49,20 @@ class SizedKernel:
 
     :param tuned: the kernel, its ``rows`` and ``sizes`` expressions of the symbols.
     :param symbols: the names of the symbols the launcher passes, in order.
+    :param hints: the symbols' values where the kernel was lowered (default: those of the
+        lowering in progress; a kernel loaded from the compiled-graph cache gives them).
     """
 
-    def __init__(self, tuned: TunedKernel, symbols: Sequence[str]) -> None:
+    def __init__(
+        self, tuned: TunedKernel, symbols: Sequence[str], hints: Sequence[int] | None = None
+    ) -> None:
         self.tuned = tuned
         self.symbols = tuple(symbols)
         self.names = tuple(tuned.sizes)
         self.evaluate = size_function(self.symbols, (tuned.rows, *tuned.sizes.values()))
         self.launches: dict[tuple[int, ...], Callable[..., Any]] = {}
         #: The symbols' values in the call being lowered (compiles ahead are for them).
-        self.hints = tuple(hint(symbol) for symbol in active_symbols())
+        self.hints = tuple(hints) if hints is not None else tuple(hint(s) for s in active_symbols())
         #: The configuration tuned at the first call of each bucket of rows.
         self.chosen: dict[int, Config] = {}
 

@@ -1,0 +1,275 @@
+"""Lowerings made once for many sizes in the compiled-graph cache (issue 33, decision 0450).
+
+A symbolic entry's lowering (:mod:`.symbolic_lowering`, decisions 0381/0395) is stored as
+a ``symbolic`` entry of the compiled-graph cache (:mod:`.graph_cache`), so that a fresh
+process serves the sizes it holds for with no autograd trace, decomposition or code
+generation. The entry is keyed like the others (:mod:`.graph_cache_key`: the graph's
+text with its symbolic sizes and ``requires_grad``, the options, this installation, the
+CUDA devices), and also by grad mode, autocast and the default dtype. It holds, per
+lowering (at most ``symbolic_lowerings``):
+
+- ``conditions``: every condition on sizes the lowering relied on: the symbolic trace's,
+  the symbolic decomposition's and those the codegen recorded (``SizeGuards``), as sympy
+  text (:mod:`.symbolic_records`). A size that does not meet all of them is not served
+  by it: it is lowered as without the cache (symbolically again, or per size);
+- ``forward`` (and ``backward``): the codegen stage's packages of the sized graphs (C++
+  kernels by source, their libraries from the kernel cache; Triton modules and launch
+  choices), loaded through ``torchstrata_codegen_load``;
+- the runner's recipe: the autograd result at the lowering's sizes (its counts), whether
+  the forward runs with grad off, and for training the metadata the runner computes
+  from each call's sizes (:class:`~.symbolic_training.TrainingMetas`, as expressions).
+
+What is stored is noted while the lowering is made (:mod:`.symbolic_recording` around
+``lower(values)``: the codegen stage's results, the trace and conditions, a training
+runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
+runner carries more than this recipe (write-backs, output views or aliases, autocast,
+lifted constants) are not stored. An entry that does not decode or load is removed with a
+:class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
+never fails a compile (:func:`~.graph_cache._never_fatal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pluggy
+import torch
+
+from torchstrata.core import (
+    CompiledGraph,
+    CompileOptions,
+    Graph,
+    SizeGuards,
+    enabled_autocast,
+    input_symbol_slots,
+)
+from torchstrata.core.size_values import conditions_check
+from torchstrata.runtime import graph_cache
+from torchstrata.runtime.graph_cache import _STATS, _never_fatal, _note
+from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_record, read_aot
+from torchstrata.runtime.inference import grad_off
+from torchstrata.runtime.runners import inference_runner
+from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.symbolic_recording import Recording, recording
+from torchstrata.runtime.symbolic_records import (
+    expression_text,
+    metas_record,
+    package_record,
+    read_expression,
+    read_metas,
+)
+from torchstrata.runtime.symbolic_training import TrainingMetas, sized_training_runner
+
+KIND = "symbolic"
+
+
+def cached_lowerer(
+    lower: LowerSymbolic,
+    graph: Graph,
+    options: CompileOptions,
+    manager: Callable[[], pluggy.PluginManager] | None,
+) -> LowerSymbolic:
+    """``lower`` (made with a :class:`~.symbolic_recording.RecordingPipeline`), reading a lowering that serves
+    the sizes from the compiled-graph cache first and storing each one it makes.
+    ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
+    manager (None: no cache)."""
+    if manager is None:
+        return lower
+    entries = SymbolicEntries(graph, options, manager)
+
+    def cached(values: Mapping[str, int]) -> SymbolicLowering:
+        found = entries.lookup(values)
+        if found is not None:
+            return found
+        with recording() as recorded:
+            made = lower(values)
+        entries.store(values, made, recorded)
+        return made
+
+    return cached
+
+
+class SymbolicEntries:
+    """The ``symbolic`` cache entry of one torch-level graph with symbolic sizes."""
+
+    def __init__(
+        self, graph: Graph, options: CompileOptions, manager: Callable[[], pluggy.PluginManager]
+    ) -> None:
+        self.graph = graph
+        self.options = options
+        self.manager = manager
+        self.slots = input_symbol_slots(graph)
+        self._training = any(meta.requires_grad for meta in graph.input_metas)
+
+    def key(self) -> str | None:
+        """The entry's key under the global state now (None: the cache is off, or the
+        graph has no text form)."""
+        state = (
+            f"\0grad={torch.is_grad_enabled()} autocast={enabled_autocast()} "
+            f"default_dtype={torch.get_default_dtype()}"
+        )
+        return graph_cache._key(KIND, self.graph, self.options, self.manager(), state, hints=False)
+
+    @_never_fatal(None)
+    def lookup(self, values: Mapping[str, int]) -> SymbolicLowering | None:
+        """A stored lowering whose conditions ``values`` meet, loaded; None: none."""
+        key = self.key()
+        if key is None:
+            return None
+        document = graph_cache._read(self.options, key, KIND)
+        if document is not None:
+            try:
+                found = self._serving(document, values)
+            except Exception as error:  # noqa: BLE001 - any part that does not make a lowering
+                reason = str(error) if isinstance(error, BadRecord) else _reason(error)
+                graph_cache._discard(graph_cache._store(self.options), key, reason)
+                found = None
+            if found is not None:
+                _STATS.hits += 1
+                _note("hit", "lowering for many sizes", key)
+                return found
+        _STATS.misses += 1
+        _note("miss", "lowering for many sizes", key)
+        return None
+
+    def _serving(
+        self, document: Mapping[str, Any], values: Mapping[str, int]
+    ) -> SymbolicLowering | None:
+        variants = document["variants"]
+        if not isinstance(variants, list):
+            raise BadRecord("the lowerings of a symbolic entry are no list")
+        for variant in variants:
+            conditions = tuple(map(read_expression, variant["conditions"]))
+            serves = _serves(conditions)
+            if serves(values):
+                runner = self._runner(variant)
+                return SymbolicLowering(
+                    runner, serves, tuple(map(str, conditions)), from_cache=True
+                )
+        return None
+
+    def _runner(self, variant: Mapping[str, Any]) -> Callable[..., Any]:
+        """The runner of a stored lowering (its packages loaded, its recipe followed as
+        :func:`~.symbolic_lowering.symbolic_lowerer` follows it)."""
+        device = torch.device(variant["device"])
+        aot = read_aot(variant["aot"])
+        forward = self._load(variant["forward"], device)
+        if variant["backward"] is None:
+            runner = inference_runner(forward.fn, aot)
+            return grad_off(runner) if variant["grad_off"] else runner
+        backward = self._load(variant["backward"], device)
+        hints = variant["hints"]
+        if not isinstance(hints, dict) or set(hints) != set(self.slots):
+            raise BadRecord("a stored lowering's sizes are not the graph's symbols")
+        guards = SizeGuards(hints)
+        layouts = variant["layouts"]
+        try:
+            with guards.active():
+                metas = TrainingMetas(
+                    read_metas(layouts["outputs"], guards),
+                    read_metas(layouts["saved"], guards),
+                    tuple(map(str, layouts["carried"])),
+                )
+                runner = sized_training_runner(aot, forward, backward, self.slots, metas)
+            if guards.refused:
+                raise BadRecord(f"a stored lowering's layouts read a size: {guards.refused[0]}")
+        finally:
+            guards.close()
+        return runner
+
+    def _load(self, package: Any, device: torch.device) -> CompiledGraph:
+        if not isinstance(package, dict):
+            raise BadRecord("a stored lowering's package is no JSON object")
+        try:
+            compiled = self.manager().hook.torchstrata_codegen_load(
+                package=package, device=device, options=self.options
+            )
+        except Exception as error:
+            raise BadRecord(
+                f"its package does not load: {type(error).__name__}: {error}"
+            ) from error
+        if not isinstance(compiled, CompiledGraph):
+            raise BadRecord("no codegen plugin loads its package")
+        return compiled
+
+    @_never_fatal(None)
+    def store(
+        self, values: Mapping[str, int], made: SymbolicLowering, recording: Recording
+    ) -> None:
+        """Add the lowering ``made`` at ``values`` (what ``recording`` noted) to the
+        entry: nothing where the cache is off or the lowering is not plain data."""
+        key = self.key()
+        if key is None or recording.traced is None or not made.serves(values):
+            return
+        try:
+            variant = self._variant(values, recording)
+        except NotCacheable as reason:
+            _STATS.not_cacheable += 1
+            graph_cache.cache_log.debug("graph cache: symbolic lowering not stored: %s", reason)
+            return
+        document = graph_cache._read(self.options, key, KIND)
+        stored = list(document.get("variants", ())) if document is not None else []
+        stored = [old for old in stored if old.get("conditions") != variant["conditions"]]
+        stored = [*stored, variant][-max(1, self.options.symbolic_lowerings) :]
+        graph_cache._write(self.options, key, KIND, "lowering for many sizes", {"variants": stored})
+
+    def _variant(self, values: Mapping[str, int], recording: Recording) -> dict[str, Any]:
+        traced = recording.traced
+        assert traced is not None
+        if enabled_autocast():
+            raise NotCacheable("a lowering under autocast")
+        aot = traced.at(values)
+        views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
+        aliases = any(alias is not None for alias in getattr(aot, "output_aliases", ()) or ())
+        if aot.mutated_inputs or views or aliases:
+            raise NotCacheable("a runner with write-backs, views or aliased outputs")
+        conditions = [expression_text(c) for c in (*traced.guards, *recording.relied)]
+        compiled = recording.compiled
+        if len(compiled) not in (1, 2):
+            raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
+        (_, device, forward), *rest = compiled
+        training = torch.is_grad_enabled() and self._training
+        if rest and (recording.training is None or aot.backward is None):
+            raise NotCacheable("a forward and backward not made into a training runner here")
+        if not rest and training and (aot.backward is not None or aot.tangent_outputs):
+            raise NotCacheable("a training graph lowered without its backward")
+        variant: dict[str, Any] = {
+            "hints": dict(values),
+            "conditions": conditions,
+            "device": str(device),
+            "aot": aot_record(aot),
+            "forward": package_record(forward.package),
+            "backward": None,
+            # one graph of a graph that requires grad: no output carries a gradient
+            "grad_off": not rest and training,
+            "layouts": None,
+        }
+        if rest:
+            ((_, _, backward),) = rest
+            metas: TrainingMetas = recording.training
+            variant["backward"] = package_record(backward.package)
+            variant["layouts"] = {
+                "outputs": metas_record(metas.outputs),
+                "saved": metas_record(metas.saved),
+                "carried": list(metas.carried),
+            }
+        return variant
+
+
+def _reason(error: Exception) -> str:
+    return f"it does not make a lowering: {type(error).__name__}: {error}"
+
+
+def _serves(conditions: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:
+    """Whether sizes meet every one of ``conditions`` (False where one names a symbol
+    the sizes give no value for)."""
+    holds = conditions_check(conditions)
+
+    def serves(values: Mapping[str, int]) -> bool:
+        try:
+            return bool(holds(values))
+        except KeyError:
+            return False
+
+    return serves
