@@ -37,6 +37,7 @@ from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
+from torchstrata.runtime.dynamo_shared import SharedLowerings, kept_positions
 from torchstrata.runtime.dynamo_sizes import (
     PerSizeGraph,
     StaticGraph,
@@ -48,6 +49,7 @@ from torchstrata.runtime.dynamo_symbolic import DynamoTraces, symbolic_import
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import Pipeline
+from torchstrata.runtime.size_variants import count
 from torchstrata.runtime.symbolic_traces import lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -126,9 +128,11 @@ def _static(
 def _per_size(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions
 ) -> BackendGraph | None:
-    """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph` (this call's
-    sizes lowered now, others on their first call); None when a symbol cannot be read
-    from the arguments (the caller specialises under Dynamo's guards instead)."""
+    """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph`: each size
+    served by a lowering shared by many sizes where one serves it (decision 0455), else
+    lowered on its own (this call's sizes now, others on their first call); None when a
+    symbol cannot be read from the arguments (the caller specialises under Dynamo's
+    guards instead)."""
     try:
         slots = symbol_slots(gm, example_inputs)
     except ValueError as error:
@@ -137,6 +141,7 @@ def _per_size(
     structure = _output_structure(gm)
     made: list[GraphArtifacts] = []
     traces = _symbolic_traces(gm, example_inputs, slots, options)
+    shared = _shared(gm, example_inputs, traces, options, structure)
 
     def lower(static: StaticGraph) -> Callable[..., Any]:
         graph = from_fx(static.gm, list(static.examples))
@@ -145,17 +150,52 @@ def _per_size(
         made.append(artifacts)
         return _compiled_call(artifacts, structure, static.kept)
 
-    per_size = PerSizeGraph(gm, slots, lower)
+    per_size = PerSizeGraph(gm, slots, lower, shared=None if shared is None else shared.runner_for)
     try:
         per_size.runner_for(example_inputs)  # this call's sizes, as a static graph would
     except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
         return _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
+    first = made[0] if made else shared.artifacts if shared is not None else None
     logger.info(
-        "dynamo backend: symbolic sizes %s lowered per size (no Dynamo recompile)",
+        "dynamo backend: symbolic sizes %s lowered %s (no Dynamo recompile)",
         ", ".join(slots),
+        "once for many sizes" if not made else "per size",
     )
     run = _SizeFallback(per_size, gm, strict=options.fullgraph)
-    return BackendGraph(gm, made[0], "", run, dynamo_guards(), strict=options.fullgraph)
+    graph = BackendGraph(gm, first, "", run, dynamo_guards(), strict=options.fullgraph)
+    if shared is not None:
+        graph.size_lowering = shared.describe
+    else:
+        why = "no symbolic trace" if options.symbolic_lowering else "symbolic_lowering is off"
+        graph.size_lowering = _per_size_only(per_size, why)
+    return graph
+
+
+def _shared(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    traces: DynamoTraces | None,
+    options: CompileOptions,
+    structure: type | None,
+) -> SharedLowerings | None:
+    """The lowerings of ``gm`` shared by many sizes (decision 0455); None where the
+    option ``symbolic_lowering`` is off or ``gm`` has no symbolic trace (counted, with
+    the reason, in ``size_lowering_stats()``)."""
+    if not options.symbolic_lowering:
+        return None
+    if traces is None:
+        count("fallback: no symbolic trace of the Dynamo graph")
+        return None
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    kept = kept_positions(placeholders, example_inputs)
+    return SharedLowerings(_PIPELINE, traces, traces.graph, options, kept, structure)
+
+
+def _per_size_only(per_size: PerSizeGraph, why: str) -> Callable[[], str]:
+    def describe() -> str:
+        return f"{per_size.lowered} size(s) lowered on their own: {why}"
+
+    return describe
 
 
 def _symbolic_traces(
