@@ -48,7 +48,7 @@ from torchstrata.runtime.artifacts import (
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
-from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
+from torchstrata.runtime.cuda_graphs import CUDA_GRAPH_MODES, CudaGraphed, draws_random_numbers
 from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
@@ -76,10 +76,6 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
         return interpret(graph, *inputs)
 
     return run
-
-
-#: Modes that record CUDA graphs.
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
