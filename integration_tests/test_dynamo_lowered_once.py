@@ -133,3 +133,11 @@ def test_a_first_call_that_fails_lowers_that_size_on_its_own(monkeypatch):
     stats = tsr.size_lowering_stats()
     assert stats["per_size"] == 1 and stats["symbolic"] == 1, stats
     assert stats["fallback: first call: RuntimeError: a launch failed at 7 rows"] == 1, stats
+
+
+def test_the_option_off_lowers_every_size_on_its_own():
+    options = {"symbolic_lowering": False}
+    compiled, graphs = _run(reshape_by_size, (4, 5, 7, 12, 3), options=options)
+    assert tsr.size_lowering_stats() == {"per_size": 4}
+    report = tsr.explain(compiled, torch.randn(10, 8), torch.randn(8, 4))
+    assert report.size_lowerings == ("graph 0: 5 size(s) lowered on their own: option off",)

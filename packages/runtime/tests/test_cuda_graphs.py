@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -183,7 +184,7 @@ def test_stable_inputs_that_keep_moving_end_the_recordings():
 class _Recorder:
     """Stands in for :class:`CudaGraphed` (no GPU): counts the calls of each size."""
 
-    made: list[_Recorder] = []
+    made: ClassVar[list[_Recorder]] = []
 
     def __init__(self, fn, name):
         self.fn, self.name, self.calls = fn, name, 0

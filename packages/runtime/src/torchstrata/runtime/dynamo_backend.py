@@ -140,8 +140,8 @@ def _per_size(
         return None
     structure = _output_structure(gm)
     made: list[GraphArtifacts] = []
-    traces = _symbolic_traces(gm, example_inputs, slots, options)
-    shared = _shared(gm, example_inputs, traces, options, structure)
+    traces, untraced = _symbolic_traces(gm, example_inputs, slots, options)
+    shared = _shared(gm, example_inputs, traces, untraced, options, structure)
 
     def lower(static: StaticGraph) -> Callable[..., Any]:
         graph = from_fx(static.gm, list(static.examples))
@@ -166,7 +166,7 @@ def _per_size(
     if shared is not None:
         graph.size_lowering = shared.describe
     else:
-        why = "no symbolic trace" if options.symbolic_lowering else "symbolic_lowering is off"
+        why = f"no symbolic trace ({untraced})" if options.symbolic_lowering else "option off"
         graph.size_lowering = _per_size_only(per_size, why)
     return graph
 
@@ -175,16 +175,17 @@ def _shared(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     traces: DynamoTraces | None,
+    untraced: str,
     options: CompileOptions,
     structure: type | None,
 ) -> SharedLowerings | None:
     """The lowerings of ``gm`` shared by many sizes (decision 0455); None where the
-    option ``symbolic_lowering`` is off or ``gm`` has no symbolic trace (counted, with
-    the reason, in ``size_lowering_stats()``)."""
+    option ``symbolic_lowering`` is off or ``gm`` has no symbolic trace (``untraced``
+    says why; counted in ``size_lowering_stats()``)."""
     if not options.symbolic_lowering:
         return None
     if traces is None:
-        count("fallback: no symbolic trace of the Dynamo graph")
+        count(f"fallback: no symbolic trace of the Dynamo graph ({untraced})")
         return None
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     kept = kept_positions(placeholders, example_inputs)
@@ -203,18 +204,17 @@ def _symbolic_traces(
     example_inputs: Sequence[Any],
     slots: Mapping[str, tuple[int, int | None]],
     options: CompileOptions,
-) -> DynamoTraces | None:
+) -> tuple[DynamoTraces | None, str]:
     """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
-    (each size is traced on its own, with a debug line saying why)."""
+    (each size is traced on its own, with a debug line saying why), and why not."""
     if not slots:
-        return None  # nothing symbolic in the graph: one static lowering is all
+        return None, "no size symbol"  # nothing symbolic: one static lowering is all
     try:
         graph = symbolic_import(gm, example_inputs, slots)
     except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
-        logger.debug(
-            "dynamo backend: each size traced on its own (%s: %s)", type(error).__name__, error
-        )
-        return None
+        why = f"{type(error).__name__}: {str(error)[:160]}"
+        logger.debug("dynamo backend: each size traced on its own (%s)", why)
+        return None, why
 
     def trace(hints: Mapping[str, int] | None) -> Any:
         with compile_trace("a Dynamo graph with symbolic sizes", options):
@@ -222,7 +222,7 @@ def _symbolic_traces(
 
     traces = DynamoTraces(graph, trace, shared_from=options.shared_decomposition_from)
     traces.add(None)
-    return traces if traces.traces else None
+    return (traces, "") if traces.traces else (None, "the autograd stage made no symbolic trace")
 
 
 def _lower_from_traces(

@@ -55,7 +55,8 @@ class CodegenRecord:
 
 def inputs_match(graph: Graph, inputs: Sequence[Any], values: Mapping[str, int]) -> bool:
     """Whether ``inputs`` are tensors with the dtypes and devices of ``graph``'s inputs
-    (symbolic sizes) and the sizes and strides those evaluate to at ``values``."""
+    (symbolic sizes) and the sizes and strides those evaluate to at ``values`` (the
+    strides of dimensions longer than 1)."""
     if len(inputs) != len(graph.inputs):
         return False
     for node, value in zip(graph.inputs, inputs, strict=True):
@@ -66,8 +67,11 @@ def inputs_match(graph: Graph, inputs: Sequence[Any], values: Mapping[str, int])
         ):
             return False
         shape = tuple(evaluate(size, values) for size in meta.shape)
-        strides = tuple(evaluate(stride, values) for stride in meta.strides)
-        if shape != tuple(value.shape) or (value.numel() > 1 and strides != value.stride()):
+        if shape != tuple(value.shape):
+            return False
+        strides = (evaluate(stride, values) for stride in meta.strides)
+        # a dimension of size 1 has any stride (no element is a step along it)
+        if any(n > 1 and a != b for n, a, b in zip(shape, strides, value.stride(), strict=True)):
             return False
     return True
 
