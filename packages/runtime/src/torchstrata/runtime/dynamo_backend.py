@@ -11,8 +11,10 @@ Training steps therefore run generated kernels both ways.
 Dynamo guards every graph it hands over (grad mode, ``requires_grad`` and sizes of
 each input...), so the choice between an inference and a training graph, made from the
 example inputs, holds for every call Dynamo routes here. A graph with sizes Dynamo
-made symbolic is lowered once per distinct size it is called with, under Dynamo's
-symbolic guards (:mod:`torchstrata.runtime.dynamo_sizes`).
+made symbolic runs under Dynamo's symbolic guards (:mod:`torchstrata.runtime.dynamo_sizes`),
+lowered once for every size that meets the conditions of the runtime's symbolic lowering
+(:mod:`torchstrata.runtime.dynamo_shared`, decision 0455), and once per distinct size
+where that lowering refuses.
 """
 
 from __future__ import annotations

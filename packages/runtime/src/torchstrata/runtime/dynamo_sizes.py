@@ -3,12 +3,13 @@
 On a frame's second shape Dynamo's automatic dynamic shapes (or ``dynamic=True``) trace
 the graph with symbolic sizes: its placeholders include size symbols (``s77``, a
 ``SymInt``), its tensors' ``example_value`` have symbolic shapes, and nodes compute
-sizes (``x.size(0) * 2``). The stages lower static graphs, so :class:`PerSizeGraph`
-reads each symbol's value from the call's arguments (the ``s77`` argument, or the
-dimension of a tensor it is the size of), makes the graph static for those values
-(:func:`concretised`) and lowers it once per distinct size, as the runtime's own
-symbolic entries do (decision 0207). Nothing is guarded: Dynamo's guards stay symbolic,
-so one Dynamo compile serves every size.
+sizes (``x.size(0) * 2``). :class:`PerSizeGraph` reads each symbol's value from the
+call's arguments (the ``s77`` argument, or the dimension of a tensor it is the size of)
+and runs a lowering shared by many sizes where one serves those values
+(:mod:`torchstrata.runtime.dynamo_shared`, decision 0455); else it makes the graph
+static for them (:func:`concretised`) and lowers it for that size alone (decision 0207).
+Nothing is guarded: Dynamo's guards stay symbolic, so one Dynamo compile serves every
+size.
 
 Where a symbol cannot be read from the arguments (a data-dependent size), the graph is
 made static for this call through :func:`torchstrata.core.specialise_sizes` instead
