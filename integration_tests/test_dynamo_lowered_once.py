@@ -63,6 +63,20 @@ def test_one_lowering_serves_every_size(monkeypatch, codegen):
     assert "served by" in report.size_lowerings[0] and "on their own" not in str(report)
 
 
+def first_half(x, w):
+    return torch.softmax(x.narrow(0, 0, x.shape[0] // 2) @ w, -1) + 1.0
+
+
+def test_a_graph_whose_import_relies_on_size_conditions_lowers_once_too():
+    # narrow's bounds and length (``s77//2 != 1``) are conditions of the imported graph:
+    # kept and checked for each size, no longer a reason to lower every size on its own
+    _, graphs = _run(first_half, (4, 5, 7, 12, 9, 33, 6, 64, 11))
+    assert len(graphs) == 2
+    stats = tsr.size_lowering_stats()
+    assert set(stats) == {"symbolic", "reused"} and stats["symbolic"] <= 2, stats
+    assert "served by" in graphs[1].size_lowering()
+
+
 def test_dynamic_true_lowers_once_from_the_first_call():
     _, graphs = _run(reshape_by_size, (5, 6, 9, 17, 3, 33, 7, 10), dynamic=True)
     assert len(graphs) == 1
@@ -137,7 +151,7 @@ def test_a_first_call_that_fails_lowers_that_size_on_its_own(monkeypatch):
 
 def test_the_option_off_lowers_every_size_on_its_own():
     options = {"symbolic_lowering": False}
-    compiled, graphs = _run(reshape_by_size, (4, 5, 7, 12, 3), options=options)
+    compiled, _ = _run(reshape_by_size, (4, 5, 7, 12, 3), options=options)
     assert tsr.size_lowering_stats() == {"per_size": 4}
     report = tsr.explain(compiled, torch.randn(10, 8), torch.randn(8, 4))
     assert report.size_lowerings == ("graph 0: 5 size(s) lowered on their own: option off",)

@@ -211,8 +211,9 @@ def _symbolic_traces(
     (each size is traced on its own, with a debug line saying why), and why not."""
     if not slots:
         return None, "no size symbol"  # nothing symbolic: one static lowering is all
+    conditions: list[Any] = []
     try:
-        graph = symbolic_import(gm, example_inputs, slots)
+        graph = symbolic_import(gm, example_inputs, slots, conditions)
     except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
         why = f"{type(error).__name__}: {str(error)[:160]}"
         logger.debug("dynamo backend: each size traced on its own (%s)", why)
@@ -222,7 +223,8 @@ def _symbolic_traces(
         with compile_trace("a Dynamo graph with symbolic sizes", options):
             return _PIPELINE.trace_symbolic(graph, options, hints)
 
-    traces = DynamoTraces(graph, trace, shared_from=options.shared_decomposition_from)
+    shared_from = options.shared_decomposition_from
+    traces = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions)
     traces.add(None)
     return (traces, "") if traces.traces else (None, "the autograd stage made no symbolic trace")
 

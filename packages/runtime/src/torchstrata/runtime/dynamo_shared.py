@@ -26,9 +26,9 @@ import torch
 from torchstrata.core import CompiledGraph, CompileOptions, Graph
 from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import GraphArtifacts
+from torchstrata.runtime.dynamo_symbolic import DynamoTraces
 from torchstrata.runtime.size_variants import SizeVariants, count
 from torchstrata.runtime.symbolic_lowering import symbolic_lowerer
-from torchstrata.runtime.symbolic_traces import SymbolicTraces
 
 #: A runner for one size from a shared lowering (Dynamo's arguments in, the FX graph's
 #: output structure out) and what records its first call's failure.
@@ -91,13 +91,14 @@ class SharedLowerings:
     def __init__(
         self,
         pipeline: Any,
-        traces: SymbolicTraces,
+        traces: DynamoTraces,
         graph: Graph,
         options: CompileOptions,
         kept: tuple[int, ...],
         structure: type | None,
     ) -> None:
         self.graph = graph
+        self.traces = traces
         self.kept = kept
         self.structure = structure
         self._record = CodegenRecord(pipeline)
@@ -116,12 +117,13 @@ class SharedLowerings:
         arguments ``args``), made now where none does; None: the size lowers on its own."""
         inputs = [args[i] for i in self.kept]
         runner = None
-        if inputs_match(self.graph, inputs, values):
-            runner = self.variants.runner_for(values)
+        outside = self.traces.outside_import(values)
+        if outside:
+            self._refuse(f"sizes that break a condition the import relied on: {outside}")
+        elif not inputs_match(self.graph, inputs, values):
+            self._refuse("the arguments' layouts are not the symbolic graph's inputs'")
         else:
-            reason = "the arguments' layouts are not the symbolic graph's inputs'"
-            self.refusals[reason] += 1
-            count(f"fallback: {reason}")
+            runner = self.variants.runner_for(values)
         if runner is None:
             self.per_size += 1
             return None
@@ -131,6 +133,10 @@ class SharedLowerings:
             self.artifacts = GraphArtifacts(self.graph, None, prims, None, compiled, runner)
         call = _dynamo_call(runner, self.structure, self.kept)
         return call, functools.partial(self.variants.first_call_failed, values, runner)
+
+    def _refuse(self, reason: str) -> None:
+        self.refusals[reason] += 1
+        count(f"fallback: {reason}")
 
     def describe(self) -> str:
         """How this graph's sizes were lowered, and why sizes were lowered on their own."""
