@@ -168,7 +168,8 @@ def _per_size(
     if shared is not None:
         graph.size_lowering = shared.describe
     else:
-        why = f"no symbolic trace ({untraced})" if options.symbolic_lowering else "option off"
+        why = f"no symbolic trace ({untraced or 'no size symbol'})"
+        why = why if options.symbolic_lowering else "option off"
         graph.size_lowering = _per_size_only(per_size, why)
     return graph
 
@@ -187,7 +188,8 @@ def _shared(
     if not options.symbolic_lowering:
         return None
     if traces is None:
-        count(f"fallback: no symbolic trace of the Dynamo graph ({untraced})")
+        if untraced:  # (none where no size is symbolic: one lowering serves every call)
+            count(f"fallback: no symbolic trace of the Dynamo graph ({untraced})")
         return None
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     kept = kept_positions(placeholders, example_inputs)
@@ -210,7 +212,7 @@ def _symbolic_traces(
     """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
     (each size is traced on its own, with a debug line saying why), and why not."""
     if not slots:
-        return None, "no size symbol"  # nothing symbolic: one static lowering is all
+        return None, ""  # nothing symbolic: one static lowering is all
     conditions: list[Any] = []
     try:
         graph = symbolic_import(gm, example_inputs, slots, conditions)
