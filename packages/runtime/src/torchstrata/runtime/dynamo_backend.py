@@ -193,7 +193,7 @@ def _shared(
         return None
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     kept = kept_positions(placeholders, example_inputs)
-    return SharedLowerings(_PIPELINE, traces, traces.graph, options, kept, structure)
+    return SharedLowerings(_PIPELINE, traces, options, kept, structure)
 
 
 def _per_size_only(per_size: PerSizeGraph, why: str) -> Callable[[], str]:

@@ -92,12 +92,11 @@ class SharedLowerings:
         self,
         pipeline: Any,
         traces: DynamoTraces,
-        graph: Graph,
         options: CompileOptions,
         kept: tuple[int, ...],
         structure: type | None,
     ) -> None:
-        self.graph = graph
+        self.graph = graph = traces.graph
         self.traces = traces
         self.kept = kept
         self.structure = structure
