@@ -284,19 +284,26 @@ class SizeGraphs:
         return graphed
 
 
-def graphed_per_size(
-    fn: Callable[..., Sequence[Any]], prims_graph: Graph, device: torch.device, mode: str | None
-) -> Callable[..., Sequence[Any]]:
-    """``fn`` (a forward lowered once for many sizes, its prims graph ``prims_graph``) as a
-    :class:`SizeGraphs` under a mode that records CUDA graphs, for CUDA inputs, where it
-    draws no random numbers (a warning says so where it does); else ``fn`` itself."""
+def records_cuda_graphs(prims_graph: Graph, device: torch.device, mode: str | None) -> bool:
+    """Whether a compiled forward (its prims graph ``prims_graph``) for inputs on
+    ``device`` is recorded as CUDA graphs under ``mode``: a mode that records them, CUDA
+    inputs (elsewhere the mode changes nothing, as in torch), and no random numbers drawn
+    (a warning, once per graph, says why not)."""
     if mode not in CUDA_GRAPH_MODES or device.type != "cuda":
-        return fn  # CUDA graphs only; elsewhere the mode changes nothing (as in torch)
+        return False
     if draws_random_numbers(prims_graph):
         warn_once(
             ("cuda-graph-random", id(prims_graph)),
             f"torchstrata: mode={mode!r} runs a graph that draws random numbers "
             "without a CUDA graph (a replay would draw the same numbers again)",
         )
-        return fn
-    return SizeGraphs(fn)
+        return False
+    return True
+
+
+def graphed_per_size(
+    fn: Callable[..., Sequence[Any]], prims_graph: Graph, device: torch.device, mode: str | None
+) -> Callable[..., Sequence[Any]]:
+    """``fn`` (a forward lowered once for many sizes, its prims graph ``prims_graph``) as a
+    :class:`SizeGraphs` where :func:`records_cuda_graphs`; else ``fn`` itself."""
+    return SizeGraphs(fn) if records_cuda_graphs(prims_graph, device, mode) else fn
