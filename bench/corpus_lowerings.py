@@ -13,6 +13,14 @@ gave it::
     python -m bench.corpus_lowerings --hash-sites
     python -m bench.corpus_lowerings --codegen triton --lowerings 4
 
+``--dynamo`` compiles each program with ``torch.compile(fn, backend="torchstrata")``
+instead (Dynamo's policy for the program's ``dynamic``; decision 0455), and
+``--per-size`` turns the compile option ``symbolic_lowering`` off (every size of a
+symbolic graph lowered on its own: the Dynamo backend before 0455)::
+
+    python -m bench.corpus_lowerings --dynamo
+    python -m bench.corpus_lowerings --dynamo --per-size
+
 ``--hash-sites`` also lists the lines that hashed a ``SizeValue`` (a dict or set key, a
 lookup) and how often: the sites where a size looked up among ints would miss without
 recording a condition (decision 0405). ``--lowerings N`` sets the compile option
@@ -55,16 +63,31 @@ def _same(got: Any, want: Any) -> bool:
 
 
 def run_program(
-    program: Any, codegen: str = "cpp", lowerings: int | None = None
+    program: Any,
+    codegen: str = "cpp",
+    lowerings: int | None = None,
+    dynamo: bool = False,
+    per_size: bool = False,
 ) -> tuple[dict[str, int], list[int]]:
     """``program`` compiled by ``codegen`` (with at most ``lowerings`` symbolic lowerings
-    per entry; None: the default) and called at each of its sizes: its lowering counts
+    per entry; None: the default; through ``torch.compile`` with ``dynamo``; every size
+    on its own with ``per_size``) and called at each of its sizes: its lowering counts
     and the sizes whose result differed from eager's."""
     import torchstrata.runtime as rt
 
     rt.reset_size_lowering_stats()
-    options = {} if lowerings is None else {"symbolic_lowerings": lowerings}
-    compiled = rt.compile(program.fn, codegen=codegen, dynamic=program.dynamic, options=options)
+    options: dict[str, Any] = {} if lowerings is None else {"symbolic_lowerings": lowerings}
+    options |= {"symbolic_lowering": False} if per_size else {}
+    if dynamo:
+        torch.compiler.reset()
+        compiled = torch.compile(
+            program.fn,
+            backend="torchstrata",
+            dynamic=program.dynamic,
+            options={"codegen": codegen, **options},
+        )
+    else:
+        compiled = rt.compile(program.fn, codegen=codegen, dynamic=program.dynamic, options=options)
     torch.manual_seed(0)
     wrong = []
     # the lowerings made here, not ones an earlier run stored (decision 0450)
@@ -112,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hash-sites", action="store_true", help="count SizeValue hashes")
     parser.add_argument("--codegen", default="cpp", help="cpp (default) or triton")
     parser.add_argument("--lowerings", type=int, help="symbolic lowerings per entry")
+    parser.add_argument("--dynamo", action="store_true", help="torch.compile(backend=...)")
+    parser.add_argument("--per-size", action="store_true", help="symbolic_lowering off")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     started = _cpu_seconds()
@@ -127,7 +152,9 @@ def main(argv: list[str] | None = None) -> None:
         for program in PROGRAMS:
             if args.only and program.name not in args.only:
                 continue
-            stats, wrong = run_program(program, args.codegen, args.lowerings)
+            stats, wrong = run_program(
+                program, args.codegen, args.lowerings, args.dynamo, args.per_size
+            )
             print(
                 f"{program.name:32s} {dict(sorted(stats.items()))}"
                 + (f" WRONG {wrong}" if wrong else ""),

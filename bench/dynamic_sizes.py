@@ -40,7 +40,12 @@ eager; a contender that warns it fell back to eager says so in its row. Each com
 first compiles a small function once (its one-time start is not the first workload's).
 
     python -m bench.dynamic_sizes --clock cpu [--only block_train]
+    python -m bench.dynamic_sizes --clock cpu --only decode,softmax_gelu --dynamo
     python -m bench.dynamic_sizes --device cuda [--only K1,K3,K4,K5,block] [--mode reduce-overhead]
+
+``--dynamo`` adds ``torch.compile(fn, backend="torchstrata")`` (Dynamo's automatic
+dynamic; its graph with symbolic sizes lowered once for many sizes, decision 0455) and the
+same with the compile option ``symbolic_lowering`` off (lowered per size, as before 0455).
 
 ``--clock cpu`` times the steady calls by this process's CPU time (steadier on a
 machine whose cores other processes share; one torch thread).
@@ -78,6 +83,11 @@ CONTENDERS = (
     "torchstrata static",
     "torch.compile dynamic",
 )
+#: With ``--dynamo``: ``torch.compile(fn, backend="torchstrata")``, Dynamo's graph with
+#: symbolic sizes lowered once for many sizes (decision 0455), and lowered per size
+#: (``symbolic_lowering`` off: the backend before 0455)
+DYNAMO_BACKEND = "torch.compile torchstrata backend"
+DYNAMO_PER_SIZE = "torch.compile torchstrata backend, lowered per size"
 #: On the GPU also: a static compile per size with a kernel cache of its own, so every
 #: size's launch configurations are tuned at that size (the others share a tuned
 #: configuration within a power-of-two bucket of rows, decision 0225): what the buckets cost.
@@ -235,6 +245,11 @@ def _compiled(
         return fn
     if name == "torch.compile dynamic":
         return torch.compile(fn, dynamic=True, mode=mode)
+    if name in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
+        if mode is not None:  # torch.compile takes mode= or options=, not both
+            raise ValueError("--dynamo takes no --mode")
+        off = {"symbolic_lowering": False} if name == DYNAMO_PER_SIZE else {}
+        return torch.compile(fn, backend="torchstrata", options={"cache_dir": cache_dir, **off})
     if name == EXACT_TUNING:
         return PerSizeCompiles(fn, cache_dir, mode)
     import torchstrata.runtime as tsr
@@ -251,7 +266,7 @@ def _compiled(
 def _entries(name: str, compiled: Any) -> str:
     if name == "eager":
         return "-"
-    if name == "torch.compile dynamic":
+    if name.startswith("torch.compile"):
         from torch._dynamo.utils import counters
 
         return str(counters["stats"]["unique_graphs"])
@@ -284,7 +299,10 @@ def first_calls(
     and its row (entries, first-call seconds, status)."""
     import torchstrata.runtime as tsr
 
-    torch._dynamo.reset()
+    if name not in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
+        # (not between Dynamo contenders: a reset drops the compiled code of those before,
+        # which their steady calls would compile again)
+        torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
     counters.clear()
@@ -402,10 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", default=None, help="every compiler's mode (reduce-overhead)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument(
+        "--dynamo", action="store_true", help="add the torchstrata Dynamo backend (0455)"
+    )
     args = parser.parse_args(argv)  # fmt: skip
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     names = [n for n in CONTENDERS if not (args.no_compile and n.startswith("torch.compile"))]
+    names += [DYNAMO_BACKEND, DYNAMO_PER_SIZE] if args.dynamo else []
     if args.device == "cuda":
         names.insert(names.index("torchstrata static") + 1, EXACT_TUNING)
     cuda = args.device == "cuda"

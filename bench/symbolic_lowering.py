@@ -29,12 +29,19 @@ bench.dynamic_sizes's KV-cache decode step (caches of 2 heads x 32, one query) c
 them (every output compared with eager's; no stage or collector split, a length's lowering
 is milliseconds).
 
+``--dynamo`` (decision 0455) compiles with ``torch.compile(fn, backend="torchstrata")``
+instead: Dynamo traces the second length with symbolic sizes (automatic dynamic), and its
+graph is lowered per size (``--compare``'s first run, the backend before 0455) or once for
+many sizes. The first two lengths carry Dynamo's two compiles and are left out of the
+summary (the decode workload's; ``block_*`` leave out the first, as without ``--dynamo``).
+
 Each turn runs in a fresh process with a fresh, empty ``TORCHSTRATA_CACHE_DIR``, one torch
 thread::
 
     python -m bench.symbolic_lowering --turns 3
     python -m bench.symbolic_lowering --workload decode --turns 3
     python -m bench.symbolic_lowering --workload block_loss --compare --turns 3
+    python -m bench.symbolic_lowering --workload decode --dynamo --compare --turns 3
     python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
 
 ``--profile`` runs cProfile (a CPU-time timer) over the first steps of the per-size
@@ -148,17 +155,29 @@ class _StageClock:
 DECODE_LENGTHS = tuple(range(16, 48))
 
 
-def decode_child(codegen: str, per_size: bool = False) -> None:
+def _compile(fn: Any, codegen: str, per_size: bool, dynamo: bool) -> Any:
+    """``fn`` compiled with ``dynamic=True`` by torchstrata, or by ``torch.compile`` with
+    the torchstrata backend (``dynamo``: automatic dynamic); ``per_size``: with the
+    compile option ``symbolic_lowering`` off."""
+    import torchstrata.runtime as tsr
+
+    options = {"symbolic_lowering": not per_size}
+    if dynamo:
+        return torch.compile(fn, backend="torchstrata", options={"codegen": codegen, **options})
+    return tsr.compile(fn, dynamic=True, codegen=codegen, options=options)
+
+
+def decode_child(codegen: str, per_size: bool = False, dynamo: bool = False) -> None:
     """One turn of ``--workload decode`` in this process: each cache length's first call's
     process CPU minus its second's (``per_size``: with the compile option
-    ``symbolic_lowering`` off, every length lowered on its own, decision 0381)."""
+    ``symbolic_lowering`` off, every length lowered on its own, decision 0381;
+    ``dynamo``: compiled through ``torch.compile``, decision 0455)."""
     import torchstrata.runtime as tsr
     from bench.dynamic_sizes import decode_step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    options = {"symbolic_lowering": not per_size}
-    compiled = tsr.compile(decode_step, dynamic=True, codegen=codegen, options=options)
+    compiled = _compile(decode_step, codegen, per_size, dynamo)
     per_length, walls = [], []
     for length in DECODE_LENGTHS:
         inputs = (torch.randn(2, length, 32), torch.randn(2, length, 32), *torch.randn(3, 2, 1, 32))
@@ -175,7 +194,8 @@ def decode_child(codegen: str, per_size: bool = False) -> None:
         walls.append((wall1 - wall0) - (wall2 - wall1))  # g++ runs in a child process
     text = " ".join(f"{1000 * cpu:.1f}" for cpu in per_length)
     print(f"lowering ms per cache length {DECODE_LENGTHS[0]}-{DECODE_LENGTHS[-1]}: {text}")
-    later = per_length[1:]
+    skip = 2 if dynamo else 1  # the lengths of Dynamo's static and symbolic compiles
+    later = per_length[skip:]
     print(
         f"SUMMARY lowering over {len(later)} new lengths: process CPU {sum(later):.3f} s "
         f"({1000 * sum(later) / len(later):.1f} ms a length, median "
@@ -183,7 +203,7 @@ def decode_child(codegen: str, per_size: bool = False) -> None:
     )
     print(
         f"wall over the {len(later)} new lengths (process CPU leaves g++ out): "
-        f"{sum(walls[1:]):.3f} s; first length {walls[0]:.3f} s"
+        f"{sum(walls[skip:]):.3f} s; first length {walls[0]:.3f} s"
     )
     print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
 
@@ -206,9 +226,11 @@ def child(
     top: int,
     per_size: bool = False,
     loss_only: bool = False,
+    dynamo: bool = False,
 ) -> None:
     """One turn in this process (a fresh cache directory is the caller's); ``per_size``:
-    with the compile option ``symbolic_lowering`` off; ``loss_only``: ``block_loss``."""
+    with the compile option ``symbolic_lowering`` off; ``loss_only``: ``block_loss``;
+    ``dynamo``: compiled through ``torch.compile``."""
     import torchstrata.runtime as tsr
 
     torch.set_num_threads(1)
@@ -217,8 +239,7 @@ def child(
     twin = _blocks()
     twin.load_state_dict(model.state_dict())
     fn = block_loss if loss_only else step
-    options = {"symbolic_lowering": not per_size}
-    compiled = tsr.compile(fn, dynamic=True, codegen=codegen, options=options)
+    compiled = _compile(fn, codegen, per_size, dynamo)
     stages = _StageClock()
     stages.install()
     collector = _GcClock()
@@ -306,20 +327,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each turn runs symbolic_lowering off (per size), then on (0381, 0395)",
     )
+    parser.add_argument(
+        "--dynamo", action="store_true", help="torch.compile(backend='torchstrata') (0455)"
+    )
     parser.add_argument("--per-size", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child and args.workload == "decode":
-        decode_child(args.codegen, args.per_size)
+        decode_child(args.codegen, args.per_size, args.dynamo)
         return 0
     if args.child:
         loss_only = args.workload == "block_loss"
-        child(args.codegen, args.profile, args.top, args.per_size, loss_only)
+        child(args.codegen, args.profile, args.top, args.per_size, loss_only, args.dynamo)
         return 0
     lengths = DECODE_LENGTHS if args.workload == "decode" else LENGTHS
     print(
-        f"# commit {_commit()}, torch {torch.__version__}, workload {args.workload}, "
+        f"# commit {_commit()}, torch {torch.__version__}, workload {args.workload}"
+        f"{' through torch.compile' if args.dynamo else ''}, "
         f"lengths {' '.join(map(str, lengths))}"
     )
     for turn in range(1 if args.profile else args.turns):
@@ -330,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, "-m", "bench.symbolic_lowering", "--child"]
             command += ["--codegen", args.codegen, "--top", str(args.top)]
             command += ["--workload", args.workload]
+            command += ["--dynamo"] if args.dynamo else []
             command += ["--profile", args.profile] if args.profile else []
             for per_size in (True, False) if args.compare else (False,):
                 what = " (per size)" if per_size else " (symbolic lowering)" if args.compare else ""

@@ -1,7 +1,8 @@
 """``torch.compile(fn, backend="torchstrata")`` with Dynamo's dynamic shapes (decision
 0207): a graph Dynamo traces with symbolic sizes (``s77`` placeholders) is imported and
-lowered once per size, with no Dynamo recompile per size and no eager fallback. Dynamo
-is the harness here (tests may call ``torch.compile``)."""
+run at every size, with no Dynamo recompile per size and no eager fallback (lowered once
+for many sizes, decision 0455: test_dynamo_lowered_once.py counts the lowerings).
+Dynamo is the harness here (tests may call ``torch.compile``)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_automatic_dynamic_one_symbolic_graph_for_every_size(fn):
     assert len(graphs) == 2
     symbolic = graphs[1]
     assert not any("Eq(" in guard for guard in symbolic.dynamo_guards)
-    lowered = symbolic._run.per_size.runners  # one lowering per distinct size
+    lowered = symbolic._run.per_size.runners  # one runner per distinct size
     assert sorted(key[0] for key in lowered) == sorted(SIZES[1:])
 
 

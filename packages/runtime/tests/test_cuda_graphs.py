@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -178,3 +179,78 @@ def test_stable_inputs_that_keep_moving_end_the_recordings():
                 (out,) = graphed(x, w)
                 torch.testing.assert_close(out, x @ w)
     assert graphed.given_up and graphed.recordings == cuda_graphs.MAX_RECORDINGS
+
+
+class _Recorder:
+    """Stands in for :class:`CudaGraphed` (no GPU): counts the calls of each size."""
+
+    made: ClassVar[list[_Recorder]] = []
+
+    def __init__(self, fn, name):
+        self.fn, self.name, self.calls = fn, name, 0
+        _Recorder.made.append(self)
+
+    def __call__(self, *inputs):
+        self.calls += 1
+        return self.fn(*inputs)
+
+
+def test_a_lowering_for_many_sizes_records_one_graph_per_size(caplog):
+    _Recorder.made = []
+    graphs = cuda_graphs.SizeGraphs(lambda x, w: (x @ w,), record=_Recorder)
+    w = torch.randn(8, 3)
+    with caplog.at_level("INFO", logger="torchstrata.runtime"):
+        for rows in (5, 9, 5, 2, 9, 5):
+            x = torch.randn(rows, 8)
+            (out,) = graphs(x, w)
+            torch.testing.assert_close(out, x @ w)
+    assert [r.calls for r in _Recorder.made] == [3, 2, 1]  # sizes 5, 9, 2 in order
+    assert "[9, 8], [8, 3]" in _Recorder.made[1].name
+    news = [r.getMessage() for r in caplog.records if "of their own" in r.getMessage()]
+    assert len(news) == 3 and "[2, 8]" in news[-1] and "size 3 of at most" in news[-1]
+
+
+def test_sizes_beyond_the_cap_run_without_a_graph_and_say_so():
+    clear_warnings()
+    _Recorder.made = []
+    graphs = cuda_graphs.SizeGraphs(lambda x: (x + 1,), max_graphs=2, record=_Recorder)
+    graphs(torch.zeros(2))
+    graphs(torch.zeros(3))
+    with pytest.warns(TorchstrataFallbackWarning, match="for 2 sizes: new sizes"):
+        (out,) = graphs(torch.zeros(4))
+    torch.testing.assert_close(out, torch.ones(4))
+    assert len(_Recorder.made) == 2 and len(graphs.graphs) == 2
+    graphs(torch.zeros(2))  # a recorded size keeps its graph
+    assert _Recorder.made[0].calls == 2
+
+
+@pytest.mark.parametrize(
+    ("device", "mode", "graphed"),
+    [
+        ("cuda", "reduce-overhead", True),
+        ("cuda", "max-autotune", True),
+        ("cuda", None, False),
+        ("cuda", "default", False),
+        ("cpu", "reduce-overhead", False),  # CUDA graphs only: the mode changes nothing
+    ],
+)
+def test_which_lowerings_for_many_sizes_record_graphs(device, mode, graphed):
+    def fn(x):
+        return (x * 2,)
+
+    made = cuda_graphs.graphed_per_size(fn, _graph(None), torch.device(device), mode)
+    assert isinstance(made, cuda_graphs.SizeGraphs) is graphed
+    assert made is fn or graphed
+
+
+def test_a_lowering_for_many_sizes_that_draws_random_numbers_records_none():
+    clear_warnings()
+
+    def fn(x):
+        return (x,)
+
+    with pytest.warns(TorchstrataFallbackWarning, match="random numbers"):
+        made = cuda_graphs.graphed_per_size(
+            fn, _graph("prims"), torch.device("cuda"), "reduce-overhead"
+        )
+    assert made is fn

@@ -9,7 +9,7 @@ import torch
 from torchstrata.core import from_fx
 from torchstrata.core.symbolic_graphs import input_symbol_slots
 from torchstrata.runtime.dynamo_sizes import concretised, symbol_slots
-from torchstrata.runtime.dynamo_symbolic import same_inputs, symbolic_import
+from torchstrata.runtime.dynamo_symbolic import DynamoTraces, same_inputs, symbolic_import
 
 
 def _symbolic_graph(fn, *shapes):
@@ -60,4 +60,27 @@ def test_a_symbol_no_tensor_dimension_gives_is_refused():
     # a symbol read from a number argument that no tensor's dimension has
     with pytest.raises(ValueError, match="no tensor argument's dimension"):
         symbolic_import(gm, examples, {**slots, "s_unknown": (0, None)})
+    torch.compiler.reset()
+
+
+def first_half(x):
+    return x.narrow(0, 0, x.shape[0] // 2) * 2
+
+
+def test_the_conditions_an_import_relied_on_are_checked_for_each_size():
+    # narrow's bounds and length: the import's metadata holds where ``0 <= s - s//2`` and
+    # ``s//2 != 1`` (decision 0455)
+    torch.compiler.reset()
+    gm, examples, slots = _symbolic_graph(first_half, (6, 3), (8, 3))
+    with pytest.raises(ValueError, match="relied on size conditions"):
+        symbolic_import(gm, examples, slots)
+    conditions: list = []
+    graph = symbolic_import(gm, examples, slots, conditions)
+    assert conditions and all(condition.free_symbols for condition in conditions)
+    traces = DynamoTraces(graph, lambda hints: None, conditions=conditions)
+    (rows,) = {symbol.name for condition in conditions for symbol in condition.free_symbols}
+    assert traces.outside_import({rows: 9}) == ""
+    # at 2 and 3 rows the slice is one row long, a length the import's meta decided
+    # against: those sizes are traced (and lowered) on their own
+    assert traces.outside_import({rows: 3}) == f"Ne(({rows}//2), 1)"
     torch.compiler.reset()

@@ -94,13 +94,13 @@ def compile(
         instead of falling back to eager.
     :param dynamic: ``None``: a dimension becomes symbolic on the second distinct size a
         compile sees; ``True``: symbolic from the first call; ``False``: every shape
-        specialised (decisions 0200, 0205-0208: CPU graphs, training and graph breaks
-        included; CUDA inputs, CUDA graphs and distributed pipelines specialise and log
-        why).
+        specialised (decisions 0200, 0205-0208: CPU and CUDA graphs, training and graph
+        breaks included; under ``mode="reduce-overhead"`` one CUDA graph per size over
+        one lowering, 0456; distributed pipelines specialise and log why).
     :param codegen: ``None`` (by device), ``"triton"``, ``"cpp"`` or ``"eager"`` (stop
         at ATen graphs, run them in the reference interpreter).
     :param mode: ``None``/``"default"``; ``"reduce-overhead"`` (CUDA graphs of compiled
-        CUDA forwards); ``"max-autotune"`` (the same, and a warning that there is no
+        CUDA forwards, one per size with symbolic sizes); ``"max-autotune"`` (the same, and a warning that there is no
         further tuning) or ``"max-autotune-no-cudagraphs"`` (as default, with that
         warning).
     :param options: a :class:`~torchstrata.core.CompileOptions` or a dict of its fields;

@@ -22,9 +22,12 @@ is recorded (the function runs as it is, with a warning) when an input is not a 
 tensor (a number would be baked into the graph), when the graph draws random numbers (a
 replay would draw the same ones again), or when recording fails.
 
-A symbolic entry lowers its graph once per size and wraps each size's function on its
-own, so each size records its own graph, keyed by the concrete sizes (decision 0225);
-every recording logs one line at INFO naming the sizes it is for.
+A symbolic entry's graph lowered once for many sizes (decision 0381) runs as a
+:class:`SizeGraphs`: one :class:`CudaGraphed` per distinct input sizes over the shared
+lowering (decision 0456), at most :data:`MAX_SIZE_GRAPHS`, each with the static input
+buffers of its sizes; a size lowered on its own wraps its function as before (decision
+0225). A new size logs one line at INFO saying that it records a graph of its own, and
+every recording one naming the sizes it is for.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ WARMUP_CALLS = 2
 #: Recordings a function may take: stable inputs that moved start the warm-up over, until
 #: this many graphs were recorded; then it runs without one.
 MAX_RECORDINGS = 3
+#: Distinct sizes that record a CUDA graph over one lowering shared by many sizes; later
+#: new sizes run the lowering without a graph (a warning, once).
+MAX_SIZE_GRAPHS = 32
+#: Modes that record CUDA graphs.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def draws_random_numbers(graph: Graph | None) -> bool:
@@ -218,3 +226,84 @@ def _address(value: Any) -> int | None:
         if is_int_size_carrier(value):
             return -1 - value.shape[0]
     return None
+
+
+class SizeGraphs:
+    """``fn``, a lowering that serves many sizes, run with a CUDA graph per distinct
+    input sizes (decision 0456): each size's calls go to a :class:`CudaGraphed` of its
+    own (its warm-up calls, its recording, its static input buffers), made by ``record``
+    on the size's first call, for at most ``max_graphs`` sizes; later new sizes run
+    ``fn`` without a graph (a warning, once).
+
+    :param fn: the shared lowering's function (the inputs of any size it serves).
+    :param name: what warnings and log lines call it.
+    :param record: makes a size's graphed function from ``fn`` and a name (tests pass a
+        recorder that needs no GPU).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Sequence[Any]],
+        name: str = "a graph lowered for many sizes",
+        max_graphs: int = MAX_SIZE_GRAPHS,
+        record: Callable[[Callable[..., Sequence[Any]], str], Callable[..., Any]] = CudaGraphed,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.max_graphs = max_graphs
+        self.record = record
+        #: input sizes (each input's shape, None for a non-tensor) -> that size's graph
+        self.graphs: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        """Run ``inputs`` through the graph of their sizes (made on their first call)."""
+        key = tuple([getattr(value, "shape", None) for value in inputs])
+        graphed = self.graphs.get(key)
+        if graphed is None:
+            graphed = self._new_size(key)
+        return tuple(graphed(*inputs))
+
+    def _new_size(self, key: tuple[Any, ...]) -> Callable[..., Any]:
+        sizes = ", ".join(str(list(shape)) for shape in key if shape is not None)
+        if len(self.graphs) >= self.max_graphs:
+            warn_once(
+                ("cuda-graph-sizes", id(self)),
+                f"torchstrata: mode='reduce-overhead' recorded CUDA graphs of {self.name} "
+                f"for {self.max_graphs} sizes: new sizes (from {sizes}) run without one",
+            )
+            return self.fn
+        logger.info(
+            "mode='reduce-overhead': input sizes %s record a CUDA graph of their own over "
+            "%s (size %d of at most %d with a graph; the lowering is shared)",
+            sizes,
+            self.name,
+            len(self.graphs) + 1,
+            self.max_graphs,
+        )
+        graphed = self.graphs[key] = self.record(self.fn, f"{self.name} at sizes {sizes}")
+        return graphed
+
+
+def records_cuda_graphs(prims_graph: Graph, device: torch.device, mode: str | None) -> bool:
+    """Whether a compiled forward (its prims graph ``prims_graph``) for inputs on
+    ``device`` is recorded as CUDA graphs under ``mode``: a mode that records them, CUDA
+    inputs (elsewhere the mode changes nothing, as in torch), and no random numbers drawn
+    (a warning, once per graph, says why not)."""
+    if mode not in CUDA_GRAPH_MODES or device.type != "cuda":
+        return False
+    if draws_random_numbers(prims_graph):
+        warn_once(
+            ("cuda-graph-random", id(prims_graph)),
+            f"torchstrata: mode={mode!r} runs a graph that draws random numbers "
+            "without a CUDA graph (a replay would draw the same numbers again)",
+        )
+        return False
+    return True
+
+
+def graphed_per_size(
+    fn: Callable[..., Sequence[Any]], prims_graph: Graph, device: torch.device, mode: str | None
+) -> Callable[..., Sequence[Any]]:
+    """``fn`` (a forward lowered once for many sizes, its prims graph ``prims_graph``) as a
+    :class:`SizeGraphs` where :func:`records_cuda_graphs`; else ``fn`` itself."""
+    return SizeGraphs(fn) if records_cuda_graphs(prims_graph, device, mode) else fn

@@ -11,8 +11,10 @@ Training steps therefore run generated kernels both ways.
 Dynamo guards every graph it hands over (grad mode, ``requires_grad`` and sizes of
 each input...), so the choice between an inference and a training graph, made from the
 example inputs, holds for every call Dynamo routes here. A graph with sizes Dynamo
-made symbolic is lowered once per distinct size it is called with, under Dynamo's
-symbolic guards (:mod:`torchstrata.runtime.dynamo_sizes`).
+made symbolic runs under Dynamo's symbolic guards (:mod:`torchstrata.runtime.dynamo_sizes`),
+lowered once for every size that meets the conditions of the runtime's symbolic lowering
+(:mod:`torchstrata.runtime.dynamo_shared`, decision 0455), and once per distinct size
+where that lowering refuses.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.compile_trace import compile_trace
 from torchstrata.runtime.dynamo_options import backend_options
 from torchstrata.runtime.dynamo_record import BackendGraph, dynamo_guards
+from torchstrata.runtime.dynamo_shared import SharedLowerings, kept_positions
 from torchstrata.runtime.dynamo_sizes import (
     PerSizeGraph,
     StaticGraph,
@@ -48,6 +51,7 @@ from torchstrata.runtime.dynamo_symbolic import DynamoTraces, symbolic_import
 from torchstrata.runtime.errors import CompilationError, TorchstrataFallbackWarning
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.pipeline import Pipeline
+from torchstrata.runtime.size_variants import count
 from torchstrata.runtime.symbolic_traces import lower_from_traces
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -126,9 +130,11 @@ def _static(
 def _per_size(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions
 ) -> BackendGraph | None:
-    """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph` (this call's
-    sizes lowered now, others on their first call); None when a symbol cannot be read
-    from the arguments (the caller specialises under Dynamo's guards instead)."""
+    """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph`: each size
+    served by a lowering shared by many sizes where one serves it (decision 0455), else
+    lowered on its own (this call's sizes now, others on their first call); None when a
+    symbol cannot be read from the arguments (the caller specialises under Dynamo's
+    guards instead)."""
     try:
         slots = symbol_slots(gm, example_inputs)
     except ValueError as error:
@@ -136,7 +142,8 @@ def _per_size(
         return None
     structure = _output_structure(gm)
     made: list[GraphArtifacts] = []
-    traces = _symbolic_traces(gm, example_inputs, slots, options)
+    traces, untraced = _symbolic_traces(gm, example_inputs, slots, options)
+    shared = _shared(gm, example_inputs, traces, untraced, options, structure)
 
     def lower(static: StaticGraph) -> Callable[..., Any]:
         graph = from_fx(static.gm, list(static.examples))
@@ -145,17 +152,55 @@ def _per_size(
         made.append(artifacts)
         return _compiled_call(artifacts, structure, static.kept)
 
-    per_size = PerSizeGraph(gm, slots, lower)
+    per_size = PerSizeGraph(gm, slots, lower, shared=None if shared is None else shared.runner_for)
     try:
         per_size.runner_for(example_inputs)  # this call's sizes, as a static graph would
     except Exception as error:  # noqa: BLE001 - any failure falls back to the FX graph
         return _fall_back(gm, f"{type(error).__name__}: {error}", options, error)
+    first = made[0] if made else shared.artifacts if shared is not None else None
     logger.info(
-        "dynamo backend: symbolic sizes %s lowered per size (no Dynamo recompile)",
+        "dynamo backend: symbolic sizes %s lowered %s (no Dynamo recompile)",
         ", ".join(slots),
+        "once for many sizes" if not made else "per size",
     )
     run = _SizeFallback(per_size, gm, strict=options.fullgraph)
-    return BackendGraph(gm, made[0], "", run, dynamo_guards(), strict=options.fullgraph)
+    graph = BackendGraph(gm, first, "", run, dynamo_guards(), strict=options.fullgraph)
+    if shared is not None:
+        graph.size_lowering = shared.describe
+    else:
+        why = f"no symbolic trace ({untraced or 'no size symbol'})"
+        why = why if options.symbolic_lowering else "option off"
+        graph.size_lowering = _per_size_only(per_size, why)
+    return graph
+
+
+def _shared(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    traces: DynamoTraces | None,
+    untraced: str,
+    options: CompileOptions,
+    structure: type | None,
+) -> SharedLowerings | None:
+    """The lowerings of ``gm`` shared by many sizes (decision 0455); None where the
+    option ``symbolic_lowering`` is off or ``gm`` has no symbolic trace (``untraced``
+    says why; counted in ``size_lowering_stats()``)."""
+    if not options.symbolic_lowering:
+        return None
+    if traces is None:
+        if untraced:  # (none where no size is symbolic: one lowering serves every call)
+            count(f"fallback: no symbolic trace of the Dynamo graph ({untraced})")
+        return None
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    kept = kept_positions(placeholders, example_inputs)
+    return SharedLowerings(_PIPELINE, traces, options, kept, structure)
+
+
+def _per_size_only(per_size: PerSizeGraph, why: str) -> Callable[[], str]:
+    def describe() -> str:
+        return f"{per_size.lowered} size(s) lowered on their own: {why}"
+
+    return describe
 
 
 def _symbolic_traces(
@@ -163,26 +208,27 @@ def _symbolic_traces(
     example_inputs: Sequence[Any],
     slots: Mapping[str, tuple[int, int | None]],
     options: CompileOptions,
-) -> DynamoTraces | None:
+) -> tuple[DynamoTraces | None, str]:
     """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
-    (each size is traced on its own, with a debug line saying why)."""
+    (each size is traced on its own, with a debug line saying why), and why not."""
     if not slots:
-        return None  # nothing symbolic in the graph: one static lowering is all
+        return None, ""  # nothing symbolic: one static lowering is all
+    conditions: list[Any] = []
     try:
-        graph = symbolic_import(gm, example_inputs, slots)
+        graph = symbolic_import(gm, example_inputs, slots, conditions)
     except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
-        logger.debug(
-            "dynamo backend: each size traced on its own (%s: %s)", type(error).__name__, error
-        )
-        return None
+        why = f"{type(error).__name__}: {str(error)[:160]}"
+        logger.debug("dynamo backend: each size traced on its own (%s)", why)
+        return None, why
 
     def trace(hints: Mapping[str, int] | None) -> Any:
         with compile_trace("a Dynamo graph with symbolic sizes", options):
             return _PIPELINE.trace_symbolic(graph, options, hints)
 
-    traces = DynamoTraces(graph, trace, shared_from=options.shared_decomposition_from)
+    shared_from = options.shared_decomposition_from
+    traces = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions)
     traces.add(None)
-    return traces if traces.traces else None
+    return (traces, "") if traces.traces else (None, "the autograd stage made no symbolic trace")
 
 
 def _lower_from_traces(

@@ -110,6 +110,11 @@ def dynamo_report(graphs: Sequence[BackendGraph]) -> ExplainReport:
         missing_stages=_unique([stage for a in compiled for stage in a.missing_stages]),
         fallback="; ".join(reasons),
         dynamo_guards=_unique([guard for g in graphs for guard in g.dynamo_guards]),
+        size_lowerings=tuple(
+            f"graph {index}: {g.size_lowering()}"
+            for index, g in enumerate(graphs)
+            if g.size_lowering is not None
+        ),
     )
 
 

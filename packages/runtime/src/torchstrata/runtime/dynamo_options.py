@@ -27,6 +27,8 @@ BACKEND_FIELDS = frozenset(
         "cache_dir",
         "stage_options",
         "shared_decomposition_from",
+        "symbolic_lowering",
+        "symbolic_lowerings",
     }
 )
 

@@ -57,6 +57,9 @@ class BackendGraph:
         self.dynamo_guards = dynamo_guards
         self._strict = strict
         self._run: Callable[..., Any] = compiled if compiled is not None else gm.forward
+        #: for a graph with symbolic sizes: says how its sizes were lowered (shared
+        #: lowerings, sizes on their own and why), for ``explain()``
+        self.size_lowering: Callable[[], str] | None = None
         self._checked = compiled is None
 
     @property

@@ -3,12 +3,13 @@
 On a frame's second shape Dynamo's automatic dynamic shapes (or ``dynamic=True``) trace
 the graph with symbolic sizes: its placeholders include size symbols (``s77``, a
 ``SymInt``), its tensors' ``example_value`` have symbolic shapes, and nodes compute
-sizes (``x.size(0) * 2``). The stages lower static graphs, so :class:`PerSizeGraph`
-reads each symbol's value from the call's arguments (the ``s77`` argument, or the
-dimension of a tensor it is the size of), makes the graph static for those values
-(:func:`concretised`) and lowers it once per distinct size, as the runtime's own
-symbolic entries do (decision 0207). Nothing is guarded: Dynamo's guards stay symbolic,
-so one Dynamo compile serves every size.
+sizes (``x.size(0) * 2``). :class:`PerSizeGraph` reads each symbol's value from the
+call's arguments (the ``s77`` argument, or the dimension of a tensor it is the size of)
+and runs a lowering shared by many sizes where one serves those values
+(:mod:`torchstrata.runtime.dynamo_shared`, decision 0455); else it makes the graph
+static for them (:func:`concretised`) and lowers it for that size alone (decision 0207).
+Nothing is guarded: Dynamo's guards stay symbolic, so one Dynamo compile serves every
+size.
 
 Where a symbol cannot be read from the arguments (a data-dependent size), the graph is
 made static for this call through :func:`torchstrata.core.specialise_sizes` instead
@@ -21,6 +22,7 @@ constants); the compiled code is called without those arguments.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +31,8 @@ import torch
 import torch.fx
 
 from torchstrata.core import size_hint, specialise_sizes
+from torchstrata.runtime.first_calls import FirstCall
+from torchstrata.runtime.size_variants import count
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -242,14 +246,22 @@ def concretised(
 
 
 class PerSizeGraph:
-    """Runs a Dynamo graph traced with symbolic sizes: made static (:func:`concretised`)
-    and lowered for the sizes of each call, once per distinct size; Dynamo's guards
-    stay symbolic, so Dynamo does not recompile for a new size (decision 0207).
+    """Runs a Dynamo graph traced with symbolic sizes: each call's sizes are served by a
+    lowering shared by many sizes where ``shared`` gives one (decision 0455), else made
+    static (:func:`concretised`) and lowered for those sizes, once per distinct size;
+    Dynamo's guards stay symbolic, so Dynamo does not recompile for a new size (decision
+    0207).
 
     :param gm: Dynamo's graph.
     :param slots: where each symbol is read (:func:`symbol_slots`).
     :param lower: lowers a :class:`StaticGraph` into a callable of the kept arguments.
-    :param max_lowered: sizes lowered at most; later sizes run ``gm`` as it is.
+    :param max_lowered: sizes lowered on their own at most; later such sizes run ``gm``
+        as it is.
+    :param shared: ``shared(values, args)``: a runner for the sizes ``values`` (symbol
+        name -> int) of a call with ``args`` from a lowering that serves many sizes,
+        with what records the failure of its first call (the size is then lowered on
+        its own, :class:`~torchstrata.runtime.first_calls.FirstCall`); None where none
+        serves them.
     """
 
     def __init__(
@@ -258,14 +270,22 @@ class PerSizeGraph:
         slots: Mapping[str, tuple[int, int | None]],
         lower: Callable[[StaticGraph], Callable[..., Any]],
         max_lowered: int = 64,
+        shared: Callable[
+            [Mapping[str, int], Sequence[Any]],
+            tuple[Callable[..., Any], Callable[[Exception], None]] | None,
+        ]
+        | None = None,
     ) -> None:
         self.gm = gm
         self.names = tuple(slots)
         self._slots = tuple(slots.values())
         self.lower = lower
         self.max_lowered = max_lowered
-        #: sizes (in the order of ``names``) -> the runner lowered for them
+        self.shared = shared
+        #: sizes (in the order of ``names``) -> the runner for them
         self.runners: dict[tuple[int, ...], Callable[..., Any]] = {}
+        #: how many sizes were made static and lowered on their own
+        self.lowered = 0
 
     def key(self, args: Sequence[Any]) -> tuple[int, ...]:
         """The sizes of the symbols in a call with ``args``."""
@@ -279,12 +299,23 @@ class PerSizeGraph:
         key = self.key(args)
         runner = self.runners.get(key)
         if runner is None:
-            if len(self.runners) >= self.max_lowered:
-                return self.gm.forward
             values = dict(zip(self.names, key, strict=True))
-            static = concretised(self.gm, args, values)
-            runner = self.runners[key] = self.lower(static)
+            found = None if self.shared is None else self.shared(values, args)
+            if found is not None:
+                shared, failed = found
+                per_size = functools.partial(self._lower_static, args, values)
+                runner = FirstCall(shared, key, self.runners, per_size, failed)
+                self.runners[key] = runner
+                return runner
+            if self.lowered >= self.max_lowered:
+                return self.gm.forward
+            runner = self.runners[key] = self._lower_static(args, values)
         return runner
+
+    def _lower_static(self, args: Sequence[Any], values: Mapping[str, int]) -> Callable[..., Any]:
+        self.lowered += 1
+        count("per_size")
+        return self.lower(concretised(self.gm, args, values))
 
     def __call__(self, *args: Any) -> Any:
         return self.runner_for(args)(*args)

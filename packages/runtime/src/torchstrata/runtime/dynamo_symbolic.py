@@ -37,6 +37,7 @@ from torchstrata.core import (
     symbolic_scope,
 )
 from torchstrata.core.options import SHARED_DECOMPOSITION_FROM
+from torchstrata.core.size_values import conditions_check, violated
 from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import SizedAot
 from torchstrata.runtime.dynamo_sizes import _example_value, _folded
@@ -89,14 +90,17 @@ def symbolic_import(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     slots: Mapping[str, tuple[int, int | None]],
+    conditions: list[Any] | None = None,
 ) -> Graph:
     """Dynamo's ``gm`` as a torch-level :class:`Graph` whose symbols are sizes of its
-    input dimensions (see the module docstring).
+    input dimensions (see the module docstring). The conditions on sizes the import
+    relied on (a meta function that branched on a size: ``narrow``'s bounds, ``0 <= s77 -
+    s77//2``; sympy booleans) are appended to ``conditions``: the graph stands for the
+    sizes that meet them (decision 0455).
 
     :raises ValueError: a symbol that is no tensor argument's dimension (passed only as
-        a number: its value is read from the ``s77`` argument, not a tensor), or an
-        import that relied on a condition on sizes (a meta function that branched on
-        one): no trace is checked against it.
+        a number: its value is read from the ``s77`` argument, not a tensor), or, without
+        ``conditions``, an import that relied on a condition on sizes.
     """
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     slots = {**slots, **tensor_dims(placeholders, slots)}
@@ -126,9 +130,12 @@ def symbolic_import(
     folded = _folded(gm, examples, rebind, guarded=False)
     with symbolic_scope(sizes):
         graph = from_fx(folded.gm, list(folded.examples))
-    relied = [str(guard.expr) for guard in sizes.shape_env.guards]
-    if relied:  # a metadata the import inferred holds only where these do: not checked
-        raise ValueError(f"importing the graph relied on size conditions: {', '.join(relied)}")
+    relied = [guard.expr for guard in sizes.shape_env.guards]
+    if relied and conditions is None:  # metadata the import inferred holds only there
+        text = ", ".join(map(str, relied))
+        raise ValueError(f"importing the graph relied on size conditions: {text}")
+    if conditions is not None:
+        conditions.extend(relied)
     return graph
 
 
@@ -183,6 +190,8 @@ class DynamoTraces(SymbolicTraces):
     :param max_traces: traces made at most (a size outside all of them is traced on its own).
     :param shared_from: the size of a trace from which on its sizes share its one
         decomposition (the compile option ``shared_decomposition_from``).
+    :param conditions: the conditions on sizes the import of ``graph`` relied on; sizes
+        that break one are traced on their own.
     """
 
     def __init__(
@@ -191,9 +200,19 @@ class DynamoTraces(SymbolicTraces):
         trace: Callable[[Mapping[str, int] | None], SymbolicAot | None],
         max_traces: int = 4,
         shared_from: int = SHARED_DECOMPOSITION_FROM,
+        conditions: Sequence[Any] = (),
     ) -> None:
         super().__init__(trace, max_traces, shared_from)
         self.graph = graph
+        self.conditions = tuple(conditions)
+        self._imported = conditions_check(self.conditions)
+
+    def outside_import(self, values: Mapping[str, int]) -> str:
+        """The first condition the import relied on that the sizes ``values`` break, as
+        text; '' where they meet every one (the graph stands for them)."""
+        if self._imported(values):
+            return ""
+        return str(violated(self.conditions, values))
 
     def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | SizedAot | None:
         """The ``AotResult`` of ``static`` (the graph made static at ``values``) from a
@@ -201,5 +220,9 @@ class DynamoTraces(SymbolicTraces):
         ``static``'s inputs are not the symbolic graph's at ``values``)."""
         if not same_inputs(self.graph, static, values):
             logger.debug("dynamo backend: sizes %s have other inputs: traced on their own", values)
+            return None
+        outside = self.outside_import(values)
+        if outside:
+            logger.debug("dynamo backend: sizes %s break %s: traced on their own", values, outside)
             return None
         return self.at(values)

@@ -72,6 +72,9 @@ class ExplainReport:
     #: (``"autograd: hit"``, ``"backward graph: decomposition: miss"``, ...): a graph
     #: whose parts all hit came from the cache (see :mod:`.graph_cache`).
     graph_cache: tuple[str, ...] = ()
+    #: For graphs with symbolic sizes that Dynamo handed over: how each one's sizes were
+    #: lowered (lowerings shared by many sizes, sizes lowered on their own and why).
+    size_lowerings: tuple[str, ...] = ()
 
     @property
     def from_graph_cache(self) -> bool:
@@ -124,6 +127,9 @@ class ExplainReport:
         if self.dynamo_guards:
             lines.append(f"{len(self.dynamo_guards)} Dynamo guard(s):")
             lines += [f"  {guard}" for guard in self.dynamo_guards]
+        if self.size_lowerings:
+            lines.append("symbolic sizes:")
+            lines += [f"  {text}" for text in self.size_lowerings]
         if self.graph_cache:
             verdict = "from the cache" if self.from_graph_cache else "compiled"
             lines.append(f"compiled-graph cache ({verdict}):")

@@ -48,7 +48,7 @@ from torchstrata.runtime.artifacts import (
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cache import FrameRunner
 from torchstrata.runtime.compile_trace import compile_trace, current_trace, function_title
-from torchstrata.runtime.cuda_graphs import CudaGraphed, draws_random_numbers
+from torchstrata.runtime.cuda_graphs import CudaGraphed, records_cuda_graphs
 from torchstrata.runtime.dynamic_shapes import SizeSpecialisedRunner, dynamic_log
 from torchstrata.runtime.errors import StageFailure
 from torchstrata.runtime.fallback import warn_once
@@ -78,24 +78,14 @@ def _interpreter(graph: Graph) -> Callable[..., tuple[Any, ...]]:
     return run
 
 
-#: Modes that record CUDA graphs.
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
 def _reduce_overhead(forward: Lowered, options: CompileOptions) -> GraphFn:
     """``forward.fn``, recorded as a CUDA graph after its warm-up calls under
     ``mode="reduce-overhead"`` (or ``"max-autotune"``) when it is compiled code for CUDA
     inputs that draws no random numbers (:mod:`torchstrata.runtime.cuda_graphs`)."""
-    if options.mode not in CUDA_GRAPH_MODES or forward.interpreted or forward.prims_graph is None:
+    graph = forward.prims_graph
+    if forward.interpreted or graph is None:
         return forward.fn
-    if _first_device(forward.prims_graph).type != "cuda":
-        return forward.fn  # CUDA graphs only; elsewhere the mode changes nothing (as in torch)
-    if draws_random_numbers(forward.prims_graph):
-        warn_once(
-            ("cuda-graph-random", id(forward.prims_graph)),
-            f"torchstrata: mode={options.mode!r} runs a graph that draws random numbers "
-            "without a CUDA graph (a replay would draw the same numbers again)",
-        )
+    if not records_cuda_graphs(graph, _first_device(graph), options.mode):
         return forward.fn
     return CudaGraphed(forward.fn, "an inference graph")
 

@@ -48,6 +48,7 @@ from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime import graph_cache
 from torchstrata.runtime.graph_cache import _STATS, _never_fatal, _note
 from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_record, read_aot
+from torchstrata.runtime.cuda_graphs import CUDA_GRAPH_MODES
 from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
@@ -73,8 +74,10 @@ def cached_lowerer(
     """``lower`` (made with a :class:`~.symbolic_recording.RecordingPipeline`), reading a lowering that serves
     the sizes from the compiled-graph cache first and storing each one it makes.
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
-    manager (None: no cache)."""
-    if manager is None:
+    manager (None: no cache). A CUDA graph mode's lowerings are not stored: their runner
+    records a graph per size over the forward (decision 0456), which a stored recipe does
+    not rebuild."""
+    if manager is None or options.mode in CUDA_GRAPH_MODES:
         return lower
     entries = SymbolicEntries(graph, options, manager)
 

@@ -17,6 +17,10 @@ codegen only, until their Triton lowering has been checked on a GPU. Triton kern
 or ``codegen="triton"`` on the CPU: the interpreter) are generated during the lowering, and
 on a GPU the specialisation Triton compiles each binary for is a condition of the lowering,
 so no later size it serves meets a compile of its own (decision 0400).
+
+Every mode lowers so: under ``mode="reduce-overhead"`` (or ``"max-autotune"``) an inference
+forward for CUDA inputs records one CUDA graph per distinct size over the one lowering
+(:class:`~.cuda_graphs.SizeGraphs`, decision 0456); elsewhere the mode changes nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from torchstrata.core import (
     sized_graph,
 )
 from torchstrata.core.size_values import conditions_check
+from torchstrata.runtime.cuda_graphs import graphed_per_size
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.inference import grad_off as _grad_off
 from torchstrata.runtime.runners import inference_runner, output_layout
@@ -97,8 +102,6 @@ def symbolic_lowerer(
     slots = input_symbol_slots(graph)
 
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
-        if options.mode not in (None, "default"):
-            raise NotImplementedError(f"mode {options.mode!r} lowers per size")
         if enabled_autocast():
             raise NotImplementedError("a graph under autocast lowers per size")
         training = torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas)
@@ -172,7 +175,8 @@ def symbolic_lowerer(
             with guards.active():
                 forward = codegen(prims, contract)
                 if backward is None:
-                    runner = inference_runner(forward[1].fn, aot)
+                    fn = graphed_per_size(forward[1].fn, forward[0], device, options.mode)
+                    runner = inference_runner(fn, aot)
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
