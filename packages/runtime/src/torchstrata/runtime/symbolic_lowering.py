@@ -146,8 +146,6 @@ def symbolic_lowerer(
         )
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"{device.type} kernels lower per size")
-        if training and (device.type != "cpu" or options.codegen == "triton"):
-            raise NotImplementedError("a training graph's Triton kernels lower per size")
 
         def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
             sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)
