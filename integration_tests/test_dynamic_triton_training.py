@@ -209,3 +209,27 @@ def test_dropout_draws_a_fresh_mask_of_each_size(device):
     assert stats.get("per_size", 0) == 0, stats
     assert stats["symbolic"] + stats.get("reused", 0) == len(rows), stats
     assert stats["symbolic"] <= (1 if device == "cpu" else 3), stats
+
+
+def scaled_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (x * 2).sum(), x.sum(0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_backward_of_sizes_no_saved_value_carries(device):
+    # the gradient of a sum is its tangent expanded to ``[s0, 5]`` and nothing is saved:
+    # the backward takes a size carrier (strides 0) on the input's device (0395, 0440)
+    compiled = tsr.compile(scaled_sums, dynamic=True, codegen="triton")
+    rows = (3, 5, 6, 7, 9, 10)
+    for count in rows:
+        x = torch.randn(count, 5, device=device, requires_grad=True)
+        tangent = torch.randn(5, device=device)
+        total, column = compiled(x)
+        (total * 3 + (column * tangent).sum()).backward()
+        torch.testing.assert_close(total, (x * 2).sum())
+        torch.testing.assert_close(column, x.sum(0))
+        torch.testing.assert_close(x.grad, (6 + tangent).expand(count, 5))
+    stats = tsr.size_lowering_stats()
+    assert stats.get("per_size", 0) == 0, stats
+    assert stats["symbolic"] + stats.get("reused", 0) == len(rows), stats
+    assert stats["symbolic"] < len(rows), stats
