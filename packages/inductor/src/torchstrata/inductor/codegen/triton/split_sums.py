@@ -82,7 +82,7 @@ def split_plan(length: int | SizeValue, chunk: int = CHUNK) -> tuple[Any, Any]:
     ``length`` padded with zero rows (module docstring); ``(1, 0)``: no split. A symbolic
     ``length`` records whether it is below ``MIN_LENGTH`` and, from there on, is padded
     to one more part than it fills (``parts`` and ``padding`` expressions of it)."""
-    if type(length) is SizeValue:
+    if isinstance(length, SizeValue):
         if length < MIN_LENGTH:
             return 1, 0
         parts = length // CHUNK + 1
