@@ -120,17 +120,21 @@ def _column_sum(length: Any) -> Graph:
     return b.build([b.call(prim("sum"), x, (0,))])
 
 
-def test_a_symbolic_gpu_column_sum_loops_over_any_number_of_rows(ind):
+@pytest.mark.parametrize("hint", [40, 48])
+def test_a_symbolic_gpu_column_sum_loops_over_any_number_of_rows(ind, hint):
     # a column sum's tiles take at most 32 of its rows at a time: a symbolic row count
-    # records no bucket (decision 0440), only Triton's specialisation of ``rnumel``
-    guards = SizeGuards({"s0": 40})
+    # records no bucket (decision 0440); its loads run along the columns, so Triton
+    # specialises on them (``xnumel``, 24) and not on the row count (``rnumel``)
+    guards = SizeGuards({"s0": hint})
     with guards.active():
         kernel = ind.only_kernel(_column_sum(guards.symbol("s0")))
-        kernel, configs, _ = TritonBackend(interpret=False).generate(kernel, False)
+        kernel, configs, generated = TritonBackend(interpret=False).generate(kernel, False)
         sized_record_checks(kernel, configs, size_values(kernel), interpret=False)
     assert configs and all(not c.persistent and c.rblock in (8, 16, 32) for c in configs)
-    served = [n for n in range(2, 300) if guards.holds({"s0": n})]
-    assert served == [n for n in range(2, 300) if n % 16]
+    (source,) = {text for _, text in generated}
+    assert "do_not_specialize=['rnumel', 's0']" in source
+    # every row count up to the tuning threshold (24 * rows < 65536), multiples of 16 too
+    assert [n for n in range(2, 3000) if guards.holds({"s0": n})] == list(range(2, 2731))
     # an int row count keeps its own, shorter block (the static path as before)
     static = ind.only_kernel(_column_sum(5))
     _, static_configs, _ = TritonBackend(interpret=False).generate(static, False)

@@ -52,7 +52,11 @@ from torchstrata.inductor.codegen.triton.precompile import (
 )
 from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
 from torchstrata.inductor.codegen.triton.row_count import rows_generic
-from torchstrata.inductor.codegen.triton.size_buckets import capped_power_of_2, next_power_of_2
+from torchstrata.inductor.codegen.triton.size_buckets import (
+    capped_power_of_2,
+    column_sum,
+    next_power_of_2,
+)
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -61,7 +65,6 @@ from torchstrata.inductor.launch.triton_launch import (
     DirectLaunch,
     current_stream,
 )
-from torchstrata.inductor.schedule.columns import is_column_reduction
 
 #: The artifact store's namespace for tuned launch configurations.
 TUNING_NAMESPACE = "triton-tuning"
@@ -186,7 +189,7 @@ def candidate_configs(
         rows = capped_power_of_2(kernel.rows, 4096, MIN_TILE)
         return list(dict.fromkeys(_pointwise(min(rows, x), w) for x, w in shapes))
     length = kernel.row_length
-    columns = not interpret and is_column_reduction(kernel, unanimous=True)
+    columns = not interpret and column_sum(kernel)
     # a column sum's tiles loop over its row, OUTER_RBLOCK at most at a time: a symbolic
     # row length (a weight gradient's rows, decision 0440) takes that block, masked, and
     # records no bucket (an int length keeps its own, smaller where the row is short)
