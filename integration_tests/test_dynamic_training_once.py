@@ -259,22 +259,6 @@ def test_a_training_graph_not_ported_lowers_per_size_and_says_why():
     assert any("views or aliased outputs" in key for key in stats), stats
 
 
-def test_a_triton_training_graph_lowers_per_size_and_says_why():
-    # Triton training graphs are not lowered once until checked on a GPU (CPU tensors, on
-    # Triton's interpreter, take the same refusal); every step still matches eager
-    pytest.importorskip("triton")
-    model, twin = _twins(lambda: nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 5)))
-    compiled = tsr.compile(lambda x, y: mlp_loss(model, x, y), dynamic=True, codegen="triton")
-    batches = (3, 7, 9)
-    for batch in batches:
-        _step_matches(
-            compiled, mlp_loss, (model, twin), [torch.randn(batch, 6), torch.randn(batch, 5)]
-        )
-    stats = tsr.size_lowering_stats()
-    assert stats.get("per_size") == len(batches), stats
-    assert any("training graph's Triton kernels" in key for key in stats), stats
-
-
 def scaled_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x * 2).sum(), x.sum(0)
 

@@ -144,3 +144,46 @@ def test_a_load_the_same_for_every_row_is_one_row_of_the_tile(ind):
     (source,) = {text for _, text in generated}
     assert "tl.load(buf_w + (r0), rmask, other=0, eviction_policy='evict_last')" in source
     assert "tl.load(buf_x + (r0 + rnumel*x0 + xzero), xmask & rmask" in source
+
+
+def _column_sum(length: Any) -> Graph:
+    """``x.sum(0)`` of ``x: [length, 24]``: a weight gradient's column sum over the rows."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((length, 24), torch.float32))
+    return b.build([b.call(prim("sum"), x, (0,))])
+
+
+@pytest.mark.parametrize("hint", [40, 48])
+def test_a_symbolic_gpu_column_sum_loops_over_any_number_of_rows(ind, hint):
+    # a column sum's tiles take at most 32 of its rows at a time: a symbolic row count
+    # records no bucket (decision 0440); its loads run along the columns, so Triton
+    # specialises on them (``xnumel``, 24) and not on the row count (``rnumel``)
+    guards = SizeGuards({"s0": hint})
+    with guards.active():
+        kernel = ind.only_kernel(_column_sum(guards.symbol("s0")))
+        kernel, configs, generated = TritonBackend(interpret=False).generate(kernel, False)
+        sized_record_checks(kernel, configs, size_values(kernel), interpret=False)
+    assert configs and all(not c.persistent and c.rblock in (8, 16, 32) for c in configs)
+    (source,) = {text for _, text in generated}
+    assert "do_not_specialize=['rnumel', 's0']" in source
+    # every row count up to the tuning threshold (24 * rows < 65536), multiples of 16 too
+    assert [n for n in range(2, 3000) if guards.holds({"s0": n})] == list(range(2, 2731))
+    # an int row count keeps its own, shorter block (the static path as before)
+    static = ind.only_kernel(_column_sum(5))
+    _, static_configs, _ = TritonBackend(interpret=False).generate(static, False)
+    assert {c.rblock for c in static_configs} == {8}
+
+
+def test_a_symbolic_split_sum_pads_to_one_more_part_at_every_size():
+    from torchstrata.inductor.codegen.triton.split_sums import MIN_LENGTH, split_plan
+
+    guards = SizeGuards({"s0": 3001})
+    parts, padding = split_plan(guards.symbol("s0"))
+    assert (parts.hint, padding.hint) == (3, 3 * 1024 - 3001)
+    evaluate = size_function(("s0",), (parts, padding))
+    # a multiple of the part takes one part of zeros (never a part of no rows)
+    assert [evaluate(n) for n in (2048, 4099, 100003)] == [(3, 1024), (5, 1021), (98, 349)]
+    assert guards.holds({"s0": 10**6}) and not guards.holds({"s0": MIN_LENGTH - 1})
+    short = SizeGuards({"s0": 100})
+    assert split_plan(short.symbol("s0")) == (1, 0)  # no split, as the ints below it
+    assert short.holds({"s0": MIN_LENGTH - 1}) and not short.holds({"s0": MIN_LENGTH})

@@ -7,16 +7,15 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-Only what the per-size path does the same way at every size is lowered so: an inference
 forward, or a training graph's forward and backward (with one ``SizeGuards``,
 :mod:`.symbolic_training`, decision 0395), without autocast, write-backs, views or outputs
-aliasing inputs by sizes, under the default mode. Anything else raises
-``NotImplementedError`` (the entry lowers per size). Inference forwards lower so on the
-CPU and on CUDA devices; training graphs on the CPU by the C++ (or another non-Triton)
-codegen only, until their Triton lowering has been checked on a GPU. Triton kernels (CUDA,
-or ``codegen="triton"`` on the CPU: the interpreter) are generated during the lowering, and
-on a GPU the specialisation Triton compiles each binary for is a condition of the lowering,
-so no later size it serves meets a compile of its own (decision 0400).
+aliasing inputs by sizes. Anything else raises
+``NotImplementedError`` (the entry lowers per size). Both lower so on the CPU and on CUDA
+devices, by every codegen: C++ kernels, and Triton kernels (CUDA, or ``codegen="triton"``
+on the CPU: the interpreter; training graphs since decision 0440). Triton kernels are
+generated during the lowering, the backward's with the forward's, and on a GPU the
+specialisation Triton compiles each binary for is a condition of the lowering, so no
+later size it serves meets a compile of its own (decision 0400).
 
 Every mode lowers so: under ``mode="reduce-overhead"`` (or ``"max-autotune"``) an inference
 forward for CUDA inputs records one CUDA graph per distinct size over the one lowering
@@ -158,8 +157,6 @@ def symbolic_lowerer(
         )
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"{device.type} kernels lower per size")
-        if training and (device.type != "cpu" or options.codegen == "triton"):
-            raise NotImplementedError("a training graph's Triton kernels lower per size")
 
         def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
             sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)

@@ -55,6 +55,8 @@ class SizedMetas:
         (``core.input_symbol_slots`` of the entry's graph).
     :param outputs: the forward's user outputs' metadata (a zero tangent's shape).
     :param saved: the layouts the backward takes its saved values in.
+    :param carried: the shape of the backward's size carrier (symbol names), if it has one.
+    :param device: the device of that carrier (the backward's).
 
     Made within the lowering's ``SizeGuards.active()``: a size that does not print as
     integer arithmetic is a refused read there (``core.SizeRead``).
@@ -66,6 +68,7 @@ class SizedMetas:
         outputs: Sequence[Any],
         saved: Sequence[Any],
         carried: Sequence[str] = (),
+        device: torch.device | None = None,
     ) -> None:
         self._names = tuple(sorted(slots))
         reads = "".join(f"inputs[{slots[n][0]}].shape[{slots[n][1]}], " for n in self._names)
@@ -82,7 +85,7 @@ class SizedMetas:
             f"def layouts({params}):\n    return ({layouts}{',' if layouts else ''})\n"
             f"def carrier({params}):\n    return {carrier}\n"
         )
-        namespace: dict[str, Any] = {"base": torch.zeros((), dtype=torch.int8)}
+        namespace: dict[str, Any] = {"base": torch.zeros((), dtype=torch.int8, device=device)}
         exec(compile(source, "<torchstrata sized metas>", "exec"), namespace)
         #: ``key(inputs)``: the call's sizes (one per symbol, sorted by name)
         self.key: Callable[[Sequence[Any]], tuple[int, ...]] = namespace["key"]
@@ -160,7 +163,9 @@ def with_size_carrier(backward: Graph, forward: Graph) -> Graph:
     for name in unbound:
         position, dim = slots[name]
         sizes.append(forward.inputs[position].tensor_meta.shape[dim])
-    meta = TensorMeta(tuple(sizes), torch.int8, strides=(0,) * len(sizes))
+    # on the device of the input it reads the sizes of (a CUDA backward's, decision 0440)
+    device = forward.inputs[slots[unbound[0]][0]].tensor_meta.device
+    meta = TensorMeta(tuple(sizes), torch.int8, device, strides=(0,) * len(sizes))
     carrier = Node(CARRIER, None, meta=meta)
     return Graph(backward.level, (*backward.inputs, carrier), backward.nodes, backward.outputs)
 
@@ -267,6 +272,7 @@ def training_metas(aot: AotResult, forward: Graph, backward: Graph) -> TrainingM
     num_user = len(forward.outputs) - aot.num_saved - aot.num_unit_grads
     carrier = backward.inputs[-1]
     carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
+    device = carrier.tensor_meta.device if carried else None
     taken = aot.num_saved + len(aot.tangent_outputs) + bool(carried)
     if len(backward.inputs) != taken:  # the runner would pass another count
         raise NotImplementedError(f"a backward of {len(backward.inputs)} inputs, not {taken}")
@@ -274,6 +280,7 @@ def training_metas(aot: AotResult, forward: Graph, backward: Graph) -> TrainingM
         tuple(node.meta for node in forward.outputs[:num_user]),
         tuple(node.meta for node in backward.inputs[: aot.num_saved]),
         carried,
+        device,
     )
 
 

@@ -29,7 +29,7 @@ from torchstrata.inductor.codegen.size_constants import (
 )
 from torchstrata.inductor.codegen.size_names import divisor, named_integer, number, value_of
 from torchstrata.inductor.codegen.triton.branch_loads import branch_guards, guarded_index
-from torchstrata.inductor.codegen.triton.size_buckets import symbol_params
+from torchstrata.inductor.codegen.triton.size_buckets import column_sum, symbol_params
 from torchstrata.inductor.ir.exprs import (
     Constant,
     Expr,
@@ -598,7 +598,9 @@ def module_source(
         libdevice="" if interpret else "from triton.language.extra import libdevice",
         extrema=_INTERPRETER_EXTREMA if interpret else _GPU_EXTREMA,
     )
-    kept = [*([ROWS_PARAM] if kernel.red_shape else []), *symbols] if symbols else []
+    kept = list(symbols)
+    if symbols and kernel.red_shape:  # or a GPU column sum's row length (0440)
+        kept.insert(0, RED_PARAM if not interpret and column_sum(kernel) else ROWS_PARAM)
     jit = f"triton.jit(do_not_specialize={kept!r})" if kept else "triton.jit"
     return (
         source

@@ -12,7 +12,9 @@ floor (a GPU's smallest tile): fewer rows take the same block, masked.
 On a GPU Triton compiles a kernel per specialisation of its integer arguments (a value of
 1, a multiple of 16) at its first launch with them. A symbolic kernel's symbols and a
 reduction's rows are not specialised on (``do_not_specialize``: the divisibility of a
-row's length or of a pointwise kernel's elements is what lets masked loads be vectors);
+row's length or of a pointwise kernel's elements is what lets masked loads be vectors),
+but for a column sum, whose loads run along its rows (the columns), the row length
+instead (a weight gradient's reduced rows: :func:`column_sum`, decision 0440);
 :func:`record_specialisation` makes the others' specialisation a condition of the
 lowering, so that every size it serves launches the binary compiled for its first size,
 and no later size can meet a compile of its own.
@@ -23,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from torchstrata.core import SizeValue, active_symbols
+from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.schedule.columns import is_column_reduction
 
 #: Triton's divisibility specialisation of integer arguments (``tt.divisibility=16``).
 TRITON_DIVISIBILITY = 16
@@ -85,3 +89,11 @@ def same_size(a: int | SizeValue, b: int | SizeValue) -> bool:
     if type(a) is SizeValue or type(b) is SizeValue:
         return type(a) is type(b) and a.expr == b.expr  # type: ignore[union-attr]
     return a == b
+
+
+def column_sum(kernel: Kernel) -> bool:
+    """Whether ``kernel`` is a GPU column sum (its loads contiguous along its rows, none
+    along the reduced dims: ``is_column_reduction(unanimous=True)``): its tiles loop over
+    the row length 8-32 elements at a time, and the divisibility of its rows, not of its
+    row length, is what lets masked loads be vectors (decision 0440)."""
+    return bool(kernel.red_shape) and is_column_reduction(kernel, unanimous=True)

@@ -24,7 +24,12 @@ from typing import Any
 import torch
 
 from torchstrata.core import SizeValue, active_symbols, python_source, size_printer
-from torchstrata.inductor.codegen.triton.size_buckets import hint, record_specialisation
+from torchstrata.inductor.codegen.triton.printer import RED_PARAM, ROWS_PARAM
+from torchstrata.inductor.codegen.triton.size_buckets import (
+    column_sum,
+    hint,
+    record_specialisation,
+)
 from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel, rows_bucket
 from torchstrata.inductor.ir.kernel import Kernel
 
@@ -138,5 +143,8 @@ def sized_record_checks(
         raise NotImplementedError("a Triton kernel with a tail or partials lowers per size")
     if any(config.split > 1 or config.cluster > 1 for config in configs):
         raise NotImplementedError("split or clustered Triton rows lower per size")
-    if not interpret:  # a reduction's rows are not specialised on (``module_source``)
-        record_specialisation((*(() if kernel.red_shape else (kernel.rows,)), *sizes.values()))
+    if not interpret:  # but a reduction's rows or a column sum's length (``module_source``)
+        values = {ROWS_PARAM: kernel.rows, **sizes}
+        if kernel.red_shape:
+            del values[RED_PARAM if column_sum(kernel) else ROWS_PARAM]
+        record_specialisation(values.values())

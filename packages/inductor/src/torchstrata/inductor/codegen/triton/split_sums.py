@@ -20,6 +20,13 @@ sum. Without it such a column sum ran one program per block of columns down ever
 (H100, LayerNorm training at ``[100003, 96]`` fp16: 4.6 ms against torch.compile's 0.8).
 The padded domain differs from the row kernel's, so those parts take ``CHUNK`` rows and a
 kernel of their own.
+
+A length that is a size of a symbolic lowering (``core.SizeValue``: a weight gradient's
+rows in a training graph lowered once for many batch sizes, decision 0440) has no divisor
+to look for: from ``MIN_LENGTH`` on (a condition of the lowering) it is always padded, to
+``(length // CHUNK + 1) * CHUNK`` rows (between 1 and ``CHUNK`` zero rows, never 0: a
+``full`` of no rows at some sizes would be another graph), so the number of parts is an
+expression of the sizes, computed per call like every other size of the lowering.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import Graph, Node, Transformer, prim
+from torchstrata.core import Graph, Node, SizeValue, Transformer, prim
 from torchstrata.inductor.codegen.triton.partials import MAX_ROW
 
 MIN_LENGTH = 2048  # split sums over at least this many rows
@@ -69,10 +76,17 @@ def parts_for(length: int, chunk: int = CHUNK) -> int:
     return 1
 
 
-def split_plan(length: int, chunk: int = CHUNK) -> tuple[int, int]:
+def split_plan(length: int | SizeValue, chunk: int = CHUNK) -> tuple[Any, Any]:
     """``(parts, padding)`` of a sum over ``length`` rows: a divisor of ``length`` whose
     parts hold at most ``2 * chunk`` rows and no padding, else ``CHUNK``-row parts over
-    ``length`` padded with zero rows (module docstring); ``(1, 0)``: no split."""
+    ``length`` padded with zero rows (module docstring); ``(1, 0)``: no split. A symbolic
+    ``length`` records whether it is below ``MIN_LENGTH`` and, from there on, is padded
+    to one more part than it fills (``parts`` and ``padding`` expressions of it)."""
+    if isinstance(length, SizeValue):
+        if length < MIN_LENGTH:
+            return 1, 0
+        parts = length // CHUNK + 1
+        return parts, parts * CHUNK - length
     parts = parts_for(length, chunk)
     if length < MIN_LENGTH or (parts > 1 and length // parts <= 2 * chunk):
         return parts, 0
@@ -123,7 +137,8 @@ class _SplitSums(Transformer):
             zeros = b.call(prim("full"), [padding, *rest], 0.0, wide, meta.device)
             value = b.call(prim("cat"), [rows, zeros], 0)
         length = found[0] + padding
-        split = b.call(prim("reshape"), value, [parts, length // parts, *rest])
+        size = CHUNK if type(parts) is SizeValue else length // parts
+        split = b.call(prim("reshape"), value, [parts, size, *rest])
         total = b.call(_SUM, b.call(_SUM, split, (1,)), (0,))
         if dtype in _HALF:
             total = b.call(prim("convert_element_type"), total, dtype)

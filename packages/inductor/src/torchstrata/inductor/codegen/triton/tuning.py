@@ -52,7 +52,11 @@ from torchstrata.inductor.codegen.triton.precompile import (
 )
 from torchstrata.inductor.codegen.triton.printer import ROWS_PARAM
 from torchstrata.inductor.codegen.triton.row_count import rows_generic
-from torchstrata.inductor.codegen.triton.size_buckets import capped_power_of_2, next_power_of_2
+from torchstrata.inductor.codegen.triton.size_buckets import (
+    capped_power_of_2,
+    column_sum,
+    next_power_of_2,
+)
 from torchstrata.inductor.codegen.triton.split import can_split
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.ir.online import online_pairs
@@ -61,7 +65,6 @@ from torchstrata.inductor.launch.triton_launch import (
     DirectLaunch,
     current_stream,
 )
-from torchstrata.inductor.schedule.columns import is_column_reduction
 
 #: The artifact store's namespace for tuned launch configurations.
 TUNING_NAMESPACE = "triton-tuning"
@@ -121,6 +124,7 @@ SPLIT_MAX = 64  # programs per row
 CLUSTER_SHAPES = ((8, 8192, 16), (16, 8192, 8), (8, 8192, 8))
 #: (XBLOCK, RBLOCK, num_warps) of column sums: many contiguous rows, a short row chunk.
 OUTER_SHAPES = ((64, 8, 4), (64, 16, 4), (128, 8, 4), (128, 16, 8), (32, 32, 4), (256, 8, 8))
+OUTER_RBLOCK = max(rblock for _, rblock, _ in OUTER_SHAPES)
 
 
 @attrs.frozen
@@ -185,7 +189,15 @@ def candidate_configs(
         rows = capped_power_of_2(kernel.rows, 4096, MIN_TILE)
         return list(dict.fromkeys(_pointwise(min(rows, x), w) for x, w in shapes))
     length = kernel.row_length
-    rblock = next_power_of_2(length)
+    columns = not interpret and column_sum(kernel)
+    # a column sum's tiles loop over its row, OUTER_RBLOCK at most at a time: a symbolic
+    # row length (a weight gradient's rows, decision 0440) takes that block, masked, and
+    # records no bucket (an int length keeps its own, smaller where the row is short)
+    rblock = (
+        capped_power_of_2(length, OUTER_RBLOCK, OUTER_RBLOCK)
+        if columns
+        else next_power_of_2(length)
+    )
     most = max(1, INTERPRETER_TILE // rblock) if interpret else max(8192 // rblock, 256)
     rows = capped_power_of_2(kernel.rows, most, min(most, max(1, MIN_TILE // rblock)))
     if interpret:
@@ -193,7 +205,7 @@ def candidate_configs(
             return [Config(max(1, min(rows, INTERPRETER_TILE // rblock)), rblock, 1, True)]
         return [Config(1, INTERPRETER_LOOP_BLOCK, 1, False)]
     configs: list[Config] = []
-    if is_column_reduction(kernel, unanimous=True):
+    if columns:
         for xblock, rblock_, warps in OUTER_SHAPES:
             shape = Config(min(rows, xblock), min(rblock, rblock_), warps, False, num_stages=3)
             configs.append(shape)
