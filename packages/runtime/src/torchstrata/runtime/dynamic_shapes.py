@@ -411,11 +411,11 @@ class SizeSpecialisedRunner:
         values = dict(zip(self.slots, key, strict=True))
         if self.variants is not None:
             self._first_trace()  # the variants lower from the symbolic trace
-            symbolic = self.variants.runner_for(values)
-            if symbolic is not None:  # its first call here falls back (decision 0430)
-                failed = functools.partial(self.variants.first_call_failed, values, symbolic)
+            made = self.variants.lowering_for(values)
+            if made is not None:  # its first call here falls back (decision 0430)
+                failed = functools.partial(self.variants.first_call_failed, values, made.runner)
                 per_size = functools.partial(self._lower_per_size, values)
-                return FirstCall(symbolic, key, self.runners, per_size, failed)
+                return FirstCall(made.runner, key, self.runners, per_size, failed, made.writes)
         return self._lower_per_size(values)
 
     def _lower_per_size(self, values: dict[str, int]) -> Callable[..., Any]:

@@ -9,11 +9,13 @@ wrong number): :class:`FirstCall` runs a size's first call, and on an exception 
 the sizes on their own (the per-size path), which runs the call and serves the size from
 then on; where that raises too, the error is the call's (eager's as well) and propagates.
 
-Retrying is safe because a symbolic lowering writes no user tensor: it refuses
-write-backs and outputs rebuilt as views (:func:`~.symbolic_lowering.symbolic_lowerer`),
-an inference forward's kernels write only the buffers they allocate, and a training
-runner's forward raises inside ``autograd.Function.forward`` before any output or
-saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
+Retrying is safe because no user tensor keeps what the failed call wrote: the inputs a
+lowering writes (its write-backs, ``SymbolicLowering.writes``; an inference forward's
+kernels may update them in place, decision 0446) are copied before a size's first call
+and put back before the retry; an inference forward's kernels write no other tensor
+than the buffers they allocate, outputs rebuilt as views of inputs are made after the
+kernels ran, and a training runner's forward raises inside ``autograd.Function.forward``
+before any output or saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
 are taken before the first call and put back before the retry, so a graph that draws
 random numbers draws the same ones as the call would have. A training graph's
 backward runs later, after its outputs were returned: a failure there is not retried.
@@ -42,6 +44,20 @@ def _restore(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def _copies(inputs: tuple[Any, ...], writes: tuple[int, ...]) -> list[Any]:
+    """Copies of the tensors among ``inputs`` at the positions ``writes``."""
+    with torch.no_grad():
+        return [inputs[i].clone() if isinstance(inputs[i], torch.Tensor) else None for i in writes]
+
+
+def _put_back(inputs: tuple[Any, ...], writes: tuple[int, ...], kept: list[Any]) -> None:
+    """The inputs at ``writes`` given their values of before the call back (``kept``)."""
+    with torch.no_grad():
+        for index, copy in zip(writes, kept, strict=True):
+            if copy is not None:
+                inputs[index].copy_(copy)
+
+
 class FirstCall:
     """Runs ``runner``'s first call at the sizes ``key``; then ``runners[key]`` is
     ``runner`` (success) or the per-size runner (failure), which also runs that call.
@@ -56,9 +72,11 @@ class FirstCall:
     :param per_size: lowers the sizes on their own (called once, on a failure).
     :param failed: records the failure (given the exception: counts, warns), once the
         per-size runner ran the call.
+    :param writes: the positions of the inputs ``runner`` writes: copied before the call
+        and put back on a failure.
     """
 
-    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute")
+    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute", "writes")
 
     def __init__(
         self,
@@ -67,7 +85,9 @@ class FirstCall:
         runners: dict[tuple[int, ...], Callable[..., Any]],
         per_size: Callable[[], Callable[..., Any]],
         failed: Callable[[Exception], None],
+        writes: tuple[int, ...] = (),
     ) -> None:
+        self.writes = writes
         self.runner = runner
         self.key = key
         self.runners = runners
@@ -78,12 +98,14 @@ class FirstCall:
 
     def __call__(self, *inputs: Any) -> Any:
         states = _rng_states()
+        kept = _copies(inputs, self.writes)
         try:
             result = self.runner(*inputs)
         except Exception as error:  # noqa: BLE001 - the size is served otherwise, not wrongly
             if self.substitute is None:
                 self.substitute = self.per_size()
             _restore(states)
+            _put_back(inputs, self.writes, kept)
             result = self.substitute(*inputs)  # raises where the call itself is at fault
             self.failed(error)
             self.runners[self.key] = self.substitute

@@ -22,9 +22,10 @@ so no later size it serves meets a compile of its own (decision 0400).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.core import (
@@ -38,11 +39,11 @@ from torchstrata.core import (
     SymbolicAot,
     dynamo_import_deferred,
     enabled_autocast,
-    has_symbols,
     input_symbol_slots,
     sized_graph,
 )
 from torchstrata.core.size_values import conditions_check
+from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.runners import inference_runner, output_layout
 from torchstrata.runtime.size_variants import (
@@ -50,6 +51,7 @@ from torchstrata.runtime.size_variants import (
     SizeSpecificFailure,
     SymbolicLowering,
 )
+from torchstrata.runtime.symbolic_outputs import sized_outputs
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
     refuse_training,
@@ -88,10 +90,19 @@ def symbolic_lowerer(
     slots = input_symbol_slots(graph)
 
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
+        # under autocast (the entry's guards hold its state) the capture wrote the casts
+        # into the graph: the stages run, and the runner runs, with autocast off, as the
+        # per-size path's (``Pipeline.compile_graph``)
+        devices = tuple(device for device, _ in enabled_autocast())
+        if not devices:
+            return lower_here(values)
+        with autocast_off(devices):
+            made = lower_here(values)
+        return attrs.evolve(made, runner=without_autocast(made.runner, devices))
+
+    def lower_here(values: Mapping[str, int]) -> SymbolicLowering:
         if options.mode not in (None, "default"):
             raise NotImplementedError(f"mode {options.mode!r} lowers per size")
-        if enabled_autocast():
-            raise NotImplementedError("a graph under autocast lowers per size")
         training = torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas)
         made = traces()
         found = None if made is None else made.trace_for(values)
@@ -99,16 +110,12 @@ def symbolic_lowerer(
             raise NotImplementedError("no symbolic partition serves these sizes")
         traced, shared = found
         aot = traced.at(values)
-        num_user, mutated, aliases = output_layout(aot)
-        views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
-        if (
-            mutated
-            or views
-            or not _same_at_every_size(aliases, shared.result.output_aliases)
-            or num_user != len(aot.forward.outputs) - aot.num_saved - aot.num_unit_grads
-        ):
-            # their runners carry metadata of the traced sizes
-            raise NotImplementedError("write-backs, views or aliased outputs lower per size")
+        num_user, mutated, _ = output_layout(aot)
+        extra = len(mutated) + aot.num_saved + aot.num_unit_grads
+        if num_user != len(aot.forward.outputs) - extra:
+            raise NotImplementedError("a forward of other outputs than its partition says")
+        # outputs that view inputs or each other: rebuilt at each call's sizes
+        outputs_at = sized_outputs(slots, shared.result, aot, values)
         # no output carries a gradient (``loss.detach()``): an inference forward, run
         # with grad off (its outputs require none, as eager's)
         no_gradient = training and aot.backward is None and not aot.tangent_outputs
@@ -163,11 +170,11 @@ def symbolic_lowerer(
             with guards.active():
                 forward = codegen(prims, contract)
                 if backward is None:
-                    runner = inference_runner(forward[1].fn, aot)
+                    runner = inference_runner(forward[1].fn, aot, outputs_at)
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
-                    runner = symbolic_training_runner(aot, forward, lowered, slots)
+                    runner = symbolic_training_runner(aot, forward, lowered, slots, outputs_at)
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -179,7 +186,7 @@ def symbolic_lowerer(
             raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        return _lowering(traced, conditions, guards, runner)
+        return _lowering(traced, conditions, guards, runner, mutated)
 
     return lower
 
@@ -189,11 +196,12 @@ def _lowering(
     conditions: tuple[Any, ...],
     guards: SizeGuards,
     runner: Callable[..., Any],
+    writes: tuple[int, ...],
 ) -> SymbolicLowering:
     """The lowering with every condition it relied on: the trace's, the symbolic
-    decomposition's and the codegen's (``guards``)."""
+    decomposition's and the codegen's (``guards``); ``writes``: the inputs it writes."""
     relied = (*conditions, *guards.conditions)
-    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)))
+    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)), writes)
 
 
 def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:
@@ -204,20 +212,6 @@ def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[s
         return holds(values) and not traced.violated(values)
 
     return serves
-
-
-def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool:
-    """Whether the outputs that alias inputs (``AotResult.output_aliases`` at the sizes
-    lowered) do so with the same sizes, strides and offset at every size: their entries
-    in the symbolic partition (``symbolic``) hold no symbolic size (``loss.detach()``)."""
-    if all(alias is None for alias in aliases):
-        return True
-    if len(symbolic) != len(aliases):
-        return False
-    return all(
-        (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
-        for alias, entry in zip(aliases, symbolic)
-    )
 
 
 def _grad_off(runner: Callable[..., Any]) -> Callable[..., Any]:

@@ -39,6 +39,7 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.runners import (
     GraphRunner,
+    OutputsAt,
     call_boxed,
     saved_layout_mismatches,
     training_runner,
@@ -138,8 +139,9 @@ class SizedMetas:
 
 
 def _dims(values: Sequence[Any]) -> str:
-    """A shape or strides (ints and ``SizeValue`` sizes) as tuple source over the symbols."""
-    return "".join(f"{value}, " for value in values)
+    """A shape or strides (ints and ``SizeValue`` sizes) as tuple source over the symbols
+    (``repr``: Python's spelling of a floor division or modulo, ``(s0//2)``)."""
+    return "".join(f"{value!r}, " for value in values)
 
 
 def with_size_carrier(backward: Graph, forward: Graph) -> Graph:
@@ -233,15 +235,17 @@ def symbolic_training_runner(
     forward: tuple[Graph, CompiledGraph],
     backward: tuple[Graph, CompiledGraph],
     slots: Mapping[str, tuple[int, int]],
+    outputs_at: OutputsAt | None = None,
 ) -> GraphRunner:
     """The runner of a forward and a backward lowered once for many sizes (each a sized
     prims graph and its compiled form, of one ``SizeGuards``), as the per-size path's
     :func:`~.runners.training_runner` with its metadata at each call's sizes; ``aot``:
-    the partition at the lowering's sizes (only its counts and constants are read).
-    Within ``SizeGuards.active()``; raises ``NotImplementedError`` where the forward
+    the partition at the lowering's sizes (only its counts and constants are read);
+    ``outputs_at``: the output aliases and views at each call's sizes. Within ``SizeGuards.active()``; raises ``NotImplementedError`` where the forward
     returns a saved value in another layout than the backward takes."""
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
+    # the user outputs and the write-backs (a zero tangent's shape is read of the first)
     num_user = len(forward_graph.outputs) - aot.num_saved - aot.num_unit_grads
     carrier = backward_graph.inputs[-1]
     carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
@@ -254,7 +258,8 @@ def symbolic_training_runner(
         [node.meta for node in backward_graph.inputs[: aot.num_saved]],
         carried,
     )
-    return training_runner(forward_fn, NotedBackward(backward_fn), aot, None, sized=sized)
+    noted = NotedBackward(backward_fn)
+    return training_runner(forward_fn, noted, aot, None, sized=sized, outputs_at=outputs_at)
 
 
 #: the note an exception of such a backward carries (decision 0430)
