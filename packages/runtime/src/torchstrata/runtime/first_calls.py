@@ -11,7 +11,7 @@ then on; where that raises too, the error is the call's (eager's as well) and pr
 
 Retrying is safe because no user tensor keeps what the failed call wrote: the inputs a
 lowering writes (its write-backs, ``SymbolicLowering.writes``; an inference forward's
-kernels may update them in place, decision 0446) are copied before a size's first call
+kernels may update them in place, decision 0445) are copied before a size's first call
 and put back before the retry; an inference forward's kernels write no other tensor
 than the buffers they allocate, outputs rebuilt as views of inputs are made after the
 kernels ran, and a training runner's forward raises inside ``autograd.Function.forward``

@@ -50,7 +50,7 @@ class SymbolicLowering:
     size it serves) and ``serves(values)``: whether the sizes ``values`` (symbol name ->
     int) meet every condition it relied on. ``conditions``: their text, for logs.
     ``writes``: the positions of the inputs the runner writes (write-backs, decision
-    0446), put back where a first call fails (:mod:`.first_calls`)."""
+    0445), put back where a first call fails (:mod:`.first_calls`)."""
 
     runner: Callable[..., Any]
     serves: Callable[[Mapping[str, int]], bool]

@@ -7,10 +7,14 @@ graph. The result serves every size that meets the trace's conditions, the
 decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVariants`).
 
 Only what the per-size path does the same way at every size is lowered so: an inference
-Only what the per-size path does the same way at every size is lowered so: an inference
 forward, or a training graph's forward and backward (with one ``SizeGuards``,
-:mod:`.symbolic_training`, decision 0395), without autocast, write-backs, views or outputs
-aliasing inputs by sizes, under the default mode. Anything else raises
+:mod:`.symbolic_training`, decision 0395), under the default mode. Write-backs (an input
+updated in place: a batch norm's running statistics, a KV cache, ``p.add_(g)``) are
+copied into the inputs at any size; outputs that view an input or another output are
+rebuilt with their sizes, strides and offsets evaluated at each call's sizes
+(:mod:`.symbolic_outputs`, decision 0445). A graph under autocast (the entry's guards
+hold the autocast state) is lowered, and runs, with autocast off, as the per-size path
+does: the capture wrote the casts into it (decision 0446). Anything else raises
 ``NotImplementedError`` (the entry lowers per size). Inference forwards lower so on the
 CPU and on CUDA devices; training graphs on the CPU by the C++ (or another non-Triton)
 codegen only, until their Triton lowering has been checked on a GPU. Triton kernels (CUDA,
