@@ -167,13 +167,12 @@ def test_views_of_non_contiguous_and_offset_inputs():
 def doubled_and_its_halves(x):
     y = x * 2
     n = y.shape[0]
-    return y, y[: n // 2], y.t()
+    return y, y[: n // 2], y[n // 2 :].t()
 
 
 def test_outputs_that_view_another_output():
-    # y[: n // 2] is 1 long at 2 and 3 (not called here): 4 is the smallest symbolic size.
-    # (Two views of one intermediate that none covers, ``y[: n // 2], y[n // 2 :]``, make
-    # the autograd trace specialise the second's offset: per size, left for later)
+    # y[: n // 2] is 1 long at 2 and 3 (not called here): 4 is the smallest symbolic size;
+    # y[n // 2 :] starts at a symbolic offset (kept symbolic by the trace: 0445)
     stats = _run(
         doubled_and_its_halves,
         lambda n: (torch.randn(n, 3),),
@@ -264,7 +263,7 @@ def test_batch_norm_training_updates_its_running_statistics():
 def scaled_views(x, w):
     y = x @ w
     t = x.shape[0]
-    return y, y[: t // 2], x.transpose(0, 1)
+    return y, y[: t // 2], x.transpose(0, 1), y[t // 2 :].t()
 
 
 def test_training_with_views_of_inputs_and_outputs():
@@ -277,8 +276,10 @@ def test_training_with_views_of_inputs_and_outputs():
         got, want = compiled(x, w), scaled_views(x_twin, w_twin)
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b)
-        assert (got[1].stride(), got[2].stride()) == (want[1].stride(), want[2].stride())
+        assert [v.stride() for v in got] == [v.stride() for v in want]
+        assert [v.storage_offset() for v in got] == [v.storage_offset() for v in want]
         assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+        assert got[3].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
         assert got[2].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
         sum(((i + 1) * v).sum() for i, v in enumerate(got)).backward()
         sum(((i + 1) * v).sum() for i, v in enumerate(want)).backward()
