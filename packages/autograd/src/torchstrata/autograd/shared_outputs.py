@@ -12,6 +12,8 @@ does not hand to the user.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from torchstrata.autograd.recorder import AtenRecorder
@@ -85,7 +87,7 @@ def output_views(
         for index in owned:
             value = results[index]
             # not ``int()``: a symbolic offset (``y[n // 2 :]``) stays an expression
-            offset = value.storage_offset() - owner.storage_offset()
+            offset: Any = value.storage_offset() - owner.storage_offset()
             views[index] = (owner_index, tuple(value.shape), tuple(value.stride()), offset)
     return tuple(views), tuple(hidden)
 
