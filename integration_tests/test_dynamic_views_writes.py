@@ -334,23 +334,66 @@ def test_training_under_cpu_autocast():
     _lowered_once(tsr.size_lowering_stats(), most=4)
 
 
-# ---------------------------------------------------------------- Triton (interpreter)
+# ---------------------------------------------------------------- Triton
+
+
+TRITON_SIZES = (1, 6, 7, 9, 0, 8, 12)
 
 
 @pytest.mark.triton
 def test_triton_views_and_write_backs_lower_once():
-    stats = _run(
-        sgd_step,
-        lambda n: (torch.randn(n, 3), torch.randn(n, 3), torch.randn(n, 3)),
-        sizes=(1, 5, 7, 6, 0, 8),
-        codegen="triton",
-    )
+    # Triton's interpreter on CPU tensors; a lowering per power-of-two bucket (0400)
+    for fn, make in (
+        (sgd_step, lambda n: (torch.randn(n, 3), torch.randn(n, 3), torch.randn(n, 3))),
+        (halves, lambda n: (torch.randn(3, n),)),
+        (cache_index_copy, lambda n: (torch.randn(2, 96, 4), torch.randn(2, n, 4))),
+    ):
+        tsr.reset_size_lowering_stats()
+        stats = _run(fn, make, TRITON_SIZES, codegen="triton")
+        assert stats.get("per_size", 0) == 0 and stats.get("symbolic", 0) >= 1, (fn, stats)
+
+
+@pytest.mark.triton
+def test_triton_inference_under_autocast_lowers_once():
+    w = torch.randn(16, 16)
+    compiled = tsr.compile(gelu_matmul, codegen="triton")
+    for size in TRITON_SIZES:
+        x = torch.randn(size, 16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.testing.assert_close(compiled(x, w), gelu_matmul(x, w), **BF16)
+    stats = tsr.size_lowering_stats()
     assert stats.get("per_size", 0) == 0 and stats.get("symbolic", 0) >= 1, stats
-    tsr.reset_size_lowering_stats()
-    stats = _run(
-        halves, lambda n: (torch.randn(3, n),), sizes=(1, 6, 7, 9, 0, 8, 12), codegen="triton"
-    )
-    assert stats.get("per_size", 0) == 0 and stats.get("symbolic", 0) >= 1, stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_autocast_views_and_cache_writes_lower_once():
+    # the GPU path of the tests above: bfloat16 autocast on CUDA, a view of the input,
+    # a KV cache written by index_copy_, inference (Triton training: another decision)
+    w = torch.randn(64, 64, device="cuda")
+
+    def block(x, cache):
+        t = x.shape[1]
+        h = F.gelu(x @ w)
+        cache.index_copy_(1, torch.arange(t, device=x.device), h.float())
+        return h, x[:, : t // 2], cache[:, :t].sum(-1)
+
+    compiled = tsr.compile(block)
+    with torch.no_grad():
+        for t in (1, 16, 17, 0, 33, 9, 40, 64, 100, 7):
+            x = torch.randn(2, t, 64, device="cuda")
+            cache, twin = (
+                torch.zeros(2, 128, 64, device="cuda"),
+                torch.zeros(2, 128, 64, device="cuda"),
+            )
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                got, want = compiled(x, cache), block(x, twin)
+            for a, b in zip(got, want, strict=True):
+                torch.testing.assert_close(a, b, **BF16)
+            torch.testing.assert_close(cache, twin, **BF16)
+            assert got[1].data_ptr() == x[:, : t // 2].data_ptr() and got[1].stride() == x.stride()
+    stats = tsr.size_lowering_stats()
+    assert stats.get("per_size", 0) <= 2 and stats.get("symbolic", 0) >= 1, stats
 
 
 # ---------------------------------------------------------------- a first call that fails
