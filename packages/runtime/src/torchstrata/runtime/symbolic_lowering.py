@@ -55,7 +55,7 @@ from torchstrata.runtime.size_variants import (
     SizeSpecificFailure,
     SymbolicLowering,
 )
-from torchstrata.runtime.symbolic_outputs import sized_outputs
+from torchstrata.runtime.symbolic_outputs import inputs_for_aliases, sized_outputs
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
     refuse_training,
@@ -133,7 +133,15 @@ def symbolic_lowerer(
                 raise NotImplementedError("the post_aot passes change a graph: per size")
         contract = forward_contract(aot, inference=not training)
         decompose = pipeline.decomposer(options)
-        decomposed = shared.symbolic("forward", contract, decompose)
+        # an inference forward returns an input where an output is rebuilt as a view of
+        # it: no kernel computes values the runner throws away (decision 0445)
+        made_from = None
+        if not training and outputs_at is not None:
+            result = shared.result
+            made_from = functools.partial(
+                inputs_for_aliases, aliases=result.output_aliases, views=result.output_views
+            )
+        decomposed = shared.symbolic("forward", contract, decompose, made_from)
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed

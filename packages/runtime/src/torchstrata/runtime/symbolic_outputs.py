@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from torchstrata.core import AotResult, concretize
+from torchstrata.core import AotResult, Graph, TensorMeta, concretize
 from torchstrata.runtime.runners import output_views
 
 #: (output aliases, output views) of one call, as the runners take them
@@ -100,3 +100,28 @@ def sized_outputs(
             "the symbolic partition's output views differ from this size's: per size"
         )
     return sized
+
+
+def inputs_for_aliases(forward: Graph, aliases: Sequence[Any], views: Sequence[Any]) -> Graph:
+    """``forward`` (ATen, an inference partition's) returning, at each user output that
+    aliases an input of its dtype (``aliases``: ``AotResult.output_aliases``), that input
+    itself, and at each that views another output (``views``: ``output_views``), that
+    output: the runner rebuilds such outputs as views and never reads the computed
+    values, so no kernel need compute them (nor decide on their sizes)."""
+    outputs = list(forward.outputs)
+    for position, view in enumerate(views):
+        if view is not None and view[0] < len(outputs):
+            outputs[position] = forward.outputs[view[0]]
+    for position, alias in enumerate(aliases):
+        if alias is None:
+            continue
+        source, computed = forward.inputs[alias[0]], outputs[position]
+        if (
+            isinstance(source.meta, TensorMeta)
+            and isinstance(computed.meta, TensorMeta)
+            and source.meta.dtype == computed.meta.dtype
+        ):
+            outputs[position] = source
+    if outputs == list(forward.outputs):
+        return forward
+    return Graph(forward.level, forward.inputs, forward.nodes, tuple(outputs))
