@@ -294,3 +294,40 @@ def test_a_first_call_that_fails_after_writing_its_input_puts_it_back(monkeypatc
         torch.testing.assert_close(p, twin)
     assert calls == [BAD], calls
     assert len(_first_call_fallbacks(tsr.size_lowering_stats())) == 1
+
+
+def test_a_large_written_input_is_not_copied_and_a_failure_after_writing_it_raises(
+    monkeypatch,
+):
+    # inputs past COPIED_WRITES_BYTES (a KV cache) are not copied at each new size: a
+    # failure before the write falls back per size, one after it raises with a note
+    monkeypatch.setattr(first_calls, "COPIED_WRITES_BYTES", 0)
+    made = symbolic_lowering.inference_runner
+
+    def failing(fn, aot, *views):
+        runner = made(fn, aot, *views)
+
+        def run(*inputs):
+            if inputs[0].shape[0] == BAD:
+                raise InjectedFailure("failed before the write-back")
+            outputs = runner(*inputs)
+            if inputs[0].shape[0] == BAD + 2:
+                raise InjectedFailure("failed after the write-back")
+            return outputs
+
+        return run
+
+    monkeypatch.setattr(symbolic_lowering, "inference_runner", failing)
+    compiled = tsr.compile(update_in_place, dynamic=True, codegen="cpp")
+    for rows in (5, BAD, 6):
+        p, g = torch.randn(rows, 3), torch.randn(rows, 3)
+        twin = p.clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tsr.TorchstrataFallbackWarning)
+            got = compiled(p, g)
+        torch.testing.assert_close(got, update_in_place(twin, g))
+        torch.testing.assert_close(p, twin)
+    p, g = torch.randn(BAD + 2, 3), torch.randn(BAD + 2, 3)
+    with pytest.raises(InjectedFailure) as raised:
+        compiled(p, g)
+    assert first_calls.WRITTEN_NOTE in raised.value.__notes__
