@@ -230,6 +230,29 @@ def test_a_kv_cache_written_by_index_copy():
     _lowered_once(stats)
 
 
+def decode_step(cache, k, pos: int):
+    t = k.shape[2]
+    cache[:, :, pos : pos + t] = k
+    return cache[:, :, : pos + t].sum(-1)
+
+
+def test_a_decode_loop_writes_its_cache_at_symbolic_positions():
+    # ``pos`` an int argument (symbolic from its second value), none, one or a few tokens
+    # a step: an entry each for one token (its lowerings split at pos + 1 < 8, the C++ row
+    # loops) and none (sizes 0 and 1 are specialised), one for several; no size lowered
+    # on its own
+    compiled = tsr.compile(decode_step, codegen="cpp")
+    cache, twin = torch.zeros(2, 2, 64, 4), torch.zeros(2, 2, 64, 4)
+    pos = 0
+    for t in (5, 1, 1, 1, 3, 1, 1, 2, 1, 1, 1, 4, 1, 0, 1):
+        k = torch.randn(2, 2, t, 4)
+        got, want = compiled(cache, k, pos), decode_step(twin, k, pos)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(cache, twin)
+        pos += t
+    _lowered_once(tsr.size_lowering_stats(), most=4)
+
+
 # ---------------------------------------------------------------- training
 
 
