@@ -68,7 +68,9 @@ def test_a_cpp_kernel_that_fails_at_one_size_falls_back_for_that_size(monkeypatc
     calls: list[int] = []
     made = symbolic_lowering.inference_runner
     monkeypatch.setattr(
-        symbolic_lowering, "inference_runner", lambda fn, aot: made(_failing(fn, calls), aot)
+        symbolic_lowering,
+        "inference_runner",
+        lambda fn, aot, *views: made(_failing(fn, calls), aot, *views),
     )
     compiled = tsr.compile(scaled_softmax, dynamic=True, codegen="cpp")
     sizes = (5, BAD, 6, BAD, 9, 5, 11)
@@ -88,7 +90,7 @@ def test_a_cpp_kernel_that_fails_at_one_size_falls_back_for_that_size(monkeypatc
 def test_a_lowering_failing_at_every_new_size_stops_serving(monkeypatch):
     made = symbolic_lowering.inference_runner
 
-    def failing_after_first(fn, aot):
+    def failing_after_first(fn, aot, *views):
         lowered: list[int] = []  # the size of this lowering's first call
 
         def run(*inputs):
@@ -97,7 +99,7 @@ def test_a_lowering_failing_at_every_new_size_stops_serving(monkeypatch):
             lowered.append(inputs[0].shape[0])
             return fn(*inputs)
 
-        return made(run, aot)
+        return made(run, aot, *views)
 
     monkeypatch.setattr(symbolic_lowering, "inference_runner", failing_after_first)
     compiled = tsr.compile(scaled_softmax, dynamic=True, codegen="cpp")
@@ -176,8 +178,8 @@ def test_a_training_forward_that_fails_at_one_size_falls_back(monkeypatch):
     calls: list[int] = []
     made = symbolic_lowering.symbolic_training_runner
 
-    def failing_forward(aot, forward, backward, slots):
-        return made(aot, (forward[0], _failing(forward[1], calls)), backward, slots)
+    def failing_forward(aot, forward, backward, slots, *views):
+        return made(aot, (forward[0], _failing(forward[1], calls)), backward, slots, *views)
 
     monkeypatch.setattr(symbolic_lowering, "symbolic_training_runner", failing_forward)
     torch.manual_seed(0)
@@ -236,14 +238,14 @@ def test_a_training_backward_that_fails_raises_with_a_note(monkeypatch):
     made = symbolic_lowering.symbolic_training_runner
     calls: list[int] = []
 
-    def failing_backward(aot, forward, backward, slots):
+    def failing_backward(aot, forward, backward, slots, *views):
         def run(*inputs):
             if any(getattr(t, "shape", (0,))[:1] == (BAD,) for t in inputs):
                 calls.append(BAD)
                 raise InjectedFailure("backward kernel failed")
             return backward[1](*inputs)
 
-        return made(aot, forward, (backward[0], run), slots)
+        return made(aot, forward, (backward[0], run), slots, *views)
 
     monkeypatch.setattr(symbolic_lowering, "symbolic_training_runner", failing_backward)
     model = MLP()
@@ -255,3 +257,77 @@ def test_a_training_backward_that_fails_raises_with_a_note(monkeypatch):
     assert calls == [BAD]
     assert any("cannot fall back" in note for note in raised.value.__notes__)
     assert "symbolic_lowering" in raised.value.__notes__[-1]
+
+
+def update_in_place(p, g):
+    p.add_(g * 2)
+    return p.sum(0)
+
+
+def test_a_first_call_that_fails_after_writing_its_input_puts_it_back(monkeypatch):
+    # the failed call wrote ``p`` (its write-back ran): the retry per size starts from
+    # the value the call was given, so ``p`` is updated once (decision 0445)
+    calls: list[int] = []
+    made = symbolic_lowering.inference_runner
+
+    def failing_after_writing(fn, aot, *views):
+        runner = made(fn, aot, *views)
+
+        def run(*inputs):
+            outputs = runner(*inputs)
+            if inputs[0].shape[0] == BAD:
+                calls.append(BAD)
+                raise InjectedFailure("failed after the write-back")
+            return outputs
+
+        return run
+
+    monkeypatch.setattr(symbolic_lowering, "inference_runner", failing_after_writing)
+    compiled = tsr.compile(update_in_place, dynamic=True, codegen="cpp")
+    for rows in (5, BAD, 6, 9):
+        p, g = torch.randn(rows, 3), torch.randn(rows, 3)
+        twin = p.clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tsr.TorchstrataFallbackWarning)
+            got = compiled(p, g)
+        torch.testing.assert_close(got, update_in_place(twin, g))
+        torch.testing.assert_close(p, twin)
+    assert calls == [BAD], calls
+    assert len(_first_call_fallbacks(tsr.size_lowering_stats())) == 1
+
+
+def test_a_large_written_input_is_not_copied_and_a_failure_after_writing_it_raises(
+    monkeypatch,
+):
+    # inputs past COPIED_WRITES_BYTES (a KV cache) are not copied at each new size: a
+    # failure before the write falls back per size, one after it raises with a note
+    monkeypatch.setattr(first_calls, "COPIED_WRITES_BYTES", 0)
+    made = symbolic_lowering.inference_runner
+
+    def failing(fn, aot, *views):
+        runner = made(fn, aot, *views)
+
+        def run(*inputs):
+            if inputs[0].shape[0] == BAD:
+                raise InjectedFailure("failed before the write-back")
+            outputs = runner(*inputs)
+            if inputs[0].shape[0] == BAD + 2:
+                raise InjectedFailure("failed after the write-back")
+            return outputs
+
+        return run
+
+    monkeypatch.setattr(symbolic_lowering, "inference_runner", failing)
+    compiled = tsr.compile(update_in_place, dynamic=True, codegen="cpp")
+    for rows in (5, BAD, 6):
+        p, g = torch.randn(rows, 3), torch.randn(rows, 3)
+        twin = p.clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tsr.TorchstrataFallbackWarning)
+            got = compiled(p, g)
+        torch.testing.assert_close(got, update_in_place(twin, g))
+        torch.testing.assert_close(p, twin)
+    p, g = torch.randn(BAD + 2, 3), torch.randn(BAD + 2, 3)
+    with pytest.raises(InjectedFailure) as raised:
+        compiled(p, g)
+    assert first_calls.WRITTEN_NOTE in raised.value.__notes__

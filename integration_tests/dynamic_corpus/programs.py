@@ -301,6 +301,29 @@ def loop_over_columns(x):
     return total
 
 
+# ---------------------------------------------------------------- views and writes (0445)
+
+
+def views_of_input(x):
+    return x.transpose(0, 1), x.view(-1, 4), x[:, 2:]
+
+
+def view_of_output(x):
+    y = x * 2
+    return y, y.t()
+
+
+def in_place_update(p, g):
+    p.add_(g * 2)  # an optimizer-like update of an input
+    return p.sum(0)
+
+
+def kv_cache_slice_write(cache, k):
+    t = k.shape[1]
+    cache[:, t : 2 * t] = k  # a cache written where the sizes say
+    return cache.sum(1)
+
+
 # ---------------------------------------------------------------- modules
 
 
@@ -407,6 +430,10 @@ PROGRAMS = [
     # x[:, 0] needs a column; small sizes: every one is its own entry
     Program(loop_over_columns, lambda n: (torch.randn(5, n),), sizes=(1, 2, 3, 4, 2, 5, 3, 6),
             per_size=True),
+    Program(views_of_input, lambda n: (torch.randn(n, 8),)),
+    Program(view_of_output, lambda n: (torch.randn(n, 3),)),
+    Program(in_place_update, lambda n: (torch.randn(n, 3), torch.randn(n, 3))),
+    Program(kv_cache_slice_write, lambda n: (torch.randn(2, 80, 4), torch.randn(2, n, 4))),
     Program(LINEAR, lambda n: (torch.randn(n, 16),)),
     Program(MLP_NORM, lambda n: (torch.randn(n, 16),)),
     Program(EMBEDDING, lambda n: (torch.randint(0, 10, (n, 3)),)),

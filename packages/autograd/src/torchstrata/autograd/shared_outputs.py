@@ -12,6 +12,8 @@ does not hand to the user.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from torchstrata.autograd.recorder import AtenRecorder
@@ -84,7 +86,8 @@ def output_views(
             hidden.append(owner)
         for index in owned:
             value = results[index]
-            offset = int(value.storage_offset()) - int(owner.storage_offset())
+            # not ``int()``: a symbolic offset (``y[n // 2 :]``) stays an expression
+            offset: Any = value.storage_offset() - owner.storage_offset()
             views[index] = (owner_index, tuple(value.shape), tuple(value.stride()), offset)
     return tuple(views), tuple(hidden)
 
@@ -101,7 +104,7 @@ def _covers(owner: torch.Tensor, view: torch.Tensor) -> bool:
     span = tensor_element_span(view)
     if span is None:
         return True
-    start = int(owner.storage_offset())
+    start = owner.storage_offset()  # compared, not made an int (a symbolic one)
     return start <= span[0] and span[1] < start + owner.numel()
 
 

@@ -15,6 +15,7 @@ and None intersects nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -73,8 +74,10 @@ def spans_overlap(first: Span | None, second: Span | None) -> bool:
 
 def tensor_element_span(tensor: torch.Tensor) -> Span | None:
     """:func:`element_span` of a real, fake or meta tensor: storage elements counted from
-    the start of its storage."""
-    return element_span(tensor.shape, tensor.stride(), int(tensor.storage_offset()))
+    the start of its storage (a fake tensor's symbolic offset kept symbolic: comparing
+    spans then records conditions, where ``int()`` would pin the offset's sizes)."""
+    offset: Any = tensor.storage_offset()  # an int, or a fake tensor's SymInt
+    return element_span(tensor.shape, tensor.stride(), offset)
 
 
 def tensor_byte_span(tensor: torch.Tensor) -> Span | None:

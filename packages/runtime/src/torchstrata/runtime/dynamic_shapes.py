@@ -412,11 +412,11 @@ class SizeSpecialisedRunner:
         if self.variants is not None:
             # the variants make the symbolic trace where they lower (symbolic_traces()):
             # one read from the compiled-graph cache needs none (decision 0450)
-            symbolic = self.variants.runner_for(values)
-            if symbolic is not None:  # its first call here falls back (decision 0430)
-                failed = functools.partial(self.variants.first_call_failed, values, symbolic)
+            made = self.variants.lowering_for(values)
+            if made is not None:  # its first call here falls back (decision 0430)
+                failed = functools.partial(self.variants.first_call_failed, values, made.runner)
                 per_size = functools.partial(self._lower_per_size, values)
-                return FirstCall(symbolic, key, self.runners, per_size, failed)
+                return FirstCall(made.runner, key, self.runners, per_size, failed, made.writes)
         return self._lower_per_size(values)
 
     def _lower_per_size(self, values: dict[str, int]) -> Callable[..., Any]:

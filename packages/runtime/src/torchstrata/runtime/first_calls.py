@@ -9,11 +9,16 @@ wrong number): :class:`FirstCall` runs a size's first call, and on an exception 
 the sizes on their own (the per-size path), which runs the call and serves the size from
 then on; where that raises too, the error is the call's (eager's as well) and propagates.
 
-Retrying is safe because a symbolic lowering writes no user tensor: it refuses
-write-backs and outputs rebuilt as views (:func:`~.symbolic_lowering.symbolic_lowerer`),
-an inference forward's kernels write only the buffers they allocate, and a training
-runner's forward raises inside ``autograd.Function.forward`` before any output or
-saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
+Retrying is safe because no user tensor keeps what the failed call wrote: the inputs a
+lowering writes (its write-backs, ``SymbolicLowering.writes``; an inference forward's
+ATen updates may run on them in place, decision 0445) are copied before a size's first
+call and put back before the retry, where they hold at most :data:`COPIED_WRITES_BYTES`;
+larger ones (a KV cache) are not copied, and a call that moved their version counter (a
+``copy_`` or an in-place ATen op: generated kernels write only buffers they allocate)
+before failing raises with :data:`WRITTEN_NOTE` instead of a retry; an inference forward's kernels write no other tensor
+than the buffers they allocate, outputs rebuilt as views of inputs are made after the
+kernels ran, and a training runner's forward raises inside ``autograd.Function.forward``
+before any output or saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
 are taken before the first call and put back before the retry, so a graph that draws
 random numbers draws the same ones as the call would have. A training graph's
 backward runs later, after its outputs were returned: a failure there is not retried.
@@ -42,6 +47,43 @@ def _restore(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+#: Written inputs of at most this many bytes in all are copied before a size's first call
+#: (put back on a failure); larger ones (a KV cache) are not: a copy per new size would
+#: cost what the update saves.
+COPIED_WRITES_BYTES = 16 << 20
+
+#: The note of a first call's error that cannot fall back (it wrote an input).
+WRITTEN_NOTE = (
+    "torchstrata: this call of a graph lowered once for many sizes failed after it wrote "
+    "an input in place, so it cannot be run again per size; compile with "
+    "options={'symbolic_lowering': False} to lower each size on its own"
+)
+
+
+def _copies(inputs: tuple[Any, ...], writes: tuple[int, ...]) -> list[Any] | None:
+    """Copies of the tensors among ``inputs`` at the positions ``writes``; None where
+    they hold more than :data:`COPIED_WRITES_BYTES`."""
+    tensors = [inputs[i] for i in writes if isinstance(inputs[i], torch.Tensor)]
+    if sum(t.untyped_storage().nbytes() for t in tensors) > COPIED_WRITES_BYTES:
+        return None
+    with torch.no_grad():
+        return [inputs[i].clone() if isinstance(inputs[i], torch.Tensor) else None for i in writes]
+
+
+def _versions(inputs: tuple[Any, ...], writes: tuple[int, ...]) -> list[int]:
+    """The version counters of the inputs at ``writes`` (an in-place ATen op or a
+    ``copy_`` moves one: the only ways a lowering writes an input)."""
+    return [inputs[i]._version if isinstance(inputs[i], torch.Tensor) else 0 for i in writes]
+
+
+def _put_back(inputs: tuple[Any, ...], writes: tuple[int, ...], kept: list[Any]) -> None:
+    """The inputs at ``writes`` given their values of before the call back (``kept``)."""
+    with torch.no_grad():
+        for index, copy in zip(writes, kept, strict=True):
+            if copy is not None:
+                inputs[index].copy_(copy)
+
+
 class FirstCall:
     """Runs ``runner``'s first call at the sizes ``key``; then ``runners[key]`` is
     ``runner`` (success) or the per-size runner (failure), which also runs that call.
@@ -56,9 +98,11 @@ class FirstCall:
     :param per_size: lowers the sizes on their own (called once, on a failure).
     :param failed: records the failure (given the exception: counts, warns), once the
         per-size runner ran the call.
+    :param writes: the positions of the inputs ``runner`` writes: copied before the call
+        and put back on a failure (see the module docstring for large ones).
     """
 
-    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute")
+    __slots__ = ("failed", "key", "per_size", "runner", "runners", "substitute", "writes")
 
     def __init__(
         self,
@@ -67,7 +111,9 @@ class FirstCall:
         runners: dict[tuple[int, ...], Callable[..., Any]],
         per_size: Callable[[], Callable[..., Any]],
         failed: Callable[[Exception], None],
+        writes: tuple[int, ...] = (),
     ) -> None:
+        self.writes = writes
         self.runner = runner
         self.key = key
         self.runners = runners
@@ -78,12 +124,19 @@ class FirstCall:
 
     def __call__(self, *inputs: Any) -> Any:
         states = _rng_states()
+        kept = _copies(inputs, self.writes) if self.writes else []
+        versions = _versions(inputs, self.writes) if kept is None else []
         try:
             result = self.runner(*inputs)
-        except Exception as error:  # noqa: BLE001 - the size is served otherwise, not wrongly
+        except Exception as error:  # the size is served otherwise, not wrongly
+            if kept is None and _versions(inputs, self.writes) != versions:
+                error.add_note(WRITTEN_NOTE)  # not put back: a retry would write it twice
+                raise
             if self.substitute is None:
                 self.substitute = self.per_size()
             _restore(states)
+            if kept:
+                _put_back(inputs, self.writes, kept)
             result = self.substitute(*inputs)  # raises where the call itself is at fault
             self.failed(error)
             self.runners[self.key] = self.substitute

@@ -34,6 +34,9 @@ from torchstrata.runtime.unit_grads import UnitGrads
 GraphRunner = Callable[..., tuple[Any, ...]]
 #: A compiled (or interpreted) graph: tensors in, all graph outputs out.
 GraphFn = Callable[..., Sequence[Any]]
+#: A call's inputs -> the (output aliases, output views) at its sizes (see
+#: :mod:`~torchstrata.runtime.symbolic_outputs`).
+OutputsAt = Callable[[Sequence[Any]], tuple[tuple[Any, ...], tuple[Any, ...]]]
 
 #: What a second differentiation through a compiled backward raises.
 DOUBLE_BACKWARD_MESSAGE = (
@@ -209,17 +212,18 @@ def retyped_view(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         return None
 
 
-def _output_views(aot: AotResult) -> tuple[Any, ...]:
+def output_views(aot: AotResult, metas: Sequence[Any] | None = None) -> tuple[Any, ...]:
     """``aot.output_views`` for the outputs the user gets (the hidden bases, the last
     ``aot.num_hidden_outputs`` user outputs, are left out), each with its owner's traced
-    metadata appended (``()``: no views)."""
+    metadata (``metas``, one per forward output; None: the forward's) appended (``()``:
+    no views)."""
     hidden = int(getattr(aot, "num_hidden_outputs", 0) or 0)
     views = tuple(getattr(aot, "output_views", ()) or ())
     if not any(view is not None for view in views):
         return ()
     returned = output_layout(aot)[0] - hidden
     views = (*views, *(None,) * returned)[:returned]
-    metas = [node.meta for node in aot.forward.outputs]
+    metas = [node.meta for node in aot.forward.outputs] if metas is None else metas
     return tuple(None if view is None else (*view, metas[view[0]]) for view in views)
 
 
@@ -269,13 +273,16 @@ def _unwrapped(fn: GraphFn) -> GraphFn:
     return fn.fn if type(fn) is CompiledGraph else fn
 
 
-def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
+def inference_runner(
+    fn: GraphFn, aot: AotResult | None, outputs_at: OutputsAt | None = None
+) -> GraphRunner:
     """Wrap a forward: pass the lifted constants, apply write-backs and aliases, return
-    the user's outputs only."""
+    the user's outputs only. ``outputs_at``: the aliases and views at each call's sizes
+    (a graph lowered for many sizes; None: ``aot``'s)."""
     if aot is None:
         return _tuple_runner(fn)
     num_user, mutated, aliases = output_layout(aot)
-    views = _output_views(aot)
+    views = output_views(aot)
     constants = tuple(aot.constants)
     plain = not mutated and not views and all(a is None for a in aliases)
     if plain and num_user == len(aot.forward.outputs):
@@ -284,10 +291,12 @@ def inference_runner(fn: GraphFn, aot: AotResult | None) -> GraphRunner:
     # Run with grad off (or no input requiring it): a view made then of an input that
     # requires grad keeps the flag, as in eager, and none has history to detach from.
     grad_outputs = frozenset(range(num_user))
+    traced = (aliases, views)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = fn(*inputs, *constants)
-        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views, grad_outputs)
+        at = traced if outputs_at is None else outputs_at(inputs)
+        return _user_outputs(inputs, outputs, num_user, mutated, *at, grad_outputs)
 
     return run
 
@@ -477,6 +486,7 @@ def training_runner(
     saved_layouts: Sequence[TensorMeta | None] = (),
     direct_launch: DirectLauncher | None = None,
     sized: CallSizes | None = None,
+    outputs_at: OutputsAt | None = None,
 ) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
@@ -486,7 +496,7 @@ def training_runner(
     for, of the saved values (None, or no entry: as the backward graph's input says).
     ``sized``: for graphs lowered once for many sizes, the output shapes and saved
     layouts at each call's sizes (``aot``'s metadata and ``saved_layouts`` are then not
-    read)."""
+    read; ``outputs_at``: their aliases and views)."""
     num_user, mutated, aliases = output_layout(aot)
     forward = _unwrapped(forward)
     plain_forward = _unwrapped(plain_forward) if plain_forward is not None else None
@@ -573,15 +583,16 @@ def training_runner(
 
     all_tensors = all(isinstance(node.meta, TensorMeta) for node in aot.forward.inputs)
     apply = direct_apply(CompiledGraphFunction, all_tensors)
-    views = _output_views(aot)
+    views = output_views(aot)
     constants = tuple(aot.constants)
-    grad_outputs = frozenset(tangent_outputs)
+    grad_outputs, traced = frozenset(tangent_outputs), (aliases, views)
     if not mutated and not views and all(alias is None for alias in aliases):
         # Nothing to write back or rebuild: ``apply`` returns the user's outputs as they are.
         return _with_constants(apply, constants)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         outputs = apply(*inputs, *constants)
-        return _user_outputs(inputs, outputs, num_user, mutated, aliases, views, grad_outputs)
+        at = traced if outputs_at is None else outputs_at(inputs)
+        return _user_outputs(inputs, outputs, num_user, mutated, *at, grad_outputs)
 
     return run

@@ -49,12 +49,15 @@ class SymbolicLowering:
     """One lowering for many sizes: its ``runner`` (takes the graph's inputs at any
     size it serves) and ``serves(values)``: whether the sizes ``values`` (symbol name ->
     int) meet every condition it relied on. ``conditions``: their text, for logs.
-    ``from_cache``: read from the compiled-graph cache (decision 0450), not lowered."""
+    ``from_cache``: read from the compiled-graph cache (decision 0450), not lowered.
+    ``writes``: the positions of the inputs the runner writes (write-backs, decision
+    0445), put back where a first call fails (:mod:`.first_calls`)."""
 
     runner: Callable[..., Any]
     serves: Callable[[Mapping[str, int]], bool]
     conditions: tuple[str, ...] = ()
     from_cache: bool = False
+    writes: tuple[int, ...] = ()
 
 
 class SizeSpecificFailure(Exception):
@@ -134,12 +137,18 @@ class SizeVariants:
     def runner_for(self, values: Mapping[str, int]) -> Callable[..., Any] | None:
         """A runner for the sizes ``values`` from a symbolic lowering (an existing one
         that serves them, or a new one); None where they are to be lowered on their own."""
+        made = self.lowering_for(values)
+        return None if made is None else made.runner
+
+    def lowering_for(self, values: Mapping[str, int]) -> SymbolicLowering | None:
+        """The symbolic lowering that runs the sizes ``values`` (an existing one that
+        serves them, or a new one); None where they are to be lowered on their own."""
         for variant in self.variants:
             if variant.serves(values):
                 if self.first_failures.get(id(variant.runner), 0) >= MAX_FIRST_CALL_FAILURES:
                     return None  # its first calls failed too often: sizes lower per size
                 self._count("reused")
-                return variant.runner
+                return variant
         if self.fallback or len(self.variants) + len(self.failures) >= self.max_variants:
             return None
         if any(repeats(values) for repeats in self.failures):
@@ -169,7 +178,7 @@ class SizeVariants:
             dict(values),
             " and ".join(made.conditions) or "always",
         )
-        return made.runner
+        return made
 
     def first_call_failed(
         self, values: Mapping[str, int], runner: Callable[..., Any], error: Exception

@@ -46,9 +46,9 @@ from torchstrata.core import (
 )
 from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime import graph_cache
+from torchstrata.runtime.cuda_graphs import CUDA_GRAPH_MODES
 from torchstrata.runtime.graph_cache import _STATS, _never_fatal, _note
 from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_record, read_aot
-from torchstrata.runtime.cuda_graphs import CUDA_GRAPH_MODES
 from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
@@ -173,6 +173,7 @@ class SymbolicEntries:
                     read_metas(layouts["outputs"], guards),
                     read_metas(layouts["saved"], guards),
                     tuple(map(str, layouts["carried"])),
+                    device if layouts["carried"] else None,  # the carrier's (0440)
                 )
                 runner = sized_training_runner(aot, forward, backward, self.slots, metas)
             if guards.refused:

@@ -8,14 +8,19 @@ decomposition's and those the codegen recorded (:class:`~.size_variants.SizeVari
 
 Only what the per-size path does the same way at every size is lowered so: an inference
 forward, or a training graph's forward and backward (with one ``SizeGuards``,
-:mod:`.symbolic_training`, decision 0395), without autocast, write-backs, views or outputs
-aliasing inputs by sizes. Anything else raises
-``NotImplementedError`` (the entry lowers per size). Both lower so on the CPU and on CUDA
-devices, by every codegen: C++ kernels, and Triton kernels (CUDA, or ``codegen="triton"``
-on the CPU: the interpreter; training graphs since decision 0440). Triton kernels are
-generated during the lowering, the backward's with the forward's, and on a GPU the
-specialisation Triton compiles each binary for is a condition of the lowering, so no
-later size it serves meets a compile of its own (decision 0400).
+:mod:`.symbolic_training`, decision 0395). Write-backs (an input updated in place: a
+batch norm's running statistics, a KV cache, ``p.add_(g)``) are copied into the inputs at
+any size; outputs that view an input or another output are rebuilt with their sizes,
+strides and offsets evaluated at each call's sizes (:mod:`.symbolic_outputs`, decision
+0445). A graph under autocast (the entry's guards hold the autocast state) is lowered,
+and runs, with autocast off, as the per-size path does: the capture wrote the casts into
+it (decision 0446). Anything else raises ``NotImplementedError`` (the entry lowers per
+size). Both lower so on the CPU and on CUDA devices, by every codegen: C++ kernels, and
+Triton kernels (CUDA, or ``codegen="triton"`` on the CPU: the interpreter; training
+graphs since decision 0440). Triton kernels are generated during the lowering, the
+backward's with the forward's, and on a GPU the specialisation Triton compiles each
+binary for is a condition of the lowering, so no later size it serves meets a compile of
+its own (decision 0400).
 
 Every mode lowers so: under ``mode="reduce-overhead"`` (or ``"max-autotune"``) an inference
 forward for CUDA inputs records one CUDA graph per distinct size over the one lowering
@@ -25,9 +30,10 @@ forward for CUDA inputs records one CUDA graph per distinct size over the one lo
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import torch
 
 from torchstrata.core import (
@@ -41,11 +47,11 @@ from torchstrata.core import (
     SymbolicAot,
     dynamo_import_deferred,
     enabled_autocast,
-    has_symbols,
     input_symbol_slots,
     sized_graph,
 )
 from torchstrata.core.size_values import conditions_check
+from torchstrata.runtime.autocast_off import autocast_off, without_autocast
 from torchstrata.runtime.cuda_graphs import graphed_per_size
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.inference import grad_off as _grad_off
@@ -56,6 +62,7 @@ from torchstrata.runtime.size_variants import (
     SymbolicLowering,
 )
 from torchstrata.runtime.symbolic_cache import cached_lowerer
+from torchstrata.runtime.symbolic_outputs import inputs_for_aliases, sized_outputs
 from torchstrata.runtime.symbolic_recording import RecordingPipeline, note_lowering
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
@@ -101,8 +108,17 @@ def symbolic_lowerer(
     slots = input_symbol_slots(graph)
 
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
-        if enabled_autocast():
-            raise NotImplementedError("a graph under autocast lowers per size")
+        # under autocast (the entry's guards hold its state) the capture wrote the casts
+        # into the graph: the stages run, and the runner runs, with autocast off, as the
+        # per-size path's (``Pipeline.compile_graph``)
+        devices = tuple(device for device, _ in enabled_autocast())
+        if not devices:
+            return lower_here(values)
+        with autocast_off(devices):
+            made = lower_here(values)
+        return attrs.evolve(made, runner=without_autocast(made.runner, devices))
+
+    def lower_here(values: Mapping[str, int]) -> SymbolicLowering:
         training = torch.is_grad_enabled() and any(m.requires_grad for m in graph.input_metas)
         made = traces()
         found = None if made is None else made.trace_for(values)
@@ -110,16 +126,12 @@ def symbolic_lowerer(
             raise NotImplementedError("no symbolic partition serves these sizes")
         traced, shared = found
         aot = traced.at(values)
-        num_user, mutated, aliases = output_layout(aot)
-        views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
-        if (
-            mutated
-            or views
-            or not _same_at_every_size(aliases, shared.result.output_aliases)
-            or num_user != len(aot.forward.outputs) - aot.num_saved - aot.num_unit_grads
-        ):
-            # their runners carry metadata of the traced sizes
-            raise NotImplementedError("write-backs, views or aliased outputs lower per size")
+        num_user, mutated, _ = output_layout(aot)
+        extra = len(mutated) + aot.num_saved + aot.num_unit_grads
+        if num_user != len(aot.forward.outputs) - extra:
+            raise NotImplementedError("a forward of other outputs than its partition says")
+        # outputs that view inputs or each other: rebuilt at each call's sizes
+        outputs_at = sized_outputs(slots, shared.result, aot, values)
         # no output carries a gradient (``loss.detach()``): an inference forward, run
         # with grad off (its outputs require none, as eager's)
         no_gradient = training and aot.backward is None and not aot.tangent_outputs
@@ -133,7 +145,15 @@ def symbolic_lowerer(
                 raise NotImplementedError("the post_aot passes change a graph: per size")
         contract = forward_contract(aot, inference=not training)
         decompose = pipeline.decomposer(options)
-        decomposed = shared.symbolic("forward", contract, decompose)
+        # an inference forward returns an input where an output is rebuilt as a view of
+        # it: no kernel computes values the runner throws away (decision 0445)
+        made_from = None
+        if not training and outputs_at is not None:
+            result = shared.result
+            made_from = functools.partial(
+                inputs_for_aliases, aliases=result.output_aliases, views=result.output_views
+            )
+        decomposed = shared.symbolic("forward", contract, decompose, made_from)
         if decomposed is None:
             raise NotImplementedError("no symbolic decomposition of the forward")
         prims, conditions = decomposed
@@ -173,11 +193,11 @@ def symbolic_lowerer(
                 forward = codegen(prims, contract)
                 if backward is None:
                     fn = graphed_per_size(forward[1].fn, forward[0], device, options.mode)
-                    runner = inference_runner(fn, aot)
+                    runner = inference_runner(fn, aot, outputs_at)
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
-                    runner = symbolic_training_runner(aot, forward, lowered, slots)
+                    runner = symbolic_training_runner(aot, forward, lowered, slots, outputs_at)
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -189,7 +209,7 @@ def symbolic_lowerer(
             raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        return _lowering(traced, conditions, guards, runner)
+        return _lowering(traced, conditions, guards, runner, mutated)
 
     return lower
 
@@ -199,12 +219,13 @@ def _lowering(
     conditions: tuple[Any, ...],
     guards: SizeGuards,
     runner: Callable[..., Any],
+    writes: tuple[int, ...],
 ) -> SymbolicLowering:
     """The lowering with every condition it relied on: the trace's, the symbolic
-    decomposition's and the codegen's (``guards``)."""
+    decomposition's and the codegen's (``guards``); ``writes``: the inputs it writes."""
     relied = (*conditions, *guards.conditions)
     note_lowering(traced, relied)  # for the compiled-graph cache's entry
-    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)))
+    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)), writes=writes)
 
 
 def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:
@@ -215,17 +236,3 @@ def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[s
         return holds(values) and not traced.violated(values)
 
     return serves
-
-
-def _same_at_every_size(aliases: Sequence[Any], symbolic: Sequence[Any]) -> bool:
-    """Whether the outputs that alias inputs (``AotResult.output_aliases`` at the sizes
-    lowered) do so with the same sizes, strides and offset at every size: their entries
-    in the symbolic partition (``symbolic``) hold no symbolic size (``loss.detach()``)."""
-    if all(alias is None for alias in aliases):
-        return True
-    if len(symbolic) != len(aliases):
-        return False
-    return all(
-        (alias is None) == (entry is None) and (entry is None or not has_symbols(entry))
-        for alias, entry in zip(aliases, symbolic)
-    )

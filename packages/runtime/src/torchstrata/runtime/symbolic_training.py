@@ -40,6 +40,7 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.runners import (
     GraphRunner,
+    OutputsAt,
     call_boxed,
     saved_layout_mismatches,
     training_runner,
@@ -143,8 +144,9 @@ class SizedMetas:
 
 
 def _dims(values: Sequence[Any]) -> str:
-    """A shape or strides (ints and ``SizeValue`` sizes) as tuple source over the symbols."""
-    return "".join(f"{value}, " for value in values)
+    """A shape or strides (ints and ``SizeValue`` sizes) as tuple source over the symbols
+    (``repr``: Python's spelling of a floor division or modulo, ``(s0//2)``)."""
+    return "".join(f"{value!r}, " for value in values)
 
 
 def with_size_carrier(backward: Graph, forward: Graph) -> Graph:
@@ -240,18 +242,20 @@ def symbolic_training_runner(
     forward: tuple[Graph, CompiledGraph],
     backward: tuple[Graph, CompiledGraph],
     slots: Mapping[str, tuple[int, int]],
+    outputs_at: OutputsAt | None = None,
 ) -> GraphRunner:
     """The runner of a forward and a backward lowered once for many sizes (each a sized
     prims graph and its compiled form, of one ``SizeGuards``), as the per-size path's
     :func:`~.runners.training_runner` with its metadata at each call's sizes; ``aot``:
-    the partition at the lowering's sizes (only its counts and constants are read).
-    Within ``SizeGuards.active()``; raises ``NotImplementedError`` where the forward
-    returns a saved value in another layout than the backward takes."""
+    the partition at the lowering's sizes (only its counts and constants are read);
+    ``outputs_at``: the output aliases and views at each call's sizes. Within
+    ``SizeGuards.active()``; raises ``NotImplementedError`` where the forward returns a
+    saved value in another layout than the backward takes."""
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
     metas = training_metas(aot, forward_graph, backward_graph)
     note_training(metas)  # for the compiled-graph cache's entry (decision 0450)
-    return sized_training_runner(aot, forward_fn, backward_fn, slots, metas)
+    return sized_training_runner(aot, forward_fn, backward_fn, slots, metas, outputs_at)
 
 
 @attrs.frozen
@@ -263,12 +267,15 @@ class TrainingMetas:
     outputs: tuple[Any, ...]
     saved: tuple[Any, ...]
     carried: tuple[str, ...]
+    #: the device of the size carrier (the backward's, decision 0440)
+    device: torch.device | None = None
 
 
 def training_metas(aot: AotResult, forward: Graph, backward: Graph) -> TrainingMetas:
     """The :class:`TrainingMetas` of a sized prims ``forward`` and ``backward``; raises
     ``NotImplementedError`` where the backward takes another count of inputs than the
     runner passes."""
+    # the user outputs and the write-backs (a zero tangent's shape is read of the first)
     num_user = len(forward.outputs) - aot.num_saved - aot.num_unit_grads
     carrier = backward.inputs[-1]
     carried = () if carrier.name != CARRIER else tuple(map(str, carrier.tensor_meta.shape))
@@ -290,13 +297,16 @@ def sized_training_runner(
     backward: CompiledGraph,
     slots: Mapping[str, tuple[int, int]],
     metas: TrainingMetas,
+    outputs_at: OutputsAt | None = None,
 ) -> GraphRunner:
     """The training runner of a compiled ``forward`` and ``backward`` lowered for many
     sizes, their metadata ``metas`` computed at each call's sizes (within the lowering's
-    ``SizeGuards.active()``): what :func:`symbolic_training_runner` makes, and what the
+    ``SizeGuards.active()``; ``outputs_at``: the output aliases and views at each
+    call's sizes): what :func:`symbolic_training_runner` makes, and what the
     compiled-graph cache makes again from a stored lowering (decision 0450)."""
-    sized = SizedMetas(slots, metas.outputs, metas.saved, metas.carried)
-    return training_runner(forward, NotedBackward(backward), aot, None, sized=sized)
+    sized = SizedMetas(slots, metas.outputs, metas.saved, metas.carried, metas.device)
+    noted = NotedBackward(backward)
+    return training_runner(forward, noted, aot, None, sized=sized, outputs_at=outputs_at)
 
 
 #: the note an exception of such a backward carries (decision 0430)

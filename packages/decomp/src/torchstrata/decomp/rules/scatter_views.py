@@ -52,7 +52,7 @@ def slice_scatter(
     if not shape:
         raise NotDecomposable("slice_scatter of a 0-dim tensor")
     d = canonical_dim(dim, len(shape))
-    lo, _, _ = slice(start, end, step).indices(shape[d])
+    lo = _slice_start(start, shape[d])
     count = src.tensor_meta.shape[d] if src.tensor_meta.ndim == len(shape) else -1
     if count < 0 or src.tensor_meta.shape != (*shape[:d], count, *shape[d + 1 :]):
         raise NotDecomposable("slice_scatter of a src of another shape than the slice")
@@ -74,6 +74,18 @@ def slice_scatter(
     position = ctx.prim("div", ctx.prim("minimum", ctx.prim("maximum", offset, 0), last), step)
     picked = ctx.prim("gather", src, d, ctx.prim("broadcast_in_dim", position, shape, [d]))
     return ctx.where(ctx.prim("broadcast_in_dim", inside, shape, [d]), picked, x)
+
+
+def _slice_start(start: Any, length: Any) -> Any:
+    """Where ``x[start:]`` (a positive step) starts in a dim of ``length``, as
+    ``slice.indices`` says; ``start`` or ``length`` may be symbolic sizes (compared, so
+    a condition is recorded, never made an int: ``cache[:, t : 2 * t] = k`` stays
+    symbolic in ``t``)."""
+    if start is None:
+        return 0
+    if start < 0:
+        start = start + length
+    return 0 if start < 0 else length if start > length else start
 
 
 def diagonal(ctx: DecompContext, x: Node, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Node:
