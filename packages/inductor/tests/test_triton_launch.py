@@ -202,14 +202,15 @@ def real_hooks(monkeypatch):
 
 
 def _hot(jit, calls, x, y):
-    """The hot path a launcher proven on (x, y) handed on."""
+    """The hot path a launcher proven on (x, y) hands on (the latest it handed: its first
+    call hands on another)."""
     launch = _launcher(jit, calls)
     handed = []
     launch.on_proven = handed.append
     for _ in range(3):
         launch(x, y)
     assert len(handed) == 1 and len(calls) == 1 and len(jit.kernel.launches) == 2
-    return handed[0]
+    return lambda *args: handed[-1](*args)
 
 
 def test_the_hot_path_launches_as_the_launcher_does(real_hooks):
@@ -217,10 +218,32 @@ def test_the_hot_path_launches_as_the_launcher_does(real_hooks):
     x, y = torch.zeros(64), torch.zeros(64)
     hot = _hot(jit, calls, x, y)
     hot(x, y)
-    assert len(calls) == 1 and len(jit.kernel.launches) == 3
-    assert jit.kernel.launches[-1] == jit.kernel.launches[-2]  # the same values
-    launched = jit.kernel.launches[-1]
-    assert launched[:6] == (5, 1, 1, 7, "function", "metadata") and launched[-2:] == (4, 256)
+    hot(x, y)
+    assert len(calls) == 1 and len(jit.kernel.launches) == 4
+    # the same values, the tensors passed as their pointers (no data_ptr() call and no
+    # driver query of each in Triton's launcher)
+    by_tensor, by_pointer = jit.kernel.launches[1], jit.kernel.launches[-1]
+    assert by_tensor[9] is x and by_tensor[10] is y
+    assert by_pointer == (*by_tensor[:9], x.data_ptr(), y.data_ptr(), *by_tensor[11:])
+    assert by_pointer[:6] == (5, 1, 1, 7, "function", "metadata") and by_pointer[-2:] == (4, 256)
+
+
+def test_a_launcher_refusing_pointers_is_passed_the_tensors(real_hooks):
+    jit, calls = FakeJit(), []
+    launches = jit.kernel.launches
+
+    def tensors_only(*values):
+        if any(type(value) is int for value in values[9:11]):
+            raise TypeError("Pointer argument must have a data_ptr method")  # nothing launched
+        launches.append(values)
+
+    jit.kernel.run = tensors_only
+    x = torch.zeros(8)
+    hot = _hot(jit, calls, x, x)
+    hot(x, x)  # refused with pointers: launched once with the tensors
+    assert len(launches) == 3 and launches[-1][9] is x
+    hot(x, x)  # the first call's wrapper, which handed the tensor path on
+    assert len(launches) == 4 and len(calls) == 1
 
 
 def test_the_hot_path_of_a_misaligned_pointer_goes_through_triton(real_hooks):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import json
 import math
@@ -511,12 +510,11 @@ class TunedKernel:
         self.chosen = config
         self.run = self.bind(config)
         if isinstance(self.run, DirectLaunch):  # later calls: its hot path as ``run``
-            self.run.on_proven = functools.partial(self._take_hot_path, self.run)
+            self.run.on_proven = self._take_hot_path
         self.run(*args)
 
-    def _take_hot_path(self, direct: DirectLaunch, hot: Callable[..., Any]) -> None:
-        if self.run is direct:
-            self.run = hot
+    def _take_hot_path(self, hot: Callable[..., Any]) -> None:
+        self.run = hot
 
     def _benchmark(self, args: Sequence[Any]) -> Config:
         name = getattr(next(iter(self.variants.values())), "__name__", "a kernel")
