@@ -18,6 +18,7 @@ from torchstrata.core import (
     Guard,
     GuardKind,
     TensorMeta,
+    TensorTraits,
     guard_condition,
 )
 from torchstrata.runtime import native_guards
@@ -33,7 +34,7 @@ def checks() -> TensorChecks:
     return found
 
 
-def _python_check(meta: TensorMeta) -> Any:
+def _python_check(meta: TensorMeta | TensorTraits) -> Any:
     names: dict[str, Any] = {}
 
     def constant(value: Any) -> str:
@@ -100,9 +101,12 @@ def _metas() -> dict[str, TensorMeta]:
     return metas
 
 
+@pytest.mark.parametrize("traits", [False, True], ids=["static", "traits"])
 @pytest.mark.parametrize("expected", list(_metas()))
-def test_the_native_check_answers_as_the_python_condition(checks, expected):
-    meta = _metas()[expected]
+def test_the_native_check_answers_as_the_python_condition(checks, expected, traits):
+    meta: TensorMeta | TensorTraits = _metas()[expected]
+    if traits:  # a symbolic entry's tensor guard: no sizes, no strides
+        meta = TensorTraits.of(meta)
     native, python = checks.check(meta), _python_check(meta)
     assert native is not None
     answers = {name: (native(value), python(value)) for name, value in _values().items()}
@@ -127,6 +131,14 @@ def test_each_condition_is_refused_on_its_own(checks):
         "type": base.as_subclass(Subclass),
     }
     assert not {name for name, value in refused.items() if check(value)}
+
+
+def test_traits_leave_sizes_and_strides_to_the_size_check(checks):
+    base = torch.randn(4, 6)
+    check = checks.check(TensorTraits.of(TensorMeta.from_tensor(base)))
+    assert check(torch.randn(3, 5)) and check(torch.randn(6, 4).t()) and check(torch.randn(2))
+    assert not check(base.double()) and not check(base.clone().requires_grad_())
+    assert not check(torch._neg_view(base)) and not check(base.as_subclass(Subclass))
 
 
 def test_a_resized_tensor_is_refused(checks):
@@ -161,6 +173,7 @@ def test_compiled_entries_check_tensors_natively_unless_turned_off(checks):
         torch.testing.assert_close(compiled(x, w), _scaled(x, w))
     assert _entry_guards(native).native_count == 2
     assert _entry_guards(python).native_count == 0
+    assert "_c1(_v1)" in (_entry_guards(native).fetch_args.__doc__ or "")
     for compiled in (native, python):  # a changed layout recompiles, either way
         y = torch.randn(8, 4).t()
         torch.testing.assert_close(compiled(y, w), _scaled(y, w))

@@ -333,13 +333,15 @@ def _write_checks(
 
 
 def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> NativeChecks:
-    """The native check of each static tensor guard it covers, by guard index."""
+    """The native check of each tensor guard it covers (static, or a symbolic entry's
+    traits), by guard index."""
     if native is None:
         return {}
     checks = {}
     for index, guard in enumerate(guards):
-        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(guard.expected, TensorMeta):
-            check = native.check(guard.expected)
+        expected = guard.expected
+        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta | TensorTraits):
+            check = native.check(expected)
             if check is not None:
                 checks[index] = check
     return checks

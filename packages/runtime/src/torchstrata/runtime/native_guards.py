@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import TENSOR_TYPES, TensorMeta
+from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.core.env_options import Environment
 from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
@@ -71,14 +71,18 @@ class TensorChecks:
         #: one empty tensor per (dtype, device): what a check reads its dtype and device from
         self._likes: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
-    def check(self, meta: TensorMeta) -> Any | None:
+    def check(self, meta: TensorMeta | TensorTraits) -> Any | None:
         """``check(value)`` is True exactly when the Python condition of a
-        ``TENSOR_MATCH`` guard expecting ``meta`` holds for ``value``; None for metadata
+        ``TENSOR_MATCH`` guard expecting ``meta`` holds for ``value`` (traits: a symbolic
+        entry's tensor, whose sizes and strides its size check reads); None for metadata
         it does not cover (symbolic sizes, a device no tensor is on, as ``cuda`` without an
         index)."""
-        shape, strides = tuple(meta.shape), tuple(meta.strides)
-        if not all(type(size) is int for size in (*shape, *strides)):
-            return None
+        shape: tuple[int, ...] | None = None
+        strides: tuple[int, ...] | None = None
+        if isinstance(meta, TensorMeta):
+            shape, strides = tuple(meta.shape), tuple(meta.strides)
+            if not all(type(size) is int for size in (*shape, *strides)):
+                return None
         device = meta.device
         like = self._like(meta.dtype, device)
         if like is None or like.device != device:  # ``cuda``: no tensor's device is it

@@ -18,7 +18,7 @@ Any C++ exception (a tensor without strides, sizes that are symbolic) fails the 
 from __future__ import annotations
 
 #: Bumped whenever the source changes in a way its cache key would not see.
-SOURCE_VERSION = "tensor-check-1"
+SOURCE_VERSION = "tensor-check-2"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -51,7 +51,7 @@ struct TensorCheck {
   bool requires_grad;
   bool no_neg;
   bool no_conj;
-  Py_ssize_t rank;
+  Py_ssize_t rank;  // -1: sizes and strides are not checked (a symbolic entry's tensor)
   int64_t* layout;  // the sizes, then the strides (PyMem_Malloc'd)
 };
 
@@ -82,8 +82,11 @@ bool matches(TensorCheck* self, PyObject* object) {
   }
   try {
     c10::TensorImpl* impl = impl_of(object);
-    if (!same(impl->sizes(), self->layout, self->rank) || impl->dtype() != self->dtype ||
-        !same(impl->strides(), self->layout + self->rank, self->rank)) {
+    if (impl->dtype() != self->dtype) {
+      return false;
+    }
+    if (self->rank >= 0 && (!same(impl->sizes(), self->layout, self->rank) ||
+                            !same(impl->strides(), self->layout + self->rank, self->rank))) {
       return false;
     }
     c10::Device device = impl->device();
@@ -129,7 +132,8 @@ bool read_ints(PyObject* items, Py_ssize_t count, int64_t* out) {
 bool is_tensor_object(PyObject* object);
 
 // TensorCheck(types, like, requires_grad, sizes, strides, no_neg, no_conj, any_index):
-// ``like`` is a tensor of the expected dtype and device.
+// ``like`` is a tensor of the expected dtype and device; ``sizes`` None: neither sizes
+// nor strides are checked.
 PyObject* check_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject *types, *like, *sizes, *strides;
   int requires_grad, no_neg, no_conj, any_index;
@@ -137,7 +141,7 @@ PyObject* check_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                         &strides, &no_neg, &no_conj, &any_index)) {
     return nullptr;
   }
-  if (!is_tensor_object(like) || !PyTuple_Check(sizes)) {
+  if (!is_tensor_object(like) || (sizes != Py_None && !PyTuple_Check(sizes))) {
     PyErr_SetString(PyExc_TypeError, "TensorCheck: like must be a torch.Tensor, sizes a tuple");
     return nullptr;
   }
@@ -170,6 +174,10 @@ PyObject* check_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     Py_DECREF(self);
     PyErr_SetString(PyExc_ValueError, "TensorCheck: like has no dtype or device");
     return nullptr;
+  }
+  if (sizes == Py_None) {
+    self->rank = -1;
+    return reinterpret_cast<PyObject*>(self);
   }
   self->rank = PyTuple_GET_SIZE(sizes);
   self->layout = static_cast<int64_t*>(PyMem_Malloc(sizeof(int64_t) * (2 * self->rank + 1)));
