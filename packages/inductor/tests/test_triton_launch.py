@@ -319,6 +319,7 @@ def test_direct_launches_are_on_unless_turned_off():
     assert InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "1"}).direct_launch
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("shape", [(64, 256), (33, 1000), (4, 70001)])
 def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
@@ -332,7 +333,9 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
 
     def counted(kernel):
         launch, head = launcher_of(kernel)
-        return (lambda *values: (direct.append(kernel), launch(*values))), head
+        # the kernel, and whether its tensors came as pointers (the generated hot path)
+        pointers = lambda values: not any(isinstance(v, torch.Tensor) for v in values)  # noqa: E731
+        return (lambda *values: (direct.append((kernel, pointers(values))), launch(*values))), head
 
     monkeypatch.setattr(triton_launch, "_launcher_of", counted)
     b = GraphBuilder(Level.PRIMS)
@@ -349,6 +352,14 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     before = len(direct)
     actual = compiled(*inputs)
     assert len(direct) - before == len(compiled.kernels) >= 1
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+    before = len(direct)
+    actual = compiled(*inputs)  # the generated hot paths, passing pointers (decision 0461)
+    assert len(direct) - before == len(compiled.kernels)
+    by_pointer = [pointers for _, pointers in direct[before:]]
+    # kernels with scratch buffers (tails) launch through DirectLaunch itself
+    assert all(by_pointer) if shape == (64, 256) else any(by_pointer)
     for got, want in zip(actual, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
     # an input 2 bytes off the 16-byte alignment the kernels were specialised on

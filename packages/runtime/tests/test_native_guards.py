@@ -151,6 +151,28 @@ def test_a_resized_tensor_is_refused(checks):
     assert check(buffer)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_tensor_is_checked_by_device_and_index(checks):
+    base = torch.randn(4, 6, device="cuda").to(torch.bfloat16)
+    meta = TensorMeta.from_tensor(base)
+    native, python = checks.check(meta), _python_check(meta)
+    assert native is not None
+    values = {
+        "same": base.clone(),
+        "cpu": base.cpu(),
+        "meta": torch.empty(4, 6, dtype=torch.bfloat16, device="meta"),
+        "float32": base.float(),
+        "strides": base.t().contiguous().t(),
+        "requires_grad": base.clone().requires_grad_(),
+    }
+    if torch.cuda.device_count() > 1:
+        values["cuda:1"] = base.to("cuda:1")
+    answers = {name: (native(value), python(value)) for name, value in values.items()}
+    assert all(n == p for n, p in answers.values()), answers
+    assert [name for name, (n, _) in answers.items() if n] == ["same"]
+
+
 def test_metadata_it_does_not_cover_keeps_the_python_condition(checks):
     meta = TensorMeta((2,), torch.float32, device=torch.device("cuda"), strides=(1,))
     assert checks.check(meta) is None  # no index: a device ``==`` never matches
