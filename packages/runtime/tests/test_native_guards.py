@@ -21,6 +21,7 @@ from torchstrata.core import (
     TensorTraits,
     guard_condition,
 )
+from torchstrata.core.artifacts import CacheSettings
 from torchstrata.runtime import native_guards
 from torchstrata.runtime.native_guards import TensorChecks, tensor_checks
 
@@ -208,3 +209,18 @@ def test_without_a_compiler_the_guards_stay_python(monkeypatch, tmp_path):
     assert tensor_checks(True, str(tmp_path)) is None
     assert "no-such-compiler" in (native_guards.unavailable_reason() or "")
     assert tensor_checks(False) is None
+
+
+def test_a_failed_build_is_not_tried_again(monkeypatch, tmp_path):
+    builds = []
+
+    def fail(command, paths):
+        builds.append(command)
+        raise native_guards.NativeGuardsUnavailable("compiling failed: no Python.h")
+
+    monkeypatch.setattr(native_guards, "_build", fail)
+    settings = CacheSettings.resolve(str(tmp_path))
+    for _ in range(2):
+        with pytest.raises(native_guards.NativeGuardsUnavailable, match=r"no Python\.h"):
+            native_guards.load_module(settings)
+    assert len(builds) == 1  # the second process (call) read the recorded failure

@@ -153,7 +153,7 @@ class CompileOptions:
       captured graph in the on-disk cache (namespace ``graphs``), so another process
       that captures the same graph skips those stages (see the runtime's
       ``graph_cache``); False: neither read nor write it (kernels are still cached).
-    * ``native_guards``: static tensor guards are checked by a small C++ extension
+    * ``native_guards``: tensor guards are checked by a small C++ extension
       (built once per machine with the C++ compiler, kept in the on-disk cache; the
       runtime's ``native_guards``, decision 0460); False, or where it cannot be built:
       Python conditions of the same meaning.

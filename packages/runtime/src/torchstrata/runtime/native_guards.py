@@ -1,18 +1,21 @@
-"""Static tensor guards checked by a small C++ extension, built once per machine.
+"""Tensor guards checked by a small C++ extension, built once per machine.
 
 A static tensor guard in Python reads seven things through torch's getters (exact type,
 shape, dtype, strides, device, ``requires_grad``, the negative bit): about 0.37 us a
 tensor, 103 tensors of M4/resnet18 about half its guard check (decisions 0241, 0425).
 ``TensorCheck`` (:mod:`torchstrata.runtime.native_guards_source`) answers the same
-question in one call that reads the tensor's ``TensorImpl``: the generated check writes
+question in one call that reads the tensor's ``TensorImpl`` (so does a symbolic entry's
+tensor guard, its sizes and strides left to its size check): the generated check writes
 ``_c7(_v32)`` for that guard, in its place among the others (decision 0460).
 
 The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
 ``g++``, else ``c++``) against torch's own c10 headers, in about two seconds, and kept in
 the artifact store (namespace ``native``), keyed by its source, the compiler and its
 version, the flags, the torch build and the Python ABI; another process takes it from
-there. Before it is used the loader checks that it reads the same ``TensorImpl`` as
-``tensor._cdata`` for a ``Tensor`` and a ``Parameter``, and that it accepts a matching
+there. A failed build is recorded there too (``.failed``), so that processes do not
+each compile again (clearing the cache retries). Before it is used the loader checks
+that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a ``Tensor`` and a
+``Parameter``, and that it accepts a matching
 tensor and refuses one of another size, stride, dtype, ``requires_grad``, negative bit
 and type. Where there is no compiler, the build or that check fails, or
 ``CompileOptions(native_guards=False)``, the guards stay Python conditions (the same
@@ -51,6 +54,8 @@ logger = logging.getLogger("torchstrata.runtime")
 MODULE_NAME = "torchstrata_tensor_checks"
 #: The artifact store's namespace for native helpers.
 NAMESPACE = "native"
+#: The suffix of the entry that records a failed build (its compiler's message).
+FAILED_SUFFIX = ".failed"
 FLAGS = ("-O2", "-shared", "-fPIC", "-w")
 #: Tried in order: torch's headers need C++17 at least; newer ones ask for C++20.
 STANDARDS = ("-std=c++17", "-std=c++20")
@@ -63,7 +68,7 @@ class NativeGuardsUnavailable(RuntimeError):
 
 
 class TensorChecks:
-    """Makes the native check of a static tensor guard (a ``TensorCheck`` of the loaded
+    """Makes the native check of a tensor guard (a ``TensorCheck`` of the loaded
     extension), or None where the guard keeps its Python condition."""
 
     def __init__(self, module: ModuleType) -> None:
@@ -149,7 +154,17 @@ def load_module(settings: CacheSettings) -> ModuleType:
     key_text = "\n".join((SOURCE_VERSION, SOURCE, *toolchain, *built_against, platform.machine()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
     store = open_store(settings)
-    path, _ = store.get_or_build(NAMESPACE, key, ".so", lambda: _build(command, paths))
+    # an entry of its own (one key is one entry of the store, whatever the suffix)
+    failed_key = hashlib.sha256(f"{key}{FAILED_SUFFIX}".encode()).hexdigest()
+    failed = store.get(NAMESPACE, failed_key, FAILED_SUFFIX)
+    if failed is not None:  # not compiled again by every process (clear the cache to retry)
+        reason = failed.read_text(errors="replace")[-500:]
+        raise NativeGuardsUnavailable(f"an earlier build failed: {reason}")
+    try:
+        path, _ = store.get_or_build(NAMESPACE, key, ".so", lambda: _build(command, paths))
+    except NativeGuardsUnavailable as error:
+        store.put(NAMESPACE, failed_key, FAILED_SUFFIX, str(error).encode())
+        raise
     module = _import(path)
     verify(module)
     return module
