@@ -11,7 +11,9 @@ positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
 module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
-the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`).
+the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`). A tensor guard
+is one call of a native check where the extension of
+:mod:`torchstrata.runtime.native_guards` is available (decision 0460).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from torchstrata.runtime.size_routes import SizeRoutes
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
 #: The same check for a positional call: ``check_args(args, G)``.
 ArgsCheck = Callable[[tuple[Any, ...], dict[str, Any]], int]
-#: Native checks of static tensor guards, by guard index (``native_guards``).
+#: Native checks of tensor guards, by guard index (``native_guards``).
 NativeChecks = Mapping[int, Any]
 #: ``check_args`` that also reads values for the caller: ``fetch_args(args, G)`` is None
 #: when a guard fails, else the values of the requested sources, in order.
@@ -232,7 +234,7 @@ class GuardSet:
         function,), values)`` (:class:`~torchstrata.runtime.size_routes.SizeRoutes`), and
         :attr:`routed` is True; where it cannot (a tensor the size check reads is not an
         argument), the plain ``fetch_args`` is made.
-    :param tensor_checks: checks static tensor guards natively in the generated
+    :param tensor_checks: checks tensor guards natively in the generated
         functions (:mod:`torchstrata.runtime.native_guards`); None: Python conditions.
         The check that names a failing guard (:meth:`failure`) is Python's.
     """
@@ -309,8 +311,8 @@ def _write_checks(
 ) -> None:
     """Each guard's check, in order; a group's members as one check at its first.
     ``route(index)``: writes guard ``index``'s check itself where it routes the call
-    (returning the variable of its ``(graph function,)``), else None. ``native``: static
-    tensor guards as one call of their native check each, where it covers them."""
+    (returning the variable of its ``(graph function,)``), else None. ``native``: tensor
+    guards as one call of their native check each, where it covers them."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)

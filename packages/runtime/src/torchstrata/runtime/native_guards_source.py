@@ -3,9 +3,10 @@
 A CPython extension over c10's ``TensorImpl`` header only (no ATen, no pybind11: it
 compiles in about two seconds). It defines one type, ``TensorCheck``: built from a
 guard's expected metadata, called with one object, it answers what the generated Python
-condition of a static tensor guard answers (:func:`torchstrata.core.guard_conditions`):
+condition of a tensor guard answers (:func:`torchstrata.core.guard_conditions`):
 the exact Python type among the allowed ones, then sizes, strides, dtype, device,
-``requires_grad`` and the lazy negative / conjugate bits, read from the tensor's
+``requires_grad`` and the lazy negative / conjugate bits (sizes and strides not for a
+symbolic entry's tensor, whose size check reads them), read from the tensor's
 ``TensorImpl`` directly instead of through seven Python getters.
 
 The tensor is found the way torch's own ``THPVariable_Unpack`` finds it: a ``Tensor``
