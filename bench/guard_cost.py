@@ -18,7 +18,8 @@ Four workloads, chosen with ``--only`` (default all):
   within 10% of the static one);
 * ``resnet``: M4/resnet18 at the bench's quick CPU size (width 8, 32px, bs 1,
   inference; about 1000 guards over 70 modules, issue 32): the entry's guard check,
-  our call, torch.compile's call and eager's, by ``--clock`` (cpu: process time);
+  our call, torch.compile's call and eager's, by ``--clock`` (cpu: process time); ours
+  also with every guard a Python condition (``native_guards=False``, decision 0460);
 * ``gpt``: a training step (forward, loss, backward) of the bench GPT of
   :mod:`bench.depth_steps` (``--layers``, default 8): the entry's guard check, the
   same check without the parameters' tensor guards (what the parameters cost), and the
@@ -48,7 +49,7 @@ from typing import Any
 import torch
 
 import torchstrata.runtime
-from torchstrata.core import Guard, GuardKind, TensorMeta
+from torchstrata.core import CompileOptions, Guard, GuardKind, TensorMeta
 from torchstrata.runtime.guards import GuardSet
 
 
@@ -200,18 +201,25 @@ def measure_resnet(args: argparse.Namespace) -> None:
     case = workload.make()
     model, call_args = case.fn, case.args
     ours = compile_with("torchstrata", model)
+    # the same with every guard a Python condition (decision 0460: the tensor guards'
+    # native checks off), timed in turns with the native one
+    python = compile_with("torchstrata", model, CompileOptions(native_guards=False))
     inductor = compile_with("inductor", model)
     with torch.no_grad():
         expected = model(*call_args)
-        for compiled in (ours, inductor):
+        for compiled in (ours, python, inductor):
             for _ in range(2):
                 torch.testing.assert_close(compiled(*call_args), expected, atol=2e-3, rtol=1e-3)
         guards, check = _positional_check(ours.compiled_forward, call_args)
+        python_guards, python_check = _positional_check(python.compiled_forward, call_args)
+        assert python_guards.native_count == 0
         n = args.number
         times = _rounds(
             {
                 "guard": (check, n),
+                "guard (Python)": (python_check, n),
                 "ours": (functools.partial(ours, *call_args), n),
+                "ours (Python)": (functools.partial(python, *call_args), n),
                 "torch.compile": (functools.partial(inductor, *call_args), n),
                 "eager": (functools.partial(model, *call_args), n),
             },
@@ -219,12 +227,18 @@ def measure_resnet(args: argparse.Namespace) -> None:
             time.process_time if args.clock == "cpu" else time.perf_counter,
         )
     modules = sum(1 for _ in model.modules())
-    print(f"resnet: {workload.name}, {modules} modules, {len(guards)} guards ({args.clock})")
-    for what, values in times.items():
-        print(f"  {what:<13} us {_spread(values)}")
-    print(f"  ours/torch.compile {_ratio(times['ours'], times['torch.compile'])}")
     print(
-        f"  guard % of ours    {_spread([100 * g / o for g, o in zip(times['guard'], times['ours'])])}"
+        f"resnet: {workload.name}, {modules} modules, {len(guards)} guards, "
+        f"{guards.native_count} checked natively ({args.clock})"
+    )
+    for what, values in times.items():
+        print(f"  {what:<14} us {_spread(values)}")
+    print(f"  ours/torch.compile          {_ratio(times['ours'], times['torch.compile'])}")
+    print(f"  ours (Python)/torch.compile {_ratio(times['ours (Python)'], times['torch.compile'])}")
+    print(f"  guard/guard (Python)        {_ratio(times['guard'], times['guard (Python)'])}")
+    print(
+        f"  guard % of ours             "
+        f"{_spread([100 * g / o for g, o in zip(times['guard'], times['ours'])])}"
     )
 
 

@@ -192,12 +192,134 @@ def test_an_empty_hook_chain_is_no_hook():
     assert not triton_launch._hooked()  # Triton's defaults: no hook set
 
 
+@pytest.fixture
+def real_hooks(monkeypatch):
+    """The device and stream getters faked, Triton's own launch hooks read."""
+    monkeypatch.setattr(triton_launch, "_getters", triton_launch._late_getters)
+    monkeypatch.setattr(triton_launch, "current_stream", lambda device: 7)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 0)
+    return triton_launch._runtime_knobs()
+
+
+def _hot(jit, calls, x, y):
+    """The hot path a launcher proven on (x, y) hands on (the latest it handed: its first
+    call hands on another)."""
+    launch = _launcher(jit, calls)
+    handed = []
+    launch.on_proven = handed.append
+    for _ in range(3):
+        launch(x, y)
+    assert len(handed) == 1 and len(calls) == 1 and len(jit.kernel.launches) == 2
+    return lambda *args: handed[-1](*args)
+
+
+def test_the_hot_path_launches_as_the_launcher_does(real_hooks):
+    jit, calls = FakeJit(), []
+    x, y = torch.zeros(64), torch.zeros(64)
+    hot = _hot(jit, calls, x, y)
+    hot(x, y)
+    hot(x, y)
+    assert len(calls) == 1 and len(jit.kernel.launches) == 4
+    # the same values, the tensors passed as their pointers (no data_ptr() call and no
+    # driver query of each in Triton's launcher)
+    by_tensor, by_pointer = jit.kernel.launches[1], jit.kernel.launches[-1]
+    assert by_tensor[9] is x and by_tensor[10] is y
+    assert by_pointer == (*by_tensor[:9], x.data_ptr(), y.data_ptr(), *by_tensor[11:])
+    assert by_pointer[:6] == (5, 1, 1, 7, "function", "metadata") and by_pointer[-2:] == (4, 256)
+
+
+def test_a_launcher_refusing_pointers_is_passed_the_tensors(real_hooks):
+    jit, calls = FakeJit(), []
+    launches = jit.kernel.launches
+
+    def tensors_only(*values):
+        if any(type(value) is int for value in values[9:11]):
+            raise TypeError("Pointer argument must have a data_ptr method")  # nothing launched
+        launches.append(values)
+
+    jit.kernel.run = tensors_only
+    x = torch.zeros(8)
+    hot = _hot(jit, calls, x, x)
+    hot(x, x)  # refused with pointers: launched once with the tensors
+    assert len(launches) == 3 and launches[-1][9] is x
+    hot(x, x)  # the first call's wrapper, which handed the tensor path on
+    assert len(launches) == 4 and len(calls) == 1
+
+
+def test_the_hot_path_of_a_misaligned_pointer_goes_through_triton(real_hooks):
+    jit, calls = FakeJit(), []
+    base = torch.zeros(80)
+    hot = _hot(jit, calls, base[:64], base[4:68])  # x aligned, y 16 bytes off
+    hot(base[1:65], base[4:68])  # x 4 bytes off
+    hot(base[:64], base[1:65])  # y 4 bytes off: still one alignment Triton keys apart
+    assert len(calls) == 3 and len(jit.kernel.launches) == 2
+    hot(base[4:68], base[8:72])  # both 16-byte aligned: the kernel's specialisation
+    assert len(calls) == 3 and len(jit.kernel.launches) == 3
+
+
+def test_the_hot_path_of_an_unaligned_first_call_keeps_its_alignment(real_hooks):
+    jit, calls = FakeJit(), []
+    base = torch.zeros(80)
+    hot = _hot(jit, calls, base[1:65], base[:64])  # taken with x misaligned
+    hot(base[2:66], base[4:68])
+    assert len(calls) == 1 and len(jit.kernel.launches) == 3
+    hot(base[:64], base[:64])  # x aligned now: another specialisation
+    assert len(calls) == 2 and len(jit.kernel.launches) == 3
+
+
+def test_the_hot_path_sees_launch_hooks(real_hooks, monkeypatch):
+    jit, calls = FakeJit(), []
+    x = torch.zeros(8)
+    hot = _hot(jit, calls, x, x)
+    hooks = real_hooks.launch_enter_hook
+    if not hasattr(hooks, "add"):
+        pytest.skip("this Triton keeps no hook chain")
+    watched = []
+    hooks.add(watched.append)
+    try:
+        hot(x, x)
+    finally:
+        hooks.remove(watched.append)
+    assert len(calls) == 2 and len(jit.kernel.launches) == 2  # through Triton's dispatch
+    hot(x, x)
+    assert len(calls) == 2 and len(jit.kernel.launches) == 3
+    monkeypatch.setattr(real_hooks, "launch_exit_hook", print)  # a hook set outright
+    hot(x, x)
+    assert len(calls) == 3 and len(jit.kernel.launches) == 3
+
+
+def test_the_hot_path_of_another_current_device_goes_through_triton(real_hooks, monkeypatch):
+    jit, calls = FakeJit(), []
+    x = torch.zeros(8)
+    hot = _hot(jit, calls, x, x)
+    monkeypatch.setattr(triton_launch, "_current_device", lambda: 1)  # loaded on device 0
+    hot(x, x)
+    assert len(calls) == 2 and len(jit.kernel.launches) == 2
+
+
+def test_a_tuned_kernel_calls_the_hot_path_itself(real_hooks, monkeypatch):
+    from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel
+
+    jit, calls = FakeJit(), []
+    config = Config(4, 256, 8, False)
+    monkeypatch.setattr(TunedKernel, "bind", lambda self, chosen: _launcher(jit, calls))
+    tuned = TunedKernel({config.variant: jit}, [config], 5, None, compiled=True)
+    x = torch.zeros(8)
+    for _ in range(3):
+        tuned.run(x, x)
+    assert not isinstance(tuned.run, DirectLaunch)  # the generated function
+    assert "launcher(" in (tuned.run.__doc__ or "")
+    tuned.run(x, x)
+    assert len(calls) == 1 and len(jit.kernel.launches) == 3
+
+
 def test_direct_launches_are_on_unless_turned_off():
     assert InductorOptions().direct_launch
     assert not InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "0"}).direct_launch
     assert InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "1"}).direct_launch
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("shape", [(64, 256), (33, 1000), (4, 70001)])
 def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
@@ -211,7 +333,9 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
 
     def counted(kernel):
         launch, head = launcher_of(kernel)
-        return (lambda *values: (direct.append(kernel), launch(*values))), head
+        # the kernel, and whether its tensors came as pointers (the generated hot path)
+        pointers = lambda values: not any(isinstance(v, torch.Tensor) for v in values)  # noqa: E731
+        return (lambda *values: (direct.append((kernel, pointers(values))), launch(*values))), head
 
     monkeypatch.setattr(triton_launch, "_launcher_of", counted)
     b = GraphBuilder(Level.PRIMS)
@@ -228,6 +352,14 @@ def test_direct_launches_match_eager_cuda(ind, monkeypatch, shape):
     before = len(direct)
     actual = compiled(*inputs)
     assert len(direct) - before == len(compiled.kernels) >= 1
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+    before = len(direct)
+    actual = compiled(*inputs)  # the generated hot paths, passing pointers (decision 0461)
+    assert len(direct) - before == len(compiled.kernels)
+    by_pointer = [pointers for _, pointers in direct[before:]]
+    # kernels with scratch buffers (tails) launch through DirectLaunch itself
+    assert all(by_pointer) if shape == (64, 256) else any(by_pointer)
     for got, want in zip(actual, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
     # an input 2 bytes off the 16-byte alignment the kernels were specialised on

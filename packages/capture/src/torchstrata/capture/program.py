@@ -166,6 +166,9 @@ class CaptureProgram:
         direct = first.paused is None and not first.side_effects
         if first.graph is not None and direct and _from_outputs(first.returned):
             self.direct_sources = first.input_sources
+        #: The graph output :meth:`run_direct` returns as it is (a function returning one
+        #: tensor it computed), else None (rebuilt).
+        self._direct_output = first.rebuilder.output_of(first.returned)
 
     def __call__(
         self, compiled_graphs: Sequence[Callable[..., Any]], args: tuple[Any, ...], kwargs: Any
@@ -189,6 +192,8 @@ class CaptureProgram:
         no ``L`` is needed.
         """
         outputs = compiled_graphs[0](*inputs)
+        if self._direct_output is not None:
+            return outputs[self._direct_output]
         first = self.first
         return first.rebuilder.build(first.returned, outputs, _NO_NAMESPACE, {})  # type: ignore[arg-type]
 

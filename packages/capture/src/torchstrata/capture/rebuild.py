@@ -174,6 +174,14 @@ class Rebuilder:
             raise Unsupported(f"a graph break while {describe(var)} is live is not supported")
 
     # ------------------------------------------------------------------ call time
+    def output_of(self, var: Any) -> int | None:
+        """The index of the graph output that :meth:`build` returns as it is for ``var``
+        (a tensor the graph computed, with no source, no Python attributes); None where
+        building it does more."""
+        if type(var) is not TensorVar or var.source is not None or var.python_attributes:
+            return None
+        return self._index.get(var.node)
+
     def build(
         self, var: Var | _Null, outputs: Sequence[Any], namespace: dict[str, Any], memo: dict
     ) -> Any:

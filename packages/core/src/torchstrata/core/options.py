@@ -153,6 +153,10 @@ class CompileOptions:
       captured graph in the on-disk cache (namespace ``graphs``), so another process
       that captures the same graph skips those stages (see the runtime's
       ``graph_cache``); False: neither read nor write it (kernels are still cached).
+    * ``native_guards``: tensor guards are checked by a small C++ extension
+      (built once per machine with the C++ compiler, kept in the on-disk cache; the
+      runtime's ``native_guards``, decision 0460); False, or where it cannot be built:
+      Python conditions of the same meaning.
     * ``debug_dir``: each compile writes its graphs after every stage and pass, its
       kernels, guards and timings into a new directory under this one (see the runtime's
       ``debug_dump``); None: the logs settings' ``debug_dir``, if any.
@@ -184,6 +188,7 @@ class CompileOptions:
     )
     cache_size_limit: int | None = attrs.field(default=None, validator=_check_size_limit)
     graph_cache: bool = attrs.field(default=True, validator=_check_type(bool))
+    native_guards: bool = attrs.field(default=True, validator=_check_type(bool))
     debug_dir: str | None = attrs.field(
         default=None, validator=_check_type(str, os.PathLike, type(None))
     )

@@ -26,6 +26,7 @@ from torchstrata.runtime.errors import CompilationError, StageFailure, Torchstra
 from torchstrata.runtime.fallback import warn_once
 from torchstrata.runtime.frames import FrameBinder, frame_globals
 from torchstrata.runtime.guards import GuardFailure, GuardSet
+from torchstrata.runtime.native_guards import tensor_checks
 from torchstrata.runtime.pipeline import Pipeline
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -226,6 +227,7 @@ class CompiledFunction:
             self._bind,
             fetch_sources=capture.direct_sources if run_inputs is not None else None,
             routes=artifacts.routes,
+            tensor_checks=tensor_checks(self.options.native_guards, self.options.cache_dir),
         )
         if guards.routed:
             assert artifacts.routes is not None

@@ -11,12 +11,14 @@ positional call straight from their tuple.
 The guards on a constant list or tuple (its type, length and items), and those on a
 module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
-the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`).
+the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`). A tensor guard
+is one call of a native check where the extension of
+:mod:`torchstrata.runtime.native_guards` is available (decision 0460).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -37,12 +39,15 @@ from torchstrata.core import (
 )
 from torchstrata.runtime.frames import ARGS_NAME, SELF_NAME, FrameBinder
 from torchstrata.runtime.guard_groups import GuardGroup, SequenceGroup, plan_groups
+from torchstrata.runtime.native_guards import TensorChecks
 from torchstrata.runtime.size_routes import SizeRoutes
 
 #: Checks a frame: ``check(L, G)`` is -1 when every guard holds, else the failing index.
 GuardCheck = Callable[[dict[str, Any], dict[str, Any]], int]
 #: The same check for a positional call: ``check_args(args, G)``.
 ArgsCheck = Callable[[tuple[Any, ...], dict[str, Any]], int]
+#: Native checks of tensor guards, by guard index (``native_guards``).
+NativeChecks = Mapping[int, Any]
 #: ``check_args`` that also reads values for the caller: ``fetch_args(args, G)`` is None
 #: when a guard fails, else the values of the requested sources, in order.
 ArgsFetch = Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, ...] | None]
@@ -229,6 +234,9 @@ class GuardSet:
         function,), values)`` (:class:`~torchstrata.runtime.size_routes.SizeRoutes`), and
         :attr:`routed` is True; where it cannot (a tensor the size check reads is not an
         argument), the plain ``fetch_args`` is made.
+    :param tensor_checks: checks tensor guards natively in the generated
+        functions (:mod:`torchstrata.runtime.native_guards`); None: Python conditions.
+        The check that names a failing guard (:meth:`failure`) is Python's.
     """
 
     def __init__(
@@ -237,9 +245,15 @@ class GuardSet:
         binder: FrameBinder | None = None,
         fetch_sources: Sequence[str] | None = None,
         routes: SizeRoutes | None = None,
+        tensor_checks: TensorChecks | None = None,
     ) -> None:
         self.guards = tuple(guards)
-        self.source, constants = _generate(self.guards, [g.source for g in self.guards], "L")
+        native = _native_checks(self.guards, tensor_checks)
+        #: how many guards the generated checks test natively
+        self.native_count = len(native)
+        self.source, constants = _generate(
+            self.guards, [g.source for g in self.guards], "L", native=native
+        )
         self.check: GuardCheck = _build(self.source, constants)
         self._precise_check: GuardCheck | None = None
         #: ``check`` for a fast-path positional call of ``binder``'s function (the
@@ -249,7 +263,7 @@ class GuardSet:
         args_sources = [binder.args_source(g.source) if binder else None for g in self.guards]
         sources = [source for source in args_sources if source is not None]
         if len(sources) == len(self.guards):
-            self.args_source, constants = _generate(self.guards, sources, ARGS_NAME)
+            self.args_source, constants = _generate(self.guards, sources, ARGS_NAME, native=native)
             constants[SELF_NAME] = binder.bound_self if binder is not None else None
             self.check_args = _build(self.args_source, constants)
         #: ``check_args`` returning the values of ``fetch_sources`` (None: not made).
@@ -259,11 +273,13 @@ class GuardSet:
         if self.check_args is not None and binder is not None and fetch_sources is not None:
             if routes is not None:
                 self.fetch_args = _fetching_check(
-                    self.guards, sources, binder, fetch_sources, routes
+                    self.guards, sources, binder, fetch_sources, routes, native
                 )
                 self.routed = self.fetch_args is not None
             if self.fetch_args is None:
-                self.fetch_args = _fetching_check(self.guards, sources, binder, fetch_sources)
+                self.fetch_args = _fetching_check(
+                    self.guards, sources, binder, fetch_sources, native=native
+                )
 
     def failure(self, frame: dict[str, Any], globals_: dict[str, Any]) -> GuardFailure | None:
         """The first guard that fails for this frame, or None when all hold."""
@@ -291,10 +307,12 @@ def _write_checks(
     sources: Sequence[str],
     groups: dict[int, GuardGroup],
     route: Callable[[int], str | None] | None = None,
+    native: NativeChecks | None = None,
 ) -> None:
     """Each guard's check, in order; a group's members as one check at its first.
     ``route(index)``: writes guard ``index``'s check itself where it routes the call
-    (returning the variable of its ``(graph function,)``), else None."""
+    (returning the variable of its ``(graph function,)``), else None. ``native``: tensor
+    guards as one call of their native check each, where it covers them."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
         group = groups.get(index)
@@ -308,9 +326,27 @@ def _write_checks(
             else:
                 writer.check(condition, index)
         elif index not in grouped:
-            writer.check(
-                guard_condition(guard, writer.fetch(source, index), writer.constant), index
-            )
+            var = writer.fetch(source, index)
+            check = native.get(index) if native is not None else None
+            if check is not None:
+                writer.check(f"{writer.constant(check)}({var})", index)
+            else:
+                writer.check(guard_condition(guard, var, writer.constant), index)
+
+
+def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> NativeChecks:
+    """The native check of each tensor guard it covers (static, or a symbolic entry's
+    traits), by guard index."""
+    if native is None:
+        return {}
+    checks = {}
+    for index, guard in enumerate(guards):
+        expected = guard.expected
+        if guard.kind is GuardKind.TENSOR_MATCH and isinstance(expected, TensorMeta | TensorTraits):
+            check = native.check(expected)
+            if check is not None:
+                checks[index] = check
+    return checks
 
 
 def _generate(
@@ -318,6 +354,7 @@ def _generate(
     sources: Sequence[str],
     frame_name: str,
     keep: Collection[str] | None = (),
+    native: NativeChecks | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The check function's text (``check_guards(<frame_name>, G)``) and its constants.
 
@@ -326,7 +363,7 @@ def _generate(
     groups = {} if keep is None else plan_groups(guards, sources, keep)
     writer = _SourceWriter(sources)
     writer.lines.append(f"def check_guards({frame_name}, G):")
-    _write_checks(writer, guards, sources, groups)
+    _write_checks(writer, guards, sources, groups, native=native)
     writer.lines.append("    return -1")
     # the closure cells the guards hold, by the names their sources read them by
     return "\n".join(writer.lines) + "\n", {**writer.constants, **guard_cells(guards)}
@@ -338,6 +375,7 @@ def _fetching_check(
     binder: FrameBinder,
     fetch_sources: Sequence[str],
     routes: SizeRoutes | None = None,
+    native: NativeChecks | None = None,
 ) -> ArgsFetch | None:
     """The positional check that returns the values of ``fetch_sources`` when every guard
     holds; None when one of them is not read by a guard (reading it in the check could
@@ -364,7 +402,7 @@ def _fetching_check(
             return routed[-1]
 
     groups = plan_groups(guards, args_sources, keep)
-    _write_checks(writer, guards, args_sources, groups, route)
+    _write_checks(writer, guards, args_sources, groups, route, native)
     values = [writer.fetched.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None

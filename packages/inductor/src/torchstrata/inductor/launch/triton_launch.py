@@ -82,6 +82,9 @@ class DirectLaunch:
         self.get_device, self.get_stream = _late_getters()
         self.usable = True
         self.proven = False  # a direct launch has succeeded
+        #: Called once with :meth:`hot_path` after the first direct launch succeeded (the
+        #: owner calls that function from then on); None: nobody asks.
+        self.on_proven: Callable[[Launch], None] | None = None
 
     def __call__(self, *args: Any) -> None:
         """Launch on ``args``."""
@@ -114,6 +117,91 @@ class DirectLaunch:
             self.fallback(*args)
             return
         self.proven = True
+        if self.on_proven is not None:
+            self._hand_on(len(args))
+
+    def _hand_on(self, count: int) -> None:
+        """Hand :attr:`on_proven` the hot path that passes pointers as ints, wrapped to
+        fall back, on its first call, to the one that passes the tensors where this
+        Triton's launcher refuses ints (its arguments are read before anything is
+        launched)."""
+        assert self.on_proven is not None
+        handed = self.on_proven
+        by_pointer = self.hot_path(count, pointers=True)
+        if by_pointer is None:
+            return
+
+        def first(*args: Any) -> None:
+            try:
+                by_pointer(*args)
+            except (TypeError, ValueError, OverflowError):
+                handed(self.hot_path(count, pointers=False) or self)
+                self(*args)
+                return
+            handed(by_pointer)
+
+        handed(first)
+
+    def hot_path(self, count: int, pointers: bool = True) -> Launch | None:
+        """A launcher of ``count`` tensors that makes this object's hot-path tests and
+        launch in one generated function, its constants bound: the device is the one the
+        kernel was taken on, no launch hook is set (Triton's hook objects of now, still
+        empty), and each pointer has the alignment it had (all the aligned ones ORed:
+        one test); else it calls this object (every other case). None where the hooks
+        are not ones it can test so (a function set as a hook).
+
+        ``pointers``: the launcher is passed each tensor's ``data_ptr()`` (read for the
+        alignment anyway) instead of the tensor, so that Triton's launcher neither calls
+        ``data_ptr`` again nor asks the driver (``cuPointerGetAttribute``) for the device
+        pointer of each: the tensors are CUDA tensors of the device (the runtime's guards,
+        the launcher's own allocations), whose ``data_ptr`` is that pointer."""
+        runtime = _runtime_knobs()
+        if runtime is None or self.aligned is None or len(self.aligned) != count:
+            return None
+        names: dict[str, Any] = {"runtime": runtime, "slow": self, "launcher": self.launcher}
+        names |= {"get_device": self.get_device, "get_stream": self.get_stream}
+        names["device"] = self.device
+        tests = ["get_device() == device"]
+        for hook in ("launch_enter_hook", "launch_exit_hook"):
+            value = getattr(runtime, hook)
+            if value is None:
+                tests.append(f"runtime.{hook} is None")
+            elif isinstance(getattr(value, "calls", None), list):
+                names[f"_{hook}"] = value
+                tests.append(f"runtime.{hook} is _{hook} and not _{hook}.calls")
+            else:
+                return None
+        args = [f"a{index}" for index in range(count)]
+        if pointers:
+            passed = [f"p{index}" for index in range(count)]
+            reads = [f"    {p} = {a}.data_ptr()\n" for p, a in zip(passed, args, strict=True)]
+            pointer = passed
+        else:
+            passed, reads = args, []
+            pointer = [f"{arg}.data_ptr()" for arg in args]
+        aligned = [ptr for ptr, ok in zip(pointer, self.aligned, strict=True) if ok]
+        if aligned:
+            tests.append(f"not (({' | '.join(aligned)}) & 15)")
+        tests += [f"{ptr} & 15" for ptr, ok in zip(pointer, self.aligned, strict=True) if not ok]
+        values = [*self.grid, *self.head]
+        constants = [f"_k{index}" for index in range(len(values))]
+        names |= dict(zip(constants, values, strict=True))
+        extra = [f"_e{index}" for index in range(len(self.extra))]
+        names |= dict(zip(extra, self.extra, strict=True))
+        gx, gy, gz, *head = constants
+        launched = ", ".join([gx, gy, gz, "get_stream(device)", *head, *passed, *extra])
+        source = (
+            f"def direct_launch({', '.join(args)}):\n"
+            + "".join(reads)
+            + f"    if {' and '.join(tests)}:\n"
+            f"        launcher({launched})\n"
+            f"    else:\n"
+            f"        slow({', '.join(args)})\n"
+        )
+        exec(compile(source, "<torchstrata direct launch>", "exec"), names)  # our own code
+        hot: Launch = names["direct_launch"]
+        hot.__doc__ = source
+        return hot
 
     def _launch(self, args: Sequence[Any]) -> None:
         gx, gy, gz = self.grid

@@ -1,0 +1,279 @@
+"""Tensor guards checked by a small C++ extension, built once per machine.
+
+A static tensor guard in Python reads seven things through torch's getters (exact type,
+shape, dtype, strides, device, ``requires_grad``, the negative bit): about 0.37 us a
+tensor, 103 tensors of M4/resnet18 about half its guard check (decisions 0241, 0425).
+``TensorCheck`` (:mod:`torchstrata.runtime.native_guards_source`) answers the same
+question in one call that reads the tensor's ``TensorImpl`` (so does a symbolic entry's
+tensor guard, its sizes and strides left to its size check): the generated check writes
+``_c7(_v32)`` for that guard, in its place among the others (decision 0460).
+
+The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
+``g++``, else ``c++``) against torch's own c10 headers, in about two seconds, and kept in
+the artifact store (namespace ``native``), keyed by its source, the compiler and its
+version, the flags, the torch build and the Python ABI; another process takes it from
+there. A failed build is recorded there too (``.failed``), so that processes do not
+each compile again (clearing the cache retries). Before it is used the loader checks
+that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a ``Tensor`` and a
+``Parameter``, and that it accepts a matching
+tensor and refuses one of another size, stride, dtype, ``requires_grad``, negative bit
+and type. Where there is no compiler, the build or that check fails, or
+``CompileOptions(native_guards=False)``, the guards stay Python conditions (the same
+semantics; the failure is logged once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits
+from torchstrata.core.artifacts import CacheSettings, open_store
+from torchstrata.core.env_options import Environment
+from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
+
+logger = logging.getLogger("torchstrata.runtime")
+
+#: The extension's module name (its ``PyInit_`` function's).
+MODULE_NAME = "torchstrata_tensor_checks"
+#: The artifact store's namespace for native helpers.
+NAMESPACE = "native"
+#: The suffix of the entry that records a failed build (its compiler's message).
+FAILED_SUFFIX = ".failed"
+FLAGS = ("-O2", "-shared", "-fPIC", "-w")
+#: Tried in order: torch's headers need C++17 at least; newer ones ask for C++20.
+STANDARDS = ("-std=c++17", "-std=c++20")
+#: The exact tensor types a static guard allows, in a fixed order.
+ALLOWED_TYPES = tuple(sorted(TENSOR_TYPES, key=lambda t: t.__qualname__))
+
+
+class NativeGuardsUnavailable(RuntimeError):
+    """The extension cannot be built or loaded here (the message says why)."""
+
+
+class TensorChecks:
+    """Makes the native check of a tensor guard (a ``TensorCheck`` of the loaded
+    extension), or None where the guard keeps its Python condition."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._new: Callable[..., Any] = module.TensorCheck
+        #: one empty tensor per (dtype, device): what a check reads its dtype and device from
+        self._likes: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+    def check(self, meta: TensorMeta | TensorTraits) -> Any | None:
+        """``check(value)`` is True exactly when the Python condition of a
+        ``TENSOR_MATCH`` guard expecting ``meta`` holds for ``value`` (traits: a symbolic
+        entry's tensor, whose sizes and strides its size check reads); None for metadata
+        it does not cover (symbolic sizes, a device no tensor is on, as ``cuda`` without an
+        index)."""
+        shape: tuple[int, ...] | None = None
+        strides: tuple[int, ...] | None = None
+        if isinstance(meta, TensorMeta):
+            shape, strides = tuple(meta.shape), tuple(meta.strides)
+            if not all(type(size) is int for size in (*shape, *strides)):
+                return None
+        device = meta.device
+        like = self._like(meta.dtype, device)
+        if like is None or like.device != device:  # ``cuda``: no tensor's device is it
+            return None
+        cpu = device.type == "cpu"
+        dtype = meta.dtype
+        return self._new(
+            ALLOWED_TYPES,
+            like,
+            bool(meta.requires_grad),
+            shape,
+            strides,
+            dtype.is_floating_point or dtype.is_complex,  # no negative bit
+            dtype.is_complex,  # no conjugate bit
+            cpu,  # a CPU tensor: ``is_cpu``, whatever the index
+        )
+
+    def _like(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        key = (dtype, device)
+        like = self._likes.get(key)
+        if like is None:
+            try:
+                like = torch.empty(0, dtype=dtype, device=device)
+            except Exception:  # noqa: BLE001 - a device not usable here: Python checks it
+                return None
+            self._likes[key] = like
+        return like
+
+
+_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {}
+
+
+def tensor_checks(enabled: bool, cache_dir: str | None = None) -> TensorChecks | None:
+    """The native tensor checks of this process (built or read from the store under
+    ``cache_dir`` on first use), or None when ``enabled`` is False or they are
+    unavailable here (logged once)."""
+    if not enabled:
+        return None
+    with _LOCK:
+        if "checks" not in _STATE:
+            try:
+                module = load_module(CacheSettings.resolve(cache_dir))
+                _STATE["checks"] = TensorChecks(module)
+            except Exception as error:  # noqa: BLE001 - any failure: Python guards
+                _STATE["checks"] = None
+                _STATE["reason"] = str(error)
+                logger.info("native tensor guards unavailable, checked in Python: %s", error)
+        return _STATE["checks"]
+
+
+def unavailable_reason() -> str | None:
+    """Why the native checks are not used in this process (None: used, or not tried)."""
+    return _STATE.get("reason")
+
+
+def load_module(settings: CacheSettings) -> ModuleType:
+    """The extension from the artifact store (built into it when missing), imported and
+    checked (:func:`verify`). Raises :class:`NativeGuardsUnavailable`."""
+    command, version = _compiler()
+    paths = _torch_paths()
+    built_against = (torch.__version__, str(torch._C._GLIBCXX_USE_CXX11_ABI), _python_abi())
+    toolchain = (*command, version, *FLAGS, *STANDARDS, *paths.values())
+    key_text = "\n".join((SOURCE_VERSION, SOURCE, *toolchain, *built_against, platform.machine()))
+    key = hashlib.sha256(key_text.encode()).hexdigest()
+    store = open_store(settings)
+    # an entry of its own (one key is one entry of the store, whatever the suffix)
+    failed_key = hashlib.sha256(f"{key}{FAILED_SUFFIX}".encode()).hexdigest()
+    failed = store.get(NAMESPACE, failed_key, FAILED_SUFFIX)
+    if failed is not None:  # not compiled again by every process (clear the cache to retry)
+        reason = failed.read_text(errors="replace")[-500:]
+        raise NativeGuardsUnavailable(f"an earlier build failed: {reason}")
+    try:
+        path, _ = store.get_or_build(NAMESPACE, key, ".so", lambda: _build(command, paths))
+    except NativeGuardsUnavailable as error:
+        store.put(NAMESPACE, failed_key, FAILED_SUFFIX, str(error).encode())
+        raise
+    module = _import(path)
+    verify(module)
+    return module
+
+
+def verify(module: ModuleType) -> None:
+    """Raise :class:`NativeGuardsUnavailable` unless ``module`` reads a tensor where torch
+    keeps it and its checks accept and refuse what the Python condition does."""
+    module.init(torch.Tensor)
+    for sample in (torch.zeros(2), torch.nn.Parameter(torch.zeros(2))):
+        if module.probe(sample) != sample._cdata:
+            raise NativeGuardsUnavailable("a tensor object is laid out otherwise here")
+    checks = TensorChecks(module)
+    meta = TensorMeta((2, 3), torch.float32, strides=(3, 1))
+    check = checks.check(meta)
+    base = torch.zeros(2, 3)
+
+    class Subclass(torch.Tensor):
+        pass
+
+    refused = (
+        torch.zeros(3, 2),
+        torch.zeros(3, 2).t(),
+        torch.zeros(2, 3, dtype=torch.float64),
+        torch.nn.Parameter(torch.zeros(2, 3)),
+        torch._neg_view(base),
+        base.as_subclass(Subclass),
+        "a string",
+    )
+    if check is None or not check(base) or any(check(value) for value in refused):
+        raise NativeGuardsUnavailable("the self-test of the tensor check failed")
+
+
+def _compiler() -> tuple[tuple[str, ...], str]:
+    """The compiler command (``$CXX`` read now, else ``g++``, else ``c++``) and the first
+    line of its ``--version``."""
+    cxx = Environment.from_env().cxx
+    words = shlex.split(cxx) if cxx else []
+    names = [words[0]] if words else ["g++", "c++"]
+    program = next(filter(None, (shutil.which(name) for name in names)), None)
+    if program is None:
+        raise NativeGuardsUnavailable(f"no C++ compiler ({', '.join(names)}) on PATH")
+    command = (program, *words[1:])
+    try:
+        result = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, check=False, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise NativeGuardsUnavailable(f"{program} --version failed: {error}") from error
+    lines = result.stdout.strip().splitlines()
+    return command, lines[0] if lines else f"exit {result.returncode}"
+
+
+def _torch_paths() -> dict[str, str]:
+    root = Path(torch.__file__).parent
+    return {
+        "include": str(root / "include"),
+        "lib": str(root / "lib"),
+        "python": sysconfig.get_paths()["include"],
+    }
+
+
+def _python_abi() -> str:
+    return str(sysconfig.get_config_var("EXT_SUFFIX") or platform.python_version())
+
+
+def _build(command: tuple[str, ...], paths: dict[str, str]) -> bytes:
+    """The extension's shared object, compiled now."""
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="torchstrata-native-") as directory:
+        source = Path(directory) / f"{MODULE_NAME}.cpp"
+        source.write_text(SOURCE)
+        target = Path(directory) / f"{MODULE_NAME}.so"
+        for standard in STANDARDS:
+            arguments = [
+                *command,
+                *FLAGS,
+                standard,
+                abi,
+                "-I",
+                paths["include"],
+                "-I",
+                paths["python"],
+                str(source),
+                "-o",
+                str(target),
+                "-L",
+                paths["lib"],
+                "-lc10",
+                f"-Wl,-rpath,{paths['lib']}",
+            ]
+            try:
+                result = subprocess.run(
+                    arguments, capture_output=True, text=True, check=False, timeout=300
+                )
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise NativeGuardsUnavailable(f"compiling failed: {error}") from error
+            if result.returncode == 0:
+                return target.read_bytes()
+            errors.append(f"{standard}: {result.stderr.strip()[-2000:]}")
+    raise NativeGuardsUnavailable("compiling failed: " + "\n".join(errors))
+
+
+def _import(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, os.fspath(path))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, os.fspath(path), loader=loader)
+    if spec is None:
+        raise NativeGuardsUnavailable(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module

@@ -1,0 +1,226 @@
+"""The native tensor check answers exactly what the Python condition of a static tensor
+guard answers (decision 0460), on every pair of expected metadata and value below; it
+is used by the generated checks unless turned off, and a machine without a compiler
+keeps the Python conditions."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+import torch
+
+import torchstrata.runtime as rt
+from torchstrata.core import (
+    GUARD_NAMESPACE,
+    CompileOptions,
+    Guard,
+    GuardKind,
+    TensorMeta,
+    TensorTraits,
+    guard_condition,
+)
+from torchstrata.core.artifacts import CacheSettings
+from torchstrata.runtime import native_guards
+from torchstrata.runtime.native_guards import TensorChecks, tensor_checks
+
+
+@pytest.fixture(scope="module")
+def checks() -> TensorChecks:
+    found = tensor_checks(True)
+    if found is None:  # only a machine without a C++ compiler may lack them
+        assert not (shutil.which("g++") or shutil.which("c++")), native_guards.unavailable_reason()
+        pytest.skip("no C++ compiler: the guards stay Python conditions")
+    return found
+
+
+def _python_check(meta: TensorMeta | TensorTraits) -> Any:
+    names: dict[str, Any] = {}
+
+    def constant(value: Any) -> str:
+        names[f"_c{len(names)}"] = value
+        return f"_c{len(names) - 1}"
+
+    guard = Guard(GuardKind.TENSOR_MATCH, "L['x']", meta)
+    source = f"lambda v: bool({guard_condition(guard, 'v', constant)})"
+    condition = eval(source, {**GUARD_NAMESPACE, **names})
+
+    def check(value: Any) -> bool:
+        try:
+            return condition(value)
+        except RuntimeError:  # a sparse tensor has no strides: the check fails
+            return False
+
+    return check
+
+
+class Subclass(torch.Tensor):
+    pass
+
+
+def _values() -> dict[str, Any]:
+    base = torch.randn(2, 3, 4, 5)
+    complex_base = torch.randn(2, 3, dtype=torch.complex64)
+    return {
+        "contiguous": base,
+        "channels_last": base.to(memory_format=torch.channels_last),
+        "transposed": base.transpose(1, 2),
+        "other shape": torch.randn(2, 3, 4, 6),
+        "sliced": torch.randn(2, 3, 4, 10)[..., ::2],
+        "float64": base.double(),
+        "bfloat16": base.bfloat16(),
+        "int64": torch.zeros(2, 3, 4, 5, dtype=torch.int64),
+        "requires_grad": base.clone().requires_grad_(),
+        "parameter": torch.nn.Parameter(base.clone()),
+        "frozen parameter": torch.nn.Parameter(base.clone(), requires_grad=False),
+        "negative view": torch._neg_view(base),
+        "subclass": base.as_subclass(Subclass),
+        "meta device": torch.empty(2, 3, 4, 5, device="meta"),
+        "scalar": torch.tensor(1.0),
+        "vector": torch.randn(5),
+        "complex": complex_base,
+        "conjugate": complex_base.conj(),
+        "complex negative": torch._neg_view(complex_base),
+        "sparse": torch.randn(2, 3).to_sparse(),
+        "matrix": torch.randn(2, 3),
+        "not a tensor": (2, 3, 4, 5),
+        "none": None,
+    }
+
+
+def _metas() -> dict[str, TensorMeta]:
+    values = _values()
+    metas = {}
+    for name in ("contiguous", "channels_last", "transposed", "sliced", "bfloat16", "int64"):
+        metas[name] = TensorMeta.from_tensor(values[name])
+    metas["requires_grad"] = TensorMeta.from_tensor(values["requires_grad"])
+    metas["scalar"] = TensorMeta.from_tensor(values["scalar"])
+    metas["complex"] = TensorMeta.from_tensor(values["complex"])
+    metas["matrix"] = TensorMeta.from_tensor(values["matrix"])  # the sparse one's sizes
+    metas["meta device"] = TensorMeta.from_tensor(values["meta device"])
+    return metas
+
+
+@pytest.mark.parametrize("traits", [False, True], ids=["static", "traits"])
+@pytest.mark.parametrize("expected", list(_metas()))
+def test_the_native_check_answers_as_the_python_condition(checks, expected, traits):
+    meta: TensorMeta | TensorTraits = _metas()[expected]
+    if traits:  # a symbolic entry's tensor guard: no sizes, no strides
+        meta = TensorTraits.of(meta)
+    native, python = checks.check(meta), _python_check(meta)
+    assert native is not None
+    answers = {name: (native(value), python(value)) for name, value in _values().items()}
+    assert all(type(n) is bool for n, _ in answers.values())
+    differ = {name: pair for name, pair in answers.items() if pair[0] != pair[1]}
+    assert not differ, f"native, python: {differ}"
+    assert answers[expected] == (True, True)  # the value it was made from passes
+
+
+def test_each_condition_is_refused_on_its_own(checks):
+    base = torch.randn(4, 6)
+    check = checks.check(TensorMeta.from_tensor(base))
+    assert check(base) and check(base.clone()) and check(torch.nn.Parameter(base, False))
+    refused = {
+        "shape": torch.randn(4, 7),
+        "rank": torch.randn(4, 6, 1),
+        "strides": torch.randn(6, 4).t(),
+        "dtype": base.double(),
+        "device": torch.empty(4, 6, device="meta"),
+        "requires_grad": base.clone().requires_grad_(),
+        "negative bit": torch._neg_view(base),
+        "type": base.as_subclass(Subclass),
+    }
+    assert not {name for name, value in refused.items() if check(value)}
+
+
+def test_traits_leave_sizes_and_strides_to_the_size_check(checks):
+    base = torch.randn(4, 6)
+    check = checks.check(TensorTraits.of(TensorMeta.from_tensor(base)))
+    assert check(torch.randn(3, 5)) and check(torch.randn(6, 4).t()) and check(torch.randn(2))
+    assert not check(base.double()) and not check(base.clone().requires_grad_())
+    assert not check(torch._neg_view(base)) and not check(base.as_subclass(Subclass))
+
+
+def test_a_resized_tensor_is_refused(checks):
+    buffer = torch.zeros(8)
+    check = checks.check(TensorMeta.from_tensor(buffer))
+    assert check(buffer)
+    buffer.resize_(4)
+    assert not check(buffer)
+    buffer.resize_(8)
+    assert check(buffer)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_tensor_is_checked_by_device_and_index(checks):
+    base = torch.randn(4, 6, device="cuda").to(torch.bfloat16)
+    meta = TensorMeta.from_tensor(base)
+    native, python = checks.check(meta), _python_check(meta)
+    assert native is not None
+    values = {
+        "same": base.clone(),
+        "cpu": base.cpu(),
+        "meta": torch.empty(4, 6, dtype=torch.bfloat16, device="meta"),
+        "float32": base.float(),
+        "strides": base.t().contiguous().t(),
+        "requires_grad": base.clone().requires_grad_(),
+    }
+    if torch.cuda.device_count() > 1:
+        values["cuda:1"] = base.to("cuda:1")
+    answers = {name: (native(value), python(value)) for name, value in values.items()}
+    assert all(n == p for n, p in answers.values()), answers
+    assert [name for name, (n, _) in answers.items() if n] == ["same"]
+
+
+def test_metadata_it_does_not_cover_keeps_the_python_condition(checks):
+    meta = TensorMeta((2,), torch.float32, device=torch.device("cuda"), strides=(1,))
+    assert checks.check(meta) is None  # no index: a device ``==`` never matches
+
+
+def _scaled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * w + 1
+
+
+def _entry_guards(compiled: Any) -> rt.GuardSet:
+    (entry,) = compiled.cache.entries
+    return entry.guards
+
+
+def test_compiled_entries_check_tensors_natively_unless_turned_off(checks):
+    x, w = torch.randn(4, 8), torch.randn(8)
+    native = rt.compile(_scaled, codegen="eager")
+    python = rt.compile(_scaled, codegen="eager", options=CompileOptions(native_guards=False))
+    for compiled in (native, python):
+        torch.testing.assert_close(compiled(x, w), _scaled(x, w))
+    assert _entry_guards(native).native_count == 2
+    assert _entry_guards(python).native_count == 0
+    assert "_c1(_v1)" in (_entry_guards(native).fetch_args.__doc__ or "")
+    for compiled in (native, python):  # a changed layout recompiles, either way
+        y = torch.randn(8, 4).t()
+        torch.testing.assert_close(compiled(y, w), _scaled(y, w))
+        assert len(compiled.cache.entries) == 2
+
+
+def test_without_a_compiler_the_guards_stay_python(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_guards, "_STATE", {})
+    monkeypatch.setenv("CXX", "no-such-compiler-torchstrata")
+    assert tensor_checks(True, str(tmp_path)) is None
+    assert "no-such-compiler" in (native_guards.unavailable_reason() or "")
+    assert tensor_checks(False) is None
+
+
+def test_a_failed_build_is_not_tried_again(monkeypatch, tmp_path):
+    builds = []
+
+    def fail(command, paths):
+        builds.append(command)
+        raise native_guards.NativeGuardsUnavailable("compiling failed: no Python.h")
+
+    monkeypatch.setattr(native_guards, "_build", fail)
+    settings = CacheSettings.resolve(str(tmp_path))
+    for _ in range(2):
+        with pytest.raises(native_guards.NativeGuardsUnavailable, match=r"no Python\.h"):
+            native_guards.load_module(settings)
+    assert len(builds) == 1  # the second process (call) read the recorded failure
