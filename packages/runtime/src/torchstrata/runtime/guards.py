@@ -273,7 +273,7 @@ class GuardSet:
         if self.check_args is not None and binder is not None and fetch_sources is not None:
             if routes is not None:
                 self.fetch_args = _fetching_check(
-                    self.guards, sources, binder, fetch_sources, routes, native
+                    self.guards, sources, binder, fetch_sources, routes, native, tensor_checks
                 )
                 self.routed = self.fetch_args is not None
             if self.fetch_args is None:
@@ -376,12 +376,14 @@ def _fetching_check(
     fetch_sources: Sequence[str],
     routes: SizeRoutes | None = None,
     native: NativeChecks | None = None,
+    tensor_checks: TensorChecks | None = None,
 ) -> ArgsFetch | None:
     """The positional check that returns the values of ``fetch_sources`` when every guard
     holds; None when one of them is not read by a guard (reading it in the check could
     raise, or run code, where the guards alone would not). With ``routes``, it returns
     ``((graph function,), values)``; None when the size check's tensors are not all
-    read from the arguments."""
+    read from the arguments. ``tensor_checks``: the last routed layout is compared
+    natively (:meth:`TensorChecks.last_layout`)."""
     wanted = [binder.args_source(source) for source in fetch_sources]
     writer = _SourceWriter(args_sources, fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
@@ -398,7 +400,8 @@ def _fetching_check(
             if index != position:
                 return None
             values = [writer.fetch(source, index) for source in tensors if source is not None]
-            routed.append(_write_route(writer, routes, values, index))
+            last = tensor_checks.last_layout(len(values)) if tensor_checks else None
+            routed.append(_write_route(writer, routes, values, index, last))
             return routed[-1]
 
     groups = plan_groups(guards, args_sources, keep)
@@ -419,16 +422,47 @@ def _fetching_check(
 
 
 def _write_route(
-    writer: _SourceWriter, routes: SizeRoutes, values: Sequence[str], index: int
+    writer: _SourceWriter,
+    routes: SizeRoutes,
+    values: Sequence[str],
+    index: int,
+    native_last: Any = None,
 ) -> str:
     """The size guard ``index`` written as a lookup of the call's layout among the routed
     ones (the runner for its sizes), else as the size check (the layout known to pass, or
-    decided now) and the learner of its route; the variable of its ``(graph function,)``."""
+    decided now) and the learner of its route; the variable of its ``(graph function,)``.
+    The layout routed last is compared first: by ``native_last`` (a
+    :meth:`TensorChecks.last_layout`, one call reading each tensor's sizes and strides
+    from its ``TensorImpl``) where given, else in Python."""
     check = routes.check
     layout, graph_fns, last = f"_k{index}", f"_r{index}", f"_l{index}"
     known = f"{writer.constant(check.known.get)}({layout}) is True"
     # read from the check when called (the slow path: a layout not known to pass)
     decide = f"{writer.constant(check)}.decide({', '.join(values)})"
+    # the layout not the last one routed: looked up among the routed ones, else checked
+    # (a failing one fails the guard) and routed by the learner
+    lookup = [
+        f"            {layout} = {check.key_expression(values)}",
+        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
+        f"            if {graph_fns} is None:",
+        f"                if not ({known} or {decide}):",
+        f"                    {writer.fail(index)}",
+        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
+        "            else:",
+    ]
+    if native_last is not None:
+        native = writer.constant(native_last)
+        tensors = "".join(f", {value}" for value in values)
+        writer.lines += [
+            "    try:",
+            f"        {graph_fns} = {native}({', '.join(values)})",
+            f"        if {graph_fns} is None:",
+            *lookup,
+            f"                {native}.remember({graph_fns}{tensors})",
+            "    except Exception:",
+            f"        {writer.fail(index)}",
+        ]
+        return graph_fns
     reads = check.key_reads(values)
     # the layout routed last, compared as a static guard compares (no key hashed)
     same = " and ".join(f"{read} == {last}[{i}]" for i, read in enumerate(reads))
@@ -438,13 +472,7 @@ def _write_route(
         f"        if {same}:",
         f"            {graph_fns} = {last}[{len(reads)}]",
         "        else:",
-        f"            {layout} = {check.key_expression(values)}",
-        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
-        f"            if {graph_fns} is None:",
-        f"                if not ({known} or {decide}):",
-        f"                    {writer.fail(index)}",
-        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
-        "            else:",
+        *lookup,
         f"                {writer.constant(routes.last)}[0] = (*{layout}, {graph_fns})",
         "    except Exception:",
         f"        {writer.fail(index)}",
