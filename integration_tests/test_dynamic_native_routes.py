@@ -1,7 +1,8 @@
-"""A routed symbolic entry's last layout compared natively (decision 0475): the entry
-with the native checks refuses every call the Python one refuses (a relation, a static
-dim, a stride pattern, a size 0 or 1, dtype, device, ``requires_grad``), both pass the
-same calls, and a passing call goes to the runner lowered for its sizes."""
+"""A symbolic entry's last layout compared natively (decision 0475): the entry with the
+native checks refuses every call the Python one refuses (a relation, a static dim, a
+stride pattern, a size 0 or 1, dtype, device, ``requires_grad``) in its routed and its
+unrouted checks, both pass the same calls, and a passing call goes to the runner lowered
+for its sizes."""
 
 from __future__ import annotations
 
@@ -82,13 +83,22 @@ def _changes(x: torch.Tensor, w: torch.Tensor) -> dict[str, tuple[Any, ...]]:
         "not a tensor",
     ],
 )
-def test_a_routed_entry_refuses_each_change_after_a_passing_layout(native, change):
+def test_a_symbolic_entry_refuses_each_change_after_a_passing_layout(native, change):
     compiled = _compiled(scale_add, native, dynamic=None)
     x, w = torch.randn(6, 8), torch.randn(8)
-    for _ in range(2):  # the layout routed last: compared before the table
+    (entry,) = [e for e in compiled.cache.entries if e.guards.routed]
+    guards, globals_ = entry.guards, compiled._globals
+    changed = _changes(x, w)[change]
+    for _ in range(2):  # the layout that passed last: compared first
         assert _routed(compiled, x, w) is not None
-    assert _routed(compiled, *_changes(x, w)[change]) is None
+        # the unrouted checks (a keyword call's, a positional one's)
+        assert guards.check({"x": x, "w": w}, globals_) == -1
+        assert guards.check_args((x, w), globals_) == -1
+    assert _routed(compiled, *changed) is None
+    assert guards.check(dict(zip("xw", changed, strict=True)), globals_) >= 0
+    assert guards.check_args(changed, globals_) >= 0
     assert _routed(compiled, x, w) is not None  # the route kept for the passing layout
+    assert guards.check({"x": x, "w": w}, globals_) == -1
 
 
 @pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False])
@@ -122,6 +132,9 @@ def test_the_last_layout_is_compared_natively_and_routes_to_its_runner():
     (runner,) = route
     assert runner is _runners(compiled)[(9, 8)]  # the runner of the call's sizes
     assert last(torch.randn(6, 8), w) is None  # another layout: the table's
+    # the unrouted checks remember the layout that passed last natively too
+    assert ".remember(True, _v1, _v2)" in entry.guards.source
+    assert ".remember(True, _v1, _v2)" in (entry.guards.args_source or "")
 
 
 def _random_input(rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,6 +151,13 @@ def _random_input(rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
     return x, w
 
 
+def _unrouted(compiled: Any, x: torch.Tensor, w: torch.Tensor) -> tuple[bool, bool]:
+    """Whether the entry's keyword and positional checks pass."""
+    (entry,) = [e for e in compiled.cache.entries if e.guards.routed]
+    guards, globals_ = entry.guards, compiled._globals
+    return guards.check({"x": x, "w": w}, globals_) < 0, guards.check_args((x, w), globals_) < 0
+
+
 @needs_native
 def test_native_and_python_routes_agree_on_random_layouts():
     native, python = _compiled(scale_add, True), _compiled(scale_add, False)
@@ -147,6 +167,7 @@ def test_native_and_python_routes_agree_on_random_layouts():
         x, w = _random_input(rng)
         ours, theirs = _routed(native, x, w), _routed(python, x, w)
         assert (ours is None) == (theirs is None), (x.shape, x.stride(), w.shape, w.dtype)
+        assert _unrouted(native, x, w) == _unrouted(python, x, w) == (ours is not None,) * 2
         if ours is not None:
             passed += 1
             torch.testing.assert_close(native(x, w), scale_add(x, w))

@@ -13,7 +13,9 @@ module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
 the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`). A tensor guard
 is one call of a native check where the extension of
-:mod:`torchstrata.runtime.native_guards` is available (decision 0460).
+:mod:`torchstrata.runtime.native_guards` is available (decision 0460); so is the
+comparison of a symbolic entry's tensors' layout with the one that passed its size guard
+last (decision 0475).
 """
 
 from __future__ import annotations
@@ -326,9 +328,12 @@ def _write_checks(
             else:
                 writer.check(condition, index)
         elif index not in grouped:
-            var = writer.fetch(source, index)
             check = native.get(index) if native is not None else None
-            if check is not None:
+            size_guard = check is not None and guard.kind is not GuardKind.TENSOR_MATCH
+            if size_guard and _write_native_size_guard(writer, guards, sources, index, check):
+                continue
+            var = writer.fetch(source, index)
+            if check is not None and guard.kind is GuardKind.TENSOR_MATCH:
                 writer.check(f"{writer.constant(check)}({var})", index)
             else:
                 writer.check(guard_condition(guard, var, writer.constant), index)
@@ -336,7 +341,8 @@ def _write_checks(
 
 def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> NativeChecks:
     """The native check of each tensor guard it covers (static, or a symbolic entry's
-    traits), by guard index."""
+    traits), and the last passing layout of a symbolic entry's size guard
+    (:meth:`TensorChecks.last_layout`), by guard index."""
     if native is None:
         return {}
     checks = {}
@@ -346,7 +352,54 @@ def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> Nati
             check = native.check(expected)
             if check is not None:
                 checks[index] = check
+        else:
+            size_check = size_check_of(guard)
+            if size_check is not None:
+                checks[index] = native.last_layout(len(size_check.sources))
     return checks
+
+
+def _write_native_size_guard(
+    writer: _SourceWriter,
+    guards: Sequence[Guard],
+    sources: Sequence[str],
+    index: int,
+    last: Any,
+) -> bool:
+    """The size guard ``index`` evaluated only when its tensors' layout is not the last
+    one that passed it (``last``, compared natively), which it then remembers; False
+    (nothing written) where a tensor it reads is not a tensor guard's source or its
+    source shares a read with another."""
+    check = size_check_of(guards[index])
+    assert check is not None
+    where = {g.source: i for i, g in enumerate(guards) if g.kind is GuardKind.TENSOR_MATCH}
+    if not all(source in where for source in check.sources):
+        return False
+    values = [writer.fetched.get(sources[where[source]]) for source in check.sources]
+    if None in values or writer.fetched.reads_before(sources[index]):
+        return False
+    tensors = ", ".join(v for v in values if v is not None)
+    native = writer.constant(last)
+    # the guard's value is known only where evaluated: not a fetched value for later guards
+    var = f"_s{index}"
+    expression = writer.fetched.expression(sources[index])
+    evaluate = [f"        {var} = {expression}"]
+    if not writer.one_try:
+        evaluate = [
+            "        try:",
+            f"    {evaluate[0]}",
+            "        except Exception:",
+            f"            {writer.fail(index)}",
+        ]
+    condition = guard_condition(guards[index], var, writer.constant)
+    writer.lines += [
+        f"    if {native}({tensors}) is None:",
+        *evaluate,
+        f"        if not ({condition}):",
+        f"            {writer.fail(index)}",
+        f"        {native}.remember(True, {tensors})",
+    ]
+    return True
 
 
 def _generate(

@@ -6,7 +6,10 @@ tensor, 103 tensors of M4/resnet18 about half its guard check (decisions 0241, 0
 ``TensorCheck`` (:mod:`torchstrata.runtime.native_guards_source`) answers the same
 question in one call that reads the tensor's ``TensorImpl`` (so does a symbolic entry's
 tensor guard, its sizes and strides left to its size check): the generated check writes
-``_c7(_v32)`` for that guard, in its place among the others (decision 0460).
+``_c7(_v32)`` for that guard, in its place among the others (decision 0460). A
+``LastLayout`` (:meth:`TensorChecks.last_layout`) compares a symbolic entry's tensors'
+sizes and strides with the layout that passed its size guard last, in one call
+(decision 0475).
 
 The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
 ``g++``, else ``c++``) against torch's own c10 headers, in about two seconds, and kept in
