@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchstrata.runtime as rt
-from torchstrata.core import SizeCheck, describe_guard
+from torchstrata.core import CompileOptions, SizeCheck, describe_guard
 from torchstrata.runtime.size_routes import SizeRoutes
 
 from .profiled_calls import python_calls
@@ -29,8 +29,9 @@ def _size_check(compiled) -> SizeCheck:
     raise AssertionError("no size check in the symbolic entry")
 
 
-def _symbolic(codegen: str = "eager"):
-    compiled = rt.compile(scale_add, dynamic=True, codegen=codegen)
+def _symbolic(codegen: str = "eager", native: bool = True):
+    options = CompileOptions(native_guards=native)
+    compiled = rt.compile(scale_add, dynamic=True, codegen=codegen, options=options)
     w = torch.randn(8)
     for size in (4, 5):
         x = torch.randn(size, 8)
@@ -114,8 +115,9 @@ def _dispatch_calls(call) -> list[str]:
     return python_calls(call, lambda code: code.co_filename == "<torchstrata size dispatch>")
 
 
-def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes():
-    compiled, w = _symbolic("cpp")
+@pytest.mark.parametrize("native", [True, False])
+def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes(native):
+    compiled, w = _symbolic("cpp", native)
     entry = compiled.cache.entries[0]
     assert entry.guards.routed
     routes: SizeRoutes = entry.run_inputs.__self__
@@ -130,7 +132,15 @@ def test_a_known_layout_goes_from_the_guard_to_the_runner_of_its_sizes():
     assert _dispatch_calls(lambda: compiled(x, w)) == []  # no second lookup by size
     # the layout routed last is compared before the table is looked up
     (layout,) = [k for k in routes.table if k[0][0] == 5]
-    assert routes.last[0] == (*layout, routes.table[layout])
+    if entry.guards.native_count:  # by the native last layout (decision 0475)
+        (last,) = [
+            value
+            for value in entry.guards.fetch_args.__globals__.values()
+            if type(value).__name__ == "LastLayout"
+        ]
+        assert last(x, w) is routes.table[layout]
+    else:
+        assert routes.last[0] == (*layout, routes.table[layout])
     x9 = torch.randn(9, 8)
     assert _dispatch_calls(lambda: compiled(x9, w)) == []  # a new size learns its route
     torch.testing.assert_close(compiled(x9, w), scale_add(x9, w))

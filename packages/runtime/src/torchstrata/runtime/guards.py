@@ -13,7 +13,9 @@ module's unshadowed members, are checked as one test each
 (:mod:`torchstrata.runtime.guard_groups`). A symbolic entry's positional check also picks
 the runner for the call's sizes (:mod:`torchstrata.runtime.size_routes`). A tensor guard
 is one call of a native check where the extension of
-:mod:`torchstrata.runtime.native_guards` is available (decision 0460).
+:mod:`torchstrata.runtime.native_guards` is available (decision 0460); so is the
+comparison of a symbolic entry's tensors' layout with the one that passed its size guard
+last (decision 0475).
 """
 
 from __future__ import annotations
@@ -273,7 +275,7 @@ class GuardSet:
         if self.check_args is not None and binder is not None and fetch_sources is not None:
             if routes is not None:
                 self.fetch_args = _fetching_check(
-                    self.guards, sources, binder, fetch_sources, routes, native
+                    self.guards, sources, binder, fetch_sources, routes, native, tensor_checks
                 )
                 self.routed = self.fetch_args is not None
             if self.fetch_args is None:
@@ -326,9 +328,12 @@ def _write_checks(
             else:
                 writer.check(condition, index)
         elif index not in grouped:
-            var = writer.fetch(source, index)
             check = native.get(index) if native is not None else None
-            if check is not None:
+            size_guard = check is not None and guard.kind is not GuardKind.TENSOR_MATCH
+            if size_guard and _write_native_size_guard(writer, guards, sources, index, check):
+                continue
+            var = writer.fetch(source, index)
+            if check is not None and guard.kind is GuardKind.TENSOR_MATCH:
                 writer.check(f"{writer.constant(check)}({var})", index)
             else:
                 writer.check(guard_condition(guard, var, writer.constant), index)
@@ -336,7 +341,8 @@ def _write_checks(
 
 def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> NativeChecks:
     """The native check of each tensor guard it covers (static, or a symbolic entry's
-    traits), by guard index."""
+    traits), and the last passing layout of a symbolic entry's size guard
+    (:meth:`TensorChecks.last_layout`), by guard index."""
     if native is None:
         return {}
     checks = {}
@@ -346,7 +352,54 @@ def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> Nati
             check = native.check(expected)
             if check is not None:
                 checks[index] = check
+        else:
+            size_check = size_check_of(guard)
+            if size_check is not None:
+                checks[index] = native.last_layout(len(size_check.sources))
     return checks
+
+
+def _write_native_size_guard(
+    writer: _SourceWriter,
+    guards: Sequence[Guard],
+    sources: Sequence[str],
+    index: int,
+    last: Any,
+) -> bool:
+    """The size guard ``index`` evaluated only when its tensors' layout is not the last
+    one that passed it (``last``, compared natively), which it then remembers; False
+    (nothing written) where a tensor it reads is not a tensor guard's source or its
+    source shares a read with another."""
+    check = size_check_of(guards[index])
+    assert check is not None
+    where = {g.source: i for i, g in enumerate(guards) if g.kind is GuardKind.TENSOR_MATCH}
+    if not all(source in where for source in check.sources):
+        return False
+    values = [writer.fetched.get(sources[where[source]]) for source in check.sources]
+    if None in values or writer.fetched.reads_before(sources[index]):
+        return False
+    tensors = ", ".join(v for v in values if v is not None)
+    native = writer.constant(last)
+    # the guard's value is known only where evaluated: not a fetched value for later guards
+    var = f"_s{index}"
+    expression = writer.fetched.expression(sources[index])
+    evaluate = [f"        {var} = {expression}"]
+    if not writer.one_try:
+        evaluate = [
+            "        try:",
+            f"    {evaluate[0]}",
+            "        except Exception:",
+            f"            {writer.fail(index)}",
+        ]
+    condition = guard_condition(guards[index], var, writer.constant)
+    writer.lines += [
+        f"    if {native}({tensors}) is None:",
+        *evaluate,
+        f"        if not ({condition}):",
+        f"            {writer.fail(index)}",
+        f"        {native}.remember(True, {tensors})",
+    ]
+    return True
 
 
 def _generate(
@@ -376,12 +429,14 @@ def _fetching_check(
     fetch_sources: Sequence[str],
     routes: SizeRoutes | None = None,
     native: NativeChecks | None = None,
+    tensor_checks: TensorChecks | None = None,
 ) -> ArgsFetch | None:
     """The positional check that returns the values of ``fetch_sources`` when every guard
     holds; None when one of them is not read by a guard (reading it in the check could
     raise, or run code, where the guards alone would not). With ``routes``, it returns
     ``((graph function,), values)``; None when the size check's tensors are not all
-    read from the arguments."""
+    read from the arguments. ``tensor_checks``: the last routed layout is compared
+    natively (:meth:`TensorChecks.last_layout`)."""
     wanted = [binder.args_source(source) for source in fetch_sources]
     writer = _SourceWriter(args_sources, fails_with_none=True)
     writer.lines.append(f"def check_guards({ARGS_NAME}, G):")
@@ -398,7 +453,8 @@ def _fetching_check(
             if index != position:
                 return None
             values = [writer.fetch(source, index) for source in tensors if source is not None]
-            routed.append(_write_route(writer, routes, values, index))
+            last = tensor_checks.last_layout(len(values)) if tensor_checks else None
+            routed.append(_write_route(writer, routes, values, index, last))
             return routed[-1]
 
     groups = plan_groups(guards, args_sources, keep)
@@ -419,16 +475,47 @@ def _fetching_check(
 
 
 def _write_route(
-    writer: _SourceWriter, routes: SizeRoutes, values: Sequence[str], index: int
+    writer: _SourceWriter,
+    routes: SizeRoutes,
+    values: Sequence[str],
+    index: int,
+    native_last: Any = None,
 ) -> str:
     """The size guard ``index`` written as a lookup of the call's layout among the routed
     ones (the runner for its sizes), else as the size check (the layout known to pass, or
-    decided now) and the learner of its route; the variable of its ``(graph function,)``."""
+    decided now) and the learner of its route; the variable of its ``(graph function,)``.
+    The layout routed last is compared first: by ``native_last`` (a
+    :meth:`TensorChecks.last_layout`, one call reading each tensor's sizes and strides
+    from its ``TensorImpl``) where given, else in Python."""
     check = routes.check
     layout, graph_fns, last = f"_k{index}", f"_r{index}", f"_l{index}"
     known = f"{writer.constant(check.known.get)}({layout}) is True"
     # read from the check when called (the slow path: a layout not known to pass)
     decide = f"{writer.constant(check)}.decide({', '.join(values)})"
+    # the layout not the last one routed: looked up among the routed ones, else checked
+    # (a failing one fails the guard) and routed by the learner
+    lookup = [
+        f"            {layout} = {check.key_expression(values)}",
+        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
+        f"            if {graph_fns} is None:",
+        f"                if not ({known} or {decide}):",
+        f"                    {writer.fail(index)}",
+        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
+        "            else:",
+    ]
+    if native_last is not None:
+        native = writer.constant(native_last)
+        tensors = "".join(f", {value}" for value in values)
+        writer.lines += [
+            "    try:",
+            f"        {graph_fns} = {native}({', '.join(values)})",
+            f"        if {graph_fns} is None:",
+            *lookup,
+            f"                {native}.remember({graph_fns}{tensors})",
+            "    except Exception:",
+            f"        {writer.fail(index)}",
+        ]
+        return graph_fns
     reads = check.key_reads(values)
     # the layout routed last, compared as a static guard compares (no key hashed)
     same = " and ".join(f"{read} == {last}[{i}]" for i, read in enumerate(reads))
@@ -438,13 +525,7 @@ def _write_route(
         f"        if {same}:",
         f"            {graph_fns} = {last}[{len(reads)}]",
         "        else:",
-        f"            {layout} = {check.key_expression(values)}",
-        f"            {graph_fns} = {writer.constant(routes.table.get)}({layout})",
-        f"            if {graph_fns} is None:",
-        f"                if not ({known} or {decide}):",
-        f"                    {writer.fail(index)}",
-        f"                {graph_fns} = {writer.constant(routes.learner())}({layout})",
-        "            else:",
+        *lookup,
         f"                {writer.constant(routes.last)}[0] = (*{layout}, {graph_fns})",
         "    except Exception:",
         f"        {writer.fail(index)}",

@@ -6,7 +6,10 @@ tensor, 103 tensors of M4/resnet18 about half its guard check (decisions 0241, 0
 ``TensorCheck`` (:mod:`torchstrata.runtime.native_guards_source`) answers the same
 question in one call that reads the tensor's ``TensorImpl`` (so does a symbolic entry's
 tensor guard, its sizes and strides left to its size check): the generated check writes
-``_c7(_v32)`` for that guard, in its place among the others (decision 0460).
+``_c7(_v32)`` for that guard, in its place among the others (decision 0460). A
+``LastLayout`` (:meth:`TensorChecks.last_layout`) compares a symbolic entry's tensors'
+sizes and strides with the layout that passed its size guard last, in one call
+(decision 0475).
 
 The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
 ``g++``, else ``c++``) against torch's own c10 headers, in about two seconds, and kept in
@@ -73,6 +76,7 @@ class TensorChecks:
 
     def __init__(self, module: ModuleType) -> None:
         self._new: Callable[..., Any] = module.TensorCheck
+        self._last_layout: Callable[[int], Any] = module.LastLayout
         #: one empty tensor per (dtype, device): what a check reads its dtype and device from
         self._likes: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -104,6 +108,12 @@ class TensorChecks:
             dtype.is_complex,  # no conjugate bit
             cpu,  # a CPU tensor: ``is_cpu``, whatever the index
         )
+
+    def last_layout(self, count: int) -> Any:
+        """A symbolic entry's last routed layout of ``count`` tensors (nothing remembered
+        yet): ``last(*tensors)`` is the route remembered with their sizes and strides, or
+        None when one differs; ``last.remember(route, *tensors)`` replaces both."""
+        return self._last_layout(count)
 
     def _like(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         key = (dtype, device)
@@ -196,6 +206,21 @@ def verify(module: ModuleType) -> None:
     )
     if check is None or not check(base) or any(check(value) for value in refused):
         raise NativeGuardsUnavailable("the self-test of the tensor check failed")
+    last, route = checks.last_layout(2), ("route",)
+    other = torch.zeros(3)
+    fresh = last(base, other)
+    last.remember(route, base, other)
+    if fresh is not None or last(torch.zeros(2, 3), torch.zeros(3)) is not route:
+        raise NativeGuardsUnavailable("the self-test of the last layout failed")
+    changed = (
+        (refused[0], other),  # other sizes
+        (refused[1], other),  # other strides
+        (base, torch.zeros(3, 1)),  # other rank
+        (base, "a string"),
+        (base,),
+    )
+    if any(last(*values) is not None for values in changed):
+        raise NativeGuardsUnavailable("the self-test of the last layout failed")
 
 
 def _compiler() -> tuple[tuple[str, ...], str]:

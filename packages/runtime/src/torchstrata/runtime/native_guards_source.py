@@ -1,13 +1,17 @@
 """The C++ source of the native tensor check (:mod:`torchstrata.runtime.native_guards`).
 
 A CPython extension over c10's ``TensorImpl`` header only (no ATen, no pybind11: it
-compiles in about two seconds). It defines one type, ``TensorCheck``: built from a
+compiles in about two seconds). It defines ``TensorCheck``: built from a
 guard's expected metadata, called with one object, it answers what the generated Python
 condition of a tensor guard answers (:func:`torchstrata.core.guard_conditions`):
 the exact Python type among the allowed ones, then sizes, strides, dtype, device,
 ``requires_grad`` and the lazy negative / conjugate bits (sizes and strides not for a
 symbolic entry's tensor, whose size check reads them), read from the tensor's
-``TensorImpl`` directly instead of through seven Python getters.
+``TensorImpl`` directly instead of through seven Python getters. A second type,
+``LastLayout``, holds a symbolic entry's last routed layout (each tensor's sizes and
+strides) with its route: called with the entry's tensors, it returns that route when
+their layout is the same, else None, in place of the generated check reading
+``.shape`` and ``.stride()`` of each tensor and comparing them in Python (decision 0475).
 
 The tensor is found the way torch's own ``THPVariable_Unpack`` finds it: a ``Tensor``
 (or ``Parameter``) object holds its ``at::Tensor`` (one ``TensorImpl`` pointer) right
@@ -19,7 +23,7 @@ Any C++ exception (a tensor without strides, sizes that are symbolic) fails the 
 from __future__ import annotations
 
 #: Bumped whenever the source changes in a way its cache key would not see.
-SOURCE_VERSION = "tensor-check-2"
+SOURCE_VERSION = "tensor-check-3"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -203,6 +207,137 @@ void check_dealloc(PyObject* object) {
 
 PyTypeObject TensorCheckType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// A symbolic entry's last routed layout: the sizes and strides of each of its tensors and
+// the route remembered with them. ``last(t0, t1, ...)`` is that route when every tensor
+// has those sizes and strides, else None (nothing remembered, another count, a value
+// that is not a tensor, a C++ exception); ``last.remember(route, t0, t1, ...)`` replaces
+// both. Under the GIL a call sees one layout with its own route.
+struct LastLayout {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* route;  // nullptr: nothing remembered
+  Py_ssize_t count;  // tensors
+  Py_ssize_t capacity;  // int64s in ``layout``
+  int64_t* layout;  // per tensor: its rank, its sizes, its strides (PyMem_Malloc'd)
+};
+
+bool same_layout(const int64_t* stored, c10::TensorImpl* impl, Py_ssize_t* used) {
+  c10::IntArrayRef sizes = impl->sizes();
+  c10::IntArrayRef strides = impl->strides();
+  Py_ssize_t rank = static_cast<Py_ssize_t>(sizes.size());
+  if (stored[0] != rank || !same(sizes, stored + 1, rank) ||
+      !same(strides, stored + 1 + rank, rank)) {
+    return false;
+  }
+  *used = 1 + 2 * rank;
+  return true;
+}
+
+PyObject* last_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  LastLayout* self = reinterpret_cast<LastLayout*>(callable);
+  Py_ssize_t count = PyVectorcall_NARGS(nargsf);
+  if (self->route == nullptr || count != self->count || kwnames != nullptr) {
+    Py_RETURN_NONE;
+  }
+  try {
+    Py_ssize_t offset = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+      Py_ssize_t used = 0;
+      if (!is_tensor_object(args[i]) ||
+          !same_layout(self->layout + offset, impl_of(args[i]), &used)) {
+        Py_RETURN_NONE;
+      }
+      offset += used;
+    }
+  } catch (...) {
+    Py_RETURN_NONE;
+  }
+  Py_INCREF(self->route);
+  return self->route;
+}
+
+// remember(route, t0, t1, ...): the tensors' sizes and strides and ``route``, remembered.
+PyObject* last_remember(PyObject* object, PyObject* const* args, Py_ssize_t nargs) {
+  LastLayout* self = reinterpret_cast<LastLayout*>(object);
+  if (nargs != self->count + 1) {
+    PyErr_SetString(PyExc_TypeError, "remember takes the route and each tensor");
+    return nullptr;
+  }
+  Py_ssize_t total = 0;
+  for (Py_ssize_t i = 1; i < nargs; i++) {
+    if (!is_tensor_object(args[i])) {
+      PyErr_SetString(PyExc_TypeError, "remember takes tensors");
+      return nullptr;
+    }
+  }
+  Py_CLEAR(self->route);  // forgotten until the new layout is in place
+  try {
+    for (Py_ssize_t i = 1; i < nargs; i++) {
+      total += 1 + 2 * static_cast<Py_ssize_t>(impl_of(args[i])->sizes().size());
+    }
+    if (total > self->capacity) {
+      int64_t* grown = static_cast<int64_t*>(PyMem_Realloc(self->layout, sizeof(int64_t) * total));
+      if (grown == nullptr) {
+        return PyErr_NoMemory();
+      }
+      self->layout = grown;
+      self->capacity = total;
+    }
+    int64_t* out = self->layout;
+    for (Py_ssize_t i = 1; i < nargs; i++) {
+      c10::TensorImpl* impl = impl_of(args[i]);
+      c10::IntArrayRef sizes = impl->sizes();
+      c10::IntArrayRef strides = impl->strides();
+      *out++ = static_cast<int64_t>(sizes.size());
+      for (int64_t size : sizes) {
+        *out++ = size;
+      }
+      for (int64_t stride : strides) {
+        *out++ = stride;
+      }
+    }
+  } catch (...) {
+    Py_RETURN_NONE;  // nothing remembered: the next call takes the slow path
+  }
+  Py_INCREF(args[0]);
+  self->route = args[0];
+  Py_RETURN_NONE;
+}
+
+// LastLayout(count): nothing remembered yet.
+PyObject* last_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  Py_ssize_t count;
+  if (!PyArg_ParseTuple(args, "n", &count)) {
+    return nullptr;
+  }
+  if (count < 0) {
+    PyErr_SetString(PyExc_ValueError, "LastLayout: a count of tensors");
+    return nullptr;
+  }
+  LastLayout* self = reinterpret_cast<LastLayout*>(type->tp_alloc(type, 0));
+  if (self == nullptr) {
+    return nullptr;
+  }
+  self->vectorcall = last_call;
+  self->count = count;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void last_dealloc(PyObject* object) {
+  LastLayout* self = reinterpret_cast<LastLayout*>(object);
+  Py_XDECREF(self->route);
+  PyMem_Free(self->layout);
+  Py_TYPE(object)->tp_free(object);
+}
+
+PyMethodDef last_methods[] = {
+    {"remember", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(last_remember)),
+     METH_FASTCALL, "remember(route, *tensors): their sizes and strides and the route."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject LastLayoutType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
 bool is_tensor_object(PyObject* object) {
   return tensor_type != nullptr && PyObject_TypeCheck(object, reinterpret_cast<PyTypeObject*>(tensor_type));
 }
@@ -250,6 +385,19 @@ PyMODINIT_FUNC PyInit_torchstrata_tensor_checks(void) {
   if (PyType_Ready(&TensorCheckType) < 0) {
     return nullptr;
   }
+  LastLayoutType.tp_name = "torchstrata_tensor_checks.LastLayout";
+  LastLayoutType.tp_basicsize = sizeof(LastLayout);
+  LastLayoutType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  LastLayoutType.tp_vectorcall_offset = offsetof(LastLayout, vectorcall);
+  static_assert(std::is_standard_layout_v<LastLayout>, "offsetof needs a standard layout");
+  LastLayoutType.tp_call = PyVectorcall_Call;
+  LastLayoutType.tp_new = last_new;
+  LastLayoutType.tp_dealloc = last_dealloc;
+  LastLayoutType.tp_methods = last_methods;
+  LastLayoutType.tp_doc = "A symbolic entry's last routed layout: call with its tensors.";
+  if (PyType_Ready(&LastLayoutType) < 0) {
+    return nullptr;
+  }
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) {
     return nullptr;
@@ -257,6 +405,12 @@ PyMODINIT_FUNC PyInit_torchstrata_tensor_checks(void) {
   Py_INCREF(&TensorCheckType);
   if (PyModule_AddObject(m, "TensorCheck", reinterpret_cast<PyObject*>(&TensorCheckType)) < 0) {
     Py_DECREF(&TensorCheckType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  Py_INCREF(&LastLayoutType);
+  if (PyModule_AddObject(m, "LastLayout", reinterpret_cast<PyObject*>(&LastLayoutType)) < 0) {
+    Py_DECREF(&LastLayoutType);
     Py_DECREF(m);
     return nullptr;
   }
