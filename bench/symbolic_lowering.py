@@ -29,6 +29,11 @@ bench.dynamic_sizes's KV-cache decode step (caches of 2 heads x 32, one query) c
 them (every output compared with eager's; no stage or collector split, a length's lowering
 is milliseconds).
 
+``--workload column_sum`` (decision 0471) measures the same for a weight gradient's
+column sum over 2048 to 4095 rows, one lowering (a Triton split column sum with 26
+conditions) serving every row count: a new row count's first call is its check of the
+conditions and its launch.
+
 ``--dynamo`` (decision 0455) compiles with ``torch.compile(fn, backend="torchstrata")``
 instead: Dynamo traces the second length with symbolic sizes (automatic dynamic), and its
 graph is lowered per size (``--compare``'s first run, the backend before 0455) or once for
@@ -42,6 +47,7 @@ thread::
     python -m bench.symbolic_lowering --workload decode --turns 3
     python -m bench.symbolic_lowering --workload block_loss --compare --turns 3
     python -m bench.symbolic_lowering --workload decode --dynamo --compare --turns 3
+    python -m bench.symbolic_lowering --workload column_sum --codegen triton --turns 3
     python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
 
 ``--profile`` runs cProfile (a CPU-time timer) over the first steps of the per-size
@@ -154,6 +160,30 @@ class _StageClock:
 #: The decode workload's cache lengths, in the order a decode loop meets them.
 DECODE_LENGTHS = tuple(range(16, 48))
 
+#: The column_sum workload's row counts: one bucket of Triton's split column sum (2048 to
+#: 4095 rows, 2 to 4 parts of 1024 rows; decision 0440), in no order.
+COLUMN_SUM_LENGTHS = (3000, 3001, 3500, 2900, 3333, 3100, 3999, 3050, 2600, 3700, 2222, 3456)
+
+
+def column_sum(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor]:
+    """A weight gradient's column sum over the rows of ``x`` ``[M, 32]`` (``--workload
+    column_sum``): on Triton, a split column sum whose lowering records 26 conditions,
+    20 of them with ``floor`` or ``Mod`` (decision 0471)."""
+    return ((x * w).sum(0),)
+
+
+def _calls(workload: str) -> tuple[Any, Any, tuple[int, ...]]:
+    """The function, its inputs at a length, and the lengths of ``decode`` or
+    ``column_sum``."""
+    if workload == "column_sum":
+        return column_sum, lambda n: (torch.randn(n, 32), torch.randn(32)), COLUMN_SUM_LENGTHS
+    from bench.dynamic_sizes import decode_step
+
+    def inputs(length: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(2, length, 32), torch.randn(2, length, 32), *torch.randn(3, 2, 1, 32))
+
+    return decode_step, inputs, DECODE_LENGTHS
+
 
 def _compile(fn: Any, codegen: str, per_size: bool, dynamo: bool) -> Any:
     """``fn`` compiled with ``dynamic=True`` by torchstrata, or by ``torch.compile`` with
@@ -167,33 +197,36 @@ def _compile(fn: Any, codegen: str, per_size: bool, dynamo: bool) -> Any:
     return tsr.compile(fn, dynamic=True, codegen=codegen, options=options)
 
 
-def decode_child(codegen: str, per_size: bool = False, dynamo: bool = False) -> None:
-    """One turn of ``--workload decode`` in this process: each cache length's first call's
-    process CPU minus its second's (``per_size``: with the compile option
-    ``symbolic_lowering`` off, every length lowered on its own, decision 0381;
+def decode_child(
+    codegen: str, per_size: bool = False, dynamo: bool = False, workload: str = "decode"
+) -> None:
+    """One turn of ``--workload decode`` (or ``column_sum``) in this process: each
+    length's first call's process CPU minus its second's (``per_size``: with the compile
+    option ``symbolic_lowering`` off, every length lowered on its own, decision 0381;
     ``dynamo``: compiled through ``torch.compile``, decision 0455)."""
     import torchstrata.runtime as tsr
-    from bench.dynamic_sizes import decode_step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    compiled = _compile(decode_step, codegen, per_size, dynamo)
+    fn, make_inputs, lengths = _calls(workload)
+    compiled = _compile(fn, codegen, per_size, dynamo)
     per_length, walls = [], []
-    for length in DECODE_LENGTHS:
-        inputs = (torch.randn(2, length, 32), torch.randn(2, length, 32), *torch.randn(3, 2, 1, 32))
+    for length in lengths:
+        inputs = make_inputs(length)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         first = compiled(*inputs)
         cpu1, wall1 = time.process_time(), time.perf_counter()
         second = compiled(*inputs)
         cpu2, wall2 = time.process_time(), time.perf_counter()
-        expected = decode_step(*inputs)
+        expected = fn(*inputs)
         for got in (first, second):
             for value, want in zip(got, expected, strict=True):
-                torch.testing.assert_close(value, want)
+                # a sum over thousands of rows, in split parts: float32 rounding apart
+                torch.testing.assert_close(value, want, rtol=1e-4, atol=1e-4 * len(value))
         per_length.append((cpu1 - cpu0) - (cpu2 - cpu1))
         walls.append((wall1 - wall0) - (wall2 - wall1))  # g++ runs in a child process
     text = " ".join(f"{1000 * cpu:.1f}" for cpu in per_length)
-    print(f"lowering ms per cache length {DECODE_LENGTHS[0]}-{DECODE_LENGTHS[-1]}: {text}")
+    print(f"lowering ms per length {' '.join(map(str, lengths))}: {text}")
     skip = 2 if dynamo else 1  # the lengths of Dynamo's static and symbolic compiles
     later = per_length[skip:]
     print(
@@ -317,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=1, help="fresh processes, one after another")
     parser.add_argument("--codegen", default="cpp", choices=("cpp", "triton"))
     parser.add_argument(
-        "--workload", default="block_train", choices=("block_train", "block_loss", "decode")
+        "--workload",
+        default="block_train",
+        choices=("block_train", "block_loss", "decode", "column_sum"),
     )
     parser.add_argument(
         "--profile", metavar="PATH", help="cProfile the per-size lengths (block_train)"
@@ -334,14 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child and args.workload == "decode":
-        decode_child(args.codegen, args.per_size, args.dynamo)
+    if args.child and args.workload in ("decode", "column_sum"):
+        decode_child(args.codegen, args.per_size, args.dynamo, args.workload)
         return 0
     if args.child:
         loss_only = args.workload == "block_loss"
         child(args.codegen, args.profile, args.top, args.per_size, loss_only, args.dynamo)
         return 0
-    lengths = DECODE_LENGTHS if args.workload == "decode" else LENGTHS
+    lengths = _calls(args.workload)[2] if args.workload in ("decode", "column_sum") else LENGTHS
     print(
         f"# commit {_commit()}, torch {torch.__version__}, workload {args.workload}"
         f"{' through torch.compile' if args.dynamo else ''}, "

@@ -236,3 +236,37 @@ def test_a_dict_item_advanced_after_a_graph_break_is_symbolic():
     # static segment per value: 8 + 1 segments)
     program = compiled.cache.entries[-1].run.func
     assert [len(segments) for segments in program.segments.values()] == [2]
+
+
+class Heads(torch.nn.Module):
+    """Attention's split into heads: ``view(b, t, self.n_heads, c // self.n_heads)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n_heads = 4
+        self.proj = torch.nn.Linear(32, 96)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.proj(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_a_length_of_one_keeps_configuration_ints_static_under_dynamic_true():
+    # decision 0472: the entry of length 1 (specialised) planned n_heads symbolic, and the
+    # view's strides then decided Eq(s1*(32//s1), 32), refused: that length lowered per
+    # size. Now its own entry, lowered once for every batch size
+    model = Heads()
+    compiled = rt.compile(model, dynamic=True, codegen="cpp")
+    rt.reset_size_lowering_stats()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", rt.TorchstrataFallbackWarning)
+        for batch, length in ((2, 16), (2, 17), (2, 1), (3, 1), (2, 5), (5, 1)):
+            x = torch.randn(batch, length, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    stats = rt.size_lowering_stats()
+    assert stats.get("per_size", 0) == 0 and not any(k.startswith("fallback") for k in stats), stats
+    assert len(compiled.compiled_forward.cache) == 2  # symbolic lengths, and length 1
+    text = str(rt.explain(compiled, torch.randn(2, 1, 32)))
+    assert "L['self'].n_heads == 4" in text

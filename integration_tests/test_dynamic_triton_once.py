@@ -182,3 +182,25 @@ def test_sizes_with_floor_division_print_in_the_kernel():
     # ``n // 2`` in an index coefficient and the launcher's sizes: Triton source (a
     # non-negative dividend: ``//`` floors as Python's) where it was a size read (0438)
     _run_all(halves, lambda n: (torch.randn(3, n),), lengths=(5, 7, 6, 8, 13, 16, 11, 9, 12))
+
+
+def slice_write(cache, k):
+    t = k.shape[1]
+    cache[:, t : 2 * t] = k  # the offset's ShapeEnv form: Mod of sizes of any sign
+    return cache.sum(1)
+
+
+@pytest.mark.triton
+def test_a_slice_write_at_a_size_offset_lowers_once():
+    # the write's offset ``8*Mod(s0 - Mod(s0 + (40 - s0)*floor(..), s0 - 40), 40 - s0)``
+    # prints in a form that truncating and flooring ``%`` agree on (0470): one lowering,
+    # the cache written where eager writes it
+    compiled = tsr.compile(slice_write, dynamic=True, codegen="triton")
+    for length in (5, 7, 6, 13, 11, 9, 12, 3):
+        cache, k = torch.randn(2, 80, 4), torch.randn(2, length, 4)
+        expected_cache = cache.clone()
+        expected = slice_write(expected_cache, k)
+        torch.testing.assert_close(compiled(cache, k), expected)
+        torch.testing.assert_close(cache, expected_cache)
+    stats = tsr.size_lowering_stats()
+    assert stats == {"symbolic": 1, "reused": 7}, stats

@@ -99,20 +99,6 @@ def test_a_symbolic_gpu_source_takes_the_symbols_and_records_its_specialisation(
         assert served == [n for n in range(17, 33) if n % 2 == 0]
 
 
-def test_triton_prints_floor_division_only_where_it_truncates_alike():
-    import sympy
-
-    from torchstrata.core import UnprintableSize
-    from torchstrata.inductor.codegen.triton.size_source import triton_size_source
-
-    s0 = sympy.Symbol("s0", integer=True, positive=True)
-    assert triton_size_source(sympy.floor(s0 / 2)) == "(s0 // 2)"
-    assert triton_size_source(sympy.Mod(1, s0)) == "(1 % s0)"
-    assert triton_size_source(sympy.Max(1, sympy.floor(s0 / 3))) == "tl.maximum(1, (s0 // 3))"
-    with pytest.raises(UnprintableSize):  # a dividend of any sign: C and Python differ
-        triton_size_source(sympy.floor((1 - s0) / 2))
-
-
 def test_a_static_row_length_is_a_constexpr_and_a_symbolic_one_an_argument(ind):
     # decision 0465: a static lowering's rnumel folds into the binary; a symbolic one's
     # serves every length of its bucket, so it stays an argument Triton does not specialise

@@ -118,3 +118,15 @@ def test_a_module_class_marked_static_keeps_its_int_attributes_out_of_plans():
     assert policy.plan({"self": owner}) == {}
     with pytest.raises(TypeError, match="mark_static"):
         mark_static(5, 0)  # type: ignore[arg-type]
+
+
+def test_dynamic_true_keeps_a_noted_attribute_static_until_its_second_value():
+    # decision 0472: a later compile (a length of 1, specialised) planned ``self.n_heads``
+    # symbolic under dynamic=True at the value it always had; argument dims stay symbolic
+    policy = DynamicPolicy(True)
+    policy.note([Guard(GuardKind.CONSTANT_MATCH, "L['self'].n_heads", 4)])
+    frame = {"self": types.SimpleNamespace(n_heads=4), "x": torch.randn(2, 1, 8)}
+    assert policy.plan(frame) == {"L['x']": (0, 2)}
+    assert policy.specialised == [("L['x']", 1, 1)]
+    frame["self"].n_heads = 8
+    assert policy.plan(frame) == {"L['x']": (0, 2), int_size_source("L['self'].n_heads"): (0,)}

@@ -47,6 +47,7 @@ import torch
 
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
+from torchstrata.core.size_conditions import conditions_check as conditions_check
 from torchstrata.core.size_source import UnprintableSize, active_printer, python_source
 from torchstrata.core.symbolic_graphs import concretize_graph
 
@@ -187,35 +188,6 @@ def violated(conditions: Any, values: Mapping[str, int]) -> Any:
         if not bool(_substituted(condition, values)):
             return condition
     return None
-
-
-_PYTHON_RELATIONS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
-
-
-def conditions_check(conditions: Sequence[Any]) -> Callable[[Mapping[str, int]], bool]:
-    """``check(values)``: whether every one of ``conditions`` holds for the sizes
-    ``values`` (as ``violated(conditions, values) is None``), as one generated Python
-    function where the conditions compare sums of products of symbols and integers (a
-    new size checks them in microseconds; sympy substitution costs about 0.3 ms a
-    condition); the others are substituted."""
-    tests, slow, names = [], [], set()
-    for condition in conditions:
-        op = getattr(condition, "rel_op", None)
-        if op in _PYTHON_RELATIONS and _is_plain(condition.lhs) and _is_plain(condition.rhs):
-            tests.append(f"({condition.lhs}) {_PYTHON_RELATIONS[op]} ({condition.rhs})")
-            names |= {symbol.name for symbol in condition.free_symbols}
-        else:
-            slow.append(condition)
-    binds = "".join(f"    {name} = values[{name!r}]\n" for name in sorted(names))
-    test = " and ".join(tests) or "True"
-    source = f"def check(values):\n{binds}    return {test} and (not slow or rest(values))\n"
-    namespace: dict[str, Any] = {
-        "slow": slow,
-        "rest": lambda values: violated(slow, values) is None,
-    }
-    exec(compile(source, "<torchstrata size conditions>", "exec"), namespace)
-    check: Callable[[Mapping[str, int]], bool] = namespace["check"]
-    return check
 
 
 def _substituted(expr: Any, values: Mapping[str, int]) -> Any:

@@ -11,6 +11,7 @@ import attrs
 
 from torchstrata.core.graph import Graph
 from torchstrata.core.results import AotResult
+from torchstrata.core.size_conditions import conditions_check
 
 
 class SizeOutsideTrace(ValueError):
@@ -36,6 +37,10 @@ class SymbolicAot:
     guards: tuple[Any, ...] = attrs.field(eq=False)
     specialise: Callable[[Mapping[str, int]], AotResult] = attrs.field(eq=False)
     result: AotResult | None = attrs.field(default=None, eq=False)
+    #: ``guards`` compiled into Python on first use (decision 0471), else None
+    _holds: Callable[[Mapping[str, int]], bool] | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
 
     def violated(self, values: Mapping[str, int]) -> str:
         """The first condition of ``guards`` that ``values`` make false, as text; '' when
@@ -51,6 +56,15 @@ class SymbolicAot:
         false or give no value for; None when every condition holds."""
         import sympy  # type: ignore[import-untyped]
 
+        holds = self._holds
+        if holds is None:
+            holds = conditions_check(self.guards)
+            object.__setattr__(self, "_holds", holds)
+        try:
+            if holds(values):
+                return None  # the common case: a new size the trace holds for, in Python
+        except KeyError:
+            pass  # a symbol with no value: named below
         for expr in self.guards:
             if any(s.name not in values for s in expr.free_symbols):
                 return expr

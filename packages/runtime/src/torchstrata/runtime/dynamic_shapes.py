@@ -181,11 +181,14 @@ class DynamicPolicy:
 
     def _candidates(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any]
-    ) -> Iterator[tuple[str, tuple[int, ...], set[int], set[int]]]:
-        """(source, shape, static dims, marked dims) of every value the plan decides: the
-        tensor and int arguments, the ints in argument containers and the ints read
-        from elsewhere (an int as its size carrier, shape ``(value,)``)."""
+    ) -> Iterator[tuple[str, tuple[int, ...], set[int], set[int], bool]]:
+        """(source, shape, static dims, marked dims, configuration) of every value the
+        plan decides: the tensor and int arguments, the ints in argument containers and
+        the ints read from elsewhere (an int as its size carrier, shape ``(value,)``;
+        ``configuration``: an attribute's or a global's, which ``dynamic=True`` alone
+        leaves static until its second value, decision 0472)."""
         ints: dict[str, int] = {}
+        read: set[str] = set()
         for name, value in frame.items():
             source = f"L[{name!r}]"
             if type(value) in (torch.Tensor, torch.nn.Parameter):
@@ -193,19 +196,21 @@ class DynamicPolicy:
                 static = _marks(value, _STATIC_ATTR) | dynamo_static_dims(value)
                 marked = _marks(value, _DYNAMIC_ATTR) | dynamo_dynamic_dims(value)
                 marked |= named_dims(self.named, source, value) or set()
-                yield source, tuple(value.shape), static, marked - static
+                yield source, tuple(value.shape), static, marked - static, False
             elif type(value) is int:
                 ints[source] = value
             else:
                 ints.update(container_ints(source, value))
         for source, value, seen in self.int_sources.values(frame, globals_, self._exact):
+            if source not in ints:
+                read.add(source)
             ints.setdefault(source, value)
             if seen is not None:  # the value the static capture saw
                 self.seen.setdefault((_carrier_source(source, seen), 0), set()).add(abs(seen))
         for source, value in ints.items():
             # a negative int as its magnitude's carrier (decision 0385)
             marked = set(named_dims(self.named, source, value) or ())
-            yield _carrier_source(source, value), (abs(value),), set(), marked
+            yield _carrier_source(source, value), (abs(value),), set(), marked, source in read
 
     def plan(
         self, frame: Mapping[str, Any], globals_: Mapping[str, Any] | None = None
@@ -215,7 +220,11 @@ class DynamicPolicy:
         for ints read from globals (decision 0365)."""
         plan: dict[str, tuple[int, ...]] = {}
         self.changed, self.specialised, self.first_time = [], [], False
-        for source, shape, static, marked in self._candidates(frame, globals_ or {}):
+        candidates = self._candidates(frame, globals_ or {})
+        for source, shape, static, marked, configuration in candidates:
+            # dynamic=True makes every argument dimension symbolic from the first call;
+            # an attribute or global int (``self.n_heads``) waits for its second value
+            everything = self.dynamic is True and not configuration
             dims = []
             for dim, size in enumerate(shape):
                 seen = self.seen.setdefault((source, dim), set())
@@ -224,11 +233,11 @@ class DynamicPolicy:
                 if self.dynamic is False or dim in static:
                     continue
                 if size < 2:
-                    if self.dynamic is True or dim in marked or any(o != size for o in earlier):
+                    if everything or dim in marked or any(o != size for o in earlier):
                         self.specialised.append((source, dim, size))
                         self.first_time |= size not in earlier
                     continue
-                if self.dynamic is True or dim in marked:
+                if everything or dim in marked:
                     dims.append(dim)
                     self.symbolic.add((source, dim))
                 elif any(old != size for old in earlier):

@@ -1,38 +1,59 @@
-"""Triton source of a symbolic size with floor division or modulo in it (decision 0438).
+"""Triton source of a symbolic size with floor division or modulo in it (decisions 0438,
+0470).
 
 A Triton kernel of a symbolic lowering takes the lowering's symbols as integer arguments
 (decision 0400) and prints sizes over them: ``x1 + (s0//2)*x0``. Sizes are sympy
 expressions whose ``floor`` and ``Mod`` floor, as Python's ``//`` and ``%`` do; Triton's
-integer ``//`` and ``%`` follow C (truncating toward zero) when compiled. They agree
-where the dividend is non-negative and the divisor positive, which the sizes' being
-integers >= 2 decides for ``s0 // 2``, ``(s0 + 1) // 2`` and ``Mod(1, s0)``; only those
-print, and ``Max``/``Min`` as ``tl.maximum``/``tl.minimum``. A dividend whose sign is
-not known raises :class:`~torchstrata.core.UnprintableSize`: the site reads the size,
-and the sizes lower as before (on their own).
+integer ``//`` and ``%`` follow C (truncating toward zero) when compiled, and so does its
+interpreter. They agree where the dividend is non-negative and the divisor positive, which
+the sizes' being integers >= 2 decides for ``s0 // 2``, ``(s0 + 1) // 2`` and ``Mod(1,
+s0)``: those print as they read. A dividend or divisor whose sign is not known (a slice
+write's offset ``Mod(s0 - Mod(s0, s0 - 40), 40 - s0)``) prints a form that both
+conventions evaluate to the floored result, without a branch (decision 0470):
+
+* ``Mod(a, b)`` as ``((a % b + b) % b)``: ``a % b`` lies strictly between ``-|b|`` and
+  ``|b|`` under either convention; adding ``b`` gives a dividend of ``b``'s sign (or
+  zero), where truncating and flooring agree, and the remainder is the one of ``b``'s sign
+  that Python's ``%`` gives.
+* ``floor(a / b)`` as ``((a - Mod(a, b)) // b)``, that ``Mod`` printed as above: the
+  division is exact, where truncating and flooring agree.
+
+A zero divisor is no size (sympy's ``Mod(a, 0)`` is ``nan``): a lowering's conditions
+keep it from the sizes it serves, as for the C++ printer's floored form (decision 0407).
+``Max``/``Min`` print as ``tl.maximum``/``tl.minimum``; any other function (a float
+function of a size) raises :class:`~torchstrata.core.UnprintableSize`: the site reads the
+size, and the sizes lower as before (on their own).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchstrata.core import SourcePrinter, UnprintableSize
+from torchstrata.core import SourcePrinter
 
 
 class TritonSizePrinter(SourcePrinter):
-    """Triton (and Python) source of a size expression where both languages' ``//`` and
-    ``%`` agree on it."""
+    """Triton (and Python) source of a size expression, whose ``//`` and ``%`` give
+    sympy's floored values whether they truncate (Triton) or floor (Python)."""
 
     def floordiv(self, numerator: Any, denominator: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        if not self.truncates_alike(numerator, denominator):
-            raise UnprintableSize(f"{numerator} // {denominator}: a dividend of any sign")
-        return f"({self.print(numerator)} // {self.print(denominator)})"
+        a, b = self.print(numerator), self.print(denominator)
+        if self.truncates_alike(numerator, denominator):
+            return f"({a} // {b})"
+        return f"(({a} - {self._floored_mod(a, b)}) // {b})"
 
     def mod(self, value: Any, modulus: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        if not self.truncates_alike(value, modulus):
-            raise UnprintableSize(f"Mod({value}, {modulus}): a value of any sign")
-        return f"({self.print(value)} % {self.print(modulus)})"
+        a, b = self.print(value), self.print(modulus)
+        if self.truncates_alike(value, modulus):
+            return f"({a} % {b})"
+        return self._floored_mod(a, b)
+
+    @staticmethod
+    def _floored_mod(a: str, b: str) -> str:
+        """Python's ``a % b`` under truncating and flooring ``%`` alike (module doc)."""
+        return f"(({a} % {b} + {b}) % {b})"
 
     def pair(self, largest: bool, a: str, b: str) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`: ``tl.maximum`` / ``tl.minimum``
