@@ -1,0 +1,190 @@
+"""float32 CPU matmuls of a lowering for many sizes: oneDNN or ATen chosen per call's size
+(decision 0466).
+
+A static lowering times ATen's and oneDNN's call at its matmul's shape and calls the faster
+(decision 0375, :mod:`.cpu_matmuls`). A lowering shared by many sizes (the runtime's
+symbolic lowering, decision 0381) has no one shape to time, and called ATen's ``mm`` at
+every size: at 1000 rows of ``x @ w`` (``w [256, 256]``) 2.6 ms a call where oneDNN takes
+1.2 on this session's AMD CPU.
+
+So the launcher calls such a matmul through :func:`sized_mm` / :func:`sized_addmm`'s
+functions: each call looks its operands' shapes and strides and the thread count up in a
+memo (about 0.4 us a call, one tuple and one dict lookup). A miss checks that oneDNN takes
+the call's layouts (:func:`~.cpu_matmuls.onednn_layouts_apply`, the rule the static path
+applies to metas: an empty or expanded operand, a strided bias or a large transposed left
+operand keeps ATen's call) and takes the choice of the call's size bucket: its layout
+kinds, each of ``M``, ``K``, ``N`` by its power of two, and the thread count. A bucket's
+first call times both libraries at that call's layouts with the static path's timing
+(:func:`~.cpu_matmuls.onednn_faster_at`: in turns, the same margin, the same in-process
+choices), so a process pays the timing once per bucket, not per size.
+
+``InductorOptions.onednn_matmuls`` applies as to static matmuls: ``None`` times, ``True``
+takes oneDNN wherever its layouts apply, ``False`` (or oneDNN off when the graph is
+compiled) keeps ATen's call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from torchstrata.core import Node, contiguous_strides, same_layout
+from torchstrata.inductor.launch.cpu_matmuls import (
+    ONEDNN_CALLS,
+    Layout,
+    float32_matmul,
+    onednn_available,
+    onednn_faster_at,
+    onednn_layouts_apply,
+    onednn_matmuls,
+)
+from torchstrata.inductor.launch.extern_calls import direct_call
+
+#: Distinct shapes a function remembers; a full memo starts again (choices stay).
+MEMO_SIZES = 4096
+
+#: The choices of size buckets: (op, layout kinds, size octaves, threads) -> oneDNN.
+_BUCKETS: dict[tuple[Any, ...], bool] = {}
+#: Each sized function's memo: (shapes, strides, threads) -> the function it calls.
+_MEMOS: list[dict[tuple[Any, ...], Callable[..., torch.Tensor]]] = []
+
+_MM, _ADDMM = "aten.mm.default", "aten.addmm.default"
+
+
+def forget_sized_choices() -> None:
+    """Forget every bucket's choice and every memo (the static path's timings stay)."""
+    _BUCKETS.clear()
+    for memo in _MEMOS:
+        memo.clear()
+
+
+def _kind(layout: Layout) -> str:
+    shape, strides = layout
+    if same_layout(shape, strides, contiguous_strides(shape)):
+        return "rows"
+    if same_layout(shape, strides, (1, shape[0])):
+        return "columns"
+    return "strided"
+
+
+def size_bucket(op: str, layouts: tuple[Layout, ...]) -> tuple[Any, ...]:
+    """The bucket of a matmul's call (``layouts``: its arguments' shapes and strides): the
+    op, the matrices' layout kinds (row-major, column-major, other), ``M``, ``K`` and ``N``
+    each by its bit length (1, 2-3, 4-7, ...) and the thread count."""
+    left, right = layouts[-2:]
+    (rows, inner), columns = left[0], right[0][1]
+    octaves = (rows.bit_length(), inner.bit_length(), columns.bit_length())
+    return (op, _kind(left), _kind(right), octaves, torch.get_num_threads())
+
+
+def _choose(op: str, args: tuple[torch.Tensor, ...], timed: bool) -> bool:
+    """Whether oneDNN computes this call: its layouts apply, and it is ``timed`` faster
+    in the call's bucket (timed at this call's layouts if the bucket is new) or not
+    ``timed``."""
+    if not all(arg.dtype == torch.float32 and arg.device.type == "cpu" for arg in args):
+        return False
+    layouts = tuple((tuple(arg.shape), tuple(arg.stride())) for arg in args)
+    if not onednn_layouts_apply(op, layouts):
+        return False
+    if not timed:
+        return True
+    bucket = size_bucket(op, layouts)
+    if bucket not in _BUCKETS:
+        _BUCKETS[bucket] = onednn_faster_at(op, layouts)
+    return _BUCKETS[bucket]
+
+
+def _remember(
+    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]],
+    key: tuple[Any, ...],
+    call: Callable[..., torch.Tensor],
+) -> Callable[..., torch.Tensor]:
+    if len(memo) >= MEMO_SIZES:
+        memo.clear()
+    memo[key] = call
+    return call
+
+
+def sized_mm(timed: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``mm(a, b)``: ``a @ b`` by oneDNN or ATen, chosen per call as the module says
+    (``timed``: by the bucket's timing; else oneDNN wherever it applies)."""
+    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
+    _MEMOS.append(memo)
+    aten, onednn = direct_call(torch.ops.aten.mm.default), ONEDNN_CALLS[_MM][1]
+    threads = torch.get_num_threads
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        key = (a.shape, a.stride(), b.shape, b.stride(), threads())
+        call = memo.get(key)
+        if call is None:
+            call = _remember(memo, key, onednn if _choose(_MM, (a, b), timed) else aten)
+        return call(a, b)
+
+    return mm
+
+
+def sized_addmm(
+    timed: bool,
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``addmm(bias, a, b)``: ``bias + a @ b`` as :func:`sized_mm` chooses."""
+    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
+    _MEMOS.append(memo)
+    aten, onednn = direct_call(torch.ops.aten.addmm.default), ONEDNN_CALLS[_ADDMM][1]
+    threads = torch.get_num_threads
+
+    def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        key = (bias.shape, bias.stride(), a.shape, a.stride(), b.shape, b.stride(), threads())
+        call = memo.get(key)
+        if call is None:
+            chosen = _choose(_ADDMM, (bias, a, b), timed)
+            call = _remember(memo, key, onednn if chosen else aten)
+        return call(bias, a, b)
+
+    return addmm
+
+
+#: The launcher globals of a sized matmul, by op: (timed, oneDNN wherever it applies).
+SIZED_CALLS: Mapping[str, tuple[tuple[str, Callable[..., Any]], tuple[str, Callable[..., Any]]]] = {
+    _MM: (("_mm_by_size", sized_mm(True)), ("_onednn_mm_by_size", sized_mm(False))),
+    _ADDMM: (("_addmm_by_size", sized_addmm(True)), ("_onednn_addmm_by_size", sized_addmm(False))),
+}
+
+#: Every launcher global that calls a matmul by oneDNN (or chooses per call), with the
+#: note its launcher line gets.
+MATMUL_GLOBALS: Mapping[str, tuple[Callable[..., Any], str]] = {
+    **{name: (call, "by oneDNN") for name, call in ONEDNN_CALLS.values()},
+    **{
+        name: (call, "by oneDNN or ATen, timed per size bucket")
+        for (name, call), _ in SIZED_CALLS.values()
+    },
+    **{
+        name: (call, "by oneDNN where the call's layouts apply")
+        for _, (name, call) in SIZED_CALLS.values()
+    },
+}
+
+
+def _sized(node: Node) -> bool:
+    """A :func:`~.cpu_matmuls.float32_matmul` with a symbolic size or stride."""
+    if not float32_matmul(node):
+        return False
+    metas = (*(arg.meta for arg in node.args), node.meta)
+    return not all(isinstance(size, int) for meta in metas for size in (*meta.shape, *meta.strides))
+
+
+def matmul_calls(nodes: list[Node], choice: bool | None) -> dict[Node, str]:
+    """The launcher global that calls each extern matmul of ``nodes`` that ATen's own call
+    does not (``choice``: ``InductorOptions.onednn_matmuls``): with oneDNN available and
+    ``choice`` not False, a static one oneDNN applies to and is faster on (or ``True``)
+    calls oneDNN (:mod:`.cpu_matmuls`), a symbolic float32 CPU one a function of
+    :data:`SIZED_CALLS` that chooses per call."""
+    calls = {node: ONEDNN_CALLS[str(node.op)][0] for node in onednn_matmuls(nodes, choice)}
+    if choice is False or not onednn_available():
+        return calls
+    for node in nodes:
+        if _sized(node):
+            timed, forced = SIZED_CALLS[str(node.op)]
+            calls[node] = (forced if choice else timed)[0]
+    return calls
