@@ -109,7 +109,8 @@ def _remember(
 
 def sized_mm(timed: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``mm(a, b)``: ``a @ b`` by oneDNN or ATen, chosen per call as the module says
-    (``timed``: by the bucket's timing; else oneDNN wherever it applies)."""
+    (``timed``: by the bucket's timing; else oneDNN wherever it applies). ``mm.memo``: the
+    function it calls, by operands' shapes, strides and thread count."""
     memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
     _MEMOS.append(memo)
     aten, onednn = direct_call(torch.ops.aten.mm.default), ONEDNN_CALLS[_MM][1]
@@ -122,6 +123,7 @@ def sized_mm(timed: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
             call = _remember(memo, key, onednn if _choose(_MM, (a, b), timed) else aten)
         return call(a, b)
 
+    mm.memo = memo  # type: ignore[attr-defined]
     return mm
 
 
@@ -142,6 +144,7 @@ def sized_addmm(
             call = _remember(memo, key, onednn if chosen else aten)
         return call(bias, a, b)
 
+    addmm.memo = memo  # type: ignore[attr-defined]
     return addmm
 
 
