@@ -55,6 +55,21 @@ def _memo(call: Any) -> dict[tuple[Any, ...], Any]:
     return call.memo
 
 
+def _site(*tensors: torch.Tensor) -> tuple[Any, ...]:
+    """A site key as the launcher's names its layouts: here the layouts themselves."""
+    return tuple((tuple(tensor.shape), tensor.stride()) for tensor in tensors)
+
+
+def _keyed(call: Any) -> Any:
+    """``call`` taking the tensors only, its site key made of their layouts."""
+
+    def keyed(*tensors: torch.Tensor) -> torch.Tensor:
+        return call(_site(*tensors), *tensors)
+
+    keyed.memo = call.memo
+    return keyed
+
+
 @needs_onednn
 @pytest.mark.parametrize("rows", [0, 1, 2, 7, 33, 255, 1000])
 @pytest.mark.parametrize("timed", [True, False])
@@ -63,7 +78,7 @@ def test_every_size_and_layout_computes_atens_values(timings, rows: int, timed: 
     odd, one and zero rows, chosen by timing or oneDNN wherever it applies: ATen's values
     and shapes."""
     torch.manual_seed(rows)
-    mm, addmm = sized_mm(timed), sized_addmm(timed)
+    mm, addmm = _keyed(sized_mm(timed)), _keyed(sized_addmm(timed))
     x, g = torch.randn(rows, 24), torch.randn(rows, 40)
     w, bias = torch.randn(40, 24), torch.randn(40)
     got = addmm(bias, x, w.t())
@@ -85,7 +100,7 @@ def test_every_size_and_layout_computes_atens_values(timings, rows: int, timed: 
 def test_layouts_onednn_does_not_take_keep_atens_call(timings) -> None:
     """An expanded operand, a strided bias and a large transposed left operand: ATen's
     call even where oneDNN is forced, with ATen's values; nothing timed."""
-    mm, addmm = sized_mm(False), sized_addmm(False)
+    mm, addmm = _keyed(sized_mm(False)), _keyed(sized_addmm(False))
     wide = torch.randn(1, 16).expand(8, 16)
     w = torch.randn(16, 12)
     torch.testing.assert_close(mm(wide, w), wide @ w)
@@ -107,7 +122,7 @@ def test_layouts_onednn_does_not_take_keep_atens_call(timings) -> None:
 def test_the_choice_is_timed_once_per_size_bucket(timings) -> None:
     """Rows 17, 20 and 31 share a bucket (one timing, at the first), 32 and 63 another; a
     size seen before is one lookup; another thread count is another bucket."""
-    mm = sized_mm(True)
+    mm = _keyed(sized_mm(True))
     w = torch.randn(64, 48)
     for rows in (17, 20, 31, 17, 32, 63, 20):
         x = torch.randn(rows, 64)
@@ -115,8 +130,7 @@ def test_the_choice_is_timed_once_per_size_bucket(timings) -> None:
     assert [layouts[0][0] for layouts in timings] == [(17, 64), (32, 64)]
     assert len(_memo(mm)) == 5  # each distinct shape remembered once
     threads = torch.get_num_threads()
-    key = ((64, 48), (48, 1), threads)
-    chosen = {rows: _memo(mm)[((rows, 64), (64, 1), *key)] for rows in (17, 20)}
+    chosen = {rows: _memo(mm)[(_site(torch.empty(rows, 64), w), threads)] for rows in (17, 20)}
     assert chosen[17] is chosen[20]  # one bucket, one choice
     torch.set_num_threads(2 if threads == 1 else 1)
     try:
@@ -175,8 +189,10 @@ def test_a_symbolic_lowering_chooses_per_call_and_keeps_the_values(timings, choi
     compiled, conditions = _compiled(choice)
     source = compiled.launcher_source
     prefix = "_onednn_" if choice else "_"
-    assert f"= {prefix}addmm_by_size(buf_bias, buf_x, " in source
-    assert f"= {prefix}mm_by_size(buf_permute_1, buf_x)" in source
+    linear_site = "('aten.addmm.default 48/1 s0,16/16,1 16,48/1,16', s0)"
+    grad_site = "('aten.mm.default s1,s0/1,s1 s0,16/16,1', s0, s1)"  # g^T: its strides
+    assert f"= {prefix}addmm_by_size({linear_site}, buf_bias, buf_x, " in source
+    assert f"= {prefix}mm_by_size({grad_site}, buf_permute_1, buf_x)" in source
     assert conditions == _compiled(False)[1]  # what ATen's call relied on, no more
     assert compiled.package is not None  # the calls are fixed launcher names
     for rows in (5, 17, 1, 0, 300, 33):

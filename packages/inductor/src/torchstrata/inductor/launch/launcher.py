@@ -32,7 +32,7 @@ from torchstrata.inductor.launch.huge_pages import (
     wants_huge_pages,
 )
 from torchstrata.inductor.launch.in_place import in_place_updates
-from torchstrata.inductor.launch.sized_matmuls import MATMUL_GLOBALS
+from torchstrata.inductor.launch.sized_matmuls import MATMUL_GLOBALS, site_key_source
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
 from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_name, buffer_strides
@@ -444,13 +444,16 @@ def _extern_lines(
     op = node.op.resolve() if in_place is None else in_place
     advised = in_place is None and _advised_result(node, op)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
+    site = []
     if matmul is not None and in_place is None and not advised:
         fn = matmul
-        note += ", " + MATMUL_GLOBALS[matmul][1]
+        _, how, sized = MATMUL_GLOBALS[matmul]
+        note += ", " + how
+        site = [site_key_source(node)] if sized else []
     else:
         fn = env.name(direct_call(op, node.kwargs), "extern")
     read: set[str] = set()
-    args = [_render_arg(arg, env, read) for arg in node.args]
+    args = site + [_render_arg(arg, env, read) for arg in node.args]
     args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
     statements = []
     if advised:
@@ -507,7 +510,7 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         **default_globals(),
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
-        **{name: call for name, (call, _) in MATMUL_GLOBALS.items()},
+        **{name: call for name, (call, _, _) in MATMUL_GLOBALS.items()},
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code

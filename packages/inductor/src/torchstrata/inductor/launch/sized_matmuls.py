@@ -25,12 +25,12 @@ compiled) keeps ATen's call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import torch
 
-from torchstrata.core import Node, contiguous_strides, same_layout
+from torchstrata.core import Node, SizeValue, contiguous_strides, same_layout
 from torchstrata.inductor.launch.cpu_matmuls import (
     ONEDNN_CALLS,
     Layout,
@@ -107,17 +107,18 @@ def _remember(
     return call
 
 
-def sized_mm(timed: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``mm(a, b)``: ``a @ b`` by oneDNN or ATen, chosen per call as the module says
-    (``timed``: by the bucket's timing; else oneDNN wherever it applies). ``mm.memo``: the
-    function it calls, by operands' shapes, strides and thread count."""
+def sized_mm(timed: bool) -> Callable[..., torch.Tensor]:
+    """``mm(site, a, b)``: ``a @ b`` by oneDNN or ATen, chosen per call as the module says
+    (``timed``: by the bucket's timing; else oneDNN wherever it applies). ``site``: a key
+    that names the operands' shapes and strides (:func:`site_key_source`). ``mm.memo``: the
+    function it calls, by site and thread count."""
     memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
     _MEMOS.append(memo)
     aten, onednn = direct_call(torch.ops.aten.mm.default), ONEDNN_CALLS[_MM][1]
     threads = torch.get_num_threads
 
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        key = (a.shape, a.stride(), b.shape, b.stride(), threads())
+    def mm(site: Hashable, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        key = (site, threads())
         call = memo.get(key)
         if call is None:
             call = _remember(memo, key, onednn if _choose(_MM, (a, b), timed) else aten)
@@ -127,17 +128,15 @@ def sized_mm(timed: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return mm
 
 
-def sized_addmm(
-    timed: bool,
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``addmm(bias, a, b)``: ``bias + a @ b`` as :func:`sized_mm` chooses."""
+def sized_addmm(timed: bool) -> Callable[..., torch.Tensor]:
+    """``addmm(site, bias, a, b)``: ``bias + a @ b`` as :func:`sized_mm` chooses."""
     memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
     _MEMOS.append(memo)
     aten, onednn = direct_call(torch.ops.aten.addmm.default), ONEDNN_CALLS[_ADDMM][1]
     threads = torch.get_num_threads
 
-    def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        key = (bias.shape, bias.stride(), a.shape, a.stride(), b.shape, b.stride(), threads())
+    def addmm(site: Hashable, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        key = (site, threads())
         call = memo.get(key)
         if call is None:
             chosen = _choose(_ADDMM, (bias, a, b), timed)
@@ -155,18 +154,40 @@ SIZED_CALLS: Mapping[str, tuple[tuple[str, Callable[..., Any]], tuple[str, Calla
 }
 
 #: Every launcher global that calls a matmul by oneDNN (or chooses per call), with the
-#: note its launcher line gets.
-MATMUL_GLOBALS: Mapping[str, tuple[Callable[..., Any], str]] = {
-    **{name: (call, "by oneDNN") for name, call in ONEDNN_CALLS.values()},
+#: note its launcher line gets and whether it takes a site key first
+#: (:func:`site_key_source`).
+MATMUL_GLOBALS: Mapping[str, tuple[Callable[..., Any], str, bool]] = {
+    **{name: (call, "by oneDNN", False) for name, call in ONEDNN_CALLS.values()},
     **{
-        name: (call, "by oneDNN or ATen, timed per size bucket")
+        name: (call, "by oneDNN or ATen, timed per size bucket", True)
         for (name, call), _ in SIZED_CALLS.values()
     },
     **{
-        name: (call, "by oneDNN where the call's layouts apply")
+        name: (call, "by oneDNN where the call's layouts apply", True)
         for _, (name, call) in SIZED_CALLS.values()
     },
 }
+
+
+def _printed(size: Any) -> str:
+    return str(size.expr) if type(size) is SizeValue else str(size)
+
+
+def site_key_source(node: Node) -> str:
+    """The source of a sized matmul's site key in the launcher: its op and operands'
+    shapes and strides as text, then the value of each symbol in them (launcher locals):
+    equal keys are equal layouts, so a call looks its choice up without reading its
+    tensors' shapes and strides (0.25 against 0.6 us a call)."""
+    text, symbols = [str(node.op)], set()
+    for arg in node.args:
+        meta = arg.meta
+        text.append(
+            ",".join(map(_printed, meta.shape)) + "/" + ",".join(map(_printed, meta.strides))
+        )
+        for size in (*meta.shape, *meta.strides):
+            if type(size) is SizeValue:
+                symbols |= {str(symbol) for symbol in size.expr.free_symbols}
+    return "(" + ", ".join([repr(" ".join(text)), *sorted(symbols)]) + ")"
 
 
 def _sized(node: Node) -> bool:
