@@ -42,9 +42,9 @@ def timings(monkeypatch) -> list[tuple[Any, ...]]:
     timed: list[tuple[Any, ...]] = []
     faster_at = cpu_matmuls.onednn_faster_at
 
-    def counted(op: str, layouts: tuple[Any, ...]) -> bool:
+    def counted(op: str, layouts: tuple[Any, ...], margin: float) -> bool:
         timed.append(layouts)
-        return faster_at(op, layouts)
+        return faster_at(op, layouts, margin)
 
     monkeypatch.setattr(sized_matmuls, "onednn_faster_at", counted)
     yield timed

@@ -169,13 +169,14 @@ def _best_times(calls: list[Callable[[], Any]]) -> list[float]:
     return best
 
 
-#: In-process choices: (op, operand shapes and strides, threads) -> oneDNN is faster.
-_CHOICES: dict[tuple[Any, ...], bool] = {}
+#: In-process timings: (op, operand shapes and strides, threads) -> oneDNN's time over
+#: ATen's.
+_CHOICES: dict[tuple[Any, ...], float] = {}
 
 
-def onednn_faster_at(op: str, layouts: tuple[Layout, ...]) -> bool:
+def onednn_faster_at(op: str, layouts: tuple[Layout, ...], margin: float = MARGIN) -> bool:
     """Whether oneDNN computes ``op`` (a :func:`float32_matmul`'s, on operands of
-    ``layouts`` that :func:`onednn_layouts_apply` accepts) in less than :data:`MARGIN` of
+    ``layouts`` that :func:`onednn_layouts_apply` accepts) in less than ``margin`` of
     ATen's time, both timed on random operands of those layouts (once per shapes, strides
     and thread count in a process)."""
     key = (op, layouts, torch.get_num_threads())
@@ -187,8 +188,8 @@ def onednn_faster_at(op: str, layouts: tuple[Layout, ...]) -> bool:
         onednn = ONEDNN_CALLS[op][1]
         with torch.no_grad():
             aten_time, onednn_time = _best_times([lambda: aten(*args), lambda: onednn(*args)])
-        _CHOICES[key] = onednn_time < MARGIN * aten_time
-    return _CHOICES[key]
+        _CHOICES[key] = onednn_time / aten_time
+    return _CHOICES[key] < margin
 
 
 def onednn_faster(node: Node) -> bool:

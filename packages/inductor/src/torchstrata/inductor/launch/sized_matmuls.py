@@ -42,6 +42,13 @@ from torchstrata.inductor.launch.cpu_matmuls import (
 )
 from torchstrata.inductor.launch.extern_calls import direct_call
 
+#: oneDNN's timed share of ATen's time below which a bucket takes oneDNN (the static
+#: path's :data:`~.cpu_matmuls.MARGIN` is 0.95). A bucket's choice serves sizes it was
+#: not timed at, and in a training step of the bench's transformer block (lengths
+#: 125-133) products timed at 0.75-0.93 of ATen's time made the step 4-6% slower on oneDNN
+#: (the static path's choices too); 0375's GPT-step products that gained were timed at
+#: 0.52-0.72, ``softmax_gelu``'s at about 0.5.
+SIZED_MARGIN = 0.75
 #: Distinct shapes a function remembers; a full memo starts again (choices stay).
 MEMO_SIZES = 4096
 
@@ -92,7 +99,7 @@ def _choose(op: str, args: tuple[torch.Tensor, ...], timed: bool) -> bool:
         return True
     bucket = size_bucket(op, layouts)
     if bucket not in _BUCKETS:
-        _BUCKETS[bucket] = onednn_faster_at(op, layouts)
+        _BUCKETS[bucket] = onednn_faster_at(op, layouts, SIZED_MARGIN)
     return _BUCKETS[bucket]
 
 
