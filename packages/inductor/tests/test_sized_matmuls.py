@@ -191,8 +191,16 @@ def test_a_symbolic_lowering_chooses_per_call_and_keeps_the_values(timings, choi
     prefix = "_onednn_" if choice else "_"
     linear_site = "('aten.addmm.default 48/1 s0,16/16,1 16,48/1,16', s0)"
     grad_site = "('aten.mm.default s1,s0/1,s1 s0,16/16,1', s0, s1)"  # g^T: its strides
-    assert f"= {prefix}addmm_by_size({linear_site}, buf_bias, buf_x, " in source
-    assert f"= {prefix}mm_by_size({grad_site}, buf_permute_1, buf_x)" in source
+    # the launcher looks the choice up, and asks for it on a miss
+    linear, grad = f"{prefix}addmm_by_size", f"{prefix}mm_by_size"
+    assert (
+        f"= ({linear}.memo.get(_key := ({linear_site}, _threads())) or {linear}.choose(_key, buf_bias, buf_x, "
+        in source
+    )
+    assert (
+        f"= ({grad}.memo.get(_key := ({grad_site}, _threads())) or {grad}.choose(_key, buf_permute_1, buf_x))(buf_permute_1, buf_x)"
+        in source
+    )
     assert conditions == _compiled(False)[1]  # what ATen's call relied on, no more
     assert compiled.package is not None  # the calls are fixed launcher names
     for rows in (5, 17, 1, 0, 300, 33):

@@ -32,7 +32,11 @@ from torchstrata.inductor.launch.huge_pages import (
     wants_huge_pages,
 )
 from torchstrata.inductor.launch.in_place import in_place_updates
-from torchstrata.inductor.launch.sized_matmuls import MATMUL_GLOBALS, site_key_source
+from torchstrata.inductor.launch.sized_matmuls import (
+    MATMUL_GLOBALS,
+    SizedMatmul,
+    site_key_source,
+)
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
 from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_name, buffer_strides
@@ -444,16 +448,15 @@ def _extern_lines(
     op = node.op.resolve() if in_place is None else in_place
     advised = in_place is None and _advised_result(node, op)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
-    site = []
+    sized = False
     if matmul is not None and in_place is None and not advised:
         fn = matmul
         _, how, sized = MATMUL_GLOBALS[matmul]
         note += ", " + how
-        site = [site_key_source(node)] if sized else []
     else:
         fn = env.name(direct_call(op, node.kwargs), "extern")
     read: set[str] = set()
-    args = site + [_render_arg(arg, env, read) for arg in node.args]
+    args = [_render_arg(arg, env, read) for arg in node.args]
     args += [f"{key}={_render_arg(value, env, read)}" for key, value in node.kwargs.items()]
     statements = []
     if advised:
@@ -467,6 +470,10 @@ def _extern_lines(
         statements.append(_statement(allocation, stores=(name,)))
         statements.append(_statement(f"    _advise_huge_pages({name})", name))
         call = f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}"
+    elif sized:  # the launcher looks the call's choice up itself (.sized_matmuls)
+        call = (
+            f"    {name} = {SizedMatmul.launch_source(fn, site_key_source(node), args)}  # {note}"
+        )
     else:
         call = f"    {name} = {fn}({', '.join(args)})  # {note}"
     statements.append(_statement(call, *read, stores=(name,)))
@@ -511,6 +518,7 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
         **{name: call for name, (call, _, _) in MATMUL_GLOBALS.items()},
+        "_threads": torch.get_num_threads,
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code

@@ -55,7 +55,7 @@ MEMO_SIZES = 4096
 #: The choices of size buckets: (op, layout kinds, size octaves, threads) -> oneDNN.
 _BUCKETS: dict[tuple[Any, ...], bool] = {}
 #: Each sized function's memo: (shapes, strides, threads) -> the function it calls.
-_MEMOS: list[dict[tuple[Any, ...], Callable[..., torch.Tensor]]] = []
+_MEMOS: list[dict[Hashable, Callable[..., torch.Tensor]]] = []
 
 _MM, _ADDMM = "aten.mm.default", "aten.addmm.default"
 
@@ -103,59 +103,59 @@ def _choose(op: str, args: tuple[torch.Tensor, ...], timed: bool) -> bool:
     return _BUCKETS[bucket]
 
 
-def _remember(
-    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]],
-    key: tuple[Any, ...],
-    call: Callable[..., torch.Tensor],
-) -> Callable[..., torch.Tensor]:
-    if len(memo) >= MEMO_SIZES:
-        memo.clear()
-    memo[key] = call
-    return call
+class SizedMatmul:
+    """A matmul op (``aten.mm`` or ``aten.addmm``) by oneDNN or ATen, chosen per call as
+    the module says (``timed``: by the bucket's timing; else oneDNN wherever the call's
+    layouts apply).
+
+    ``memo``: the function each call key calls, a key being ``(site, thread count)``
+    (``site``: :func:`site_key_source`'s, a key that names the operands' shapes and
+    strides). The launcher looks a call up itself and calls :meth:`choose` on a miss
+    (:meth:`launch_source`), so a call it has seen runs no Python frame of this module:
+    in a training step's launchers such a frame cost about 0.8 us a call."""
+
+    def __init__(self, op: str, timed: bool) -> None:
+        self.op, self.timed = op, timed
+        self.memo: dict[Hashable, Callable[..., torch.Tensor]] = {}
+        self.aten = direct_call(getattr(torch.ops.aten, op.split(".")[1]).default)
+        self.onednn = ONEDNN_CALLS[op][1]
+        _MEMOS.append(self.memo)
+
+    def choose(self, key: Hashable, *args: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """The function that computes the call ``key`` of operands ``args``, remembered."""
+        call = self.onednn if _choose(self.op, args, self.timed) else self.aten
+        if len(self.memo) >= MEMO_SIZES:
+            self.memo.clear()
+        self.memo[key] = call
+        return call
+
+    def __call__(self, site: Hashable, *args: torch.Tensor) -> torch.Tensor:
+        """The op's result on ``args`` (``site``: as the launcher passes it)."""
+        key = (site, torch.get_num_threads())
+        return (self.memo.get(key) or self.choose(key, *args))(*args)
+
+    @staticmethod
+    def launch_source(name: str, site: str, args: list[str]) -> str:
+        """The launcher's expression that calls the global ``name`` (a sized matmul) on
+        ``args`` (source) at ``site`` (:func:`site_key_source`): one tuple and one dict
+        lookup when the call was seen."""
+        operands = ", ".join(args)
+        key = f"_key := ({site}, _threads())"
+        return f"({name}.memo.get({key}) or {name}.choose(_key, {operands}))({operands})"
 
 
-def sized_mm(timed: bool) -> Callable[..., torch.Tensor]:
-    """``mm(site, a, b)``: ``a @ b`` by oneDNN or ATen, chosen per call as the module says
-    (``timed``: by the bucket's timing; else oneDNN wherever it applies). ``site``: a key
-    that names the operands' shapes and strides (:func:`site_key_source`). ``mm.memo``: the
-    function it calls, by site and thread count."""
-    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
-    _MEMOS.append(memo)
-    aten, onednn = direct_call(torch.ops.aten.mm.default), ONEDNN_CALLS[_MM][1]
-    threads = torch.get_num_threads
-
-    def mm(site: Hashable, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        key = (site, threads())
-        call = memo.get(key)
-        if call is None:
-            call = _remember(memo, key, onednn if _choose(_MM, (a, b), timed) else aten)
-        return call(a, b)
-
-    mm.memo = memo  # type: ignore[attr-defined]
-    return mm
+def sized_mm(timed: bool) -> SizedMatmul:
+    """``aten.mm`` chosen per call (:class:`SizedMatmul`)."""
+    return SizedMatmul(_MM, timed)
 
 
-def sized_addmm(timed: bool) -> Callable[..., torch.Tensor]:
-    """``addmm(site, bias, a, b)``: ``bias + a @ b`` as :func:`sized_mm` chooses."""
-    memo: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
-    _MEMOS.append(memo)
-    aten, onednn = direct_call(torch.ops.aten.addmm.default), ONEDNN_CALLS[_ADDMM][1]
-    threads = torch.get_num_threads
-
-    def addmm(site: Hashable, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        key = (site, threads())
-        call = memo.get(key)
-        if call is None:
-            chosen = _choose(_ADDMM, (bias, a, b), timed)
-            call = _remember(memo, key, onednn if chosen else aten)
-        return call(bias, a, b)
-
-    addmm.memo = memo  # type: ignore[attr-defined]
-    return addmm
+def sized_addmm(timed: bool) -> SizedMatmul:
+    """``aten.addmm`` (default ``beta``/``alpha``) chosen per call (:class:`SizedMatmul`)."""
+    return SizedMatmul(_ADDMM, timed)
 
 
 #: The launcher globals of a sized matmul, by op: (timed, oneDNN wherever it applies).
-SIZED_CALLS: Mapping[str, tuple[tuple[str, Callable[..., Any]], tuple[str, Callable[..., Any]]]] = {
+SIZED_CALLS: Mapping[str, tuple[tuple[str, SizedMatmul], tuple[str, SizedMatmul]]] = {
     _MM: (("_mm_by_size", sized_mm(True)), ("_onednn_mm_by_size", sized_mm(False))),
     _ADDMM: (("_addmm_by_size", sized_addmm(True)), ("_onednn_addmm_by_size", sized_addmm(False))),
 }
