@@ -7,16 +7,18 @@ symbolic lowering, decision 0381) has no one shape to time, and called ATen's ``
 every size: at 1000 rows of ``x @ w`` (``w [256, 256]``) 2.6 ms a call where oneDNN takes
 1.2 on this session's AMD CPU.
 
-So the launcher calls such a matmul through :func:`sized_mm` / :func:`sized_addmm`'s
-functions: each call looks its operands' shapes and strides and the thread count up in a
-memo (about 0.4 us a call, one tuple and one dict lookup). A miss checks that oneDNN takes
-the call's layouts (:func:`~.cpu_matmuls.onednn_layouts_apply`, the rule the static path
-applies to metas: an empty or expanded operand, a strided bias or a large transposed left
-operand keeps ATen's call) and takes the choice of the call's size bucket: its layout
-kinds, each of ``M``, ``K``, ``N`` by its power of two, and the thread count. A bucket's
+So such a matmul is a :class:`SizedMatmul` (launcher globals ``_mm_by_size``,
+``_addmm_by_size``): the launcher looks the call's key (a site naming its operands'
+layouts, :func:`site_key_source`, and the thread count) up in its memo, about 0.17 us a
+call more than the chosen call. A miss checks that oneDNN takes the call's layouts
+(:func:`~.cpu_matmuls.onednn_layouts_apply`, the rule the static path applies to metas:
+an empty or expanded operand, a strided bias or a large transposed left operand keeps
+ATen's call) and takes the choice of the call's size bucket (:func:`size_bucket`: layout
+kinds, each of ``M``, ``K``, ``N`` by its power of two, the thread count). A bucket's
 first call times both libraries at that call's layouts with the static path's timing
-(:func:`~.cpu_matmuls.onednn_faster_at`: in turns, the same margin, the same in-process
-choices), so a process pays the timing once per bucket, not per size.
+(:func:`~.cpu_matmuls.onednn_faster_at`: in turns, the same in-process timings) and takes
+oneDNN below :data:`SIZED_MARGIN` of ATen's time, so a process pays the timing once per
+bucket, not per size.
 
 ``InductorOptions.onednn_matmuls`` applies as to static matmuls: ``None`` times, ``True``
 takes oneDNN wherever its layouts apply, ``False`` (or oneDNN off when the graph is
@@ -184,7 +186,7 @@ def site_key_source(node: Node) -> str:
     """The source of a sized matmul's site key in the launcher: its op and operands'
     shapes and strides as text, then the value of each symbol in them (launcher locals):
     equal keys are equal layouts, so a call looks its choice up without reading its
-    tensors' shapes and strides (0.25 against 0.6 us a call)."""
+    tensors' shapes and strides (0.17 against 0.6 us a call)."""
     text, symbols = [str(node.op)], set()
     for arg in node.args:
         meta = arg.meta
