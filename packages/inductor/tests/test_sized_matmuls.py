@@ -18,9 +18,10 @@ from torchstrata.core import (
     SizeGuards,
     TensorMeta,
     aten,
+    create_plugin_manager,
     prim,
 )
-from torchstrata.inductor import compile_graph
+from torchstrata.inductor import compile_graph, plugin
 from torchstrata.inductor.launch import cpu_matmuls, sized_matmuls
 from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS, onednn_available
 from torchstrata.inductor.launch.sized_matmuls import (
@@ -202,7 +203,13 @@ def test_a_symbolic_lowering_chooses_per_call_and_keeps_the_values(timings, choi
         in source
     )
     assert conditions == _compiled(False)[1]  # what ATen's call relied on, no more
-    assert compiled.package is not None  # the calls are fixed launcher names
+    # the calls are fixed launcher names: the package (the runtime stores it with its
+    # sizes as text, 0450) loads and runs
+    manager = create_plugin_manager(load_entrypoints=False, plugins=[("inductor", plugin)])
+    loaded = manager.hook.torchstrata_codegen_load(
+        package=compiled.package, device=torch.device("cpu"), options=CompileOptions(codegen="cpp")
+    )
+    assert loaded.launcher_source == source
     for rows in (5, 17, 1, 0, 300, 33):
         x, w, bias, g = (
             torch.randn(rows, 16),
@@ -210,7 +217,7 @@ def test_a_symbolic_lowering_chooses_per_call_and_keeps_the_values(timings, choi
             torch.randn(48),
             torch.randn(rows, 9),
         )
-        linear, grad = compiled(x, w, bias, g)
+        linear, grad = (compiled if rows % 2 else loaded)(x, w, bias, g)
         torch.testing.assert_close(
             linear, torch.exp(torch.addmm(bias, x, w.t())), rtol=1e-4, atol=1e-4
         )
