@@ -45,7 +45,7 @@ def test_an_inference_forward_for_many_sizes_equals_eager_at_every_size(onednn) 
     rows = (17, 300, 33, 2, 255, 64, 1, 17)
     for n in rows:
         x = torch.randn(n, 64)
-        torch.testing.assert_close(compiled(x, w), softmax_gelu(x, w), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled(x, w), softmax_gelu(x, w), rtol=1e-4, atol=1e-5)
     stats = tsr.size_lowering_stats()  # lowerings by row bucket (0435), none per size
     assert stats.get("per_size", 0) == 0 and stats.get("reused", 0) >= 4, stats
     linears = _onednn_linears(compiled, torch.randn(129, 64), w)
