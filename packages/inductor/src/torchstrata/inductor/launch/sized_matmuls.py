@@ -200,11 +200,16 @@ def site_key_source(node: Node) -> str:
 
 
 def _sized(node: Node) -> bool:
-    """A :func:`~.cpu_matmuls.float32_matmul` with a symbolic size or stride."""
+    """A :func:`~.cpu_matmuls.float32_matmul` with a symbolic size or stride, each size
+    an int or a ``SizeValue`` (whose symbols the launcher binds: its site key names
+    them)."""
     if not float32_matmul(node):
         return False
     metas = (*(arg.meta for arg in node.args), node.meta)
-    return not all(isinstance(size, int) for meta in metas for size in (*meta.shape, *meta.strides))
+    sizes = [size for meta in metas for size in (*meta.shape, *meta.strides)]
+    return all(type(size) in (int, SizeValue) for size in sizes) and not all(
+        type(size) is int for size in sizes
+    )
 
 
 def matmul_calls(nodes: list[Node], choice: bool | None) -> dict[Node, str]:
