@@ -86,7 +86,8 @@ class InductorOptions:
       launch their first candidate configuration without autotuning: their time is
       launch latency, whichever configuration runs (0: tune every kernel) (Triton).
     * ``onednn_matmuls``: float32 CPU ``mm``/``addmm`` externs called through oneDNN where it
-      is faster than ATen's (MKL's): None times both once per shape and layout, True takes
+      is faster than ATen's (MKL's): None times both once per shape and layout (symbolic
+      sizes: once per size bucket when a call first reaches it, decision 0466), True takes
       oneDNN wherever it applies, False never (C++; decision 0375).
     """
 

@@ -29,9 +29,9 @@ from torchstrata.core import (
 from torchstrata.inductor.codegen.backend import Backend, build_all
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.ir.kernel import Kernel
-from torchstrata.inductor.launch.cpu_matmuls import onednn_matmuls
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
 from torchstrata.inductor.launch.package import load_package, make_package
+from torchstrata.inductor.launch.sized_matmuls import matmul_calls
 from torchstrata.inductor.passes.graph_passes import common_passes
 from torchstrata.inductor.schedule.lowering import Extern, Lowered, dense_strides, lower_graph
 from torchstrata.inductor.schedule.plan import Plan, plan_graph
@@ -110,9 +110,9 @@ def compile_with(
     relaid = _relaid_outputs(scheduled.promised, graph.outputs, plan)
     write_backs = contract.write_back_inputs()
     externs = [step.node for step in plan.steps if isinstance(step, ExternStep)]
-    onednn = onednn_matmuls(externs, options.inductor.onednn_matmuls)
+    matmuls = matmul_calls(externs, options.inductor.onednn_matmuls)
     with size_printer(python_source):  # sizes with ``//`` or ``%`` in them (0407)
-        source, env = generate_launcher(graph, plan, launches, write_backs, relaid, onednn)
+        source, env = generate_launcher(graph, plan, launches, write_backs, relaid, matmuls)
     fn = build_launcher(source, env)
     eager_ops = tuple(
         str(step.node.op)

@@ -16,8 +16,9 @@ from ATen's by rounding only, as any other BLAS's would.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,6 +39,9 @@ MARGIN = 0.95
 #: Timed calls of each library per shape, in turns (after one warm-up call each); the
 #: minimum counts.
 REPEATS = 5
+
+#: A tensor's shape and strides.
+Layout = tuple[tuple[int, ...], tuple[int, ...]]
 
 _LINEAR = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 
@@ -80,44 +84,70 @@ ONEDNN_CALLS: Mapping[str, tuple[str, Callable[..., torch.Tensor]]] = {
 }
 
 
-def _static_cpu_f32(meta: Any) -> bool:
-    """A float32 CPU tensor of static sizes whose elements are all distinct in memory
-    (no expanded dimension: oneDNN's strided views are not broadcasts)."""
+def _cpu_f32(meta: Any) -> bool:
     return (
-        isinstance(meta, TensorMeta)
-        and meta.device.type == "cpu"
-        and meta.dtype == torch.float32
-        and all(isinstance(size, int) and size > 0 for size in meta.shape)
-        and all(
-            isinstance(stride, int) and (stride > 0 or size == 1)
-            for size, stride in zip(meta.shape, meta.strides, strict=True)
-        )
+        isinstance(meta, TensorMeta) and meta.device.type == "cpu" and meta.dtype == torch.float32
     )
 
 
-def onednn_applies(node: Node) -> bool:
-    """Whether ``node`` is a matmul that :func:`onednn_mm` / :func:`onednn_addmm` compute:
-    ``aten.mm`` or ``aten.addmm`` without ``beta``/``alpha``, static float32 CPU 2-D
-    operands with no expanded dimension, an ``addmm`` bias 1-D and contiguous over the
-    result's columns, a left operand row-major or of at most :data:`COPIED_LEFT_MAX_BYTES`."""
+def _static(meta: TensorMeta) -> bool:
+    return all(isinstance(size, int) for size in (*meta.shape, *meta.strides))
+
+
+def float32_matmul(node: Node) -> bool:
+    """Whether ``node`` is an ``aten.mm`` or an ``aten.addmm`` without ``beta``/``alpha``
+    whose operands and result are float32 CPU tensors, its matrices 2-D and an ``addmm``
+    bias 1-D: the calls a oneDNN call may replace where its layouts allow
+    (:func:`onednn_layouts_apply`). Decides nothing on a symbolic size."""
     if node.op is None or str(node.op) not in ONEDNN_OPS or node.kwargs:
         return False
     if not all(isinstance(arg, Node) for arg in node.args):
         return False
-    metas = [arg.meta for arg in node.args] + [node.meta]
-    if not all(_static_cpu_f32(meta) for meta in metas):
+    metas = [arg.meta for arg in node.args]
+    if not all(_cpu_f32(meta) for meta in (*metas, node.meta)):
         return False
-    *operands, result = metas
-    if str(node.op) == "aten.addmm.default":
-        bias, operands = operands[0], operands[1:]
-        # oneDNN reads the bias densely whatever its strides: only a contiguous one
-        if bias.shape != (result.shape[1],) or not same_layout(bias.shape, bias.strides, (1,)):
+    ranks = [len(meta.shape) for meta in metas]
+    return ranks == ([1, 2, 2] if str(node.op) == "aten.addmm.default" else [2, 2])
+
+
+def onednn_layouts_apply(op: str, layouts: Sequence[Layout]) -> bool:
+    """Whether :func:`onednn_mm` / :func:`onednn_addmm` compute ``op`` (a
+    :func:`float32_matmul`'s) on operands of ``layouts`` (each argument's static shape and
+    strides, in order): no empty operand, none expanded (a stride 0 over a size above
+    one: oneDNN's strided views are not broadcasts), an ``addmm`` bias contiguous over the
+    result's columns, a left operand row-major or of at most :data:`COPIED_LEFT_MAX_BYTES`.
+    The code generator asks it of static metas, a lowering for many sizes of each call's
+    tensors (:mod:`.sized_matmuls`)."""
+    for shape, strides in layouts:
+        if not all(size > 0 for size in shape):
             return False
-    if len(operands) != 2 or not all(len(meta.shape) == 2 for meta in operands):
+        if not all(stride > 0 or size == 1 for size, stride in zip(shape, strides, strict=True)):
+            return False
+    matrices = layouts
+    if op == "aten.addmm.default":
+        (bias_shape, bias_strides), *matrices = layouts
+        # oneDNN reads the bias densely whatever its strides: only a contiguous one
+        columns = matrices[1][0][1]
+        if tuple(bias_shape) != (columns,) or not same_layout(bias_shape, bias_strides, (1,)):
+            return False
+    (left_shape, left_strides), _ = matrices
+    row_major = same_layout(left_shape, left_strides, contiguous_strides(left_shape))
+    return row_major or math.prod(left_shape) * 4 <= COPIED_LEFT_MAX_BYTES
+
+
+def _layouts(node: Node) -> tuple[Layout, ...]:
+    return tuple((tuple(arg.meta.shape), tuple(arg.meta.strides)) for arg in node.args)
+
+
+def onednn_applies(node: Node) -> bool:
+    """Whether ``node`` is a matmul that :func:`onednn_mm` / :func:`onednn_addmm` compute
+    as its sizes are: a :func:`float32_matmul` of static sizes and strides whose layouts
+    oneDNN takes (:func:`onednn_layouts_apply`)."""
+    if not float32_matmul(node):
         return False
-    left = operands[0]
-    row_major = same_layout(left.shape, left.strides, contiguous_strides(left.shape))
-    return row_major or left.nbytes <= COPIED_LEFT_MAX_BYTES
+    if not all(_static(meta) for meta in (*(arg.meta for arg in node.args), node.meta)):
+        return False
+    return onednn_layouts_apply(str(node.op), _layouts(node))
 
 
 def _best_times(calls: list[Callable[[], Any]]) -> list[float]:
@@ -139,29 +169,33 @@ def _best_times(calls: list[Callable[[], Any]]) -> list[float]:
     return best
 
 
-#: In-process choices: (op, operand shapes and strides, threads) -> oneDNN is faster.
-_CHOICES: dict[tuple[Any, ...], bool] = {}
+#: In-process timings: (op, operand shapes and strides, threads) -> oneDNN's time over
+#: ATen's.
+_CHOICES: dict[tuple[Any, ...], float] = {}
 
 
-def _key(node: Node) -> tuple[Any, ...]:
-    layouts = tuple((arg.meta.shape, arg.meta.strides) for arg in node.args)
-    return (str(node.op), layouts, torch.get_num_threads())
+def onednn_faster_at(op: str, layouts: tuple[Layout, ...], margin: float = MARGIN) -> bool:
+    """Whether oneDNN computes ``op`` (a :func:`float32_matmul`'s, on operands of
+    ``layouts`` that :func:`onednn_layouts_apply` accepts) in less than ``margin`` of
+    ATen's time, both timed on random operands of those layouts (once per shapes, strides
+    and thread count in a process)."""
+    key = (op, layouts, torch.get_num_threads())
+    if key not in _CHOICES:
+        generator = torch.Generator().manual_seed(0)
+        metas = [TensorMeta(shape, torch.float32, strides=strides) for shape, strides in layouts]
+        args = [random_tensor(meta, generator) for meta in metas]
+        aten = getattr(torch, op.split(".")[1])
+        onednn = ONEDNN_CALLS[op][1]
+        with torch.no_grad():
+            aten_time, onednn_time = _best_times([lambda: aten(*args), lambda: onednn(*args)])
+        _CHOICES[key] = onednn_time / aten_time
+    return _CHOICES[key] < margin
 
 
 def onednn_faster(node: Node) -> bool:
-    """Whether oneDNN computes ``node`` (one :func:`onednn_applies` accepts) in less than
-    :data:`MARGIN` of ATen's time, both timed on random operands of its layouts (once per
-    shape, layout and thread count in a process)."""
-    key = _key(node)
-    if key not in _CHOICES:
-        generator = torch.Generator().manual_seed(0)
-        args = [random_tensor(arg.meta, generator) for arg in node.args]
-        aten = getattr(torch, str(node.op).split(".")[1])
-        onednn = ONEDNN_CALLS[str(node.op)][1]
-        with torch.no_grad():
-            aten_time, onednn_time = _best_times([lambda: aten(*args), lambda: onednn(*args)])
-        _CHOICES[key] = onednn_time < MARGIN * aten_time
-    return _CHOICES[key]
+    """Whether oneDNN computes ``node`` (one :func:`onednn_applies` accepts) faster than
+    ATen (:func:`onednn_faster_at` its layouts)."""
+    return onednn_faster_at(str(node.op), _layouts(node))
 
 
 def onednn_matmuls(nodes: list[Node], choice: bool | None) -> frozenset[Node]:

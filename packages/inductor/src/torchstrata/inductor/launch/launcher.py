@@ -25,7 +25,6 @@ from torchstrata.core import (
     sizes_symbolic,
 )
 from torchstrata.inductor.ir.kernel import Kernel
-from torchstrata.inductor.launch.cpu_matmuls import ONEDNN_CALLS
 from torchstrata.inductor.launch.extern_calls import direct_call
 from torchstrata.inductor.launch.huge_pages import (
     advise_huge_pages,
@@ -33,6 +32,11 @@ from torchstrata.inductor.launch.huge_pages import (
     wants_huge_pages,
 )
 from torchstrata.inductor.launch.in_place import in_place_updates
+from torchstrata.inductor.launch.sized_matmuls import (
+    MATMUL_GLOBALS,
+    SizedMatmul,
+    site_key_source,
+)
 from torchstrata.inductor.schedule.lowering import Extern, StridedView
 from torchstrata.inductor.schedule.plan import Plan
 from torchstrata.inductor.schedule.scheduler import ExternStep, buffer_name, buffer_strides
@@ -122,7 +126,7 @@ def generate_launcher(
     launches: dict[str, KernelLaunch],
     write_backs: Mapping[int, int] | None = None,
     relaid_outputs: Mapping[int, tuple[int, ...]] | None = None,
-    onednn: frozenset[Node] = frozenset(),
+    matmuls: Mapping[Node, str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The launcher's source and globals; the function is called ``launch``.
 
@@ -130,8 +134,10 @@ def generate_launcher(
     into inputs; updates that produce them may run in place (:mod:`.in_place`).
     ``relaid_outputs``: ``{output index: strides}`` of outputs copied into those strides
     before they are returned (the layout the graph promised before a rewrite changed
-    it). ``onednn``: the extern matmuls called through oneDNN (:mod:`.cpu_matmuls`)."""
+    it). ``matmuls``: the launcher global (of :data:`.sized_matmuls.MATMUL_GLOBALS`) that
+    calls each extern matmul through oneDNN, or chooses per call (:mod:`.sized_matmuls`)."""
     env = _Globals()
+    matmuls = matmuls or {}
     in_place = in_place_updates(graph, plan, write_backs)
     params = [buffer_name(node) for node in graph.inputs]
     statements: list[Statement] = []
@@ -161,7 +167,7 @@ def generate_launcher(
                 and op.kind is OpKind.PRIMS
             )
             statements += _extern_lines(
-                step.node, plan, env, read, in_place.get(step.node), relaid, step.node in onednn
+                step.node, plan, env, read, in_place.get(step.node), relaid, matmuls.get(step.node)
             )
             continue
         launch = launches.get(step.name)
@@ -419,14 +425,14 @@ def _extern_lines(
     read_by_kernel: bool,
     in_place: Any = None,
     relaid_output: bool = False,
-    by_onednn: bool = False,
+    matmul: str | None = None,
 ) -> list[Statement]:
     """The call of an extern ATen op (``in_place``: its in-place form, updating its first
     argument, see :mod:`.in_place`). Its result is copied into the strides of its
     metadata where kernels read it (exactly those strides) or, with ``relaid_output``,
-    where it is returned in another layout (size-one dimensions aside). ``by_onednn``: a
-    matmul called through oneDNN (:mod:`.cpu_matmuls`) where it is neither run in place
-    nor written into an advised buffer."""
+    where it is returned in another layout (size-one dimensions aside). ``matmul``: the
+    global that calls a matmul through oneDNN or chooses per call (:mod:`.sized_matmuls`),
+    called where the matmul is neither run in place nor written into an advised buffer."""
     assert node.op is not None
     lowered = plan.lowered[node]
     assert isinstance(lowered, Extern)
@@ -442,9 +448,11 @@ def _extern_lines(
     op = node.op.resolve() if in_place is None else in_place
     advised = in_place is None and _advised_result(node, op)
     note = f"{node.op.name}: {lowered.reason}" + (", in place" if in_place is not None else "")
-    if by_onednn and in_place is None and not advised:
-        fn = ONEDNN_CALLS[str(node.op)][0]
-        note += ", by oneDNN"
+    sized = False
+    if matmul is not None and in_place is None and not advised:
+        fn = matmul
+        _, how, sized = MATMUL_GLOBALS[matmul]
+        note += ", " + how
     else:
         fn = env.name(direct_call(op, node.kwargs), "extern")
     read: set[str] = set()
@@ -462,6 +470,10 @@ def _extern_lines(
         statements.append(_statement(allocation, stores=(name,)))
         statements.append(_statement(f"    _advise_huge_pages({name})", name))
         call = f"    {name} = _call_with_out({fn}, {name}, {', '.join(args)})  # {note}"
+    elif sized:  # the launcher looks the call's choice up itself (.sized_matmuls)
+        call = (
+            f"    {name} = {SizedMatmul.launch_source(fn, site_key_source(node), args)}  # {note}"
+        )
     else:
         call = f"    {name} = {fn}({', '.join(args)})  # {note}"
     statements.append(_statement(call, *read, stores=(name,)))
@@ -505,7 +517,8 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         **default_globals(),
         "_advise_huge_pages": advise_huge_pages,
         "_call_with_out": call_with_out,
-        **{name: call for name, call in ONEDNN_CALLS.values()},
+        **{name: call for name, (call, _, _) in MATMUL_GLOBALS.items()},
+        "_threads": torch.get_num_threads,
         **env,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
