@@ -14,26 +14,9 @@ from torch import nn
 
 import torchstrata.runtime as tsr
 
+from .training.models import PreLNBlock
+
 pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
-
-
-class Block(nn.Module):
-    """A pre-LN transformer block: causal attention (4 heads) and a GELU MLP."""
-
-    def __init__(self, width: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
 
 
 class TinyGPT(nn.Module):
@@ -43,7 +26,7 @@ class TinyGPT(nn.Module):
     def __init__(self, vocab: int = 64, width: int = 32) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(64, width)
-        self.blocks = nn.Sequential(Block(width), Block(width))
+        self.blocks = nn.Sequential(PreLNBlock(width, 4), PreLNBlock(width, 4))
         self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -96,7 +79,7 @@ def _symbolic_only(stats: dict[str, int]) -> None:
 def test_a_two_layer_block_training_step_lowers_once_for_its_lengths():
     # lengths on one side of every condition the lowering records (at least 8 rows, a
     # row count 2*T no multiple of 8): odd ones and even ones, one lowering for all
-    model, twin = _twins(lambda: nn.Sequential(Block(), Block()))
+    model, twin = _twins(lambda: nn.Sequential(PreLNBlock(32, 4), PreLNBlock(32, 4)))
     compiled = tsr.compile(lambda x, y: block_loss(model, x, y), dynamic=True, codegen="cpp")
     lengths = (9, 10, 11, 13, 14, 17, 21, 22, 25, 31)
     for length in lengths:
@@ -126,7 +109,7 @@ def test_block_lengths_across_recorded_conditions():
     # short rows (< 8), row counts that are multiples of 8, and length 1 (specialised:
     # a static entry of its own); a few lowerings, none per size. ``dynamic=None``: the
     # first length is static, the length alone becomes symbolic at the second
-    model, twin = _twins(lambda: nn.Sequential(Block(), Block()))
+    model, twin = _twins(lambda: nn.Sequential(PreLNBlock(32, 4), PreLNBlock(32, 4)))
     compiled = tsr.compile(lambda x, y: block_loss(model, x, y), dynamic=None, codegen="cpp")
     lengths = (5, 3, 7, 12, 20, 9, 1, 2, 6, 28, 11)
     for length in lengths:

@@ -22,6 +22,8 @@ from torch import nn
 
 import torchstrata.runtime as tsr
 
+from .training.models import PreLNBlock
+
 DEVICES = [
     pytest.param("cpu", marks=pytest.mark.triton),
     pytest.param(
@@ -34,25 +36,6 @@ DEVICES = [
 ]
 
 pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
-
-
-class Block(nn.Module):
-    """A pre-LN transformer block: causal attention (2 heads) and a GELU MLP."""
-
-    def __init__(self, width: int = 16, heads: int = 2) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
 
 
 class Classifier(nn.Module):
@@ -174,7 +157,7 @@ def test_a_transformer_block_training_step_over_sequence_lengths(device):
         x = torch.randn(2, n, 16, device=device, requires_grad=True)
         return [x, torch.randn(2, n, 16, device=device)]
 
-    stats = _train(Block, mse, inputs, LENGTHS, device, dynamic=None)
+    stats = _train(lambda: PreLNBlock(16, 2), mse, inputs, LENGTHS, device, dynamic=None)
     symbolic = [n for n in LENGTHS[1:] if n != 1]
     most = _buckets(symbolic) + (2 if device == "cuda" else 0)
     assert 1 <= stats["symbolic"] <= most < len(symbolic), stats

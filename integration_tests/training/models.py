@@ -91,6 +91,25 @@ class GPTBlock(nn.Module):
         return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
 
+class PreLNBlock(nn.Module):
+    """A pre-LN transformer block: causal attention and an (erf) GELU MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+
+
 class TwoBlocks(nn.Module):
     """Two transformer blocks and a mean-squared-error loss against a target."""
 
