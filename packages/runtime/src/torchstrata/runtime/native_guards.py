@@ -33,8 +33,6 @@ import importlib.util
 import logging
 import os
 import platform
-import shlex
-import shutil
 import subprocess
 import sysconfig
 import tempfile
@@ -48,7 +46,7 @@ import torch
 
 from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits
 from torchstrata.core.artifacts import CacheSettings, open_store
-from torchstrata.core.env_options import Environment
+from torchstrata.core.cxx_compiler import CxxCompilerError, find_cxx
 from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -224,23 +222,13 @@ def verify(module: ModuleType) -> None:
 
 
 def _compiler() -> tuple[tuple[str, ...], str]:
-    """The compiler command (``$CXX`` read now, else ``g++``, else ``c++``) and the first
-    line of its ``--version``."""
-    cxx = Environment.from_env().cxx
-    words = shlex.split(cxx) if cxx else []
-    names = [words[0]] if words else ["g++", "c++"]
-    program = next(filter(None, (shutil.which(name) for name in names)), None)
-    if program is None:
-        raise NativeGuardsUnavailable(f"no C++ compiler ({', '.join(names)}) on PATH")
-    command = (program, *words[1:])
+    """The compiler command (the C++ backend's: ``$CXX`` read now, else ``g++``, else
+    ``c++``) and the first line of its ``--version``."""
     try:
-        result = subprocess.run(
-            [*command, "--version"], capture_output=True, text=True, check=False, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise NativeGuardsUnavailable(f"{program} --version failed: {error}") from error
-    lines = result.stdout.strip().splitlines()
-    return command, lines[0] if lines else f"exit {result.returncode}"
+        found = find_cxx()
+    except CxxCompilerError as error:
+        raise NativeGuardsUnavailable(str(error)) from error
+    return found.command, found.version
 
 
 def _torch_paths() -> dict[str, str]:

@@ -33,8 +33,6 @@ import functools
 import hashlib
 import os
 import platform
-import shlex
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -46,7 +44,7 @@ import attrs
 import torch
 
 from torchstrata.core.artifacts import ArtifactStore, CacheSettings, canonical_source, open_store
-from torchstrata.core.env_options import CXX_VARIABLE, Environment
+from torchstrata.core.cxx_compiler import CxxCompiler, CxxCompilerError, find_cxx
 from torchstrata.inductor.codegen.cpp.checks import CheckedKernel, KernelCheck
 from torchstrata.inductor.codegen.cpp.prelude import lighten
 
@@ -155,43 +153,16 @@ class KernelSource:
     num_sizes: int = 0
 
 
-@attrs.frozen
-class Compiler:
-    """The C++ compiler: its command (``$CXX`` split, the program resolved on PATH) and
-    the first line of its ``--version``, both part of every cache key."""
-
-    command: tuple[str, ...]
-    version: str
+#: The C++ compiler (``core.cxx_compiler``, shared with the runtime's native guards).
+Compiler = CxxCompiler
 
 
 def find_compiler(cxx: str | None = None) -> Compiler:
     """The compiler ``cxx`` names (default: ``$CXX``, read now), else ``g++``, else ``c++``."""
-    if cxx is None:
-        cxx = Environment.from_env().cxx
-    return _compiler(cxx)
-
-
-@functools.cache
-def _compiler(cxx: str | None) -> Compiler:
-    if cxx:
-        words = shlex.split(cxx)
-        program = shutil.which(words[0]) if words else None
-        if program is None:
-            raise CppCompileError(f"${CXX_VARIABLE}={cxx!r}: {words[:1]} is not on PATH")
-        command = (program, *words[1:])
-    else:
-        found = next(filter(None, (shutil.which(name) for name in ("g++", "c++"))), None)
-        if found is None:
-            raise CppCompileError(f"no C++ compiler (${CXX_VARIABLE}, g++ or c++) found on PATH")
-        command = (found,)
     try:
-        result = subprocess.run(
-            [*command, "--version"], capture_output=True, text=True, check=False, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise CppCompileError(f"{' '.join(command)} --version failed: {error}") from error
-    lines = result.stdout.strip().splitlines()
-    return Compiler(command, lines[0] if lines else f"unknown (exit {result.returncode})")
+        return find_cxx(cxx)
+    except CxxCompilerError as error:
+        raise CppCompileError(str(error)) from error
 
 
 @functools.cache
