@@ -313,6 +313,31 @@ def test_a_tuned_kernel_calls_the_hot_path_itself(real_hooks, monkeypatch):
     assert len(calls) == 1 and len(jit.kernel.launches) == 3
 
 
+def test_a_sized_kernel_takes_the_hot_path_at_each_size(real_hooks, monkeypatch):
+    # a kernel lowered for many sizes (decision 0400): each size's launcher hands its
+    # generated hot path (decision 0461) to that size's entry, the tuned size's and one
+    # bound to the bucket's choice alike
+    from torchstrata.inductor.codegen.triton.sized_launch import SizedKernel
+    from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel
+
+    jit, calls = FakeJit(), []
+    config = Config(4, 256, 8, False)
+    monkeypatch.setattr(TunedKernel, "bind", lambda self, chosen: _launcher(jit, calls))
+    tuned = TunedKernel({config.variant: jit}, [config], 5, None, compiled=True)
+    sized = SizedKernel(tuned, ["s0"], hints=[5])
+    x = torch.zeros(8)
+    for size in (5, 7):
+        for _ in range(3):
+            sized.run(x, x, size)
+        hot = sized.launches[(size,)]
+        assert not isinstance(hot, DirectLaunch)  # the generated function
+        assert "launcher(" in (hot.__doc__ or "")
+    launched = len(jit.kernel.launches)
+    sized.run(x, x, 7)
+    sized.run(x, x, 5)
+    assert len(calls) == 2 and len(jit.kernel.launches) == launched + 2
+
+
 def test_direct_launches_are_on_unless_turned_off():
     assert InductorOptions().direct_launch
     assert not InductorOptions.from_env({"TORCHSTRATA_DIRECT_LAUNCH": "0"}).direct_launch

@@ -12,7 +12,8 @@ the first at the lowering's own call), and every size of a bucket launches its c
 with its own grid. One choice for every bucket left RMSNorm over 2049 rows of 4096 at
 0.55x its static kernel on an H100 (tuned at another row count). A launcher per distinct
 size is kept (at most :data:`KEPT_SIZES`): a repeated size costs a dict lookup, as a
-static kernel's launch.
+static kernel's launch, and a size launched directly takes the generated hot path of
+decision 0461 as a static kernel does.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torchstrata.inductor.codegen.triton.size_buckets import (
 )
 from torchstrata.inductor.codegen.triton.tuning import Config, TunedKernel, rows_bucket
 from torchstrata.inductor.ir.kernel import Kernel
+from torchstrata.inductor.launch.triton_launch import DirectLaunch
 
 #: Launchers kept per kernel, one per distinct size (then all are dropped and rebuilt).
 KEPT_SIZES = 256
@@ -111,15 +113,25 @@ class SizedKernel:
         bucket = rows_bucket(sized.rows)
         chosen = self.chosen.get(bucket)
         if chosen is not None:
-            return self._keep(values, sized.bind(chosen))
+            return self._keep(values, self._handing_on(values, sized.bind(chosen)))
 
         def first(*tensors: Any) -> None:  # tunes, then keeps the bound launcher
             sized.run(*tensors)
             if sized.chosen is not None:
                 self.chosen.setdefault(bucket, sized.chosen)
-            self._keep(values, sized.run)
+            self._keep(values, self._handing_on(values, sized.run))
 
         return self._keep(values, first)
+
+    def _handing_on(
+        self, values: tuple[int, ...], launch: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """``launch``; a :class:`DirectLaunch` not yet proven hands the generated hot
+        path it makes after its first direct launch (decision 0461) to this size's entry,
+        as a static kernel's ``TunedKernel.run`` takes it."""
+        if isinstance(launch, DirectLaunch) and not launch.proven:
+            launch.on_proven = lambda hot: self._keep(values, hot)
+        return launch
 
     def _keep(self, values: tuple[int, ...], launch: Callable[..., Any]) -> Callable[..., Any]:
         if len(self.launches) >= KEPT_SIZES:
