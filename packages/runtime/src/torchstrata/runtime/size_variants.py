@@ -104,7 +104,8 @@ def _same_values(failed: Mapping[str, int], values: Mapping[str, int]) -> bool:
     return dict(values) == failed
 
 
-def _reason(error: BaseException) -> str:
+def failure_reason(error: BaseException) -> str:
+    """``error`` as a count's reason: its type and the first line of its message."""
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text[:160]}"
 
@@ -158,10 +159,10 @@ class SizeVariants:
         except SizeSpecificFailure as failure:
             self.failures.append(failure.repeats)
             cause = failure.__cause__ if failure.__cause__ is not None else failure
-            self._fail(values, _reason(cause))
+            self._fail(values, failure_reason(cause))
             return None
         except Exception as error:  # noqa: BLE001 - the size lowers on its own, as before
-            self.fallback = _reason(error)
+            self.fallback = failure_reason(error)
             self._fail(values, self.fallback)
             return None
         self.variants.append(made)
@@ -188,7 +189,7 @@ class SizeVariants:
         warned (a :class:`TorchstrataFallbackWarning`, once per variant); the sizes lower
         on their own (the caller's), and after ``MAX_FIRST_CALL_FAILURES`` such sizes
         the variant serves no new size."""
-        reason = _reason(error)
+        reason = failure_reason(error)
         failures = self.first_failures[id(runner)] = self.first_failures[id(runner)] + 1
         self._fail(values, f"first call: {reason}")
         if failures == 1:

@@ -197,7 +197,10 @@ def symbolic_lowerer(
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
-                    runner = symbolic_training_runner(aot, forward, lowered, slots, outputs_at)
+                    eager = functools.partial(_aten_backward, traced)
+                    runner = symbolic_training_runner(
+                        aot, forward, lowered, slots, outputs_at, eager
+                    )
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -212,6 +215,12 @@ def symbolic_lowerer(
         return _lowering(traced, conditions, guards, runner, mutated)
 
     return lower
+
+
+def _aten_backward(traced: SymbolicAot, values: Mapping[str, int]) -> Graph | None:
+    """The ATen backward graph of ``traced``'s partition at the sizes ``values`` (static):
+    what a first backward that raises falls back to (decision 0485)."""
+    return traced.at(values).backward
 
 
 def _lowering(
