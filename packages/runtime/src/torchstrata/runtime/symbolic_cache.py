@@ -19,8 +19,9 @@ lowering (at most ``symbolic_lowerings``):
   the forward runs with grad off, and for training the metadata the runner computes
   from each call's sizes (:class:`~.symbolic_training.TrainingMetas`, as expressions).
 
-What is stored is noted while the lowering is made (:mod:`.symbolic_recording` around
-``lower(values)``: the codegen stage's results, the trace and conditions, a training
+What is stored is what the lowering holds (the graphs it compiled,
+``SymbolicLowering.compiled``) and what was noted while it was made
+(:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
 runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
 runner carries more than this recipe (write-backs, output views or aliases, autocast,
 lifted constants) are not stored. An entry that does not decode or load is removed with a
@@ -71,8 +72,9 @@ def cached_lowerer(
     options: CompileOptions,
     manager: Callable[[], pluggy.PluginManager] | None,
 ) -> LowerSymbolic:
-    """``lower`` (made with a :class:`~.symbolic_recording.RecordingPipeline`), reading a lowering that serves
-    the sizes from the compiled-graph cache first and storing each one it makes.
+    """``lower``, reading a lowering that serves the sizes from the compiled-graph cache
+    first and storing each one it makes (its graphs, ``SymbolicLowering.compiled``, and
+    what :mod:`.symbolic_recording` noted while it was made).
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
     manager (None: no cache). A CUDA graph mode's lowerings are not stored: their runner
     records a graph per size over the forward (decision 0456), which a stored recipe does
@@ -207,7 +209,7 @@ class SymbolicEntries:
         if key is None or recording.traced is None or not made.serves(values):
             return
         try:
-            variant = self._variant(values, recording)
+            variant = self._variant(values, made, recording)
         except NotCacheable as reason:
             _STATS.not_cacheable += 1
             graph_cache.cache_log.debug("graph cache: symbolic lowering not stored: %s", reason)
@@ -218,7 +220,9 @@ class SymbolicEntries:
         stored = [*stored, variant][-max(1, self.options.symbolic_lowerings) :]
         graph_cache._write(self.options, key, KIND, "lowering for many sizes", {"variants": stored})
 
-    def _variant(self, values: Mapping[str, int], recording: Recording) -> dict[str, Any]:
+    def _variant(
+        self, values: Mapping[str, int], made: SymbolicLowering, recording: Recording
+    ) -> dict[str, Any]:
         traced = recording.traced
         assert traced is not None
         if enabled_autocast():
@@ -229,10 +233,11 @@ class SymbolicEntries:
         if aot.mutated_inputs or views or aliases:
             raise NotCacheable("a runner with write-backs, views or aliased outputs")
         conditions = [expression_text(c) for c in (*traced.guards, *recording.relied)]
-        compiled = recording.compiled
+        compiled = made.compiled
         if len(compiled) not in (1, 2):
             raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
-        (_, device, forward), *rest = compiled
+        first, *rest = compiled
+        device, forward = first.device, first.compiled
         training = torch.is_grad_enabled() and self._training
         if rest and (recording.training is None or aot.backward is None):
             raise NotCacheable("a forward and backward not made into a training runner here")
@@ -250,9 +255,9 @@ class SymbolicEntries:
             "layouts": None,
         }
         if rest:
-            ((_, _, backward),) = rest
+            (backward,) = rest
             metas: TrainingMetas = recording.training
-            variant["backward"] = package_record(backward.package)
+            variant["backward"] = package_record(backward.compiled.package)
             variant["layouts"] = {
                 "outputs": metas_record(metas.outputs),
                 "saved": metas_record(metas.saved),
