@@ -185,3 +185,52 @@ def test_a_backward_that_wrote_an_input_before_failing_raises(monkeypatch):
     for before, parameter in zip(grads, model.parameters(), strict=True):
         torch.testing.assert_close(parameter.grad, before)  # nothing accumulated
     assert not _first_backward_fallbacks()
+
+
+@pytest.mark.graph_cache
+def test_a_lowering_read_from_the_graph_cache_falls_back_too(monkeypatch, tmp_path):
+    """A stored lowering (decision 0450) holds no ATen backward: its first failing
+    backward takes the one of the entry's symbolic trace, made then, whose partition at
+    the stored lowering's sizes is the stored one."""
+    from torchstrata.core import CompileOptions
+    from torchstrata.runtime import symbolic_cache
+
+    options = CompileOptions(cache_dir=str(tmp_path))
+    torch.manual_seed(0)
+    model, twin = MLP(), MLP()
+    twin.load_state_dict(model.state_dict())
+
+    def loss(module, x, y):
+        return F.mse_loss(module(x), y)
+
+    def steps(batches) -> list[warnings.WarningMessage]:
+        compiled = tsr.compile(lambda x, y: loss(model, x, y), dynamic=True, options=options)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for batch in batches:
+                x, y = torch.randn(batch, 6), torch.randn(batch, 5)
+                got, want = compiled(x, y), loss(twin, x, y)
+                torch.testing.assert_close(got, want)
+                got.backward()
+                want.backward()
+                for mine, theirs in zip(model.parameters(), twin.parameters(), strict=True):
+                    torch.testing.assert_close(mine.grad, theirs.grad)
+        return [w for w in caught if issubclass(w.category, tsr.TorchstrataFallbackWarning)]
+
+    assert steps((3, 4)) == []  # stored
+    made = symbolic_cache.sized_training_runner
+    backwards: list[Backward] = []
+
+    def runner(aot, forward, backward, *rest):
+        backwards.append(Backward(backward))
+        return made(aot, forward, backwards[-1], *rest)
+
+    monkeypatch.setattr(symbolic_cache, "sized_training_runner", runner)
+    tsr.reset_size_lowering_stats()
+    fell_back = steps((5, BAD, BAD, 9))
+    stats = tsr.size_lowering_stats()
+    assert stats.get("cached") == 1 and "symbolic" not in stats, stats  # read, not lowered
+    (backward,) = backwards
+    assert backward.calls == [BAD] and len(backward.freed) == 2
+    assert len(fell_back) == 1 and "InjectedFailure" in str(fell_back[0].message)
+    assert sum(_first_backward_fallbacks().values()) == 1

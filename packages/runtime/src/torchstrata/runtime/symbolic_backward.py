@@ -17,8 +17,10 @@ ATen ops, eager's gradients. Later backwards at those sizes run that graph.
 
 No fallback, the error raised with :data:`BACKWARD_NOTE` (and a note saying why), where:
 
-- the lowering was read from the compiled-graph cache (decision 0450): it keeps no ATen
-  backward graph (its first calls keep no references either);
+- no ATen backward graph is at hand: a lowering read from the compiled-graph cache
+  (decision 0450) takes it from the entry's symbolic trace, made at the first fallback,
+  and only where that trace's partition at the stored lowering's sizes is the stored one
+  (:mod:`.symbolic_cache`); one made with no symbolic traces keeps no references at all;
 - the compiled backward wrote one of its inputs in place before it failed (its version
   counter moved): run again, that update would count twice. Generated kernels write only
   buffers their launcher allocates, and autograd accumulates ``.grad`` only after the
@@ -51,8 +53,8 @@ BACKWARD_NOTE = (
     "False} to lower each size on its own"
 )
 
-#: Why a lowering read from the compiled-graph cache does not fall back.
-NO_GRAPH = "this lowering (read from the compiled-graph cache) keeps no ATen backward graph"
+#: Why a lowering made with no symbolic traces does not fall back.
+NO_GRAPH = "this lowering keeps no ATen backward graph"
 
 #: Why a backward that wrote an input does not fall back.
 WROTE_INPUT = (
@@ -88,10 +90,15 @@ class SizedBackward:
 
     def fall_back(self, key: tuple[int, ...], error: Exception) -> GraphFn | None:
         """The ATen backward graph at the sizes ``key`` as a function of the compiled
-        backward's inputs (the size carrier dropped); None where the graph can't be made."""
+        backward's inputs (the size carrier dropped); None where there is none (where
+        making it raised, a note on ``error`` says so)."""
         if self.eager is None:
             return None
-        graph = self.eager(dict(zip(self.names, key, strict=True)))
+        try:
+            graph = self.eager(dict(zip(self.names, key, strict=True)))
+        except Exception as failed:  # noqa: BLE001 - no fallback: the error says why
+            error.add_note(f"torchstrata: its ATen graph was not made ({failure_reason(failed)})")
+            return None
         if graph is None:
             return None
         taken = len(graph.inputs)

@@ -24,13 +24,17 @@ What is stored is what the lowering holds (the graphs it compiled,
 (:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
 runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
 runner carries more than this recipe (write-backs, output views or aliases, autocast,
-lifted constants) are not stored. An entry that does not decode or load is removed with a
+lifted constants) are not stored. A stored training lowering's backward that raises at a
+size's first backward falls back to the ATen backward of the entry's symbolic trace, made
+then, where that trace's partition at the stored lowering's sizes is the stored one
+(decision 0485). An entry that does not decode or load is removed with a
 :class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
 never fails a compile (:func:`~.graph_cache._never_fatal`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,6 +57,7 @@ from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_recor
 from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.symbolic_backward import EagerBackward
 from torchstrata.runtime.symbolic_recording import Recording, recording
 from torchstrata.runtime.symbolic_records import (
     expression_text,
@@ -61,6 +66,7 @@ from torchstrata.runtime.symbolic_records import (
     read_expression,
     read_metas,
 )
+from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import TrainingMetas, sized_training_runner
 
 KIND = "symbolic"
@@ -71,17 +77,19 @@ def cached_lowerer(
     graph: Graph,
     options: CompileOptions,
     manager: Callable[[], pluggy.PluginManager] | None,
+    traces: Callable[[], SymbolicTraces | None] | None = None,
 ) -> LowerSymbolic:
     """``lower``, reading a lowering that serves the sizes from the compiled-graph cache
     first and storing each one it makes (its graphs, ``SymbolicLowering.compiled``, and
     what :mod:`.symbolic_recording` noted while it was made).
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
-    manager (None: no cache). A CUDA graph mode's lowerings are not stored: their runner
+    manager (None: no cache); ``traces``: the entry's symbolic traces (made on first
+    use), which a stored lowering's backward falls back from. A CUDA graph mode's lowerings are not stored: their runner
     records a graph per size over the forward (decision 0456), which a stored recipe does
     not rebuild."""
     if manager is None or options.mode in CUDA_GRAPH_MODES:
         return lower
-    entries = SymbolicEntries(graph, options, manager)
+    entries = SymbolicEntries(graph, options, manager, traces)
 
     def cached(values: Mapping[str, int]) -> SymbolicLowering:
         found = entries.lookup(values)
@@ -99,9 +107,14 @@ class SymbolicEntries:
     """The ``symbolic`` cache entry of one torch-level graph with symbolic sizes."""
 
     def __init__(
-        self, graph: Graph, options: CompileOptions, manager: Callable[[], pluggy.PluginManager]
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        manager: Callable[[], pluggy.PluginManager],
+        traces: Callable[[], SymbolicTraces | None] | None = None,
     ) -> None:
         self.graph = graph
+        self.traces = traces
         self.options = options
         self.manager = manager
         self.slots = input_symbol_slots(graph)
@@ -177,12 +190,37 @@ class SymbolicEntries:
                     tuple(map(str, layouts["carried"])),
                     device if layouts["carried"] else None,  # the carrier's (0440)
                 )
-                runner = sized_training_runner(aot, forward, backward, self.slots, metas)
+                eager = self._aten_backward(variant["aot"], hints)
+                runner = sized_training_runner(
+                    aot, forward, backward, self.slots, metas, None, eager
+                )
             if guards.refused:
                 raise BadRecord(f"a stored lowering's layouts read a size: {guards.refused[0]}")
         finally:
             guards.close()
         return runner
+
+    def _aten_backward(self, stored: Any, hints: Mapping[str, int]) -> EagerBackward | None:
+        """The ATen backward at given sizes from the entry's symbolic trace (made at the
+        first fallback: a cache hit traced nothing), or None (the backward then raises
+        with its note) where no trace serves the sizes and ``hints`` (the stored
+        lowering's) or its partition at ``hints`` is not ``stored`` (the stored AOT
+        record); None without traces (decision 0485)."""
+        traces = self.traces
+        if traces is None:
+            return None
+
+        def at(values: Mapping[str, int]) -> Graph | None:
+            with torch.enable_grad():  # the backward runs with grad off: trace as the forward
+                made = traces()
+            found = None if made is None else made.trace_for(values)
+            if found is None or found[0].violated(hints):
+                return None
+            traced = found[0]
+            again = json.loads(json.dumps(aot_record(traced.at(hints))))
+            return traced.at(values).backward if again == stored else None
+
+        return at
 
     def _load(self, package: Any, device: torch.device) -> CompiledGraph:
         if not isinstance(package, dict):

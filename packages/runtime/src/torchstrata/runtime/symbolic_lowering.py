@@ -104,7 +104,7 @@ def runner_lowerer(
 
     def lower_symbolic(runner: Any) -> LowerSymbolic:
         lower = symbolic_lowerer(pipeline, runner.graph, options, runner.symbolic_traces)
-        made = cached_lowerer(lower, runner.graph, options, manager)
+        made = cached_lowerer(lower, runner.graph, options, manager, runner.symbolic_traces)
 
         def deferred(values: Mapping[str, int]) -> SymbolicLowering:
             with dynamo_import_deferred():
