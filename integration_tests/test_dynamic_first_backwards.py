@@ -94,21 +94,21 @@ def _patched(monkeypatch, **kwargs: Any) -> list[Backward]:
     return backwards
 
 
-def _steps(batches, raises=None) -> list[warnings.WarningMessage]:
+def _steps(batches, device: str = "cpu", codegen: str = "cpp") -> list[warnings.WarningMessage]:
     """Training steps of a compiled MLP loss at each batch size, loss and gradients equal
     to eager's; the fallback warnings."""
     torch.manual_seed(0)
-    model, twin = MLP(), MLP()
+    model, twin = MLP().to(device), MLP().to(device)
     twin.load_state_dict(model.state_dict())
 
     def loss(module, x, y):
         return F.mse_loss(module(x), y)
 
-    compiled = tsr.compile(lambda x, y: loss(model, x, y), dynamic=True, codegen="cpp")
+    compiled = tsr.compile(lambda x, y: loss(model, x, y), dynamic=True, codegen=codegen)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for batch in batches:
-            x, y = torch.randn(batch, 6), torch.randn(batch, 5)
+            x, y = torch.randn(batch, 6, device=device), torch.randn(batch, 5, device=device)
             got, want = compiled(x, y), loss(twin, x, y)
             torch.testing.assert_close(got, want)
             got.backward()
@@ -123,18 +123,36 @@ def _first_backward_fallbacks() -> dict[str, int]:
     return {k: n for k, n in stats.items() if k.startswith("fallback: first backward")}
 
 
-def test_a_backward_that_fails_at_one_size_gives_eager_gradients_with_a_warning(monkeypatch):
+@pytest.mark.parametrize(
+    ("device", "codegen"),
+    [
+        ("cpu", "cpp"),
+        pytest.param("cpu", "triton", marks=pytest.mark.triton),  # Triton's interpreter
+        pytest.param(
+            "cuda",
+            "triton",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_a_backward_that_fails_at_one_size_gives_eager_gradients_with_a_warning(
+    monkeypatch, device, codegen
+):
     backwards = _patched(monkeypatch)
-    fell_back = _steps((3, BAD, 9, BAD, 11, 3))
-    (backward,) = backwards  # one lowering serves every size
-    assert backward.calls == [BAD], backward.calls  # the second step at BAD: the ATen graph
+    fell_back = _steps((3, BAD, 9, BAD, 11, 3), device, codegen)
+    calls = [call for backward in backwards for call in backward.calls]
+    assert calls == [BAD], calls  # the second step at BAD: the ATen graph
     assert len(fell_back) == 1, [str(w.message) for w in fell_back]
     message = str(fell_back[0].message)
     assert "InjectedFailure: backward kernel failed" in message and f": {BAD}}}" in message
     assert _first_backward_fallbacks() == {
         "fallback: first backward: InjectedFailure: backward kernel failed": 1
     }
-    assert len(backward.freed) == 4  # 3, 9, 11, 3 by the compiled backward
+    # 3, 9, 11, 3 by the compiled backward (C++: one lowering; Triton: one per bucket)
+    assert sum(len(backward.freed) for backward in backwards) == 4
     stats = tsr.size_lowering_stats()
     assert stats.get("symbolic", 0) + stats.get("reused", 0) == 4, stats  # no size per size
 
