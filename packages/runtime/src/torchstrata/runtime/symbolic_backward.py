@@ -156,6 +156,7 @@ class FirstBackward:
                 why = WROTE_INPUT
             fallback = None if why else owner.fall_back(self.key, error)
             if fallback is None:
+                kept.clear()  # the traceback keeps this frame: not the inputs with it
                 error.add_note(f"torchstrata: {why or 'no ATen backward graph at these sizes'}")
                 error.add_note(BACKWARD_NOTE)
                 raise
@@ -164,6 +165,7 @@ class FirstBackward:
             try:
                 computed = fallback(*kept)
             except Exception as failed:  # eager's error too: the call's own
+                kept.clear()
                 error.add_note(f"torchstrata: its ATen graph raised too ({failure_reason(failed)})")
                 error.add_note(BACKWARD_NOTE)
                 raise error from failed
