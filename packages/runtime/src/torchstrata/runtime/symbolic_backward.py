@@ -13,7 +13,9 @@ inputs for the one call, and where the compiled backward raises warns
 (``TorchstrataFallbackWarning``, once per lowering, naming the error and the sizes),
 counts ``fallback: first backward: <reason>`` in ``size_lowering_stats()``, and runs the
 ATen backward graph at those sizes in the reference interpreter on the same inputs: eager's
-ATen ops, eager's gradients. Later backwards at those sizes run that graph.
+ATen ops, eager's gradients. Later backwards at those sizes run that graph. An error of
+the compiled backward at sizes where it ran before is the call's own and is raised as it
+is (as a forward's at a size whose first call ran, decision 0430).
 
 No fallback, the error raised with :data:`BACKWARD_NOTE` (and a note saying why), where:
 
