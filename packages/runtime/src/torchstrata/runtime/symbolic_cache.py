@@ -84,9 +84,9 @@ def cached_lowerer(
     what :mod:`.symbolic_recording` noted while it was made).
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
     manager (None: no cache); ``traces``: the entry's symbolic traces (made on first
-    use), which a stored lowering's backward falls back from. A CUDA graph mode's lowerings are not stored: their runner
-    records a graph per size over the forward (decision 0456), which a stored recipe does
-    not rebuild."""
+    use), which a stored lowering's backward falls back from (decision 0485). A CUDA graph
+    mode's lowerings are not stored: their runner records a graph per size over the
+    forward (decision 0456), which a stored recipe does not rebuild."""
     if manager is None or options.mode in CUDA_GRAPH_MODES:
         return lower
     entries = SymbolicEntries(graph, options, manager, traces)
@@ -201,11 +201,12 @@ class SymbolicEntries:
         return runner
 
     def _aten_backward(self, stored: Any, hints: Mapping[str, int]) -> EagerBackward | None:
-        """The ATen backward at given sizes from the entry's symbolic trace (made at the
-        first fallback: a cache hit traced nothing), or None (the backward then raises
-        with its note) where no trace serves the sizes and ``hints`` (the stored
-        lowering's) or its partition at ``hints`` is not ``stored`` (the stored AOT
-        record); None without traces (decision 0485)."""
+        """The ATen backward at given sizes that a stored lowering's backward falls back
+        to (decision 0485): the entry's symbolic trace's (made at the first fallback: a
+        cache hit traced nothing), only where that trace serves the sizes and ``hints``
+        (the stored lowering's) and its AOT record at ``hints`` is ``stored``: the same
+        partition, the same saved values. Otherwise None (the backward raises with its
+        note); None without traces."""
         traces = self.traces
         if traces is None:
             return None
