@@ -252,3 +252,33 @@ def test_a_lowering_read_from_the_graph_cache_falls_back_too(monkeypatch, tmp_pa
     assert backward.calls == [BAD] and len(backward.freed) == 2
     assert len(fell_back) == 1 and "InjectedFailure" in str(fell_back[0].message)
     assert sum(_first_backward_fallbacks().values()) == 1
+
+
+def test_a_dynamo_graphs_backward_that_fails_at_one_size_falls_back(monkeypatch):
+    """``torch.compile(backend="torchstrata")``: Dynamo's graph lowered once for many sizes
+    (decision 0455) takes the same fallback."""
+    backwards = _patched(monkeypatch)
+    torch.manual_seed(0)
+    model, twin = MLP(), MLP()
+    twin.load_state_dict(model.state_dict())
+    torch.compiler.reset()
+    compiled = torch.compile(
+        lambda x, y: F.mse_loss(model(x), y), backend="torchstrata", dynamic=True
+    )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for batch in (3, 5, BAD, BAD, 9):
+                x, y = torch.randn(batch, 6), torch.randn(batch, 5)
+                got, want = compiled(x, y), F.mse_loss(twin(x), y)
+                got.backward()
+                want.backward()
+                torch.testing.assert_close(got, want)
+                for mine, theirs in zip(model.parameters(), twin.parameters(), strict=True):
+                    torch.testing.assert_close(mine.grad, theirs.grad)
+    finally:
+        torch.compiler.reset()
+    fell_back = [w for w in caught if issubclass(w.category, tsr.TorchstrataFallbackWarning)]
+    assert len(fell_back) == 1 and "InjectedFailure" in str(fell_back[0].message)
+    assert [call for backward in backwards for call in backward.calls] == [BAD]
+    assert sum(_first_backward_fallbacks().values()) == 1
