@@ -232,33 +232,6 @@ def test_a_first_call_that_eager_fails_too_raises_and_records_nothing():
     assert not _first_call_fallbacks(tsr.size_lowering_stats())
 
 
-def test_a_training_backward_that_fails_raises_with_a_note(monkeypatch):
-    # the forward's outputs were returned before the backward runs: not retried, the
-    # error keeps its type and says why and what to do
-    made = symbolic_lowering.symbolic_training_runner
-    calls: list[int] = []
-
-    def failing_backward(aot, forward, backward, slots, *views):
-        def run(*inputs):
-            if any(getattr(t, "shape", (0,))[:1] == (BAD,) for t in inputs):
-                calls.append(BAD)
-                raise InjectedFailure("backward kernel failed")
-            return backward[1](*inputs)
-
-        return made(aot, forward, (backward[0], run), slots, *views)
-
-    monkeypatch.setattr(symbolic_lowering, "symbolic_training_runner", failing_backward)
-    model = MLP()
-    compiled = tsr.compile(lambda x, y: F.mse_loss(model(x), y), dynamic=True, codegen="cpp")
-    compiled(torch.randn(3, 6), torch.randn(3, 5)).backward()
-    loss = compiled(torch.randn(BAD, 6), torch.randn(BAD, 5))
-    with pytest.raises(InjectedFailure, match="backward kernel failed") as raised:
-        loss.backward()
-    assert calls == [BAD]
-    assert any("cannot fall back" in note for note in raised.value.__notes__)
-    assert "symbolic_lowering" in raised.value.__notes__[-1]
-
-
 def update_in_place(p, g):
     p.add_(g * 2)
     return p.sum(0)

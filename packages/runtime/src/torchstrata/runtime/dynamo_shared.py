@@ -23,34 +23,16 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import CompiledGraph, CompileOptions, Graph
+from torchstrata.core import CompileOptions, Graph
 from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.dynamo_symbolic import DynamoTraces
 from torchstrata.runtime.size_variants import SizeVariants, count
-from torchstrata.runtime.symbolic_lowering import symbolic_lowerer
+from torchstrata.runtime.symbolic_lowering import LoweringStages, symbolic_lowerer
 
 #: A runner for one size from a shared lowering (Dynamo's arguments in, the FX graph's
 #: output structure out) and what records its first call's failure.
 SharedRunner = tuple[Callable[..., Any], Callable[[Exception], None]]
-
-
-class CodegenRecord:
-    """``pipeline`` as :func:`symbolic_lowerer` uses it, keeping each graph its codegen
-    stage compiled (``compiled``: (prims graph, compiled graph)) for ``explain()``."""
-
-    def __init__(self, pipeline: Any) -> None:
-        self._pipeline = pipeline
-        self.compiled: list[tuple[Graph, CompiledGraph]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pipeline, name)
-
-    def _call_stage(self, stage: str, options: CompileOptions, **kwargs: Any) -> Any:
-        result = self._pipeline._call_stage(stage, options, **kwargs)
-        if stage == "codegen" and isinstance(result, CompiledGraph):
-            self.compiled.append((kwargs["graph"], result))
-        return result
 
 
 def inputs_match(graph: Graph, inputs: Sequence[Any], values: Mapping[str, int]) -> bool:
@@ -90,7 +72,7 @@ class SharedLowerings:
 
     def __init__(
         self,
-        pipeline: Any,
+        pipeline: LoweringStages,
         traces: DynamoTraces,
         options: CompileOptions,
         kept: tuple[int, ...],
@@ -100,8 +82,7 @@ class SharedLowerings:
         self.traces = traces
         self.kept = kept
         self.structure = structure
-        self._record = CodegenRecord(pipeline)
-        lower = symbolic_lowerer(self._record, graph, options, lambda: traces)
+        lower = symbolic_lowerer(pipeline, graph, options, lambda: traces)
         self.variants = SizeVariants(lower, options.symbolic_lowerings)
         #: sizes served by a shared lowering / made static and lowered on their own
         self.served = 0
@@ -115,20 +96,22 @@ class SharedLowerings:
         """The runner of a shared lowering that serves the sizes ``values`` (a call's
         arguments ``args``), made now where none does; None: the size lowers on its own."""
         inputs = [args[i] for i in self.kept]
-        runner = None
+        made = None
         outside = self.traces.outside_import(values)
         if outside:
             self._refuse(f"sizes that break a condition the import relied on: {outside}")
         elif not inputs_match(self.graph, inputs, values):
             self._refuse("the arguments' layouts are not the symbolic graph's inputs'")
         else:
-            runner = self.variants.runner_for(values)
-        if runner is None:
+            made = self.variants.lowering_for(values)
+        if made is None:
             self.per_size += 1
             return None
         self.served += 1
+        runner = made.runner
         if self.artifacts is None:
-            prims, compiled = self._record.compiled[0] if self._record.compiled else (None, None)
+            first = made.compiled[0] if made.compiled else None
+            prims, compiled = (first.graph, first.compiled) if first else (None, None)
             self.artifacts = GraphArtifacts(self.graph, None, prims, None, compiled, runner)
         call = _dynamo_call(runner, self.structure, self.kept)
         return call, functools.partial(self.variants.first_call_failed, values, runner)

@@ -21,7 +21,8 @@ kernels ran, and a training runner's forward raises inside ``autograd.Function.f
 before any output or saved value is recorded. The RNG states (the CPU's, and CUDA's when it is initialised)
 are taken before the first call and put back before the retry, so a graph that draws
 random numbers draws the same ones as the call would have. A training graph's
-backward runs later, after its outputs were returned: a failure there is not retried.
+backward runs later, after its outputs were returned: its first call at a size falls
+back to its ATen graph instead (:mod:`.symbolic_backward`, decision 0485).
 
 After a size's first call succeeds, the size's entry in the runner's table is the
 lowering's runner itself: later calls run no ``try``, no wrapper frame.
@@ -35,12 +36,15 @@ from typing import Any
 import torch
 
 
-def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+def rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """The RNG states a first call may draw from: the CPU's, and CUDA's when it is
+    initialised (put back with :func:`restore_rng_states` before a retry)."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     return torch.get_rng_state(), cuda
 
 
-def _restore(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+def restore_rng_states(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    """Put back the RNG states :func:`rng_states` took."""
     cpu, cuda = states
     torch.set_rng_state(cpu)
     if cuda is not None:
@@ -123,7 +127,7 @@ class FirstCall:
         self.substitute: Callable[..., Any] | None = None
 
     def __call__(self, *inputs: Any) -> Any:
-        states = _rng_states()
+        states = rng_states()
         kept = _copies(inputs, self.writes) if self.writes else []
         versions = _versions(inputs, self.writes) if kept is None else []
         try:
@@ -134,7 +138,7 @@ class FirstCall:
                 raise
             if self.substitute is None:
                 self.substitute = self.per_size()
-            _restore(states)
+            restore_rng_states(states)
             if kept:
                 _put_back(inputs, self.writes, kept)
             result = self.substitute(*inputs)  # raises where the call itself is at fault

@@ -198,6 +198,16 @@ class Pipeline:
             trace.produced(stage, result)
         return result
 
+    def codegen(
+        self, graph: Graph, options: CompileOptions, device: torch.device, contract: GraphContract
+    ) -> CompiledGraph | None:
+        """The codegen stage's compilation of the prims ``graph`` (sizes static, or
+        ``core.SizeValue``: a lowering for many sizes) for ``device`` under ``contract``;
+        None where no stage returned a ``CompiledGraph``. Raises ``StageFailure`` where
+        the stage raises."""
+        made = self._call_stage("codegen", options, graph=graph, device=device, contract=contract)
+        return made if isinstance(made, CompiledGraph) else None
+
     def _missing(self, stage: str, options: CompileOptions, fallback: str) -> None:
         message = missing_stage_message(stage, self.plugin_manager(options), fallback)
         warn_once(("missing-stage", stage), message, stacklevel=6)

@@ -461,8 +461,7 @@ def saved_layout_mismatches(
 
 
 class CallSizes(Protocol):
-    """What a training runner lowered once for many sizes reads at a call's sizes
-    (:class:`~torchstrata.runtime.symbolic_training.SizedMetas`)."""
+    """What a training runner lowered once for many sizes reads at a call's sizes."""
 
     def key(self, inputs: Sequence[Any]) -> tuple[int, ...]:
         """The call's sizes, read from its inputs."""
@@ -487,6 +486,7 @@ def training_runner(
     direct_launch: DirectLauncher | None = None,
     sized: CallSizes | None = None,
     outputs_at: OutputsAt | None = None,
+    backward_at: Callable[[tuple[int, ...]], GraphFn] | None = None,
 ) -> GraphRunner:
     """Forward and backward as one ``autograd.Function``; gradients reach the inputs
     listed in ``aot.grad_inputs``. ``plain_forward``: the forward without its unit
@@ -496,7 +496,8 @@ def training_runner(
     for, of the saved values (None, or no entry: as the backward graph's input says).
     ``sized``: for graphs lowered once for many sizes, the output shapes and saved
     layouts at each call's sizes (``aot``'s metadata and ``saved_layouts`` are then not
-    read; ``outputs_at``: their aliases and views)."""
+    read; ``outputs_at``: their aliases and views; ``backward_at``: the backward to run at
+    a call's sizes, one that falls back on a size's first backward: decision 0485)."""
     num_user, mutated, aliases = output_layout(aot)
     forward = _unwrapped(forward)
     plain_forward = _unwrapped(plain_forward) if plain_forward is not None else None
@@ -558,6 +559,7 @@ def training_runner(
                 # the backward graph
                 computed, ctx.unit_grads = unit_grads.scaled(ctx.unit_grads, tangents[0]), None
             else:
+                run = backward if backward_at is None else backward_at(ctx.sizes)
                 if sized is None:
                     saved = check_saved(ctx.saved_tensors)
                 else:
@@ -569,12 +571,12 @@ def training_runner(
                     ctx.maybe_clear_saved_tensors()
                     args = [*saved, *tangents]
                     del saved, tangents
-                    computed = call_boxed(backward, args)
+                    computed = call_boxed(run, args)
                 elif not graph_mode:
-                    computed = backward(*saved, *tangents)
+                    computed = run(*saved, *tangents)
                 else:
                     with torch.no_grad():
-                        computed = backward(*saved, *tangents)
+                        computed = run(*saved, *tangents)
                     computed = _once_differentiable(computed)
             result: list[Any] = [None] * ctx.num_inputs
             for index, grad in zip(grad_inputs, computed):

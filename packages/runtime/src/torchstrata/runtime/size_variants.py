@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import torch
 
-from torchstrata.core import artifact_logger
+from torchstrata.core import CompiledGraph, Graph, artifact_logger
 from torchstrata.core.options import SYMBOLIC_LOWERINGS
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 
@@ -45,19 +46,34 @@ MAX_FIRST_CALL_FAILURES = 2
 
 
 @attrs.frozen
+class CompiledPart:
+    """One graph a lowering for many sizes compiled: the sized prims ``graph`` (sizes
+    ``core.SizeValue``), the ``device`` it was compiled for, and the codegen stage's
+    result."""
+
+    graph: Graph
+    device: torch.device
+    compiled: CompiledGraph
+
+
+@attrs.frozen
 class SymbolicLowering:
     """One lowering for many sizes: its ``runner`` (takes the graph's inputs at any
     size it serves) and ``serves(values)``: whether the sizes ``values`` (symbol name ->
     int) meet every condition it relied on. ``conditions``: their text, for logs.
     ``from_cache``: read from the compiled-graph cache (decision 0450), not lowered.
     ``writes``: the positions of the inputs the runner writes (write-backs, decision
-    0445), put back where a first call fails (:mod:`.first_calls`)."""
+    0445), put back where a first call fails (:mod:`.first_calls`). ``compiled``: the
+    graphs it compiled, the forward then a training graph's backward (what its
+    compiled-graph cache entry stores and ``explain()`` shows; none when read from the
+    cache)."""
 
     runner: Callable[..., Any]
     serves: Callable[[Mapping[str, int]], bool]
     conditions: tuple[str, ...] = ()
     from_cache: bool = False
     writes: tuple[int, ...] = ()
+    compiled: tuple[CompiledPart, ...] = ()
 
 
 class SizeSpecificFailure(Exception):
@@ -104,7 +120,8 @@ def _same_values(failed: Mapping[str, int], values: Mapping[str, int]) -> bool:
     return dict(values) == failed
 
 
-def _reason(error: BaseException) -> str:
+def failure_reason(error: BaseException) -> str:
+    """``error`` as a count's reason: its type and the first line of its message."""
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text[:160]}"
 
@@ -158,10 +175,10 @@ class SizeVariants:
         except SizeSpecificFailure as failure:
             self.failures.append(failure.repeats)
             cause = failure.__cause__ if failure.__cause__ is not None else failure
-            self._fail(values, _reason(cause))
+            self._fail(values, failure_reason(cause))
             return None
         except Exception as error:  # noqa: BLE001 - the size lowers on its own, as before
-            self.fallback = _reason(error)
+            self.fallback = failure_reason(error)
             self._fail(values, self.fallback)
             return None
         self.variants.append(made)
@@ -188,7 +205,7 @@ class SizeVariants:
         warned (a :class:`TorchstrataFallbackWarning`, once per variant); the sizes lower
         on their own (the caller's), and after ``MAX_FIRST_CALL_FAILURES`` such sizes
         the variant serves no new size."""
-        reason = _reason(error)
+        reason = failure_reason(error)
         failures = self.first_failures[id(runner)] = self.first_failures[id(runner)] + 1
         self._fail(values, f"first call: {reason}")
         if failures == 1:

@@ -19,17 +19,22 @@ lowering (at most ``symbolic_lowerings``):
   the forward runs with grad off, and for training the metadata the runner computes
   from each call's sizes (:class:`~.symbolic_training.TrainingMetas`, as expressions).
 
-What is stored is noted while the lowering is made (:mod:`.symbolic_recording` around
-``lower(values)``: the codegen stage's results, the trace and conditions, a training
+What is stored is what the lowering holds (the graphs it compiled,
+``SymbolicLowering.compiled``) and what was noted while it was made
+(:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
 runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
 runner carries more than this recipe (write-backs, output views or aliases, autocast,
-lifted constants) are not stored. An entry that does not decode or load is removed with a
+lifted constants) are not stored. A stored training lowering's backward that raises at a
+size's first backward falls back to the ATen backward of the entry's symbolic trace, made
+then, where that trace's partition at the stored lowering's sizes is the stored one
+(decision 0485). An entry that does not decode or load is removed with a
 :class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
 never fails a compile (:func:`~.graph_cache._never_fatal`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,6 +57,7 @@ from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_recor
 from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
+from torchstrata.runtime.symbolic_backward import EagerBackward
 from torchstrata.runtime.symbolic_recording import Recording, recording
 from torchstrata.runtime.symbolic_records import (
     expression_text,
@@ -60,6 +66,7 @@ from torchstrata.runtime.symbolic_records import (
     read_expression,
     read_metas,
 )
+from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import TrainingMetas, sized_training_runner
 
 KIND = "symbolic"
@@ -70,16 +77,19 @@ def cached_lowerer(
     graph: Graph,
     options: CompileOptions,
     manager: Callable[[], pluggy.PluginManager] | None,
+    traces: Callable[[], SymbolicTraces | None] | None = None,
 ) -> LowerSymbolic:
-    """``lower`` (made with a :class:`~.symbolic_recording.RecordingPipeline`), reading a lowering that serves
-    the sizes from the compiled-graph cache first and storing each one it makes.
+    """``lower``, reading a lowering that serves the sizes from the compiled-graph cache
+    first and storing each one it makes (its graphs, ``SymbolicLowering.compiled``, and
+    what :mod:`.symbolic_recording` noted while it was made).
     ``graph``: the torch-level graph with symbolic sizes; ``manager``: the plugin
-    manager (None: no cache). A CUDA graph mode's lowerings are not stored: their runner
-    records a graph per size over the forward (decision 0456), which a stored recipe does
-    not rebuild."""
+    manager (None: no cache); ``traces``: the entry's symbolic traces (made on first
+    use), which a stored lowering's backward falls back from (decision 0485). A CUDA graph
+    mode's lowerings are not stored: their runner records a graph per size over the
+    forward (decision 0456), which a stored recipe does not rebuild."""
     if manager is None or options.mode in CUDA_GRAPH_MODES:
         return lower
-    entries = SymbolicEntries(graph, options, manager)
+    entries = SymbolicEntries(graph, options, manager, traces)
 
     def cached(values: Mapping[str, int]) -> SymbolicLowering:
         found = entries.lookup(values)
@@ -97,9 +107,14 @@ class SymbolicEntries:
     """The ``symbolic`` cache entry of one torch-level graph with symbolic sizes."""
 
     def __init__(
-        self, graph: Graph, options: CompileOptions, manager: Callable[[], pluggy.PluginManager]
+        self,
+        graph: Graph,
+        options: CompileOptions,
+        manager: Callable[[], pluggy.PluginManager],
+        traces: Callable[[], SymbolicTraces | None] | None = None,
     ) -> None:
         self.graph = graph
+        self.traces = traces
         self.options = options
         self.manager = manager
         self.slots = input_symbol_slots(graph)
@@ -175,12 +190,38 @@ class SymbolicEntries:
                     tuple(map(str, layouts["carried"])),
                     device if layouts["carried"] else None,  # the carrier's (0440)
                 )
-                runner = sized_training_runner(aot, forward, backward, self.slots, metas)
+                eager = self._aten_backward(variant["aot"], hints)
+                runner = sized_training_runner(
+                    aot, forward, backward, self.slots, metas, None, eager
+                )
             if guards.refused:
                 raise BadRecord(f"a stored lowering's layouts read a size: {guards.refused[0]}")
         finally:
             guards.close()
         return runner
+
+    def _aten_backward(self, stored: Any, hints: Mapping[str, int]) -> EagerBackward | None:
+        """The ATen backward at given sizes that a stored lowering's backward falls back
+        to (decision 0485): the entry's symbolic trace's (made at the first fallback: a
+        cache hit traced nothing), only where that trace serves the sizes and ``hints``
+        (the stored lowering's) and its AOT record at ``hints`` is ``stored``: the same
+        partition, the same saved values. Otherwise None (the backward raises with its
+        note); None without traces."""
+        traces = self.traces
+        if traces is None:
+            return None
+
+        def at(values: Mapping[str, int]) -> Graph | None:
+            with torch.enable_grad():  # the backward runs with grad off: trace as the forward
+                made = traces()
+            found = None if made is None else made.trace_for(values)
+            if found is None or found[0].violated(hints):
+                return None
+            traced = found[0]
+            again = json.loads(json.dumps(aot_record(traced.at(hints))))
+            return traced.at(values).backward if again == stored else None
+
+        return at
 
     def _load(self, package: Any, device: torch.device) -> CompiledGraph:
         if not isinstance(package, dict):
@@ -207,7 +248,7 @@ class SymbolicEntries:
         if key is None or recording.traced is None or not made.serves(values):
             return
         try:
-            variant = self._variant(values, recording)
+            variant = self._variant(values, made, recording)
         except NotCacheable as reason:
             _STATS.not_cacheable += 1
             graph_cache.cache_log.debug("graph cache: symbolic lowering not stored: %s", reason)
@@ -218,7 +259,9 @@ class SymbolicEntries:
         stored = [*stored, variant][-max(1, self.options.symbolic_lowerings) :]
         graph_cache._write(self.options, key, KIND, "lowering for many sizes", {"variants": stored})
 
-    def _variant(self, values: Mapping[str, int], recording: Recording) -> dict[str, Any]:
+    def _variant(
+        self, values: Mapping[str, int], made: SymbolicLowering, recording: Recording
+    ) -> dict[str, Any]:
         traced = recording.traced
         assert traced is not None
         if enabled_autocast():
@@ -229,10 +272,11 @@ class SymbolicEntries:
         if aot.mutated_inputs or views or aliases:
             raise NotCacheable("a runner with write-backs, views or aliased outputs")
         conditions = [expression_text(c) for c in (*traced.guards, *recording.relied)]
-        compiled = recording.compiled
+        compiled = made.compiled
         if len(compiled) not in (1, 2):
             raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
-        (_, device, forward), *rest = compiled
+        first, *rest = compiled
+        device, forward = first.device, first.compiled
         training = torch.is_grad_enabled() and self._training
         if rest and (recording.training is None or aot.backward is None):
             raise NotCacheable("a forward and backward not made into a training runner here")
@@ -250,9 +294,9 @@ class SymbolicEntries:
             "layouts": None,
         }
         if rest:
-            ((_, _, backward),) = rest
+            (backward,) = rest
             metas: TrainingMetas = recording.training
-            variant["backward"] = package_record(backward.package)
+            variant["backward"] = package_record(backward.compiled.package)
             variant["layouts"] = {
                 "outputs": metas_record(metas.outputs),
                 "saved": metas_record(metas.saved),

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import torch
@@ -57,13 +57,14 @@ from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.inference import grad_off as _grad_off
 from torchstrata.runtime.runners import inference_runner, output_layout
 from torchstrata.runtime.size_variants import (
+    CompiledPart,
     LowerSymbolic,
     SizeSpecificFailure,
     SymbolicLowering,
 )
 from torchstrata.runtime.symbolic_cache import cached_lowerer
 from torchstrata.runtime.symbolic_outputs import inputs_for_aliases, sized_outputs
-from torchstrata.runtime.symbolic_recording import RecordingPipeline, note_lowering
+from torchstrata.runtime.symbolic_recording import note_lowering
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import (
     refuse_training,
@@ -72,7 +73,27 @@ from torchstrata.runtime.symbolic_training import (
 )
 
 
-def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], LowerSymbolic]:
+class LoweringStages(Protocol):
+    """What a lowering for many sizes runs of the pipeline
+    (:class:`~torchstrata.runtime.pipeline.Pipeline`)."""
+
+    def run_passes(
+        self, stage: str, graph: Graph, options: CompileOptions, records: list[PassRecord]
+    ) -> Graph:
+        """The plugins' passes of ``stage`` run over ``graph``."""
+
+    def decomposer(self, options: CompileOptions) -> Callable[[Graph, GraphContract], Graph | None]:
+        """The decomp stage as ``(ATen graph, contract) -> prims graph`` (None: none)."""
+
+    def codegen(
+        self, graph: Graph, options: CompileOptions, device: torch.device, contract: GraphContract
+    ) -> CompiledGraph | None:
+        """The codegen stage's compilation of a prims graph (None: none compiled it)."""
+
+
+def runner_lowerer(
+    pipeline: LoweringStages, options: CompileOptions
+) -> Callable[[Any], LowerSymbolic]:
     """``lower_symbolic`` of a :class:`~.dynamic_shapes.SizeSpecialisedRunner` (an
     entry's graph, or a segment's after a graph break): its graph lowered by
     :func:`symbolic_lowerer` from its symbolic traces (made at the first lowering), each
@@ -80,11 +101,10 @@ def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], Lo
     decision 0450), Dynamo's import deferred."""
     plugin_manager = getattr(pipeline, "plugin_manager", None)
     manager = None if plugin_manager is None else functools.partial(plugin_manager, options)
-    recorded = RecordingPipeline(pipeline)
 
     def lower_symbolic(runner: Any) -> LowerSymbolic:
-        lower = symbolic_lowerer(recorded, runner.graph, options, runner.symbolic_traces)
-        made = cached_lowerer(lower, runner.graph, options, manager)
+        lower = symbolic_lowerer(pipeline, runner.graph, options, runner.symbolic_traces)
+        made = cached_lowerer(lower, runner.graph, options, manager, runner.symbolic_traces)
 
         def deferred(values: Mapping[str, int]) -> SymbolicLowering:
             with dynamo_import_deferred():
@@ -96,14 +116,15 @@ def runner_lowerer(pipeline: Any, options: CompileOptions) -> Callable[[Any], Lo
 
 
 def symbolic_lowerer(
-    pipeline: Any,
+    pipeline: LoweringStages,
     graph: Graph,
     options: CompileOptions,
     traces: Callable[[], SymbolicTraces | None],
 ) -> LowerSymbolic:
     """``lower(values)``: ``graph`` (torch level, symbolic sizes) lowered by
     ``pipeline``'s stages at the sizes ``values`` for every size that meets what it
-    relied on; ``traces()`` gives the entry's symbolic traces (None: there are none)."""
+    relied on; ``traces()`` gives the entry's symbolic traces (None: there are none).
+    The lowering holds the graphs it compiled (``SymbolicLowering.compiled``)."""
 
     slots = input_symbol_slots(graph)
 
@@ -140,7 +161,10 @@ def symbolic_lowerer(
         elif training:
             refuse_training(aot)
         records: list[PassRecord] = []
-        for which in (aot.forward, aot.backward) if training else (aot.forward,):
+        checked = (
+            (aot.forward,) if not training or aot.backward is None else (aot.forward, aot.backward)
+        )
+        for which in checked:
             if pipeline.run_passes("post_aot", which, options, records) is not which:
                 raise NotImplementedError("the post_aot passes change a graph: per size")
         contract = forward_contract(aot, inference=not training)
@@ -178,13 +202,14 @@ def symbolic_lowerer(
         if device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"{device.type} kernels lower per size")
 
+        parts: list[CompiledPart] = []
+
         def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
             sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)
-            compiled = pipeline._call_stage(
-                "codegen", options, graph=sized, device=device, contract=contract
-            )
-            if not isinstance(compiled, CompiledGraph):
+            compiled = pipeline.codegen(sized, options, device, contract)
+            if compiled is None:
                 raise NotImplementedError("no codegen stage compiled the symbolic graph")
+            parts.append(CompiledPart(sized, device, compiled))
             return sized, compiled
 
         guards = SizeGuards(values)
@@ -197,7 +222,10 @@ def symbolic_lowerer(
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())
-                    runner = symbolic_training_runner(aot, forward, lowered, slots, outputs_at)
+                    eager = functools.partial(_aten_backward, traced)
+                    runner = symbolic_training_runner(
+                        aot, forward, lowered, slots, outputs_at, eager
+                    )
             if guards.refused:  # a site read a size as a number (even if it caught it)
                 raise SizeRead(guards.refused[0])
         except Exception as error:
@@ -209,9 +237,15 @@ def symbolic_lowerer(
             raise SizeSpecificFailure(_serves(traced, (*conditions, *guards.conditions))) from error
         finally:
             guards.close()  # memos made on its sizes serve no other lowering
-        return _lowering(traced, conditions, guards, runner, mutated)
+        return _lowering(traced, conditions, guards, runner, mutated, tuple(parts))
 
     return lower
+
+
+def _aten_backward(traced: SymbolicAot, values: Mapping[str, int]) -> Graph | None:
+    """The ATen backward graph of ``traced``'s partition at the sizes ``values`` (static):
+    what a first backward that raises falls back to (decision 0485)."""
+    return traced.at(values).backward
 
 
 def _lowering(
@@ -220,12 +254,16 @@ def _lowering(
     guards: SizeGuards,
     runner: Callable[..., Any],
     writes: tuple[int, ...],
+    compiled: tuple[CompiledPart, ...],
 ) -> SymbolicLowering:
     """The lowering with every condition it relied on: the trace's, the symbolic
-    decomposition's and the codegen's (``guards``); ``writes``: the inputs it writes."""
+    decomposition's and the codegen's (``guards``); ``writes``: the inputs it writes;
+    ``compiled``: the graphs it compiled."""
     relied = (*conditions, *guards.conditions)
     note_lowering(traced, relied)  # for the compiled-graph cache's entry
-    return SymbolicLowering(runner, _serves(traced, relied), tuple(map(str, relied)), writes=writes)
+    serves = _serves(traced, relied)
+    text = tuple(map(str, relied))
+    return SymbolicLowering(runner, serves, text, writes=writes, compiled=compiled)
 
 
 def _serves(traced: SymbolicAot, relied: tuple[Any, ...]) -> Callable[[Mapping[str, int]], bool]:

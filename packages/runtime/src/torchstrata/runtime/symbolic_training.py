@@ -41,10 +41,10 @@ from torchstrata.core import (
 from torchstrata.runtime.runners import (
     GraphRunner,
     OutputsAt,
-    call_boxed,
     saved_layout_mismatches,
     training_runner,
 )
+from torchstrata.runtime.symbolic_backward import EagerBackward, SizedBackward
 from torchstrata.runtime.symbolic_recording import note_training
 
 
@@ -243,19 +243,22 @@ def symbolic_training_runner(
     backward: tuple[Graph, CompiledGraph],
     slots: Mapping[str, tuple[int, int]],
     outputs_at: OutputsAt | None = None,
+    eager: EagerBackward | None = None,
 ) -> GraphRunner:
     """The runner of a forward and a backward lowered once for many sizes (each a sized
     prims graph and its compiled form, of one ``SizeGuards``), as the per-size path's
     :func:`~.runners.training_runner` with its metadata at each call's sizes; ``aot``:
     the partition at the lowering's sizes (only its counts and constants are read);
-    ``outputs_at``: the output aliases and views at each call's sizes. Within
+    ``outputs_at``: the output aliases and views at each call's sizes; ``eager``: the
+    ATen backward graph at a call's sizes, which a size's first backward falls back to
+    where the compiled one raises (:mod:`.symbolic_backward`). Within
     ``SizeGuards.active()``; raises ``NotImplementedError`` where the forward returns a
     saved value in another layout than the backward takes."""
     (forward_graph, forward_fn), (backward_graph, backward_fn) = forward, backward
     refuse_other_layouts(saved_outputs(forward_graph, aot), backward_graph, aot.num_saved)
     metas = training_metas(aot, forward_graph, backward_graph)
     note_training(metas)  # for the compiled-graph cache's entry (decision 0450)
-    return sized_training_runner(aot, forward_fn, backward_fn, slots, metas, outputs_at)
+    return sized_training_runner(aot, forward_fn, backward_fn, slots, metas, outputs_at, eager)
 
 
 @attrs.frozen
@@ -298,45 +301,22 @@ def sized_training_runner(
     slots: Mapping[str, tuple[int, int]],
     metas: TrainingMetas,
     outputs_at: OutputsAt | None = None,
+    eager: EagerBackward | None = None,
 ) -> GraphRunner:
     """The training runner of a compiled ``forward`` and ``backward`` lowered for many
     sizes, their metadata ``metas`` computed at each call's sizes (within the lowering's
     ``SizeGuards.active()``; ``outputs_at``: the output aliases and views at each
-    call's sizes): what :func:`symbolic_training_runner` makes, and what the
-    compiled-graph cache makes again from a stored lowering (decision 0450)."""
+    call's sizes; ``eager``: the ATen backward graph at given sizes, None: a backward
+    that raises does not fall back): what :func:`symbolic_training_runner` makes, and
+    what the compiled-graph cache makes again from a stored lowering (decision 0450)."""
     sized = SizedMetas(slots, metas.outputs, metas.saved, metas.carried, metas.device)
-    noted = NotedBackward(backward)
-    return training_runner(forward, noted, aot, None, sized=sized, outputs_at=outputs_at)
-
-
-#: the note an exception of such a backward carries (decision 0430)
-BACKWARD_NOTE = (
-    "torchstrata: the backward of a training graph lowered once for many sizes raised; "
-    "its forward's outputs were returned already, so this step cannot fall back (a "
-    "forward that raises does); compile with options={'symbolic_lowering': False} to "
-    "lower each size on its own"
-)
-
-
-class NotedBackward:
-    """A backward lowered once for many sizes, whose exceptions carry
-    :data:`BACKWARD_NOTE` (``add_note``: their type and message stay). Called as the
-    compiled function, or boxed (its launcher frees each input at its last use)."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, *inputs: Any) -> Any:
-        try:
-            return self.fn(*inputs)
-        except Exception as error:
-            error.add_note(BACKWARD_NOTE)
-            raise
-
-    def boxed(self, inputs: list[Any]) -> Any:
-        """The function called on ``inputs``, emptying the list (``runners.call_boxed``)."""
-        try:
-            return call_boxed(self.fn, inputs)
-        except Exception as error:
-            error.add_note(BACKWARD_NOTE)
-            raise
+    backwards = SizedBackward(backward, sorted(slots), eager)
+    return training_runner(
+        forward,
+        backward,
+        aot,
+        None,
+        sized=sized,
+        outputs_at=outputs_at,
+        backward_at=backwards.at,
+    )
