@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import sympy  # type: ignore[import-untyped]
-from torch.utils._sympy.functions import FloorDiv, PythonMod
+from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, IntTrueDiv, PythonMod
 
 from torchstrata.core import SizeGuards, SizeRead, python_source, size_printer
 
@@ -47,6 +47,9 @@ EXPRESSIONS = [
     sympy.Max(1, FloorDiv(_S0, 3)),
     sympy.Min(_S0 - 4, _S1),
     FloorDiv(_S0 * _S0 + 1, 2),
+    # ``math.ceil(s0 / 32) * 32`` of a meta function (a CUDA attention's log-sum-exp)
+    32 * CeilToInt(IntTrueDiv(_S0, 32)),
+    FloorToInt(IntTrueDiv(_S0 - 7, _S1)),
 ]
 
 

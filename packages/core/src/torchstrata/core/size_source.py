@@ -58,6 +58,8 @@ class UnprintableSize(ValueError):
 #: torch.utils._sympy.functions names (the ShapeEnv's sizes) by what they compute
 _FLOOR_DIVS = frozenset({"FloorDiv", "CleanDiv"})
 _PYTHON_MODS = frozenset({"Mod", "PythonMod"})  # sympy's Mod floors too
+#: ``CeilToInt``/``FloorToInt`` of an ``IntTrueDiv``: ``math.ceil(a / b)`` of int sizes
+_ROUNDED_DIVS = frozenset({"CeilToInt", "FloorToInt"})
 
 
 class SourcePrinter:
@@ -91,6 +93,11 @@ class SourcePrinter:
             numerator, denominator = expr.args[0].as_numer_denom()
             divide = self.floordiv if isinstance(expr, sympy.floor) else self.ceildiv
             return divide(numerator, denominator)
+        if name in _ROUNDED_DIVS and type(expr.args[0]).__name__ == "IntTrueDiv":
+            # ``math.ceil(s0 / 32)`` of a meta function (a CUDA attention's padded
+            # log-sum-exp): the rounded quotient of two sizes is a floor or ceiling division
+            divide = self.ceildiv if name == "CeilToInt" else self.floordiv
+            return divide(*expr.args[0].args)
         if name in _FLOOR_DIVS:
             return self.floordiv(*expr.args)
         if name == "CeilDiv":
