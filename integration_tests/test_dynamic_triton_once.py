@@ -204,3 +204,58 @@ def test_a_slice_write_at_a_size_offset_lowers_once():
         torch.testing.assert_close(cache, expected_cache)
     stats = tsr.size_lowering_stats()
     assert stats == {"symbolic": 1, "reused": 7}, stats
+
+
+def halves_summed(x):
+    t = x.shape[1]
+    return x[:, : t // 2].sum(1) - x[:, t - t // 2 :].sum(1)
+
+
+@pytest.mark.triton
+def test_halves_one_long_lower_in_their_bucket():
+    # at 2 and 3 the halves are one long: the decomposition compared ``t // 2 > 1`` (the
+    # size broke that condition and lowered on its own, 0408) and the index algebra made
+    # a one-long loop a constant. Now both lengths lower symbolically, in the bucket of
+    # the half-length 1 (decision 0480)
+    halves = (16, 17, 2, 3, 5, 33, 9, 8)
+    stats = _run_all(halves_summed, lambda n: (torch.randn(2, n, 3),), lengths=halves)
+    assert stats["symbolic"] == _buckets([n // 2 for n in halves]), stats
+
+
+def last_third(x):
+    return x[..., -(x.shape[-1] // 3) :] * 2
+
+
+@pytest.mark.triton
+def test_a_slice_one_column_wide_lowers_for_its_widths():
+    # at 3 to 5 columns the slice is one column wide (a trace of its own: the slice's
+    # meta specialises a size of 1); its kernel derived the column from the flat index
+    # by ``stride != 1``, pinning ``Eq(s0//3, 1)`` (a size read). A symbolic stride now
+    # divides at every size (decision 0480)
+    compiled = tsr.compile(last_third, dynamic=True, codegen="triton")
+    sizes = (16, 17, 5, 33, 4, 9, 3)
+    for columns in sizes:
+        x = torch.randn(3, columns)
+        torch.testing.assert_close(compiled(x), last_third(x))
+    stats = tsr.size_lowering_stats()
+    assert stats == {"symbolic": 2, "reused": len(sizes) - 2}, stats
+
+
+def repeat_and_roll(x):
+    return x.repeat(2, 1), torch.roll(x, 1, 0), torch.tile(x, (1, 2))
+
+
+@pytest.mark.triton
+def test_a_roll_lowers_for_many_lengths():
+    # the roll's two loads of a ``where`` have offsets equal at 2 rows only: matching them
+    # by value pinned ``Eq(s0 - 2, 0)`` (spelled in nested Mod/floor forms of ``1 % s0``,
+    # which every size decides is 1). Matched by expression, and the shift simplified,
+    # every length lowers symbolically; 2 rows (the wrapped run empty) on its own range
+    compiled = tsr.compile(repeat_and_roll, dynamic=True, codegen="triton")
+    sizes = (16, 17, 5, 33, 2, 9, 3)
+    for rows in sizes:
+        x = torch.randn(rows, 3)
+        for got, want in zip(compiled(x), repeat_and_roll(x), strict=True):
+            torch.testing.assert_close(got, want)
+    stats = tsr.size_lowering_stats()
+    assert stats == {"symbolic": 2, "reused": len(sizes) - 2}, stats

@@ -16,7 +16,7 @@ the result equals the expression at every size: nothing is recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: torch's names (``torch.utils._sympy.functions``) of a floored modulo and quotient
@@ -31,15 +31,16 @@ def simplified_sizes(expr: Any, always: Callable[[Any], bool]) -> Any:
     """``expr`` (sympy, over size symbols) with each ``Mod`` and floor division that
     ``always`` (whether a sympy relation holds at every size) decides replaced by its
     value (see the module docstring); ``expr`` itself where none is."""
-    if not any(type(node).__name__ in _MODULOS | _QUOTIENTS | {"floor"} for node in _walk(expr)):
-        return expr
     found = _SIMPLIFIED.get(expr)
     if found is None:
-        found = _SIMPLIFIED[expr] = expr.replace(_decidable, lambda e: _value(e, always))
+        found = expr
+        if any(_decidable(node) for node in _walk(expr)):
+            found = expr.replace(_decidable, lambda e: _value(e, always))
+        _SIMPLIFIED[expr] = found
     return found
 
 
-def _walk(expr: Any) -> Any:
+def _walk(expr: Any) -> Iterator[Any]:
     yield expr
     for arg in getattr(expr, "args", ()):
         yield from _walk(arg)

@@ -318,7 +318,7 @@ def _generate_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
-    names = {length: RED_LEN_PARAM} if _named_length(length) else {}
+    names = _length_names(length)
     cats = cat_names(kernel)
     # a division by a cat's size stays a literal in the SIMD loop (or one of its ranges)
     inner = outer_vars_of(kernel)[1][-1].name
@@ -521,10 +521,12 @@ def _split_picks(
     return picks, rest
 
 
-def _named_length(length: int | SizeValue | None) -> bool:
-    """Whether the reduced length prints as ``red_len``: a literal 1 never does (every 1
-    would print so); a symbolic length at every size, 1 included (decision 0480)."""
-    return length is not None and (type(length) is SizeValue or length >= 2)
+def _length_names(length: int | None) -> dict[int, str]:
+    """The reduced length printed as ``red_len``: a literal 1 never (every 1 would print
+    so); a symbolic length at every size, 1 included (decision 0480)."""
+    if length is None or (type(length) is not SizeValue and length < 2):
+        return {}
+    return {length: RED_LEN_PARAM}
 
 
 def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
@@ -533,7 +535,7 @@ def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]
     (``rows`` times its inner loops' literal trip counts)."""
     length = reduced_length(kernel)
     if length is not None:
-        return {length: RED_LEN_PARAM} if _named_length(length) else {}
+        return _length_names(length)
     if kernel.red_shape or outer_rows(kernel) is None:
         return {}
     inner = math.prod(v.size for v in inner_vars) if outer_vars else 1
