@@ -13,6 +13,7 @@ from torchstrata.inductor.codegen.triton.printer import derive_lines
 from torchstrata.inductor.codegen.triton.size_source import TritonSizePrinter
 from torchstrata.inductor.ir.exprs import Constant, IndexValue, Load, Op
 from torchstrata.inductor.ir.indexing import Index, Var
+from torchstrata.inductor.ir.ranges import condition_runs
 
 F32 = torch.float32
 
@@ -52,3 +53,19 @@ def test_loads_equal_at_one_size_only_are_each_guarded():
         shifted: BranchGuard(condition, False),
     }
     assert guards.conditions == [] and not guards.refused
+
+
+def test_a_run_that_starts_at_the_loops_end_decides_nothing():
+    # ``x0 - 1 < 0`` may change where the difference crosses 0 and 1 (``x0`` = 1, 2): at
+    # 2 rows the second crossing is the loop's end. Comparing ``2 < s0`` split the
+    # lowering at 2; a possibly empty run there is right at every size
+    guards = SizeGuards({"s0": 2})
+    rows = guards.symbol("s0")
+    shifted = IndexValue(Index.of(Var("x0", rows)) + (-1), torch.int64)
+    condition = Op("lt", (shifted, Constant(0, torch.int64)), torch.bool)
+    with guards.active():
+        runs = condition_runs(condition, Var("x0", rows))
+    assert runs == [(0, True), (1, False)]
+    # only the index value's int64 bound, true at every size it can be
+    assert [str(c) for c in guards.conditions] == ["s0 - 2 <= 9223372036854775807"]
+    assert not guards.refused
