@@ -317,3 +317,20 @@ def test_rows_as_many_as_the_width_in_a_training_step_stay_symbolic():
         for got, want in zip(*grads, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 4}
+
+
+def halves_summed(x):
+    t = x.shape[1]
+    return x[:, : t // 2].sum(1) - x[:, t - t // 2 :].sum(1)
+
+
+def test_halves_one_long_lower_with_the_other_lengths():
+    # at 2 and 3 the halves are one long: the decomposition's ``same_layout`` compared
+    # ``t // 2 > 1`` (a condition the size broke: lowered on its own), and the C++ row
+    # kernel named its length only from 2. No size decides either now (decision 0480)
+    torch.manual_seed(0)
+    compiled = tsr.compile(halves_summed, dynamic=True, codegen="cpp")
+    sizes = (16, 17, 2, 3, 5, 33, 9)
+    for length in sizes:
+        _check(compiled, halves_summed, (torch.randn(2, length, 3),))
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": len(sizes) - 1}

@@ -204,3 +204,67 @@ def test_a_slice_write_at_a_size_offset_lowers_once():
         torch.testing.assert_close(cache, expected_cache)
     stats = tsr.size_lowering_stats()
     assert stats == {"symbolic": 1, "reused": 7}, stats
+
+
+def halves_summed(x):
+    t = x.shape[1]
+    return x[:, : t // 2].sum(1) - x[:, t - t // 2 :].sum(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_halves_one_long_lower_in_their_bucket(device):
+    # at 2 and 3 the halves are one long: the decomposition compared ``t // 2 > 1`` (the
+    # size broke that condition and lowered on its own, 0408) and the index algebra made
+    # a one-long loop a constant. Now both lengths lower symbolically, in the bucket of
+    # the half-length 1 (decision 0480); on a GPU, maybe one more (0400)
+    halves = (16, 17, 2, 3, 5, 33, 9, 8)
+    inputs = lambda n: (torch.randn(2, n, 3, device=device),)  # noqa: E731
+    stats = _run_all(halves_summed, inputs, lengths=halves, device=device)
+    buckets = _buckets([n // 2 for n in halves])
+    assert buckets <= stats["symbolic"] <= buckets + (device == "cuda"), stats
+
+
+def last_third(x):
+    return x[..., -(x.shape[-1] // 3) :] * 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_slice_one_column_wide_lowers_for_its_widths(device):
+    # at 3 to 5 columns the slice is one column wide (a trace of its own: the slice's
+    # meta specialises a size of 1); its kernel derived the column from the flat index
+    # by ``stride != 1``, pinning ``Eq(s0//3, 1)`` (a size read). A symbolic stride now
+    # divides at every size (decision 0480)
+    compiled = tsr.compile(last_third, dynamic=True, codegen="triton")
+    sizes = (16, 17, 5, 33, 4, 9, 3)
+    for columns in sizes:
+        x = torch.randn(3, columns, device=device)
+        torch.testing.assert_close(compiled(x), last_third(x))
+    _assert_lowered(tsr.size_lowering_stats(), len(sizes), 2, device)
+
+
+def repeat_and_roll(x):
+    return x.repeat(2, 1), torch.roll(x, 1, 0), torch.tile(x, (1, 2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_roll_lowers_for_many_lengths(device):
+    # the roll's two loads of a ``where`` have offsets equal at 2 rows only: matching them
+    # by value pinned ``Eq(s0 - 2, 0)`` (spelled in nested Mod/floor forms of ``1 % s0``,
+    # which every size decides is 1), and the wrapped run's start compared ``2 < s0``.
+    # Matched by expression, the shift simplified and the run allowed to be empty, one
+    # lowering serves every length (decision 0480)
+    compiled = tsr.compile(repeat_and_roll, dynamic=True, codegen="triton")
+    sizes = (16, 17, 5, 33, 2, 9, 3)
+    for rows in sizes:
+        x = torch.randn(rows, 3, device=device)
+        for got, want in zip(compiled(x), repeat_and_roll(x), strict=True):
+            torch.testing.assert_close(got, want)
+    _assert_lowered(tsr.size_lowering_stats(), len(sizes), 1, device)
+
+
+def _assert_lowered(stats: dict[str, int], sizes: int, lowerings: int, device: str) -> None:
+    """Each of ``sizes`` sizes ran a symbolic lowering, ``lowerings`` of them made (on a
+    GPU, maybe one more: the multiples of 16, decision 0400), none per size."""
+    assert set(stats) == {"symbolic", "reused"}, stats
+    assert stats["symbolic"] + stats["reused"] == sizes, stats
+    assert lowerings <= stats["symbolic"] <= lowerings + (device == "cuda"), stats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import torch
@@ -38,7 +39,24 @@ def same_layout(shape: Sequence[int], strides: Sequence[int], other: Sequence[in
     dimensions' strides do not count; any two layouts of at most one element agree)."""
     if math.prod(shape) <= 1:
         return True
-    return all(a == b for size, a, b in zip(shape, strides, other, strict=True) if size > 1)
+    # one stride expression on both sides agrees at every size: no size is compared (a
+    # slice ``x[:, :t // 2]`` would otherwise decide ``t // 2 > 1``, decision 0480)
+    return all(
+        _one_expression(a, b) or not size > 1 or a == b
+        for size, a, b in zip(shape, strides, other, strict=True)
+    )
+
+
+def _one_expression(a: Any, b: Any) -> bool:
+    """Whether two strides are one value at every size, deciding nothing: equal ints, or
+    symbolic sizes (``SymInt``, a lowering's sizes) of one expression."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return bool(a.node.expr == b.node.expr)
+    if getattr(a, "is_size_value", False) and getattr(b, "is_size_value", False):
+        return bool(a.guards is b.guards and a.expr == b.expr)
+    return False
 
 
 def broadcast_strides(

@@ -48,6 +48,7 @@ import torch
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
 from torchstrata.core.size_conditions import conditions_check as conditions_check
+from torchstrata.core.size_forms import simplified_sizes
 from torchstrata.core.size_source import UnprintableSize, active_printer, python_source
 from torchstrata.core.symbolic_graphs import concretize_graph
 
@@ -123,6 +124,11 @@ class SizeGuards:
         if not free:
             return int(expr)
         expr = expr.xreplace({s: self._symbols[s.name] for s in free})
+        # ``Mod(1, s0)`` is 1 at every size (each is at least 2): kept, it prints into
+        # kernels and splits lowerings on conditions that say less (decision 0480)
+        expr = simplified_sizes(expr, _always)
+        if not expr.free_symbols:
+            return int(expr)
         return SizeValue(expr, _evaluate(expr, self.hints), self)
 
     def record(self, condition: Any, outcome: bool) -> None:
@@ -196,6 +202,19 @@ def _substituted(expr: Any, values: Mapping[str, int]) -> Any:
 
 def _evaluate(expr: Any, values: Mapping[str, int]) -> int:
     return int(_substituted(expr, values))
+
+
+def _floor_division(a: Any, b: Any) -> Any:
+    return simplified_sizes(_sympy().floor(a / b), _always)
+
+
+def _modulo(a: Any, b: Any) -> Any:
+    return simplified_sizes(_sympy().Mod(a, b), _always)
+
+
+def _always(fact: Any) -> bool:
+    """Whether ``fact`` holds at every size (:func:`_decided`)."""
+    return _decided(fact) is _sympy().true
 
 
 def _decided(fact: Any) -> Any:
@@ -366,6 +385,25 @@ def same_sizes(left: Sequence[Any], right: Sequence[Any]) -> bool:
     return len(left) == len(right) and all(map(same_size, left, right))
 
 
+#: set within :func:`compared_by_expression`
+_BY_EXPRESSION: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "torchstrata_sizes_by_expression", default=False
+)
+
+
+@contextlib.contextmanager
+def compared_by_expression() -> Iterator[None]:
+    """Within the block, ``==`` of a size is :func:`same_size` (deciding nothing), also
+    inside objects compared field by field: for a site asking whether two index trees
+    are one tree, where "not the same" is right at every size. A size of a roll's offset
+    equal to another at one size only (``Eq(s0 - 2, 0)``) would pin the lowering (0480)."""
+    token = _BY_EXPRESSION.set(True)
+    try:
+        yield
+    finally:
+        _BY_EXPRESSION.reset(token)
+
+
 class SizeValue:
     """One size of a symbolic lowering: ``expr`` (sympy, over the symbols of
     ``guards``) and ``hint`` (its value in the call being lowered). See the module
@@ -410,17 +448,18 @@ class SizeValue:
     def __rmul__(self, other: Any) -> Any:
         return self._arith(other, lambda a, b: a * b, lambda a, b: a * b, True)
 
+    # a quotient or modulo that every size decides is its value (``1 % s0`` is 1: 0480)
     def __floordiv__(self, other: Any) -> Any:
-        return self._arith(other, lambda a, b: _sympy().floor(a / b), lambda a, b: a // b)
+        return self._arith(other, _floor_division, lambda a, b: a // b)
 
     def __rfloordiv__(self, other: Any) -> Any:
-        return self._arith(other, lambda a, b: _sympy().floor(a / b), lambda a, b: a // b, True)
+        return self._arith(other, _floor_division, lambda a, b: a // b, True)
 
     def __mod__(self, other: Any) -> Any:
-        return self._arith(other, _sympy().Mod, lambda a, b: a % b)
+        return self._arith(other, _modulo, lambda a, b: a % b)
 
     def __rmod__(self, other: Any) -> Any:
-        return self._arith(other, _sympy().Mod, lambda a, b: a % b, True)
+        return self._arith(other, _modulo, lambda a, b: a % b, True)
 
     def __neg__(self) -> Any:
         return SizeValue(-self.expr, -self.hint, self.guards)
@@ -457,8 +496,8 @@ class SizeValue:
             return other is self
         if type(other) is SizeValue and other.guards is self.guards and other.expr == self.expr:
             return True  # the same size at every size: no guard
-        if type(other) is SizeValue and other.guards is not self.guards:
-            return False  # sizes of two lowerings: never the same key
+        if (type(other) is SizeValue and other.guards is not self.guards) or _BY_EXPRESSION.get():
+            return False  # sizes of two lowerings, or another expression: not the same
         if isinstance(other, numbers.Number) and type(other) not in (int, bool):
             # a float, a numpy or torch scalar: Python would answer False unseen
             raise self.guards.refuse(f"{self.expr} == {other!r}")

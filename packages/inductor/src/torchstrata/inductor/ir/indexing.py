@@ -73,8 +73,10 @@ class Index:
 
     @staticmethod
     def of(atom: Atom) -> Index:
-        """The index ``atom``; a variable of size 1 is the constant 0."""
-        if isinstance(atom, Var) and atom.size <= 1:
+        """The index ``atom``; a variable of size 1 is the constant 0. A variable of a
+        symbolic size stays a variable, right at every size, 1 included (deciding
+        ``size > 1`` would split a lowering at the sizes that make it 1, decision 0480)."""
+        if isinstance(atom, Var) and type(atom.size) is not SizeValue and atom.size <= 1:
             return Index()
         return Index(((atom, 1),), 0)
 

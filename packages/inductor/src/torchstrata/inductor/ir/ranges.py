@@ -150,13 +150,23 @@ def condition_runs(op: Op, var: Var) -> list[tuple[int, bool]] | None:
         # Within a piece the value is affine, so "value < t" flips at most once per t;
         # every comparison with 0 is decided by "value < 0" and "value < 1".
         starts = {piece.start} | {
-            p for t in (0, 1) if piece.start < (p := _crossing(piece, t)) < piece.stop
+            p for t in (0, 1) if piece.start < (p := _crossing(piece, t)) and _before(p, piece)
         }
         for start in sorted(starts):
             value = compare(piece.slope * start + piece.offset, 0)
             if not runs or runs[-1][1] != value:
                 runs.append((start, value))
     return runs
+
+
+def _before(position: int, piece: Piece) -> bool:
+    """Whether a run starting at ``position`` lies in ``piece``. A symbolic one may be
+    empty (at its stop: a roll's wrapped run at 2 rows), which every user of the runs
+    reads right (an empty loop range, a masked load), where deciding ``position <
+    stop`` would split the lowering at the sizes that make it empty (decision 0480)."""
+    if type(position) is SizeValue or type(piece.stop) is SizeValue:
+        return position <= piece.stop
+    return position < piece.stop
 
 
 def _crossing(piece: Piece, threshold: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from torchstrata.core import same_size, size_printer
+from torchstrata.core import SizeValue, same_size, size_printer
 from torchstrata.inductor.codegen.cat_bounds import cat_names, cat_params
 from torchstrata.inductor.codegen.cpp.checks import flag_arguments
 from torchstrata.inductor.codegen.cpp.columns import (
@@ -318,7 +318,7 @@ def _generate_cpp(kernel: Kernel, simd_functions: frozenset[str]) -> str:
     if uses_column_loop(kernel):
         return generate_column_cpp(kernel, simd_functions)
     length = reduced_length(kernel)
-    names = {length: RED_LEN_PARAM} if length is not None and length >= 2 else {}
+    names = _length_names(length)
     cats = cat_names(kernel)
     # a division by a cat's size stays a literal in the SIMD loop (or one of its ranges)
     inner = outer_vars_of(kernel)[1][-1].name
@@ -521,13 +521,21 @@ def _split_picks(
     return picks, rest
 
 
+def _length_names(length: int | None) -> dict[int, str]:
+    """The reduced length printed as ``red_len``: a literal 1 never (every 1 would print
+    so); a symbolic length at every size, 1 included (decision 0480)."""
+    if length is None or (type(length) is not SizeValue and length < 2):
+        return {}
+    return {length: RED_LEN_PARAM}
+
+
 def _counts(kernel: Kernel, outer_vars: Sequence[Var], inner_vars: Sequence[Var]) -> dict[int, str]:
     """The element counts ``kernel``'s source computes from its size arguments (decision
     0310): a row kernel's reduced length (``red_len``), a pointwise kernel's elements
     (``rows`` times its inner loops' literal trip counts)."""
     length = reduced_length(kernel)
     if length is not None:
-        return {length: RED_LEN_PARAM} if length >= 2 else {}
+        return _length_names(length)
     if kernel.red_shape or outer_rows(kernel) is None:
         return {}
     inner = math.prod(v.size for v in inner_vars) if outer_vars else 1

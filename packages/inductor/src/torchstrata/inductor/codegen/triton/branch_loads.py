@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from torchstrata.core import compared_by_expression
 from torchstrata.inductor.ir.exprs import Expr, Load, Op, children, walk
 from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var
 from torchstrata.inductor.ir.ranges import condition_runs, substitute
@@ -37,8 +38,15 @@ def branch_guards(roots: Iterable[Expr]) -> dict[Load, BranchGuard]:
 
     Conservative: a load (or any op on its way up) used by two distinct parents, used
     directly by a root, used as the position of an indirect load, or reaching the
-    ``where`` as its condition is not guarded.
+    ``where`` as its condition is not guarded. Expressions are matched as trees, their
+    symbolic sizes by expression: two loads equal at one size only (a roll's two sides
+    at 2 rows) are two loads, each guarded, right at every size (decision 0480).
     """
+    with compared_by_expression():
+        return _branch_guards(roots)
+
+
+def _branch_guards(roots: Iterable[Expr]) -> dict[Load, BranchGuard]:
     roots = list(roots)
     parents: dict[Expr, set[Expr]] = {}
     nodes: list[Expr] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torchstrata.core import SizeValue
 from torchstrata.inductor.codegen.cat_bounds import cat_names
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import named_sizes, number
@@ -107,7 +108,9 @@ def generate_triton(
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
     # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
     length = kernel.row_length if kernel.red_shape else 0
-    lengths = {length: RED_PARAM} if length >= 2 else {}
+    # a symbolic length is named at every size, 1 included (a literal 1 never: every 1
+    # would print so); deciding ``length >= 2`` would split the lowering (decision 0480)
+    lengths = {length: RED_PARAM} if type(length) is SizeValue or length >= 2 else {}
     # rows as many as the row is long: a column reduction's reduced stride is its rows, a
     # row kernel's row stride its length, at every size (decision 0361)
     rows = _rows_name(kernel)

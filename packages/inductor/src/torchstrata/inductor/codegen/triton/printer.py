@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from torchstrata.core import SizeValue, wrapped_integer
+from torchstrata.core import SizeValue, same_size, wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
@@ -403,7 +403,9 @@ def derive_lines(vars_: Sequence[Var], flat: str) -> list[str]:
     lines = []
     over = frozenset({flat})
     for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
-        text = f"{flat} // {divisor(stride, over)}" if stride != 1 else flat
+        # a symbolic stride divides at every size, 1 included (``x[..., -(n // 3):]``:
+        # deciding ``stride != 1`` pinned the sizes where it is 1, decision 0480)
+        text = flat if same_size(stride, 1) else f"{flat} // {divisor(stride, over)}"
         size = divisor(var.size, over)
         lines.append(f"{var.name} = {f'({text}) % {size}' if dim > 0 else text}")
     return lines
