@@ -97,3 +97,22 @@ def test_dynamic_false_keeps_segments_static():
     _call_all(compiled, branch_and_break, (4, 5, 6))
     assert len(compiled.cache) == 3
     assert not any(program.dynamic for program in _programs(compiled))
+
+
+def break_first(x, w):
+    graph_break()  # before any op: the frame does not start with a graph
+    return torch.tanh(x @ w).sum(0)
+
+
+def test_a_frame_refused_symbolic_says_which_break(caplog):
+    # the log line of a frame compiled static per shape names the breaks its symbolic
+    # capture met (on CUDA it was the only clue: decision 0206's refusal said no more)
+    compiled = rt.compile(break_first, codegen="eager", dynamic=True)
+    w = torch.randn(8, 4)
+    with caplog.at_level("INFO", logger="torchstrata.runtime"):
+        for rows in (4, 5):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(compiled(x, w), break_first(x, w))
+    refusals = [r.getMessage() for r in caplog.records if "static per shape" in r.getMessage()]
+    assert refusals, caplog.text
+    assert all("test_dynamic_breaks.py" in text and "graph_break" in text for text in refusals)

@@ -308,7 +308,12 @@ def eligible(capture: CaptureResult, options: CompileOptions) -> None:
     """Raise :class:`SymbolicRefused` unless the symbolic capture can run as one graph
     lowered per size: what is not symbolic-capable yet compiles static per shape."""
     if capture.program is None or len(capture.graphs) != 1:
-        raise SymbolicRefused("only frames that start with a graph are symbolic-capable yet")
+        found = f"{len(capture.graphs)} graphs" if capture.program is not None else "no program"
+        breaks = "; ".join(str(broken) for broken in capture.graph_breaks[:3])
+        raise SymbolicRefused(
+            "only frames that start with a graph are symbolic-capable yet "
+            f"(the symbolic capture made {found}{': ' + breaks if breaks else ''})"
+        )
     graph = capture.graphs[0]
     devices = {m.device.type for m in graph.input_metas if isinstance(m, TensorMeta)}
     if devices - set(SYMBOLIC_DEVICES):
