@@ -339,6 +339,33 @@ def test_inference_under_cpu_autocast_lowers_once_per_state():
     _lowered_once(tsr.size_lowering_stats(), most=3)
 
 
+def test_autocast_dtype_runs_of_a_symbolic_capture_take_the_calls_sizes(monkeypatch):
+    # the fake runs that find autocast's casts get the call's sizes, not the capture's
+    # symbolic ones (a mode of their own, no ShapeEnv: on CUDA such runs failed and the
+    # frame compiled static per shape); the casts, and so the results, are the same
+    from torchstrata.capture import autocast as capture_autocast
+
+    shapes = []
+    real = capture_autocast._fake
+
+    def recorded(var, cast_to, region):
+        value = real(var, cast_to, region)
+        if isinstance(value, torch.Tensor):
+            shapes.append((tuple(value.shape), tuple(value.stride())))
+        return value
+
+    monkeypatch.setattr(capture_autocast, "_fake", recorded)
+    capture_autocast._CHOICES.clear()
+    w = torch.randn(16, 16)
+    compiled = tsr.compile(gelu_matmul, codegen="cpp", dynamic=True)
+    for size in (5, 9):
+        x = torch.randn(size, 16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.testing.assert_close(compiled(x, w), gelu_matmul(x, w), **BF16)
+    assert tsr.size_lowering_stats().get("symbolic", 0) >= 1
+    assert shapes and all(type(n) is int for shape in shapes for part in shape for n in part)
+
+
 def test_training_under_cpu_autocast():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))

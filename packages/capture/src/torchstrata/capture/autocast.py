@@ -37,7 +37,7 @@ from torchstrata.capture.variables import (
     Var,
     python_value,
 )
-from torchstrata.core import OpKind, OpRef, enabled_autocast
+from torchstrata.core import OpKind, OpRef, enabled_autocast, size_hint
 
 if TYPE_CHECKING:  # only for annotations: the tracer imports this module
     from torchstrata.capture.tracer import Tracer
@@ -96,11 +96,27 @@ def _fake(var: Var, cast_to: torch.dtype | None, region: Region) -> Any:
     if isinstance(var, TensorVar):
         meta = var.meta
         dtype = cast_to if cast_to is not None and _eligible(meta, region, cast_to) else meta.dtype
-        return torch.empty_strided(meta.shape, meta.strides, dtype=dtype, device=meta.device)
+        shape, strides = _hinted(meta.shape), _hinted(meta.strides)
+        return torch.empty_strided(shape, strides, dtype=dtype, device=meta.device)
     if isinstance(var, SequenceVar):
         items = [_fake(item, cast_to, region) for item in var.items]
         return items if var.is_list else tuple(items)
-    return python_value(var)
+    value = python_value(var)
+    return _hinted((value,))[0] if isinstance(value, torch.SymInt) else value
+
+
+def _hinted(sizes: Any) -> tuple[Any, ...]:
+    """``sizes`` with each symbolic size replaced by its value in the call being traced
+    (no guard): autocast's dtypes do not depend on sizes, and the fake run has a mode of
+    its own, not the capture's ShapeEnv (symbolic sizes there failed on CUDA: the frame
+    compiled static per shape). A size without a value (data-dependent) stays symbolic."""
+    hinted = []
+    for size in sizes:
+        try:
+            hinted.append(size_hint(size) if isinstance(size, torch.SymInt) else size)
+        except ValueError:
+            hinted.append(size)
+    return tuple(hinted)
 
 
 def _result_dtypes(
