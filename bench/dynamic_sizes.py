@@ -445,6 +445,18 @@ def _steady_rows(
         )
 
 
+def spread(workload: Workload, count: int | None) -> Workload:
+    """``workload`` with ``count`` of its sizes, spread evenly over its list (the first and
+    the last kept); all of them when ``count`` is ``None`` or not fewer."""
+    calls = workload.calls
+    if count is None or count >= len(calls):
+        return workload
+    if count < 2:
+        raise ValueError("--sizes takes at least 2")
+    picked = [calls[round(i * (len(calls) - 1) / (count - 1))] for i in range(count)]
+    return attrs.evolve(workload, calls=picked, sizes=f"{workload.sizes}, {count} of them")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", default="", help="comma-separated workload names")
@@ -461,6 +473,9 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds (wall, from the start): a contender's first calls at a workload "
         "starting after them are skipped (a row says so); the steady rounds of those that "
         "compiled still run",
+    )
+    parser.add_argument(
+        "--sizes", type=int, default=None, help="this many of each workload's sizes, spread"
     )
     parser.add_argument("--rounds", type=int, default=7, help="steady passes per contender")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -503,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--contenders: {error}")
         if args.no_compile and any(map(is_torch_compile, names)):
             parser.error("--contenders names a torch.compile contender and --no-compile")
+    if args.sizes is not None and args.sizes < 2:
+        parser.error("--sizes takes at least 2")
     if cuda and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
     where = torch.cuda.get_device_name() if cuda else "cpu"
@@ -526,9 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     only = {part for part in args.only.split(",") if part}
     warm_up(names, args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    for workload in workloads(args.quick, args.device, dtype):
-        if only and workload.name not in only:
+    for every_size in workloads(args.quick, args.device, dtype):
+        if only and every_size.name not in only:
             continue
+        workload = spread(every_size, args.sizes)
         _table(FIRST_HEADER)
         live: dict[str, Any] = {}
         status: dict[str, str] = {}
