@@ -55,7 +55,7 @@ def select_contenders(text: str) -> list[str]:
     Raises ``ValueError`` naming the valid short names for an unknown or empty one."""
     parts = [part.strip() for part in text.split(",")]
     unknown = [part for part in parts if part not in SHORT_NAMES]
-    if unknown or not parts:
+    if unknown:
         valid = ", ".join(SHORT_NAMES)
         raise ValueError(f"unknown contender {', '.join(map(repr, unknown))}; valid: {valid}")
     chosen = {SHORT_NAMES[part] for part in parts}

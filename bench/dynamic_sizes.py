@@ -507,8 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     budget = Budget(args.budget)
-    torch.set_num_threads(args.threads)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cuda = args.device == "cuda"
     names = default_contenders(cuda, args.no_compile, args.dynamo)
     if args.contenders is not None:
@@ -522,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sizes takes at least 2")
     if cuda and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
+    torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     where = torch.cuda.get_device_name() if cuda else "cpu"
     print(f"# command: python -m bench.dynamic_sizes {' '.join(argv or sys.argv[1:])}")
     clock_text = "process CPU" if args.clock == "cpu" else "wall"
