@@ -3,6 +3,7 @@ printed as each contender's first calls end, and the budget that skips later tur
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,8 +98,15 @@ def test_a_first_calls_row_is_out_before_the_next_contender_ends() -> None:
     # a row held back until the end would never have been read
     command = [sys.executable, "-m", "bench.dynamic_sizes", *QUICK]
     command += ["--contenders", "eager,dynamic"]
+    # stdout a pipe, block-buffered unless the bench flushes
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
     process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert process.stdout is not None
     seen: list[str] = []
@@ -112,6 +120,7 @@ def test_a_first_calls_row_is_out_before_the_next_contender_ends() -> None:
     finally:
         process.kill()
         process.wait(timeout=60)
-    eager = [row for row in _rows("".join(seen)) if row[2] == "eager"]
-    assert eager and eager[0][7] == "ok", seen
+    contenders = [row[2] for row in _rows("".join(seen))]
+    assert contenders == ["eager"], seen
+    assert _rows("".join(seen))[0][7] == "ok", seen
     assert not any("steady us/call" in line for line in seen), seen
