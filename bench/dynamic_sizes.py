@@ -54,6 +54,7 @@ machine whose cores other processes share; one torch thread).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -293,22 +294,25 @@ def first_calls(
     and its row (entries, first-call seconds, status)."""
     import torchstrata.runtime as tsr
 
-    if name not in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
-        # (not between Dynamo contenders: a reset drops the compiled code of those before,
-        # which their steady calls would compile again)
-        torch._dynamo.reset()
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    row: dict[str, str | float] = {}
     # cold compiles for both: a fresh kernel cache directory and no compiled-graph cache
-    # for torchstrata, Inductor's on-disk caches off (an earlier run would serve them)
-    from torch._inductor import config as inductor_config
+    # for torchstrata, Inductor's on-disk caches off (an earlier run would serve them);
+    # Dynamo and Inductor imported only for their contenders (1.8 s of imports otherwise)
+    inductor_caches_off: Any = contextlib.nullcontext()
+    if is_torch_compile(name):
+        if name not in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
+            # (not between Dynamo contenders: a reset drops the compiled code of those
+            # before, which their steady calls would compile again)
+            torch._dynamo.reset()
+        from torch._dynamo.utils import counters
+        from torch._inductor import config as inductor_config
 
+        counters.clear()
+        inductor_caches_off = inductor_config.patch(force_disable_caches=True)
+    row: dict[str, str | float] = {}
     with (
         tempfile.TemporaryDirectory() as cache_dir,
         tsr.graph_cache_suspended(),
-        inductor_config.patch(force_disable_caches=True),
+        inductor_caches_off,
     ):
         compiled = _compiled(name, workload.fn, len(workload.calls), cache_dir, mode)
         call, reference, rtol = compiled, workload.fn, 1e-4
