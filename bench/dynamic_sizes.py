@@ -40,12 +40,21 @@ eager; a contender that warns it fell back to eager says so in its row. Each com
 first compiles a small function once (its one-time start is not the first workload's).
 
     python -m bench.dynamic_sizes --clock cpu [--only block_train]
+    python -m bench.dynamic_sizes --device cuda --only block_train --contenders eager,dynamic,static --budget 60
     python -m bench.dynamic_sizes --clock cpu --only decode,softmax_gelu --dynamo
     python -m bench.dynamic_sizes --device cuda [--only K1,K3,K4,K5,block] [--mode reduce-overhead]
 
 ``--dynamo`` adds ``torch.compile(fn, backend="torchstrata")`` (Dynamo's automatic
 dynamic; its graph with symbolic sizes lowered once for many sizes, decision 0455) and the
 same with the compile option ``symbolic_lowering`` off (lowered per size, as before 0455).
+
+``--contenders`` picks contenders by short name (``eager``, ``dynamic``, ``per-size``,
+``static``, ``static-tuned``, ``compile``, ``dynamo``, ``dynamo-per-size``); ``--sizes N``
+keeps N of each workload's sizes, spread evenly; ``--budget S`` skips each contender's
+first calls that would start S seconds after the run's start (a row says so; the steady
+rounds of those that compiled still run). Each contender's first-calls row prints as its
+first calls end, each workload's steady rows after its rounds, so a run stopped by a time
+limit keeps what finished.
 
 ``--clock cpu`` times the steady calls by this process's CPU time (steadier on a
 machine whose cores other processes share; one torch thread).
