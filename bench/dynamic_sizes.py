@@ -40,12 +40,21 @@ eager; a contender that warns it fell back to eager says so in its row. Each com
 first compiles a small function once (its one-time start is not the first workload's).
 
     python -m bench.dynamic_sizes --clock cpu [--only block_train]
+    python -m bench.dynamic_sizes --device cuda --only block_train --contenders eager,dynamic,static --budget 60
     python -m bench.dynamic_sizes --clock cpu --only decode,softmax_gelu --dynamo
     python -m bench.dynamic_sizes --device cuda [--only K1,K3,K4,K5,block] [--mode reduce-overhead]
 
 ``--dynamo`` adds ``torch.compile(fn, backend="torchstrata")`` (Dynamo's automatic
 dynamic; its graph with symbolic sizes lowered once for many sizes, decision 0455) and the
 same with the compile option ``symbolic_lowering`` off (lowered per size, as before 0455).
+
+``--contenders`` picks contenders by short name (``eager``, ``dynamic``, ``per-size``,
+``static``, ``static-tuned``, ``compile``, ``dynamo``, ``dynamo-per-size``); ``--sizes N``
+keeps N of each workload's sizes, spread evenly; ``--budget S`` skips each contender's
+first calls that would start S seconds after the run's start (a row says so; the steady
+rounds of those that compiled still run). Each contender's first-calls row prints as its
+first calls end, each workload's steady rows after its rounds, so a run stopped by a time
+limit keeps what finished.
 
 ``--clock cpu`` times the steady calls by this process's CPU time (steadier on a
 machine whose cores other processes share; one torch thread).
@@ -54,6 +63,7 @@ machine whose cores other processes share; one torch thread).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -70,28 +80,22 @@ import torch.nn.functional as F
 
 from bench.compile_scaling import _commit, _load
 from bench.compilers import fallback_note
+from bench.dynamic_contenders import (
+    DYNAMO_BACKEND,
+    DYNAMO_PER_SIZE,
+    EAGER,
+    EXACT_TUNING,
+    INDUCTOR,
+    PER_SIZE_LOWERING,
+    SHORT_NAMES,
+    STATIC,
+    Budget,
+    default_contenders,
+    is_torch_compile,
+    select_contenders,
+)
 from bench.workloads.kernels import bias_gelu, layer_norm, rms_norm, softmax_fp32
 from bench.workloads.nets.gpt import Block, GPTConfig
-
-#: "per size": the compile option ``symbolic_lowering`` off, each size of the symbolic
-#: entry lowered on its own (decision 0381's before)
-PER_SIZE_LOWERING = "torchstrata dynamic, lowered per size"
-CONTENDERS = (
-    "eager",
-    "torchstrata dynamic",
-    PER_SIZE_LOWERING,
-    "torchstrata static",
-    "torch.compile dynamic",
-)
-#: With ``--dynamo``: ``torch.compile(fn, backend="torchstrata")``, Dynamo's graph with
-#: symbolic sizes lowered once for many sizes (decision 0455), and lowered per size
-#: (``symbolic_lowering`` off: the backend before 0455)
-DYNAMO_BACKEND = "torch.compile torchstrata backend"
-DYNAMO_PER_SIZE = "torch.compile torchstrata backend, lowered per size"
-#: On the GPU also: a static compile per size with a kernel cache of its own, so every
-#: size's launch configurations are tuned at that size (the others share a tuned
-#: configuration within a power-of-two bucket of rows, decision 0225): what the buckets cost.
-EXACT_TUNING = "torchstrata static, tuned per size"
 
 
 class PerSizeCompiles:
@@ -241,9 +245,9 @@ def workloads(quick: bool, device: str = "cpu", dtype: torch.dtype | None = None
 def _compiled(
     name: str, fn: Callable[..., Any], sizes: int, cache_dir: str, mode: str | None = None
 ) -> Any:
-    if name == "eager":
+    if name == EAGER:
         return fn
-    if name == "torch.compile dynamic":
+    if name == INDUCTOR:
         return torch.compile(fn, dynamic=True, mode=mode)
     if name in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
         if mode is not None:  # torch.compile takes mode= or options=, not both
@@ -255,7 +259,7 @@ def _compiled(
     import torchstrata.runtime as tsr
 
     options: dict[str, Any] = {"cache_dir": cache_dir}
-    if name == "torchstrata static":
+    if name == STATIC:
         options["recompile_limit"] = sizes
         return tsr.compile(fn, dynamic=False, mode=mode, options=options)
     if name == PER_SIZE_LOWERING:
@@ -264,9 +268,9 @@ def _compiled(
 
 
 def _entries(name: str, compiled: Any) -> str:
-    if name == "eager":
+    if name == EAGER:
         return "-"
-    if name.startswith("torch.compile"):
+    if is_torch_compile(name):
         from torch._dynamo.utils import counters
 
         return str(counters["stats"]["unique_graphs"])
@@ -299,22 +303,25 @@ def first_calls(
     and its row (entries, first-call seconds, status)."""
     import torchstrata.runtime as tsr
 
-    if name not in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
-        # (not between Dynamo contenders: a reset drops the compiled code of those before,
-        # which their steady calls would compile again)
-        torch._dynamo.reset()
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    row: dict[str, str | float] = {}
     # cold compiles for both: a fresh kernel cache directory and no compiled-graph cache
-    # for torchstrata, Inductor's on-disk caches off (an earlier run would serve them)
-    from torch._inductor import config as inductor_config
+    # for torchstrata, Inductor's on-disk caches off (an earlier run would serve them);
+    # Dynamo and Inductor imported only for their contenders (1.8 s of imports otherwise)
+    inductor_caches_off: Any = contextlib.nullcontext()
+    if is_torch_compile(name):
+        if name not in (DYNAMO_BACKEND, DYNAMO_PER_SIZE):
+            # (not between Dynamo contenders: a reset drops the compiled code of those
+            # before, which their steady calls would compile again)
+            torch._dynamo.reset()
+        from torch._dynamo.utils import counters
+        from torch._inductor import config as inductor_config
 
+        counters.clear()
+        inductor_caches_off = inductor_config.patch(force_disable_caches=True)
+    row: dict[str, str | float] = {}
     with (
         tempfile.TemporaryDirectory() as cache_dir,
         tsr.graph_cache_suspended(),
-        inductor_config.patch(force_disable_caches=True),
+        inductor_caches_off,
     ):
         compiled = _compiled(name, workload.fn, len(workload.calls), cache_dir, mode)
         call, reference, rtol = compiled, workload.fn, 1e-4
@@ -341,8 +348,8 @@ def first_calls(
             row["first"] = time.perf_counter() - start
     # a new size's first call once the entry is symbolic (from the third size on)
     row["new"] = statistics.median(firsts[2:]) if len(firsts) > 2 else math.nan
-    row["lowerings"] = _lowerings(tsr.size_lowering_stats()) if name != "eager" else "-"
-    note = fallback_note(records) if name != "eager" else None
+    row["lowerings"] = _lowerings(tsr.size_lowering_stats()) if name != EAGER else "-"
+    note = fallback_note(records) if name != EAGER else None
     if note is not None:
         row["status"] = f"falls back to eager: {note}"[:120]
     row["entries"] = _entries(name, compiled)
@@ -398,10 +405,91 @@ def steady_per_size(live: dict[str, Any], workload: Workload) -> dict[str, list[
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print one row per workload and contender."""
+FIRST_HEADER = (
+    "| workload | sizes | contender | entries | first calls s | new size ms | lowerings "
+    "| status | load avg 1/5/15 |"
+)
+STEADY_HEADER = (
+    "| workload | contender | steady us/call | x eager | x static | worst size x static "
+    "| status | load avg 1/5/15 |"
+)
+
+
+def _table(header: str) -> None:
+    print(f"\n{header}\n|{' --- |' * (header.count('|') - 1)}", flush=True)
+
+
+def _first_row(workload: Workload, name: str, row: dict[str, str | float]) -> None:
+    """A contender's first-calls row, printed as soon as its first calls end."""
+    first = f"{row['first']:.2f}" if "first" in row else "-"
+    new = row.get("new", math.nan)
+    new_text = f"{new * 1e3:.1f}" if isinstance(new, float) and not math.isnan(new) else "-"
+    print(
+        f"| {workload.name} | {workload.sizes} | {name} | {row.get('entries', '-')} | {first} "
+        f"| {new_text} | {row.get('lowerings', '-')} | {row['status']} | {_load()} |",
+        flush=True,
+    )
+
+
+def _steady_rows(
+    workload: Workload,
+    names: Sequence[str],
+    result: dict[str, float],
+    per_size: dict[str, list[float]],
+    status: dict[str, str],
+) -> None:
+    """The workload's steady rows: per call, against eager and static, the worst size."""
+    eager, static = result.get(EAGER), result.get(STATIC)
+    load = _load()
+    for name in names:
+        value = result.get(name)
+        per_call = f"{value * 1e6:.1f}" if value else "-"
+        vs_eager = f"{eager / value:.2f}x" if eager and value else "-"
+        vs_static = f"{static / value:.2f}x" if static and value else "-"
+        worst = "-"
+        if name in per_size and STATIC in per_size:
+            ratios = [s / t for s, t in zip(per_size[STATIC], per_size[name], strict=True)]
+            at = min(range(len(ratios)), key=ratios.__getitem__)
+            worst = f"{ratios[at]:.2f}x at {_shape_of(workload.calls[at])}"
+        print(
+            f"| {workload.name} | {name} | {per_call} | {vs_eager} | {vs_static} | {worst} "
+            f"| {status[name]} | {load} |",
+            flush=True,
+        )
+
+
+def spread(workload: Workload, count: int | None) -> Workload:
+    """``workload`` with ``count`` of its sizes, spread evenly over its list (the first and
+    the last kept); all of them when ``count`` is ``None`` or not fewer."""
+    calls = workload.calls
+    if count is None or count >= len(calls):
+        return workload
+    if count < 2:
+        raise ValueError("--sizes takes at least 2")
+    picked = [calls[round(i * (len(calls) - 1) / (count - 1))] for i in range(count)]
+    return attrs.evolve(workload, calls=picked, sizes=f"{workload.sizes}, {count} of them")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", default="", help="comma-separated workload names")
+    parser.add_argument(
+        "--contenders",
+        default=None,
+        help=f"comma-separated contenders, of: {', '.join(SHORT_NAMES)} (default: eager, "
+        "dynamic, per-size, static, static-tuned on the GPU, compile)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds (wall, from the start): a contender's first calls at a workload "
+        "starting after them are skipped (a row says so); the steady rounds of those that "
+        "compiled still run",
+    )
+    parser.add_argument(
+        "--sizes", type=int, default=None, help="this many of each workload's sizes, spread"
+    )
     parser.add_argument("--rounds", type=int, default=7, help="steady passes per contender")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
@@ -423,16 +511,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dynamo", action="store_true", help="add the torchstrata Dynamo backend (0455)"
     )
-    args = parser.parse_args(argv)  # fmt: skip
-    torch.set_num_threads(args.threads)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    names = [n for n in CONTENDERS if not (args.no_compile and n.startswith("torch.compile"))]
-    names += [DYNAMO_BACKEND, DYNAMO_PER_SIZE] if args.dynamo else []
-    if args.device == "cuda":
-        names.insert(names.index("torchstrata static") + 1, EXACT_TUNING)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each contender's first-calls row as soon as they end, then each workload's
+    steady rows; a contender's turn starting after ``--budget`` prints a skipped row."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    budget = Budget(args.budget)
     cuda = args.device == "cuda"
+    names = default_contenders(cuda, args.no_compile, args.dynamo)
+    if args.contenders is not None:
+        try:
+            names = select_contenders(args.contenders)
+        except ValueError as error:
+            parser.error(f"--contenders: {error}")
+        if args.no_compile and any(map(is_torch_compile, names)):
+            parser.error("--contenders names a torch.compile contender and --no-compile")
+    if args.sizes is not None and args.sizes < 2:
+        parser.error("--sizes takes at least 2")
     if cuda and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
+    torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     where = torch.cuda.get_device_name() if cuda else "cpu"
     print(f"# command: python -m bench.dynamic_sizes {' '.join(argv or sys.argv[1:])}")
     clock_text = "process CPU" if args.clock == "cpu" else "wall"
@@ -445,53 +547,42 @@ def main(argv: list[str] | None = None) -> int:
         f"# commit {_commit()}, torch {torch.__version__}, {where}, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} threads, mode {args.mode}; first calls by wall time; {how}"
     )
-    print("# x eager / x static: their steady time / this one (> 1: faster); worst size: the")
-    print("# smallest per-size x static (GPU only)")
+    print(f"# contenders: {'; '.join(names)}; budget {args.budget} s")
+    print("# first-calls rows print as each contender's end; steady rows after a workload's")
+    print("# rounds. x eager / x static: their steady time / this one (> 1: faster); worst")
+    print("# size: the smallest per-size x static (GPU only)")
     print("# new size ms: median first call of the third size on; lowerings: symbolic/reused/")
-    print("# per size (size_lowering_stats, decision 0400)")
-    print("| workload | sizes | contender | entries | first calls s | new size ms | lowerings "
-          "| steady us/call | x eager | x static | worst size x static | status "
-          "| load avg 1/5/15 |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("# per size (size_lowering_stats, decision 0400)", flush=True)
     only = {part for part in args.only.split(",") if part}
     warm_up(names, args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    for workload in workloads(args.quick, args.device, dtype):
-        if only and workload.name not in only:
+    for every_size in workloads(args.quick, args.device, dtype):
+        if only and every_size.name not in only:
             continue
-        live, rows = {}, {}
+        workload = spread(every_size, args.sizes)
+        _table(FIRST_HEADER)
+        live: dict[str, Any] = {}
+        status: dict[str, str] = {}
         for name in names:
-            compiled, rows[name] = first_calls(name, workload, args.mode)
-            if rows[name]["status"] == "ok":
-                live[name] = compiled
+            skip = budget.spent()
+            if skip is not None:
+                row: dict[str, str | float] = {"status": skip}
+            else:
+                compiled, row = first_calls(name, workload, args.mode)
+                if row["status"] == "ok":
+                    live[name] = compiled
+            status[name] = str(row["status"])
+            _first_row(workload, name, row)
+        # (the steady rounds of the contenders that compiled run past the budget: their
+        # ratios are what the first calls were paid for)
+        _table(STEADY_HEADER)
         per_size: dict[str, list[float]] = {}
         if cuda:
-            per_size = steady_per_size(live, workload)
+            per_size = steady_per_size(live, workload) if live else {}
             result = {name: statistics.fmean(times) for name, times in per_size.items()}
         else:
-            result = steady(live, workload, args.rounds, clock)
-        eager, static = result.get("eager"), result.get("torchstrata static")
-        load = _load()
-        for name in names:
-            row, value = rows[name], result.get(name)
-            per_call = f"{value * 1e6:.1f}" if value else "-"
-            vs_eager = f"{eager / value:.2f}x" if eager and value else "-"
-            vs_static = f"{static / value:.2f}x" if static and value else "-"
-            worst = "-"
-            if name in per_size and "torchstrata static" in per_size:
-                ratios = [
-                    s / t
-                    for s, t in zip(per_size["torchstrata static"], per_size[name], strict=True)
-                ]
-                at = min(range(len(ratios)), key=ratios.__getitem__)
-                worst = f"{ratios[at]:.2f}x at {_shape_of(workload.calls[at])}"
-            print(
-                f"| {workload.name} | {workload.sizes} | {name} | {row['entries']} "
-                f"| {row['first']:.2f} | {row['new'] * 1e3:.1f} | {row['lowerings']} "
-                f"| {per_call} | {vs_eager} | {vs_static} | {worst} "
-                f"| {row['status']} | {load} |",
-                flush=True,
-            )
+            result = steady(live, workload, args.rounds, clock) if live else {}
+        _steady_rows(workload, names, result, per_size, status)
     return 0
 
 
