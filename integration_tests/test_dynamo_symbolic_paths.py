@@ -1,7 +1,9 @@
 """Programs that ``torch.compile(fn, backend="torchstrata")`` hands over with symbolic
 sizes and that the Dynamo path lowered once per size where the runtime's own capture
-lowered them once (issue 33, decision 0490): ``F.pad`` (Dynamo's graph calls the builtin
-behind it). Every call is compared with eager and lowered once for many sizes."""
+lowered them once (issue 33, decisions 0490, 0491): ``F.pad`` (Dynamo's graph calls the
+builtin behind it) and a slice write whose bounds are sizes (``cache[:, t : 2 * t] = k``:
+the symbolic trace specialised them). Every call is compared with eager and lowered once
+for many sizes."""
 
 from __future__ import annotations
 
@@ -40,3 +42,23 @@ def test_pad_through_dynamo_is_lowered_once(codegen):
     stats = tsr.size_lowering_stats()
     # 4 is Dynamo's static graph; the six others share one lowering
     assert stats == {"symbolic": 1, "reused": 5}, stats
+
+
+def kv_cache_slice_write(cache, k):
+    t = k.shape[1]
+    cache[:, t : 2 * t] = k
+    return cache.sum(1), cache[:, : 2 * t].mean(1)
+
+
+@pytest.mark.parametrize("codegen", ["cpp", pytest.param("triton", marks=pytest.mark.triton)])
+def test_a_slice_write_bounded_by_sizes_through_dynamo_is_lowered_once(codegen):
+    # the slice's bounds (s25, 2*s25) are rebound into the trace's ShapeEnv and the write
+    # inferred on its fake tensors: no longer specialised to the first size (was: per size)
+    sizes = (4, 5, 7, 12, 3, 33, 9, 20)
+    calls = [(torch.randn(2, 80, 4), torch.randn(2, n, 4)) for n in sizes]
+    _run_all(kv_cache_slice_write, calls, options={"codegen": codegen})
+    stats = tsr.size_lowering_stats()
+    assert stats.get("per_size", 0) == 0 and not any("fallback" in key for key in stats), stats
+    assert sum(stats.values()) == len(sizes) - 1 and stats.get("reused", 0) >= 2, stats
+    if codegen == "cpp":  # (Triton's kernels take a lowering per bucket of sizes)
+        assert stats["symbolic"] <= 2, stats
