@@ -1,9 +1,10 @@
 """Programs that ``torch.compile(fn, backend="torchstrata")`` hands over with symbolic
 sizes and that the Dynamo path lowered once per size where the runtime's own capture
-lowered them once (issue 33, decisions 0490, 0491): ``F.pad`` (Dynamo's graph calls the
+lowered them once (issue 33, decisions 0490-0492): ``F.pad`` (Dynamo's graph calls the
 builtin behind it) and a slice write whose bounds are sizes (``cache[:, t : 2 * t] = k``:
-the symbolic trace specialised them). Every call is compared with eager and lowered once
-for many sizes."""
+the symbolic trace specialised them); and a graph whose every symbol Dynamo specialised,
+lowered once as a static graph (it was counted a size lowered on its own). Every call is
+compared with eager."""
 
 from __future__ import annotations
 
@@ -62,3 +63,19 @@ def test_a_slice_write_bounded_by_sizes_through_dynamo_is_lowered_once(codegen):
     assert sum(stats.values()) == len(sizes) - 1 and stats.get("reused", 0) >= 2, stats
     if codegen == "cpp":  # (Triton's kernels take a lowering per bucket of sizes)
         assert stats["symbolic"] <= 2, stats
+
+
+def slice_last(x):
+    return x[1:] - x[:-1]
+
+
+def test_a_graph_whose_symbols_dynamo_specialised_is_a_static_graph():
+    # at 2 rows x[1:] is 1 long: Dynamo guards the size (Eq(s, 2)) and hands a graph
+    # whose SymInt values hold no symbol; it lowers once, as a static graph
+    sizes = (4, 5, 7, 2, 9, 12)
+    _run_all(slice_last, [(torch.randn(n, 8),) for n in sizes], options={"codegen": "cpp"})
+    stats = tsr.size_lowering_stats()
+    # 4 is Dynamo's first (static) graph, 2 its specialised one (was: per_size 1); the
+    # four others share the symbolic graph's lowerings
+    assert set(stats) == {"symbolic", "reused"} and stats["symbolic"] <= 2, stats
+    assert stats["symbolic"] + stats["reused"] == 4, stats
