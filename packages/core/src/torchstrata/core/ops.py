@@ -156,7 +156,10 @@ def _torch_callable_index() -> dict[int, tuple[str, Any]]:
             if callable(value) and not isinstance(value, type):
                 index.setdefault(id(value), (f"{prefix}.{attr}", value))
     for private, public in _PRIVATE_ALIASES:
-        value = _resolve_dotted(private)
+        try:
+            value = _resolve_dotted(private)
+        except (AttributeError, LookupError):  # not in this torch: nothing to name
+            continue
         index.setdefault(id(value), (public, value))
     return index
 
