@@ -78,3 +78,17 @@ def test_from_fx_imports_tensor_view_attributes():
     grad_of = torch.fx.symbolic_trace(lambda x: x.grad_fn)
     with pytest.raises(FxImportError, match="the tensor attribute 'grad_fn' is not supported"):
         from_fx(grad_of, [x])
+
+
+def test_from_fx_names_the_builtin_behind_f_pad_by_f_pad():
+    # Dynamo's graphs call torch._C._nn.pad, the builtin F.pad (a Python function) wraps
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch._C._nn.pad, (x, (1, 2)), {"value": -1.0}))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    example = torch.randn(2, 3)
+    imported = from_fx(gm, [example])
+    (call,) = [node for node in imported.nodes if node.op is not None]
+    assert call.op.name == "torch.nn.functional.pad"
+    want = torch.nn.functional.pad(example, (1, 2), value=-1.0)
+    torch.testing.assert_close(interpret(imported, example)[0], want)

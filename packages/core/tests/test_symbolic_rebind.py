@@ -70,3 +70,31 @@ def test_a_symbolic_aot_serves_only_sizes_meeting_its_conditions():
     assert traced.specialised({"s0": 7})  # an equality: the trace was for even sizes
     with pytest.raises(SizeOutsideTrace, match="Mod"):
         traced.at({"s0": 7})
+
+
+def test_rebinding_a_slice_write_keeps_its_bounds_symbolic():
+    # ``cache[:, t : 2 * t] = k`` (Dynamo's ``operator.setitem``, no metadata of its own):
+    # the slice's bounds move to the new ShapeEnv and the write is inferred on its fake
+    # tensors, so nothing pins the size to its hint (was: Eq(2*s, 32), s -> 16)
+    import operator
+
+    sizes = SymbolicSizes({"L['k']": [1]})
+    builder = GraphBuilder(Level.TORCH)
+    with symbolic_scope(sizes):
+        cache = builder.input("cache", input_meta("L['cache']", torch.randn(2, 80, 4)))
+        k_meta = input_meta("L['k']", torch.randn(2, 16, 4))
+        k = builder.input("k", k_meta)
+        t = k_meta.shape[1]
+        builder.call(torch_op(operator.setitem), cache, (slice(None), slice(t, 2 * t)), k)
+        graph = builder.build([builder.call(torch_op(torch.Tensor.sum), cache, 1)])
+    (symbol,) = (binding.name for binding in sizes.bindings)
+    fresh = SymbolicSizes({})
+    rebound = rebind_graph(graph, fresh)
+    (write,) = [node for node in rebound.nodes if node.op == torch_op(operator.setitem)]
+    bounds = write.args[1][1]
+    assert all(bound.node.shape_env is fresh.shape_env for bound in (bounds.start, bounds.stop))
+    assert symbol_hints(rebound) == {symbol: 16}
+    assert not fresh.shape_env.replacements, fresh.shape_env.replacements
+    static = concretize_graph(rebound, {symbol: 7})  # the bounds made static too
+    (write,) = [node for node in static.nodes if node.op == torch_op(operator.setitem)]
+    assert write.args[1] == (slice(None), slice(7, 14)) and write.args[2].meta.shape == (2, 7, 4)

@@ -77,6 +77,8 @@ class Concretizer:
             return kind(self(item) for item in value)
         if isinstance(value, dict):
             return {key: self(item) for key, item in value.items()}
+        if kind is slice:  # a subscript's bounds (``x[:, s0 : 2 * s0] = y``)
+            return slice(self(value.start), self(value.stop), self(value.step))
         if attrs.has(kind) and getattr(value, "shape", None) is not None:
             made = self._objects.get(id(value))
             if made is not None:

@@ -135,6 +135,13 @@ _TORCH_NAMESPACES: tuple[tuple[str, Any], ...] = (
 )
 
 
+# Private builtins that Dynamo's graphs call in place of a public wrapper with the same
+# signature and meaning, named by that wrapper: Dynamo traces through ``F.pad`` (a Python
+# function) to the builtin ``torch._C._nn.pad`` it calls. Only exact equivalents belong
+# here: most other ``torch._C._nn`` builtins take arguments unlike their ``F`` namesakes'.
+_PRIVATE_ALIASES: tuple[tuple[str, str], ...] = (("torch._C._nn.pad", "torch.nn.functional.pad"),)
+
+
 @functools.cache
 def _torch_callable_index() -> dict[int, tuple[str, Any]]:
     index: dict[int, tuple[str, Any]] = {}
@@ -148,6 +155,12 @@ def _torch_callable_index() -> dict[int, tuple[str, Any]]:
                 continue
             if callable(value) and not isinstance(value, type):
                 index.setdefault(id(value), (f"{prefix}.{attr}", value))
+    for private, public in _PRIVATE_ALIASES:
+        try:
+            value = _resolve_dotted(private)
+        except (AttributeError, LookupError):  # not in this torch: nothing to name
+            continue
+        index.setdefault(id(value), (public, value))
     return index
 
 

@@ -52,6 +52,8 @@ def graph_symbols(graph: Graph) -> set[str]:
         elif isinstance(value, dict):
             for item in value.values():
                 visit(item)
+        elif isinstance(value, slice):
+            visit((value.start, value.stop, value.step))
         elif hasattr(value, "shape") and hasattr(value, "strides"):
             visit(tuple(value.shape))
             visit(tuple(value.strides))
@@ -121,6 +123,8 @@ def _concretized(value: Any) -> bool:
         return any(_concretized(item) for item in value)
     if isinstance(value, dict):
         return any(_concretized(item) for item in value.values())
+    if isinstance(value, slice):
+        return _concretized((value.start, value.stop, value.step))
     return attrs.has(type(value)) and getattr(value, "shape", None) is not None
 
 

@@ -18,7 +18,13 @@ import attrs
 import torch
 
 from torchstrata.core.graph import Graph, Node
-from torchstrata.core.symbolic import SYMBOLIC_TYPES, SymbolicSizes, evaluate, size_hint
+from torchstrata.core.symbolic import (
+    SYMBOLIC_TYPES,
+    SymbolicSizes,
+    evaluate,
+    size_hint,
+    symbolic_scope,
+)
 from torchstrata.core.symbolic_graphs import graph_symbols, input_symbol_slots
 from torchstrata.core.transform import Transformer
 
@@ -63,6 +69,8 @@ class _Rebound(Transformer):
             return type(value)(self.value(item) for item in value)
         if isinstance(value, dict):
             return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, slice):  # a subscript's bounds (``x[:, s0 : 2 * s0] = y``)
+            return slice(self.value(value.start), self.value(value.stop), self.value(value.step))
         if hasattr(value, "shape") and hasattr(value, "strides"):
             return attrs.evolve(
                 value,
@@ -109,7 +117,10 @@ def rebind_graph(
     if unbound:
         raise ValueError(f"symbols {sorted(unbound)} are not sizes of a graph input")
     rebound = _Rebound(graph, sizes, hints)
-    result = rebound.run()
+    # a node without metadata (``operator.setitem``: None) infers it again, on fake
+    # tensors of the new ShapeEnv (plain meta tensors would specialise its symbols)
+    with symbolic_scope(sizes):
+        result = rebound.run()
     names = {str(expr) for expr in rebound.symbols.values()}
     if names != set(hints):
         raise ValueError(f"the new ShapeEnv named the symbols {sorted(names)}, not {sorted(hints)}")

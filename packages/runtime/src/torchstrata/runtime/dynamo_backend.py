@@ -133,12 +133,16 @@ def _per_size(
     """``gm``, traced with symbolic sizes, run by a :class:`PerSizeGraph`: each size
     served by a lowering shared by many sizes where one serves it (decision 0455), else
     lowered on its own (this call's sizes now, others on their first call); None when a
-    symbol cannot be read from the arguments (the caller specialises under Dynamo's
-    guards instead)."""
+    symbol cannot be read from the arguments or none is left (Dynamo specialised every
+    symbol of its ``SymInt`` values: decision 0492); the caller specialises under
+    Dynamo's guards instead."""
     try:
         slots = symbol_slots(gm, example_inputs)
     except ValueError as error:
         logger.info("dynamo backend: %s; specialising the graph to this call's sizes", error)
+        return None
+    if not slots:  # Dynamo specialised every symbol (its guards fix the sizes): static
+        logger.debug("dynamo backend: no size symbol left; one static lowering")
         return None
     structure = _output_structure(gm)
     made: list[GraphArtifacts] = []
@@ -168,7 +172,7 @@ def _per_size(
     if shared is not None:
         graph.size_lowering = shared.describe
     else:
-        why = f"no symbolic trace ({untraced or 'no size symbol'})"
+        why = f"no symbolic trace ({untraced})"
         why = why if options.symbolic_lowering else "option off"
         graph.size_lowering = _per_size_only(per_size, why)
     return graph
