@@ -130,7 +130,11 @@ class SizedKernel:
         path it makes after its first direct launch (decision 0461) to this size's entry,
         as a static kernel's ``TunedKernel.run`` takes it."""
         if isinstance(launch, DirectLaunch) and not launch.proven:
-            launch.on_proven = lambda hot: self._keep(values, hot)
+
+            def take(hot: Callable[..., Any]) -> None:
+                self._keep(values, hot)
+
+            launch.on_proven = take
         return launch
 
     def _keep(self, values: tuple[int, ...], launch: Callable[..., Any]) -> Callable[..., Any]:
