@@ -13,7 +13,7 @@ Grammar, one statement per line::
 (``cuda:0``) and ``grad`` suffixes, or a parenthesised tuple of those. Arguments are
 ``%node`` references, Python literals, ``inf``/``nan``, ``torch.<dtype>``,
 ``torch.<memory_format>``, ``device('cuda:0')``, ``slice(start, stop, step)`` (a
-subscript's bounds: ints, ``None`` or size expressions), and lists/tuples of those. A call may end
+subscript's bounds: ints, ``None`` or size expressions), ``...``, and lists/tuples of those. A call may end
 with tags, each a word after ``@`` (``@recompute``). Node metadata
 is taken from the text as written, not re-inferred, so a golden file is checked exactly.
 
