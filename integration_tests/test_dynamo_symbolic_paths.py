@@ -8,11 +8,14 @@ compared with eager."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torchstrata.runtime as tsr
+from torchstrata.core import SymbolicSizes, parse, verify
 from torchstrata.runtime.dynamo_record import recording
 
 pytestmark = pytest.mark.usefixtures("dynamo_reset_no_fallback", "size_counts_no_fallback")
@@ -63,6 +66,29 @@ def test_a_slice_write_bounded_by_sizes_through_dynamo_is_lowered_once(codegen):
     assert sum(stats.values()) == len(sizes) - 1 and stats.get("reused", 0) >= 2, stats
     if codegen == "cpp":  # (Triton's kernels take a lowering per bucket of sizes)
         assert stats["symbolic"] <= 2, stats
+
+
+def test_a_slice_write_graph_through_dynamo_prints_and_parses_back(tmp_path):
+    # decision 0493: the setitem's index (slice(None), slice(s, 2*s)) has a text form, so
+    # explain, the debug directory and the logs print the graph (was: TypeError)
+    tsr.set_logs(debug_dir=tmp_path)
+    try:
+        calls = [(torch.randn(2, 80, 4), torch.randn(2, n, 4)) for n in (4, 5)]
+        compiled = _run_all(kv_cache_slice_write, calls, options={"codegen": "cpp"})
+    finally:
+        tsr.set_logs()
+    report = tsr.explain_dynamo(compiled, torch.randn(2, 80, 4), torch.randn(2, 7, 4))
+    assert "operator.setitem" in str(report)
+    (graph,) = report.graphs
+    text = str(graph)
+    (symbol,) = re.findall(r"symbol (\w+) = ", text)
+    assert f"(slice(None, None, None), slice({symbol}, 2*{symbol}, None)), %l_k_)" in text
+    parsed = parse(text, SymbolicSizes({}))
+    assert str(parsed) == text
+    verify(parsed)
+    # the first call's (static) graph in the debug directory: its bounds are ints
+    (dumped,) = tmp_path.glob("*/000-dynamo.txt")
+    assert "slice(None, None, None), slice(4, 8, None)" in dumped.read_text()
 
 
 def slice_last(x):

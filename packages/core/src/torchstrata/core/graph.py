@@ -236,7 +236,8 @@ _static_meta_text = functools.lru_cache(maxsize=4096)(_meta_text)
 
 
 def format_value(value: Any) -> str:
-    """The text form of one argument: ``%node``, a constant, or a list/tuple of those."""
+    """The text form of one argument: ``%node``, a constant, a ``slice(start, stop, step)``
+    (bounds ints, None or symbolic sizes), ``...``, or a list/tuple of those."""
     if isinstance(value, Node):
         return f"%{value.name}"
     if isinstance(value, bool) or value is None or isinstance(value, int | str):
@@ -255,6 +256,11 @@ def format_value(value: Any) -> str:
         return f"device({str(value)!r})"
     if isinstance(value, torch.SymInt):  # a symbolic size (decisions 0200, 0211)
         return str(value)
+    if value is Ellipsis:  # a subscript's ``...`` (decision 0493)
+        return "..."
+    if isinstance(value, slice):  # a subscript's bounds, as ``repr`` writes them (0493)
+        bounds = (value.start, value.stop, value.step)
+        return f"slice({', '.join(format_value(bound) for bound in bounds)})"
     if isinstance(value, list):
         return "[" + ", ".join(format_value(item) for item in value) + "]"
     if isinstance(value, tuple):

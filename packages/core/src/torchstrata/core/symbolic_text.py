@@ -78,6 +78,8 @@ def _symbols_in(value: Any, found: dict[Any, Any]) -> None:
     elif isinstance(value, dict):
         for item in value.values():
             _symbols_in(item, found)
+    elif isinstance(value, slice):  # a subscript's bounds (``x[:, s0 : 2 * s0]``)
+        _symbols_in((value.start, value.stop, value.step), found)
     elif hasattr(value, "shape") and hasattr(value, "strides"):
         for size in (*value.shape, *value.strides):
             if type(size) is not int:

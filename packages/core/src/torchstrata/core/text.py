@@ -12,7 +12,8 @@ Grammar, one statement per line::
 ``<meta>`` is ``_`` (no tensor), ``f32[4, 8]`` with optional ``{strides}``, device
 (``cuda:0``) and ``grad`` suffixes, or a parenthesised tuple of those. Arguments are
 ``%node`` references, Python literals, ``inf``/``nan``, ``torch.<dtype>``,
-``torch.<memory_format>``, ``device('cuda:0')``, and lists/tuples of those. A call may end
+``torch.<memory_format>``, ``device('cuda:0')``, ``slice(start, stop, step)`` (a
+subscript's bounds: ints, ``None`` or size expressions), ``...``, and lists/tuples of those. A call may end
 with tags, each a word after ``@`` (``@recompute``). Node metadata
 is taken from the text as written, not re-inferred, so a golden file is checked exactly.
 
@@ -175,12 +176,27 @@ class _ArgReader:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
+            and node.func.id == "slice"
+            and 1 <= len(node.args) <= 3
+            and not node.keywords
+        ):
+            return slice(*(self._bound(arg) for arg in node.args))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
             and node.func.id == "device"
             and len(node.args) == 1
             and isinstance(node.args[0], ast.Constant)
         ):
             return torch.device(str(node.args[0].value))
         raise ParseError(f"unsupported argument syntax: {ast.unparse(node)}")
+
+    def _bound(self, node: ast.expr) -> Any:
+        """One bound of a ``slice(...)``: an int, None or a size expression (decision 0493)."""
+        bound = self.read(node)
+        if bound is not None and type(bound) is not int and not isinstance(bound, torch.SymInt):
+            raise ParseError(f"a slice bound is an int, None or a size, not {ast.unparse(node)}")
+        return bound
 
     def _name(self, name: str) -> Any:
         if name.startswith(_REF_PREFIX):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import torch
 
 from torchstrata.core.builder import MetaInferenceError, infer_meta
 from torchstrata.core.graph import Graph, Node
@@ -47,8 +50,9 @@ def verify(graph: Graph, *, check_meta: bool = True) -> None:
     defined before use; outputs are defined; each op is allowed at the graph's level
     and resolves to a callable; with ``check_meta``, prim nodes' metadata equals what
     their meta function computes (ATen and torch nodes are re-inferred on meta tensors
-    when that is possible). Symbolic sizes (decision 0211): every symbol is declared by
-    an input dimension, and re-inferred metadata equals the node's for every value of
+    when that is possible); a ``slice`` argument's bounds are ints, None or sizes.
+    Symbolic sizes (decision 0211): every symbol is declared by an input dimension (a
+    slice bound's too), and re-inferred metadata equals the node's for every value of
     the symbols.
     """
     problems: list[str] = []
@@ -86,6 +90,7 @@ def _check_node(graph: Graph, node: Node, defined: set[int], check_meta: bool) -
             problems.append(
                 f"%{node.name} reads %{arg.name} before it is defined (or from another graph)"
             )
+    problems += _slice_problems(node)
     if node.op.kind not in ALLOWED_KINDS[graph.level]:
         problems.append(
             f"%{node.name}: {node.op.kind.value} op {node.op.name} in a {graph.level.value} graph"
@@ -108,6 +113,31 @@ def _check_node(graph: Graph, node: Node, defined: set[int], check_meta: bool) -
     check_strides = node.op.kind is OpKind.PRIMS and not _relaid(node, expected)
     if not _same_meta(expected, node.meta, check_strides):
         problems.append(f"%{node.name}: metadata {node.meta} differs from the inferred {expected}")
+    return problems
+
+
+def _slice_problems(node: Node) -> list[str]:
+    """A ``slice`` argument whose bound is not an int, None or a symbolic size (decision
+    0493): a node there is read unseen (``input_nodes`` does not look inside slices) and
+    the text form has no syntax for it."""
+    problems = []
+    pending: list[Any] = [*node.args, *node.kwargs.values()]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list | tuple):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, slice):
+            for bound in (value.start, value.stop, value.step):
+                if (
+                    bound is not None
+                    and type(bound) is not int
+                    and not isinstance(bound, torch.SymInt)
+                ):
+                    problems.append(
+                        f"%{node.name}: slice bound {bound!r} is not an int, None or a size"
+                    )
     return problems
 
 
