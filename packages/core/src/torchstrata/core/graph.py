@@ -18,6 +18,12 @@ import torch
 from torchstrata.core.dtypes import dtype_short_name
 from torchstrata.core.meta import TensorMeta, contiguous_strides
 from torchstrata.core.ops import Level, OpRef
+from torchstrata.core.size_value_text import (
+    holds_size_values,
+    is_size_value,
+    layout_texts,
+    size_value_text,
+)
 from torchstrata.core.symbolic_text import declaration, holds_no_symbols, symbols_of
 
 #: What a node produces: one tensor, several (then read with ``builtin.getitem``), or
@@ -213,6 +219,9 @@ def format_meta(meta: NodeMeta) -> str:
         return "_"
     if isinstance(meta, tuple):
         return "(" + ", ".join(format_meta(item) for item in meta) + ")"
+    if holds_size_values(meta.shape) or holds_size_values(meta.strides):
+        # a symbolic lowering's sizes: read by expression, deciding nothing (0494)
+        return _sized_meta_text(meta)
     try:
         return _static_meta_text(meta)
     except TypeError:  # a symbolic size hashes not (and prints as its ShapeEnv knows it now)
@@ -230,14 +239,27 @@ def _meta_text(meta: TensorMeta) -> str:
     return text
 
 
+def _sized_meta_text(meta: TensorMeta) -> str:
+    shape, strides = layout_texts(meta.shape, meta.strides)
+    text = f"{dtype_short_name(meta.dtype)}[{shape}]"
+    if strides is not None:
+        text += "{" + strides + "}"
+    if meta.device.type != "cpu":
+        text += f" {meta.device}"
+    if meta.requires_grad:
+        text += " grad"
+    return text
+
+
 #: The text of the metadata printed lately, by value (equal metadata print the same):
 #: graphs repeat a few shapes over hundreds of nodes, and the cache prints every graph.
 _static_meta_text = functools.lru_cache(maxsize=4096)(_meta_text)
 
 
 def format_value(value: Any) -> str:
-    """The text form of one argument: ``%node``, a constant, a ``slice(start, stop, step)``
-    (bounds ints, None or symbolic sizes), ``...``, or a list/tuple of those."""
+    """The text form of one argument: ``%node``, a constant, a symbolic size (a ``SymInt``
+    or a lowering's ``SizeValue``, printed without reading it), a ``slice(start, stop,
+    step)`` (bounds ints, None or symbolic sizes), ``...``, or a list/tuple of those."""
     if isinstance(value, Node):
         return f"%{value.name}"
     if isinstance(value, bool) or value is None or isinstance(value, int | str):
@@ -256,6 +278,8 @@ def format_value(value: Any) -> str:
         return f"device({str(value)!r})"
     if isinstance(value, torch.SymInt):  # a symbolic size (decisions 0200, 0211)
         return str(value)
+    if is_size_value(value):  # a symbolic lowering's size, by its expression (0494)
+        return size_value_text(value)
     if value is Ellipsis:  # a subscript's ``...`` (decision 0493)
         return "..."
     if isinstance(value, slice):  # a subscript's bounds, as ``repr`` writes them (0493)

@@ -38,6 +38,7 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,  # the ShapeEnv's name where an operand may be < 0
     "Max": lambda *values: _fold(torch.sym_max, values),
     "Min": lambda *values: _fold(torch.sym_min, values),
 }
@@ -78,6 +79,9 @@ def _symbols_in(value: Any, found: dict[Any, Any]) -> None:
     elif isinstance(value, dict):
         for item in value.values():
             _symbols_in(item, found)
+    elif getattr(type(value), "is_size_value", False):  # a lowering's size (0494)
+        for symbol in sorted(value.expr.free_symbols, key=str):
+            found.setdefault(symbol, value.guards)
     elif isinstance(value, slice):  # a subscript's bounds (``x[:, s0 : 2 * s0]``)
         _symbols_in((value.start, value.stop, value.step), found)
     elif hasattr(value, "shape") and hasattr(value, "strides"):
@@ -102,7 +106,12 @@ def symbols_of(values: Iterable[Any]) -> dict[Any, Any]:
 
 def declaration(symbol: Any, shape_env: Any) -> str:
     """``symbol s77 = L['x'].size()[0], hint 17``: where the symbol's value is read
-    (when the ShapeEnv knows) and the value the capture saw."""
+    (when the ShapeEnv knows) and the value the capture saw; ``symbol s53, hint 9`` for
+    a symbol that only names itself, as a symbolic lowering's are (its ``SizeGuards``
+    in place of the ShapeEnv: its hint is the size of the call lowered, decision 0494)."""
+    hints = getattr(shape_env, "hints", None)
+    if isinstance(hints, dict):  # a lowering's SizeGuards
+        return f"symbol {symbol}, hint {int(hints[str(symbol)])}"
     values = getattr(shape_env, "backed_var_to_val", None)
     if values is None:
         values = shape_env.var_to_val
@@ -112,7 +121,7 @@ def declaration(symbol: Any, shape_env: Any) -> str:
     sources = shape_env.var_to_sources.get(symbol) or ()
     name = sources[0].name if sources else ""
     name = name() if callable(name) else name  # a method in some torch versions
-    where = f" = {name}" if name else ""
+    where = f" = {name}" if name and name != str(symbol) else ""
     return f"symbol {symbol}{where}, hint {int(hint)}"
 
 

@@ -1,0 +1,105 @@
+"""The text form of a symbolic lowering's sizes (issue 33, decision 0494).
+
+The prims graph of a lowering made for many sizes holds
+:class:`~torchstrata.core.size_values.SizeValue` sizes. Their ``str``/``repr`` are for
+generated code: printing a floor division or a modulo there, with no printer active, is
+a read of the size's value that refuses the lowering (decision 0407). A listing (explain,
+logs, the debug directory) must not change what the lowering decides, so it prints a
+size from its sympy expression (``value.expr``), calling no method of the size, and in
+the syntax the text form already gives ``SymInt`` sizes (decision 0211): the expression
+as the ShapeEnv would print it once the parser has read it back (``s53 + 3``,
+``(s53//2)``, ``Mod(s53, 3)``, ``PythonMod(1 - s53, s53)``, ``Max(0, s53 - 3)``), so a
+listing parses back to the same text. Strides are compared with the contiguous ones by
+expression, deciding nothing.
+
+This module imports nothing of ``size_values`` (which imports the graph): a size is
+known by its class attribute ``is_size_value``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+
+def is_size_value(value: Any) -> bool:
+    """Whether ``value`` is a symbolic lowering's size (a ``SizeValue``)."""
+    return getattr(type(value), "is_size_value", False) is True
+
+
+@functools.cache
+def _functions() -> Any:
+    import sympy  # type: ignore[import-untyped]
+    from torch.utils._sympy import functions
+
+    return sympy, functions
+
+
+def _as_shape_env_expr(expr: Any) -> Any:
+    """``expr`` with sympy's ``floor``/``ceiling`` of a quotient and ``Mod`` spelled as
+    the ShapeEnv's ``FloorDiv`` and ``PythonMod`` (what ``//`` and ``%`` of ``SymInt``
+    sizes make): the printed text then reads back to the same expression."""
+    sympy, functions = _functions()
+    if not expr.args or expr.is_Symbol or expr.is_Number:
+        return expr
+    args = [_as_shape_env_expr(arg) for arg in expr.args]
+    name = type(expr).__name__
+    if isinstance(expr, sympy.floor | sympy.ceiling):
+        numerator, denominator = args[0].as_numer_denom()
+        if isinstance(expr, sympy.floor):
+            return functions.FloorDiv(numerator, denominator)
+        return -functions.FloorDiv(-numerator, denominator)
+    if name in ("CeilToInt", "FloorToInt") and type(args[0]).__name__ == "IntTrueDiv":
+        numerator, denominator = args[0].args
+        if name == "FloorToInt":
+            return functions.FloorDiv(numerator, denominator)
+        return -functions.FloorDiv(-numerator, denominator)
+    if isinstance(expr, sympy.Mod):
+        return functions.PythonMod(*args)
+    return expr.func(*args)
+
+
+def size_expression_text(expr: Any) -> str:
+    """The text form of a size expression (sympy, over ``s``-named symbols)."""
+    if isinstance(expr, int):
+        return str(expr)
+    return str(_as_shape_env_expr(expr))
+
+
+def size_value_text(value: Any) -> str:
+    """The text form of one ``SizeValue``, read from its expression: no size read."""
+    return size_expression_text(value.expr)
+
+
+def _expr(size: Any) -> Any:
+    return size.expr if is_size_value(size) else size
+
+
+def _contiguous(shape: Sequence[Any]) -> list[Any]:
+    sympy, _ = _functions()
+    strides: list[Any] = []
+    running: Any = 1
+    for size in reversed(shape):
+        strides.append(running)
+        running = running * (max(size, 1) if isinstance(size, int) else sympy.Max(size, 1))
+    return strides[::-1]
+
+
+def holds_size_values(sizes: Sequence[Any]) -> bool:
+    """Whether any of ``sizes`` is a ``SizeValue``."""
+    return any(type(size) is not int and is_size_value(size) for size in sizes)
+
+
+def layout_texts(shape: Sequence[Any], strides: Sequence[Any]) -> tuple[str, str | None]:
+    """``s53, 3`` for ``shape`` and the strides' text, or None where they are the
+    contiguous ones (decided by expression: no condition is recorded)."""
+    shape_exprs = [_expr(size) for size in shape]
+    stride_exprs = [_expr(stride) for stride in strides]
+    contiguous = all(
+        bool(a == b) for a, b in zip(stride_exprs, _contiguous(shape_exprs), strict=True)
+    )
+    shape_text = ", ".join(size_expression_text(size) for size in shape_exprs)
+    if contiguous:
+        return shape_text, None
+    return shape_text, ", ".join(size_expression_text(stride) for stride in stride_exprs)
