@@ -1,0 +1,101 @@
+"""A symbolic lowering's sizes (``SizeValue``) in the text form (decision 0494): a prims
+graph lowered for many sizes prints its sizes by expression, in the syntax of ``SymInt``
+sizes, declares their symbols, parses back to the same text, and printing it records no
+condition and refuses nothing (the lowering decides the same printed or not)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchstrata.core import SizeGuards, SizeRead, SizeValue, SymbolicSizes, parse, sized_graph, verify
+from torchstrata.core.graph import format_value
+
+# a reshape's size list, a slice's bounds and strides, an iota's length, each of sizes
+LISTING = """graph prims {
+  symbol s7, hint 5
+  symbol s53, hint 9
+  %x: f32[s7, s53] = input
+  %view: f32[s53, s7] = prims.reshape(%x, [s53, s7])
+  %part: f32[s7, s53 - 1]{s53, 1} = prims.slice(%x, [0, 1], [s7, s53], [1, 1])
+  %steps: i64[s53 + 3] = prims.iota(s53 + 3, 0, 1, torch.int64, device('cpu'))
+  return %view, %part, %steps
+}"""
+
+# expressions that are more than a sum of products: a SizeValue's own str would be a
+# refused read of them outside a code printer (decision 0407)
+EXPRESSIONS = [
+    "(s53//2)",
+    "((s53 + 1)//2)",
+    "Mod(s53, 3)",
+    "PythonMod(1 - s53, s53)",
+    "Max(0, s53 - 3)",
+    "Min(4, s53)",
+    "4*((s53//2))",
+    "s53**2",
+    "s53*s7 + 1",
+]
+
+
+def _lowered(text: str, hints: dict[str, int]):
+    """The parsed graph as a symbolic lowering holds it: each size a SizeValue."""
+    guards = SizeGuards(hints)
+    return sized_graph(parse(text, SymbolicSizes({})), guards), guards
+
+
+def test_a_lowered_graph_prints_its_sizes_and_parses_back():
+    graph, guards = _lowered(LISTING, {"s53": 9, "s7": 5})
+    view, part, steps = graph.outputs
+    assert all(isinstance(size, SizeValue) for size in view.args[1])
+    assert isinstance(steps.args[0], SizeValue) and isinstance(part.args[2][1], SizeValue)
+    text = str(graph)
+    assert text == LISTING  # the hints are the call's sizes: those declared here
+    parsed = parse(text, SymbolicSizes({}))
+    assert str(parsed) == text
+    verify(parsed)
+    assert guards.conditions == [] and guards.refused == []
+
+
+def test_hints_are_the_sizes_of_the_call_lowered():
+    graph, _ = _lowered(LISTING, {"s53": 12, "s7": 3})
+    assert "symbol s7, hint 3\n  symbol s53, hint 12\n" in str(graph)
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_any_size_expression_prints_without_a_read_and_parses_back(expression):
+    listing = LISTING.replace(
+        "  return %view, %part, %steps",
+        f"  %scaled: f32[s7, s53] = prims.mul(%x, {expression})\n  return %scaled",
+    )
+    graph, guards = _lowered(listing, {"s53": 9, "s7": 5})
+    (scaled,) = graph.outputs
+    assert isinstance(scaled.args[1], SizeValue)
+    text = str(graph)
+    assert f"prims.mul(%x, {expression})" in text
+    assert guards.conditions == [] and guards.refused == []
+    assert str(parse(text, SymbolicSizes({}))) == text
+
+
+def test_a_size_whose_own_str_refuses_prints_in_a_listing_unrefused():
+    graph, guards = _lowered(LISTING, {"s53": 9, "s7": 5})
+    half = graph.outputs[0].args[1][0] // 2
+    with pytest.raises(SizeRead):  # the size's own str: a read outside a code printer
+        str(half)
+    assert guards.refused  # ... which refuses the lowering (decision 0407)
+    fresh, fresh_guards = _lowered(LISTING, {"s53": 9, "s7": 5})
+    assert format_value([fresh.outputs[0].args[1][0] // 2]) == "[(s53//2)]"
+    assert fresh_guards.refused == [] and fresh_guards.conditions == []
+
+
+def test_strides_are_compared_by_expression_deciding_nothing():
+    # %square's strides (s53, 1) against its contiguous ones (s7, 1): compared as sizes,
+    # ``s53 == s7`` would be a decision, recorded as a condition of the lowering
+    listing = """graph prims {
+  symbol s7, hint 5
+  symbol s53, hint 9
+  %x: f32[s7, s53] = input
+  %square: f32[s7, s7]{s53, 1} = prims.slice(%x, [0, 0], [s7, s7], [1, 1])
+  return %square
+}"""
+    graph, guards = _lowered(listing, {"s53": 9, "s7": 5})
+    assert str(graph) == listing
+    assert guards.conditions == [] and guards.refused == []
