@@ -10,7 +10,7 @@ the syntax the text form already gives ``SymInt`` sizes (decision 0211): the exp
 as the ShapeEnv would print it once the parser has read it back (``s53 + 3``,
 ``(s53//2)``, ``Mod(s53, 3)``, ``PythonMod(1 - s53, s53)``, ``Max(0, s53 - 3)``), so a
 listing parses back to the same text. Strides are compared with the contiguous ones by
-expression, deciding nothing.
+their text, deciding nothing.
 
 This module imports nothing of ``size_values`` (which imports the graph): a size is
 known by its class attribute ``is_size_value``.
@@ -93,13 +93,12 @@ def holds_size_values(sizes: Sequence[Any]) -> bool:
 
 def layout_texts(shape: Sequence[Any], strides: Sequence[Any]) -> tuple[str, str | None]:
     """``s53, 3`` for ``shape`` and the strides' text, or None where they are the
-    contiguous ones (decided by expression: no condition is recorded)."""
+    contiguous ones. Compared as text: no condition is recorded, and a stride the
+    ShapeEnv made (its ``Max``, ``FloorDiv``) matches one spelled with sympy's."""
     shape_exprs = [_expr(size) for size in shape]
-    stride_exprs = [_expr(stride) for stride in strides]
-    contiguous = all(
-        bool(a == b) for a, b in zip(stride_exprs, _contiguous(shape_exprs), strict=True)
-    )
+    stride_texts = [size_expression_text(_expr(stride)) for stride in strides]
+    contiguous = [size_expression_text(stride) for stride in _contiguous(shape_exprs)]
     shape_text = ", ".join(size_expression_text(size) for size in shape_exprs)
-    if contiguous:
+    if stride_texts == contiguous:
         return shape_text, None
-    return shape_text, ", ".join(size_expression_text(stride) for stride in stride_exprs)
+    return shape_text, ", ".join(stride_texts)

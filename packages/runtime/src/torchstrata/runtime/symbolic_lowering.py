@@ -52,6 +52,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime.autocast_off import autocast_off, without_autocast
+from torchstrata.runtime.compile_trace import compile_trace, current_trace
 from torchstrata.runtime.cuda_graphs import graphed_per_size
 from torchstrata.runtime.forward_contracts import forward_contract
 from torchstrata.runtime.inference import grad_off as _grad_off
@@ -129,6 +130,13 @@ def symbolic_lowerer(
     slots = input_symbol_slots(graph)
 
     def lower(values: Mapping[str, int]) -> SymbolicLowering:
+        # traced as a compile of its own (or a part of the one in progress): the debug
+        # directory and the logs get its passes' graphs, its sized prims graphs and its
+        # kernels (decision 0494)
+        with compile_trace("a lowering for many sizes", options):
+            return lower_traced(values)
+
+    def lower_traced(values: Mapping[str, int]) -> SymbolicLowering:
         # under autocast (the entry's guards hold its state) the capture wrote the casts
         # into the graph: the stages run, and the runner runs, with autocast off, as the
         # per-size path's (``Pipeline.compile_graph``)
@@ -206,6 +214,9 @@ def symbolic_lowerer(
 
         def codegen(graph: Graph, contract: GraphContract) -> tuple[Graph, CompiledGraph]:
             sized = pipeline.run_passes("post_decomp", sized_graph(graph, guards), options, records)
+            trace = current_trace()
+            if trace is not None:  # printed by expression: the lowering decides the same
+                trace.produced("prims-for-many-sizes", sized)
             compiled = pipeline.codegen(sized, options, device, contract)
             if compiled is None:
                 raise NotImplementedError("no codegen stage compiled the symbolic graph")
