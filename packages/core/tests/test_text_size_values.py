@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from torchstrata.core import SizeGuards, SizeRead, SizeValue, SymbolicSizes, parse, sized_graph, verify
+from torchstrata.core import (
+    SizeGuards,
+    SizeRead,
+    SizeValue,
+    SymbolicSizes,
+    parse,
+    sized_graph,
+    verify,
+)
 from torchstrata.core.graph import format_value
 
 # a reshape's size list, a slice's bounds and strides, an iota's length, each of sizes
