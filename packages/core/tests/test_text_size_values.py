@@ -6,6 +6,7 @@ condition and refuses nothing (the lowering decides the same printed or not)."""
 from __future__ import annotations
 
 import pytest
+import sympy  # type: ignore[import-untyped]
 
 from torchstrata.core import (
     SizeGuards,
@@ -106,4 +107,45 @@ def test_strides_are_compared_by_expression_deciding_nothing():
 }"""
     graph, guards = _lowered(listing, {"s53": 9, "s7": 5})
     assert str(graph) == listing
+    assert guards.conditions == [] and guards.refused == []
+
+
+def _made(guards: SizeGuards, which: str):
+    """Sizes made by a lowering's arithmetic, or by sympy where the arithmetic simplifies
+    (a ceiling division, a modulo of a value that may be negative)."""
+    n, m = guards.symbol("s0"), guards.symbol("s1")
+    made = {
+        "floordiv": lambda: 3 * (n // 2) - m,
+        "quotient": lambda: n // m,
+        "modulo": lambda: n % m,
+        "signed modulo": lambda: SizeValue(sympy.Mod(n.expr - m.expr, 4), 0, guards),
+        "ceiling": lambda: SizeValue(sympy.ceiling(n.expr / 4), 0, guards),
+        "max": lambda: SizeValue(sympy.Max(n.expr - 3, 0), 0, guards),
+        "power": lambda: n * n * m,
+    }
+    return made[which]()
+
+
+@pytest.mark.parametrize(
+    ("which", "written"),
+    [
+        ("floordiv", "-s1 + 3*((s0//2))"),
+        ("quotient", "(s0//s1)"),
+        ("modulo", "Mod(s0, s1)"),
+        ("signed modulo", "PythonMod(s0 - s1, 4)"),
+        ("ceiling", "-(((-s0)//4))"),
+        ("max", "Max(0, s0 - 3)"),
+        ("power", "s0**2*s1"),
+    ],
+)
+def test_sizes_a_lowering_makes_print_as_the_shape_env_reads_them(which, written):
+    guards = SizeGuards({"s0": 17, "s1": 5})
+    text = format_value(_made(guards, which))
+    assert text == written
+    listing = (
+        "graph prims {\n  symbol s0, hint 17\n  symbol s1, hint 5\n"
+        "  %x: f32[s0, s1] = input\n"
+        f"  %y: f32[s0, s1] = prims.mul(%x, {text})\n  return %y\n}}"
+    )
+    assert str(parse(listing, SymbolicSizes({}))) == listing
     assert guards.conditions == [] and guards.refused == []

@@ -38,8 +38,8 @@ def _functions() -> Any:
 
 def _as_shape_env_expr(expr: Any) -> Any:
     """``expr`` with sympy's ``floor``/``ceiling`` of a quotient and ``Mod`` spelled as
-    the ShapeEnv's ``FloorDiv`` and ``PythonMod`` (what ``//`` and ``%`` of ``SymInt``
-    sizes make): the printed text then reads back to the same expression."""
+    the ShapeEnv's ``FloorDiv`` and ``Mod``/``PythonMod`` (what ``//`` and ``%`` of
+    ``SymInt`` sizes make): the printed text then reads back to the same expression."""
     sympy, functions = _functions()
     if not expr.args or expr.is_Symbol or expr.is_Number:
         return expr
@@ -56,6 +56,10 @@ def _as_shape_env_expr(expr: Any) -> Any:
             return functions.FloorDiv(numerator, denominator)
         return -functions.FloorDiv(-numerator, denominator)
     if isinstance(expr, sympy.Mod):
+        # the ShapeEnv's ``%`` is ``Mod`` where it knows the operands' signs, else
+        # ``PythonMod`` (Python's sign rule)
+        if args[0].is_nonnegative and args[1].is_positive:
+            return sympy.Mod(*args)
         return functions.PythonMod(*args)
     return expr.func(*args)
 
