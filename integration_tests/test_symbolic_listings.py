@@ -30,10 +30,19 @@ def half_window(x):
     return x[:, :h] * 2 + x[:, h : 2 * h].reshape(-1, h), torch.arange(h + 3) * x.sum()
 
 
+def kv_cache_slice_write(cache, k):
+    # its symbolic decomposition holds a SymFloat (the mean's count ``ToFloat(2*s25)``)
+    t = k.shape[1]
+    cache[:, t : 2 * t] = k
+    return cache.sum(1), cache[:, : 2 * t].mean(1)
+
+
 def _run(fn, calls):
     compiled = torch.compile(fn, backend="torchstrata", options={"codegen": "cpp"})
-    for x in calls:
-        torch.testing.assert_close(compiled(x), fn(x.clone()))
+    for args in calls:
+        args = args if isinstance(args, tuple) else (args,)
+        want = fn(*(a.clone() for a in args))
+        torch.testing.assert_close(compiled(*args), want)
     return compiled
 
 
@@ -115,14 +124,22 @@ def _decisions(fn, calls, logs, **where):
     finally:
         logger.removeHandler(lowerings)
         tsr.set_logs()
-    report = tsr.explain_dynamo(compiled, calls[-1])
+    report = tsr.explain_dynamo(compiled, *calls[-1])
     return tsr.size_lowering_stats(), report.size_lowerings, lowerings.lines
 
 
-@pytest.mark.parametrize("fn", [pad_time, half_window])
+CALLS = {
+    pad_time: lambda n: (torch.randn(2, 3, n),),
+    half_window: lambda n: (torch.randn(3, n),),
+    kv_cache_slice_write: lambda n: (torch.randn(2, 80, 4), torch.randn(2, n, 4)),
+}
+
+
+@pytest.mark.parametrize("fn", list(CALLS))
 def test_printing_a_lowering_changes_nothing_it_decides(fn, tmp_path):
-    shape = (lambda n: (2, 3, n)) if fn is pad_time else (lambda n: (3, n))
-    calls = [torch.randn(*shape(n)) for n in (4, 6, 8, 11, 2, 16)]
+    # the debug directory prints the symbolic decomposition (SymInt sizes: a stride
+    # compared as a size would add a guard to its conditions) and the lowering's graph
+    calls = [CALLS[fn](n) for n in (4, 6, 8, 11, 2, 16)]
     plain = _decisions(fn, calls, "dynamic")
     printed = _decisions(fn, calls, "dynamic,graphs", debug_dir=tmp_path)
     assert list(tmp_path.glob("*-a_lowering_for_many_sizes/*-prims-for-many-sizes.txt"))

@@ -149,3 +149,34 @@ def test_sizes_a_lowering_makes_print_as_the_shape_env_reads_them(which, written
     )
     assert str(parse(listing, SymbolicSizes({}))) == listing
     assert guards.conditions == [] and guards.refused == []
+
+
+def test_a_size_as_a_float_prints_and_parses_back():
+    # a mean's count in a symbolic decomposition: ``prims.div(%sum, ToFloat(2*s25))``
+    listing = """graph prims {
+  symbol s25, hint 5
+  %x: f32[2, s25] = input
+  %sum: f32[2] = prims.sum(%x, [1])
+  %mean: f32[2] = prims.div(%sum, ToFloat(2*s25))
+  return %mean
+}"""
+    parsed = parse(listing, SymbolicSizes({}))
+    assert type(parsed.outputs[0].args[1]).__name__ == "SymFloat"
+    assert str(parsed) == listing
+
+
+def test_printing_symbolic_strides_adds_no_guard_to_their_shape_env():
+    # strides (s53, 1) against the contiguous (s7, 1): compared as SymInts, ``s53 == s7``
+    # would be a guard of the ShapeEnv (a symbolic decomposition's conditions)
+    listing = """graph prims {
+  symbol s7, hint 5
+  symbol s53, hint 9
+  %x: f32[s7, s53] = input
+  %square: f32[s7, s7]{s53, 1} = prims.slice(%x, [0, 0], [s7, s7], [1, 1])
+  return %square
+}"""
+    sizes = SymbolicSizes({})
+    parsed = parse(listing, sizes)
+    before = len(sizes.shape_env.guards)
+    assert str(parsed) == listing
+    assert len(sizes.shape_env.guards) == before

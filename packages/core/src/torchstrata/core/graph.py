@@ -221,29 +221,32 @@ def format_meta(meta: NodeMeta) -> str:
         return "(" + ", ".join(format_meta(item) for item in meta) + ")"
     if holds_size_values(meta.shape) or holds_size_values(meta.strides):
         # a symbolic lowering's sizes: read by expression, deciding nothing (0494)
-        return _sized_meta_text(meta)
+        return _symbolic_meta_text(meta)
     try:
         return _static_meta_text(meta)
     except TypeError:  # a symbolic size hashes not (and prints as its ShapeEnv knows it now)
-        return _meta_text(meta)
+        return _symbolic_meta_text(meta)
 
 
 def _meta_text(meta: TensorMeta) -> str:
     text = f"{dtype_short_name(meta.dtype)}[{', '.join(map(str, meta.shape))}]"
     if meta.strides != contiguous_strides(meta.shape):
         text += "{" + ", ".join(map(str, meta.strides)) + "}"
-    if meta.device.type != "cpu":
-        text += f" {meta.device}"
-    if meta.requires_grad:
-        text += " grad"
-    return text
+    return text + _meta_tail(meta)
 
 
-def _sized_meta_text(meta: TensorMeta) -> str:
+def _symbolic_meta_text(meta: TensorMeta) -> str:
+    # strides compared with the contiguous ones by text: ``!=`` of symbolic sizes would
+    # record a guard (a SymInt's ShapeEnv) or a condition (a lowering's SizeValue: 0494)
     shape, strides = layout_texts(meta.shape, meta.strides)
     text = f"{dtype_short_name(meta.dtype)}[{shape}]"
     if strides is not None:
         text += "{" + strides + "}"
+    return text + _meta_tail(meta)
+
+
+def _meta_tail(meta: TensorMeta) -> str:
+    text = ""
     if meta.device.type != "cpu":
         text += f" {meta.device}"
     if meta.requires_grad:
@@ -276,8 +279,8 @@ def format_value(value: Any) -> str:
         return str(value)
     if isinstance(value, torch.device):
         return f"device({str(value)!r})"
-    if isinstance(value, torch.SymInt):  # a symbolic size (decisions 0200, 0211)
-        return str(value)
+    if isinstance(value, torch.SymInt | torch.SymFloat):  # a symbolic size (0200, 0211)
+        return str(value)  # a SymFloat: a size as a float (a mean's ``ToFloat(2*s25)``)
     if is_size_value(value):  # a symbolic lowering's size, by its expression (0494)
         return size_value_text(value)
     if value is Ellipsis:  # a subscript's ``...`` (decision 0493)

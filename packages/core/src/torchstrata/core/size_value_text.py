@@ -22,6 +22,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from torchstrata.core.meta import contiguous_strides
+
 
 def is_size_value(value: Any) -> bool:
     """Whether ``value`` is a symbolic lowering's size (a ``SizeValue``)."""
@@ -95,14 +97,28 @@ def holds_size_values(sizes: Sequence[Any]) -> bool:
     return any(type(size) is not int and is_size_value(size) for size in sizes)
 
 
+def _text(size: Any) -> str:
+    if type(size) is int:
+        return str(size)
+    if is_size_value(size):
+        return size_value_text(size)
+    return str(size)  # a SymInt: its expression as its ShapeEnv prints it
+
+
 def layout_texts(shape: Sequence[Any], strides: Sequence[Any]) -> tuple[str, str | None]:
-    """``s53, 3`` for ``shape`` and the strides' text, or None where they are the
-    contiguous ones. Compared as text: no condition is recorded, and a stride the
-    ShapeEnv made (its ``Max``, ``FloorDiv``) matches one spelled with sympy's."""
-    shape_exprs = [_expr(size) for size in shape]
-    stride_texts = [size_expression_text(_expr(stride)) for stride in strides]
-    contiguous = [size_expression_text(stride) for stride in _contiguous(shape_exprs)]
-    shape_text = ", ".join(size_expression_text(size) for size in shape_exprs)
+    """``s53, 3`` for ``shape`` (ints, ``SymInt`` or ``SizeValue`` sizes) and the
+    strides' text, or None where they are the contiguous ones. Compared as text, never
+    as sizes: a ``SizeValue`` comparison records a condition of its lowering, a
+    ``SymInt`` one a guard of its ShapeEnv (a symbolic decomposition's conditions), and a
+    stride the ShapeEnv made (its ``Max``, ``FloorDiv``) matches one spelled with
+    sympy's."""
+    if holds_size_values(shape) or holds_size_values(strides):
+        exprs = [_expr(size) for size in shape]
+        contiguous = [size_expression_text(stride) for stride in _contiguous(exprs)]
+    else:
+        contiguous = [_text(stride) for stride in contiguous_strides(shape)]
+    stride_texts = [_text(stride) for stride in strides]
+    shape_text = ", ".join(_text(size) for size in shape)
     if stride_texts == contiguous:
         return shape_text, None
     return shape_text, ", ".join(stride_texts)

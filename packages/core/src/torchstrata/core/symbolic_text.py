@@ -41,6 +41,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "PythonMod": lambda a, b: a % b,  # the ShapeEnv's name where an operand may be < 0
     "Max": lambda *values: _fold(torch.sym_max, values),
     "Min": lambda *values: _fold(torch.sym_min, values),
+    "ToFloat": lambda value: torch.sym_float(value),  # a size as a float (a mean's count)
 }
 
 

@@ -57,8 +57,13 @@ class DebugDump:
         return path
 
     def graph(self, name: str, graph: Graph) -> None:
-        """A graph in core's text form."""
-        self.write(name, ".txt", str(graph))
+        """A graph in core's text form; where it cannot be printed, the reason (a debug
+        directory never changes what a compile does: decision 0494)."""
+        try:
+            text = str(graph)
+        except Exception as error:  # noqa: BLE001 - the compile goes on, the file says why
+            text = f"# this graph cannot be printed: {type(error).__name__}: {error}"
+        self.write(name, ".txt", text)
 
     def compiled(self, compiled: CompiledGraph) -> None:
         """The launcher (numbered) and every generated kernel (in ``kernels/``)."""
