@@ -83,12 +83,30 @@ def test_explain_dynamo_prints_the_prims_graph_of_a_lowering_for_many_sizes(fn, 
     assert "1 lowering(s) shared by many sizes" in str(report)
 
 
-def test_the_debug_directory_holds_the_lowering_for_many_sizes(tmp_path):
-    tsr.set_logs(debug_dir=tmp_path)
+class _Graphs(logging.Handler):
+    """The ``graphs`` log's listings of lowerings for many sizes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "prims-for-many-sizes" in str(record.args):
+            self.texts.append(record.getMessage())
+
+
+def test_the_debug_directory_and_the_log_hold_the_lowering_for_many_sizes(tmp_path):
+    tsr.set_logs("graphs", debug_dir=tmp_path)
+    logged = _Graphs()
+    logger = logging.getLogger("torchstrata.runtime.compile_trace.__graphs")
+    logger.addHandler(logged)
     try:
         _run(half_window, [torch.randn(3, n) for n in (4, 6, 8, 10)])
     finally:
+        logger.removeHandler(logged)
         tsr.set_logs()
+    (message,) = logged.texts
+    assert re.search(r"symbol s\d+, hint 6\n", message), message
     (listing,) = tmp_path.glob("*-a_lowering_for_many_sizes/*-prims-for-many-sizes.txt")
     text = listing.read_text().rstrip("\n")
     assert re.search(r"\[3, \(s\d+//2\)\]", text), text
