@@ -219,9 +219,6 @@ def format_meta(meta: NodeMeta) -> str:
         return "_"
     if isinstance(meta, tuple):
         return "(" + ", ".join(format_meta(item) for item in meta) + ")"
-    if holds_size_values(meta.shape) or holds_size_values(meta.strides):
-        # a symbolic lowering's sizes: read by expression, deciding nothing (0494)
-        return _symbolic_meta_text(meta)
     try:
         return _static_meta_text(meta)
     except TypeError:  # a symbolic size hashes not (and prints as its ShapeEnv knows it now)
@@ -229,6 +226,10 @@ def format_meta(meta: NodeMeta) -> str:
 
 
 def _meta_text(meta: TensorMeta) -> str:
+    if holds_size_values(meta.shape) or holds_size_values(meta.strides):
+        # a symbolic lowering's sizes (hashable: cached too; a lookup compares them only
+        # on a hash collision) read by expression, deciding nothing (0494)
+        return _symbolic_meta_text(meta)
     text = f"{dtype_short_name(meta.dtype)}[{', '.join(map(str, meta.shape))}]"
     if meta.strides != contiguous_strides(meta.shape):
         text += "{" + ", ".join(map(str, meta.strides)) + "}"
