@@ -28,6 +28,7 @@ from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.dynamo_symbolic import DynamoTraces
 from torchstrata.runtime.size_variants import SizeVariants, count
+from torchstrata.runtime.symbolic_cache import cached_lowerer
 from torchstrata.runtime.symbolic_lowering import LoweringStages, symbolic_lowerer
 
 #: A runner for one size from a shared lowering (Dynamo's arguments in, the FX graph's
@@ -83,6 +84,9 @@ class SharedLowerings:
         self.kept = kept
         self.structure = structure
         lower = symbolic_lowerer(pipeline, graph, options, lambda: traces)
+        plugin_manager = getattr(pipeline, "plugin_manager", None)
+        manager = None if plugin_manager is None else functools.partial(plugin_manager, options)
+        lower = cached_lowerer(lower, graph, options, manager, lambda: traces)
         self.variants = SizeVariants(lower, options.symbolic_lowerings)
         #: sizes served by a shared lowering / made static and lowered on their own
         self.served = 0
