@@ -213,8 +213,10 @@ def _symbolic_traces(
     slots: Mapping[str, tuple[int, int | None]],
     options: CompileOptions,
 ) -> tuple[DynamoTraces | None, str]:
-    """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
-    (each size is traced on its own, with a debug line saying why), and why not."""
+    """The symbolic autograd traces of ``gm`` for every size (decision 0256; the first
+    made at its first use: ``DynamoTraces.first``), or None where ``gm`` does not import
+    with symbolic sizes (each size is traced on its own, with a debug line saying why),
+    and why not."""
     if not slots:
         return None, ""  # nothing symbolic: one static lowering is all
     conditions: list[Any] = []
@@ -230,9 +232,9 @@ def _symbolic_traces(
             return _PIPELINE.trace_symbolic(graph, options, hints)
 
     shared_from = options.shared_decomposition_from
-    traces = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions)
-    traces.add(None)
-    return (traces, "") if traces.traces else (None, "the autograd stage made no symbolic trace")
+    # the first trace is made where a size needs it (``DynamoTraces.first``): not where
+    # the lowering for the size is read from the compiled-graph cache (decision 0497)
+    return DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions), ""
 
 
 def _lower_from_traces(

@@ -83,10 +83,11 @@ class SharedLowerings:
         self.traces = traces
         self.kept = kept
         self.structure = structure
-        lower = symbolic_lowerer(pipeline, graph, options, lambda: traces)
+        lower = symbolic_lowerer(pipeline, graph, options, functools.partial(_traced, traces))
+        # each lowering read from and stored in the compiled-graph cache (decision 0497)
         plugin_manager = getattr(pipeline, "plugin_manager", None)
         manager = None if plugin_manager is None else functools.partial(plugin_manager, options)
-        lower = cached_lowerer(lower, graph, options, manager, lambda: traces)
+        lower = cached_lowerer(lower, graph, options, manager, traces.first)
         self.variants = SizeVariants(lower, options.symbolic_lowerings)
         #: sizes served by a shared lowering / made static and lowered on their own
         self.served = 0
@@ -133,6 +134,17 @@ class SharedLowerings:
         failed = [what for what in self.variants.counts if what.startswith("fallback: ")]
         reasons = sorted({*(what.removeprefix("fallback: ") for what in failed), *self.refusals})
         return f"{text}; {self.per_size} lowered on their own: {'; '.join(reasons)}"
+
+
+def _traced(traces: DynamoTraces) -> DynamoTraces:
+    """``traces``, their first trace made now where none was yet.
+
+    :raises NotImplementedError: the autograd stage made no symbolic trace (the size,
+        and the graph's later sizes, lower on their own; the reason is counted)."""
+    made = traces.first()
+    if made is None:
+        raise NotImplementedError("no symbolic trace of the Dynamo graph")
+    return made
 
 
 def _dynamo_call(

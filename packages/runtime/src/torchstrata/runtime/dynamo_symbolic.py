@@ -206,6 +206,16 @@ class DynamoTraces(SymbolicTraces):
         self.graph = graph
         self.conditions = tuple(conditions)
         self._imported = conditions_check(self.conditions)
+        self._first = True
+
+    def first(self) -> DynamoTraces | None:
+        """These traces, the first made here at the first use (decision 0497: a
+        lowering read from the compiled-graph cache traces nothing); None where the
+        autograd stage made no symbolic trace (each size is traced on its own)."""
+        if self._first:
+            self._first = False
+            self.add(None)
+        return self if self.traces else None
 
     def outside_import(self, values: Mapping[str, int]) -> str:
         """The first condition the import relied on that the sizes ``values`` break, as
@@ -225,4 +235,4 @@ class DynamoTraces(SymbolicTraces):
         if outside:
             logger.debug("dynamo backend: sizes %s break %s: traced on their own", values, outside)
             return None
-        return self.at(values)
+        return None if self.first() is None else self.at(values)
