@@ -177,6 +177,8 @@ class SymbolicEntries:
         if variant["backward"] is None:
             runner = inference_runner(forward.fn, aot)
             writes = tuple(aot.mutated_inputs)
+            if any(not 0 <= i < len(self.graph.inputs) for i in writes):
+                raise BadRecord("a stored lowering writes an input the graph does not have")
             return grad_off(runner) if variant["grad_off"] else runner, writes
         if aot.mutated_inputs:
             raise BadRecord("a stored training lowering with write-backs")
