@@ -52,8 +52,10 @@ def decode_tanh(k_cache, v_cache, q, k, v):
 
 
 def decode_args(length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    caches = [torch.randn(2, length, 16, dtype=dtype) for _ in range(2)]
-    return (*caches, *(torch.randn(2, 1, 16, dtype=dtype) for _ in range(3)))
+    """Caches of ``length`` tokens of width 8 (no length below 9 is used: Dynamo would
+    give a length equal to the width one symbol, another graph)."""
+    caches = [torch.randn(2, length, 8, dtype=dtype) for _ in range(2)]
+    return (*caches, *(torch.randn(2, 1, 8, dtype=dtype) for _ in range(3)))
 
 
 def kv_cache_slice_write(cache, k):

@@ -220,8 +220,9 @@ def _symbolic_traces(
     if not slots:
         return None, ""  # nothing symbolic: one static lowering is all
     conditions: list[Any] = []
+    names: dict[str, str] = {}
     try:
-        graph = symbolic_import(gm, example_inputs, slots, conditions)
+        graph = symbolic_import(gm, example_inputs, slots, conditions, names)
     except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
         why = f"{type(error).__name__}: {str(error)[:160]}"
         logger.debug("dynamo backend: each size traced on its own (%s)", why)
@@ -234,7 +235,8 @@ def _symbolic_traces(
     shared_from = options.shared_decomposition_from
     # the first trace is made where a size needs it (``DynamoTraces.first``): not where
     # the lowering for the size is read from the compiled-graph cache (decision 0497)
-    return DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions), ""
+    made = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions, names=names)
+    return made, ""
 
 
 def _lower_from_traces(

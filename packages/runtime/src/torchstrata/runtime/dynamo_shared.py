@@ -99,7 +99,9 @@ class SharedLowerings:
 
     def runner_for(self, values: Mapping[str, int], args: Sequence[Any]) -> SharedRunner | None:
         """The runner of a shared lowering that serves the sizes ``values`` (a call's
-        arguments ``args``), made now where none does; None: the size lowers on its own."""
+        arguments ``args``), made now where none does; None: the size lowers on its own.
+        ``values`` are named as Dynamo names its symbols."""
+        values = self.traces.ours(values)
         inputs = [args[i] for i in self.kept]
         made = None
         outside = self.traces.outside_import(values)
