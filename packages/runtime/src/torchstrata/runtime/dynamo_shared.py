@@ -11,7 +11,9 @@ from the :class:`~torchstrata.runtime.dynamo_symbolic.DynamoTraces`, its lowerin
 by a :class:`~torchstrata.runtime.size_variants.SizeVariants` as a symbolic entry's are. A
 new size asks it first; where it refuses (the reason counted in ``size_lowering_stats()``
 and told by :meth:`SharedLowerings.describe`, which ``explain()`` shows) the size is made
-static and lowered on its own, as before.
+static and lowered on its own, as before. Each lowering is read from and stored in the
+compiled-graph cache as a symbolic entry's is (:mod:`.symbolic_cache`, decision 0497): a
+fresh process serves new sizes of the graph from the lowering another process made.
 """
 
 from __future__ import annotations
