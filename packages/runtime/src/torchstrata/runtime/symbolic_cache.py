@@ -22,15 +22,16 @@ lowering (at most ``symbolic_lowerings``):
 What is stored is what the lowering holds (the graphs it compiled,
 ``SymbolicLowering.compiled``) and what was noted while it was made
 (:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
-runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
-runner carries more than this recipe (output views or aliases, autocast, lifted
-constants, a training runner's write-backs) are not stored; an inference forward's
-write-backs are (its AOT record names the inputs it writes; decision 0497). A stored training lowering's backward that raises at a
-size's first backward falls back to the ATen backward of the entry's symbolic trace, made
-then, where that trace's partition at the stored lowering's sizes is the stored one
-(decision 0485). An entry that does not decode or load is removed with a
-:class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
-never fails a compile (:func:`~.graph_cache._never_fatal`).
+runner's metadata, each where it is made), not worked out by a second code path.
+Lowerings whose runner carries more than this recipe (output views or aliases, autocast,
+lifted constants, a training runner's write-backs) are not stored; an inference
+forward's write-backs are (its AOT record names the inputs it writes; decision 0497). A
+stored training lowering's backward that raises at a size's first backward falls back
+to the ATen backward of the entry's symbolic trace, made then, where that trace's
+partition at the stored lowering's sizes is the stored one (decision 0485). An entry
+that does not decode or load is removed with a
+:class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the
+cache never fails a compile (:func:`~.graph_cache._never_fatal`).
 """
 
 from __future__ import annotations
