@@ -82,10 +82,11 @@ def inference(
     sizes: Sequence[int],
     dynamic: bool | None = True,
     dtype: str = "float32",
+    device: str = "cpu",
     **options: Any,
 ) -> None:
     """Program ``name`` through ``torch.compile(backend="torchstrata")`` at each of
-    ``sizes``: its outputs and the inputs it writes checked against eager's."""
+    ``sizes`` on ``device``: its outputs and the inputs it writes checked against eager's."""
     torch.manual_seed(0)
     fn, make_args = PROGRAMS[name]
     compiled = torch.compile(
@@ -93,7 +94,7 @@ def inference(
     )
     with torch.no_grad():
         for size in sizes:
-            args = make_args(size, getattr(torch, dtype))
+            args = tuple(arg.to(device) for arg in make_args(size, getattr(torch, dtype)))
             eager_args = tuple(arg.clone() for arg in args)
             torch.testing.assert_close(compiled(*args), fn(*eager_args))
             torch.testing.assert_close(args, eager_args)  # what it wrote
@@ -169,11 +170,17 @@ def _warm(cache_dir: Path, name: str, sizes: Sequence[int], **options: Any) -> d
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", **_interpreted(options)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _interpreted(options: dict[str, Any]) -> dict[str, str]:
+    """Triton's interpreter for Triton kernels of CPU tensors."""
+    cpu = options.get("device", "cpu") == "cpu"
+    return {"TRITON_INTERPRET": "1"} if options.get("codegen") == "triton" and cpu else {}
 
 
 def _served_from_the_cache(warm: dict[str, Any], new_sizes: int) -> None:
@@ -189,6 +196,32 @@ def test_a_fresh_process_serves_new_lengths_of_a_decode_step_without_lowering(
     inference(str(tmp_path), "decode", (16, 17, 18))
     assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 2}
     _served_from_the_cache(_warm(tmp_path, "decode", (21, 30, 23)), 3)
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param("cpu", marks=pytest.mark.triton),
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_triton_kernels_of_a_dynamo_graph_serve_new_lengths_in_a_fresh_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Triton kernels of the Dynamo graph's lowering for many sizes, stored with their
+    sizes as expressions (decision 0451; the interpreter on CPU tensors)."""
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    options = {"codegen": "triton", "device": device}
+    inference(str(tmp_path), "decode", (16, 17), **options)
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 1}
+    _served_from_the_cache(_warm(tmp_path, "decode", (20, 25), **options), 2)
 
 
 def test_automatic_dynamic_reads_the_lowering_at_the_second_length_of_a_fresh_process(
