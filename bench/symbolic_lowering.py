@@ -40,6 +40,14 @@ graph is lowered per size (``--compare``'s first run, the backend before 0455) o
 many sizes. The first two lengths carry Dynamo's two compiles and are left out of the
 summary (the decode workload's; ``block_*`` leave out the first, as without ``--dynamo``).
 
+``--warm`` (decode and column_sum, decision 0497) runs each turn's process a second time
+with the cache directory the first one filled, at lengths it never saw (each length plus
+as many as there are lengths: 48-79 for decode): with ``--dynamo`` its first length is
+Dynamo's static graph, its second Dynamo's graph with symbolic sizes, whose lowering a
+warm process reads from the compiled-graph cache (``cached`` in its
+``size_lowering_stats()``); that length's first call (process CPU, Dynamo's compile
+included) is printed as ``warm first call of a new size``.
+
 Each turn runs in a fresh process with a fresh, empty ``TORCHSTRATA_CACHE_DIR``, one torch
 thread::
 
@@ -47,6 +55,7 @@ thread::
     python -m bench.symbolic_lowering --workload decode --turns 3
     python -m bench.symbolic_lowering --workload block_loss --compare --turns 3
     python -m bench.symbolic_lowering --workload decode --dynamo --compare --turns 3
+    python -m bench.symbolic_lowering --workload decode --dynamo --warm --turns 3
     python -m bench.symbolic_lowering --workload column_sum --codegen triton --turns 3
     python -m bench.symbolic_lowering --profile /tmp/lowering.prof --top 40
 
@@ -198,19 +207,26 @@ def _compile(fn: Any, codegen: str, per_size: bool, dynamo: bool) -> Any:
 
 
 def decode_child(
-    codegen: str, per_size: bool = False, dynamo: bool = False, workload: str = "decode"
+    codegen: str,
+    per_size: bool = False,
+    dynamo: bool = False,
+    workload: str = "decode",
+    warm: bool = False,
 ) -> None:
     """One turn of ``--workload decode`` (or ``column_sum``) in this process: each
     length's first call's process CPU minus its second's (``per_size``: with the compile
     option ``symbolic_lowering`` off, every length lowered on its own, decision 0381;
-    ``dynamo``: compiled through ``torch.compile``, decision 0455)."""
+    ``dynamo``: compiled through ``torch.compile``, decision 0455; ``warm``: at lengths
+    the first process of the turn never saw, decision 0497)."""
     import torchstrata.runtime as tsr
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     fn, make_inputs, lengths = _calls(workload)
+    if warm:
+        lengths = tuple(length + len(lengths) for length in lengths)
     compiled = _compile(fn, codegen, per_size, dynamo)
-    per_length, walls = [], []
+    per_length, walls, firsts = [], [], []
     for length in lengths:
         inputs = make_inputs(length)
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -224,6 +240,7 @@ def decode_child(
                 # a sum over thousands of rows, in split parts: float32 rounding apart
                 torch.testing.assert_close(value, want, rtol=1e-4, atol=1e-4 * len(value))
         per_length.append((cpu1 - cpu0) - (cpu2 - cpu1))
+        firsts.append(cpu1 - cpu0)
         walls.append((wall1 - wall0) - (wall2 - wall1))  # g++ runs in a child process
     text = " ".join(f"{1000 * cpu:.1f}" for cpu in per_length)
     print(f"lowering ms per length {' '.join(map(str, lengths))}: {text}")
@@ -239,6 +256,12 @@ def decode_child(
         f"{sum(walls[skip:]):.3f} s; first length {walls[0]:.3f} s"
     )
     print(f"lowerings (size_lowering_stats): {tsr.size_lowering_stats()}")
+    if warm:
+        at = skip - 1  # the length of the symbolic graph's first lowering (or read)
+        print(
+            f"WARM first call of a new size (length {lengths[at]}): process CPU "
+            f"{1000 * firsts[at]:.1f} ms (graph cache hits {tsr.graph_cache_stats().hits})"
+        )
 
 
 def _kind(before: dict[str, int], after: dict[str, int]) -> str:
@@ -365,12 +388,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dynamo", action="store_true", help="torch.compile(backend='torchstrata') (0455)"
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="decode, column_sum: each turn again, on the cache it filled, at new lengths (0497)",
+    )
     parser.add_argument("--per-size", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--top", type=int, default=40, help="functions printed with --profile")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child and args.workload in ("decode", "column_sum"):
-        decode_child(args.codegen, args.per_size, args.dynamo, args.workload)
+        decode_child(args.codegen, args.per_size, args.dynamo, args.workload, args.warm)
         return 0
     if args.child:
         loss_only = args.workload == "block_loss"
@@ -399,10 +427,14 @@ def main(argv: list[str] | None = None) -> int:
                 for variable in CACHE_VARIABLES:  # each run with a cache of its own
                     sub_env[variable] = os.path.join(scratch, f"{per_size}", variable.lower())
                 extra = ["--per-size"] if per_size else []
-                done = subprocess.run(command + extra, cwd=REPO_ROOT, env=sub_env, check=False)
-                if done.returncode:
-                    print(f"turn {turn + 1} failed (exit {done.returncode})")
-                    return done.returncode
+                runs = (extra, [*extra, "--warm"]) if args.warm else (extra,)
+                for run in runs:
+                    if "--warm" in run:
+                        print(f"-- warm: the cache filled above, new lengths, load {_load()}")
+                    done = subprocess.run(command + run, cwd=REPO_ROOT, env=sub_env, check=False)
+                    if done.returncode:
+                        print(f"turn {turn + 1} failed (exit {done.returncode})")
+                        return done.returncode
     return 0
 
 

@@ -357,3 +357,31 @@ def test_a_stored_forward_whose_outputs_carry_no_gradient_runs_with_grad_off(
     assert [v["grad_off"] for v in json.loads(entry.read_bytes())["variants"]] == [True]
     counts = _counts_of(lambda: run((3, 7)))
     assert counts == {"cached": 1, "reused": 1}, counts
+
+
+def write_slice(cache: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """A cache written where the sizes say (a write-back into an input), then summed."""
+    t = k.shape[1]
+    cache[:, t : 2 * t] = k
+    return cache.sum(1)
+
+
+def test_an_inference_forwards_write_backs_are_stored_and_served(tmp_path: Path) -> None:
+    """An inference forward that writes into an input is stored with the inputs it
+    writes (decision 0497) and read back: each new size writes as eager does."""
+
+    def run(rows: Sequence[int]) -> None:
+        options = CompileOptions(cache_dir=str(tmp_path))
+        compiled = tsr.compile(write_slice, dynamic=True, codegen="cpp", options=options)
+        with torch.no_grad():
+            for count in rows:
+                cache, k = torch.randn(2, 80, 4), torch.randn(2, count, 4)
+                expected_cache = cache.clone()
+                torch.testing.assert_close(compiled(cache, k), write_slice(expected_cache, k))
+                torch.testing.assert_close(cache, expected_cache)
+
+    run((5, 6))
+    (entry,) = _symbolic_entries(tmp_path)
+    (variant,) = json.loads(entry.read_bytes())["variants"]
+    assert variant["aot"]["mutated_inputs"] == [0]
+    assert _counts_of(lambda: run((3, 7))) == {"cached": 1, "reused": 1}

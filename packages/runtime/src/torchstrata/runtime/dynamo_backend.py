@@ -213,13 +213,16 @@ def _symbolic_traces(
     slots: Mapping[str, tuple[int, int | None]],
     options: CompileOptions,
 ) -> tuple[DynamoTraces | None, str]:
-    """One symbolic autograd trace of ``gm`` for every size (decision 0256), or None
-    (each size is traced on its own, with a debug line saying why), and why not."""
+    """The symbolic autograd traces of ``gm`` for every size (decision 0256; the first
+    made at its first use: ``DynamoTraces.first``), or None where ``gm`` does not import
+    with symbolic sizes (each size is traced on its own, with a debug line saying why),
+    and why not."""
     if not slots:
         return None, ""  # nothing symbolic: one static lowering is all
     conditions: list[Any] = []
+    names: dict[str, str] = {}
     try:
-        graph = symbolic_import(gm, example_inputs, slots, conditions)
+        graph = symbolic_import(gm, example_inputs, slots, conditions, names)
     except Exception as error:  # noqa: BLE001 - optional: sizes are traced on their own
         why = f"{type(error).__name__}: {str(error)[:160]}"
         logger.debug("dynamo backend: each size traced on its own (%s)", why)
@@ -230,9 +233,10 @@ def _symbolic_traces(
             return _PIPELINE.trace_symbolic(graph, options, hints)
 
     shared_from = options.shared_decomposition_from
-    traces = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions)
-    traces.add(None)
-    return (traces, "") if traces.traces else (None, "the autograd stage made no symbolic trace")
+    # the first trace is made where a size needs it (``DynamoTraces.first``): not where
+    # the lowering for the size is read from the compiled-graph cache (decision 0497)
+    made = DynamoTraces(graph, trace, shared_from=shared_from, conditions=conditions, names=names)
+    return made, ""
 
 
 def _lower_from_traces(

@@ -11,7 +11,9 @@ from the :class:`~torchstrata.runtime.dynamo_symbolic.DynamoTraces`, its lowerin
 by a :class:`~torchstrata.runtime.size_variants.SizeVariants` as a symbolic entry's are. A
 new size asks it first; where it refuses (the reason counted in ``size_lowering_stats()``
 and told by :meth:`SharedLowerings.describe`, which ``explain()`` shows) the size is made
-static and lowered on its own, as before.
+static and lowered on its own, as before. Each lowering is read from and stored in the
+compiled-graph cache as a symbolic entry's is (:mod:`.symbolic_cache`, decision 0497): a
+fresh process serves new sizes of the graph from the lowering another process made.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torchstrata.core.symbolic import evaluate
 from torchstrata.runtime.artifacts import GraphArtifacts
 from torchstrata.runtime.dynamo_symbolic import DynamoTraces
 from torchstrata.runtime.size_variants import SizeVariants, count
+from torchstrata.runtime.symbolic_cache import cached_lowerer
 from torchstrata.runtime.symbolic_lowering import LoweringStages, symbolic_lowerer
 
 #: A runner for one size from a shared lowering (Dynamo's arguments in, the FX graph's
@@ -82,7 +85,11 @@ class SharedLowerings:
         self.traces = traces
         self.kept = kept
         self.structure = structure
-        lower = symbolic_lowerer(pipeline, graph, options, lambda: traces)
+        lower = symbolic_lowerer(pipeline, graph, options, functools.partial(_traced, traces))
+        # each lowering read from and stored in the compiled-graph cache (decision 0497)
+        plugin_manager = getattr(pipeline, "plugin_manager", None)
+        manager = None if plugin_manager is None else functools.partial(plugin_manager, options)
+        lower = cached_lowerer(lower, graph, options, manager, traces.first)
         self.variants = SizeVariants(lower, options.symbolic_lowerings)
         #: sizes served by a shared lowering / made static and lowered on their own
         self.served = 0
@@ -94,7 +101,9 @@ class SharedLowerings:
 
     def runner_for(self, values: Mapping[str, int], args: Sequence[Any]) -> SharedRunner | None:
         """The runner of a shared lowering that serves the sizes ``values`` (a call's
-        arguments ``args``), made now where none does; None: the size lowers on its own."""
+        arguments ``args``), made now where none does; None: the size lowers on its own.
+        ``values`` are named as Dynamo names its symbols."""
+        values = self.traces.ours(values)
         inputs = [args[i] for i in self.kept]
         made = None
         outside = self.traces.outside_import(values)
@@ -129,6 +138,17 @@ class SharedLowerings:
         failed = [what for what in self.variants.counts if what.startswith("fallback: ")]
         reasons = sorted({*(what.removeprefix("fallback: ") for what in failed), *self.refusals})
         return f"{text}; {self.per_size} lowered on their own: {'; '.join(reasons)}"
+
+
+def _traced(traces: DynamoTraces) -> DynamoTraces:
+    """``traces``, their first trace made now where none was yet.
+
+    :raises NotImplementedError: the autograd stage made no symbolic trace (the size,
+        and the graph's later sizes, lower on their own; the reason is counted)."""
+    made = traces.first()
+    if made is None:
+        raise NotImplementedError("no symbolic trace of the Dynamo graph")
+    return made
 
 
 def _dynamo_call(

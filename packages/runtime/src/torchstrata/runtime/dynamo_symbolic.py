@@ -91,12 +91,19 @@ def symbolic_import(
     example_inputs: Sequence[Any],
     slots: Mapping[str, tuple[int, int | None]],
     conditions: list[Any] | None = None,
+    names: dict[str, str] | None = None,
 ) -> Graph:
     """Dynamo's ``gm`` as a torch-level :class:`Graph` whose symbols are sizes of its
     input dimensions (see the module docstring). The conditions on sizes the import
     relied on (a meta function that branched on a size: ``narrow``'s bounds, ``0 <= s77 -
     s77//2``; sympy booleans) are appended to ``conditions``: the graph stands for the
     sizes that meet them (decision 0455).
+
+    The graph's symbols are named by the input dimension each is the size of, not as
+    Dynamo named them: Dynamo's names depend on what its shape environment held (a
+    recompile's length may be ``s0`` where a fresh process's is ``s69``), and the same
+    graph must have the same text in every process, the key of its compiled-graph cache
+    entry (decision 0497). ``names`` is given Dynamo's name -> the graph's.
 
     :raises ValueError: a symbol that is no tensor argument's dimension (passed only as
         a number: its value is read from the ``s77`` argument, not a tensor), or, without
@@ -114,9 +121,14 @@ def symbolic_import(
         if dim is not None
     }
     symbols = {}
-    for name, (position, dim) in slots.items():
+    # in the order of the inputs' dimensions: the ShapeEnv names a symbol by its source
+    # (``l_x_.size()[0]``), the next free number where two sources' numbers meet
+    for name in sorted(slots, key=lambda name: slots[name]):
+        position, dim = slots[name]
         where = f"{placeholders[position].name}.size()[{dim}]"
-        symbols[name] = sizes.declare(where, hints[name], name)
+        symbols[name] = sizes.declare(where, hints[name])
+    if names is not None:
+        names.update({name: str(symbol.node.expr) for name, symbol in symbols.items()})
     rebind = _Rebinder(sizes, symbols, hints)
     examples: list[Any] = []
     for node, example in zip(placeholders, example_inputs, strict=True):
@@ -192,6 +204,8 @@ class DynamoTraces(SymbolicTraces):
         decomposition (the compile option ``shared_decomposition_from``).
     :param conditions: the conditions on sizes the import of ``graph`` relied on; sizes
         that break one are traced on their own.
+    :param names: Dynamo's name of each symbol -> ``graph``'s (:func:`symbolic_import`):
+        the sizes a caller gives (:meth:`ours`) are named as Dynamo names them.
     """
 
     def __init__(
@@ -201,11 +215,27 @@ class DynamoTraces(SymbolicTraces):
         max_traces: int = 4,
         shared_from: int = SHARED_DECOMPOSITION_FROM,
         conditions: Sequence[Any] = (),
+        names: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(trace, max_traces, shared_from)
         self.graph = graph
+        self.names = dict(names or {})
         self.conditions = tuple(conditions)
         self._imported = conditions_check(self.conditions)
+        self._first = True
+
+    def first(self) -> DynamoTraces | None:
+        """These traces, the first made here at the first use (decision 0497: a
+        lowering read from the compiled-graph cache traces nothing); None where the
+        autograd stage made no symbolic trace (each size is traced on its own)."""
+        if self._first:
+            self._first = False
+            self.add(None)
+        return self if self.traces else None
+
+    def ours(self, values: Mapping[str, int]) -> dict[str, int]:
+        """Sizes named as Dynamo names its symbols, named as the graph's."""
+        return {self.names.get(name, name): value for name, value in values.items()}
 
     def outside_import(self, values: Mapping[str, int]) -> str:
         """The first condition the import relied on that the sizes ``values`` break, as
@@ -215,9 +245,11 @@ class DynamoTraces(SymbolicTraces):
         return str(violated(self.conditions, values))
 
     def at_static(self, values: Mapping[str, int], static: Graph) -> AotResult | SizedAot | None:
-        """The ``AotResult`` of ``static`` (the graph made static at ``values``) from a
-        trace (:meth:`SymbolicTraces.at`); None: the size is traced on its own (also where
-        ``static``'s inputs are not the symbolic graph's at ``values``)."""
+        """The ``AotResult`` of ``static`` (the graph made static at ``values``, named as
+        Dynamo names its symbols) from a trace (:meth:`SymbolicTraces.at`); None: the size
+        is traced on its own (also where ``static``'s inputs are not the symbolic graph's
+        at ``values``)."""
+        values = self.ours(values)
         if not same_inputs(self.graph, static, values):
             logger.debug("dynamo backend: sizes %s have other inputs: traced on their own", values)
             return None
@@ -225,4 +257,4 @@ class DynamoTraces(SymbolicTraces):
         if outside:
             logger.debug("dynamo backend: sizes %s break %s: traced on their own", values, outside)
             return None
-        return self.at(values)
+        return None if self.first() is None else self.at(values)

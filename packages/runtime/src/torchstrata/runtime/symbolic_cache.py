@@ -22,14 +22,16 @@ lowering (at most ``symbolic_lowerings``):
 What is stored is what the lowering holds (the graphs it compiled,
 ``SymbolicLowering.compiled``) and what was noted while it was made
 (:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
-runner's metadata, each where it is made), not worked out by a second code path. Lowerings whose
-runner carries more than this recipe (write-backs, output views or aliases, autocast,
-lifted constants) are not stored. A stored training lowering's backward that raises at a
-size's first backward falls back to the ATen backward of the entry's symbolic trace, made
-then, where that trace's partition at the stored lowering's sizes is the stored one
-(decision 0485). An entry that does not decode or load is removed with a
-:class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the cache
-never fails a compile (:func:`~.graph_cache._never_fatal`).
+runner's metadata, each where it is made), not worked out by a second code path.
+Lowerings whose runner carries more than this recipe (output views or aliases, autocast,
+lifted constants, a training runner's write-backs) are not stored; an inference
+forward's write-backs are (its AOT record names the inputs it writes; decision 0497). A
+stored training lowering's backward that raises at a size's first backward falls back
+to the ATen backward of the entry's symbolic trace, made then, where that trace's
+partition at the stored lowering's sizes is the stored one (decision 0485). An entry
+that does not decode or load is removed with a
+:class:`~torchstrata.core.artifacts.CacheWarning` and the lowering is made again; the
+cache never fails a compile (:func:`~.graph_cache._never_fatal`).
 """
 
 from __future__ import annotations
@@ -161,21 +163,26 @@ class SymbolicEntries:
             conditions = tuple(map(read_expression, variant["conditions"]))
             serves = _serves(conditions)
             if serves(values):
-                runner = self._runner(variant)
-                return SymbolicLowering(
-                    runner, serves, tuple(map(str, conditions)), from_cache=True
-                )
+                runner, writes = self._runner(variant)
+                text = tuple(map(str, conditions))
+                return SymbolicLowering(runner, serves, text, writes=writes, from_cache=True)
         return None
 
-    def _runner(self, variant: Mapping[str, Any]) -> Callable[..., Any]:
+    def _runner(self, variant: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """The runner of a stored lowering (its packages loaded, its recipe followed as
-        :func:`~.symbolic_lowering.symbolic_lowerer` follows it)."""
+        :func:`~.symbolic_lowering.symbolic_lowerer` follows it), and the positions of
+        the inputs it writes (an inference forward's write-backs, decision 0497)."""
         device = torch.device(variant["device"])
         aot = read_aot(variant["aot"])
         forward = self._load(variant["forward"], device)
         if variant["backward"] is None:
             runner = inference_runner(forward.fn, aot)
-            return grad_off(runner) if variant["grad_off"] else runner
+            writes = tuple(aot.mutated_inputs)
+            if any(not 0 <= i < len(self.graph.inputs) for i in writes):
+                raise BadRecord("a stored lowering writes an input the graph does not have")
+            return grad_off(runner) if variant["grad_off"] else runner, writes
+        if aot.mutated_inputs:
+            raise BadRecord("a stored training lowering with write-backs")
         backward = self._load(variant["backward"], device)
         hints = variant["hints"]
         if not isinstance(hints, dict) or set(hints) != set(self.slots):
@@ -198,7 +205,7 @@ class SymbolicEntries:
                 raise BadRecord(f"a stored lowering's layouts read a size: {guards.refused[0]}")
         finally:
             guards.close()
-        return runner
+        return runner, ()
 
     def _aten_backward(self, stored: Any, hints: Mapping[str, int]) -> EagerBackward | None:
         """The ATen backward at given sizes that a stored lowering's backward falls back
@@ -269,13 +276,15 @@ class SymbolicEntries:
         aot = traced.at(values)
         views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
         aliases = any(alias is not None for alias in getattr(aot, "output_aliases", ()) or ())
-        if aot.mutated_inputs or views or aliases:
-            raise NotCacheable("a runner with write-backs, views or aliased outputs")
+        if views or aliases:
+            raise NotCacheable("a runner with views or aliased outputs")
         conditions = [expression_text(c) for c in (*traced.guards, *recording.relied)]
         compiled = made.compiled
         if len(compiled) not in (1, 2):
             raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
         first, *rest = compiled
+        if rest and aot.mutated_inputs:
+            raise NotCacheable("a training runner with write-backs")
         device, forward = first.device, first.compiled
         training = torch.is_grad_enabled() and self._training
         if rest and (recording.training is None or aot.backward is None):
