@@ -73,11 +73,12 @@ class TransformerBlock(nn.Module):
 
 
 class GPTBlock(nn.Module):
-    """A pre-LN GPT block: causal attention and a tanh-GELU MLP (the bench GPT's layer)."""
+    """A pre-LN GPT block: causal attention and a GELU MLP, tanh-approximated by default
+    (the bench GPT's layer; ``approximate="none"``: erf, see :class:`PreLNBlock`)."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, approximate: str = "tanh") -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.approximate = heads, approximate
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
@@ -88,26 +89,14 @@ class GPTBlock(nn.Module):
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate=self.approximate))
 
 
-class PreLNBlock(nn.Module):
-    """A pre-LN transformer block: causal attention and an (erf) GELU MLP."""
+class PreLNBlock(GPTBlock):
+    """A pre-LN transformer block with an erf GELU (the dynamic training tests' block)."""
 
     def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+        super().__init__(width, heads, approximate="none")
 
 
 class TwoBlocks(nn.Module):
