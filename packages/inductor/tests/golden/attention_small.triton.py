@@ -16,7 +16,18 @@
 #     del buf_softmax, buf_v
 #     return (buf_bmm_1, )
 # def launch(buf_q, buf_k, buf_v):
-#     return launch_boxed([buf_q, buf_k, buf_v])
+#     buf_transpose = buf_k.as_strided((2, 16, 8), (128, 1, 16))  # a view, no copy
+#     del buf_k
+#     buf_bmm = extern4(buf_q, buf_transpose)  # aten.bmm.default: aten.bmm.default has no lowering
+#     del buf_q, buf_transpose
+#     if buf_bmm.stride() != (64, 8, 1):
+#         buf_bmm = _restride(buf_bmm, (64, 8, 1))
+#     buf_softmax = empty_strided((2, 8, 8), (64, 8, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_bmm, buf_softmax)
+#     del buf_bmm
+#     buf_bmm_1 = extern4(buf_softmax, buf_v)  # aten.bmm.default: aten.bmm.default has no lowering
+#     del buf_softmax, buf_v
+#     return (buf_bmm_1, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

@@ -9,4 +9,8 @@
 #         buf_cumsum = _restride(buf_cumsum, (16, 1))
 #     return (buf_cumsum, )
 # def launch(buf_x):
-#     return launch_boxed([buf_x])
+#     buf_cumsum = extern4(buf_x, 1)  # prims.cumsum: prims.cumsum has no lowering
+#     del buf_x
+#     if not _same_layout(buf_cumsum.shape, buf_cumsum.stride(), (16, 1)):
+#         buf_cumsum = _restride(buf_cumsum, (16, 1))
+#     return (buf_cumsum, )

@@ -8,7 +8,10 @@
 //     del buf_i, buf_x
 //     return (buf_mul, )
 // def launch(buf_x, buf_i):
-//     return launch_boxed([buf_x, buf_i])
+//     buf_mul = empty_strided((8, 4), (4, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_i, buf_x, buf_mul)
+//     del buf_i, buf_x
+//     return (buf_mul, )
 
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp

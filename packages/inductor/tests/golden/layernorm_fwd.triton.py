@@ -8,7 +8,10 @@
 #     del buf_b, buf_w, buf_x
 #     return (buf_native_layer_norm_add_1, )
 # def launch(buf_x, buf_w, buf_b):
-#     return launch_boxed([buf_x, buf_w, buf_b])
+#     buf_native_layer_norm_add_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
+#     kernel0_6(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1)
+#     del buf_b, buf_w, buf_x
+#     return (buf_native_layer_norm_add_1, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

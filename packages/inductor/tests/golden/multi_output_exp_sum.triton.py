@@ -11,7 +11,13 @@
 #     del buf_x
 #     return (buf_exp, buf_sum, buf_amax, )
 # def launch(buf_x):
-#     return launch_boxed([buf_x])
+#     buf_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
+#     buf_exp = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device6)
+#     kernel0_7(buf_x, buf_sum, buf_exp)
+#     buf_amax = empty_strided((16,), (1,), dtype=dtype4, device=device8)
+#     kernel0_7(buf_x, buf_amax)
+#     del buf_x
+#     return (buf_exp, buf_sum, buf_amax, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

@@ -8,7 +8,10 @@
 //     del buf_x, buf_y
 //     return (buf_add, )
 // def launch(buf_x, buf_y):
-//     return launch_boxed([buf_x, buf_y])
+//     buf_add = empty_strided((8, 4, 16), (16, 128, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_x, buf_y, buf_add)
+//     del buf_x, buf_y
+//     return (buf_add, )
 
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp

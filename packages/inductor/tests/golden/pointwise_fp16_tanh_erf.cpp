@@ -8,7 +8,10 @@
 //     del buf_x
 //     return (buf_add, )
 // def launch(buf_x):
-//     return launch_boxed([buf_x])
+//     buf_add = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_x, buf_add)
+//     del buf_x
+//     return (buf_add, )
 
 // ===== kernel kernel0 =====
 // prelude + fp16 conversions: golden/prelude.cpp

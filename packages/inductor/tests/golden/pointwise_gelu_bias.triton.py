@@ -8,7 +8,10 @@
 #     del buf_b, buf_x
 #     return (buf_gelu, )
 # def launch(buf_x, buf_b):
-#     return launch_boxed([buf_x, buf_b])
+#     buf_gelu = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
+#     kernel0_6(buf_b, buf_x, buf_gelu)
+#     del buf_b, buf_x
+#     return (buf_gelu, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

@@ -8,7 +8,10 @@
 //     del buf_x, buf_y
 //     return (buf_sub, )
 // def launch(buf_x, buf_y):
-//     return launch_boxed([buf_x, buf_y])
+//     buf_sub = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_x, buf_y, buf_sub)
+//     del buf_x, buf_y
+//     return (buf_sub, )
 
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp

@@ -8,7 +8,10 @@
 //     del buf_w, buf_x
 //     return (buf_mul_2, )
 // def launch(buf_x, buf_w):
-//     return launch_boxed([buf_x, buf_w])
+//     buf_mul_2 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_x, buf_w, buf_mul_2)
+//     del buf_w, buf_x
+//     return (buf_mul_2, )
 
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp

@@ -11,7 +11,13 @@
 #         buf_scatter_add = _restride(buf_scatter_add, (4, 1))
 #     return (buf_scatter_add, )
 # def launch(buf_s, buf_i):
-#     return launch_boxed([buf_s, buf_i])
+#     buf_zeros = empty_strided((16, 4), (4, 1), dtype=dtype4, device=device5)
+#     kernel0_6(buf_zeros)
+#     buf_scatter_add = extern7(buf_zeros, 0, buf_i, buf_s)  # prims.scatter_add: prims.scatter_add has no lowering, in place
+#     del buf_i, buf_s, buf_zeros
+#     if not _same_layout(buf_scatter_add.shape, buf_scatter_add.stride(), (4, 1)):
+#         buf_scatter_add = _restride(buf_scatter_add, (4, 1))
+#     return (buf_scatter_add, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

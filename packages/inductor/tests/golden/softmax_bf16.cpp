@@ -8,7 +8,10 @@
 //     del buf_x
 //     return (buf_to_copy_1, )
 // def launch(buf_x):
-//     return launch_boxed([buf_x])
+//     buf_to_copy_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
+//     kernel0_6(buf_x, buf_to_copy_1)
+//     del buf_x
+//     return (buf_to_copy_1, )
 
 // ===== kernel kernel0 =====
 // prelude: golden/prelude.cpp

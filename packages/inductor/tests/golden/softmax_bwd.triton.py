@@ -8,7 +8,10 @@
 #     del buf_gy, buf_y
 #     return (buf_mul_1, )
 # def launch(buf_y, buf_gy):
-#     return launch_boxed([buf_y, buf_gy])
+#     buf_mul_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
+#     kernel0_6(buf_gy, buf_y, buf_mul_1)
+#     del buf_gy, buf_y
+#     return (buf_mul_1, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton

@@ -8,7 +8,10 @@
 #     del buf_x
 #     return (buf_sum, )
 # def launch(buf_x):
-#     return launch_boxed([buf_x])
+#     buf_sum = empty_strided((4,), (1,), dtype=dtype4, device=device5)
+#     kernel0_6(buf_x, buf_sum)
+#     del buf_x
+#     return (buf_sum, )
 
 # ===== kernel kernel0: persistent=True group=0 split=1 cluster=1 =====
 import triton
