@@ -7,6 +7,7 @@ for its sizes."""
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
@@ -133,8 +134,8 @@ def test_the_last_layout_is_compared_natively_and_routes_to_its_runner():
     assert runner is _runners(compiled)[(9, 8)]  # the runner of the call's sizes
     assert last(torch.randn(6, 8), w) is None  # another layout: the table's
     # the unrouted checks remember the layout that passed last natively too
-    assert ".remember(True, _v1, _v2)" in entry.guards.source
-    assert ".remember(True, _v1, _v2)" in (entry.guards.args_source or "")
+    assert re.search(r"\.remember\(True, _v\d+, _v\d+\)", entry.guards.source)
+    assert re.search(r"\.remember\(True, _v\d+, _v\d+\)", entry.guards.args_source or "")
 
 
 def _random_input(rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,7 +53,7 @@ def _compiled_block() -> tuple[Block, rt.CompiledModule, torch.Tensor]:
         torch.testing.assert_close(compiled(x), block(x))
     guards = compiled.compiled_forward.cache.entries[0].guards
     if tensor_checks(True) is not None:
-        assert guards.native_count == 6  # the input, the weight, the batch norm's four
+        assert guards.native_count == 7  # the input, the weight, the batch norm's four, the state
     return block, compiled, x
 
 

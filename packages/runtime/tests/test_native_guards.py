@@ -194,9 +194,9 @@ def test_compiled_entries_check_tensors_natively_unless_turned_off(checks):
     python = rt.compile(_scaled, codegen="eager", options=CompileOptions(native_guards=False))
     for compiled in (native, python):
         torch.testing.assert_close(compiled(x, w), _scaled(x, w))
-    assert _entry_guards(native).native_count == 2
+    assert _entry_guards(native).native_count == 3  # two tensors and the global state
     assert _entry_guards(python).native_count == 0
-    assert "_c1(_v1)" in (_entry_guards(native).fetch_args.__doc__ or "")
+    assert "_c2(_v1)" in (_entry_guards(native).fetch_args.__doc__ or "")
     for compiled in (native, python):  # a changed layout recompiles, either way
         y = torch.randn(8, 4).t()
         torch.testing.assert_close(compiled(y, w), _scaled(y, w))
@@ -224,3 +224,102 @@ def test_a_failed_build_is_not_tried_again(monkeypatch, tmp_path):
         with pytest.raises(native_guards.NativeGuardsUnavailable, match=r"no Python\.h"):
             native_guards.load_module(settings)
     assert len(builds) == 1  # the second process (call) read the recorded failure
+
+
+class _SeeNothing(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _SeeNothingDispatch(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _states() -> dict[str, Any]:
+    """A context manager factory per global state a snapshot tells apart."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def setting(set_value: Any, get_value: Any, value: Any) -> Any:
+        before = get_value()
+        set_value(value)
+        try:
+            yield
+        finally:
+            set_value(before)
+
+    return {
+        "common": contextlib.nullcontext,
+        "no_grad": torch.no_grad,
+        "inference_mode": torch.inference_mode,
+        "autocast cpu": lambda: torch.autocast("cpu"),
+        "autocast cpu fp16": lambda: torch.autocast("cpu", dtype=torch.float16),
+        "default float64": lambda: setting(
+            torch.set_default_dtype, torch.get_default_dtype, torch.float64
+        ),
+        "deterministic": lambda: setting(
+            torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled, True
+        ),
+        "deterministic warn": lambda: setting(
+            lambda on: torch.use_deterministic_algorithms(on, warn_only=on),
+            torch.are_deterministic_algorithms_enabled,
+            True,
+        ),
+        "no fill": lambda: setting(
+            lambda on: setattr(torch.utils.deterministic, "fill_uninitialized_memory", on),
+            lambda: torch.utils.deterministic.fill_uninitialized_memory,
+            False,
+        ),
+        "threads + 1": lambda: setting(
+            torch.set_num_threads, torch.get_num_threads, torch.get_num_threads() + 1
+        ),
+        "function mode": _SeeNothing,
+        "dispatch mode": _SeeNothingDispatch,
+    }
+
+
+def test_the_global_state_number_tells_states_apart_as_the_snapshot_does(checks):
+    """For every pair (compiled under one state, called under another) the native global
+    state check answers what comparing the Python snapshots answers; it is made only for
+    the common states, and a guard compiled under another keeps the tuple."""
+    from torchstrata.core import global_state
+
+    assert checks.state_checked
+    states = _states()
+    for expected_name, expected_state in states.items():
+        with expected_state():
+            snapshot = global_state()
+            native = checks.state_check(snapshot)
+        uncommon = expected_name.startswith(("autocast", "function", "dispatch"))
+        assert (native is None) == uncommon, expected_name
+        assert checks.state_check(snapshot if uncommon else (*snapshot[:-1], -5)) is None
+        if native is None:
+            continue
+        same_state, key = native
+        for actual_name, actual_state in states.items():
+            with actual_state():
+                assert same_state(key) == (global_state() == snapshot), (expected_name, actual_name)
+
+
+def test_compiled_entries_check_the_global_state_natively(checks):
+    def f(x):
+        return x * 2 + 1
+
+    compiled = rt.compile(f)
+    x = torch.randn(4)
+    compiled(x)
+    guards = _entry_guards(compiled)
+    assert guards.native_count == 2  # the tensor and the state
+    assert "global_torch_state()" not in guards.args_source
+    with torch.no_grad():
+        assert torch.equal(compiled(x), f(x))
+    assert "grad mode" in compiled.recompile_reasons[-1]
+    assert len(compiled.cache) == 2
+    compiled(x)
+    with torch.no_grad():
+        compiled(x)
+    assert len(compiled.cache) == 2
+    off = rt.compile(f, options=CompileOptions(native_guards=False))
+    off(x)
+    assert "global_torch_state()" in _entry_guards(off).args_source

@@ -329,6 +329,10 @@ def _write_checks(
                 writer.check(condition, index)
         elif index not in grouped:
             check = native.get(index) if native is not None else None
+            if check is not None and guard.kind is GuardKind.GLOBAL_STATE:
+                same_state, key = check
+                writer.check(f"{writer.constant(same_state)}({writer.constant(key)})", index)
+                continue
             size_guard = check is not None and guard.kind is not GuardKind.TENSOR_MATCH
             if size_guard and _write_native_size_guard(writer, guards, sources, index, check):
                 continue
@@ -341,8 +345,9 @@ def _write_checks(
 
 def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> NativeChecks:
     """The native check of each tensor guard it covers (static, or a symbolic entry's
-    traits), and the last passing layout of a symbolic entry's size guard
-    (:meth:`TensorChecks.last_layout`), by guard index."""
+    traits), the last passing layout of a symbolic entry's size guard
+    (:meth:`TensorChecks.last_layout`) and the global state's number
+    (:meth:`TensorChecks.state_check`), by guard index."""
     if native is None:
         return {}
     checks = {}
@@ -352,6 +357,10 @@ def _native_checks(guards: Sequence[Guard], native: TensorChecks | None) -> Nati
             check = native.check(expected)
             if check is not None:
                 checks[index] = check
+        elif guard.kind is GuardKind.GLOBAL_STATE:
+            state = native.state_check(guard.expected)
+            if state is not None:
+                checks[index] = state
         else:
             size_check = size_check_of(guard)
             if size_check is not None:

@@ -8,21 +8,21 @@ question in one call that reads the tensor's ``TensorImpl`` (so does a symbolic 
 tensor guard, its sizes and strides left to its size check): the generated check writes
 ``_c7(_v32)`` for that guard, in its place among the others (decision 0460). A
 ``LastLayout`` (:meth:`TensorChecks.last_layout`) compares a symbolic entry's tensors'
-sizes and strides with the layout that passed its size guard last, in one call
-(decision 0475).
+sizes and strides with the layout that passed its size guard last, in one call (decision
+0475). A global-state guard whose snapshot is the common state is one call of
+``same_state(key)`` (:meth:`TensorChecks.state_check`, decision 0515).
 
 The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
-``g++``, else ``c++``) against torch's own c10 headers, in about two seconds, and kept in
-the artifact store (namespace ``native``), keyed by its source, the compiler and its
-version, the flags, the torch build and the Python ABI; another process takes it from
-there. A failed build is recorded there too (``.failed``), so that processes do not
-each compile again (clearing the cache retries). Before it is used the loader checks
-that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a ``Tensor`` and a
-``Parameter``, and that it accepts a matching
-tensor and refuses one of another size, stride, dtype, ``requires_grad``, negative bit
-and type. Where there is no compiler, the build or that check fails, or
-``CompileOptions(native_guards=False)``, the guards stay Python conditions (the same
-semantics; the failure is logged once).
+``g++``, else ``c++``) against torch's own headers (c10's, three small ATen ones), in
+about three seconds, and kept in the artifact store (namespace ``native``), keyed by its
+source, the compiler and its version, the flags, the torch build and the Python ABI;
+another process takes it from there. A failed build is recorded there too (``.failed``),
+so that processes do not each compile again (clearing the cache retries). Before it is
+used the loader checks that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a
+``Tensor`` and a ``Parameter``, and that it accepts a matching tensor and refuses one of
+another size, stride, dtype, ``requires_grad``, negative bit and type. Where there is no
+compiler, the build or that check fails, or ``CompileOptions(native_guards=False)``, the
+guards stay Python conditions (the same semantics; the failure is logged once).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits
+from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits, global_state
 from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.core.cxx_compiler import CxxCompilerError, find_cxx
 from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
@@ -75,6 +75,10 @@ class TensorChecks:
     def __init__(self, module: ModuleType) -> None:
         self._new: Callable[..., Any] = module.TensorCheck
         self._last_layout: Callable[[int], Any] = module.LastLayout
+        self._state_key: Callable[[], int] = module.state_key
+        self._same_state: Callable[[int], bool] = module.same_state
+        #: whether :meth:`state_check` may be used (its self-test passed: :func:`verify`)
+        self.state_checked: bool = getattr(module, "state_checked", False)
         #: one empty tensor per (dtype, device): what a check reads its dtype and device from
         self._likes: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
@@ -106,6 +110,17 @@ class TensorChecks:
             dtype.is_complex,  # no conjugate bit
             cpu,  # a CPU tensor: ``is_cpu``, whatever the index
         )
+
+    def state_check(self, expected: tuple[Any, ...]) -> tuple[Callable[[int], bool], int] | None:
+        """``(same_state, key)``: ``same_state(key)`` is True exactly when
+        :func:`~torchstrata.core.global_state` equals ``expected`` (a global-state guard's
+        snapshot), in one C call instead of reading ten items into a tuple; None where the
+        snapshot is not the state now (its number is known only by reading it) or not the
+        common one (autocast, a torch function or dispatch mode: the tuple compares it)."""
+        if not self.state_checked or expected != global_state():
+            return None
+        key = self._state_key()
+        return None if key < 0 else (self._same_state, key)
 
     def last_layout(self, count: int) -> Any:
         """A symbolic entry's last routed layout of ``count`` tensors (nothing remembered
@@ -219,6 +234,34 @@ def verify(module: ModuleType) -> None:
     )
     if any(last(*values) is not None for values in changed):
         raise NativeGuardsUnavailable("the self-test of the last layout failed")
+    _verify_state(module)
+
+
+def _verify_state(module: ModuleType) -> None:
+    """Let :class:`TensorChecks` of ``module`` compare global-state snapshots natively when the state's number
+    tells the states apart that the Python snapshot does (tested from the common state;
+    loaded in another, the snapshot compares them)."""
+    key = module.state_key()
+    if key < 0:
+        return
+    keys = [key]
+    with torch.no_grad():
+        keys.append(module.state_key())
+    with torch.inference_mode():
+        keys.append(module.state_key())
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if dtype != torch.float64 else torch.float32)
+    try:
+        keys.append(module.state_key())
+    finally:
+        torch.set_default_dtype(dtype)
+    with torch.autocast("cpu"):
+        uncommon = module.state_key()
+    if len(set(keys)) != len(keys) or uncommon != -1 or module.state_key() != key:
+        raise NativeGuardsUnavailable("the self-test of the global state number failed")
+    if not module.same_state(key) or module.same_state(keys[1]):
+        raise NativeGuardsUnavailable("the self-test of the global state number failed")
+    vars(module)["state_checked"] = True
 
 
 def _compiler() -> tuple[tuple[str, ...], str]:
@@ -268,6 +311,7 @@ def _build(command: tuple[str, ...], paths: dict[str, str]) -> bytes:
                 "-L",
                 paths["lib"],
                 "-lc10",
+                "-ltorch_cpu",
                 f"-Wl,-rpath,{paths['lib']}",
             ]
             try:

@@ -1,17 +1,20 @@
 """The C++ source of the native tensor check (:mod:`torchstrata.runtime.native_guards`).
 
-A CPython extension over c10's ``TensorImpl`` header only (no ATen, no pybind11: it
-compiles in about two seconds). It defines ``TensorCheck``: built from a
-guard's expected metadata, called with one object, it answers what the generated Python
-condition of a tensor guard answers (:func:`torchstrata.core.guard_conditions`):
-the exact Python type among the allowed ones, then sizes, strides, dtype, device,
-``requires_grad`` and the lazy negative / conjugate bits (sizes and strides not for a
-symbolic entry's tensor, whose size check reads them), read from the tensor's
-``TensorImpl`` directly instead of through seven Python getters. A second type,
-``LastLayout``, holds a symbolic entry's last routed layout (each tensor's sizes and
-strides) with its route: called with the entry's tensors, it returns that route when
-their layout is the same, else None, in place of the generated check reading
-``.shape`` and ``.stride()`` of each tensor and comparing them in Python (decision 0475).
+A CPython extension over c10's ``TensorImpl`` header and three small ATen headers (no
+pybind11, no operators: it compiles in about three seconds). It defines ``TensorCheck``:
+built from a guard's expected metadata, called with one object, it answers what the
+generated Python condition of a tensor guard answers
+(:func:`torchstrata.core.guard_conditions`): the exact Python type among the allowed
+ones, then sizes, strides, dtype, device, ``requires_grad`` and the lazy negative /
+conjugate bits (sizes and strides not for a symbolic entry's tensor, whose size check
+reads them), read from the tensor's ``TensorImpl`` directly instead of through seven
+Python getters. A second type, ``LastLayout``, holds a symbolic entry's last routed
+layout (each tensor's sizes and strides) with its route: called with the entry's
+tensors, it returns that route when their layout is the same, else None, in place of the
+generated check reading ``.shape`` and ``.stride()`` of each tensor and comparing them
+in Python (decision 0475). ``state_key``/``same_state`` read the global state of
+:func:`torchstrata.core.global_state` as one number, where it is the common one (no
+autocast, no torch function or dispatch mode), for a global-state guard (decision 0515).
 
 The tensor is found the way torch's own ``THPVariable_Unpack`` finds it: a ``Tensor``
 (or ``Parameter``) object holds its ``at::Tensor`` (one ``TensorImpl`` pointer) right
@@ -23,12 +26,20 @@ Any C++ exception (a tensor without strides, sizes that are symbolic) fails the 
 from __future__ import annotations
 
 #: Bumped whenever the source changes in a way its cache key would not see.
-SOURCE_VERSION = "tensor-check-3"
+SOURCE_VERSION = "tensor-check-4"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -362,8 +373,45 @@ PyObject* probe(PyObject*, PyObject* object) {
   return PyLong_FromVoidPtr(impl_of(object));
 }
 
+// The global state guard_state.global_state() reads, as one number, when it is the
+// common one: no autocast, no torch function mode, no dispatch mode (-1 otherwise: the
+// Python snapshot compares it). Every other item is a bit or a small field of the number.
+long long state_number() {
+  if (!(c10::autocast_dispatch_keyset - c10::impl::tls_local_dispatch_key_set().excluded_).empty() ||
+      at::impl::torch_function_mode_enabled() || c10::impl::TorchDispatchModeTLS::stack_len() > 0) {
+    return -1;
+  }
+  const auto& context = at::globalContext();
+  return static_cast<long long>(c10::GradMode::is_enabled()) |
+         static_cast<long long>(c10::InferenceMode::is_enabled()) << 1 |
+         static_cast<long long>(context.deterministicAlgorithms()) << 2 |
+         static_cast<long long>(context.deterministicAlgorithmsWarnOnly()) << 3 |
+         static_cast<long long>(context.deterministicFillUninitializedMemory()) << 4 |
+         static_cast<long long>(static_cast<uint8_t>(c10::get_default_dtype_as_scalartype())) << 8 |
+         static_cast<long long>(at::get_num_threads()) << 16;
+}
+
+// state_key(): the state's number now (-1: not the common state).
+PyObject* state_key(PyObject*, PyObject*) {
+  return PyLong_FromLongLong(state_number());
+}
+
+// same_state(key): whether the state's number now is ``key`` (one of state_key's, not -1).
+PyObject* same_state(PyObject*, PyObject* key) {
+  long long expected = PyLong_AsLongLong(key);
+  if (expected == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  if (state_number() == expected) {
+    Py_RETURN_TRUE;
+  }
+  Py_RETURN_FALSE;
+}
+
 PyMethodDef methods[] = {
     {"init", init, METH_O, "init(torch.Tensor)"},
+    {"state_key", state_key, METH_NOARGS, "The global state's number (-1: uncommon state)."},
+    {"same_state", same_state, METH_O, "same_state(key): the state's number is key."},
     {"probe", probe, METH_O, "The TensorImpl address read from a tensor object."},
     {nullptr, nullptr, 0, nullptr},
 };
