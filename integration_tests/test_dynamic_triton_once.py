@@ -216,12 +216,15 @@ def test_halves_one_long_lower_in_their_bucket(device):
     # at 2 and 3 the halves are one long: the decomposition compared ``t // 2 > 1`` (the
     # size broke that condition and lowered on its own, 0408) and the index algebra made
     # a one-long loop a constant. Now both lengths lower symbolically, in the bucket of
-    # the half-length 1 (decision 0480); on a GPU, maybe one more (0400)
+    # the half-length 1 (decision 0480). Triton on a GPU launches its reduction without
+    # the interpreter's per-bucket blocks: fewer lowerings there (two on the H100), and
+    # maybe one more for an aligned size (0400)
     halves = (16, 17, 2, 3, 5, 33, 9, 8)
     inputs = lambda n: (torch.randn(2, n, 3, device=device),)  # noqa: E731
     stats = _run_all(halves_summed, inputs, lengths=halves, device=device)
     buckets = _buckets([n // 2 for n in halves])
-    assert buckets <= stats["symbolic"] <= buckets + (device == "cuda"), stats
+    least = buckets if device == "cpu" else 1
+    assert least <= stats["symbolic"] <= buckets + (device == "cuda"), stats
 
 
 def last_third(x):

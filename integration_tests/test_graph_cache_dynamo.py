@@ -219,7 +219,9 @@ def test_triton_kernels_of_a_dynamo_graph_serve_new_lengths_in_a_fresh_process(
     if device == "cpu":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     options = {"codegen": "triton", "device": device}
-    inference(str(tmp_path), "decode", (16, 17), **options)
+    # lengths none of which is a multiple of 16: on a GPU, Triton specialises an aligned
+    # size argument, which is a lowering of its own (decision 0400)
+    inference(str(tmp_path), "decode", (17, 18), **options)
     assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 1}
     _served_from_the_cache(_warm(tmp_path, "decode", (20, 25), **options), 2)
 
