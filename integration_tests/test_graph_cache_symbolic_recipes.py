@@ -1,4 +1,4 @@
-"""Runners with more than outputs in the compiled-graph cache (decisions 0505-0507).
+"""Runners with more than outputs in the compiled-graph cache (decision 0505).
 
 A lowering for many sizes whose runner writes into its inputs in training (a batch norm's
 running statistics, a buffer's ``add_``), returns views or aliases of its inputs or of
@@ -241,7 +241,7 @@ def test_output_views_and_aliases_are_stored_and_served(tmp_path: Path, via: str
 
 def test_a_training_runners_write_backs_are_stored_and_served(tmp_path: Path, via: str) -> None:
     """A batch norm's running statistics and a buffer's ``add_`` written by a training
-    step read from the cache at new sizes (decision 0506)."""
+    step read from the cache at new sizes (decision 0505)."""
     # cold: one lowering below 8 rows and one from 8 (the C++ row loop's condition)
     run_stats(str(tmp_path), (5, 6, 9, 10), via)
     assert tsr.size_lowering_stats().get("symbolic", 0) >= 1
@@ -256,7 +256,7 @@ def test_a_training_runners_write_backs_are_stored_and_served(tmp_path: Path, vi
 
 def test_a_lowering_under_autocast_is_stored_and_served(tmp_path: Path) -> None:
     """A training graph captured under CPU autocast (the casts in the graph) runs with
-    autocast off, read from the cache as lowered (decision 0507)."""
+    autocast off, read from the cache as lowered (decision 0505)."""
     run_autocast(str(tmp_path), (5, 6), "tsr")
     assert tsr.size_lowering_stats().get("symbolic", 0) == 1
     assert _variant(tmp_path)["autocast"] == ["cpu"]

@@ -17,20 +17,21 @@ lowering (at most ``symbolic_lowerings``):
   choices), loaded through ``torchstrata_codegen_load``;
 - the runner's recipe: the autograd result at the lowering's sizes (its counts and the
   inputs it writes back), whether the forward runs with grad off, the device types it
-  runs with autocast off for (decision 0507), the symbolic layouts of outputs that alias
-  inputs or each other (:class:`~.symbolic_outputs.ViewLayouts`, decision 0505), and
-  for training the metadata the runner computes from each call's sizes
+  runs with autocast off for and the symbolic layouts of outputs that alias inputs or
+  each other (:class:`~.symbolic_outputs.ViewLayouts`; both decision 0505), and for
+  training the metadata the runner computes from each call's sizes
   (:class:`~.symbolic_training.TrainingMetas`, as expressions).
 
 What is stored is what the lowering holds (the graphs it compiled,
 ``SymbolicLowering.compiled``) and what was noted while it was made
 (:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
-runner's metadata, each where it is made), not worked out by a second code path.
+runner's metadata, its outputs' view layouts, each where it is made), not worked out by a
+second code path.
 Lowerings whose runner carries more than this recipe are not stored
 (:class:`~.graph_records.NotCacheable`, logged with its reason): lifted tensor constants,
 a CUDA graph mode's per-size graphs, a size expression that does not read back from its
-text. Write-backs (an inference forward's, decision 0497; a training runner's, 0506),
-output views and aliases (0505) and autocast (0507) are part of the recipe. A
+text. Write-backs (an inference forward's, decision 0497; a training runner's), output
+views and aliases and autocast (decision 0505) are part of the recipe. A
 stored training lowering's backward that raises at a size's first backward falls back
 to the ATen backward of the entry's symbolic trace, made then, where that trace's
 partition at the stored lowering's sizes is the stored one (decision 0485). An entry
@@ -98,7 +99,14 @@ def cached_lowerer(
     use), which a stored lowering's backward falls back from (decision 0485). A CUDA graph
     mode's lowerings are not stored: their runner records a graph per size over the
     forward (decision 0456), which a stored recipe does not rebuild."""
-    if manager is None or options.mode in CUDA_GRAPH_MODES:
+    if manager is None:
+        return lower
+    if options.mode in CUDA_GRAPH_MODES:
+        graph_cache.cache_log.debug(
+            "graph cache: lowerings for many sizes under mode=%r are not stored: their "
+            "runner records a CUDA graph per size",
+            options.mode,
+        )
         return lower
     entries = SymbolicEntries(graph, options, manager, traces)
 
@@ -180,7 +188,7 @@ class SymbolicEntries:
     def _runner(self, variant: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """The runner of a stored lowering (its packages loaded, its recipe followed as
         :func:`~.symbolic_lowering.symbolic_lowerer` follows it), and the positions of
-        the inputs it writes (write-backs, decisions 0497 and 0506)."""
+        the inputs it writes (write-backs, decisions 0497 and 0505)."""
         device = torch.device(variant["device"])
         aot = read_aot(variant["aot"])
         writes = tuple(aot.mutated_inputs)
@@ -218,7 +226,7 @@ class SymbolicEntries:
     @staticmethod
     def _autocast_devices(variant: Mapping[str, Any]) -> tuple[str, ...]:
         """The device types a stored lowering runs with autocast off for: those autocast
-        is on for now (the key holds the autocast state, decision 0507)."""
+        is on for now (the key holds the autocast state, decision 0505)."""
         devices = tuple(device for device, _ in enabled_autocast())
         if variant["autocast"] != list(devices):
             raise BadRecord("a stored lowering made under another autocast state")

@@ -89,12 +89,12 @@ class SizedOutputs:
     def at_values(self, values: Mapping[str, int]) -> OutputLayouts:
         """The (aliases, views) at the sizes ``values`` (symbol name -> int)."""
         layouts = self.layouts
-        aliases, views = _evaluated((layouts.aliases, layouts.views), values)
+        aliases, views = sizes_at((layouts.aliases, layouts.views), values)
         if _symbolic_left((aliases, views)):
             raise NotImplementedError("an output view's metadata mentions sizes no input gives")
         metas: list[Any] = [None] * len(self._symbolic.forward.outputs)
         for position, shape, strides, dtype, device in layouts.owners:
-            at = _evaluated((shape, strides), values)
+            at = sizes_at((shape, strides), values)
             metas[position] = TensorMeta(at[0], dtype, device, at[1])
         concrete = attrs.evolve(self._symbolic, output_views=views)
         return tuple(aliases), output_views(concrete, metas)
@@ -108,11 +108,11 @@ class SizedOutputs:
         return found
 
 
-def _evaluated(value: Any, values: Mapping[str, int]) -> Any:
+def sizes_at(value: Any, values: Mapping[str, int]) -> Any:
     """``value`` (tuples of ints, ``SymInt`` sizes and sympy expressions) with each size
     evaluated at ``values`` (symbol name -> int)."""
     if isinstance(value, tuple):
-        return tuple(_evaluated(item, values) for item in value)
+        return tuple(sizes_at(item, values) for item in value)
     return evaluate(value, values)
 
 
@@ -144,7 +144,7 @@ def sized_outputs(
         return None
     sized = SizedOutputs(slots, symbolic, layouts)
     got_aliases, _ = sized.at_values(values)
-    got_views = _evaluated(sized.layouts.views, values)
+    got_views = sizes_at(sized.layouts.views, values)
     if got_aliases != aliases or tuple(got_views) != views:
         raise NotImplementedError(
             "the symbolic partition's output views differ from this size's: per size"
