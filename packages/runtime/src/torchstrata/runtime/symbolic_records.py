@@ -121,12 +121,16 @@ def read_expression(text: Any) -> Any:
 def _size(value: Any) -> Any:
     if type(value) is int:
         return value
+    import sympy
+
     if isinstance(value, torch.SymInt):
         expr = value.node.expr
+    elif isinstance(value, sympy.Expr):
+        expr = value  # a size read back from a record
     else:
         expr = getattr(value, "expr", None)
     if expr is None:
-        raise NotCacheable(f"a size {value!r} that is no int, SymInt or SizeValue")
+        raise NotCacheable(f"a size {value!r} that is no int, SymInt, SizeValue or expression")
     return {"size": expression_text(expr)}
 
 
