@@ -88,16 +88,19 @@ def run_views(cache_dir: str, sizes: Sequence[int], via: str) -> None:
 
 class Stats(nn.Module):
     """Linear, batch norm (running statistics written in training), a buffer updated
-    with ``add_`` in the forward, a loss."""
+    with ``add_`` and rows of a cache written where the sizes say (as a KV cache is),
+    a loss."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc, self.norm = nn.Linear(8, 16), nn.BatchNorm1d(16)
         self.register_buffer("seen", torch.zeros(16))
+        self.register_buffer("memory", torch.zeros(32, 16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.norm(self.fc(x))
         self.seen.add_(x.shape[0])
+        self.memory[: x.shape[0]] = hidden.detach()
         return torch.relu(hidden).square().mean()
 
 
@@ -121,6 +124,42 @@ def run_stats(cache_dir: str, sizes: Sequence[int], via: str) -> None:
             p.grad = q.grad = None
         for a, b in zip(model.buffers(), eager.buffers(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Projected(nn.Module):
+    """A linear layer's output, views of it, and a slice of the input, in training."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = self.fc(x)
+        t = x.shape[0] // 2
+        return hidden, hidden.transpose(0, 1), hidden[:t], x[:t]
+
+
+def run_projected(cache_dir: str, sizes: Sequence[int], via: str) -> None:
+    """Training steps of :class:`Projected` at ``sizes`` rows: outputs, their aliasing,
+    and the gradients of the input and the parameters as eager's."""
+    torch.manual_seed(0)
+    model, eager = Projected(), Projected()
+    eager.load_state_dict(model.state_dict())
+    compiled = _compiled(model, cache_dir, via)
+    for rows in sizes:
+        x = torch.randn(rows, 8, requires_grad=True)
+        same = x.detach().clone().requires_grad_()
+        got, expected = compiled(x), eager(same)
+        assert _aliasing(got, (x,)) == _aliasing(expected, (same,))
+        assert [o.requires_grad for o in got] == [o.requires_grad for o in expected]
+        for a, b in zip(got, expected, strict=True):
+            torch.testing.assert_close(a, b)
+        sum(o.square().sum() for o in got).backward()
+        sum(o.square().sum() for o in expected).backward()
+        torch.testing.assert_close(x.grad, same.grad)
+        for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
 
 
 class Mixed(nn.Module):
@@ -157,7 +196,12 @@ def run_autocast(
                 p.grad = q.grad = None
 
 
-PROGRAMS = {"views": run_views, "stats": run_stats, "autocast": run_autocast}
+PROGRAMS = {
+    "views": run_views,
+    "projected": run_projected,
+    "stats": run_stats,
+    "autocast": run_autocast,
+}
 
 WARM = """
 import importlib.util, json, sys, warnings
@@ -237,6 +281,16 @@ def test_output_views_and_aliases_are_stored_and_served(tmp_path: Path, via: str
     assert tsr.size_lowering_stats().get("symbolic", 0) == 1
     assert _variant(tmp_path)["outputs"] is not None
     _served_from_the_cache(_warm(tmp_path, "views", (10, 13, 20), via), 3)
+
+
+def test_a_training_runners_output_views_are_stored_and_served(tmp_path: Path, via: str) -> None:
+    """A training step's outputs that view another output or the input (which requires
+    grad): rebuilt from the cache as eager's views, gradients through them as eager's."""
+    run_projected(str(tmp_path), (5, 6, 7), via)
+    assert tsr.size_lowering_stats().get("symbolic", 0) == 1
+    variant = _variant(tmp_path)
+    assert variant["backward"] is not None and variant["outputs"] is not None
+    _served_from_the_cache(_warm(tmp_path, "projected", (4, 9, 11), via), 3)
 
 
 def test_a_training_runners_write_backs_are_stored_and_served(tmp_path: Path, via: str) -> None:
