@@ -35,8 +35,12 @@ pytestmark = [pytest.mark.graph_cache, pytest.mark.usefixtures("size_counts_no_f
 def _compiled(
     fn: Callable[..., Any], cache_dir: str, via: str, dynamic: bool | None = True
 ) -> Callable[..., Any]:
-    """``fn`` compiled with symbolic sizes through ``tsr.compile`` (C++ kernels) or
-    Dynamo (``dynamic``: ``torch.compile``'s)."""
+    """``fn`` compiled with symbolic sizes through ``tsr.compile`` (``tsr``: C++ kernels;
+    ``triton-cpu``, ``triton-cuda``: Triton kernels) or Dynamo (``dynamic``:
+    ``torch.compile``'s)."""
+    if via.startswith("triton"):
+        options = CompileOptions(cache_dir=cache_dir)
+        return tsr.compile(fn, dynamic=True, codegen="triton", options=options)
     if via == "dynamo":
         return torch.compile(
             fn, backend="torchstrata", dynamic=dynamic, options={"cache_dir": cache_dir}
@@ -71,12 +75,16 @@ def _aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[tuple[Any, 
     ]
 
 
+def _device(via: str) -> str:
+    return "cuda" if via == "triton-cuda" else "cpu"
+
+
 def run_views(cache_dir: str, sizes: Sequence[int], via: str) -> None:
     """:func:`views` at ``(3, size)`` under ``no_grad``: values and aliasing as eager's."""
     compiled = _compiled(views, cache_dir, via)
     with torch.no_grad():
         for size in sizes:
-            x = torch.randn(3, size)
+            x = torch.randn(3, size, device=_device(via))
             got, expected = compiled(x), views(x)
             assert _aliasing(got, (x,)) == _aliasing(expected, (x,))
             for a, b in zip(got, expected, strict=True):
@@ -110,11 +118,11 @@ def run_stats(cache_dir: str, sizes: Sequence[int], via: str) -> None:
     is a static graph (under ``dynamic=True`` the batch norm's ``momentum`` reaches the
     backend as a symbolic float, which it does not import)."""
     torch.manual_seed(0)
-    model, eager = Stats(), Stats()
+    model, eager = Stats().to(_device(via)), Stats().to(_device(via))
     eager.load_state_dict(model.state_dict())
     compiled = _compiled(model, cache_dir, via, dynamic=None)
     for rows in sizes:
-        x = torch.randn(rows, 8)
+        x = torch.randn(rows, 8, device=_device(via))
         loss, expected = compiled(x), eager(x)
         loss.backward()
         expected.backward()
@@ -239,11 +247,16 @@ def _warm(cache_dir: Path, name: str, sizes: Sequence[int], via: str) -> dict[st
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", **_interpreted(via)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _interpreted(via: str) -> dict[str, str]:
+    """Triton's interpreter for Triton kernels of CPU tensors."""
+    return {"TRITON_INTERPRET": "1"} if via == "triton-cpu" else {}
 
 
 def _served_from_the_cache(warm: dict[str, Any], new_sizes: int) -> None:
@@ -306,6 +319,35 @@ def test_a_training_runners_write_backs_are_stored_and_served(tmp_path: Path, vi
         _served_from_the_cache(_warm(tmp_path, "stats", (3, 7, 11, 12), via), 4)
     else:  # 5: Dynamo's static graph, its entries read; 7, 11 and 12 from the lowerings
         _served_from_the_cache(_warm(tmp_path, "stats", (5, 7, 11, 12), via), 3)
+
+
+@pytest.mark.parametrize(
+    "via",
+    [
+        pytest.param("triton-cpu", marks=pytest.mark.triton),
+        pytest.param(
+            "triton-cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_triton_lowerings_with_views_and_write_backs_serve_new_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """The recipes do not depend on the codegen: Triton kernels (the interpreter on CPU
+    tensors, compiled on a GPU) of a runner with output views and of a training step
+    with write-backs, read back in a fresh process."""
+    if via == "triton-cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    views_cache, stats_cache = tmp_path / "views", tmp_path / "stats"
+    run_views(str(views_cache), (6, 8), via)
+    run_stats(str(stats_cache), (5, 6), via)
+    assert tsr.size_lowering_stats().get("symbolic", 0) >= 2
+    _served_from_the_cache(_warm(views_cache, "views", (10, 13), via), 2)
+    _served_from_the_cache(_warm(stats_cache, "stats", (7, 8), via), 2)  # 4 < rows <= 8
 
 
 def test_a_lowering_under_autocast_is_stored_and_served(tmp_path: Path) -> None:
