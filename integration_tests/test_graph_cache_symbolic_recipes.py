@@ -387,6 +387,31 @@ def test_another_autocast_state_is_another_entry(tmp_path: Path) -> None:
     assert len(_symbolic_entries(tmp_path)) == 3
 
 
+def split_at(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A view of the input up to an int argument (a symbol of the lowering, decision
+    0330), and values computed from the rest."""
+    return x[:, :n], torch.tanh(x[:, n:]) * 2.0
+
+
+def test_a_view_bounded_by_an_int_argument_is_stored_and_served(tmp_path: Path) -> None:
+    """A stored view bounded by an int argument is rebuilt at each call's value (the
+    in-memory state cleared)."""
+
+    def run(calls: Sequence[tuple[int, int]]) -> None:
+        compiled = _compiled(split_at, str(tmp_path), "tsr")
+        with torch.no_grad():
+            for size, n in calls:
+                x = torch.randn(3, size)
+                got, expected = compiled(x, n), split_at(x, n)
+                assert _aliasing(got, (x,)) == _aliasing(expected, (x,))
+                for a, b in zip(got, expected, strict=True):
+                    torch.testing.assert_close(a, b)
+
+    run([(8, 3), (10, 4)])
+    assert _variant(tmp_path)["outputs"] is not None
+    assert _counts_of(lambda: run([(9, 2), (14, 6)])) == {"cached": 1, "reused": 1}
+
+
 def _damaged(tmp_path: Path, damage: Callable[[dict[str, Any]], Any]) -> None:
     """The one symbolic entry with its one lowering changed by ``damage``, rewritten
     with a valid hash (only decoding it can tell)."""

@@ -210,8 +210,8 @@ class SymbolicEntries:
         stored sizes (decision 0505)."""
         record = variant["outputs"]
         hints = variant["hints"]
-        if not isinstance(hints, dict) or set(hints) != set(self.slots):
-            raise BadRecord("a stored lowering's sizes are not the graph's symbols")
+        if not isinstance(hints, dict) or any(type(v) is not int for v in hints.values()):
+            raise BadRecord("a stored lowering's sizes are no mapping of ints")
         layouts = None if record is None else read_view_layouts(record)
         if layouts is None:
             has_views = any(v is not None for v in (*aot.output_aliases, *aot.output_views))
@@ -242,6 +242,8 @@ class SymbolicEntries:
     ) -> Callable[..., Any]:
         backward = self._load(variant["backward"], device)
         hints = variant["hints"]
+        if set(hints) != set(self.slots):
+            raise BadRecord("a stored lowering's sizes are not the graph's symbols")
         guards = SizeGuards(hints)
         layouts = variant["layouts"]
         try:
