@@ -214,8 +214,8 @@ class SymbolicEntries:
             raise BadRecord("a stored lowering's sizes are no mapping of ints")
         layouts = None if record is None else read_view_layouts(record)
         if layouts is None:
-            has_views = any(v is not None for v in (*aot.output_aliases, *aot.output_views))
-            if has_views:
+            made = (*(aot.output_aliases or ()), *(aot.output_views or ()))
+            if any(view is not None for view in made):
                 raise BadRecord("a stored lowering with output views but no layouts of them")
             return None
         try:

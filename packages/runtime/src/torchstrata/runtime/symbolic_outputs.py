@@ -9,6 +9,8 @@ The per-size path carries those sizes, strides and offsets at the traced sizes. 
 lowering for many sizes takes them from the symbolic partition instead (its entries are
 expressions over the graph's symbols) and evaluates them at each call's sizes
 (:class:`SizedOutputs`), once per distinct size: a dict lookup per call after that.
+What it evaluates (:class:`ViewLayouts`) is what a lowering's compiled-graph cache entry
+stores of its outputs, read back as sympy expressions (decision 0505).
 
 The expressions hold for the call's inputs as the entry's guards describe them: a
 symbolic entry's guards check each input's strides (a transposed or sliced input is an
