@@ -24,6 +24,10 @@ with the cache that a process at 64 tokens filled: a size the cache never saw, s
 the stored lowering (the warm processes' ``size_lowering_stats()`` are printed: ``cached``
 and no ``symbolic`` or ``per_size`` lowering).
 
+``--autocast`` runs the step (eager's, and the compiled one's capture and lowering)
+under CPU autocast to bfloat16 (decision 0505: such a lowering is stored since then); the
+loss is checked against eager's under autocast, to bfloat16's precision.
+
 ``--codegen triton`` compiles with the Triton backend (on the CPU: under Triton's
 interpreter, slow, but what a warm process skips is the same: scheduling and code
 generation); ``--device cuda`` runs the model on the GPU (Triton's compiled kernels,
@@ -71,10 +75,14 @@ def first_step(
     codegen: str = "default",
     tokens: int = 64,
     dynamic: bool = False,
+    autocast: bool = False,
 ) -> dict[str, Any]:
     """Build the model on ``device`` (outside the clock), then time compile + the first
     training step (eager when ``cache_dir`` is None) with the ``codegen`` backend, on a
-    batch of ``tokens`` tokens (``dynamic``: compiled with ``dynamic=True``)."""
+    batch of ``tokens`` tokens (``dynamic``: compiled with ``dynamic=True``;
+    ``autocast``: the forward under autocast to bfloat16)."""
+    import contextlib
+
     import torch
     import torch.nn.functional as F  # noqa: F401 - the model's import, outside the clock
 
@@ -85,7 +93,13 @@ def first_step(
     idx = torch.randint(0, 8192, (2, tokens))
     targets = torch.randint(0, 8192, (2, tokens))
     model, idx, targets = model.to(device), idx.to(device), targets.to(device)
-    with torch.no_grad():
+
+    def mixed() -> Any:
+        if not autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+    with torch.no_grad(), mixed():
         expected = model(idx, targets).item()
 
     def synchronize() -> None:
@@ -96,7 +110,8 @@ def first_step(
         """The loss of one training step, its wall and CPU seconds."""
         synchronize()
         start, cpu = time.perf_counter(), _cpu_seconds()
-        loss = step(idx, targets)
+        with mixed():
+            loss = step(idx, targets)
         loss.backward()
         synchronize()
         return loss, time.perf_counter() - start, _cpu_seconds() - cpu
@@ -126,7 +141,8 @@ def first_step(
     stats = runtime.graph_cache_stats()
     # the step itself, compiled (under Triton's interpreter most of a warm first step)
     next_seconds = timed_step(compiled[0])[1]
-    if abs(loss.item() - expected) > 1e-4 * max(1.0, abs(expected)):
+    tolerance = 2e-2 if autocast else 1e-4  # bfloat16 rounds the matmuls' inputs
+    if abs(loss.item() - expected) > tolerance * max(1.0, abs(expected)):
         raise AssertionError(f"compiled loss {loss.item()} differs from eager's {expected}")
     return {
         "seconds": seconds,
@@ -147,12 +163,14 @@ def run_child(
     codegen: str = "default",
     tokens: int = 64,
     dynamic: bool = False,
+    autocast: bool = False,
 ) -> dict[str, Any]:
     """:func:`first_step` in a fresh ``python -m bench.warm_start --child`` process."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
     command = [sys.executable, "-m", "bench.warm_start", "--child", "--layers", str(layers)]
     command += ["--device", device, "--codegen", codegen, "--tokens", str(tokens)]
     command += ["--dynamic"] if dynamic else []
+    command += ["--autocast"] if autocast else []
     command += ["--cache-dir", cache_dir] if cache_dir is not None else []
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
@@ -162,7 +180,12 @@ def run_child(
 
 
 def measure(
-    layers: int, repeat: int, device: str = "cpu", codegen: str = "default", dynamic: bool = False
+    layers: int,
+    repeat: int,
+    device: str = "cpu",
+    codegen: str = "default",
+    dynamic: bool = False,
+    autocast: bool = False,
 ) -> dict[str, Any]:
     """``repeat`` rounds of eager, cold and warm first steps; medians and the ratio
     (``dynamic``: of a new size, see the module docstring)."""
@@ -172,13 +195,13 @@ def measure(
         scratch = tempfile.mkdtemp(prefix="bench-warm-start-")
         filled = tempfile.mkdtemp(prefix="bench-warm-start-")
         try:
-            eager = run_child(layers, None, device, codegen, tokens)
-            cold = run_child(layers, scratch, device, codegen, tokens, dynamic)
+            eager = run_child(layers, None, device, codegen, tokens, False, autocast)
+            cold = run_child(layers, scratch, device, codegen, tokens, dynamic, autocast)
             if dynamic:  # the warm process's size is one the cache never saw
-                run_child(layers, filled, device, codegen, FILL_TOKENS, dynamic)
+                run_child(layers, filled, device, codegen, FILL_TOKENS, dynamic, autocast)
             else:
                 filled = scratch
-            warm = run_child(layers, filled, device, codegen, tokens, dynamic)
+            warm = run_child(layers, filled, device, codegen, tokens, dynamic, autocast)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.rmtree(filled, ignore_errors=True)
@@ -195,6 +218,7 @@ def measure(
         "device": device,
         "codegen": codegen,
         "dynamic": dynamic,
+        "autocast": autocast,
         "rounds": rounds,
         "median_seconds": median,
         "median_cpu_seconds": cpu,
@@ -216,7 +240,8 @@ def report(result: dict[str, Any]) -> str:
     per_round = ", ".join(f"{ratio:.3f}" for ratio in result["warm_over_cold_per_round"])
     lines = [
         f"GPT {result['layers']} layers, width 128, 4 heads, vocab 8192, batch 2 x {tokens}, "
-        f"fp32 {result.get('device', 'cpu')}, codegen {result.get('codegen', 'default')}; "
+        f"{'bf16 autocast' if result.get('autocast') else 'fp32'} "
+        f"{result.get('device', 'cpu')}, codegen {result.get('codegen', 'default')}; "
         f"first training step in a fresh process, median of "
         f"{len(result['rounds'])}",
         "                              wall s     CPU s",
@@ -236,13 +261,14 @@ def report(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.warm_start --layers 8 [--repeat N] [--device cuda] [--codegen
-    triton] [--dynamic] [--json PATH]``."""
+    triton] [--dynamic] [--autocast] [--json PATH]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--codegen", choices=("default", "cpp", "triton"), default="default")
     parser.add_argument("--dynamic", action="store_true", help="the first step of a new size")
+    parser.add_argument("--autocast", action="store_true", help="the step under bf16 autocast")
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--tokens", type=int, default=64, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -250,11 +276,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         measured = first_step(
-            args.layers, args.cache_dir, args.device, args.codegen, args.tokens, args.dynamic
+            args.layers,
+            args.cache_dir,
+            args.device,
+            args.codegen,
+            args.tokens,
+            args.dynamic,
+            args.autocast,
         )
         print(json.dumps(measured))
         return 0
-    result = measure(args.layers, args.repeat, args.device, args.codegen, args.dynamic)
+    result = measure(
+        args.layers, args.repeat, args.device, args.codegen, args.dynamic, args.autocast
+    )
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

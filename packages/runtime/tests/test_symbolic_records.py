@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import sympy
 import torch
@@ -10,12 +13,15 @@ from torch.utils._sympy.functions import FloorDiv, Mod
 
 from torchstrata.core import SizeGuards, TensorMeta
 from torchstrata.runtime.graph_records import BadRecord, NotCacheable
+from torchstrata.runtime.symbolic_outputs import ViewLayouts, sizes_at
 from torchstrata.runtime.symbolic_records import (
     expression_text,
     meta_record,
     package_record,
     read_expression,
     read_meta,
+    read_view_layouts,
+    view_layouts_record,
 )
 
 S0 = sympy.Symbol("s0", integer=True, positive=True)
@@ -71,3 +77,44 @@ def test_a_package_keeps_only_static_layouts_and_must_be_plain_data() -> None:
         package_record(None)
     with pytest.raises(NotCacheable):
         package_record({"format": "p", "globals": {"x": object()}})
+
+
+def test_output_view_layouts_read_back_and_evaluate_at_each_size() -> None:
+    """The symbolic layouts of output aliases and views (decision 0505) read back as
+    expressions that a runner's ``SizedOutputs`` evaluates at any size as the traced
+    ones would be."""
+    half = FloorDiv(S1, 2)
+    layouts = ViewLayouts(
+        aliases=((0, (S0, half), (S1, 1), 0), None),
+        views=(None, (0, (S1, S0), (1, S1), 0)),
+        owners=((0, (S0, S1), (S1, 1), torch.float32, torch.device("cpu")),),
+    )
+    read = read_view_layouts(view_layouts_record(layouts))
+    assert read == layouts
+    sizes = {"s0": 3, "s1": 9}
+    assert sizes_at(read.aliases, sizes) == ((0, (3, 4), (9, 1), 0), None)
+    assert sizes_at(read.views, sizes) == (None, (0, (9, 3), (1, 9), 0))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda record: record.pop("owners"),
+        lambda record: record["owners"].clear(),  # a view of an output with no layout
+        lambda record: record["owners"][0].__setitem__(3, "no_dtype"),
+        lambda record: record["aliases"][0][1].__setitem__(0, {"size": "__import__('os')"}),
+        lambda record: record.__setitem__("views", {"size": "s0"}),
+    ],
+)
+def test_a_view_layouts_record_that_does_not_decode_is_a_bad_record(
+    damage: Callable[[dict[str, Any]], object],
+) -> None:
+    layouts = ViewLayouts(
+        aliases=((0, (S0,), (1,), 0),),
+        views=((1, (S0,), (1,), 0),),
+        owners=((1, (S0,), (1,), torch.float32, torch.device("cpu")),),
+    )
+    record = view_layouts_record(layouts)
+    damage(record)
+    with pytest.raises(BadRecord):
+        read_view_layouts(record)

@@ -15,17 +15,23 @@ lowering (at most ``symbolic_lowerings``):
 - ``forward`` (and ``backward``): the codegen stage's packages of the sized graphs (C++
   kernels by source, their libraries from the kernel cache; Triton modules and launch
   choices), loaded through ``torchstrata_codegen_load``;
-- the runner's recipe: the autograd result at the lowering's sizes (its counts), whether
-  the forward runs with grad off, and for training the metadata the runner computes
-  from each call's sizes (:class:`~.symbolic_training.TrainingMetas`, as expressions).
+- the runner's recipe: the autograd result at the lowering's sizes (its counts and the
+  inputs it writes back), whether the forward runs with grad off, the device types it
+  runs with autocast off for and the symbolic layouts of outputs that alias inputs or
+  each other (:class:`~.symbolic_outputs.ViewLayouts`; both decision 0505), and for
+  training the metadata the runner computes from each call's sizes
+  (:class:`~.symbolic_training.TrainingMetas`, as expressions).
 
 What is stored is what the lowering holds (the graphs it compiled,
 ``SymbolicLowering.compiled``) and what was noted while it was made
 (:mod:`.symbolic_recording` around ``lower(values)``: the trace and conditions, a training
-runner's metadata, each where it is made), not worked out by a second code path.
-Lowerings whose runner carries more than this recipe (output views or aliases, autocast,
-lifted constants, a training runner's write-backs) are not stored; an inference
-forward's write-backs are (its AOT record names the inputs it writes; decision 0497). A
+runner's metadata, its outputs' view layouts, each where it is made), not worked out by a
+second code path.
+Lowerings whose runner carries more than this recipe are not stored
+(:class:`~.graph_records.NotCacheable`, logged with its reason): lifted tensor constants,
+a CUDA graph mode's per-size graphs, a size expression that does not read back from its
+text. Write-backs (an inference forward's, decision 0497; a training runner's), output
+views and aliases and autocast (decision 0505) are part of the recipe. A
 stored training lowering's backward that raises at a size's first backward falls back
 to the ATen backward of the entry's symbolic trace, made then, where that trace's
 partition at the stored lowering's sizes is the stored one (decision 0485). An entry
@@ -53,6 +59,7 @@ from torchstrata.core import (
 )
 from torchstrata.core.size_values import conditions_check
 from torchstrata.runtime import graph_cache
+from torchstrata.runtime.autocast_off import without_autocast
 from torchstrata.runtime.cuda_graphs import CUDA_GRAPH_MODES
 from torchstrata.runtime.graph_cache import _STATS, _never_fatal, _note
 from torchstrata.runtime.graph_records import BadRecord, NotCacheable, aot_record, read_aot
@@ -60,6 +67,7 @@ from torchstrata.runtime.inference import grad_off
 from torchstrata.runtime.runners import inference_runner
 from torchstrata.runtime.size_variants import LowerSymbolic, SymbolicLowering
 from torchstrata.runtime.symbolic_backward import EagerBackward
+from torchstrata.runtime.symbolic_outputs import SizedOutputs, sized_outputs
 from torchstrata.runtime.symbolic_recording import Recording, recording
 from torchstrata.runtime.symbolic_records import (
     expression_text,
@@ -67,6 +75,8 @@ from torchstrata.runtime.symbolic_records import (
     package_record,
     read_expression,
     read_metas,
+    read_view_layouts,
+    view_layouts_record,
 )
 from torchstrata.runtime.symbolic_traces import SymbolicTraces
 from torchstrata.runtime.symbolic_training import TrainingMetas, sized_training_runner
@@ -89,7 +99,14 @@ def cached_lowerer(
     use), which a stored lowering's backward falls back from (decision 0485). A CUDA graph
     mode's lowerings are not stored: their runner records a graph per size over the
     forward (decision 0456), which a stored recipe does not rebuild."""
-    if manager is None or options.mode in CUDA_GRAPH_MODES:
+    if manager is None:
+        return lower
+    if options.mode in CUDA_GRAPH_MODES:
+        graph_cache.cache_log.debug(
+            "graph cache: lowerings for many sizes under mode=%r are not stored: their "
+            "runner records a CUDA graph per size",
+            options.mode,
+        )
         return lower
     entries = SymbolicEntries(graph, options, manager, traces)
 
@@ -171,21 +188,61 @@ class SymbolicEntries:
     def _runner(self, variant: Mapping[str, Any]) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """The runner of a stored lowering (its packages loaded, its recipe followed as
         :func:`~.symbolic_lowering.symbolic_lowerer` follows it), and the positions of
-        the inputs it writes (an inference forward's write-backs, decision 0497)."""
+        the inputs it writes (write-backs, decisions 0497 and 0505)."""
         device = torch.device(variant["device"])
         aot = read_aot(variant["aot"])
+        writes = tuple(aot.mutated_inputs)
+        if any(not 0 <= i < len(self.graph.inputs) for i in writes):
+            raise BadRecord("a stored lowering writes an input the graph does not have")
+        outputs_at = self._outputs_at(variant, aot)
+        devices = self._autocast_devices(variant)
         forward = self._load(variant["forward"], device)
         if variant["backward"] is None:
-            runner = inference_runner(forward.fn, aot)
-            writes = tuple(aot.mutated_inputs)
-            if any(not 0 <= i < len(self.graph.inputs) for i in writes):
-                raise BadRecord("a stored lowering writes an input the graph does not have")
-            return grad_off(runner) if variant["grad_off"] else runner, writes
-        if aot.mutated_inputs:
-            raise BadRecord("a stored training lowering with write-backs")
+            runner = inference_runner(forward.fn, aot, outputs_at)
+            runner = grad_off(runner) if variant["grad_off"] else runner
+        else:
+            runner = self._training_runner(variant, aot, forward, device, outputs_at)
+        return (without_autocast(runner, devices) if devices else runner), writes
+
+    def _outputs_at(self, variant: Mapping[str, Any], aot: Any) -> SizedOutputs | None:
+        """The output aliases and views of a stored lowering at each call's sizes, from
+        its stored symbolic layouts, checked to give the stored partition's at the
+        stored sizes (decision 0505)."""
+        record = variant["outputs"]
+        hints = variant["hints"]
+        if not isinstance(hints, dict) or any(type(v) is not int for v in hints.values()):
+            raise BadRecord("a stored lowering's sizes are no mapping of ints")
+        layouts = None if record is None else read_view_layouts(record)
+        if layouts is None:
+            made = (*(aot.output_aliases or ()), *(aot.output_views or ()))
+            if any(view is not None for view in made):
+                raise BadRecord("a stored lowering with output views but no layouts of them")
+            return None
+        try:
+            return sized_outputs(self.slots, aot, aot, hints, layouts)
+        except NotImplementedError as error:
+            raise BadRecord(f"its output layouts are not its partition's: {error}") from error
+
+    @staticmethod
+    def _autocast_devices(variant: Mapping[str, Any]) -> tuple[str, ...]:
+        """The device types a stored lowering runs with autocast off for: those autocast
+        is on for now (the key holds the autocast state, decision 0505)."""
+        devices = tuple(device for device, _ in enabled_autocast())
+        if variant["autocast"] != list(devices):
+            raise BadRecord("a stored lowering made under another autocast state")
+        return devices
+
+    def _training_runner(
+        self,
+        variant: Mapping[str, Any],
+        aot: Any,
+        forward: CompiledGraph,
+        device: torch.device,
+        outputs_at: SizedOutputs | None,
+    ) -> Callable[..., Any]:
         backward = self._load(variant["backward"], device)
         hints = variant["hints"]
-        if not isinstance(hints, dict) or set(hints) != set(self.slots):
+        if set(hints) != set(self.slots):
             raise BadRecord("a stored lowering's sizes are not the graph's symbols")
         guards = SizeGuards(hints)
         layouts = variant["layouts"]
@@ -199,13 +256,13 @@ class SymbolicEntries:
                 )
                 eager = self._aten_backward(variant["aot"], hints)
                 runner = sized_training_runner(
-                    aot, forward, backward, self.slots, metas, None, eager
+                    aot, forward, backward, self.slots, metas, outputs_at, eager
                 )
             if guards.refused:
                 raise BadRecord(f"a stored lowering's layouts read a size: {guards.refused[0]}")
         finally:
             guards.close()
-        return runner, ()
+        return runner
 
     def _aten_backward(self, stored: Any, hints: Mapping[str, int]) -> EagerBackward | None:
         """The ATen backward at given sizes that a stored lowering's backward falls back
@@ -271,20 +328,16 @@ class SymbolicEntries:
     ) -> dict[str, Any]:
         traced = recording.traced
         assert traced is not None
-        if enabled_autocast():
-            raise NotCacheable("a lowering under autocast")
         aot = traced.at(values)
         views = any(view is not None for view in getattr(aot, "output_views", ()) or ())
         aliases = any(alias is not None for alias in getattr(aot, "output_aliases", ()) or ())
-        if views or aliases:
-            raise NotCacheable("a runner with views or aliased outputs")
+        if (views or aliases) and recording.outputs is None:
+            raise NotCacheable("output views or aliases not rebuilt from symbolic layouts")
         conditions = [expression_text(c) for c in (*traced.guards, *recording.relied)]
         compiled = made.compiled
         if len(compiled) not in (1, 2):
             raise NotCacheable(f"{len(compiled)} compiled graphs, not a forward (and backward)")
         first, *rest = compiled
-        if rest and aot.mutated_inputs:
-            raise NotCacheable("a training runner with write-backs")
         device, forward = first.device, first.compiled
         training = torch.is_grad_enabled() and self._training
         if rest and (recording.training is None or aot.backward is None):
@@ -301,6 +354,9 @@ class SymbolicEntries:
             # one graph of a graph that requires grad: no output carries a gradient
             "grad_off": not rest and training,
             "layouts": None,
+            "outputs": None if not (views or aliases) else view_layouts_record(recording.outputs),
+            # the runner runs with autocast off for these (the capture wrote the casts)
+            "autocast": [device for device, _ in enabled_autocast()],
         }
         if rest:
             (backward,) = rest

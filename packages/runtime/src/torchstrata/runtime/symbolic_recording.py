@@ -1,6 +1,7 @@
 """What one lowering for many sizes relied on, noted while it is made, for its
 compiled-graph cache entry (decision 0450): the trace and conditions it relied on
-(:func:`note_lowering`) and a training runner's metadata (:func:`note_training`), each
+(:func:`note_lowering`), a training runner's metadata (:func:`note_training`) and the
+symbolic layouts of outputs that alias inputs or each other (:func:`note_outputs`), each
 noted where it is made rather than worked out again from the lowering's result. The
 graphs it compiled are the lowering's own (``SymbolicLowering.compiled``).
 """
@@ -19,13 +20,15 @@ from torchstrata.core import SymbolicAot
 
 @attrs.define
 class Recording:
-    """What one symbolic lowering relied on: the trace and conditions, and a training
-    runner's metadata."""
+    """What one symbolic lowering relied on: the trace and conditions, a training
+    runner's metadata and its outputs' view layouts."""
 
     traced: SymbolicAot | None = None
     relied: tuple[Any, ...] = ()
     #: the ``symbolic_training.TrainingMetas`` a training runner was made with
     training: Any = None
+    #: the ``symbolic_outputs.ViewLayouts`` its runner rebuilds output views from
+    outputs: Any = None
 
 
 _RECORDING: contextvars.ContextVar[Recording | None] = contextvars.ContextVar(
@@ -47,6 +50,14 @@ def note_training(metas: Any) -> None:
     recording = _RECORDING.get()
     if recording is not None:
         recording.training = metas
+
+
+def note_outputs(layouts: Any) -> None:
+    """Note in the recording in progress (if any) the symbolic layouts of the outputs
+    that alias inputs or each other (``symbolic_outputs.ViewLayouts``, decision 0505)."""
+    recording = _RECORDING.get()
+    if recording is not None:
+        recording.outputs = layouts
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ import torch
 
 from torchstrata.core import SizeGuards, TensorMeta
 from torchstrata.runtime.graph_records import BadRecord, NotCacheable
+from torchstrata.runtime.symbolic_outputs import ViewLayouts
 
 
 @functools.cache
@@ -120,9 +121,16 @@ def read_expression(text: Any) -> Any:
 def _size(value: Any) -> Any:
     if type(value) is int:
         return value
-    expr = getattr(value, "expr", None)
+    import sympy
+
+    if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+    elif isinstance(value, sympy.Expr):
+        expr = value  # a size read back from a record
+    else:
+        expr = getattr(value, "expr", None)
     if expr is None:
-        raise NotCacheable(f"a size {value!r} that is no int and no SizeValue")
+        raise NotCacheable(f"a size {value!r} that is no int, SymInt, SizeValue or expression")
     return {"size": expression_text(expr)}
 
 
@@ -202,3 +210,71 @@ def package_record(package: Mapping[str, Any] | None) -> dict[str, Any]:
 def _symbolic_layout(layout: Mapping[str, Any]) -> bool:
     sizes = [*layout.get("shape", ()), *(layout.get("strides") or ())]
     return any(type(size) is not int for size in sizes)
+
+
+def _sizes_record(value: Any) -> Any:
+    """Nested tuples of sizes (ints, ``SymInt``, ``SizeValue``) and None as JSON types."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return [_sizes_record(item) for item in value]
+    return _size(value)
+
+
+def _read_sizes(record: Any) -> Any:
+    """What :func:`_sizes_record` wrote: tuples of ints and sympy expressions."""
+    if record is None or type(record) is int:
+        return record
+    if isinstance(record, list):
+        return tuple(_read_sizes(item) for item in record)
+    if isinstance(record, Mapping) and set(record) == {"size"}:
+        return read_expression(record["size"])
+    raise BadRecord(f"a size record {record!r} of an unknown form")
+
+
+def view_layouts_record(layouts: ViewLayouts) -> dict[str, Any]:
+    """The symbolic layouts of a runner's output views and aliases as JSON types
+    (decision 0505)."""
+    owners = [
+        [position, _sizes_record(shape), _sizes_record(strides), _dtype_name(dtype), str(device)]
+        for position, shape, strides, dtype, device in layouts.owners
+    ]
+    return {
+        "aliases": _sizes_record(layouts.aliases),
+        "views": _sizes_record(layouts.views),
+        "owners": owners,
+    }
+
+
+def read_view_layouts(record: Any) -> ViewLayouts:
+    """The :class:`~.symbolic_outputs.ViewLayouts` :func:`view_layouts_record` wrote, its
+    sizes sympy expressions."""
+    if not isinstance(record, Mapping) or set(record) != {"aliases", "views", "owners"}:
+        raise BadRecord("a view layouts record of an unknown form")
+    owners = []
+    for owner in record["owners"]:
+        if not isinstance(owner, list) or len(owner) != 5 or type(owner[0]) is not int:
+            raise BadRecord(f"an output owner record {owner!r} of an unknown form")
+        position, shape, strides, dtype, device = owner
+        sizes = _read_sizes(shape), _read_sizes(strides)
+        if not all(isinstance(part, tuple) for part in sizes):
+            raise BadRecord(f"an output owner record {owner!r} without a shape or strides")
+        owners.append((position, *sizes, _read_dtype(dtype), torch.device(device)))
+    aliases, views = _read_sizes(record["aliases"]), _read_sizes(record["views"])
+    if not isinstance(aliases, tuple) or not isinstance(views, tuple):
+        raise BadRecord("output aliases or views recorded as no list")
+    viewed = {view[0] for view in views if isinstance(view, tuple) and view}
+    if viewed != {owner[0] for owner in owners}:
+        raise BadRecord("the outputs viewed are not the outputs whose layouts are stored")
+    return ViewLayouts(aliases, views, tuple(owners))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _read_dtype(name: Any) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise BadRecord(f"{name!r} is no dtype")
+    return dtype
