@@ -323,3 +323,44 @@ def test_compiled_entries_check_the_global_state_natively(checks):
     off = rt.compile(f, options=CompileOptions(native_guards=False))
     off(x)
     assert "global_torch_state()" in _entry_guards(off).args_source
+
+
+def test_the_last_layout_checks_its_tensors_traits_in_the_same_call(checks):
+    """Folded tensor guards (decision 0515): the remembered route comes back only where
+    each tensor's layout is the last one and its traits check holds."""
+    traits = (checks.check(TensorTraits.of(TensorMeta((2, 3), torch.float32))), None)
+    last = checks.last_layout(2, traits)
+    x, other = torch.zeros(2, 3), torch.zeros(3, dtype=torch.int64)
+    last.remember(("route",), x, other)
+    assert last(torch.ones(2, 3), torch.ones(3, dtype=torch.int64)) == ("route",)
+    assert last(torch.zeros(2, 3, dtype=torch.float64), other) is None  # x's dtype
+    assert last(torch.zeros(2, 3, requires_grad=True), other) is None
+    assert last(torch.nn.Parameter(torch.zeros(2, 3)), other) is None
+    assert last(x, torch.zeros(3)) == ("route",)  # no traits for the second: layout only
+    with pytest.raises(ValueError):
+        checks.last_layout(2, traits[:1])
+    with pytest.raises(TypeError):
+        checks.last_layout(1, ("not a check",))
+
+
+def test_a_symbolic_entry_refuses_same_layout_tensors_of_other_traits(checks):
+    def f(x, w):
+        return x * w + 1
+
+    compiled = rt.compile(f, dynamic=True)
+    w = torch.randn(8)
+    for rows in (4, 5, 4):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+    (entry,) = compiled.cache.entries
+    source = entry.guards.fetch_args.__doc__ or ""
+    assert entry.guards.routed and source.count("(_v0)") == 1  # only on the slow path
+    # the last layout again, other traits: each fails the entry and compiles another
+    for x in (torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, requires_grad=True)):
+        weight = w.to(x.dtype)
+        torch.testing.assert_close(compiled(x, weight), f(x, weight))
+        torch.testing.assert_close(compiled(x, weight), f(x, weight))
+    assert len(compiled.cache.entries) == 3
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert len(compiled.cache.entries) == 3

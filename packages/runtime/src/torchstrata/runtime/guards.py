@@ -310,13 +310,17 @@ def _write_checks(
     groups: dict[int, GuardGroup],
     route: Callable[[int], str | None] | None = None,
     native: NativeChecks | None = None,
+    skip: Collection[int] = (),
 ) -> None:
     """Each guard's check, in order; a group's members as one check at its first.
     ``route(index)``: writes guard ``index``'s check itself where it routes the call
     (returning the variable of its ``(graph function,)``), else None. ``native``: tensor
-    guards as one call of their native check each, where it covers them."""
+    guards as one call of their native check each, where it covers them. ``skip``: guards
+    the route checks (tensor guards folded into its native last layout)."""
     grouped = {member for group in groups.values() for member in group.members}
     for index, (guard, source) in enumerate(zip(guards, sources)):
+        if index in skip:
+            continue
         group = groups.get(index)
         if route is not None and route(index) is not None:
             continue
@@ -452,22 +456,30 @@ def _fetching_check(
     keep = [source for source in wanted if source is not None]
     routed: list[str] = []
     route = None
+    groups = plan_groups(guards, args_sources, keep)
+    folded: list[int] = []
     if routes is not None:
         tensors = [binder.args_source(source) for source in routes.check.sources]
         if None in tensors or routes.guard not in guards:
             return None
         position = guards.index(routes.guard)
+        if tensor_checks is not None and native:
+            grouped = {member for group in groups.values() for member in group.members}
+            folded = _folded_tensor_guards(guards, args_sources, tensors, native, grouped)
 
         def route(index: int) -> str | None:
             if index != position:
                 return None
             values = [writer.fetch(source, index) for source in tensors if source is not None]
-            last = tensor_checks.last_layout(len(values)) if tensor_checks else None
-            routed.append(_write_route(writer, routes, values, index, last))
+            last, checks = None, []
+            if tensor_checks is not None:
+                traits = tuple(native[i] for i in folded) if folded and native else None
+                last = tensor_checks.last_layout(len(values), traits)
+                checks = list(zip(traits or (), values))
+            routed.append(_write_route(writer, routes, values, index, last, checks))
             return routed[-1]
 
-    groups = plan_groups(guards, args_sources, keep)
-    _write_checks(writer, guards, args_sources, groups, route, native)
+    _write_checks(writer, guards, args_sources, groups, route, native, skip=folded)
     values = [writer.fetched.get(source) for source in wanted if source is not None]
     if len(values) != len(wanted) or None in values:
         return None
@@ -483,19 +495,48 @@ def _fetching_check(
     return check
 
 
+def _folded_tensor_guards(
+    guards: Sequence[Guard],
+    sources: Sequence[str],
+    tensors: Sequence[str | None],
+    native: NativeChecks,
+    grouped: Collection[int],
+) -> list[int]:
+    """The indices of the tensor guards of the route's tensors (in their order), each
+    checked natively and by no group: the native last layout checks them with the layout
+    (one call, decision 0515); [] where one of them is not so."""
+    found = []
+    for tensor in tensors:
+        index = next(
+            (
+                i
+                for i, (guard, source) in enumerate(zip(guards, sources))
+                if source == tensor and guard.kind is GuardKind.TENSOR_MATCH
+            ),
+            None,
+        )
+        if index is None or index not in native or index in grouped:
+            return []
+        found.append(index)
+    return found
+
+
 def _write_route(
     writer: _SourceWriter,
     routes: SizeRoutes,
     values: Sequence[str],
     index: int,
     native_last: Any = None,
+    folded: Sequence[tuple[Any, str]] = (),
 ) -> str:
     """The size guard ``index`` written as a lookup of the call's layout among the routed
     ones (the runner for its sizes), else as the size check (the layout known to pass, or
     decided now) and the learner of its route; the variable of its ``(graph function,)``.
     The layout routed last is compared first: by ``native_last`` (a
     :meth:`TensorChecks.last_layout`, one call reading each tensor's sizes and strides
-    from its ``TensorImpl``) where given, else in Python."""
+    from its ``TensorImpl``) where given, else in Python. ``folded``: ``(native tensor
+    check, value)`` of the tensor guards ``native_last`` checks too (written nowhere
+    else): a layout other than the last one checks them first."""
     check = routes.check
     layout, graph_fns, last = f"_k{index}", f"_r{index}", f"_l{index}"
     known = f"{writer.constant(check.known.get)}({layout}) is True"
@@ -515,10 +556,13 @@ def _write_route(
     if native_last is not None:
         native = writer.constant(native_last)
         tensors = "".join(f", {value}" for value in values)
+        traits = " and ".join(f"{writer.constant(c)}({value})" for c, value in folded)
+        first = [f"            if not ({traits}):", f"                {writer.fail(index)}"]
         writer.lines += [
             "    try:",
             f"        {graph_fns} = {native}({', '.join(values)})",
             f"        if {graph_fns} is None:",
+            *(first if folded else []),
             *lookup,
             f"                {native}.remember({graph_fns}{tensors})",
             "    except Exception:",

@@ -74,7 +74,7 @@ class TensorChecks:
 
     def __init__(self, module: ModuleType) -> None:
         self._new: Callable[..., Any] = module.TensorCheck
-        self._last_layout: Callable[[int], Any] = module.LastLayout
+        self._last_layout: Callable[..., Any] = module.LastLayout
         self._state_key: Callable[[], int] = module.state_key
         self._same_state: Callable[[int], bool] = module.same_state
         #: whether :meth:`state_check` may be used (its self-test passed: :func:`verify`)
@@ -122,11 +122,13 @@ class TensorChecks:
         key = self._state_key()
         return None if key < 0 else (self._same_state, key)
 
-    def last_layout(self, count: int) -> Any:
+    def last_layout(self, count: int, traits: tuple[Any, ...] | None = None) -> Any:
         """A symbolic entry's last routed layout of ``count`` tensors (nothing remembered
         yet): ``last(*tensors)`` is the route remembered with their sizes and strides, or
-        None when one differs; ``last.remember(route, *tensors)`` replaces both."""
-        return self._last_layout(count)
+        None when one differs; ``last.remember(route, *tensors)`` replaces both.
+        ``traits``: per tensor a :meth:`check` (or None) that ``last`` also requires to
+        hold (the tensor guards and the layout in one call, decision 0515)."""
+        return self._last_layout(count, traits)
 
     def _like(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         key = (dtype, device)

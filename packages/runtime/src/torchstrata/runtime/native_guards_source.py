@@ -26,7 +26,7 @@ Any C++ exception (a tensor without strides, sizes that are symbolic) fails the 
 from __future__ import annotations
 
 #: Bumped whenever the source changes in a way its cache key would not see.
-SOURCE_VERSION = "tensor-check-4"
+SOURCE_VERSION = "tensor-check-5"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -228,6 +228,7 @@ struct LastLayout {
   vectorcallfunc vectorcall;
   PyObject* route;  // nullptr: nothing remembered
   Py_ssize_t count;  // tensors
+  PyObject* traits;  // nullptr, or per tensor a TensorCheck (or None) that must hold too
   Py_ssize_t capacity;  // int64s in ``layout``
   int64_t* layout;  // per tensor: its rank, its sizes, its strides (PyMem_Malloc'd)
 };
@@ -256,6 +257,10 @@ PyObject* last_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
       Py_ssize_t used = 0;
       if (!is_tensor_object(args[i]) ||
           !same_layout(self->layout + offset, impl_of(args[i]), &used)) {
+        Py_RETURN_NONE;
+      }
+      PyObject* trait = self->traits == nullptr ? Py_None : PyTuple_GET_ITEM(self->traits, i);
+      if (trait != Py_None && !matches(reinterpret_cast<TensorCheck*>(trait), args[i])) {
         Py_RETURN_NONE;
       }
       offset += used;
@@ -315,15 +320,33 @@ PyObject* last_remember(PyObject* object, PyObject* const* args, Py_ssize_t narg
   Py_RETURN_NONE;
 }
 
-// LastLayout(count): nothing remembered yet.
+// LastLayout(count[, traits]): nothing remembered yet. ``traits``: a tuple of a
+// TensorCheck or None per tensor, each checked with the layout (one call for both).
 PyObject* last_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Py_ssize_t count;
-  if (!PyArg_ParseTuple(args, "n", &count)) {
+  PyObject* traits = nullptr;
+  if (!PyArg_ParseTuple(args, "n|O", &count, &traits)) {
     return nullptr;
   }
   if (count < 0) {
     PyErr_SetString(PyExc_ValueError, "LastLayout: a count of tensors");
     return nullptr;
+  }
+  if (traits == Py_None) {
+    traits = nullptr;
+  }
+  if (traits != nullptr) {
+    if (!PyTuple_Check(traits) || PyTuple_GET_SIZE(traits) != count) {
+      PyErr_SetString(PyExc_ValueError, "LastLayout: a TensorCheck or None per tensor");
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+      PyObject* item = PyTuple_GET_ITEM(traits, i);
+      if (item != Py_None && !PyObject_TypeCheck(item, &TensorCheckType)) {
+        PyErr_SetString(PyExc_TypeError, "LastLayout: traits are TensorChecks or None");
+        return nullptr;
+      }
+    }
   }
   LastLayout* self = reinterpret_cast<LastLayout*>(type->tp_alloc(type, 0));
   if (self == nullptr) {
@@ -331,12 +354,15 @@ PyObject* last_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   }
   self->vectorcall = last_call;
   self->count = count;
+  Py_XINCREF(traits);
+  self->traits = traits;
   return reinterpret_cast<PyObject*>(self);
 }
 
 void last_dealloc(PyObject* object) {
   LastLayout* self = reinterpret_cast<LastLayout*>(object);
   Py_XDECREF(self->route);
+  Py_XDECREF(self->traits);
   PyMem_Free(self->layout);
   Py_TYPE(object)->tp_free(object);
 }
