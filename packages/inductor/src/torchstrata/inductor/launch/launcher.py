@@ -7,6 +7,7 @@ kernel launches and extern ATen calls with no lookups beyond local names.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from torchstrata.core import (
     SizeValue,
     active_symbols,
     contiguous_strides,
+    is_size_float,
     same_layout,
     same_sizes,
     sizes_symbolic,
@@ -64,6 +66,7 @@ def default_globals() -> dict[str, Any]:
         "as_strided": torch.as_strided,
         "_restride": _restride,
         "_same_layout": same_layout,
+        "math": math,  # a float of sizes printed as Python (``math.sqrt(s0)``: 0500)
     }
 
 
@@ -115,8 +118,8 @@ def _render_arg(value: Any, env: _Globals, names: set[str]) -> str:
         return "(" + "".join(_render_arg(v, env, names) + ", " for v in value) + ")"
     if isinstance(value, bool | int | str) or value is None:
         return repr(value)
-    if type(value) is SizeValue:  # an extern op's size argument: the symbols' expression
-        return repr(value)
+    if type(value) is SizeValue or is_size_float(value):
+        return repr(value)  # an extern op's size argument: the symbols' expression
     return env.name(value, "const")
 
 
