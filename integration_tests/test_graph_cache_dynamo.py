@@ -39,8 +39,8 @@ def decode_step(k_cache, v_cache, q, k, v):
     """One decode step: append this token's key and value, attend with its query."""
     keys = torch.cat([k_cache, k], dim=1)
     values = torch.cat([v_cache, v], dim=1)
-    # a constant scale: ``dynamic=True`` makes the head width symbolic too, and a
-    # ``math.sqrt`` of it a symbolic float, which the backend does not import
+    # a constant scale (``math.sqrt`` of the head width, which ``dynamic=True`` makes
+    # symbolic too, is ``scaled_scores``' float of a size: decision 0500)
     weights = torch.softmax(q @ keys.transpose(1, 2) * 0.25, -1)
     return weights @ values, keys, values
 

@@ -19,10 +19,12 @@ from torch.utils._sympy.functions import (
     ToFloat,
 )
 
-from torchstrata.core import UnprintableSize, python_source
+from torchstrata.core import SizeGuards, UnprintableSize, python_source
+from torchstrata.core.size_floats import size_float
 from torchstrata.inductor.codegen.cpp.build import find_compiler
 from torchstrata.inductor.codegen.cpp.size_source import cpp_size_source
 from torchstrata.inductor.codegen.triton.size_source import triton_size_source
+from torchstrata.inductor.launch.launcher import holds_size_value
 
 S0, S1 = sympy.symbols("s0 s1", integer=True, positive=True)
 #: the floats an attention's scale and a mean's factor are made of
@@ -80,3 +82,9 @@ def test_triton_prints_floats_of_sizes_in_float64():
 def test_triton_refuses_other_powers_of_a_size():
     with pytest.raises(UnprintableSize):
         triton_size_source(FloatPow(ToFloat(S0), 1.5))
+
+
+def test_a_launcher_constant_holding_a_float_of_sizes_is_refused():
+    # bound once as a launcher global, it would keep the lowered size's value at every size
+    scale = size_float(EXPRESSIONS[0], SizeGuards({"s0": 16, "s1": 2}))
+    assert holds_size_value({"scale": (1, scale)}) and not holds_size_value((1, 2.0))

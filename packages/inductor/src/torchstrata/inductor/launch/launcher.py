@@ -229,9 +229,9 @@ def generate_launcher(
 
 def holds_size_value(value: Any, depth: int = 4) -> bool:
     """Whether ``value`` (through containers and attrs fields, ``depth`` levels) holds a
-    ``SizeValue``: such a constant would reach a kernel or an extern op at run time,
-    where only ints are taken (decision 0381)."""
-    if type(value) is SizeValue:
+    ``SizeValue`` or a ``SizeFloat``: such a constant would reach a kernel or an extern op
+    at run time, where only numbers are taken (decisions 0381, 0500)."""
+    if type(value) is SizeValue or is_size_float(value):
         return True
     if depth == 0:
         return False
