@@ -92,6 +92,21 @@ def test_an_attention_scaled_by_the_square_root_of_its_width_lowers_once(entry, 
     _lowered_for_many_sizes(len(SIZES))
 
 
+@pytest.mark.parametrize("entry", ["dynamo", "capture"])
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_widths_at_one_length_share_one_lowering(entry, codegen):
+    # the second case: Dynamo's symbol for the width feeds the square root
+    compiled = _compiled(attention, entry, codegen)
+    torch.manual_seed(0)
+    widths = (16, 24, 32, 40, 56, 20, 64)
+    for width in widths:
+        q, k = torch.randn(2, 7, width), torch.randn(2, 7, width)
+        torch.testing.assert_close(compiled(q, k), attention(q, k))
+    # every width served by the first call's lowering (was: one lowering per width)
+    stats = tsr.size_lowering_stats()
+    assert stats == {"symbolic": 1, "reused": len(widths) - 1}, stats
+
+
 @pytest.mark.parametrize("name", list(SCALES))
 @pytest.mark.parametrize("entry", ["dynamo", "capture"])
 def test_each_float_of_the_sizes_lowers_once(name, entry):
