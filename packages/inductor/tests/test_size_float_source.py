@@ -73,8 +73,11 @@ def test_python_source_is_what_python_computes():
 
 def test_triton_prints_floats_of_sizes_in_float64():
     assert triton_size_source(EXPRESSIONS[0]) == "tl.sqrt((s0).to(tl.float64))"
-    assert triton_size_source(EXPRESSIONS[1]) == (
-        "(tl.full([], 1.0, tl.float64) / tl.sqrt((s0).to(tl.float64)))"
+    assert triton_size_source(EXPRESSIONS[1]) == "(1.0 / tl.sqrt((s0).to(tl.float64)))"
+    # a literal float32 does not hold exactly: a float64 scalar
+    assert (
+        triton_size_source(0.1 * ToFloat(S0))
+        == "(tl.full([], 0.1, tl.float64)*(s0).to(tl.float64))"
     )
     assert triton_size_source(EXPRESSIONS[5]) == ("((s0).to(tl.float64) / (s1).to(tl.float64))")
 

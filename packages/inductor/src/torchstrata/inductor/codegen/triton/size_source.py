@@ -27,6 +27,7 @@ size, and the sizes lower as before (on their own).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from torchstrata.core import SourcePrinter, UnprintableSize
@@ -89,7 +90,11 @@ class TritonSizePrinter(SourcePrinter):
 
 
 def _float64(value: float) -> str:
-    """A float64 scalar (a bare Python float in a kernel is a float32 constant)."""
+    """A float64 scalar: a bare Python float in a kernel is a float32 constant, so one that
+    float32 holds exactly (``1.0``, ``0.5``) is written bare (promoted exactly where it
+    meets a float64) and any other as a float64 ``tl.full``."""
+    if struct.unpack("f", struct.pack("f", value))[0] == value:
+        return repr(value)
     return f"tl.full([], {value!r}, tl.float64)"
 
 
