@@ -11,7 +11,10 @@ Workloads on the CPU (fp32, no gradients):
   (the mean square of its output), backward; the loss and every parameter's gradient
   are checked against eager at each first call (decision 0310);
 * ``decode``: a KV-cache decode loop, one step per call: the new key and value
-  concatenated to caches of 16 to 47 rows (2 heads of 32), attention of one query.
+  concatenated to caches of 16 to 47 rows (2 heads of 32), attention of one query;
+* ``attention_widths``: scores ``q @ k^T / math.sqrt(q.shape[-1])``, softmax, LayerNorm
+  (issue 33's program) over 16 (length, width) pairs, the width 16 to 64: the scale is a
+  float of the width (decision 0500).
 
 With ``--device cuda`` (bf16 unless ``--dtype``): the K-row kernels of the bench suite
 (``bench/README.md``) over 8 row counts of ``[M, 4096]`` (2049 to 16384, odd ones
@@ -164,6 +167,19 @@ def softmax_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.softmax(F.gelu(x @ w), -1) * 2
 
 
+def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Attention scores scaled by the square root of the width (a float of a size)."""
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return F.layer_norm(s.softmax(-1), (s.shape[-1],), eps=1e-5)
+
+
+#: (length, width) of ``attention_widths``' calls
+ATTENTION_SIZES = (
+    (9, 16), (17, 16), (33, 24), (12, 32), (25, 40), (64, 48), (40, 64), (21, 24),
+    (50, 32), (13, 56), (30, 16), (45, 40), (11, 64), (60, 24), (27, 48), (36, 32),
+)  # fmt: skip
+
+
 def decode_step(k_cache, v_cache, q, k, v):
     """One decode step: append this token's key and value, attend with its query."""
     keys = torch.cat([k_cache, k], dim=1)
@@ -219,8 +235,10 @@ def workloads(quick: bool, device: str = "cpu", dtype: torch.dtype | None = None
     rows = (17, 64, 255, 1000, 33, 100, 129, 500, 48, 77, 200, 301, 640, 23, 999, 400)
     lengths = range(9, 134, 4)
     steps = range(16, 48)
+    attention = ATTENTION_SIZES
     if quick:
         rows, lengths, steps = rows[:3], range(9, 20, 4), range(16, 19)
+        attention = attention[:3]
     block = Block(GPTConfig(1, 4, 64, 256, 256)).eval().requires_grad_(False)
     return [
         Workload("softmax_gelu", softmax_gelu, [(torch.randn(n, 256), w) for n in rows],
@@ -238,6 +256,12 @@ def workloads(quick: bool, device: str = "cpu", dtype: torch.dtype | None = None
                 for t in steps
             ],
             f"{len(steps)} cache lengths {min(steps)}-{max(steps)}",
+        ),
+        Workload(
+            "attention_widths",
+            scaled_scores,
+            [(torch.randn(2, t, d), torch.randn(2, t, d)) for t, d in attention],
+            f"{len(attention)} (length, width) pairs, widths 16-64",
         ),
     ]  # fmt: skip
 

@@ -13,6 +13,7 @@ and that a damaged entry is lowered again with a warning. Dynamo is the harness 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -38,8 +39,8 @@ def decode_step(k_cache, v_cache, q, k, v):
     """One decode step: append this token's key and value, attend with its query."""
     keys = torch.cat([k_cache, k], dim=1)
     values = torch.cat([v_cache, v], dim=1)
-    # a constant scale: ``dynamic=True`` makes the head width symbolic too, and a
-    # ``math.sqrt`` of it a symbolic float, which the backend does not import
+    # a constant scale (``math.sqrt`` of the head width, which ``dynamic=True`` makes
+    # symbolic too, is ``scaled_scores``' float of a size: decision 0500)
     weights = torch.softmax(q @ keys.transpose(1, 2) * 0.25, -1)
     return weights @ values, keys, values
 
@@ -69,10 +70,23 @@ def kv_args(length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     return torch.randn(2, 80, 4, dtype=dtype), torch.randn(2, length, 4, dtype=dtype)
 
 
+def scaled_scores(q, k):
+    """Attention scores scaled by the square root of the width: a float of a size,
+    computed by the stored kernels from the size symbols (decision 0500)."""
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return torch.layer_norm(s.softmax(-1), (s.shape[-1],), eps=1e-5)
+
+
+def scaled_args(length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Queries and keys of ``length`` tokens and a width that changes with it."""
+    return tuple(torch.randn(2, length, 2 * length, dtype=dtype) for _ in range(2))
+
+
 PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[int, torch.dtype], tuple[Any, ...]]]] = {
     "decode": (decode_step, decode_args),
     "decode_tanh": (decode_tanh, decode_args),
     "kv_write": (kv_cache_slice_write, kv_args),
+    "scaled_scores": (scaled_scores, scaled_args),
 }
 
 
@@ -248,6 +262,19 @@ def test_a_fresh_process_serves_new_sizes_of_a_write_into_an_input(tmp_path: Pat
     (variant,) = json.loads(entry.read_bytes())["variants"]
     assert variant["aot"]["mutated_inputs"], variant["aot"]  # the cache, written back
     _served_from_the_cache(_warm(tmp_path, "kv_write", (7, 11, 3)), 3)
+
+
+@pytest.mark.parametrize("codegen", ["cpp", pytest.param("triton", marks=pytest.mark.triton)])
+def test_a_fresh_process_serves_a_scale_computed_from_the_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codegen: str
+) -> None:
+    """A float of the sizes (``1 / math.sqrt(width)``) in the stored lowering's kernels:
+    computed from the size symbols at each call, so new widths are served (0500)."""
+    if codegen == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    inference(str(tmp_path), "scaled_scores", (9, 10, 11), codegen=codegen)
+    assert tsr.size_lowering_stats() == {"symbolic": 1, "reused": 2}
+    _served_from_the_cache(_warm(tmp_path, "scaled_scores", (12, 14, 13), codegen=codegen), 3)
 
 
 def test_a_fresh_process_serves_new_sizes_of_a_training_block_without_lowering(

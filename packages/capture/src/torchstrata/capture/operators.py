@@ -11,7 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from torchstrata.capture.symbolic_values import fold_arguments
+from torchstrata.capture.symbolic_values import fold_arguments, symbolic_counterpart
 from torchstrata.capture.tracer import Tracer, Unsupported
 from torchstrata.capture.user_objects import UserObjectVar
 from torchstrata.capture.variables import (
@@ -56,6 +56,7 @@ def operator_ref(fn: Callable[..., Any]) -> OpRef:
 
 def fold(fn: Callable[..., Any], *values: Any) -> Var:
     """Evaluate ``fn`` on real constants now; a Python exception becomes a graph break."""
+    fn = symbolic_counterpart(fn, values)  # ``math.sqrt`` of a size: ``torch.sym_sqrt``
     values = fold_arguments(fn, values)  # symbolic sizes: specialised unless safe
     try:
         result = fn(*values)

@@ -29,7 +29,7 @@ SYMBOLIC_SAFE: frozenset[Callable[..., Any]] = frozenset(
             "index", "not_", "truth",
         )),
         builtins.int, builtins.bool, builtins.float, builtins.min, builtins.max,
-        builtins.abs, builtins.divmod, math.floor, math.ceil,
+        builtins.abs, builtins.divmod, math.floor, math.ceil, torch.sym_sqrt, torch.sym_float,
     ]
 )  # fmt: skip
 
@@ -45,6 +45,28 @@ def has_symbolic(value: Any) -> bool:
     if isinstance(value, slice):
         return has_symbolic((value.start, value.stop, value.step))
     return False
+
+
+#: Functions of a number whose ``torch`` counterpart keeps a symbolic size symbolic:
+#: ``math.sqrt(q.shape[-1])`` is ``torch.sym_sqrt`` of it, a ``SymFloat`` that a lowering
+#: for many sizes computes from the size (decision 0500), not a guard ``Eq(s2, 16)``.
+SYMBOLIC_COUNTERPARTS: dict[Callable[..., Any], Callable[..., Any]] = {
+    math.sqrt: torch.sym_sqrt,
+    builtins.float: torch.sym_float,  # ``float(n)``: ``ToFloat(s0)`` (was ``Eq(s0, 16)``)
+}
+
+
+def symbolic_counterpart(fn: Callable[..., Any], values: tuple[Any, ...]) -> Callable[..., Any]:
+    """``fn``, or the counterpart that keeps its symbolic argument symbolic
+    (:data:`SYMBOLIC_COUNTERPARTS`) where ``values`` is one ``SymInt``/``SymFloat``."""
+    plain = fn
+    if isinstance(fn, functools.partial) and not fn.args and not fn.keywords:
+        plain = fn.func  # a builtin called with no keywords (``python_builtins``)
+    counterpart = SYMBOLIC_COUNTERPARTS.get(plain)
+    if counterpart is None or len(values) != 1:
+        return fn
+    (value,) = values
+    return counterpart if isinstance(value, torch.SymInt | torch.SymFloat) else fn
 
 
 def fold_arguments(fn: Callable[..., Any], values: tuple[Any, ...]) -> tuple[Any, ...]:

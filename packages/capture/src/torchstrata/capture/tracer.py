@@ -66,6 +66,7 @@ CONSTANT_TYPES = (
 GRAPH_CONSTANT_TYPES = (
     int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.memory_format,
     torch.layout, torch.SymInt,  # a symbolic size (torch.SymInt: decision 0200)
+    torch.SymFloat,  # a float of sizes (``math.sqrt(q.shape[-1])``: decision 0500)
 )  # fmt: skip
 
 #: Ops whose output aliases their first input; an in-place update after one of these

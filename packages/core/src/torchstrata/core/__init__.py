@@ -136,6 +136,7 @@ from torchstrata.core.results import (
     Program,
     guard_cells,
 )
+from torchstrata.core.size_floats import SizeFloat, is_size_float
 from torchstrata.core.size_source import (
     PythonPrinter,
     SourcePrinter,
@@ -259,6 +260,7 @@ __all__ = [
     "PythonPrinter",
     "SegmentCompiler",
     "SizeCheck",
+    "SizeFloat",
     "SizeGuards",
     "SizeOutsideTrace",
     "SizeRead",
@@ -334,6 +336,7 @@ __all__ = [
     "is_dense",
     "is_int_size_carrier",
     "is_negative_carrier_source",
+    "is_size_float",
     "is_symbolic",
     "iter_nodes",
     "log_settings",

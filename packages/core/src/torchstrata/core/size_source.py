@@ -62,6 +62,13 @@ _PYTHON_MODS = frozenset({"Mod", "PythonMod"})  # sympy's Mod floors too
 _ROUNDED_DIVS = frozenset({"CeilToInt", "FloorToInt"})
 
 
+#: float functions of sizes a printer may spell (``SourcePrinter.spell_float``): a size
+#: as a float, the true quotient of two sizes or floats, a square root, a power
+_FLOAT_FUNCTIONS = frozenset(
+    {"ToFloat", "IntTrueDiv", "FloatTrueDiv", "OpaqueUnaryFn_sqrt", "FloatPow"}
+)
+
+
 class SourcePrinter:
     """Prints a size expression: integers, symbols, ``+``, ``*``, integer powers (as
     products), floor and ceiling division, modulo, ``Max`` and ``Min``. Subclasses spell
@@ -106,7 +113,24 @@ class SourcePrinter:
             return self.mod(*expr.args)
         if name in ("Max", "Min"):
             return self.extreme(name == "Max", list(expr.args))
+        return self.float_function(expr)
+
+    def float_function(self, expr: Any) -> str:
+        """A float of sizes (decision 0500), in double: ``ToFloat``, ``IntTrueDiv``,
+        ``FloatTrueDiv``, ``OpaqueUnaryFn_sqrt``, ``FloatPow`` and float literals, spelled
+        by :meth:`spell_float`; anything else raises :class:`UnprintableSize`."""
+        name = type(expr).__name__
+        if expr.is_Float:
+            return self.spell_float("literal", float(expr))
+        if name in _FLOAT_FUNCTIONS:
+            return self.spell_float(name, *(self.print(arg) for arg in expr.args))
         raise UnprintableSize(f"{expr}: {name} of a size")
+
+    def spell_float(self, name: str, *args: Any) -> str:
+        """The source of the float function ``name`` (of :data:`_FLOAT_FUNCTIONS`, or
+        ``literal`` of a Python float) of the printed ``args``: a printer that prints
+        floats of sizes spells them; this one refuses."""
+        raise UnprintableSize(f"{name}: a float of sizes")
 
     def integer(self, value: int) -> str:
         """An integer literal."""
@@ -156,6 +180,21 @@ class PythonPrinter(SourcePrinter):
     def extreme(self, largest: bool, args: list[Any]) -> str:
         """See :class:`SourcePrinter`."""
         return f"{'max' if largest else 'min'}({', '.join(self.print(a) for a in args)})"
+
+    def spell_float(self, name: str, *args: Any) -> str:
+        """See :class:`SourcePrinter`: as Python computes the float (``math.sqrt``;
+        generated Python that prints one imports ``math``)."""
+        return _PYTHON_FLOATS[name](*args)
+
+
+_PYTHON_FLOATS: dict[str, Any] = {
+    "literal": repr,
+    "ToFloat": lambda a: f"float({a})",
+    "IntTrueDiv": lambda a, b: f"({a} / {b})",
+    "FloatTrueDiv": lambda a, b: f"({a} / {b})",
+    "OpaqueUnaryFn_sqrt": lambda a: f"math.sqrt({a})",
+    "FloatPow": lambda a, b: f"({a} ** {b})",
+}
 
 
 #: Python source of a size expression (a launcher's, ``repr``'s)

@@ -48,6 +48,7 @@ import torch
 from torchstrata.core.concretizer import Concretizer
 from torchstrata.core.graph import Graph
 from torchstrata.core.size_conditions import conditions_check as conditions_check
+from torchstrata.core.size_floats import size_float
 from torchstrata.core.size_forms import simplified_sizes
 from torchstrata.core.size_source import UnprintableSize, active_printer, python_source
 from torchstrata.core.symbolic_graphs import concretize_graph
@@ -584,6 +585,9 @@ class _Sized(Concretizer):
             # a size as a float (a mean's count ``ToFloat(s0)``): the size, which a float
             # constant holds exactly (below 2**53) and a kernel converts (decision 0409)
             expr = expr.args[0]
+        elif isinstance(value, torch.SymFloat):
+            # ``sqrt(ToFloat(s0))``: computed from the symbols by generated code (0500)
+            return size_float(expr, self.guards)
         elif not isinstance(value, torch.SymInt):
             raise self.guards.refuse(f"a symbolic {type(value).__name__} in the graph")
         return self.guards.of(expr)

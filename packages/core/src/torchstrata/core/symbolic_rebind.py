@@ -54,16 +54,23 @@ class _Rebound(Transformer):
 
     def value(self, value: Any) -> Any:
         if isinstance(value, SYMBOLIC_TYPES):
-            if not isinstance(value, torch.SymInt):
+            if isinstance(value, torch.SymBool):
                 raise NotImplementedError(f"cannot rebind a {type(value).__name__} ({value})")
             expr = value.node.expr
-            if expr.is_Integer:
-                return int(expr)
+            if expr.is_Number:
+                return int(expr) if isinstance(value, torch.SymInt) else float(expr)
             made = self._made.get(expr)
             if made is None:
                 hint = evaluate(value, self.hints)
                 new = expr.xreplace({s: self.symbols[s.name] for s in expr.free_symbols})
-                made = self._made[expr] = self.sizes.shape_env.create_symintnode(new, hint=hint)
+                shape_env = self.sizes.shape_env
+                # a float of sizes (an attention's ``sqrt(ToFloat(s0))``) stays symbolic
+                create = (
+                    shape_env.create_symfloatnode
+                    if isinstance(value, torch.SymFloat)
+                    else shape_env.create_symintnode
+                )
+                made = self._made[expr] = create(new, hint=hint)
             return made
         if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
             return type(value)(self.value(item) for item in value)

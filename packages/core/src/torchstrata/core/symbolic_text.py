@@ -42,6 +42,11 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "Max": lambda *values: _fold(torch.sym_max, values),
     "Min": lambda *values: _fold(torch.sym_min, values),
     "ToFloat": lambda value: torch.sym_float(value),  # a size as a float (a mean's count)
+    # floats of sizes (an attention's scale, decision 0500)
+    "OpaqueUnaryFn_sqrt": lambda value: torch.sym_sqrt(value),
+    "FloatTrueDiv": lambda a, b: a / b,
+    "IntTrueDiv": lambda a, b: a / b,
+    "FloatPow": lambda a, b: a**b,
 }
 
 
@@ -164,8 +169,8 @@ class SizeReader:
 
     def evaluate(self, node: ast.expr) -> Any:
         """A parsed size expression evaluated with the declared symbols."""
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value  # a float in a float of sizes (``FloatPow(ToFloat(s0), -0.5)``)
         if isinstance(node, ast.Name):
             if node.id not in self.symbols:
                 raise SymbolError(f"size expression uses undeclared symbol {node.id}")

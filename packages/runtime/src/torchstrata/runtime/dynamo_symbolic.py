@@ -63,16 +63,22 @@ class _Rebinder:
             return type(value)(self(item) for item in value)
         if not isinstance(value, _SYMBOLIC):
             return value
-        if not isinstance(value, torch.SymInt):
+        if isinstance(value, torch.SymBool):
             raise NotImplementedError(f"a symbolic {type(value).__name__} ({value})")
         import sympy  # type: ignore[import-untyped]
 
         expr = value.node.expr
-        if expr.is_Integer:
-            return int(expr)
+        if expr.is_Number:
+            return int(expr) if isinstance(value, torch.SymInt) else float(expr)
         free = {s: self.symbols[s.name].node.expr for s in expr.free_symbols}
-        hint = int(expr.xreplace({s: sympy.Integer(self.hints[s.name]) for s in expr.free_symbols}))
-        return self.sizes.shape_env.create_symintnode(expr.xreplace(free), hint=hint)
+        at_hints = expr.xreplace({s: sympy.Integer(self.hints[s.name]) for s in expr.free_symbols})
+        rebound = expr.xreplace(free)
+        if isinstance(value, torch.SymFloat):
+            # a float computed from sizes (an attention's ``sqrt(ToFloat(s69))``): a
+            # symbolic float of the new ShapeEnv, lowered as an expression of the sizes
+            shape_env = self.sizes.shape_env
+            return shape_env.create_symfloatnode(rebound, hint=float(at_hints))
+        return self.sizes.shape_env.create_symintnode(rebound, hint=int(at_hints))
 
     def tensor(self, value: torch.Tensor) -> torch.Tensor:
         """A fake tensor of the new ``ShapeEnv`` with ``value``'s symbolic layout."""

@@ -122,8 +122,8 @@ def count_constant(
         for count, text in counts.items():
             if type(count) is SizeValue:
                 # a float constant of a symbolic graph holds no size (one that did would
-                # be a SymFloat, refused before lowering): equal to a symbolic count only
-                # by coincidence at one size (decision 0381)
+                # be a SizeFloat, no ``float``: decision 0500): equal to a symbolic count
+                # only by coincidence at one size (decision 0381)
                 continue
             if count < MIN_COUNT:
                 continue

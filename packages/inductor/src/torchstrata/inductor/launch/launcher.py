@@ -7,6 +7,7 @@ kernel launches and extern ATen calls with no lookups beyond local names.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from torchstrata.core import (
     SizeValue,
     active_symbols,
     contiguous_strides,
+    is_size_float,
     same_layout,
     same_sizes,
     sizes_symbolic,
@@ -64,6 +66,7 @@ def default_globals() -> dict[str, Any]:
         "as_strided": torch.as_strided,
         "_restride": _restride,
         "_same_layout": same_layout,
+        "math": math,  # a float of sizes printed as Python (``math.sqrt(s0)``: 0500)
     }
 
 
@@ -115,8 +118,8 @@ def _render_arg(value: Any, env: _Globals, names: set[str]) -> str:
         return "(" + "".join(_render_arg(v, env, names) + ", " for v in value) + ")"
     if isinstance(value, bool | int | str) or value is None:
         return repr(value)
-    if type(value) is SizeValue:  # an extern op's size argument: the symbols' expression
-        return repr(value)
+    if type(value) is SizeValue or is_size_float(value):
+        return repr(value)  # an extern op's size argument: the symbols' expression
     return env.name(value, "const")
 
 
@@ -228,9 +231,9 @@ def generate_launcher(
 
 def holds_size_value(value: Any, depth: int = 4) -> bool:
     """Whether ``value`` (through containers and attrs fields, ``depth`` levels) holds a
-    ``SizeValue``: such a constant would reach a kernel or an extern op at run time,
-    where only ints are taken (decision 0381)."""
-    if type(value) is SizeValue:
+    ``SizeValue`` or a ``SizeFloat``: such a constant would reach a kernel or an extern op
+    at run time, where only numbers are taken (decisions 0381, 0500)."""
+    if type(value) is SizeValue or is_size_float(value):
         return True
     if depth == 0:
         return False

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from torchstrata.core import SizeValue, same_size
+from torchstrata.core import SizeValue, is_size_float, same_size
 from torchstrata.inductor.codegen.cpp.checks import (
     check_update,
     checked_function,
@@ -265,7 +265,7 @@ def literal(value: int | float | bool | SizeValue, dtype: torch.dtype) -> str:
     ctype = compute_type(dtype)
     if dtype is torch.bool:
         return "true" if value else "false"
-    if type(value) is SizeValue:
+    if type(value) is SizeValue or is_size_float(value):  # a float of sizes: 0500
         return f"static_cast<{ctype}>({value})"
     if dtype.is_floating_point:
         value = float(value)

@@ -46,6 +46,21 @@ class CppSizePrinter(SourcePrinter):
         relation = ">" if largest else "<"
         return f"(({a}) {relation} ({b}) ? ({a}) : ({b}))"
 
+    def spell_float(self, name: str, *args: Any) -> str:
+        """See :class:`~torchstrata.core.SourcePrinter`: in ``double``, with the C
+        library's ``sqrt`` and ``pow`` that Python's ``math.sqrt`` and ``**`` call."""
+        if name == "literal":
+            return repr(args[0])
+        if name == "ToFloat":
+            return f"static_cast<double>({args[0]})"
+        if name == "IntTrueDiv":
+            return f"(static_cast<double>({args[0]}) / static_cast<double>({args[1]}))"
+        if name == "FloatTrueDiv":
+            return f"({args[0]} / {args[1]})"
+        if name == "OpaqueUnaryFn_sqrt":
+            return f"std::sqrt({args[0]})"
+        return f"std::pow({args[0]}, {args[1]})"  # FloatPow
+
 
 def _floored(a: str, b: str) -> str:
     """The C++ condition under which truncating ``a / b`` is one more than flooring."""

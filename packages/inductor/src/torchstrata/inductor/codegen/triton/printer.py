@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from torchstrata.core import SizeValue, same_size, wrapped_integer
+from torchstrata.core import SizeValue, is_size_float, same_size, wrapped_integer
 from torchstrata.inductor.codegen.cat_bounds import cat_params, cat_sizes
 from torchstrata.inductor.codegen.infix import INFIX_BINARY
 from torchstrata.inductor.codegen.size_constants import (
@@ -194,7 +194,7 @@ LOG2_E = 1.4426950408889634
 def literal(value: int | float | bool | SizeValue, dtype: torch.dtype) -> str:
     """A typed scalar constant (shape ``[1]``, broadcasts against any tile); a symbolic
     lowering's size as its expression over the kernel's symbols (decision 0400)."""
-    if type(value) is SizeValue:
+    if type(value) is SizeValue or is_size_float(value):  # a float of sizes: 0500
         return f"tl.full([1], ({value}), {compute_type(dtype)})"
     if dtype is torch.bool:
         return f"tl.full([1], {1 if value else 0}, tl.int1)"

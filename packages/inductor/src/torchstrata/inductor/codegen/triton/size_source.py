@@ -27,9 +27,10 @@ size, and the sizes lower as before (on their own).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from torchstrata.core import SourcePrinter
+from torchstrata.core import SourcePrinter, UnprintableSize
 
 
 class TritonSizePrinter(SourcePrinter):
@@ -59,6 +60,42 @@ class TritonSizePrinter(SourcePrinter):
         """See :class:`~torchstrata.core.SourcePrinter`: ``tl.maximum`` / ``tl.minimum``
         of the kernel's integer scalars (a contiguous stride ``Max(1, s0//2)``)."""
         return f"{'tl.maximum' if largest else 'tl.minimum'}({a}, {b})"
+
+    def float_function(self, expr: Any) -> str:
+        """See :class:`~torchstrata.core.SourcePrinter`: in float64 (Python's double;
+        ``tl.sqrt`` and ``/`` of float64 are IEEE-rounded). A power only of exponent
+        ``0.5`` or ``-0.5`` (``d ** -0.5``: one division of the square root, within a
+        double's ulp of Python's ``pow``); other powers are unprintable."""
+        if type(expr).__name__ == "FloatPow":
+            base, exponent = expr.args
+            if not exponent.is_Number or float(exponent) not in (0.5, -0.5):
+                raise UnprintableSize(f"{expr}: a power of a size")
+            root = f"tl.sqrt({self.print(base)})"
+            return root if float(exponent) > 0 else f"({_float64(1.0)} / {root})"
+        return super().float_function(expr)
+
+    def spell_float(self, name: str, *args: Any) -> str:
+        """See :class:`~torchstrata.core.SourcePrinter`."""
+        if name == "literal":
+            return _float64(args[0])
+        if name == "ToFloat":
+            return f"({args[0]}).to(tl.float64)"
+        if name == "IntTrueDiv":
+            return f"(({args[0]}).to(tl.float64) / ({args[1]}).to(tl.float64))"
+        if name == "FloatTrueDiv":
+            return f"({args[0]} / {args[1]})"
+        if name == "OpaqueUnaryFn_sqrt":
+            return f"tl.sqrt({args[0]})"
+        raise UnprintableSize(f"{name}: a float of sizes")
+
+
+def _float64(value: float) -> str:
+    """A float64 scalar: a bare Python float in a kernel is a float32 constant, so one that
+    float32 holds exactly (``1.0``, ``0.5``) is written bare (promoted exactly where it
+    meets a float64) and any other as a float64 ``tl.full``."""
+    if struct.unpack("f", struct.pack("f", value))[0] == value:
+        return repr(value)
+    return f"tl.full([], {value!r}, tl.float64)"
 
 
 #: the printer the Triton codegen makes active (``core.size_printer``) while it generates
