@@ -98,6 +98,13 @@ def test_its_tensors_are_torchs(module, dtype, inference):
     assert module.torch_calls() == before  # every one allocated natively
 
 
+def test_the_dtypes_it_allocates(module):
+    dtypes = native_alloc.registered_dtypes(module)
+    assert dtypes[: len(native_alloc.COMMON_DTYPES)] == native_alloc.COMMON_DTYPES
+    assert set(DTYPES) <= set(dtypes) and torch.complex32 not in dtypes
+    assert len(set(dtypes)) == len(dtypes)
+
+
 def test_keywords_in_either_order_and_no_grad(module):
     before = module.torch_calls()
     with torch.no_grad():

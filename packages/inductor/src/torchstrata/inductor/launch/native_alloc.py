@@ -143,13 +143,23 @@ def load_module(settings: CacheSettings) -> ModuleType:
 def register(module: ModuleType) -> None:
     """Give ``module`` ``torch.empty_strided`` (every call it does not allocate itself),
     ``torch.device`` and the dtype object of each scalar type code, read from an empty
-    tensor of that type it made (:data:`COMMON_DTYPES` looked up first)."""
+    tensor of that type it made (:data:`COMMON_DTYPES` looked up first). A dtype that
+    ``torch.empty_strided`` refuses is left to it (its error)."""
     codes: dict[torch.dtype, int] = {}
     for code, tensor in module.samples():
+        try:
+            torch.empty_strided((0,), (1,), dtype=tensor.dtype)
+        except Exception:  # noqa: BLE001 - torch's path says what it says of this dtype
+            continue
         codes.setdefault(tensor.dtype, code)
     rank = {dtype: index for index, dtype in enumerate(COMMON_DTYPES)}
     ordered = sorted(codes, key=lambda dtype: rank.get(dtype, len(rank)))
     module.init(torch.empty_strided, torch.device, tuple((d, codes[d]) for d in ordered))
+
+
+def registered_dtypes(module: ModuleType) -> tuple[torch.dtype, ...]:
+    """The dtypes ``module`` allocates itself, in lookup order."""
+    return tuple(module.dtypes())
 
 
 def properties(tensor: torch.Tensor) -> tuple[Any, ...]:
@@ -177,7 +187,7 @@ def verify(module: ModuleType, device: torch.device | None = None) -> None:
     gives a call it does not take (a list of sizes) to torch."""
     device = interned_device(device if device is not None else torch.device("cpu"))
     empty = module.empty_strided
-    dtypes = [tensor.dtype for _, tensor in module.samples()]
+    dtypes = registered_dtypes(module)
     empty((1,), (1,), dtype=torch.float32, device=device)  # a new device: torch's path
     before = module.torch_calls()
     for inference in (False, True):

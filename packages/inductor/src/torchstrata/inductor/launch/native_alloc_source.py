@@ -27,7 +27,7 @@ strong reference, so the address is never reused; 32 at most, others take torch'
 from __future__ import annotations
 
 #: Bumped whenever the source changes in a way its cache key would not see.
-SOURCE_VERSION = "empty-strided-1"
+SOURCE_VERSION = "empty-strided-2"
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -320,6 +320,18 @@ PyObject* init(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+PyObject* registered(PyObject*, PyObject*) {
+  PyObject* tuple = PyTuple_New(dtype_count);
+  if (tuple == nullptr) {
+    return nullptr;
+  }
+  for (int i = 0; i < dtype_count; i++) {
+    Py_INCREF(dtypes[i].dtype);
+    PyTuple_SET_ITEM(tuple, i, dtypes[i].dtype);
+  }
+  return tuple;
+}
+
 PyObject* torch_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(torch_call_count);
 }
@@ -339,6 +351,7 @@ PyMethodDef methods[] = {
     {"samples", samples, METH_NOARGS, "[(code, empty tensor of that scalar type)]"},
     {"init", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(init)), METH_FASTCALL,
      "init(torch.empty_strided, torch.device, ((dtype, code), ...))"},
+    {"dtypes", registered, METH_NOARGS, "The dtypes allocated natively, in lookup order."},
     {"torch_calls", torch_calls, METH_NOARGS, "How many calls took torch's path."},
     {"has_cuda", has_cuda, METH_NOARGS, "Whether CUDA devices are allocated natively."},
     {nullptr, nullptr, 0, nullptr}};
