@@ -187,6 +187,15 @@ def test_a_function_mode_sees_torch_empty_strided_with_the_same_arguments(module
     assert kwargs == {"dtype": torch.bfloat16, "device": CPU}
 
 
+def test_under_vmap_an_included_dispatch_key_takes_torchs_path(module):
+    def add_fresh(x: torch.Tensor) -> torch.Tensor:
+        return module.empty_strided((2,), (1,), dtype=torch.float32, device=CPU).fill_(1) + x
+
+    before = module.torch_calls()
+    assert torch.equal(torch.vmap(add_fresh)(torch.zeros(3, 2)), torch.ones(3, 2))
+    assert module.torch_calls() == before + 1
+
+
 def test_deterministic_algorithms_fill_as_eager_does(module):
     fill = torch.utils.deterministic.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True)
