@@ -16,7 +16,7 @@ Four workloads, chosen with ``--only`` (default all):
   (``dynamic=True``, called at a second size first: one entry serving both) and eager,
   timed in turns by process CPU time and by wall clock (issue 33: the symbolic call
   within 10% of the static one);
-* ``alloc``: M1/tiny, ``(a + 1) * 2`` on 8 float32 elements (issue 32): ours with the
+* ``alloc``: M1/tiny, ``(a + 1) * 2`` on 8 float32 elements (``--device``; issue 32): ours with the
   launcher's native ``empty_strided`` (decision 0510), ours with ``torch.empty_strided``
   (``InductorOptions(native_alloc=False)``), torch.compile and eager, and the two
   allocations of its output alone, timed in turns by ``--clock``;
@@ -292,7 +292,7 @@ def measure_alloc(args: argparse.Namespace) -> None:
     from torchstrata.core import InductorOptions
     from torchstrata.inductor.launch import native_alloc
 
-    a = torch.randn(8)
+    a = torch.randn(8, device=args.device)
     ours = torchstrata.runtime.compile(_tiny_graph)
     off = CompileOptions(inductor=InductorOptions(native_alloc=False))
     torch_alloc = torchstrata.runtime.compile(_tiny_graph, options=off)
@@ -305,7 +305,7 @@ def measure_alloc(args: argparse.Namespace) -> None:
         print(f"alloc: no native allocation here: {native_alloc.unavailable_reason()}")
         return
     empty, dtype = module.empty_strided, torch.float32
-    cpu = native_alloc.interned_device(torch.device("cpu"))
+    device = native_alloc.interned_device(a.device)  # cuda:0, as launchers hold it
     n = args.number * 20
     times = _rounds(
         {
@@ -313,13 +313,17 @@ def measure_alloc(args: argparse.Namespace) -> None:
             "ours (torch alloc)": (lambda: torch_alloc(a), n),
             "torch.compile": (lambda: inductor(a), n),
             "eager": (lambda: _tiny_graph(a), n),
-            "native alloc": (lambda: empty((8,), (1,), dtype=dtype, device=cpu), n),
-            "torch alloc": (lambda: torch.empty_strided((8,), (1,), dtype=dtype, device=cpu), n),
+            "native alloc": (lambda: empty((8,), (1,), dtype=dtype, device=device), n),
+            "torch alloc": (
+                lambda: torch.empty_strided((8,), (1,), dtype=dtype, device=device),
+                n,
+            ),
         },
         args,
         time.process_time if args.clock == "cpu" else time.perf_counter,
     )
-    print(f"alloc: M1/tiny (a + 1) * 2, 8 fp32 elements, C++ ({args.clock})")
+    backend = "Triton" if a.is_cuda else "C++"
+    print(f"alloc: M1/tiny (a + 1) * 2, 8 fp32 elements, {a.device}, {backend} ({args.clock})")
     for what, values in times.items():
         print(f"  {what:<18} us {_spread(values)}")
     print(f"  ours/torch.compile              {_ratio(times['ours'], times['torch.compile'])}")
@@ -456,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
     parser.add_argument("--print-source", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="alloc's device")
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
