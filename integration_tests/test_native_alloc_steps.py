@@ -78,3 +78,20 @@ def test_the_compiled_tiny_call_allocates_natively():
         result = function(a)
     assert module.torch_calls() == before  # none took torch's path
     assert type(result) is torch.Tensor and result.stride() == (1,) and not result.requires_grad
+
+
+def test_a_lowering_for_many_sizes_allocates_natively():
+    module = native_alloc.native_module()
+
+    def reduce_rows(x: torch.Tensor) -> torch.Tensor:
+        return (x.sin() + 1).sum(-1) * 2
+
+    function = rt.compile(reduce_rows, dynamic=True)
+    for rows in (5, 9, 13):  # sizes printed as symbols: the launcher computes them
+        x = torch.randn(rows, 7)
+        torch.testing.assert_close(function(x), reduce_rows(x))
+    before = module.torch_calls() if module is not None else 0
+    for rows in (6, 17):
+        x = torch.randn(rows, 7)
+        torch.testing.assert_close(function(x), reduce_rows(x))
+    assert module is None or module.torch_calls() == before
