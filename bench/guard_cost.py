@@ -16,6 +16,10 @@ Four workloads, chosen with ``--only`` (default all):
   (``dynamic=True``, called at a second size first: one entry serving both) and eager,
   timed in turns by process CPU time and by wall clock (issue 33: the symbolic call
   within 10% of the static one);
+* ``alloc``: M1/tiny, ``(a + 1) * 2`` on 8 float32 elements (``--device``; issue 32): ours with the
+  launcher's native ``empty_strided`` (decision 0510), ours with ``torch.empty_strided``
+  (``InductorOptions(native_alloc=False)``), torch.compile and eager, and the two
+  allocations of its output alone, timed in turns by ``--clock``;
 * ``resnet``: M4/resnet18 at the bench's quick CPU size (width 8, 32px, bs 1,
   inference; about 1000 guards over 70 modules, issue 32): the entry's guard check,
   our call, torch.compile's call and eager's, by ``--clock`` (cpu: process time); ours
@@ -277,6 +281,62 @@ def measure_tiny(args: argparse.Namespace) -> None:
     print(f"  call  symbolic/static {_ratio(times['call symbolic'], times['call static'])}")
 
 
+def _tiny_graph(a: torch.Tensor) -> torch.Tensor:
+    return (a + 1) * 2
+
+
+def measure_alloc(args: argparse.Namespace) -> None:
+    """M1/tiny with the launcher's native allocation and with torch.empty_strided, beside
+    torch.compile and eager; and the allocation of its output by each."""
+    from bench.compilers import compile_with
+    from torchstrata.core import InductorOptions
+    from torchstrata.inductor.launch import native_alloc
+
+    a = torch.randn(8, device=args.device)
+    ours = torchstrata.runtime.compile(_tiny_graph)
+    off = CompileOptions(inductor=InductorOptions(native_alloc=False))
+    torch_alloc = torchstrata.runtime.compile(_tiny_graph, options=off)
+    inductor = compile_with("inductor", _tiny_graph)
+    for compiled in (ours, torch_alloc, inductor):
+        for _ in range(2):
+            torch.testing.assert_close(compiled(a), _tiny_graph(a))
+    module = native_alloc.native_module()
+    if module is None:
+        print(f"alloc: no native allocation here: {native_alloc.unavailable_reason()}")
+        return
+    empty, dtype = module.empty_strided, torch.float32
+    device = native_alloc.interned_device(a.device)  # cuda:0, as launchers hold it
+    n = args.number * 20
+    times = _rounds(
+        {
+            "ours": (lambda: ours(a), n),
+            "ours (torch alloc)": (lambda: torch_alloc(a), n),
+            "torch.compile": (lambda: inductor(a), n),
+            "eager": (lambda: _tiny_graph(a), n),
+            "native alloc": (lambda: empty((8,), (1,), dtype=dtype, device=device), n),
+            "torch alloc": (
+                lambda: torch.empty_strided((8,), (1,), dtype=dtype, device=device),
+                n,
+            ),
+        },
+        args,
+        time.process_time if args.clock == "cpu" else time.perf_counter,
+    )
+    backend = "Triton" if a.is_cuda else "C++"
+    print(f"alloc: M1/tiny (a + 1) * 2, 8 fp32 elements, {a.device}, {backend} ({args.clock})")
+    for what, values in times.items():
+        print(f"  {what:<18} us {_spread(values)}")
+    print(f"  ours/torch.compile              {_ratio(times['ours'], times['torch.compile'])}")
+    ratio = _ratio(times["ours (torch alloc)"], times["torch.compile"])
+    print(f"  ours (torch alloc)/torch.compile {ratio}")
+    print(
+        f"  ours/ours (torch alloc)          {_ratio(times['ours'], times['ours (torch alloc)'])}"
+    )
+    print(
+        f"  native alloc/torch alloc        {_ratio(times['native alloc'], times['torch alloc'])}"
+    )
+
+
 def _small_cases() -> list[tuple[str, Callable[..., Any], tuple[Any, ...], tuple[Any, ...]]]:
     """(name, function, the timed call's arguments, another size's) of ``small``."""
     from bench.dynamic_sizes import decode_step, softmax_gelu
@@ -400,11 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layers", type=int, default=8, help="depth of the gpt workload")
     parser.add_argument("--print-source", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="alloc's device")
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
-        help="tiny's and resnet's clock (cpu: process time)",
+        help="tiny's, alloc's and resnet's clock (cpu: process time)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -425,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_tiny(args)
     if "small" in only:
         measure_small(args)
+    if "alloc" in only:
+        measure_alloc(args)
     if "resnet" in only:
         measure_resnet(args)
     if "gpt" in only:

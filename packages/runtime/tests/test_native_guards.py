@@ -20,8 +20,10 @@ from torchstrata.core import (
     TensorMeta,
     TensorTraits,
     guard_condition,
+    native_build,
 )
 from torchstrata.core.artifacts import CacheSettings
+from torchstrata.core.native_build import NativeBuildError
 from torchstrata.runtime import native_guards
 from torchstrata.runtime.native_guards import TensorChecks, tensor_checks
 
@@ -214,11 +216,11 @@ def test_without_a_compiler_the_guards_stay_python(monkeypatch, tmp_path):
 def test_a_failed_build_is_not_tried_again(monkeypatch, tmp_path):
     builds = []
 
-    def fail(command, paths):
+    def fail(extension, command, paths):
         builds.append(command)
-        raise native_guards.NativeGuardsUnavailable("compiling failed: no Python.h")
+        raise NativeBuildError("compiling failed: no Python.h")
 
-    monkeypatch.setattr(native_guards, "_build", fail)
+    monkeypatch.setattr(native_build, "compile_extension", fail)
     settings = CacheSettings.resolve(str(tmp_path))
     for _ in range(2):
         with pytest.raises(native_guards.NativeGuardsUnavailable, match=r"no Python\.h"):

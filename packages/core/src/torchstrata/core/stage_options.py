@@ -29,6 +29,7 @@ INDUCTOR_VARIABLES = {
     "reciprocals": "TORCHSTRATA_RECIPROCALS",
     "direct_launch": "TORCHSTRATA_DIRECT_LAUNCH",
     "cluster_rows": "TORCHSTRATA_CLUSTER_ROWS",
+    "native_alloc": "TORCHSTRATA_NATIVE_ALLOC",
 }
 #: The variables :meth:`AutogradOptions.from_env` reads, by field.
 AUTOGRAD_VARIABLES = {"unit_grads": "TORCHSTRATA_UNIT_GRADS"}
@@ -89,6 +90,10 @@ class InductorOptions:
       is faster than ATen's (MKL's): None times both once per shape and layout (symbolic
       sizes: once per size bucket when a call first reaches it, decision 0466), True takes
       oneDNN wherever it applies, False never (C++; decision 0375).
+    * ``native_alloc``: launchers allocate kernel outputs through a small C++ extension
+      calling ATen's ``empty_strided_cpu``/``empty_strided_cuda`` (built once per machine,
+      kept in the on-disk cache; anything unusual still takes ``torch.empty_strided``);
+      False, or where it cannot be built: ``torch.empty_strided`` (decision 0510).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -107,6 +112,7 @@ class InductorOptions:
     onednn_matmuls: bool | None = attrs.field(
         default=None, validator=attrs.validators.optional(_check_bool)
     )
+    native_alloc: bool = attrs.field(default=True, validator=_check_bool)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

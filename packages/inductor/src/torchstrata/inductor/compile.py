@@ -30,6 +30,7 @@ from torchstrata.inductor.codegen.backend import Backend, build_all
 from torchstrata.inductor.codegen.registry import BackendSpec, CodegenError, choose_backend
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import build_launcher, generate_launcher
+from torchstrata.inductor.launch.native_alloc import launcher_allocator
 from torchstrata.inductor.launch.package import load_package, make_package
 from torchstrata.inductor.launch.sized_matmuls import matmul_calls
 from torchstrata.inductor.passes.graph_passes import common_passes
@@ -113,7 +114,7 @@ def compile_with(
     matmuls = matmul_calls(externs, options.inductor.onednn_matmuls)
     with size_printer(python_source):  # sizes with ``//`` or ``%`` in them (0407)
         source, env = generate_launcher(graph, plan, launches, write_backs, relaid, matmuls)
-    fn = build_launcher(source, env)
+    fn = build_launcher(source, env, launcher_allocator(options))
     eager_ops = tuple(
         str(step.node.op)
         for step in plan.steps
@@ -147,7 +148,9 @@ def load_compiled(
     load_kernels = getattr(backend, "load_kernels", None)
     if load_kernels is None:
         raise CodegenError(f"backend {backend.name!r} cannot load saved kernels")
-    return load_package(package, lambda records: load_kernels(records, options))
+    return load_package(
+        package, lambda records: load_kernels(records, options), launcher_allocator(options)
+    )
 
 
 @attrs.frozen

@@ -12,59 +12,49 @@ sizes and strides with the layout that passed its size guard last, in one call (
 0475). A global-state guard whose snapshot is the common state is one call of
 ``same_state(key)`` (:meth:`TensorChecks.state_check`, decision 0515).
 
-The extension is compiled with the C++ compiler the CPU backend uses (``$CXX``, else
-``g++``, else ``c++``) against torch's own headers (c10's, three small ATen ones), in
-about three seconds, and kept in the artifact store (namespace ``native``), keyed by its
+The extension is built by :mod:`torchstrata.core.native_build` (shared with the
+inductor's native allocator, decision 0510): compiled with the C++ compiler the CPU
+backend uses (``$CXX``, else ``g++``, else ``c++``) against torch's own headers (c10's,
+three small ATen ones), in about three seconds, and kept in the artifact store (namespace ``native``), keyed by its
 source, the compiler and its version, the flags, the torch build and the Python ABI;
-another process takes it from there. A failed build is recorded there too (``.failed``),
-so that processes do not each compile again (clearing the cache retries). Before it is
-used the loader checks that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a
-``Tensor`` and a ``Parameter``, and that it accepts a matching tensor and refuses one of
-another size, stride, dtype, ``requires_grad``, negative bit and type. Where there is no
-compiler, the build or that check fails, or ``CompileOptions(native_guards=False)``, the
-guards stay Python conditions (the same semantics; the failure is logged once).
+another process takes it from there. A failed build is recorded there too
+(``.failed``), so that processes do not each compile again (clearing the cache
+retries). Before it is used the loader checks
+that it reads the same ``TensorImpl`` as ``tensor._cdata`` for a ``Tensor`` and a
+``Parameter``, and that it accepts a matching
+tensor and refuses one of another size, stride, dtype, ``requires_grad``, negative bit
+and type. Where there is no compiler, the build or that check fails, or
+``CompileOptions(native_guards=False)``, the guards stay Python conditions (the same
+semantics; the failure is logged once).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
 import logging
-import os
-import platform
-import subprocess
-import sysconfig
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits, global_state
-from torchstrata.core.artifacts import CacheSettings, open_store
-from torchstrata.core.cxx_compiler import CxxCompilerError, find_cxx
+from torchstrata.core.artifacts import CacheSettings
+from torchstrata.core.native_build import Extension, NativeBuildError, load_extension
 from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
 
 logger = logging.getLogger("torchstrata.runtime")
 
 #: The extension's module name (its ``PyInit_`` function's).
 MODULE_NAME = "torchstrata_tensor_checks"
-#: The artifact store's namespace for native helpers.
-NAMESPACE = "native"
-#: The suffix of the entry that records a failed build (its compiler's message).
-FAILED_SUFFIX = ".failed"
-FLAGS = ("-O2", "-shared", "-fPIC", "-w")
-#: Tried in order: torch's headers need C++17 at least; newer ones ask for C++20.
-STANDARDS = ("-std=c++17", "-std=c++20")
+#: What :mod:`torchstrata.core.native_build` builds: c10 and ``torch_cpu`` (the global
+#: state's flags, decision 0515).
+EXTENSION = Extension(MODULE_NAME, SOURCE, SOURCE_VERSION, ("c10", "torch_cpu"))
 #: The exact tensor types a static guard allows, in a fixed order.
 ALLOWED_TYPES = tuple(sorted(TENSOR_TYPES, key=lambda t: t.__qualname__))
 
 
-class NativeGuardsUnavailable(RuntimeError):
+class NativeGuardsUnavailable(NativeBuildError):
     """The extension cannot be built or loaded here (the message says why)."""
 
 
@@ -170,27 +160,15 @@ def unavailable_reason() -> str | None:
 
 
 def load_module(settings: CacheSettings) -> ModuleType:
-    """The extension from the artifact store (built into it when missing), imported and
-    checked (:func:`verify`). Raises :class:`NativeGuardsUnavailable`."""
-    command, version = _compiler()
-    paths = _torch_paths()
-    built_against = (torch.__version__, str(torch._C._GLIBCXX_USE_CXX11_ABI), _python_abi())
-    toolchain = (*command, version, *FLAGS, *STANDARDS, *paths.values())
-    key_text = "\n".join((SOURCE_VERSION, SOURCE, *toolchain, *built_against, platform.machine()))
-    key = hashlib.sha256(key_text.encode()).hexdigest()
-    store = open_store(settings)
-    # an entry of its own (one key is one entry of the store, whatever the suffix)
-    failed_key = hashlib.sha256(f"{key}{FAILED_SUFFIX}".encode()).hexdigest()
-    failed = store.get(NAMESPACE, failed_key, FAILED_SUFFIX)
-    if failed is not None:  # not compiled again by every process (clear the cache to retry)
-        reason = failed.read_text(errors="replace")[-500:]
-        raise NativeGuardsUnavailable(f"an earlier build failed: {reason}")
+    """The extension from the artifact store (built into it when missing, by
+    :func:`torchstrata.core.native_build.load_extension`), imported and checked
+    (:func:`verify`). Raises :class:`NativeGuardsUnavailable`."""
     try:
-        path, _ = store.get_or_build(NAMESPACE, key, ".so", lambda: _build(command, paths))
-    except NativeGuardsUnavailable as error:
-        store.put(NAMESPACE, failed_key, FAILED_SUFFIX, str(error).encode())
-        raise
-    module = _import(path)
+        module = load_extension(EXTENSION, settings)
+    except NativeBuildError as error:
+        if isinstance(error, NativeGuardsUnavailable):
+            raise
+        raise NativeGuardsUnavailable(str(error)) from error
     verify(module)
     return module
 
@@ -240,9 +218,9 @@ def verify(module: ModuleType) -> None:
 
 
 def _verify_state(module: ModuleType) -> None:
-    """Let :class:`TensorChecks` of ``module`` compare global-state snapshots natively when the state's number
-    tells the states apart that the Python snapshot does (tested from the common state;
-    loaded in another, the snapshot compares them)."""
+    """Let :class:`TensorChecks` of ``module`` compare global-state snapshots natively
+    when the state's number tells the states apart that the Python snapshot does (tested
+    from the common state; loaded in another, the snapshot compares them)."""
     key = module.state_key()
     if key < 0:
         return
@@ -264,75 +242,3 @@ def _verify_state(module: ModuleType) -> None:
     if not module.same_state(key) or module.same_state(keys[1]):
         raise NativeGuardsUnavailable("the self-test of the global state number failed")
     vars(module)["state_checked"] = True
-
-
-def _compiler() -> tuple[tuple[str, ...], str]:
-    """The compiler command (the C++ backend's: ``$CXX`` read now, else ``g++``, else
-    ``c++``) and the first line of its ``--version``."""
-    try:
-        found = find_cxx()
-    except CxxCompilerError as error:
-        raise NativeGuardsUnavailable(str(error)) from error
-    return found.command, found.version
-
-
-def _torch_paths() -> dict[str, str]:
-    root = Path(torch.__file__).parent
-    return {
-        "include": str(root / "include"),
-        "lib": str(root / "lib"),
-        "python": sysconfig.get_paths()["include"],
-    }
-
-
-def _python_abi() -> str:
-    return str(sysconfig.get_config_var("EXT_SUFFIX") or platform.python_version())
-
-
-def _build(command: tuple[str, ...], paths: dict[str, str]) -> bytes:
-    """The extension's shared object, compiled now."""
-    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    errors = []
-    with tempfile.TemporaryDirectory(prefix="torchstrata-native-") as directory:
-        source = Path(directory) / f"{MODULE_NAME}.cpp"
-        source.write_text(SOURCE)
-        target = Path(directory) / f"{MODULE_NAME}.so"
-        for standard in STANDARDS:
-            arguments = [
-                *command,
-                *FLAGS,
-                standard,
-                abi,
-                "-I",
-                paths["include"],
-                "-I",
-                paths["python"],
-                str(source),
-                "-o",
-                str(target),
-                "-L",
-                paths["lib"],
-                "-lc10",
-                "-ltorch_cpu",
-                f"-Wl,-rpath,{paths['lib']}",
-            ]
-            try:
-                result = subprocess.run(
-                    arguments, capture_output=True, text=True, check=False, timeout=300
-                )
-            except (OSError, subprocess.TimeoutExpired) as error:
-                raise NativeGuardsUnavailable(f"compiling failed: {error}") from error
-            if result.returncode == 0:
-                return target.read_bytes()
-            errors.append(f"{standard}: {result.stderr.strip()[-2000:]}")
-    raise NativeGuardsUnavailable("compiling failed: " + "\n".join(errors))
-
-
-def _import(path: Path) -> ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, os.fspath(path))
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, os.fspath(path), loader=loader)
-    if spec is None:
-        raise NativeGuardsUnavailable(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module

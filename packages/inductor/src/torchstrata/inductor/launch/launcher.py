@@ -34,6 +34,7 @@ from torchstrata.inductor.launch.huge_pages import (
     wants_huge_pages,
 )
 from torchstrata.inductor.launch.in_place import in_place_updates
+from torchstrata.inductor.launch.native_alloc import interned_device
 from torchstrata.inductor.launch.sized_matmuls import (
     MATMUL_GLOBALS,
     SizedMatmul,
@@ -514,9 +515,17 @@ def _advised_result(node: Node, op: Any) -> bool:
     return dense and wants_huge_pages(meta.nbytes, meta.device)
 
 
-def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torch.Tensor, ...]]:
+def build_launcher(
+    source: str,
+    env: dict[str, Any],
+    empty_strided: Callable[..., torch.Tensor] = torch.empty_strided,
+) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Execute the launcher source and return its ``launch`` function; its ``boxed``
-    attribute is ``launch_boxed``, which takes the inputs as a list and empties it."""
+    attribute is ``launch_boxed``, which takes the inputs as a list and empties it.
+
+    ``empty_strided``: what the launcher allocates with, called as
+    ``torch.empty_strided`` is (:func:`.native_alloc.launcher_allocator`). Device
+    globals are bound as one object per device value (:func:`.native_alloc.interned_device`)."""
     # not in default_globals(): the numbered names of every launcher's globals stay
     namespace = {
         **default_globals(),
@@ -524,7 +533,11 @@ def build_launcher(source: str, env: dict[str, Any]) -> Callable[..., tuple[torc
         "_call_with_out": call_with_out,
         **{name: call for name, (call, _, _) in MATMUL_GLOBALS.items()},
         "_threads": torch.get_num_threads,
-        **env,
+        **{
+            name: interned_device(value) if type(value) is torch.device else value
+            for name, value in env.items()
+        },
+        "empty_strided": empty_strided,
     }
     exec(compile(source, "<torchstrata launcher>", "exec"), namespace)  # our own generated code
     launch = namespace["launch"]

@@ -218,16 +218,21 @@ def _decode_layout(record: Mapping[str, Any] | None) -> TensorMeta | None:
     )
 
 
-def load_package(package: Mapping[str, Any], load_kernels: KernelLoader) -> CompiledGraph:
+def load_package(
+    package: Mapping[str, Any],
+    load_kernels: KernelLoader,
+    empty_strided: Callable[..., torch.Tensor] = torch.empty_strided,
+) -> CompiledGraph:
     """The compiled graph saved as ``package`` (by :func:`make_package`), its kernels
-    loaded by ``load_kernels``."""
+    loaded by ``load_kernels``, its launcher allocating with ``empty_strided`` (see
+    :func:`~torchstrata.inductor.launch.launcher.build_launcher`)."""
     if package.get("format") != FORMAT:
         raise ValueError(f"not a package of format {FORMAT!r}")
     records = package["kernels"]
     handles, paths = load_kernels(records)
     env = {name: decode_value(record, handles) for name, record in package["globals"].items()}
     source = package["launcher"]
-    fn = build_launcher(source, env)
+    fn = build_launcher(source, env, empty_strided)
     backend = package["backend"]
     infos = tuple(
         KernelInfo(record["name"], backend, record["source"], path, tuple(ops))
