@@ -484,6 +484,8 @@ def _fetching_check(
     if len(values) != len(wanted) or None in values:
         return None
     returned = "(" + "".join(f"{value}, " for value in values) + ")"
+    if wanted == [f"{ARGS_NAME}[{i}]" for i in range(binder.arity or 0)]:
+        returned = ARGS_NAME  # the values are the arguments, in order: their tuple itself
     if routed:  # the route is the ``(graph function,)`` tuple itself
         returned = f"({routed[0]}, {returned})"
     writer.lines.append(f"    return {returned}")

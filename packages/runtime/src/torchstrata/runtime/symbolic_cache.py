@@ -198,7 +198,7 @@ class SymbolicEntries:
         devices = self._autocast_devices(variant)
         forward = self._load(variant["forward"], device)
         if variant["backward"] is None:
-            runner = inference_runner(forward.fn, aot, outputs_at)
+            runner = inference_runner(forward, aot, outputs_at)
             runner = grad_off(runner) if variant["grad_off"] else runner
         else:
             runner = self._training_runner(variant, aot, forward, device, outputs_at)
