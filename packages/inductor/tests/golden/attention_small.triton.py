@@ -5,27 +5,27 @@
 #     args.clear()
 #     buf_transpose = buf_k.as_strided((2, 16, 8), (128, 1, 16))  # a view, no copy
 #     del buf_k
-#     buf_bmm = extern4(buf_q, buf_transpose)  # aten.bmm.default: aten.bmm.default has no lowering
+#     buf_bmm = extern5(buf_q, buf_transpose)  # aten.bmm.default: aten.bmm.default has no lowering
 #     del buf_q, buf_transpose
 #     if buf_bmm.stride() != (64, 8, 1):
 #         buf_bmm = _restride(buf_bmm, (64, 8, 1))
-#     buf_softmax = empty_strided((2, 8, 8), (64, 8, 1), dtype=dtype5, device=device6)
-#     kernel0_7(buf_bmm, buf_softmax)
+#     buf_softmax = empty_strided((2, 8, 8), (64, 8, 1), dtype=dtype6, device=device7)
+#     kernel0_8(buf_bmm, buf_softmax)
 #     del buf_bmm
-#     buf_bmm_1 = extern4(buf_softmax, buf_v)  # aten.bmm.default: aten.bmm.default has no lowering
+#     buf_bmm_1 = extern5(buf_softmax, buf_v)  # aten.bmm.default: aten.bmm.default has no lowering
 #     del buf_softmax, buf_v
 #     return (buf_bmm_1, )
 # def launch(buf_q, buf_k, buf_v):
 #     buf_transpose = buf_k.as_strided((2, 16, 8), (128, 1, 16))  # a view, no copy
 #     del buf_k
-#     buf_bmm = extern4(buf_q, buf_transpose)  # aten.bmm.default: aten.bmm.default has no lowering
+#     buf_bmm = extern5(buf_q, buf_transpose)  # aten.bmm.default: aten.bmm.default has no lowering
 #     del buf_q, buf_transpose
 #     if buf_bmm.stride() != (64, 8, 1):
 #         buf_bmm = _restride(buf_bmm, (64, 8, 1))
-#     buf_softmax = empty_strided((2, 8, 8), (64, 8, 1), dtype=dtype5, device=device6)
-#     kernel0_7(buf_bmm, buf_softmax)
+#     buf_softmax = empty_strided((2, 8, 8), (64, 8, 1), dtype=dtype6, device=device7)
+#     kernel0_8(buf_bmm, buf_softmax)
 #     del buf_bmm
-#     buf_bmm_1 = extern4(buf_softmax, buf_v)  # aten.bmm.default: aten.bmm.default has no lowering
+#     buf_bmm_1 = extern5(buf_softmax, buf_v)  # aten.bmm.default: aten.bmm.default has no lowering
 #     del buf_softmax, buf_v
 #     return (buf_bmm_1, )
 

@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, buf_y, = args
 //     args.clear()
-//     buf_to_copy_2 = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_y, buf_to_copy_2)
+//     buf_to_copy_2 = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_y, buf_to_copy_2)
 //     del buf_x, buf_y
 //     return (buf_to_copy_2, )
 // def launch(buf_x, buf_y):
-//     buf_to_copy_2 = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_y, buf_to_copy_2)
+//     buf_to_copy_2 = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_y, buf_to_copy_2)
 //     del buf_x, buf_y
 //     return (buf_to_copy_2, )
 

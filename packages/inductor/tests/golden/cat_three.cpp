@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_a, buf_b, buf_c, = args
 //     args.clear()
-//     buf_cat = empty_strided((9, 8), (8, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_a, buf_b, buf_c, buf_cat)
+//     buf_cat = empty_strided((9, 8), (8, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_a, buf_b, buf_c, buf_cat)
 //     del buf_a, buf_b, buf_c
 //     return (buf_cat, )
 // def launch(buf_a, buf_b, buf_c):
-//     buf_cat = empty_strided((9, 8), (8, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_a, buf_b, buf_c, buf_cat)
+//     buf_cat = empty_strided((9, 8), (8, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_a, buf_b, buf_c, buf_cat)
 //     del buf_a, buf_b, buf_c
 //     return (buf_cat, )
 

@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_logits, buf_target, = args
 //     args.clear()
-//     buf_div = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_logits, buf_target, buf_div)
+//     buf_div = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_logits, buf_target, buf_div)
 //     del buf_logits, buf_target
 //     return (buf_div, )
 // def launch(buf_logits, buf_target):
-//     buf_div = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_logits, buf_target, buf_div)
+//     buf_div = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_logits, buf_target, buf_div)
 //     del buf_logits, buf_target
 //     return (buf_div, )
 

@@ -3,17 +3,17 @@
 # def launch_boxed(args):
 #     buf_x, buf_t, = args
 #     args.clear()
-#     buf_log_softmax_amax = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
+#     buf_log_softmax_amax = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
 #     del buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_x
 #     return (buf_nll_loss_forward_div, )
 # def launch(buf_x, buf_t):
-#     buf_log_softmax_amax = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
+#     buf_log_softmax_amax = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_log_softmax_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_nll_loss_forward_div = empty_strided((), (), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_nll_loss_forward_div)
 #     del buf_log_softmax_amax, buf_log_softmax_sum, buf_t, buf_x
 #     return (buf_nll_loss_forward_div, )
 

@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, = args
 //     args.clear()
-//     buf_cumsum = extern4(buf_x, 1)  # prims.cumsum: prims.cumsum has no lowering
+//     buf_cumsum = extern5(buf_x, 1)  # prims.cumsum: prims.cumsum has no lowering
 //     del buf_x
 //     if not _same_layout(buf_cumsum.shape, buf_cumsum.stride(), (16, 1)):
 //         buf_cumsum = _restride(buf_cumsum, (16, 1))
 //     return (buf_cumsum, )
 // def launch(buf_x):
-//     buf_cumsum = extern4(buf_x, 1)  # prims.cumsum: prims.cumsum has no lowering
+//     buf_cumsum = extern5(buf_x, 1)  # prims.cumsum: prims.cumsum has no lowering
 //     del buf_x
 //     if not _same_layout(buf_cumsum.shape, buf_cumsum.stride(), (16, 1)):
 //         buf_cumsum = _restride(buf_cumsum, (16, 1))

@@ -3,19 +3,19 @@
 // def launch_boxed(args):
 //     buf_x, = args
 //     args.clear()
-//     buf_bernoulli_seed = extern4(0, 2147483647, [], dtype=const5, device=const6)  # aten.randint.low: aten.randint.low has no lowering
+//     buf_bernoulli_seed = extern5(0, 2147483647, [], dtype=const6, device=const7)  # aten.randint.low: aten.randint.low has no lowering
 //     if buf_bernoulli_seed.stride() != ():
 //         buf_bernoulli_seed = _restride(buf_bernoulli_seed, ())
-//     buf_mul = empty_strided((8, 32), (32, 1), dtype=dtype7, device=device8)
-//     kernel0_9(buf_bernoulli_seed, buf_x, buf_mul)
+//     buf_mul = empty_strided((8, 32), (32, 1), dtype=dtype8, device=device9)
+//     kernel0_10(buf_bernoulli_seed, buf_x, buf_mul)
 //     del buf_bernoulli_seed, buf_x
 //     return (buf_mul, )
 // def launch(buf_x):
-//     buf_bernoulli_seed = extern4(0, 2147483647, [], dtype=const5, device=const6)  # aten.randint.low: aten.randint.low has no lowering
+//     buf_bernoulli_seed = extern5(0, 2147483647, [], dtype=const6, device=const7)  # aten.randint.low: aten.randint.low has no lowering
 //     if buf_bernoulli_seed.stride() != ():
 //         buf_bernoulli_seed = _restride(buf_bernoulli_seed, ())
-//     buf_mul = empty_strided((8, 32), (32, 1), dtype=dtype7, device=device8)
-//     kernel0_9(buf_bernoulli_seed, buf_x, buf_mul)
+//     buf_mul = empty_strided((8, 32), (32, 1), dtype=dtype8, device=device9)
+//     kernel0_10(buf_bernoulli_seed, buf_x, buf_mul)
 //     del buf_bernoulli_seed, buf_x
 //     return (buf_mul, )
 

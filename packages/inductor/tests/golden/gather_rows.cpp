@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, buf_i, = args
 //     args.clear()
-//     buf_mul = empty_strided((8, 4), (4, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_i, buf_x, buf_mul)
+//     buf_mul = empty_strided((8, 4), (4, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_i, buf_x, buf_mul)
 //     del buf_i, buf_x
 //     return (buf_mul, )
 // def launch(buf_x, buf_i):
-//     buf_mul = empty_strided((8, 4), (4, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_i, buf_x, buf_mul)
+//     buf_mul = empty_strided((8, 4), (4, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_i, buf_x, buf_mul)
 //     del buf_i, buf_x
 //     return (buf_mul, )
 

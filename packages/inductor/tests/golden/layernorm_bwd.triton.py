@@ -3,25 +3,25 @@
 # def launch_boxed(args):
 #     buf_x, buf_w, buf_gy, = args
 #     args.clear()
-#     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_mean_1_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_mul_6 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6)
+#     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_mean_1_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_mul_6 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6)
 #     del buf_w
-#     buf_sum_2 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-#     buf_sum_3 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-#     kernel0_7(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3)
+#     buf_sum_2 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+#     buf_sum_3 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+#     kernel0_8(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3)
 #     del buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x
 #     return (buf_mul_6, buf_sum_2, buf_sum_3, )
 # def launch(buf_x, buf_w, buf_gy):
-#     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_mean_1_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_mul_6 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6)
+#     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_mean_1_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_mul_6 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_gy, buf_w, buf_mean_sum, buf_mean_1_sum, buf_mul_6)
 #     del buf_w
-#     buf_sum_2 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-#     buf_sum_3 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-#     kernel0_7(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3)
+#     buf_sum_2 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+#     buf_sum_3 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+#     kernel0_8(buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x, buf_sum_2, buf_sum_3)
 #     del buf_gy, buf_mean_1_sum, buf_mean_sum, buf_x
 #     return (buf_mul_6, buf_sum_2, buf_sum_3, )
 

@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_x, buf_w, buf_b, = args
 #     args.clear()
-#     buf_native_layer_norm_add_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1)
+#     buf_native_layer_norm_add_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1)
 #     del buf_b, buf_w, buf_x
 #     return (buf_native_layer_norm_add_1, )
 # def launch(buf_x, buf_w, buf_b):
-#     buf_native_layer_norm_add_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1)
+#     buf_native_layer_norm_add_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_b, buf_w, buf_native_layer_norm_add_1)
 #     del buf_b, buf_w, buf_x
 #     return (buf_native_layer_norm_add_1, )
 

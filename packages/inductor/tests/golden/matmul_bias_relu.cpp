@@ -3,21 +3,21 @@
 // def launch_boxed(args):
 //     buf_x, buf_w, buf_b, = args
 //     args.clear()
-//     buf_mm = extern4(buf_x, buf_w)  # aten.mm.default: aten.mm.default has no lowering
+//     buf_mm = extern5(buf_x, buf_w)  # aten.mm.default: aten.mm.default has no lowering
 //     del buf_w, buf_x
 //     if buf_mm.stride() != (32, 1):
 //         buf_mm = _restride(buf_mm, (32, 1))
-//     buf_relu = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
-//     kernel0_7(buf_b, buf_mm, buf_relu)
+//     buf_relu = empty_strided((8, 32), (32, 1), dtype=dtype6, device=device7)
+//     kernel0_8(buf_b, buf_mm, buf_relu)
 //     del buf_b, buf_mm
 //     return (buf_relu, )
 // def launch(buf_x, buf_w, buf_b):
-//     buf_mm = extern4(buf_x, buf_w)  # aten.mm.default: aten.mm.default has no lowering
+//     buf_mm = extern5(buf_x, buf_w)  # aten.mm.default: aten.mm.default has no lowering
 //     del buf_w, buf_x
 //     if buf_mm.stride() != (32, 1):
 //         buf_mm = _restride(buf_mm, (32, 1))
-//     buf_relu = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
-//     kernel0_7(buf_b, buf_mm, buf_relu)
+//     buf_relu = empty_strided((8, 32), (32, 1), dtype=dtype6, device=device7)
+//     kernel0_8(buf_b, buf_mm, buf_relu)
 //     del buf_b, buf_mm
 //     return (buf_relu, )
 

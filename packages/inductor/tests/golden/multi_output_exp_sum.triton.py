@@ -3,19 +3,19 @@
 # def launch_boxed(args):
 #     buf_x, = args
 #     args.clear()
-#     buf_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_exp = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_sum, buf_exp)
-#     buf_amax = empty_strided((16,), (1,), dtype=dtype4, device=device8)
-#     kernel0_7(buf_x, buf_amax)
+#     buf_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_exp = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_sum, buf_exp)
+#     buf_amax = empty_strided((16,), (1,), dtype=dtype5, device=device9)
+#     kernel0_8(buf_x, buf_amax)
 #     del buf_x
 #     return (buf_exp, buf_sum, buf_amax, )
 # def launch(buf_x):
-#     buf_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-#     buf_exp = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device6)
-#     kernel0_7(buf_x, buf_sum, buf_exp)
-#     buf_amax = empty_strided((16,), (1,), dtype=dtype4, device=device8)
-#     kernel0_7(buf_x, buf_amax)
+#     buf_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+#     buf_exp = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device7)
+#     kernel0_8(buf_x, buf_sum, buf_exp)
+#     buf_amax = empty_strided((16,), (1,), dtype=dtype5, device=device9)
+#     kernel0_8(buf_x, buf_amax)
 #     del buf_x
 #     return (buf_exp, buf_sum, buf_amax, )
 

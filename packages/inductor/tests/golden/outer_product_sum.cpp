@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_a, buf_b, = args
 //     args.clear()
-//     buf_sum = empty_strided((24,), (1,), dtype=dtype4, device=device5)
-//     kernel0_6(buf_a, buf_b, buf_sum)
+//     buf_sum = empty_strided((24,), (1,), dtype=dtype5, device=device6)
+//     kernel0_7(buf_a, buf_b, buf_sum)
 //     del buf_a, buf_b
 //     return (buf_sum, )
 // def launch(buf_a, buf_b):
-//     buf_sum = empty_strided((24,), (1,), dtype=dtype4, device=device5)
-//     kernel0_6(buf_a, buf_b, buf_sum)
+//     buf_sum = empty_strided((24,), (1,), dtype=dtype5, device=device6)
+//     kernel0_7(buf_a, buf_b, buf_sum)
 //     del buf_a, buf_b
 //     return (buf_sum, )
 

@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_x, buf_y, = args
 #     args.clear()
-#     buf_add = empty_strided((8, 4, 16), (16, 128, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_y, buf_add)
+#     buf_add = empty_strided((8, 4, 16), (16, 128, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_y, buf_add)
 #     del buf_x, buf_y
 #     return (buf_add, )
 # def launch(buf_x, buf_y):
-#     buf_add = empty_strided((8, 4, 16), (16, 128, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_y, buf_add)
+#     buf_add = empty_strided((8, 4, 16), (16, 128, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_y, buf_add)
 #     del buf_x, buf_y
 #     return (buf_add, )
 

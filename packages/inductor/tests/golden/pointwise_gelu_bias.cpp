@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, buf_b, = args
 //     args.clear()
-//     buf_gelu = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_b, buf_x, buf_gelu)
+//     buf_gelu = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_b, buf_x, buf_gelu)
 //     del buf_b, buf_x
 //     return (buf_gelu, )
 // def launch(buf_x, buf_b):
-//     buf_gelu = empty_strided((8, 32), (32, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_b, buf_x, buf_gelu)
+//     buf_gelu = empty_strided((8, 32), (32, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_b, buf_x, buf_gelu)
 //     del buf_b, buf_x
 //     return (buf_gelu, )
 

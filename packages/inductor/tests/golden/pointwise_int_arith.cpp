@@ -3,21 +3,21 @@
 // def launch_boxed(args):
 //     buf_a, buf_b, = args
 //     args.clear()
-//     buf_floor_divide = extern4(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
+//     buf_floor_divide = extern5(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
 //     del buf_a
 //     if buf_floor_divide.stride() != (8, 1):
 //         buf_floor_divide = _restride(buf_floor_divide, (8, 1))
-//     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype5, device=device6)
-//     kernel0_7(buf_b, buf_floor_divide, buf_mul)
+//     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype6, device=device7)
+//     kernel0_8(buf_b, buf_floor_divide, buf_mul)
 //     del buf_b, buf_floor_divide
 //     return (buf_mul, )
 // def launch(buf_a, buf_b):
-//     buf_floor_divide = extern4(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
+//     buf_floor_divide = extern5(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
 //     del buf_a
 //     if buf_floor_divide.stride() != (8, 1):
 //         buf_floor_divide = _restride(buf_floor_divide, (8, 1))
-//     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype5, device=device6)
-//     kernel0_7(buf_b, buf_floor_divide, buf_mul)
+//     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype6, device=device7)
+//     kernel0_8(buf_b, buf_floor_divide, buf_mul)
 //     del buf_b, buf_floor_divide
 //     return (buf_mul, )
 

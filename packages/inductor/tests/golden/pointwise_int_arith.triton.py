@@ -3,29 +3,29 @@
 # def launch_boxed(args):
 #     buf_a, buf_b, = args
 #     args.clear()
-#     buf_floor_divide = extern4(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
+#     buf_floor_divide = extern5(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
 #     del buf_a
 #     if buf_floor_divide.stride() != (8, 1):
 #         buf_floor_divide = _restride(buf_floor_divide, (8, 1))
-#     buf_remainder = extern5(buf_b, 5)  # prims.remainder: the backend does not generate prims.remainder for torch.int64
+#     buf_remainder = extern6(buf_b, 5)  # prims.remainder: the backend does not generate prims.remainder for torch.int64
 #     del buf_b
 #     if buf_remainder.stride() != (8, 1):
 #         buf_remainder = _restride(buf_remainder, (8, 1))
-#     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype6, device=device7)
-#     kernel0_8(buf_floor_divide, buf_remainder, buf_mul)
+#     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype7, device=device8)
+#     kernel0_9(buf_floor_divide, buf_remainder, buf_mul)
 #     del buf_floor_divide, buf_remainder
 #     return (buf_mul, )
 # def launch(buf_a, buf_b):
-#     buf_floor_divide = extern4(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
+#     buf_floor_divide = extern5(buf_a, 3)  # aten.floor_divide.default: aten.floor_divide.default has no lowering
 #     del buf_a
 #     if buf_floor_divide.stride() != (8, 1):
 #         buf_floor_divide = _restride(buf_floor_divide, (8, 1))
-#     buf_remainder = extern5(buf_b, 5)  # prims.remainder: the backend does not generate prims.remainder for torch.int64
+#     buf_remainder = extern6(buf_b, 5)  # prims.remainder: the backend does not generate prims.remainder for torch.int64
 #     del buf_b
 #     if buf_remainder.stride() != (8, 1):
 #         buf_remainder = _restride(buf_remainder, (8, 1))
-#     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype6, device=device7)
-#     kernel0_8(buf_floor_divide, buf_remainder, buf_mul)
+#     buf_mul = empty_strided((8, 8), (8, 1), dtype=dtype7, device=device8)
+#     kernel0_9(buf_floor_divide, buf_remainder, buf_mul)
 #     del buf_floor_divide, buf_remainder
 #     return (buf_mul, )
 

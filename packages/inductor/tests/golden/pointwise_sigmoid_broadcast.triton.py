@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_x, buf_y, = args
 #     args.clear()
-#     buf_sub = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_y, buf_sub)
+#     buf_sub = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_y, buf_sub)
 #     del buf_x, buf_y
 #     return (buf_sub, )
 # def launch(buf_x, buf_y):
-#     buf_sub = empty_strided((8, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_y, buf_sub)
+#     buf_sub = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_y, buf_sub)
 #     del buf_x, buf_y
 #     return (buf_sub, )
 

@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_x, = args
 #     args.clear()
-#     buf_clamp = empty_strided((16, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_clamp)
+#     buf_clamp = empty_strided((16, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_clamp)
 #     del buf_x
 #     return (buf_clamp, )
 # def launch(buf_x):
-#     buf_clamp = empty_strided((16, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_clamp)
+#     buf_clamp = empty_strided((16, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_clamp)
 #     del buf_x
 #     return (buf_clamp, )
 

@@ -3,19 +3,19 @@
 # def launch_boxed(args):
 #     buf_x, = args
 #     args.clear()
-#     buf_rand_like = extern4(buf_x, pin_memory=False)  # aten.rand_like.default: aten.rand_like.default has no lowering
+#     buf_rand_like = extern5(buf_x, pin_memory=False)  # aten.rand_like.default: aten.rand_like.default has no lowering
 #     if buf_rand_like.stride() != (16, 1):
 #         buf_rand_like = _restride(buf_rand_like, (16, 1))
-#     buf_mul = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device6)
-#     kernel0_7(buf_rand_like, buf_x, buf_mul)
+#     buf_mul = empty_strided((8, 16), (16, 1), dtype=dtype6, device=device7)
+#     kernel0_8(buf_rand_like, buf_x, buf_mul)
 #     del buf_rand_like, buf_x
 #     return (buf_mul, )
 # def launch(buf_x):
-#     buf_rand_like = extern4(buf_x, pin_memory=False)  # aten.rand_like.default: aten.rand_like.default has no lowering
+#     buf_rand_like = extern5(buf_x, pin_memory=False)  # aten.rand_like.default: aten.rand_like.default has no lowering
 #     if buf_rand_like.stride() != (16, 1):
 #         buf_rand_like = _restride(buf_rand_like, (16, 1))
-#     buf_mul = empty_strided((8, 16), (16, 1), dtype=dtype5, device=device6)
-#     kernel0_7(buf_rand_like, buf_x, buf_mul)
+#     buf_mul = empty_strided((8, 16), (16, 1), dtype=dtype6, device=device7)
+#     kernel0_8(buf_rand_like, buf_x, buf_mul)
 #     del buf_rand_like, buf_x
 #     return (buf_mul, )
 

@@ -3,21 +3,21 @@
 // def launch_boxed(args):
 //     buf_x, buf_w, buf_gy, = args
 //     args.clear()
-//     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-//     buf_sub = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device6)
-//     kernel0_7(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub)
+//     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+//     buf_sub = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device7)
+//     kernel0_8(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub)
 //     del buf_w
-//     buf_sum_1 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-//     kernel0_7(buf_gy, buf_mean_sum, buf_x, buf_sum_1)
+//     buf_sum_1 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+//     kernel0_8(buf_gy, buf_mean_sum, buf_x, buf_sum_1)
 //     del buf_gy, buf_mean_sum, buf_x
 //     return (buf_sub, buf_sum_1, )
 // def launch(buf_x, buf_w, buf_gy):
-//     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-//     buf_sub = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device6)
-//     kernel0_7(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub)
+//     buf_mean_sum = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+//     buf_sub = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device7)
+//     kernel0_8(buf_x, buf_gy, buf_w, buf_mean_sum, buf_sub)
 //     del buf_w
-//     buf_sum_1 = empty_strided((64,), (1,), dtype=dtype4, device=device8)
-//     kernel0_7(buf_gy, buf_mean_sum, buf_x, buf_sum_1)
+//     buf_sum_1 = empty_strided((64,), (1,), dtype=dtype5, device=device9)
+//     kernel0_8(buf_gy, buf_mean_sum, buf_x, buf_sum_1)
 //     del buf_gy, buf_mean_sum, buf_x
 //     return (buf_sub, buf_sum_1, )
 

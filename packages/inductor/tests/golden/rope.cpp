@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, buf_cos, buf_sin, = args
 //     args.clear()
-//     buf_add = empty_strided((2, 4, 8, 16), (512, 128, 16, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_cos, buf_sin, buf_x, buf_add)
+//     buf_add = empty_strided((2, 4, 8, 16), (512, 128, 16, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_cos, buf_sin, buf_x, buf_add)
 //     del buf_cos, buf_sin, buf_x
 //     return (buf_add, )
 // def launch(buf_x, buf_cos, buf_sin):
-//     buf_add = empty_strided((2, 4, 8, 16), (512, 128, 16, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_cos, buf_sin, buf_x, buf_add)
+//     buf_add = empty_strided((2, 4, 8, 16), (512, 128, 16, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_cos, buf_sin, buf_x, buf_add)
 //     del buf_cos, buf_sin, buf_x
 //     return (buf_add, )
 

@@ -3,17 +3,17 @@
 # def launch_boxed(args):
 #     buf_s, buf_i, = args
 #     args.clear()
-#     buf_zeros = empty_strided((16, 4), (4, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_zeros)
-#     buf_scatter_add = extern7(buf_zeros, 0, buf_i, buf_s)  # prims.scatter_add: prims.scatter_add has no lowering, in place
+#     buf_zeros = empty_strided((16, 4), (4, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_zeros)
+#     buf_scatter_add = extern8(buf_zeros, 0, buf_i, buf_s)  # prims.scatter_add: prims.scatter_add has no lowering, in place
 #     del buf_i, buf_s, buf_zeros
 #     if not _same_layout(buf_scatter_add.shape, buf_scatter_add.stride(), (4, 1)):
 #         buf_scatter_add = _restride(buf_scatter_add, (4, 1))
 #     return (buf_scatter_add, )
 # def launch(buf_s, buf_i):
-#     buf_zeros = empty_strided((16, 4), (4, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_zeros)
-#     buf_scatter_add = extern7(buf_zeros, 0, buf_i, buf_s)  # prims.scatter_add: prims.scatter_add has no lowering, in place
+#     buf_zeros = empty_strided((16, 4), (4, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_zeros)
+#     buf_scatter_add = extern8(buf_zeros, 0, buf_i, buf_s)  # prims.scatter_add: prims.scatter_add has no lowering, in place
 #     del buf_i, buf_s, buf_zeros
 #     if not _same_layout(buf_scatter_add.shape, buf_scatter_add.stride(), (4, 1)):
 #         buf_scatter_add = _restride(buf_scatter_add, (4, 1))

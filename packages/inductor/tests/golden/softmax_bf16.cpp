@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, = args
 //     args.clear()
-//     buf_to_copy_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_to_copy_1)
+//     buf_to_copy_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_to_copy_1)
 //     del buf_x
 //     return (buf_to_copy_1, )
 // def launch(buf_x):
-//     buf_to_copy_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_to_copy_1)
+//     buf_to_copy_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_to_copy_1)
 //     del buf_x
 //     return (buf_to_copy_1, )
 

@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_y, buf_gy, = args
 //     args.clear()
-//     buf_mul_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_gy, buf_y, buf_mul_1)
+//     buf_mul_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_gy, buf_y, buf_mul_1)
 //     del buf_gy, buf_y
 //     return (buf_mul_1, )
 // def launch(buf_y, buf_gy):
-//     buf_mul_1 = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-//     kernel0_6(buf_gy, buf_y, buf_mul_1)
+//     buf_mul_1 = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+//     kernel0_7(buf_gy, buf_y, buf_mul_1)
 //     del buf_gy, buf_y
 //     return (buf_mul_1, )
 

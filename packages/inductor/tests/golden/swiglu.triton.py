@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_a, buf_b, = args
 #     args.clear()
-#     buf_mul = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_a, buf_b, buf_mul)
+#     buf_mul = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_a, buf_b, buf_mul)
 #     del buf_a, buf_b
 #     return (buf_mul, )
 # def launch(buf_a, buf_b):
-#     buf_mul = empty_strided((8, 64), (64, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_a, buf_b, buf_mul)
+#     buf_mul = empty_strided((8, 64), (64, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_a, buf_b, buf_mul)
 #     del buf_a, buf_b
 #     return (buf_mul, )
 

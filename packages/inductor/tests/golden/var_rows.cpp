@@ -3,13 +3,13 @@
 // def launch_boxed(args):
 //     buf_x, = args
 //     args.clear()
-//     buf_var = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_var)
+//     buf_var = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_var)
 //     del buf_x
 //     return (buf_var, )
 // def launch(buf_x):
-//     buf_var = empty_strided((8,), (1,), dtype=dtype4, device=device5)
-//     kernel0_6(buf_x, buf_var)
+//     buf_var = empty_strided((8,), (1,), dtype=dtype5, device=device6)
+//     kernel0_7(buf_x, buf_var)
 //     del buf_x
 //     return (buf_var, )
 

@@ -3,13 +3,13 @@
 # def launch_boxed(args):
 #     buf_x, = args
 #     args.clear()
-#     buf_sum = empty_strided((4, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_sum)
+#     buf_sum = empty_strided((4, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_sum)
 #     del buf_x
 #     return (buf_sum, )
 # def launch(buf_x):
-#     buf_sum = empty_strided((4, 16), (16, 1), dtype=dtype4, device=device5)
-#     kernel0_6(buf_x, buf_sum)
+#     buf_sum = empty_strided((4, 16), (16, 1), dtype=dtype5, device=device6)
+#     kernel0_7(buf_x, buf_sum)
 #     del buf_x
 #     return (buf_sum, )
 
