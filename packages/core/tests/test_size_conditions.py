@@ -112,12 +112,23 @@ def test_floor_modulo_and_extremes_print_as_python():
 
 @pytest.mark.parametrize(
     "condition",
-    [sympy.Lt(S0 / 3, 6), sympy.Lt(sympy.sqrt(S0), 6), sympy.Lt(sympy.Float(0.5) * S0, 6)],
+    [sympy.Lt(S0 / 3, 6), sympy.Lt(sympy.sqrt(S0), 6)],
     ids=str,
 )
 def test_what_has_no_exact_python_form_is_substituted(condition):
     with pytest.raises(UnprintableSize):
         condition_source(condition)
+    check = conditions_check([sympy.Gt(S0, 2), condition])
+    for size in range(1, 60):
+        values = {"s0": size}
+        assert check(values) == (violated([sympy.Gt(S0, 2), condition], values) is None)
+
+
+def test_a_float_literal_of_sizes_prints_as_python_floats():
+    # floats of sizes print in Python (decision 0500): the compiled condition answers as
+    # sympy's does at every size
+    condition = sympy.Lt(sympy.Float(0.5) * S0, 6)
+    assert "0.5" in condition_source(condition)
     check = conditions_check([sympy.Gt(S0, 2), condition])
     for size in range(1, 60):
         values = {"s0": size}
