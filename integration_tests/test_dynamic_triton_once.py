@@ -19,19 +19,10 @@ import torch.nn.functional as F
 
 import torchstrata.runtime as tsr
 
+from .triton_devices import TRITON_DEVICES
+
 #: lengths called in turn: 1, odd ones, powers of two, in and across buckets
 LENGTHS = (5, 7, 6, 8, 1, 13, 16, 11, 9, 12)
-
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.triton),
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-        ],
-    ),
-]
 
 
 pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
@@ -97,12 +88,12 @@ def attention(x, w_q, w_k, w_v, w_out):
     return (weights @ v) @ w_out + x
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_softmax_over_varying_rows_lengths(device):
     _run_all(softmax, lambda n: (torch.randn(3, n, device=device),), device=device)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_layer_norm_over_varying_rows(device):
     # the normalised dim is fixed (a model's width), the rows vary
     weight, bias = torch.randn(24, device=device), torch.randn(24, device=device)
@@ -114,12 +105,12 @@ def test_layer_norm_over_varying_rows(device):
     )
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_reduction_over_a_varying_length(device):
     _run_all(row_sum, lambda n: (torch.randn(4, n, device=device),), device=device)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_elementwise_chain_with_broadcasting(device):
     def inputs(n: int) -> tuple[torch.Tensor, ...]:
         return (
@@ -131,13 +122,13 @@ def test_elementwise_chain_with_broadcasting(device):
     _run_all(broadcast_chain, inputs, device=device)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_slice_with_bounds_computed_from_sizes(device):
     lengths = [n for n in LENGTHS if n >= 2]  # a slice of 1: 0 elements, specialised
     _run_all(rotated, lambda n: (torch.randn(4, n, device=device),), lengths, device=device)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_attention_block_over_sequence_lengths(device):
     # a width no length equals (a scheduler decision ``T == 16`` is a size's own)
     w_q, w_k, w_v, w_out = torch.randn(4, 24, 24, device=device) / 4
@@ -211,7 +202,7 @@ def halves_summed(x):
     return x[:, : t // 2].sum(1) - x[:, t - t // 2 :].sum(1)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_halves_one_long_lower_in_their_bucket(device):
     # at 2 and 3 the halves are one long: the decomposition compared ``t // 2 > 1`` (the
     # size broke that condition and lowered on its own, 0408) and the index algebra made
@@ -231,7 +222,7 @@ def last_third(x):
     return x[..., -(x.shape[-1] // 3) :] * 2
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_a_slice_one_column_wide_lowers_for_its_widths(device):
     # at 3 to 5 columns the slice is one column wide (a trace of its own: the slice's
     # meta specialises a size of 1); its kernel derived the column from the flat index
@@ -249,7 +240,7 @@ def repeat_and_roll(x):
     return x.repeat(2, 1), torch.roll(x, 1, 0), torch.tile(x, (1, 2))
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_a_roll_lowers_for_many_lengths(device):
     # the roll's two loads of a ``where`` have offsets equal at 2 rows only: matching them
     # by value pinned ``Eq(s0 - 2, 0)`` (spelled in nested Mod/floor forms of ``1 % s0``,

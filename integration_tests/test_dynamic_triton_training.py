@@ -23,17 +23,7 @@ from torch import nn
 import torchstrata.runtime as tsr
 
 from .training.models import PreLNBlock
-
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.triton),
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-        ],
-    ),
-]
+from .triton_devices import TRITON_DEVICES
 
 pytestmark = pytest.mark.usefixtures("size_counts_no_fallback")
 
@@ -109,7 +99,7 @@ def _train(
 BATCHES = (3, 7, 1, 2, 5, 11, 13, 6, 17, 31, 23, 29)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_an_mlp_training_step_over_batch_sizes(device):
     # the weight gradients are column sums over the batch: one lowering per bucket of it
     # on the interpreter (on a GPU the column sums loop over it and record none; the
@@ -131,7 +121,7 @@ def test_an_mlp_training_step_over_batch_sizes(device):
 LONG_ROWS = (2053, 2048, 3001, 4099, 3072, 2311, 4096, 5003)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_long_batches_split_their_weight_gradients_at_every_size(device):
     def inputs(n: int) -> list[torch.Tensor]:
         x = torch.randn(n, 12, device=device, requires_grad=True)
@@ -149,7 +139,7 @@ def test_long_batches_split_their_weight_gradients_at_every_size(device):
 LENGTHS = (6, 5, 7, 3, 11, 1, 13, 2, 9, 16, 14, 4)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_a_transformer_block_training_step_over_sequence_lengths(device):
     # attention's rows of T, column sums over 2*T rows, tiles of 128*T elements: all of
     # one power-of-two bucket of T
@@ -167,7 +157,7 @@ def scaled_dropout(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return F.dropout(x * w, 0.25, training=True)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_dropout_draws_a_fresh_mask_of_each_size(device):
     # the mask is drawn in the kernel (``prims.rand``): its count of elements is the
     # call's, the output and the gradients consistent with the mask at every size
@@ -198,7 +188,7 @@ def scaled_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x * 2).sum(), x.sum(0)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_a_backward_of_sizes_no_saved_value_carries(device):
     # the gradient of a sum is its tangent expanded to ``[s0, 5]`` and nothing is saved:
     # the backward takes a size carrier (strides 0) on the input's device (0395, 0440)

@@ -507,19 +507,13 @@ def _folded_tensor_guards(
     """The indices of the tensor guards of the route's tensors (in their order), each
     checked natively and by no group: the native last layout checks them with the layout
     (one call, decision 0515); [] where one of them is not so."""
-    found = []
-    for tensor in tensors:
-        index = next(
-            (
-                i
-                for i, (guard, source) in enumerate(zip(guards, sources))
-                if source == tensor and guard.kind is GuardKind.TENSOR_MATCH
-            ),
-            None,
-        )
-        if index is None or index not in native or index in grouped:
-            return []
-        found.append(index)
+    where: dict[str, int] = {}
+    for index, (guard, source) in enumerate(zip(guards, sources)):
+        if guard.kind is GuardKind.TENSOR_MATCH:
+            where.setdefault(source, index)
+    found = [where.get(tensor, -1) if tensor is not None else -1 for tensor in tensors]
+    if any(i < 0 or i not in native or i in grouped for i in found):
+        return []
     return found
 
 

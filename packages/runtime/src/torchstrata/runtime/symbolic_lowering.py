@@ -228,11 +228,10 @@ def symbolic_lowerer(
             with guards.active():
                 forward = codegen(prims, contract)
                 if backward is None:
-                    fn = graphed_per_size(forward[1].fn, forward[0], device, options.mode)
-                    # the compiled graph itself where nothing wraps its launcher: the runner
-                    # then calls the launcher with no frame between (as the static path)
-                    whole = forward[1] if fn is forward[1].fn else fn
-                    runner = inference_runner(whole, aot, outputs_at)
+                    # the compiled graph itself where no CUDA graph wraps it: the runner
+                    # calls its launcher with no frame between, as on the static path
+                    fn = graphed_per_size(forward[1], forward[0], device, options.mode)
+                    runner = inference_runner(fn, aot, outputs_at)
                     runner = _grad_off(runner) if no_gradient else runner
                 else:
                     lowered = codegen(backward[0], GraphContract())

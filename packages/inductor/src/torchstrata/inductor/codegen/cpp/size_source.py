@@ -49,17 +49,22 @@ class CppSizePrinter(SourcePrinter):
     def spell_float(self, name: str, *args: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`: in ``double``, with the C
         library's ``sqrt`` and ``pow`` that Python's ``math.sqrt`` and ``**`` call."""
-        if name == "literal":
-            return repr(args[0])
-        if name == "ToFloat":
-            return f"static_cast<double>({args[0]})"
-        if name == "IntTrueDiv":
-            return f"(static_cast<double>({args[0]}) / static_cast<double>({args[1]}))"
-        if name == "FloatTrueDiv":
-            return f"({args[0]} / {args[1]})"
-        if name == "OpaqueUnaryFn_sqrt":
-            return f"std::sqrt({args[0]})"
-        return f"std::pow({args[0]}, {args[1]})"  # FloatPow
+        return _CPP_FLOATS[name](*args)
+
+
+def _double(value: str) -> str:
+    return f"static_cast<double>({value})"
+
+
+#: each float function of sizes (``SourcePrinter.spell_float``'s names) in C++
+_CPP_FLOATS: dict[str, Any] = {
+    "literal": repr,
+    "ToFloat": _double,
+    "IntTrueDiv": lambda a, b: f"({_double(a)} / {_double(b)})",
+    "FloatTrueDiv": lambda a, b: f"({a} / {b})",
+    "OpaqueUnaryFn_sqrt": lambda a: f"std::sqrt({a})",
+    "FloatPow": lambda a, b: f"std::pow({a}, {b})",
+}
 
 
 def _floored(a: str, b: str) -> str:

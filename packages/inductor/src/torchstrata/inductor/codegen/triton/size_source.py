@@ -76,17 +76,10 @@ class TritonSizePrinter(SourcePrinter):
 
     def spell_float(self, name: str, *args: Any) -> str:
         """See :class:`~torchstrata.core.SourcePrinter`."""
-        if name == "literal":
-            return _float64(args[0])
-        if name == "ToFloat":
-            return f"({args[0]}).to(tl.float64)"
-        if name == "IntTrueDiv":
-            return f"(({args[0]}).to(tl.float64) / ({args[1]}).to(tl.float64))"
-        if name == "FloatTrueDiv":
-            return f"({args[0]} / {args[1]})"
-        if name == "OpaqueUnaryFn_sqrt":
-            return f"tl.sqrt({args[0]})"
-        raise UnprintableSize(f"{name}: a float of sizes")
+        spell = _TRITON_FLOATS.get(name)
+        if spell is None:
+            raise UnprintableSize(f"{name}: a float of sizes")
+        return str(spell(*args))
 
 
 def _float64(value: float) -> str:
@@ -96,6 +89,21 @@ def _float64(value: float) -> str:
     if struct.unpack("f", struct.pack("f", value))[0] == value:
         return repr(value)
     return f"tl.full([], {value!r}, tl.float64)"
+
+
+def _to_float64(value: str) -> str:
+    return f"({value}).to(tl.float64)"
+
+
+#: each float function of sizes (``SourcePrinter.spell_float``'s names) in Triton, float64
+#: (a power: :meth:`TritonSizePrinter.float_function`)
+_TRITON_FLOATS: dict[str, Any] = {
+    "literal": _float64,
+    "ToFloat": _to_float64,
+    "IntTrueDiv": lambda a, b: f"({_to_float64(a)} / {_to_float64(b)})",
+    "FloatTrueDiv": lambda a, b: f"({a} / {b})",
+    "OpaqueUnaryFn_sqrt": lambda a: f"tl.sqrt({a})",
+}
 
 
 #: the printer the Triton codegen makes active (``core.size_printer``) while it generates
