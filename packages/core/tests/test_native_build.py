@@ -3,6 +3,7 @@ later loads; failed builds recorded (decision 0510)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import pytest
@@ -71,3 +72,27 @@ def test_the_key_covers_source_libraries_macros_and_compiler():
     assert len({key, *(extension_key(other, command, version) for other in others)}) == 5
     assert extension_key(ANSWER, ("clang++",), version) != key
     assert extension_key(ANSWER, command, "g++ 13") != key
+
+
+def test_once_per_process_keeps_the_value_or_the_reason(caplog):
+    calls = []
+
+    def make():
+        calls.append(1)
+        return object()
+
+    once = native_build.OncePerProcess(logging.getLogger("torchstrata.test"), "helper off")
+    value = once.get(make)
+    assert value is not None and once.get(make) is value and len(calls) == 1
+    assert once.reason is None
+
+    def fail():
+        calls.append(1)
+        raise NativeBuildError("no compiler")
+
+    failing = once.fresh()
+    with caplog.at_level(logging.INFO, logger="torchstrata.test"):
+        assert failing.get(fail) is None
+        assert failing.get(fail) is None  # not tried again
+    assert len(calls) == 2 and failing.reason == "no compiler"
+    assert [r.getMessage() for r in caplog.records] == ["helper off: no compiler"]

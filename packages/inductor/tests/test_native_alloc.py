@@ -262,7 +262,7 @@ def test_compiled_launchers_allocate_natively_unless_turned_off(module, tmp_path
 
 
 def test_without_a_compiler_launchers_call_torch(monkeypatch, tmp_path):
-    monkeypatch.setattr(native_alloc, "_STATE", {})
+    monkeypatch.setattr(native_alloc, "LOADED", native_alloc.LOADED.fresh())
     monkeypatch.setenv("CXX", "no-such-compiler-torchstrata")
     options = CompileOptions(cache_dir=str(tmp_path))
     assert native_alloc.launcher_allocator(options) is torch.empty_strided
@@ -272,7 +272,7 @@ def test_without_a_compiler_launchers_call_torch(monkeypatch, tmp_path):
 
 
 def test_a_failed_self_test_keeps_torch(monkeypatch, tmp_path):
-    monkeypatch.setattr(native_alloc, "_STATE", {})
+    monkeypatch.setattr(native_alloc, "LOADED", native_alloc.LOADED.fresh())
     monkeypatch.setattr(native_alloc, "SELF_TEST_LAYOUTS", (((2,), (1,)),))
     monkeypatch.setattr(
         native_alloc, "properties", lambda tensor: (tensor.dtype, tensor.data_ptr())

@@ -206,7 +206,7 @@ def test_compiled_entries_check_tensors_natively_unless_turned_off(checks):
 
 
 def test_without_a_compiler_the_guards_stay_python(monkeypatch, tmp_path):
-    monkeypatch.setattr(native_guards, "_STATE", {})
+    monkeypatch.setattr(native_guards, "LOADED", native_guards.LOADED.fresh())
     monkeypatch.setenv("CXX", "no-such-compiler-torchstrata")
     assert tensor_checks(True, str(tmp_path)) is None
     assert "no-such-compiler" in (native_guards.unavailable_reason() or "")

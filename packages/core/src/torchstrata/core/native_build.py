@@ -11,7 +11,8 @@ and its version, the flags, the libraries and macros, the torch build (version, 
 C++ ABI), the Python ABI and the machine, and imports it; another process imports it
 from the store. A failed build is recorded there too (``.failed``), so that processes
 do not each compile again (clearing the cache retries). What the module must do before
-it is trusted (a self-test) is the caller's business.
+it is trusted (a self-test) is the caller's business; :class:`OncePerProcess` keeps what
+the caller made of it, or why it could not, for the rest of the process.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import platform
 import subprocess
 import sysconfig
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Generic, TypeVar
 
 import attrs
 import torch
@@ -43,8 +47,43 @@ FLAGS = ("-O2", "-shared", "-fPIC", "-w")
 STANDARDS = ("-std=c++17", "-std=c++20")
 
 
+T = TypeVar("T")
+
+
 class NativeBuildError(RuntimeError):
     """An extension cannot be built or imported here (the message says why)."""
+
+
+class OncePerProcess(Generic[T]):
+    """What a native helper's loader made, tried once per process: :meth:`get` calls
+    ``make`` the first time (under a lock) and keeps its value; where ``make`` raises, the
+    value is None for the rest of the process, :attr:`reason` says why and ``logger``
+    says so once at INFO (``"<unavailable>: <reason>"``)."""
+
+    def __init__(self, logger: logging.Logger, unavailable: str) -> None:
+        self._logger = logger
+        self._unavailable = unavailable
+        self._lock = threading.Lock()
+        self._tried = False
+        self._value: T | None = None
+        #: why the helper is not used in this process (None: used, or not tried yet)
+        self.reason: str | None = None
+
+    def get(self, make: Callable[[], T]) -> T | None:
+        """The value ``make`` returned on the first call, or None where it raised."""
+        with self._lock:
+            if not self._tried:
+                self._tried = True
+                try:
+                    self._value = make()
+                except Exception as error:  # noqa: BLE001 - any failure: the fallback
+                    self.reason = str(error)
+                    self._logger.info("%s: %s", self._unavailable, error)
+            return self._value
+
+    def fresh(self) -> OncePerProcess[T]:
+        """A new, untried one with the same logger and message (tests start over)."""
+        return OncePerProcess(self._logger, self._unavailable)
 
 
 @attrs.frozen

@@ -31,7 +31,6 @@ semantics; the failure is logged once).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -40,7 +39,12 @@ import torch
 
 from torchstrata.core import TENSOR_TYPES, TensorMeta, TensorTraits, global_state
 from torchstrata.core.artifacts import CacheSettings
-from torchstrata.core.native_build import Extension, NativeBuildError, load_extension
+from torchstrata.core.native_build import (
+    Extension,
+    NativeBuildError,
+    OncePerProcess,
+    load_extension,
+)
 from torchstrata.runtime.native_guards_source import SOURCE, SOURCE_VERSION
 
 logger = logging.getLogger("torchstrata.runtime")
@@ -132,8 +136,10 @@ class TensorChecks:
         return like
 
 
-_LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+#: The native checks of this process, loaded and checked on first use.
+LOADED: OncePerProcess[TensorChecks] = OncePerProcess(
+    logger, "native tensor guards unavailable, checked in Python"
+)
 
 
 def tensor_checks(enabled: bool, cache_dir: str | None = None) -> TensorChecks | None:
@@ -142,21 +148,12 @@ def tensor_checks(enabled: bool, cache_dir: str | None = None) -> TensorChecks |
     unavailable here (logged once)."""
     if not enabled:
         return None
-    with _LOCK:
-        if "checks" not in _STATE:
-            try:
-                module = load_module(CacheSettings.resolve(cache_dir))
-                _STATE["checks"] = TensorChecks(module)
-            except Exception as error:  # noqa: BLE001 - any failure: Python guards
-                _STATE["checks"] = None
-                _STATE["reason"] = str(error)
-                logger.info("native tensor guards unavailable, checked in Python: %s", error)
-        return _STATE["checks"]
+    return LOADED.get(lambda: TensorChecks(load_module(CacheSettings.resolve(cache_dir))))
 
 
 def unavailable_reason() -> str | None:
     """Why the native checks are not used in this process (None: used, or not tried)."""
-    return _STATE.get("reason")
+    return LOADED.reason
 
 
 def load_module(settings: CacheSettings) -> ModuleType:

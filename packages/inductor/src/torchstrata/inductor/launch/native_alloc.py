@@ -26,7 +26,6 @@ fails, or ``InductorOptions(native_alloc=False)``, launchers call ``torch.empty_
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -38,6 +37,7 @@ from torchstrata.core.artifacts import CacheSettings
 from torchstrata.core.native_build import (
     Extension,
     NativeBuildError,
+    OncePerProcess,
     load_extension,
     torch_library_exists,
 )
@@ -84,8 +84,10 @@ def extension() -> Extension:
     return Extension(MODULE_NAME, SOURCE, SOURCE_VERSION, libraries, defines)
 
 
-_LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+#: The extension of this process, loaded and checked on first use.
+LOADED: OncePerProcess[ModuleType] = OncePerProcess(
+    logger, "native allocation unavailable, torch.empty_strided used"
+)
 #: One object per device value: a launcher's device globals are interned, so that the
 #: extension, which remembers device objects by identity, meets few of them.
 _DEVICES: dict[torch.device, torch.device] = {}
@@ -102,24 +104,16 @@ def launcher_allocator(options: CompileOptions) -> Callable[..., torch.Tensor]:
     return torch.empty_strided if module is None else module.empty_strided
 
 
-def native_module(cache_dir: str | None = None, size_limit: int | None = None) -> Any | None:
+def native_module(cache_dir: str | None = None, size_limit: int | None = None) -> ModuleType | None:
     """The extension of this process, loaded and checked on first use (from the store
     under ``cache_dir``), or None where it is unavailable (the reason:
     :func:`unavailable_reason`)."""
-    with _LOCK:
-        if "module" not in _STATE:
-            try:
-                _STATE["module"] = load_module(CacheSettings.resolve(cache_dir, size_limit))
-            except Exception as error:  # noqa: BLE001 - any failure: torch.empty_strided
-                _STATE["module"] = None
-                _STATE["reason"] = str(error)
-                logger.info("native allocation unavailable, torch.empty_strided used: %s", error)
-        return _STATE["module"]
+    return LOADED.get(lambda: load_module(CacheSettings.resolve(cache_dir, size_limit)))
 
 
 def unavailable_reason() -> str | None:
     """Why the extension is not used in this process (None: used, or not tried)."""
-    return _STATE.get("reason")
+    return LOADED.reason
 
 
 def interned_device(device: torch.device) -> torch.device:
