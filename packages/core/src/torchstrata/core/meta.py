@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -12,14 +12,22 @@ import torch
 from torchstrata.core.symbolic import size_or_int
 
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides of ``shape`` (size-0 and size-1 dims get the usual torch strides)."""
-    strides: list[int] = []
-    running = 1
+def contiguous_strides(
+    shape: Sequence[Any], at_least_one: Callable[[Any], Any] | None = None
+) -> tuple[Any, ...]:
+    """Row-major strides of ``shape`` (size-0 and size-1 dims get the usual torch strides).
+    ``at_least_one(size)`` is ``max(size, 1)`` for a size that is not an int (default: a
+    ``SymInt``'s ``sym_max``; sympy sizes pass ``sympy.Max``)."""
+    strides: list[Any] = []
+    running: Any = 1
     for size in reversed(shape):
         strides.append(running)
-        # sym_max: max() of a data-dependent size would guard on it (and cannot)
-        running *= torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1)
+        if type(size) is int:
+            running *= max(size, 1)
+        elif at_least_one is not None:
+            running = running * at_least_one(size)
+        else:  # sym_max: max() of a data-dependent size would guard on it (and cannot)
+            running *= torch.sym_max(size, 1) if isinstance(size, torch.SymInt) else max(size, 1)
     return tuple(reversed(strides))
 
 

@@ -82,16 +82,6 @@ def _expr(size: Any) -> Any:
     return size.expr if is_size_value(size) else size
 
 
-def _contiguous(shape: Sequence[Any]) -> list[Any]:
-    sympy, _ = _functions()
-    strides: list[Any] = []
-    running: Any = 1
-    for size in reversed(shape):
-        strides.append(running)
-        running = running * (max(size, 1) if isinstance(size, int) else sympy.Max(size, 1))
-    return strides[::-1]
-
-
 def holds_size_values(sizes: Sequence[Any]) -> bool:
     """Whether any of ``sizes`` is a ``SizeValue``."""
     return any(type(size) is not int and is_size_value(size) for size in sizes)
@@ -113,8 +103,10 @@ def layout_texts(shape: Sequence[Any], strides: Sequence[Any]) -> tuple[str, str
     stride the ShapeEnv made (its ``Max``, ``FloorDiv``) matches one spelled with
     sympy's."""
     if holds_size_values(shape) or holds_size_values(strides):
+        sympy, _ = _functions()
         exprs = [_expr(size) for size in shape]
-        contiguous = [size_expression_text(stride) for stride in _contiguous(exprs)]
+        strides_of = contiguous_strides(exprs, lambda size: sympy.Max(size, 1))
+        contiguous = [size_expression_text(stride) for stride in strides_of]
     else:
         contiguous = [_text(stride) for stride in contiguous_strides(shape)]
     stride_texts = [_text(stride) for stride in strides]
