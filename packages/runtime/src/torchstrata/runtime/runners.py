@@ -5,7 +5,7 @@ inputs, and — when gradients are needed — run as one ``torch.autograd.Functi
 The conventions are those of :class:`torchstrata.core.AotResult`: forward outputs are
 user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved values;
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
-and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
+(user outputs and write-backs, counted together) and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
 gradients (``num_unit_grads``) has its first backward return them, scaled in place by
 the tangent, without running the backward graph (:mod:`torchstrata.runtime.unit_grads`).
 The constants lifted out of the graph (``AotResult.constants``) are passed after the
@@ -126,11 +126,21 @@ def output_layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]
 
 
 def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequence[Any]) -> None:
-    if mutated:
-        with torch.no_grad():
-            for index, value in zip(mutated, values):
-                if not _same_memory(value, inputs[index]):
+    """Copy each written input's new value into it, under ``torch.no_grad()`` except a
+    value that requires grad (a differentiable write-back, decision 0520): that one is
+    copied with grad on, as torch.compile writes back, so that the input requires grad
+    afterwards as after eager's in-place op (through ``CopyBackwards``; an input that is
+    a leaf requiring grad raises, as in eager)."""
+    if not mutated:
+        return
+    with_grad = torch.is_grad_enabled()
+    with torch.no_grad():
+        for index, value in zip(mutated, values):
+            if with_grad and value.requires_grad:
+                with torch.enable_grad():
                     inputs[index].copy_(value)
+            elif not _same_memory(value, inputs[index]):
+                inputs[index].copy_(value)
 
 
 def _same_memory(value: Any, target: torch.Tensor) -> bool:
@@ -505,8 +515,8 @@ def training_runner(
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
-    metas = [node.meta for node in aot.forward.outputs[:num_user]]
     returned = num_user + num_mutations
+    metas = [node.meta for node in aot.forward.outputs[:returned]]
     num_saved = aot.num_saved
     unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads, direct_launch)
     differentiable = set(tangent_outputs)
