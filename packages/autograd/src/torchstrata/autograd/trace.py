@@ -197,7 +197,7 @@ def _trace(
     differentiable += [traced.has_new_history(index) for index, _ in mutations]
     results += [traced.tensors[index] for index, _ in mutations]
     tangent_outputs = tuple(i for i, wanted in enumerate(differentiable) if wanted)
-    wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
+    wanted = traced.wanted
     grad_nodes: list[Node] = []
     grad_inputs: list[int] = []
     if tangent_outputs and wanted:
@@ -211,7 +211,7 @@ def _trace(
         with fake_mode, recorder, torch.backends.cudnn.flags(enabled=False):
             grads = torch.autograd.grad(
                 [results[i] for i in tangent_outputs],
-                [primals[i] for i in wanted],
+                [traced.leaves[i] for i in wanted],
                 grad_outputs=tangents,
                 allow_unused=True,
             )

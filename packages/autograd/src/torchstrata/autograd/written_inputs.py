@@ -33,6 +33,9 @@ class TracedInputs:
 
     def __init__(self, leaves: Sequence[torch.Tensor]) -> None:
         self.leaves = list(leaves)
+        #: the inputs that require grad (read before the graph runs: a write from a value
+        #: that requires grad makes an input that did not require it)
+        self.wanted = tuple(i for i, leaf in enumerate(leaves) if leaf.requires_grad)
         #: what the graph runs on: each leaf, or its stand-in where it requires grad
         self.tensors = [_stand_in(leaf) if leaf.requires_grad else leaf for leaf in leaves]
         # each tensor's grad_fn before the graph ran (kept alive: compared by identity)
