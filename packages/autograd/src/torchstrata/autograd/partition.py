@@ -150,7 +150,8 @@ def views_of_written_inputs(trace: JointTrace) -> set[Node]:
     if not aliased:
         return views
     for node in trace.graph.nodes:
-        if node.args and node.args[0] in aliased and _is_view(node):
+        base = node.args[0] if node.args else None
+        if isinstance(base, Node) and base in aliased and _is_view(node):
             aliased.add(node)
             views.add(node)
     return views
