@@ -164,3 +164,29 @@ def test_the_dynamo_backend_writes_back_as_eager_does():
     (expected.sum() + eager.k_cache.square().sum()).backward()
     for param, eager_param in zip(model.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(param.grad, eager_param.grad)
+
+
+def test_the_compiled_forward_updates_the_buffer_in_place_and_marks_it_dirty():
+    model, eager = _models()
+    compiled = rt.compile(model)
+    for index in range(2):
+        x, pos = _step(index)
+        compiled(x, pos)
+        eager(x, pos)
+    x, pos = _step(2)
+    with torch.profiler.profile(record_shapes=True) as profile:
+        out = compiled(x, pos)
+    ops = [(event.name, event.input_shapes) for event in profile.events()]
+    names = [name for name, _ in ops]
+    assert "aten::index_copy_" in names and "aten::index_copy" not in names, ops
+    # no copy of the whole cache, neither in the forward nor as the write-back
+    cache_shape = list(model.k_cache.shape)
+    assert not any(name == "aten::copy_" and shapes[0] == cache_shape for name, shapes in ops)
+    # the buffer's history is the compiled function's (no CopyBackwards after it)
+    assert "CompiledGraphFunction" in type(model.k_cache.grad_fn).__name__
+    expected = eager(x, pos)
+    torch.testing.assert_close(out, expected)
+    (out.sum() + model.k_cache.square().sum()).backward()
+    (expected.sum() + eager.k_cache.square().sum()).backward()
+    for param, eager_param in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, eager_param.grad)

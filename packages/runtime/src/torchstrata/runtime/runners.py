@@ -29,6 +29,7 @@ import torch
 from torchstrata.core import AotResult, CompiledGraph, DirectLauncher, TensorMeta, same_layout
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.unit_grads import UnitGrads
+from torchstrata.runtime.write_backs import refuse_written_leaves, write_back
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
@@ -125,41 +126,6 @@ def output_layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]
     return num_user, aot.mutated_inputs, aliases
 
 
-def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequence[Any]) -> None:
-    """Copy each written input's new value into it, under ``torch.no_grad()`` except a
-    value that requires grad (a differentiable write-back, decision 0520): that one is
-    copied with grad on, as torch.compile writes back, so that the input requires grad
-    afterwards as after eager's in-place op (through ``CopyBackwards``; an input that is
-    a leaf requiring grad raises, as in eager)."""
-    if not mutated:
-        return
-    with_grad = torch.is_grad_enabled()
-    with torch.no_grad():
-        for index, value in zip(mutated, values):
-            if with_grad and value.requires_grad:
-                with torch.enable_grad():
-                    inputs[index].copy_(value)
-            elif not _same_memory(value, inputs[index]):
-                inputs[index].copy_(value)
-
-
-def _same_memory(value: Any, target: torch.Tensor) -> bool:
-    """Whether ``value`` is ``target`` or an alias of exactly its elements: an update done
-    in place, or a value left as it was (an eval-mode batch norm's running statistics),
-    which an ``autograd.Function`` returns as a new alias of its input. Copying it would
-    change nothing but the input's version counter, and a backward that saved the input
-    would then refuse to run."""
-    if value is target:
-        return True
-    return (
-        isinstance(value, torch.Tensor)
-        and value.data_ptr() == target.data_ptr()
-        and value.dtype == target.dtype
-        and value.shape == target.shape
-        and value.stride() == target.stride()
-    )
-
-
 def _user_outputs(
     inputs: Sequence[Any],
     outputs: Sequence[Any],
@@ -174,7 +140,7 @@ def _user_outputs(
     of those views (the last ``num_user - len(views)`` when there are views) dropped.
     ``grad_outputs``: the positions of the outputs that require grad (``tangent_outputs``);
     the others are rebuilt as views of a detached base (``x.detach()``, ``z.detach()[0]``)."""
-    _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
+    write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
     user = list(outputs[:num_user])
     _apply_aliases(inputs, user, aliases, grad_outputs)
     if views:
@@ -521,6 +487,11 @@ def training_runner(
     unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads, direct_launch)
     differentiable = set(tangent_outputs)
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
+    # (forward output, input) of the differentiable write-backs: the forward may update
+    # those inputs in place (``forward_contract``), the function then marks them dirty
+    grad_writes = tuple(
+        (num_user + k, index) for k, index in enumerate(mutated) if num_user + k in differentiable
+    )
 
     def zeros_like_output(index: int, ctx: Any) -> torch.Tensor:
         meta = metas[index] if sized is None else sized.output_meta(index, ctx.sizes)
@@ -531,6 +502,8 @@ def training_runner(
         @staticmethod
         def forward(ctx: Any, *inputs: Any) -> Any:
             ctx.unit_pending = None
+            if grad_writes:
+                refuse_written_leaves(inputs, grad_writes)
             if plain_forward is None or unit_grads.expected():
                 outputs = forward(*inputs)
                 ctx.unit_grads = unit_grads.take(inputs, outputs)
@@ -542,6 +515,8 @@ def training_runner(
             if sized is not None:
                 ctx.sizes = sized.key(inputs)
             ctx.save_for_backward(*outputs[returned : returned + num_saved])
+            if grad_writes:
+                ctx.mark_dirty(*(inputs[i] for j, i in grad_writes if outputs[j] is inputs[i]))
             if non_differentiable:
                 outputs = _apart_from_differentiable(outputs, returned, non_differentiable)
                 ctx.mark_non_differentiable(
