@@ -17,6 +17,8 @@ import torchstrata.runtime as rt
 from torchstrata.core import CompileOptions
 from torchstrata.runtime import TorchstrataFallbackWarning
 
+from .triton_devices import TRITON_DEVICES
+
 POSITIONS = ([0, 1], [2, 3], [1, 4])
 
 
@@ -41,9 +43,9 @@ def _models() -> tuple[CachedKeys, CachedKeys]:
     return model, copy.deepcopy(model)
 
 
-def _step(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _step(index: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(index + 1)
-    return torch.randn(2, 2, 4), torch.tensor(POSITIONS[index])
+    return torch.randn(2, 2, 4, device=device), torch.tensor(POSITIONS[index], device=device)
 
 
 def _compiled_entries(compiled: object) -> int:
@@ -186,6 +188,26 @@ def test_the_compiled_forward_updates_the_buffer_in_place_and_marks_it_dirty():
     assert "CompiledGraphFunction" in type(model.k_cache.grad_fn).__name__
     expected = eager(x, pos)
     torch.testing.assert_close(out, expected)
+    (out.sum() + model.k_cache.square().sum()).backward()
+    (expected.sum() + eager.k_cache.square().sum()).backward()
+    for param, eager_param in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, eager_param.grad)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_triton_kernels_write_the_buffer_back_as_eager_does(monkeypatch, device):
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton kernels on CPU tensors
+    model, eager = (m.to(device) for m in _models())
+    compiled = rt.compile(model, codegen="triton")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchstrataFallbackWarning)
+        for index in range(2):
+            x, pos = _step(index, device)
+            out, expected = compiled(x, pos), eager(x, pos)
+            torch.testing.assert_close(out, expected)
+            torch.testing.assert_close(model.k_cache, eager.k_cache)
+            assert model.k_cache.requires_grad and model.k_cache.grad_fn is not None
     (out.sum() + model.k_cache.square().sum()).backward()
     (expected.sum() + eager.k_cache.square().sum()).backward()
     for param, eager_param in zip(model.parameters(), eager.parameters(), strict=True):
