@@ -5,9 +5,11 @@ inputs, and — when gradients are needed — run as one ``torch.autograd.Functi
 The conventions are those of :class:`torchstrata.core.AotResult`: forward outputs are
 user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved values;
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
-(user outputs and write-backs, counted together) and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
-gradients (``num_unit_grads``) has its first backward return them, scaled in place by
-the tangent, without running the backward graph (:mod:`torchstrata.runtime.unit_grads`).
+(user outputs and write-backs, counted together) and returns one gradient per
+``grad_inputs`` entry. A forward that also returns unit gradients (``num_unit_grads``)
+has its first backward return them, scaled in place by the tangent, without running the
+backward graph (:mod:`torchstrata.runtime.unit_grads`). A differentiable write-back that
+the forward made in place marks its input dirty (:mod:`torchstrata.runtime.write_backs`).
 The constants lifted out of the graph (``AotResult.constants``) are passed after the
 call's inputs, the same tensors on every call.
 
