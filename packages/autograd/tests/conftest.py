@@ -67,15 +67,19 @@ class AotHelpers:
         atol: float = 1e-9,
     ):
         """Run ``aot(graph)``'s forward and backward with ``interpret`` and compare user
-        outputs, mutated inputs and gradients with eager autograd; return the result."""
+        outputs, mutated inputs and gradients with eager autograd (the tangents of the
+        written inputs' new values included); return the result."""
         result = aot_graphs(graph)
         verify(result.forward)
         if result.backward is not None:
             verify(result.backward)
         metas = graph.input_metas
         leaves = [t.detach().clone().requires_grad_(m.requires_grad) for t, m in zip(inputs, metas)]
+        # an input that requires grad is a non-leaf, as a written buffer is in eager
+        passed = [leaf.clone() if leaf.requires_grad else leaf for leaf in leaves]
+        origins = [tensor.grad_fn for tensor in passed]
         torch.manual_seed(seed)
-        expected = interpret(graph, *leaves)
+        expected = interpret(graph, *passed)
         ours = [t.detach().clone() for t in inputs]
         before = [t.clone() for t in ours]
         torch.manual_seed(seed)
@@ -91,7 +95,7 @@ class AotHelpers:
         for got, want in zip(outputs[:n], expected, strict=True):
             assert got.dtype == want.dtype and got.shape == want.shape
             torch.testing.assert_close(got, want.detach(), rtol=rtol, atol=atol)
-        for got, want in zip(ours, leaves, strict=True):
+        for got, want in zip(ours, passed, strict=True):
             torch.testing.assert_close(got, want.detach(), rtol=rtol, atol=atol)
         assert len(result.output_aliases) == n
         for alias, want in zip(result.output_aliases, expected, strict=True):
@@ -99,8 +103,12 @@ class AotHelpers:
                 index, size, stride, offset = alias
                 view = ours[index].as_strided(size, stride, ours[index].storage_offset() + offset)
                 torch.testing.assert_close(view, want.detach(), rtol=rtol, atol=atol)
-        differentiable = [i for i, out in enumerate(expected) if out.requires_grad]
-        wanted = [i for i, leaf in enumerate(leaves) if leaf.requires_grad]
+        # the user outputs, then the written inputs whose new values have history
+        expected = [*expected, *(passed[index] for index in result.mutated_inputs)]
+        written = [passed[i].grad_fn is not origins[i] for i in result.mutated_inputs]
+        differentiable = [i for i, out in enumerate(expected[:n]) if out.requires_grad]
+        differentiable += [n + k for k, has_history in enumerate(written) if has_history]
+        wanted = [i for i, meta in enumerate(metas) if meta.requires_grad]
         if not differentiable or not wanted:
             assert result.backward is None
             return result

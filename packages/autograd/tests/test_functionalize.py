@@ -211,3 +211,35 @@ def test_resize_is_not_traced_as_a_view(aot):
     graph = b.build([_call(b, operator.add, z, 1)])
     with pytest.raises(NotImplementedError, match="no view counterpart"):
         aot.check_training(graph, _randn(graph))
+
+
+def test_a_buffer_written_from_a_value_that_requires_grad_gets_a_tangent(aot):
+    b, (cache, x, w) = _builder(cache=((5, 3), False), x=((2, 3), False), w=((3, 3), True))
+    k = _call(b, torch.tanh, _call(b, operator.matmul, x, w))
+    _call(b, T.index_copy_, cache, 0, _call(b, torch.arange, 2, 4), k)
+    graph = b.build([_call(b, operator.mul, x, 2.0)])
+    result = aot.check_training(graph, _randn(graph))
+    assert result.mutated_inputs == (0,)
+    # the user output needs no gradient; the written buffer's new value does
+    assert result.tangent_outputs == (1,)
+    assert result.grad_inputs == (2,)
+
+
+def test_an_input_that_requires_grad_is_written_in_place(aot):
+    b, (cache, w) = _builder(cache=((4, 3), True), w=((3,), True))
+    _call(b, T.mul_, _call(b, T.select, cache, 0, 1), w)
+    graph = b.build([_call(b, operator.mul, cache, 3.0)])
+    result = aot.check_training(graph, _randn(graph))
+    assert result.mutated_inputs == (0,)
+    assert result.tangent_outputs == (0, 1)
+    # the gradient reaches the written input's old value, and the parameter
+    assert result.grad_inputs == (0, 1)
+
+
+def test_a_write_without_autograd_history_is_a_plain_write_back(aot):
+    b, (w, x) = _builder(w=((3,), True), x=((3,), True))
+    _call(b, T.mul_, _call(b, T.detach, w), 0.5)
+    graph = b.build([_call(b, operator.mul, w, x)])
+    result = aot.check_training(graph, _randn(graph))
+    assert result.mutated_inputs == (0,)
+    assert result.tangent_outputs == (0,)  # the user output only

@@ -131,6 +131,32 @@ def _weight(node: Node) -> float:
     return math.inf
 
 
+def _is_view(node: Node) -> bool:
+    if node.op is None:
+        return False
+    if node.op == GETITEM:
+        return True  # an item of a view op's list (``split``); else of a multi-output op
+    return any(ret.alias_info is not None for ret in _overload(node)._schema.returns)
+
+
+def views_of_written_inputs(trace: JointTrace) -> set[Node]:
+    """The joint nodes that view (share memory with) an input the forward writes back
+    to, not the input itself: saved, such a view would show the input's new value to the
+    backward, which needs the old one (decision 0520). The partition saves the input
+    (as a clone) or a value computed from the view instead."""
+    primals = trace.graph.inputs[: trace.num_primals]
+    aliased = {primals[index] for index in trace.mutated_inputs}
+    views: set[Node] = set()
+    if not aliased:
+        return views
+    for node in trace.graph.nodes:
+        base = node.args[0] if node.args else None
+        if isinstance(base, Node) and base in aliased and _is_view(node):
+            aliased.add(node)
+            views.add(node)
+    return views
+
+
 def ancestors(roots: Iterable[Node], stop: set[Node]) -> set[Node]:
     """``roots`` and every node they read, not looking past the nodes in ``stop``."""
     seen: set[Node] = set()
@@ -166,6 +192,7 @@ def choose_saved(
         if any(arg in tangent_dependent for arg in node.input_nodes()):
             tangent_dependent.add(node)
     users = joint.users()
+    unsaveable = views_of_written_inputs(trace)
     materialised: set[Node] = set()
     if save_materialised:
         forward = {node for node in joint.all_nodes() if node not in tangent_dependent}
@@ -207,7 +234,7 @@ def choose_saved(
             # is a pointwise value that a matmul reads (the forward stores it), and it is
             # never recomputed: the backward would write it again.
             weight *= PRIMAL_DISCOUNT
-        if math.isinf(weight) or node in recomputed:
+        if math.isinf(weight) or node in recomputed or node in unsaveable:
             flow.add_edge(vin, vout)
         else:
             flow.add_edge(vin, vout, capacity=weight)

@@ -22,6 +22,7 @@ from torchstrata.autograd.devices import meta_trace_device, move_graph, trace_de
 from torchstrata.autograd.recompute import classify, recording
 from torchstrata.autograd.recorder import AotTraceError, AtenRecorder
 from torchstrata.autograd.shared_outputs import OutputAlias, output_views
+from torchstrata.autograd.written_inputs import TracedInputs
 from torchstrata.core import (
     Graph,
     Level,
@@ -49,7 +50,10 @@ class JointTrace:
     ``num_primals`` primals), then one tangent per entry of ``tangent_outputs``.
     Outputs: ``num_user_outputs`` user outputs (the last ``num_hidden_outputs`` of them
     hidden bases of ``output_views``), one write-back per entry of
-    ``mutated_inputs``, then one gradient per entry of ``grad_inputs``.
+    ``mutated_inputs``, then one gradient per entry of ``grad_inputs``. The entries of
+    ``tangent_outputs`` index the user outputs and write-backs together (a write-back's
+    index is ``num_user_outputs`` plus its position): a written input's new value that
+    the graph made differentiable gets a tangent too (decision 0520).
     """
 
     graph: Graph
@@ -167,12 +171,13 @@ def _trace(
     recorder = AtenRecorder(meta_for, cudnn_layouts=cudnn)
     with fake_mode:
         primals = [_fake_input(node.tensor_meta, training, tracing_on) for node in graph.inputs]
-    for node, tensor in zip(graph.inputs, primals, strict=True):
+        traced = TracedInputs(primals)
+    for node, tensor in zip(graph.inputs, traced.tensors, strict=True):
         recorder.add_input(node.name, tensor)
     grad_mode = torch.enable_grad() if training else torch.no_grad()
     # cuDNN batch norm writes running stats with no functional variant: trace natively.
     with fake_mode, recorder, grad_mode, torch.backends.cudnn.flags(enabled=False):
-        values = _run(graph, primals, recorder)
+        values = _run(graph, traced.tensors, recorder)
     results = [_tensor_output(output, values[output]) for output in graph.outputs]
     aliases = tuple(_alias(recorder, value) for value in results)
     views, hidden = output_views(recorder, results, aliases)
@@ -187,8 +192,12 @@ def _trace(
     aliases += (None,) * len(hidden)
     views += (None,) * len(hidden)
     forward_count = len(recorder.builder)  # the nodes after these are the backward's
-    tangent_outputs = tuple(i for i, value in enumerate(results) if value.requires_grad)
-    wanted = tuple(i for i, tensor in enumerate(primals) if tensor.requires_grad)
+    # user outputs, then the written inputs' new values (differentiable write-backs)
+    differentiable = [value.requires_grad for value in results]
+    differentiable += [traced.has_new_history(index) for index, _ in mutations]
+    results += [traced.tensors[index] for index, _ in mutations]
+    tangent_outputs = tuple(i for i, wanted in enumerate(differentiable) if wanted)
+    wanted = traced.wanted
     grad_nodes: list[Node] = []
     grad_inputs: list[int] = []
     if tangent_outputs and wanted:
@@ -202,7 +211,7 @@ def _trace(
         with fake_mode, recorder, torch.backends.cudnn.flags(enabled=False):
             grads = torch.autograd.grad(
                 [results[i] for i in tangent_outputs],
-                [primals[i] for i in wanted],
+                [traced.leaves[i] for i in wanted],
                 grad_outputs=tangents,
                 allow_unused=True,
             )

@@ -128,7 +128,9 @@ class AotResult:
     ``backward`` is None for inference.
 
     ``backward`` takes the ``num_saved`` saved tensors, then one tangent (the incoming
-    gradient, contiguous) for each user output listed in ``tangent_outputs``, and
+    gradient, contiguous) for each forward output listed in ``tangent_outputs`` (user
+    outputs and write-backs, indexed together: a write-back whose new value requires
+    grad gets one, decision 0520), and
     returns one gradient for each input listed in ``grad_inputs`` (the other inputs get
     no gradient).
 

@@ -11,10 +11,17 @@ from torchstrata.runtime.runners import output_layout
 
 def forward_contract(aot: AotResult, inference: bool) -> GraphContract:
     """What the runner promises about ``aot``'s forward: its user outputs (they come back
-    in eager's layouts) and, for ``inference``, the outputs it copies into which inputs
-    (the updates producing them may run in place; a training graph stays functional)."""
+    in eager's layouts) and the outputs it writes back into which inputs (the updates
+    producing them may run in place): for ``inference`` all of them, for training the
+    differentiable ones, whose inputs the runner's ``autograd.Function`` marks dirty
+    (decision 0520; the others stay functional, copied under ``no_grad``)."""
     num_user, mutated, _ = output_layout(aot)
-    write_backs = {num_user + k: index for k, index in enumerate(mutated)} if inference else {}
+    tangents = set(aot.tangent_outputs)
+    write_backs = {
+        num_user + k: index
+        for k, index in enumerate(mutated)
+        if inference or num_user + k in tangents
+    }
     return GraphContract(user_outputs=num_user, write_backs=write_backs)
 
 

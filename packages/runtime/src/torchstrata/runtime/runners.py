@@ -5,9 +5,11 @@ inputs, and — when gradients are needed — run as one ``torch.autograd.Functi
 The conventions are those of :class:`torchstrata.core.AotResult`: forward outputs are
 user outputs, then write-backs for ``mutated_inputs``, then ``num_saved`` saved values;
 backward takes the saved values and one contiguous tangent per ``tangent_outputs`` entry
-and returns one gradient per ``grad_inputs`` entry. A forward that also returns unit
-gradients (``num_unit_grads``) has its first backward return them, scaled in place by
-the tangent, without running the backward graph (:mod:`torchstrata.runtime.unit_grads`).
+(user outputs and write-backs, counted together) and returns one gradient per
+``grad_inputs`` entry. A forward that also returns unit gradients (``num_unit_grads``)
+has its first backward return them, scaled in place by the tangent, without running the
+backward graph (:mod:`torchstrata.runtime.unit_grads`). A differentiable write-back that
+the forward made in place marks its input dirty (:mod:`torchstrata.runtime.write_backs`).
 The constants lifted out of the graph (``AotResult.constants``) are passed after the
 call's inputs, the same tensors on every call.
 
@@ -29,6 +31,7 @@ import torch
 from torchstrata.core import AotResult, CompiledGraph, DirectLauncher, TensorMeta, same_layout
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.unit_grads import UnitGrads
+from torchstrata.runtime.write_backs import refuse_written_leaves, write_back
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
@@ -125,31 +128,6 @@ def output_layout(aot: AotResult) -> tuple[int, tuple[int, ...], tuple[Any, ...]
     return num_user, aot.mutated_inputs, aliases
 
 
-def _write_back(inputs: Sequence[Any], mutated: tuple[int, ...], values: Sequence[Any]) -> None:
-    if mutated:
-        with torch.no_grad():
-            for index, value in zip(mutated, values):
-                if not _same_memory(value, inputs[index]):
-                    inputs[index].copy_(value)
-
-
-def _same_memory(value: Any, target: torch.Tensor) -> bool:
-    """Whether ``value`` is ``target`` or an alias of exactly its elements: an update done
-    in place, or a value left as it was (an eval-mode batch norm's running statistics),
-    which an ``autograd.Function`` returns as a new alias of its input. Copying it would
-    change nothing but the input's version counter, and a backward that saved the input
-    would then refuse to run."""
-    if value is target:
-        return True
-    return (
-        isinstance(value, torch.Tensor)
-        and value.data_ptr() == target.data_ptr()
-        and value.dtype == target.dtype
-        and value.shape == target.shape
-        and value.stride() == target.stride()
-    )
-
-
 def _user_outputs(
     inputs: Sequence[Any],
     outputs: Sequence[Any],
@@ -164,7 +142,7 @@ def _user_outputs(
     of those views (the last ``num_user - len(views)`` when there are views) dropped.
     ``grad_outputs``: the positions of the outputs that require grad (``tangent_outputs``);
     the others are rebuilt as views of a detached base (``x.detach()``, ``z.detach()[0]``)."""
-    _write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
+    write_back(inputs, mutated, outputs[num_user : num_user + len(mutated)])
     user = list(outputs[:num_user])
     _apply_aliases(inputs, user, aliases, grad_outputs)
     if views:
@@ -505,12 +483,17 @@ def training_runner(
     num_mutations = len(mutated)
     tangent_outputs = tuple(aot.tangent_outputs)
     grad_inputs = tuple(aot.grad_inputs)
-    metas = [node.meta for node in aot.forward.outputs[:num_user]]
     returned = num_user + num_mutations
+    metas = [node.meta for node in aot.forward.outputs[:returned]]
     num_saved = aot.num_saved
     unit_grads = UnitGrads(returned + num_saved, aot.num_unit_grads, direct_launch)
     differentiable = set(tangent_outputs)
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
+    # (forward output, input) of the differentiable write-backs: the forward may update
+    # those inputs in place (``forward_contract``), the function then marks them dirty
+    grad_writes = tuple(
+        (num_user + k, index) for k, index in enumerate(mutated) if num_user + k in differentiable
+    )
 
     def zeros_like_output(index: int, ctx: Any) -> torch.Tensor:
         meta = metas[index] if sized is None else sized.output_meta(index, ctx.sizes)
@@ -521,6 +504,8 @@ def training_runner(
         @staticmethod
         def forward(ctx: Any, *inputs: Any) -> Any:
             ctx.unit_pending = None
+            if grad_writes:
+                refuse_written_leaves(inputs, grad_writes)
             if plain_forward is None or unit_grads.expected():
                 outputs = forward(*inputs)
                 ctx.unit_grads = unit_grads.take(inputs, outputs)
@@ -532,6 +517,8 @@ def training_runner(
             if sized is not None:
                 ctx.sizes = sized.key(inputs)
             ctx.save_for_backward(*outputs[returned : returned + num_saved])
+            if grad_writes:
+                ctx.mark_dirty(*(inputs[i] for j, i in grad_writes if outputs[j] is inputs[i]))
             if non_differentiable:
                 outputs = _apart_from_differentiable(outputs, returned, non_differentiable)
                 ctx.mark_non_differentiable(
