@@ -54,10 +54,11 @@ template <> inline double ts_min<double>(double a, double b) { return ts_where<d
 // costs about twice as much): x = k ln2 + r (Cody-Waite, |r| <= ln2/2), e^r by Cephes'
 // polynomial 1 + r + r^2 P(r) (within about 1 ulp), then 2**k in two exact steps so that
 // results down through the subnormals round once. Selects, not branches: x beyond
-// [-104, 100] is clamped there (results 0 and +inf, as expf's); NaN passes through.
+// [-104, 100] is clamped there (results 0 and +inf, as expf's); NaN passes through (a
+// compare with NaN is false: one vmaxps/vminps per clamp, decision 0518).
 static inline float ts_exp_f32(float x) {
-  float c = ts_where<float>(x < -104.0f, -104.0f, x);
-  c = ts_where<float>(c > 100.0f, 100.0f, c);
+  float c = x < -104.0f ? -104.0f : x;
+  c = c > 100.0f ? 100.0f : c;
   const float k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - k * 0.693145751953125f;
   r = r - k * 1.428606765330187045e-06f;
@@ -68,7 +69,7 @@ static inline float ts_exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t ki = static_cast<int32_t>(ts_where<float>(k != k, 0.0f, k));  // NaN: p is NaN
+  const int32_t ki = static_cast<int32_t>(k != k ? 0.0f : k);  // NaN: p is NaN
   const int32_t k1 = ki >> 1;
   const uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23;
   const uint32_t b2 = static_cast<uint32_t>(ki - k1 + 127) << 23;
