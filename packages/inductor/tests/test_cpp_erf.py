@@ -5,11 +5,15 @@ vectorise it without libmvec, and its values stay within 5e-7 of float64's ``erf
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
 
 from torchstrata.core import GraphBuilder, Level, TensorMeta, prim
+from torchstrata.inductor.codegen.cpp.build import build_kernel
+from torchstrata.inductor.codegen.cpp.erf import ERF_PRELUDE
+from torchstrata.inductor.codegen.cpp.exprs import PRELUDE
 
 
 def _erf_graph(n: int):
@@ -78,3 +82,47 @@ def test_gelu_and_its_derivative_as_eager(ind) -> None:
     (grad,) = torch.autograd.grad(expected.sum(), y)
     torch.testing.assert_close(forward, expected.detach())
     torch.testing.assert_close(backward, grad)
+
+
+_SELECT_CLAMPS = r"""
+// The clamps as NaN-propagating selects (ts_min/ts_max), as before decision 0518.
+static inline float erf_selects(float v) {
+  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);
+}
+extern "C" void both(const float* __restrict__ x, float* __restrict__ ours,
+                     float* __restrict__ selects, const int64_t n) {
+  #pragma omp simd
+  for (int64_t i = 0; i < n; ++i) { ours[i] = ts_erf_f32(x[i]); selects[i] = erf_selects(x[i]); }
+}
+"""
+
+
+def test_erf_clamps_are_conditionals_with_the_bits_of_nan_propagating_selects(tmp_path):
+    """Decision 0518: the clamps are ``v < lo ? lo : v`` (a NaN compares false and passes
+    through), one min or max instruction each; every 97th float bit pattern (all
+    exponents, NaN payloads, infinities, subnormals) and the boundaries give the bits
+    that ``ts_max``/``ts_min`` gave, in a SIMD loop."""
+    assert "ts_max" not in ERF_PRELUDE and "ts_min" not in ERF_PRELUDE
+    source = f"{PRELUDE}{ERF_PRELUDE}{_SELECT_CLAMPS}"
+    kernel = build_kernel(source, "both", 4, tmp_path).fn
+    kernel.argtypes = [*kernel.argtypes[:3], ctypes.c_int64]
+    patterns = torch.arange(0, 2**32, 97, dtype=torch.int64).to(torch.int32)
+    bounds = torch.tensor([4.0, -4.0, 1.0, -1.0, 3.9999998, -0.0, 0.0, float("inf")])
+    x = torch.cat([patterns.view(torch.float32), bounds, -bounds])
+    ours, selects = torch.empty_like(x), torch.empty_like(x)
+    kernel(x.data_ptr(), ours.data_ptr(), selects.data_ptr(), x.numel())
+    assert torch.equal(ours.view(torch.int32), selects.view(torch.int32))

@@ -118,3 +118,53 @@ def test_fp16_row_sums_of_random_values_within_one_rounding(ind):
     exact = x.double().sum(-1)
     ulp = exact.abs() * torch.finfo(torch.float16).eps
     assert ((got.double() - exact).abs() <= ulp + 2.0**-24).all(), (got, exact)
+
+
+def test_a_block_whose_value_goes_to_a_row_cache_is_widened_into_the_cache():
+    """Decision 0519: the lane loop neither copies the array nor stores the cache."""
+    body = [
+        "const int64_t r0 = r0_lanes + r0_lane;",
+        "const float tmp0 = ts_f16_to_f32(buf_x[r0 + 64*x0]);",
+        "const float tmp1 = static_cast<float>(tmp0);",
+        "acc[r0_lane] = acc[r0_lane] + tmp1;",
+        "row_cache0[r0] = tmp1;",
+    ]
+    before, after = widened_blocks(body, "r0", "r0_block", 256)
+    assert before == ["ts_f16_widen_block(&buf_x[r0_block + 64*x0], &row_cache0[r0_block], 256);"]
+    assert after == [body[0], "const float tmp0 = row_cache0[r0];", *body[2:4]]
+    # a cached value computed from the load is not the load: the array stays
+    computed = [
+        *body[:3],
+        "const float tmp2 = static_cast<float>(tmp1 * 2.0f);",
+        "row_cache0[r0] = tmp2;",
+    ]
+    before, after = widened_blocks(computed, "r0", "r0_block", 256)
+    assert before[0] == "alignas(64) float wide0_r0[256];" and after[-1] == "row_cache0[r0] = tmp2;"
+
+
+def _centred(rows: int, n: int):
+    """x - sum(x) per row, in float from fp16 and rounded back: a first phase whose loads
+    a row cache keeps for the second."""
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta((rows, n), torch.float16))
+    xf = b.call(prim("convert_element_type"), x, torch.float32)
+    total = b.call(prim("broadcast_in_dim"), b.call(prim("sum"), xf, (1,)), (rows, n), (0,))
+    return b.build(
+        [b.call(prim("convert_element_type"), b.call(prim("sub"), xf, total), torch.float16)]
+    )
+
+
+def test_fp16_rows_cached_for_a_later_phase_are_widened_into_the_cache(ind):
+    n = 3 * LANE_BLOCK + 37
+    compiled = ind.compile(_centred(4, n), "cpp")
+    (kernel,) = compiled.kernels
+    body = ind.kernel_code(kernel.source)
+    assert (
+        f"ts_f16_widen_block(&buf_x[r0_block + red_len*x0], &row_cache0[r0_block], {LANE_BLOCK});"
+        in body
+    )
+    # small integers: every sum and difference exact, so torch's result is the one answer
+    x = torch.randint(-4, 5, (4, n), generator=torch.Generator().manual_seed(3)).half()
+    (got,) = compiled(x)
+    want = (x.float() - x.float().sum(-1, keepdim=True)).half()
+    assert torch.equal(got, want)

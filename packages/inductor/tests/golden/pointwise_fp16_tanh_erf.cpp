@@ -16,10 +16,59 @@
 // ===== kernel kernel0 =====
 // prelude + fp16 conversions: golden/prelude.cpp
 
+// A block of fp16 values widened into a float array (decision 0265): the row sums' lane
+// loops read it instead of calling a vector conversion per vector of lanes, around which
+// the lanes' accumulators were spilled (the vector ABI saves no register). F16C: one
+// conversion instruction per 16 (AVX-512) or 8 values, inline; else the integer widening.
+static inline void ts_f16_widen_block(const uint16_t* __restrict__ s, float* __restrict__ d, int64_t n) {
+#ifdef TS_F16C
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) {
+    ts_v16hi h; __builtin_memcpy(&h, s + i, 32);
+    const ts_v16sf f = __builtin_ia32_vcvtph2ps512_mask(h, ts_v16sf{}, 0xffff, 4);
+    __builtin_memcpy(d + i, &f, 64);
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    ts_v8hi h; __builtin_memcpy(&h, s + i, 16);
+    const ts_v8sf f = __builtin_ia32_vcvtph2ps256(h);
+    __builtin_memcpy(d + i, &f, 32);
+  }
+  for (; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);  // vectorised at -O3
+#endif
+}
+// A block of floats narrowed into fp16 values (decision 0516): an elementwise loop's
+// fp16 store, after the loop's lanes wrote the block's floats. Rounding to nearest even,
+// as ts_store_f16.
+static inline void ts_f16_narrow_block(const float* __restrict__ s, uint16_t* __restrict__ d, int64_t n) {
+#ifdef TS_F16C
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) {
+    ts_v16sf f; __builtin_memcpy(&f, s + i, 64);
+    const ts_v16hi h = __builtin_ia32_vcvtps2ph512_mask(f, 0, ts_v16hi{}, 0xffff);
+    __builtin_memcpy(d + i, &h, 32);
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    ts_v8sf f; __builtin_memcpy(&f, s + i, 32);
+    const ts_v8hi h = __builtin_ia32_vcvtps2ph256(f, 0);
+    __builtin_memcpy(d + i, &h, 16);
+  }
+  for (; i < n; ++i) d[i] = ts_store_f16(s[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) d[i] = ts_store_f16(s[i]);  // vectorised at -O3
+#endif
+}
+
 // erf of a float, inline so that omp simd loops vectorise it (codegen/cpp/erf.py):
 // Eigen's rational function x P(x^2) / Q(x^2) on [-4, 4], clamped to [-1, 1].
 static inline float ts_erf_f32(float v) {
-  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);
+  const float low = v < -4.0f ? -4.0f : v;
+  const float x = low > 4.0f ? 4.0f : low;
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = p * x2 + 2.77068142495902e-08f;
@@ -33,7 +82,9 @@ static inline float ts_erf_f32(float v) {
   q = q * x2 + -1.68282697438203e-03f;
   q = q * x2 + -7.37332916720468e-03f;
   q = q * x2 + -1.42647390514189e-02f;
-  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);
+  const float y = x * p / q;
+  const float y_low = y < -1.0f ? -1.0f : y;
+  return y_low > 1.0f ? 1.0f : y_low;
 }
 
 extern "C" {
@@ -48,19 +99,29 @@ static void __attribute__((noinline, noclone))
 ts_rows(const uint16_t* __restrict__ buf_x, uint16_t* __restrict__ buf_add, const int64_t rows, const int64_t row_lo, const int64_t row_hi) {
   for (int64_t xi = row_lo; xi < row_hi; ++xi) {
     const int64_t x0 = xi;
-    #pragma omp simd
-    for (int64_t x1 = 0; x1 < 64; ++x1) {
-      const float tmp0 = ts_f16_to_f32(buf_x[64*x0 + x1]);
-      const float tmp1 = static_cast<float>(tmp0);
-      const float tmp2 = static_cast<float>(std::tanh(tmp1));
-      const float tmp3 = ts_round_f16(static_cast<float>(tmp2));
-      const float tmp4 = static_cast<float>(tmp3);
-      const float tmp5 = static_cast<float>(ts_erf_f32(tmp1));
-      const float tmp6 = ts_round_f16(static_cast<float>(tmp5));
-      const float tmp7 = static_cast<float>(tmp6);
-      const float tmp8 = static_cast<float>(tmp4 + tmp7);
-      const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
-      buf_add[64*x0 + x1] = ts_store_f16(static_cast<float>(tmp8));
+    {
+      int64_t x1_b = 0;
+      for (; x1_b + 64 <= 64; x1_b += 64) {
+        const int64_t x1_n = 64;
+        alignas(64) float wide0_x1[64];
+        ts_f16_widen_block(&buf_x[64*x0 + x1_b], wide0_x1, x1_n);
+        alignas(64) float narrow0_x1[64];
+        #pragma omp simd
+        for (int64_t x1 = x1_b; x1 < x1_b + x1_n; ++x1) {
+          const float tmp0 = wide0_x1[x1 - x1_b];
+          const float tmp1 = static_cast<float>(tmp0);
+          const float tmp2 = static_cast<float>(std::tanh(tmp1));
+          const float tmp3 = ts_round_f16(static_cast<float>(tmp2));
+          const float tmp4 = static_cast<float>(tmp3);
+          const float tmp5 = static_cast<float>(ts_erf_f32(tmp1));
+          const float tmp6 = ts_round_f16(static_cast<float>(tmp5));
+          const float tmp7 = static_cast<float>(tmp6);
+          const float tmp8 = static_cast<float>(tmp4 + tmp7);
+          const float tmp9 = ts_round_f16(static_cast<float>(tmp8));
+          narrow0_x1[x1 - x1_b] = static_cast<float>(tmp8);
+        }
+        ts_f16_narrow_block(narrow0_x1, &buf_add[64*x0 + x1_b], x1_n);
+      }
     }
   }
 }

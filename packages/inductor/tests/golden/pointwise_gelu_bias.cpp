@@ -19,7 +19,8 @@
 // erf of a float, inline so that omp simd loops vectorise it (codegen/cpp/erf.py):
 // Eigen's rational function x P(x^2) / Q(x^2) on [-4, 4], clamped to [-1, 1].
 static inline float ts_erf_f32(float v) {
-  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);
+  const float low = v < -4.0f ? -4.0f : v;
+  const float x = low > 4.0f ? 4.0f : low;
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = p * x2 + 2.77068142495902e-08f;
@@ -33,7 +34,9 @@ static inline float ts_erf_f32(float v) {
   q = q * x2 + -1.68282697438203e-03f;
   q = q * x2 + -7.37332916720468e-03f;
   q = q * x2 + -1.42647390514189e-02f;
-  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);
+  const float y = x * p / q;
+  const float y_low = y < -1.0f ? -1.0f : y;
+  return y_low > 1.0f ? 1.0f : y_low;
 }
 
 

@@ -29,6 +29,7 @@ HALF_FUNCTIONS = (
     "ts_f32_to_f16",
     "ts_store_f16",
     "ts_f16_widen_block",
+    "ts_f16_narrow_block",
 )
 
 _PORTABLE = r"""
@@ -194,6 +195,29 @@ static inline void ts_f16_widen_block(const uint16_t* __restrict__ s, float* __r
   for (int64_t i = 0; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);  // vectorised at -O3
 #endif
 }
+// A block of floats narrowed into fp16 values (decision 0516): an elementwise loop's
+// fp16 store, after the loop's lanes wrote the block's floats. Rounding to nearest even,
+// as ts_store_f16.
+static inline void ts_f16_narrow_block(const float* __restrict__ s, uint16_t* __restrict__ d, int64_t n) {
+#ifdef TS_F16C
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) {
+    ts_v16sf f; __builtin_memcpy(&f, s + i, 64);
+    const ts_v16hi h = __builtin_ia32_vcvtps2ph512_mask(f, 0, ts_v16hi{}, 0xffff);
+    __builtin_memcpy(d + i, &h, 32);
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    ts_v8sf f; __builtin_memcpy(&f, s + i, 32);
+    const ts_v8hi h = __builtin_ia32_vcvtps2ph256(f, 0);
+    __builtin_memcpy(d + i, &h, 16);
+  }
+  for (; i < n; ++i) d[i] = ts_store_f16(s[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) d[i] = ts_store_f16(s[i]);  // vectorised at -O3
+#endif
+}
 """
 
 #: What a kernel that converts fp16 adds after the prelude (whose ``ts_where`` and
@@ -267,7 +291,47 @@ def widened_blocks(
         return f"{arrays[key]}[{var} - {block}]"
 
     rewritten = [_F16_LOAD.sub(replace, line) for line in body]
+    for name in arrays.values():
+        before, rewritten = _into_row_cache(before, rewritten, name, var, block)
     return before, rewritten
+
+
+#: A body line that stores a value into a row cache at the loop's position (``codegen.
+#: row_cache``): ``row_cache0[r0] = tmp1;``.
+_CACHE_STORE = re.compile(r"(row_cache\d+)\[(\w+)\] = (tmp\d+);")
+
+
+def _into_row_cache(
+    before: list[str], body: list[str], name: str, var: str, block: str
+) -> tuple[list[str], list[str]]:
+    """Where ``body`` stores the widened array ``name``'s value (or a float cast of it)
+    into a row cache at position ``var``, the block is widened into the cache itself:
+    the array, its copy and the store go (decision 0519: one store and one load fewer per
+    element in a norm's or softmax's first phase, whose cache later phases read)."""
+    element = f"{name}[{var} - {block}]"
+    values = {line.split()[2] for line in body if line.endswith(f" = {element};")}
+    for line in body:  # `const float tmp1 = static_cast<float>(tmp0);` is the same value
+        for value in list(values):
+            if line.startswith("const float ") and line.endswith(
+                f" = static_cast<float>({value});"
+            ):
+                values.add(line.split()[2])
+    stores = [
+        match
+        for line in body
+        if (match := _CACHE_STORE.fullmatch(line)) and match[2] == var and match[3] in values
+    ]
+    if not stores:
+        return before, body
+    cache = stores[0][1]
+    target = f"&{cache}[{block}]"
+    before = [
+        line.replace(f", {name}, ", f", {target}, ")
+        for line in before
+        if not line.startswith(f"alignas(64) float {name}[")
+    ]
+    body = [line.replace(element, f"{cache}[{var}]") for line in body if line != stores[0].group(0)]
+    return before, body
 
 
 def uses_half(body: str) -> bool:
@@ -277,7 +341,8 @@ def uses_half(body: str) -> bool:
 
 def half_prelude(body: str) -> str:
     """What a kernel whose function is ``body`` adds after the prelude for fp16: nothing,
-    :data:`HALF_PRELUDE`, and :data:`HALF_BLOCKS` where it widens blocks of loads."""
+    :data:`HALF_PRELUDE`, and :data:`HALF_BLOCKS` where it widens or narrows blocks."""
     if not uses_half(body):
         return ""
-    return HALF_PRELUDE + (HALF_BLOCKS if "ts_f16_widen_block(" in body else "")
+    blocks = "ts_f16_widen_block(" in body or "ts_f16_narrow_block(" in body
+    return HALF_PRELUDE + (HALF_BLOCKS if blocks else "")
