@@ -25,6 +25,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -115,9 +116,15 @@ def _error(ours: torch.Tensor, eager: torch.Tensor) -> str:
 
 
 def measure(
-    fn: Kernel, args: tuple, rounds: int, reps: int, clock: Callable[[], float]
+    fn: Kernel,
+    args: tuple,
+    rounds: int,
+    reps: int,
+    clock: Callable[[], float],
+    options: Any = None,
 ) -> dict[str, object]:
-    """Fastest and slowest round's median seconds of each contender, ours against eager."""
+    """Fastest and slowest round's median seconds of each contender, ours (compiled with
+    ``options``) against eager."""
     import torch._dynamo
 
     import torchstrata.runtime as tsr
@@ -126,7 +133,8 @@ def measure(
     tsr.reset()
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
-        live = {"torchstrata": tsr.compile(fn), "eager": fn, "torch.compile": torch.compile(fn)}
+        ours = tsr.compile(fn, options=options)
+        live = {"torchstrata": ours, "eager": fn, "torch.compile": torch.compile(fn)}
         outs = {name: f(*args) for name, f in live.items()}
     note = fallback_note(records)
     times: dict[str, list[float]] = {name: [] for name in live}
@@ -151,7 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per contender")
     parser.add_argument("--reps", type=int, default=5, help="timed calls per round")
+    parser.add_argument(
+        "--no-half-roundings",
+        action="store_true",
+        help="ours with InductorOptions(half_roundings=False): float32 through a kernel, "
+        "as torch.compile computes (not eager's bits)",
+    )
     args = parser.parse_args(argv)
+    options = None
+    if args.no_half_roundings:
+        from torchstrata.core import CompileOptions, InductorOptions
+
+        options = CompileOptions(inductor=InductorOptions(half_roundings=False))
     only = {name for name in args.only.split(",") if name}
     print(f"# command: python -m bench.half_kernels {' '.join(argv or sys.argv[1:])}")
     print(
@@ -175,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, (fn, inputs) in cases(DTYPES[dname], args.rows, args.cols).items():
                 if only and name not in only:
                     continue
-                res = measure(fn, inputs, args.rounds, args.reps, clock)
+                res = measure(fn, inputs, args.rounds, args.reps, clock, options)
                 t = res["times"]
                 assert isinstance(t, dict)
                 ours, eager, comp = t["torchstrata"], t["eager"], t["torch.compile"]

@@ -30,6 +30,7 @@ INDUCTOR_VARIABLES = {
     "direct_launch": "TORCHSTRATA_DIRECT_LAUNCH",
     "cluster_rows": "TORCHSTRATA_CLUSTER_ROWS",
     "native_alloc": "TORCHSTRATA_NATIVE_ALLOC",
+    "half_roundings": "TORCHSTRATA_HALF_ROUNDINGS",
 }
 #: The variables :meth:`AutogradOptions.from_env` reads, by field.
 AUTOGRAD_VARIABLES = {"unit_grads": "TORCHSTRATA_UNIT_GRADS"}
@@ -94,6 +95,11 @@ class InductorOptions:
       calling ATen's ``empty_strided_cpu``/``empty_strided_cuda`` (built once per machine,
       kept in the on-disk cache; anything unusual still takes ``torch.empty_strided``);
       False, or where it cannot be built: ``torch.empty_strided`` (decision 0510).
+    * ``half_roundings``: a bf16 or fp16 chain's intermediates are rounded to 16 bits
+      where eager stores them, so results are eager's bit for bit; False keeps them in
+      float32 through a fused kernel and rounds only where it stores, as torch.compile
+      does by default (faster on the CPU; nearer the exact value, not eager's bits;
+      both backends, decision 0525).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -113,6 +119,7 @@ class InductorOptions:
         default=None, validator=attrs.validators.optional(_check_bool)
     )
     native_alloc: bool = attrs.field(default=True, validator=_check_bool)
+    half_roundings: bool = attrs.field(default=True, validator=_check_bool)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

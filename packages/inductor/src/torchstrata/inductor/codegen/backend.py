@@ -23,6 +23,7 @@ from torchstrata.inductor.codegen.cpp.generate import generate_cpp
 from torchstrata.inductor.codegen.cpp.records import kernel_from_record, kernel_record
 from torchstrata.inductor.codegen.cpp.row_sizes import size_arguments
 from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
+from torchstrata.inductor.codegen.half_roundings import drop_half_roundings
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.ir.kernel import Kernel
 from torchstrata.inductor.launch.launcher import KernelLaunch
@@ -81,7 +82,7 @@ def _ctypes_call(handle: str, args: Sequence[str], sizes: Sequence[int | SizeVal
 
 class CppBackend:
     """Plain C++ with OpenMP, compiled by the system compiler and loaded with ctypes;
-    ``options``: the switches it reads (``reciprocals``)."""
+    ``options``: the switches it reads (``reciprocals``, ``half_roundings``)."""
 
     name = "cpp"
 
@@ -117,6 +118,8 @@ class CppBackend:
         else:  # contiguous reduced dims as one, whose length the kernel takes as an argument
             flat = flatten_reduced(kernel)
             kernel = flat if uses_column_loop(flat) else kernel
+        if not self.options.half_roundings:
+            kernel = drop_half_roundings(kernel)
         return hoist_reciprocals(kernel) if self.options.reciprocals else kernel
 
     def build(self, kernel: Kernel, options: CompileOptions) -> BuiltLaunch:

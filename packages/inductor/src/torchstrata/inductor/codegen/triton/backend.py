@@ -46,6 +46,7 @@ from torchstrata.core.artifacts import CacheSettings, open_store
 from torchstrata.inductor.codegen.backend import BuiltLaunch
 from torchstrata.inductor.codegen.cpp.build import canonical_text
 from torchstrata.inductor.codegen.flat_rows import flatten_reduced, flatten_rows
+from torchstrata.inductor.codegen.half_roundings import drop_half_roundings
 from torchstrata.inductor.codegen.reciprocals import hoist_reciprocals
 from torchstrata.inductor.codegen.triton.cluster import scratch_size as cluster_scratch_size
 from torchstrata.inductor.codegen.triton.env import triton_interpret
@@ -169,6 +170,8 @@ class TritonBackend:
         if flat.parts:  # a horizontal kernel's parts, each on its own
             flat = attrs.evolve(flat, parts=tuple(map(_flat_elements, flat.parts)))
         kernel = kernel if flat == kernel else flat  # unchanged: the same kernel
+        if not options.half_roundings:
+            kernel = drop_half_roundings(kernel)
         if options.reciprocals:
             kernel = hoist_reciprocals(kernel)
         shifted = shift_row_exps(kernel) if options.shifted_exps else kernel
