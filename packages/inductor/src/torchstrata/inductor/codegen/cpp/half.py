@@ -12,6 +12,9 @@ function declared ``simd`` makes GCC derive vector variants of its own, which wo
 The fast path is compiled where GCC (not Clang, whose builtins differ) targets x86-64 with
 F16C and AVX2 (``-march=native`` on this host); ``TS_PORTABLE_HALF`` defined before the
 prelude turns it off (the tests compile both). The integer versions are decision 0196's.
+
+bf16's conversions are integer arithmetic in the prelude (``exprs.PRELUDE``); only its
+block narrowing (:data:`BF16_BLOCKS`, decision 0526) uses AVX512_BF16 where the build has it.
 """
 
 from __future__ import annotations
