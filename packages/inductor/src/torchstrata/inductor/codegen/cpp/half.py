@@ -12,6 +12,9 @@ function declared ``simd`` makes GCC derive vector variants of its own, which wo
 The fast path is compiled where GCC (not Clang, whose builtins differ) targets x86-64 with
 F16C and AVX2 (``-march=native`` on this host); ``TS_PORTABLE_HALF`` defined before the
 prelude turns it off (the tests compile both). The integer versions are decision 0196's.
+
+bf16's conversions are integer arithmetic in the prelude (``exprs.PRELUDE``); only its
+block narrowing (:data:`BF16_BLOCKS`, decision 0526) uses AVX512_BF16 where the build has it.
 """
 
 from __future__ import annotations
@@ -220,11 +223,46 @@ static inline void ts_f16_narrow_block(const float* __restrict__ s, uint16_t* __
 }
 """
 
+_BF16_BLOCKS = r"""
+// A block of floats narrowed into bf16 values (decision 0526): an elementwise loop's bf16
+// store, after the loop's lanes wrote the block's floats; bit for bit ts_f32_to_bf16
+// (checked on all 2**32 floats). AVX512_BF16's vcvtneps2bf16 rounds to nearest even and
+// quiets NaN as that does, but flushes a subnormal input to zero: those lanes
+// (vfpclassps) go in with exponent field 1, a normal float with the same low 16 bits, and
+// come out with that bit (0x80) taken off again. Kernels loop over these blocks only where
+// TS_AVX512BF16 is defined: with the integer narrowing, the blocks measured slower.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && !defined(TS_PORTABLE_HALF)
+#define TS_AVX512BF16 1
+typedef float ts_bf_v16sf __attribute__((vector_size(64)));
+typedef int ts_bf_v16si __attribute__((vector_size(64)));
+typedef short ts_bf_v16hi __attribute__((vector_size(32)));
+#endif
+static inline void ts_bf16_narrow_block(const float* __restrict__ s, uint16_t* __restrict__ d, int64_t n) {
+  int64_t i = 0;
+#ifdef TS_AVX512BF16
+  for (; i + 16 <= n; i += 16) {
+    ts_bf_v16sf f; __builtin_memcpy(&f, s + i, 64);
+    const unsigned short sub = __builtin_ia32_fpclassps512_mask(f, 0x20, 0xffff);
+    const ts_bf_v16si v = __builtin_ia32_paddd512_mask((ts_bf_v16si)f, ts_bf_v16si{} + 0x00800000, (ts_bf_v16si)f, sub);
+    const auto c = __builtin_ia32_cvtneps2bf16_v16sf((ts_bf_v16sf)v);  // GCC 12: 16 shorts, 13: __bf16
+    ts_bf_v16hi h; __builtin_memcpy(&h, &c, 32);
+    h = __builtin_ia32_psubw256_mask(h, ts_bf_v16hi{} + 0x80, h, sub);
+    __builtin_memcpy(d + i, &h, 32);
+  }
+#endif
+  for (; i < n; ++i) d[i] = ts_f32_to_bf16(s[i]);
+}
+"""
+
 #: What a kernel that converts fp16 adds after the prelude (whose ``ts_where`` and
 #: ``ts_bits_f32``/``ts_f32_bits`` it uses).
 HALF_PRELUDE = _PORTABLE + _F16C
 #: What a kernel that widens blocks of fp16 loads adds after :data:`HALF_PRELUDE`.
 HALF_BLOCKS = _BLOCKS
+
+#: What a kernel that narrows blocks of bf16 stores adds after the prelude (whose
+#: ``ts_f32_to_bf16`` it uses): ``ts_bf16_narrow_block`` and ``TS_AVX512BF16``.
+BF16_BLOCKS = _BF16_BLOCKS
 
 #: An fp16 load as the expression printer spells it: ``ts_f16_to_f32(buf_x[<index>])``.
 _F16_LOAD = re.compile(r"ts_f16_to_f32\((buf_\w+)\[([^\[\]]+)\]\)")
@@ -340,9 +378,11 @@ def uses_half(body: str) -> bool:
 
 
 def half_prelude(body: str) -> str:
-    """What a kernel whose function is ``body`` adds after the prelude for fp16: nothing,
-    :data:`HALF_PRELUDE`, and :data:`HALF_BLOCKS` where it widens or narrows blocks."""
+    """What a kernel whose function is ``body`` adds after the prelude for 16-bit floats:
+    :data:`HALF_PRELUDE` where it converts fp16, and :data:`HALF_BLOCKS` where it widens
+    or narrows fp16 blocks; :data:`BF16_BLOCKS` where it narrows bf16 blocks."""
+    bf16 = BF16_BLOCKS if "ts_bf16_narrow_block(" in body else ""
     if not uses_half(body):
-        return ""
+        return bf16
     blocks = "ts_f16_widen_block(" in body or "ts_f16_narrow_block(" in body
-    return HALF_PRELUDE + (HALF_BLOCKS if blocks else "")
+    return HALF_PRELUDE + (HALF_BLOCKS if blocks else "") + bf16

@@ -12,6 +12,12 @@ store's value into a float array; after it, the array is narrowed into the buffe
 as ``ts_store_f16`` does, and storing a value that is an fp16 value already
 (``ts_f16_bits``) is exact either way. Row-invariant loads (a norm's weight, read at the
 lane index alone) are widened per block too, which is what the norms' last phase needed.
+
+bf16 stores are narrowed a block at a time too (decision 0526), but only where the build
+has AVX512_BF16 (``TS_AVX512BF16``, see ``half.BF16_BLOCKS``): such a loop is emitted twice,
+blocked under ``#ifdef TS_AVX512BF16`` and as before under ``#else``, so the source does
+not depend on the machine. A stored value that ``ts_round_bf16`` rounded goes into the
+array unrounded (the narrowing rounds it the same way).
 """
 
 from __future__ import annotations
@@ -30,12 +36,18 @@ _PRAGMA = "#pragma omp simd"
 #: the loop splitting spell it: ``for (int64_t x1 = <begin>; x1 < <end>; ++x1) {``.
 _HEADER = re.compile(r"for \(int64_t (\w+) = ([^;]+); \1 < ([^;]+); \+\+\1\) \{")
 _LOAD = re.compile(r"ts_f16_to_f32\((buf_\w+)\[([^\[\]]+)\]\)")
-_STORE = re.compile(r"(buf_\w+)\[([^\[\]]+)\] = (?:ts_store_f16|ts_f16_bits)\((.*)\);")
+_STORE = re.compile(
+    r"(buf_\w+)\[([^\[\]]+)\] = (ts_store_f16|ts_f16_bits|ts_f32_to_bf16|ts_bf16_bits)\((.*)\);"
+)
+_BF16_STORES = ("ts_f32_to_bf16", "ts_bf16_bits")
+#: A bf16 rounding's line: ``const float tmp6 = ts_round_bf16(static_cast<float>(tmp5));``.
+_BF16_ROUNDING = re.compile(r"const float (\w+) = ts_round_bf16\(static_cast<float>\((.*)\)\);")
 _DEFINED = re.compile(r"\bconst\s+[\w:<>]+\s+(\w+)\s*=")
 
 
-def _blocked(header: re.Match[str], body: list[str], indent: str) -> list[str] | None:
-    """The loop of ``header`` over ``body`` blocked, or None where nothing moves out."""
+def _blocked(header: re.Match[str], body: list[str], indent: str, bf16: bool) -> list[str] | None:
+    """The loop of ``header`` over ``body`` blocked, or None where nothing moves out; its
+    bf16 stores too where ``bf16``."""
     var, begin, end = header.group(1), header.group(2), header.group(3)
     block, count = f"{var}_b", f"{var}_n"
     local = [name for line in body for name in _DEFINED.findall(line)]
@@ -54,15 +66,22 @@ def _blocked(header: re.Match[str], body: list[str], indent: str) -> list[str] |
             before.append(f"ts_f16_widen_block(&{buffer}[{start}], {name}, {count});")
         return f"{arrays[buffer, index]}[{var} - {block}]"
 
+    rounded = {m[1]: m[2] for line in body if (m := _BF16_ROUNDING.fullmatch(line))}
     rewritten = []
     for line in body:
         stored = _STORE.fullmatch(line.strip())
-        start = stored and block_start(stored.group(2), var, block, local)
+        is_bf16 = stored is not None and stored[3] in _BF16_STORES
+        start = None
+        if stored and (bf16 or not is_bf16):
+            start = block_start(stored[2], var, block, local)
         if stored and start is not None:
             name = f"narrow{len(after)}_{var}"
             before.append(f"alignas(64) float {name}[{HALF_BLOCK}];")
-            after.append(f"ts_f16_narrow_block({name}, &{stored.group(1)}[{start}], {count});")
-            value = stored.group(3)
+            narrow = "ts_bf16_narrow_block" if is_bf16 else "ts_f16_narrow_block"
+            after.append(f"{narrow}({name}, &{stored.group(1)}[{start}], {count});")
+            value = stored.group(4)
+            if is_bf16 and value in rounded:  # the narrowing rounds it alike
+                value = rounded[value]
             if not value.startswith("static_cast<float>("):
                 value = f"static_cast<float>({value})"
             line = f"{name}[{var} - {block}] = {value};"
@@ -119,7 +138,13 @@ def block_half_loops(lines: Sequence[str]) -> list[str]:
             i += 1
             continue
         body = [text.strip() for text in lines[i + 2 : close]]
-        blocked = _blocked(header, body, indent)
-        out += blocked if blocked is not None else lines[i : close + 1]
+        plain = _blocked(header, body, indent, bf16=False)
+        plain = plain if plain is not None else list(lines[i : close + 1])
+        with_bf16 = _blocked(header, body, indent, bf16=True)
+        if with_bf16 is not None and with_bf16 != plain:  # bf16 stores blocked: 0526
+            out += [f"{indent}#ifdef TS_AVX512BF16", *with_bf16, f"{indent}#else", *plain]
+            out.append(f"{indent}#endif")
+        else:
+            out += plain
         i = close + 1
     return out
