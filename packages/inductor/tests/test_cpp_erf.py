@@ -84,31 +84,37 @@ def test_gelu_and_its_derivative_as_eager(ind) -> None:
     torch.testing.assert_close(backward, grad)
 
 
-_SELECT_CLAMPS = r"""
-// The clamps as NaN-propagating selects (ts_min/ts_max), as before decision 0518.
-static inline float erf_selects(float v) {
-  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);
-  const float x2 = x * x;
-  float p = -2.72614225801306e-10f;
-  p = p * x2 + 2.77068142495902e-08f;
-  p = p * x2 + -2.10102402082508e-06f;
-  p = p * x2 + -5.69250639462346e-05f;
-  p = p * x2 + -7.34990630326855e-04f;
-  p = p * x2 + -2.95459980854025e-03f;
-  p = p * x2 + -1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * x2 + -2.13374055278905e-04f;
-  q = q * x2 + -1.68282697438203e-03f;
-  q = q * x2 + -7.37332916720468e-03f;
-  q = q * x2 + -1.42647390514189e-02f;
-  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);
-}
+def _with_select_clamps(prelude: str) -> str:
+    """``prelude``'s erf, renamed ``erf_selects``, with its clamps as the NaN-propagating
+    selects (``ts_min``/``ts_max``) they were before decision 0518."""
+    edits = (
+        ("ts_erf_f32(float v)", "erf_selects(float v)"),
+        (
+            "  const float low = v < -4.0f ? -4.0f : v;\n  const float x = low > 4.0f ? 4.0f : low;\n",
+            "  const float x = ts_min<float>(ts_max<float>(v, -4.0f), 4.0f);\n",
+        ),
+        (
+            "  const float y = x * p / q;\n  const float y_low = y < -1.0f ? -1.0f : y;\n"
+            "  return y_low > 1.0f ? 1.0f : y_low;\n",
+            "  return ts_min<float>(ts_max<float>(x * p / q, -1.0f), 1.0f);\n",
+        ),
+    )
+    for old, new in edits:
+        assert old in prelude, old
+        prelude = prelude.replace(old, new)
+    return prelude
+
+
+_SELECT_CLAMPS = (
+    _with_select_clamps(ERF_PRELUDE)
+    + r"""
 extern "C" void both(const float* __restrict__ x, float* __restrict__ ours,
                      float* __restrict__ selects, const int64_t n) {
   #pragma omp simd
   for (int64_t i = 0; i < n; ++i) { ours[i] = ts_erf_f32(x[i]); selects[i] = erf_selects(x[i]); }
 }
 """
+)
 
 
 def test_erf_clamps_are_conditionals_with_the_bits_of_nan_propagating_selects(tmp_path):
