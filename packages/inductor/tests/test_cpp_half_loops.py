@@ -105,18 +105,37 @@ def test_bf16_stores_are_blocked_only_under_avx512_bf16():
     assert "ts_bf16_narrow_block(" not in "\n".join(lines[other:])
 
 
-def _narrowing_inputs() -> torch.Tensor:
-    """Every fp16 value, each halfway to its neighbour (ties to even), just above and below
-    the halfway points, overflow (65520 and up), the subnormal range, NaN and inf."""
-    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
-    finite = every[torch.isfinite(every)].float().sort().values
+def _every_value_and_ties(dtype: torch.dtype) -> list[torch.Tensor]:
+    """Every value of the 16-bit ``dtype`` as floats, each halfway to its neighbour (ties
+    to even), and just above and below the halfway points."""
+    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    finite = every[torch.isfinite(every)].sort().values
     ties = (finite[1:] + finite[:-1]) / 2
     above = torch.nextafter(ties, torch.tensor(float("inf")))
     below = torch.nextafter(ties, torch.tensor(-float("inf")))
+    return [every, ties, above, below]
+
+
+def _assert_narrows_as_torch(kernel, values: torch.Tensor, counts, dtype: torch.dtype) -> None:
+    """``kernel(x, y, n)`` writes torch's ``dtype`` bits of the last ``count`` of
+    ``values`` for each of ``counts`` (any NaN for a NaN)."""
+    for count in counts:
+        x = values[-count:].contiguous()
+        y = torch.zeros(count, dtype=dtype)
+        kernel(x.data_ptr(), y.data_ptr(), count)
+        want = x.to(dtype)
+        assert torch.equal(y.isnan(), want.isnan()), count
+        finite = ~want.isnan()
+        assert torch.equal(y[finite].view(torch.int16), want[finite].view(torch.int16)), count
+
+
+def _narrowing_inputs() -> torch.Tensor:
+    """Every fp16 value and the points around its ties (:func:`_every_value_and_ties`),
+    overflow (65520 and up), the subnormal range, NaN and inf."""
     specials = torch.tensor([65504.0, 65519.99, 65520.0, 1e6, -1e30, 2.0**-25, 2.0**-26, 1e-40])
     nans = torch.tensor([0x7FC00001, 0xFF800001, 0x7F812345], dtype=torch.int64)
     nans = nans.to(torch.int32).view(torch.float32)
-    return torch.cat([every.float(), ties, above, below, specials, -specials, nans])
+    return torch.cat([*_every_value_and_ties(torch.float16), specials, -specials, nans])
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -130,30 +149,17 @@ def test_the_block_narrowing_rounds_as_torch_in_both_builds(tmp_path, path):
     kernel = build_kernel(source, "narrow", 3, tmp_path).fn
     kernel.argtypes = [*kernel.argtypes[:2], ctypes.c_int64]
     values = _narrowing_inputs()
-    for count in (values.numel(), 24, 17, 15, 1):
-        x = values[-count:].contiguous()
-        y = torch.zeros(count, dtype=torch.float16)
-        kernel(x.data_ptr(), y.data_ptr(), count)
-        want = x.half()
-        assert torch.equal(y.isnan(), want.isnan()), count
-        finite = ~want.isnan()
-        assert torch.equal(y[finite].view(torch.int16), want[finite].view(torch.int16)), count
+    _assert_narrows_as_torch(kernel, values, (values.numel(), 24, 17, 15, 1), torch.float16)
 
 
 def _bf16_narrowing_inputs() -> torch.Tensor:
-    """Every bf16 value, each halfway to its neighbour (ties to even), just above and below
-    the halfway points, float subnormals (which vcvtneps2bf16 would flush), rounding up
-    to inf, NaN with payloads."""
-    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
-    every = every.view(torch.bfloat16).float()
-    finite = every[torch.isfinite(every)].sort().values
-    ties = (finite[1:] + finite[:-1]) / 2
-    above = torch.nextafter(ties, torch.tensor(float("inf")))
-    below = torch.nextafter(ties, torch.tensor(-float("inf")))
+    """Every bf16 value and the points around its ties (:func:`_every_value_and_ties`),
+    float subnormals (which vcvtneps2bf16 would flush), rounding up to inf, NaN with
+    payloads."""
     bits = [0x00000001, 0x00007FFF, 0x00008000, 0x00018000, 0x007FFFFF, 0x007F8000, 0x7F7FFFFF]
     bits += [0x7F7F7FFF, 0x7FC00001, 0xFF800001, 0x7F812345, 0x7FFFFFFF]
     specials = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
-    return torch.cat([every, ties, above, below, specials, -specials])
+    return torch.cat([*_every_value_and_ties(torch.bfloat16), specials, -specials])
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -174,14 +180,7 @@ def test_the_bf16_block_narrowing_rounds_as_torch_in_both_builds(tmp_path, path)
     fast.restype = ctypes.c_int64
     assert fast(None, None, 0) == (path == "native" and host_has_avx512_bf16())
     values = _bf16_narrowing_inputs()
-    for count in (values.numel(), 17, 15, 1):
-        x = values[-count:].contiguous()
-        y = torch.zeros(count, dtype=torch.bfloat16)
-        kernel(x.data_ptr(), y.data_ptr(), count)
-        want = x.bfloat16()
-        assert torch.equal(y.isnan(), want.isnan()), count
-        finite = ~want.isnan()
-        assert torch.equal(y[finite].view(torch.int16), want[finite].view(torch.int16)), count
+    _assert_narrows_as_torch(kernel, values, (values.numel(), 17, 15, 1), torch.bfloat16)
 
 
 def host_has_avx512_bf16() -> bool:
