@@ -7,6 +7,7 @@ from __future__ import annotations
 from torchstrata.core import AotResult, GraphContract, TensorMeta
 from torchstrata.runtime.artifacts import Lowered
 from torchstrata.runtime.runners import output_layout
+from torchstrata.runtime.write_backs import differentiable_writes
 
 
 def forward_contract(aot: AotResult, inference: bool) -> GraphContract:
@@ -16,12 +17,10 @@ def forward_contract(aot: AotResult, inference: bool) -> GraphContract:
     differentiable ones, whose inputs the runner's ``autograd.Function`` marks dirty
     (decision 0520; the others stay functional, copied under ``no_grad``)."""
     num_user, mutated, _ = output_layout(aot)
-    tangents = set(aot.tangent_outputs)
-    write_backs = {
-        num_user + k: index
-        for k, index in enumerate(mutated)
-        if inference or num_user + k in tangents
-    }
+    if inference:
+        write_backs = {num_user + k: index for k, index in enumerate(mutated)}
+    else:
+        write_backs = dict(differentiable_writes(num_user, mutated, aot.tangent_outputs))
     return GraphContract(user_outputs=num_user, write_backs=write_backs)
 
 

@@ -31,7 +31,11 @@ import torch
 from torchstrata.core import AotResult, CompiledGraph, DirectLauncher, TensorMeta, same_layout
 from torchstrata.runtime.errors import TorchstrataFallbackWarning
 from torchstrata.runtime.unit_grads import UnitGrads
-from torchstrata.runtime.write_backs import refuse_written_leaves, write_back
+from torchstrata.runtime.write_backs import (
+    differentiable_writes,
+    refuse_written_leaves,
+    write_back,
+)
 
 #: Runs one graph: graph inputs in, the user's outputs (a tuple of tensors) out.
 GraphRunner = Callable[..., tuple[Any, ...]]
@@ -491,9 +495,7 @@ def training_runner(
     non_differentiable = tuple(i for i in range(returned) if i not in differentiable)
     # (forward output, input) of the differentiable write-backs: the forward may update
     # those inputs in place (``forward_contract``), the function then marks them dirty
-    grad_writes = tuple(
-        (num_user + k, index) for k, index in enumerate(mutated) if num_user + k in differentiable
-    )
+    grad_writes = differentiable_writes(num_user, mutated, tangent_outputs)
 
     def zeros_like_output(index: int, ctx: Any) -> torch.Tensor:
         meta = metas[index] if sized is None else sized.output_meta(index, ctx.sizes)

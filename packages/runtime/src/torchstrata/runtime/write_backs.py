@@ -52,6 +52,18 @@ def same_memory(value: Any, target: torch.Tensor) -> bool:
     )
 
 
+def differentiable_writes(
+    num_user: int, mutated: Sequence[int], tangent_outputs: Sequence[int]
+) -> tuple[tuple[int, int], ...]:
+    """``(forward output, input)`` of each write-back that gets a tangent (decision 0520):
+    write-back ``k`` is output ``num_user + k``, ``tangent_outputs`` count user outputs and
+    write-backs together."""
+    tangents = set(tangent_outputs)
+    return tuple(
+        (num_user + k, index) for k, index in enumerate(mutated) if num_user + k in tangents
+    )
+
+
 def refuse_written_leaves(inputs: Sequence[Any], writes: tuple[tuple[int, int], ...]) -> None:
     """Raise eager's error, before anything is written, where an input that the graph
     writes from a value that requires grad (``(output, input)`` pairs) is a leaf that
