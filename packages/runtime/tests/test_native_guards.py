@@ -366,3 +366,15 @@ def test_a_symbolic_entry_refuses_same_layout_tensors_of_other_traits(checks):
     x = torch.randn(4, 8)
     torch.testing.assert_close(compiled(x, w), f(x, w))
     assert len(compiled.cache.entries) == 3
+
+
+@pytest.mark.parametrize("state", ["no_grad", "inference_mode"])
+def test_checks_loaded_under_no_grad_still_compare_states_natively(checks, tmp_path, state):
+    """A process whose first compile runs under ``torch.no_grad()`` (or inference mode)
+    loads the extension there: its self-test of the state number runs from the common
+    state all the same, and passes."""
+    context = torch.no_grad() if state == "no_grad" else torch.inference_mode()
+    with context:
+        module = native_guards.load_module(CacheSettings.resolve(str(tmp_path)))
+    assert getattr(module, "state_checked", False)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()

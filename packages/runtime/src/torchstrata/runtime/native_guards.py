@@ -217,7 +217,14 @@ def verify(module: ModuleType) -> None:
 def _verify_state(module: ModuleType) -> None:
     """Let :class:`TensorChecks` of ``module`` compare global-state snapshots natively
     when the state's number tells the states apart that the Python snapshot does (tested
-    from the common state; loaded in another, the snapshot compares them)."""
+    from the common state, grad on and inference mode off whatever the caller's: a first
+    compile under ``torch.no_grad()`` loads the module too; loaded in another state, as
+    under autocast, the snapshot compares them)."""
+    with torch.enable_grad(), torch.inference_mode(False):
+        _verify_state_numbers(module)
+
+
+def _verify_state_numbers(module: ModuleType) -> None:
     key = module.state_key()
     if key < 0:
         return
