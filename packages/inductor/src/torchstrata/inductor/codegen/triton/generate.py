@@ -29,6 +29,12 @@ from torchstrata.inductor.codegen.triton.cluster import (
     combine_lines,
     header_lines,
 )
+from torchstrata.inductor.codegen.triton.flat_index import (
+    FlatIndices,
+    derived_lines,
+    flat_groups,
+    without_unused,
+)
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
     PARTIALS_CHUNK_PARAM,
@@ -144,6 +150,9 @@ def _row_source(
     printer = TritonPrinter(kernel, reduction, interpret)
     printer.counts = _counts(kernel)
     rv = red_vars(kernel.red_shape)
+    # each index over xindex/rindex where that divides less (decision 0521)
+    printer.flat_index = FlatIndices(flat_groups(row_vars(kernel.row_shape), rv)).choose
+    derived = derived_lines(row_vars(kernel.row_shape), rv)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
@@ -222,9 +231,10 @@ def _row_source(
         # the divisor a literal stride that ``xnumel`` spells (_rows_name) told Triton
         lines = rows_divisor_hint(kernel.rows) + lines
     if kernel.tail is None:
-        return module_source(kernel, lines, interpret)
+        return module_source(kernel, without_unused(lines, derived), interpret)
 
     lines += tail_lines(kernel, emitter, printer)
+    lines = without_unused(lines, derived)
     return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
 
 
@@ -298,15 +308,18 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
         printer = TritonPrinter(part, False, interpret)
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
+        # each part's indices over its own xindex where that divides less (decision 0521)
+        printer.flat_index = FlatIndices(flat_groups(row_vars(part.row_shape), ())).choose
         count = part_rows_param(position)  # the part's elements: a size argument
-        lines += [
+        part_lines = [
             f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
             f"xmask = (xindex >= 0) & (xindex < {count})",
             "xzero = xindex * 0",
             *derive_lines(row_vars(part.row_shape), "xindex"),
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
-        lines += emitter.take_outer() + stores
+        part_lines += emitter.take_outer() + stores
+        lines += without_unused(part_lines, derived_lines(row_vars(part.row_shape), ()))
         offset = count if offset == "0" else f"{offset} + {count}"
     return lines
 
