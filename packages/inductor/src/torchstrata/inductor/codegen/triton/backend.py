@@ -208,6 +208,7 @@ class TritonBackend:
                         and all(kernel.row_length % config.rblock == 0 for config in launches),
                         cluster=cluster,
                         prefetch_partials=options.partials_prefetch,
+                        flat_indices=options.flat_indices,
                     )
                 generated.append((variant, source))
         return kernel, configs, generated

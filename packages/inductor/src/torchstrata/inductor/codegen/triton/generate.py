@@ -86,6 +86,7 @@ def generate_triton(
     even_row: bool = False,
     cluster: int = 1,
     prefetch_partials: bool = True,
+    flat_indices: bool = True,
 ) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
@@ -99,14 +100,17 @@ def generate_triton(
     looped kernel whose rows are walked by clusters of this many programs, one chunk of
     the row each (:mod:`~torchstrata.inductor.codegen.triton.cluster`; ``XBLOCK`` 1).
     ``prefetch_partials``: a kernel with partials loads its next block of rows before this
-    block's work (``InductorOptions.partials_prefetch``).
+    block's work (``InductorOptions.partials_prefetch``). ``flat_indices``: a plain row or
+    pointwise kernel's indices over the flat ``xindex``/``rindex`` where that divides less
+    (:mod:`~torchstrata.inductor.codegen.triton.flat_index`, ``InductorOptions.flat_indices``).
     """
     cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
     if cluster > 1:  # the row stride too: a cluster's rows are as long as a multiple of 16
         with named_sizes(cats | {kernel.row_length: RED_PARAM}, cats):
             return _cluster_source(kernel, group, even_row, cluster)
     if kernel.parts:
-        return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
+        lines = _horizontal_lines(kernel, interpret, flat_indices)
+        return module_source(kernel, lines, interpret)
     if kernel.partials is not None:  # its rows, row length and chunk: size arguments
         with named_sizes(cats | _partials_names(kernel), cats):
             lines = _partials_lines(kernel, interpret, prefetch_partials)
@@ -123,7 +127,7 @@ def generate_triton(
     column_strides = is_column_reduction(kernel, unanimous=True) and same_size(length, kernel.rows)
     names = cats | (lengths | rows if column_strides else rows | lengths)
     with named_sizes(names, cats):
-        return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+        return _row_source(kernel, interpret, persistent, group, even_rows, even_row, flat_indices)
 
 
 def _rows_name(kernel: Kernel) -> dict[int, str]:
@@ -142,7 +146,13 @@ def _counts(kernel: Kernel) -> dict[int, str]:
 
 
 def _row_source(
-    kernel: Kernel, interpret: bool, persistent: bool, group: int, even_rows: bool, even_row: bool
+    kernel: Kernel,
+    interpret: bool,
+    persistent: bool,
+    group: int,
+    even_rows: bool,
+    even_row: bool,
+    flat_indices: bool = True,
 ) -> str:
     """:func:`generate_triton` of a plain row or pointwise kernel."""
     persistent = persistent or not kernel.red_shape
@@ -151,8 +161,10 @@ def _row_source(
     printer.counts = _counts(kernel)
     rv = red_vars(kernel.red_shape)
     # each index over xindex/rindex where that divides less (decision 0521)
-    printer.flat_index = FlatIndices(flat_groups(row_vars(kernel.row_shape), rv)).choose
-    derived = derived_lines(row_vars(kernel.row_shape), rv)
+    derived: list[str] = []
+    if flat_indices:
+        printer.flat_index = FlatIndices(flat_groups(row_vars(kernel.row_shape), rv)).choose
+        derived = derived_lines(row_vars(kernel.row_shape), rv)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
@@ -297,7 +309,7 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
 
 
-def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
+def _horizontal_lines(kernel: Kernel, interpret: bool, flat_indices: bool) -> list[str]:
     """A horizontal kernel's body: each part over its slice of the launch's elements,
     masked to it (a program's block may straddle two parts)."""
     wide = kernel.rows >= 2**31
@@ -309,7 +321,8 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
         # each part's indices over its own xindex where that divides less (decision 0521)
-        printer.flat_index = FlatIndices(flat_groups(row_vars(part.row_shape), ())).choose
+        if flat_indices:
+            printer.flat_index = FlatIndices(flat_groups(row_vars(part.row_shape), ())).choose
         count = part_rows_param(position)  # the part's elements: a size argument
         part_lines = [
             f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
@@ -319,7 +332,8 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         part_lines += emitter.take_outer() + stores
-        lines += without_unused(part_lines, derived_lines(row_vars(part.row_shape), ()))
+        derived = derived_lines(row_vars(part.row_shape), ()) if flat_indices else []
+        lines += without_unused(part_lines, derived)
         offset = count if offset == "0" else f"{offset} + {count}"
     return lines
 
