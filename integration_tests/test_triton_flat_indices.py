@@ -1,7 +1,8 @@
 """Triton kernels index over the flat ``xindex`` where that divides less (decision 0521),
 end to end on the CPU under Triton's interpreter: RoPE's loads of ``q`` and ``k`` are
 ``xindex`` plus an offset, a broadcast operand at odd sizes is one remainder, and every
-result is eager's. ``InductorOptions(flat_indices=False)`` is the per-dim form."""
+result is eager's (and on a GPU, ``gpu`` mark). ``InductorOptions(flat_indices=False)``
+is the per-dim form."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torchstrata.runtime as tsr
 from torchstrata.core import CompileOptions, InductorOptions
 
-pytestmark = pytest.mark.triton
+from .triton_devices import TRITON_DEVICES
 
 
 def rope(q, k, cos, sin):
@@ -47,16 +48,28 @@ def _load_offsets(source: str, buffer: str) -> list[str]:
     return re.findall(rf"tl\.load\({buffer} \+ \((.*?)\), ", _body(source))
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 32, 16), (2, 3, 17, 12)], ids=["pow2", "odd"])
-def test_the_rope_kernel_loads_q_and_k_without_a_division(shape, monkeypatch):
+def _randn(*shape: int, device: str) -> torch.Tensor:
+    return torch.randn(*shape, generator=_GEN).to(device)
+
+
+_GEN = torch.Generator().manual_seed(0)
+
+
+def _on(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    gen = torch.Generator().manual_seed(0)
-    q, k = (torch.randn(*shape, generator=gen) for _ in range(2))
-    cos, sin = (torch.randn(*shape[-2:], generator=gen) for _ in range(2))
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+@pytest.mark.parametrize("shape", [(2, 4, 32, 16), (2, 3, 17, 12)], ids=["pow2", "odd"])
+def test_the_rope_kernel_loads_q_and_k_without_a_division(shape, device, monkeypatch):
+    _on(device, monkeypatch)
+    q, k = (_randn(*shape, device=device) for _ in range(2))
+    cos, sin = (_randn(*shape[-2:], device=device) for _ in range(2))
     compiled = _compiled(rope)
     for ours, eager in zip(compiled(q, k, cos, sin), rope(q, k, cos, sin), strict=True):
-        torch.testing.assert_close(ours, eager, rtol=0, atol=0)
+        torch.testing.assert_close(ours, eager)
     (kernel,) = tsr.explain(compiled, q, k, cos, sin).kernels
     for buffer in ("buf_q", "buf_k"):
         offsets = _load_offsets(kernel.source, buffer)
@@ -68,20 +81,18 @@ def test_the_rope_kernel_loads_q_and_k_without_a_division(shape, monkeypatch):
         assert offset.count("%") == 1 and "//" not in offset, offset
 
 
+@pytest.mark.parametrize("device", TRITON_DEVICES)
 @pytest.mark.parametrize(
     ("shape", "weight"),
     [((123, 4095), (4095,)), ((7, 13, 33), (13, 33))],
     ids=["rows", "suffix"],
 )
-def test_a_broadcast_weight_at_odd_sizes_divides_less(shape, weight, monkeypatch):
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    gen = torch.Generator().manual_seed(0)
-    x, w = torch.randn(*shape, generator=gen), torch.randn(*weight, generator=gen)
+def test_a_broadcast_weight_at_odd_sizes_divides_less(shape, weight, device, monkeypatch):
+    _on(device, monkeypatch)
+    x, w = _randn(*shape, device=device), _randn(*weight, device=device)
     flat, per_dim = _compiled(scale_and_add), _compiled(scale_and_add, flat_indices=False)
-    eager = scale_and_add(x, w)
-    torch.testing.assert_close(flat(x, w), eager, rtol=0, atol=0)
-    torch.testing.assert_close(per_dim(x, w), eager, rtol=0, atol=0)
+    torch.testing.assert_close(flat(x, w), scale_and_add(x, w))
+    torch.testing.assert_close(flat(x, w), per_dim(x, w), rtol=0, atol=0)
     (new,) = tsr.explain(flat, x, w).kernels
     (old,) = tsr.explain(per_dim, x, w).kernels
     assert _divisions(new.source) < _divisions(old.source)
@@ -90,15 +101,14 @@ def test_a_broadcast_weight_at_odd_sizes_divides_less(shape, weight, monkeypatch
     assert offset == "xindex + xzero"
 
 
-def test_a_row_kernel_over_odd_rows_stores_at_its_flat_row(monkeypatch):
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_a_row_kernel_over_odd_rows_stores_at_its_flat_row(device, monkeypatch):
+    _on(device, monkeypatch)
 
     def centred_sums(x, b):
         return (x - x.mean(-1, keepdim=True)).sum(-1) * b
 
-    gen = torch.Generator().manual_seed(0)
-    x, b = torch.randn(3, 5, 77, generator=gen), torch.randn(5, generator=gen)
+    x, b = _randn(3, 5, 77, device=device), _randn(5, device=device)
     flat, per_dim = _compiled(centred_sums), _compiled(centred_sums, flat_indices=False)
     torch.testing.assert_close(flat(x, b), centred_sums(x, b))
     torch.testing.assert_close(flat(x, b), per_dim(x, b), rtol=0, atol=0)
