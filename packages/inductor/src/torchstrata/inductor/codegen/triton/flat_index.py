@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from torchstrata.core import same_size
-from torchstrata.inductor.codegen.triton.printer import derive_lines
+from torchstrata.inductor.codegen.triton.printer import TritonPrinter, derive_lines
 from torchstrata.inductor.ir.indexing import Index, Var, row_major_strides
 from torchstrata.inductor.ir.recombine import div_mod_count, substitute
 
@@ -79,12 +79,15 @@ def without_unused(lines: Sequence[str], derived: Iterable[str]) -> list[str]:
     ]
 
 
-def flat_groups(row: Sequence[Var], red: Sequence[Var]) -> list[tuple[Sequence[Var], str]]:
-    """The groups of a plain row or pointwise kernel: its row variables over ``xindex``,
-    its reduced ones over ``rindex``."""
-    return [(row, "xindex"), (red, "rindex")]
-
-
-def derived_lines(row: Sequence[Var], red: Sequence[Var]) -> list[str]:
-    """Every line :func:`derive_lines` gives the variables of :func:`flat_groups`."""
+def use_flat_indices(
+    printer: TritonPrinter, row: Sequence[Var], red: Sequence[Var], enabled: bool = True
+) -> list[str]:
+    """Has ``printer`` print each index in its cheaper form (:class:`FlatIndices` over the
+    row variables ``row`` derived from ``xindex`` and the reduced ones ``red`` from
+    ``rindex``, as every kernel of this backend derives them), and returns the lines that
+    derive them, for :func:`without_unused`; nothing where not ``enabled``
+    (``InductorOptions.flat_indices``)."""
+    if not enabled:
+        return []
+    printer.flat_index = FlatIndices([(row, "xindex"), (red, "rindex")]).choose
     return [*derive_lines(row, "xindex"), *derive_lines(red, "rindex")]

@@ -29,12 +29,7 @@ from torchstrata.inductor.codegen.triton.cluster import (
     combine_lines,
     header_lines,
 )
-from torchstrata.inductor.codegen.triton.flat_index import (
-    FlatIndices,
-    derived_lines,
-    flat_groups,
-    without_unused,
-)
+from torchstrata.inductor.codegen.triton.flat_index import use_flat_indices, without_unused
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
     PARTIALS_CHUNK_PARAM,
@@ -107,13 +102,13 @@ def generate_triton(
     cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
     if cluster > 1:  # the row stride too: a cluster's rows are as long as a multiple of 16
         with named_sizes(cats | {kernel.row_length: RED_PARAM}, cats):
-            return _cluster_source(kernel, group, even_row, cluster)
+            return _cluster_source(kernel, group, even_row, cluster, flat_indices)
     if kernel.parts:
         lines = _horizontal_lines(kernel, interpret, flat_indices)
         return module_source(kernel, lines, interpret)
     if kernel.partials is not None:  # its rows, row length and chunk: size arguments
         with named_sizes(cats | _partials_names(kernel), cats):
-            lines = _partials_lines(kernel, interpret, prefetch_partials)
+            lines = _partials_lines(kernel, interpret, prefetch_partials, flat_indices)
         return module_source(kernel, lines, interpret)
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
     # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
@@ -161,10 +156,7 @@ def _row_source(
     printer.counts = _counts(kernel)
     rv = red_vars(kernel.red_shape)
     # each index over xindex/rindex where that divides less (decision 0521)
-    derived: list[str] = []
-    if flat_indices:
-        printer.flat_index = FlatIndices(flat_groups(row_vars(kernel.row_shape), rv)).choose
-        derived = derived_lines(row_vars(kernel.row_shape), rv)
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
@@ -250,7 +242,9 @@ def _row_source(
     return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
 
 
-def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> str:
+def _cluster_source(
+    kernel: Kernel, group: int, even_row: bool, size: int, flat_indices: bool = True
+) -> str:
     """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
     reduction phase over the program's chunk, then the cluster's partials combined
     (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
@@ -265,6 +259,7 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     wide = kernel.rows * kernel.row_length >= 2**31
     lines = [
         *header_lines(size, chunk, wide),
@@ -306,6 +301,7 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
             length, rindex_lines, inner, stores, prefetch=False, reverse=True, chunk=chunk
         )
         lines += emitter.take_outer() + loop
+    lines = without_unused(lines, derived)
     return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
 
 
@@ -321,8 +317,7 @@ def _horizontal_lines(kernel: Kernel, interpret: bool, flat_indices: bool) -> li
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
         # each part's indices over its own xindex where that divides less (decision 0521)
-        if flat_indices:
-            printer.flat_index = FlatIndices(flat_groups(row_vars(part.row_shape), ())).choose
+        derived = use_flat_indices(printer, row_vars(part.row_shape), (), flat_indices)
         count = part_rows_param(position)  # the part's elements: a size argument
         part_lines = [
             f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
@@ -332,7 +327,6 @@ def _horizontal_lines(kernel: Kernel, interpret: bool, flat_indices: bool) -> li
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
         part_lines += emitter.take_outer() + stores
-        derived = derived_lines(row_vars(part.row_shape), ()) if flat_indices else []
         lines += without_unused(part_lines, derived)
         offset = count if offset == "0" else f"{offset} + {count}"
     return lines
@@ -352,7 +346,9 @@ def _partials_names(kernel: Kernel) -> dict[int, str]:
     return names
 
 
-def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str]:
+def _partials_lines(
+    kernel: Kernel, interpret: bool, prefetch: bool, flat_indices: bool = True
+) -> list[str]:
     """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
     a time, adds the fused column sums of each block of rows into per-column accumulators,
     and stores them once (``partials.py``). Every row is in range (chunks tile the rows).
@@ -367,6 +363,8 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
     printer.counts = _counts(kernel)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
+    rv = red_vars(kernel.red_shape)
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     wide = kernel.rows * kernel.row_length >= 2**31
     lines = [] if interpret else _partials_hints(kernel)
     lines += [
@@ -408,7 +406,7 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
         offset = f"{render_index(store.index)} + rzero"
         lines += after_emitter.take_outer()
         lines.append(f"tl.store({store.buffer} + ({offset}), {value}, rmask)")
-    return lines
+    return without_unused(lines, derived)
 
 
 def _partials_hints(kernel: Kernel) -> list[str]:
