@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from torchstrata.core import SizeGuards
 from torchstrata.inductor.ir.indexing import FloorDiv, Index, Mod, Var, row_major_strides
-from torchstrata.inductor.ir.recombine import div_mod_count, recombine, substitute
+from torchstrata.inductor.ir.recombine import (
+    div_mod_count,
+    recombine,
+    row_major_digits,
+    substitute,
+)
 
 
 def _value(index: Index, env: dict[str, int]) -> int:
@@ -110,8 +115,9 @@ def _accesses(draw: st.DrawFn) -> tuple[list[int], Index]:
 @given(access=_accesses())
 def test_the_flat_form_is_the_same_integer_at_every_position(access):
     shape, index = access
-    _, mapping = _digits(shape)
-    flat = substitute(index, mapping)
+    variables, _ = _digits(shape)
+    digits = row_major_digits(Var("xi", math.prod(shape)), shape)
+    flat = substitute(index, {var.name: d for var, d in zip(variables, digits, strict=True)})
     assert flat.variables() <= {"xi"}
     for position in range(math.prod(shape)):
         values = _position_values(shape, position)
@@ -185,3 +191,23 @@ def test_a_symbolic_coefficient_equal_at_one_size_only_is_not_merged():
         result = substitute(index, mapping)
     assert result == mapping["x1"] * width + mapping["x2"]
     assert guards.conditions == [] and not guards.refused
+
+
+def test_symbolic_digits_are_atoms_as_written_deciding_no_row_count():
+    # rows of s0 // 3 (one row at s0 = 3..5, more beyond): simplifying by ranges compared
+    # ``4*floor(s0/3) - 1`` with 4, a guard splitting the lowering (decision 0480)
+    for hint in (4, 7):
+        guards = SizeGuards({"s0": hint})
+        rows = guards.symbol("s0") // 3
+        with guards.active():
+            flat = Var("xi", rows * 4)
+            digits = row_major_digits(flat, [rows, 4])
+            x0, x1 = Index.of(Var("x0", rows)), Index.of(Var("x1", 4))
+            mapping = {"x0": digits[0], "x1": digits[1]}
+            contiguous = substitute(x0 * 4 + x1, mapping)
+            column = substitute(x1, mapping)
+        assert contiguous == Index.of(flat)
+        assert column == Index.of(Mod(Index.of(flat), 4))
+        # the one condition row-major strides record (``max(rows, 1)``), as derive_lines
+        assert [str(c) for c in guards.conditions] == ["floor(s0/3) >= 1"]
+        assert not guards.refused

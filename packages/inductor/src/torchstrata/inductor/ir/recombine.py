@@ -14,16 +14,20 @@ A kernel that derives one variable per dim from a flat position (``x1 = (xi // 1
 
 Each holds for every non-negative ``b`` and positive sizes, so also for symbolic ones
 (``core.SizeValue``): terms are matched by expression (a coefficient equal to ``k*d`` at
-one size only is not matched, and decides nothing), never by value.
+one size only is not matched, and decides nothing), never by value. In a symbolic
+lowering (``core.sizes_symbolic``) the quotients and remainders these build are atoms as
+written, not simplified by the ranges of their bases: that simplification compares
+bounds with sizes, which records a guard wherever sympy cannot decide it (``4*floor(s0/3)
+- 1 < 4``: a rows dim of ``s0 // 3`` pinned to one or more rows, decision 0480).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from torchstrata.core import compared_by_expression, same_size, sizes_symbolic
-from torchstrata.inductor.ir.indexing import Atom, FloorDiv, Index, Mod, Var
+from torchstrata.inductor.ir.indexing import Atom, FloorDiv, Index, Mod, Var, row_major_strides
 
 
 def recombine(index: Index) -> Index:
@@ -37,6 +41,30 @@ def substitute(index: Index, mapping: Mapping[str, Index]) -> Index:
     once), simplified by the index algebra, then :func:`recombine`-d."""
     key = tuple(sorted(mapping.items(), key=lambda item: item[0]))
     return _substitute(index, key, sizes_symbolic())
+
+
+def row_major_digits(flat: Var, sizes: Sequence[int]) -> list[Index]:
+    """The multi-index of ``sizes`` whose row-major position is ``flat``, as the Triton
+    backend derives it (``flat // stride`` for the leading dim, ``(flat // stride) % size``
+    for the others): simplified by ranges, or, in a symbolic lowering, as written (see the
+    module docstring)."""
+    symbolic = sizes_symbolic()
+    position = Index.of(flat)
+    digits = []
+    for dim, (size, stride) in enumerate(zip(sizes, row_major_strides(sizes), strict=True)):
+        value = position if same_size(stride, 1) else _quotient(position, stride, symbolic)
+        digits.append(_remainder(value, size, symbolic) if dim else value)
+    return digits
+
+
+def _quotient(base: Index, divisor: int, symbolic: bool) -> Index:
+    """``base // divisor``: simplified, or in a symbolic lowering the atom as written."""
+    return Index.of(FloorDiv(base, divisor)) if symbolic else base.floordiv(divisor)
+
+
+def _remainder(base: Index, modulus: int, symbolic: bool) -> Index:
+    """``base % modulus``, as :func:`_quotient`."""
+    return Index.of(Mod(base, modulus)) if symbolic else base.mod(modulus)
 
 
 def div_mod_count(index: Index) -> int:
@@ -61,9 +89,9 @@ def _substitute(index: Index, mapping: tuple[tuple[str, Index], ...], symbolic: 
         if isinstance(atom, Var):
             part = values.get(atom.name, Index.of(atom))
         elif isinstance(atom, FloorDiv):
-            part = _substitute(atom.base, mapping, symbolic).floordiv(atom.divisor)
+            part = _quotient(_substitute(atom.base, mapping, symbolic), atom.divisor, symbolic)
         else:
-            part = _substitute(atom.base, mapping, symbolic).mod(atom.modulus)
+            part = _remainder(_substitute(atom.base, mapping, symbolic), atom.modulus, symbolic)
         result = result + part * coeff
     return _recombine(result, symbolic)
 
@@ -93,12 +121,13 @@ def _atom(atom: Atom, symbolic: bool) -> Index:
     if isinstance(atom, FloorDiv):
         inner = _single(base)
         if isinstance(inner, FloorDiv):  # (b // a) // d == b // (a*d)
-            return _recombine(inner.base.floordiv(inner.divisor * atom.divisor), symbolic)
-        return Index.of(atom) if base == atom.base else base.floordiv(atom.divisor)
+            divisor = inner.divisor * atom.divisor
+            return _recombine(_quotient(inner.base, divisor, symbolic), symbolic)
+        return Index.of(atom) if base == atom.base else _quotient(base, atom.divisor, symbolic)
     stripped = _strip_remainders(base, atom.modulus)
     if stripped is not None:
-        return _recombine(stripped.mod(atom.modulus), symbolic)
-    return Index.of(atom) if base == atom.base else base.mod(atom.modulus)
+        return _recombine(_remainder(stripped, atom.modulus, symbolic), symbolic)
+    return Index.of(atom) if base == atom.base else _remainder(base, atom.modulus, symbolic)
 
 
 def _single(index: Index) -> Atom | None:
@@ -146,7 +175,7 @@ def _merge_digits(index: Index, symbolic: bool) -> Index | None:
             return _replaced(index, (atom, quotient), atom.base * coeff)
         digit = above.get(quotient)
         if digit is not None and same_size(coeffs[digit], scaled):
-            merged = atom.base.mod(atom.modulus * digit.modulus) * coeff
+            merged = _remainder(atom.base, atom.modulus * digit.modulus, symbolic) * coeff
             return _replaced(index, (atom, digit), merged)
     return None
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from torchstrata.core import same_size
 from torchstrata.inductor.codegen.triton.printer import TritonPrinter, derive_lines
 from torchstrata.inductor.ir.indexing import Index, Var, row_major_strides
-from torchstrata.inductor.ir.recombine import div_mod_count, substitute
+from torchstrata.inductor.ir.recombine import div_mod_count, row_major_digits, substitute
 
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
@@ -42,13 +42,12 @@ class FlatIndices:
             numel = 1
             for size in sizes:
                 numel = numel * size
-            flat = Index.of(Var(flat_name, numel))
+            digits = row_major_digits(Var(flat_name, numel), sizes)
             strides = row_major_strides(sizes)
-            for dim, (var, stride) in enumerate(zip(vars_, strides, strict=True)):
-                divides = not same_size(stride, 1)  # by expression, as derive_lines (0480)
-                value = flat.floordiv(stride) if divides else flat
-                self._values[var.name] = value.mod(var.size) if dim > 0 else value
-                self._costs[var.name] = int(divides) + int(dim > 0)
+            for dim, (var, stride, digit) in enumerate(zip(vars_, strides, digits, strict=True)):
+                self._values[var.name] = digit
+                # what derive_lines prints: a symbolic stride divides at every size (0480)
+                self._costs[var.name] = int(not same_size(stride, 1)) + int(dim > 0)
         self._mapping = dict(self._values)
 
     def choose(self, index: Index) -> Index:
