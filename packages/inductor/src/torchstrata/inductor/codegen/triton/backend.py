@@ -195,7 +195,7 @@ class TritonBackend:
                 launches = [config for config in configs if config.variant == variant]
                 if split > 1:
                     (chunk,) = {config.rblock for config in launches}
-                    source = generate_split_triton(kernel, split, chunk)
+                    source = generate_split_triton(kernel, split, chunk, options.flat_indices)
                 else:
                     source = generate_triton(
                         shifted,
