@@ -154,7 +154,7 @@ def _strip_remainders(base: Index, modulus: int) -> Index | None:
 
 def _merge_digits(index: Index, symbolic: bool) -> Index | None:
     """``index`` with one remainder ``k*(b % d)`` merged with the digit above it (``k*d*(b
-    // d)`` or ``k*d*((b // d) % m)``, ``b // d`` in the form :func:`_atom` gives it: a
+    // d)`` or ``k*d*((b // d) % m)``, ``b // d`` as built and recombined here: a
     digit of a digit, ``(c // a) % d``, has ``c // (a*d)`` above it), or None when no pair
     matches."""
     coeffs = dict(index.terms)
@@ -167,7 +167,7 @@ def _merge_digits(index: Index, symbolic: bool) -> Index | None:
     for atom, coeff in index.terms:
         if not isinstance(atom, Mod):
             continue
-        quotient = _single(_atom(FloorDiv(atom.base, atom.modulus), symbolic))
+        quotient = _single(_recombine(_quotient(atom.base, atom.modulus, symbolic), symbolic))
         scaled = coeff * atom.modulus
         if quotient is None:
             continue
