@@ -11,6 +11,7 @@ the remaining workloads so the run stays under six minutes including compiles.
 
     python packages/inductor/benchmarks/gpu_kernels.py [--only K3,K7] [--deadline 330]
     python packages/inductor/benchmarks/gpu_kernels.py --odd --dtype float16   # odd shapes
+    TORCHSTRATA_FLAT_INDICES=0 python packages/inductor/benchmarks/gpu_kernels.py --inductor-env
     python packages/inductor/benchmarks/gpu_kernels.py --device cpu --small   # smoke test
 """
 
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import torchstrata.runtime as ts
-from torchstrata.core import assert_close_to_eager
+from torchstrata.core import CompileOptions, InductorOptions, assert_close_to_eager
 
 
 # ---------------------------------------------------------------- workloads (plain torch)
@@ -100,8 +101,16 @@ ODD_SHAPES = ((16383, 4095), (4097, 16385), (32768, 771), (2048, 50257), (100003
 
 
 def odd_workloads(small: bool, add: Callable[..., None], rn: Callable[..., Any]) -> None:
-    """LayerNorm (with and without bias), RMSNorm and softmax at ``ODD_SHAPES``."""
+    """LayerNorm (with and without bias), RMSNorm, softmax and a bias GELU at
+    ``ODD_SHAPES``; RoPE over an odd sequence and head size."""
+    b, h, t, d = (4, 12, 1023, 96) if not small else (1, 3, 17, 12)
+    add(
+        f"odd K8 [{b},{h},{t},{d}]",
+        rope,
+        lambda: (rn(b, h, t, d), rn(b, h, t, d), rn(t, d), rn(t, d)),
+    )
     for m, n in ODD_SHAPES if not small else ((63, 255), (7, 1001)):
+        add(f"odd K1 [{m},{n}]", bias_gelu, lambda a=m, b=n: (rn(a, b), rn(b)))
         add(f"odd K5 [{m},{n}]", layer_norm, lambda a=m, b=n: (rn(a, b), rn(b), rn(b)))
         add(f"odd K5 w [{m},{n}]", layer_norm_weight_only, lambda a=m, b=n: (rn(a, b), rn(b)))
         add(f"odd K4 [{m},{n}]", rms_norm, lambda a=m, b=n: (rn(a, b), rn(b)))
@@ -274,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codegen", default=None, help="triton / cpp (default: by device)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--odd", action="store_true", help="norms and softmax at odd shapes")
+    parser.add_argument(
+        "--inductor-env",
+        action="store_true",
+        help="our compiles take InductorOptions.from_env() (TORCHSTRATA_FLAT_INDICES=0...)",
+    )
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     start = time.perf_counter()
@@ -293,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'workload':<26}{'GB/s':>7}{'%copy':>7}{'eager':>8}{'vs eager':>9}{'vs TC':>7}"
     print(header + "  ms(ours/eager/TC)       compile s  check")
     results = []
+    options = CompileOptions(inductor=InductorOptions.from_env()) if args.inductor_env else None
+    if options is not None:
+        print(f"ours with {options.inductor}")
     wanted = [w for w in args.only.split(",") if w]
     for row in workloads(args.small, device, dtype, args.odd):
         if wanted and not any(row["id"].startswith(w) for w in wanted):
@@ -303,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             results.append(
-                run_row(row, device, bench, copy_gbs, not args.no_inductor, args.codegen, dtype)
+                run_row(
+                    row, device, bench, copy_gbs, not args.no_inductor, args.codegen, dtype, options
+                )
             )
         except Exception as error:  # noqa: BLE001 - one bad row must not end the run
             traceback.print_exc(limit=3)
@@ -326,11 +345,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_row(
-    row, device, bench, copy_gbs, with_inductor, codegen=None, dtype=torch.bfloat16
+    row,
+    device,
+    bench,
+    copy_gbs,
+    with_inductor,
+    codegen=None,
+    dtype=torch.bfloat16,
+    options: CompileOptions | None = None,
 ) -> dict[str, Any]:
     fn, train = row["fn"], row["train"]
     inputs = row["make"]()
-    compiled = ts.compile(fn, fullgraph=True, codegen=codegen)
+    compiled = ts.compile(fn, fullgraph=True, codegen=codegen, options=options)
     seed = row.get("seed", "random")
     runner, traffic = prepare(fn, inputs, train, grad_dtype=dtype, seed=seed)
     t0 = time.perf_counter()

@@ -88,15 +88,14 @@ def kernel0(buf_a, buf_b, buf_c, buf_cat, xnumel, cat0, cat1, cat2, XBLOCK: tl.c
     xmask = xindex < xnumel
     xzero = xindex * 0
     x0 = xindex // 8
-    x1 = (xindex) % 8
     tmp0 = (x0 + xzero).to(tl.int64)
     tmp1 = tmp0 < (tl.full([1], 0, tl.int64) + (cat0))
-    tmp2 = tl.load(buf_a + (8*x0 + x1 + xzero), xmask & (tmp1), other=0)
+    tmp2 = tl.load(buf_a + (xindex + xzero), xmask & (tmp1), other=0)
     tmp3 = tmp0 < (tl.full([1], 0, tl.int64) + (cat1))
-    tmp4 = tl.load(buf_b + (8*((x0) % (cat1 - cat0)) + x1 + xzero), xmask & (tmp3), other=0)
+    tmp4 = tl.load(buf_b + (((xindex) % (8*(cat1 - cat0))) + xzero), xmask & (tmp3), other=0)
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.load(buf_c + (8*x0 + x1 + -8*cat1 + xzero), xmask & (tmp3 == 0), other=0)
+    tmp6 = tl.load(buf_c + (xindex + -8*cat1 + xzero), xmask & (tmp3 == 0), other=0)
     tmp7 = tmp6 + tl.full([1], 1.0, tl.float32)
     tmp8 = tl.where(tmp3, tmp5, tmp7)
     tmp9 = tl.where(tmp1, tmp2, tmp8)
-    tl.store(buf_cat + (8*x0 + x1 + xzero), (tmp9).to(tl.float32), xmask)
+    tl.store(buf_cat + (xindex + xzero), (tmp9).to(tl.float32), xmask)

@@ -87,8 +87,7 @@ def kernel0(buf_i, buf_x, buf_mul, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
     x0 = xindex // 4
-    x1 = (xindex) % 4
-    tmp0 = tl.load(buf_i + (4*x0 + x1 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_i + (xindex + xzero), xmask, other=0)
     tmp1 = tl.load(buf_x + (16*x0 + xzero + (tmp0).to(tl.int64)), xmask & ((tmp0).to(tl.int64).to(tl.uint64, bitcast=True) < 16), other=float("nan"))
     tmp2 = tmp1 * tl.full([1], 2.0, tl.float32)
-    tl.store(buf_mul + (4*x0 + x1 + xzero), (tmp2).to(tl.float32), xmask)
+    tl.store(buf_mul + (xindex + xzero), (tmp2).to(tl.float32), xmask)

@@ -94,4 +94,4 @@ def kernel0(buf_i, buf_x, buf_add, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tl.load(buf_x + (x1 + xzero + 8 * (tmp3).to(tl.int64)), xmask & ((tmp3).to(tl.int64).to(tl.uint64, bitcast=True) < 16), other=float("nan"))
     tmp5 = tmp4 + tl.full([1], 1.0, tl.float32)
-    tl.store(buf_add + (8*x0 + x1 + xzero), (tmp5).to(tl.float32), xmask)
+    tl.store(buf_add + (xindex + xzero), (tmp5).to(tl.float32), xmask)

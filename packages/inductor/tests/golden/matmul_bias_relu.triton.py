@@ -94,10 +94,9 @@ def kernel0(buf_b, buf_mm, buf_relu, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.co
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 32
     x1 = (xindex) % 32
-    tmp0 = tl.load(buf_mm + (32*x0 + x1 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_mm + (xindex + xzero), xmask, other=0)
     tmp1 = tl.load(buf_b + (x1 + xzero), xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = _ts_max(tmp2, tl.full([1], 0.0, tl.float32))
-    tl.store(buf_relu + (32*x0 + x1 + xzero), (tmp3).to(tl.float32), xmask)
+    tl.store(buf_relu + (xindex + xzero), (tmp3).to(tl.float32), xmask)

@@ -89,7 +89,7 @@ def kernel0(buf_x, buf_y, buf_add, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     x0 = xindex // 128
     x1 = (xindex // 16) % 8
     x2 = (xindex) % 16
-    tmp0 = tl.load(buf_x + (128*x0 + 16*x1 + x2 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_x + (xindex + xzero), xmask, other=0)
     tmp1 = tl.load(buf_y + (16*x0 + 64*x1 + x2 + xzero), xmask, other=0)
     tmp2 = tmp0 + tmp1
-    tl.store(buf_add + (128*x0 + 16*x1 + x2 + xzero), (tmp2).to(tl.float32), xmask)
+    tl.store(buf_add + (xindex + xzero), (tmp2).to(tl.float32), xmask)

@@ -86,9 +86,8 @@ def kernel0(buf_b, buf_x, buf_gelu, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 32
     x1 = (xindex) % 32
-    tmp0 = tl.load(buf_x + (32*x0 + x1 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_x + (xindex + xzero), xmask, other=0)
     tmp1 = tmp0 * tl.full([1], 2.0, tl.float32)
     tmp2 = tl.load(buf_b + (x1 + xzero), xmask, other=0)
     tmp3 = tmp1 + tmp2
@@ -97,4 +96,4 @@ def kernel0(buf_b, buf_x, buf_gelu, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.con
     tmp6 = tl.erf(tmp5)
     tmp7 = tmp6 + tl.full([1], 1.0, tl.float32)
     tmp8 = tmp4 * tmp7
-    tl.store(buf_gelu + (32*x0 + x1 + xzero), (tmp8).to(tl.float32), xmask)
+    tl.store(buf_gelu + (xindex + xzero), (tmp8).to(tl.float32), xmask)

@@ -87,8 +87,7 @@ def kernel0(buf_x, buf_y, buf_sub, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
     x0 = xindex // 16
-    x1 = (xindex) % 16
-    tmp0 = tl.load(buf_x + (16*x0 + x1 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_x + (xindex + xzero), xmask, other=0)
     tmp1 = (tmp0 * -1.0)
     tmp2 = tl.exp(tmp1)
     tmp3 = tmp2 + tl.full([1], 1.0, tl.float32)
@@ -96,4 +95,4 @@ def kernel0(buf_x, buf_y, buf_sub, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     tmp5 = tl.load(buf_y + (x0 + xzero), xmask, other=0)
     tmp6 = tmp4 * tmp5
     tmp7 = tmp6 - tl.full([1], 1.0, tl.float32)
-    tl.store(buf_sub + (16*x0 + x1 + xzero), (tmp7).to(tl.float32), xmask)
+    tl.store(buf_sub + (xindex + xzero), (tmp7).to(tl.float32), xmask)

@@ -86,20 +86,17 @@ def kernel0(buf_cos, buf_sin, buf_x, buf_add, xnumel, XBLOCK: tl.constexpr, RBLO
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 512
-    x1 = (xindex // 128) % 4
-    x2 = (xindex // 16) % 8
     x3 = (xindex) % 16
-    tmp0 = tl.load(buf_x + (512*x0 + 128*x1 + 16*x2 + x3 + xzero), xmask, other=0)
-    tmp1 = tl.load(buf_cos + (16*x2 + x3 + xzero), xmask, other=0)
+    tmp0 = tl.load(buf_x + (xindex + xzero), xmask, other=0)
+    tmp1 = tl.load(buf_cos + (((xindex) % 128) + xzero), xmask, other=0)
     tmp2 = tmp0 * tmp1
     tmp3 = (x3 + xzero).to(tl.int64)
     tmp4 = tmp3 < tl.full([1], 8, tl.int64)
-    tmp5 = tl.load(buf_x + (512*x0 + 128*x1 + 16*x2 + x3 + 8 + xzero), xmask & (tmp4), other=0)
+    tmp5 = tl.load(buf_x + (xindex + 8 + xzero), xmask & (tmp4), other=0)
     tmp6 = (tmp5 * -1.0)
-    tmp7 = tl.load(buf_x + (512*x0 + 128*x1 + 16*x2 + x3 + -8 + xzero), xmask & (tmp4 == 0), other=0)
+    tmp7 = tl.load(buf_x + (xindex + -8 + xzero), xmask & (tmp4 == 0), other=0)
     tmp8 = tl.where(tmp4, tmp6, tmp7)
-    tmp9 = tl.load(buf_sin + (16*x2 + x3 + xzero), xmask, other=0)
+    tmp9 = tl.load(buf_sin + (((xindex) % 128) + xzero), xmask, other=0)
     tmp10 = tmp8 * tmp9
     tmp11 = tmp2 + tmp10
-    tl.store(buf_add + (512*x0 + 128*x1 + 16*x2 + x3 + xzero), (tmp11).to(tl.float32), xmask)
+    tl.store(buf_add + (xindex + xzero), (tmp11).to(tl.float32), xmask)

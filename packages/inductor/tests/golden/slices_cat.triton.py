@@ -86,12 +86,11 @@ def kernel0(buf_x, buf_cat, xnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = tl.full([XBLOCK], 1, tl.int1)
     xzero = xindex * 0
-    x0 = xindex // 16
     x1 = (xindex) % 16
     tmp0 = (x1 + xzero).to(tl.int64)
     tmp1 = tmp0 < tl.full([1], 4, tl.int64)
-    tmp2 = tl.load(buf_x + (16*x0 + x1 + xzero), xmask & (tmp1), other=0)
-    tmp3 = tl.load(buf_x + (16*x0 + x1 + xzero), xmask & (tmp1 == 0), other=0)
+    tmp2 = tl.load(buf_x + (xindex + xzero), xmask & (tmp1), other=0)
+    tmp3 = tl.load(buf_x + (xindex + xzero), xmask & (tmp1 == 0), other=0)
     tmp4 = tmp3 * tl.full([1], 2.0, tl.float32)
     tmp5 = tl.where(tmp1, tmp2, tmp4)
-    tl.store(buf_cat + (16*x0 + x1 + xzero), (tmp5).to(tl.float32), xmask)
+    tl.store(buf_cat + (xindex + xzero), (tmp5).to(tl.float32), xmask)

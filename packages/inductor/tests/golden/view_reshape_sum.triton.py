@@ -99,4 +99,4 @@ def kernel0(buf_x, buf_sum, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, 
         acc_sum = _ts_sum(acc_sum, tl.where(xmask & rmask, tmp0, tl.full([1], 0.0, tl.float32)))
     red_sum = tl.reduce(acc_sum, 1, _sum_combine, keep_dims=True)
     tmp1 = red_sum
-    tl.store(buf_sum + (16*x0 + x1 + xzero), (tmp1).to(tl.float32), xmask)
+    tl.store(buf_sum + (xindex + xzero), (tmp1).to(tl.float32), xmask)

@@ -31,6 +31,7 @@ INDUCTOR_VARIABLES = {
     "cluster_rows": "TORCHSTRATA_CLUSTER_ROWS",
     "native_alloc": "TORCHSTRATA_NATIVE_ALLOC",
     "half_roundings": "TORCHSTRATA_HALF_ROUNDINGS",
+    "flat_indices": "TORCHSTRATA_FLAT_INDICES",
 }
 #: The variables :meth:`AutogradOptions.from_env` reads, by field.
 AUTOGRAD_VARIABLES = {"unit_grads": "TORCHSTRATA_UNIT_GRADS"}
@@ -100,6 +101,9 @@ class InductorOptions:
       float32 through a fused kernel and rounds only where it stores, as torch.compile
       does by default (faster on the CPU; nearer the exact value, not eager's bits;
       both backends, decision 0525).
+    * ``flat_indices``: a Triton kernel prints each load's and store's index over its flat
+      ``xindex``/``rindex`` where that takes fewer divisions and remainders than over the
+      per-dim variables derived from it (a contiguous access is ``xindex``, decision 0521).
     """
 
     tails: bool = attrs.field(default=True, validator=_check_bool)
@@ -120,6 +124,7 @@ class InductorOptions:
     )
     native_alloc: bool = attrs.field(default=True, validator=_check_bool)
     half_roundings: bool = attrs.field(default=True, validator=_check_bool)
+    flat_indices: bool = attrs.field(default=True, validator=_check_bool)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> InductorOptions:

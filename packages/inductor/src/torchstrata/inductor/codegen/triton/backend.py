@@ -195,7 +195,7 @@ class TritonBackend:
                 launches = [config for config in configs if config.variant == variant]
                 if split > 1:
                     (chunk,) = {config.rblock for config in launches}
-                    source = generate_split_triton(kernel, split, chunk)
+                    source = generate_split_triton(kernel, split, chunk, options.flat_indices)
                 else:
                     source = generate_triton(
                         shifted,
@@ -208,6 +208,7 @@ class TritonBackend:
                         and all(kernel.row_length % config.rblock == 0 for config in launches),
                         cluster=cluster,
                         prefetch_partials=options.partials_prefetch,
+                        flat_indices=options.flat_indices,
                     )
                 generated.append((variant, source))
         return kernel, configs, generated

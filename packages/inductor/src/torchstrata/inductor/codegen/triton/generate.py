@@ -29,6 +29,7 @@ from torchstrata.inductor.codegen.triton.cluster import (
     combine_lines,
     header_lines,
 )
+from torchstrata.inductor.codegen.triton.flat_index import use_flat_indices, without_unused
 from torchstrata.inductor.codegen.triton.loops import block_loop, tile_loop
 from torchstrata.inductor.codegen.triton.printer import (
     PARTIALS_CHUNK_PARAM,
@@ -80,6 +81,7 @@ def generate_triton(
     even_row: bool = False,
     cluster: int = 1,
     prefetch_partials: bool = True,
+    flat_indices: bool = True,
 ) -> str:
     """The module source of ``kernel``; ``XBLOCK``/``RBLOCK`` are launch-time constants.
 
@@ -93,17 +95,20 @@ def generate_triton(
     looped kernel whose rows are walked by clusters of this many programs, one chunk of
     the row each (:mod:`~torchstrata.inductor.codegen.triton.cluster`; ``XBLOCK`` 1).
     ``prefetch_partials``: a kernel with partials loads its next block of rows before this
-    block's work (``InductorOptions.partials_prefetch``).
+    block's work (``InductorOptions.partials_prefetch``). ``flat_indices``: a plain row or
+    pointwise kernel's indices over the flat ``xindex``/``rindex`` where that divides less
+    (:mod:`~torchstrata.inductor.codegen.triton.flat_index`, ``InductorOptions.flat_indices``).
     """
     cats = cat_names(kernel)  # a cat's bounds are size arguments (codegen/cat_bounds.py)
     if cluster > 1:  # the row stride too: a cluster's rows are as long as a multiple of 16
         with named_sizes(cats | {kernel.row_length: RED_PARAM}, cats):
-            return _cluster_source(kernel, group, even_row, cluster)
+            return _cluster_source(kernel, group, even_row, cluster, flat_indices)
     if kernel.parts:
-        return module_source(kernel, _horizontal_lines(kernel, interpret), interpret)
+        lines = _horizontal_lines(kernel, interpret, flat_indices)
+        return module_source(kernel, lines, interpret)
     if kernel.partials is not None:  # its rows, row length and chunk: size arguments
         with named_sizes(cats | _partials_names(kernel), cats):
-            lines = _partials_lines(kernel, interpret, prefetch_partials)
+            lines = _partials_lines(kernel, interpret, prefetch_partials, flat_indices)
         return module_source(kernel, lines, interpret)
     # a row stride equal to the row length is spelled as ``rnumel`` (codegen/size_names.py),
     # a reduced dim's stride equal to the rows (a sum over dim 0 of ``[B, T, C]``) ``xnumel``
@@ -117,7 +122,7 @@ def generate_triton(
     column_strides = is_column_reduction(kernel, unanimous=True) and same_size(length, kernel.rows)
     names = cats | (lengths | rows if column_strides else rows | lengths)
     with named_sizes(names, cats):
-        return _row_source(kernel, interpret, persistent, group, even_rows, even_row)
+        return _row_source(kernel, interpret, persistent, group, even_rows, even_row, flat_indices)
 
 
 def _rows_name(kernel: Kernel) -> dict[int, str]:
@@ -136,7 +141,13 @@ def _counts(kernel: Kernel) -> dict[int, str]:
 
 
 def _row_source(
-    kernel: Kernel, interpret: bool, persistent: bool, group: int, even_rows: bool, even_row: bool
+    kernel: Kernel,
+    interpret: bool,
+    persistent: bool,
+    group: int,
+    even_rows: bool,
+    even_row: bool,
+    flat_indices: bool = True,
 ) -> str:
     """:func:`generate_triton` of a plain row or pointwise kernel."""
     persistent = persistent or not kernel.red_shape
@@ -144,6 +155,8 @@ def _row_source(
     printer = TritonPrinter(kernel, reduction, interpret)
     printer.counts = _counts(kernel)
     rv = red_vars(kernel.red_shape)
+    # each index over xindex/rindex where that divides less (decision 0521)
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     emitter = ExprEmitter(printer, frozenset() if persistent else frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
     wide = kernel.rows * kernel.row_length >= 2**31
@@ -222,13 +235,16 @@ def _row_source(
         # the divisor a literal stride that ``xnumel`` spells (_rows_name) told Triton
         lines = rows_divisor_hint(kernel.rows) + lines
     if kernel.tail is None:
-        return module_source(kernel, lines, interpret)
+        return module_source(kernel, without_unused(lines, derived), interpret)
 
     lines += tail_lines(kernel, emitter, printer)
+    lines = without_unused(lines, derived)
     return module_source(kernel, lines, interpret, extra_params=TAIL_PARAMS)
 
 
-def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> str:
+def _cluster_source(
+    kernel: Kernel, group: int, even_row: bool, size: int, flat_indices: bool = True
+) -> str:
     """The looped kernel over chunks of rows walked by clusters of ``size`` programs: each
     reduction phase over the program's chunk, then the cluster's partials combined
     (``triton_cluster.combine_lines``); row outputs stored by the row's first chunk."""
@@ -243,6 +259,7 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
     rv = red_vars(kernel.red_shape)
     emitter = ExprEmitter(printer, frozenset(v.name for v in rv))
     printer.name_of = emitter.emit
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     wide = kernel.rows * kernel.row_length >= 2**31
     lines = [
         *header_lines(size, chunk, wide),
@@ -284,10 +301,11 @@ def _cluster_source(kernel: Kernel, group: int, even_row: bool, size: int) -> st
             length, rindex_lines, inner, stores, prefetch=False, reverse=True, chunk=chunk
         )
         lines += emitter.take_outer() + loop
+    lines = without_unused(lines, derived)
     return module_source(kernel, lines, interpret=False, extra_params=CLUSTER_PARAMS)
 
 
-def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
+def _horizontal_lines(kernel: Kernel, interpret: bool, flat_indices: bool) -> list[str]:
     """A horizontal kernel's body: each part over its slice of the launch's elements,
     masked to it (a program's block may straddle two parts)."""
     wide = kernel.rows >= 2**31
@@ -298,15 +316,18 @@ def _horizontal_lines(kernel: Kernel, interpret: bool) -> list[str]:
         printer = TritonPrinter(part, False, interpret)
         emitter = ExprEmitter(printer, frozenset())
         printer.name_of = emitter.emit
+        # each part's indices over its own xindex where that divides less (decision 0521)
+        derived = use_flat_indices(printer, row_vars(part.row_shape), (), flat_indices)
         count = part_rows_param(position)  # the part's elements: a size argument
-        lines += [
+        part_lines = [
             f"xindex = gindex - ({offset})" if " " in offset else f"xindex = gindex - {offset}",
             f"xmask = (xindex >= 0) & (xindex < {count})",
             "xzero = xindex * 0",
             *derive_lines(row_vars(part.row_shape), "xindex"),
         ]
         stores = [store_line(s, emitter.emit(s.value), printer, False) for s in part.row_stores]
-        lines += emitter.take_outer() + stores
+        part_lines += emitter.take_outer() + stores
+        lines += without_unused(part_lines, derived)
         offset = count if offset == "0" else f"{offset} + {count}"
     return lines
 
@@ -325,7 +346,9 @@ def _partials_names(kernel: Kernel) -> dict[int, str]:
     return names
 
 
-def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str]:
+def _partials_lines(
+    kernel: Kernel, interpret: bool, prefetch: bool, flat_indices: bool = True
+) -> list[str]:
     """A persistent row kernel whose program ``xp`` computes a chunk of rows, ``XBLOCK`` at
     a time, adds the fused column sums of each block of rows into per-column accumulators,
     and stores them once (``partials.py``). Every row is in range (chunks tile the rows).
@@ -340,6 +363,8 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
     printer.counts = _counts(kernel)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
+    rv = red_vars(kernel.red_shape)
+    derived = use_flat_indices(printer, row_vars(kernel.row_shape), rv, flat_indices)
     wide = kernel.rows * kernel.row_length >= 2**31
     lines = [] if interpret else _partials_hints(kernel)
     lines += [
@@ -381,7 +406,7 @@ def _partials_lines(kernel: Kernel, interpret: bool, prefetch: bool) -> list[str
         offset = f"{render_index(store.index)} + rzero"
         lines += after_emitter.take_outer()
         lines.append(f"tl.store({store.buffer} + ({offset}), {value}, rmask)")
-    return lines
+    return without_unused(lines, derived)
 
 
 def _partials_hints(kernel: Kernel) -> list[str]:

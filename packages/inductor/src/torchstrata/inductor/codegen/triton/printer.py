@@ -263,6 +263,13 @@ class TritonPrinter:
         #: element counts that the module's size arguments hold (value -> name): a plain
         #: row or pointwise kernel's ``rnumel``/``xnumel`` (decision 0310)
         self.counts: dict[int, str] = {}
+        #: the form each index is printed in (``flat_index.FlatIndices.choose``: over the
+        #: flat ``xindex``/``rindex`` where that divides less, decision 0521); None: as is
+        self.flat_index: Callable[[Index], Index] | None = None
+
+    def index_text(self, index: Index, reach: int = 0) -> str:
+        """:func:`render_index` of ``index`` in the form :attr:`flat_index` picks."""
+        return render_index(index if self.flat_index is None else self.flat_index(index), reach)
 
     def offset(self, index: Index, row: bool = False) -> tuple[str, str]:
         """The offset text (shaped like the tile it belongs to) and its mask. With ``row``,
@@ -270,8 +277,8 @@ class TritonPrinter:
         ``[1, RBLOCK]`` row masked by ``rmask`` alone, broadcast where it is used: as an
         ``[XBLOCK, RBLOCK]`` tile it was loaded once per row of the tile (decision 0465)."""
         if row and self.row_invariant(index):
-            return render_index(index), "rmask"
-        return f"{render_index(index)} + xzero", self.mask(index.variables())
+            return self.index_text(index), "rmask"
+        return f"{self.index_text(index)} + xzero", self.mask(index.variables())
 
     def row_invariant(self, index: Index) -> bool:
         """Whether ``index`` reads along a reduction's row only (no row variable)."""
@@ -307,7 +314,7 @@ class TritonPrinter:
         if isinstance(expr, IndirectLoad):
             return self._indirect_load(expr, operands[0])
         if isinstance(expr, IndexValue):
-            return f"({render_index(expr.index)} + xzero).to({compute_type(expr.dtype)})"
+            return f"({self.index_text(expr.index)} + xzero).to({compute_type(expr.dtype)})"
         if isinstance(expr, ReduceRef):
             return f"red_{expr.name}"
         assert isinstance(expr, Op)
@@ -342,7 +349,7 @@ class TritonPrinter:
         size`` (one unsigned compare) and NaN outside. The offset is int64: the position
         is (and is cast to be), and ``index`` is computed in int64 too when the gathered
         buffer may pass 2**31 elements (it can be far larger than the kernel's domain)."""
-        base = render_index(expr.index, reach=expr.stride * max(expr.size - 1, 0))
+        base = self.index_text(expr.index, reach=expr.stride * max(expr.size - 1, 0))
         wanted = f"({position}).to(tl.int64)"
         inside = f"({wanted}.to(tl.uint64, bitcast=True) < {expr.size})"
         mask = self.mask(variables(expr))  # the position's variables count too
@@ -426,7 +433,7 @@ def store_line(
     softmax over rows of 65536: 88.5 -> 86.2 us)."""
     if store.dtype is torch.bfloat16 and printer.interpret:
         value = f"_ts_round_bf16(({value}).to(tl.float32))"
-    offset = render_index(store.index) + " + xzero"
+    offset = printer.index_text(store.index) + " + xzero"
     mask = f"{row_mask} & rmask" if full else row_mask
     if full:
         offset += " + rzero"

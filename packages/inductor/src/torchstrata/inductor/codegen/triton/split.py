@@ -46,6 +46,7 @@ import torch
 
 from torchstrata.inductor.codegen.emitter import ExprEmitter
 from torchstrata.inductor.codegen.size_names import named_sizes
+from torchstrata.inductor.codegen.triton.flat_index import use_flat_indices, without_unused
 from torchstrata.inductor.codegen.triton.printer import (
     RED_PARAM,
     ROWS_PARAM,
@@ -93,9 +94,10 @@ def scratch_sizes(kernel: Kernel, split: int) -> tuple[int, int]:
     return kernel.rows * partial_stats(kernel) * split, 1 + 2 * kernel.rows
 
 
-def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
+def generate_split_triton(kernel: Kernel, split: int, chunk: int, flat_indices: bool = True) -> str:
     """The module of ``kernel`` with each row cut into ``split`` chunks of ``chunk``
-    (``RBLOCK``) elements, one program each (launch ``rows * split`` programs, ``XBLOCK=1``)."""
+    (``RBLOCK``) elements, one program each (launch ``rows * split`` programs, ``XBLOCK=1``);
+    ``flat_indices``: indices over ``xindex``/``rindex`` where that divides less (0521)."""
     if not can_split(kernel):
         raise ValueError(f"{kernel.name} cannot be split across programs")
     if split * chunk < kernel.row_length or (split - 1) * chunk >= kernel.row_length:
@@ -104,14 +106,16 @@ def generate_split_triton(kernel: Kernel, split: int, chunk: int) -> str:
     # row stride equal to the length is spelled as it, as in a plain row kernel
     length = kernel.row_length
     with named_sizes({length: RED_PARAM} if length >= 2 else {}):
-        return _split_source(kernel, split, chunk)
+        return _split_source(kernel, split, chunk, flat_indices)
 
 
-def _split_source(kernel: Kernel, split: int, chunk: int) -> str:
+def _split_source(kernel: Kernel, split: int, chunk: int, flat_indices: bool) -> str:
     wide = kernel.rows * kernel.row_length >= 2**31
     printer = TritonPrinter(kernel, True, interpret=False)
     emitter = ExprEmitter(printer, frozenset())
     printer.name_of = emitter.emit
+    rows, reduced = row_vars(kernel.row_shape), red_vars(kernel.red_shape)
+    derived = use_flat_indices(printer, rows, reduced, flat_indices)
     row = f"ticket // {split}"
     lines = [
         # relaxed: a ticket publishes nothing (Triton's default, acq_rel, fences each take)
@@ -129,8 +133,8 @@ def _split_source(kernel: Kernel, split: int, chunk: int) -> str:
         "rmask = tl.full([1, RBLOCK], 1, tl.int1)"
         if kernel.row_length % chunk == 0
         else f"rmask = rindex < {RED_PARAM}",
-        *derive_lines(row_vars(kernel.row_shape), "xindex"),
-        *derive_lines(red_vars(kernel.red_shape), "rindex"),
+        *derive_lines(rows, "xindex"),
+        *derive_lines(reduced, "rindex"),
         # the partials are a 1-D vector indexed by the scalar `row`, one element per
         # thread: a [1, split] tile had every thread load them all (on the H200 the
         # cluster rows' combine took 113 us that way against 85, exp_clab.py)
@@ -155,6 +159,7 @@ def _split_source(kernel: Kernel, split: int, chunk: int) -> str:
     lines += emitter.take_outer() + row_stores
     full_stores = [store_line(s, emitter.emit(s.value), printer, True) for s in kernel.full_stores]
     lines += emitter.take_outer() + full_stores + _depart(split)
+    lines = without_unused(lines, derived)
     return module_source(kernel, lines, interpret=False, extra_params=SCRATCH_PARAMS)
 
 
