@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import sympy  # type: ignore[import-untyped]
+from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv
 
 from torchstrata.core import (
     SizeGuards,
@@ -120,6 +121,9 @@ def _made(guards: SizeGuards, which: str):
         "modulo": lambda: n % m,
         "signed modulo": lambda: SizeValue(sympy.Mod(n.expr - m.expr, 4), 0, guards),
         "ceiling": lambda: SizeValue(sympy.ceiling(n.expr / 4), 0, guards),
+        # ``math.ceil(s0 / 4)`` of a meta function (a CUDA attention's padded log-sum-exp)
+        "rounded up": lambda: SizeValue(CeilToInt(IntTrueDiv(n.expr, 4)), 0, guards),
+        "rounded down": lambda: SizeValue(FloorToInt(IntTrueDiv(n.expr, m.expr)), 0, guards),
         "max": lambda: SizeValue(sympy.Max(n.expr - 3, 0), 0, guards),
         "power": lambda: n * n * m,
     }
@@ -134,6 +138,8 @@ def _made(guards: SizeGuards, which: str):
         ("modulo", "Mod(s0, s1)"),
         ("signed modulo", "PythonMod(s0 - s1, 4)"),
         ("ceiling", "-(((-s0)//4))"),
+        ("rounded up", "-(((-s0)//4))"),
+        ("rounded down", "(s0//s1)"),
         ("max", "Max(0, s0 - 3)"),
         ("power", "s0**2*s1"),
     ],

@@ -62,6 +62,29 @@ _PYTHON_MODS = frozenset({"Mod", "PythonMod"})  # sympy's Mod floors too
 _ROUNDED_DIVS = frozenset({"CeilToInt", "FloorToInt"})
 
 
+def rounded_quotient(
+    expr: Any, args: tuple[Any, ...] | None = None
+) -> tuple[Any, Any, bool] | None:
+    """``(numerator, denominator, ceiling)`` where ``expr`` rounds a quotient of sizes to
+    an integer: sympy's ``floor``/``ceiling`` of a quotient, or ``FloorToInt``/``CeilToInt``
+    of an ``IntTrueDiv`` (``math.ceil(s0 / 32)`` of a meta function, a CUDA attention's
+    padded log-sum-exp); else None. ``args`` stand for ``expr.args`` (rewritten ones).
+    The printers spell it as a floor or ceiling division."""
+    sympy = _sympy()
+    args = expr.args if args is None else args
+    if len(args) != 1:
+        return None
+    (quotient,) = args
+    if isinstance(expr, sympy.floor | sympy.ceiling):
+        numerator, denominator = quotient.as_numer_denom()
+        return numerator, denominator, isinstance(expr, sympy.ceiling)
+    name = type(expr).__name__
+    if name in _ROUNDED_DIVS and type(quotient).__name__ == "IntTrueDiv":
+        numerator, denominator = quotient.args
+        return numerator, denominator, name == "CeilToInt"
+    return None
+
+
 #: float functions of sizes a printer may spell (``SourcePrinter.spell_float``): a size
 #: as a float, the true quotient of two sizes or floats, a square root, a power
 _FLOAT_FUNCTIONS = frozenset(
@@ -79,7 +102,6 @@ class SourcePrinter:
 
     def print(self, expr: Any) -> str:
         """The source of ``expr``, parenthesised unless one symbol or integer."""
-        sympy = _sympy()
         if expr.is_Integer:
             return self.integer(int(expr))
         if expr.is_Symbol:
@@ -96,15 +118,10 @@ class SourcePrinter:
         if expr.is_Pow and expr.exp.is_Integer and expr.exp >= 1:
             return "(" + "*".join([self.print(expr.base)] * int(expr.exp)) + ")"
         name = type(expr).__name__
-        if isinstance(expr, sympy.floor | sympy.ceiling):
-            numerator, denominator = expr.args[0].as_numer_denom()
-            divide = self.floordiv if isinstance(expr, sympy.floor) else self.ceildiv
-            return divide(numerator, denominator)
-        if name in _ROUNDED_DIVS and type(expr.args[0]).__name__ == "IntTrueDiv":
-            # ``math.ceil(s0 / 32)`` of a meta function (a CUDA attention's padded
-            # log-sum-exp): the rounded quotient of two sizes is a floor or ceiling division
-            divide = self.ceildiv if name == "CeilToInt" else self.floordiv
-            return divide(*expr.args[0].args)
+        rounded = rounded_quotient(expr)
+        if rounded is not None:
+            numerator, denominator, ceiling = rounded
+            return (self.ceildiv if ceiling else self.floordiv)(numerator, denominator)
         if name in _FLOOR_DIVS:
             return self.floordiv(*expr.args)
         if name == "CeilDiv":

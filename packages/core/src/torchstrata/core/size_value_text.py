@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchstrata.core.meta import contiguous_strides
+from torchstrata.core.size_source import rounded_quotient
 
 
 def is_size_value(value: Any) -> bool:
@@ -46,15 +47,10 @@ def _as_shape_env_expr(expr: Any) -> Any:
     if not expr.args or expr.is_Symbol or expr.is_Number:
         return expr
     args = [_as_shape_env_expr(arg) for arg in expr.args]
-    name = type(expr).__name__
-    if isinstance(expr, sympy.floor | sympy.ceiling):
-        numerator, denominator = args[0].as_numer_denom()
-        if isinstance(expr, sympy.floor):
-            return functions.FloorDiv(numerator, denominator)
-        return -functions.FloorDiv(-numerator, denominator)
-    if name in ("CeilToInt", "FloorToInt") and type(args[0]).__name__ == "IntTrueDiv":
-        numerator, denominator = args[0].args
-        if name == "FloorToInt":
+    rounded = rounded_quotient(expr, tuple(args))
+    if rounded is not None:
+        numerator, denominator, ceiling = rounded
+        if not ceiling:
             return functions.FloorDiv(numerator, denominator)
         return -functions.FloorDiv(-numerator, denominator)
     if isinstance(expr, sympy.Mod):
