@@ -456,3 +456,49 @@ def test_the_key_of_a_cuda_graph_follows_the_gpu_cuda_and_triton(
     monkeypatch.setattr(torch.cuda, "get_device_capability", no_gpu)
     monkeypatch.setattr(graph_cache_key, "triton_version", no_gpu)
     assert graph_cache.lookup_lowered(graph_on("cpu"), options, manager).key is not None
+
+
+def _scaled(literal: list[float]) -> Any:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * torch.tensor(literal) + 1
+
+    return f
+
+
+def _step_with_constant(f: Any, options: CompileOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.linspace(-1.0, 1.0, 12).reshape(4, 3).requires_grad_()
+    out = tsr.compile(f, options=options)(x)
+    out.sum().backward()
+    assert x.grad is not None
+    return out.detach(), x.grad
+
+
+def test_lifted_constants_come_from_the_cache(tmp_path: Path) -> None:
+    """A graph that makes a tensor in its code (``torch.tensor([...])``, lifted as a
+    hidden input) is stored with the constant's values, and another literal is another
+    entry: never the first one's values."""
+    options = CompileOptions(cache_dir=str(tmp_path))
+    first, other = _scaled([1.0, -2.0, 3.0]), _scaled([4.0, 5.0, -6.0])
+    before = tsr.graph_cache_stats()
+    _step_with_constant(first, options)
+    assert _delta(before) == {"hits": 0, "misses": 3, "stores": 3, "rebuilt": 0, "not_cacheable": 0}
+    tsr.reset()
+    before = tsr.graph_cache_stats()
+    out, grad = _step_with_constant(first, options)
+    assert _delta(before) == {"hits": 3, "misses": 0, "stores": 0, "rebuilt": 0, "not_cacheable": 0}
+    x = torch.linspace(-1.0, 1.0, 12).reshape(4, 3).requires_grad_()
+    expected = first(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(grad, x.grad)
+    tsr.reset()
+    before = tsr.graph_cache_stats()
+    out, grad = _step_with_constant(other, options)
+    # the autograd entry is keyed by the literal; the lowered graphs take the constant
+    # as an input, so theirs serve both literals
+    assert _delta(before) == {"hits": 2, "misses": 1, "stores": 1, "rebuilt": 0, "not_cacheable": 0}
+    x = torch.linspace(-1.0, 1.0, 12).reshape(4, 3).requires_grad_()
+    expected = other(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(grad, x.grad)

@@ -282,7 +282,7 @@ class SymbolicEntries:
             if found is None or found[0].violated(hints):
                 return None
             traced = found[0]
-            again = json.loads(json.dumps(aot_record(traced.at(hints))))
+            again = json.loads(json.dumps(aot_record(traced.at(hints), constants=False)))
             return traced.at(values).backward if again == stored else None
 
         return at
@@ -348,7 +348,8 @@ class SymbolicEntries:
             "hints": dict(values),
             "conditions": conditions,
             "device": str(device),
-            "aot": aot_record(aot),
+            # a constant made from a size would hold the value at these sizes only
+            "aot": aot_record(aot, constants=False),
             "forward": package_record(forward.package),
             "backward": None,
             # one graph of a graph that requires grad: no output carries a gradient
