@@ -246,3 +246,21 @@ def test_a_masked_pointwise_kernel_keeps_vector_loads_with_its_size_an_argument(
     kernel = _kernel(b.build([b.call(prim("mul"), b.call(prim("exp"), x), x)]))
     ptx = _ptx(kernel, Config(1024, 1, 4, True), str(tmp_path))
     assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+
+
+@pytest.mark.parametrize("shape", [(124, 4095), (12, 13, 33)])
+def test_flat_indices_give_vector_loads_at_odd_shapes(shape, tmp_path):
+    # decision 0521: over per-dim variables (x0 = xindex // 4095, x1 = xindex % 4095)
+    # Triton cannot see that x's elements are contiguous and loads one float at a time;
+    # at ``xindex`` it loads four (element counts divisible by 4: the mask allows it)
+    b = GraphBuilder(Level.PRIMS)
+    x = b.input("x", TensorMeta(shape, torch.float32))
+    w = b.input("w", TensorMeta(shape[1:], torch.float32))
+    wide = b.call(prim("broadcast_in_dim"), w, shape, tuple(range(1, len(shape))))
+    kernel = _kernel(b.build([b.call(prim("mul"), b.call(prim("exp"), x), wide)]))
+    config = Config(1024, 1, 4, True)
+    vector = r"ld\.global(\.\w+)*\.v4\.b32"
+    flat = _ptx(kernel, config, str(tmp_path / "flat"))
+    per_dim = _ptx(kernel, config, str(tmp_path / "per_dim"), flat_indices=False)
+    assert re.search(vector, flat)
+    assert not re.search(vector, per_dim)
