@@ -55,6 +55,17 @@ def _randn(*shape: int, device: str) -> torch.Tensor:
 _GEN = torch.Generator().manual_seed(0)
 
 
+def _both_forms(fn, *args: torch.Tensor) -> tuple[str, str]:
+    """``fn`` compiled with flat and with per-dim indices, both checked against eager and
+    each other bit for bit: the one kernel's source of each (flat, per-dim)."""
+    flat, per_dim = _compiled(fn), _compiled(fn, flat_indices=False)
+    torch.testing.assert_close(flat(*args), fn(*args))
+    torch.testing.assert_close(flat(*args), per_dim(*args), rtol=0, atol=0)
+    (new,) = tsr.explain(flat, *args).kernels
+    (old,) = tsr.explain(per_dim, *args).kernels
+    return new.source, old.source
+
+
 def _on(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("triton")
     if device == "cpu":
@@ -90,14 +101,10 @@ def test_the_rope_kernel_loads_q_and_k_without_a_division(shape, device, monkeyp
 def test_a_broadcast_weight_at_odd_sizes_divides_less(shape, weight, device, monkeypatch):
     _on(device, monkeypatch)
     x, w = _randn(*shape, device=device), _randn(*weight, device=device)
-    flat, per_dim = _compiled(scale_and_add), _compiled(scale_and_add, flat_indices=False)
-    torch.testing.assert_close(flat(x, w), scale_and_add(x, w))
-    torch.testing.assert_close(flat(x, w), per_dim(x, w), rtol=0, atol=0)
-    (new,) = tsr.explain(flat, x, w).kernels
-    (old,) = tsr.explain(per_dim, x, w).kernels
-    assert _divisions(new.source) < _divisions(old.source)
+    new, old = _both_forms(scale_and_add, x, w)
+    assert _divisions(new) < _divisions(old)
     # x and the output are read and written at xindex itself
-    (offset,) = _load_offsets(new.source, "buf_x")
+    (offset,) = _load_offsets(new, "buf_x")
     assert offset == "xindex + xzero"
 
 
@@ -109,12 +116,8 @@ def test_a_row_kernel_over_odd_rows_stores_at_its_flat_row(device, monkeypatch):
         return (x - x.mean(-1, keepdim=True)).sum(-1) * b
 
     x, b = _randn(3, 5, 77, device=device), _randn(5, device=device)
-    flat, per_dim = _compiled(centred_sums), _compiled(centred_sums, flat_indices=False)
-    torch.testing.assert_close(flat(x, b), centred_sums(x, b))
-    torch.testing.assert_close(flat(x, b), per_dim(x, b), rtol=0, atol=0)
-    (new,) = tsr.explain(flat, x, b).kernels
-    (old,) = tsr.explain(per_dim, x, b).kernels
+    new, old = _both_forms(centred_sums, x, b)
     # rows (3, 5): x at 385*x0 + 77*x1 + r0 is 77*xindex + rindex; b reads x1 = xindex % 5
-    assert _divisions(new.source) < _divisions(old.source)
-    (offset,) = _load_offsets(new.source, "buf_x")
+    assert _divisions(new) < _divisions(old)
+    (offset,) = _load_offsets(new, "buf_x")
     assert "//" not in offset and "%" not in offset, offset
