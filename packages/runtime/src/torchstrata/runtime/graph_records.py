@@ -99,7 +99,7 @@ def constant_record(tensor: torch.Tensor) -> dict[str, Any]:
     if not tensor.is_contiguous():
         raise NotCacheable("a lifted tensor constant that is not contiguous")
     buffer = io.BytesIO()
-    torch.save(tensor.detach().cpu().clone(), buffer)
+    torch.save(tensor.detach().to("cpu", copy=True), buffer)
     return {
         "dtype": str(tensor.dtype).removeprefix("torch."),
         "shape": list(tensor.shape),

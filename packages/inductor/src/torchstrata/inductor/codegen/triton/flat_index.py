@@ -17,6 +17,7 @@ the variables of the kernel's own index; only its text changes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -39,10 +40,7 @@ class FlatIndices:
         self._costs: dict[str, int] = {}
         for vars_, flat_name in groups:
             sizes = [var.size for var in vars_]
-            numel = 1
-            for size in sizes:
-                numel = numel * size
-            digits = row_major_digits(Var(flat_name, numel), sizes)
+            digits = row_major_digits(Var(flat_name, math.prod(sizes)), sizes)
             strides = row_major_strides(sizes)
             for dim, (var, stride, digit) in enumerate(zip(vars_, strides, digits, strict=True)):
                 self._values[var.name] = digit
