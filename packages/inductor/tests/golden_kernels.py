@@ -8,8 +8,8 @@ each after the launcher that the plan generates. A change to what any kernel loo
 like shows up as a diff of these files in review.
 
 A C++ kernel's golden holds its body only: the preludes its source starts with (the
-common one, then the checked divisions' helpers and the fp16 conversions where the kernel
-uses them) are one comment line naming them, and ``golden/prelude.cpp`` holds their text
+common one, then the checked divisions' helpers, the fp16 conversions and the fp16 and
+bf16 block conversions where the kernel uses them) are one comment line naming them, and ``golden/prelude.cpp`` holds their text
 once. So a change to a prelude rewrites that one file, not every C++ golden.
 
 To regenerate them after a deliberate change::
@@ -32,7 +32,7 @@ from torchstrata.inductor.codegen.backend import CppBackend
 from torchstrata.inductor.codegen.cpp.build import SIMD_MATH_CANDIDATES
 from torchstrata.inductor.codegen.cpp.division import HELPERS
 from torchstrata.inductor.codegen.cpp.exprs import PRELUDE
-from torchstrata.inductor.codegen.cpp.half import HALF_PRELUDE
+from torchstrata.inductor.codegen.cpp.half import BF16_BLOCKS, HALF_BLOCKS, HALF_PRELUDE
 from torchstrata.inductor.codegen.triton.backend import TritonBackend
 from torchstrata.inductor.compile import _relaid_outputs, schedule_graph
 from torchstrata.inductor.ir.kernel import Kernel
@@ -46,6 +46,8 @@ CPP_PRELUDES = {
     "prelude": PRELUDE,
     "checked divisions": HELPERS,
     "fp16 conversions": HALF_PRELUDE,
+    "fp16 blocks": HALF_BLOCKS,
+    "bf16 blocks": BF16_BLOCKS,
 }
 #: Where the preludes' text is stored once.
 PRELUDE_GOLDEN = GOLDEN / "prelude.cpp"

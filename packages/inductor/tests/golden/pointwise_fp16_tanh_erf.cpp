@@ -14,55 +14,7 @@
 //     return (buf_add, )
 
 // ===== kernel kernel0 =====
-// prelude + fp16 conversions: golden/prelude.cpp
-
-// A block of fp16 values widened into a float array (decision 0265): the row sums' lane
-// loops read it instead of calling a vector conversion per vector of lanes, around which
-// the lanes' accumulators were spilled (the vector ABI saves no register). F16C: one
-// conversion instruction per 16 (AVX-512) or 8 values, inline; else the integer widening.
-static inline void ts_f16_widen_block(const uint16_t* __restrict__ s, float* __restrict__ d, int64_t n) {
-#ifdef TS_F16C
-  int64_t i = 0;
-#ifdef __AVX512F__
-  for (; i + 16 <= n; i += 16) {
-    ts_v16hi h; __builtin_memcpy(&h, s + i, 32);
-    const ts_v16sf f = __builtin_ia32_vcvtph2ps512_mask(h, ts_v16sf{}, 0xffff, 4);
-    __builtin_memcpy(d + i, &f, 64);
-  }
-#endif
-  for (; i + 8 <= n; i += 8) {
-    ts_v8hi h; __builtin_memcpy(&h, s + i, 16);
-    const ts_v8sf f = __builtin_ia32_vcvtph2ps256(h);
-    __builtin_memcpy(d + i, &f, 32);
-  }
-  for (; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);
-#else
-  for (int64_t i = 0; i < n; ++i) d[i] = ts_f16_to_f32(s[i]);  // vectorised at -O3
-#endif
-}
-// A block of floats narrowed into fp16 values (decision 0516): an elementwise loop's
-// fp16 store, after the loop's lanes wrote the block's floats. Rounding to nearest even,
-// as ts_store_f16.
-static inline void ts_f16_narrow_block(const float* __restrict__ s, uint16_t* __restrict__ d, int64_t n) {
-#ifdef TS_F16C
-  int64_t i = 0;
-#ifdef __AVX512F__
-  for (; i + 16 <= n; i += 16) {
-    ts_v16sf f; __builtin_memcpy(&f, s + i, 64);
-    const ts_v16hi h = __builtin_ia32_vcvtps2ph512_mask(f, 0, ts_v16hi{}, 0xffff);
-    __builtin_memcpy(d + i, &h, 32);
-  }
-#endif
-  for (; i + 8 <= n; i += 8) {
-    ts_v8sf f; __builtin_memcpy(&f, s + i, 32);
-    const ts_v8hi h = __builtin_ia32_vcvtps2ph256(f, 0);
-    __builtin_memcpy(d + i, &h, 16);
-  }
-  for (; i < n; ++i) d[i] = ts_store_f16(s[i]);
-#else
-  for (int64_t i = 0; i < n; ++i) d[i] = ts_store_f16(s[i]);  // vectorised at -O3
-#endif
-}
+// prelude + fp16 conversions + fp16 blocks: golden/prelude.cpp
 
 // erf of a float, inline so that omp simd loops vectorise it (codegen/cpp/erf.py):
 // Eigen's rational function x P(x^2) / Q(x^2) on [-4, 4], clamped to [-1, 1].

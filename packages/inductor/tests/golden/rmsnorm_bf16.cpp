@@ -14,36 +14,7 @@
 //     return (buf_to_copy_2, )
 
 // ===== kernel kernel0 =====
-// prelude: golden/prelude.cpp
-
-// A block of floats narrowed into bf16 values (decision 0526): an elementwise loop's bf16
-// store, after the loop's lanes wrote the block's floats; bit for bit ts_f32_to_bf16
-// (checked on all 2**32 floats). AVX512_BF16's vcvtneps2bf16 rounds to nearest even and
-// quiets NaN as that does, but flushes a subnormal input to zero: those lanes
-// (vfpclassps) go in with exponent field 1, a normal float with the same low 16 bits, and
-// come out with that bit (0x80) taken off again. Kernels loop over these blocks only where
-// TS_AVX512BF16 is defined: with the integer narrowing, the blocks measured slower.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && !defined(TS_PORTABLE_HALF)
-#define TS_AVX512BF16 1
-typedef float ts_bf_v16sf __attribute__((vector_size(64)));
-typedef int ts_bf_v16si __attribute__((vector_size(64)));
-typedef short ts_bf_v16hi __attribute__((vector_size(32)));
-#endif
-static inline void ts_bf16_narrow_block(const float* __restrict__ s, uint16_t* __restrict__ d, int64_t n) {
-  int64_t i = 0;
-#ifdef TS_AVX512BF16
-  for (; i + 16 <= n; i += 16) {
-    ts_bf_v16sf f; __builtin_memcpy(&f, s + i, 64);
-    const unsigned short sub = __builtin_ia32_fpclassps512_mask(f, 0x20, 0xffff);
-    const ts_bf_v16si v = __builtin_ia32_paddd512_mask((ts_bf_v16si)f, ts_bf_v16si{} + 0x00800000, (ts_bf_v16si)f, sub);
-    const auto c = __builtin_ia32_cvtneps2bf16_v16sf((ts_bf_v16sf)v);  // GCC 12: 16 shorts, 13: __bf16
-    ts_bf_v16hi h; __builtin_memcpy(&h, &c, 32);
-    h = __builtin_ia32_psubw256_mask(h, ts_bf_v16hi{} + 0x80, h, sub);
-    __builtin_memcpy(d + i, &h, 32);
-  }
-#endif
-  for (; i < n; ++i) d[i] = ts_f32_to_bf16(s[i]);
-}
+// prelude + bf16 blocks: golden/prelude.cpp
 
 
 extern "C" int omp_get_num_threads();
